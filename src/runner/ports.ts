@@ -1,0 +1,132 @@
+/**
+ * The runner's ports: where job results go (JobResultQueue) and where job logs and
+ * job state live (JobLogStore). The service owns the protocol rules; a store only
+ * keeps what it is given, item by item, and refuses gaps.
+ */
+
+/** How a job ended, as published on the queue. */
+export type JobOutcome = "finished" | "lost" | "cancelled";
+
+/** What goes to the queue once per job (runner-protocol.md, "The job result"). */
+export interface JobResult {
+  /** Lower-case UUID of the job. */
+  requestId: string;
+  outcome: JobOutcome;
+  /** As the runner sent it; -1 for lost and cancelled jobs. */
+  exitCode: number;
+  /** As the runner sent it; false for lost and cancelled jobs. */
+  success: boolean;
+  repoUrl: string;
+  commitSha: string;
+  /** Every line the runner sent, stored or not. */
+  lines: { stdout: number; stderr: number };
+  /** True when the job-log cap was reached and later lines were not stored. */
+  logTruncated: boolean;
+  /** ISO-8601 UTC time of the first item, or null when none arrived. */
+  startedAt: string | null;
+  /** ISO-8601 UTC time the result was made. */
+  endedAt: string;
+}
+
+/** The queue port: hands a job result to a message queue. */
+export interface JobResultQueue {
+  /** Resolves once the queue has accepted the result (e.g. a publisher confirm). */
+  publishJobResult(result: JobResult): Promise<void>;
+  /** Releases connections; calling it twice is harmless. */
+  close?(): Promise<void>;
+}
+
+/** One stored line of a job's log. */
+export interface StoredLine {
+  line: string;
+  stderr: boolean;
+  /** True for lines the service wrote itself (truncation and cap markers). */
+  marker?: boolean;
+}
+
+/**
+ * What one runner item leaves in the store. Offsets count runner items, so an item
+ * always advances the count by one, whatever it stores: its line (possibly cut), a
+ * marker after it, or nothing at all once the job's log is capped.
+ */
+export interface LogEntry {
+  /** Lines to store for this item, in order (0 to 3). */
+  stored: StoredLine[];
+  /** Which stream the runner's line came from (counted in the result's `lines`). */
+  stderr: boolean;
+  /** UTF-8 bytes of stored job output, markers excluded (counts toward the cap). */
+  bytes: number;
+  /** True when this item is where the job's log reached its cap. */
+  capped?: boolean;
+}
+
+/** Job state as a store keeps it. */
+export type JobStatus = "open" | "finished" | "cancelled" | "lost";
+
+/** What the host told the service about a job it launched. */
+export interface JobInfo {
+  repoUrl?: string;
+  commitSha?: string;
+  [key: string]: unknown;
+}
+
+/** A job's state. */
+export interface JobState {
+  requestId: string;
+  status: JobStatus;
+  /** Runner items durably stored (`runner-committed`); the `end` item counts. */
+  committed: number;
+  /** Lines stored so far, markers included (positions for `read`). */
+  storedLines: number;
+  /** UTF-8 bytes of stored output lines, markers excluded. */
+  storedBytes: number;
+  lines: { stdout: number; stderr: number };
+  logTruncated: boolean;
+  /** True when registered by the host through `expectJob`. */
+  expected: boolean;
+  info: JobInfo;
+  /** ISO-8601 of the first item, or null. */
+  startedAt: string | null;
+  /** ISO-8601 of the last item or registration: lost detection counts from here. */
+  lastSeenAt: string;
+  /** The result once the job ended in any way. */
+  result: JobResult | null;
+}
+
+/**
+ * The log-store port. Every method is safe to call concurrently for different jobs;
+ * for one job the service serialises its own calls, but several service replicas may
+ * share a store, so `append` and `finish` must be atomic in the backend.
+ */
+export interface JobLogStore {
+  /**
+   * Returns the job's state, creating an open job when it does not exist.
+   * `expect` marks it as registered by the host and merges `info`.
+   */
+  open(requestId: string, options?: { expect?: boolean; info?: JobInfo; now?: Date }): Promise<JobState>;
+  /** The job's state, or null when the store has never heard of it. */
+  get(requestId: string): Promise<JobState | null>;
+  /**
+   * Appends entries, the first of which is item `at` of the job.
+   * Entries below `committed` are skipped (idempotent overlap, not compared);
+   * `at > committed` throws RunnerDepotError FAILED_PRECONDITION and stores nothing;
+   * a job that is not open throws FAILED_PRECONDITION and stores nothing.
+   * Returns the state after the append.
+   */
+  append(requestId: string, at: number, entries: LogEntry[], now?: Date): Promise<JobState>;
+  /**
+   * Ends the job once. With `at` the end is runner item `at` and counts in
+   * `committed` (it must equal `committed`, else FAILED_PRECONDITION). The first
+   * finish wins: a later one changes nothing and returns `first: false` with the
+   * state holding the first result.
+   */
+  finish(requestId: string, result: JobResult, options?: { at?: number }): Promise<{ state: JobState; first: boolean }>;
+  /** Stored lines from position `from` (0-based, markers included), at most `limit`. */
+  read(requestId: string, from?: number, limit?: number): Promise<StoredLine[]>;
+  /** Open jobs whose `lastSeenAt` is before `before` (lost-job detection). */
+  stale(before: Date): Promise<JobState[]>;
+  /** Forgets ended jobs whose result is older than `before` (retention). Returns how many. */
+  prune?(before: Date): Promise<number>;
+  /** Releases resources; calling it twice is harmless. */
+  close?(): Promise<void>;
+}

@@ -1,0 +1,12 @@
+import { defineConfig } from "vitest/config";
+
+export default defineConfig({
+  test: {
+    include: ["test/**/*.test.ts"],
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
+    // Integration tests bind real sockets and start real servers; two cores.
+    pool: "forks",
+    maxWorkers: 2,
+  },
+});
