@@ -48,6 +48,8 @@ const CODES = {
   DEPENDENCY_UNRESOLVED: [Code.NotFound, 422],
   DEPENDENCY_CONFLICT: [Code.FailedPrecondition, 422],
   DEPENDENCY_CYCLE: [Code.FailedPrecondition, 422],
+  // A package archive from the depot that breaks the archive rules (installer, H4).
+  ARCHIVE_INVALID: [Code.DataLoss, 502],
 } as const satisfies Record<string, readonly [Code, number]>;
 
 /** A code every runner-depot error carries; UPPER_SNAKE, stable across releases. */

@@ -1,0 +1,247 @@
+/**
+ * Runner benchmark: lines per second through one StreamLogs stream (100-byte lines),
+ * our client + our service against a plain @grpc/grpc-js client + server doing the
+ * same work, and server memory per open idle stream. Servers run in child processes
+ * (bench/runner-worker.ts) so client and server each have a core.
+ */
+import { fork, type ChildProcess } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { once } from "node:events";
+import http2 from "node:http2";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import * as grpc from "@grpc/grpc-js";
+import * as protoLoader from "@grpc/proto-loader";
+import { create } from "@bufbuild/protobuf";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { LogItemSchema, Runner } from "../src/gen/runner/v1/runner_pb.js";
+import { createRunnerClient } from "../src/runner/client.js";
+import { createLogItemEncoder } from "../src/runner/encoder.js";
+import { mintJobToken } from "../src/runner/token.js";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const SECRET = "bench-secret";
+const LINE = "x".repeat(99); // + the newline a process would have written = 100 bytes
+const LINES = Number(process.env.BENCH_RUNNER_LINES ?? 300_000);
+const ROUNDS = Number(process.env.BENCH_RUNNER_ROUNDS ?? 3);
+const IDLE_STREAMS = 1000;
+
+interface Mem {
+  active: number;
+  rss: number;
+  heapUsed: number;
+  external: number;
+  arrayBuffers: number;
+}
+
+interface Worker {
+  child: ChildProcess;
+  port: number;
+  mem(): Promise<Mem>;
+  stop(): Promise<void>;
+}
+
+async function startWorker(mode: "ours" | "grpc-js" | "connect-min"): Promise<Worker> {
+  const child = fork(path.join(here, "runner-worker.ts"), [mode], {
+    execArgv: ["--import", "tsx", "--expose-gc"],
+    env: { ...process.env, BENCH_SECRET: SECRET },
+    stdio: ["ignore", "inherit", "inherit", "ipc"],
+  });
+  const [first] = (await once(child, "message")) as [{ port: number }];
+  return {
+    child,
+    port: first.port,
+    async mem() {
+      child.send("mem");
+      const [m] = (await once(child, "message")) as [Mem];
+      return m;
+    },
+    async stop() {
+      const exited = once(child, "exit");
+      child.send("exit");
+      const timer = setTimeout(() => child.kill("SIGKILL"), 5000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+async function oursRound(port: number, lines = LINES): Promise<number> {
+  const requestId = randomUUID();
+  const client = createRunnerClient({
+    endpoint: `http://127.0.0.1:${port}`,
+    requestId,
+    token: mintJobToken(SECRET, requestId),
+  });
+  const t0 = performance.now();
+  for (let i = 0; i < lines; i++) {
+    if (!client.log(LINE, i % 10 === 9)) await client.drained();
+    // A real agent receives lines in pipe-sized bursts; yield like one would.
+    if (i % 4096 === 4095) await new Promise<void>((r) => setImmediate(r));
+  }
+  await client.end({ exitCode: 0, success: true, repoUrl: "https://example.com/r.git", commitSha: "abc" });
+  const seconds = (performance.now() - t0) / 1000;
+  await client.close();
+  return lines / seconds;
+}
+
+async function connectRound(port: number): Promise<number> {
+  // A stock connect-node gRPC client against our server: what a client without batching gets.
+  const requestId = randomUUID();
+  const transport = createGrpcTransport({ baseUrl: `http://127.0.0.1:${port}` });
+  const client = createClient(Runner, transport);
+  const n = Math.min(LINES, 100_000);
+  const t0 = performance.now();
+  async function* items() {
+    for (let i = 0; i < n; i++) {
+      yield create(LogItemSchema, { requestId, event: { case: "log", value: { line: LINE, stderr: i % 10 === 9 } } });
+    }
+    yield create(LogItemSchema, { requestId, event: { case: "end", value: { exitCode: 0, success: true } } });
+  }
+  const ack = await client.streamLogs(items(), { headers: { authorization: `Bearer ${mintJobToken(SECRET, requestId)}` } });
+  if (!ack.ok) throw new Error("connect client: ack not ok");
+  return n / ((performance.now() - t0) / 1000);
+}
+
+function grpcJsClient(port: number) {
+  const def = protoLoader.loadSync(path.join(here, "..", "proto", "runner", "v1", "runner.proto"), { defaults: true, oneofs: true });
+  const pkg = grpc.loadPackageDefinition(def) as unknown as {
+    runner: { v1: { Runner: grpc.ServiceClientConstructor } };
+  };
+  return new pkg.runner.v1.Runner(`127.0.0.1:${port}`, grpc.credentials.createInsecure()) as unknown as grpc.Client & {
+    StreamLogs(cb: (e: grpc.ServiceError | null, ack?: { ok: boolean }) => void): grpc.ClientWritableStream<unknown>;
+  };
+}
+
+async function grpcRound(port: number): Promise<number> {
+  const client = grpcJsClient(port);
+  const requestId = randomUUID();
+  const t0 = performance.now();
+  let done!: (v: boolean) => void;
+  let failed!: (e: unknown) => void;
+  const acked = new Promise<boolean>((resolve, reject) => ((done = resolve), (failed = reject)));
+  const call = client.StreamLogs((e, ack) => (e ? failed(e) : done(ack?.ok ?? false)));
+  for (let i = 0; i < LINES; i++) {
+    if (!call.write({ requestId, log: { line: LINE, stderr: i % 10 === 9 } })) await once(call, "drain");
+  }
+  call.write({ requestId, end: { exitCode: 0, success: true, repoUrl: "https://example.com/r.git", commitSha: "abc" } });
+  call.end();
+  if (!(await acked)) throw new Error("grpc-js: ack not ok");
+  const rate = LINES / ((performance.now() - t0) / 1000);
+  client.close();
+  return rate;
+}
+
+/** Opens `count` connections, each with one call that sent one item and stays open. */
+async function openIdleStreams(port: number, count: number, ours: boolean) {
+  const sessions: http2.ClientHttp2Session[] = [];
+  for (let i = 0; i < count; i++) {
+    const requestId = randomUUID();
+    const enc = createLogItemEncoder(requestId);
+    const line = "started";
+    const frame = Buffer.alloc(enc.logFrameSize(line, line.length, false));
+    enc.writeLogFrame(frame, 0, line, line.length, false);
+    const s = http2.connect(`http://127.0.0.1:${port}`);
+    s.on("error", () => undefined);
+    const req = s.request({
+      ":method": "POST",
+      ":path": "/runner.v1.Runner/StreamLogs",
+      "content-type": "application/grpc",
+      te: "trailers",
+      ...(ours ? { authorization: `Bearer ${mintJobToken(SECRET, requestId)}` } : {}),
+    });
+    req.on("error", () => undefined);
+    req.write(frame);
+    sessions.push(s);
+    if (i % 100 === 99) await new Promise((r) => setTimeout(r, 10));
+  }
+  return sessions;
+}
+
+async function memoryPerStream(mode: "ours" | "grpc-js") {
+  const w = await startWorker(mode);
+  try {
+    // Warm the server up with one short stream so code paths are compiled before the baseline.
+    const warm = await openIdleStreams(w.port, 5, mode === "ours");
+    await new Promise((r) => setTimeout(r, 300));
+    for (const s of warm) s.destroy();
+    await new Promise((r) => setTimeout(r, 300));
+    const before = await w.mem();
+    const sessions = await openIdleStreams(w.port, IDLE_STREAMS, mode === "ours");
+    let after = await w.mem();
+    for (let i = 0; i < 100 && after.active - before.active < IDLE_STREAMS; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      after = await w.mem();
+    }
+    const opened = after.active - before.active;
+    for (const s of sessions) s.destroy();
+    return {
+      opened,
+      rss: (after.rss - before.rss) / IDLE_STREAMS,
+      heap: (after.heapUsed - before.heapUsed) / IDLE_STREAMS,
+      external: (after.external - before.external) / IDLE_STREAMS,
+    };
+  } finally {
+    await w.stop();
+  }
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+const fmt = (n: number) => Math.round(n).toLocaleString("en-US");
+const kib = (n: number) => `${(n / 1024).toFixed(1)} KiB`;
+
+/** Runs the runner benchmark and returns its Markdown section. */
+export async function run(): Promise<string> {
+  const ours: number[] = [];
+  const peer: number[] = [];
+  const connect: number[] = [];
+  let floor = 0;
+  const oursServer = await startWorker("ours");
+  const grpcServer = await startWorker("grpc-js");
+  try {
+    await oursRound(oursServer.port); // warm-up, not counted
+    await grpcRound(grpcServer.port);
+    for (let r = 0; r < ROUNDS; r++) {
+      ours.push(await oursRound(oursServer.port));
+      peer.push(await grpcRound(grpcServer.port));
+    }
+    connect.push(await connectRound(oursServer.port));
+  } finally {
+    await oursServer.stop();
+    await grpcServer.stop();
+  }
+  const minServer = await startWorker("connect-min");
+  try {
+    await oursRound(minServer.port);
+    floor = await oursRound(minServer.port);
+  } finally {
+    await minServer.stop();
+  }
+  const memOurs = await memoryPerStream("ours");
+  const memPeer = await memoryPerStream("grpc-js");
+  const o = median(ours);
+  const p = median(peer);
+  return [
+    "## Runner: log lines through one StreamLogs stream",
+    "",
+    `Method: ${fmt(LINES)} lines of 100 bytes (every 10th on stderr) plus the job end through one job, ` +
+      `timed from the first line to the acknowledged end; median of ${ROUNDS} rounds after a warm-up. ` +
+      "Each server runs in its own child process (h2c on 127.0.0.1), the client in the bench process. " +
+      "Ours: createRunnerClient → startRunnerServer (token check, memory log store storing every line, memory queue). " +
+      "Peer: @grpc/grpc-js client → @grpc/grpc-js server loading the same proto, counting lines, acking. " +
+      `Memory: ${IDLE_STREAMS} connections each holding one open call that sent one item, server-side ` +
+      "RSS/heap/external delta after GC ÷ streams.",
+    "",
+    "| measure | ours | peer (grpc-js pair) | ratio ours ÷ peer |",
+    "|---|---:|---:|---:|",
+    `| lines/s, one stream (median) | ${fmt(o)} | ${fmt(p)} | ${(o / p).toFixed(1)}× |`,
+    `| lines/s, all rounds | ${ours.map(fmt).join(" / ")} | ${peer.map(fmt).join(" / ")} | |`,
+    `| lines/s, stock connect-node gRPC client → our server | ${fmt(connect[0]!)} | ${fmt(p)} | ${(connect[0]! / p).toFixed(1)}× |`,
+    `| lines/s, our client → bare connect-node handler (decode, count, ack; no auth, no store) | ${fmt(floor)} | ${fmt(p)} | ${(floor / p).toFixed(1)}× |`,
+    `| idle streams open (of ${IDLE_STREAMS}) | ${memOurs.opened} | ${memPeer.opened} | |`,
+    `| server RSS per idle stream | ${kib(memOurs.rss)} | ${kib(memPeer.rss)} | ${(memOurs.rss / memPeer.rss).toFixed(2)}× |`,
+    `| server heap per idle stream | ${kib(memOurs.heap)} | ${kib(memPeer.heap)} | ${(memOurs.heap / memPeer.heap).toFixed(2)}× |`,
+    `| server external per idle stream | ${kib(memOurs.external)} | ${kib(memPeer.external)} | |`,
+  ].join("\n");
+}

@@ -1,0 +1,90 @@
+/**
+ * The runner service inside Fastify 5 with `http2: true` (h2c), next to an ordinary route.
+ *
+ *   npx tsx examples/runner-fastify.ts           # answers one gRPC call to itself, prints, exits 0
+ *   npx tsx examples/runner-fastify.ts --serve   # stays up until SIGTERM / SIGINT
+ *
+ * `@connectrpc/connect-fastify` 2.1.1 would do the mounting (peer fastify ^4.22.1 || ^5.1.0,
+ * connect(-node) 2.1.1, engines node >= 20), but the project does not depend on it, so
+ * this example hands Fastify's raw HTTP/2 request and response to `createRunnerHandler`
+ * instead: a scope whose content-type parser leaves the body unread, and a route that
+ * hijacks the reply. That keeps gRPC, gRPC-web and Connect requests streaming.
+ *
+ * Imports go to the package's source by relative path: `runner-depot` itself only
+ * resolves after a build and an install (in a host: `from "runner-depot/runner"`).
+ */
+import { randomUUID } from "node:crypto";
+import http2 from "node:http2";
+import Fastify from "fastify";
+import { createMemoryQueue } from "../src/adapters/memory/index.js";
+import { createRunnerClient } from "../src/runner/client.js";
+import { createRunnerHandler, createRunnerService } from "../src/runner/index.js";
+
+const serveMode = process.argv.includes("--serve");
+
+const queue = createMemoryQueue();
+const runner = createRunnerService(queue);
+const runnerHandler = createRunnerHandler(runner);
+
+const app = Fastify({ http2: true, logger: false });
+app.get("/healthz", async () => ({ ok: true, activeRequests: runnerHandler.activeRequests }));
+await app.register(async (scope) => {
+  // connect reads the request stream itself; Fastify must not buffer or parse it.
+  scope.removeAllContentTypeParsers();
+  scope.addContentTypeParser("*", (_request, _payload, done) => done(null));
+  scope.post("/runner.v1.Runner/*", (request, reply) => {
+    reply.hijack();
+    runnerHandler.handler(request.raw, reply.raw);
+  });
+});
+
+const sessions = new Set<http2.ServerHttp2Session>();
+app.server.on("session", (session: http2.ServerHttp2Session) => {
+  sessions.add(session);
+  session.once("close", () => sessions.delete(session));
+});
+const address = await app.listen({ host: "127.0.0.1", port: 0 });
+console.log(`runner-fastify: listening on ${address} (h2c; gRPC at /runner.v1.Runner/StreamLogs, GET /healthz)`);
+
+async function shutdown(): Promise<void> {
+  await runnerHandler.shutdown(1000);
+  // Idle HTTP/2 sessions would hold app.close() open: GOAWAY + destroy ends them at once.
+  for (const session of sessions) {
+    if (session.destroyed) continue;
+    session.goaway();
+    session.destroy();
+  }
+  await app.close();
+  await runner.close();
+  await queue.close?.();
+}
+
+if (serveMode) {
+  const stop = () => void shutdown().then(() => process.exit(0));
+  process.once("SIGTERM", stop);
+  process.once("SIGINT", stop);
+} else {
+  const h2 = http2.connect(address);
+  const health = await new Promise<string>((resolve, reject) => {
+    const req = h2.request({ ":path": "/healthz" });
+    let body = "";
+    req.setEncoding("utf8");
+    req.on("data", (chunk: string) => (body += chunk));
+    req.on("end", () => resolve(body));
+    req.on("error", reject);
+    req.end();
+  });
+  h2.close();
+  console.log(`runner-fastify: GET /healthz -> ${health}`);
+
+  const requestId = randomUUID();
+  const client = createRunnerClient({ endpoint: address, requestId });
+  for (let i = 1; i <= 3; i++) client.log(`step ${i} of 3`);
+  await client.end({ exitCode: 0, success: true, repoUrl: "https://example.org/repo.git", commitSha: "0123abc" });
+  await client.close();
+
+  const result = await queue.next();
+  console.log(`runner-fastify: result outcome=${result.outcome} exitCode=${result.exitCode} stdout=${result.lines.stdout} requestId=${result.requestId === requestId}`);
+  await shutdown();
+  console.log("runner-fastify: done");
+}

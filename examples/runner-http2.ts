@@ -1,0 +1,94 @@
+/**
+ * The runner service mounted on a host's own node:http2 server, next to another route.
+ *
+ *   npx tsx examples/runner-http2.ts           # answers one gRPC call to itself, prints, exits 0
+ *   npx tsx examples/runner-http2.ts --serve   # stays up until SIGTERM / SIGINT
+ *
+ * Imports go to the package's source by relative path: `runner-depot` itself only
+ * resolves after a build and an install (in a host: `from "runner-depot/runner"`).
+ */
+import { randomUUID } from "node:crypto";
+import http2 from "node:http2";
+import type { AddressInfo } from "node:net";
+import { createMemoryQueue } from "../src/adapters/memory/index.js";
+import { createRunnerClient } from "../src/runner/client.js";
+import { createRunnerHandler, createRunnerService } from "../src/runner/index.js";
+
+const serveMode = process.argv.includes("--serve");
+
+const queue = createMemoryQueue();
+const runner = createRunnerService(queue, {
+  onEnd: (result) => console.log(`runner-http2: job ${result.requestId} ended, exit ${result.exitCode}, ${result.lines.stdout} stdout + ${result.lines.stderr} stderr lines`),
+});
+// Without requestPathPrefix the service answers at /runner.v1.Runner/StreamLogs, as gRPC clients expect.
+const runnerHandler = createRunnerHandler(runner);
+
+const sessions = new Set<http2.ServerHttp2Session>();
+const server = http2.createServer((req, res) => {
+  if (req.url.startsWith("/runner.v1.Runner/")) return runnerHandler.handler(req, res);
+  if (req.url === "/healthz") {
+    res.writeHead(200, { "content-type": "application/json" });
+    res.end(JSON.stringify({ ok: true, activeRequests: runnerHandler.activeRequests }));
+    return;
+  }
+  res.writeHead(404, { "content-type": "text/plain" });
+  res.end("not found\n");
+});
+server.on("session", (session) => {
+  sessions.add(session);
+  session.once("close", () => sessions.delete(session));
+});
+await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+const { port } = server.address() as AddressInfo;
+const endpoint = `http://127.0.0.1:${port}`;
+console.log(`runner-http2: listening on ${endpoint} (gRPC at /runner.v1.Runner/StreamLogs, GET /healthz)`);
+
+async function shutdown(): Promise<void> {
+  await runnerHandler.shutdown(1000);
+  // server.close() waits for idle HTTP/2 sessions; GOAWAY + destroy ends them at once.
+  for (const session of sessions) {
+    if (session.destroyed) continue;
+    session.goaway();
+    session.destroy();
+  }
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  await runner.close();
+  await queue.close?.();
+}
+
+if (serveMode) {
+  const stop = () => void shutdown().then(() => process.exit(0));
+  process.once("SIGTERM", stop);
+  process.once("SIGINT", stop);
+} else {
+  // The host's other route, over h2c.
+  const h2 = http2.connect(endpoint);
+  const health = await new Promise<string>((resolve, reject) => {
+    const req = h2.request({ ":path": "/healthz" });
+    let body = "";
+    req.setEncoding("utf8");
+    req.on("data", (chunk: string) => (body += chunk));
+    req.on("end", () => resolve(body));
+    req.on("error", reject);
+    req.end();
+  });
+  h2.close();
+  console.log(`runner-http2: GET /healthz -> ${health}`);
+
+  // A real gRPC client-streaming call: a few lines and the end.
+  const requestId = randomUUID();
+  const client = createRunnerClient({ endpoint, requestId });
+  client.log("compiling…");
+  client.log("warning: something mild", true);
+  client.log("tests passed");
+  await client.end({ exitCode: 0, success: true, repoUrl: "https://example.org/repo.git", commitSha: "0123abc" });
+  await client.close();
+
+  const result = await queue.next();
+  const stored: string[] = [];
+  for await (const line of runner.follow(requestId)) stored.push(`${line.stderr ? "err" : "out"}: ${line.line}`);
+  console.log(`runner-http2: stored lines: ${JSON.stringify(stored)}`);
+  console.log(`runner-http2: result outcome=${result.outcome} success=${result.success} requestId=${result.requestId === requestId}`);
+  await shutdown();
+  console.log("runner-http2: done");
+}

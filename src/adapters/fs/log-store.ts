@@ -1,0 +1,376 @@
+/**
+ * Filesystem JobLogStore: one append-only log file and one state file per job.
+ * Lines are written in one positional write per append and synced once; the state
+ * file is replaced atomically (write, fsync, rename), and it says how many bytes of
+ * the log file are valid, so a crash between the two leaves the job consistent.
+ * One process owns a directory at a time (several replicas: use the PostgreSQL store).
+ */
+import { mkdir, open, readdir, readFile, rename, rm, truncate, type FileHandle } from "node:fs/promises";
+import { join, resolve } from "node:path";
+import { RunnerDepotError } from "../../errors.js";
+import { applyAppend, applyFinish, applyOpen, cloneJobState, isPrunable, newEntries, newJobState } from "../../runner/job-state.js";
+import type { JobLogStore, JobState, StoredLine } from "../../runner/ports.js";
+import { normalizeRequestId } from "../../runner/uuid.js";
+
+/** Options of {@link createFsLogStore}. */
+export interface FsLogStoreOptions {
+  /** Sync data to disk at the end of each append and state change; default true. */
+  fsync?: boolean;
+}
+
+interface Persisted extends JobState {
+  /** Valid bytes of the log file; anything past it is a torn write. */
+  fileBytes: number;
+}
+
+interface Job {
+  state: Persisted;
+  /** Byte offset of every STRIDE-th stored line, built on first read. */
+  index: number[] | null;
+  chain: Promise<unknown>;
+}
+
+/** What every store on one directory shares in this process. */
+interface Backend {
+  jobs: Map<string, Job>;
+  loaded: Promise<void> | null;
+  refs: number;
+  createChain: Promise<unknown>;
+}
+const backends = new Map<string, Backend>();
+
+const STRIDE = 256;
+const READ_CHUNK = 1024 * 1024;
+const FLAGS: Record<string, { stderr: boolean; marker: boolean }> = {
+  o: { stderr: false, marker: false },
+  e: { stderr: true, marker: false },
+  O: { stderr: false, marker: true },
+  E: { stderr: true, marker: true },
+};
+
+function encode(line: StoredLine): string {
+  const flag = line.marker ? (line.stderr ? "E" : "O") : line.stderr ? "e" : "o";
+  // JSON escapes newlines (one record per line) and keeps lone surrogates exact.
+  return flag + JSON.stringify(line.line) + "\n";
+}
+
+function decode(record: string): StoredLine {
+  const flag = FLAGS[record[0]!];
+  if (!flag) throw new RunnerDepotError("INTERNAL", "corrupt job log record");
+  const line = JSON.parse(record.slice(1)) as string;
+  return flag.marker ? { line, stderr: flag.stderr, marker: true } : { line, stderr: flag.stderr };
+}
+
+function publicState(state: Persisted): JobState {
+  const { fileBytes: _bytes, ...rest } = state;
+  return cloneJobState(rest);
+}
+
+/**
+ * Creates a JobLogStore in `dir` (created when missing); a new store on the same
+ * directory sees the same jobs, lines and results.
+ *
+ * @example
+ * const runner = createRunnerService(queue, { logs: createFsLogStore("/var/lib/orchestrator/logs") });
+ */
+export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): JobLogStore {
+  const key = resolve(dir);
+  let shared = backends.get(key);
+  if (!shared) {
+    shared = { jobs: new Map(), loaded: null, refs: 0, createChain: Promise.resolve() };
+    backends.set(key, shared);
+  }
+  shared.refs++;
+  const backend = shared;
+  const sync = options.fsync ?? true;
+  const jobsDir = join(dir, "jobs");
+  // Stores on one directory in this process share their jobs, so they never race on a file.
+  const jobs = backend.jobs;
+  let closed = false;
+
+  const logPath = (id: string) => join(jobsDir, `${id}.log`);
+  const statePath = (id: string) => join(jobsDir, `${id}.json`);
+
+  function load(): Promise<void> {
+    backend.loaded ??= (async () => {
+      await mkdir(jobsDir, { recursive: true });
+      for (const name of await readdir(jobsDir)) {
+        if (name.endsWith(".tmp")) {
+          await rm(join(jobsDir, name), { force: true });
+          continue;
+        }
+        if (!name.endsWith(".json")) continue;
+        const id = name.slice(0, -5);
+        if (normalizeRequestId(id) !== id) continue;
+        const state = JSON.parse(await readFile(join(jobsDir, name), "utf8")) as Persisted;
+        // Drop a torn tail left by a crash between the log write and the state write.
+        await truncate(logPath(id), state.fileBytes).catch((error: NodeJS.ErrnoException) => {
+          if (error.code !== "ENOENT") throw error;
+        });
+        jobs.set(id, { state, index: null, chain: Promise.resolve() });
+      }
+    })();
+    return backend.loaded;
+  }
+
+  /** Runs `fn` after every earlier operation on the job. */
+  async function serial<T>(id: string, fn: (job: Job | undefined) => Promise<T>): Promise<T> {
+    if (closed) throw new RunnerDepotError("UNAVAILABLE", "log store is closed");
+    await load();
+    const key = id;
+    let job = jobs.get(key);
+    if (!job) {
+      // A placeholder carries the chain until the job exists.
+      const run = fn(undefined);
+      return run;
+    }
+    const run = job.chain.then(() => fn(jobs.get(key)));
+    job.chain = run.catch(() => undefined);
+    return run;
+  }
+
+  // Creation is serialised per directory, so two first appends never race on one job.
+  async function withJob<T>(
+    id: string,
+    create: Date | false,
+    fn: (job: Job) => Promise<T>,
+    missing: () => T | Promise<T>,
+  ): Promise<T> {
+    await load();
+    if (!jobs.has(id)) {
+      if (!create) return missing();
+      const made = backend.createChain.then(async () => {
+        if (jobs.has(id)) return;
+        const state: Persisted = { ...newJobState(id, create), fileBytes: 0 };
+        await writeState(state, true);
+        jobs.set(id, { state, index: null, chain: Promise.resolve() });
+      });
+      backend.createChain = made.catch(() => undefined);
+      await made;
+    }
+    return serial(id, (job) => fn(job!));
+  }
+
+  async function writeState(state: Persisted, isNew = false): Promise<void> {
+    const target = statePath(state.requestId);
+    const tmp = `${target}.${process.pid}.tmp`;
+    const fh = await open(tmp, "w");
+    try {
+      await fh.writeFile(JSON.stringify(state));
+      if (sync) await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    await rename(tmp, target);
+    if (isNew && sync) await syncDir();
+  }
+
+  async function syncDir(): Promise<void> {
+    let fh: FileHandle | undefined;
+    try {
+      fh = await open(jobsDir, "r");
+      await fh.sync();
+    } catch {
+      // Some platforms cannot fsync a directory; the rename is still atomic.
+    } finally {
+      await fh?.close();
+    }
+  }
+
+  async function buildIndex(job: Job): Promise<number[]> {
+    if (job.index) return job.index;
+    const index: number[] = [];
+    const total = job.state.fileBytes;
+    let fh: FileHandle | undefined;
+    try {
+      fh = await open(logPath(job.state.requestId), "r");
+      const buf = Buffer.allocUnsafe(READ_CHUNK);
+      let pos = 0;
+      let line = 0;
+      let lineStart = 0;
+      while (pos < total) {
+        const { bytesRead } = await fh.read(buf, 0, Math.min(READ_CHUNK, total - pos), pos);
+        if (bytesRead === 0) break;
+        for (let i = 0; i < bytesRead; i++) {
+          if (buf[i] === 0x0a) {
+            if (line % STRIDE === 0) index.push(lineStart);
+            line++;
+            lineStart = pos + i + 1;
+          }
+        }
+        pos += bytesRead;
+      }
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
+    } finally {
+      await fh?.close();
+    }
+    job.index = index;
+    return index;
+  }
+
+  return {
+    async open(requestId, opts = {}) {
+      return withJob(
+        requestId,
+        opts.now ?? new Date(),
+        async (job) => {
+          const next = structuredClone(job.state);
+          if (applyOpen(next, opts)) {
+            await writeState(next);
+            job.state = next;
+          }
+          return publicState(job.state);
+        },
+        () => null as never,
+      );
+    },
+    async get(requestId) {
+      if (closed) throw new RunnerDepotError("UNAVAILABLE", "log store is closed");
+      await load();
+      const job = jobs.get(requestId);
+      return job ? publicState(job.state) : null;
+    },
+    async append(requestId, at, entries, now = new Date()) {
+      return withJob(
+        requestId,
+        now,
+        async (job) => {
+          const next = structuredClone(job.state);
+          const fresh = newEntries(next, at, entries);
+          if (fresh.length === 0) return publicState(job.state);
+          const stored = applyAppend(next, fresh, now);
+          if (stored.length > 0) {
+            let text = "";
+            for (const line of stored) text += encode(line);
+            const bytes = Buffer.from(text, "utf8");
+            const fh = await open(logPath(requestId), job.state.fileBytes === 0 ? "w" : "r+");
+            try {
+              let written = 0;
+              while (written < bytes.length) {
+                const { bytesWritten } = await fh.write(bytes, written, bytes.length - written, job.state.fileBytes + written);
+                written += bytesWritten;
+              }
+              if (sync) await fh.datasync();
+            } finally {
+              await fh.close();
+            }
+            next.fileBytes = job.state.fileBytes + bytes.length;
+            if (job.index) {
+              // Keep the read index current without rescanning.
+              let offset = job.state.fileBytes;
+              let line = job.state.storedLines;
+              for (const record of stored) {
+                if (line % STRIDE === 0) job.index.push(offset);
+                offset += Buffer.byteLength(encode(record), "utf8");
+                line++;
+              }
+            }
+          }
+          await writeState(next);
+          job.state = next;
+          return publicState(next);
+        },
+        () => null as never,
+      );
+    },
+    async finish(requestId, result, opts = {}) {
+      return withJob(
+        requestId,
+        new Date(result.endedAt),
+        async (job) => {
+          const next = structuredClone(job.state);
+          const first = applyFinish(next, result, opts.at);
+          if (first) {
+            await writeState(next);
+            job.state = next;
+          }
+          return { state: publicState(job.state), first };
+        },
+        () => null as never,
+      );
+    },
+    async read(requestId, from = 0, limit = Number.MAX_SAFE_INTEGER) {
+      return withJob(
+        requestId,
+        false,
+        async (job) => {
+          const total = job.state.storedLines;
+          if (from >= total || limit <= 0) return [];
+          const index = await buildIndex(job);
+          const checkpoint = Math.floor(from / STRIDE);
+          let line = checkpoint * STRIDE;
+          let pos = index[checkpoint] ?? 0;
+          const end = job.state.fileBytes;
+          const out: StoredLine[] = [];
+          const fh = await open(logPath(requestId), "r");
+          try {
+            let carry: Buffer = Buffer.alloc(0);
+            const buf = Buffer.allocUnsafe(READ_CHUNK);
+            while (pos < end && out.length < limit) {
+              const { bytesRead } = await fh.read(buf, 0, Math.min(READ_CHUNK, end - pos), pos);
+              if (bytesRead === 0) break;
+              pos += bytesRead;
+              const data = carry.length > 0 ? Buffer.concat([carry, buf.subarray(0, bytesRead)]) : buf.subarray(0, bytesRead);
+              // Decode up to the last newline only, so no UTF-8 character is split across chunks.
+              const lastNl = data.lastIndexOf(0x0a);
+              if (lastNl < 0) {
+                carry = Buffer.from(data);
+                continue;
+              }
+              const chunk = data.toString("utf8", 0, lastNl + 1);
+              carry = Buffer.from(data.subarray(lastNl + 1));
+              let start = 0;
+              for (;;) {
+                const nl = chunk.indexOf("\n", start);
+                if (nl < 0) break;
+                if (line >= from) {
+                  out.push(decode(chunk.slice(start, nl)));
+                  if (out.length >= limit) break;
+                }
+                line++;
+                start = nl + 1;
+              }
+            }
+          } finally {
+            await fh.close();
+          }
+          return out;
+        },
+        () => [],
+      );
+    },
+    async stale(before) {
+      if (closed) throw new RunnerDepotError("UNAVAILABLE", "log store is closed");
+      await load();
+      const out: JobState[] = [];
+      for (const job of jobs.values()) {
+        if (job.state.status === "open" && Date.parse(job.state.lastSeenAt) < before.getTime()) out.push(publicState(job.state));
+      }
+      return out;
+    },
+    async prune(before) {
+      if (closed) throw new RunnerDepotError("UNAVAILABLE", "log store is closed");
+      await load();
+      let count = 0;
+      for (const [id, job] of [...jobs]) {
+        if (!isPrunable(job.state, before)) continue;
+        await serial(id, async () => {
+          if (!isPrunable(job.state, before) || jobs.get(id) !== job) return;
+          // State first: a crash after it leaves an orphan log, never a job without its lines.
+          await rm(statePath(id), { force: true });
+          await rm(logPath(id), { force: true });
+          jobs.delete(id);
+          count++;
+        });
+      }
+      return count;
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      await Promise.allSettled([...jobs.values()].map((job) => job.chain));
+      if (--backend.refs === 0 && backends.get(key) === backend) backends.delete(key);
+    },
+  };
+}

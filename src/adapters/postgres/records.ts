@@ -1,0 +1,109 @@
+/**
+ * Depot records on PostgreSQL: one row per key with a JSON value and a revision drawn
+ * from a sequence. Compare-and-swap is a single statement (INSERT … ON CONFLICT DO
+ * NOTHING to create, UPDATE … WHERE revision = $n to swap), so the row lock PostgreSQL
+ * takes decides every race, across any number of depot replicas.
+ */
+import { RunnerDepotError } from "../../errors.js";
+import type { RecordStore, StoredRecord } from "../../depot/ports.js";
+import { openPostgres, unavailable } from "./schema.js";
+import type { PostgresOptions } from "./schema.js";
+
+/** Options of {@link createPostgresRecords}. */
+export interface PostgresRecordsOptions extends PostgresOptions {
+  /** Page size of `listRecords` when the caller gives none; default 1 000 (max 10 000). */
+  defaultPageSize?: number;
+}
+
+const REVISION = /^[0-9]{1,19}$/;
+
+/**
+ * Creates a {@link RecordStore} on PostgreSQL.
+ *
+ * @example
+ * const records = createPostgresRecords({ connectionString: "postgres://postgres@127.0.0.1/depot" });
+ * const store = composeStore({ blobs: createS3BlobStore({ bucket: "depot" }), records });
+ */
+export function createPostgresRecords(options: PostgresRecordsOptions): RecordStore {
+  const db = openPostgres(options);
+  const t = `${db.schema}.records`;
+  const seq = `${db.schema}.record_revision`;
+  const pageDefault = options.defaultPageSize ?? 1000;
+
+  async function query<R>(sql: string, params: unknown[]): Promise<R[]> {
+    try {
+      await db.ready();
+      const out = await db.pool.query(sql, params);
+      return out.rows as R[];
+    } catch (error) {
+      throw unavailable(error, "STORE_UNAVAILABLE");
+    }
+  }
+
+  function encode(value: unknown): string {
+    return JSON.stringify(value) ?? "null";
+  }
+
+  return {
+    async getRecord<T = unknown>(key: string): Promise<StoredRecord<T> | null> {
+      const rows = await query<{ value: T; revision: string }>(`SELECT value, revision FROM ${t} WHERE key = $1`, [key]);
+      const row = rows[0];
+      return row ? { value: row.value, revision: String(row.revision) } : null;
+    },
+
+    async putRecord(key: string, value: unknown, cond: { ifRevision: string | null }): Promise<string | null> {
+      if (cond.ifRevision === null) {
+        const rows = await query<{ revision: string }>(
+          `INSERT INTO ${t} (key, value, revision) VALUES ($1, $2, nextval('${seq}'))
+           ON CONFLICT (key) DO NOTHING RETURNING revision`,
+          [key, encode(value)],
+        );
+        return rows[0] ? String(rows[0].revision) : null;
+      }
+      // A revision this store never issued cannot match anything.
+      if (!REVISION.test(cond.ifRevision)) return null;
+      const rows = await query<{ revision: string }>(
+        `UPDATE ${t} SET value = $2, revision = nextval('${seq}') WHERE key = $1 AND revision = $3 RETURNING revision`,
+        [key, encode(value), cond.ifRevision],
+      );
+      return rows[0] ? String(rows[0].revision) : null;
+    },
+
+    async deleteRecord(key: string, cond?: { ifRevision: string | null }): Promise<boolean> {
+      const revision = cond?.ifRevision ?? null;
+      if (revision === null) {
+        const rows = await query(`DELETE FROM ${t} WHERE key = $1 RETURNING 1`, [key]);
+        return rows.length > 0;
+      }
+      if (!REVISION.test(revision)) return false;
+      const rows = await query(`DELETE FROM ${t} WHERE key = $1 AND revision = $2 RETURNING 1`, [key, revision]);
+      return rows.length > 0;
+    },
+
+    async listRecords(prefix: string, page: { cursor?: string; limit?: number } = {}) {
+      const limit = page.limit ?? pageDefault;
+      if (!Number.isSafeInteger(limit) || limit < 1) {
+        throw new RunnerDepotError("INVALID_ARGUMENT", `listRecords limit must be a positive integer, not ${limit}`);
+      }
+      const take = Math.min(limit, 10_000);
+      // The key column collates "C": byte order, and LIKE 'prefix%' can use the index.
+      const pattern = prefix.replace(/[\\%_]/g, (c) => `\\${c}`) + "%";
+      const params: unknown[] = [pattern, take + 1];
+      let after = "";
+      if (page.cursor !== undefined) {
+        params.push(page.cursor);
+        after = "AND key > $3";
+      }
+      const rows = await query<{ key: string }>(
+        `SELECT key FROM ${t} WHERE key LIKE $1 ${after} ORDER BY key LIMIT $2`,
+        params,
+      );
+      const keys = rows.slice(0, take).map((r) => r.key);
+      return rows.length > take ? { keys, cursor: keys[keys.length - 1] } : { keys };
+    },
+
+    async close() {
+      await db.close();
+    },
+  };
+}

@@ -1,0 +1,147 @@
+/**
+ * The PostgreSQL schema of the records and job-log adapters. Everything lives in one
+ * schema (default `runner_depot`), so a host can keep it apart from its own tables and
+ * tests can use a throw-away schema each.
+ */
+import pg from "pg";
+import type { Pool, PoolConfig } from "pg";
+import { RunnerDepotError } from "../../errors.js";
+
+/** Options shared by the PostgreSQL adapters. */
+export interface PostgresOptions {
+  /** A pool the host owns (the adapter never ends a pool it was given). */
+  pool?: Pool;
+  /** Or a connection string for a pool the adapter creates and ends on close. */
+  connectionString?: string;
+  /** Or a full pool configuration. */
+  poolConfig?: PoolConfig;
+  /** Schema holding the tables; default `runner_depot`. Created when missing. */
+  schema?: string;
+  /** Create the tables on first use; default true. Set false when `migrate()` runs at deploy time. */
+  autoMigrate?: boolean;
+}
+
+const IDENT = /^[a-z_][a-z0-9_]{0,62}$/;
+const MIGRATE_LOCK = 0x72756e6e; // "runn": one advisory lock for every schema.
+
+/** The schema name, validated and quoted for SQL. */
+export function quoteSchema(schema = "runner_depot"): string {
+  if (!IDENT.test(schema)) {
+    throw new RunnerDepotError("INVALID_ARGUMENT", `schema must match ${IDENT}: ${JSON.stringify(schema)}`);
+  }
+  return `"${schema}"`;
+}
+
+function statements(s: string): string[] {
+  return [
+    `CREATE SCHEMA IF NOT EXISTS ${s}`,
+    // Revisions come from one sequence, so a record deleted and created again never
+    // reuses a revision a stale writer may still hold.
+    `CREATE SEQUENCE IF NOT EXISTS ${s}.record_revision`,
+    `CREATE TABLE IF NOT EXISTS ${s}.records (
+       key text COLLATE "C" PRIMARY KEY,
+       value json NOT NULL,
+       revision bigint NOT NULL
+     )`,
+    `CREATE TABLE IF NOT EXISTS ${s}.jobs (
+       request_id text PRIMARY KEY,
+       status text NOT NULL,
+       last_seen_at timestamptz NOT NULL,
+       ended_at timestamptz,
+       state json NOT NULL
+     )`,
+    `CREATE INDEX IF NOT EXISTS jobs_open_last_seen ON ${s}.jobs (last_seen_at) WHERE status = 'open'`,
+    `CREATE INDEX IF NOT EXISTS jobs_ended_at ON ${s}.jobs (ended_at) WHERE status <> 'open'`,
+    // Lines as UTF-8 bytes: PostgreSQL text cannot hold NUL, which a job may print.
+    `CREATE TABLE IF NOT EXISTS ${s}.job_lines (
+       request_id text NOT NULL,
+       position bigint NOT NULL,
+       line bytea NOT NULL,
+       stderr boolean NOT NULL,
+       marker boolean NOT NULL,
+       PRIMARY KEY (request_id, position)
+     )`,
+  ];
+}
+
+/**
+ * Creates the schema and tables of the PostgreSQL adapters if missing (idempotent, safe
+ * to run from several processes at once).
+ *
+ * @example
+ * await migrate(pool, { schema: "runner_depot" });
+ */
+export async function migrate(pool: Pool, options: { schema?: string } = {}): Promise<void> {
+  const s = quoteSchema(options.schema);
+  let client;
+  try {
+    client = await pool.connect();
+  } catch (error) {
+    throw unavailable(error);
+  }
+  const onError = () => {};
+  client.on("error", onError);
+  try {
+    await client.query("BEGIN");
+    // Concurrent CREATE … IF NOT EXISTS can still collide in the catalog: serialise.
+    await client.query("SELECT pg_advisory_xact_lock($1)", [MIGRATE_LOCK]);
+    for (const sql of statements(s)) await client.query(sql);
+    await client.query("COMMIT");
+  } catch (error) {
+    await client.query("ROLLBACK").catch(() => {});
+    throw unavailable(error);
+  } finally {
+    client.removeListener("error", onError);
+    client.release();
+  }
+}
+
+/** Pool, quoted schema and a once-only migration shared by the adapters. */
+export interface PostgresHandle {
+  pool: Pool;
+  schema: string;
+  ready(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** Builds the shared handle from adapter options. */
+export function openPostgres(options: PostgresOptions): PostgresHandle {
+  const schemaName = options.schema ?? "runner_depot";
+  const schema = quoteSchema(schemaName);
+  const owns = !options.pool;
+  const pool =
+    options.pool ??
+    new pg.Pool(options.poolConfig ?? { connectionString: options.connectionString });
+  // An idle client losing its connection emits 'error' on the pool: without a
+  // listener the host process would crash on a database restart.
+  if (owns) pool.on("error", () => {});
+  let migrated: Promise<void> | null = options.autoMigrate === false ? Promise.resolve() : null;
+  let closed = false;
+  return {
+    pool,
+    schema,
+    ready() {
+      if (closed) return Promise.reject(new RunnerDepotError("UNAVAILABLE", "PostgreSQL adapter closed"));
+      if (!migrated) {
+        migrated = migrate(pool, { schema: schemaName });
+        // A failed migration (database down) is retried on the next call.
+        migrated.catch(() => {
+          migrated = null;
+        });
+      }
+      return migrated;
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      if (owns) await pool.end();
+    },
+  };
+}
+
+/** Turns a database failure into UNAVAILABLE, keeping the cause; our own errors pass. */
+export function unavailable(error: unknown, code: "UNAVAILABLE" | "STORE_UNAVAILABLE" = "UNAVAILABLE"): RunnerDepotError {
+  if (error instanceof RunnerDepotError) return error;
+  const message = error instanceof Error ? error.message : String(error);
+  return new RunnerDepotError(code, `PostgreSQL: ${message}`, { cause: error });
+}

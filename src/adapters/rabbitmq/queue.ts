@@ -1,0 +1,293 @@
+/**
+ * The job-result queue on RabbitMQ: persistent messages on a durable queue, published on
+ * a confirm channel, so `publishJobResult` resolves only once the broker has taken
+ * responsibility for the message. The adapter survives broker restarts: it reconnects
+ * in the background with back-off, and a publish made during an outage is retried until
+ * `publishTimeoutMs`, then rejected with UNAVAILABLE (the service turns that into a
+ * retryable call error for the runner).
+ */
+import amqp from "amqplib";
+import type { ChannelModel, ConfirmChannel, Options } from "amqplib";
+import { RunnerDepotError } from "../../errors.js";
+import type { JobResult, JobResultQueue } from "../../runner/ports.js";
+
+/** The AMQP `type` property every job result carries. */
+export const JOB_RESULT_MESSAGE_TYPE = "runner.v1.JobResult";
+
+/** Options of {@link createRabbitMqQueue}. */
+export interface RabbitMqQueueOptions {
+  /** AMQP URL, e.g. `amqp://guest:guest@127.0.0.1:5672`; `?heartbeat=N` is honoured. */
+  url: string;
+  /** Exchange to publish to; default `""` (the default exchange, routed by queue name). */
+  exchange?: string;
+  /** Type of `exchange` when the adapter declares it; default `direct`. */
+  exchangeType?: string;
+  /** Routing key; default the queue name. */
+  routingKey?: string;
+  /**
+   * Durable queue declared (and bound to `exchange`) on every connect; default
+   * `runner.job-results`. `null` declares nothing: the host owns the topology.
+   */
+  queue?: string | null;
+  /** Extra `x-…` arguments for the declared queue (e.g. `x-queue-type: quorum`). */
+  queueArguments?: Record<string, unknown>;
+  /** How long one publish keeps retrying through an outage before UNAVAILABLE; default 30 000. */
+  publishTimeoutMs?: number;
+  /** Reconnect back-off: first delay and cap, in ms; default 100 and 5 000. */
+  reconnectDelayMs?: { initial?: number; max?: number };
+  /** TCP connect timeout in ms; default 5 000. */
+  connectTimeoutMs?: number;
+  /** Called with every broker or connection error (they never crash the process). */
+  onError?: (error: unknown) => void;
+}
+
+/** The RabbitMQ queue: a {@link JobResultQueue} plus a readiness probe. */
+export interface RabbitMqQueue extends JobResultQueue {
+  /** Resolves once connected (connecting if needed); rejects UNAVAILABLE after `timeoutMs`. */
+  ready(timeoutMs?: number): Promise<void>;
+  /** True while a confirm channel is open. */
+  readonly connected: boolean;
+  close(): Promise<void>;
+}
+
+/**
+ * Creates a {@link JobResultQueue} that publishes each job result to RabbitMQ.
+ *
+ * @example
+ * const queue = createRabbitMqQueue({ url: "amqp://guest:guest@127.0.0.1:5672" });
+ * const runner = createRunnerService(queue, { logs });
+ * // … on shutdown
+ * await queue.close();
+ */
+export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueue {
+  const exchange = options.exchange ?? "";
+  const queueName = options.queue === undefined ? "runner.job-results" : options.queue;
+  const routingKey = options.routingKey ?? queueName ?? "";
+  const publishTimeoutMs = options.publishTimeoutMs ?? 30_000;
+  const initialDelay = options.reconnectDelayMs?.initial ?? 100;
+  const maxDelay = options.reconnectDelayMs?.max ?? 5_000;
+  const connectTimeoutMs = options.connectTimeoutMs ?? 5_000;
+  const onError = options.onError ?? (() => {});
+  if (exchange === "" && !routingKey) {
+    throw new RunnerDepotError("INVALID_ARGUMENT", "createRabbitMqQueue needs a queue or a routingKey");
+  }
+
+  let model: ChannelModel | null = null;
+  let channel: ConfirmChannel | null = null;
+  let connecting: Promise<ConfirmChannel> | null = null;
+  let reconnectTimer: NodeJS.Timeout | null = null;
+  let failures = 0;
+  let closed = false;
+  // Wakes publishers waiting for a channel as soon as a reconnect succeeds.
+  let waiters: Array<() => void> = [];
+  // messageId → messages the broker returned as unroutable, not yet matched to a confirm.
+  const returned = new Map<string, number>();
+
+  function backoff(attempt: number): number {
+    const base = Math.min(maxDelay, initialDelay * 2 ** Math.min(attempt, 16));
+    return base / 2 + Math.random() * (base / 2);
+  }
+
+  function wake(): void {
+    const list = waiters;
+    waiters = [];
+    for (const w of list) w();
+  }
+
+  async function connect(): Promise<ConfirmChannel> {
+    const m = await amqp.connect(options.url, { timeout: connectTimeoutMs });
+    // Listeners first: an 'error' without a listener would crash the host process.
+    m.on("error", (error: unknown) => onError(error));
+    m.on("close", () => {
+      if (model === m) {
+        model = null;
+        channel = null;
+        scheduleReconnect();
+      }
+    });
+    if (closed) {
+      await m.close().catch(() => {});
+      throw unavailable("queue closed");
+    }
+    try {
+      const ch = await m.createConfirmChannel();
+      ch.on("error", (error: unknown) => onError(error));
+      // With `mandatory`, an unroutable message comes back (basic.return) before its
+      // confirm; without this a result published into a void would count as accepted.
+      ch.on("return", (msg: { properties: { messageId?: string } }) => {
+        const id = msg.properties.messageId ?? "";
+        returned.set(id, (returned.get(id) ?? 0) + 1);
+      });
+      ch.on("close", () => {
+        if (channel === ch) {
+          channel = null;
+          // A channel closed by the broker (e.g. a 404 on the exchange) while the
+          // connection lives: drop the connection too so one reconnect path handles both.
+          if (model === m) m.close().catch(() => {});
+        }
+      });
+      if (exchange !== "") await ch.assertExchange(exchange, options.exchangeType ?? "direct", { durable: true });
+      if (queueName) {
+        await ch.assertQueue(queueName, { durable: true, arguments: options.queueArguments });
+        if (exchange !== "") await ch.bindQueue(queueName, exchange, routingKey);
+      }
+      model = m;
+      channel = ch;
+      failures = 0;
+      wake();
+      return ch;
+    } catch (error) {
+      await m.close().catch(() => {});
+      throw error;
+    }
+  }
+
+  function getChannel(): Promise<ConfirmChannel> {
+    if (closed) return Promise.reject(unavailable("queue closed"));
+    if (channel) return Promise.resolve(channel);
+    if (!connecting) {
+      connecting = connect().finally(() => {
+        connecting = null;
+      });
+      connecting.catch((error) => {
+        failures++;
+        onError(error);
+        scheduleReconnect();
+      });
+    }
+    return connecting;
+  }
+
+  function scheduleReconnect(): void {
+    if (closed || reconnectTimer || channel || connecting) return;
+    reconnectTimer = setTimeout(() => {
+      reconnectTimer = null;
+      getChannel().catch(() => {});
+    }, backoff(failures));
+    reconnectTimer.unref();
+  }
+
+  function publishOnce(ch: ConfirmChannel, body: Buffer, props: Options.Publish): Promise<void> {
+    return new Promise((resolve, reject) => {
+      try {
+        // The return value only says the socket buffer is full; the confirm still comes.
+        ch.publish(exchange, routingKey, body, props, (error) => {
+          if (error) return reject(error);
+          const id = props.messageId ?? "";
+          const count = returned.get(id) ?? 0;
+          if (count === 0) return resolve();
+          if (count === 1) returned.delete(id);
+          else returned.set(id, count - 1);
+          reject(new Error(`no queue is bound to exchange "${exchange}" with routing key "${routingKey}"`));
+        });
+      } catch (error) {
+        reject(error);
+      }
+    });
+  }
+
+  /** Waits until a channel is open, the deadline passes, or `ms` elapse. */
+  function pause(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done(): void {
+        clearTimeout(timer);
+        waiters = waiters.filter((w) => w !== done);
+        resolve();
+      }
+      waiters.push(done);
+    });
+  }
+
+  function withDeadline<T>(promise: Promise<T>, deadline: number): Promise<T> {
+    const left = deadline - Date.now();
+    if (left <= 0) return Promise.reject(unavailable("publish timed out"));
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => reject(unavailable("publish timed out")), left);
+      promise.then(
+        (value) => {
+          clearTimeout(timer);
+          resolve(value);
+        },
+        (error) => {
+          clearTimeout(timer);
+          reject(error);
+        },
+      );
+    });
+  }
+
+  return {
+    get connected() {
+      return channel !== null;
+    },
+
+    async ready(timeoutMs = publishTimeoutMs) {
+      const deadline = Date.now() + timeoutMs;
+      let lastError: unknown;
+      for (let attempt = 0; ; attempt++) {
+        if (closed) throw unavailable("queue closed");
+        try {
+          await withDeadline(getChannel(), deadline);
+          return;
+        } catch (error) {
+          lastError = error;
+        }
+        const left = deadline - Date.now();
+        if (left <= 0) throw unavailable("RabbitMQ unreachable", lastError);
+        await pause(Math.min(left, backoff(attempt)));
+      }
+    },
+
+    async publishJobResult(result: JobResult) {
+      const body = Buffer.from(JSON.stringify(result), "utf8");
+      const props: Options.Publish = {
+        persistent: true,
+        mandatory: true,
+        messageId: result.requestId,
+        contentType: "application/json",
+        contentEncoding: "utf-8",
+        type: JOB_RESULT_MESSAGE_TYPE,
+        timestamp: Math.floor(Date.now() / 1000),
+        appId: "runner-depot",
+      };
+      const deadline = Date.now() + publishTimeoutMs;
+      let lastError: unknown;
+      for (let attempt = 0; ; attempt++) {
+        if (closed) throw unavailable("queue closed", lastError);
+        try {
+          const ch = await withDeadline(getChannel(), deadline);
+          // A confirm lost with its connection is retried: delivery is at least once,
+          // consumers deduplicate on messageId.
+          await withDeadline(publishOnce(ch, body, props), deadline);
+          return;
+        } catch (error) {
+          lastError = error;
+        }
+        const left = deadline - Date.now();
+        if (left <= 0) {
+          throw unavailable(`RabbitMQ did not accept the result of job ${result.requestId} within ${publishTimeoutMs} ms`, lastError);
+        }
+        await pause(Math.min(left, backoff(attempt)));
+      }
+    },
+
+    async close() {
+      if (closed) return;
+      closed = true;
+      if (reconnectTimer) clearTimeout(reconnectTimer);
+      reconnectTimer = null;
+      wake();
+      await connecting?.catch(() => {});
+      const m = model;
+      model = null;
+      channel = null;
+      if (m) await m.close().catch(() => {});
+    },
+  };
+}
+
+function unavailable(message: string, cause?: unknown): RunnerDepotError {
+  const detail = cause instanceof Error ? `: ${cause.message}` : "";
+  return new RunnerDepotError("UNAVAILABLE", message + detail, { cause });
+}

@@ -1,0 +1,319 @@
+/**
+ * Depot blobs on S3 (or anything speaking its API: MinIO, Ceph, s3rver). Objects are
+ * content-addressed at `<prefix>sha256/<hex>`. A body is streamed through a SHA-256
+ * hasher into a multipart upload, so nothing is buffered beyond the upload's parts.
+ *
+ * Nothing that failed its digest or size check ever appears under a content address:
+ * with a known digest the upload goes straight to its final key and the body stream
+ * fails before the upload completes when the bytes disagree (S3 never shows an
+ * incomplete multipart upload); without one it goes to `<prefix>tmp/<uuid>` and is
+ * copied to its address once the hash is known, then the temporary object is removed.
+ */
+import { createHash, randomUUID } from "node:crypto";
+import { Readable } from "node:stream";
+import {
+  AbortMultipartUploadCommand,
+  CompleteMultipartUploadCommand,
+  CopyObjectCommand,
+  CreateMultipartUploadCommand,
+  DeleteObjectCommand,
+  GetObjectCommand,
+  HeadObjectCommand,
+  ListObjectsV2Command,
+  S3Client,
+  UploadPartCopyCommand,
+} from "@aws-sdk/client-s3";
+import type { S3ClientConfig } from "@aws-sdk/client-s3";
+import { Upload } from "@aws-sdk/lib-storage";
+import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
+import { RunnerDepotError } from "../../errors.js";
+import type { BlobInfo, BlobStore, ByteRange, PutBlobOptions } from "../../depot/ports.js";
+
+/** Options of {@link createS3BlobStore}. */
+export interface S3BlobStoreOptions {
+  /** The bucket; it must exist. */
+  bucket: string;
+  /** Key prefix, e.g. `depot/`; default none. */
+  prefix?: string;
+  /** A configured client (the adapter never destroys a client it was given). */
+  client?: S3Client;
+  /** Or the configuration of a client the adapter creates (and destroys on close). */
+  clientConfig?: S3ClientConfig;
+  /** Multipart part size in bytes; default 8 MiB (S3's minimum is 5 MiB). */
+  partSizeBytes?: number;
+  /** Parts uploaded in parallel; default 4 (memory held: partSize × queueSize). */
+  queueSize?: number;
+  /** Default lifetime of signed URLs in seconds; default 300. */
+  signedUrlExpiresInSeconds?: number;
+  /** Part size of server-side copies of blobs over 5 GiB (S3's CopyObject limit); default 512 MiB. */
+  copyPartBytes?: number;
+  /** Keys per ListObjectsV2 page in `listBlobs`; default the server's (1 000 on S3). */
+  listPageSize?: number;
+}
+
+const HEX = /^[0-9a-f]{64}$/;
+const MAX_SINGLE_COPY = 5 * 1024 ** 3;
+
+/**
+ * Creates a {@link BlobStore} on S3.
+ *
+ * @example
+ * const blobs = createS3BlobStore({
+ *   bucket: "depot",
+ *   clientConfig: { region: "eu-west-1" },
+ * });
+ * const store = composeStore({ blobs, records: createPostgresRecords({ connectionString }) });
+ */
+export function createS3BlobStore(options: S3BlobStoreOptions): BlobStore & { readonly client: S3Client } {
+  const { bucket } = options;
+  const prefix = options.prefix ?? "";
+  const ownsClient = !options.client;
+  const client = options.client ?? new S3Client(options.clientConfig ?? {});
+  const partSize = Math.max(5 * 1024 * 1024, options.partSizeBytes ?? 8 * 1024 * 1024);
+  const queueSize = options.queueSize ?? 4;
+  const expiresDefault = options.signedUrlExpiresInSeconds ?? 300;
+  const copyPartBytes = options.copyPartBytes ?? 512 * 1024 * 1024;
+  let closed = false;
+
+  const keyOf = (hex: string) => `${prefix}sha256/${hex}`;
+
+  function hexOf(digest: string): string | null {
+    if (typeof digest !== "string" || !digest.startsWith("sha256:")) return null;
+    const hex = digest.slice(7);
+    return HEX.test(hex) ? hex : null;
+  }
+
+  async function head(key: string): Promise<number | null> {
+    try {
+      const out = await client.send(new HeadObjectCommand({ Bucket: bucket, Key: key }));
+      return out.ContentLength ?? 0;
+    } catch (error) {
+      if (isNotFound(error)) return null;
+      throw storeError(error);
+    }
+  }
+
+  async function remove(key: string): Promise<void> {
+    try {
+      await client.send(new DeleteObjectCommand({ Bucket: bucket, Key: key }));
+    } catch (error) {
+      if (!isNotFound(error)) throw storeError(error);
+    }
+  }
+
+  async function copy(from: string, to: string, size: number): Promise<void> {
+    const source = `${bucket}/${from.split("/").map(encodeURIComponent).join("/")}`;
+    if (size <= MAX_SINGLE_COPY) {
+      await client.send(new CopyObjectCommand({ Bucket: bucket, Key: to, CopySource: source }));
+      return;
+    }
+    // Past S3's single-copy limit: a server-side multipart copy, no bytes through us.
+    const { UploadId } = await client.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: to }));
+    try {
+      const parts = [];
+      for (let start = 0, n = 1; start < size; start += copyPartBytes, n++) {
+        const end = Math.min(size, start + copyPartBytes) - 1;
+        const out = await client.send(
+          new UploadPartCopyCommand({
+            Bucket: bucket,
+            Key: to,
+            UploadId,
+            PartNumber: n,
+            CopySource: source,
+            CopySourceRange: `bytes=${start}-${end}`,
+          }),
+        );
+        parts.push({ PartNumber: n, ETag: out.CopyPartResult?.ETag });
+      }
+      await client.send(
+        new CompleteMultipartUploadCommand({ Bucket: bucket, Key: to, UploadId, MultipartUpload: { Parts: parts } }),
+      );
+    } catch (error) {
+      await client.send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: to, UploadId })).catch(() => {});
+      throw error;
+    }
+  }
+
+  return {
+    client,
+
+    async putBlob(body: AsyncIterable<Uint8Array>, putOptions: PutBlobOptions = {}): Promise<BlobInfo> {
+      if (closed) throw new RunnerDepotError("STORE_UNAVAILABLE", "blob store closed");
+      const { expectedDigest, maxBytes } = putOptions;
+      let expectedHex: string | null = null;
+      if (expectedDigest !== undefined) {
+        expectedHex = hexOf(expectedDigest);
+        if (!expectedHex) throw new RunnerDepotError("DIGEST_MISMATCH", `not a sha256 digest: ${expectedDigest}`);
+      }
+      const hash = createHash("sha256");
+      let size = 0;
+      let digestHex = "";
+      let refusal: RunnerDepotError | null = null;
+      async function* checked(): AsyncGenerator<Uint8Array> {
+        for await (const chunk of body) {
+          size += chunk.byteLength;
+          if (maxBytes !== undefined && size > maxBytes) {
+            refusal = new RunnerDepotError("TOO_LARGE", `blob is larger than ${maxBytes} bytes`);
+            throw refusal;
+          }
+          hash.update(chunk);
+          yield chunk;
+        }
+        digestHex = hash.digest("hex");
+        // Failing here, before the stream ends, keeps the upload from completing.
+        if (expectedHex && digestHex !== expectedHex) {
+          refusal = new RunnerDepotError("DIGEST_MISMATCH", `body hashes to sha256:${digestHex}, not ${expectedDigest}`);
+          throw refusal;
+        }
+      }
+
+      const target = expectedHex ? keyOf(expectedHex) : `${prefix}tmp/${randomUUID()}`;
+      try {
+        const upload = new Upload({
+          client,
+          params: { Bucket: bucket, Key: target, Body: Readable.from(checked(), { objectMode: false }) },
+          partSize,
+          queueSize,
+          leavePartsOnError: false,
+        });
+        await upload.done();
+      } catch (error) {
+        if (!expectedHex) await remove(target).catch(() => {});
+        if (refusal) throw refusal;
+        if (error instanceof RunnerDepotError) throw error;
+        // The body's own failure (a client hung up) passes through unchanged.
+        if (!isS3Error(error)) throw error;
+        throw storeError(error);
+      }
+      if (expectedHex) return { digest: `sha256:${expectedHex}`, size };
+
+      const finalKey = keyOf(digestHex);
+      try {
+        if ((await head(finalKey)) === null) await copy(target, finalKey, size);
+      } catch (error) {
+        throw storeError(error);
+      } finally {
+        await remove(target).catch(() => {});
+      }
+      return { digest: `sha256:${digestHex}`, size };
+    },
+
+    async getBlob(digest: string, range?: ByteRange) {
+      const hex = hexOf(digest);
+      if (!hex) return null;
+      try {
+        const out = await client.send(
+          new GetObjectCommand({
+            Bucket: bucket,
+            Key: keyOf(hex),
+            Range: range ? `bytes=${range.start}-${range.end}` : undefined,
+          }),
+        );
+        const body = out.Body as unknown as AsyncIterable<Uint8Array>;
+        if (!range) return body;
+        // Some S3-compatible servers ignore a range or serve a wider one (s3rver answers
+        // `bytes=0-0` with the whole object): trim to what was asked for.
+        const served = /^bytes (\d+)-(\d+)\//.exec(out.ContentRange ?? "");
+        const from = served ? Number(served[1]) : 0;
+        if (from > range.start) throw new RunnerDepotError("STORE_UNAVAILABLE", `S3 served bytes from ${from}, not ${range.start}`);
+        const wanted = range.end - range.start + 1;
+        const servedLength = out.ContentLength ?? -1;
+        if (from === range.start && servedLength === wanted) return body;
+        return slice(body, range.start - from, wanted);
+      } catch (error) {
+        if (isNotFound(error)) return null;
+        if (errorName(error) === "InvalidRange") {
+          throw new RunnerDepotError("RANGE_NOT_SATISFIABLE", `range ${range?.start}-${range?.end} is outside the blob`);
+        }
+        throw storeError(error);
+      }
+    },
+
+    async statBlob(digest: string) {
+      const hex = hexOf(digest);
+      if (!hex) return null;
+      const size = await head(keyOf(hex));
+      return size === null ? null : { size };
+    },
+
+    async deleteBlob(digest: string) {
+      const hex = hexOf(digest);
+      if (hex) await remove(keyOf(hex));
+    },
+
+    async *listBlobs() {
+      let token: string | undefined;
+      const base = `${prefix}sha256/`;
+      do {
+        let out;
+        try {
+          out = await client.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: base, ContinuationToken: token, MaxKeys: options.listPageSize }));
+        } catch (error) {
+          throw storeError(error);
+        }
+        for (const item of out.Contents ?? []) {
+          const hex = item.Key?.slice(base.length) ?? "";
+          if (HEX.test(hex)) yield `sha256:${hex}`;
+        }
+        token = out.IsTruncated ? out.NextContinuationToken : undefined;
+      } while (token);
+    },
+
+    async signBlobUrl(digest: string, signOptions: { expiresInSeconds?: number; filename?: string } = {}) {
+      const hex = hexOf(digest);
+      if (!hex) return null;
+      const filename = signOptions.filename?.replace(/["\\\r\n]/g, "_");
+      return getSignedUrl(
+        client,
+        new GetObjectCommand({
+          Bucket: bucket,
+          Key: keyOf(hex),
+          ResponseContentDisposition: filename ? `attachment; filename="${filename}"` : undefined,
+        }),
+        { expiresIn: signOptions.expiresInSeconds ?? expiresDefault },
+      );
+    },
+
+    async close() {
+      if (closed) return;
+      closed = true;
+      if (ownsClient) client.destroy();
+    },
+  };
+}
+
+/** Skips `skip` bytes of a stream and yields the next `take`, then stops reading. */
+async function* slice(body: AsyncIterable<Uint8Array>, skip: number, take: number): AsyncGenerator<Uint8Array> {
+  for await (const chunk of body) {
+    if (take <= 0) break;
+    if (skip >= chunk.byteLength) {
+      skip -= chunk.byteLength;
+      continue;
+    }
+    const part = chunk.subarray(skip, Math.min(chunk.byteLength, skip + take));
+    skip = 0;
+    take -= part.byteLength;
+    yield part;
+  }
+}
+
+function errorName(error: unknown): string {
+  return (error as { name?: string } | null)?.name ?? "";
+}
+
+function isS3Error(error: unknown): boolean {
+  return typeof error === "object" && error !== null && "$metadata" in error;
+}
+
+function isNotFound(error: unknown): boolean {
+  const name = errorName(error);
+  const status = (error as { $metadata?: { httpStatusCode?: number } } | null)?.$metadata?.httpStatusCode;
+  return name === "NotFound" || name === "NoSuchKey" || status === 404;
+}
+
+/** Any backend failure becomes STORE_UNAVAILABLE (503 at the depot), keeping the cause. */
+function storeError(error: unknown): RunnerDepotError {
+  if (error instanceof RunnerDepotError) return error;
+  const message = error instanceof Error ? error.message : String(error);
+  return new RunnerDepotError("STORE_UNAVAILABLE", `S3: ${message}`, { cause: error });
+}

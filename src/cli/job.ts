@@ -1,0 +1,52 @@
+/** `runner-depot job`: creates a job on a running server and prints the VM's cloud-init user data. */
+import { CliError, serverTarget, type Command } from "./args.js";
+import type { CreateJobResponse } from "./control.js";
+
+const usage = `Usage: runner-depot job [options] -- <command> [args…]
+
+Creates a job on the server started by 'runner-depot serve' (a fresh request ID, its
+token, registered for lost-job detection) and prints the #cloud-config user data to
+hand to the VM. The request ID goes to stderr (and with --json, everything to stdout).
+
+Options:
+  --repo <url>       repository URL (context for the job result)
+  --commit <sha>     commit (context for the job result)
+  --url <url>        server (depot) URL (default: from <data>/serve.json)
+  --token <token>    admin token (default: $RUNNER_DEPOT_TOKEN or <data>/serve.json)
+  --data <dir>       where 'serve' keeps its data (default ./.runner-depot)
+  --json             print {requestId, token, endpoint, userData} as JSON`;
+
+export const jobCommand: Command = {
+  usage,
+  options: {
+    repo: { type: "string" },
+    commit: { type: "string" },
+    url: { type: "string" },
+    token: { type: "string" },
+    data: { type: "string" },
+    json: { type: "boolean" },
+  },
+  async run(values, positionals) {
+    if (positionals.length === 0) throw new CliError("give the job's command after --, e.g. 'runner-depot job -- make test'", 2);
+    const { url, token } = await serverTarget(values, "depotUrl");
+    const response = await fetch(`${url}/-/jobs`, {
+      method: "POST",
+      headers: { "content-type": "application/json", ...(token ? { authorization: `Bearer ${token}` } : {}) },
+      body: JSON.stringify({ command: positionals, repoUrl: values.repo ?? "", commitSha: values.commit ?? "" }),
+    }).catch((error: Error) => {
+      throw new CliError(`cannot reach ${url} (${error.message}); is 'runner-depot serve' running?`);
+    });
+    if (!response.ok) {
+      const problem = (await response.json().catch(() => ({}))) as { detail?: string };
+      throw new CliError(`the server refused the job (${response.status}): ${problem.detail ?? response.statusText}`);
+    }
+    const job = (await response.json()) as CreateJobResponse;
+    if (values.json) {
+      process.stdout.write(`${JSON.stringify(job)}\n`);
+    } else {
+      process.stdout.write(job.userData.endsWith("\n") ? job.userData : `${job.userData}\n`);
+      process.stderr.write(`job ${job.requestId} created; follow it with 'runner-depot logs ${job.requestId} --follow'\n`);
+    }
+    return 0;
+  },
+};

@@ -1,0 +1,140 @@
+/**
+ * Recovery and garbage collection on a PackageStore: roll interrupted commits forward
+ * into the catalog, expire idle transactions, and delete blobs nothing references.
+ */
+import type { PackageManifest } from "./archive.js";
+import type { PackageStore } from "./ports.js";
+import {
+  allKeys,
+  keys,
+  publishToCatalog,
+  type CatalogRecord,
+  type DeltaRecord,
+  type ItemRecord,
+  type TransactionRecord,
+  type VersionRecord,
+} from "./records.js";
+import type { Transactions } from "./transactions.js";
+
+/** What one garbage collection did. */
+export interface GarbageReport {
+  /** Versions found committed but missing from the catalog, now published. */
+  recovered: number;
+  /** Transactions that expired in this run. */
+  expired: number;
+  /** Finished transaction records removed after their retention. */
+  forgotten: number;
+  /** Blobs deleted. */
+  deletedBlobs: number;
+  /** Blobs unreferenced now but younger than the grace period (deleted by a later run). */
+  pendingBlobs: number;
+}
+
+/** Settings of {@link collectGarbage}. */
+export interface GarbageSettings {
+  now: () => Date;
+  /** A blob must be unreferenced in two runs at least this far apart before it goes. */
+  graceMs: number;
+  /** How long a finished (committed, abandoned, expired) transaction still answers. */
+  retainMs: number;
+}
+
+/** Reads a JSON blob (manifests). */
+export async function readJsonBlob<T>(store: PackageStore, digest: string): Promise<T | null> {
+  const body = await store.getBlob(digest);
+  if (!body) return null;
+  const chunks: Buffer[] = [];
+  for await (const chunk of body) chunks.push(Buffer.from(chunk));
+  return JSON.parse(Buffer.concat(chunks).toString("utf8")) as T;
+}
+
+/**
+ * Publishes every version record the catalog does not list yet. A commit that was killed
+ * between writing its version record and the catalog is thereby finished (its archive
+ * was complete before the version record was written).
+ */
+export async function reconcileCatalog(store: PackageStore, now: () => Date): Promise<number> {
+  const catalog = (await store.getRecord<CatalogRecord>(keys.catalog))?.value;
+  let recovered = 0;
+  for await (const key of allKeys(store, keys.versions)) {
+    const [, name, version] = key.split("/");
+    if (!name || !version || catalog?.packages[name]?.versions.includes(version)) continue;
+    const record = (await store.getRecord<VersionRecord>(key))?.value;
+    if (!record) continue;
+    await publishToCatalog(store, record.name, record.version, now());
+    recovered++;
+  }
+  return recovered;
+}
+
+/**
+ * One garbage-collection run: recover, expire, then delete blobs referenced by no
+ * published version, kept delta or live transaction, once they have stayed unreferenced
+ * for `graceMs` (so a blob uploaded while this runs is never taken).
+ */
+export async function collectGarbage(store: PackageStore, transactions: Transactions, settings: GarbageSettings): Promise<GarbageReport> {
+  const report: GarbageReport = { recovered: 0, expired: 0, forgotten: 0, deletedBlobs: 0, pendingBlobs: 0 };
+  report.recovered = await reconcileCatalog(store, settings.now);
+
+  // Snapshot the blobs first: anything stored after this point is not a candidate.
+  const stored: string[] = [];
+  for await (const digest of store.listBlobs()) stored.push(digest);
+
+  const live = new Set<string>();
+  const nowMs = settings.now().getTime();
+  for await (const key of allKeys(store, keys.transactions)) {
+    const record = await store.getRecord<TransactionRecord>(key);
+    if (!record) continue;
+    const trans = record.value;
+    const active = trans.state === "open" || trans.state === "committing";
+    if (active && nowMs >= transactions.expiresAt(trans).getTime()) {
+      await transactions.finish(trans.id, "expired");
+      report.expired++;
+      continue;
+    }
+    if (!active) {
+      const finished = Date.parse(trans.finishedAt ?? trans.touchedAt);
+      if (nowMs - finished >= settings.retainMs) {
+        await transactions.dropWorkingRecords(trans);
+        await store.deleteRecord(key, { ifRevision: record.revision });
+        report.forgotten++;
+      }
+      continue;
+    }
+    for (const license of Object.values(trans.licenses)) live.add(license.digest);
+    for await (const itemKey of allKeys(store, keys.items(trans.id))) {
+      const item = (await store.getRecord<ItemRecord>(itemKey))?.value;
+      if (item?.digest) live.add(item.digest);
+    }
+  }
+
+  for await (const key of allKeys(store, keys.versions)) {
+    const version = (await store.getRecord<VersionRecord>(key))?.value;
+    if (!version) continue;
+    live.add(version.digest);
+    live.add(version.manifest);
+    const manifest = await readJsonBlob<PackageManifest>(store, version.manifest);
+    for (const item of manifest?.items ?? []) if (item.digest) live.add(item.digest);
+    for (const license of manifest?.licenses ?? []) live.add(license.digest);
+  }
+  for await (const key of allKeys(store, keys.deltas)) {
+    const delta = (await store.getRecord<DeltaRecord>(key))?.value;
+    if (delta) live.add(delta.digest);
+  }
+
+  const previous = (await store.getRecord<{ since: Record<string, number> }>(keys.gcCandidates)) ?? null;
+  const since: Record<string, number> = {};
+  for (const digest of stored) {
+    if (live.has(digest)) continue;
+    const first = previous?.value.since[digest] ?? nowMs;
+    if (nowMs - first >= settings.graceMs) {
+      await store.deleteBlob(digest);
+      report.deletedBlobs++;
+    } else {
+      since[digest] = first;
+      report.pendingBlobs++;
+    }
+  }
+  await store.putRecord(keys.gcCandidates, { since }, { ifRevision: previous?.revision ?? null });
+  return report;
+}

@@ -1,0 +1,151 @@
+/**
+ * A specialised, allocation-free encoder for runner.v1 `LogItem` messages, written as
+ * gRPC length-prefixed frames straight into a caller's buffer. It produces the same
+ * bytes as protobuf-es `toBinary(LogItemSchema, …)` (field order, implicit-presence
+ * rules, sign-extended negative int32), which test/runner-client-encoder.test.ts checks
+ * byte for byte; it exists because the generic reflection path is the runner's cost.
+ */
+
+/** Bytes of the gRPC message prefix: a compressed flag and a big-endian uint32 length. */
+export const FRAME_PREFIX_BYTES = 5;
+
+/** Fields a JobEnd carries (runner.v1.JobEnd). */
+export interface JobEndFields {
+  exitCode: number;
+  success: boolean;
+  repoUrl?: string;
+  commitSha?: string;
+}
+
+function varintSize(n: number): number {
+  if (n < 0x80) return 1;
+  if (n < 0x4000) return 2;
+  if (n < 0x200000) return 3;
+  if (n < 0x10000000) return 4;
+  return 5;
+}
+
+function writeVarint(buf: Buffer, pos: number, n: number): number {
+  while (n > 0x7f) {
+    buf[pos++] = (n & 0x7f) | 0x80;
+    n >>>= 7;
+  }
+  buf[pos++] = n;
+  return pos;
+}
+
+/** UTF-8 length of a string, with a pure-JS path for short ASCII strings (the common log line). */
+export function utf8Length(s: string): number {
+  const n = s.length;
+  if (n > 256) return Buffer.byteLength(s, "utf8");
+  for (let i = 0; i < n; i++) {
+    if (s.charCodeAt(i) > 0x7f) return Buffer.byteLength(s, "utf8");
+  }
+  return n;
+}
+
+function writeString(buf: Buffer, pos: number, s: string, bytes: number): number {
+  if (bytes === s.length && bytes <= 256) {
+    // ASCII: a JS loop beats the native call for short strings.
+    for (let i = 0; i < bytes; i++) buf[pos + i] = s.charCodeAt(i);
+    return pos + bytes;
+  }
+  return pos + buf.write(s, pos, bytes, "utf8");
+}
+
+/**
+ * Encodes LogItems of one job as gRPC frames. The request ID field is pre-encoded once.
+ *
+ * @example
+ * const enc = createLogItemEncoder("0b6c…");
+ * const buf = Buffer.allocUnsafe(enc.logFrameSize("hello", 5, false));
+ * enc.writeLogFrame(buf, 0, "hello", 5, false);
+ */
+export function createLogItemEncoder(requestId: string): LogItemEncoder {
+  const id = Buffer.from(requestId, "utf8");
+  // Field 1 (request_id), wire type 2; empty strings are omitted under proto3 rules.
+  const idField =
+    id.length === 0 ? Buffer.alloc(0) : Buffer.concat([Buffer.from([0x0a]), varintBytes(id.length), id]);
+  const idLen = idField.length;
+
+  function chunkSize(lineBytes: number, stderr: boolean): number {
+    return (lineBytes > 0 ? 1 + varintSize(lineBytes) + lineBytes : 0) + (stderr ? 2 : 0);
+  }
+
+  return {
+    logFrameSize(_line, lineBytes, stderr) {
+      const c = chunkSize(lineBytes, stderr);
+      return FRAME_PREFIX_BYTES + idLen + 1 + varintSize(c) + c;
+    },
+    writeLogFrame(buf, pos, line, lineBytes, stderr) {
+      const c = chunkSize(lineBytes, stderr);
+      const msg = idLen + 1 + varintSize(c) + c;
+      buf[pos] = 0;
+      buf.writeUInt32BE(msg, pos + 1);
+      pos += FRAME_PREFIX_BYTES;
+      pos += idField.copy(buf, pos);
+      buf[pos++] = 0x12; // field 2 (log), wire type 2: present even when empty (oneof member)
+      pos = writeVarint(buf, pos, c);
+      if (lineBytes > 0) {
+        buf[pos++] = 0x0a;
+        pos = writeVarint(buf, pos, lineBytes);
+        pos = writeString(buf, pos, line, lineBytes);
+      }
+      if (stderr) {
+        buf[pos++] = 0x10;
+        buf[pos++] = 0x01;
+      }
+      return pos;
+    },
+    endFrame(end) {
+      const parts: Buffer[] = [];
+      if (end.exitCode !== 0) {
+        // int32 varint: negative values are sign-extended to 64 bits (10 bytes).
+        parts.push(Buffer.from([0x08]), int32VarintBytes(end.exitCode));
+      }
+      if (end.success) parts.push(Buffer.from([0x10, 0x01]));
+      for (const [tag, value] of [
+        [0x1a, end.repoUrl ?? ""],
+        [0x22, end.commitSha ?? ""],
+      ] as const) {
+        if (value.length === 0) continue;
+        const bytes = Buffer.from(value, "utf8");
+        parts.push(Buffer.from([tag]), varintBytes(bytes.length), bytes);
+      }
+      const body = Buffer.concat(parts);
+      const msg = Buffer.concat([idField, Buffer.from([0x1a]), varintBytes(body.length), body]);
+      const frame = Buffer.allocUnsafe(FRAME_PREFIX_BYTES + msg.length);
+      frame[0] = 0;
+      frame.writeUInt32BE(msg.length, 1);
+      msg.copy(frame, FRAME_PREFIX_BYTES);
+      return frame;
+    },
+  };
+}
+
+/** What {@link createLogItemEncoder} returns. */
+export interface LogItemEncoder {
+  /** Bytes the frame of one log line takes (`lineBytes` = UTF-8 length of `line`). */
+  logFrameSize(line: string, lineBytes: number, stderr: boolean): number;
+  /** Writes the frame of one log line at `pos`; returns the position after it. */
+  writeLogFrame(buf: Buffer, pos: number, line: string, lineBytes: number, stderr: boolean): number;
+  /** The frame of a JobEnd item. */
+  endFrame(end: JobEndFields): Buffer;
+}
+
+function varintBytes(n: number): Buffer {
+  const b = Buffer.allocUnsafe(5);
+  return b.subarray(0, writeVarint(b, 0, n));
+}
+
+function int32VarintBytes(n: number): Buffer {
+  if (n >= 0) return varintBytes(n);
+  let v = BigInt.asUintN(64, BigInt(n));
+  const out: number[] = [];
+  while (v > 0x7fn) {
+    out.push(Number(v & 0x7fn) | 0x80);
+    v >>= 7n;
+  }
+  out.push(Number(v));
+  return Buffer.from(out);
+}

@@ -1,0 +1,106 @@
+/**
+ * The bookkeeping every JobLogStore shares: how an append or a finish changes a job's
+ * state. Stores keep the data; these functions keep the rules in one place.
+ */
+import { RunnerDepotError } from "../errors.js";
+import type { JobInfo, JobResult, JobState, LogEntry, StoredLine } from "./ports.js";
+
+/** A fresh open job. */
+export function newJobState(requestId: string, now: Date, expect = false, info: JobInfo = {}): JobState {
+  return {
+    requestId,
+    status: "open",
+    committed: 0,
+    storedLines: 0,
+    storedBytes: 0,
+    lines: { stdout: 0, stderr: 0 },
+    logTruncated: false,
+    expected: expect,
+    info: { ...info },
+    startedAt: null,
+    lastSeenAt: now.toISOString(),
+    result: null,
+  };
+}
+
+/** A deep copy, so callers never hold a store's live object. */
+export function cloneJobState(state: JobState): JobState {
+  return structuredClone(state);
+}
+
+/** Applies `open` options to an existing job (mutates `state`). */
+export function applyOpen(state: JobState, options: { expect?: boolean; info?: JobInfo; now?: Date }): boolean {
+  let changed = false;
+  if (options.expect && !state.expected) {
+    state.expected = true;
+    changed = true;
+    // Lost detection counts from registration while nothing has arrived yet.
+    if (state.committed === 0 && state.status === "open") state.lastSeenAt = (options.now ?? new Date()).toISOString();
+  }
+  if (options.info && Object.keys(options.info).length > 0) {
+    state.info = { ...state.info, ...options.info };
+    changed = true;
+  }
+  return changed;
+}
+
+/**
+ * Which of `entries` (the first being item `at`) are new, after the port's rules:
+ * overlap skipped, gap and closed job refused with FAILED_PRECONDITION.
+ */
+export function newEntries(state: JobState, at: number, entries: readonly LogEntry[]): readonly LogEntry[] {
+  if (!Number.isSafeInteger(at) || at < 0) throw new RunnerDepotError("INVALID_ARGUMENT", `bad item offset ${at}`);
+  if (state.status !== "open") {
+    throw new RunnerDepotError("FAILED_PRECONDITION", `job ${state.requestId} is ${state.status}`, {
+      details: { committed: state.committed },
+    });
+  }
+  if (at > state.committed) {
+    throw new RunnerDepotError("FAILED_PRECONDITION", `offset ${at} is past the ${state.committed} items stored`, {
+      details: { committed: state.committed },
+    });
+  }
+  const skip = state.committed - at;
+  return skip === 0 ? entries : entries.slice(skip);
+}
+
+/** Counts new entries into `state` (mutates it) and returns the lines to store. */
+export function applyAppend(state: JobState, fresh: readonly LogEntry[], now: Date): StoredLine[] {
+  const stored: StoredLine[] = [];
+  const iso = now.toISOString();
+  for (const entry of fresh) {
+    for (const line of entry.stored) stored.push(line);
+    state.storedBytes += entry.bytes;
+    if (entry.stderr) state.lines.stderr++;
+    else state.lines.stdout++;
+    if (entry.capped) state.logTruncated = true;
+  }
+  state.committed += fresh.length;
+  state.storedLines += stored.length;
+  if (fresh.length > 0 && state.startedAt === null) state.startedAt = iso;
+  state.lastSeenAt = iso;
+  return stored;
+}
+
+/** Applies a finish (mutates `state`); returns false when the job had already ended. */
+export function applyFinish(state: JobState, result: JobResult, at: number | undefined): boolean {
+  if (state.status !== "open") return false;
+  if (at !== undefined) {
+    if (at !== state.committed) {
+      throw new RunnerDepotError("FAILED_PRECONDITION", `end at ${at} but ${state.committed} items are stored`, {
+        details: { committed: state.committed },
+      });
+    }
+    state.committed += 1;
+    if (state.startedAt === null) state.startedAt = result.startedAt ?? result.endedAt;
+    state.lastSeenAt = result.endedAt;
+  }
+  state.status = result.outcome === "finished" ? "finished" : result.outcome;
+  state.result = { ...result, lines: { ...result.lines } };
+  return true;
+}
+
+/** True when an ended job's result is older than `before` (retention). */
+export function isPrunable(state: JobState, before: Date): boolean {
+  return state.status !== "open" && state.result !== null && Date.parse(state.result.endedAt) < before.getTime();
+}

@@ -1,0 +1,99 @@
+/**
+ * Turns a byte stream (a child's stdout or stderr) into log lines: split on `\n` only
+ * (`\r` and ANSI escapes pass through), bytes that are not UTF-8 replaced by U+FFFD,
+ * lines longer than the line limit cut at a character boundary, and a final line
+ * without a newline still emitted at the end.
+ */
+
+/** The contract's default line limit: 64 KiB of UTF-8. */
+export const DEFAULT_MAX_LINE_BYTES = 64 * 1024;
+
+/**
+ * Splits a string into pieces of at most `maxBytes` UTF-8 bytes, cut between code points.
+ * Lone surrogates become U+FFFD (as any UTF-8 encoder does).
+ *
+ * @example
+ * splitUtf8("ééé", 4) // ["éé", "é"]
+ */
+export function splitUtf8(line: string, maxBytes: number): string[] {
+  if (maxBytes < 4) throw new RangeError("maxBytes must be at least 4 (one UTF-8 code point)");
+  if (line.length * 3 <= maxBytes) return [line];
+  const b = Buffer.from(line, "utf8");
+  if (b.length <= maxBytes) return [line];
+  const pieces: string[] = [];
+  let pos = 0;
+  while (b.length - pos > maxBytes) {
+    let cut = pos + maxBytes;
+    // `b` is valid UTF-8, so stepping back over continuation bytes lands on a code point start.
+    while ((b[cut]! & 0xc0) === 0x80) cut--;
+    pieces.push(b.toString("utf8", pos, cut));
+    pos = cut;
+  }
+  pieces.push(b.toString("utf8", pos));
+  return pieces;
+}
+
+/** Options of {@link createLineSplitter}. */
+export interface LineSplitterOptions {
+  /** Longest line in UTF-8 bytes (after U+FFFD replacement). Default 64 KiB. */
+  maxLineBytes?: number;
+}
+
+/** What {@link createLineSplitter} returns. */
+export interface LineSplitter {
+  /** Feeds bytes; calls the line callback for every complete (or over-long) line. */
+  push(chunk: Uint8Array): void;
+  /** Emits the final unterminated line, if any. */
+  end(): void;
+}
+
+/**
+ * Creates a line splitter calling `onLine` for each line, in order.
+ *
+ * @example
+ * const split = createLineSplitter((line) => client.log(line, false));
+ * child.stdout.on("data", (b) => split.push(b)).on("end", () => split.end());
+ */
+export function createLineSplitter(onLine: (line: string) => void, options: LineSplitterOptions = {}): LineSplitter {
+  const max = options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES;
+  if (!Number.isInteger(max) || max < 4) throw new RangeError("maxLineBytes must be an integer ≥ 4");
+  let rest: Buffer | null = null;
+
+  function emit(buf: Buffer, s: number, e: number): void {
+    const line = buf.toString("utf8", s, e);
+    // Replacement can grow the text (1 bad byte → 3 bytes of U+FFFD), so measure long ones again.
+    if ((e - s) * 3 <= max) {
+      onLine(line);
+      return;
+    }
+    for (const piece of splitUtf8(line, max)) onLine(piece);
+  }
+
+  return {
+    push(chunk) {
+      let buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+      if (rest !== null) {
+        buf = Buffer.concat([rest, buf]);
+        rest = null;
+      }
+      let pos = 0;
+      for (let nl = buf.indexOf(10, pos); nl !== -1; nl = buf.indexOf(10, pos)) {
+        emit(buf, pos, nl);
+        pos = nl + 1;
+      }
+      // An unterminated line longer than the limit is sent in pieces now instead of
+      // buffering without bound; the raw cut steps back to a UTF-8 sequence start.
+      while (buf.length - pos > max) {
+        let cut = pos + max;
+        for (let k = 0; k < 3 && (buf[cut]! & 0xc0) === 0x80; k++) cut--;
+        emit(buf, pos, cut);
+        pos = cut;
+      }
+      if (pos < buf.length) rest = Buffer.from(buf.subarray(pos));
+    },
+    end() {
+      if (rest !== null && rest.length > 0) emit(rest, 0, rest.length);
+      rest = null;
+    },
+  };
+}

@@ -1,0 +1,286 @@
+/**
+ * Hosting the runner service on HTTP/2: `startRunnerServer` (h2c, TLS or mutual TLS)
+ * and `createRunnerHandler` for hosts that mount it on their own HTTP/2 server.
+ */
+import * as http2 from "node:http2";
+import { isIP } from "node:net";
+import type { AddressInfo } from "node:net";
+import { createContextValues } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { Runner } from "../gen/runner/v1/runner_pb.js";
+import { kShutdownSignal, type RunnerLimits, type RunnerService } from "./service.js";
+
+/** Options of {@link createRunnerHandler}. */
+export interface RunnerHandlerOptions {
+  /** Largest request message; default the service's `limits.messageBytes`. */
+  messageBytes?: number;
+  /** Path prefix the service is mounted under; default none. */
+  requestPathPrefix?: string;
+}
+
+/** A Node HTTP/2 request handler serving the runner service, and what its host needs to shut it down. */
+export interface RunnerHandler {
+  /** The request listener (`http2Server.on("request", handler)`); answers gRPC, gRPC-web and Connect. */
+  handler: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void;
+  /**
+   * Lets calls in flight run for `graceMs`, then ends them UNAVAILABLE (with
+   * `runner-committed`) and resolves once their responses are out (or given up on).
+   */
+  shutdown(graceMs?: number): Promise<void>;
+  /** Requests in progress. */
+  readonly activeRequests: number;
+}
+
+/**
+ * Creates the HTTP/2 request handler of a runner service, for hosts with their own server.
+ *
+ * @example
+ * const runnerHandler = createRunnerHandler(runner);
+ * const server = http2.createServer(runnerHandler.handler);
+ * // on exit: await runnerHandler.shutdown(5_000); then close your sessions and server
+ */
+export function createRunnerHandler(runner: RunnerService, options: RunnerHandlerOptions = {}): RunnerHandler {
+  const shutdownController = new AbortController();
+  const active = new Set<http2.Http2ServerResponse>();
+  const idle = new Set<() => void>();
+  const adapter = connectNodeAdapter({
+    routes: (router) => router.service(Runner, runner),
+    readMaxBytes: options.messageBytes ?? runner.limits.messageBytes,
+    requestPathPrefix: options.requestPathPrefix,
+    contextValues: () => createContextValues().set(kShutdownSignal, shutdownController.signal),
+  });
+
+  const handler = (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => {
+    active.add(res);
+    let done = false;
+    const finished = () => {
+      if (done) return;
+      done = true;
+      active.delete(res);
+      // The response is out but the client may still be sending (the call ended early):
+      // reset the stream with NO_ERROR, as gRPC servers do, so it never stays half open.
+      const stream = req.stream;
+      if (stream && !stream.destroyed && !stream.closed) {
+        try {
+          stream.close(http2.constants.NGHTTP2_NO_ERROR);
+        } catch {
+          // The stream went away meanwhile.
+        }
+      }
+      if (active.size === 0) for (const wake of idle) wake();
+    };
+    res.once("finish", finished);
+    res.once("close", finished);
+    adapter(req, res);
+  };
+
+  return {
+    handler,
+    get activeRequests() {
+      return active.size;
+    },
+    async shutdown(graceMs = 5000) {
+      if (active.size > 0 && graceMs > 0) await waitIdle(graceMs);
+      shutdownController.abort();
+      // Calls end UNAVAILABLE now; give their responses a moment to be written.
+      if (active.size > 0) await waitIdle(2000);
+    },
+  };
+
+  function waitIdle(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        idle.delete(wake);
+        resolve();
+      };
+      const timer = setTimeout(wake, ms);
+      idle.add(wake);
+    });
+  }
+}
+
+/** TLS material for {@link startRunnerServer}. */
+export interface RunnerTlsSettings {
+  /** Server certificate chain (PEM). */
+  cert: string | Buffer;
+  /** Server private key (PEM). */
+  key: string | Buffer;
+  /** Client CA (PEM): with it, clients must present a certificate it signed (mutual TLS). */
+  ca?: string | Buffer;
+  /** Ask clients for a certificate; default true when `ca` is set. */
+  requestCert?: boolean;
+}
+
+/** Options of {@link startRunnerServer}. */
+export interface RunnerServerSettings {
+  /** Interface to listen on; default 127.0.0.1. */
+  host?: string;
+  /** Port; default 50051; 0 asks the OS. */
+  port?: number;
+  /** TLS (and mutual TLS with `tls.ca`); default plain h2c. */
+  tls?: RunnerTlsSettings;
+  /** Allow listening beyond loopback with a service that accepts any caller. */
+  insecure?: boolean;
+  /** Overrides the service's message limit for this server. */
+  limits?: Partial<Pick<RunnerLimits, "messageBytes">>;
+  /** HTTP/2 keep-alive: ping every session this often; default 30 000; 0 disables. */
+  keepAliveMs?: number;
+  /** A session that does not answer a ping within this is dropped; default 10 000. */
+  keepAliveTimeoutMs?: number;
+  /** HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS per connection (clients queue beyond it); default 1000. */
+  maxConcurrentStreams?: number;
+  /** Time calls in flight get on close before they end UNAVAILABLE; default 5 000. */
+  gracefulShutdownMs?: number;
+}
+
+/** A running runner server. */
+export interface RunnerServer {
+  /** Base URL for clients, e.g. `http://127.0.0.1:50051`. */
+  url: string;
+  /** The port listened on. */
+  port: number;
+  /** Graceful shutdown: idle connections cut at once, calls in flight get the grace time. Never hangs. */
+  close(): Promise<void>;
+}
+
+/** True for 127.0.0.0/8, ::1, ::ffff:127.x and "localhost". */
+export function isLoopbackHost(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, "").toLowerCase();
+  if (h === "localhost" || h === "::1") return true;
+  if (isIP(h) === 4) return h.startsWith("127.");
+  if (h.startsWith("::ffff:")) return h.slice(7).startsWith("127.");
+  return false;
+}
+
+/**
+ * Starts an HTTP/2 server for the runner service (gRPC, gRPC-web and Connect on one port).
+ *
+ * @example
+ * const runner = createRunnerService(createMemoryQueue(), { secret });
+ * const server = await startRunnerServer(runner, { host: "0.0.0.0", port: 50051, tls: { cert, key } });
+ * // …
+ * await server.close();
+ */
+export async function startRunnerServer(runner: RunnerService, settings: RunnerServerSettings = {}): Promise<RunnerServer> {
+  const host = settings.host ?? "127.0.0.1";
+  const tls = settings.tls;
+  const mutualTls = !!tls?.ca && tls.requestCert !== false;
+  if (runner.acceptsAnyCaller && !mutualTls && !settings.insecure && !isLoopbackHost(host)) {
+    throw new Error(
+      `refusing to listen on ${host}: the runner service has neither a secret nor an authorize hook; ` +
+        "configure one, use mutual TLS, or set insecure: true",
+    );
+  }
+  const runnerHandler = createRunnerHandler(runner, { messageBytes: settings.limits?.messageBytes });
+  const http2Settings: http2.Settings = { maxConcurrentStreams: settings.maxConcurrentStreams ?? 1000 };
+  const server: http2.Http2Server | http2.Http2SecureServer = tls
+    ? http2.createSecureServer({
+        cert: tls.cert,
+        key: tls.key,
+        ca: tls.ca,
+        requestCert: tls.requestCert ?? !!tls.ca,
+        rejectUnauthorized: !!tls.ca,
+        allowHTTP1: false,
+        settings: http2Settings,
+      })
+    : http2.createServer({ settings: http2Settings });
+  server.on("request", runnerHandler.handler);
+
+  const sessions = new Map<http2.ServerHttp2Session, { streams: number }>();
+  const keepAliveMs = settings.keepAliveMs ?? 30_000;
+  const keepAliveTimeoutMs = settings.keepAliveTimeoutMs ?? 10_000;
+  server.on("session", (session: http2.ServerHttp2Session) => {
+    const info = { streams: 0 };
+    sessions.set(session, info);
+    session.on("stream", (stream) => {
+      info.streams++;
+      stream.once("close", () => {
+        info.streams--;
+      });
+    });
+    let pinger: NodeJS.Timeout | undefined;
+    if (keepAliveMs > 0) {
+      pinger = setInterval(() => {
+        if (session.destroyed || session.closed) return;
+        const timer = setTimeout(() => session.destroy(), keepAliveTimeoutMs);
+        timer.unref();
+        try {
+          session.ping((error) => {
+            clearTimeout(timer);
+            if (error && !session.destroyed) session.destroy();
+          });
+        } catch {
+          clearTimeout(timer);
+        }
+      }, keepAliveMs);
+      pinger.unref();
+    }
+    session.on("error", () => {
+      // A peer that vanished; the session closes on its own.
+    });
+    session.once("close", () => {
+      clearInterval(pinger);
+      sessions.delete(session);
+    });
+  });
+  // TLS handshakes that fail (no client certificate) must not crash the process.
+  server.on("tlsClientError", () => undefined);
+  server.on("sessionError", () => undefined);
+
+  const port = settings.port ?? 50051;
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(port, host, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+  const bound = (server.address() as AddressInfo).port;
+  const urlHost = isIP(host) === 6 ? `[${host}]` : host;
+  const url = `${tls ? "https" : "http"}://${urlHost}:${bound}`;
+
+  let closing: Promise<void> | null = null;
+  const grace = settings.gracefulShutdownMs ?? 5000;
+
+  function cutIdleSessions() {
+    for (const [session, info] of sessions) {
+      if (session.destroyed) continue;
+      if (info.streams === 0) {
+        try {
+          session.goaway(http2.constants.NGHTTP2_NO_ERROR);
+        } catch {
+          // Already going away.
+        }
+        session.destroy();
+      } else if (!session.closed) {
+        // GOAWAY: no new streams on this connection; those in flight go on.
+        session.close();
+      }
+    }
+  }
+
+  return {
+    url,
+    port: bound,
+    close() {
+      closing ??= (async () => {
+        const serverClosed = new Promise<void>((resolve) => server.close(() => resolve()));
+        cutIdleSessions();
+        // Sessions whose calls finish during the grace period are cut as they go idle.
+        const sweeper = setInterval(cutIdleSessions, 50);
+        try {
+          await runnerHandler.shutdown(grace);
+        } finally {
+          clearInterval(sweeper);
+        }
+        // Give trailers a moment to leave, then nothing is waited for any more.
+        cutIdleSessions();
+        await Promise.race([serverClosed, new Promise((resolve) => setTimeout(resolve, 250))]);
+        for (const session of sessions.keys()) session.destroy();
+        await serverClosed;
+      })();
+      return closing;
+    },
+  };
+}

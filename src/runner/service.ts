@@ -1,0 +1,845 @@
+/**
+ * The orchestrator side of runner.v1: a connect-es ServiceImpl of `Runner` that stores
+ * log items through a JobLogStore and hands each job's result to a JobResultQueue,
+ * following runner-protocol.md rule by rule.
+ */
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError, createContextKey, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { RunnerDepotError } from "../errors.js";
+import { createMemoryLogStore } from "../adapters/memory/log-store.js";
+import { AckSchema, type Ack, type LogItem, type Runner } from "../gen/runner/v1/runner_pb.js";
+import type { JobInfo, JobLogStore, JobResult, JobResultQueue, JobState, LogEntry, StoredLine } from "./ports.js";
+import { verifyJobToken, type JobTokenSecret } from "./token.js";
+import { normalizeRequestId } from "./uuid.js";
+
+/** Trailer (and error metadata) with the job's durably stored item count. */
+export const COMMITTED_HEADER = "runner-committed";
+/** Trailer saying why an Ack is `ok = false`. */
+export const REASON_HEADER = "runner-reason";
+/** Request metadata: the job offset of the call's first item. */
+export const OFFSET_HEADER = "runner-offset";
+
+/** Why the orchestrator no longer wants a job (`runner-reason`). */
+export type EndedReason = "cancelled" | "lost" | "ended";
+
+/** The limits of runner-protocol.md; all enforced. */
+export interface RunnerLimits {
+  /** Largest request message in bytes (`readMaxBytes`): larger ones end RESOURCE_EXHAUSTED. */
+  messageBytes: number;
+  /** Longest stored line in UTF-8 bytes; longer lines are cut and followed by a marker line. */
+  lineBytes: number;
+  /** Stored output bytes per job; past it lines are counted, not stored. */
+  jobLogBytes: number;
+  /** A call with no item for this long ends DEADLINE_EXCEEDED. */
+  idleMs: number;
+}
+
+/** The defaults of runner-protocol.md. */
+export const DEFAULT_RUNNER_LIMITS: Readonly<RunnerLimits> = Object.freeze({
+  messageBytes: 1024 * 1024,
+  lineBytes: 64 * 1024,
+  jobLogBytes: 256 * 1024 * 1024,
+  idleMs: 60_000,
+});
+
+/** What an `authorize` hook sees of a call (after its first item arrived). */
+export interface RunnerAuthorizeContext {
+  /** Lower-case request ID of the call's items. */
+  requestId: string;
+  /** Request metadata as received. */
+  headers: Headers;
+  /** The bearer token, or null when the call carries none (or a malformed one). */
+  token: string | null;
+  /** The call's `runner-offset` (0 when absent, NaN when malformed). */
+  offset: number;
+  /** "grpc", "grpc_web" or "connect". */
+  protocol: string;
+  /** Aborted when the call ends. */
+  signal: AbortSignal;
+}
+
+/** Bounded retry of a job-result publish made inside a call. */
+export interface PublishRetryOptions {
+  /** Give up (UNAVAILABLE) once this much time has been spent; default 10 000. */
+  maxMs: number;
+  /** First back-off delay; default 100. */
+  initialDelayMs: number;
+  /** Largest back-off delay; default 2 000. */
+  maxDelayMs: number;
+}
+
+/** Options of {@link createRunnerService}. */
+export interface RunnerServiceOptions {
+  /** Where logs and job state live; default createMemoryLogStore(). */
+  logs?: JobLogStore;
+  /** Per-job token key (several: any of them, for key rotation). Without it and without `authorize`, anyone may call. */
+  secret?: JobTokenSecret | readonly JobTokenSecret[];
+  /** Replaces the token check: return to allow, throw (RunnerDepotError or ConnectError) to refuse. */
+  authorize?: (ctx: RunnerAuthorizeContext) => void | Promise<void>;
+  /** Only jobs registered with `expectJob` may stream; others get NOT_FOUND. */
+  requireKnownJobs?: boolean;
+  /** A job silent this long is declared lost; default 600 000. */
+  lostAfterMs?: number;
+  /** How often stale jobs are looked for; default min(lostAfterMs / 4, 30 000). */
+  sweepIntervalMs?: number;
+  /** Ended jobs are forgotten this long after their end (at least lostAfterMs); false keeps them; default 86 400 000. */
+  retentionMs?: number | false;
+  /** Limits; unset members keep the contract's defaults. */
+  limits?: Partial<RunnerLimits>;
+  /** Bounded publish retry inside a call; unset members keep their defaults. */
+  publishRetry?: Partial<PublishRetryOptions>;
+  /** Called after lines are stored (markers included). */
+  onLog?: (event: { requestId: string; lines: StoredLine[]; committed: number }) => void;
+  /** Called once per job after its result was accepted by the queue and recorded. */
+  onEnd?: (result: JobResult) => void;
+  /** Called with failures nobody else sees (a hook that threw, a background publish that failed). */
+  onError?: (error: unknown) => void;
+}
+
+/** Options of one job registration. */
+export type ExpectJobInfo = JobInfo;
+
+/** The runner service: a `Runner` ServiceImpl plus the host's controls. */
+export interface RunnerService extends ServiceImpl<typeof Runner> {
+  /** Registers a job the host launched (`requireKnownJobs`, lost detection, result info). */
+  expectJob(requestId: string, info?: ExpectJobInfo): Promise<JobState>;
+  /** Cancels a job: its result is published at once with outcome `cancelled`; resolves with it (null when it had already ended). */
+  cancelJob(requestId: string, reason?: string): Promise<JobResult | null>;
+  /** Stored lines of a job: the ones so far, then new ones until the job ends. */
+  follow(requestId: string, options?: { from?: number; signal?: AbortSignal }): AsyncIterable<StoredLine>;
+  /** Stops the lost-job timer and waits for background publishes (bounded). */
+  close(): Promise<void>;
+  /** True when the service has neither a secret nor an authorize hook. */
+  readonly acceptsAnyCaller: boolean;
+  /** The limits in force. */
+  readonly limits: Readonly<RunnerLimits>;
+  /** The log store in use. */
+  readonly logs: JobLogStore;
+  /** Calls in progress. */
+  readonly activeCalls: number;
+}
+
+/**
+ * Context value a server sets so a call ends UNAVAILABLE (with `runner-committed`)
+ * when the server shuts down; see startRunnerServer.
+ */
+export const kShutdownSignal = createContextKey<AbortSignal | undefined>(undefined, { description: "runner shutdown signal" });
+
+const MARKER_PREFIX = "[runner-depot]";
+const BACKPRESSURE_ITEMS = 8192;
+const BACKPRESSURE_BYTES = 8 * 1024 * 1024;
+
+/** A job's slot: its active call and the chain that serialises its store operations. */
+interface Slot {
+  active: { stop(error: RunnerDepotError): void } | null;
+  chain: Promise<unknown>;
+  refs: number;
+}
+
+/** Thrown inside a call to end it with ok=false. */
+class EndedSignal {
+  constructor(readonly reason: EndedReason) {}
+}
+
+function uErr(code: ConstructorParameters<typeof RunnerDepotError>[0], message: string): RunnerDepotError {
+  return new RunnerDepotError(code, message);
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref?.());
+
+/**
+ * Creates the orchestrator's runner service.
+ *
+ * @example
+ * const queue = createMemoryQueue();
+ * const runner = createRunnerService(queue, { secret: process.env.RUNNER_SECRET });
+ * const server = await startRunnerServer(runner, { port: 50051 });
+ * // or mount it yourself: connectNodeAdapter({ routes: (r) => r.service(Runner, runner) })
+ */
+export function createRunnerService(queue: JobResultQueue, options: RunnerServiceOptions = {}): RunnerService {
+  const logs = options.logs ?? createMemoryLogStore();
+  const limits: RunnerLimits = { ...DEFAULT_RUNNER_LIMITS, ...stripUndefined(options.limits ?? {}) };
+  for (const [name, value] of Object.entries(limits)) {
+    if (!(typeof value === "number" && value > 0)) throw new RangeError(`limits.${name} must be a positive number`);
+  }
+  const retry: PublishRetryOptions = { maxMs: 10_000, initialDelayMs: 100, maxDelayMs: 2_000, ...stripUndefined(options.publishRetry ?? {}) };
+  const lostAfterMs = options.lostAfterMs ?? 600_000;
+  const retentionMs = options.retentionMs === false ? false : Math.max(options.retentionMs ?? 86_400_000, lostAfterMs);
+  const secrets = options.secret === undefined ? null : Array.isArray(options.secret) ? (options.secret as JobTokenSecret[]) : [options.secret as JobTokenSecret];
+  if (secrets && secrets.length === 0) throw new RangeError("secret: give at least one key");
+  const acceptsAnyCaller = !secrets && !options.authorize;
+
+  const slots = new Map<string, Slot>();
+  /** Jobs the host cancelled or the sweep declared lost, until the store records it. */
+  const ending = new Map<string, "cancelled" | "lost">();
+  const watchers = new Map<string, Set<() => void>>();
+  const background = new Set<Promise<unknown>>();
+  const calls = new Set<CallRun>();
+  let closed = false;
+  const closeController = new AbortController();
+
+  const report = (error: unknown) => {
+    try {
+      options.onError?.(error);
+    } catch {
+      // A broken error hook must not break the service.
+    }
+  };
+
+  function slotOf(id: string): Slot {
+    let slot = slots.get(id);
+    if (!slot) {
+      slot = { active: null, chain: Promise.resolve(), refs: 0 };
+      slots.set(id, slot);
+    }
+    return slot;
+  }
+  function release(id: string, slot: Slot) {
+    if (--slot.refs === 0 && slot.active === null && slots.get(id) === slot) slots.delete(id);
+  }
+  /** Runs `fn` after every earlier store operation of the job (one writer per job). */
+  function locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    const slot = slotOf(id);
+    slot.refs++;
+    const run = slot.chain.then(fn);
+    slot.chain = run.catch(() => undefined);
+    return run.finally(() => release(id, slot));
+  }
+
+  function notify(id: string) {
+    const set = watchers.get(id);
+    if (set) for (const wake of set) wake();
+  }
+
+  /** Publishes within the retry bound; throws UNAVAILABLE past it. */
+  async function publishBounded(result: JobResult, signal?: AbortSignal): Promise<void> {
+    const start = Date.now();
+    let delay = retry.initialDelayMs;
+    for (;;) {
+      const left = retry.maxMs - (Date.now() - start);
+      try {
+        await withTimeout(queue.publishJobResult(result), Math.max(left, 1));
+        return;
+      } catch (error) {
+        const wait = Math.min(delay, retry.maxDelayMs);
+        if (Date.now() - start + wait >= retry.maxMs || signal?.aborted) {
+          throw new RunnerDepotError("UNAVAILABLE", "the job-result queue is unavailable; retry the call later", { cause: error });
+        }
+        await sleep(wait * (0.5 + Math.random() / 2));
+        delay *= 2;
+      }
+    }
+  }
+
+  /** Publishes until the queue accepts (cancelled and lost results are never dropped while the service lives). */
+  async function publishPersistent(result: JobResult): Promise<void> {
+    let delay = retry.initialDelayMs;
+    for (;;) {
+      try {
+        await queue.publishJobResult(result);
+        return;
+      } catch (error) {
+        if (closed) throw new RunnerDepotError("UNAVAILABLE", `result of job ${result.requestId} not published before close`, { cause: error });
+        await sleep(Math.min(delay, retry.maxDelayMs));
+        delay *= 2;
+      }
+    }
+  }
+
+  function resultFrom(state: JobState | null, id: string, outcome: "cancelled" | "lost", now: Date): JobResult {
+    return {
+      requestId: id,
+      outcome,
+      exitCode: -1,
+      success: false,
+      repoUrl: typeof state?.info.repoUrl === "string" ? state.info.repoUrl : "",
+      commitSha: typeof state?.info.commitSha === "string" ? state.info.commitSha : "",
+      lines: { stdout: state?.lines.stdout ?? 0, stderr: state?.lines.stderr ?? 0 },
+      logTruncated: state?.logTruncated ?? false,
+      startedAt: state?.startedAt ?? null,
+      endedAt: now.toISOString(),
+    };
+  }
+
+  /** Ends a job from the orchestrator's side (cancel or lost): publish, then record. */
+  function endFromHost(id: string, outcome: "cancelled" | "lost", mustBeStale?: Date): Promise<JobResult | null> {
+    let marked = false;
+    const work = (async () => {
+      try {
+        return await locked(id, async () => {
+          const state = await logs.get(id);
+          if (state && state.status !== "open") return null;
+          // A job that spoke since the sweep looked is not lost after all.
+          if (mustBeStale && state && Date.parse(state.lastSeenAt) >= mustBeStale.getTime()) return null;
+          if (mustBeStale && slots.get(id)?.active) return null;
+          ending.set(id, outcome);
+          marked = true;
+          const result = resultFrom(state, id, outcome, new Date());
+          await publishPersistent(result);
+          const finished = await logs.finish(id, result);
+          notify(id);
+          if (finished.first) safe(() => options.onEnd?.(result));
+          return finished.first ? result : null;
+        });
+      } finally {
+        if (marked || outcome === "cancelled") ending.delete(id);
+      }
+    })();
+    track(work);
+    return work;
+  }
+
+  function track(p: Promise<unknown>) {
+    background.add(p);
+    p.catch(report).finally(() => background.delete(p));
+  }
+
+  function safe(fn: () => void) {
+    try {
+      fn();
+    } catch (error) {
+      report(error);
+    }
+  }
+
+  // The lost-job sweep and retention.
+  const sweepEvery = options.sweepIntervalMs ?? Math.min(Math.max(Math.floor(lostAfterMs / 4), 10), 30_000);
+  let sweeping = false;
+  const sweepTimer = setInterval(() => {
+    if (sweeping || closed) return;
+    sweeping = true;
+    (async () => {
+      const before = new Date(Date.now() - lostAfterMs);
+      for (const state of await logs.stale(before)) {
+        if (closed) break;
+        if (ending.has(state.requestId) || slots.get(state.requestId)?.active) continue;
+        void endFromHost(state.requestId, "lost", before);
+      }
+      if (retentionMs !== false && logs.prune) await logs.prune(new Date(Date.now() - retentionMs));
+    })()
+      .catch(report)
+      .finally(() => {
+        sweeping = false;
+      });
+  }, sweepEvery);
+  sweepTimer.unref?.();
+
+  /** One StreamLogs call. */
+  class CallRun {
+    readonly ctx: HandlerContext;
+    id = "";
+    slot: Slot | null = null;
+    offset = 0;
+    /** Items of this call seen so far. */
+    index = 0;
+    /** Last state the store returned for the job. */
+    state: JobState | null = null;
+    /** Position the next new item will take (store's committed + items queued). */
+    nextPos = 0;
+    storedBytes = 0;
+    truncated = false;
+    endSeen = false;
+    pending: LogEntry[] = [];
+    pendingAt = 0;
+    pendingBytes = 0;
+    flushing: Promise<void> | null = null;
+    flushError: unknown = null;
+    /** Set when the call must stop at once (newer call, shutdown). */
+    stopError: RunnerDepotError | null = null;
+    private stopWake: (() => void) | null = null;
+    readonly stopped: Promise<void>;
+
+    constructor(ctx: HandlerContext) {
+      this.ctx = ctx;
+      this.stopped = new Promise<void>((resolve) => {
+        this.stopWake = resolve;
+      });
+    }
+
+    stop(error: RunnerDepotError) {
+      if (this.stopError) return;
+      this.stopError = error;
+      this.stopWake?.();
+    }
+
+    get committed(): number {
+      return this.state?.committed ?? 0;
+    }
+
+    /** Queues a new entry; flushes in the background, batching whatever piles up meanwhile. */
+    async enqueue(entry: LogEntry): Promise<void> {
+      if (this.pending.length === 0) this.pendingAt = this.nextPos;
+      this.pending.push(entry);
+      this.pendingBytes += entry.bytes + 64;
+      this.nextPos++;
+      if (!this.flushing) this.flushing = this.flushLoop();
+      if (this.pending.length >= BACKPRESSURE_ITEMS || this.pendingBytes >= BACKPRESSURE_BYTES) await this.guard(this.flushing);
+      if (this.flushError) throw this.flushError;
+    }
+
+    private async flushLoop(): Promise<void> {
+      try {
+        while (this.pending.length > 0 && !this.flushError) {
+          const batch = this.pending;
+          const at = this.pendingAt;
+          this.pending = [];
+          this.pendingBytes = 0;
+          try {
+            const state = await locked(this.id, async () => {
+              // A newer call or a cancel took the job meanwhile: store nothing more.
+              if (this.stopError) throw this.stopError;
+              const reason = ending.get(this.id);
+              if (reason) throw new EndedSignal(reason);
+              // The job exists in the store once its first item is stored.
+              if (this.state === null) this.state = await logs.open(this.id);
+              return logs.append(this.id, at, batch);
+            });
+            this.state = state;
+            notify(this.id);
+            if (options.onLog) {
+              const lines: StoredLine[] = [];
+              for (const entry of batch) for (const line of entry.stored) lines.push(line);
+              if (lines.length > 0) safe(() => options.onLog!({ requestId: this.id, lines, committed: state.committed }));
+            }
+          } catch (error) {
+            this.flushError = error;
+            this.pending = [];
+          }
+        }
+      } finally {
+        this.flushing = null;
+      }
+    }
+
+    /** Waits until every queued entry is stored; throws what storing threw. */
+    async flush(): Promise<void> {
+      while (this.flushing) await this.flushing;
+      if (this.flushError) throw this.flushError;
+    }
+
+    /** Races `p` with this call being stopped (newer call, shutdown). */
+    async guard<T>(p: Promise<T>): Promise<T> {
+      if (this.stopError) throw this.stopError;
+      return Promise.race([
+        p,
+        this.stopped.then(() => {
+          throw this.stopError;
+        }),
+      ]);
+    }
+
+    /** Current state from the store, refreshed under the job's lock. */
+    async refresh(): Promise<void> {
+      if (!this.id) return;
+      this.state = await locked(this.id, () => logs.get(this.id));
+    }
+  }
+
+  async function streamLogs(requests: AsyncIterable<LogItem>, ctx: HandlerContext): Promise<Ack> {
+    const call = new CallRun(ctx);
+    calls.add(call);
+    const it = requests[Symbol.asyncIterator]();
+    const shutdown = ctx.values.get(kShutdownSignal);
+    const onShutdown = () => call.stop(uErr("UNAVAILABLE", "the server is shutting down; retry the call"));
+    shutdown?.addEventListener("abort", onShutdown);
+    if (shutdown?.aborted) onShutdown();
+    const onClientGone = () => call.stop(uErr("UNAVAILABLE", "the call was cancelled by the client"));
+    ctx.signal.addEventListener("abort", onClientGone);
+    try {
+      const ack = await runCall(call, it);
+      // Success: the trailer says where the job stands (an accepted end included).
+      if (call.id && !ctx.responseTrailer.has(COMMITTED_HEADER)) ctx.responseTrailer.set(COMMITTED_HEADER, String(call.committed));
+      return ack;
+    } catch (error) {
+      throw await toResponseError(call, error);
+    } finally {
+      shutdown?.removeEventListener("abort", onShutdown);
+      ctx.signal.removeEventListener("abort", onClientGone);
+      calls.delete(call);
+      if (call.slot) {
+        if (call.slot.active === call) call.slot.active = null;
+        release(call.id, call.slot);
+      }
+    }
+  }
+
+  /** Reads the next item, or null at the end of the request stream. */
+  async function nextItem(call: CallRun, it: AsyncIterator<LogItem>): Promise<LogItem | null> {
+    let timer: NodeJS.Timeout | undefined;
+    const idle = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(uErr("DEADLINE_EXCEEDED", `no item for ${limits.idleMs} ms; the call was ended`)),
+        limits.idleMs,
+      );
+    });
+    const read = it.next();
+    // The read may settle after we gave up on it (stream reset); never leave it unhandled.
+    read.catch(() => undefined);
+    try {
+      const result = await call.guard(Promise.race([read, idle]));
+      return result.done ? null : result.value;
+    } catch (error) {
+      if (error instanceof ConnectError && error.code === Code.ResourceExhausted) {
+        throw new RunnerDepotError("RESOURCE_EXHAUSTED", `a message is over the ${limits.messageBytes}-byte limit; split the line`, { cause: error });
+      }
+      throw error;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async function authenticate(call: CallRun, id: string): Promise<void> {
+    const headers = call.ctx.requestHeader;
+    const token = bearer(headers.get("authorization"));
+    if (options.authorize) {
+      try {
+        await options.authorize({
+          requestId: id,
+          headers,
+          token,
+          offset: parseOffset(headers.get(OFFSET_HEADER)),
+          protocol: call.ctx.protocolName,
+          signal: call.ctx.signal,
+        });
+      } catch (error) {
+        if (error instanceof RunnerDepotError || error instanceof ConnectError) throw error;
+        throw new RunnerDepotError("PERMISSION_DENIED", error instanceof Error ? error.message : "not authorized", { cause: error });
+      }
+      return;
+    }
+    if (secrets && token !== null && !verifyJobToken(secrets, id, token)) {
+      throw uErr("PERMISSION_DENIED", "the token is not valid for this job");
+    }
+  }
+
+  async function runCall(call: CallRun, it: AsyncIterator<LogItem>): Promise<Ack> {
+    const headers = call.ctx.requestHeader;
+    // Token presence and form are checked before anything is read (first in the check order).
+    if (secrets && !options.authorize && bearer(headers.get("authorization")) === null) {
+      throw uErr("UNAUTHENTICATED", "missing or malformed authorization: expected `Bearer <token>`");
+    }
+    const offset = parseOffset(headers.get(OFFSET_HEADER));
+
+    const first = await nextItem(call, it);
+    if (first === null) {
+      if (Number.isNaN(offset)) throw uErr("INVALID_ARGUMENT", `malformed ${OFFSET_HEADER}: expected a non-negative integer`);
+      // A call with zero items is fine, and names no job: no runner-committed to give.
+      return create(AckSchema, { ok: true });
+    }
+    const id = normalizeRequestId(first.requestId);
+    if (id === null) throw uErr("INVALID_ARGUMENT", `request_id is not a UUID: ${JSON.stringify(first.requestId.slice(0, 64))}`);
+    await authenticate(call, id);
+    if (options.requireKnownJobs) {
+      const known = await logs.get(id);
+      if (!known?.expected) throw uErr("NOT_FOUND", `unknown job ${id}`);
+    }
+
+    // The newer call wins, and only now that it has passed auth.
+    call.id = id;
+    const slot = slotOf(id);
+    slot.refs++;
+    call.slot = slot;
+    const older = slot.active;
+    slot.active = call;
+    older?.stop(uErr("ABORTED", "replaced by a newer call of the same job"));
+    await call.guard(call.refresh());
+
+    if (Number.isNaN(offset)) throw uErr("INVALID_ARGUMENT", `malformed ${OFFSET_HEADER}: expected a non-negative integer`);
+    call.offset = offset;
+
+    try {
+      let item: LogItem | null = first;
+      while (item !== null) {
+        await processItem(call, item);
+        if (call.stopError) throw call.stopError;
+        item = await nextItem(call, it);
+      }
+      await call.guard(call.flush());
+      return create(AckSchema, { ok: true });
+    } catch (error) {
+      if (error instanceof EndedSignal) return endedAck(call, error.reason);
+      throw error;
+    }
+  }
+
+  async function endedAck(call: CallRun, reason: EndedReason): Promise<Ack> {
+    // Queued entries of a job the orchestrator dropped are not stored.
+    call.pending = [];
+    try {
+      await call.flush();
+    } catch {
+      // The flush was refused because the job ended; the state below says where it stands.
+    }
+    await call.refresh().catch(() => undefined);
+    call.ctx.responseTrailer.set(COMMITTED_HEADER, String(call.committed));
+    call.ctx.responseTrailer.set(REASON_HEADER, reason);
+    return create(AckSchema, { ok: false });
+  }
+
+  function endedReasonOf(call: CallRun): EndedReason | null {
+    const hostReason = ending.get(call.id);
+    if (hostReason) return hostReason;
+    const status = call.state?.status;
+    if (status === "cancelled" || status === "lost") return status;
+    return null;
+  }
+
+  async function processItem(call: CallRun, item: LogItem): Promise<void> {
+    const index = call.index++;
+    if (index > 0 && item.requestId.toLowerCase() !== call.id) {
+      throw uErr("INVALID_ARGUMENT", "all items of a call must carry the same request_id");
+    }
+    if (call.endSeen) throw uErr("INVALID_ARGUMENT", "no item may follow the end item");
+    const event = item.event;
+    if (event.case === undefined) throw uErr("INVALID_ARGUMENT", "an item must carry a log line or the job end");
+
+    const hostReason = endedReasonOf(call);
+    if (hostReason) throw new EndedSignal(hostReason);
+    const pos = call.offset + index;
+    if (call.state?.status === "finished") {
+      // Duplicates of a finished job are harmless; anything new is refused.
+      if (pos < call.state.committed) {
+        if (event.case === "end") call.endSeen = true;
+        return;
+      }
+      throw new EndedSignal("ended");
+    }
+    if (index === 0) {
+      if (pos > call.committed) {
+        throw new RunnerDepotError("FAILED_PRECONDITION", `offset ${pos} is past the ${call.committed} items stored; resend from ${call.committed}`);
+      }
+      call.nextPos = call.committed;
+      call.storedBytes = call.state?.storedBytes ?? 0;
+      call.truncated = call.state?.logTruncated ?? false;
+    }
+    if (pos < call.nextPos) {
+      // A resend of a stored item: skipped, not compared.
+      if (event.case === "end") call.endSeen = true;
+      return;
+    }
+
+    if (event.case === "log") {
+      await call.enqueue(entryFor(call, event.value.line, event.value.stderr));
+      return;
+    }
+
+    // The end item: store what came before, publish, then record.
+    call.endSeen = true;
+    await call.guard(call.flush());
+    const at = call.nextPos;
+    const result = await call.guard(
+      locked(call.id, async () => {
+        if (call.stopError) throw call.stopError;
+        const reason = ending.get(call.id);
+        if (reason) throw new EndedSignal(reason);
+        const state = (await logs.get(call.id)) ?? (await logs.open(call.id));
+        if (state.status !== "open") {
+          call.state = state;
+          throw new EndedSignal(state.status === "finished" ? "ended" : state.status);
+        }
+        const now = new Date();
+        const end = event.value;
+        const result: JobResult = {
+          requestId: call.id,
+          outcome: "finished",
+          exitCode: end.exitCode,
+          success: end.success,
+          repoUrl: end.repoUrl || (typeof state.info.repoUrl === "string" ? state.info.repoUrl : ""),
+          commitSha: end.commitSha || (typeof state.info.commitSha === "string" ? state.info.commitSha : ""),
+          lines: { ...state.lines },
+          logTruncated: state.logTruncated,
+          startedAt: state.startedAt ?? now.toISOString(),
+          endedAt: now.toISOString(),
+        };
+        call.state = state;
+        await publishBounded(result, closeController.signal);
+        const finished = await logs.finish(call.id, result, { at });
+        call.state = finished.state;
+        return finished.first ? result : null;
+      }),
+    );
+    call.nextPos = at + 1;
+    notify(call.id);
+    if (result) safe(() => options.onEnd?.(result));
+  }
+
+  function entryFor(call: CallRun, line: string, stderr: boolean): LogEntry {
+    if (call.truncated) return { stored: [], stderr, bytes: 0 };
+    let text = line;
+    let bytes = Buffer.byteLength(line, "utf8");
+    const stored: StoredLine[] = [];
+    let marker: StoredLine | null = null;
+    if (bytes > limits.lineBytes) {
+      const cut = cutUtf8(line, limits.lineBytes);
+      marker = { line: `${MARKER_PREFIX} line truncated: ${bytes} bytes, kept ${cut.bytes}`, stderr, marker: true };
+      text = cut.text;
+      bytes = cut.bytes;
+    }
+    if (call.storedBytes + bytes > limits.jobLogBytes) {
+      call.truncated = true;
+      return {
+        stored: [
+          {
+            line: `${MARKER_PREFIX} log truncated: the job log reached its ${limits.jobLogBytes}-byte limit; later lines are counted, not stored`,
+            stderr,
+            marker: true,
+          },
+        ],
+        stderr,
+        bytes: 0,
+        capped: true,
+      };
+    }
+    stored.push({ line: text, stderr });
+    if (marker) stored.push(marker);
+    call.storedBytes += bytes;
+    return { stored, stderr, bytes };
+  }
+
+  /** Turns any failure into the ConnectError the runner sees, with `runner-committed` when the job is known. */
+  async function toResponseError(call: CallRun, error: unknown): Promise<ConnectError> {
+    const err = RunnerDepotError.from(error instanceof EndedSignal ? uErr("INTERNAL", "unexpected end signal") : error);
+    if (err.code === "INTERNAL") report(error);
+    if (!call.id || !call.slot) return err.toConnectError();
+    // Items received before the failure stay stored, unless this call was replaced.
+    if (err.code !== "ABORTED") {
+      try {
+        await call.flush();
+      } catch (flushError) {
+        if (!(flushError instanceof EndedSignal)) report(flushError);
+      }
+    }
+    if (err.code !== "ABORTED" || call.state === null) await call.refresh().catch(() => undefined);
+    const committed = String(call.committed);
+    const metadata = new Headers({ [COMMITTED_HEADER]: committed });
+    // gRPC copies error metadata into the trailers; the Connect protocol sends the trailer set.
+    if (call.ctx.protocolName === "connect") call.ctx.responseTrailer.set(COMMITTED_HEADER, committed);
+    else call.ctx.responseTrailer.delete(COMMITTED_HEADER);
+    return err.toConnectError(metadata);
+  }
+
+  const service: RunnerService = {
+    async streamLogs(requests, ctx) {
+      if (closed) throw uErr("UNAVAILABLE", "the runner service is closed").toConnectError();
+      return streamLogs(requests, ctx);
+    },
+    async expectJob(requestId, info = {}) {
+      const id = normalizeRequestId(requestId);
+      if (id === null) throw uErr("INVALID_ARGUMENT", `not a UUID: ${requestId}`);
+      return locked(id, () => logs.open(id, { expect: true, info, now: new Date() }));
+    },
+    async cancelJob(requestId, _reason) {
+      const id = normalizeRequestId(requestId);
+      if (id === null) throw uErr("INVALID_ARGUMENT", `not a UUID: ${requestId}`);
+      // Marked at once, so calls in flight stop storing at their next item.
+      if (!ending.has(id)) {
+        const known = await logs.get(id);
+        if (known && known.status !== "open") return null;
+        ending.set(id, "cancelled");
+      }
+      return endFromHost(id, "cancelled");
+    },
+    follow(requestId, followOptions = {}) {
+      const id = normalizeRequestId(requestId);
+      if (id === null) throw uErr("INVALID_ARGUMENT", `not a UUID: ${requestId}`);
+      return followJob(id, followOptions.from ?? 0, followOptions.signal);
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      clearInterval(sweepTimer);
+      closeController.abort();
+      await Promise.allSettled([...background]);
+    },
+    get acceptsAnyCaller() {
+      return acceptsAnyCaller;
+    },
+    get limits() {
+      return limits;
+    },
+    get logs() {
+      return logs;
+    },
+    get activeCalls() {
+      return calls.size;
+    },
+  };
+
+  async function* followJob(id: string, from: number, signal?: AbortSignal): AsyncGenerator<StoredLine> {
+    let position = from;
+    let wake: (() => void) | null = null;
+    let dirty = false;
+    const watcher = () => {
+      dirty = true;
+      wake?.();
+    };
+    let set = watchers.get(id);
+    if (!set) watchers.set(id, (set = new Set()));
+    set.add(watcher);
+    const onAbort = () => wake?.();
+    signal?.addEventListener("abort", onAbort);
+    try {
+      for (;;) {
+        dirty = false;
+        const lines = await logs.read(id, position, 1024);
+        for (const line of lines) yield line;
+        position += lines.length;
+        if (lines.length === 1024) continue;
+        const state = await logs.get(id);
+        if (state && state.status !== "open" && position >= state.storedLines) return;
+        if (signal?.aborted || closed) return;
+        if (dirty) continue;
+        // Woken by this process's appends; polled for stores shared with other replicas.
+        await new Promise<void>((resolve) => {
+          wake = resolve;
+          setTimeout(resolve, 1000).unref?.();
+        });
+        wake = null;
+      }
+    } finally {
+      set.delete(watcher);
+      if (set.size === 0) watchers.delete(id);
+      signal?.removeEventListener("abort", onAbort);
+    }
+  }
+
+  return service;
+}
+
+/** `Bearer <token>` → token; anything else → null. */
+function bearer(value: string | null): string | null {
+  if (value === null) return null;
+  const match = /^Bearer ([A-Za-z0-9\-._~+/]+=*)$/i.exec(value.trim());
+  return match ? match[1]! : null;
+}
+
+/** `runner-offset` → offset; absent → 0; malformed → NaN. */
+function parseOffset(value: string | null): number {
+  if (value === null) return 0;
+  if (!/^[0-9]{1,15}$/.test(value.trim())) return Number.NaN;
+  return Number(value.trim());
+}
+
+/** The longest prefix of `line` within `max` UTF-8 bytes, cut at a character boundary. */
+export function cutUtf8(line: string, max: number): { text: string; bytes: number } {
+  const buf = Buffer.from(line, "utf8");
+  if (buf.length <= max) return { text: line, bytes: buf.length };
+  let cut = max;
+  // Back off over continuation bytes (10xxxxxx) so no character is split.
+  while (cut > 0 && (buf[cut]! & 0xc0) === 0x80) cut--;
+  return { text: buf.subarray(0, cut).toString("utf8"), bytes: cut };
+}
+
+function stripUndefined<T extends object>(value: T): Partial<T> {
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as Partial<T>;
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    p,
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}

@@ -1,0 +1,148 @@
+/** RabbitMQ queue: the queue conformance suite against the real broker. */
+import { randomUUID } from "node:crypto";
+import amqp from "amqplib";
+import type { Channel, ChannelModel } from "amqplib";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createRabbitMqQueue } from "../src/adapters/rabbitmq/index.js";
+import type { RabbitMqQueue, RabbitMqQueueOptions } from "../src/adapters/rabbitmq/index.js";
+import { describeQueueAdapter, sampleJobResult } from "../src/testing/index.js";
+import type { ConsumedMessage } from "../src/testing/index.js";
+import { RABBITMQ_URL, startTcpProxy } from "./backends-fixtures.js";
+import type { TcpProxy } from "./backends-fixtures.js";
+
+let proxy: TcpProxy;
+let reader: ChannelModel;
+let channel: Channel;
+const queueNames = new WeakMap<RabbitMqQueue, string>();
+
+beforeAll(async () => {
+  proxy = await startTcpProxy("127.0.0.1", 5672);
+  // The back door talks to the broker directly, not through the proxy.
+  reader = await amqp.connect(RABBITMQ_URL);
+  channel = await reader.createChannel();
+});
+afterAll(async () => {
+  await reader?.close().catch(() => {});
+  await proxy?.close();
+});
+
+/** A queue adapter on its own throw-away broker queue (deleted by the broker when unused). */
+function make(extra: Partial<RabbitMqQueueOptions> = {}): RabbitMqQueue {
+  const queue = `rd-test-${randomUUID()}`;
+  const adapter = createRabbitMqQueue({
+    url: proxy.url(RABBITMQ_URL),
+    queue,
+    queueArguments: { "x-expires": 120_000 },
+    reconnectDelayMs: { initial: 50, max: 500 },
+    ...extra,
+  });
+  queueNames.set(adapter, extra.queue ?? queue);
+  return adapter;
+}
+
+async function drain(queue: string): Promise<ConsumedMessage[]> {
+  const out: ConsumedMessage[] = [];
+  for (;;) {
+    const msg = await channel.get(queue, { noAck: true });
+    if (!msg) return out;
+    out.push({
+      body: JSON.parse(msg.content.toString("utf8")),
+      messageId: msg.properties.messageId,
+      contentType: msg.properties.contentType,
+      type: msg.properties.type,
+      persistent: msg.properties.deliveryMode === 2,
+    });
+  }
+}
+
+describeQueueAdapter("rabbitmq", () => make(), {
+  consume: (q) => drain(queueNames.get(q)!),
+  properties: true,
+  outage: {
+    break: () => proxy.break(),
+    heal: () => proxy.heal(),
+    impatient: () => make({ publishTimeoutMs: 1000 }),
+  },
+});
+
+describe("rabbitmq queue: extra cases", () => {
+  it("declares a durable queue and binds it to a named exchange with the routing key", async () => {
+    const queue = `rd-test-${randomUUID()}`;
+    const exchange = `rd-test-x-${randomUUID()}`;
+    const adapter = createRabbitMqQueue({ url: RABBITMQ_URL, exchange, routingKey: "job.results", queue, queueArguments: { "x-expires": 60_000 } });
+    try {
+      const result = sampleJobResult();
+      await adapter.publishJobResult(result);
+      const declared = await channel.checkQueue(queue);
+      expect(declared.messageCount).toBe(1);
+      const msg = await channel.get(queue, { noAck: true });
+      expect(msg && msg.fields.exchange).toBe(exchange);
+      expect(msg && msg.fields.routingKey).toBe("job.results");
+      expect(msg && JSON.parse(msg.content.toString())).toEqual(result);
+    } finally {
+      await adapter.close();
+      await channel.deleteExchange(exchange).catch(() => {});
+    }
+  });
+
+  it("an unroutable result is not taken as accepted: UNAVAILABLE after the bound", async () => {
+    const exchange = `rd-test-x-${randomUUID()}`;
+    const adapter = createRabbitMqQueue({ url: RABBITMQ_URL, exchange, queue: null, routingKey: "nowhere", publishTimeoutMs: 800 });
+    try {
+      await expect(adapter.publishJobResult(sampleJobResult())).rejects.toMatchObject({ code: "UNAVAILABLE" });
+    } finally {
+      await adapter.close();
+      await channel.deleteExchange(exchange).catch(() => {});
+    }
+  });
+
+  it("a broker-side channel error never crashes the process: reported, then UNAVAILABLE after the bound", async () => {
+    const exchange = `rd-test-x-${randomUUID()}`;
+    await channel.assertExchange(exchange, "fanout", { durable: false, autoDelete: false });
+    const errors: unknown[] = [];
+    // The adapter declares the exchange as `direct`: the broker closes its channel (406).
+    const adapter = createRabbitMqQueue({
+      url: RABBITMQ_URL,
+      exchange,
+      queue: null,
+      routingKey: "x",
+      publishTimeoutMs: 800,
+      reconnectDelayMs: { initial: 50, max: 200 },
+      onError: (e) => errors.push(e),
+    });
+    try {
+      await expect(adapter.publishJobResult(sampleJobResult())).rejects.toMatchObject({ code: "UNAVAILABLE" });
+      expect(errors.length).toBeGreaterThan(0);
+      expect(String(errors[0])).toMatch(/PRECONDITION_FAILED|406/);
+    } finally {
+      await adapter.close();
+      await channel.deleteExchange(exchange).catch(() => {});
+    }
+  });
+
+  it("reconnects in the background after the connection drops", async () => {
+    const adapter = make();
+    try {
+      await adapter.ready();
+      expect(adapter.connected).toBe(true);
+      await proxy.break();
+      await expect.poll(() => adapter.connected).toBe(false);
+      await proxy.heal();
+      await expect.poll(() => adapter.connected, { timeout: 10_000 }).toBe(true);
+      const result = sampleJobResult();
+      await adapter.publishJobResult(result);
+      expect((await drain(queueNames.get(adapter)!)).map((m) => m.body)).toEqual([result]);
+    } finally {
+      await proxy.heal();
+      await adapter.close();
+    }
+  });
+
+  it("publish after close rejects with UNAVAILABLE; close twice is harmless", async () => {
+    const adapter = make();
+    await adapter.publishJobResult(sampleJobResult());
+    await adapter.close();
+    await adapter.close();
+    await expect(adapter.publishJobResult(sampleJobResult())).rejects.toMatchObject({ code: "UNAVAILABLE" });
+  });
+});

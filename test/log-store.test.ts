@@ -1,0 +1,102 @@
+/**
+ * The two JobLogStore adapters of this package (memory, filesystem) under the port's
+ * conformance suite, plus the filesystem store's own durability cases.
+ */
+import { randomUUID } from "node:crypto";
+import { mkdtempSync, rmSync, readFileSync, appendFileSync, writeFileSync, readdirSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { createMemoryLogStore } from "../src/adapters/memory/index.js";
+import { createFsLogStore } from "../src/adapters/fs/index.js";
+import { describeJobLogStore } from "../src/testing/log-store-suite.js";
+import { logEntry, sampleJobResult } from "../src/testing/helpers.js";
+
+const root = mkdtempSync(join(tmpdir(), "runner-depot-log-store-"));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+let n = 0;
+const freshDir = () => join(root, `store-${n++}`);
+const dirs = new WeakMap<object, string>();
+
+describeJobLogStore("memory", () => createMemoryLogStore());
+
+describeJobLogStore(
+  "fs",
+  () => {
+    const dir = freshDir();
+    const store = createFsLogStore(dir);
+    dirs.set(store, dir);
+    return store;
+  },
+  { reopen: (store) => createFsLogStore(dirs.get(store)!) },
+);
+
+describe("fs log store: durability on disk", () => {
+  it("a new store on the same directory sees jobs written by a closed one (a process restart)", async () => {
+    const dir = freshDir();
+    const a = createFsLogStore(dir);
+    const id = randomUUID();
+    await a.open(id, { expect: true, info: { repoUrl: "https://git.example/x.git" } });
+    await a.append(id, 0, [logEntry("one"), logEntry("twø", true)]);
+    await a.close();
+    const b = createFsLogStore(dir);
+    expect(await b.get(id)).toMatchObject({ committed: 2, storedLines: 2, expected: true, info: { repoUrl: "https://git.example/x.git" } });
+    expect(await b.read(id)).toEqual([
+      { line: "one", stderr: false },
+      { line: "twø", stderr: true },
+    ]);
+    await b.close();
+  });
+
+  it("a torn write past the recorded length (crash before the state file) is dropped on restart", async () => {
+    const dir = freshDir();
+    const a = createFsLogStore(dir);
+    const id = randomUUID();
+    await a.append(id, 0, [logEntry("kept")]);
+    await a.close();
+    // Bytes that reached the log file but never the state file.
+    appendFileSync(join(dir, "jobs", `${id}.log`), 'o"torn half-wri');
+    writeFileSync(join(dir, "jobs", `${id}.json.123.tmp`), "{ half a state");
+    const b = createFsLogStore(dir);
+    expect((await b.get(id))?.committed).toBe(1);
+    expect(await b.read(id)).toEqual([{ line: "kept", stderr: false }]);
+    await b.append(id, 1, [logEntry("next")]);
+    expect((await b.read(id)).map((l) => l.line)).toEqual(["kept", "next"]);
+    expect(readdirSync(join(dir, "jobs")).filter((f) => f.endsWith(".tmp"))).toEqual([]);
+    await b.close();
+    const c = createFsLogStore(dir);
+    expect((await c.read(id)).map((l) => l.line)).toEqual(["kept", "next"]);
+    await c.close();
+  });
+
+  it("the state file is plain JSON and the log is append-only records, one per stored line", async () => {
+    const dir = freshDir();
+    const store = createFsLogStore(dir);
+    const id = randomUUID();
+    await store.append(id, 0, [logEntry("a\nb"), { stored: [{ line: "m", stderr: true, marker: true }], stderr: true, bytes: 0, capped: true }]);
+    await store.finish(id, sampleJobResult({ requestId: id }), { at: 2 });
+    const state = JSON.parse(readFileSync(join(dir, "jobs", `${id}.json`), "utf8"));
+    expect(state).toMatchObject({ requestId: id, status: "finished", committed: 3, logTruncated: true });
+    expect(readFileSync(join(dir, "jobs", `${id}.log`), "utf8").split("\n")).toHaveLength(3);
+    await store.close();
+  });
+
+  it("reads from any offset across index checkpoints and large records", async () => {
+    const dir = freshDir();
+    const store = createFsLogStore(dir);
+    const id = randomUUID();
+    const texts = Array.from({ length: 3000 }, (_, i) => (i % 997 === 0 ? "é".repeat(300_000) : `line ${i}`));
+    await store.append(id, 0, texts.slice(0, 1000).map((t) => logEntry(t)));
+    // The index is built by the first read, then kept current by later appends.
+    expect((await store.read(id, 990, 5)).map((l) => l.line)).toEqual(texts.slice(990, 995));
+    await store.append(id, 1000, texts.slice(1000).map((t) => logEntry(t)));
+    for (const from of [0, 255, 256, 257, 997, 1993, 2999]) {
+      expect((await store.read(id, from, 3)).map((l) => l.line)).toEqual(texts.slice(from, from + 3));
+    }
+    await store.close();
+    const again = createFsLogStore(dir);
+    expect((await again.read(id, 1994, 2)).map((l) => l.line)).toEqual(texts.slice(1994, 1996));
+    expect(await again.read(id)).toHaveLength(3000);
+    await again.close();
+  });
+});
