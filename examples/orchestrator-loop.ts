@@ -6,7 +6,8 @@
  *   npx tsx examples/orchestrator-loop.ts
  *
  * Needs RabbitMQ at AMQP_URL (default amqp://guest:guest@127.0.0.1:5672). Uses a fresh
- * queue per run and deletes it afterwards.
+ * queue per run and deletes it afterwards. Exits 1 unless the job finished and the VM's
+ * agent exited 0.
  *
  * Imports go to the package's source by relative path: `runner-depot` itself only
  * resolves after a build and an install (in a host: `from "runner-depot/runner"` and
@@ -21,8 +22,7 @@ import { fileURLToPath } from "node:url";
 import amqp from "amqplib";
 import { parse as parseYaml } from "yaml";
 import { createRabbitMqQueue, JOB_RESULT_MESSAGE_TYPE } from "../src/adapters/rabbitmq/index.js";
-import { renderCloudInit } from "../src/runner/cloud-init.js";
-import { createRunnerService, mintJobToken, startRunnerServer } from "../src/runner/index.js";
+import { createRunnerService, mintJobToken, renderCloudInit, startRunnerServer } from "../src/runner/index.js";
 import type { JobResult } from "../src/runner/index.js";
 
 const AMQP_URL = process.env.AMQP_URL ?? "amqp://guest:guest@127.0.0.1:5672";
@@ -31,7 +31,9 @@ const here = dirname(fileURLToPath(import.meta.url));
 // --- the orchestrator's side -------------------------------------------------------
 const secret = randomBytes(32);
 const queueName = `runner-depot.example.${randomUUID()}`;
-const queue = createRabbitMqQueue({ url: AMQP_URL, queue: queueName });
+// x-expires: should this run die half-way, the broker drops its queue after a minute unused.
+const queueArguments = { "x-expires": 60_000 };
+const queue = createRabbitMqQueue({ url: AMQP_URL, queue: queueName, queueArguments });
 await queue.ready(5000);
 const runner = createRunnerService(queue, { secret, requireKnownJobs: true });
 const server = await startRunnerServer(runner, { host: "127.0.0.1", port: 0 });
@@ -40,7 +42,7 @@ console.log(`orchestrator-loop: runner service on ${server.url}, results to Rabb
 // A consumer, as the integration layer would run it: dedupe on messageId, ack after use.
 const amqpConnection = await amqp.connect(AMQP_URL);
 const channel = await amqpConnection.createChannel();
-await channel.assertQueue(queueName, { durable: true });
+await channel.assertQueue(queueName, { durable: true, arguments: queueArguments });
 const results = new Map<string, (result: JobResult) => void>();
 await channel.consume(queueName, (message) => {
   if (!message) return;

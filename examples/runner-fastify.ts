@@ -17,8 +17,7 @@ import { randomUUID } from "node:crypto";
 import http2 from "node:http2";
 import Fastify from "fastify";
 import { createMemoryQueue } from "../src/adapters/memory/index.js";
-import { createRunnerClient } from "../src/runner/client.js";
-import { createRunnerHandler, createRunnerService } from "../src/runner/index.js";
+import { createRunnerClient, createRunnerHandler, createRunnerService } from "../src/runner/index.js";
 
 const serveMode = process.argv.includes("--serve");
 
@@ -34,7 +33,8 @@ await app.register(async (scope) => {
   scope.addContentTypeParser("*", (_request, _payload, done) => done(null));
   scope.post("/runner.v1.Runner/*", (request, reply) => {
     reply.hijack();
-    runnerHandler.handler(request.raw, reply.raw);
+    // Plugin scopes are typed with Fastify's default (HTTP/1) raw types; this server is HTTP/2.
+    runnerHandler.handler(request.raw as unknown as http2.Http2ServerRequest, reply.raw as unknown as http2.Http2ServerResponse);
   });
 });
 

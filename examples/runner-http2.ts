@@ -11,8 +11,7 @@ import { randomUUID } from "node:crypto";
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { createMemoryQueue } from "../src/adapters/memory/index.js";
-import { createRunnerClient } from "../src/runner/client.js";
-import { createRunnerHandler, createRunnerService } from "../src/runner/index.js";
+import { createRunnerClient, createRunnerHandler, createRunnerService } from "../src/runner/index.js";
 
 const serveMode = process.argv.includes("--serve");
 

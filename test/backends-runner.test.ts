@@ -182,11 +182,14 @@ describe("runner on PostgreSQL: two servers share one log store", () => {
       for (const s of servers) await s.close();
       for (const r of runners) await r.close();
       for (const q of queues) await q.close();
+      for (const l of logs) await l.close?.();
     }
-    const messages = (await drainQueue(queueName)).filter((m) => m.messageId === requestId);
-    expect(messages).toHaveLength(1);
-    expect(messages[0]!.body).toMatchObject({ requestId, outcome: "finished", lines: { stdout: total - total / 5, stderr: total / 5 } });
-    for (const l of logs) await l.close?.();
-    await db.drop();
+    try {
+      const messages = (await drainQueue(queueName)).filter((m) => m.messageId === requestId);
+      expect(messages).toHaveLength(1);
+      expect(messages[0]!.body).toMatchObject({ requestId, outcome: "finished", lines: { stdout: total - total / 5, stderr: total / 5 } });
+    } finally {
+      await db.drop();
+    }
   });
 });

@@ -51,6 +51,8 @@ async function makeTree(root: string, seed: string) {
   await chmod(path.join(root, "private"), 0o700);
   // Commas, spaces, percent signs and non-ASCII must survive header encoding.
   await writeFile(path.join(root, "lib/ünï cödé, 100%.txt"), `unicode ${seed}`);
+  // Longer than ustar's 100-byte name field: the archive needs a pax header.
+  await writeFile(path.join(root, "lib/deep/er", `${"long-name-".repeat(14)}${seed}.txt`), `long ${seed}`);
   await symlink("../bin/tool", path.join(root, "lib/tool-link"));
   await symlink("deep/er", path.join(root, "lib/er-link"));
 }
@@ -256,6 +258,24 @@ describe("install failures", () => {
     expect(error.code).toBe("DEPENDENCY_CONFLICT");
     expect(error.message).toContain("^1 (required by conf-app@1.0.0 → conf-a@1.0.0)");
     expect(error.message).toContain("^2 (required by conf-app@1.0.0 → conf-b@1.0.0)");
+  });
+
+  it("refuses to run while another live install holds the lock, and takes over a dead one's", async () => {
+    const client = createDepotClient({ baseUrl: depot.url });
+    await client.publish({ name: "locked", version: "1.0.0", items: readme() });
+    const target = await depot.tempDir("lock");
+    await mkdir(path.join(target, ".runner-depot"));
+    const lock = path.join(target, ".runner-depot", "lock");
+    await writeFile(lock, String(process.pid));
+    const error = await failure(client.install("locked", target));
+    expect(error.code).toBe("CONFLICT");
+    expect(error.message).toContain(`pid ${process.pid}`);
+    expect(existsSync(path.join(target, "locked"))).toBe(false);
+    // A pid no process has (beyond pid_max): the lock is stale.
+    await writeFile(lock, "4194305");
+    await client.install("locked", target);
+    expect(await readFile(path.join(target, "locked", "README"), "utf8")).toBe("readme");
+    expect(existsSync(lock)).toBe(false);
   });
 
   it("keeps the previous install when a later package fails to verify", async () => {

@@ -205,6 +205,14 @@ describe("extractPackage", () => {
     expect((await failure(extractPackage([missing], path.join(tmp, "l4")))).message).toContain("licence(s) missing");
   });
 
+  it("refuses a manifest larger than maxManifestBytes", async () => {
+    const tarball = await archive({ items: [file("a", "a")], attributes: { padding: "x".repeat(5000) } }, [{ name: "a", content: "a" }]);
+    const error = await failure(extractPackage([tarball], target, { maxManifestBytes: 4096 }));
+    expect(error.code).toBe("ARCHIVE_INVALID");
+    expect(error.message).toContain("larger than 4096 bytes");
+    await extractPackage([tarball], path.join(tmp, "roomy"), { maxManifestBytes: 8192 });
+  });
+
   it("refuses to extract a whole package into a non-empty directory", async () => {
     await writeFile(path.join(target, "old"), "x");
     const tarball = await archive({ items: [] }, []);

@@ -14,8 +14,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { compileErrors, dereference, validate } from "@readme/openapi-parser";
-import Ajv2020Module from "ajv/dist/2020.js";
-import addFormatsModule from "ajv-formats";
+import ajv2020Module from "ajv/dist/2020.js";
+import ajvFormatsModule from "ajv-formats";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createFsStore } from "../src/adapters/fs/store.js";
 import { createS3BlobStore } from "../src/adapters/s3/index.js";
@@ -26,9 +26,10 @@ import { createPackageRouter, type PackageRouterOptions } from "../src/depot/rou
 import { servePackageRouter, type PackageServer } from "../src/depot/serve.js";
 import { startS3, type S3Fixture } from "./backends-fixtures.js";
 
-// ajv is CommonJS: under NodeNext its default import is the module object.
-const Ajv2020 = ((Ajv2020Module as unknown as { default?: typeof Ajv2020Module }).default ?? Ajv2020Module) as typeof Ajv2020Module;
-const addFormats = ((addFormatsModule as unknown as { default?: typeof addFormatsModule }).default ?? addFormatsModule) as typeof addFormatsModule;
+// ajv and ajv-formats are CommonJS: under NodeNext their default import is module.exports,
+// which carries the class / plugin again as `.default`.
+const Ajv2020 = ajv2020Module.default;
+const addFormats = ajvFormatsModule.default;
 
 const SPEC = fileURLToPath(new URL("../openapi.yaml", import.meta.url));
 
@@ -51,7 +52,7 @@ interface Exercise {
 }
 
 let doc: Json;
-let ajv: InstanceType<typeof Ajv2020Module>;
+let ajv: InstanceType<typeof Ajv2020>;
 const operations = new Map<string, { method: string; template: string; op: Json }>();
 const exercised: Exercise[] = [];
 const dirs: string[] = [];
@@ -247,7 +248,7 @@ describe("openapi.yaml", () => {
   it("the validator rejects a broken copy (the check can fail)", async () => {
     const copy = structuredClone(await dereference(SPEC)) as Json;
     copy.paths["/catalog"].get.responses = { "2XY": { description: "not a status" } };
-    const result = await validate(copy);
+    const result = await validate(copy as Parameters<typeof validate>[0]);
     expect(result.valid).toBe(false);
   });
 
@@ -280,7 +281,7 @@ describe("openapi.yaml", () => {
 
 describe("the depot as built answers as documented", () => {
   let t1 = "";
-  let archive = Buffer.alloc(0);
+  let archive: Buffer = Buffer.alloc(0);
   let etag = "";
   let deltaEtag = "";
 

@@ -174,7 +174,8 @@ describe("runner service over gRPC (open service, fs log store)", () => {
     const id = randomUUID();
     await send(h.client, [line(id, "a"), end(id)]);
     expect(await send(h.client, [line(id, "more")], { offset: 2 })).toMatchObject({ ok: false, reason: "ended", committed: "2" });
-    expect(await send(h.client, [line(id, "a"), line(id, "more")], { offset: 0 })).toMatchObject({ ok: false, reason: "ended", committed: "2" });
+    // Item 1 was the end (a duplicate); item 2 is new.
+    expect(await send(h.client, [line(id, "dup"), line(id, "more")], { offset: 1 })).toMatchObject({ ok: false, reason: "ended", committed: "2" });
     expect(await send(h.client, [line(id, "x")], { offset: 9 })).toMatchObject({ ok: false, reason: "ended", committed: "2" });
     expect(await storedTexts(h.logs, id)).toEqual(["a"]);
     expect(h.queue.results.filter((r) => r.requestId === id)).toHaveLength(1);

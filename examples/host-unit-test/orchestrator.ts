@@ -4,8 +4,7 @@
  * service, so that only launched jobs may stream (requireKnownJobs).
  */
 import { randomUUID } from "node:crypto";
-import { renderCloudInit } from "../../src/runner/cloud-init.js";
-import { mintJobToken, type RunnerService } from "../../src/runner/index.js";
+import { mintJobToken, renderCloudInit, type RunnerService } from "../../src/runner/index.js";
 
 /** What the host launches. */
 export interface CiJob {

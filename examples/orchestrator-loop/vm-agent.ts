@@ -7,9 +7,7 @@
  * Imports go to the package's source by relative path: `runner-depot` itself only
  * resolves after a build and an install (in a VM image: `from "runner-depot/runner"`).
  */
-import { createRunnerClient } from "../../src/runner/client.js";
-import { runJob } from "../../src/runner/agent.js";
-import { readJobConfig } from "../../src/runner/cloud-init.js";
+import { createRunnerClient, readJobConfig, runJob } from "../../src/runner/index.js";
 
 const at = process.argv.indexOf("--config");
 const job = await readJobConfig(at === -1 ? undefined : process.argv[at + 1]);

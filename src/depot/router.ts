@@ -2,6 +2,7 @@
  * The depot's REST router (depot-api.md): an itty-router v5 router whose `fetch(Request)`
  * answers the installer and packager APIs on top of any PackageStore.
  */
+import { createHash } from "node:crypto";
 import { Router, type IRequest, type RouterType } from "itty-router";
 import { RunnerDepotError } from "../errors.js";
 import { writeArchive, type PackageManifest, type Requirement } from "./archive.js";
@@ -88,6 +89,7 @@ export function createPackageRouter(store: PackageStore, options: PackageRouterO
   });
   const deltaBuilds = new Map<string, Promise<DeltaRecord>>();
   let recovered: Promise<unknown> | undefined;
+  let catalogCache: { revision: string | null; body: string; etag: string } | undefined;
 
   async function principalOf(request: Request, action: DepotAction, name?: string): Promise<string> {
     if (!options.authorize) return "anonymous";
@@ -141,14 +143,20 @@ export function createPackageRouter(store: PackageStore, options: PackageRouterO
 
   const catalogHandler = async (request: IRequest) => {
     await principalOf(request, "read");
-    const record = await catalog();
-    const packages: Record<string, { latest: string; versions: string[]; updatedAt: string }> = {};
-    for (const name of Object.keys(record?.packages ?? {}).sort()) {
-      const listed = catalogVersions(record, name);
-      if (listed) packages[name] = { latest: listed.latest, versions: listed.versions, updatedAt: record!.packages[name]!.updatedAt };
+    const stored = await store.getRecord<CatalogRecord>(keys.catalog);
+    const revision = stored?.revision ?? null;
+    // The body and its ETag are rebuilt only when the record changed, so a 304 is cheap.
+    if (!catalogCache || catalogCache.revision !== revision) {
+      const record = stored?.value;
+      const packages: Record<string, { latest: string; versions: string[]; updatedAt: string }> = {};
+      for (const name of Object.keys(record?.packages ?? {}).sort()) {
+        const listed = catalogVersions(record, name);
+        if (listed) packages[name] = { latest: listed.latest, versions: listed.versions, updatedAt: record!.packages[name]!.updatedAt };
+      }
+      const text = JSON.stringify({ packages, count: Object.keys(packages).length, updatedAt: record?.updatedAt ?? null });
+      catalogCache = { revision, body: text, etag: `"${createHash("sha256").update(text).digest("hex").slice(0, 32)}"` };
     }
-    const body = JSON.stringify({ packages, count: Object.keys(packages).length, updatedAt: record?.updatedAt ?? null });
-    const etag = `"${(await sha256Hex(body)).slice(0, 32)}"`;
+    const { body, etag } = catalogCache;
     const headers = { ETag: etag, "Cache-Control": "no-cache" };
     if (matchesEtag(request.headers.get("if-none-match"), etag)) return new Response(null, { status: 304, headers });
     return new Response(request.method === "HEAD" ? null : body, { status: 200, headers: { ...headers, "Content-Type": "application/json" } });
@@ -585,10 +593,6 @@ async function serveBlob(request: Request, store: PackageStore, digest: string, 
   return new Response(body ? toWebStream(body) : null, { status: 200, headers });
 }
 
-async function sha256Hex(text: string): Promise<string> {
-  const { createHash } = await import("node:crypto");
-  return createHash("sha256").update(text).digest("hex");
-}
 
 /** A pull-based web stream over an async iterable: nothing is read ahead of the client. */
 function toWebStream(source: AsyncIterable<Uint8Array>): ReadableStream<Uint8Array> {

@@ -362,9 +362,7 @@ export class Transactions {
   /** Every problem that would stop a commit. */
   async validate(trans: TransactionRecord, items: ItemRecord[]): Promise<CommitProblem[]> {
     const problems: CommitProblem[] = [];
-    if (items.length === 0 && Object.keys(trans.licenses).length === 0) {
-      problems.push({ code: "EMPTY", detail: "The package has no items" });
-    }
+    // No items is fine: a meta-package may carry only requirements.
     const byPath = new Map(items.map((i) => [i.path, i]));
     for (const item of items) {
       for (const ancestor of ancestorsOf(item.path)) {

@@ -64,7 +64,7 @@ export interface RunnerClientOptions {
   maxCallMs?: number;
   /** Longer lines are split at a UTF-8 boundary. Default 64 KiB (the contract's limit). */
   maxLineBytes?: number;
-  /** Give up retrying after this long without an acknowledged call. Default 10 minutes. */
+  /** Give up when calls have kept failing for this long (since the first failure after a success). Default 10 minutes. */
   deadlineMs?: number;
   /** Jittered exponential back-off between retries. Default 100 ms doubling to 10 s. */
   backoff?: { initialMs?: number; maxMs?: number };
@@ -195,7 +195,8 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
   let scheduled = false;
   let flushing = false;
   let attempts = 0;
-  let lastProgress = Date.now();
+  /** When the current run of failures began (null while calls succeed). */
+  let failingSince: number | null = null;
   let waiters: Waiter[] = [];
   let drainWaiters: Array<() => void> = [];
   const stopCallbacks = new Set<(s: RunnerStop) => void>();
@@ -377,7 +378,7 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
       }
       if (outcome.ok === true) {
         attempts = 0;
-        lastProgress = Date.now();
+        failingSince = null;
         if (endOffset !== null && committed > endOffset) {
           state = "ended";
           settleWaiters();
@@ -448,7 +449,9 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
   }
 
   function retry(error: RunnerDepotError, immediate = false): void {
-    if (Date.now() - lastProgress > deadlineMs) {
+    const now = Date.now();
+    failingSince ??= now;
+    if (now - failingSince > deadlineMs) {
       fail(error);
       return;
     }

@@ -372,13 +372,19 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
       this.pending.push(entry);
       this.pendingBytes += entry.bytes + 64;
       this.nextPos++;
-      if (!this.flushing) this.flushing = this.flushLoop();
+      if (!this.flushing) {
+        // Cleared only by the loop it belongs to, even when the loop ends at once.
+        const loop: Promise<void> = this.flushLoop().finally(() => {
+          if (this.flushing === loop) this.flushing = null;
+        });
+        this.flushing = loop;
+      }
       if (this.pending.length >= BACKPRESSURE_ITEMS || this.pendingBytes >= BACKPRESSURE_BYTES) await this.guard(this.flushing);
       if (this.flushError) throw this.flushError;
     }
 
     private async flushLoop(): Promise<void> {
-      try {
+      {
         while (this.pending.length > 0 && !this.flushError) {
           const batch = this.pending;
           const at = this.pendingAt;
@@ -402,12 +408,10 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
               if (lines.length > 0) safe(() => options.onLog!({ requestId: this.id, lines, committed: state.committed }));
             }
           } catch (error) {
-            this.flushError = error;
+            this.flushError = await explainRefusal(this.id, error);
             this.pending = [];
           }
         }
-      } finally {
-        this.flushing = null;
       }
     }
 
@@ -542,6 +546,10 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
     const older = slot.active;
     slot.active = call;
     older?.stop(uErr("ABORTED", "replaced by a newer call of the same job"));
+    // A job being cancelled or declared lost answers at once, even while its result
+    // is still being published (which holds the job's lock).
+    const hostReason = ending.get(id);
+    if (hostReason) return endedAck(call, hostReason);
     await call.guard(call.refresh());
 
     if (Number.isNaN(offset)) throw uErr("INVALID_ARGUMENT", `malformed ${OFFSET_HEADER}: expected a non-negative integer`);
@@ -562,6 +570,14 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
     }
   }
 
+  /** A store refusal because the job ended meanwhile (cancel, lost, another replica) is an ok=false, not an error. */
+  async function explainRefusal(id: string, error: unknown): Promise<unknown> {
+    if (!(error instanceof RunnerDepotError) || error.code !== "FAILED_PRECONDITION") return error;
+    const state = await logs.get(id).catch(() => null);
+    if (!state || state.status === "open") return error;
+    return new EndedSignal(state.status === "finished" ? "ended" : state.status);
+  }
+
   async function endedAck(call: CallRun, reason: EndedReason): Promise<Ack> {
     // Queued entries of a job the orchestrator dropped are not stored.
     call.pending = [];
@@ -570,7 +586,8 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
     } catch {
       // The flush was refused because the job ended; the state below says where it stands.
     }
-    await call.refresh().catch(() => undefined);
+    // Read without the job's lock: a cancel may hold it while it publishes.
+    call.state = (await logs.get(call.id).catch(() => null)) ?? call.state;
     call.ctx.responseTrailer.set(COMMITTED_HEADER, String(call.committed));
     call.ctx.responseTrailer.set(REASON_HEADER, reason);
     return create(AckSchema, { ok: false });
@@ -710,12 +727,10 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
       }
     }
     if (err.code !== "ABORTED" || call.state === null) await call.refresh().catch(() => undefined);
-    const committed = String(call.committed);
-    const metadata = new Headers({ [COMMITTED_HEADER]: committed });
-    // gRPC copies error metadata into the trailers; the Connect protocol sends the trailer set.
-    if (call.ctx.protocolName === "connect") call.ctx.responseTrailer.set(COMMITTED_HEADER, committed);
-    else call.ctx.responseTrailer.delete(COMMITTED_HEADER);
-    return err.toConnectError(metadata);
+    // Both gRPC (trailers) and Connect (end-of-stream metadata) append the error's
+    // metadata to the response trailers, so it goes there once and only there.
+    call.ctx.responseTrailer.delete(COMMITTED_HEADER);
+    return err.toConnectError(new Headers({ [COMMITTED_HEADER]: String(call.committed) }));
   }
 
   const service: RunnerService = {

@@ -1,0 +1,69 @@
+/**
+ * The depot mounted under `/depot` in an Express 5 app, next to the app's own JSON route.
+ *
+ *   npx tsx examples/depot-express.ts           # publishes and installs through itself, exits 0
+ *   npx tsx examples/depot-express.ts --serve   # stays up until SIGTERM / SIGINT
+ *
+ * Two things keep uploads streaming and URLs right:
+ * - body parsers (`express.json()`) go on the app's own routes only, never in front of
+ *   the depot, so its request bodies reach it unread;
+ * - the depot is a route (`app.all`), not `app.use("/depot", …)`: `use` strips the mount
+ *   path from `req.url`, and the router, created with `base: "/depot"`, must see it to
+ *   answer `Location` headers and package URLs that point back under `/depot`.
+ *
+ * Imports go to the package's source by relative path: `runner-depot` itself only
+ * resolves after a build and an install (in a host: `from "runner-depot/depot"`).
+ */
+import { mkdtemp, rm } from "node:fs/promises";
+import type { IncomingMessage, Server, ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import express from "express";
+import { toNodeHandler } from "srvx/node";
+import { createFsStore } from "../src/adapters/fs/index.js";
+import { createPackageRouter } from "../src/depot/index.js";
+import { driveDepot } from "./shared/drive-depot.js";
+
+const serveMode = process.argv.includes("--serve");
+const dir = await mkdtemp(join(tmpdir(), "runner-depot-example-"));
+const store = createFsStore(dir);
+const depot = createPackageRouter(store, { base: "/depot" });
+// toNodeHandler's type covers HTTP/1 and HTTP/2 listeners; this server is HTTP/1.
+const depotHandler = toNodeHandler((request: Request) => depot.fetch(request)) as (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+
+const app = express();
+app.post("/api/echo", express.json(), (req, res) => {
+  res.json({ echoed: req.body });
+});
+app.all("/depot/{*rest}", (req, res) => {
+  void depotHandler(req, res);
+});
+
+const server = await new Promise<Server>((resolve) => {
+  const s = app.listen(0, "127.0.0.1", () => resolve(s));
+});
+server.requestTimeout = 0;
+const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+console.log(`depot-express: listening on ${origin} (depot at /depot, POST /api/echo)`);
+
+async function shutdown(): Promise<void> {
+  await new Promise<void>((resolve) => {
+    server.close(() => resolve());
+    server.closeAllConnections();
+  });
+  await store.close?.();
+  await rm(dir, { recursive: true, force: true });
+}
+
+if (serveMode) {
+  const stop = () => void shutdown().then(() => process.exit(0));
+  process.once("SIGTERM", stop);
+  process.once("SIGINT", stop);
+} else {
+  const echo = await fetch(`${origin}/api/echo`, { method: "POST", headers: { "content-type": "application/json" }, body: '{"hi":1}' });
+  console.log(`depot-express: POST /api/echo -> ${await echo.text()}`);
+  await driveDepot(`${origin}/depot`, "depot-express");
+  await shutdown();
+  console.log("depot-express: done");
+}

@@ -1,0 +1,65 @@
+/**
+ * The depot mounted under `/depot` in a Fastify 5 app, next to the app's own JSON route.
+ *
+ *   npx tsx examples/depot-fastify.ts           # publishes and installs through itself, exits 0
+ *   npx tsx examples/depot-fastify.ts --serve   # stays up until SIGTERM / SIGINT
+ *
+ * The depot lives in its own plugin scope whose content-type parser leaves every body
+ * unread (Fastify would otherwise buffer it, up to its 1 MiB bodyLimit), and its route
+ * hijacks the reply and hands the raw Node request and response to srvx's node handler,
+ * so uploads of any size stream straight into the store.
+ *
+ * Imports go to the package's source by relative path: `runner-depot` itself only
+ * resolves after a build and an install (in a host: `from "runner-depot/depot"`).
+ */
+import { mkdtemp, rm } from "node:fs/promises";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Fastify from "fastify";
+import { toNodeHandler } from "srvx/node";
+import { createFsStore } from "../src/adapters/fs/index.js";
+import { createPackageRouter } from "../src/depot/index.js";
+import { driveDepot } from "./shared/drive-depot.js";
+
+const serveMode = process.argv.includes("--serve");
+const dir = await mkdtemp(join(tmpdir(), "runner-depot-example-"));
+const store = createFsStore(dir);
+const depot = createPackageRouter(store, { base: "/depot" });
+// toNodeHandler's type covers HTTP/1 and HTTP/2 listeners; this server is HTTP/1.
+const depotHandler = toNodeHandler((request: Request) => depot.fetch(request)) as (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+
+const app = Fastify({ logger: false, requestTimeout: 0 });
+app.post("/api/echo", async (request) => ({ echoed: request.body }));
+await app.register(async (scope) => {
+  scope.removeAllContentTypeParsers();
+  scope.addContentTypeParser("*", (_request, _payload, done) => done(null));
+  // `all` also answers HEAD (catalog ETag checks, archive sizes) without Fastify's implicit HEAD route.
+  scope.all("/depot/*", (request, reply) => {
+    reply.hijack();
+    void depotHandler(request.raw, reply.raw);
+  });
+});
+
+const origin = await app.listen({ host: "127.0.0.1", port: 0 });
+console.log(`depot-fastify: listening on ${origin} (depot at /depot, POST /api/echo)`);
+
+async function shutdown(): Promise<void> {
+  await app.close();
+  await store.close?.();
+  await rm(dir, { recursive: true, force: true });
+}
+
+if (serveMode) {
+  const stop = () => void shutdown().then(() => process.exit(0));
+  process.once("SIGTERM", stop);
+  process.once("SIGINT", stop);
+} else {
+  const echo = await fetch(`${origin}/api/echo`, { method: "POST", headers: { "content-type": "application/json" }, body: '{"hi":1}' });
+  console.log(`depot-fastify: POST /api/echo -> ${await echo.text()}`);
+  const head = await fetch(`${origin}/depot/catalog`, { method: "HEAD" });
+  console.log(`depot-fastify: HEAD /depot/catalog -> ${head.status} etag ${head.headers.get("etag")}`);
+  await driveDepot(`${origin}/depot`, "depot-fastify");
+  await shutdown();
+  console.log("depot-fastify: done");
+}

@@ -1,0 +1,208 @@
+/**
+ * The memory and fs PackageStores: blobs (hashing, digest check, size limit, ranges),
+ * records (compare-and-swap, byte-ordered paged listing, awkward keys), concurrency in one
+ * process and, for fs, across processes, stale-lock recovery and kill -9 mid-write.
+ */
+import { spawn } from "node:child_process";
+import { createHash } from "node:crypto";
+import { readFile, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, describe, expect, it } from "vitest";
+import { createFsStore } from "../src/adapters/fs/store.js";
+import { createMemoryStore } from "../src/adapters/memory/store.js";
+import type { PackageStore } from "../src/depot/ports.js";
+import { isRunnerDepotError } from "../src/errors.js";
+import { storeDigest, tempDir } from "./fixtures/depot-helpers.js";
+
+const worker = fileURLToPath(new URL("./fixtures/depot-store-worker.ts", import.meta.url));
+const cleanups: Array<() => Promise<void>> = [];
+afterAll(async () => {
+  for (const c of cleanups) await c();
+});
+
+async function* chunks(...parts: string[]): AsyncIterable<Uint8Array> {
+  for (const p of parts) yield new TextEncoder().encode(p);
+}
+
+async function text(body: AsyncIterable<Uint8Array> | null): Promise<string | null> {
+  if (!body) return null;
+  const out: Buffer[] = [];
+  for await (const c of body) out.push(Buffer.from(c));
+  return Buffer.concat(out).toString();
+}
+
+async function increment(store: PackageStore, key: string): Promise<void> {
+  for (;;) {
+    const current = await store.getRecord<{ n: number }>(key);
+    if ((await store.putRecord(key, { n: (current?.value.n ?? 0) + 1 }, { ifRevision: current?.revision ?? null })) !== null) return;
+  }
+}
+
+const factories: Record<string, () => Promise<PackageStore>> = {
+  memory: async () => createMemoryStore({ chunkBytes: 4 }),
+  fs: async () => {
+    const tmp = await tempDir("depot-store-");
+    cleanups.push(tmp.cleanup);
+    return createFsStore(tmp.dir);
+  },
+};
+
+for (const [kind, make] of Object.entries(factories)) {
+  describe(`${kind} store`, () => {
+    it("stores blobs by sha-256, idempotently, with ranges", async () => {
+      const store = await make();
+      const info = await store.putBlob(chunks("hello ", "world"));
+      expect(info).toEqual({ digest: storeDigest("hello world"), size: 11 });
+      expect(await store.putBlob(chunks("hello world"))).toEqual(info);
+      expect(await text(await store.getBlob(info.digest))).toBe("hello world");
+      expect(await text(await store.getBlob(info.digest, { start: 6, end: 10 }))).toBe("world");
+      expect(await text(await store.getBlob(info.digest, { start: 0, end: 0 }))).toBe("h");
+      expect(await store.statBlob(info.digest)).toEqual({ size: 11 });
+      expect(await store.getBlob(storeDigest("absent"))).toBeNull();
+      expect(await store.getBlob("sha256:../../etc/passwd")).toBeNull();
+      const empty = await store.putBlob(chunks());
+      expect(empty.size).toBe(0);
+      const listed: string[] = [];
+      for await (const d of store.listBlobs()) listed.push(d);
+      expect(listed.sort()).toEqual([info.digest, empty.digest].sort());
+      await store.deleteBlob(info.digest);
+      await store.deleteBlob(info.digest);
+      expect(await store.statBlob(info.digest)).toBeNull();
+    });
+
+    it("refuses a digest mismatch or an oversized body and keeps nothing", async () => {
+      const store = await make();
+      const mismatch = await store.putBlob(chunks("abc"), { expectedDigest: storeDigest("xyz") }).catch((e: unknown) => e);
+      expect(isRunnerDepotError(mismatch, "DIGEST_MISMATCH")).toBe(true);
+      const tooLarge = await store.putBlob(chunks("12345", "67890"), { maxBytes: 8 }).catch((e: unknown) => e);
+      expect(isRunnerDepotError(tooLarge, "TOO_LARGE")).toBe(true);
+      expect(await store.statBlob(storeDigest("abc"))).toBeNull();
+      expect(await store.statBlob(storeDigest("1234567890"))).toBeNull();
+      const listed: string[] = [];
+      for await (const d of store.listBlobs()) listed.push(d);
+      expect(listed).toEqual([]);
+      expect((await store.putBlob(chunks("12345678"), { maxBytes: 8, expectedDigest: storeDigest("12345678") })).size).toBe(8);
+    });
+
+    it("compare-and-swap: create-only, revision match, conditional delete", async () => {
+      const store = await make();
+      const r1 = await store.putRecord("k", { v: 1 }, { ifRevision: null });
+      expect(r1).not.toBeNull();
+      expect(await store.putRecord("k", { v: 2 }, { ifRevision: null })).toBeNull();
+      expect(await store.putRecord("k", { v: 2 }, { ifRevision: "stale" })).toBeNull();
+      const r2 = await store.putRecord("k", { v: 2 }, { ifRevision: r1 });
+      expect(r2).not.toBeNull();
+      expect(r2).not.toBe(r1);
+      expect(await store.getRecord("k")).toEqual({ value: { v: 2 }, revision: r2 });
+      expect(await store.deleteRecord("k", { ifRevision: r1! })).toBe(false);
+      expect(await store.deleteRecord("k", { ifRevision: r2! })).toBe(true);
+      expect(await store.getRecord("k")).toBeNull();
+      expect(await store.deleteRecord("k")).toBe(false);
+      expect(await store.putRecord("k", null, { ifRevision: null })).not.toBeNull();
+      expect((await store.getRecord("k"))!.value).toBeNull();
+    });
+
+    it("lists keys by prefix in byte order, paged, with awkward keys", async () => {
+      const store = await make();
+      const keys = ["a", "a/b", "a/b/c", "a-c", "a.d", "a/é", "a/%41", "a/~x", "a/.hidden", "a/..", "b/x", "a/ünï/cödé", "a/" + "z".repeat(60)];
+      for (const k of keys) expect(await store.putRecord(k, { k }, { ifRevision: null })).not.toBeNull();
+      for (const k of keys) expect((await store.getRecord<{ k: string }>(k))!.value.k).toBe(k);
+      const bytes = (s: string) => Buffer.from(s);
+      const expected = keys.filter((k) => k.startsWith("a/")).sort((x, y) => Buffer.compare(bytes(x), bytes(y)));
+      const seen: string[] = [];
+      let cursor: string | undefined;
+      do {
+        const page = await store.listRecords("a/", { cursor, limit: 3 });
+        expect(page.keys.length).toBeLessThanOrEqual(3);
+        seen.push(...page.keys);
+        cursor = page.cursor;
+      } while (cursor !== undefined);
+      expect(seen).toEqual(expected);
+      expect((await store.listRecords("a/b")).keys).toEqual(["a/b", "a/b/c"]);
+      expect((await store.listRecords("zzz/")).keys).toEqual([]);
+    });
+
+    it("loses no update under 40 concurrent compare-and-swap increments", async () => {
+      const store = await make();
+      await Promise.all(Array.from({ length: 40 }, () => increment(store, "counter")));
+      expect((await store.getRecord<{ n: number }>("counter"))!.value.n).toBe(40);
+    });
+  });
+}
+
+function run(args: string[]): Promise<{ code: number | null; out: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, ["--import", "tsx", worker, ...args], { stdio: ["ignore", "pipe", "inherit"] });
+    let out = "";
+    child.stdout.on("data", (c: Buffer) => (out += c.toString()));
+    child.on("exit", (code) => resolve({ code, out }));
+  });
+}
+
+describe("fs store across processes", () => {
+  it("loses no update when three processes compare-and-swap one key", async () => {
+    const tmp = await tempDir("depot-store-mp-");
+    cleanups.push(tmp.cleanup);
+    const store = createFsStore(tmp.dir);
+    const results = await Promise.all([run([tmp.dir, "cas", "shared/counter", "40"]), run([tmp.dir, "cas", "shared/counter", "40"]), Promise.all(Array.from({ length: 40 }, () => increment(store, "shared/counter")))]);
+    expect(results[0].code).toBe(0);
+    expect(results[1].code).toBe(0);
+    expect((await store.getRecord<{ n: number }>("shared/counter"))!.value.n).toBe(120);
+  });
+
+  it("breaks locks left by a dead process, by a past incarnation, or too old; waits for a live one", async () => {
+    const tmp = await tempDir("depot-store-lock-");
+    cleanups.push(tmp.cleanup);
+    const store = createFsStore(tmp.dir, { staleLockMs: 2_000, lockTimeoutMs: 500 });
+    expect(await store.putRecord("locked/key", { v: 1 }, { ifRevision: null })).not.toBeNull();
+    const file = join(tmp.dir, "records", "locked", "key~");
+    const { hostname } = await import("node:os");
+    const dead = await new Promise<number>((resolve) => {
+      const child = spawn(process.execPath, ["-e", ""]);
+      child.on("exit", () => resolve(child.pid!));
+    });
+    await writeFile(`${file}.lock`, JSON.stringify({ pid: dead, host: hostname(), incarnation: "x" }));
+    const current = await store.getRecord("locked/key");
+    expect(await store.putRecord("locked/key", { v: 2 }, { ifRevision: current!.revision })).not.toBeNull();
+    // Our own pid but another incarnation: a previous life of this process (pid reuse).
+    await writeFile(`${file}.lock`, JSON.stringify({ pid: process.pid, host: hostname(), incarnation: "previous" }));
+    expect(await store.putRecord("locked/key", { v: 3 }, { ifRevision: (await store.getRecord("locked/key"))!.revision })).not.toBeNull();
+    // A live holder (this test runner's parent) is waited for, then the call gives up UNAVAILABLE.
+    await writeFile(`${file}.lock`, JSON.stringify({ pid: process.ppid, host: hostname(), incarnation: "live" }));
+    const waited = await store.putRecord("locked/key", { v: 4 }, { ifRevision: (await store.getRecord("locked/key"))!.revision }).catch((e: unknown) => e);
+    expect(isRunnerDepotError(waited, "UNAVAILABLE")).toBe(true);
+    expect(((await store.getRecord<{ v: number }>("locked/key"))!.value).v).toBe(3);
+    // A torn (empty) lock file past the stale age is broken too.
+    await writeFile(`${file}.lock`, "");
+    const { utimes } = await import("node:fs/promises");
+    const past = new Date(Date.now() - 10_000);
+    await utimes(`${file}.lock`, past, past);
+    expect(await store.putRecord("locked/key", { v: 5 }, { ifRevision: (await store.getRecord("locked/key"))!.revision })).not.toBeNull();
+  });
+
+  it("kill -9 while writing leaves only whole blobs and records", async () => {
+    const tmp = await tempDir("depot-store-kill-");
+    cleanups.push(tmp.cleanup);
+    for (let round = 0; round < 3; round++) {
+      const child = spawn(process.execPath, ["--import", "tsx", worker, tmp.dir, "blobs"], { stdio: ["ignore", "pipe", "inherit"] });
+      await new Promise<void>((resolve) => child.stdout.once("data", () => resolve()));
+      await new Promise((resolve) => setTimeout(resolve, 150 + Math.random() * 200));
+      child.kill("SIGKILL");
+      await new Promise((resolve) => child.once("exit", resolve));
+    }
+    const store = createFsStore(tmp.dir, { staleLockMs: 60_000 });
+    let blobs = 0;
+    for await (const digest of store.listBlobs()) {
+      const hex = digest.slice(7);
+      const bytes = await readFile(join(tmp.dir, "blobs", "sha256", hex.slice(0, 2), hex));
+      expect(createHash("sha256").update(bytes).digest("hex")).toBe(hex);
+      blobs++;
+    }
+    expect(blobs).toBeGreaterThan(0);
+    const { keys } = await store.listRecords("rec/");
+    for (const key of keys) expect(((await store.getRecord<{ filler: string }>(key))!.value.filler).length).toBeGreaterThanOrEqual(0);
+    // A lock left by the killed writer does not block the next one (its pid is dead).
+    for (const key of keys) expect(await store.putRecord(key, { after: true }, { ifRevision: (await store.getRecord(key))!.revision })).not.toBeNull();
+  });
+});

@@ -1,0 +1,116 @@
+/**
+ * Every limit of the runner contract, provoked with small configured values through a
+ * real gRPC client: message size, line size (cut + marker), job-log cap (marker,
+ * counted lines, logTruncated) and the idle deadline.
+ */
+import { randomUUID } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { controlledStream, end, line, send, startHarness, storedTexts, until, type Harness } from "./runner-service-helpers.js";
+import { cutUtf8 } from "../src/runner/index.js";
+
+describe("runner limits", () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await startHarness({ limits: { messageBytes: 2048, lineBytes: 16, jobLogBytes: 64, idleMs: 300 } });
+  });
+  afterAll(async () => {
+    await h.close();
+  });
+
+  it("RESOURCE_EXHAUSTED for a message over messageBytes; items before it stay stored, committed says how many", async () => {
+    const id = randomUUID();
+    const out = await send(h.client, [line(id, "a"), line(id, "b"), line(id, "x".repeat(4000)), line(id, "c")]);
+    expect(out).toMatchObject({ code: "ResourceExhausted", committed: "2" });
+    expect(await storedTexts(h.logs, id)).toEqual(["a", "b"]);
+    // The agent splits the line and goes on from committed.
+    expect(await send(h.client, [line(id, "x".repeat(10)), end(id)], { offset: 2 })).toMatchObject({ ok: true, committed: "4" });
+  });
+
+  it("a line over lineBytes is cut at a UTF-8 character boundary and followed by a separate marker line", async () => {
+    const id = randomUUID();
+    // 15 ASCII bytes then a 3-byte character straddling the 16-byte limit.
+    const long = "abcdefghijklmno€tail";
+    const out = await send(h.client, [line(id, long, true), line(id, "short")]);
+    expect(out).toMatchObject({ ok: true, committed: "2" });
+    const stored = await h.logs.read(id);
+    expect(stored).toHaveLength(3);
+    expect(stored[0]).toEqual({ line: "abcdefghijklmno", stderr: true });
+    expect(stored[1]).toMatchObject({ marker: true, stderr: true });
+    expect(stored[1]!.line).toContain("truncated");
+    expect(stored[2]).toEqual({ line: "short", stderr: false });
+    // Offsets count items, not stored lines.
+    expect(await h.logs.get(id)).toMatchObject({ committed: 2, storedLines: 3, storedBytes: 15 + 5 });
+  });
+
+  it("cutUtf8 never splits a character (1-, 2-, 3- and 4-byte characters at every limit)", () => {
+    const text = "aé€😀b";
+    for (let max = 0; max <= Buffer.byteLength(text); max++) {
+      const cut = cutUtf8(text, max);
+      expect(cut.bytes).toBeLessThanOrEqual(max);
+      expect(Buffer.byteLength(cut.text)).toBe(cut.bytes);
+      expect(text.startsWith(cut.text)).toBe(true);
+      expect(cut.text).not.toContain("\ufffd");
+    }
+  });
+
+  it("past jobLogBytes lines are counted, not stored; one marker; logTruncated in the result; the job does not fail", async () => {
+    const id = randomUUID();
+    // 8 lines of 10 bytes: 6 fit in 64 bytes, the 7th hits the cap.
+    const items = Array.from({ length: 8 }, (_, i) => line(id, `line-${String(i).padStart(5, "0")}`, i === 7));
+    expect(await send(h.client, items)).toMatchObject({ ok: true, committed: "8" });
+    // A later call of the same job: still counted, still not stored, no second marker.
+    expect(await send(h.client, [line(id, "more-stdout"), line(id, "more-stderr", true), end(id, 0)], { offset: 8 })).toMatchObject({
+      ok: true,
+      committed: "11",
+    });
+    const stored = await h.logs.read(id);
+    expect(stored.filter((l) => !l.marker).map((l) => l.line)).toEqual(Array.from({ length: 6 }, (_, i) => `line-0000${i}`));
+    expect(stored.filter((l) => l.marker)).toHaveLength(1);
+    expect(stored.at(-1)!.line).toContain("log truncated");
+    const state = await h.logs.get(id);
+    expect(state).toMatchObject({ storedBytes: 60, logTruncated: true, committed: 11 });
+    const result = h.queue.results.find((r) => r.requestId === id)!;
+    expect(result).toMatchObject({ outcome: "finished", success: true, logTruncated: true, lines: { stdout: 8, stderr: 2 } });
+  });
+
+  it("DEADLINE_EXCEEDED when no item arrives for idleMs; what came before is stored and committed", async () => {
+    const id = randomUUID();
+    const stream = controlledStream();
+    const pending = send(h.client, stream.items);
+    stream.push(line(id, "a"));
+    stream.push(line(id, "b"));
+    const out = await pending;
+    expect(out).toMatchObject({ code: "DeadlineExceeded", committed: "2" });
+    expect(await storedTexts(h.logs, id)).toEqual(["a", "b"]);
+    stream.close();
+  });
+
+  it("DEADLINE_EXCEEDED for a call that never sends its first item (no job known, no committed)", async () => {
+    const stream = controlledStream();
+    const out = await send(h.client, stream.items);
+    expect(out.code).toBe("DeadlineExceeded");
+    expect(out.committed).toBeNull();
+    stream.close();
+  });
+
+  it("a call that keeps sending within idleMs is not cut, however long it lasts", async () => {
+    const id = randomUUID();
+    const stream = controlledStream();
+    const pending = send(h.client, stream.items);
+    for (let i = 0; i < 6; i++) {
+      stream.push(line(id, `l${i}`));
+      await until(async () => (await h.logs.get(id))?.committed === i + 1, `line ${i}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    stream.close();
+    expect(await pending).toMatchObject({ ok: true, committed: "6" });
+  });
+});
+
+describe("runner limits: configuration", () => {
+  it("rejects non-positive limits", async () => {
+    const { createRunnerService } = await import("../src/runner/index.js");
+    const { createMemoryQueue } = await import("../src/adapters/memory/index.js");
+    expect(() => createRunnerService(createMemoryQueue(), { limits: { lineBytes: 0 } })).toThrow(RangeError);
+  });
+});
