@@ -8,12 +8,14 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdir, mkdtemp, readFile, readdir, readlink, rm, stat, symlink, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const main = path.join(root, "src", "cli", "main.ts");
+// Absolute, because the walk runs the command from fresh directories with no node_modules.
+const tsx = pathToFileURL(path.join(root, "node_modules", "tsx", "dist", "loader.mjs")).href;
 
 interface Run {
   code: number | null;
@@ -24,7 +26,7 @@ interface Run {
 /** Runs the CLI to completion. */
 function cli(args: string[], cwd: string): Promise<Run> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ["--import", "tsx", main, ...args], { cwd, stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, ["--import", tsx, main, ...args], { cwd, stdio: ["ignore", "pipe", "pipe"] });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (d: Buffer) => (stdout += d));
@@ -41,7 +43,7 @@ let state: { runnerUrl: string; depotUrl: string; adminToken: string };
 
 beforeAll(async () => {
   work = await mkdtemp(path.join(os.tmpdir(), "runner-depot-walk-"));
-  serve = spawn(process.execPath, ["--import", "tsx", main, "serve", "--runner-port", "0", "--depot-port", "0"], {
+  serve = spawn(process.execPath, ["--import", tsx, main, "serve", "--runner-port", "0", "--depot-port", "0"], {
     cwd: work,
     stdio: ["ignore", "pipe", "pipe"],
   });

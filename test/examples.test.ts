@@ -14,9 +14,10 @@ import { createRunnerClient } from "../src/runner/index.js";
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const TIMEOUT_MS = 45_000;
 
-/** The parent's environment minus vitest's own variables, which would confuse a nested vitest. */
+/** The parent's environment minus vitest's own variables (they would confuse a nested vitest), without colours. */
 function childEnv(): NodeJS.ProcessEnv {
-  return Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("VITEST")));
+  const env = Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("VITEST") && key !== "FORCE_COLOR"));
+  return { ...env, NO_COLOR: "1" };
 }
 
 interface Run {

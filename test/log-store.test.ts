@@ -38,14 +38,14 @@ describe("fs log store: durability on disk", () => {
     const id = randomUUID();
     await a.open(id, { expect: true, info: { repoUrl: "https://git.example/x.git" } });
     await a.append(id, 0, [logEntry("one"), logEntry("twø", true)]);
-    await a.close();
+    await a.close?.();
     const b = createFsLogStore(dir);
     expect(await b.get(id)).toMatchObject({ committed: 2, storedLines: 2, expected: true, info: { repoUrl: "https://git.example/x.git" } });
     expect(await b.read(id)).toEqual([
       { line: "one", stderr: false },
       { line: "twø", stderr: true },
     ]);
-    await b.close();
+    await b.close?.();
   });
 
   it("a torn write past the recorded length (crash before the state file) is dropped on restart", async () => {
@@ -53,7 +53,7 @@ describe("fs log store: durability on disk", () => {
     const a = createFsLogStore(dir);
     const id = randomUUID();
     await a.append(id, 0, [logEntry("kept")]);
-    await a.close();
+    await a.close?.();
     // Bytes that reached the log file but never the state file.
     appendFileSync(join(dir, "jobs", `${id}.log`), 'o"torn half-wri');
     writeFileSync(join(dir, "jobs", `${id}.json.123.tmp`), "{ half a state");
@@ -63,10 +63,10 @@ describe("fs log store: durability on disk", () => {
     await b.append(id, 1, [logEntry("next")]);
     expect((await b.read(id)).map((l) => l.line)).toEqual(["kept", "next"]);
     expect(readdirSync(join(dir, "jobs")).filter((f) => f.endsWith(".tmp"))).toEqual([]);
-    await b.close();
+    await b.close?.();
     const c = createFsLogStore(dir);
     expect((await c.read(id)).map((l) => l.line)).toEqual(["kept", "next"]);
-    await c.close();
+    await c.close?.();
   });
 
   it("the state file is plain JSON and the log is append-only records, one per stored line", async () => {
@@ -78,7 +78,7 @@ describe("fs log store: durability on disk", () => {
     const state = JSON.parse(readFileSync(join(dir, "jobs", `${id}.json`), "utf8"));
     expect(state).toMatchObject({ requestId: id, status: "finished", committed: 3, logTruncated: true });
     expect(readFileSync(join(dir, "jobs", `${id}.log`), "utf8").split("\n")).toHaveLength(3);
-    await store.close();
+    await store.close?.();
   });
 
   it("reads from any offset across index checkpoints and large records", async () => {
@@ -93,10 +93,10 @@ describe("fs log store: durability on disk", () => {
     for (const from of [0, 255, 256, 257, 997, 1993, 2999]) {
       expect((await store.read(id, from, 3)).map((l) => l.line)).toEqual(texts.slice(from, from + 3));
     }
-    await store.close();
+    await store.close?.();
     const again = createFsLogStore(dir);
     expect((await again.read(id, 1994, 2)).map((l) => l.line)).toEqual(texts.slice(1994, 1996));
     expect(await again.read(id)).toHaveLength(3000);
-    await again.close();
+    await again.close?.();
   });
 });

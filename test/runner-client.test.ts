@@ -282,17 +282,74 @@ describe("createRunnerClient: the status-code table", () => {
   });
 });
 
+describe("createRunnerClient: a server that accepts but never answers", () => {
+  it("cancels a call whose response does not come (responseTimeoutMs), retries, gives up at the deadline", async () => {
+    const sink = await startBlackHole();
+    try {
+      const retries: string[] = [];
+      const client = createRunnerClient({
+        endpoint: `http://127.0.0.1:${sink.port}`,
+        requestId: randomUUID(),
+        maxCallMs: 10,
+        responseTimeoutMs: 30,
+        keepaliveMs: 60_000,
+        deadlineMs: 200,
+        backoff: { initialMs: 5, maxMs: 10 },
+        onRetry: (e) => retries.push(e.code),
+      });
+      client.log("into the void");
+      await expect(client.flush()).rejects.toMatchObject({ code: "DEADLINE_EXCEEDED" });
+      expect(retries.length).toBeGreaterThan(0);
+      expect(new Set(retries)).toEqual(new Set(["DEADLINE_EXCEEDED"]));
+      await client.close();
+    } finally {
+      await sink.close();
+    }
+  });
+
+  it("drops a connection whose keep-alive PING goes unanswered", async () => {
+    const sink = await startBlackHole();
+    try {
+      const messages: string[] = [];
+      const client = createRunnerClient({
+        endpoint: `http://127.0.0.1:${sink.port}`,
+        requestId: randomUUID(),
+        maxCallMs: 60_000,
+        responseTimeoutMs: 60_000,
+        keepaliveMs: 30,
+        deadlineMs: 300,
+        backoff: { initialMs: 5, maxMs: 10 },
+        onRetry: (e) => messages.push(e.message),
+      });
+      client.log("into the void");
+      await expect(client.flush()).rejects.toMatchObject({ code: "UNAVAILABLE" });
+      expect(messages.some((m) => /keep-alive ping unanswered/.test(m))).toBe(true);
+      expect(sink.connections).toBeGreaterThan(1);
+      await client.close();
+    } finally {
+      await sink.close();
+    }
+  });
+});
+
 describe("createRunnerClient: server restart and TLS", () => {
   it("a graceful server restart mid-job loses and duplicates nothing", async () => {
     const dir = await mkdtemp(path.join(os.tmpdir(), "runner-depot-client-restart-"));
+    const queue = createMemoryQueue();
+    const logsA = createFsLogStore(dir, { fsync: false });
+    const runnerA = createRunnerService(queue, { logs: logsA, secret: SECRET });
+    const serverA = await startRunnerServer(runnerA, { port: 0, gracefulShutdownMs: 50 });
+    // The agent's endpoint stays the same (a stable address in front of the orchestrator);
+    // the restarted server listens on a new port behind it.
+    const proxy = await startSwitchProxy(serverA.port);
+    const requestId = randomUUID();
+    const client = createRunnerClient({
+      endpoint: `http://127.0.0.1:${proxy.port}`,
+      requestId,
+      token: mintJobToken(SECRET, requestId),
+      backoff: { initialMs: 5, maxMs: 50 },
+    });
     try {
-      const queue = createMemoryQueue();
-      const logsA = createFsLogStore(dir, { fsync: false });
-      const runnerA = createRunnerService(queue, { logs: logsA, secret: SECRET });
-      const serverA = await startRunnerServer(runnerA, { port: 0, gracefulShutdownMs: 50 });
-      const port = serverA.port;
-      const requestId = randomUUID();
-      const client = createRunnerClient({ endpoint: serverA.url, requestId, token: mintJobToken(SECRET, requestId), backoff: { initialMs: 5, maxMs: 50 } });
       for (let i = 0; i < 2000; i++) client.log(`a ${i}`);
       await client.flush();
       for (let i = 0; i < 2000; i++) client.log(`b ${i}`);
@@ -301,12 +358,13 @@ describe("createRunnerClient: server restart and TLS", () => {
       await logsA.close?.();
       const logsB = createFsLogStore(dir, { fsync: false });
       const runnerB = createRunnerService(queue, { logs: logsB, secret: SECRET });
-      const serverB = await startRunnerServer(runnerB, { port });
+      const serverB = await startRunnerServer(runnerB, { port: 0 });
+      proxy.switchTo(serverB.port);
       try {
         for (let i = 0; i < 2000; i++) client.log(`c ${i}`);
         await client.end({ exitCode: 0, success: true });
         const log = (await logsB.read(requestId, 0, 10_000)).map((l) => l.line);
-        expect(log).toEqual([...["a", "b", "c"].flatMap((p) => Array.from({ length: 2000 }, (_, i) => `${p} ${i}`))]);
+        expect(log).toEqual(["a", "b", "c"].flatMap((p) => Array.from({ length: 2000 }, (_, i) => `${p} ${i}`)));
         expect(queue.results.filter((r) => r.requestId === requestId)).toHaveLength(1);
       } finally {
         await client.close();
@@ -315,6 +373,7 @@ describe("createRunnerClient: server restart and TLS", () => {
         await logsB.close?.();
       }
     } finally {
+      await proxy.close();
       await rm(dir, { recursive: true, force: true });
     }
   });
@@ -357,6 +416,31 @@ async function closedPort(): Promise<number> {
   const port = (s.address() as net.AddressInfo).port;
   await new Promise<void>((r) => s.close(() => r()));
   return port;
+}
+
+/** A TCP server that accepts connections and reads everything, never sending a byte. */
+async function startBlackHole() {
+  const sockets = new Set<net.Socket>();
+  let connections = 0;
+  const server = net.createServer((s) => {
+    connections++;
+    sockets.add(s);
+    s.on("data", () => undefined);
+    s.on("error", () => undefined);
+    s.on("close", () => sockets.delete(s));
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  return {
+    port: (server.address() as net.AddressInfo).port,
+    get connections() {
+      return connections;
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
 }
 
 /** A TCP proxy whose target can be switched; switching cuts the open connections. */

@@ -26,6 +26,17 @@ describe("runner limits", () => {
     expect(await send(h.client, [line(id, "x".repeat(10)), end(id)], { offset: 2 })).toMatchObject({ ok: true, committed: "4" });
   });
 
+  it("RESOURCE_EXHAUSTED with committed also for a message far over the limit (refused by the wire decoder)", async () => {
+    const id = randomUUID();
+    await send(h.client, [line(id, "a")]);
+    const out = await send(h.client, [line(id, "b"), line(id, "y".repeat(100_000))], { offset: 1 });
+    expect(out.code).toBe("ResourceExhausted");
+    // Whatever was stored is reported; nothing stored is lost.
+    const committed = Number(out.committed);
+    expect(committed).toBeGreaterThanOrEqual(1);
+    expect(await storedTexts(h.logs, id)).toEqual(["a", "b"].slice(0, committed));
+  });
+
   it("a line over lineBytes is cut at a UTF-8 character boundary and followed by a separate marker line", async () => {
     const id = randomUUID();
     // 15 ASCII bytes then a 3-byte character straddling the 16-byte limit.

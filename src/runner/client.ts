@@ -343,11 +343,17 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
         if (!answered) s.destroy(new Error("keep-alive ping unanswered"));
       }, keepaliveMs);
       timeout.unref();
-      s.ping((err) => {
-        answered = true;
+      try {
+        s.ping((err) => {
+          answered = true;
+          clearTimeout(timeout);
+          if (err !== null && !s.destroyed) s.destroy(err);
+        });
+      } catch (e) {
+        // Too many pings outstanding or the session is going away: treat it as dead.
         clearTimeout(timeout);
-        if (err !== null && !s.destroyed) s.destroy(err);
-      });
+        if (!s.destroyed) s.destroy(e as Error);
+      }
     }, keepaliveMs);
     keepaliveTimer.unref();
   }

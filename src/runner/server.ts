@@ -8,7 +8,7 @@ import type { AddressInfo } from "node:net";
 import { createContextValues } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { Runner } from "../gen/runner/v1/runner_pb.js";
-import { kShutdownSignal, type RunnerLimits, type RunnerService } from "./service.js";
+import { kMessageBytes, kShutdownSignal, wireLimitFor, type RunnerLimits, type RunnerService } from "./service.js";
 
 /** Options of {@link createRunnerHandler}. */
 export interface RunnerHandlerOptions {
@@ -45,9 +45,9 @@ export function createRunnerHandler(runner: RunnerService, options: RunnerHandle
   const idle = new Set<() => void>();
   const adapter = connectNodeAdapter({
     routes: (router) => router.service(Runner, runner),
-    readMaxBytes: options.messageBytes ?? runner.limits.messageBytes,
+    readMaxBytes: wireLimitFor(options.messageBytes ?? runner.limits.messageBytes),
     requestPathPrefix: options.requestPathPrefix,
-    contextValues: () => createContextValues().set(kShutdownSignal, shutdownController.signal),
+    contextValues: () => createContextValues().set(kShutdownSignal, shutdownController.signal).set(kMessageBytes, options.messageBytes),
   });
 
   const handler = (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => {

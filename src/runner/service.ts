@@ -125,6 +125,18 @@ export interface RunnerService extends ServiceImpl<typeof Runner> {
  */
 export const kShutdownSignal = createContextKey<AbortSignal | undefined>(undefined, { description: "runner shutdown signal" });
 
+/** Context value a server sets to use its own message limit instead of the service's. */
+export const kMessageBytes = createContextKey<number | undefined>(undefined, { description: "runner message limit" });
+
+/**
+ * The wire limit to give connect (`readMaxBytes`) for a message limit: generous, since
+ * connect drops every message of a read chunk when one is too large, while the service
+ * refuses an oversized item exactly, after storing the items before it.
+ */
+export function wireLimitFor(messageBytes: number): number {
+  return messageBytes * 2 + 64 * 1024;
+}
+
 const MARKER_PREFIX = "[runner-depot]";
 const BACKPRESSURE_ITEMS = 8192;
 const BACKPRESSURE_BYTES = 8 * 1024 * 1024;
@@ -603,6 +615,11 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
 
   async function processItem(call: CallRun, item: LogItem): Promise<void> {
     const index = call.index++;
+    const maxBytes = call.ctx.values.get(kMessageBytes) ?? limits.messageBytes;
+    const size = encodedSize(item);
+    if (size > maxBytes) {
+      throw new RunnerDepotError("RESOURCE_EXHAUSTED", `a message of ${size} bytes is over the ${maxBytes}-byte limit; split the line`);
+    }
     if (index > 0 && item.requestId.toLowerCase() !== call.id) {
       throw uErr("INVALID_ARGUMENT", "all items of a call must carry the same request_id");
     }
@@ -819,6 +836,38 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
   }
 
   return service;
+}
+
+function varintSize(value: number): number {
+  if (value < 0) return 10;
+  let size = 1;
+  while (value >= 0x80) {
+    value = Math.floor(value / 128);
+    size++;
+  }
+  return size;
+}
+
+function stringField(value: string): number {
+  if (value.length === 0) return 0;
+  const len = Buffer.byteLength(value, "utf8");
+  return 1 + varintSize(len) + len;
+}
+
+/** Bytes of an item in protobuf binary form (the message size the limit is about). */
+function encodedSize(item: LogItem): number {
+  let size = stringField(item.requestId);
+  let inner = 0;
+  if (item.event.case === "log") {
+    inner = stringField(item.event.value.line) + (item.event.value.stderr ? 2 : 0);
+  } else if (item.event.case === "end") {
+    const end = item.event.value;
+    inner = (end.exitCode !== 0 ? 1 + varintSize(end.exitCode) : 0) + (end.success ? 2 : 0) + stringField(end.repoUrl) + stringField(end.commitSha);
+  } else {
+    return size;
+  }
+  size += 1 + varintSize(inner) + inner;
+  return size;
 }
 
 /** `Bearer <token>` → token; anything else → null. */
