@@ -9,7 +9,7 @@
  * ajv and ajv-formats come from node_modules as dependencies of @readme/openapi-parser.
  */
 import { createHash, randomUUID } from "node:crypto";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -58,6 +58,7 @@ const exercised: Exercise[] = [];
 const dirs: string[] = [];
 const servers: PackageServer[] = [];
 let open: PackageServer; // no authorize hook, fs store
+let openStore: PackageStore;
 let auth: PackageServer; // bearerTokens
 let limited: PackageServer; // tiny limits
 let down: PackageServer; // closed store: 503
@@ -210,7 +211,8 @@ beforeAll(async () => {
     }
   }
 
-  open = await serve(await tempStore());
+  openStore = await tempStore();
+  open = await serve(openStore);
   auth = await serve(await tempStore(), {
     authorize: bearerTokens({ "tok-writer": ["hello*", "bound*"], "tok-other": ["bound*"], "tok-reader": { read: ["*"] } }),
   });
@@ -258,6 +260,25 @@ describe("openapi.yaml", () => {
     for (const wrong of [{ packages: {}, count: 0, updatedAt: null, extra: 1 }, { packages: {}, count: 0 }, { packages: {}, count: "0", updatedAt: null }]) {
       expect(() => check(catalog, wrong, "wrong")).toThrow();
     }
+  });
+
+  it("the ErrorCode enum lists every code the depot's server side can throw", async () => {
+    const files = [
+      ...["archive", "auth", "compose", "delta", "digest", "gc", "names", "paths", "records", "router", "transactions"].map((f) => `../src/depot/${f}.ts`),
+      ...["fs/store", "memory/store", "s3/blob-store", "postgres/records"].map((f) => `../src/adapters/${f}.ts`),
+    ];
+    const thrown = new Set<string>();
+    for (const file of files) {
+      const text = await readFile(fileURLToPath(new URL(file, import.meta.url)), "utf8");
+      for (const match of text.matchAll(/RunnerDepotError\("([A-Z_]+)"/g)) thrown.add(match[1]!);
+    }
+    // The router answers a store's UNAVAILABLE as STORE_UNAVAILABLE; INVALID_ARGUMENT is a
+    // listRecords argument check the router never trips.
+    thrown.delete("UNAVAILABLE");
+    thrown.delete("INVALID_ARGUMENT");
+    expect(thrown.size).toBeGreaterThan(20);
+    const documented = new Set(doc.components.schemas.ErrorCode.enum as string[]);
+    expect([...thrown].filter((code) => !documented.has(code))).toEqual([]);
   });
 
   it("documents the nine paths of the interface, DELETE /trans/{id} and every header the contract names", () => {
@@ -372,12 +393,19 @@ describe("the depot as built answers as documented", () => {
     expect((await call(open, "openTransaction", "/trans/-bad@1.0.0")).json!.code).toBe("NAME_INVALID");
   });
 
-  it("commit: 422 lists every problem, 409 for the loser of two transactions, abandon 204 then 410", async () => {
-    const empty = await openTrans(open, "empty@1.0.0");
-    const invalid = await call(open, "commitTransaction", `/commit/${empty}`);
+  it("commit: 422 lists every problem (content lost before commit), 409 for the loser of two transactions, abandon 204 then 410", async () => {
+    // Content lost between add and commit (here: deleted from the store behind the depot's back).
+    const lossy = await openTrans(open, "lossy@1.0.0");
+    const lost = [await addFile(open, lossy, "one", "first vanishing blob"), await addFile(open, lossy, "two", "second vanishing blob")];
+    for (const added of lost) await openStore.deleteBlob(added.json!.digest);
+    const invalid = await call(open, "commitTransaction", `/commit/${lossy}`);
     expect([invalid.status, invalid.json!.code]).toEqual([422, "COMMIT_INVALID"]);
-    expect(invalid.json!.problems).toEqual([expect.objectContaining({ code: "EMPTY" })]);
-    expect((await call(open, "getSummary", `/summary/${empty}`)).json!.problems).toHaveLength(1);
+    expect(invalid.json!.problems).toEqual([
+      expect.objectContaining({ code: "CONTENT_MISSING", path: "one" }),
+      expect.objectContaining({ code: "CONTENT_MISSING", path: "two" }),
+    ]);
+    expect((await call(open, "getSummary", `/summary/${lossy}`)).json!.problems).toHaveLength(2);
+    expect((await call(open, "getCatalog", "/catalog")).json!.packages.lossy).toBeUndefined();
 
     const a = await openTrans(open, "race@1.0.0");
     const b = await openTrans(open, "race@1.0.0");
@@ -386,11 +414,11 @@ describe("the depot as built answers as documented", () => {
     expect((await call(open, "commitTransaction", `/commit/${a}`)).status).toBe(201);
     expect((await call(open, "commitTransaction", `/commit/${b}`)).json!.code).toBe("VERSION_EXISTS");
 
-    expect((await call(open, "abandonTransaction", `/trans/${empty}`)).status).toBe(204);
-    expect((await call(open, "abandonTransaction", `/trans/${empty}`)).json!.code).toBe("TRANSACTION_GONE");
-    expect((await call(open, "getSummary", `/summary/${empty}`)).status).toBe(410);
-    expect((await call(open, "commitTransaction", `/commit/${empty}`)).status).toBe(410);
-    expect((await addFile(open, empty, "x", "x")).status).toBe(410);
+    expect((await call(open, "abandonTransaction", `/trans/${lossy}`)).status).toBe(204);
+    expect((await call(open, "abandonTransaction", `/trans/${lossy}`)).json!.code).toBe("TRANSACTION_GONE");
+    expect((await call(open, "getSummary", `/summary/${lossy}`)).status).toBe(410);
+    expect((await call(open, "commitTransaction", `/commit/${lossy}`)).status).toBe(410);
+    expect((await addFile(open, lossy, "x", "x")).status).toBe(410);
     expect((await call(open, "abandonTransaction", `/trans/${randomUUID()}`)).status).toBe(404);
   });
 

@@ -224,7 +224,9 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
       if (session === s) session = null;
     });
     s.on("goaway", () => {
+      // The server is going away: new calls use a new connection; open ones may finish.
       if (session === s) session = null;
+      if (!s.closed) s.close();
     });
     const t = setTimeout(() => {
       if (!s.connecting) return;

@@ -60,16 +60,34 @@ export function createRunnerHandler(runner: RunnerService, options: RunnerHandle
       // The response is out but the client may still be sending (the call ended early):
       // reset the stream with NO_ERROR, as gRPC servers do, so it never stays half open.
       const stream = req.stream;
-      if (stream && !stream.destroyed && !stream.closed) {
+      const reset = () => {
+        if (stream.destroyed || stream.closed) return;
         try {
           stream.close(http2.constants.NGHTTP2_NO_ERROR);
         } catch {
           // The stream went away meanwhile.
         }
+      };
+      // The RST must follow the trailers: the response sends them on 'wantTrailers'
+      // (its listener runs before ours), so reset right after, never before.
+      if (stream && !stream.destroyed && !stream.closed) {
+        if (stream.sentTrailers) reset();
+        else {
+          stream.once("wantTrailers", reset);
+          // A response without trailers: reset once its last frame is out.
+          stream.once("finish", () => setTimeout(reset, 100).unref());
+        }
       }
       if (active.size === 0) for (const wake of idle) wake();
     };
-    res.once("finish", finished);
+    // Http2ServerResponse emits finish/close only once the whole stream is closed, which
+    // a runner still sending never lets happen: hook the end of the response instead.
+    const endResponse = res.end.bind(res) as (...args: unknown[]) => unknown;
+    (res as { end: (...args: unknown[]) => unknown }).end = (...args: unknown[]) => {
+      const value = endResponse(...args);
+      finished();
+      return value;
+    };
     res.once("close", finished);
     adapter(req, res);
   };

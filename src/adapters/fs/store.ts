@@ -10,13 +10,14 @@
  * Guarantees: every blob and record appears whole or not at all (write to `tmp/`, fsync,
  * rename, fsync the directory). Compare-and-swap is exact between concurrent calls in one
  * process (a per-key promise chain) and between processes sharing `dir` on one host or a
- * POSIX filesystem (a per-key `O_EXCL` lock file held only for the read-compare-rename).
+ * POSIX filesystem (a per-key lock file, created whole by hard-linking a written temp
+ * file, held only for the read-compare-rename).
  * A lock left by a killed process is broken when its owner is gone (same host: the pid is
  * dead or belongs to a new incarnation) or it is older than `staleLockMs`.
  */
 import { createHash, randomUUID } from "node:crypto";
 import { constants as fsConstants } from "node:fs";
-import { mkdir, open, readdir, readFile, rename, rm, stat, unlink, writeFile, type FileHandle } from "node:fs/promises";
+import { link, mkdir, open, readdir, readFile, rename, rm, stat, unlink, writeFile, type FileHandle } from "node:fs/promises";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import type { BlobInfo, ByteRange, PackageStore, PutBlobOptions, StoredRecord } from "../../depot/ports.js";
@@ -114,12 +115,7 @@ export function createFsStore(dir: string, options: FsStoreOptions = {}): Packag
     const deadline = Date.now() + lockTimeoutMs;
     let delay = 1;
     for (;;) {
-      try {
-        await writeFile(lock, owner, { flag: "wx" });
-        break;
-      } catch (error) {
-        if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
-      }
+      if (await createWhole(lock, owner)) break;
       if (await breakIfStale(lock)) continue;
       if (Date.now() > deadline) throw new RunnerDepotError("UNAVAILABLE", "Timed out waiting for a record lock");
       await new Promise((resolve) => setTimeout(resolve, delay + Math.random() * delay));
@@ -153,10 +149,29 @@ export function createFsStore(dir: string, options: FsStoreOptions = {}): Packag
     const moved = await readFile(aside, "utf8").catch(() => null);
     if (moved !== content) {
       // We took a live lock by mistake: put it back unless someone already re-took the name.
-      await writeFile(lock, moved ?? "", { flag: "wx" }).catch(() => undefined);
+      await createWhole(lock, moved ?? "").catch(() => undefined);
     }
     await unlink(aside).catch(() => undefined);
     return true;
+  }
+
+  /**
+   * Creates `path` with `content` only if it does not exist, never leaving it empty or
+   * half-written: the content is written to a temp file first and hard-linked into place
+   * (link fails atomically when the name is taken). True when created.
+   */
+  async function createWhole(path: string, content: string): Promise<boolean> {
+    const tmp = tmpPath();
+    await writeFile(tmp, content, { flag: "wx" });
+    try {
+      await link(tmp, path);
+      return true;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === "EEXIST") return false;
+      throw error;
+    } finally {
+      await unlink(tmp).catch(() => undefined);
+    }
   }
 
   function ownerAlive(pid: number, incarnation: string | undefined): boolean {

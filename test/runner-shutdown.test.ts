@@ -1,0 +1,104 @@
+/**
+ * Graceful shutdown with calls in flight: idle connections go at once, calls in flight
+ * get the grace time, then end UNAVAILABLE with runner-committed; close() never hangs,
+ * even with runners that are still sending.
+ */
+import { randomUUID } from "node:crypto";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { describe, expect, it } from "vitest";
+import { Runner } from "../src/gen/runner/v1/runner_pb.js";
+import { createRunnerService, isLoopbackHost, startRunnerServer } from "../src/runner/index.js";
+import { createMemoryQueue } from "../src/adapters/memory/index.js";
+import { controlledStream, end, line, send, startHarness, until, type Outcome } from "./runner-service-helpers.js";
+
+describe("runner server shutdown", () => {
+  it("100 calls in flight: those that finish in the grace time get their Ack, the rest UNAVAILABLE with committed; close() resolves", async () => {
+    const h = await startHarness({ server: { gracefulShutdownMs: 400 } });
+    const second = createClient(Runner, createGrpcTransport({ baseUrl: h.server.url }));
+    const calls = Array.from({ length: 100 }, (_, i) => {
+      const id = randomUUID();
+      const stream = controlledStream();
+      const outcome = send(i % 2 === 0 ? h.client : second, stream.items);
+      stream.push(line(id, `first of ${i}`));
+      return { id, stream, outcome };
+    });
+    await until(async () => {
+      const states = await Promise.all(calls.map((c) => h.logs.get(c.id)));
+      return states.every((s) => s?.committed === 1);
+    }, "every call stored its first line");
+
+    const closing = h.server.close();
+    // A third of the runners finish during the grace time; the rest keep their calls open.
+    const finishing = calls.filter((_, i) => i % 3 === 0);
+    for (const c of finishing) {
+      c.stream.push(line(c.id, "second"));
+      c.stream.push(end(c.id));
+      c.stream.close();
+    }
+    await closing;
+    const outcomes: Outcome[] = await Promise.all(calls.map((c) => c.outcome));
+    let acked = 0;
+    let unavailable = 0;
+    for (const [i, out] of outcomes.entries()) {
+      if (out.ok === true) {
+        acked++;
+        expect(i % 3).toBe(0);
+        expect(out.committed).toBe("3");
+      } else {
+        unavailable++;
+        expect(out.code).toBe("Unavailable");
+        // The runner learns where the job stands, so it resumes without a loss or a duplicate.
+        expect(out.committed).toMatch(/^[1-3]$/);
+      }
+    }
+    expect(acked + unavailable).toBe(100);
+    expect(unavailable).toBeGreaterThanOrEqual(66);
+    // Nothing stored was lost.
+    for (const c of calls) expect((await h.logs.read(c.id))[0]?.line).toMatch(/^first of/);
+    for (const c of calls) c.stream.close();
+    await h.runner.close();
+    await h.logs.close?.();
+  });
+
+  it("close() with idle connections and no calls resolves; later calls are refused", async () => {
+    const h = await startHarness({ memoryStore: true });
+    const id = randomUUID();
+    expect(await send(h.client, [line(id, "a")])).toMatchObject({ ok: true });
+    await h.server.close();
+    await h.server.close();
+    const out = await send(h.client, [line(id, "b")], { offset: 1 });
+    expect(out.code).toBe("Unavailable");
+    await h.runner.close();
+  });
+
+  it("a call whose runner is still sending when the service answers early leaves no stream open (close does not hang)", async () => {
+    const h = await startHarness({ memoryStore: true, server: { gracefulShutdownMs: 5000 } });
+    const id = randomUUID();
+    const stream = controlledStream();
+    const pending = send(h.client, stream.items);
+    // A gap: the service answers at the first item while the runner keeps its side open.
+    stream.push(line(id, "x"));
+    const early = send(h.client, [line(randomUUID(), "y")], { offset: 3 });
+    expect((await early).code).toBe("FailedPrecondition");
+    stream.push(line("bad id", "x"));
+    expect((await pending).code).toBe("InvalidArgument");
+    // Had the early-ended streams stayed half open, this would wait for the grace time or hang.
+    await h.server.close();
+    stream.close();
+    await h.runner.close();
+  });
+
+  it("refuses to listen beyond loopback with a service that accepts any caller, unless insecure", async () => {
+    const open = createRunnerService(createMemoryQueue(), { memoryStore: true } as never);
+    expect(open.acceptsAnyCaller).toBe(true);
+    await expect(startRunnerServer(open, { host: "0.0.0.0", port: 0 })).rejects.toThrow(/refusing to listen/);
+    await expect(startRunnerServer(open, { host: "192.0.2.10", port: 0 })).rejects.toThrow(/refusing to listen/);
+    const guarded = createRunnerService(createMemoryQueue(), { secret: "k" });
+    expect(guarded.acceptsAnyCaller).toBe(false);
+    for (const host of ["127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost", "::ffff:127.0.0.1"]) expect(isLoopbackHost(host)).toBe(true);
+    for (const host of ["0.0.0.0", "::", "10.0.0.1", "example.com", "128.0.0.1"]) expect(isLoopbackHost(host)).toBe(false);
+    await open.close();
+    await guarded.close();
+  });
+});
