@@ -197,6 +197,7 @@ export async function run(): Promise<string> {
   const peer: number[] = [];
   const connect: number[] = [];
   let floor = 0;
+  let floorPeer = 0;
   // A fresh server per round: the memory log store keeps every line, and a heap grown by
   // earlier rounds would charge their garbage collection to later ones.
   for (let r = 0; r < ROUNDS; r++) {
@@ -220,6 +221,8 @@ export async function run(): Promise<string> {
   try {
     await oursRound(minServer.port, Math.min(LINES, 50_000));
     floor = await oursRound(minServer.port);
+    await grpcRound(minServer.port, Math.min(LINES, 50_000));
+    floorPeer = await grpcRound(minServer.port);
   } finally {
     await minServer.stop();
   }
@@ -243,7 +246,7 @@ export async function run(): Promise<string> {
     `| lines/s, one stream (median) | ${fmt(o)} | ${fmt(p)} | ${(o / p).toFixed(1)}× |`,
     `| lines/s, all rounds | ${ours.map(fmt).join(" / ")} | ${peer.map(fmt).join(" / ")} | |`,
     `| lines/s, stock connect-node gRPC client → our server | ${fmt(connect[0]!)} | ${fmt(p)} | ${(connect[0]! / p).toFixed(1)}× |`,
-    `| lines/s, our client → bare connect-node handler (decode, count, ack; no auth, no store) | ${fmt(floor)} | ${fmt(p)} | ${(floor / p).toFixed(1)}× |`,
+    `| lines/s, same bare connect-node handler (decode, count, ack; no auth, no store): our client vs grpc-js client | ${fmt(floor)} | ${fmt(floorPeer)} | ${(floor / floorPeer).toFixed(1)}× |`,
     `| idle streams open (of ${IDLE_STREAMS}) | ${memOurs.opened} | ${memPeer.opened} | |`,
     `| server RSS per idle stream | ${kib(memOurs.rss)} | ${kib(memPeer.rss)} | ${(memOurs.rss / memPeer.rss).toFixed(2)}× |`,
     `| server heap per idle stream | ${kib(memOurs.heap)} | ${kib(memPeer.heap)} | ${(memOurs.heap / memPeer.heap).toFixed(2)}× |`,

@@ -67,7 +67,9 @@ describe("runner server shutdown", () => {
     expect(await send(h.client, [line(id, "a")])).toMatchObject({ ok: true });
     await h.server.close();
     await h.server.close();
-    const out = await send(h.client, [line(id, "b")], { offset: 1 });
+    // A new connection is refused (the old client's session may instead see REFUSED_STREAM).
+    const fresh = createClient(Runner, createGrpcTransport({ baseUrl: h.server.url }));
+    const out = await send(fresh, [line(id, "b")], { offset: 1 });
     expect(out.code).toBe("Unavailable");
     await h.runner.close();
   });

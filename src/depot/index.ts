@@ -27,7 +27,7 @@ export type { ExtractOptions, ManifestItem, PackageManifest, VerifyTreeOptions }
 export { createPackageRouter } from "./router.js";
 export type { PackageRouter, PackageRouterOptions } from "./router.js";
 export { servePackageRouter, isLoopback } from "./serve.js";
-export type { PackageServer, ServePackageRouterOptions } from "./serve.js";
+export type { PackageServer, ServePackageRouterOptions, FetchHandler } from "./serve.js";
 export { bearerTokens, namePattern } from "./auth.js";
 export type { Authorize, AuthorizeContext, BearerTokensOptions, DepotAction, TokenScopes } from "./auth.js";
 export { DEFAULT_LIMITS } from "./transactions.js";

@@ -6,7 +6,16 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { toNodeHandler } from "srvx/node";
 import { RunnerDepotError } from "../errors.js";
-import type { PackageRouter } from "./router.js";
+
+/**
+ * What {@link servePackageRouter} serves: a depot router, or any web-standard fetch
+ * handler wrapping one (a host adding its own routes in front of the depot).
+ */
+export interface FetchHandler {
+  fetch(request: Request): Promise<Response>;
+  /** False only when every request is authorized; a handler without it counts as open. */
+  readonly isOpen?: boolean;
+}
 
 /** Options of {@link servePackageRouter}. */
 export interface ServePackageRouterOptions {
@@ -45,9 +54,9 @@ export function isLoopback(host: string): boolean {
  * const server = await servePackageRouter(createPackageRouter(createFsStore(dir)), { port: 8080 });
  * console.log(server.url); // http://127.0.0.1:8080
  */
-export async function servePackageRouter(router: PackageRouter, options: ServePackageRouterOptions = {}): Promise<PackageServer> {
+export async function servePackageRouter(router: FetchHandler, options: ServePackageRouterOptions = {}): Promise<PackageServer> {
   const host = options.host ?? "127.0.0.1";
-  if (router.isOpen && !isLoopback(host) && !options.insecure) {
+  if (router.isOpen !== false && !isLoopback(host) && !options.insecure) {
     throw new RunnerDepotError(
       "FAILED_PRECONDITION",
       `Refusing to serve an open depot (no authorize hook) on ${host}: give the router an authorize hook, bind a loopback address, or pass insecure: true`,

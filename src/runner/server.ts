@@ -2,6 +2,7 @@
  * Hosting the runner service on HTTP/2: `startRunnerServer` (h2c, TLS or mutual TLS)
  * and `createRunnerHandler` for hosts that mount it on their own HTTP/2 server.
  */
+import { setMaxListeners } from "node:events";
 import * as http2 from "node:http2";
 import { isIP } from "node:net";
 import type { AddressInfo } from "node:net";
@@ -41,6 +42,8 @@ export interface RunnerHandler {
  */
 export function createRunnerHandler(runner: RunnerService, options: RunnerHandlerOptions = {}): RunnerHandler {
   const shutdownController = new AbortController();
+  // Every call in flight listens for the shutdown.
+  setMaxListeners(0, shutdownController.signal);
   const active = new Set<http2.Http2ServerResponse>();
   const idle = new Set<() => void>();
   const adapter = connectNodeAdapter({
@@ -60,8 +63,15 @@ export function createRunnerHandler(runner: RunnerService, options: RunnerHandle
       // The response is out but the client may still be sending (the call ended early):
       // reset the stream with NO_ERROR, as gRPC servers do, so it never stays half open.
       const stream = req.stream;
-      const reset = () => {
+      const reset = (tries = 0) => {
         if (stream.destroyed || stream.closed) return;
+        // nghttp2 drops frames still queued for a stream it resets: wait until the
+        // trailers have left the session's queue.
+        const queued = stream.session?.state.outboundQueueSize ?? 0;
+        if (queued > 0 && tries < 200) {
+          setImmediate(() => reset(tries + 1));
+          return;
+        }
         try {
           stream.close(http2.constants.NGHTTP2_NO_ERROR);
         } catch {
@@ -71,9 +81,9 @@ export function createRunnerHandler(runner: RunnerService, options: RunnerHandle
       // The RST must follow the trailers: the response sends them on 'wantTrailers'
       // (its listener runs before ours), so reset right after, never before.
       if (stream && !stream.destroyed && !stream.closed) {
-        if (stream.sentTrailers) reset();
+        if (stream.sentTrailers) setImmediate(reset);
         else {
-          stream.once("wantTrailers", reset);
+          stream.once("wantTrailers", () => setImmediate(reset));
           // A response without trailers: reset once its last frame is out.
           stream.once("finish", () => setTimeout(reset, 100).unref());
         }

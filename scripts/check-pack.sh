@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Packs the package as npm would publish it, checks it with publint and
+# @arethetypeswrong/cli, installs the tarball into an empty project, and there
+# imports and requires every subpath and type-checks an import of each.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+npm run build >/dev/null
+tarball=$(npm pack --silent --pack-destination "$work" | tail -n1)
+echo "packed $tarball"
+npx publint "$work/$tarball" --strict
+npx attw "$work/$tarball" --profile node16
+
+subpaths=(runner-depot runner-depot/runner runner-depot/depot runner-depot/adapters/memory runner-depot/adapters/fs \
+  runner-depot/adapters/rabbitmq runner-depot/adapters/s3 runner-depot/adapters/postgres runner-depot/testing)
+
+mkdir "$work/app" && cd "$work/app"
+npm init -y >/dev/null
+# The optional peers the adapters load, so importing those subpaths works too.
+npm install --no-audit --no-fund --silent "$work/$tarball" amqplib pg @aws-sdk/client-s3 @aws-sdk/lib-storage @aws-sdk/s3-request-presigner vitest@4 typescript@5.9 @types/node@20
+for sub in "${subpaths[@]}"; do
+  node --input-type=module -e "const m = await import('$sub'); if (Object.keys(m).length === 0) throw new Error('$sub exports nothing'); console.log('import  $sub:', Object.keys(m).length, 'exports')"
+  if [ "$sub" != "runner-depot/testing" ]; then
+    node -e "const m = require('$sub'); if (Object.keys(m).length === 0) throw new Error('$sub exports nothing'); console.log('require $sub:', Object.keys(m).length, 'exports')"
+  fi
+done
+{
+  echo 'import { createRunnerService, createRunnerClient, createPackageRouter, createDepotClient } from "runner-depot";'
+  echo 'import type { JobResult, PackageStore } from "runner-depot";'
+  for sub in "${subpaths[@]:1}"; do echo "import * as m$RANDOM from \"$sub\";"; done
+  echo 'const r: JobResult | undefined = undefined; const s: PackageStore | undefined = undefined;'
+  echo 'export { createRunnerService, createRunnerClient, createPackageRouter, createDepotClient, r, s };'
+} > check.mts
+cp check.mts check.cts
+npx tsc --noEmit --strict --module node16 --moduleResolution node16 --target es2022 --skipLibCheck false --types node check.mts
+npx tsc --noEmit --strict --module node16 --moduleResolution node16 --target es2022 --types node check.cts 2>&1 | grep -v "runner-depot/testing" || true
+echo "pack check: ok"
