@@ -356,22 +356,40 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
     pendingBytes = 0;
     flushing: Promise<void> | null = null;
     flushError: unknown = null;
-    /** Set when the call must stop at once (newer call, shutdown). */
+    /** Set when the call must stop at once (newer call, shutdown, idle). */
     stopError: RunnerDepotError | null = null;
-    private stopWake: (() => void) | null = null;
-    readonly stopped: Promise<void>;
+    /** Rejecters of the waits in progress; a stop rejects them all. */
+    private readonly interrupters = new Set<(error: unknown) => void>();
+    /** When the call started waiting for its next item (0: not waiting). */
+    waitingSince = 0;
+    private idleTimer: NodeJS.Timeout | null = null;
 
     constructor(ctx: HandlerContext) {
       this.ctx = ctx;
-      this.stopped = new Promise<void>((resolve) => {
-        this.stopWake = resolve;
-      });
+      this.armIdle(limits.idleMs);
+    }
+
+    // One timer per call, re-armed lazily: cheaper than a timer per item.
+    private armIdle(ms: number) {
+      this.idleTimer = setTimeout(() => {
+        this.idleTimer = null;
+        if (this.stopError) return;
+        const left = this.waitingSince === 0 ? limits.idleMs : this.waitingSince + limits.idleMs - Date.now();
+        if (left <= 0) this.stop(uErr("DEADLINE_EXCEEDED", `no item for ${limits.idleMs} ms; the call was ended`));
+        else this.armIdle(left);
+      }, ms);
     }
 
     stop(error: RunnerDepotError) {
       if (this.stopError) return;
       this.stopError = error;
-      this.stopWake?.();
+      for (const interrupt of this.interrupters) interrupt(error);
+      this.interrupters.clear();
+    }
+
+    dispose() {
+      if (this.idleTimer) clearTimeout(this.idleTimer);
+      this.idleTimer = null;
     }
 
     get committed(): number {
@@ -405,7 +423,7 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
           try {
             const state = await locked(this.id, async () => {
               // A newer call or a cancel took the job meanwhile: store nothing more.
-              if (this.stopError) throw this.stopError;
+              if (this.stopError?.code === "ABORTED") throw this.stopError;
               const reason = ending.get(this.id);
               if (reason) throw new EndedSignal(reason);
               // The job exists in the store once its first item is stored.
@@ -433,15 +451,25 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
       if (this.flushError) throw this.flushError;
     }
 
-    /** Races `p` with this call being stopped (newer call, shutdown). */
-    async guard<T>(p: Promise<T>): Promise<T> {
-      if (this.stopError) throw this.stopError;
-      return Promise.race([
-        p,
-        this.stopped.then(() => {
-          throw this.stopError;
-        }),
-      ]);
+    /**
+     * Waits for `p` unless the call is stopped first. (No Promise.race with a
+     * long-lived promise: that would keep one reaction per item alive.)
+     */
+    guard<T>(p: Promise<T>): Promise<T> {
+      if (this.stopError) return Promise.reject(this.stopError);
+      return new Promise<T>((resolve, reject) => {
+        this.interrupters.add(reject);
+        p.then(
+          (value) => {
+            this.interrupters.delete(reject);
+            resolve(value);
+          },
+          (error: unknown) => {
+            this.interrupters.delete(reject);
+            reject(error);
+          },
+        );
+      });
     }
 
     /** Current state from the store, refreshed under the job's lock. */
@@ -472,6 +500,7 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
       shutdown?.removeEventListener("abort", onShutdown);
       ctx.signal.removeEventListener("abort", onClientGone);
       calls.delete(call);
+      call.dispose();
       if (call.slot) {
         if (call.slot.active === call) call.slot.active = null;
         release(call.id, call.slot);
@@ -481,18 +510,12 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
 
   /** Reads the next item, or null at the end of the request stream. */
   async function nextItem(call: CallRun, it: AsyncIterator<LogItem>): Promise<LogItem | null> {
-    let timer: NodeJS.Timeout | undefined;
-    const idle = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () => reject(uErr("DEADLINE_EXCEEDED", `no item for ${limits.idleMs} ms; the call was ended`)),
-        limits.idleMs,
-      );
-    });
     const read = it.next();
     // The read may settle after we gave up on it (stream reset); never leave it unhandled.
     read.catch(() => undefined);
+    call.waitingSince = Date.now();
     try {
-      const result = await call.guard(Promise.race([read, idle]));
+      const result = await call.guard(read);
       return result.done ? null : result.value;
     } catch (error) {
       if (error instanceof ConnectError && error.code === Code.ResourceExhausted) {
@@ -500,7 +523,7 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
       }
       throw error;
     } finally {
-      clearTimeout(timer);
+      call.waitingSince = 0;
     }
   }
 
