@@ -435,6 +435,19 @@ describe("runner service: authorize hook, known jobs, lost jobs", () => {
     }
   });
 
+  it("retention: an ended job is forgotten by the sweep once retentionMs (at least lostAfterMs) has passed", async () => {
+    const h = await startHarness({ memoryStore: true, lostAfterMs: 60, retentionMs: 80, sweepIntervalMs: 20 });
+    try {
+      const id = randomUUID();
+      expect(await send(h.client, [line(id, "a"), end(id)])).toMatchObject({ ok: true, committed: "2" });
+      expect(await h.logs.get(id)).toMatchObject({ status: "finished" });
+      await until(async () => (await h.logs.get(id)) === null, "the job pruned");
+      expect(h.queue.results.filter((r) => r.requestId === id)).toHaveLength(1);
+    } finally {
+      await h.close();
+    }
+  });
+
   it("hooks: onLog sees stored lines, onEnd the result", async () => {
     const logged: string[] = [];
     const ended: JobResult[] = [];

@@ -38,8 +38,10 @@ export const agentCommand: Command = {
   },
   async run(values, positionals) {
     const job = await jobFrom(values, positionals);
-    const tls = values.ca || values.cert ? {
-      ca: values.ca ? await readFile(String(values.ca)) : undefined,
+    // A private CA comes from --ca, else from the job config cloud-init wrote.
+    const ca = values.ca ? await readFile(String(values.ca)) : job.ca;
+    const tls = ca || values.cert ? {
+      ca,
       cert: values.cert ? await readFile(String(values.cert)) : undefined,
       key: values.key ? await readFile(String(values.key)) : undefined,
     } : undefined;

@@ -631,10 +631,16 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
       session = null;
       if (s !== null && !s.destroyed) {
         await new Promise<void>((resolve) => {
-          s.once("close", () => resolve());
-          s.close();
+          // Idle sessions are unref'd; a process whose last work is this close() must
+          // still wait for it, or Node exits before the caller's code after close() runs.
+          s.ref();
           // A peer that never answers must not hold close() forever.
-          setTimeout(() => s.destroy(), 1000).unref();
+          const fallback = setTimeout(() => s.destroy(), 1000);
+          s.once("close", () => {
+            clearTimeout(fallback);
+            resolve();
+          });
+          s.close();
         });
       }
     },

@@ -23,9 +23,23 @@ export function newJobState(requestId: string, now: Date, expect = false, info: 
   };
 }
 
-/** A deep copy, so callers never hold a store's live object. */
-export function cloneJobState(state: JobState): JobState {
-  return structuredClone(state);
+/** A deep copy, so callers never hold a store's live object (by hand: structuredClone is slow on this path). */
+export function cloneJobState<S extends JobState>(state: S): S {
+  return {
+    ...state,
+    lines: { ...state.lines },
+    info: cloneInfo(state.info),
+    result: state.result && { ...state.result, lines: { ...state.result.lines } },
+  };
+}
+
+function cloneInfo(info: JobInfo): JobInfo {
+  // Host info is usually flat strings; anything nested is copied properly.
+  for (const key in info) {
+    const value = info[key];
+    if (value !== null && typeof value === "object") return structuredClone(info);
+  }
+  return { ...info };
 }
 
 /** Applies `open` options to an existing job (mutates `state`). */

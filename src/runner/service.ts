@@ -414,6 +414,8 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
     }
 
     private async flushLoop(): Promise<void> {
+      // Let the items already received in this turn join the first batch.
+      await new Promise<void>((resolve) => setImmediate(resolve));
       {
         while (this.pending.length > 0 && !this.flushError) {
           const batch = this.pending;

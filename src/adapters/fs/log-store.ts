@@ -215,7 +215,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
         requestId,
         opts.now ?? new Date(),
         async (job) => {
-          const next = structuredClone(job.state);
+          const next = cloneJobState(job.state);
           if (applyOpen(next, opts)) {
             await writeState(next);
             job.state = next;
@@ -236,7 +236,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
         requestId,
         now,
         async (job) => {
-          const next = structuredClone(job.state);
+          const next = cloneJobState(job.state);
           const fresh = newEntries(next, at, entries);
           if (fresh.length === 0) return publicState(job.state);
           const stored = applyAppend(next, fresh, now);
@@ -279,7 +279,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
         requestId,
         new Date(result.endedAt),
         async (job) => {
-          const next = structuredClone(job.state);
+          const next = cloneJobState(job.state);
           const first = applyFinish(next, result, opts.at);
           if (first) {
             await writeState(next);
