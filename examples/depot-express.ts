@@ -24,8 +24,8 @@ import { toNodeHandler } from "srvx/node";
 import { createFsStore } from "../src/adapters/fs/index.js";
 import { createPackageRouter } from "../src/depot/index.js";
 import { driveDepot } from "./shared/drive-depot.js";
+import { closeHttpServer, serveOrDrive } from "./shared/lifecycle.js";
 
-const serveMode = process.argv.includes("--serve");
 const dir = await mkdtemp(join(tmpdir(), "runner-depot-example-"));
 const store = createFsStore(dir);
 const depot = createPackageRouter(store, { base: "/depot" });
@@ -48,22 +48,13 @@ const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 console.log(`depot-express: listening on ${origin} (depot at /depot, POST /api/echo)`);
 
 async function shutdown(): Promise<void> {
-  await new Promise<void>((resolve) => {
-    server.close(() => resolve());
-    server.closeAllConnections();
-  });
+  await closeHttpServer(server);
   await store.close?.();
   await rm(dir, { recursive: true, force: true });
 }
 
-if (serveMode) {
-  const stop = () => void shutdown().then(() => process.exit(0));
-  process.once("SIGTERM", stop);
-  process.once("SIGINT", stop);
-} else {
+await serveOrDrive("depot-express", shutdown, async () => {
   const echo = await fetch(`${origin}/api/echo`, { method: "POST", headers: { "content-type": "application/json" }, body: '{"hi":1}' });
   console.log(`depot-express: POST /api/echo -> ${await echo.text()}`);
   await driveDepot(`${origin}/depot`, "depot-express");
-  await shutdown();
-  console.log("depot-express: done");
-}
+});

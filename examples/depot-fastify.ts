@@ -21,8 +21,8 @@ import { toNodeHandler } from "srvx/node";
 import { createFsStore } from "../src/adapters/fs/index.js";
 import { createPackageRouter } from "../src/depot/index.js";
 import { driveDepot } from "./shared/drive-depot.js";
+import { serveOrDrive } from "./shared/lifecycle.js";
 
-const serveMode = process.argv.includes("--serve");
 const dir = await mkdtemp(join(tmpdir(), "runner-depot-example-"));
 const store = createFsStore(dir);
 const depot = createPackageRouter(store, { base: "/depot" });
@@ -50,16 +50,10 @@ async function shutdown(): Promise<void> {
   await rm(dir, { recursive: true, force: true });
 }
 
-if (serveMode) {
-  const stop = () => void shutdown().then(() => process.exit(0));
-  process.once("SIGTERM", stop);
-  process.once("SIGINT", stop);
-} else {
+await serveOrDrive("depot-fastify", shutdown, async () => {
   const echo = await fetch(`${origin}/api/echo`, { method: "POST", headers: { "content-type": "application/json" }, body: '{"hi":1}' });
   console.log(`depot-fastify: POST /api/echo -> ${await echo.text()}`);
   const head = await fetch(`${origin}/depot/catalog`, { method: "HEAD" });
   console.log(`depot-fastify: HEAD /depot/catalog -> ${head.status} etag ${head.headers.get("etag")}`);
   await driveDepot(`${origin}/depot`, "depot-fastify");
-  await shutdown();
-  console.log("depot-fastify: done");
-}
+});

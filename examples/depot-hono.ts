@@ -23,8 +23,8 @@ import { Hono } from "hono";
 import { createFsStore } from "../src/adapters/fs/index.js";
 import { createPackageRouter } from "../src/depot/index.js";
 import { driveDepot } from "./shared/drive-depot.js";
+import { closeHttpServer, serveOrDrive } from "./shared/lifecycle.js";
 
-const serveMode = process.argv.includes("--serve");
 const dir = await mkdtemp(join(tmpdir(), "runner-depot-example-"));
 const store = createFsStore(dir);
 const depot = createPackageRouter(store, { base: "/depot" });
@@ -41,21 +41,12 @@ const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 console.log(`depot-hono: listening on ${origin} (depot at /depot, GET /healthz)`);
 
 async function shutdown(): Promise<void> {
-  await new Promise<void>((resolve) => {
-    server.close(() => resolve());
-    server.closeAllConnections();
-  });
+  await closeHttpServer(server);
   await store.close?.();
   await rm(dir, { recursive: true, force: true });
 }
 
-if (serveMode) {
-  const stop = () => void shutdown().then(() => process.exit(0));
-  process.once("SIGTERM", stop);
-  process.once("SIGINT", stop);
-} else {
+await serveOrDrive("depot-hono", shutdown, async () => {
   console.log(`depot-hono: GET /healthz -> ${await (await fetch(`${origin}/healthz`)).text()}`);
   await driveDepot(`${origin}/depot`, "depot-hono");
-  await shutdown();
-  console.log("depot-hono: done");
-}
+});

@@ -9,8 +9,8 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createDepotClient } from "../src/depot/client.js";
 import { readInstalled } from "../src/depot/installer.js";
-import { isRunnerDepotError, type RunnerDepotError } from "../src/errors.js";
 import { corruptingFetch, cuttingFetch, loggingFetch, snapshotTree, startDepot } from "./fixtures/depot-client-harness.js";
+import { failure } from "./fixtures/errors.js";
 
 type Depot = Awaited<ReturnType<typeof startDepot>>;
 let depot: Depot;
@@ -22,15 +22,6 @@ afterAll(async () => {
   await depot?.close();
 });
 
-async function failure(p: Promise<unknown>): Promise<RunnerDepotError> {
-  try {
-    await p;
-  } catch (error) {
-    if (isRunnerDepotError(error)) return error;
-    throw error;
-  }
-  throw new Error("expected a RunnerDepotError");
-}
 
 const sha = (b: Uint8Array | string) => createHash("sha256").update(b).digest("hex");
 // The depot refuses a package without items (COMMIT_INVALID, EMPTY).

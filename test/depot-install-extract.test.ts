@@ -5,7 +5,6 @@ import os from "node:os";
 import path from "node:path";
 import tar from "tar-stream";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { isRunnerDepotError, type RunnerDepotError } from "../src/errors.js";
 import {
   checkLinkTarget,
   checkPackagePath,
@@ -16,6 +15,7 @@ import {
   type PackageManifest,
 } from "../src/depot/extract.js";
 import { digestToHex, hexToHttpDigest } from "../src/depot/client-http.js";
+import { failure } from "./fixtures/errors.js";
 
 const sha = (s: string | Buffer) => `sha256:${createHash("sha256").update(s).digest("hex")}`;
 
@@ -45,15 +45,6 @@ async function archive(manifest: Partial<PackageManifest> & { items: ManifestIte
 
 const file = (p: string, content: string, mode = 0o644): ManifestItem => ({ type: "file", path: p, mode, size: Buffer.byteLength(content), digest: sha(content) });
 
-async function failure(p: Promise<unknown>): Promise<RunnerDepotError> {
-  try {
-    await p;
-  } catch (error) {
-    if (isRunnerDepotError(error)) return error;
-    throw error;
-  }
-  throw new Error("expected a RunnerDepotError");
-}
 
 let tmp: string;
 let target: string;

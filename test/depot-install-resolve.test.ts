@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { isRunnerDepotError, type RunnerDepotError } from "../src/errors.js";
 import { parsePackageSpec, resolveDependencies, satisfyingVersions, type DependencySource } from "../src/depot/resolve.js";
+import { failure } from "./fixtures/errors.js";
 
 /** A depot described as `{ name: { version: { dep: range } } }`; counts lookups. */
 function fixture(graph: Record<string, Record<string, Record<string, string>>>) {
@@ -18,15 +18,6 @@ function fixture(graph: Record<string, Record<string, Record<string, string>>>) 
   return { source, calls };
 }
 
-async function failure(p: Promise<unknown>): Promise<RunnerDepotError> {
-  try {
-    await p;
-  } catch (error) {
-    if (isRunnerDepotError(error)) return error;
-    throw error;
-  }
-  throw new Error("expected a RunnerDepotError");
-}
 
 const pick = (r: { packages: Array<{ name: string; version: string }> }) =>
   Object.fromEntries(r.packages.map((p) => [p.name, p.version]));

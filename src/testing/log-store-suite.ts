@@ -1,7 +1,7 @@
 /** The conformance suite of the JobLogStore port. */
 import { randomUUID } from "node:crypto";
 import { afterEach, describe, expect, it } from "vitest";
-import { skipped } from "./register.js";
+import { skipped, trackAdapters } from "./register.js";
 import { RunnerDepotError } from "../errors.js";
 import type { JobLogStore, JobState, LogEntry } from "../runner/ports.js";
 import { logEntry, sampleJobResult } from "./helpers.js";
@@ -45,20 +45,7 @@ export function describeJobLogStore<S extends JobLogStore>(
   options: JobLogStoreSuiteOptions<S> = {},
 ): void {
   describe(`JobLogStore conformance: ${name}`, () => {
-    const open: JobLogStore[] = [];
-    async function fresh(): Promise<S> {
-      const store = await factory();
-      open.push(store);
-      return store;
-    }
-    async function again(store: S): Promise<JobLogStore> {
-      const other = await options.reopen!(store);
-      open.push(other);
-      return other;
-    }
-    afterEach(async () => {
-      for (const store of open.splice(0).reverse()) await store.close?.();
-    });
+    const { fresh, again } = trackAdapters<JobLogStore, S>(factory, options.reopen);
     const withReopen = options.reopen ? it : skipped;
 
     it("open creates an open, empty job; get of an unknown job is null", async () => {

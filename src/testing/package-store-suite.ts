@@ -1,7 +1,7 @@
 /** The conformance suite of the PackageStore port (blobs and records). */
 import { randomUUID } from "node:crypto";
 import { afterEach, describe, expect, it } from "vitest";
-import { only, skipped } from "./register.js";
+import { only, skipped, trackAdapters } from "./register.js";
 import { RunnerDepotError } from "../errors.js";
 import type { PackageStore } from "../depot/ports.js";
 import { brokenBody, chunked, collectAll, collectBytes, patternBytes, sha256Digest } from "./helpers.js";
@@ -44,20 +44,7 @@ export function describePackageStore<S extends PackageStore>(
   options: PackageStoreSuiteOptions<S> = {},
 ): void {
   describe(`PackageStore conformance: ${name}`, () => {
-    const open: PackageStore[] = [];
-    async function fresh(): Promise<S> {
-      const store = await factory();
-      open.push(store);
-      return store;
-    }
-    async function again(store: S): Promise<PackageStore> {
-      const other = await options.reopen!(store);
-      open.push(other);
-      return other;
-    }
-    afterEach(async () => {
-      for (const store of open.splice(0).reverse()) await store.close?.();
-    });
+    const { fresh, again } = trackAdapters<PackageStore, S>(factory, options.reopen);
     const withReopen = options.reopen ? it : skipped;
     const racers = options.racers ?? 16;
 

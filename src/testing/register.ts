@@ -1,5 +1,5 @@
 /** Registration helpers: a case whose capability the adapter lacks is not registered at all. */
-import { it } from "vitest";
+import { afterEach, it } from "vitest";
 
 /** Stands in for `it` when a case does not apply to the adapter (nothing is registered). */
 export const skipped = ((() => {}) as unknown) as typeof it;
@@ -7,4 +7,36 @@ export const skipped = ((() => {}) as unknown) as typeof it;
 /** `it` when `applies`, else {@link skipped}. */
 export function only(applies: unknown): typeof it {
   return applies ? it : skipped;
+}
+
+/** Something a suite opens and must close after each case. */
+interface Closable {
+  close?(): Promise<void>;
+}
+
+/**
+ * Opens adapters for a suite's cases and closes them (newest first) after each case:
+ * `fresh()` from the factory, `again(store)` from the suite's `reopen` option.
+ */
+export function trackAdapters<P extends Closable, S extends P>(
+  factory: () => S | Promise<S>,
+  reopen: ((store: S) => P | Promise<P>) | undefined,
+): { fresh(): Promise<S>; again(store: S): Promise<P> } {
+  const open: P[] = [];
+  afterEach(async () => {
+    for (const store of open.splice(0).reverse()) await store.close?.();
+  });
+  return {
+    async fresh() {
+      const store = await factory();
+      open.push(store);
+      return store;
+    },
+    async again(store) {
+      if (!reopen) throw new Error("this suite case needs the reopen option");
+      const other = await reopen(store);
+      open.push(other);
+      return other;
+    },
+  };
 }
