@@ -39,12 +39,25 @@ describe("runner server settings", () => {
     try {
       const client = createClient(Runner, createGrpcTransport({ baseUrl: server.url }));
       // Once the client has the server's SETTINGS (after a first call), it queues extra streams.
-      const warm = randomUUID();
-      expect((await send(client, [line(warm, "warm-up")])).ok).toBe(true);
-      const ids = Array.from({ length: 6 }, () => randomUUID());
-      const outs = await Promise.all(ids.map((id) => send(client, [line(id, "a"), end(id)])));
-      expect(outs.map((o) => o.ok)).toEqual(ids.map(() => true));
-      expect(queue.results).toHaveLength(6);
+      expect((await send(client, [line(randomUUID(), "warm-up")])).ok).toBe(true);
+      // Two calls hold both streams open.
+      const held = [randomUUID(), randomUUID()].map((id) => ({ id, stream: controlledStream() }));
+      const heldCalls = held.map(({ id, stream }) => {
+        stream.push(line(id, "held"));
+        return send(client, stream.items);
+      });
+      for (const { id } of held) await until(async () => (await runner.logs.get(id))?.committed === 1, "held call stored");
+      // A third call's stream waits in the client: its item cannot reach the server yet.
+      const third = randomUUID();
+      const thirdCall = send(client, [line(third, "queued"), end(third)]);
+      await new Promise((r) => setTimeout(r, 300));
+      expect(await runner.logs.get(third)).toBeNull();
+      // Freeing one stream lets it through, and every call succeeds.
+      held[0]!.stream.close();
+      expect((await thirdCall).ok).toBe(true);
+      held[1]!.stream.close();
+      expect((await Promise.all(heldCalls)).map((o) => o.ok)).toEqual([true, true]);
+      expect(queue.results.map((r) => r.requestId)).toEqual([third]);
     } finally {
       await server.close();
       await runner.close();

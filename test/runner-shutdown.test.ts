@@ -92,7 +92,7 @@ describe("runner server shutdown", () => {
   });
 
   it("refuses to listen beyond loopback with a service that accepts any caller, unless insecure", async () => {
-    const open = createRunnerService(createMemoryQueue(), { memoryStore: true } as never);
+    const open = createRunnerService(createMemoryQueue());
     expect(open.acceptsAnyCaller).toBe(true);
     await expect(startRunnerServer(open, { host: "0.0.0.0", port: 0 })).rejects.toThrow(/refusing to listen/);
     await expect(startRunnerServer(open, { host: "192.0.2.10", port: 0 })).rejects.toThrow(/refusing to listen/);

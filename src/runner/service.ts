@@ -7,7 +7,7 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextKey, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { RunnerDepotError } from "../errors.js";
 import { createMemoryLogStore } from "../adapters/memory/log-store.js";
-import { AckSchema, type Ack, type LogItem, type Runner } from "../gen/runner/v1/runner_pb.js";
+import { AckSchema, type Ack, type JobEnd, type LogItem, type Runner } from "../gen/runner/v1/runner_pb.js";
 import type { JobInfo, JobLogStore, JobResult, JobResultQueue, JobState, LogEntry, StoredLine } from "./ports.js";
 import { verifyJobToken, type JobTokenSecret } from "./token.js";
 import { normalizeRequestId } from "./uuid.js";
@@ -127,6 +127,39 @@ export const kShutdownSignal = createContextKey<AbortSignal | undefined>(undefin
 
 /** Context value a server sets to use its own message limit instead of the service's. */
 export const kMessageBytes = createContextKey<number | undefined>(undefined, { description: "runner message limit" });
+
+/**
+ * A request iterable may also offer its items in batches under this key (the gRPC fast
+ * path of createRunnerHandler does): the service then awaits once per batch instead of
+ * once per item. Every item still goes through the same rules, one by one.
+ */
+export const kItemBatches: unique symbol = Symbol.for("runner-depot.itemBatches");
+
+/** A source of items in batches: resolves with the next non-empty batch, or null at the end. */
+export interface ItemBatchSource {
+  [kItemBatches](): () => Promise<readonly LogItem[] | null>;
+}
+
+/** Reads a call's items one at a time from batches (of one item for plain async iterables). */
+interface ItemReader {
+  batch: readonly LogItem[];
+  pos: number;
+  pull: () => Promise<readonly LogItem[] | null>;
+}
+
+function readerOf(requests: AsyncIterable<LogItem>): ItemReader {
+  const batched = (requests as Partial<ItemBatchSource>)[kItemBatches];
+  if (typeof batched === "function") return { batch: [], pos: 0, pull: batched.call(requests) };
+  const it = requests[Symbol.asyncIterator]();
+  return {
+    batch: [],
+    pos: 0,
+    pull: async () => {
+      const result = await it.next();
+      return result.done ? null : [result.value];
+    },
+  };
+}
 
 /**
  * The wire limit to give connect (`readMaxBytes`) for a message limit: generous, since
@@ -339,7 +372,11 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
   /** One StreamLogs call. */
   class CallRun {
     readonly ctx: HandlerContext;
+    /** The message limit of this call (the server's, else the service's). */
+    readonly maxBytes: number;
     id = "";
+    /** The first item's request_id as sent (before lower-casing). */
+    rawId = "";
     slot: Slot | null = null;
     offset = 0;
     /** Items of this call seen so far. */
@@ -366,6 +403,7 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
 
     constructor(ctx: HandlerContext) {
       this.ctx = ctx;
+      this.maxBytes = ctx.values.get(kMessageBytes) ?? limits.messageBytes;
       this.armIdle(limits.idleMs);
     }
 
@@ -397,7 +435,8 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
     }
 
     /** Queues a new entry; flushes in the background, batching whatever piles up meanwhile. */
-    async enqueue(entry: LogEntry): Promise<void> {
+    // Returns a promise only when the call must wait (back-pressure): most items need no await.
+    enqueue(entry: LogEntry): Promise<void> | undefined {
       if (this.pending.length === 0) this.pendingAt = this.nextPos;
       this.pending.push(entry);
       this.pendingBytes += entry.bytes + 64;
@@ -409,8 +448,13 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
         });
         this.flushing = loop;
       }
-      if (this.pending.length >= BACKPRESSURE_ITEMS || this.pendingBytes >= BACKPRESSURE_BYTES) await this.guard(this.flushing);
+      if (this.pending.length >= BACKPRESSURE_ITEMS || this.pendingBytes >= BACKPRESSURE_BYTES) {
+        return this.guard(this.flushing).then(() => {
+          if (this.flushError) throw this.flushError;
+        });
+      }
       if (this.flushError) throw this.flushError;
+      return undefined;
     }
 
     private async flushLoop(): Promise<void> {
@@ -484,7 +528,7 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
   async function streamLogs(requests: AsyncIterable<LogItem>, ctx: HandlerContext): Promise<Ack> {
     const call = new CallRun(ctx);
     calls.add(call);
-    const it = requests[Symbol.asyncIterator]();
+    const it = readerOf(requests);
     const shutdown = ctx.values.get(kShutdownSignal);
     const onShutdown = () => call.stop(uErr("UNAVAILABLE", "the server is shutting down; retry the call"));
     shutdown?.addEventListener("abort", onShutdown);
@@ -510,15 +554,23 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
     }
   }
 
-  /** Reads the next item, or null at the end of the request stream. */
-  async function nextItem(call: CallRun, it: AsyncIterator<LogItem>): Promise<LogItem | null> {
-    const read = it.next();
+  /** Reads the next item, or null at the end of the request stream (waits only when the current batch is used up). */
+  function nextItem(call: CallRun, it: ItemReader): LogItem | null | Promise<LogItem | null> {
+    if (it.pos < it.batch.length) return it.batch[it.pos++]!;
+    return nextBatch(call, it);
+  }
+
+  async function nextBatch(call: CallRun, it: ItemReader): Promise<LogItem | null> {
+    const read = it.pull();
     // The read may settle after we gave up on it (stream reset); never leave it unhandled.
     read.catch(() => undefined);
     call.waitingSince = Date.now();
     try {
-      const result = await call.guard(read);
-      return result.done ? null : result.value;
+      const batch = await call.guard(read);
+      if (batch === null || batch.length === 0) return null;
+      it.batch = batch;
+      it.pos = 1;
+      return batch[0]!;
     } catch (error) {
       if (error instanceof ConnectError && error.code === Code.ResourceExhausted) {
         throw new RunnerDepotError("RESOURCE_EXHAUSTED", `a message is over the ${limits.messageBytes}-byte limit; split the line`, { cause: error });
@@ -553,7 +605,7 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
     }
   }
 
-  async function runCall(call: CallRun, it: AsyncIterator<LogItem>): Promise<Ack> {
+  async function runCall(call: CallRun, it: ItemReader): Promise<Ack> {
     const headers = call.ctx.requestHeader;
     // Token presence and form are checked before anything is read (first in the check order).
     if (secrets && !options.authorize && bearer(headers.get("authorization")) === null) {
@@ -577,6 +629,7 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
 
     // The newer call wins, and only now that it has passed auth.
     call.id = id;
+    call.rawId = first.requestId;
     const slot = slotOf(id);
     slot.refs++;
     call.slot = slot;
@@ -595,9 +648,12 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
     try {
       let item: LogItem | null = first;
       while (item !== null) {
-        await processItem(call, item);
+        // Most items are handled synchronously; only a wait (back-pressure, the end) awaits.
+        const processing = processItem(call, item);
+        if (processing !== undefined) await processing;
         if (call.stopError) throw call.stopError;
-        item = await nextItem(call, it);
+        const next = nextItem(call, it);
+        item = next instanceof Promise ? await next : next;
       }
       await call.guard(call.flush());
       return create(AckSchema, { ok: true });
@@ -638,18 +694,25 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
     return null;
   }
 
-  async function processItem(call: CallRun, item: LogItem): Promise<void> {
+  /**
+   * Applies the rules to one item. Throws (synchronously) on a bad item; returns a
+   * promise only when the call has to wait (back-pressure or the end item).
+   */
+  function processItem(call: CallRun, item: LogItem): Promise<void> | undefined {
     const index = call.index++;
-    const maxBytes = call.ctx.values.get(kMessageBytes) ?? limits.messageBytes;
-    const size = encodedSize(item);
+    const maxBytes = call.maxBytes;
+    const event = item.event;
+    // The line's UTF-8 size serves both the message limit and the line limit.
+    const lineBytes = event.case === "log" ? Buffer.byteLength(event.value.line, "utf8") : 0;
+    const size = encodedSize(item, lineBytes);
     if (size > maxBytes) {
       throw new RunnerDepotError("RESOURCE_EXHAUSTED", `a message of ${size} bytes is over the ${maxBytes}-byte limit; split the line`);
     }
-    if (index > 0 && item.requestId.toLowerCase() !== call.id) {
+    // The same text as the first item's needs no case folding.
+    if (index > 0 && item.requestId !== call.rawId && item.requestId.toLowerCase() !== call.id) {
       throw uErr("INVALID_ARGUMENT", "all items of a call must carry the same request_id");
     }
     if (call.endSeen) throw uErr("INVALID_ARGUMENT", "no item may follow the end item");
-    const event = item.event;
     if (event.case === undefined) throw uErr("INVALID_ARGUMENT", "an item must carry a log line or the job end");
 
     const hostReason = endedReasonOf(call);
@@ -659,7 +722,7 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
       // Duplicates of a finished job are harmless; anything new is refused.
       if (pos < call.state.committed) {
         if (event.case === "end") call.endSeen = true;
-        return;
+        return undefined;
       }
       throw new EndedSignal("ended");
     }
@@ -674,16 +737,16 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
     if (pos < call.nextPos) {
       // A resend of a stored item: skipped, not compared.
       if (event.case === "end") call.endSeen = true;
-      return;
+      return undefined;
     }
 
-    if (event.case === "log") {
-      await call.enqueue(entryFor(call, event.value.line, event.value.stderr));
-      return;
-    }
-
-    // The end item: store what came before, publish, then record.
+    if (event.case === "log") return call.enqueue(entryFor(call, event.value.line, event.value.stderr, lineBytes));
     call.endSeen = true;
+    return processEnd(call, event.value);
+  }
+
+  /** The end item: store what came before, publish, then record. */
+  async function processEnd(call: CallRun, end: JobEnd): Promise<void> {
     await call.guard(call.flush());
     const at = call.nextPos;
     const result = await call.guard(
@@ -697,7 +760,6 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
           throw new EndedSignal(state.status === "finished" ? "ended" : state.status);
         }
         const now = new Date();
-        const end = event.value;
         const result: JobResult = {
           requestId: call.id,
           outcome: "finished",
@@ -722,10 +784,10 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
     if (result) safe(() => options.onEnd?.(result));
   }
 
-  function entryFor(call: CallRun, line: string, stderr: boolean): LogEntry {
+  function entryFor(call: CallRun, line: string, stderr: boolean, lineBytes: number): LogEntry {
     if (call.truncated) return { stored: [], stderr, bytes: 0 };
     let text = line;
-    let bytes = Buffer.byteLength(line, "utf8");
+    let bytes = lineBytes;
     const stored: StoredLine[] = [];
     let marker: StoredLine | null = null;
     if (bytes > limits.lineBytes) {
@@ -879,12 +941,12 @@ function stringField(value: string): number {
   return 1 + varintSize(len) + len;
 }
 
-/** Bytes of an item in protobuf binary form (the message size the limit is about). */
-function encodedSize(item: LogItem): number {
+/** Bytes of an item in protobuf binary form (the message size the limit is about); `lineBytes`: UTF-8 size of a log item's line. */
+function encodedSize(item: LogItem, lineBytes: number): number {
   let size = stringField(item.requestId);
   let inner = 0;
   if (item.event.case === "log") {
-    inner = stringField(item.event.value.line) + (item.event.value.stderr ? 2 : 0);
+    inner = (lineBytes === 0 ? 0 : 1 + varintSize(lineBytes) + lineBytes) + (item.event.value.stderr ? 2 : 0);
   } else if (item.event.case === "end") {
     const end = item.event.value;
     inner = (end.exitCode !== 0 ? 1 + varintSize(end.exitCode) : 0) + (end.success ? 2 : 0) + stringField(end.repoUrl) + stringField(end.commitSha);

@@ -1,0 +1,99 @@
+/**
+ * A specialised decoder for the common runner.v1 `LogItem` (a request ID and a log line),
+ * the mirror of encoder.ts. It returns exactly what protobuf-es `fromBinary(LogItemSchema, …)`
+ * returns for the messages it handles, and `null` for everything else (end items, unknown
+ * or repeated fields, invalid UTF-8, bad lengths), which the caller then hands to the
+ * full parser, so errors and edge cases stay protobuf-es's. test/runner-fastpath-decoder.test.ts
+ * checks it against protobuf-es.
+ */
+import type { LogItem } from "../gen/runner/v1/runner_pb.js";
+
+/**
+ * Decodes a length varint of at most 5 bytes; -1 when malformed, out of range or not
+ * minimally encoded (valid protobuf, but left to the general parser), so the caller can
+ * step over it with lengthBytes(value).
+ */
+function readLength(buf: Uint8Array, pos: number, end: number): number {
+  let value = 0;
+  let shift = 0;
+  for (let i = 0; i < 5 && pos + i < end; i++) {
+    const byte = buf[pos + i]!;
+    value += (byte & 0x7f) * 2 ** shift;
+    if (byte < 0x80) return value <= 0x7fffffff && lengthBytes(value) === i + 1 ? value : -1;
+    shift += 7;
+  }
+  return -1;
+}
+
+function lengthBytes(value: number): number {
+  return value < 0x80 ? 1 : value < 0x4000 ? 2 : value < 0x200000 ? 3 : value < 0x10000000 ? 4 : 5;
+}
+
+/** UTF-8 text of a byte range, or null when it is not plainly valid (left to the strict parser). */
+function text(buf: Buffer, start: number, end: number): string | null {
+  if (start === end) return "";
+  const s = buf.toString("utf8", start, end);
+  // Node replaces invalid sequences with U+FFFD where protobuf-es refuses them; a real
+  // U+FFFD in the text takes the slow path too, which decodes it the same.
+  return s.indexOf("\ufffd") === -1 ? s : null;
+}
+
+/**
+ * Decodes one LogItem with a log line from `buf[start, end)`, or returns null when the
+ * message needs the general parser.
+ *
+ * @example
+ * const item = decodeLogItem(frame, 5, frame.length) ?? fromBinary(LogItemSchema, frame.subarray(5));
+ */
+export function decodeLogItem(buf: Buffer, start: number, end: number): LogItem | null {
+  let pos = start;
+  let requestId: string | null = null;
+  let line: string | null = null;
+  let stderr = false;
+  let seenLog = false;
+  while (pos < end) {
+    const tag = buf[pos++]!;
+    if (tag === 0x0a && requestId === null) {
+      const len = readLength(buf, pos, end);
+      if (len < 0) return null;
+      pos += lengthBytes(len);
+      if (pos + len > end) return null;
+      requestId = text(buf, pos, pos + len);
+      if (requestId === null) return null;
+      pos += len;
+    } else if (tag === 0x12 && !seenLog) {
+      seenLog = true;
+      const len = readLength(buf, pos, end);
+      if (len < 0) return null;
+      pos += lengthBytes(len);
+      const stop = pos + len;
+      if (stop > end) return null;
+      let seenStderr = false;
+      while (pos < stop) {
+        const inner = buf[pos++]!;
+        if (inner === 0x0a && line === null) {
+          const n = readLength(buf, pos, stop);
+          if (n < 0) return null;
+          pos += lengthBytes(n);
+          if (pos + n > stop) return null;
+          line = text(buf, pos, pos + n);
+          if (line === null) return null;
+          pos += n;
+        } else if (inner === 0x10 && !seenStderr && pos < stop && buf[pos]! <= 1) {
+          seenStderr = true;
+          stderr = buf[pos++] === 1;
+        } else {
+          return null;
+        }
+      }
+    } else {
+      return null;
+    }
+  }
+  if (!seenLog) return null;
+  return {
+    $typeName: "runner.v1.LogItem",
+    requestId: requestId ?? "",
+    event: { case: "log", value: { $typeName: "runner.v1.LogChunk", line: line ?? "", stderr } },
+  };
+}
