@@ -64,7 +64,13 @@ export function createStreamLogsFastPath(
     if (headers["grpc-timeout"] !== undefined) return false;
     if (req.authority === undefined && headers.host === undefined) return false;
 
-    const uReq = universalRequestFromNodeRequest(req, res, undefined, options.contextValues(req));
+    let uReq: ReturnType<typeof universalRequestFromNodeRequest>;
+    try {
+      uReq = universalRequestFromNodeRequest(req, res, undefined, options.contextValues(req));
+    } catch {
+      // An authority that makes no URL: connect answers it its own way.
+      return false;
+    }
     // The same context connect's gRPC handler builds.
     const context = createHandlerContext({
       service: Runner,

@@ -9,6 +9,7 @@ import type { AddressInfo } from "node:net";
 import { createContextValues } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { Runner } from "../gen/runner/v1/runner_pb.js";
+import { createStreamLogsFastPath } from "./grpc-fast-path.js";
 import { kMessageBytes, kShutdownSignal, wireLimitFor, type RunnerLimits, type RunnerService } from "./service.js";
 
 /** Options of {@link createRunnerHandler}. */
@@ -17,6 +18,11 @@ export interface RunnerHandlerOptions {
   messageBytes?: number;
   /** Path prefix the service is mounted under; default none. */
   requestPathPrefix?: string;
+  /**
+   * Serve plain gRPC StreamLogs calls on the fast path (frames read and decoded here, items
+   * handed to the service in batches); default true. false sends every call through connect-node.
+   */
+  fastPath?: boolean;
 }
 
 /** A Node HTTP/2 request handler serving the runner service, and what its host needs to shut it down. */
@@ -46,12 +52,17 @@ export function createRunnerHandler(runner: RunnerService, options: RunnerHandle
   setMaxListeners(0, shutdownController.signal);
   const active = new Set<http2.Http2ServerResponse>();
   const idle = new Set<() => void>();
+  const readMaxBytes = wireLimitFor(options.messageBytes ?? runner.limits.messageBytes);
+  const contextValues = () => createContextValues().set(kShutdownSignal, shutdownController.signal).set(kMessageBytes, options.messageBytes);
   const adapter = connectNodeAdapter({
     routes: (router) => router.service(Runner, runner),
-    readMaxBytes: wireLimitFor(options.messageBytes ?? runner.limits.messageBytes),
+    readMaxBytes,
     requestPathPrefix: options.requestPathPrefix,
-    contextValues: () => createContextValues().set(kShutdownSignal, shutdownController.signal).set(kMessageBytes, options.messageBytes),
+    contextValues,
   });
+  // connect-node's per-message pipeline caps a stream at ~120k items/s; plain gRPC
+  // StreamLogs calls skip it (same service, same response writer).
+  const fastPath = options.fastPath === false ? null : createStreamLogsFastPath(runner, { readMaxBytes, requestPathPrefix: options.requestPathPrefix, contextValues });
 
   const handler = (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => {
     active.add(res);
@@ -99,7 +110,7 @@ export function createRunnerHandler(runner: RunnerService, options: RunnerHandle
       return value;
     };
     res.once("close", finished);
-    adapter(req, res);
+    if (fastPath === null || !fastPath(req, res)) adapter(req, res);
   };
 
   return {
@@ -160,6 +171,8 @@ export interface RunnerServerSettings {
   maxConcurrentStreams?: number;
   /** Time calls in flight get on close before they end UNAVAILABLE; default 5 000. */
   gracefulShutdownMs?: number;
+  /** Serve plain gRPC StreamLogs calls on the fast path; default true (see RunnerHandlerOptions.fastPath). */
+  fastPath?: boolean;
 }
 
 /** A running runner server. */
@@ -200,7 +213,7 @@ export async function startRunnerServer(runner: RunnerService, settings: RunnerS
         "configure one, use mutual TLS, or set insecure: true",
     );
   }
-  const runnerHandler = createRunnerHandler(runner, { messageBytes: settings.limits?.messageBytes });
+  const runnerHandler = createRunnerHandler(runner, { messageBytes: settings.limits?.messageBytes, fastPath: settings.fastPath });
   const http2Settings: http2.Settings = { maxConcurrentStreams: settings.maxConcurrentStreams ?? 1000 };
   const server: http2.Http2Server | http2.Http2SecureServer = tls
     ? http2.createSecureServer({
