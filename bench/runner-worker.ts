@@ -1,7 +1,8 @@
 /**
  * Child process of bench/runner.ts: hosts one gRPC server so the client under test
  * and the server run on separate cores. `ours` = createRunnerService + startRunnerServer
- * (memory queue and log store, token check on); `grpc-js` = a plain @grpc/grpc-js server
+ * (memory queue and log store, token check on; `ours-connect`: the same without the gRPC
+ * fast path, every call through connect-node); `grpc-js` = a plain @grpc/grpc-js server
  * loading the same proto that counts lines and acks; `connect-min` = a bare connect-node
  * handler that only counts and acks (the floor under any connect-node service). Talks to its parent over IPC:
  * sends `{ port }` once listening, answers `"mem"` with memory figures after a GC.
@@ -32,9 +33,10 @@ function memory(active: number) {
   return { active, rss: m.rss, heapUsed: m.heapUsed, external: m.external, arrayBuffers: m.arrayBuffers };
 }
 
-if (mode === "ours") {
+if (mode === "ours" || mode === "ours-connect") {
   const runner = createRunnerService(createMemoryQueue(), { logs: createMemoryLogStore(), secret: process.env.BENCH_SECRET ?? "bench" });
-  const server = await startRunnerServer(runner, { port: 0, maxConcurrentStreams: 2000 });
+  // ours-connect: the same service with every call through connect-node (no gRPC fast path).
+  const server = await startRunnerServer(runner, { port: 0, maxConcurrentStreams: 2000, fastPath: mode === "ours" });
   process.on("message", async (m) => {
     if (m === "mem") send(memory(runner.activeCalls));
     if (m === "exit") {

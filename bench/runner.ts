@@ -42,7 +42,7 @@ interface Worker {
   stop(): Promise<void>;
 }
 
-async function startWorker(mode: "ours" | "grpc-js" | "connect-min"): Promise<Worker> {
+async function startWorker(mode: "ours" | "ours-connect" | "grpc-js" | "connect-min"): Promise<Worker> {
   const child = fork(path.join(here, "runner-worker.ts"), [mode], {
     execArgv: ["--import", "tsx", "--expose-gc"],
     env: { ...process.env, BENCH_SECRET: SECRET },
@@ -198,6 +198,7 @@ export async function run(): Promise<string> {
   const connect: number[] = [];
   let floor = 0;
   let floorPeer = 0;
+  let viaConnect = 0;
   // A fresh server per round: the memory log store keeps every line, and a heap grown by
   // earlier rounds would charge their garbage collection to later ones.
   for (let r = 0; r < ROUNDS; r++) {
@@ -216,6 +217,13 @@ export async function run(): Promise<string> {
     } finally {
       await grpcServer.stop();
     }
+  }
+  const connectServer = await startWorker("ours-connect");
+  try {
+    await oursRound(connectServer.port, Math.min(LINES, 50_000));
+    viaConnect = await oursRound(connectServer.port);
+  } finally {
+    await connectServer.stop();
   }
   const minServer = await startWorker("connect-min");
   try {
@@ -236,7 +244,8 @@ export async function run(): Promise<string> {
     `Method: ${fmt(LINES)} lines of 100 bytes (every 10th on stderr) plus the job end through one job, ` +
       `timed from the first line to the acknowledged end; median of ${ROUNDS} rounds, each on a fresh server ` +
       "after a 50,000-line warm-up job. Each server runs in its own child process (h2c on 127.0.0.1), the client in the bench process. " +
-      "Ours: createRunnerClient → startRunnerServer (token check, memory log store storing every line, memory queue). " +
+      "Ours: createRunnerClient → startRunnerServer (token check, memory log store storing every line, memory queue; " +
+      "plain gRPC StreamLogs calls take the server's fast path: frames split and decoded on the HTTP/2 stream, items handed to the service in batches). " +
       "Peer: @grpc/grpc-js client → @grpc/grpc-js server loading the same proto, counting lines, acking. " +
       `Memory: ${IDLE_STREAMS} connections each holding one open call that sent one item, server-side ` +
       "RSS/heap/external delta after GC ÷ streams.",
@@ -245,6 +254,7 @@ export async function run(): Promise<string> {
     "|---|---:|---:|---:|",
     `| lines/s, one stream (median) | ${fmt(o)} | ${fmt(p)} | ${(o / p).toFixed(1)}× |`,
     `| lines/s, all rounds | ${ours.map(fmt).join(" / ")} | ${peer.map(fmt).join(" / ")} | |`,
+    `| lines/s, our client → our server with \`fastPath: false\` (every call through connect-node) | ${fmt(viaConnect)} | ${fmt(p)} | ${(viaConnect / p).toFixed(1)}× |`,
     `| lines/s, stock connect-node gRPC client → our server | ${fmt(connect[0]!)} | ${fmt(p)} | ${(connect[0]! / p).toFixed(1)}× |`,
     `| lines/s, same bare connect-node handler (decode, count, ack; no auth, no store): our client vs grpc-js client | ${fmt(floor)} | ${fmt(floorPeer)} | ${(floor / floorPeer).toFixed(1)}× |`,
     `| idle streams open (of ${IDLE_STREAMS}) | ${memOurs.opened} | ${memPeer.opened} | |`,

@@ -38,6 +38,7 @@ const CODES = {
   TRANSACTION_COMMITTED: [Code.FailedPrecondition, 410],
   TOO_LARGE: [Code.ResourceExhausted, 413],
   TOO_MANY_ITEMS: [Code.ResourceExhausted, 413],
+  METHOD_NOT_ALLOWED: [Code.Unimplemented, 405],
   RANGE_NOT_SATISFIABLE: [Code.OutOfRange, 416],
   COMMIT_INVALID: [Code.FailedPrecondition, 422],
   SELF_DEPENDENCY: [Code.FailedPrecondition, 422],
@@ -79,6 +80,8 @@ export class RunnerDepotError extends Error {
 
   constructor(code: ErrorCode, message: string, options: RunnerDepotErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    // An unknown code (a server's, say) must not resolve to an Object.prototype member.
+    if (!Object.hasOwn(CODES, code)) throw new TypeError(`Unknown error code ${String(code)}`);
     this.code = code;
     this.status = options.status ?? CODES[code][1];
     this.details = options.details ?? {};
@@ -98,7 +101,7 @@ export class RunnerDepotError extends Error {
     if (reason instanceof ConnectError) {
       // Code.InvalidArgument → "INVALID_ARGUMENT": the gRPC names are our runner codes.
       const name = Code[reason.code].replace(/([a-z])([A-Z])/g, "$1_$2").toUpperCase();
-      const code: ErrorCode = name in CODES ? (name as ErrorCode) : "INTERNAL";
+      const code: ErrorCode = Object.hasOwn(CODES, name) ? (name as ErrorCode) : "INTERNAL";
       return new RunnerDepotError(code, reason.rawMessage, { cause: reason });
     }
     const message = reason instanceof Error ? reason.message : String(reason);
@@ -112,11 +115,15 @@ export class RunnerDepotError extends Error {
     return new ConnectError(message, this.grpcCode, metadata, undefined, this);
   }
 
-  /** This error as an RFC 9457 problem document. */
+  /**
+   * This error as an RFC 9457 problem document. `type` is an identifier, not a link:
+   * `urn:runner-depot:problem:<code in kebab-case>` (a URN names the problem without
+   * claiming a web address the project does not own).
+   */
   toProblem(): ProblemDocument {
-    const internal = this.status >= 500 && this.code === "INTERNAL";
+    const internal = this.code === "INTERNAL";
     return {
-      type: `https://runner-depot.dev/problems/${this.code.toLowerCase().replace(/_/g, "-")}`,
+      type: `urn:runner-depot:problem:${this.code.toLowerCase().replace(/_/g, "-")}`,
       title: titleOf(this.code),
       status: this.status,
       detail: internal ? "An internal error occurred." : this.message,

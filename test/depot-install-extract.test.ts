@@ -15,6 +15,7 @@ import {
   type PackageManifest,
 } from "../src/depot/extract.js";
 import { digestToHex, hexToHttpDigest } from "../src/depot/client-http.js";
+import { RunnerDepotError } from "../src/errors.js";
 import { failure } from "./fixtures/errors.js";
 
 const sha = (s: string | Buffer) => `sha256:${createHash("sha256").update(s).digest("hex")}`;
@@ -92,7 +93,7 @@ describe("extractPackage", () => {
     const tarball = await archive({ items: [file("ok", "ok")] }, [{ name: "../escaped", content: "pwned" }, { name: "ok", content: "ok" }]);
     const error = await failure(extractPackage([tarball], target));
     expect(error.code).toBe("PATH_INVALID");
-    expect(error.message).toContain('".."');
+    expect(error.message).toContain("'..' segment");
     expect(existsSync(path.join(target, "..", "escaped"))).toBe(false);
   });
 
@@ -109,6 +110,19 @@ describe("extractPackage", () => {
     const tarball = await archive({ items: [file("a/../../x", "x")] }, [{ name: "a/../../x", content: "x" }]);
     expect((await failure(extractPackage([tarball], target))).code).toBe("PATH_INVALID");
     expect(existsSync(path.join(tmp, "deep", "x"))).toBe(false);
+  });
+
+  it("refuses what the server would refuse: .pkg in any case, a link into .pkg/, a licence name that is a path", async () => {
+    for (const [items, entries] of [
+      [[file(".PKG/evil", "x")], [{ name: ".PKG/evil", content: "x" }]],
+      [[{ type: "link", path: "peek", target: ".pkg/manifest.json" }], [{ name: "peek", type: "symlink", linkname: ".pkg/manifest.json" }]],
+    ] as Array<[ManifestItem[], Entry[]]>) {
+      const dir = path.join(tmp, `t-${Math.random()}`);
+      expect((await failure(extractPackage([await archive({ items }, entries)], dir))).code).toBe("PATH_INVALID");
+      expect(existsSync(path.join(dir, items[0]!.path))).toBe(false);
+    }
+    const licence = await archive({ items: [], licenses: [{ name: "x", path: ".pkg/licenses/a/b", size: 1, digest: sha("x") }] }, [{ name: ".pkg/licenses/a/b", content: "x" }]);
+    expect((await failure(extractPackage([licence], path.join(tmp, "lic")))).code).toBe("PATH_INVALID");
   });
 
   it("refuses a link whose target resolves outside", async () => {
@@ -308,13 +322,22 @@ describe("deltas and tree verification", () => {
 describe("path rules and digests", () => {
   it("accepts normal paths and refuses the rest", () => {
     expect(checkPackagePath("a/b.c/d")).toBe("a/b.c/d");
-    for (const bad of ["", "/a", "a//b", "a/./b", "..", "a/..", "a\\b", "a\0b", ".pkg/x", ".pkg", "a/"]) {
-      expect(() => checkPackagePath(bad), bad).toThrow();
+    for (const bad of ["", "/a", "a//b", "a/./b", "..", "a/..", "a\\b", "a\0b", ".pkg/x", ".pkg", "a/", ".PKG/x", ".Pkg", "x".repeat(256), `${"a/".repeat(2048)}b`]) {
+      expect(() => checkPackagePath(bad), bad).toThrow(RunnerDepotError);
     }
+    // Paths the server would store (NFC) pass; another normalisation form is not what it stores.
+    expect(checkPackagePath("caf\u00e9")).toBe("caf\u00e9");
+    expect(() => checkPackagePath("cafe\u0301")).toThrow(/NFC/);
+    expect(() => checkLinkTarget("link", "cafe\u0301")).toThrow(/NFC/);
+    expect(() => checkPackagePath(42)).toThrow(RunnerDepotError);
     expect(checkLinkTarget("a/b/link", "../c")).toBe("../c");
-    expect(checkLinkTarget("link", ".")).toBe(".");
-    expect(() => checkLinkTarget("a/link", "../../c")).toThrow(/outside/);
+    expect(checkLinkTarget("a/b/link", "../../c")).toBe("../../c");
+    expect(() => checkLinkTarget("a/link", "../../c")).toThrow(/leaves the package root/);
     expect(() => checkLinkTarget("link", "/abs")).toThrow(/absolute/);
+    // The server's own rules (one implementation): targets are normalised, never into .pkg/.
+    for (const bad of [".", "./x", "a//b", "a/../.pkg/manifest.json", ".PKG/x", "x\\y"]) {
+      expect(() => checkLinkTarget("link", bad), bad).toThrow(RunnerDepotError);
+    }
   });
 
   it("reads both digest notations", () => {

@@ -9,7 +9,8 @@ import { writeArchive, type PackageManifest } from "../src/depot/archive.js";
 import { bearerTokens } from "../src/depot/auth.js";
 import type { PackageStore } from "../src/depot/ports.js";
 import { createPackageRouter } from "../src/depot/router.js";
-import { servePackageRouter, isLoopback } from "../src/depot/serve.js";
+import { servePackageRouter } from "../src/depot/serve.js";
+import { isLoopbackHost } from "../src/net.js";
 import { RunnerDepotError } from "../src/errors.js";
 import { add, httpDigest, openTransaction, parseTar, publish, startDepot, storeDigest, tempDir, type Addition, type LiveDepot } from "./fixtures/depot-helpers.js";
 
@@ -630,8 +631,8 @@ describe("streaming, mounting and serving", () => {
     const open = createPackageRouter(createMemoryStore());
     await expect(servePackageRouter(open, { host: "0.0.0.0" })).rejects.toThrow(/insecure/);
     await expect(servePackageRouter(open, { host: "192.168.1.10" })).rejects.toThrow(/open depot/);
-    expect(isLoopback("127.0.0.1") && isLoopback("::1") && isLoopback("localhost")).toBe(true);
-    expect(isLoopback("0.0.0.0") || isLoopback("::") || isLoopback("10.0.0.1")).toBe(false);
+    for (const host of ["127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost", "::ffff:127.0.0.1", "::ffff:127.0.0.2", "[::ffff:7f00:2]"]) expect(isLoopbackHost(host), host).toBe(true);
+    for (const host of ["0.0.0.0", "::", "10.0.0.1", "128.0.0.1", "::ffff:10.0.0.1", "example.com", "127.0.0.1.example.com", "::ffff:127.evil"]) expect(isLoopbackHost(host), host).toBe(false);
     const local = await servePackageRouter(open, { host: "localhost" });
     expect((await fetch(`${local.url}/catalog`)).status).toBe(200);
     await local.close();

@@ -371,6 +371,8 @@ describe("the depot as built answers as documented", () => {
     const summary = await call(open, "getSummary", `/summary/${t1}`);
     expect(summary.json).toMatchObject({ transaction: t1, name: "hello", version: "1.0.0", state: "open", problems: [] });
     expect((await call(open, "getSummary", `/summary/${randomUUID()}`)).status).toBe(404);
+    expect((await call(open, "headSummary", `/summary/${t1}`)).status).toBe(200);
+    expect((await call(open, "headSummary", `/summary/${randomUUID()}`)).status).toBe(404);
 
     const commit = await call(open, "commitTransaction", `/commit/${t1}`);
     expect(commit.status).toBe(201);
@@ -417,6 +419,7 @@ describe("the depot as built answers as documented", () => {
     expect((await call(open, "abandonTransaction", `/trans/${lossy}`)).status).toBe(204);
     expect((await call(open, "abandonTransaction", `/trans/${lossy}`)).json!.code).toBe("TRANSACTION_GONE");
     expect((await call(open, "getSummary", `/summary/${lossy}`)).status).toBe(410);
+    expect((await call(open, "headSummary", `/summary/${lossy}`)).status).toBe(410);
     expect((await call(open, "commitTransaction", `/commit/${lossy}`)).status).toBe(410);
     expect((await addFile(open, lossy, "x", "x")).status).toBe(410);
     expect((await call(open, "abandonTransaction", `/trans/${randomUUID()}`)).status).toBe(404);
@@ -446,6 +449,23 @@ describe("the depot as built answers as documented", () => {
     expect((await call(open, "getDepends", "/depend/hello")).json!.version).toBe("1.1.0");
     expect((await call(open, "getDepends", "/depend/hello@9.9.9")).status).toBe(404);
     expect((await call(open, "getDepends", "/depend/hello@not-semver")).json!.code).toBe("VERSION_INVALID");
+
+    // HEAD wherever GET works: GET's status and headers, no body.
+    for (const [op, path, status] of [
+      ["headVersions", "/version/HELLO", 200],
+      ["headVersions", "/version/hello@9.9.9", 404],
+      ["headVersions", "/version/-bad", 400],
+      ["headDepends", "/depend/hello%401.0.0", 200],
+      ["headDepends", "/depend/nothing", 404],
+      ["headDepends", "/depend/hello@not-semver", 400],
+    ] as const) {
+      const head = await call(open, op, path);
+      expect(head.status, `${op} ${path}`).toBe(status);
+      if (status === 200) {
+        const get = await fetch(open.url + path);
+        expect(head.headers.get("content-length")).toBe(String((await get.arrayBuffer()).byteLength));
+      }
+    }
   });
 
   it("data: 200 with digests, 206, 304, 416, HEAD; 404 and 400", async () => {
@@ -579,6 +599,8 @@ describe("the depot as built answers as documented", () => {
       ["getDelta", "/data/bound/1.0.0/1.0.0", 200],
       ["headDelta", "/data/bound/1.0.0/1.0.0", 200],
       ["headCatalog", "/catalog", 200],
+      ["headVersions", "/version/bound", 200],
+      ["headDepends", "/depend/bound", 200],
     ] as const;
     for (const [op, path, status] of reads) {
       expect((await call(auth, op, path)).status, op).toBe(401);
@@ -607,6 +629,47 @@ describe("the depot as built answers as documented", () => {
       expect([r.status, r.json!.code]).toEqual([500, "INTERNAL"]);
       expect(JSON.stringify(r.json)).not.toContain("secret");
     }
+  });
+
+  it("a documented path asked with an undocumented method answers 405 with Allow listing exactly the documented methods", async () => {
+    const id = await openTrans(open, "methods@1.0.0");
+    const concrete: Record<string, string> = {
+      "/catalog": "/catalog",
+      "/version/{pkg_name}": "/version/hello",
+      "/depend/{pkg_name}": "/depend/hello",
+      "/data/{pkg_name}": "/data/hello",
+      "/data/{name}/{from}": "/data/hello/1.0.0",
+      "/data/{name}/{from}/{to}": "/data/hello/1.0.0/1.1.0",
+      "/trans/{ref}": `/trans/${id}`,
+      "/add/{trans_id}/{type}": `/add/${id}/file`,
+      "/summary/{trans_id}": `/summary/${id}`,
+      "/meta/{trans_id}/require": `/meta/${id}/require`,
+      "/commit/{trans_id}": `/commit/${id}`,
+    };
+    expect(Object.keys(concrete).sort()).toEqual(Object.keys(doc.paths as Json).sort());
+    const order = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
+    const media = doc.components.responses.MethodNotAllowed.content["application/problem+json"] as Json;
+    let checked = 0;
+    for (const [template, path] of Object.entries(concrete)) {
+      const documented = order.filter((m) => (doc.paths as Json)[template][m.toLowerCase()] !== undefined);
+      for (const method of [...order, "OPTIONS"].filter((m) => !documented.includes(m))) {
+        const response = await fetch(open.url + path, { method });
+        const bytes = Buffer.from(await response.arrayBuffer());
+        expect(response.status, `${method} ${path}`).toBe(405);
+        expect(response.headers.get("allow"), `${method} ${path}`).toBe(documented.join(", "));
+        check(doc.components.headers.Allow.schema as Json, response.headers.get("allow"), "Allow");
+        if (method !== "HEAD") {
+          const body = JSON.parse(bytes.toString("utf8")) as Json;
+          check(media.schema as Json, body, `${method} ${path} body`);
+          expect([body.code, body.status]).toEqual(["METHOD_NOT_ALLOWED", 405]);
+        }
+        checked++;
+      }
+    }
+    expect(checked).toBeGreaterThan(40);
+    // The transaction was untouched by all of that.
+    expect((await call(open, "getSummary", `/summary/${id}`)).json!.state).toBe("open");
+    expect((await call(open, "abandonTransaction", `/trans/${id}`)).status).toBe(204);
   });
 
   it("a store that signs URLs (S3) answers data with a 302 to the object store", async () => {

@@ -14,7 +14,10 @@ import { pipeline } from "node:stream/promises";
 import semver from "semver";
 import tar from "tar-stream";
 import { RunnerDepotError } from "../errors.js";
+import { LICENSES_DIR } from "./archive.js";
 import { digestToHex, sha256OfStream } from "./client-http.js";
+import { isLicenseName } from "./names.js";
+import { checkStoredItemPath, checkStoredLinkTarget } from "./paths.js";
 import type { Requirement } from "./resolve.js";
 
 /** The path of the manifest, always the archive's first entry. */
@@ -70,40 +73,24 @@ type TarEntries = AsyncIterator<TarEntry>;
 const invalid = (message: string) => new RunnerDepotError("ARCHIVE_INVALID", message);
 
 /**
- * Checks a package-relative POSIX path and returns it; throws PATH_INVALID for an
- * absolute path, `..`, `.`, empty segments, backslashes, NUL or the reserved `.pkg/`.
+ * Checks a package-relative POSIX path from an archive and returns it: the server's own
+ * rule (parseItemPath: no absolute path, `..`, `.`, empty segment, backslash, NUL, `.pkg/`
+ * in any case, over-long path or segment), and the path must already be NFC-normalised
+ * as the server stores it; PATH_INVALID otherwise.
  */
 export function checkPackagePath(p: unknown, what = "path"): string {
-  if (typeof p !== "string" || p === "") throw new RunnerDepotError("PATH_INVALID", `${what} is empty`);
-  const show = JSON.stringify(p);
-  if (p.includes("\0")) throw new RunnerDepotError("PATH_INVALID", `${what} contains NUL: ${show}`);
-  if (p.includes("\\")) throw new RunnerDepotError("PATH_INVALID", `${what} contains a backslash: ${show}`);
-  if (p.startsWith("/")) throw new RunnerDepotError("PATH_INVALID", `${what} is absolute: ${show}`);
-  for (const segment of p.split("/")) {
-    if (segment === "" || segment === "." || segment === "..") {
-      throw new RunnerDepotError("PATH_INVALID", `${what} has a ${segment === "" ? "empty" : `"${segment}"`} segment: ${show}`);
-    }
-  }
-  if (p === ".pkg" || p.startsWith(".pkg/")) throw new RunnerDepotError("PATH_INVALID", `${what} is reserved: ${show}`);
-  return p;
+  if (typeof p !== "string") throw new RunnerDepotError("PATH_INVALID", `${what} is not a string`);
+  return checkStoredItemPath(p, what);
 }
 
-/** Checks that a link at `linkPath` pointing at `target` stays inside the package root (lexically). */
+/**
+ * Checks that a link at `linkPath` pointing at `target` stays inside the package root
+ * (lexically) by the server's rule (parseLinkTarget: relative, normalised segments, not
+ * into `.pkg/`), already NFC-normalised; PATH_INVALID otherwise.
+ */
 export function checkLinkTarget(linkPath: string, target: unknown): string {
-  if (typeof target !== "string" || target === "") {
-    throw new RunnerDepotError("PATH_INVALID", `link ${linkPath} has no target`);
-  }
-  if (target.includes("\0") || target.includes("\\")) {
-    throw new RunnerDepotError("PATH_INVALID", `link ${linkPath} has an invalid target ${JSON.stringify(target)}`);
-  }
-  if (target.startsWith("/")) {
-    throw new RunnerDepotError("PATH_INVALID", `link ${linkPath} has an absolute target ${JSON.stringify(target)}`);
-  }
-  const resolved = path.posix.normalize(path.posix.join(path.posix.dirname(linkPath), target));
-  if (resolved === ".." || resolved.startsWith("../")) {
-    throw new RunnerDepotError("PATH_INVALID", `link ${linkPath} → ${target} resolves outside the package`);
-  }
-  return target;
+  if (typeof target !== "string") throw new RunnerDepotError("PATH_INVALID", `link ${linkPath} has no target`);
+  return checkStoredLinkTarget(linkPath, target, `target of link ${JSON.stringify(linkPath)}`);
 }
 
 /** Permission bits of a manifest mode (number or octal string); setuid, setgid and sticky are dropped. */
@@ -143,7 +130,9 @@ function parseManifest(bytes: Buffer, options: ExtractOptions): PackageManifest 
   if (m.licenses !== undefined) {
     if (!Array.isArray(m.licenses)) throw invalid("the manifest's licenses is not a list");
     for (const l of m.licenses) {
-      if (!l || typeof l.path !== "string" || !/^\.pkg\/licenses\/[^/\0\\]+$/.test(l.path) || l.path.endsWith("/..") || l.path.endsWith("/.")) {
+      // The server's licence-name rule: a token, so never a path of its own.
+      const name = typeof l?.path === "string" && l.path.startsWith(`${LICENSES_DIR}/`) ? l.path.slice(LICENSES_DIR.length + 1) : "";
+      if (!isLicenseName(name)) {
         throw new RunnerDepotError("PATH_INVALID", `licence path ${JSON.stringify(l?.path)} is not .pkg/licenses/<name>`);
       }
       if (typeof l.digest !== "string" || digestToHex(l.digest) === null) throw invalid(`licence ${l.path} has no usable digest`);

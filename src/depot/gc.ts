@@ -7,7 +7,11 @@ import type { PackageStore } from "./ports.js";
 import {
   allKeys,
   keys,
+  catalogVersions,
+  emptyRecord,
+  own,
   publishToCatalog,
+  setOwn,
   type CatalogRecord,
   type DeltaRecord,
   type ItemRecord,
@@ -58,7 +62,7 @@ export async function reconcileCatalog(store: PackageStore, now: () => Date): Pr
   let recovered = 0;
   for await (const key of allKeys(store, keys.versions)) {
     const [, name, version] = key.split("/");
-    if (!name || !version || catalog?.packages[name]?.versions.includes(version)) continue;
+    if (!name || !version || catalogVersions(catalog, name)?.versions.includes(version)) continue;
     const record = (await store.getRecord<VersionRecord>(key))?.value;
     if (!record) continue;
     await publishToCatalog(store, record.name, record.version, now());
@@ -123,15 +127,15 @@ export async function collectGarbage(store: PackageStore, transactions: Transact
   }
 
   const previous = (await store.getRecord<{ since: Record<string, number> }>(keys.gcCandidates)) ?? null;
-  const since: Record<string, number> = {};
+  const since = emptyRecord<number>();
   for (const digest of stored) {
     if (live.has(digest)) continue;
-    const first = previous?.value.since[digest] ?? nowMs;
+    const first = own(previous?.value.since, digest) ?? nowMs;
     if (nowMs - first >= settings.graceMs) {
       await store.deleteBlob(digest);
       report.deletedBlobs++;
     } else {
-      since[digest] = first;
+      setOwn(since, digest, first);
       report.pendingBlobs++;
     }
   }

@@ -26,7 +26,7 @@ export { extractPackage, readPackageManifest, verifyPackageTree, checkPackagePat
 export type { ExtractOptions, ManifestItem, PackageManifest, VerifyTreeOptions } from "./extract.js";
 export { createPackageRouter } from "./router.js";
 export type { PackageRouter, PackageRouterOptions } from "./router.js";
-export { servePackageRouter, isLoopback } from "./serve.js";
+export { servePackageRouter } from "./serve.js";
 export type { PackageServer, ServePackageRouterOptions, FetchHandler } from "./serve.js";
 export { bearerTokens, namePattern } from "./auth.js";
 export type { Authorize, AuthorizeContext, BearerTokensOptions, DepotAction, TokenScopes } from "./auth.js";

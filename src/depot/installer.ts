@@ -16,6 +16,8 @@ import { RunnerDepotError, isRunnerDepotError } from "../errors.js";
 import type { DepotClient, VersionEntry } from "./client.js";
 import { digestToHex } from "./client-http.js";
 import { extractPackage, verifyPackageTree } from "./extract.js";
+import { isPackageName } from "./names.js";
+import { emptyRecord, own, setOwn } from "./records.js";
 import { resolveDependencies, type DependencySource } from "./resolve.js";
 
 /** The installer's bookkeeping directory inside the target. */
@@ -71,9 +73,12 @@ export interface InstallResult {
 export async function readInstalled(targetDir: string): Promise<InstalledState> {
   try {
     const parsed = JSON.parse(await readFile(path.join(targetDir, STATE_DIR, "installed.json"), "utf8")) as InstalledState;
-    return { packages: parsed.packages ?? {} };
+    // Null-prototype, so a package called `constructor` is looked up as itself.
+    const packages = emptyRecord<InstalledEntry>();
+    for (const [name, entry] of Object.entries(parsed.packages ?? {})) setOwn(packages, name, entry);
+    return { packages };
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "ENOENT") return { packages: {} };
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return { packages: emptyRecord() };
     throw error;
   }
 }
@@ -167,7 +172,9 @@ export async function installPackage(
     for (const pkg of resolution.packages) {
       const entry = (await versionInfo(pkg.name))?.get(pkg.version);
       const expectedHex = entry?.digest ? digestToHex(entry.digest) : null;
-      const current = installed.packages[pkg.name];
+      // The name becomes a directory under the target: never trust the depot with it.
+      if (!isPackageName(pkg.name)) throw new RunnerDepotError("NAME_INVALID", `the depot named an invalid package ${JSON.stringify(pkg.name.slice(0, 80))}`);
+      const current = own(installed.packages, pkg.name);
       const same = current && semver.eq(current.version, pkg.version) && digestToHex(current.digest) === expectedHex;
       if (same && !options.force) {
         actions.push({ name: pkg.name, version: pkg.version, action: "unchanged", bytes: 0 });
@@ -243,9 +250,10 @@ export async function installPackage(
         await rename(s.dir, live);
         swapped.push({ live, old });
       }
-      const next: InstalledState = { packages: { ...installed.packages } };
+      const next: InstalledState = { packages: emptyRecord() };
+      for (const [name, entry] of Object.entries(installed.packages)) setOwn(next.packages, name, entry);
       const now = new Date().toISOString();
-      for (const s of staged) next.packages[s.name] = { version: s.version, digest: s.digest, installedAt: now };
+      for (const s of staged) setOwn(next.packages, s.name, { version: s.version, digest: s.digest, installedAt: now });
       const tmp = path.join(stateDir, `installed.json.${randomUUID()}`);
       await writeFile(tmp, `${JSON.stringify(next, null, 2)}\n`);
       await rename(tmp, path.join(stateDir, "installed.json"));

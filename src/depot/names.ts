@@ -30,6 +30,13 @@ export function parsePackageName(raw: string): string {
   return raw.toLowerCase();
 }
 
+const LICENSE_RE = /^[A-Za-z0-9][A-Za-z0-9.+-]{0,127}$/;
+
+/** True when `raw` is a licence name (`Pkg-License`, `.pkg/licenses/<name>`): an SPDX-like token. */
+export function isLicenseName(raw: string): boolean {
+  return LICENSE_RE.test(raw);
+}
+
 /** True when `raw` is a valid package name. */
 export function isPackageName(raw: string): boolean {
   return NAME_RE.test(raw);

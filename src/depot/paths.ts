@@ -34,11 +34,12 @@ function checkSegments(what: string, raw: string, allowDotDot: boolean): string[
 /**
  * Validates an item path (already percent-decoded) and returns it NFC-normalised;
  * PATH_INVALID for `..`, absolute paths, NUL, backslashes, empty segments, `.pkg/`.
+ * The one path rule: the server applies it to uploads, the installer to archives.
  */
-export function parseItemPath(raw: string): string {
+export function parseItemPath(raw: string, what = "Path"): string {
   const path = raw.normalize("NFC");
-  const segments = checkSegments("Path", path, false);
-  if (segments[0]!.toLowerCase() === RESERVED_PREFIX) invalid("Path", path, `uses the reserved '${RESERVED_PREFIX}/' prefix`);
+  const segments = checkSegments(what, path, false);
+  if (segments[0]!.toLowerCase() === RESERVED_PREFIX) invalid(what, path, `uses the reserved '${RESERVED_PREFIX}/' prefix`);
   return path;
 }
 
@@ -46,22 +47,37 @@ export function parseItemPath(raw: string): string {
  * Validates a link target relative to the link's own directory and returns it;
  * PATH_INVALID when it is absolute or, resolved lexically, leaves the package root.
  */
-export function parseLinkTarget(linkPath: string, raw: string): string {
+export function parseLinkTarget(linkPath: string, raw: string, what = "Link target"): string {
   const target = raw.normalize("NFC");
-  const segments = checkSegments("Link target", target, true);
+  const segments = checkSegments(what, target, true);
   const resolved = linkPath.split("/").slice(0, -1);
   for (const segment of segments) {
     if (segment === "..") {
-      if (resolved.length === 0) invalid("Link target", target, `of ${JSON.stringify(linkPath)} leaves the package root`);
+      if (resolved.length === 0) invalid(what, target, `of ${JSON.stringify(linkPath)} leaves the package root`);
       resolved.pop();
     } else {
       resolved.push(segment);
     }
   }
   if (resolved.length > 0 && resolved[0]!.toLowerCase() === RESERVED_PREFIX) {
-    invalid("Link target", target, `of ${JSON.stringify(linkPath)} points into the reserved '${RESERVED_PREFIX}/' directory`);
+    invalid(what, target, `of ${JSON.stringify(linkPath)} points into the reserved '${RESERVED_PREFIX}/' directory`);
   }
   return target;
+}
+
+/**
+ * An item path as the depot stores it: valid by {@link parseItemPath} and already
+ * NFC-normalised (the server never produces another form); PATH_INVALID otherwise.
+ */
+export function checkStoredItemPath(raw: string, what = "Path"): string {
+  if (parseItemPath(raw, what) !== raw) invalid(what, raw, "is not NFC-normalised");
+  return raw;
+}
+
+/** A link target as the depot stores it: valid by {@link parseLinkTarget} and already NFC-normalised. */
+export function checkStoredLinkTarget(linkPath: string, raw: string, what = "Link target"): string {
+  if (parseLinkTarget(linkPath, raw, what) !== raw) invalid(what, raw, "is not NFC-normalised");
+  return raw;
 }
 
 /** The ancestors of a path, shortest first: `a/b/c` → `a`, `a/b`. */

@@ -93,8 +93,8 @@ export const keys = {
   items: (id: string) => `titem/${id}/`,
   dirMark: (id: string, path: string) => `tdir/${id}/${pathHash(path)}`,
   dirMarks: (id: string) => `tdir/${id}/`,
-  open: (principal: string, id: string) => `open/${principalHash(principal)}/${id}`,
-  opens: (principal: string) => `open/${principalHash(principal)}/`,
+  /** The principal's open-transaction slots: one record, changed only by compare-and-swap. */
+  slots: (principal: string) => `slots/${principalHash(principal)}`,
   gcCandidates: "gc/candidates",
 };
 
@@ -151,21 +151,39 @@ export async function updateRecord<T>(
   throw new RunnerDepotError("CONFLICT", `Too much contention on ${key}; retry`);
 }
 
+/**
+ * A record member by a user-controlled key (package name, attribute, licence): only the
+ * object's own members, never an Object.prototype one (`constructor`, `toString`, …).
+ */
+export function own<T>(record: Record<string, T> | undefined | null, key: string): T | undefined {
+  return record && Object.hasOwn(record, key) ? record[key] : undefined;
+}
+
+/** Sets a member by a user-controlled key as an own data property (even `__proto__`). */
+export function setOwn<T>(record: Record<string, T>, key: string, value: T): void {
+  Object.defineProperty(record, key, { value, enumerable: true, writable: true, configurable: true });
+}
+
+/** An empty record without a prototype, for maps keyed by user-controlled strings. */
+export function emptyRecord<T>(): Record<string, T> {
+  return Object.create(null) as Record<string, T>;
+}
+
 /** Adds a version to the catalog (idempotent). */
 export async function publishToCatalog(store: PackageStore, name: string, version: string, now: Date): Promise<void> {
   await updateRecord<CatalogRecord>(store, keys.catalog, (current) => {
     const catalog: CatalogRecord = current?.value ?? { packages: {}, updatedAt: now.toISOString() };
-    const entry = catalog.packages[name];
+    const entry = own(catalog.packages, name);
     if (entry?.versions.includes(version)) return undefined;
-    catalog.packages[name] = { versions: sortVersions([...(entry?.versions ?? []), version]), updatedAt: now.toISOString() };
+    setOwn(catalog.packages, name, { versions: sortVersions([...(entry?.versions ?? []), version]), updatedAt: now.toISOString() });
     catalog.updatedAt = now.toISOString();
     return catalog;
   });
 }
 
 /** The published versions of a package (ascending) and the newest, or null when unknown. */
-export function catalogVersions(catalog: CatalogRecord | undefined, name: string): { versions: string[]; latest: string } | null {
-  const entry = catalog?.packages[name];
-  if (!entry || entry.versions.length === 0) return null;
-  return { versions: entry.versions, latest: newestVersion(entry.versions)! };
+export function catalogVersions(catalog: CatalogRecord | undefined, name: string): { versions: string[]; latest: string; updatedAt: string } | null {
+  const entry = own(catalog?.packages, name);
+  if (!entry || !Array.isArray(entry.versions) || entry.versions.length === 0) return null;
+  return { versions: entry.versions, latest: newestVersion(entry.versions)!, updatedAt: entry.updatedAt };
 }

@@ -55,7 +55,7 @@ export function parsePackageSpec(spec: string): { name: string; range: string; e
   const at = text.indexOf("@", 1);
   const name = (at < 0 ? text : text.slice(0, at)).toLowerCase();
   const rest = at < 0 ? "" : text.slice(at + 1).trim();
-  if (!/^[a-z0-9][a-z0-9._-]{0,63}$/.test(name)) {
+  if (!NAME_RE.test(name)) {
     throw new RunnerDepotError("NAME_INVALID", `not a package name: ${JSON.stringify(spec)}`);
   }
   if (rest === "" || rest === "latest") return { name, range: "*", exact: false };
@@ -78,6 +78,7 @@ export function satisfyingVersions(versions: readonly string[], ranges: readonly
   return releases.length > 0 ? releases : pick(true);
 }
 
+const NAME_RE = /^[a-z0-9][a-z0-9._-]{0,63}$/;
 const at = (name: string, version: string) => `${name}@${version}`;
 const chain = (by: string[]) => by.join(" → ");
 const describe = (c: Constraint) => `${c.range} (required by ${chain(c.by)})`;
@@ -114,6 +115,10 @@ export async function resolveDependencies(
           const range = r.range === "" ? "*" : r.range;
           if (semver.validRange(range) === null) {
             throw new RunnerDepotError("RANGE_INVALID", `${key} requires ${r.name} with an invalid range ${JSON.stringify(range)}`);
+          }
+          // The depot's answer is not trusted: a name becomes a directory of the install.
+          if (typeof r.name !== "string" || !NAME_RE.test(r.name.toLowerCase())) {
+            throw new RunnerDepotError("NAME_INVALID", `${key} requires an invalid package name ${JSON.stringify(String(r.name).slice(0, 80))}`);
           }
           return { name: r.name.toLowerCase(), range };
         }),

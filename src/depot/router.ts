@@ -10,10 +10,10 @@ import type { Authorize, DepotAction } from "./auth.js";
 import { deltaManifest } from "./delta.js";
 import { isStoreDigest, parseHttpDigest, toHttpDigest } from "./digest.js";
 import { collectGarbage, readJsonBlob, reconcileCatalog, type GarbageReport } from "./gc.js";
-import { decodeSegment, parsePackageName, parsePackageRef, parseRange, parseVersion } from "./names.js";
+import { decodeSegment, isLicenseName, parsePackageName, parsePackageRef, parseRange, parseVersion } from "./names.js";
 import { parseItemPath } from "./paths.js";
 import type { PackageStore } from "./ports.js";
-import { catalogVersions, keys, type CatalogRecord, type DeltaRecord, type TransactionRecord, type VersionRecord } from "./records.js";
+import { catalogVersions, emptyRecord, keys, setOwn, type CatalogRecord, type DeltaRecord, type TransactionRecord, type VersionRecord } from "./records.js";
 import { DEFAULT_LIMITS, Transactions, type DepotLimits, type UploadBody } from "./transactions.js";
 
 /** Options of {@link createPackageRouter}. */
@@ -53,6 +53,7 @@ export type PackageRouter = RouterType<IRequest, []> & {
 };
 
 const IMMUTABLE = "public, max-age=31536000, immutable";
+const ALLOW_ORDER = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
 const TRANSIENT_CODES = new Set([
   "ECONNREFUSED",
   "ECONNRESET",
@@ -135,9 +136,25 @@ export function createPackageRouter(store: PackageStore, options: PackageRouterO
       },
     ],
     catch: (error: unknown, request: IRequest) => problemResponse(error, request, onError),
-    // Requests outside `base` match no route at all.
-    finally: [(response: unknown, request: IRequest) => response ?? problemResponse(new RunnerDepotError("NOT_FOUND", "No such resource"), request, onError)],
+    finally: [
+      // Requests outside `base` match no route at all.
+      (response: unknown, request: IRequest) => response ?? problemResponse(new RunnerDepotError("NOT_FOUND", "No such resource"), request, onError),
+      // HEAD answers what GET would, without the body (JSON and problem bodies are small).
+      async (response: Response, request: IRequest) => {
+        if (request.method !== "HEAD" || response.body === null) return response;
+        const length = (await response.arrayBuffer()).byteLength;
+        const headers = new Headers(response.headers);
+        headers.set("Content-Length", String(length));
+        return new Response(null, { status: response.status, statusText: response.statusText, headers });
+      },
+    ],
   });
+
+  /** Registers a GET handler and the same handler for HEAD (RFC 9110: HEAD wherever GET works). */
+  const getAndHead = (path: string, handler: (request: IRequest) => Promise<Response>) => {
+    router.get(path, handler);
+    router.head(path, handler);
+  };
 
   // ---- Installer API -------------------------------------------------------------------
 
@@ -148,10 +165,11 @@ export function createPackageRouter(store: PackageStore, options: PackageRouterO
     // The body and its ETag are rebuilt only when the record changed, so a 304 is cheap.
     if (!catalogCache || catalogCache.revision !== revision) {
       const record = stored?.value;
-      const packages: Record<string, { latest: string; versions: string[]; updatedAt: string }> = {};
+      // Null-prototype: a package may be called `constructor`.
+      const packages = emptyRecord<{ latest: string; versions: string[]; updatedAt: string }>();
       for (const name of Object.keys(record?.packages ?? {}).sort()) {
         const listed = catalogVersions(record, name);
-        if (listed) packages[name] = { latest: listed.latest, versions: listed.versions, updatedAt: record!.packages[name]!.updatedAt };
+        if (listed) setOwn(packages, name, { latest: listed.latest, versions: listed.versions, updatedAt: listed.updatedAt });
       }
       const text = JSON.stringify({ packages, count: Object.keys(packages).length, updatedAt: record?.updatedAt ?? null });
       catalogCache = { revision, body: text, etag: `"${createHash("sha256").update(text).digest("hex").slice(0, 32)}"` };
@@ -159,12 +177,11 @@ export function createPackageRouter(store: PackageStore, options: PackageRouterO
     const { body, etag } = catalogCache;
     const headers = { ETag: etag, "Cache-Control": "no-cache" };
     if (matchesEtag(request.headers.get("if-none-match"), etag)) return new Response(null, { status: 304, headers });
-    return new Response(request.method === "HEAD" ? null : body, { status: 200, headers: { ...headers, "Content-Type": "application/json" } });
+    return new Response(body, { status: 200, headers: { ...headers, "Content-Type": "application/json" } });
   };
-  router.get("/catalog", catalogHandler);
-  router.head("/catalog", catalogHandler);
+  getAndHead("/catalog", catalogHandler);
 
-  router.get("/version/:pkg", async (request) => {
+  getAndHead("/version/:pkg", async (request) => {
     const ref = parsePackageRef(request.params.pkg!);
     await principalOf(request, "read", ref.name);
     const listed = catalogVersions(await catalog(), ref.name);
@@ -178,7 +195,7 @@ export function createPackageRouter(store: PackageStore, options: PackageRouterO
     return json(200, { name: ref.name, latest: listed.latest, versions });
   });
 
-  router.get("/depend/:pkg", async (request) => {
+  getAndHead("/depend/:pkg", async (request) => {
     const ref = parsePackageRef(request.params.pkg!);
     await principalOf(request, "read", ref.name);
     const v = await publishedVersion(ref.name, ref.version);
@@ -191,8 +208,7 @@ export function createPackageRouter(store: PackageStore, options: PackageRouterO
     const v = await publishedVersion(ref.name, ref.version);
     return serveBlob(request, store, v.digest, v.size, `${v.name}-${v.version}.tar`, options.signedUrlSeconds ?? 300);
   };
-  router.get("/data/:pkg", dataHandler);
-  router.head("/data/:pkg", dataHandler);
+  getAndHead("/data/:pkg", dataHandler);
 
   const deltaRedirect = async (request: IRequest) => {
     const name = parsePlainName(request.params.pkg!);
@@ -203,8 +219,7 @@ export function createPackageRouter(store: PackageStore, options: PackageRouterO
     if (!listed.versions.includes(from)) throw new RunnerDepotError("VERSION_NOT_FOUND", `No version ${from} of ${name}`);
     return new Response(null, { status: 307, headers: { Location: `${base}/data/${name}/${from}/${listed.latest}`, "Cache-Control": "no-cache" } });
   };
-  router.get("/data/:pkg/:from", deltaRedirect);
-  router.head("/data/:pkg/:from", deltaRedirect);
+  getAndHead("/data/:pkg/:from", deltaRedirect);
 
   const deltaHandler = async (request: IRequest) => {
     const name = parsePlainName(request.params.pkg!);
@@ -224,8 +239,7 @@ export function createPackageRouter(store: PackageStore, options: PackageRouterO
     }
     return serveBlob(request, store, delta.digest, delta.size, `${name}-${from.version}-to-${to.version}.tar`, options.signedUrlSeconds ?? 300);
   };
-  router.get("/data/:pkg/:from/:to", deltaHandler);
-  router.head("/data/:pkg/:from/:to", deltaHandler);
+  getAndHead("/data/:pkg/:from/:to", deltaHandler);
 
   async function buildDelta(from: VersionRecord, to: VersionRecord, key: string): Promise<DeltaRecord> {
     const [fromManifest, toManifest] = await Promise.all([
@@ -300,7 +314,7 @@ export function createPackageRouter(store: PackageStore, options: PackageRouterO
       }
       case "license": {
         const license = single(headers, "pkg-license", false);
-        if (!/^[A-Za-z0-9][A-Za-z0-9.+-]{0,127}$/.test(license)) {
+        if (!isLicenseName(license)) {
           throw new RunnerDepotError("HEADER_INVALID", `Pkg-License ${JSON.stringify(license.slice(0, 80))} is not a licence name (letters, digits, '.', '+', '-')`);
         }
         result = await transactions.addLicense(trans, license, await uploadBody(request), parseHttpDigest(headers.get("content-digest")));
@@ -308,7 +322,7 @@ export function createPackageRouter(store: PackageStore, options: PackageRouterO
       }
       default: {
         requireEmpty(request);
-        const attributes: Record<string, string> = {};
+        const attributes = emptyRecord<string>();
         const values = list(headers, "pkg-attr");
         if (values.length === 0) throw new RunnerDepotError("HEADER_INVALID", "POST /add/<id>/set needs Pkg-Attr: key=value");
         for (const value of values) {
@@ -319,7 +333,7 @@ export function createPackageRouter(store: PackageStore, options: PackageRouterO
           }
           const decoded = decodeHeader(value.slice(eq + 1), "Pkg-Attr");
           if (Buffer.byteLength(decoded) > 4096) throw new RunnerDepotError("HEADER_INVALID", `Pkg-Attr ${key} is longer than 4096 bytes`);
-          attributes[key] = decoded;
+          setOwn(attributes, key, decoded);
         }
         result = await transactions.setAttributes(trans, attributes);
       }
@@ -327,7 +341,7 @@ export function createPackageRouter(store: PackageStore, options: PackageRouterO
     return json(201, result);
   });
 
-  router.get("/summary/:id", async (request) => {
+  getAndHead("/summary/:id", async (request) => {
     const trans = await transactionFor(request, true);
     const origin = new URL(request.url).origin;
     if (trans.state === "committed") {
@@ -369,8 +383,7 @@ export function createPackageRouter(store: PackageStore, options: PackageRouterO
     };
   }
 
-  router.post("/meta/:id/:kind", async (request) => {
-    if (request.params.kind !== "require") throw new RunnerDepotError("NOT_FOUND", `Unknown metadata ${JSON.stringify(request.params.kind!.slice(0, 40))}; only require`);
+  router.post("/meta/:id/require", async (request) => {
     const trans = await transactionFor(request);
     const values = list(request.headers, "pkg-require");
     if (values.length === 0) throw new RunnerDepotError("HEADER_INVALID", "POST /meta/<id>/require needs Pkg-Require: name@range");
@@ -390,8 +403,14 @@ export function createPackageRouter(store: PackageStore, options: PackageRouterO
     return json(first ? 201 : 200, { url, name: result.name, version: result.version, digest: result.digest }, { Location: `${base}${result.location}` });
   });
 
-  router.all("*", () => {
-    throw new RunnerDepotError("NOT_FOUND", "No such resource");
+  // A known path with a method it does not answer: 405 with Allow; anything else 404.
+  const routes = [...router.routes];
+  router.all("*", (request) => {
+    const pathname = new URL(request.url).pathname;
+    const allowed = new Set(routes.filter(([, pattern]) => pattern.test(pathname)).map(([method]) => method));
+    if (allowed.size === 0) throw new RunnerDepotError("NOT_FOUND", "No such resource");
+    const allow = ALLOW_ORDER.filter((m) => allowed.has(m)).join(", ");
+    throw new RunnerDepotError("METHOD_NOT_ALLOWED", `${request.method.slice(0, 20)} is not allowed here; allowed: ${allow}`, { details: { allow } });
   });
 
   const depot = router as unknown as PackageRouter;
@@ -426,12 +445,11 @@ function problemResponse(reason: unknown, request: Request, onError: (error: unk
   } else {
     error = new RunnerDepotError("INTERNAL", "internal error", { cause: reason });
   }
-  if (error.status >= 500 && error.code !== "STORE_UNAVAILABLE") {
-    error = error.code === "INTERNAL" ? error : new RunnerDepotError("INTERNAL", error.message, { cause: error });
-    onError(reason, request);
-  }
-  const { wwwAuthenticate, ...problem } = error.toProblem() as Record<string, unknown>;
+  // Every 5xx keeps its status and code (503, 504, 502…); only INTERNAL hides its detail (toProblem).
+  if (error.status >= 500 && error.code !== "STORE_UNAVAILABLE") onError(reason, request);
+  const { wwwAuthenticate, allow, ...problem } = error.toProblem() as Record<string, unknown>;
   const headers: Record<string, string> = { "Content-Type": "application/problem+json", "Cache-Control": "no-store" };
+  if (error.status === 405 && typeof allow === "string") headers.Allow = allow;
   if (error.status === 401) headers["WWW-Authenticate"] = typeof wwwAuthenticate === "string" ? wwwAuthenticate : 'Bearer realm="runner-depot"';
   if (typeof problem.retryAfter === "number") headers["Retry-After"] = String(problem.retryAfter);
   if (error.code === "STORE_UNAVAILABLE") headers["Retry-After"] = "5";

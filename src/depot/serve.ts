@@ -6,6 +6,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { toNodeHandler } from "srvx/node";
 import { RunnerDepotError } from "../errors.js";
+import { isLoopbackHost } from "../net.js";
 
 /**
  * What {@link servePackageRouter} serves: a depot router, or any web-standard fetch
@@ -40,12 +41,6 @@ export interface PackageServer {
   close(): Promise<void>;
 }
 
-/** True for loopback addresses and `localhost`. */
-export function isLoopback(host: string): boolean {
-  const h = host.replace(/^\[|\]$/g, "").toLowerCase();
-  return h === "localhost" || h === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h) || h === "::ffff:127.0.0.1";
-}
-
 /**
  * Serves a depot router on node:http. An open router (no authorize hook) is refused on any
  * address but loopback unless `insecure` is set.
@@ -56,7 +51,7 @@ export function isLoopback(host: string): boolean {
  */
 export async function servePackageRouter(router: FetchHandler, options: ServePackageRouterOptions = {}): Promise<PackageServer> {
   const host = options.host ?? "127.0.0.1";
-  if (router.isOpen !== false && !isLoopback(host) && !options.insecure) {
+  if (router.isOpen !== false && !isLoopbackHost(host) && !options.insecure) {
     throw new RunnerDepotError(
       "FAILED_PRECONDITION",
       `Refusing to serve an open depot (no authorize hook) on ${host}: give the router an authorize hook, bind a loopback address, or pass insecure: true`,

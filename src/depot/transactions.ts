@@ -12,7 +12,9 @@ import {
   allKeys,
   keys,
   mapLimit,
+  own,
   publishToCatalog,
+  setOwn,
   updateRecord,
   type CommitResult,
   type ItemRecord,
@@ -74,6 +76,11 @@ export interface UploadBody {
   length?: number;
 }
 
+/** A `slots/<principal hash>` record: the ids of the principal's open transactions. */
+interface SlotRecord {
+  ids: string[];
+}
+
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
 /** The transaction engine the router drives. */
@@ -99,14 +106,6 @@ export class Transactions {
     if (await this.store.getRecord(keys.version(name, version))) {
       throw new RunnerDepotError("VERSION_EXISTS", `${name}@${version} is already published`);
     }
-    const open = await this.openOf(principal);
-    if (open.length >= this.settings.limits.openTransactions) {
-      const soonest = Math.min(...open.map((t) => this.expiresAt(t).getTime()));
-      const retryAfter = Math.max(1, Math.ceil((soonest - this.settings.now().getTime()) / 1000));
-      throw new RunnerDepotError("TOO_MANY_TRANSACTIONS", `At most ${this.settings.limits.openTransactions} open transactions per principal; commit or abandon one`, {
-        details: { retryAfter },
-      });
-    }
     const now = this.settings.now().toISOString();
     const trans: TransactionRecord = {
       id: randomUUID(),
@@ -122,23 +121,60 @@ export class Transactions {
       itemCount: 0,
       bytes: 0,
     };
-    await this.store.putRecord(keys.open(principal, trans.id), { id: trans.id }, { ifRevision: null });
+    // The record first, the slot second: a listed id always has a record, so a concurrent
+    // open never mistakes a slot being taken for a dead one. Unlisted, it is not usable yet.
     if ((await this.store.putRecord(keys.trans(trans.id), trans, { ifRevision: null })) === null) {
       throw new RunnerDepotError("CONFLICT", "Transaction id collision; retry");
+    }
+    try {
+      await this.takeSlot(principal, trans.id);
+    } catch (error) {
+      await this.store.deleteRecord(keys.trans(trans.id)).catch(() => undefined);
+      throw error;
     }
     return trans;
   }
 
-  /** The principal's open (unexpired) transactions; drops stale markers on the way. */
-  private async openOf(principal: string): Promise<TransactionRecord[]> {
-    const found: TransactionRecord[] = [];
-    for await (const key of allKeys(this.store, keys.opens(principal))) {
-      const id = key.slice(key.lastIndexOf("/") + 1);
-      const trans = (await this.store.getRecord<TransactionRecord>(keys.trans(id)))?.value;
-      if (trans && (trans.state === "open" || trans.state === "committing") && !this.expired(trans)) found.push(trans);
-      else await this.store.deleteRecord(key);
+  /**
+   * Adds `id` to the principal's slot record by compare-and-swap, after dropping the ids
+   * of transactions that are no longer open; TOO_MANY_TRANSACTIONS when the live ones
+   * fill the limit. One record per principal, so the limit is exact across routers and
+   * processes wherever the store's compare-and-swap is.
+   */
+  private async takeSlot(principal: string, id: string): Promise<void> {
+    const key = keys.slots(principal);
+    const limit = this.settings.limits.openTransactions;
+    // A finished or expired transaction never reopens, so what was seen dead stays dead.
+    const dead = new Set<string>();
+    for (let attempt = 0; attempt < 200; attempt++) {
+      const current = await this.store.getRecord<SlotRecord>(key);
+      const listed = (current?.value.ids ?? []).filter((i) => !dead.has(i));
+      const records = await mapLimit(listed, 16, async (i) => (await this.store.getRecord<TransactionRecord>(keys.trans(i)))?.value);
+      const live: TransactionRecord[] = [];
+      records.forEach((trans, i) => {
+        if (trans && (trans.state === "open" || trans.state === "committing") && !this.expired(trans)) live.push(trans);
+        else dead.add(listed[i]!);
+      });
+      if (live.length >= limit) {
+        const soonest = Math.min(...live.map((t) => this.expiresAt(t).getTime()));
+        const retryAfter = Math.max(1, Math.ceil((soonest - this.settings.now().getTime()) / 1000));
+        throw new RunnerDepotError("TOO_MANY_TRANSACTIONS", `At most ${limit} open transactions per principal; commit or abandon one`, {
+          details: { retryAfter },
+        });
+      }
+      const next: SlotRecord = { ids: [...live.map((t) => t.id), id] };
+      if ((await this.store.putRecord(key, next, { ifRevision: current?.revision ?? null })) !== null) return;
+      await new Promise((resolve) => setTimeout(resolve, Math.random() * Math.min(2 ** attempt, 50)));
     }
-    return found;
+    throw new RunnerDepotError("CONFLICT", "Too much contention on the open-transaction slots; retry");
+  }
+
+  /** Frees a finished transaction's slot (opening also drops dead ids, so this is best effort). */
+  private async releaseSlot(trans: TransactionRecord): Promise<void> {
+    await updateRecord<SlotRecord>(this.store, keys.slots(trans.principal), (current) => {
+      if (!current || !current.value.ids.includes(trans.id)) return undefined;
+      return { ids: current.value.ids.filter((i) => i !== trans.id) };
+    });
   }
 
   /**
@@ -281,17 +317,17 @@ export class Transactions {
   /** Adds a licence text. */
   async addLicense(trans: TransactionRecord, license: string, body: UploadBody, expectedDigest: string | undefined): Promise<AddResult> {
     const path = `${LICENSES_DIR}/${license}`;
-    if (trans.licenses[license]) throw new RunnerDepotError("PATH_EXISTS", `Licence ${license} was already added`);
+    if (own(trans.licenses, license)) throw new RunnerDepotError("PATH_EXISTS", `Licence ${license} was already added`);
     if (trans.itemCount >= this.settings.limits.items) {
       throw new RunnerDepotError("TOO_MANY_ITEMS", `A transaction holds at most ${this.settings.limits.items} items`);
     }
     const blob = await this.upload(body, expectedDigest, `Licence ${license}`);
     await this.mutate(trans.id, (t) => {
-      if (t.licenses[license]) throw new RunnerDepotError("PATH_EXISTS", `Licence ${license} was already added`);
+      if (own(t.licenses, license)) throw new RunnerDepotError("PATH_EXISTS", `Licence ${license} was already added`);
       if (t.itemCount >= this.settings.limits.items) {
         throw new RunnerDepotError("TOO_MANY_ITEMS", `A transaction holds at most ${this.settings.limits.items} items`);
       }
-      t.licenses[license] = { digest: blob.digest, size: blob.size };
+      setOwn(t.licenses, license, { digest: blob.digest, size: blob.size });
       t.itemCount += 1;
       t.bytes += blob.size;
     });
@@ -341,9 +377,9 @@ export class Transactions {
     if (value) await this.dropWorkingRecords(value);
   }
 
-  /** Deletes the item, marker and open-index records of a finished transaction. */
+  /** Frees the slot and deletes the item and marker records of a finished transaction. */
   async dropWorkingRecords(trans: TransactionRecord): Promise<void> {
-    await this.store.deleteRecord(keys.open(trans.principal, trans.id));
+    await this.releaseSlot(trans);
     for (const prefix of [keys.items(trans.id), keys.dirMarks(trans.id)]) {
       const found: string[] = [];
       for await (const key of allKeys(this.store, prefix)) found.push(key);

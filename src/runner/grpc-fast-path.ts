@@ -8,7 +8,7 @@
  * through connect-node unchanged.
  */
 import type * as http2 from "node:http2";
-import { toBinary } from "@bufbuild/protobuf";
+import { create, isMessage, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createHandlerContext, type ContextValues } from "@connectrpc/connect";
 import { compressionNegotiate, createMethodSerializationLookup, encodeEnvelope } from "@connectrpc/connect/protocol";
 import { contentTypeProto, grpcStatusOk, headerAcceptEncoding, headerContentType, headerEncoding, headerGrpcStatus, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
@@ -96,7 +96,7 @@ export function createStreamLogsFastPath(
       try {
         const ack = await runner.streamLogs(reader.source(), context);
         // The Ack is far below connect's compressMinBytes (1 KiB): it is never compressed.
-        body.push(encodeEnvelope(0, toBinary(AckSchema, ack)));
+        body.push(encodeEnvelope(0, toBinary(AckSchema, isMessage(ack, AckSchema) ? ack : create(AckSchema, ack))));
       } catch (error) {
         failure = error;
         setTrailerStatus(context.responseTrailer, error instanceof ConnectError ? error : new ConnectError("internal error", Code.Internal, undefined, undefined, error));

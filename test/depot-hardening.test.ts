@@ -1,0 +1,283 @@
+/**
+ * Reviewer findings on the depot, each provoked over real HTTP (fetch against a listening
+ * servePackageRouter on 127.0.0.1:0): names and keys that are Object.prototype members,
+ * 5xx codes kept, the open-transaction limit under concurrency, HEAD wherever GET works,
+ * 405 with Allow, and problem types as URNs.
+ */
+import { readFile } from "node:fs/promises";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createFsStore } from "../src/adapters/fs/store.js";
+import { createMemoryStore } from "../src/adapters/memory/store.js";
+import { createDepotClient } from "../src/depot/client.js";
+import { installPackage, readInstalled } from "../src/depot/installer.js";
+import type { PackageStore } from "../src/depot/ports.js";
+import { createPackageRouter } from "../src/depot/router.js";
+import { servePackageRouter } from "../src/depot/serve.js";
+import { RunnerDepotError } from "../src/errors.js";
+import { add, openTransaction, parseTar, publish, startDepot, tempDir, type LiveDepot } from "./fixtures/depot-helpers.js";
+
+async function expectProblem(response: Response | Promise<Response>, status: number, code: string): Promise<Record<string, unknown>> {
+  const r = await response;
+  expect(r.headers.get("content-type")).toBe("application/problem+json");
+  const body = (await r.json()) as Record<string, unknown>;
+  expect({ status: r.status, code: body.code, bodyStatus: body.status }).toEqual({ status, code, bodyStatus: status });
+  return body;
+}
+
+const PROTO_NAMES = ["constructor", "toString", "valueOf", "hasOwnProperty", "isPrototypeOf", "propertyIsEnumerable", "toLocaleString"];
+
+for (const kind of ["memory", "fs"] as const) {
+  describe(`Object.prototype member names and keys (${kind} store)`, () => {
+    let store: PackageStore;
+    let depot: LiveDepot;
+    let cleanup: () => Promise<void> = async () => undefined;
+    const errors: unknown[] = [];
+    beforeAll(async () => {
+      if (kind === "fs") {
+        const tmp = await tempDir("depot-proto-");
+        cleanup = tmp.cleanup;
+        store = createFsStore(path.join(tmp.dir, "store"), { unsafeNoSync: true });
+      } else {
+        store = createMemoryStore();
+      }
+      depot = await startDepot(store, { onError: (e) => errors.push(e) });
+    });
+    afterAll(async () => {
+      await depot.close();
+      await cleanup();
+    });
+
+    it("publishes and serves packages named constructor, toString, valueOf…; attribute and licence keys likewise", async () => {
+      const attrs = Object.fromEntries(PROTO_NAMES.map((k) => [k, `value of ${k}`]));
+      const commit = await publish(depot.url, "constructor@1.0.0", [
+        { type: "file", path: "constructor/toString", body: "hello\n" },
+        { type: "license", name: "constructor", body: "licence text\n" },
+        { type: "license", name: "toString", body: "another\n" },
+        { type: "set", attrs },
+        { type: "require", requires: ["valueof@^1"] },
+      ]);
+      expect(commit.status).toBe(201);
+      for (const name of PROTO_NAMES.slice(1)) {
+        expect((await publish(depot.url, `${name}@1.0.0`, [{ type: "file", path: "f", body: name }])).status, name).toBe(201);
+      }
+
+      const catalogResponse = await fetch(`${depot.url}/catalog`);
+      expect(catalogResponse.status).toBe(200);
+      const catalog = (await catalogResponse.json()) as { packages: Record<string, { latest: string; versions: string[] }>; count: number };
+      expect(catalog.count).toBe(PROTO_NAMES.length);
+      for (const name of PROTO_NAMES.map((n) => n.toLowerCase())) {
+        expect(Object.hasOwn(catalog.packages, name), name).toBe(true);
+        expect(catalog.packages[name], name).toMatchObject({ latest: "1.0.0", versions: ["1.0.0"] });
+      }
+
+      const version = (await (await fetch(`${depot.url}/version/constructor`)).json()) as { name: string; versions: Array<{ attributes: Record<string, string> }> };
+      expect(version.name).toBe("constructor");
+      expect(version.versions).toHaveLength(1);
+      expect(version.versions[0]!.attributes).toEqual(attrs);
+      expect(await (await fetch(`${depot.url}/depend/constructor@1.0.0`)).json()).toEqual({ name: "constructor", version: "1.0.0", requires: [{ name: "valueof", range: "^1" }] });
+
+      const data = await fetch(`${depot.url}/data/constructor`);
+      expect(data.status).toBe(200);
+      const entries = await parseTar(new Uint8Array(await data.arrayBuffer()));
+      expect(entries.map((e) => e.name)).toEqual([".pkg/manifest.json", ".pkg/licenses/constructor", ".pkg/licenses/toString", "constructor/toString"]);
+      const manifest = JSON.parse(entries[0]!.body.toString("utf8")) as { attributes: Record<string, string> };
+      expect(manifest.attributes).toEqual(attrs);
+
+      // A second licence text under a prototype name is a repeat of an own key only.
+      const id = await openTransaction(depot.url, "constructor@1.1.0");
+      expect((await add(depot.url, id, { type: "license", name: "valueOf", body: "x" })).status).toBe(201);
+      await expectProblem(add(depot.url, id, { type: "license", name: "valueOf", body: "x" }), 409, "PATH_EXISTS");
+      expect((await add(depot.url, id, { type: "file", path: "constructor/toString", body: "hello again\n" })).status).toBe(201);
+      expect((await fetch(`${depot.url}/commit/${id}`, { method: "POST" })).status).toBe(201);
+      expect((await fetch(`${depot.url}/catalog`)).status).toBe(200);
+      expect(errors).toEqual([]);
+    });
+
+    it("refuses __proto__ as a package name, attribute key or licence, and keeps the transaction intact", async () => {
+      await expectProblem(fetch(`${depot.url}/trans/__proto__@1.0.0`, { method: "POST" }), 400, "NAME_INVALID");
+      await expectProblem(fetch(`${depot.url}/version/__proto__`), 400, "NAME_INVALID");
+      const id = await openTransaction(depot.url, "keys@1.0.0");
+      expect((await add(depot.url, id, { type: "set", attrs: { description: "kept" } })).status).toBe(201);
+      await expectProblem(fetch(`${depot.url}/add/${id}/set`, { method: "POST", headers: { "Pkg-Attr": "__proto__=%7B%7D" } }), 400, "HEADER_INVALID");
+      await expectProblem(fetch(`${depot.url}/add/${id}/license`, { method: "POST", headers: { "Pkg-License": "__proto__" }, body: "x" }), 400, "HEADER_INVALID");
+      const summary = (await (await fetch(`${depot.url}/summary/${id}`)).json()) as { attributes: Record<string, string>; licenses: unknown[] };
+      expect(summary.attributes).toEqual({ description: "kept" });
+      expect(summary.licenses).toEqual([]);
+    });
+
+    it("recovers an interrupted commit of `constructor` on a fresh router (reconcile runs before every first request)", async () => {
+      // A crash between the version record and the catalog: the catalog lacks the package.
+      const current = (await store.getRecord<{ packages: Record<string, unknown>; updatedAt: string }>("catalog"))!;
+      const packages = Object.fromEntries(Object.entries(current.value.packages).filter(([name]) => name !== "constructor"));
+      expect(Object.keys(packages)).toHaveLength(PROTO_NAMES.length - 1);
+      expect(await store.putRecord("catalog", { ...current.value, packages }, { ifRevision: current.revision })).not.toBeNull();
+      const seen: unknown[] = [];
+      const fresh = await servePackageRouter(createPackageRouter(store, { onError: (e) => seen.push(e) }));
+      try {
+        const catalog = (await (await fetch(`${fresh.url}/catalog`)).json()) as { packages: Record<string, { versions: string[] }> };
+        expect(Object.hasOwn(catalog.packages, "constructor")).toBe(true);
+        expect(catalog.packages["constructor"]!.versions).toEqual(["1.0.0", "1.1.0"]);
+        expect((await fetch(`${fresh.url}/version/valueof`)).status).toBe(200);
+        expect(seen).toEqual([]);
+      } finally {
+        await fresh.close();
+      }
+    });
+
+    it("installs `constructor` and its dependency with the client, then finds it installed", async () => {
+      const tmp = await tempDir("depot-proto-install-");
+      try {
+        const client = createDepotClient({ baseUrl: depot.url });
+        const first = await installPackage(client, "constructor@1.0.0", tmp.dir);
+        expect(first.packages.map((p) => [p.name, p.action])).toEqual([
+          ["valueof", "installed"],
+          ["constructor", "installed"],
+        ]);
+        expect(await readFile(path.join(tmp.dir, "constructor/constructor/toString"), "utf8")).toBe("hello\n");
+        const installed = await readInstalled(tmp.dir);
+        expect(Object.hasOwn(installed.packages, "constructor")).toBe(true);
+        expect(installed.packages["constructor"]!.version).toBe("1.0.0");
+        // A second run sees `constructor` as itself: unchanged, then upgraded by a delta.
+        const again = await installPackage(client, "constructor@1.0.0", tmp.dir);
+        expect(again.packages.map((p) => p.action)).toEqual(["unchanged", "unchanged"]);
+        const upgrade = await installPackage(client, "constructor", tmp.dir);
+        expect(upgrade.packages.find((p) => p.name === "constructor")).toMatchObject({ action: "upgraded", from: "1.0.0", via: "delta" });
+        expect(await readFile(path.join(tmp.dir, "constructor/constructor/toString"), "utf8")).toBe("hello again\n");
+      } finally {
+        await tmp.cleanup();
+      }
+    });
+  });
+}
+
+describe("5xx answers keep their status and code", () => {
+  function failing(error: () => unknown): PackageStore {
+    return { ...createMemoryStore(), getRecord: async () => Promise.reject(error()) };
+  }
+
+  it("504 DEADLINE_EXCEEDED and 502 stay what they are; only INTERNAL hides its detail", async () => {
+    const cases = [
+      { error: () => new RunnerDepotError("DEADLINE_EXCEEDED", "the record store took too long"), status: 504, code: "DEADLINE_EXCEEDED", detail: "the record store took too long" },
+      { error: () => new RunnerDepotError("ARCHIVE_INVALID", "stored archive is damaged"), status: 502, code: "ARCHIVE_INVALID", detail: "stored archive is damaged" },
+      { error: () => new RunnerDepotError("INTERNAL", "secret path /srv/x"), status: 500, code: "INTERNAL", detail: "An internal error occurred." },
+      { error: () => new RunnerDepotError("UNAVAILABLE", "pg down"), status: 503, code: "STORE_UNAVAILABLE", detail: "The package store is unavailable; retry later" },
+    ];
+    for (const c of cases) {
+      const seen: unknown[] = [];
+      const server = await servePackageRouter(createPackageRouter(failing(c.error), { onError: (e) => seen.push(e) }));
+      try {
+        const body = await expectProblem(fetch(`${server.url}/catalog`), c.status, c.code);
+        expect(body.detail).toBe(c.detail);
+        // Unexpected server faults are reported to the host; an unavailable store is not a fault.
+        expect(seen).toHaveLength(c.code === "STORE_UNAVAILABLE" ? 0 : 1);
+      } finally {
+        await server.close();
+      }
+    }
+  });
+});
+
+describe("open transactions per principal under concurrency", () => {
+  async function openMany(urls: string[], count: number, headers: Record<string, string> = {}): Promise<number[]> {
+    const responses = await Promise.all(
+      Array.from({ length: count }, (_, i) => fetch(`${urls[i % urls.length]}/trans/burst@1.0.${i}`, { method: "POST", headers })),
+    );
+    for (const r of responses) await r.body?.cancel();
+    return responses.map((r) => r.status);
+  }
+
+  const tally = (statuses: number[]) => ({ opened: statuses.filter((s) => s === 201).length, refused: statuses.filter((s) => s === 429).length });
+
+  for (const kind of ["memory", "fs"] as const) {
+    it(`limit 5, 20 concurrent opens: exactly 5 succeed, 15 get 429 (${kind} store)`, async () => {
+      const tmp = await tempDir("depot-burst-");
+      const store = kind === "fs" ? createFsStore(tmp.dir, { unsafeNoSync: true }) : createMemoryStore();
+      const depot = await startDepot(store, { limits: { openTransactions: 5 } });
+      try {
+        expect(tally(await openMany([depot.url], 20))).toEqual({ opened: 5, refused: 15 });
+        // Abandoning one frees exactly one slot.
+        const ids = ((await store.getRecord<{ ids: string[] }>((await store.listRecords("slots/")).keys[0]!))!.value.ids);
+        expect(ids).toHaveLength(5);
+        expect((await fetch(`${depot.url}/trans/${ids[0]}`, { method: "DELETE" })).status).toBe(204);
+        expect(tally(await openMany([depot.url], 6))).toEqual({ opened: 1, refused: 5 });
+        // Refused opens left no transaction behind: 5 + 1 opened (one of them abandoned).
+        expect((await store.listRecords("trans/")).keys).toHaveLength(6);
+      } finally {
+        await depot.close();
+        await tmp.cleanup();
+      }
+    });
+  }
+
+  it("is exact across two routers (two servers, two store instances) sharing one fs directory", async () => {
+    const tmp = await tempDir("depot-burst-shared-");
+    const a = await startDepot(createFsStore(tmp.dir, { unsafeNoSync: true }), { limits: { openTransactions: 5 } });
+    const b = await startDepot(createFsStore(tmp.dir, { unsafeNoSync: true }), { limits: { openTransactions: 5 } });
+    try {
+      expect(tally(await openMany([a.url, b.url], 20))).toEqual({ opened: 5, refused: 15 });
+    } finally {
+      await a.close();
+      await b.close();
+      await tmp.cleanup();
+    }
+  });
+});
+
+describe("HEAD, 405 and problem types", () => {
+  let depot: LiveDepot;
+  let id = "";
+  beforeAll(async () => {
+    depot = await startDepot(createMemoryStore());
+    expect((await publish(depot.url, "app@1.0.0", [{ type: "file", path: "a", body: "a" }, { type: "require", requires: ["lib@^1"] }])).status).toBe(201);
+    id = await openTransaction(depot.url, "app@2.0.0");
+  });
+  afterAll(() => depot.close());
+
+  it("answers HEAD wherever GET works, with GET's status and headers and no body", async () => {
+    for (const p of ["/catalog", "/version/app", "/version/app@1.0.0", "/depend/app", "/data/app", `/summary/${id}`, "/version/nothing", "/depend/app@9.9.9", "/version/-bad"]) {
+      const get = await fetch(`${depot.url}${p}`);
+      const getBody = Buffer.from(await get.arrayBuffer());
+      const head = await fetch(`${depot.url}${p}`, { method: "HEAD" });
+      expect(head.status, p).toBe(get.status);
+      expect(Buffer.from(await head.arrayBuffer()).length, p).toBe(0);
+      expect(head.headers.get("content-type"), p).toBe(get.headers.get("content-type"));
+      expect(head.headers.get("content-length"), p).toBe(String(getBody.length));
+    }
+  });
+
+  it("answers 405 METHOD_NOT_ALLOWED with Allow for a known path and an unsupported method; 404 elsewhere", async () => {
+    const cases: Array<[string, string, string]> = [
+      ["PUT", "/catalog", "GET, HEAD"],
+      ["POST", "/catalog", "GET, HEAD"],
+      ["OPTIONS", "/catalog", "GET, HEAD"],
+      ["DELETE", "/version/app", "GET, HEAD"],
+      ["POST", "/depend/app", "GET, HEAD"],
+      ["DELETE", "/data/app", "GET, HEAD"],
+      ["PUT", "/data/app/1.0.0", "GET, HEAD"],
+      ["PATCH", "/data/app/1.0.0/1.0.0", "GET, HEAD"],
+      ["GET", `/commit/${id}`, "POST"],
+      ["GET", `/trans/${id}`, "POST, DELETE"],
+      ["PUT", `/add/${id}/file`, "POST"],
+      ["DELETE", `/summary/${id}`, "GET, HEAD"],
+      ["GET", `/meta/${id}/require`, "POST"],
+    ];
+    for (const [method, p, allow] of cases) {
+      const response = await fetch(`${depot.url}${p}`, { method });
+      const body = await expectProblem(response, 405, "METHOD_NOT_ALLOWED");
+      expect(response.headers.get("allow"), `${method} ${p}`).toBe(allow);
+      expect(body).not.toHaveProperty("allow");
+    }
+    // The transaction was not touched by any of them.
+    expect(((await (await fetch(`${depot.url}/summary/${id}`)).json()) as { state: string }).state).toBe("open");
+    await expectProblem(fetch(`${depot.url}/nowhere`, { method: "PUT" }), 404, "NOT_FOUND");
+    await expectProblem(fetch(`${depot.url}/version/a/b`, { method: "GET" }), 404, "NOT_FOUND");
+    await expectProblem(fetch(`${depot.url}/meta/${id}/provide`, { method: "GET" }), 404, "NOT_FOUND");
+  });
+
+  it("problem types are URNs naming the code", async () => {
+    const body = await expectProblem(fetch(`${depot.url}/version/nothing`), 404, "PACKAGE_NOT_FOUND");
+    expect(body.type).toBe("urn:runner-depot:problem:package-not-found");
+    expect((await expectProblem(fetch(`${depot.url}/catalog`, { method: "PUT" }), 405, "METHOD_NOT_ALLOWED")).type).toBe("urn:runner-depot:problem:method-not-allowed");
+  });
+});

@@ -1,0 +1,100 @@
+/**
+ * The fast path's LogItem decoder against protobuf-es: for every message it accepts it
+ * must return exactly what `fromBinary` returns, and it must decline (null) everything
+ * it does not handle plainly, so the general parser decides those.
+ */
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { describe, expect, it } from "vitest";
+import { LogItemSchema } from "../src/gen/runner/v1/runner_pb.js";
+import { decodeLogItem } from "../src/runner/decoder.js";
+
+const ID = "0b6c6f0e-9f8e-4c4b-a0c1-2f3e4d5c6b7a";
+
+function logBytes(requestId: string, line: string, stderr: boolean): Buffer {
+  return Buffer.from(toBinary(LogItemSchema, create(LogItemSchema, { requestId, event: { case: "log", value: { line, stderr } } })));
+}
+
+/** Decodes `bytes` placed at an offset inside a larger buffer, as the fast path sees frames. */
+function decodeAt(bytes: Buffer) {
+  const buf = Buffer.concat([Buffer.from([9, 9, 9]), bytes, Buffer.from([7, 7])]);
+  return decodeLogItem(buf, 3, 3 + bytes.length);
+}
+
+describe("fast-path LogItem decoder", () => {
+  const lines = [
+    "",
+    "x".repeat(99),
+    "a",
+    "x".repeat(127),
+    "x".repeat(128),
+    "x".repeat(16_383),
+    "x".repeat(16_384),
+    "x".repeat(70_000),
+    "héllo wörld € 😀",
+    "\u001b[31mred\u001b[0m\r",
+    "\ufeffleading byte-order mark",
+    "tab\tand\0nul",
+  ];
+  const ids = [ID, ID.toUpperCase(), "", "not-a-uuid", "{" + ID + "}"];
+
+  it("equals fromBinary for every line, request ID and stderr flag it accepts", () => {
+    let decoded = 0;
+    for (const id of ids) {
+      for (const text of lines) {
+        for (const stderr of [false, true]) {
+          const bytes = logBytes(id, text, stderr);
+          const fast = decodeAt(bytes);
+          expect(fast).not.toBeNull();
+          expect(fast).toStrictEqual(fromBinary(LogItemSchema, bytes));
+          decoded++;
+        }
+      }
+    }
+    expect(decoded).toBe(ids.length * lines.length * 2);
+  });
+
+  it("accepts fields in another order and an explicit stderr=false, as fromBinary reads them", () => {
+    const inner = Buffer.from([0x10, 0x00, 0x0a, 0x02, 0x68, 0x69]); // stderr=false, then line "hi"
+    const idBytes = Buffer.from(ID);
+    const bytes = Buffer.concat([Buffer.from([0x12, inner.length]), inner, Buffer.from([0x0a, idBytes.length]), idBytes]);
+    expect(decodeAt(bytes)).toStrictEqual(fromBinary(LogItemSchema, bytes));
+    expect(decodeAt(bytes)!.event).toMatchObject({ case: "log", value: { line: "hi", stderr: false } });
+  });
+
+  it("declines what it does not handle plainly (the general parser takes those)", () => {
+    const end = Buffer.from(toBinary(LogItemSchema, create(LogItemSchema, { requestId: ID, event: { case: "end", value: { exitCode: -1, success: false } } })));
+    const empty = Buffer.from(toBinary(LogItemSchema, create(LogItemSchema, { requestId: ID })));
+    const unknownField = Buffer.concat([logBytes(ID, "a", false), Buffer.from([0x20, 0x01])]);
+    const twoLogs = Buffer.concat([logBytes("", "a", false), logBytes("", "b", false)]);
+    const invalidUtf8 = Buffer.from([0x12, 0x04, 0x0a, 0x02, 0xff, 0x41]);
+    const realReplacementChar = logBytes(ID, "a\ufffdb", false);
+    const nonMinimalLength = Buffer.from([0x12, 0x05, 0x0a, 0x82, 0x00, 0x68, 0x69]); // valid: length 2 written in two bytes
+    const truncated = logBytes(ID, "hello", false).subarray(0, 20);
+    const boolTwo = Buffer.from([0x12, 0x02, 0x10, 0x02]);
+    for (const bytes of [end, empty, unknownField, twoLogs, invalidUtf8, realReplacementChar, nonMinimalLength, truncated, boolTwo]) {
+      expect(decodeAt(bytes)).toBeNull();
+    }
+    // What the general parser makes of them is protobuf-es's business: e.g. invalid UTF-8 is refused.
+    expect(() => fromBinary(LogItemSchema, invalidUtf8)).toThrow(/utf-8/i);
+    expect(fromBinary(LogItemSchema, realReplacementChar).event.value).toMatchObject({ line: "a\ufffdb" });
+    expect(fromBinary(LogItemSchema, nonMinimalLength).event.value).toMatchObject({ line: "hi" });
+  });
+
+  it("random byte strings: whenever it decodes, it agrees with fromBinary", () => {
+    let seed = 12345;
+    const rand = () => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff), seed);
+    let agreed = 0;
+    for (let i = 0; i < 20_000; i++) {
+      // Mutate a valid message: flip, drop or insert bytes.
+      const bytes = Buffer.from(logBytes(i % 2 ? ID : "", "line " + i, i % 3 === 0));
+      const op = rand() % 3;
+      const at = rand() % bytes.length;
+      const mutated = op === 0 ? (bytes.writeUInt8(rand() % 256, at), bytes) : op === 1 ? Buffer.concat([bytes.subarray(0, at), bytes.subarray(at + 1)]) : Buffer.concat([bytes.subarray(0, at), Buffer.from([rand() % 256]), bytes.subarray(at)]);
+      const fast = decodeAt(mutated);
+      if (fast === null) continue;
+      expect(fast).toStrictEqual(fromBinary(LogItemSchema, mutated));
+      agreed++;
+    }
+    expect(agreed).toBeGreaterThan(1000);
+  });
+});

@@ -1,0 +1,390 @@
+/**
+ * The gRPC fast path of createRunnerHandler against the connect-node path: the same
+ * scenarios, sent as raw HTTP/2 gRPC requests (so frame boundaries are ours to choose),
+ * must give the same status, headers and trailers on both, and store the same lines.
+ * Also: which requests the fast path takes (plain gRPC StreamLogs) and which it leaves to
+ * connect (compressed, Connect protocol, gRPC-web, a deadline), and its back-pressure.
+ */
+import * as http2 from "node:http2";
+import { randomUUID } from "node:crypto";
+import type { AddressInfo } from "node:net";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { createClient, createContextValues } from "@connectrpc/connect";
+import { compressionGzip, createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { LogItemSchema, Runner, type LogItem } from "../src/gen/runner/v1/runner_pb.js";
+import { createRunnerHandler, createRunnerService, startRunnerServer, type RunnerServer, type RunnerService } from "../src/runner/index.js";
+import { createStreamLogsFastPath } from "../src/runner/grpc-fast-path.js";
+import { kMessageBytes, kShutdownSignal, wireLimitFor } from "../src/runner/service.js";
+import { createMemoryLogStore, createMemoryQueue, type MemoryQueue } from "../src/adapters/memory/index.js";
+import type { JobLogStore } from "../src/runner/ports.js";
+import { end, line, send, until } from "./runner-service-helpers.js";
+
+const PATH = "/runner.v1.Runner/StreamLogs";
+
+function frame(item: LogItem, flags = 0): Buffer {
+  const bytes = toBinary(LogItemSchema, item);
+  const out = Buffer.alloc(5 + bytes.length);
+  out[0] = flags;
+  out.writeUInt32BE(bytes.length, 1);
+  out.set(bytes, 5);
+  return out;
+}
+
+/** What a raw gRPC call came to on the wire. */
+interface Wire {
+  status: number;
+  headers: Record<string, string>;
+  trailers: Record<string, string> | null;
+  body: Buffer;
+}
+
+/** One step of a raw call: bytes to write (each awaited as its own write), a pause, or a wait for a condition. */
+type Step = Buffer | { waitFor: () => Promise<boolean> };
+
+async function rawCall(url: string, steps: Step[], headers: Record<string, string> = {}): Promise<Wire> {
+  const session = http2.connect(url);
+  session.on("error", () => undefined);
+  try {
+    const req = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers", ...headers });
+    req.on("error", () => undefined);
+    let responseHeaders: http2.IncomingHttpHeaders = {};
+    let trailers: http2.IncomingHttpHeaders | null = null;
+    const chunks: Buffer[] = [];
+    req.on("response", (h) => (responseHeaders = h));
+    req.on("trailers", (t) => (trailers = t));
+    req.on("data", (c: Buffer) => chunks.push(c));
+    const closed = new Promise<void>((resolve) => req.once("close", resolve));
+    for (const step of steps) {
+      if (Buffer.isBuffer(step)) {
+        await new Promise<void>((resolve) => req.write(step, () => resolve()));
+        // A separate DATA frame per write: let it leave before the next one.
+        await new Promise((r) => setTimeout(r, 5));
+      } else {
+        await until(step.waitFor, "server-side condition");
+      }
+    }
+    if (!req.closed && !req.destroyed) req.end();
+    await closed;
+    return { status: Number(responseHeaders[":status"]), headers: clean(responseHeaders), trailers: trailers && clean(trailers), body: Buffer.concat(chunks) };
+  } finally {
+    session.destroy();
+  }
+}
+
+function clean(h: http2.IncomingHttpHeaders): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(h)) if (k !== "date" && v !== undefined) out[k] = Array.isArray(v) ? v.join(", ") : String(v);
+  return out;
+}
+
+interface Side {
+  name: string;
+  queue: MemoryQueue;
+  logs: JobLogStore;
+  runner: RunnerService;
+  server: RunnerServer;
+}
+
+async function startSide(fastPath: boolean): Promise<Side> {
+  const queue = createMemoryQueue();
+  const logs = createMemoryLogStore();
+  const runner = createRunnerService(queue, { logs, limits: { messageBytes: 2048, idleMs: 5000 } });
+  const server = await startRunnerServer(runner, { port: 0, fastPath });
+  return { name: fastPath ? "fast path" : "connect path", queue, logs, runner, server };
+}
+
+/** Runs the same scenario on both sides and returns both outcomes. */
+async function both<T>(sides: Side[], scenario: (side: Side) => Promise<T>): Promise<T[]> {
+  const out: T[] = [];
+  for (const side of sides) out.push(await scenario(side));
+  return out;
+}
+
+describe("runner gRPC fast path vs connect path: same scenario, same answer", () => {
+  let sides: Side[];
+  beforeAll(async () => {
+    sides = [await startSide(true), await startSide(false)];
+  });
+  afterAll(async () => {
+    for (const s of sides) {
+      await s.server.close();
+      await s.runner.close();
+    }
+  });
+
+  it("frames split across DATA frames at odd places: every item stored once, same response on both paths", async () => {
+    const results = await both(sides, async (side) => {
+      const id = randomUUID();
+      const body = Buffer.concat([...Array.from({ length: 20 }, (_, i) => frame(line(id, `line ${i} ${"é".repeat(i)}`, i % 3 === 0))), frame(end(id, 3, false))]);
+      // Cut inside a prefix, inside a message, and one byte at a time for a stretch.
+      const cuts = [2, 3, 9, 40, 41, 42, 43, 44, 45, 120, body.length - 1];
+      const steps: Buffer[] = [];
+      let at = 0;
+      for (const cut of cuts) {
+        steps.push(body.subarray(at, cut));
+        at = cut;
+      }
+      steps.push(body.subarray(at));
+      const wire = await rawCall(side.server.url, steps);
+      const stored = (await side.logs.read(id)).map((l) => `${l.stderr ? "E" : "O"}:${l.line}`);
+      return { wire, stored, result: side.queue.results.find((r) => r.requestId === id) };
+    });
+    const [fast, slow] = results;
+    expect(fast!.wire.trailers).toMatchObject({ "grpc-status": "0", "runner-committed": "21" });
+    expect(fast!.wire.body).toEqual(Buffer.from([0, 0, 0, 0, 2, 0x08, 0x01])); // Ack { ok: true }
+    expect(fast!.stored).toHaveLength(20);
+    expect(fast!.stored[4]).toBe(`O:line 4 ${"é".repeat(4)}`);
+    expect(fast!.result).toMatchObject({ outcome: "finished", exitCode: 3, success: false, lines: { stdout: 13, stderr: 7 } });
+    expect(fast!.wire).toEqual(slow!.wire);
+    expect(fast!.stored).toEqual(slow!.stored);
+  });
+
+  it("trailers carry grpc-status and runner-committed exactly once; the headers carry neither", async () => {
+    for (const scenario of ["ok", "error"] as const) {
+      const [fast, slow] = await both(sides, async (side) => {
+        const id = randomUUID();
+        const items = scenario === "ok" ? [line(id, "a")] : [line(id, "a"), end(id), line(id, "after end")];
+        return rawCall(side.server.url, [Buffer.concat(items.map((i) => frame(i)))]);
+      });
+      expect(fast!.headers).toEqual({ ":status": "200", "content-type": "application/grpc+proto" });
+      expect(fast!.headers["grpc-status"]).toBeUndefined();
+      expect(fast!.trailers!["runner-committed"]).toBe(scenario === "ok" ? "1" : "2");
+      expect(fast!.trailers!["grpc-status"]).toBe(scenario === "ok" ? "0" : "3");
+      expect(fast).toEqual(slow);
+    }
+  });
+
+  it("errors carry runner-committed (gap, mixed IDs, empty item, item after end) and are the same on both paths", async () => {
+    const scenarios: Array<{ name: string; build: (id: string) => { items: LogItem[]; offset?: number }; status: string; committed: string }> = [
+      { name: "gap", build: (id) => ({ items: [line(id, "x")], offset: 5 }), status: "9", committed: "1" },
+      { name: "mixed", build: (id) => ({ items: [line(id, "x"), line(randomUUID(), "y")] }), status: "3", committed: "2" },
+      { name: "empty", build: (id) => ({ items: [line(id, "x"), create(LogItemSchema, { requestId: id })] }), status: "3", committed: "2" },
+      { name: "after end", build: (id) => ({ items: [end(id), line(id, "late")] }), status: "3", committed: "2" },
+    ];
+    for (const s of scenarios) {
+      const [fast, slow] = await both(sides, async (side) => {
+        const id = randomUUID();
+        // One stored item first, so the job is known and committed says 1 before the call.
+        await rawCall(side.server.url, [frame(line(id, "first"))]);
+        const { items, offset } = s.build(id);
+        const wire = await rawCall(side.server.url, [Buffer.concat(items.map((i) => frame(i)))], { "runner-offset": String(offset ?? 1) });
+        return { wire, stored: (await side.logs.read(id)).map((l) => l.line) };
+      });
+      expect(fast!.wire.trailers, s.name).toMatchObject({ "grpc-status": s.status, "runner-committed": s.committed });
+      expect(fast!.wire.trailers!["grpc-message"], s.name).toBeTruthy();
+      expect(fast, s.name).toEqual(slow);
+    }
+  });
+
+  it("a frame over the wire limit: RESOURCE_EXHAUSTED, items stored before it kept, committed exact, same on both paths", async () => {
+    const limit = wireLimitFor(2048);
+    const [fast, slow] = await both(sides, async (side) => {
+      const id = randomUUID();
+      const huge = Buffer.alloc(5);
+      huge.writeUInt32BE(limit + 1, 1);
+      // Only the prefix of the huge frame is sent: the server must refuse it without waiting for the rest.
+      const wire = await rawCall(side.server.url, [
+        Buffer.concat([frame(line(id, "a")), frame(line(id, "b"))]),
+        { waitFor: async () => (await side.logs.get(id))?.committed === 2 },
+        huge,
+      ]);
+      return { wire, stored: (await side.logs.read(id)).map((l) => l.line) };
+    });
+    expect(fast!.wire.trailers).toMatchObject({ "grpc-status": "8", "runner-committed": "2" });
+    expect(fast!.stored).toEqual(["a", "b"]);
+    expect(fast).toEqual(slow);
+  });
+
+  it("a message over messageBytes but within the wire limit: RESOURCE_EXHAUSTED after the items before it (even in the same DATA frame)", async () => {
+    const [fast, slow] = await both(sides, async (side) => {
+      const id = randomUUID();
+      const wire = await rawCall(side.server.url, [Buffer.concat([frame(line(id, "a")), frame(line(id, "b")), frame(line(id, "z".repeat(3000))), frame(line(id, "c"))])]);
+      return { wire, stored: (await side.logs.read(id)).map((l) => l.line) };
+    });
+    expect(fast!.wire.trailers).toMatchObject({ "grpc-status": "8", "runner-committed": "2" });
+    expect(decodeURIComponent(fast!.wire.trailers!["grpc-message"]!)).toContain("over the 2048-byte limit");
+    expect(fast!.stored).toEqual(["a", "b"]);
+    expect(fast).toEqual(slow);
+  });
+
+  it("a stream that ends inside a frame: INVALID_ARGUMENT with committed; a compressed-flag frame without grpc-encoding: INTERNAL; invalid UTF-8: INTERNAL", async () => {
+    const cases: Array<{ name: string; tail: (id: string) => Buffer; status: string }> = [
+      { name: "incomplete", tail: (id) => frame(line(id, "cut")).subarray(0, 9), status: "3" },
+      { name: "compressed flag", tail: (id) => frame(line(id, "zipped?"), 1), status: "13" },
+      { name: "invalid utf-8", tail: () => Buffer.from([0, 0, 0, 0, 6, 0x12, 0x04, 0x0a, 0x02, 0xff, 0x41]), status: "13" },
+    ];
+    for (const c of cases) {
+      const [fast, slow] = await both(sides, async (side) => {
+        const id = randomUUID();
+        const wire = await rawCall(side.server.url, [frame(line(id, "kept")), { waitFor: async () => (await side.logs.get(id))?.committed === 1 }, c.tail(id)]);
+        return { wire, stored: (await side.logs.read(id)).map((l) => l.line) };
+      });
+      expect(fast!.wire.trailers, c.name).toMatchObject({ "grpc-status": c.status, "runner-committed": "1" });
+      expect(fast!.stored, c.name).toEqual(["kept"]);
+      expect(fast, c.name).toEqual(slow);
+    }
+  });
+
+  it("zero items: ok, no runner-committed; cancelled job: ok=false with runner-reason; both paths alike", async () => {
+    const [fastZero, slowZero] = await both(sides, (side) => rawCall(side.server.url, []));
+    expect(fastZero!.trailers).toEqual({ "grpc-status": "0" });
+    expect(fastZero).toEqual(slowZero);
+    const [fast, slow] = await both(sides, async (side) => {
+      const id = randomUUID();
+      await rawCall(side.server.url, [frame(line(id, "a"))]);
+      await side.runner.cancelJob(id);
+      return rawCall(side.server.url, [frame(line(id, "b"))], { "runner-offset": "1" });
+    });
+    expect(fast!.trailers).toMatchObject({ "grpc-status": "0", "runner-committed": "1", "runner-reason": "cancelled" });
+    expect(fast!.body).toEqual(Buffer.from([0, 0, 0, 0, 0])); // Ack { ok: false }
+    expect(fast).toEqual(slow);
+  });
+
+  it("a newer call of the same job: the older one ends ABORTED with committed and its stream is reset; both paths alike", async () => {
+    const outcomes = await both(sides, async (side) => {
+      const id = randomUUID();
+      const session = http2.connect(side.server.url);
+      session.on("error", () => undefined);
+      const older = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers" });
+      older.on("error", () => undefined);
+      let trailers: http2.IncomingHttpHeaders | null = null;
+      older.on("trailers", (t) => (trailers = t));
+      const closed = new Promise<number>((resolve) => older.once("close", () => resolve(older.rstCode ?? -1)));
+      older.write(frame(line(id, "old")));
+      await until(async () => (await side.logs.get(id))?.committed === 1, "older call stored");
+      const newer = await rawCall(side.server.url, [frame(line(id, "new"))], { "runner-offset": "1" });
+      const rst = await closed;
+      session.destroy();
+      return { trailers: clean(trailers ?? {}), rst, newer: newer.trailers, stored: (await side.logs.read(id)).map((l) => l.line) };
+    });
+    const [fast, slow] = outcomes;
+    expect(fast!.trailers).toMatchObject({ "grpc-status": "10", "runner-committed": "1" });
+    expect(fast!.rst).toBe(http2.constants.NGHTTP2_NO_ERROR);
+    expect(fast!.newer).toMatchObject({ "grpc-status": "0", "runner-committed": "2" });
+    expect(fast!.stored).toEqual(["old", "new"]);
+    expect(fast).toEqual(slow);
+  });
+
+  it("real clients: connect gRPC (plain and gzip-compressed), Connect protocol and gRPC-web all work on the fast-path server", async () => {
+    const side = sides[0]!;
+    const transports = {
+      grpc: createGrpcTransport({ baseUrl: side.server.url }),
+      gzip: createGrpcTransport({ baseUrl: side.server.url, sendCompression: compressionGzip }),
+      connect: createConnectTransport({ baseUrl: side.server.url, httpVersion: "2" }),
+      grpcWeb: createGrpcWebTransport({ baseUrl: side.server.url, httpVersion: "2" }),
+    };
+    for (const [name, transport] of Object.entries(transports)) {
+      const id = randomUUID();
+      const out = await send(createClient(Runner, transport), [line(id, `via ${name}`), line(id, "x".repeat(5000).slice(0, 1500)), end(id)]);
+      expect(out, name).toMatchObject({ ok: true, committed: "3" });
+      expect((await side.logs.read(id))[0]!.line).toBe(`via ${name}`);
+    }
+  });
+});
+
+describe("runner gRPC fast path: routing and back-pressure", () => {
+  it("takes plain gRPC StreamLogs calls and leaves compressed, Connect, gRPC-web, deadline and other paths to connect", async () => {
+    const queue = createMemoryQueue();
+    const runner = createRunnerService(queue);
+    const connectOnly = createRunnerHandler(runner, { fastPath: false });
+    const shutdown = new AbortController();
+    const fast = createStreamLogsFastPath(runner, {
+      readMaxBytes: wireLimitFor(runner.limits.messageBytes),
+      contextValues: () => createContextValues().set(kShutdownSignal, shutdown.signal).set(kMessageBytes, undefined),
+    });
+    const taken: Array<[string, boolean]> = [];
+    const server = http2.createServer((req, res) => {
+      const took = fast(req, res);
+      taken.push([`${req.headers["content-type"]} ${req.headers["grpc-encoding"] ?? ""} ${req.headers["grpc-timeout"] ?? ""}`.trim(), took]);
+      if (!took) connectOnly.handler(req, res);
+    });
+    const sessions = new Set<http2.ServerHttp2Session>();
+    server.on("session", (session) => sessions.add(session));
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    try {
+      const cases = [
+        { name: "grpc", transport: createGrpcTransport({ baseUrl: url }), fast: true },
+        { name: "grpc gzip", transport: createGrpcTransport({ baseUrl: url, sendCompression: compressionGzip }), fast: false },
+        { name: "connect", transport: createConnectTransport({ baseUrl: url, httpVersion: "2" }), fast: false },
+        { name: "grpc-web", transport: createGrpcWebTransport({ baseUrl: url, httpVersion: "2" }), fast: false },
+      ];
+      for (const c of cases) {
+        const id = randomUUID();
+        taken.length = 0;
+        const out = await send(createClient(Runner, c.transport), [line(id, c.name), end(id)]);
+        expect(out, c.name).toMatchObject({ ok: true, committed: "2" });
+        expect(taken.map(([, t]) => t), c.name).toEqual([c.fast]);
+      }
+      // A call with a deadline (grpc-timeout) goes to connect, which turns it into a deadline.
+      taken.length = 0;
+      const id = randomUUID();
+      const out = await send(createClient(Runner, createGrpcTransport({ baseUrl: url, defaultTimeoutMs: 30_000 })), [line(id, "deadline"), end(id)]);
+      expect(out).toMatchObject({ ok: true, committed: "2" });
+      expect(taken).toEqual([[expect.stringContaining("application/grpc"), false]]);
+      // A raw request with plain application/grpc takes the fast path; another path does not.
+      taken.length = 0;
+      const raw = await rawCall(url, [frame(line(randomUUID(), "raw"))]);
+      expect(raw.trailers).toMatchObject({ "grpc-status": "0", "runner-committed": "1" });
+      expect(taken).toEqual([["application/grpc", true]]);
+    } finally {
+      const serverClosed = new Promise<void>((resolve) => server.close(() => resolve()));
+      for (const session of sessions) session.destroy();
+      await serverClosed;
+      await runner.close();
+    }
+  });
+
+  it("a store slower than the runner: the request is paused (flow control) and every item is stored once when it catches up", async () => {
+    const queue = createMemoryQueue();
+    const inner = createMemoryLogStore();
+    let gate: Promise<void> | null = null;
+    let open!: () => void;
+    gate = new Promise<void>((resolve) => (open = resolve));
+    let appends = 0;
+    const logs: JobLogStore = {
+      ...inner,
+      async append(requestId, at, entries, now) {
+        appends++;
+        if (gate) await gate;
+        return inner.append(requestId, at, entries, now);
+      },
+    };
+    const runner = createRunnerService(queue, { logs });
+    const server = await startRunnerServer(runner, { port: 0 });
+    try {
+      const id = randomUUID();
+      const n = 60_000;
+      const frames: Buffer[] = [];
+      for (let i = 0; i < n; i++) frames.push(frame(line(id, `line ${i} ${"x".repeat(60)}`, i % 7 === 0)));
+      frames.push(frame(end(id)));
+      const body = Buffer.concat(frames);
+      const session = http2.connect(server.url);
+      session.on("error", () => undefined);
+      const req = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers" });
+      let trailers: http2.IncomingHttpHeaders | null = null;
+      req.on("trailers", (t) => (trailers = t));
+      req.on("data", () => undefined);
+      const closed = new Promise<void>((resolve) => req.once("close", resolve));
+      let wroteAll = false;
+      req.end(body, () => (wroteAll = true));
+      // The first batch is held in the store; the runner cannot push the whole body through.
+      await until(() => appends >= 1, "first append");
+      await new Promise((r) => setTimeout(r, 300));
+      expect(wroteAll).toBe(false);
+      gate = null;
+      open();
+      await closed;
+      session.destroy();
+      expect(clean(trailers ?? {})).toMatchObject({ "grpc-status": "0", "runner-committed": String(n + 1) });
+      const stored = await inner.read(id);
+      expect(stored).toHaveLength(n);
+      expect(stored[12_345]!.line).toBe(`line 12345 ${"x".repeat(60)}`);
+      expect(queue.results.find((r) => r.requestId === id)).toMatchObject({ lines: { stdout: n - Math.ceil(n / 7), stderr: Math.ceil(n / 7) } });
+    } finally {
+      await server.close();
+      await runner.close();
+    }
+  });
+});
