@@ -2,7 +2,7 @@
 export type * from "./ports.js";
 export { composeStore } from "./compose.js";
 export type { ComposeStoreOptions } from "./compose.js";
-export { createDepotClient, collectDirectory } from "./client.js";
+export { createDepotClient } from "./client.js";
 export type {
   DepotClient,
   DepotClientOptions,
@@ -18,18 +18,16 @@ export type {
   PublishProgress,
   PublishResult,
 } from "./client.js";
-export { installPackage, readInstalled, STATE_DIR } from "./installer.js";
+export { readInstalled } from "./installer.js";
 export type { InstallOptions, InstallProgress, InstallAction, InstallResult, InstalledEntry, InstalledState } from "./installer.js";
-export { resolveDependencies, parsePackageSpec, satisfyingVersions } from "./resolve.js";
-export type { DependencySource, Requirement, ResolvedPackage, Resolution, ResolveOptions } from "./resolve.js";
-export { extractPackage, readPackageManifest, verifyPackageTree, checkPackagePath, checkLinkTarget, MANIFEST_PATH } from "./extract.js";
-export type { ExtractOptions, ManifestItem, PackageManifest, VerifyTreeOptions } from "./extract.js";
+export type { Requirement } from "./resolve.js";
+export type { ManifestItem, PackageManifest } from "./extract.js";
 export { createPackageRouter } from "./router.js";
 export type { PackageRouter, PackageRouterOptions } from "./router.js";
 export { servePackageRouter } from "./serve.js";
 export type { PackageServer, ServePackageRouterOptions, FetchHandler } from "./serve.js";
-export { bearerTokens, namePattern } from "./auth.js";
+export { bearerTokens } from "./auth.js";
 export type { Authorize, AuthorizeContext, BearerTokensOptions, DepotAction, TokenScopes } from "./auth.js";
-export { DEFAULT_LIMITS } from "./transactions.js";
+export { DEFAULT_LIMITS as DEFAULT_DEPOT_LIMITS } from "./transactions.js";
 export type { DepotLimits, CommitProblem } from "./transactions.js";
 export type { GarbageReport } from "./gc.js";
