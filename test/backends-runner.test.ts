@@ -54,18 +54,21 @@ async function waitFor(check: () => boolean | Promise<boolean>, what: string, tr
 }
 
 describe("runner on RabbitMQ: a broker restart loses no result", () => {
-  it("1 000 jobs end while RabbitMQ stops and starts: 1 000 distinct results reach the queue", async () => {
+  it("1 000 jobs end while RabbitMQ stops and starts: every result arrives, at most once more (default timeouts)", async () => {
     const queueName = `rd-test-restart-${randomUUID()}`;
     const errors: unknown[] = [];
+    // The shipped defaults: the adapter's publishTimeoutMs (8 s) below the service's publish
+    // bound (publishRetry.maxMs, 10 s). The outage outlasts the bound, so calls end
+    // UNAVAILABLE while publishes may still be in flight, and the replayed ends must not
+    // start second ones.
     const queue = createRabbitMqQueue({
       url: RABBITMQ_URL,
       queue: queueName,
       queueArguments: { "x-expires": 600_000 },
-      publishTimeoutMs: 1_500,
       reconnectDelayMs: { initial: 100, max: 1_000 },
       onError: (e) => errors.push(e),
     });
-    const runner = createRunnerService(queue, { logs: createMemoryLogStore(), publishRetry: { maxMs: 2_000 } });
+    const runner = createRunnerService(queue, { logs: createMemoryLogStore() });
     const server = await startRunnerServer(runner, { port: 0 });
     const jobs = Array.from({ length: 1000 }, () => randomUUID());
     let ended = 0;
@@ -120,9 +123,16 @@ describe("runner on RabbitMQ: a broker restart loses no result", () => {
       await queue.close();
     }
     const messages = await drainQueue(queueName);
-    const ids = new Set(messages.map((m) => m.messageId));
-    expect(ids.size).toBe(1000);
-    expect([...ids].sort()).toEqual([...jobs].sort());
+    const perJob = new Map<string, number>();
+    for (const m of messages) perJob.set(m.messageId, (perJob.get(m.messageId) ?? 0) + 1);
+    expect([...perJob.keys()].sort()).toEqual([...jobs].sort());
+    // At least once; at most once more (a confirm lost with the connection is retried by
+    // the adapter, so the broker may hold that one result twice).
+    const counts = [...perJob.values()];
+    expect(Math.min(...counts)).toBe(1);
+    expect(Math.max(...counts)).toBeLessThanOrEqual(2);
+    const repeats = messages.length - jobs.length;
+    console.info(`RabbitMQ restart: ${messages.length} messages for ${jobs.length} jobs (${repeats} repeated)`);
     for (const m of messages) {
       expect(m.body.requestId).toBe(m.messageId);
       expect(m.body).toMatchObject({ outcome: "finished", lines: { stdout: 2, stderr: 1 } });

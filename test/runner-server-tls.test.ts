@@ -56,6 +56,27 @@ describe("runner server over TLS", () => {
     }
   });
 
+  it("mutual TLS does not lift the loopback-only rule of a service with neither secret nor authorize hook", async () => {
+    const open = createRunnerService(createMemoryQueue());
+    const tls = { cert: pki.serverCert, key: pki.serverKey, ca: pki.ca };
+    // Refused before anything is bound (no non-loopback socket is ever opened here).
+    await expect(startRunnerServer(open, { host: "0.0.0.0", port: 0, tls })).rejects.toThrow(/refusing to listen on 0\.0\.0\.0.*mutual TLS alone/);
+    await expect(startRunnerServer(open, { host: "192.0.2.10", port: 0, tls: { ...tls, requestCert: true } })).rejects.toThrow(/refusing to listen/);
+    // On loopback the same settings listen.
+    const server = await startRunnerServer(open, { host: "127.0.0.1", port: 0, tls });
+    try {
+      const client = createClient(
+        Runner,
+        createGrpcTransport({ baseUrl: server.url, nodeOptions: { ca: pki.ca, cert: pki.clientCert, key: pki.clientKey } }),
+      );
+      const id = randomUUID();
+      expect(await send(client, [line(id, "on loopback"), end(id)])).toMatchObject({ ok: true, committed: "2" });
+    } finally {
+      await server.close();
+      await open.close();
+    }
+  });
+
   describe("mutual TLS", () => {
     let server: RunnerServer;
     const runner = createRunnerService(createMemoryQueue());

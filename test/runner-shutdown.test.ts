@@ -8,7 +8,8 @@ import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { describe, expect, it } from "vitest";
 import { Runner } from "../src/gen/runner/v1/runner_pb.js";
-import { createRunnerService, isLoopbackHost, startRunnerServer } from "../src/runner/index.js";
+import { createRunnerService, startRunnerServer } from "../src/runner/index.js";
+import { isLoopbackHost } from "../src/net.js";
 import { createMemoryQueue } from "../src/adapters/memory/index.js";
 import { controlledStream, end, line, send, startHarness, until, type Outcome } from "./runner-service-helpers.js";
 

@@ -69,7 +69,13 @@ export interface InstallResult {
   packages: InstallAction[];
 }
 
-/** Reads `installed.json` under `targetDir` (empty when nothing is installed). */
+/**
+ * Reads `installed.json` under `targetDir` (empty when nothing is installed).
+ *
+ * @example
+ * const { packages } = await readInstalled("./vendor");
+ * console.log(packages["toolchain"]?.version);
+ */
 export async function readInstalled(targetDir: string): Promise<InstalledState> {
   try {
     const parsed = JSON.parse(await readFile(path.join(targetDir, STATE_DIR, "installed.json"), "utf8")) as InstalledState;

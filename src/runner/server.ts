@@ -9,6 +9,7 @@ import type { AddressInfo } from "node:net";
 import { createContextValues } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { Runner } from "../gen/runner/v1/runner_pb.js";
+import { isLoopbackHost } from "../net.js";
 import { createStreamLogsFastPath } from "./grpc-fast-path.js";
 import { kMessageBytes, kShutdownSignal, wireLimitFor, type RunnerLimits, type RunnerService } from "./service.js";
 
@@ -159,7 +160,11 @@ export interface RunnerServerSettings {
   port?: number;
   /** TLS (and mutual TLS with `tls.ca`); default plain h2c. */
   tls?: RunnerTlsSettings;
-  /** Allow listening beyond loopback with a service that accepts any caller. */
+  /**
+   * Allow listening beyond loopback with a service that accepts any caller (neither secret
+   * nor authorize hook). Mutual TLS alone does not count: a client certificate proves the
+   * caller is one of the fleet, not which job it may write to.
+   */
   insecure?: boolean;
   /** Overrides the service's message limit for this server. */
   limits?: Partial<Pick<RunnerLimits, "messageBytes">>;
@@ -185,14 +190,8 @@ export interface RunnerServer {
   close(): Promise<void>;
 }
 
-/** True for 127.0.0.0/8, ::1, ::ffff:127.x and "localhost". */
-export function isLoopbackHost(host: string): boolean {
-  const h = host.replace(/^\[|\]$/g, "").toLowerCase();
-  if (h === "localhost" || h === "::1") return true;
-  if (isIP(h) === 4) return h.startsWith("127.");
-  if (h.startsWith("::ffff:")) return h.slice(7).startsWith("127.");
-  return false;
-}
+// Re-exported only so the runner barrel keeps compiling until it drops the name; the one copy lives in src/net.ts.
+export { isLoopbackHost };
 
 /**
  * Starts an HTTP/2 server for the runner service (gRPC, gRPC-web and Connect on one port).
@@ -206,11 +205,12 @@ export function isLoopbackHost(host: string): boolean {
 export async function startRunnerServer(runner: RunnerService, settings: RunnerServerSettings = {}): Promise<RunnerServer> {
   const host = settings.host ?? "127.0.0.1";
   const tls = settings.tls;
-  const mutualTls = !!tls?.ca && tls.requestCert !== false;
-  if (runner.acceptsAnyCaller && !mutualTls && !settings.insecure && !isLoopbackHost(host)) {
+  // The contract's rule, literally: mutual TLS is transport security, but a service without
+  // secret or authorize hook would still let any certificate holder write to any job.
+  if (runner.acceptsAnyCaller && !settings.insecure && !isLoopbackHost(host)) {
     throw new Error(
-      `refusing to listen on ${host}: the runner service has neither a secret nor an authorize hook; ` +
-        "configure one, use mutual TLS, or set insecure: true",
+      `refusing to listen on ${host}: the runner service has neither a secret nor an authorize hook ` +
+        "(mutual TLS alone does not say which job a caller may write to); configure one, or set insecure: true",
     );
   }
   const runnerHandler = createRunnerHandler(runner, { messageBytes: settings.limits?.messageBytes, fastPath: settings.fastPath });

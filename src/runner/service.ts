@@ -66,6 +66,12 @@ export interface PublishRetryOptions {
   initialDelayMs: number;
   /** Largest back-off delay; default 2 000. */
   maxDelayMs: number;
+  /**
+   * One queue publish that has neither resolved nor rejected after this long is given up on
+   * (reported through onError) and may be replaced by a new attempt; default 30 000. Keep it
+   * above the queue adapter's own timeout (the RabbitMQ adapter's `publishTimeoutMs`, 8 000).
+   */
+  attemptTimeoutMs: number;
 }
 
 /** Options of {@link createRunnerService}. */
@@ -94,6 +100,8 @@ export interface RunnerServiceOptions {
   onEnd?: (result: JobResult) => void;
   /** Called with failures nobody else sees (a hook that threw, a background publish that failed). */
   onError?: (error: unknown) => void;
+  /** `close()` waits at most this long for background publishes (unfinished ones are reported through onError); default 5 000. */
+  closeTimeoutMs?: number;
 }
 
 /** Options of one job registration. */
@@ -105,9 +113,13 @@ export interface RunnerService extends ServiceImpl<typeof Runner> {
   expectJob(requestId: string, info?: ExpectJobInfo): Promise<JobState>;
   /** Cancels a job: its result is published at once with outcome `cancelled`; resolves with it (null when it had already ended). */
   cancelJob(requestId: string, reason?: string): Promise<JobResult | null>;
-  /** Stored lines of a job: the ones so far, then new ones until the job ends. */
+  /**
+   * Stored lines of a job: the ones so far, then new ones until the job ends. A job the
+   * store does not know yet gets `lostAfterMs` to appear, else the iteration ends (empty);
+   * a job forgotten (retention) while followed ends it too.
+   */
   follow(requestId: string, options?: { from?: number; signal?: AbortSignal }): AsyncIterable<StoredLine>;
-  /** Stops the lost-job timer and waits for background publishes (bounded). */
+  /** Stops the lost-job timer and waits for background publishes, at most `closeTimeoutMs` (unfinished ones go to onError). */
   close(): Promise<void>;
   /** True when the service has neither a secret nor an authorize hook. */
   readonly acceptsAnyCaller: boolean;
@@ -181,6 +193,41 @@ interface Slot {
   refs: number;
 }
 
+/**
+ * One publish of a job's result. While it is in flight it is the job's only one: a
+ * replayed end, a cancel or the lost sweep wait for it instead of publishing again.
+ */
+interface PublishAttempt {
+  readonly result: JobResult;
+  /** Item position of the runner's end (finished results); undefined for cancelled and lost. */
+  readonly at: number | undefined;
+  /** True once the queue accepted; false when it refused or the attempt was given up on (never rejects). */
+  settled: Promise<boolean>;
+  /** Why the attempt failed. */
+  error: unknown;
+  /** The store's answer once the accepted result is recorded. */
+  recorded: Promise<{ state: JobState; first: boolean }> | null;
+}
+
+const TIMED_OUT: unique symbol = Symbol("timed out");
+
+/** `p`, or TIMED_OUT after `ms` (the timer is cleared when `p` settles first). */
+function within<T>(p: Promise<T>, ms: number): Promise<T | typeof TIMED_OUT> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => resolve(TIMED_OUT), Math.max(ms, 0));
+    p.then(
+      (value) => {
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (error: unknown) => {
+        clearTimeout(timer);
+        reject(error);
+      },
+    );
+  });
+}
+
 /** Thrown inside a call to end it with ok=false. */
 class EndedSignal {
   constructor(readonly reason: EndedReason) {}
@@ -207,7 +254,14 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
   for (const [name, value] of Object.entries(limits)) {
     if (!(typeof value === "number" && value > 0)) throw new RangeError(`limits.${name} must be a positive number`);
   }
-  const retry: PublishRetryOptions = { maxMs: 10_000, initialDelayMs: 100, maxDelayMs: 2_000, ...stripUndefined(options.publishRetry ?? {}) };
+  const retry: PublishRetryOptions = {
+    maxMs: 10_000,
+    initialDelayMs: 100,
+    maxDelayMs: 2_000,
+    attemptTimeoutMs: 30_000,
+    ...stripUndefined(options.publishRetry ?? {}),
+  };
+  const closeTimeoutMs = options.closeTimeoutMs ?? 5_000;
   const lostAfterMs = options.lostAfterMs ?? 600_000;
   const retentionMs = options.retentionMs === false ? false : Math.max(options.retentionMs ?? 86_400_000, lostAfterMs);
   const secrets = options.secret === undefined ? null : Array.isArray(options.secret) ? (options.secret as JobTokenSecret[]) : [options.secret as JobTokenSecret];
@@ -218,7 +272,11 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
   /** Jobs the host cancelled or the sweep declared lost, until the store records it. */
   const ending = new Map<string, "cancelled" | "lost">();
   const watchers = new Map<string, Set<() => void>>();
-  const background = new Set<Promise<unknown>>();
+  /** Work that outlives the call or host action that started it → the job it is about. */
+  const background = new Map<Promise<unknown>, string>();
+  /** The publish of each job's result in flight: at most one per job (see PublishAttempt). */
+  const inFlight = new Map<string, PublishAttempt>();
+  let closing: Promise<void> | null = null;
   const calls = new Set<CallRun>();
   let closed = false;
   const closeController = new AbortController();
@@ -256,38 +314,81 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
     if (set) for (const wake of set) wake();
   }
 
-  /** Publishes within the retry bound; throws UNAVAILABLE past it. */
-  async function publishBounded(result: JobResult, signal?: AbortSignal): Promise<void> {
-    const start = Date.now();
-    let delay = retry.initialDelayMs;
-    for (;;) {
-      const left = retry.maxMs - (Date.now() - start);
-      try {
-        await withTimeout(queue.publishJobResult(result), Math.max(left, 1));
-        return;
-      } catch (error) {
-        const wait = Math.min(delay, retry.maxDelayMs);
-        if (Date.now() - start + wait >= retry.maxMs || signal?.aborted) {
-          throw new RunnerDepotError("UNAVAILABLE", "the job-result queue is unavailable; retry the call later", { cause: error });
+  /**
+   * Starts one queue publish of a job's result and makes it the job's publish in flight.
+   * Whoever needs the job's result published (a replayed end, a cancel, the lost sweep)
+   * waits for this attempt instead of starting another, so a slow queue never receives two
+   * results for one job. An accepted result is recorded by whoever waits for it, or in the
+   * background when nobody does (the call that started it may have answered UNAVAILABLE).
+   */
+  function startAttempt(id: string, result: JobResult, at: number | undefined): PublishAttempt {
+    let timer: NodeJS.Timeout | undefined;
+    let givenUp = false;
+    const attempt: PublishAttempt = { result, at, settled: null as unknown as Promise<boolean>, error: undefined, recorded: null };
+    const published = Promise.resolve().then(() => queue.publishJobResult(result));
+    attempt.settled = new Promise<boolean>((resolve) => {
+      timer = setTimeout(() => {
+        givenUp = true;
+        attempt.error = new RunnerDepotError("UNAVAILABLE", `the queue did not answer the publish of job ${id}'s result within ${retry.attemptTimeoutMs} ms; the attempt was given up on`);
+        report(attempt.error);
+        resolve(false);
+      }, retry.attemptTimeoutMs);
+      timer.unref?.();
+      published.then(
+        () => {
+          clearTimeout(timer);
+          // Past the attempt limit a new attempt may already have published: say so.
+          if (givenUp) report(new RunnerDepotError("INTERNAL", `the queue accepted job ${id}'s result after the attempt was given up on; it may have been published twice`));
+          resolve(true);
+        },
+        (error: unknown) => {
+          clearTimeout(timer);
+          attempt.error = error;
+          resolve(false);
+        },
+      );
+    });
+    inFlight.set(id, attempt);
+    track(
+      id,
+      attempt.settled.then((accepted) => {
+        if (!accepted) {
+          if (inFlight.get(id) === attempt) inFlight.delete(id);
+          return undefined;
         }
-        await sleep(wait * (0.5 + Math.random() / 2));
-        delay *= 2;
-      }
-    }
+        return locked(id, () => recordAccepted(id, attempt));
+      }),
+    );
+    return attempt;
   }
 
-  /** Publishes until the queue accepts (cancelled and lost results are never dropped while the service lives). */
-  async function publishPersistent(result: JobResult): Promise<void> {
+  /** Records an accepted result once (call it under the job's lock); the job's publish is then over. */
+  function recordAccepted(id: string, attempt: PublishAttempt): Promise<{ state: JobState; first: boolean }> {
+    if (attempt.recorded) return attempt.recorded;
+    const recording = (async () => {
+      const finished = await logs.finish(id, attempt.result, attempt.at === undefined ? undefined : { at: attempt.at });
+      if (inFlight.get(id) === attempt) inFlight.delete(id);
+      notify(id);
+      if (finished.first) safe(() => options.onEnd?.(attempt.result));
+      return finished;
+    })();
+    attempt.recorded = recording;
+    // A store that failed: whoever waits next records again (the result stays accepted).
+    recording.catch(() => {
+      if (attempt.recorded === recording) attempt.recorded = null;
+    });
+    return recording;
+  }
+
+  /** Publishes a cancelled or lost result until the queue accepts (never dropped while the service lives). */
+  async function publishPersistent(id: string, result: JobResult): Promise<PublishAttempt> {
     let delay = retry.initialDelayMs;
     for (;;) {
-      try {
-        await queue.publishJobResult(result);
-        return;
-      } catch (error) {
-        if (closed) throw new RunnerDepotError("UNAVAILABLE", `result of job ${result.requestId} not published before close`, { cause: error });
-        await sleep(Math.min(delay, retry.maxDelayMs));
-        delay *= 2;
-      }
+      const attempt = startAttempt(id, result, undefined);
+      if (await attempt.settled) return attempt;
+      if (closed) throw new RunnerDepotError("UNAVAILABLE", `result of job ${id} not published before close`, { cause: attempt.error });
+      await sleep(Math.min(delay, retry.maxDelayMs));
+      delay *= 2;
     }
   }
 
@@ -317,25 +418,34 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
           // A job that spoke since the sweep looked is not lost after all.
           if (mustBeStale && state && Date.parse(state.lastSeenAt) >= mustBeStale.getTime()) return null;
           if (mustBeStale && slots.get(id)?.active) return null;
+          // The runner's end may still be on its way to the queue (the call that sent it
+          // stopped waiting): that publish decides first, so the job yields one result.
+          const pendingEnd = inFlight.get(id);
+          let current = state;
+          if (pendingEnd) {
+            if (await pendingEnd.settled) {
+              await recordAccepted(id, pendingEnd);
+              return null;
+            }
+            current = await logs.get(id);
+          }
           ending.set(id, outcome);
           marked = true;
-          const result = resultFrom(state, id, outcome, new Date());
-          await publishPersistent(result);
-          const finished = await logs.finish(id, result);
-          notify(id);
-          if (finished.first) safe(() => options.onEnd?.(result));
+          const result = resultFrom(current, id, outcome, new Date());
+          const attempt = await publishPersistent(id, result);
+          const finished = await recordAccepted(id, attempt);
           return finished.first ? result : null;
         });
       } finally {
         if (marked || outcome === "cancelled") ending.delete(id);
       }
     })();
-    track(work);
+    track(id, work);
     return work;
   }
 
-  function track(p: Promise<unknown>) {
-    background.add(p);
+  function track(id: string, p: Promise<unknown>) {
+    background.set(p, id);
     p.catch(report).finally(() => background.delete(p));
   }
 
@@ -357,7 +467,8 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
       const before = new Date(Date.now() - lostAfterMs);
       for (const state of await logs.stale(before)) {
         if (closed) break;
-        if (ending.has(state.requestId) || slots.get(state.requestId)?.active) continue;
+        // A job whose end is being published is not silent: that publish decides.
+        if (ending.has(state.requestId) || inFlight.has(state.requestId) || slots.get(state.requestId)?.active) continue;
         void endFromHost(state.requestId, "lost", before);
       }
       if (retentionMs !== false && logs.prune) await logs.prune(new Date(Date.now() - retentionMs));
@@ -472,6 +583,8 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
               if (this.stopError?.code === "ABORTED") throw this.stopError;
               const reason = ending.get(this.id);
               if (reason) throw new EndedSignal(reason);
+              const pendingEnd = inFlight.get(this.id);
+              if (pendingEnd) await settlePendingPublish(this, pendingEnd);
               // The job exists in the store once its first item is stored.
               if (this.state === null) this.state = await logs.open(this.id);
               return logs.append(this.id, at, batch);
@@ -521,7 +634,9 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
     /** Current state from the store, refreshed under the job's lock. */
     async refresh(): Promise<void> {
       if (!this.id) return;
-      this.state = await locked(this.id, () => logs.get(this.id));
+      // A job being cancelled or declared lost stores nothing more, and its publish may
+      // hold the lock for long: read it without the lock.
+      this.state = ending.has(this.id) ? await logs.get(this.id) : await locked(this.id, () => logs.get(this.id));
     }
   }
 
@@ -636,13 +751,16 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
     const older = slot.active;
     slot.active = call;
     older?.stop(uErr("ABORTED", "replaced by a newer call of the same job"));
+    // The check order: a malformed offset and a bad first item come before ok = false.
+    if (Number.isNaN(offset)) throw uErr("INVALID_ARGUMENT", `malformed ${OFFSET_HEADER}: expected a non-negative integer`);
     // A job being cancelled or declared lost answers at once, even while its result
     // is still being published (which holds the job's lock).
     const hostReason = ending.get(id);
-    if (hostReason) return endedAck(call, hostReason);
+    if (hostReason) {
+      checkItemShape(call, first);
+      return endedAck(call, hostReason);
+    }
     await call.guard(call.refresh());
-
-    if (Number.isNaN(offset)) throw uErr("INVALID_ARGUMENT", `malformed ${OFFSET_HEADER}: expected a non-negative integer`);
     call.offset = offset;
 
     try {
@@ -692,6 +810,16 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
     const status = call.state?.status;
     if (status === "cancelled" || status === "lost") return status;
     return null;
+  }
+
+  /** The first item's own checks (size, an event present), for an answer given before processItem runs. */
+  function checkItemShape(call: CallRun, item: LogItem): void {
+    const event = item.event;
+    const size = encodedSize(item, event.case === "log" ? Buffer.byteLength(event.value.line, "utf8") : 0);
+    if (size > call.maxBytes) {
+      throw new RunnerDepotError("RESOURCE_EXHAUSTED", `a message of ${size} bytes is over the ${call.maxBytes}-byte limit; split the line`);
+    }
+    if (event.case === undefined) throw uErr("INVALID_ARGUMENT", "an item must carry a log line or the job end");
   }
 
   /**
@@ -749,39 +877,77 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
   async function processEnd(call: CallRun, end: JobEnd): Promise<void> {
     await call.guard(call.flush());
     const at = call.nextPos;
-    const result = await call.guard(
-      locked(call.id, async () => {
-        if (call.stopError) throw call.stopError;
-        const reason = ending.get(call.id);
-        if (reason) throw new EndedSignal(reason);
-        const state = (await logs.get(call.id)) ?? (await logs.open(call.id));
-        if (state.status !== "open") {
-          call.state = state;
-          throw new EndedSignal(state.status === "finished" ? "ended" : state.status);
-        }
-        const now = new Date();
-        const result: JobResult = {
-          requestId: call.id,
-          outcome: "finished",
-          exitCode: end.exitCode,
-          success: end.success,
-          repoUrl: end.repoUrl || (typeof state.info.repoUrl === "string" ? state.info.repoUrl : ""),
-          commitSha: end.commitSha || (typeof state.info.commitSha === "string" ? state.info.commitSha : ""),
-          lines: { ...state.lines },
-          logTruncated: state.logTruncated,
-          startedAt: state.startedAt ?? now.toISOString(),
-          endedAt: now.toISOString(),
-        };
-        call.state = state;
-        await publishBounded(result, closeController.signal);
-        const finished = await logs.finish(call.id, result, { at });
-        call.state = finished.state;
-        return finished.first ? result : null;
-      }),
-    );
+    await call.guard(locked(call.id, () => publishEnd(call, end, at)));
     call.nextPos = at + 1;
-    notify(call.id);
-    if (result) safe(() => options.onEnd?.(result));
+  }
+
+  /**
+   * Publishes the runner's end within the retry bound, then records it (under the job's
+   * lock). An earlier attempt still in flight (its call answered UNAVAILABLE) is awaited,
+   * never doubled; a new attempt starts only once the earlier one has failed.
+   */
+  async function publishEnd(call: CallRun, end: JobEnd, at: number): Promise<void> {
+    const start = Date.now();
+    let delay = retry.initialDelayMs;
+    let result: JobResult | null = null;
+    for (;;) {
+      if (call.stopError) throw call.stopError;
+      const reason = ending.get(call.id);
+      if (reason) throw new EndedSignal(reason);
+      let attempt = inFlight.get(call.id);
+      if (!attempt) {
+        const state = (await logs.get(call.id)) ?? (await logs.open(call.id));
+        call.state = state;
+        if (state.status !== "open") throw new EndedSignal(state.status === "finished" ? "ended" : state.status);
+        result ??= finishedResult(call.id, state, end);
+        attempt = startAttempt(call.id, result, at);
+      }
+      const accepted = await call.guard(within(attempt.settled, retry.maxMs - (Date.now() - start)));
+      if (accepted === true) {
+        const finished = await recordAccepted(call.id, attempt);
+        call.state = finished.state;
+        if (finished.state.status !== "finished") throw new EndedSignal(finished.state.status === "open" ? "ended" : finished.state.status);
+        return;
+      }
+      const wait = Math.min(delay, retry.maxDelayMs);
+      if (accepted === TIMED_OUT || Date.now() - start + wait >= retry.maxMs || closeController.signal.aborted) {
+        // A publish still in flight stays the job's: the replayed end waits for it.
+        throw new RunnerDepotError("UNAVAILABLE", "the job-result queue is unavailable; retry the call later", { cause: attempt.error });
+      }
+      await call.guard(sleep(wait * (0.5 + Math.random() / 2)));
+      delay *= 2;
+    }
+  }
+
+  function finishedResult(id: string, state: JobState, end: JobEnd): JobResult {
+    const now = new Date();
+    return {
+      requestId: id,
+      outcome: "finished",
+      exitCode: end.exitCode,
+      success: end.success,
+      repoUrl: end.repoUrl || (typeof state.info.repoUrl === "string" ? state.info.repoUrl : ""),
+      commitSha: end.commitSha || (typeof state.info.commitSha === "string" ? state.info.commitSha : ""),
+      lines: { ...state.lines },
+      logTruncated: state.logTruncated,
+      startedAt: state.startedAt ?? now.toISOString(),
+      endedAt: now.toISOString(),
+    };
+  }
+
+  /**
+   * A result of this job is still being published (e.g. an end whose call stopped waiting):
+   * it decides whether new items may be stored. Accepted: the job has ended (ok = false).
+   * Refused: the job is still open, go on. Still in flight: UNAVAILABLE.
+   */
+  async function settlePendingPublish(call: CallRun, attempt: PublishAttempt): Promise<void> {
+    const accepted = await call.guard(within(attempt.settled, retry.maxMs));
+    if (accepted === TIMED_OUT) throw new RunnerDepotError("UNAVAILABLE", "the job's result is still being published; retry the call later");
+    if (accepted) {
+      const state = (await recordAccepted(call.id, attempt)).state;
+      call.state = state;
+      throw new EndedSignal(state.status === "cancelled" || state.status === "lost" ? state.status : "ended");
+    }
   }
 
   function entryFor(call: CallRun, line: string, stderr: boolean, lineBytes: number): LogEntry {
@@ -863,12 +1029,30 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
       if (id === null) throw uErr("INVALID_ARGUMENT", `not a UUID: ${requestId}`);
       return followJob(id, followOptions.from ?? 0, followOptions.signal);
     },
-    async close() {
-      if (closed) return;
-      closed = true;
-      clearInterval(sweepTimer);
-      closeController.abort();
-      await Promise.allSettled([...background]);
+    close() {
+      closing ??= (async () => {
+        closed = true;
+        clearInterval(sweepTimer);
+        closeController.abort();
+        // Bounded: a queue that never answers must not hang the host's shutdown.
+        const deadline = Date.now() + closeTimeoutMs;
+        while (background.size > 0) {
+          const left = deadline - Date.now();
+          if (left <= 0) {
+            const jobs = [...new Set(background.values())];
+            report(
+              new RunnerDepotError(
+                "UNAVAILABLE",
+                `runner service closed with ${background.size} background publish(es) unfinished after ${closeTimeoutMs} ms (jobs ${jobs.join(", ")})`,
+                { details: { jobs } },
+              ),
+            );
+            return;
+          }
+          await within(Promise.allSettled([...background.keys()]), left);
+        }
+      })();
+      return closing;
     },
     get acceptsAnyCaller() {
       return acceptsAnyCaller;
@@ -888,6 +1072,10 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
     let position = from;
     let wake: (() => void) | null = null;
     let dirty = false;
+    // A job unknown at the start may still be on its way (a VM that has not spoken yet):
+    // it gets the lost-job window to appear, like a job registered with expectJob.
+    const appearBy = Date.now() + lostAfterMs;
+    let known = false;
     const watcher = () => {
       dirty = true;
       wake?.();
@@ -905,13 +1093,17 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
         position += lines.length;
         if (lines.length === 1024) continue;
         const state = await logs.get(id);
+        if (state) known = true;
+        // Pruned while followed, or never appeared: nothing more will come.
+        else if (known || Date.now() >= appearBy) return;
         if (state && state.status !== "open" && position >= state.storedLines) return;
         if (signal?.aborted || closed) return;
         if (dirty) continue;
         // Woken by this process's appends; polled for stores shared with other replicas.
+        const pollMs = state ? 1000 : Math.min(1000, Math.max(1, appearBy - Date.now()));
         await new Promise<void>((resolve) => {
           wake = resolve;
-          setTimeout(resolve, 1000).unref?.();
+          setTimeout(resolve, pollMs).unref?.();
         });
         wake = null;
       }
@@ -983,14 +1175,4 @@ export function cutUtf8(line: string, max: number): { text: string; bytes: numbe
 
 function stripUndefined<T extends object>(value: T): Partial<T> {
   return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as Partial<T>;
-}
-
-function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([
-    p,
-    new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
-    }),
-  ]).finally(() => clearTimeout(timer));
 }

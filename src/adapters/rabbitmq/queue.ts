@@ -31,7 +31,15 @@ export interface RabbitMqQueueOptions {
   queue?: string | null;
   /** Extra `x-…` arguments for the declared queue (e.g. `x-queue-type: quorum`). */
   queueArguments?: Record<string, unknown>;
-  /** How long one publish keeps retrying through an outage before UNAVAILABLE; default 30 000. */
+  /**
+   * How long one publish keeps retrying through an outage before UNAVAILABLE; default 8 000.
+   * Keep it below the runner service's publish bound (`publishRetry.maxMs`, default 10 000):
+   * then a publish settles inside the call that made it and the service can still retry or
+   * answer UNAVAILABLE with a definite outcome. (A longer value never doubles a result, since
+   * the service keeps one publish per job in flight and a replayed end waits for it, but
+   * calls then end UNAVAILABLE while the adapter is still trying.) It must also stay below
+   * the service's `publishRetry.attemptTimeoutMs` (default 30 000).
+   */
   publishTimeoutMs?: number;
   /** Reconnect back-off: first delay and cap, in ms; default 100 and 5 000. */
   reconnectDelayMs?: { initial?: number; max?: number };
@@ -63,7 +71,8 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
   const exchange = options.exchange ?? "";
   const queueName = options.queue === undefined ? "runner.job-results" : options.queue;
   const routingKey = options.routingKey ?? queueName ?? "";
-  const publishTimeoutMs = options.publishTimeoutMs ?? 30_000;
+  // Below the runner service's default publish bound (10 s): see the option's doc.
+  const publishTimeoutMs = options.publishTimeoutMs ?? 8_000;
   const initialDelay = options.reconnectDelayMs?.initial ?? 100;
   const maxDelay = options.reconnectDelayMs?.max ?? 5_000;
   const connectTimeoutMs = options.connectTimeoutMs ?? 5_000;
