@@ -23,14 +23,28 @@ export function splitUtf8(line: string, maxBytes: number): string[] {
   const pieces: string[] = [];
   let pos = 0;
   while (b.length - pos > maxBytes) {
-    let cut = pos + maxBytes;
-    // `b` is valid UTF-8, so stepping back over continuation bytes lands on a code point start.
-    while ((b[cut]! & 0xc0) === 0x80) cut--;
+    const cut = charStart(b, pos + maxBytes);
     pieces.push(b.toString("utf8", pos, cut));
     pos = cut;
   }
   pieces.push(b.toString("utf8", pos));
   return pieces;
+}
+
+/** The longest prefix of `line` within `max` UTF-8 bytes, cut at a character boundary. */
+export function cutUtf8(line: string, max: number): { text: string; bytes: number } {
+  const buf = Buffer.from(line, "utf8");
+  if (buf.length <= max) return { text: line, bytes: buf.length };
+  const cut = charStart(buf, max);
+  return { text: buf.subarray(0, cut).toString("utf8"), bytes: cut };
+}
+
+/** The nearest index at or before `at` where a character of valid UTF-8 `b` starts. */
+function charStart(b: Uint8Array, at: number): number {
+  let cut = at;
+  // Back off over continuation bytes (10xxxxxx) so no character is split.
+  while (cut > 0 && (b[cut]! & 0xc0) === 0x80) cut--;
+  return cut;
 }
 
 /** Options of {@link createLineSplitter}. */

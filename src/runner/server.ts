@@ -191,7 +191,6 @@ export interface RunnerServer {
 }
 
 // Re-exported only so the runner barrel keeps compiling until it drops the name; the one copy lives in src/net.ts.
-export { isLoopbackHost };
 
 /**
  * Starts an HTTP/2 server for the runner service (gRPC, gRPC-web and Connect on one port).

@@ -11,6 +11,7 @@ import { AckSchema, type Ack, type JobEnd, type LogItem, type Runner } from "../
 import type { JobInfo, JobLogStore, JobResult, JobResultQueue, JobState, LogEntry, StoredLine } from "./ports.js";
 import { verifyJobToken, type JobTokenSecret } from "./token.js";
 import { normalizeRequestId } from "./uuid.js";
+import { cutUtf8 } from "./line-splitter.js";
 
 /** Trailer (and error metadata) with the job's durably stored item count. */
 export const COMMITTED_HEADER = "runner-committed";
@@ -1161,16 +1162,6 @@ function parseOffset(value: string | null): number {
   if (value === null) return 0;
   if (!/^[0-9]{1,15}$/.test(value.trim())) return Number.NaN;
   return Number(value.trim());
-}
-
-/** The longest prefix of `line` within `max` UTF-8 bytes, cut at a character boundary. */
-export function cutUtf8(line: string, max: number): { text: string; bytes: number } {
-  const buf = Buffer.from(line, "utf8");
-  if (buf.length <= max) return { text: line, bytes: buf.length };
-  let cut = max;
-  // Back off over continuation bytes (10xxxxxx) so no character is split.
-  while (cut > 0 && (buf[cut]! & 0xc0) === 0x80) cut--;
-  return { text: buf.subarray(0, cut).toString("utf8"), bytes: cut };
 }
 
 function stripUndefined<T extends object>(value: T): Partial<T> {
