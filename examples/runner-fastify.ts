@@ -18,8 +18,8 @@ import http2 from "node:http2";
 import Fastify from "fastify";
 import { createMemoryQueue } from "../src/adapters/memory/index.js";
 import { createRunnerClient, createRunnerHandler, createRunnerService } from "../src/runner/index.js";
+import { getOverH2c, serveOrDrive } from "./shared/lifecycle.js";
 
-const serveMode = process.argv.includes("--serve");
 
 const queue = createMemoryQueue();
 const runner = createRunnerService(queue);
@@ -59,22 +59,8 @@ async function shutdown(): Promise<void> {
   await queue.close?.();
 }
 
-if (serveMode) {
-  const stop = () => void shutdown().then(() => process.exit(0));
-  process.once("SIGTERM", stop);
-  process.once("SIGINT", stop);
-} else {
-  const h2 = http2.connect(address);
-  const health = await new Promise<string>((resolve, reject) => {
-    const req = h2.request({ ":path": "/healthz" });
-    let body = "";
-    req.setEncoding("utf8");
-    req.on("data", (chunk: string) => (body += chunk));
-    req.on("end", () => resolve(body));
-    req.on("error", reject);
-    req.end();
-  });
-  h2.close();
+await serveOrDrive("runner-fastify", shutdown, async () => {
+  const health = await getOverH2c(address, "/healthz");
   console.log(`runner-fastify: GET /healthz -> ${health}`);
 
   const requestId = randomUUID();
@@ -85,6 +71,4 @@ if (serveMode) {
 
   const result = await queue.next();
   console.log(`runner-fastify: result outcome=${result.outcome} exitCode=${result.exitCode} stdout=${result.lines.stdout} requestId=${result.requestId === requestId}`);
-  await shutdown();
-  console.log("runner-fastify: done");
-}
+});

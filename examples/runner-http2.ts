@@ -12,8 +12,8 @@ import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { createMemoryQueue } from "../src/adapters/memory/index.js";
 import { createRunnerClient, createRunnerHandler, createRunnerService } from "../src/runner/index.js";
+import { getOverH2c, serveOrDrive } from "./shared/lifecycle.js";
 
-const serveMode = process.argv.includes("--serve");
 
 const queue = createMemoryQueue();
 const runner = createRunnerService(queue, {
@@ -55,23 +55,8 @@ async function shutdown(): Promise<void> {
   await queue.close?.();
 }
 
-if (serveMode) {
-  const stop = () => void shutdown().then(() => process.exit(0));
-  process.once("SIGTERM", stop);
-  process.once("SIGINT", stop);
-} else {
-  // The host's other route, over h2c.
-  const h2 = http2.connect(endpoint);
-  const health = await new Promise<string>((resolve, reject) => {
-    const req = h2.request({ ":path": "/healthz" });
-    let body = "";
-    req.setEncoding("utf8");
-    req.on("data", (chunk: string) => (body += chunk));
-    req.on("end", () => resolve(body));
-    req.on("error", reject);
-    req.end();
-  });
-  h2.close();
+await serveOrDrive("runner-http2", shutdown, async () => {
+  const health = await getOverH2c(endpoint, "/healthz");
   console.log(`runner-http2: GET /healthz -> ${health}`);
 
   // A real gRPC client-streaming call: a few lines and the end.
@@ -88,6 +73,4 @@ if (serveMode) {
   for await (const line of runner.follow(requestId)) stored.push(`${line.stderr ? "err" : "out"}: ${line.line}`);
   console.log(`runner-http2: stored lines: ${JSON.stringify(stored)}`);
   console.log(`runner-http2: result outcome=${result.outcome} success=${result.success} requestId=${result.requestId === requestId}`);
-  await shutdown();
-  console.log("runner-http2: done");
-}
+});

@@ -24,3 +24,22 @@ export async function serveOrDrive(label: string, shutdown: () => Promise<void>,
   await shutdown();
   console.log(`${label}: done`);
 }
+
+/** GETs `path` from an h2c server (the examples' own non-gRPC route) and returns the body. */
+export async function getOverH2c(origin: string, path: string): Promise<string> {
+  const { connect } = await import("node:http2");
+  const session = connect(origin);
+  try {
+    return await new Promise<string>((resolve, reject) => {
+      const req = session.request({ ":path": path });
+      let body = "";
+      req.setEncoding("utf8");
+      req.on("data", (chunk: string) => (body += chunk));
+      req.on("end", () => resolve(body));
+      req.on("error", reject);
+      req.end();
+    });
+  } finally {
+    session.close();
+  }
+}
