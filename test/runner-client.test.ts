@@ -242,6 +242,21 @@ describe("createRunnerClient: the status-code table", () => {
     expect(small.queue.results.filter((r) => r.requestId === client.requestId)).toHaveLength(1);
   });
 
+  it("end() resolves only once the end is stored, however many re-splits renumber the spool", async () => {
+    const small = await startHarness({ limits: { messageBytes: 8192 } });
+    const client = small.client();
+    // 300 lines of 20 000 bytes: several RESOURCE_EXHAUSTED rounds, each renumbering every unacknowledged item.
+    for (let i = 0; i < 300; i++) client.log(`${i} `.padEnd(20_000, "x"));
+    await client.end({ exitCode: 0, success: true });
+    expect(client.stats.retries).toBeGreaterThan(1);
+    const state = await small.logs.get(client.requestId);
+    expect(state).toMatchObject({ status: "finished", committed: client.stats.items });
+    expect(small.queue.results.filter((r) => r.requestId === client.requestId)).toHaveLength(1);
+    expect((await small.stored(client.requestId)).map((l) => l.line).join("")).toBe(
+      Array.from({ length: 300 }, (_, i) => `${i} `.padEnd(20_000, "x")).join(""),
+    );
+  });
+
   it("FAILED_PRECONDITION that the spool cannot satisfy (server lost acknowledged items): gives up", async () => {
     // The proxy first leads to server A, then to a fresh server B that knows nothing of the job.
     const a = await startHarness();

@@ -482,6 +482,10 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
     const frames = spool.frames(committed);
     spool.truncate(committed);
     endOffset = null;
+    // Re-splitting renumbers every unacknowledged item: remember where each old item
+    // boundary lands, so end() and flush() keep waiting for the same items.
+    const boundary = new Map<number, number>([[committed, committed]]);
+    let old = committed;
     for (const f of frames) {
       const item = fromBinary(LogItemSchema, f.subarray(5));
       if (item.event.case === "log") {
@@ -490,7 +494,9 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
         const frame = f;
         endOffset = spool.append(frame.length, (buf, pos) => pos + frame.copy(buf, pos));
       }
+      boundary.set(++old, spool.end);
     }
+    for (const w of waiters) if (w.to > committed) w.to = boundary.get(w.to) ?? spool.end;
     stats.items = spool.end;
     return true;
   }
