@@ -88,6 +88,20 @@ describe("runner-depot command", () => {
     expect(badFlag.stderr).toMatch(/--help/);
   });
 
+  it("serve refuses what it cannot do safely, on one line, and exits instead of hanging", async () => {
+    const none = await cli([], work);
+    expect(none.code).toBe(2);
+    expect(none.stderr).toContain("Usage: runner-depot");
+    const exposed = await cli(["serve", "--host", "0.0.0.0", "--data", path.join(work, "exposed")], work);
+    expect(exposed.code).toBe(2);
+    expect(exposed.stderr).toMatch(/plain HTTP.*--insecure/);
+    // The depot port is taken (by the walk's own server): serve closes what it opened and exits 1.
+    const busyPort = new URL(state.depotUrl).port;
+    const busy = await cli(["serve", "--runner-port", "0", "--depot-port", busyPort, "--data", path.join(work, "busy")], work);
+    expect(busy.code).toBe(1);
+    expect(busy.stderr.trim()).toBe(`runner-depot: port ${busyPort} is in use; pass --depot-port <port> (0 picks a free one)`);
+  });
+
   it("streams a job from `agent` into `logs --follow` and prints its result", async () => {
     const script = "for (let i = 0; i < 200; i++) (i % 10 === 9 ? console.error : console.log)('line ' + i); process.exit(3)";
     const job = await cli(["job", "--repo", "https://example.test/repo.git", "--commit", "abc123", "--", process.execPath, "-e", script], work);

@@ -1,6 +1,6 @@
 /** `runner-depot agent`: the VM side — reads the job config (or flags), runs the command, streams it, exits with its exit code. */
 import { readFile } from "node:fs/promises";
-import { createRunnerClient, readJobConfig, runJob, DEFAULT_JOB_CONFIG_PATH, type JobConfig } from "../runner/index.js";
+import { createRunnerClient, isRequestId, readJobConfig, runJob, DEFAULT_JOB_CONFIG_PATH, type JobConfig } from "../runner/index.js";
 import { CliError, requireString, type Command } from "./args.js";
 
 const usage = `Usage: runner-depot agent [options] [-- <command> [args…]]
@@ -14,7 +14,7 @@ Options:
   --config <file>      job config written by cloud-init
   --endpoint <url>     runner endpoint (http://host:port or https://…)
   --request-id <uuid>  the job's request ID
-  --token <token>      the job's token (default $RUNNER_DEPOT_JOB_TOKEN)
+  --token <token>      the job's token (default $RUNNER_DEPOT_JOB_TOKEN; none for an open server)
   --repo <url>         repository URL for the job result
   --commit <sha>       commit for the job result
   --cwd <dir>          working directory of the job
@@ -81,12 +81,14 @@ async function jobFrom(values: Record<string, unknown>, positionals: string[]): 
     }
   }
   if (positionals.length === 0) throw new CliError("give the job's command after --, e.g. 'runner-depot agent … -- make test'", 2);
-  const token = typeof values.token === "string" ? values.token : process.env.RUNNER_DEPOT_JOB_TOKEN;
-  if (!token) throw new CliError("--token is required (or set RUNNER_DEPOT_JOB_TOKEN): the job token 'runner-depot job' minted", 2);
+  // An open server (no secret) needs no token; the server says UNAUTHENTICATED otherwise.
+  const token = (typeof values.token === "string" ? values.token : process.env.RUNNER_DEPOT_JOB_TOKEN) ?? "";
+  const requestId = requireString(values, "request-id", "the job's UUID from 'runner-depot job'");
+  if (!isRequestId(requestId)) throw new CliError(`--request-id must be a UUID (8-4-4-4-12 hex), got '${requestId}'`, 2);
   return {
     version: 1,
     endpoint: requireString(values, "endpoint", "the runner URL, e.g. http://127.0.0.1:50051"),
-    requestId: requireString(values, "request-id", "the job's UUID from 'runner-depot job'"),
+    requestId,
     token,
     repoUrl: typeof values.repo === "string" ? values.repo : "",
     commitSha: typeof values.commit === "string" ? values.commit : "",

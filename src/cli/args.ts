@@ -27,9 +27,14 @@ export interface Command {
 /** Parses argv, prints help or usage errors, and runs the named subcommand. */
 export async function runCli(argv: string[], commands: Record<string, Command>, usage: string): Promise<number> {
   const [name, ...rest] = argv;
-  if (!name || name === "--help" || name === "-h" || name === "help") {
+  if (!name) {
+    // No command is a usage error: the text goes where errors go.
+    process.stderr.write(`${usage}\n`);
+    return 2;
+  }
+  if (name === "--help" || name === "-h" || name === "help") {
     process.stdout.write(`${usage}\n`);
-    return name ? 0 : 2;
+    return 0;
   }
   const command = commands[name];
   if (!command) throw new CliError(`unknown command '${name}'; run 'runner-depot --help' for the list`, 2);
@@ -98,4 +103,16 @@ export async function serverTarget(
   if (!url) throw new CliError(`no server given: pass --url, or start 'runner-depot serve' here first (it writes ${dataDir}/serve.json)`, 2);
   const token = (typeof values.token === "string" ? values.token : undefined) ?? process.env.RUNNER_DEPOT_TOKEN ?? state?.adminToken;
   return { url: url.replace(/\/$/, ""), token };
+}
+
+/** Imports an adapter whose backend client is an optional peer dependency, saying how to install it when missing. */
+export async function importAdapter<T>(load: () => Promise<T>, peer: string): Promise<T> {
+  try {
+    return await load();
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ERR_MODULE_NOT_FOUND" || (error as NodeJS.ErrnoException).code === "MODULE_NOT_FOUND") {
+      throw new CliError(`this backend needs the optional dependency ${peer}: run 'npm install ${peer}' next to runner-depot`);
+    }
+    throw error;
+  }
 }

@@ -2,7 +2,7 @@
 import path from "node:path";
 import { createDepotClient } from "../depot/index.js";
 import { CliError, serverTarget, type Command } from "./args.js";
-import { createProgress, formatBytes } from "./progress.js";
+import { createProgress, formatBytes, type Progress } from "./progress.js";
 
 const common = `  --url <url>        depot URL (default: from <data>/serve.json)
   --token <token>    bearer token (default: $RUNNER_DEPOT_TOKEN or <data>/serve.json)
@@ -78,19 +78,24 @@ export const installCommand: Command = {
     if (!spec || !dir || positionals.length > 2) throw new CliError("give a package and a directory: 'runner-depot install mypkg@^1 ./vendor'", 2);
     const { url, token } = await serverTarget(values, "depotUrl");
     const client = createDepotClient({ baseUrl: url, token });
-    const progress = createProgress("install", "bytes");
+    // One bar per package download, so rate and ETA are that download's own.
+    let current: { key: string; progress: Progress } | undefined;
     const result = await client.install(spec, path.resolve(dir), {
       force: values.force === true,
       onProgress: (event) => {
-        if (event.phase === "download") {
-          progress.update(event.received, event.total ?? event.received, { label: `${event.name}@${event.version}`, bytes: event.received });
+        if (event.phase !== "download") return;
+        const key = `${event.name}@${event.version}${event.from ? ` (delta from ${event.from})` : ""}`;
+        if (current?.key !== key) {
+          current?.progress.stop();
+          current = { key, progress: createProgress(`install ${key}`, "bytes") };
         }
+        current.progress.update(event.received, event.total ?? event.received, { label: "", bytes: event.received });
       },
     }).catch((error: Error) => {
-      progress.stop();
+      current?.progress.stop();
       throw new CliError(`install failed: ${error.message}`);
     });
-    progress.stop();
+    current?.progress.stop();
     for (const pkg of result.packages) {
       const how = pkg.from ? ` from ${pkg.from}${pkg.via ? ` via ${pkg.via}` : ""}` : "";
       process.stderr.write(`${pkg.action} ${pkg.name}@${pkg.version}${how} (${formatBytes(pkg.bytes)})\n`);

@@ -11,7 +11,8 @@ import { createPackageRouter, bearerTokens, servePackageRouter, composeStore } f
 import type { PackageStore } from "../depot/ports.js";
 import { createRunnerService, startRunnerServer } from "../runner/index.js";
 import type { JobLogStore, JobResult, JobResultQueue } from "../runner/ports.js";
-import { CliError, DEFAULT_DATA_DIR, portOption, type Command, type ServeState } from "./args.js";
+import { isLoopbackHost } from "../net.js";
+import { CliError, DEFAULT_DATA_DIR, importAdapter, portOption, type Command, type ServeState } from "./args.js";
 import { createControlApi } from "./control.js";
 
 const usage = `Usage: runner-depot serve [options]
@@ -30,7 +31,7 @@ Options:
   --tls-cert <file>       PEM certificate for the runner server (with --tls-key)
   --tls-key <file>        PEM private key for the runner server
   --tls-client-ca <file>  require client certificates signed by this CA (mutual TLS)
-  --insecure              allow listening beyond loopback without TLS
+  --insecure              allow a non-loopback --host (the depot port is plain HTTP)
   --amqp <url>            publish job results to RabbitMQ instead of stdout
   --postgres <url>        keep job logs and depot records in PostgreSQL
   --s3-bucket <name>      keep depot blobs in S3 (with --s3-endpoint, --s3-region)
@@ -65,59 +66,92 @@ export const serveCommand: Command = {
     const lostAfter = values["lost-after"] === undefined ? 600 : Number(values["lost-after"]);
     if (!(lostAfter > 0)) throw new CliError("--lost-after must be a positive number of seconds", 2);
     if (!!values["tls-cert"] !== !!values["tls-key"]) throw new CliError("--tls-cert and --tls-key go together", 2);
+    if (values["tls-client-ca"] && !values["tls-cert"]) throw new CliError("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is on top of TLS)", 2);
+    // Beyond loopback, tokens travel on the wire: refuse plaintext unless asked for.
+    // The depot port is plain HTTP (and the runner's too without --tls-cert).
+    if (!isLoopbackHost(host) && values.insecure !== true) {
+      throw new CliError(
+        `listening on ${host}: the depot port is plain HTTP, so tokens would cross the network in clear text; put a TLS terminator in front (and --tls-cert/--tls-key on the runner), then pass --insecure`,
+        2,
+      );
+    }
     await mkdir(dataDir, { recursive: true });
 
     // Both secrets persist, so tokens handed to VMs survive a restart of the server.
     const secret = await persistentSecret(path.join(dataDir, "job-secret"));
     const adminToken = await persistentSecret(path.join(dataDir, "admin-token"));
 
-    const closers: Array<() => Promise<void>> = [];
-    const queue = await openQueue(values);
-    closers.push(async () => queue.close?.());
-    const logs = await openLogStore(values, dataDir);
-    closers.push(async () => logs.close?.());
-    const store = await openPackageStore(values, dataDir);
-    closers.push(async () => store.close?.());
+    // Closed newest first on any exit, including a failed start (e.g. a port in use).
+    const closers: Array<() => Promise<unknown>> = [];
+    const closeAll = async () => {
+      for (const close of closers.reverse()) await close().catch(() => undefined);
+    };
+    try {
+      const queue = await openQueue(values);
+      closers.push(async () => queue.close?.());
+      const logs = await openLogStore(values, dataDir);
+      closers.push(async () => logs.close?.());
+      const store = await openPackageStore(values, dataDir);
+      closers.push(async () => store.close?.());
 
-    const runner = createRunnerService(queue, { logs, secret, lostAfterMs: lostAfter * 1000 });
-    const tls = values["tls-cert"]
-      ? {
-          cert: await readFile(String(values["tls-cert"])),
-          key: await readFile(String(values["tls-key"])),
-          ca: values["tls-client-ca"] ? await readFile(String(values["tls-client-ca"])) : undefined,
-        }
-      : undefined;
-    const runnerServer = await startRunnerServer(runner, { host, port: runnerPort, tls, insecure: values.insecure === true });
-    const runnerUrl = typeof values["public-runner-url"] === "string" ? values["public-runner-url"] : runnerServer.url;
+      const runner = createRunnerService(queue, { logs, secret, lostAfterMs: lostAfter * 1000 });
+      closers.push(() => runner.close());
+      const tls = values["tls-cert"]
+        ? {
+            cert: await readFile(String(values["tls-cert"])),
+            key: await readFile(String(values["tls-key"])),
+            ca: values["tls-client-ca"] ? await readFile(String(values["tls-client-ca"])) : undefined,
+          }
+        : undefined;
+      const runnerServer = await listening("runner-port", runnerPort, () =>
+        startRunnerServer(runner, { host, port: runnerPort, tls, insecure: values.insecure === true }),
+      );
+      closers.push(() => runnerServer.close());
+      const runnerUrl = typeof values["public-runner-url"] === "string" ? values["public-runner-url"] : runnerServer.url;
 
-    // Reading the depot is open; publishing needs the admin token.
-    const depot = createPackageRouter(store, { authorize: bearerTokens({ [adminToken]: ["*"] }, { publicRead: true }) });
-    const control = createControlApi({ runner, logs, secret, adminToken, runnerUrl });
-    const depotServer = await servePackageRouter(
-      { isOpen: false, fetch: (request: Request) => (new URL(request.url).pathname.startsWith("/-/") ? control(request) : depot.fetch(request)) },
-      { host, port: depotPort, insecure: values.insecure === true },
-    );
+      // Reading the depot is open; publishing needs the admin token.
+      const depot = createPackageRouter(store, { authorize: bearerTokens({ [adminToken]: ["*"] }, { publicRead: true }) });
+      const control = createControlApi({ runner, logs, secret, adminToken, runnerUrl });
+      const depotServer = await listening("depot-port", depotPort, () =>
+        servePackageRouter(
+          { isOpen: false, fetch: (request: Request) => (new URL(request.url).pathname.startsWith("/-/") ? control(request) : depot.fetch(request)) },
+          { host, port: depotPort, insecure: values.insecure === true },
+        ),
+      );
+      closers.push(() => depotServer.close());
 
-    const state: ServeState = { runnerUrl, depotUrl: depotServer.url, adminToken, pid: process.pid };
-    await writeFile(path.join(dataDir, "serve.json"), `${JSON.stringify(state, null, 2)}\n`, { mode: 0o600 });
-    process.stderr.write(
-      `runner-depot serving\n  runner (gRPC):  ${runnerServer.url}\n  depot (HTTP):   ${depotServer.url}\n` +
-        `  admin token:    ${adminToken}\n  data:           ${dataDir}\n` +
-        `Next: 'runner-depot job -- <command>' prints a VM's cloud-init; Ctrl-C stops.\n`,
-    );
+      const state: ServeState = { runnerUrl, depotUrl: depotServer.url, adminToken, pid: process.pid };
+      await writeFile(path.join(dataDir, "serve.json"), `${JSON.stringify(state, null, 2)}\n`, { mode: 0o600 });
+      closers.push(() => rm(path.join(dataDir, "serve.json"), { force: true }));
+      process.stderr.write(
+        `runner-depot serving\n  runner (gRPC):  ${runnerServer.url}\n  depot (HTTP):   ${depotServer.url}\n` +
+          `  admin token:    ${adminToken}\n  data:           ${dataDir}\n` +
+          `Next: 'runner-depot job -- <command>' prints a VM's cloud-init; Ctrl-C stops.\n`,
+      );
 
-    await new Promise<void>((resolve) => {
-      process.once("SIGINT", resolve);
-      process.once("SIGTERM", resolve);
-    });
-    process.stderr.write("runner-depot: shutting down\n");
-    await Promise.allSettled([runnerServer.close(), depotServer.close()]);
-    await runner.close();
-    for (const close of closers) await close().catch(() => undefined);
-    await rm(path.join(dataDir, "serve.json"), { force: true });
+      await new Promise<void>((resolve) => {
+        process.once("SIGINT", resolve);
+        process.once("SIGTERM", resolve);
+      });
+      process.stderr.write("runner-depot: shutting down\n");
+    } finally {
+      await closeAll();
+    }
     return 0;
   },
 };
+
+/** Starts a server, turning "address in use" into an error that says what to do. */
+async function listening<T>(flag: string, port: number, start: () => Promise<T>): Promise<T> {
+  try {
+    return await start();
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "EADDRINUSE") {
+      throw new CliError(`port ${port} is in use; pass --${flag} <port> (0 picks a free one)`);
+    }
+    throw error;
+  }
+}
 
 /** Reads a secret from `file`, creating it (mode 0600) on first use. */
 async function persistentSecret(file: string): Promise<string> {
@@ -135,7 +169,7 @@ async function persistentSecret(file: string): Promise<string> {
 /** The results queue: RabbitMQ with --amqp, else JSON lines on stdout. */
 async function openQueue(values: Record<string, unknown>): Promise<JobResultQueue> {
   if (typeof values.amqp === "string") {
-    const { createRabbitMqQueue } = await import("../adapters/rabbitmq/index.js");
+    const { createRabbitMqQueue } = await importAdapter(() => import("../adapters/rabbitmq/index.js"), "amqplib");
     return createRabbitMqQueue({ url: values.amqp });
   }
   return {
@@ -147,7 +181,7 @@ async function openQueue(values: Record<string, unknown>): Promise<JobResultQueu
 
 async function openLogStore(values: Record<string, unknown>, dataDir: string): Promise<JobLogStore> {
   if (typeof values.postgres === "string") {
-    const { createPostgresLogStore } = await import("../adapters/postgres/index.js");
+    const { createPostgresLogStore } = await importAdapter(() => import("../adapters/postgres/index.js"), "pg");
     return createPostgresLogStore({ connectionString: values.postgres });
   }
   return createFsLogStore(path.join(dataDir, "logs"));
@@ -158,7 +192,7 @@ async function openPackageStore(values: Record<string, unknown>, dataDir: string
   if (typeof values.postgres !== "string" && typeof values["s3-bucket"] !== "string") return fsStore;
   let blobs: PackageStore | Awaited<ReturnType<typeof import("../adapters/s3/index.js")["createS3BlobStore"]>> = fsStore;
   if (typeof values["s3-bucket"] === "string") {
-    const { createS3BlobStore } = await import("../adapters/s3/index.js");
+    const { createS3BlobStore } = await importAdapter(() => import("../adapters/s3/index.js"), "@aws-sdk/client-s3 @aws-sdk/lib-storage @aws-sdk/s3-request-presigner");
     blobs = createS3BlobStore({
       bucket: values["s3-bucket"],
       clientConfig: {
@@ -170,7 +204,7 @@ async function openPackageStore(values: Record<string, unknown>, dataDir: string
   }
   let records: PackageStore | ReturnType<typeof import("../adapters/postgres/index.js")["createPostgresRecords"]> = fsStore;
   if (typeof values.postgres === "string") {
-    const { createPostgresRecords } = await import("../adapters/postgres/index.js");
+    const { createPostgresRecords } = await importAdapter(() => import("../adapters/postgres/index.js"), "pg");
     records = createPostgresRecords({ connectionString: values.postgres });
   }
   return composeStore({ blobs, records });
