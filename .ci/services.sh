@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure the services the tests talk to are running: PostgreSQL on 5432 (trust
-# auth) and RabbitMQ on 5672 (guest/guest). Installs them from Debian's packages when
-# they are missing. S3 needs nothing here: the tests start s3rver themselves.
+# auth for local connections, database `test`) and RabbitMQ on 5672 (guest/guest).
+# Installs what is missing from Debian's packages (and the curl and git that .ci/run
+# uses). S3 needs nothing here: the tests start s3rver themselves.
 set -euo pipefail
 
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -12,23 +13,36 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 
-if ! listening 5432; then
+missing=()
+for tool in curl git; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+[ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}" ca-certificates
+
+# PostgreSQL: a server from Debian's packages, local connections trusted as on the dev machines.
+if ! listening 5432 || ! psql -h 127.0.0.1 -U postgres -tAc 'select 1' >/dev/null 2>&1; then
   command -v pg_ctlcluster >/dev/null || apt_install postgresql
+  command -v psql >/dev/null || apt_install postgresql-client
   ver=$(ls /etc/postgresql | sort -V | tail -n1)
   hba=/etc/postgresql/$ver/main/pg_hba.conf
-  # The tests connect as postgres over TCP without a password, as on the dev machines.
   if ! grep -q '^host all all 127.0.0.1/32 trust' "$hba"; then
     sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust\nlocal all all trust' "$hba"
   fi
-  pg_ctlcluster --skip-systemctl-redirect "$ver" main start || true
+  # Installing may already have started the cluster (systemd): then reload picks up the
+  # new rules; otherwise start it.
+  if pg_ctlcluster --skip-systemctl-redirect "$ver" main status >/dev/null 2>&1; then
+    pg_ctlcluster --skip-systemctl-redirect "$ver" main reload
+  else
+    pg_ctlcluster --skip-systemctl-redirect "$ver" main start
+  fi
   wait_port 5432
 fi
 psql -h 127.0.0.1 -U postgres -tAc "select 1 from pg_database where datname='test'" | grep -q 1 \
   || psql -h 127.0.0.1 -U postgres -c 'create database test' >/dev/null
 
+# RabbitMQ: the Debian server, default guest/guest (allowed from localhost).
 if ! listening 5672; then
   command -v rabbitmq-server >/dev/null || apt_install rabbitmq-server
   rabbitmq-server -detached || true
   wait_port 5672
 fi
+command -v rabbitmqctl >/dev/null || { echo "rabbitmqctl missing (the restart test needs it)" >&2; exit 1; }
 echo "services: postgresql and rabbitmq are up"
