@@ -77,6 +77,19 @@ describe("postgres adapters: extra cases", () => {
     await logs.close?.();
   });
 
+  it("a revision string that is not a bigint loses the compare-and-swap instead of failing the store", async () => {
+    const records = createPostgresRecords({ pool: db.pool, schema: db.schema });
+    const key = `rev-${Date.now()}`;
+    const first = await records.putRecord(key, { n: 1 }, { ifRevision: null });
+    expect(first).not.toBeNull();
+    for (const stale of ["99999999999999999999", "9223372036854775808", "-1", "1e3"]) {
+      expect(await records.putRecord(key, { n: 2 }, { ifRevision: stale })).toBeNull();
+      expect(await records.deleteRecord(key, { ifRevision: stale })).toBe(false);
+    }
+    expect(await records.getRecord(key)).toEqual({ value: { n: 1 }, revision: first });
+    await records.close?.();
+  });
+
   it("a pool given by the host is not ended on close", async () => {
     const records = createPostgresRecords({ pool: db.pool, schema: db.schema });
     await records.putRecord(`k-${crypto.randomUUID()}`, 1, { ifRevision: null });

@@ -9,7 +9,7 @@ import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { describe, expect, it } from "vitest";
 import { Runner } from "../src/gen/runner/v1/runner_pb.js";
-import { createRunnerHandler, createRunnerService, startRunnerServer } from "../src/runner/index.js";
+import { createRunnerClient, createRunnerHandler, createRunnerService, startRunnerServer } from "../src/runner/index.js";
 import { createMemoryQueue } from "../src/adapters/memory/index.js";
 import { controlledStream, end, line, send, until } from "./runner-service-helpers.js";
 
@@ -60,6 +60,28 @@ describe("runner server settings", () => {
       expect(queue.results.map((r) => r.requestId)).toEqual([third]);
     } finally {
       await server.close();
+      await runner.close();
+    }
+  });
+
+  it("the agent's client reaches a service mounted under a path prefix through the endpoint's path", async () => {
+    const queue = createMemoryQueue();
+    const runner = createRunnerService(queue);
+    const mounted = createRunnerHandler(runner, { requestPathPrefix: "/ci/runner" });
+    const server = http2.createServer(mounted.handler);
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const endpoint = `http://127.0.0.1:${(server.address() as AddressInfo).port}/ci/runner/`;
+    const requestId = randomUUID();
+    const client = createRunnerClient({ endpoint, requestId });
+    try {
+      client.log("through the prefix");
+      await client.end({ exitCode: 0, success: true, repoUrl: "", commitSha: "" });
+      expect((await runner.logs.read(requestId)).map((l) => l.line)).toEqual(["through the prefix"]);
+      expect((await queue.next()).requestId).toBe(requestId);
+    } finally {
+      await client.close();
+      await mounted.shutdown(0);
+      server.close();
       await runner.close();
     }
   });

@@ -178,7 +178,8 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
   const spool = createSpool();
   const baseHeaders: http2.OutgoingHttpHeaders = {
     ":method": "POST",
-    ":path": PATH,
+    // A path in the endpoint is the prefix the host mounted the service under.
+    ":path": `${url.pathname.replace(/\/+$/, "")}${PATH}`,
     "content-type": "application/grpc",
     te: "trailers",
     "user-agent": "runner-depot-agent",

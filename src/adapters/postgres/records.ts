@@ -16,6 +16,8 @@ export interface PostgresRecordsOptions extends PostgresOptions {
 }
 
 const REVISION = /^[0-9]{1,19}$/;
+/** Revisions are bigints: a longer or larger string was never issued and cannot match. */
+const isRevision = (r: string) => REVISION.test(r) && BigInt(r) <= 9223372036854775807n;
 
 /**
  * Creates a {@link RecordStore} on PostgreSQL.
@@ -61,7 +63,7 @@ export function createPostgresRecords(options: PostgresRecordsOptions): RecordSt
         return rows[0] ? String(rows[0].revision) : null;
       }
       // A revision this store never issued cannot match anything.
-      if (!REVISION.test(cond.ifRevision)) return null;
+      if (!isRevision(cond.ifRevision)) return null;
       const rows = await query<{ revision: string }>(
         `UPDATE ${t} SET value = $2, revision = nextval('${seq}') WHERE key = $1 AND revision = $3 RETURNING revision`,
         [key, encode(value), cond.ifRevision],
@@ -75,7 +77,7 @@ export function createPostgresRecords(options: PostgresRecordsOptions): RecordSt
         const rows = await query(`DELETE FROM ${t} WHERE key = $1 RETURNING 1`, [key]);
         return rows.length > 0;
       }
-      if (!REVISION.test(revision)) return false;
+      if (!isRevision(revision)) return false;
       const rows = await query(`DELETE FROM ${t} WHERE key = $1 AND revision = $2 RETURNING 1`, [key, revision]);
       return rows.length > 0;
     },

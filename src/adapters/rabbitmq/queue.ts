@@ -128,6 +128,8 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
         returned.set(id, (returned.get(id) ?? 0) + 1);
       });
       ch.on("close", () => {
+        // Returns pair with confirms of the same channel only; none will come for this one.
+        returned.clear();
         if (channel === ch) {
           channel = null;
           // A channel closed by the broker (e.g. a 404 on the exchange) while the
