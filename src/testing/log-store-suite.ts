@@ -1,7 +1,7 @@
 /** The conformance suite of the JobLogStore port. */
 import { randomUUID } from "node:crypto";
-import { afterEach, describe, expect, it } from "vitest";
-import { skipped, trackAdapters } from "./register.js";
+import { describe, expect, it } from "vitest";
+import { skipped, trackAdapters, healAfterEach } from "./register.js";
 import { RunnerDepotError } from "../errors.js";
 import type { JobLogStore, JobState, LogEntry } from "../runner/ports.js";
 import { logEntry, sampleJobResult } from "./helpers.js";
@@ -346,17 +346,13 @@ export function describeJobLogStore<S extends JobLogStore>(
 
     const outage = options.outage;
     if (outage) describe("backend outage", () => {
-      let current: S | null = null;
-      afterEach(async () => {
-        if (current) await outage!.heal(current);
-        current = null;
-      });
+      const { broken } = healAfterEach<S>((store) => outage.heal(store));
 
       it("calls fail with an error while the backend is down, and nothing half-written remains", async () => {
         const store = await fresh();
         const id = randomUUID();
         await store.append(id, 0, lines(["a"]));
-        current = store;
+        broken(store);
         await outage!.break(store);
         await expect(store.append(id, 1, lines(["b", "c"]))).rejects.toBeInstanceOf(Error);
         await expect(store.finish(id, sampleJobResult({ requestId: id }), { at: 1 })).rejects.toBeInstanceOf(Error);
@@ -371,7 +367,7 @@ export function describeJobLogStore<S extends JobLogStore>(
         const n = options.manyLines ?? 20_000;
         await store.open(id);
         const pending = store.append(id, 0, lines(Array.from({ length: n }, (_, i) => `line ${i}`))).catch((e: unknown) => e);
-        current = store;
+        broken(store);
         await outage!.break(store);
         await pending;
         await outage!.heal(store);

@@ -1,7 +1,7 @@
 /** The conformance suite of the PackageStore port (blobs and records). */
 import { randomUUID } from "node:crypto";
-import { afterEach, describe, expect, it } from "vitest";
-import { only, skipped, trackAdapters } from "./register.js";
+import { describe, expect, it } from "vitest";
+import { only, skipped, trackAdapters, healAfterEach } from "./register.js";
 import { RunnerDepotError } from "../errors.js";
 import type { PackageStore } from "../depot/ports.js";
 import { brokenBody, chunked, collectAll, collectBytes, patternBytes, sha256Digest } from "./helpers.js";
@@ -367,11 +367,7 @@ export function describePackageStore<S extends PackageStore>(
 
     const outage = options.outage;
     if (outage) describe("backend outage", () => {
-      let current: S | null = null;
-      afterEach(async () => {
-        if (current) await outage!.heal(current);
-        current = null;
-      });
+      const { broken } = healAfterEach<S>((store) => outage.heal(store));
 
       it("writes fail while the backend is down and nothing is half-written", async () => {
         const store = await fresh();
@@ -380,7 +376,7 @@ export function describePackageStore<S extends PackageStore>(
         const key = `suite-${randomUUID()}/pkg/down`;
         const rev = records ? (await store.putRecord(key, { v: 1 }, { ifRevision: null }))! : "";
         const bytes = patternBytes(300_000, 91);
-        current = store;
+        broken(store);
         await outage!.break(store);
         if (records) await expect(store.putRecord(key, { v: 2 }, { ifRevision: rev })).rejects.toBeInstanceOf(Error);
         if (blobs) await expect(store.putBlob(chunked(bytes))).rejects.toBeInstanceOf(Error);

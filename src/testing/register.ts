@@ -40,3 +40,21 @@ export function trackAdapters<P extends Closable, S extends P>(
     },
   };
 }
+
+/**
+ * For outage cases: `broken(store)` remembers the store a case is about to break, and
+ * after the case it is healed even when the case failed half-way.
+ */
+export function healAfterEach<S>(heal: (store: S) => void | Promise<void>): { broken(store: S): S } {
+  let current: S | null = null;
+  afterEach(async () => {
+    if (current) await heal(current);
+    current = null;
+  });
+  return {
+    broken(store) {
+      current = store;
+      return store;
+    },
+  };
+}

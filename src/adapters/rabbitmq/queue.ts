@@ -212,7 +212,12 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
 
   function withDeadline<T>(promise: Promise<T>, deadline: number): Promise<T> {
     const left = deadline - Date.now();
-    if (left <= 0) return Promise.reject(unavailable("publish timed out"));
+    if (left <= 0) {
+      // The abandoned promise may still reject (e.g. "channel closed" for its confirm):
+      // never leave that rejection unhandled, it would crash the host process.
+      promise.catch(() => {});
+      return Promise.reject(unavailable("publish timed out"));
+    }
     return new Promise<T>((resolve, reject) => {
       const timer = setTimeout(() => reject(unavailable("publish timed out")), left);
       promise.then(
