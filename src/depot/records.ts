@@ -73,12 +73,28 @@ export interface TransactionRecord {
   bytes: number;
   /** Archive mtime chosen by the first commit attempt, so a retried commit builds the same bytes. */
   commitTime?: number;
+  /**
+   * Commit attempts in flight (attempt id → start, ms). A failed attempt returns the
+   * transaction to `open` only when no other live attempt remains, so the state stays
+   * `committing` for the whole run of whichever attempt publishes.
+   */
+  commitAttempts?: Record<string, number>;
+  /** Commit attempts started so far: `itemCount` is recounted only by an attempt, so an addition can tell whether its reservation was recounted since it made it. */
+  commitEpoch?: number;
   result?: CommitResult;
   finishedAt?: string;
 }
 
-/** A `titem/<id>/<hash>` record: one added item. */
-export type ItemRecord = ManifestItem;
+/**
+ * A `titem/<id>/<hash>` record: one item. It is written `pending`, and becomes part of the
+ * transaction only when its addition turns it `added` by compare-and-swap; a commit turns
+ * the pending ones it finds `rejected` the same way, so exactly one side wins each item.
+ * No state (records written before states existed) means `added`.
+ */
+export type ItemRecord = ManifestItem & { state?: ItemState };
+
+/** States of an item record. */
+export type ItemState = "pending" | "added" | "rejected";
 
 /** Record keys. */
 export const keys = {

@@ -246,24 +246,62 @@ export class Transactions {
     }
   }
 
-  /** Stores an item record and counts it; PATH_EXISTS / TOO_MANY_ITEMS on races. */
+  /**
+   * Stores an item: a `pending` record (create-only, so PATH_EXISTS on a race), the count on
+   * the transaction record (which must still be `open`: 409 CONFLICT while a commit runs,
+   * 410 once committed; TOO_MANY_ITEMS), then `pending → added` by compare-and-swap, which
+   * a running commit may have beaten by turning the record `rejected` (409). Any failure
+   * withdraws the record. Why no interleaving with a commit publishes a refused item or
+   * drops an accepted one: see {@link Transactions.commit}.
+   */
   private async record(trans: TransactionRecord, item: ItemRecord): Promise<void> {
-    if ((await this.store.putRecord(keys.item(trans.id, item.path), item, { ifRevision: null })) === null) {
+    const key = keys.item(trans.id, item.path);
+    const revision = await this.store.putRecord(key, { ...item, state: "pending" } satisfies ItemRecord, { ifRevision: null });
+    if (revision === null) {
       throw new RunnerDepotError("PATH_EXISTS", `${JSON.stringify(item.path)} was already added to this transaction`);
     }
-    await mapLimit(ancestorsOf(item.path), 16, (a) => this.store.putRecord(keys.dirMark(trans.id, a), { path: a }, { ifRevision: null }));
     try {
-      await this.mutate(trans.id, (t) => {
+      await mapLimit(ancestorsOf(item.path), 16, (a) => this.store.putRecord(keys.dirMark(trans.id, a), { path: a }, { ifRevision: null }));
+      const counted = await this.mutate(trans.id, (t) => {
         if (t.itemCount >= this.settings.limits.items) {
           throw new RunnerDepotError("TOO_MANY_ITEMS", `A transaction holds at most ${this.settings.limits.items} items`);
         }
         t.itemCount += 1;
         t.bytes += item.size;
       });
+      if ((await this.store.putRecord(key, { ...item, state: "added" } satisfies ItemRecord, { ifRevision: revision })) === null) {
+        // A commit rejected the item. Take the reservation back unless a commit attempt
+        // started since it was made: that attempt recounts from the items it settled.
+        await updateRecord<TransactionRecord>(this.store, keys.trans(trans.id), (current) =>
+          current?.value.state === "open" && (current.value.commitEpoch ?? 0) === (counted.commitEpoch ?? 0)
+            ? { ...current.value, itemCount: current.value.itemCount - 1, bytes: current.value.bytes - item.size }
+            : undefined,
+        ).catch(() => undefined);
+        throw await this.leftOpenError(trans.id);
+      }
     } catch (error) {
-      if (error instanceof RunnerDepotError && error.code === "TOO_MANY_ITEMS") await this.store.deleteRecord(keys.item(trans.id, item.path));
+      await this.withdraw(key, revision).catch(() => undefined);
       throw error;
     }
+  }
+
+  /** The error for an addition that lost its item to a commit: 409 while it runs, 410 after. */
+  private async leftOpenError(id: string): Promise<RunnerDepotError> {
+    const state = (await this.store.getRecord<TransactionRecord>(keys.trans(id)))?.value.state;
+    if (state === "committed") return new RunnerDepotError("TRANSACTION_COMMITTED", `Transaction ${id} is committed`);
+    if (state === "abandoned") return new RunnerDepotError("TRANSACTION_GONE", `Transaction ${id} was abandoned`);
+    if (state === "expired") return new RunnerDepotError("TRANSACTION_EXPIRED", `Transaction ${id} expired`);
+    return new RunnerDepotError("CONFLICT", `Transaction ${id} is being committed; this addition was not taken`);
+  }
+
+  /**
+   * Removes a refused addition's record: its own `pending` one, or the `rejected` one a
+   * commit left. Never an `added` one (a store error while confirming may have confirmed it).
+   */
+  private async withdraw(key: string, revision: string): Promise<void> {
+    if (await this.store.deleteRecord(key, { ifRevision: revision })) return;
+    const current = await this.store.getRecord<ItemRecord>(key);
+    if (current?.value.state === "rejected") await this.store.deleteRecord(key, { ifRevision: current.revision });
   }
 
   /** Streams a body into a blob, or takes an empty body with a known digest by reference. */
@@ -387,11 +425,42 @@ export class Transactions {
     }
   }
 
-  /** Every item of a transaction, in archive order. */
+  /** Every item of a transaction, in archive order: the `added` ones (in-flight additions are not yet part of it). */
   async items(trans: TransactionRecord): Promise<ItemRecord[]> {
     const found: string[] = [];
     for await (const key of allKeys(this.store, keys.items(trans.id))) found.push(key);
     const items = await mapLimit(found, 32, async (key) => (await this.store.getRecord<ItemRecord>(key))?.value);
+    return items.filter((i): i is ItemRecord => i !== undefined && (i.state ?? "added") === "added").map(withoutState).sort((a, b) => compareUtf8(a.path, b.path));
+  }
+
+  /**
+   * The items a commit publishes, read after its transaction went `committing`: every
+   * `added` record, while each `pending` one (an addition still in flight) is turned
+   * `rejected` by compare-and-swap, so its addition can no longer confirm it (it answers
+   * 409 and withdraws the record); when the addition confirmed first, the record is
+   * re-read and taken. Rejected records are deleted so the path is free if the commit fails.
+   */
+  private async settle(trans: TransactionRecord): Promise<ItemRecord[]> {
+    const found: string[] = [];
+    for await (const key of allKeys(this.store, keys.items(trans.id))) found.push(key);
+    const items = await mapLimit(found, 32, async (key) => {
+      for (let attempt = 0; attempt < 100; attempt++) {
+        const current = await this.store.getRecord<ItemRecord>(key);
+        if (!current) return undefined;
+        const state = current.value.state ?? "added";
+        if (state === "added") return withoutState(current.value);
+        if (state === "rejected") {
+          await this.store.deleteRecord(key, { ifRevision: current.revision });
+          return undefined;
+        }
+        const rejected = await this.store.putRecord(key, { ...current.value, state: "rejected" } satisfies ItemRecord, { ifRevision: current.revision });
+        if (rejected !== null) {
+          await this.store.deleteRecord(key, { ifRevision: rejected });
+          return undefined;
+        }
+      }
+      throw new RunnerDepotError("CONFLICT", `Too much contention on the items of transaction ${trans.id}; retry the commit`);
+    });
     return items.filter((i): i is ItemRecord => i !== undefined).sort((a, b) => compareUtf8(a.path, b.path));
   }
 
@@ -432,33 +501,73 @@ export class Transactions {
    * Commits: validates, builds the archive, creates `version/<name>/<version>` (the
    * arbiter: first commit wins), then publishes it in the catalog. `first` is false when
    * this answers a repeated commit.
+   *
+   * Additions racing the commit. The commit first moves the transaction to `committing`
+   * by compare-and-swap (time C), and only then reads the item list and settles it (see
+   * {@link settle}). An addition writes its item `pending` (W), counts it on the
+   * transaction record, which must be `open` (M), and confirms it `pending → added` (F),
+   * answering 201 only after F succeeded. Attributes, requirements and licences are a
+   * single compare-and-swap on the transaction record (which must be `open`) and are
+   * taken from the record this commit's own compare-and-swap wrote, so they are in the
+   * package exactly when they were applied before C, and refused (409) after it.
+   * - 201 ⇒ published: M saw `open`, and the state stays `committing` from C until the
+   *   publishing attempt ends (a failed attempt reopens only when no other attempt is
+   *   live), so M came before C, hence W before C and before the list is read: the commit
+   *   sees the record. Either it reads `added` and takes it, or it reads `pending` and
+   *   its CAS to `rejected` races F on the same revision; F won (it answered 201), so the
+   *   commit's CAS fails, it re-reads `added` and takes it.
+   * - 409/410 ⇒ not published: the addition failed at M (its record was never `added`) or
+   *   at F (a commit made it `rejected` or it was deleted); either way it never became
+   *   `added`, and a commit takes only `added` records. The addition then withdraws it.
+   * A reservation counted at M whose item was then rejected is taken back: by the commit,
+   * which recounts `itemCount` from what it settled when it reopens or finishes, or, when
+   * M came after that recount (the transaction had reopened), by the addition itself.
    */
   async commit(trans: TransactionRecord): Promise<{ result: CommitResult; first: boolean }> {
     if (trans.state === "committed") return { result: trans.result!, first: false };
+    const attempt = randomUUID();
     const { value: committing } = await updateRecord<TransactionRecord>(this.store, keys.trans(trans.id), (current) => {
       if (!current) throw new RunnerDepotError("TRANSACTION_NOT_FOUND", `No transaction ${trans.id}`);
       const t = current.value;
       if (t.state === "committed") return undefined;
       if (t.state !== "open" && t.state !== "committing") throw new RunnerDepotError("TRANSACTION_GONE", `Transaction ${trans.id} is ${t.state}`);
-      if (t.state === "committing" && t.commitTime !== undefined) return undefined;
-      return { ...t, state: "committing", commitTime: Math.floor(this.settings.now().getTime() / 1000), touchedAt: this.settings.now().toISOString() };
+      const nowMs = this.settings.now().getTime();
+      // A retry of an interrupted commit keeps its commit time, so it rebuilds the same bytes.
+      const commitTime = t.state === "committing" && t.commitTime !== undefined ? t.commitTime : Math.floor(nowMs / 1000);
+      const commitAttempts = { ...this.liveAttempts(t), [attempt]: nowMs };
+      const commitEpoch = (t.commitEpoch ?? 0) + 1;
+      return { ...t, state: "committing", commitTime, commitAttempts, commitEpoch, touchedAt: new Date(nowMs).toISOString() };
     });
     if (committing!.state === "committed") return { result: committing!.result!, first: false };
     const t = committing!;
+    let settled: ItemRecord[] | undefined;
     try {
-      return { result: await this.build(t), first: true };
+      settled = await this.settle(t);
+      return { result: await this.build(t, settled), first: true };
     } catch (error) {
-      // Back to open so the client can fix problems (or abandon); a crash here is rolled
-      // forward by a retried commit, since commitTime is kept.
-      await updateRecord<TransactionRecord>(this.store, keys.trans(t.id), (current) =>
-        current?.value.state === "committing" ? { ...current.value, state: "open" } : undefined,
-      ).catch(() => undefined);
+      // Back to open so the client can fix problems (or abandon), unless another attempt
+      // is still running (it decides); a crash here is rolled forward by a retried commit,
+      // since commitTime is kept.
+      await updateRecord<TransactionRecord>(this.store, keys.trans(t.id), (current) => {
+        if (current?.value.state !== "committing") return undefined;
+        const others = this.liveAttempts(current.value);
+        delete others[attempt];
+        if (Object.keys(others).length > 0) return { ...current.value, commitAttempts: others };
+        const reopened: TransactionRecord = { ...current.value, state: "open" };
+        delete reopened.commitAttempts;
+        return settled ? { ...reopened, ...totals(reopened, settled) } : reopened;
+      }).catch(() => undefined);
       throw error;
     }
   }
 
-  private async build(t: TransactionRecord): Promise<CommitResult> {
-    const items = await this.items(t);
+  /** The commit attempts of a transaction that may still be running (an attempt that crashed is forgotten after COMMIT_LEASE_MS). */
+  private liveAttempts(t: TransactionRecord): Record<string, number> {
+    const since = this.settings.now().getTime() - COMMIT_LEASE_MS;
+    return Object.fromEntries(Object.entries(t.commitAttempts ?? {}).filter(([, startedAt]) => startedAt > since));
+  }
+
+  private async build(t: TransactionRecord, items: ItemRecord[]): Promise<CommitResult> {
     const problems = await this.validate(t, items);
     if (problems.length > 0) {
       throw new RunnerDepotError("COMMIT_INVALID", `${problems.length} problem(s) stop this commit`, { details: { problems } });
@@ -515,12 +624,34 @@ export class Transactions {
     };
     const { value: done } = await updateRecord<TransactionRecord>(this.store, keys.trans(t.id), (current) =>
       current && current.value.state !== "committed"
-        ? { ...current.value, state: "committed", result, finishedAt: this.settings.now().toISOString() }
+        ? { ...withoutAttempts(current.value), ...totals(t, items), state: "committed", result, finishedAt: this.settings.now().toISOString() }
         : undefined,
     );
     if (done) await this.dropWorkingRecords(done).catch(() => undefined);
     return result;
   }
+}
+
+/** How long a commit attempt counts as running when it never reported back (it crashed). */
+const COMMIT_LEASE_MS = 10 * 60 * 1000;
+
+function withoutState(item: ItemRecord): ItemRecord {
+  const { state: _state, ...rest } = item;
+  return rest;
+}
+
+function withoutAttempts(t: TransactionRecord): TransactionRecord {
+  const { commitAttempts: _attempts, ...rest } = t;
+  return rest;
+}
+
+/** Item count and bytes of a transaction from its settled items and its licences. */
+function totals(t: TransactionRecord, items: ItemRecord[]): { itemCount: number; bytes: number } {
+  const licenses = Object.values(t.licenses);
+  return {
+    itemCount: items.length + licenses.length,
+    bytes: items.reduce((sum, i) => sum + i.size, 0) + licenses.reduce((sum, l) => sum + l.size, 0),
+  };
 }
 
 function manifestItem(item: ItemRecord): ManifestItem {
