@@ -4,6 +4,7 @@
  */
 import { createHash } from "node:crypto";
 import { RunnerDepotError, type ErrorCode } from "../errors.js";
+import { parseHttpDigest, toHttpDigest } from "./digest.js";
 
 /** SHA-256 as lower-case hex from any notation the depot uses: `sha256:<hex>` or `sha-256=:<base64>:`. */
 export function digestToHex(value: string): string | null {
@@ -11,20 +12,17 @@ export function digestToHex(value: string): string | null {
   const prefixed = /^sha-?256:([0-9a-fA-F]{64})$/.exec(text);
   if (prefixed) return prefixed[1]!.toLowerCase();
   if (/^[0-9a-fA-F]{64}$/.test(text)) return text.toLowerCase();
-  // An RFC 9530 dictionary may carry several algorithms; keep the sha-256 member.
-  for (const member of text.split(",")) {
-    const m = /^\s*sha-256=:([A-Za-z0-9+/=]+):\s*$/.exec(member);
-    if (m) {
-      const bytes = Buffer.from(m[1]!, "base64");
-      if (bytes.length === 32) return bytes.toString("hex");
-    }
+  // The client is lenient where the server is strict: a malformed header is just "no digest".
+  try {
+    return parseHttpDigest(text)?.slice("sha256:".length) ?? null;
+  } catch {
+    return null;
   }
-  return null;
 }
 
 /** `sha-256=:<base64>:` (RFC 9530) for a hex SHA-256. */
 export function hexToHttpDigest(hex: string): string {
-  return `sha-256=:${Buffer.from(hex, "hex").toString("base64")}:`;
+  return toHttpDigest(hexToDigest(hex));
 }
 
 /** `sha256:<hex>`, the depot's stored notation. */
