@@ -18,7 +18,7 @@ import http2 from "node:http2";
 import Fastify from "fastify";
 import { createMemoryQueue } from "../src/adapters/memory/index.js";
 import { createRunnerClient, createRunnerHandler, createRunnerService } from "../src/runner/index.js";
-import { getOverH2c, serveOrDrive } from "./shared/lifecycle.js";
+import { getOverH2c, serveOrDrive, trackH2Sessions } from "./shared/lifecycle.js";
 
 
 const queue = createMemoryQueue();
@@ -38,22 +38,13 @@ await app.register(async (scope) => {
   });
 });
 
-const sessions = new Set<http2.ServerHttp2Session>();
-app.server.on("session", (session: http2.ServerHttp2Session) => {
-  sessions.add(session);
-  session.once("close", () => sessions.delete(session));
-});
+const sessions = trackH2Sessions(app.server as http2.Http2Server);
 const address = await app.listen({ host: "127.0.0.1", port: 0 });
 console.log(`runner-fastify: listening on ${address} (h2c; gRPC at /runner.v1.Runner/StreamLogs, GET /healthz)`);
 
 async function shutdown(): Promise<void> {
   await runnerHandler.shutdown(1000);
-  // Idle HTTP/2 sessions would hold app.close() open: GOAWAY + destroy ends them at once.
-  for (const session of sessions) {
-    if (session.destroyed) continue;
-    session.goaway();
-    session.destroy();
-  }
+  sessions.closeAll();
   await app.close();
   await runner.close();
   await queue.close?.();

@@ -12,7 +12,7 @@ import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { createMemoryQueue } from "../src/adapters/memory/index.js";
 import { createRunnerClient, createRunnerHandler, createRunnerService } from "../src/runner/index.js";
-import { getOverH2c, serveOrDrive } from "./shared/lifecycle.js";
+import { getOverH2c, serveOrDrive, trackH2Sessions } from "./shared/lifecycle.js";
 
 
 const queue = createMemoryQueue();
@@ -22,7 +22,6 @@ const runner = createRunnerService(queue, {
 // Without requestPathPrefix the service answers at /runner.v1.Runner/StreamLogs, as gRPC clients expect.
 const runnerHandler = createRunnerHandler(runner);
 
-const sessions = new Set<http2.ServerHttp2Session>();
 const server = http2.createServer((req, res) => {
   if (req.url.startsWith("/runner.v1.Runner/")) return runnerHandler.handler(req, res);
   if (req.url === "/healthz") {
@@ -33,10 +32,7 @@ const server = http2.createServer((req, res) => {
   res.writeHead(404, { "content-type": "text/plain" });
   res.end("not found\n");
 });
-server.on("session", (session) => {
-  sessions.add(session);
-  session.once("close", () => sessions.delete(session));
-});
+const sessions = trackH2Sessions(server);
 await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
 const { port } = server.address() as AddressInfo;
 const endpoint = `http://127.0.0.1:${port}`;
@@ -44,12 +40,7 @@ console.log(`runner-http2: listening on ${endpoint} (gRPC at /runner.v1.Runner/S
 
 async function shutdown(): Promise<void> {
   await runnerHandler.shutdown(1000);
-  // server.close() waits for idle HTTP/2 sessions; GOAWAY + destroy ends them at once.
-  for (const session of sessions) {
-    if (session.destroyed) continue;
-    session.goaway();
-    session.destroy();
-  }
+  sessions.closeAll();
   await new Promise<void>((resolve) => server.close(() => resolve()));
   await runner.close();
   await queue.close?.();

@@ -43,3 +43,24 @@ export async function getOverH2c(origin: string, path: string): Promise<string> 
     session.close();
   }
 }
+
+/**
+ * Tracks an HTTP/2 server's sessions; `closeAll()` sends GOAWAY and destroys them, since
+ * closing the server waits for idle sessions that a client keeps open.
+ */
+export function trackH2Sessions(server: import("node:http2").Http2Server): { closeAll(): void } {
+  const sessions = new Set<import("node:http2").ServerHttp2Session>();
+  server.on("session", (session) => {
+    sessions.add(session);
+    session.once("close", () => sessions.delete(session));
+  });
+  return {
+    closeAll() {
+      for (const session of sessions) {
+        if (session.destroyed) continue;
+        session.goaway();
+        session.destroy();
+      }
+    },
+  };
+}
