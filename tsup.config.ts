@@ -12,6 +12,7 @@ export default defineConfig({
     "adapters/s3": "src/adapters/s3/index.ts",
     "adapters/postgres": "src/adapters/postgres/index.ts",
     testing: "src/testing/index.ts",
+    console: "src/console/index.ts",
     cli: "src/cli/main.ts",
   },
   format: ["esm", "cjs"],

@@ -8,5 +8,10 @@ export default defineConfig({
     // Integration tests bind real sockets and start real servers; two cores.
     pool: "forks",
     maxWorkers: 2,
+    // Decides what PostgreSQL and RabbitMQ the run uses (README: "Running the tests").
+    globalSetup: ["test/setup/global-setup.ts"],
+    // The services reporter ends the summary with the skipped tests and their reasons,
+    // and fails a CI run that skipped any.
+    reporters: ["default", "./test/setup/services-reporter.ts"],
   },
 });

@@ -17,26 +17,43 @@ missing=()
 for tool in curl git; do command -v "$tool" >/dev/null || missing+=("$tool"); done
 [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}" ca-certificates
 
-# PostgreSQL: a server from Debian's packages, local connections trusted as on the dev machines.
+# PostgreSQL: a server from Debian's packages with local connections trusted. The trust
+# rules go into pg_hba.conf only in CI or in a cluster this script has just created by
+# installing the package: a developer's own cluster is never edited (npm test then uses
+# its embedded PostgreSQL, or the URL in RUNNER_DEPOT_TEST_POSTGRES).
+in_ci() { case "${CI:-}" in "" | false | 0) return 1 ;; *) return 0 ;; esac; }
+postgres_ok=1
 if ! listening 5432 || ! psql -h 127.0.0.1 -U postgres -tAc 'select 1' >/dev/null 2>&1; then
-  command -v pg_ctlcluster >/dev/null || apt_install postgresql
+  created=0
+  if ! command -v pg_ctlcluster >/dev/null; then apt_install postgresql; created=1; fi
   command -v psql >/dev/null || apt_install postgresql-client
   ver=$(ls /etc/postgresql | sort -V | tail -n1)
   hba=/etc/postgresql/$ver/main/pg_hba.conf
-  if ! grep -q '^host all all 127.0.0.1/32 trust' "$hba"; then
+  if grep -q '^host all all 127.0.0.1/32 trust' "$hba"; then
+    :
+  elif in_ci || [ "$created" = 1 ]; then
     sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust\nlocal all all trust' "$hba"
+  else
+    echo "services: not CI and not a cluster made here, so $hba is left as it is; npm test will use" >&2
+    echo "          an embedded PostgreSQL, or set RUNNER_DEPOT_TEST_POSTGRES to a URL that logs in" >&2
+    postgres_ok=0
   fi
   # Installing may already have started the cluster (systemd): then reload picks up the
   # new rules; otherwise start it.
-  if pg_ctlcluster --skip-systemctl-redirect "$ver" main status >/dev/null 2>&1; then
+  if [ "$postgres_ok" = 0 ]; then
+    :
+  elif pg_ctlcluster --skip-systemctl-redirect "$ver" main status >/dev/null 2>&1; then
     pg_ctlcluster --skip-systemctl-redirect "$ver" main reload
+    wait_port 5432
   else
     pg_ctlcluster --skip-systemctl-redirect "$ver" main start
+    wait_port 5432
   fi
-  wait_port 5432
 fi
-psql -h 127.0.0.1 -U postgres -tAc "select 1 from pg_database where datname='test'" | grep -q 1 \
-  || psql -h 127.0.0.1 -U postgres -c 'create database test' >/dev/null
+if [ "$postgres_ok" = 1 ]; then
+  psql -h 127.0.0.1 -U postgres -tAc "select 1 from pg_database where datname='test'" | grep -q 1 \
+    || psql -h 127.0.0.1 -U postgres -c 'create database test' >/dev/null
+fi
 
 # RabbitMQ: the Debian server, default guest/guest (allowed from localhost).
 if ! listening 5672; then
@@ -45,4 +62,9 @@ if ! listening 5672; then
   wait_port 5672
 fi
 command -v rabbitmqctl >/dev/null || { echo "rabbitmqctl missing (the restart test needs it)" >&2; exit 1; }
-echo "services: postgresql and rabbitmq are up"
+
+# Chromium for the web console's browser tests (driven by playwright-core, which needs
+# the browser itself: Debian's package, never a download of Playwright's own build).
+command -v chromium >/dev/null || apt_install chromium
+if [ "$postgres_ok" = 1 ]; then postgres_state="postgresql and rabbitmq are up"; else postgres_state="rabbitmq is up, postgresql left alone"; fi
+echo "services: $postgres_state, chromium at $(command -v chromium)"

@@ -1,7 +1,7 @@
 /**
  * Child process of bench/runner.ts: hosts one gRPC server so the client under test
  * and the server run on separate cores. `ours` = createRunnerService + startRunnerServer
- * (memory queue and log store, token check on; `ours-connect`: the same without the gRPC
+ * (memory queue, the log store BENCH_LOG_STORE names (memory by default, fs, pg), token check on; `ours-connect`: the same without the gRPC
  * fast path, every call through connect-node); `grpc-js` = a plain @grpc/grpc-js server
  * loading the same proto that counts lines and acks; `connect-min` = a bare connect-node
  * handler that only counts and acks (the floor under any connect-node service). Talks to its parent over IPC:
@@ -15,11 +15,17 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import pg from "pg";
+import { createFsLogStore } from "../src/adapters/fs/log-store.js";
 import { createMemoryLogStore } from "../src/adapters/memory/log-store.js";
+import { createPostgresLogStore } from "../src/adapters/postgres/log-store.js";
 import { createMemoryQueue } from "../src/adapters/memory/queue.js";
 import { AckSchema, Runner } from "../src/gen/runner/v1/runner_pb.js";
 import { startRunnerServer } from "../src/runner/server.js";
 import { createRunnerService } from "../src/runner/service.js";
+import type { JobLogStore } from "../src/runner/ports.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const mode = process.argv[2];
@@ -33,8 +39,57 @@ function memory(active: number) {
   return { active, rss: m.rss, heapUsed: m.heapUsed, external: m.external, arrayBuffers: m.arrayBuffers };
 }
 
+/**
+ * The log store named by BENCH_LOG_STORE (memory, fs with fsync on, or pg on a throw-away
+ * schema of BENCH_POSTGRES_URL) and how to remove what it wrote.
+ */
+async function logStore(): Promise<{ logs: JobLogStore; cleanup(): Promise<void> }> {
+  const kind = process.env.BENCH_LOG_STORE ?? "memory";
+  if (kind === "fs") {
+    const dir = await mkdtemp(path.join(tmpdir(), "rd-bench-logs-"));
+    return { logs: createFsLogStore(dir, { fsync: true }), cleanup: () => rm(dir, { recursive: true, force: true }) };
+  }
+  if (kind === "pg") {
+    const url = process.env.BENCH_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+    const schema = `rd_bench_${process.pid}_${Date.now().toString(36)}`;
+    const pool = new pg.Pool({ connectionString: url, max: Number(process.env.BENCH_PG_POOL ?? 10) });
+    pool.on("error", () => undefined);
+    return {
+      logs: createPostgresLogStore({ pool, schema }),
+      async cleanup() {
+        await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+        await pool.end();
+      },
+    };
+  }
+  return { logs: createMemoryLogStore(), cleanup: async () => undefined };
+}
+
+/** BENCH_STORE_TIMING=1: counts appends and the time spent in them (printed at exit), to see whether the store is the wait. */
+function timed(logs: JobLogStore): JobLogStore {
+  if (!process.env.BENCH_STORE_TIMING) return logs;
+  let n = 0;
+  let items = 0;
+  let ms = 0;
+  const append = logs.append.bind(logs);
+  logs.append = async (id, at, entries, now) => {
+    const t0 = performance.now();
+    try {
+      return await append(id, at, entries, now);
+    } finally {
+      n++;
+      items += entries.length;
+      ms += performance.now() - t0;
+    }
+  };
+  process.on("exit", () => console.error(`store: ${n} appends, ${items} items, ${ms.toFixed(0)} ms in append`));
+  return logs;
+}
+
 if (mode === "ours" || mode === "ours-connect") {
-  const runner = createRunnerService(createMemoryQueue(), { logs: createMemoryLogStore(), secret: process.env.BENCH_SECRET ?? "bench" });
+  const store = await logStore();
+  store.logs = timed(store.logs);
+  const runner = createRunnerService(createMemoryQueue(), { logs: store.logs, secret: process.env.BENCH_SECRET ?? "bench" });
   // ours-connect: the same service with every call through connect-node (no gRPC fast path).
   const server = await startRunnerServer(runner, { port: 0, maxConcurrentStreams: 2000, fastPath: mode === "ours" });
   process.on("message", async (m) => {
@@ -42,6 +97,8 @@ if (mode === "ours" || mode === "ours-connect") {
     if (m === "exit") {
       await server.close();
       await runner.close();
+      await store.logs.close?.();
+      await store.cleanup();
       process.exit(0);
     }
   });

@@ -4,7 +4,7 @@
  * same work, and server memory per open idle stream. Servers run in child processes
  * (bench/runner-worker.ts) so client and server each have a core.
  */
-import { fork, type ChildProcess } from "node:child_process";
+import { fork, spawn, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { once } from "node:events";
 import http2 from "node:http2";
@@ -19,6 +19,9 @@ import { LogItemSchema, Runner } from "../src/gen/runner/v1/runner_pb.js";
 import { createRunnerClient } from "../src/runner/client.js";
 import { createLogItemEncoder } from "../src/runner/encoder.js";
 import { mintJobToken } from "../src/runner/token.js";
+import { runJob } from "../src/runner/agent.js";
+import { createLineSplitter } from "../src/runner/line-splitter.js";
+import { POSTGRES_URL } from "../test/backends-fixtures.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const SECRET = "bench-secret";
@@ -42,10 +45,12 @@ interface Worker {
   stop(): Promise<void>;
 }
 
-async function startWorker(mode: "ours" | "ours-connect" | "grpc-js" | "connect-min"): Promise<Worker> {
+type LogStoreKind = "memory" | "fs" | "pg";
+
+async function startWorker(mode: "ours" | "ours-connect" | "grpc-js" | "connect-min", logStore: LogStoreKind = "memory"): Promise<Worker> {
   const child = fork(path.join(here, "runner-worker.ts"), [mode], {
     execArgv: ["--import", "tsx", "--expose-gc"],
-    env: { ...process.env, BENCH_SECRET: SECRET },
+    env: { ...process.env, BENCH_SECRET: SECRET, BENCH_LOG_STORE: logStore, BENCH_POSTGRES_URL: POSTGRES_URL },
     stdio: ["ignore", "inherit", "inherit", "ipc"],
   });
   const [first] = (await once(child, "message")) as [{ port: number }];
@@ -114,7 +119,11 @@ function grpcJsClient(port: number) {
   };
 }
 
-async function grpcRound(port: number, lines = LINES): Promise<number> {
+/**
+ * A grpc-js StreamLogs call for a new job, its start time (taken before the call opens, as
+ * the rows count it) and its Ack's `ok` as a promise. Shared by the grpc-js rows.
+ */
+function openGrpcJsCall(port: number) {
   const client = grpcJsClient(port);
   const requestId = randomUUID();
   const t0 = performance.now();
@@ -122,6 +131,11 @@ async function grpcRound(port: number, lines = LINES): Promise<number> {
   let failed!: (e: unknown) => void;
   const acked = new Promise<boolean>((resolve, reject) => ((done = resolve), (failed = reject)));
   const call = client.StreamLogs((e, ack) => (e ? failed(e) : done(ack?.ok ?? false)));
+  return { client, requestId, t0, call, acked };
+}
+
+async function grpcRound(port: number, lines = LINES): Promise<number> {
+  const { client, requestId, t0, call, acked } = openGrpcJsCall(port);
   for (let i = 0; i < lines; i++) {
     if (!call.write({ requestId, log: { line: LINE, stderr: i % 10 === 9 } })) await once(call, "drain");
   }
@@ -130,6 +144,50 @@ async function grpcRound(port: number, lines = LINES): Promise<number> {
   if (!(await acked)) throw new Error("grpc-js: ack not ok");
   const rate = lines / ((performance.now() - t0) / 1000);
   client.close();
+  return rate;
+}
+
+/** The job of the end-to-end rows: `lines` lines of 100 bytes (99 + newline) on stdout, as fast as a pipe takes them. */
+function printer(lines: number): { command: string; args: string[] } {
+  // yes | head: a job whose own cost is near zero, so the rows measure the path, not the job.
+  return { command: "sh", args: ["-c", `yes ${LINE} | head -n ${lines}`] };
+}
+
+/** End to end, ours: a child printing lines → runJob → createRunnerClient → the server; lines/s until the end is acknowledged. */
+async function oursJobRound(port: number, lines = LINES): Promise<number> {
+  const requestId = randomUUID();
+  const client = createRunnerClient({ endpoint: `http://127.0.0.1:${port}`, requestId, token: mintJobToken(SECRET, requestId) });
+  const t0 = performance.now();
+  const code = await runJob(client, { ...printer(lines), repoUrl: "https://example.com/r.git", commitSha: "abc" });
+  const seconds = (performance.now() - t0) / 1000;
+  await client.close();
+  if (code !== 0) throw new Error(`job exited ${code}`);
+  return lines / seconds;
+}
+
+/** End to end, peer: the same child, lines split the same way, one grpc-js message per line → the grpc-js server (stores nothing). */
+async function grpcJobRound(port: number, lines = LINES): Promise<number> {
+  const { client, requestId, t0, call, acked } = openGrpcJsCall(port);
+  const { command, args } = printer(lines);
+  const child = spawn(command, args, { stdio: ["ignore", "pipe", "inherit"] });
+  let sent = 0;
+  const split = createLineSplitter((line) => {
+    sent++;
+    // Back-pressure as a plain client would: stop reading the pipe until the call drains.
+    if (!call.write({ requestId, log: { line, stderr: false } })) {
+      child.stdout.pause();
+      call.once("drain", () => child.stdout.resume());
+    }
+  });
+  child.stdout.on("data", (b: Buffer) => split.push(b));
+  const [code] = (await once(child, "close")) as [number];
+  split.end();
+  call.write({ requestId, end: { exitCode: code, success: code === 0, repoUrl: "https://example.com/r.git", commitSha: "abc" } });
+  call.end();
+  if (!(await acked)) throw new Error("grpc-js: ack not ok");
+  const rate = sent / ((performance.now() - t0) / 1000);
+  client.close();
+  if (sent !== lines) throw new Error(`grpc-js job: ${sent} of ${lines} lines`);
   return rate;
 }
 
@@ -191,8 +249,59 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 const fmt = (n: number) => Math.round(n).toLocaleString("en-US");
 const kib = (n: number) => `${(n / 1024).toFixed(1)} KiB`;
 
+const STORES = (process.env.BENCH_RUNNER_STORES ?? "memory,fs,pg").split(",") as LogStoreKind[];
+const E2E_LINES = Number(process.env.BENCH_RUNNER_E2E_LINES ?? LINES);
+
+/** The end-to-end rows: each log store and the grpc-js pair, a fresh server per round, medians of ROUNDS. */
+async function endToEnd(): Promise<string[]> {
+  const ours: Record<LogStoreKind, number[]> = { memory: [], fs: [], pg: [] };
+  const peer: number[] = [];
+  const peerDirect: number[] = [];
+  for (let r = 0; r < ROUNDS; r++) {
+    for (const store of STORES) {
+      const w = await startWorker("ours", store);
+      try {
+        await oursJobRound(w.port, Math.min(E2E_LINES, 50_000)); // warm-up, not counted
+        ours[store].push(await oursJobRound(w.port, E2E_LINES));
+      } finally {
+        await w.stop();
+      }
+    }
+    const g = await startWorker("grpc-js");
+    try {
+      await grpcJobRound(g.port, Math.min(E2E_LINES, 50_000));
+      peer.push(await grpcJobRound(g.port, E2E_LINES));
+      peerDirect.push(await grpcRound(g.port, E2E_LINES));
+    } finally {
+      await g.stop();
+    }
+  }
+  const p = median(peer);
+  const pd = median(peerDirect);
+  const name = { memory: "memory", fs: "fs (fsync on)", pg: "PostgreSQL" };
+  return [
+    "",
+    "### End to end: a job's output → runJob → startRunnerServer → one result",
+    "",
+    `Method: a child (\`yes | head -n ${fmt(E2E_LINES)}\`, 100-byte lines) run by \`runJob\` with \`createRunnerClient\` in the bench process, ` +
+      "the server (startRunnerServer, memory queue) in a child process on the log store named, a fresh server per round after a 50,000-line warm-up job; " +
+      "timed from spawn to the acknowledged end. fs: `createFsLogStore` with fsync on, in a temp directory; PostgreSQL: `createPostgresLogStore` on the local server, a throw-away schema. " +
+      "Peer, same run: the same child, its stdout split by the same line splitter, one `@grpc/grpc-js` message per line → a `@grpc/grpc-js` server that counts and acks (stores nothing). " +
+      `The second peer column is the grpc-js pair without a child (lines from a loop), as in the table above. Medians of ${ROUNDS}.`,
+    "",
+    "| log store | lines/s (median) | all rounds | grpc-js pair, child → client | ratio | grpc-js pair, loop | ratio |",
+    "|---|---:|---:|---:|---:|---:|---:|",
+    ...STORES.map((store) => {
+      const o = median(ours[store]);
+      return `| ${name[store]} | ${fmt(o)} | ${ours[store].map(fmt).join(" / ")} | ${fmt(p)} | ${(o / p).toFixed(1)}× | ${fmt(pd)} | ${(o / pd).toFixed(1)}× |`;
+    }),
+    `| (peer rounds) | | | ${peer.map(fmt).join(" / ")} | | ${peerDirect.map(fmt).join(" / ")} | |`,
+  ];
+}
+
 /** Runs the runner benchmark and returns its Markdown section. */
 export async function run(): Promise<string> {
+  if (process.env.BENCH_RUNNER_ONLY === "e2e") return ["## Runner: end to end only", ...(await endToEnd())].join("\n");
   const ours: number[] = [];
   const peer: number[] = [];
   const connect: number[] = [];
@@ -261,5 +370,6 @@ export async function run(): Promise<string> {
     `| server RSS per idle stream | ${kib(memOurs.rss)} | ${kib(memPeer.rss)} | ${(memOurs.rss / memPeer.rss).toFixed(2)}× |`,
     `| server heap per idle stream | ${kib(memOurs.heap)} | ${kib(memPeer.heap)} | ${(memOurs.heap / memPeer.heap).toFixed(2)}× |`,
     `| server external per idle stream | ${kib(memOurs.external)} | ${kib(memPeer.external)} | |`,
+    ...(await endToEnd()),
   ].join("\n");
 }

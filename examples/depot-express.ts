@@ -15,22 +15,21 @@
  * resolves after a build and an install (in a host: `from "runner-depot/depot"`).
  */
 import { mkdtemp, rm } from "node:fs/promises";
-import type { IncomingMessage, Server, ServerResponse } from "node:http";
+import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import express from "express";
-import { toNodeHandler } from "srvx/node";
 import { createFsStore } from "../src/adapters/fs/index.js";
-import { createPackageRouter } from "../src/depot/index.js";
+import { applyConnectionLimits, createNodeHandler, createPackageRouter } from "../src/depot/index.js";
 import { driveDepot } from "./shared/drive-depot.js";
 import { closeHttpServer, serveOrDrive } from "./shared/lifecycle.js";
 
 const dir = await mkdtemp(join(tmpdir(), "runner-depot-example-"));
 const store = createFsStore(dir);
 const depot = createPackageRouter(store, { base: "/depot" });
-// toNodeHandler's type covers HTTP/1 and HTTP/2 listeners; this server is HTTP/1.
-const depotHandler = toNodeHandler((request: Request) => depot.fetch(request)) as (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+// Archive and upload bytes move as Node streams between the socket and the store.
+const depotHandler = createNodeHandler(depot);
 
 const app = express();
 app.post("/api/echo", express.json(), (req, res) => {
@@ -40,10 +39,10 @@ app.all("/depot/{*rest}", (req, res) => {
   void depotHandler(req, res);
 });
 
-const server = await new Promise<Server>((resolve) => {
-  const s = app.listen(0, "127.0.0.1", () => resolve(s));
-});
-server.requestTimeout = 0;
+// The server is created here rather than by app.listen so its bounds apply before it listens.
+const server: Server = createServer(app);
+applyConnectionLimits(server, { maxConnections: 1000 });
+await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
 const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 console.log(`depot-express: listening on ${origin} (depot at /depot, POST /api/echo)`);
 

@@ -6,30 +6,29 @@
  *
  * The depot lives in its own plugin scope whose content-type parser leaves every body
  * unread (Fastify would otherwise buffer it, up to its 1 MiB bodyLimit), and its route
- * hijacks the reply and hands the raw Node request and response to srvx's node handler,
- * so uploads of any size stream straight into the store.
+ * hijacks the reply and hands the raw Node request and response to `createNodeHandler`,
+ * so uploads of any size stream straight into the store and archives straight out of it,
+ * as Node streams. `applyConnectionLimits` bounds Fastify's server before it listens.
  *
  * Imports go to the package's source by relative path: `runner-depot` itself only
  * resolves after a build and an install (in a host: `from "runner-depot/depot"`).
  */
 import { mkdtemp, rm } from "node:fs/promises";
-import type { IncomingMessage, ServerResponse } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Fastify from "fastify";
-import { toNodeHandler } from "srvx/node";
 import { createFsStore } from "../src/adapters/fs/index.js";
-import { createPackageRouter } from "../src/depot/index.js";
+import { applyConnectionLimits, createNodeHandler, createPackageRouter } from "../src/depot/index.js";
 import { driveDepot } from "./shared/drive-depot.js";
 import { serveOrDrive } from "./shared/lifecycle.js";
 
 const dir = await mkdtemp(join(tmpdir(), "runner-depot-example-"));
 const store = createFsStore(dir);
 const depot = createPackageRouter(store, { base: "/depot" });
-// toNodeHandler's type covers HTTP/1 and HTTP/2 listeners; this server is HTTP/1.
-const depotHandler = toNodeHandler((request: Request) => depot.fetch(request)) as (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+const depotHandler = createNodeHandler(depot);
 
 const app = Fastify({ logger: false, requestTimeout: 0 });
+applyConnectionLimits(app.server, { maxConnections: 1000 });
 app.post("/api/echo", async (request) => ({ echoed: request.body }));
 await app.register(async (scope) => {
   scope.removeAllContentTypeParsers();

@@ -1,7 +1,9 @@
 /**
  * The depot embedded in a plain node:http server, under `/depot`, next to the host's own
- * route. srvx's `toNodeHandler` turns the router's `fetch(Request)` into a Node listener
- * and hands it native streaming request bodies.
+ * route. `createNodeHandler` turns the router into a Node listener that moves archive and
+ * upload bytes as Node streams (no Web-stream conversion per chunk), and
+ * `applyConnectionLimits` bounds every connection phase (headers, keep-alive, a stalled
+ * body answers 408) and caps the connections.
  *
  *   npx tsx examples/depot-node-http.ts           # publishes and installs through itself, exits 0
  *   npx tsx examples/depot-node-http.ts --serve   # stays up until SIGTERM / SIGINT
@@ -15,21 +17,19 @@
  * `from "runner-depot/adapters/fs"`).
  */
 import { mkdtemp, rm } from "node:fs/promises";
-import http, { type IncomingMessage, type ServerResponse } from "node:http";
+import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { toNodeHandler } from "srvx/node";
 import { createFsStore } from "../src/adapters/fs/index.js";
-import { createPackageRouter } from "../src/depot/index.js";
+import { applyConnectionLimits, createNodeHandler, createPackageRouter } from "../src/depot/index.js";
 import { driveDepot } from "./shared/drive-depot.js";
 import { closeHttpServer, serveOrDrive } from "./shared/lifecycle.js";
 
 const dir = await mkdtemp(join(tmpdir(), "runner-depot-example-"));
 const store = createFsStore(dir);
 const depot = createPackageRouter(store, { base: "/depot" });
-// toNodeHandler's type covers HTTP/1 and HTTP/2 listeners; this server is HTTP/1.
-const depotHandler = toNodeHandler((request: Request) => depot.fetch(request)) as (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+const depotHandler = createNodeHandler(depot);
 
 const server = http.createServer((req, res) => {
   if (req.url === "/depot" || req.url?.startsWith("/depot/")) return void depotHandler(req, res);
@@ -41,8 +41,8 @@ const server = http.createServer((req, res) => {
   res.writeHead(404, { "content-type": "text/plain" });
   res.end("not found\n");
 });
-// Uploads may take long on slow links: no whole-request deadline.
-server.requestTimeout = 0;
+// Before listening: per-phase deadlines instead of a whole-request one (slow uploads complete), and a connection cap.
+applyConnectionLimits(server, { maxConnections: 1000 });
 await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
 const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 console.log(`depot-node-http: listening on ${origin} (depot at /depot, GET /healthz), store ${dir}`);

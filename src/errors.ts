@@ -16,8 +16,10 @@ const CODES = {
   RESOURCE_EXHAUSTED: [Code.ResourceExhausted, 413],
   UNAVAILABLE: [Code.Unavailable, 503],
   DEADLINE_EXCEEDED: [Code.DeadlineExceeded, 504],
+  // A request the server does not support (e.g. an unknown grpc-encoding).
+  UNIMPLEMENTED: [Code.Unimplemented, 501],
   INTERNAL: [Code.Internal, 500],
-  // Depot codes (depot-api.md).
+  // Depot codes (docs/depot-api.md, §10).
   BAD_REQUEST: [Code.InvalidArgument, 400],
   NAME_INVALID: [Code.InvalidArgument, 400],
   VERSION_INVALID: [Code.InvalidArgument, 400],
@@ -39,12 +41,16 @@ const CODES = {
   TOO_LARGE: [Code.ResourceExhausted, 413],
   TOO_MANY_ITEMS: [Code.ResourceExhausted, 413],
   METHOD_NOT_ALLOWED: [Code.Unimplemented, 405],
+  REQUEST_TIMEOUT: [Code.DeadlineExceeded, 408],
   RANGE_NOT_SATISFIABLE: [Code.OutOfRange, 416],
   COMMIT_INVALID: [Code.FailedPrecondition, 422],
   SELF_DEPENDENCY: [Code.FailedPrecondition, 422],
   TOO_MANY_TRANSACTIONS: [Code.ResourceExhausted, 429],
   HEADERS_TOO_LARGE: [Code.ResourceExhausted, 431],
   STORE_UNAVAILABLE: [Code.Unavailable, 503],
+  TOO_MANY_CONNECTIONS: [Code.Unavailable, 503],
+  /** The store was written by a newer runner-depot (format.ts); the depot refuses to serve it. */
+  STORE_FORMAT_UNSUPPORTED: [Code.FailedPrecondition, 503],
   // Client-side codes (installer, agent).
   DEPENDENCY_UNRESOLVED: [Code.NotFound, 422],
   DEPENDENCY_CONFLICT: [Code.FailedPrecondition, 422],

@@ -1,8 +1,24 @@
 /**
- * runner-depot: the runner log-streaming side (gRPC) and the package depot (REST) with
- * the embedded-default adapters (memory, filesystem). Backends with optional peer
- * dependencies live in their own subpaths (`runner-depot/adapters/rabbitmq`, `…/s3`,
- * `…/postgres`), and the conformance kit in `runner-depot/testing`.
+ * Everything most hosts need from one import: the runner side (`runner-depot/runner`),
+ * the depot (`runner-depot/depot`), the embedded-default adapters (memory and
+ * filesystem), the error type {@link RunnerDepotError}, and the generated `runner.v1`
+ * messages. Backends with optional peer dependencies live in their own subpaths
+ * (`runner-depot/adapters/rabbitmq`, `…/s3`, `…/postgres`), and the conformance kit in
+ * `runner-depot/testing`.
+ *
+ * @example
+ * ```ts
+ * import { createRunnerService, createMemoryQueue, createFsLogStore, isRunnerDepotError } from "runner-depot";
+ *
+ * const runner = createRunnerService(createMemoryQueue(), { logs: createFsLogStore("./logs") });
+ * try {
+ *   await runner.expectJob("not-a-uuid");
+ * } catch (error) {
+ *   if (isRunnerDepotError(error, "INVALID_ARGUMENT")) console.log(error.message);
+ * }
+ * ```
+ *
+ * @module runner-depot
  */
 export * from "./runner/index.js";
 export * from "./depot/index.js";

@@ -37,5 +37,5 @@ describePackageStore(
     dirOf.set(store, dir);
     return store;
   },
-  { reopen: (store) => createFsStore(dirOf.get(store)!) },
+  { reopen: (store) => createFsStore(dirOf.get(store)!), openBlob: true },
 );

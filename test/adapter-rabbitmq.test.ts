@@ -2,21 +2,28 @@
 import { randomUUID } from "node:crypto";
 import amqp from "amqplib";
 import type { Channel, ChannelModel } from "amqplib";
+import { Writable } from "node:stream";
+import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRabbitMqQueue } from "../src/adapters/rabbitmq/index.js";
 import type { RabbitMqQueue, RabbitMqQueueOptions } from "../src/adapters/rabbitmq/index.js";
 import { describeQueueAdapter, sampleJobResult } from "../src/testing/index.js";
 import type { ConsumedMessage } from "../src/testing/index.js";
-import { RABBITMQ_URL, startTcpProxy } from "./backends-fixtures.js";
+import { acquireBrokerUse, needs, RABBITMQ_URL, startProxyFor } from "./backends-fixtures.js";
 import type { TcpProxy } from "./backends-fixtures.js";
 
 let proxy: TcpProxy;
 let reader: ChannelModel;
 let channel: Channel;
 const queueNames = new WeakMap<RabbitMqQueue, string>();
+const haveBroker = needs("rabbitmq");
+// This file talks to the shared broker throughout: never during another file's outage test.
+let releaseBroker: (() => Promise<void>) | undefined;
 
 beforeAll(async () => {
-  proxy = await startTcpProxy("127.0.0.1", 5672);
+  if (!haveBroker) return;
+  releaseBroker = await acquireBrokerUse();
+  proxy = await startProxyFor(RABBITMQ_URL, 5672);
   // The back door talks to the broker directly, not through the proxy.
   reader = await amqp.connect(RABBITMQ_URL);
   channel = await reader.createChannel();
@@ -24,6 +31,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await reader?.close().catch(() => {});
   await proxy?.close();
+  await releaseBroker?.();
 });
 
 /** A queue adapter on its own throw-away broker queue (deleted by the broker when unused). */
@@ -132,6 +140,56 @@ describe("rabbitmq queue: extra cases", () => {
       const result = sampleJobResult();
       await adapter.publishJobResult(result);
       expect((await drain(queueNames.get(adapter)!)).map((m) => m.body)).toEqual([result]);
+    } finally {
+      await proxy.heal();
+      await adapter.close();
+    }
+  });
+
+  it("logs the lost connection and the reconnect (with the failed attempts between), never the URL's password", async () => {
+    const lines: string[] = [];
+    const logger = pino(
+      { level: "debug" },
+      new Writable({
+        write(chunk: Buffer, _encoding, done) {
+          lines.push(...chunk.toString("utf8").split("\n").filter((l) => l.length > 0));
+          done();
+        },
+      }),
+    );
+    const parsed = () => lines.map((l) => JSON.parse(l) as Record<string, unknown>);
+    const adapter = make({ logger });
+    const queue = queueNames.get(adapter)!;
+    try {
+      await adapter.ready();
+      expect(lines).toEqual([]);
+      // The proxy resets the live connection and refuses new ones: the broker itself stays up.
+      await proxy.break();
+      await expect.poll(() => parsed().some((l) => l.msg === "queue connection lost")).toBe(true);
+      expect(parsed()[0]).toMatchObject({ level: 40, msg: "queue connection lost", queue });
+      // Let at least one reconnect fail against the broken proxy before healing it.
+      await expect.poll(() => parsed().some((l) => l.msg === "queue connect failed"), { timeout: 10_000 }).toBe(true);
+      await proxy.heal();
+      await expect.poll(() => parsed().some((l) => l.msg === "queue reconnected"), { timeout: 10_000 }).toBe(true);
+      expect(adapter.connected).toBe(true);
+
+      const events = parsed();
+      expect(events.map((l) => l.msg)).toEqual(["queue connection lost", ...events.slice(1, -1).map(() => "queue connect failed"), "queue reconnected"]);
+      const failed = events.slice(1, -1);
+      expect(failed.length).toBeGreaterThanOrEqual(1);
+      failed.forEach((l, i) => expect(l).toMatchObject({ level: 40, queue, attempt: i + 1, error: expect.any(String) }));
+      expect(events.at(-1)).toMatchObject({ level: 40, queue, attempts: failed.length + 1 });
+      // Only these fields: never the URL (a connect error's message names host and port, not the URL).
+      for (const l of events) expect(Object.keys(l).filter((k) => !["level", "time", "pid", "hostname", "msg"].includes(k)).sort()).toEqual(l.msg === "queue connect failed" ? ["attempt", "error", "queue"] : l.msg === "queue reconnected" ? ["attempts", "queue"] : ["queue"]);
+      const url = new URL(RABBITMQ_URL);
+      const all = lines.join("\n");
+      expect(all).not.toContain(`${url.username}:${url.password}@`);
+      if (url.password) expect(all).not.toContain(`:${decodeURIComponent(url.password)}`);
+
+      // And the reconnected adapter publishes.
+      const result = sampleJobResult();
+      await adapter.publishJobResult(result);
+      expect((await drain(queue)).map((m) => m.body)).toEqual([result]);
     } finally {
       await proxy.heal();
       await adapter.close();

@@ -11,15 +11,17 @@ import { createS3BlobStore } from "../src/adapters/s3/index.js";
 import { composeStore } from "../src/depot/compose.js";
 import type { PackageStore } from "../src/depot/ports.js";
 import { describePackageStore, patternBytes } from "../src/testing/index.js";
-import { createTestSchema, startS3 } from "./backends-fixtures.js";
+import { createTestSchema, needs, startS3 } from "./backends-fixtures.js";
 import type { S3Fixture } from "./backends-fixtures.js";
 import { httpDigest, openTransaction, parseTar, publish, startDepot, storeDigest } from "./fixtures/depot-helpers.js";
 import type { LiveDepot } from "./fixtures/depot-helpers.js";
 
 let s3: S3Fixture;
 let db: Awaited<ReturnType<typeof createTestSchema>>;
+const haveDatabase = needs("postgres");
 
 beforeAll(async () => {
+  if (!haveDatabase) return;
   s3 = await startS3();
   db = await createTestSchema();
 });
@@ -47,6 +49,7 @@ describe("depot on S3 + PostgreSQL over HTTP", () => {
   let store: PackageStore;
   let depot: LiveDepot;
   beforeAll(async () => {
+    if (!haveDatabase) return;
     store = composed();
     depot = await startDepot(store);
   });

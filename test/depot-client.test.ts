@@ -120,21 +120,43 @@ describe("publish and install", () => {
     expect(filePuts).toEqual([{ digest: `sha256:${sha(added)}`, bytes: added.length }]);
   });
 
-  it("keeps the catalog's ETag and gets a 304 when nothing changed", async () => {
+  it("keeps the catalog's ETag and position: a 304 when nothing changed, only the changes (?since=) when something did", async () => {
     const { fetch, log } = loggingFetch();
     const client = createDepotClient({ baseUrl: depot.url, fetch });
     const first = await client.catalog();
     expect(first.packages.app?.versions).toContain("1.0.0");
+    expect(first.position).toBeGreaterThan(0);
     const second = await client.catalog();
     expect(second).toEqual(first);
-    const catalogCalls = log.filter((r) => r.url.endsWith("/catalog"));
-    expect(catalogCalls.map((r) => r.status)).toEqual([200, 304]);
+    const catalogCalls = log.filter((r) => new URL(r.url).pathname.endsWith("/catalog"));
+    expect(catalogCalls.map((r) => [new URL(r.url).search, r.status])).toEqual([["", 200], [`?since=${first.position}`, 304]]);
     expect(catalogCalls[1]!.headers["if-none-match"]).toBeTruthy();
 
     await client.publish({ name: "fresh", version: "0.1.0", items: [{ type: "file", path: "f", content: "f" }] });
     const third = await client.catalog();
     expect(third.packages.fresh?.versions).toEqual(["0.1.0"]);
-    expect(log.filter((r) => r.url.endsWith("/catalog")).at(-1)!.status).toBe(200);
+    expect(third.position).toBe(first.position! + 1);
+    expect({ ...third.packages, fresh: undefined }).toEqual({ ...first.packages, fresh: undefined });
+    expect(third.count).toBe(first.count + 1);
+    const last = log.filter((r) => new URL(r.url).pathname.endsWith("/catalog")).at(-1)!;
+    expect([new URL(last.url).search, last.status]).toEqual([`?since=${first.position}`, 200]);
+  });
+
+  it("follows the catalog's pages (a depot that answers 2 packages a page)", async () => {
+    const { fetch, log } = loggingFetch();
+    // A fetch that asks for pages of 2, as a depot with a small default would answer.
+    const paged: typeof globalThis.fetch = (input, init) => {
+      const target = new URL(String(input instanceof Request ? input.url : input));
+      if (target.pathname.endsWith("/catalog") && !target.searchParams.has("limit") && !target.searchParams.has("since")) target.searchParams.set("limit", "2");
+      return fetch(target.href, init);
+    };
+    const whole = await createDepotClient({ baseUrl: depot.url }).catalog();
+    const client = createDepotClient({ baseUrl: depot.url, fetch: paged });
+    const walked = await client.catalog();
+    expect(walked.packages).toEqual(whole.packages);
+    const pages = log.filter((r) => new URL(r.url).pathname.endsWith("/catalog"));
+    expect(pages.length).toBe(Math.ceil(Object.keys(whole.packages).length / 2));
+    expect(pages.length).toBeGreaterThan(1);
   });
 
   it("turns problem documents into RunnerDepotError and abandons a failed transaction", async () => {

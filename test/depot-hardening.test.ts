@@ -2,9 +2,13 @@
  * Reviewer findings on the depot, each provoked over real HTTP (fetch against a listening
  * servePackageRouter on 127.0.0.1:0): names and keys that are Object.prototype members,
  * 5xx codes kept, the open-transaction limit under concurrency, HEAD wherever GET works,
- * 405 with Allow, and problem types as URNs.
+ * 405 with Allow, and problem types as URNs; over raw sockets, requests fetch cannot make
+ * (TRACE, CONNECT, a target starting with //, the asterisk form, an unknown Expect).
  */
+import { randomUUID } from "node:crypto";
 import { readFile } from "node:fs/promises";
+import { connect } from "node:net";
+import { hostname } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createFsStore } from "../src/adapters/fs/store.js";
@@ -106,18 +110,38 @@ for (const kind of ["memory", "fs"] as const) {
       expect(summary.licenses).toEqual([]);
     });
 
-    it("recovers an interrupted commit of `constructor` on a fresh router (reconcile runs before every first request)", async () => {
-      // A crash between the version record and the catalog: the catalog lacks the package.
-      const current = (await store.getRecord<{ packages: Record<string, unknown>; updatedAt: string }>("catalog"))!;
-      const packages = Object.fromEntries(Object.entries(current.value.packages).filter(([name]) => name !== "constructor"));
-      expect(Object.keys(packages)).toHaveLength(PROTO_NAMES.length - 1);
-      expect(await store.putRecord("catalog", { ...current.value, packages }, { ifRevision: current.revision })).not.toBeNull();
+    it("recovers a commit of `constructor` whose process died before listing it, on a fresh router (recovery runs before the first request)", async () => {
+      // (An older version than the newest, so the tests after this one install what they did.)
+      // What a kill right after the version record leaves: the transaction `committing`
+      // under an attempt of a dead process (this host, a pid that does not exist), holding
+      // its slot, and a version record the package record does not list yet.
+      const v11 = (await store.getRecord<Record<string, unknown>>("version/constructor/1.1.0"))!.value;
+      const id = randomUUID();
+      const at = new Date().toISOString();
+      const deadAttempt = `${encodeURIComponent(hostname())}|999999999|${randomUUID()}|${randomUUID()}`;
+      const trans = {
+        id, name: "constructor", version: "0.9.0", principal: "anonymous", state: "committing", createdAt: at, touchedAt: at,
+        requires: [], attributes: {}, licenses: {}, itemCount: 0, bytes: 0, commitTime: Math.floor(Date.now() / 1000),
+        commitAttempts: { [deadAttempt]: Date.now() },
+      };
+      expect(await store.putRecord(`trans/${id}`, trans, { ifRevision: null })).not.toBeNull();
+      expect(await store.putRecord(`version/constructor/0.9.0`, { ...v11, version: "0.9.0", transaction: id }, { ifRevision: null })).not.toBeNull();
+      const slotKey = (await store.listRecords("slots/")).keys[0]!;
+      const slot = (await store.getRecord<{ ids: string[] }>(slotKey))!;
+      expect(await store.putRecord(slotKey, { ids: [...slot.value.ids, id] }, { ifRevision: slot.revision })).not.toBeNull();
+      const before = (await (await fetch(`${depot.url}/catalog`)).json()) as { position: number };
+
       const seen: unknown[] = [];
       const fresh = await servePackageRouter(createPackageRouter(store, { onError: (e) => seen.push(e) }));
       try {
         const catalog = (await (await fetch(`${fresh.url}/catalog`)).json()) as { packages: Record<string, { versions: string[] }> };
         expect(Object.hasOwn(catalog.packages, "constructor")).toBe(true);
-        expect(catalog.packages["constructor"]!.versions).toEqual(["1.0.0", "1.1.0"]);
+        expect(catalog.packages["constructor"]!.versions).toEqual(["0.9.0", "1.0.0", "1.1.0"]);
+        const since = (await (await fetch(`${fresh.url}/catalog?since=${before.position}`)).json()) as { changes: unknown[] };
+        expect(since.changes).toEqual([{ position: before.position + 1, name: "constructor", version: "0.9.0" }]);
+        const summary = (await (await fetch(`${fresh.url}/summary/${id}`)).json()) as { state: string };
+        expect(summary.state).toBe("committed");
+        expect((await store.getRecord<{ ids: string[] }>(slotKey))!.value.ids).not.toContain(id);
         expect((await fetch(`${fresh.url}/version/valueof`)).status).toBe(200);
         expect(seen).toEqual([]);
       } finally {
@@ -279,5 +303,74 @@ describe("HEAD, 405 and problem types", () => {
     const body = await expectProblem(fetch(`${depot.url}/version/nothing`), 404, "PACKAGE_NOT_FOUND");
     expect(body.type).toBe("urn:runner-depot:problem:package-not-found");
     expect((await expectProblem(fetch(`${depot.url}/catalog`, { method: "PUT" }), 405, "METHOD_NOT_ALLOWED")).type).toBe("urn:runner-depot:problem:method-not-allowed");
+  });
+});
+
+/** One raw HTTP/1.1 exchange on a new connection: everything the server sent until it closed. */
+function rawExchange(port: number, request: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let text = "";
+    const socket = connect(port, "127.0.0.1", () => socket.write(request));
+    socket.setTimeout(10_000, () => socket.destroy(new Error("no answer within 10 s")));
+    socket.on("data", (chunk) => (text += chunk.toString("latin1")));
+    socket.on("error", reject);
+    socket.on("close", () => resolve(text));
+  });
+}
+
+/** Status, headers (lower-case names) and the problem document of a raw answer. */
+function rawProblem(text: string): { status: number; headers: Record<string, string>; body: Record<string, unknown> } {
+  const [head = "", rest = ""] = text.split("\r\n\r\n", 2);
+  const [statusLine = "", ...lines] = head.split("\r\n");
+  const headers = Object.fromEntries(lines.map((l) => [l.slice(0, l.indexOf(":")).toLowerCase(), l.slice(l.indexOf(":") + 1).trim()]));
+  const json = rest.slice(rest.indexOf("{"), rest.lastIndexOf("}") + 1); // plain or one chunk
+  return { status: Number(statusLine.split(" ")[1]), headers, body: JSON.parse(json) as Record<string, unknown> };
+}
+
+describe("requests fetch cannot express, over real sockets (found by the HTTP router fuzz)", () => {
+  let depot: LiveDepot;
+  let port = 0;
+  beforeAll(async () => {
+    depot = await startDepot(createMemoryStore());
+    port = Number(new URL(depot.url).port);
+    expect((await publish(depot.url, "app@1.0.0", [{ type: "file", path: "a", body: "a" }])).status).toBe(201);
+  });
+  afterAll(() => depot.close());
+
+  it("TRACE is 405 METHOD_NOT_ALLOWED with the path's Allow (was 500: a fetch Request cannot carry TRACE); 404 where nothing is", async () => {
+    const known = rawProblem(await rawExchange(port, "TRACE /catalog HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    expect({ status: known.status, type: known.headers["content-type"], allow: known.headers.allow, code: known.body.code }).toEqual({
+      status: 405,
+      type: "application/problem+json",
+      allow: "GET, HEAD",
+      code: "METHOD_NOT_ALLOWED",
+    });
+    const unknown = rawProblem(await rawExchange(port, "TRACE /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    expect({ status: unknown.status, code: unknown.body.code }).toEqual({ status: 404, code: "NOT_FOUND" });
+  });
+
+  it("CONNECT is answered 405 with an empty Allow (Node dropped the connection without a word)", async () => {
+    const answer = rawProblem(await rawExchange(port, "CONNECT depot.example:443 HTTP/1.1\r\nHost: depot.example:443\r\n\r\n"));
+    expect({ status: answer.status, type: answer.headers["content-type"], allow: answer.headers.allow, code: answer.body.code }).toEqual({
+      status: 405,
+      type: "application/problem+json",
+      allow: "",
+      code: "METHOD_NOT_ALLOWED",
+    });
+  });
+
+  it("a target starting with // is a path, not an authority (was 500 for '//', and '//catalog' served /)", async () => {
+    for (const target of ["//", "//catalog", "//evil.example/catalog"]) {
+      const answer = rawProblem(await rawExchange(port, `GET ${target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`));
+      expect({ target, status: answer.status, code: answer.body.code }).toEqual({ target, status: 404, code: "NOT_FOUND" });
+    }
+    const star = rawProblem(await rawExchange(port, "OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    expect({ status: star.status, code: star.body.code }).toEqual({ status: 400, code: "BAD_REQUEST" });
+  });
+
+  it("an Expect other than 100-continue is ignored (was Node's bare 417 without a problem document)", async () => {
+    const text = await rawExchange(port, "GET /version/app HTTP/1.1\r\nHost: x\r\nExpect: something\r\nConnection: close\r\n\r\n");
+    expect(text.split("\r\n")[0]).toBe("HTTP/1.1 200 OK");
+    expect(text).toContain('"app"');
   });
 });

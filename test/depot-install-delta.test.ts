@@ -90,15 +90,16 @@ describe("delta upgrades", () => {
     expect(log[0]!.url).toMatch(/\/data\/hundred\/1\.0\.0$/);
   });
 
-  it("falls back to the whole archive when the installed files were modified locally", async () => {
+  it("falls back to the whole archive when the installed files were modified locally (the edit kept as .old)", async () => {
     const target = await depot.tempDir("tampered");
     await client.install("hundred@1.0.0", target);
     await writeFile(path.join(target, "hundred", "dir7/file7.bin"), "local edit");
     const events: InstallProgress[] = [];
-    const result = await client.install("hundred@1.1.0", target, { onProgress: (e) => events.push(e) });
-    expect(result.packages[0]).toMatchObject({ action: "upgraded", via: "full" });
+    // The edit is the user's: kept as .old (by default the install would refuse; see depot-install-preserve).
+    const result = await client.install("hundred@1.1.0", target, { onProgress: (e) => events.push(e), preserve: "renameold" });
+    expect(result.packages[0]).toMatchObject({ action: "upgraded", via: "full", kept: ["hundred/dir7/file7.bin.old"] });
     const fallback = events.find((e) => e.phase === "fallback");
     expect(fallback && "reason" in fallback ? fallback.reason : "").toContain("dir7/file7.bin");
-    expect(await snapshotTree(path.join(target, "hundred"))).toEqual(await freshInstall("hundred@1.1.0"));
+    expect(await snapshotTree(path.join(target, "hundred"), { skip: ["dir7/file7.bin.old"] })).toEqual(await freshInstall("hundred@1.1.0"));
   });
 });

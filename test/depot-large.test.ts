@@ -14,6 +14,7 @@ import { fileURLToPath } from "node:url";
 import tar from "tar-stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createDepotClient } from "../src/depot/client.js";
+import { stopChild } from "./fixtures/stop-child.js";
 
 const GiB = 2 ** 30;
 const MiB = 2 ** 20;
@@ -46,11 +47,7 @@ beforeAll(async () => {
 }, 60_000);
 
 afterAll(async () => {
-  if (child && child.exitCode === null) {
-    const exited = new Promise((resolve) => child!.once("exit", resolve));
-    child.kill("SIGTERM");
-    await exited;
-  }
+  await stopChild(child);
   await rm(tmp, { recursive: true, force: true });
 });
 

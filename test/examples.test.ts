@@ -2,7 +2,7 @@
  * Smoke test of examples/: every example runs with its one command, answers its own
  * requests and exits 0; every server example also serves a request sent from here with
  * `--serve` and stops cleanly on SIGTERM. The host unit-test example runs under its own
- * vitest root. Needs RabbitMQ (orchestrator-loop), as the rest of the suite does.
+ * vitest root. orchestrator-loop uses the run's RabbitMQ (skipped, with the reason, without one).
  */
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
@@ -10,14 +10,18 @@ import http2 from "node:http2";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { createRunnerClient } from "../src/runner/index.js";
+import { RABBITMQ_URL, SERVICES, withBrokerInUse } from "./backends-fixtures.js";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const TIMEOUT_MS = 45_000;
 
-/** The parent's environment minus vitest's own variables (they would confuse a nested vitest), without colours. */
+/**
+ * The parent's environment minus vitest's own variables (they would confuse a nested
+ * vitest), without colours, with this run's RabbitMQ for orchestrator-loop.
+ */
 function childEnv(): NodeJS.ProcessEnv {
   const env = Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("VITEST") && key !== "FORCE_COLOR"));
-  return { ...env, NO_COLOR: "1" };
+  return { ...env, NO_COLOR: "1", AMQP_URL: RABBITMQ_URL };
 }
 
 interface Run {
@@ -93,6 +97,22 @@ describe("examples answer their own requests and exit 0", () => {
     });
   }
 
+  for (const prefix of ["console-node-http", "console-express", "console-fastify", "console-hono"] as const) {
+    it(`${prefix}.ts`, async () => {
+      const result = await run(tsx(`${prefix}.ts`));
+      expectClean(result, prefix);
+      // Signed in once, read the job list, followed the job's events until its cancel ended them.
+      expect(result.stdout).toContain(`${prefix}: login -> 303 /console/`);
+      expect(result.stdout).toContain(`${prefix}: GET job page -> 200 text/html; charset=utf-8`);
+      expect(result.stdout).toContain(`${prefix}: jobs demo:open`);
+      expect(result.stdout).toContain(`${prefix}: cancel -> 200`);
+      expect(result.stdout).toContain(`${prefix}: streamed ["\\u001b[32mbuilding\\u001b[0m","warning: demo"] then end cancelled`);
+      expect(result.stdout).toMatch(new RegExp(`${prefix}: packages -> 200 \\{"packages":\\[\\{"name":"hello","latest":"1\\.0\\.0"`));
+      expect(result.stdout).toContain(`${prefix}: without the session -> 401`);
+      expect(result.stdout).toContain(`${prefix}: done`);
+    });
+  }
+
   it("runner-http2.ts", async () => {
     const result = await run(tsx("runner-http2.ts"));
     expectClean(result, "runner-http2");
@@ -108,8 +128,10 @@ describe("examples answer their own requests and exit 0", () => {
     expect(result.stdout).toContain("runner-fastify: result outcome=finished exitCode=0 stdout=3 requestId=true");
   });
 
-  it("orchestrator-loop.ts (RabbitMQ)", async () => {
-    const result = await run(tsx("orchestrator-loop.ts"));
+  it("orchestrator-loop.ts (RabbitMQ)", async ({ skip }) => {
+    skip(SERVICES.rabbitmq.url === null, `RabbitMQ unavailable: ${SERVICES.rabbitmq.reason}`);
+    // Never while another file has the shared broker stopped for its outage test.
+    const result = await withBrokerInUse(() => run(tsx("orchestrator-loop.ts")));
     expectClean(result, "orchestrator-loop");
     expect(result.stdout).toMatch(/stdout\] step checkout\n/);
     expect(result.stdout).toMatch(/stderr\] 1 warning\n/);
@@ -135,7 +157,27 @@ describe("server examples with --serve answer a request from outside and stop on
         const response = await fetch(`${url}/depot/catalog`);
         answer = { status: response.status, body: await response.json() };
       });
-      expect(answer).toEqual({ status: 200, body: { packages: {}, count: 0, updatedAt: null } });
+      expect(answer).toEqual({ status: 200, body: { packages: {}, count: 0, position: 0, updatedAt: null } });
+      expectClean(result, name);
+    });
+  }
+
+  for (const name of ["console-node-http.ts", "console-express.ts", "console-fastify.ts", "console-hono.ts"]) {
+    it(name, async () => {
+      const seen: Array<[string, number, string]> = [];
+      const result = await serveAndStop(name, async (url) => {
+        // From outside: the page asks to sign in, the script is served, the API refuses.
+        for (const path of ["/console/", "/console/assets/console.js", "/console/api/jobs"]) {
+          const response = await fetch(`${url}${path}`);
+          seen.push([path, response.status, response.headers.get("content-type") ?? ""]);
+          await response.text();
+        }
+      });
+      expect(seen).toEqual([
+        ["/console/", 401, "text/html; charset=utf-8"],
+        ["/console/assets/console.js", 200, "text/javascript; charset=utf-8"],
+        ["/console/api/jobs", 401, "application/problem+json"],
+      ]);
       expectClean(result, name);
     });
   }

@@ -15,7 +15,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LogItemSchema, Runner, type LogItem } from "../src/gen/runner/v1/runner_pb.js";
 import { createRunnerHandler, createRunnerService, startRunnerServer, type RunnerServer, type RunnerService } from "../src/runner/index.js";
 import { createStreamLogsFastPath } from "../src/runner/grpc-fast-path.js";
-import { kMessageBytes, kShutdownSignal, wireLimitFor } from "../src/runner/service.js";
+import { kMessageBytes, kShutdownSignal } from "../src/runner/service.js";
+import { createReadBudget } from "../src/runner/read-budget.js";
 import { createMemoryLogStore, createMemoryQueue, type MemoryQueue } from "../src/adapters/memory/index.js";
 import type { JobLogStore } from "../src/runner/ports.js";
 import { end, line, send, until } from "./runner-service-helpers.js";
@@ -178,7 +179,8 @@ describe("runner gRPC fast path vs connect path: same scenario, same answer", ()
   });
 
   it("a frame over the wire limit: RESOURCE_EXHAUSTED, items stored before it kept, committed exact, same on both paths", async () => {
-    const limit = wireLimitFor(2048);
+    // Far over the limit: the old wire limit of 2 × messageBytes + 64 KiB.
+    const limit = 2 * 2048 + 64 * 1024;
     const [fast, slow] = await both(sides, async (side) => {
       const id = randomUUID();
       const huge = Buffer.alloc(5);
@@ -208,11 +210,11 @@ describe("runner gRPC fast path vs connect path: same scenario, same answer", ()
     expect(fast).toEqual(slow);
   });
 
-  it("a stream that ends inside a frame: INVALID_ARGUMENT with committed; a compressed-flag frame without grpc-encoding: INTERNAL; invalid UTF-8: INTERNAL", async () => {
+  it("a stream that ends inside a frame, a compressed-flag frame without grpc-encoding, invalid UTF-8: INVALID_ARGUMENT with committed", async () => {
     const cases: Array<{ name: string; tail: (id: string) => Buffer; status: string }> = [
       { name: "incomplete", tail: (id) => frame(line(id, "cut")).subarray(0, 9), status: "3" },
-      { name: "compressed flag", tail: (id) => frame(line(id, "zipped?"), 1), status: "13" },
-      { name: "invalid utf-8", tail: () => Buffer.from([0, 0, 0, 0, 6, 0x12, 0x04, 0x0a, 0x02, 0xff, 0x41]), status: "13" },
+      { name: "compressed flag", tail: (id) => frame(line(id, "zipped?"), 1), status: "3" },
+      { name: "invalid utf-8", tail: () => Buffer.from([0, 0, 0, 0, 6, 0x12, 0x04, 0x0a, 0x02, 0xff, 0x41]), status: "3" },
     ];
     for (const c of cases) {
       const [fast, slow] = await both(sides, async (side) => {
@@ -290,7 +292,8 @@ describe("runner gRPC fast path: routing and back-pressure", () => {
     const connectOnly = createRunnerHandler(runner, { fastPath: false });
     const shutdown = new AbortController();
     const fast = createStreamLogsFastPath(runner, {
-      readMaxBytes: wireLimitFor(runner.limits.messageBytes),
+      messageBytes: runner.limits.messageBytes,
+      budget: createReadBudget(),
       contextValues: () => createContextValues().set(kShutdownSignal, shutdown.signal).set(kMessageBytes, undefined),
     });
     const taken: Array<[string, boolean]> = [];

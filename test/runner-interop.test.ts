@@ -90,4 +90,17 @@ describe("interop: @grpc/grpc-js client", () => {
     expect(cancelled.trailers["runner-committed"]).toBe("1");
     expect(await storedTexts(h.logs, id)).toEqual(["a"]);
   });
+
+  it("status texts reach grpc-js decoded: ':' and ';' as sent, '%' and non-ASCII intact (grpc-message percent-encoded per the gRPC spec)", async () => {
+    const id = randomUUID();
+    const auth = { authorization: `Bearer ${mintJobToken(secret, id)}` };
+    await stream(client, [{ request_id: id, log: { line: "a" } }], auth);
+    const gap = await stream(client, [{ request_id: id, log: { line: "z" } }], { ...auth, "runner-offset": "5" });
+    expect(gap.code).toBe(grpc.status.FAILED_PRECONDITION);
+    expect(gap.details).toBe("offset 5 is past the 1 items stored; resend from 1");
+    const odd = "100%: é; /x";
+    const bad = await stream(client, [{ request_id: odd, log: { line: "z" } }], auth);
+    expect(bad.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(bad.details).toBe(`request_id is not a UUID: ${JSON.stringify(odd)}`);
+  });
 });

@@ -243,7 +243,9 @@ describe("check order while a job is being cancelled or declared lost", () => {
       await until(() => h.queue.attempts >= 1, "the cancel publishing");
       expect(await send(h.client, [line(id, "b")], { offset: "x1" })).toMatchObject({ code: "InvalidArgument", committed: "1" });
       expect(await send(h.client, [empty(id)], { offset: 1 })).toMatchObject({ code: "InvalidArgument", committed: "1" });
-      expect(await send(h.client, [line(id, "x".repeat(5000))], { offset: 1 })).toMatchObject({ code: "ResourceExhausted", committed: "1" });
+      // An oversized first message is refused on its frame prefix, before it is decoded (it
+      // is read unauthenticated): no job is known yet, so no runner-committed.
+      expect(await send(h.client, [line(id, "x".repeat(5000))], { offset: 1 })).toMatchObject({ code: "ResourceExhausted", committed: null });
       expect(await send(h.client, [line(id, "b")], { offset: 1 })).toMatchObject({ ok: false, reason: "cancelled", committed: "1" });
       h.queue.down = false;
       expect(await cancelled).toMatchObject({ outcome: "cancelled" });

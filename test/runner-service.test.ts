@@ -436,7 +436,7 @@ describe("runner service: authorize hook, known jobs, lost jobs", () => {
   });
 
   it("retention: an ended job is forgotten by the sweep once retentionMs (at least lostAfterMs) has passed", async () => {
-    const h = await startHarness({ memoryStore: true, lostAfterMs: 60, retentionMs: 80, sweepIntervalMs: 20 });
+    const h = await startHarness({ memoryStore: true, lostAfterMs: 60, retentionMs: 1_500, sweepIntervalMs: 20 });
     try {
       const id = randomUUID();
       expect(await send(h.client, [line(id, "a"), end(id)])).toMatchObject({ ok: true, committed: "2" });

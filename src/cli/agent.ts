@@ -1,26 +1,38 @@
 /** `runner-depot agent`: the VM side — reads the job config (or flags), runs the command, streams it, exits with its exit code. */
 import { readFile } from "node:fs/promises";
-import { createRunnerClient, isRequestId, readJobConfig, runJob, DEFAULT_JOB_CONFIG_PATH, type JobConfig } from "../runner/index.js";
+// The agent's modules one by one, not the runner barrel: the barrel's service, server and
+// telemetry modules run code when loaded, so importing it cost the agent 1.7–3.6 s of
+// start-up on a loaded 2-core machine before its credentials check could even begin.
+import { runJob } from "../runner/agent.js";
+import { createRunnerClient } from "../runner/client.js";
+import { DEFAULT_JOB_CONFIG_PATH, readJobConfig, type JobConfig } from "../runner/job-config.js";
+import { checkJobCredentials } from "../runner/credentials-probe.js";
+import { isRequestId } from "../runner/uuid.js";
 import { CliError, requireString, type Command } from "./args.js";
 
 const usage = `Usage: runner-depot agent [options] [-- <command> [args…]]
 
-Runs a job and streams every output line, then its end, to the orchestrator. Reads
-the job from the config file cloud-init wrote (default ${DEFAULT_JOB_CONFIG_PATH}),
-or from flags and the command after --. Exits with the job's exit code (128 + signal
-number when a signal killed it); 1 when the orchestrator could not be told.
+Runs a job and streams every output line, then its end, to the orchestrator, and
+prints the lines here too (--quiet to not). Reads the job from the config file
+cloud-init wrote (default ${DEFAULT_JOB_CONFIG_PATH}), or from flags and the command
+after --. First checks the job's credentials with the runner in one short call: a
+wrong token, an unknown job or a job already over stops the agent before the command
+runs. Exits with the job's exit code (128 + signal number when a signal killed it);
+1 when the runner refused the job or could not be told.
 
 Options:
   --config <file>      job config written by cloud-init
   --endpoint <url>     runner endpoint (http://host:port or https://…)
   --request-id <uuid>  the job's request ID
-  --token <token>      the job's token (default $RUNNER_DEPOT_JOB_TOKEN; none for an open server)
+  --token <token>      the job's token (default: the config's, else $RUNNER_DEPOT_JOB_TOKEN;
+                       none for an open server)
   --repo <url>         repository URL for the job result
   --commit <sha>       commit for the job result
   --cwd <dir>          working directory of the job
   --ca <file>          CA certificate (PEM) to trust for an https endpoint
   --cert <file>        client certificate (PEM) for mutual TLS
-  --key <file>         client key (PEM) for mutual TLS`;
+  --key <file>         client key (PEM) for mutual TLS
+  --quiet, -q          do not print the job's output here (it is still streamed)`;
 
 export const agentCommand: Command = {
   usage,
@@ -35,9 +47,12 @@ export const agentCommand: Command = {
     ca: { type: "string" },
     cert: { type: "string" },
     key: { type: "string" },
+    quiet: { type: "boolean", short: "q" },
   },
   async run(values, positionals) {
     const job = await jobFrom(values, positionals);
+    // --token wins over the config file's (a token re-issued after the VM was set up).
+    if (typeof values.token === "string") job.token = values.token;
     // A private CA comes from --ca, else from the job config cloud-init wrote.
     const ca = values.ca ? await readFile(String(values.ca)) : job.ca;
     const tls = ca || values.cert ? {
@@ -45,6 +60,8 @@ export const agentCommand: Command = {
       cert: values.cert ? await readFile(String(values.cert)) : undefined,
       key: values.key ? await readFile(String(values.key)) : undefined,
     } : undefined;
+    // Before anything runs: a wrong token must not cost the whole command (one short call).
+    await checkBeforeRunning(job, tls, tokenSource(values, positionals));
     const client = createRunnerClient({
       endpoint: job.endpoint,
       requestId: job.requestId,
@@ -63,6 +80,7 @@ export const agentCommand: Command = {
         env: job.env ? { ...process.env, ...job.env } : undefined,
         repoUrl: job.repoUrl,
         commitSha: job.commitSha,
+        onLine: values.quiet === true ? undefined : (line, stderr) => (stderr ? process.stderr : process.stdout).write(`${line}\n`),
       });
       return exitCode;
     } finally {
@@ -71,6 +89,41 @@ export const agentCommand: Command = {
     }
   },
 };
+
+/** Where the token came from, for the message when it is refused. */
+function tokenSource(values: Record<string, unknown>, positionals: string[]): string {
+  if (typeof values.token === "string") return "--token";
+  if (typeof values.config === "string" || (values.endpoint === undefined && positionals.length === 0)) {
+    return `the token in ${typeof values.config === "string" ? values.config : DEFAULT_JOB_CONFIG_PATH}`;
+  }
+  return process.env.RUNNER_DEPOT_JOB_TOKEN !== undefined ? "$RUNNER_DEPOT_JOB_TOKEN" : "no token";
+}
+
+/** The credentials check: refusals and a job already over end the agent here, before spawning. */
+async function checkBeforeRunning(job: JobConfig, tls: Parameters<typeof checkJobCredentials>[0]["tls"], given: string): Promise<void> {
+  const check = await checkJobCredentials({ endpoint: job.endpoint, requestId: job.requestId, token: job.token, tls });
+  const where = `the runner at ${job.endpoint}`;
+  if (check.status === "ok") return;
+  if (check.status === "unreachable") {
+    // The VM may come up before the orchestrator answers: the client retries, and keeps the output meanwhile.
+    process.stderr.write(`runner-depot agent: cannot check the job's credentials with ${where} (${check.error.message}); running it anyway\n`);
+    return;
+  }
+  if (check.status === "ended") {
+    throw new CliError(`job ${job.requestId} is already over on ${where} (${check.reason}); the command was not run`);
+  }
+  const { code, message } = check.error;
+  if (code === "UNAUTHENTICATED" || code === "PERMISSION_DENIED") {
+    const fix = given === "no token" ? "no token was given" : `${given} was refused`;
+    throw new CliError(
+      `${where} refused the job's token (${code}: ${message}); ${fix}: pass the token 'runner-depot job' printed for ${job.requestId} with --token or $RUNNER_DEPOT_JOB_TOKEN; the command was not run`,
+    );
+  }
+  if (code === "NOT_FOUND") {
+    throw new CliError(`${where} does not know job ${job.requestId} (${message}); check --request-id and --endpoint; the command was not run`);
+  }
+  throw new CliError(`${where} refused the job (${code}: ${message}); the command was not run`);
+}
 
 async function jobFrom(values: Record<string, unknown>, positionals: string[]): Promise<JobConfig> {
   if (typeof values.config === "string" || (values.endpoint === undefined && positionals.length === 0)) {

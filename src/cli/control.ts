@@ -1,13 +1,20 @@
 /**
- * The control API `serve` adds under `/-/` on the depot's port, for the `job` and
- * `logs` commands: create a job (mint its token, register it, render its cloud-init)
- * and read or follow its log. Every request needs the admin token.
+ * The control API `serve` adds under `/-/` on the depot's port, for the `job`, `logs`,
+ * `jobs` and `cancel` commands: create a job (mint its token, register it, render its
+ * cloud-init), read or follow its log, list jobs and cancel one (control-jobs.ts).
+ * Every request needs the admin token.
  */
 import { timingSafeEqual } from "node:crypto";
 import { v4 as uuidv4 } from "uuid";
 import { RunnerDepotError } from "../errors.js";
 import { mintJobToken, normalizeRequestId, renderCloudInit, type RunnerService } from "../runner/index.js";
-import type { JobLogStore } from "../runner/ports.js";
+import type { JobLogStore, StoredLine } from "../runner/ports.js";
+import { cancelJobRoute, listJobsRoute } from "./control-jobs.js";
+
+/** Lines read from the store per page when not following (one read per page). */
+const PAGE_LINES = 1000;
+/** Characters gathered into one enqueued chunk. */
+const PULL_CHARS = 64 * 1024;
 
 /** What the control API needs from `serve`. */
 export interface ControlApiOptions {
@@ -45,6 +52,9 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
       }
       const url = new URL(request.url);
       if (request.method === "POST" && url.pathname === "/-/jobs") return await createJob(await request.json());
+      if (request.method === "GET" && url.pathname === "/-/jobs") return await listJobsRoute(options.runner, url);
+      const cancel = /^\/-\/jobs\/([^/]+)\/cancel$/.exec(url.pathname);
+      if (request.method === "POST" && cancel) return await cancelJobRoute(options.runner, options.logs, cancel[1]!);
       const match = /^\/-\/jobs\/([^/]+)\/log$/.exec(url.pathname);
       if (request.method === "GET" && match) return await jobLog(match[1]!, url.searchParams.has("follow"), request.signal);
       throw new RunnerDepotError("NOT_FOUND", `no control route ${request.method} ${url.pathname}`);
@@ -76,28 +86,64 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
     if (!state) throw new RunnerDepotError("NOT_FOUND", `no job ${requestId}`);
     const encoder = new TextEncoder();
     const { runner, logs } = options;
+    const stop = new AbortController();
+    const onAbort = () => stop.abort();
+    signal.addEventListener("abort", onAbort, { once: true });
+    // Follow: the fan-out's iterator. Otherwise: the store read a page at a time (O(page) a pull).
+    const lines: AsyncIterator<StoredLine> = follow ? runner.follow(requestId, { signal: stop.signal })[Symbol.asyncIterator]() : pages(logs, requestId);
+    let done = false;
+    const release = () => {
+      if (done) return;
+      done = true;
+      stop.abort();
+      signal.removeEventListener("abort", onAbort);
+      void lines.return?.(undefined)?.catch(() => undefined);
+    };
     // NDJSON: one {line, stderr} per stored line, then {result} once the job has ended.
-    const body = new ReadableStream<Uint8Array>({
-      async start(controller) {
-        try {
-          if (follow) {
-            for await (const line of runner.follow(requestId, { signal })) controller.enqueue(encoder.encode(`${JSON.stringify(line)}\n`));
-          } else {
-            for (let from = 0; ; ) {
-              const page = await logs.read(requestId, from, 10_000);
-              for (const line of page) controller.enqueue(encoder.encode(`${JSON.stringify(line)}\n`));
-              if (page.length < 10_000) break;
-              from += page.length;
+    // Pull-driven with a byte high-water mark: a client that stops reading stops the store
+    // reads too (the stream asks for more only while its queue is under 64 KiB), so serve
+    // holds O(one page) per stalled client instead of the whole log.
+    const body = new ReadableStream<Uint8Array>(
+      {
+        async pull(controller) {
+          try {
+            let text = "";
+            while (text.length < PULL_CHARS) {
+              const next = await lines.next();
+              if (next.done) {
+                const after = await logs.get(requestId);
+                if (after?.result) text += `${JSON.stringify({ result: after.result })}\n`;
+                if (text) controller.enqueue(encoder.encode(text));
+                controller.close();
+                release();
+                return;
+              }
+              text += `${JSON.stringify(next.value)}\n`;
+              // A follower at the live end waits for the next line: send what we have first.
+              if (follow) break;
             }
+            controller.enqueue(encoder.encode(text));
+          } catch (error) {
+            release();
+            controller.error(error);
           }
-          const after = await logs.get(requestId);
-          if (after?.result) controller.enqueue(encoder.encode(`${JSON.stringify({ result: after.result })}\n`));
-          controller.close();
-        } catch (error) {
-          controller.error(error);
-        }
+        },
+        cancel() {
+          release();
+        },
       },
-    });
+      new ByteLengthQueuingStrategy({ highWaterMark: 64 * 1024 }),
+    );
     return new Response(body, { headers: { "content-type": "application/x-ndjson", "cache-control": "no-store" } });
+  }
+}
+
+/** The stored log a page at a time: one `logs.read` per PAGE_LINES lines, only when asked. */
+async function* pages(logs: JobLogStore, requestId: string): AsyncGenerator<StoredLine> {
+  for (let from = 0; ; ) {
+    const page = await logs.read(requestId, from, PAGE_LINES);
+    yield* page;
+    if (page.length < PAGE_LINES) return;
+    from += page.length;
   }
 }

@@ -1,4 +1,6 @@
 /** `runner-depot job`: creates a job on a running server and prints the VM's cloud-init user data. */
+import { fetchFailureCause } from "../fetch-failure.js";
+import { cliFetch } from "./http.js";
 import { CliError, serverTarget, type Command } from "./args.js";
 import type { CreateJobResponse } from "./control.js";
 
@@ -29,12 +31,12 @@ export const jobCommand: Command = {
   async run(values, positionals) {
     if (positionals.length === 0) throw new CliError("give the job's command after --, e.g. 'runner-depot job -- make test'", 2);
     const { url, token } = await serverTarget(values, "depotUrl");
-    const response = await fetch(`${url}/-/jobs`, {
+    const response = await cliFetch(`${url}/-/jobs`, {
       method: "POST",
       headers: { "content-type": "application/json", ...(token ? { authorization: `Bearer ${token}` } : {}) },
       body: JSON.stringify({ command: positionals, repoUrl: values.repo ?? "", commitSha: values.commit ?? "" }),
     }).catch((error: Error) => {
-      throw new CliError(`cannot reach ${url} (${error.message}); is 'runner-depot serve' running?`);
+      throw new CliError(`cannot reach ${url}: ${fetchFailureCause(error)}; is 'runner-depot serve' running?`);
     });
     if (!response.ok) {
       const problem = (await response.json().catch(() => ({}))) as { detail?: string };

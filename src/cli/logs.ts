@@ -1,5 +1,7 @@
 /** `runner-depot logs <requestId> [--follow]`: prints a job's stored log, stdout lines to stdout and stderr lines to stderr. */
 import type { JobResult, StoredLine } from "../runner/ports.js";
+import { fetchFailureCause } from "../fetch-failure.js";
+import { cliFetch } from "./http.js";
 import { CliError, serverTarget, type Command } from "./args.js";
 
 const usage = `Usage: runner-depot logs <requestId> [options]
@@ -26,10 +28,10 @@ export const logsCommand: Command = {
     const [requestId] = positionals;
     if (!requestId || positionals.length > 1) throw new CliError("give exactly one request ID: 'runner-depot logs <requestId>'", 2);
     const { url, token } = await serverTarget(values, "depotUrl");
-    const response = await fetch(`${url}/-/jobs/${encodeURIComponent(requestId)}/log${values.follow ? "?follow" : ""}`, {
+    const response = await cliFetch(`${url}/-/jobs/${encodeURIComponent(requestId)}/log${values.follow ? "?follow" : ""}`, {
       headers: token ? { authorization: `Bearer ${token}` } : {},
     }).catch((error: Error) => {
-      throw new CliError(`cannot reach ${url} (${error.message}); is 'runner-depot serve' running?`);
+      throw new CliError(`cannot reach ${url}: ${fetchFailureCause(error)}; is 'runner-depot serve' running?`);
     });
     if (!response.ok || !response.body) {
       const problem = (await response.json().catch(() => ({}))) as { detail?: string };

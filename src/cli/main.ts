@@ -1,22 +1,22 @@
 #!/usr/bin/env node
 /**
- * The `runner-depot` command: `serve`, `job`, `agent`, `logs`, `publish`, `install`.
+ * The `runner-depot` command: `serve`, `job`, `agent`, `logs`, `jobs`, `cancel`,
+ * `publish`, `install`, `migrate`, and `--version`.
  * Exit codes: 0 success, 1 failure, 2 usage. Errors are one line saying what to do.
  */
 import { CliError, runCli } from "./args.js";
-import { agentCommand } from "./agent.js";
-import { installCommand, publishCommand } from "./depot.js";
-import { jobCommand } from "./job.js";
-import { logsCommand } from "./logs.js";
-import { serveCommand } from "./serve.js";
 
+// Loaded on demand, so each command pulls in only what it uses.
 const commands = {
-  serve: serveCommand,
-  job: jobCommand,
-  agent: agentCommand,
-  logs: logsCommand,
-  publish: publishCommand,
-  install: installCommand,
+  serve: async () => (await import("./serve.js")).serveCommand,
+  job: async () => (await import("./job.js")).jobCommand,
+  agent: async () => (await import("./agent.js")).agentCommand,
+  logs: async () => (await import("./logs.js")).logsCommand,
+  jobs: async () => (await import("./jobs.js")).jobsCommand,
+  cancel: async () => (await import("./jobs.js")).cancelCommand,
+  publish: async () => (await import("./depot.js")).publishCommand,
+  install: async () => (await import("./depot.js")).installCommand,
+  migrate: async () => (await import("./migrate.js")).migrateCommand,
 };
 
 const USAGE = `runner-depot — runner log streaming (gRPC) and a package depot (REST)
@@ -28,10 +28,14 @@ Commands:
   job                        create a job on a running server and print its cloud-init user data
   agent                      run a job inside the VM and stream its output (exits with its exit code)
   logs <requestId>           print a job's stored log (--follow to tail it until the job ends)
+  jobs                       list jobs, newest first, with state, outcome and exit code
+  cancel <requestId>         cancel an open job (its agent stops the command)
   publish <dir> <name>@<ver> publish a directory as a package version
   install <name>[@range] <dir>  install a package and its dependencies into a directory
+  migrate <data>             upgrade a depot store written by an older runner-depot, in place
 
-Run 'runner-depot <command> --help' for a command's options.`;
+Run 'runner-depot <command> --help' for a command's options, 'runner-depot --version'
+for the version.`;
 
 runCli(process.argv.slice(2), commands, USAGE).then(
   (code) => {

@@ -14,6 +14,13 @@ import type { JobLogStore, JobResult, JobResultQueue } from "../runner/ports.js"
 import { isLoopbackHost } from "../net.js";
 import { CliError, DEFAULT_DATA_DIR, importAdapter, portOption, type Command, type ServeState } from "./args.js";
 import { createControlApi } from "./control.js";
+import { lockDataDir } from "./serve-lock.js";
+import { createConsole, createConsoleSessions } from "../console/index.js";
+import type { Logger } from "../telemetry.js";
+import { createServeLogger, gatedLogger } from "./serve-log.js";
+import { createOperatorEndpoints, serveOperatorEndpoints, type OperatorEndpoints, type Probe } from "./serve-health.js";
+import { startServeTelemetry } from "./serve-telemetry.js";
+import { scheduleGarbageCollection } from "./serve-gc.js";
 
 const usage = `Usage: runner-depot serve [options]
 
@@ -37,7 +44,30 @@ Options:
   --s3-bucket <name>      keep depot blobs in S3 (with --s3-endpoint, --s3-region)
   --s3-endpoint <url>     S3 endpoint (path-style), e.g. http://127.0.0.1:4568
   --s3-region <region>    S3 region (default us-east-1)
-  --lost-after <seconds>  close jobs silent for this long as lost (default 600)`;
+  --postgres-schema <s>   PostgreSQL schema for both (default runner_depot)
+  --lost-after <seconds>  close jobs silent for this long as lost (default 600)
+
+Operations:
+  --log-level <level>     trace, debug, info (default), warn, error, fatal or silent
+  --log-format <format>   json (JSON lines on stderr) or pretty; default pretty on a
+                          terminal, json otherwise
+  --metrics-port <port>   serve GET /metrics, /healthz and /readyz on their own port,
+                          without a token (default: on the depot port, /metrics with
+                          the admin token)
+  --metrics-host <host>   interface of --metrics-port (default 127.0.0.1); an address
+                          beyond loopback needs --metrics-public
+  --metrics-public        allow a non-loopback --metrics-host: that listener has no
+                          token, so whoever reaches it reads the metrics
+  --gc-interval <seconds> run the depot's garbage collection this often (default 3600;
+                          0 turns it off); runs never overlap, each logs what it reclaimed
+  --gc-grace <seconds>    a blob is deleted once unreferenced in two runs at least this
+                          far apart (default 3600); keep it longer than an upload takes
+  --drain-grace <seconds> on SIGTERM/SIGINT, time calls in flight get to finish
+                          (default 20); readiness turns false first
+  --drain-delay <seconds> keep accepting this long after readiness turned false (and
+                          the runner's gRPC health NOT_SERVING), so load balancers
+                          see it first (default 0)
+Traces go to OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT) is set.`;
 
 export const serveCommand: Command = {
   usage,
@@ -57,6 +87,16 @@ export const serveCommand: Command = {
     "s3-endpoint": { type: "string" },
     "s3-region": { type: "string" },
     "lost-after": { type: "string" },
+    "postgres-schema": { type: "string" },
+    "log-level": { type: "string" },
+    "log-format": { type: "string" },
+    "metrics-port": { type: "string" },
+    "metrics-host": { type: "string" },
+    "metrics-public": { type: "boolean" },
+    "gc-interval": { type: "string" },
+    "gc-grace": { type: "string" },
+    "drain-grace": { type: "string" },
+    "drain-delay": { type: "string" },
   },
   async run(values) {
     const dataDir = path.resolve(typeof values.data === "string" ? values.data : DEFAULT_DATA_DIR);
@@ -65,6 +105,25 @@ export const serveCommand: Command = {
     const depotPort = portOption(values["depot-port"], "depot-port", 8080);
     const lostAfter = values["lost-after"] === undefined ? 600 : Number(values["lost-after"]);
     if (!(lostAfter > 0)) throw new CliError("--lost-after must be a positive number of seconds", 2);
+    const drainGrace = values["drain-grace"] === undefined ? 20 : Number(values["drain-grace"]);
+    if (!(drainGrace >= 0) || !Number.isFinite(drainGrace)) throw new CliError("--drain-grace must be a number of seconds (0 or more)", 2);
+    const drainDelay = values["drain-delay"] === undefined ? 0 : Number(values["drain-delay"]);
+    if (!(drainDelay >= 0) || !Number.isFinite(drainDelay)) throw new CliError("--drain-delay must be a number of seconds (0 or more)", 2);
+    const metricsPort = values["metrics-port"] === undefined ? undefined : portOption(values["metrics-port"], "metrics-port", 9464);
+    const metricsHost = typeof values["metrics-host"] === "string" ? values["metrics-host"] : "127.0.0.1";
+    if (values["metrics-host"] !== undefined && metricsPort === undefined) throw new CliError("--metrics-host goes with --metrics-port", 2);
+    checkMetricsHost(metricsHost, metricsPort, values["metrics-public"] === true);
+    const gcInterval = secondsOption(values["gc-interval"], "gc-interval", 3600);
+    const gcGrace = secondsOption(values["gc-grace"], "gc-grace", 3600);
+    const gate = { quiet: false };
+    const logger = gatedLogger(
+      createServeLogger({
+        level: typeof values["log-level"] === "string" ? values["log-level"] : undefined,
+        format: typeof values["log-format"] === "string" ? values["log-format"] : undefined,
+      }),
+      gate,
+    );
+    let serving = false;
     if (!!values["tls-cert"] !== !!values["tls-key"]) throw new CliError("--tls-cert and --tls-key go together", 2);
     if (values["tls-client-ca"] && !values["tls-cert"]) throw new CliError("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is on top of TLS)", 2);
     // Beyond loopback, tokens travel on the wire: refuse plaintext unless asked for.
@@ -76,25 +135,29 @@ export const serveCommand: Command = {
       );
     }
     await mkdir(dataDir, { recursive: true });
-
-    // Both secrets persist, so tokens handed to VMs survive a restart of the server.
-    const secret = await persistentSecret(path.join(dataDir, "job-secret"));
-    const adminToken = await persistentSecret(path.join(dataDir, "admin-token"));
+    // One server per data folder: a second one would overwrite serve.json and hide the first.
+    const unlock = await lockDataDir(dataDir);
 
     // Closed newest first on any exit, including a failed start (e.g. a port in use).
     const closers: Array<() => Promise<unknown>> = [];
+    // Before any backend or server exists, so each finds the global providers.
+    const telemetry = startServeTelemetry();
+    closers.push(() => telemetry.shutdown());
     const closeAll = async () => {
       for (const close of closers.reverse()) await close().catch(() => undefined);
     };
     try {
-      const queue = await openQueue(values);
+      // Both secrets persist, so tokens handed to VMs survive a restart of the server.
+      const secret = await persistentSecret(path.join(dataDir, "job-secret"));
+      const adminToken = await persistentSecret(path.join(dataDir, "admin-token"));
+      const queue = await openQueue(values, logger.child({ component: "queue" }));
       closers.push(async () => queue.close?.());
       const logs = await openLogStore(values, dataDir);
       closers.push(async () => logs.close?.());
       const store = await openPackageStore(values, dataDir);
       closers.push(async () => store.close?.());
 
-      const runner = createRunnerService(queue, { logs, secret, lostAfterMs: lostAfter * 1000 });
+      const runner = createRunnerService(queue, { logs, secret, lostAfterMs: lostAfter * 1000, logger: logger.child({ component: "runner" }) });
       closers.push(() => runner.close());
       const tls = values["tls-cert"]
         ? {
@@ -104,21 +167,57 @@ export const serveCommand: Command = {
           }
         : undefined;
       const runnerServer = await listening("runner-port", runnerPort, () =>
-        startRunnerServer(runner, { host, port: runnerPort, tls, insecure: values.insecure === true }),
+        startRunnerServer(runner, {
+          host,
+          port: runnerPort,
+          tls,
+          insecure: values.insecure === true,
+          gracefulShutdownMs: drainGrace * 1000,
+          logger: logger.child({ component: "runner" }),
+        }),
       );
       closers.push(() => runnerServer.close());
       const runnerUrl = typeof values["public-runner-url"] === "string" ? values["public-runner-url"] : runnerServer.url;
 
       // Reading the depot is open; publishing needs the admin token.
-      const depot = createPackageRouter(store, { authorize: bearerTokens({ [adminToken]: ["*"] }, { publicRead: true }) });
+      const depot = createPackageRouter(store, {
+        authorize: bearerTokens({ [adminToken]: ["*"] }, { publicRead: true }),
+        logger: logger.child({ component: "depot" }),
+        gcGraceMs: gcGrace * 1000,
+      });
+      // The router logs each run ('garbage collected' with what it reclaimed, or the failure);
+      // closed before the store, and a run in progress is waited for.
+      if (gcInterval > 0) {
+        const gc = scheduleGarbageCollection(() => depot.collectGarbage(), gcInterval * 1000);
+        closers.push(() => gc.stop());
+      }
+      const operator = createOperatorEndpoints({
+        probes: readinessProbes(store, logs, queue),
+        metricsText: () => telemetry.metricsText(),
+        metricsToken: metricsPort === undefined ? adminToken : null,
+        logger,
+      });
       const control = createControlApi({ runner, logs, secret, adminToken, runnerUrl });
+      // The web console on the depot's port: one-time login URL, then a session cookie.
+      const sessions = createConsoleSessions();
+      const webConsole = createConsole({ runner, depot, sessions, base: "/-/console" });
+      const route = (request: Request) => {
+        const pathname = new URL(request.url).pathname;
+        const answer = operator.answer(request, pathname, { metrics: metricsPort === undefined });
+        if (answer) return answer;
+        if (pathname === "/-/console" || pathname.startsWith("/-/console/")) return webConsole.fetch(request);
+        return pathname.startsWith("/-/") ? control(request) : depot.fetch(request);
+      };
       const depotServer = await listening("depot-port", depotPort, () =>
         servePackageRouter(
-          { isOpen: false, fetch: (request: Request) => (new URL(request.url).pathname.startsWith("/-/") ? control(request) : depot.fetch(request)) },
-          { host, port: depotPort, insecure: values.insecure === true },
+          { isOpen: false, fetch: route },
+          { host, port: depotPort, insecure: values.insecure === true, logger: logger.child({ component: "depot" }) },
         ),
       );
       closers.push(() => depotServer.close());
+      // The operator listener closes last, so probes see the drain.
+      const operatorServer = metricsPort === undefined ? undefined : await listening("metrics-port", metricsPort, () => serveOperatorEndpoints(operator, metricsHost, metricsPort));
+      if (operatorServer) closers.unshift(() => operatorServer.close());
 
       const state: ServeState = { runnerUrl, depotUrl: depotServer.url, adminToken, pid: process.pid };
       await writeFile(path.join(dataDir, "serve.json"), `${JSON.stringify(state, null, 2)}\n`, { mode: 0o600 });
@@ -126,20 +225,90 @@ export const serveCommand: Command = {
       process.stderr.write(
         `runner-depot serving\n  runner (gRPC):  ${runnerServer.url}\n  depot (HTTP):   ${depotServer.url}\n` +
           `  admin token:    ${adminToken}\n  data:           ${dataDir}\n` +
+          `  console:        ${depotServer.url}/-/console/?token=${sessions.loginToken()}  (works once)\n` +
           `Next: 'runner-depot job -- <command>' prints a VM's cloud-init; Ctrl-C stops.\n`,
       );
 
-      await new Promise<void>((resolve) => {
-        process.once("SIGINT", resolve);
-        process.once("SIGTERM", resolve);
+      logger.info(
+        { runnerUrl, depotUrl: depotServer.url, metricsUrl: operatorServer ? `${operatorServer.url}/metrics` : `${depotServer.url}/metrics`, traces: telemetry.tracesTo ?? "off", gcIntervalSeconds: gcInterval, data: dataDir },
+        "runner-depot serving",
+      );
+
+      serving = true;
+      const signal = await new Promise<string>((resolve) => {
+        process.once("SIGINT", () => resolve("SIGINT"));
+        process.once("SIGTERM", () => resolve("SIGTERM"));
       });
-      process.stderr.write("runner-depot: shutting down\n");
+      // Readiness false and gRPC health NOT_SERVING at once; both servers keep accepting
+      // for --drain-delay, then stop and give calls in flight --drain-grace.
+      const [delayMs, graceMs] = [drainDelay * 1000, drainGrace * 1000];
+      await drain(logger, operator, signal, graceMs, [
+        ["depot", () => pause(delayMs).then(() => depotServer.drain({ graceMs }))],
+        ["runner", () => runnerServer.drain({ notServingMs: delayMs, graceMs })],
+      ]);
     } finally {
+      // A failed start is reported by the CLI's one line; closing says nothing more.
+      if (!serving) gate.quiet = true;
       await closeAll();
+      await unlock();
     }
     return 0;
   },
 };
+
+/**
+ * The drain: readiness turns false first, then each server stops taking work and gives
+ * its calls in flight the grace time; the log names what was cut.
+ */
+async function drain(logger: Logger, operator: OperatorEndpoints, signal: string, graceMs: number, servers: Array<[string, () => Promise<unknown>]>): Promise<void> {
+  operator.drain();
+  logger.info({ signal, graceMs }, "draining: readiness is false, servers stop accepting");
+  const started = performance.now();
+  await Promise.all(
+    servers.map(async ([name, close]) => {
+      const report = await close();
+      // The depot names its cut requests (method, path, age); the runner its cut calls' request IDs (cutRequestIds).
+      const cut = (report as { cut?: unknown } | undefined)?.cut;
+      const count = Array.isArray(cut) ? cut.length : typeof cut === "number" ? cut : 0;
+      const fields = { server: name, ms: Math.round(performance.now() - started), ...(report && typeof report === "object" ? report : {}) };
+      if (count > 0) logger.warn(fields, `${name} drained: ${count} call(s) cut at the grace time`);
+      else logger.info(fields, `${name} drained`);
+    }),
+  );
+}
+
+/** What `/readyz` checks: one cheap read per backend (a record and a blob stat, a job lookup, the broker channel). */
+function readinessProbes(store: PackageStore, logs: JobLogStore, queue: JobResultQueue): Probe[] {
+  const probes: Probe[] = [
+    { name: "store", check: () => Promise.all([store.getRecord("format"), store.statBlob(`sha256:${"0".repeat(64)}`)]) },
+    { name: "logStore", check: () => logs.get("00000000-0000-4000-8000-000000000000") },
+  ];
+  const ready = (queue as { ready?: (timeoutMs?: number) => Promise<void> }).ready;
+  if (typeof ready === "function") probes.push({ name: "queue", check: () => ready.call(queue, 1_500) });
+  return probes;
+}
+
+const pause = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** A number of seconds, 0 or more; `fallback` when the flag is absent. */
+function secondsOption(value: unknown, flag: string, fallback: number): number {
+  const seconds = value === undefined ? fallback : Number(value);
+  if (!(seconds >= 0) || !Number.isFinite(seconds)) throw new CliError(`--${flag} must be a number of seconds (0 or more)`, 2);
+  return seconds;
+}
+
+/**
+ * The operator listener answers /metrics without a token (metrics name packages, routes and
+ * traffic): beyond loopback only when the operator says so.
+ */
+function checkMetricsHost(host: string, port: number | undefined, allowPublic: boolean): void {
+  if (allowPublic && port === undefined) throw new CliError("--metrics-public goes with --metrics-port", 2);
+  if (port === undefined || allowPublic || isLoopbackHost(host)) return;
+  throw new CliError(
+    `--metrics-host ${host} is not a loopback address: the metrics listener has no token, so anyone who reaches it reads /metrics (package names, routes, traffic); bind it to an internal interface behind a firewall, then pass --metrics-public`,
+    2,
+  );
+}
 
 /** Starts a server, turning "address in use" into an error that says what to do. */
 async function listening<T>(flag: string, port: number, start: () => Promise<T>): Promise<T> {
@@ -167,10 +336,10 @@ async function persistentSecret(file: string): Promise<string> {
 }
 
 /** The results queue: RabbitMQ with --amqp, else JSON lines on stdout. */
-async function openQueue(values: Record<string, unknown>): Promise<JobResultQueue> {
+async function openQueue(values: Record<string, unknown>, logger: Logger): Promise<JobResultQueue> {
   if (typeof values.amqp === "string") {
     const { createRabbitMqQueue } = await importAdapter(() => import("../adapters/rabbitmq/index.js"), "amqplib");
-    return createRabbitMqQueue({ url: values.amqp });
+    return createRabbitMqQueue({ url: values.amqp, logger });
   }
   return {
     async publishJobResult(result: JobResult) {
@@ -182,7 +351,7 @@ async function openQueue(values: Record<string, unknown>): Promise<JobResultQueu
 async function openLogStore(values: Record<string, unknown>, dataDir: string): Promise<JobLogStore> {
   if (typeof values.postgres === "string") {
     const { createPostgresLogStore } = await importAdapter(() => import("../adapters/postgres/index.js"), "pg");
-    return createPostgresLogStore({ connectionString: values.postgres });
+    return createPostgresLogStore({ connectionString: values.postgres, schema: postgresSchema(values) });
   }
   return createFsLogStore(path.join(dataDir, "logs"));
 }
@@ -205,7 +374,11 @@ async function openPackageStore(values: Record<string, unknown>, dataDir: string
   let records: PackageStore | ReturnType<typeof import("../adapters/postgres/index.js")["createPostgresRecords"]> = fsStore;
   if (typeof values.postgres === "string") {
     const { createPostgresRecords } = await importAdapter(() => import("../adapters/postgres/index.js"), "pg");
-    records = createPostgresRecords({ connectionString: values.postgres });
+    records = createPostgresRecords({ connectionString: values.postgres, schema: postgresSchema(values) });
   }
   return composeStore({ blobs, records });
+}
+
+function postgresSchema(values: Record<string, unknown>): string | undefined {
+  return typeof values["postgres-schema"] === "string" ? values["postgres-schema"] : undefined;
 }

@@ -27,7 +27,10 @@ export type TokenScopes = readonly string[] | { read?: readonly string[]; publis
 
 /** Options of {@link bearerTokens}. */
 export interface BearerTokensOptions {
-  /** Let requests without a token read (catalog, version, depend, data). Default false. */
+  /**
+   * Let anyone read (catalog, version, depend, data): requests without a token, and
+   * tokens whatever their scopes (a scope then limits publishing only). Default false.
+   */
   publicRead?: boolean;
   /** The realm in `WWW-Authenticate`. Default "runner-depot". */
   realm?: string;
@@ -90,7 +93,10 @@ export function bearerTokens(tokens: Record<string, TokenScopes>, options: Beare
       });
     }
     const patterns = action === "read" ? [...grant.read, ...grant.publish] : grant.publish;
-    const allowed = name === undefined ? patterns.length > 0 : patterns.some((p) => p.test(name));
+    // On a public-read depot a token never reads less than no token: a CI token scoped
+    // to its own packages still installs public dependencies.
+    const publicRead = options.publicRead === true && action === "read";
+    const allowed = publicRead || (name === undefined ? patterns.length > 0 : patterns.some((p) => p.test(name)));
     if (!allowed) {
       throw new RunnerDepotError("PERMISSION_DENIED", `This token may not ${action} ${name === undefined ? "here" : JSON.stringify(name)}`);
     }

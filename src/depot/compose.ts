@@ -40,7 +40,15 @@ export function composeStore(options: ComposeStoreOptions): PackageStore {
       return closing;
     },
   };
-  // Only a store that can sign offers signing, so the router can tell.
+  // Optional capabilities are offered only when the underlying store has them, so the router can tell.
+  if (blobs.openBlob) {
+    const openBlob = blobs.openBlob.bind(blobs);
+    store.openBlob = (digest) => openBlob(digest);
+  }
+  if (records.watchRecords) {
+    const watchRecords = records.watchRecords.bind(records);
+    store.watchRecords = (listener) => watchRecords(listener);
+  }
   if (blobs.signBlobUrl) {
     const sign = blobs.signBlobUrl.bind(blobs);
     store.signBlobUrl = (digest, signOptions) => sign(digest, signOptions);

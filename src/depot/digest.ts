@@ -22,10 +22,13 @@ export function toHttpDigest(digest: string): string {
 /**
  * Reads the `sha-256` member of a `Content-Digest`/`Repr-Digest` header value and returns
  * it as a store digest; undefined when the header has no sha-256 member, HEADER_INVALID
- * when that member is malformed.
+ * when that member is malformed or when two `sha-256` members differ (RFC 8941 would let
+ * the last win silently; a sender that names two different digests is refused). Identical
+ * repeats are accepted: they say the same thing.
  */
 export function parseHttpDigest(header: string | null): string | undefined {
   if (header === null) return undefined;
+  let found: string | undefined;
   for (const member of header.split(",")) {
     const eq = member.indexOf("=");
     if (eq === -1) continue;
@@ -35,9 +38,13 @@ export function parseHttpDigest(header: string | null): string | undefined {
     if (!bytes || bytes.length !== 32) {
       throw new RunnerDepotError("HEADER_INVALID", "Content-Digest: the sha-256 member must be sha-256=:<base64 of 32 bytes>:");
     }
-    return `sha256:${bytes.toString("hex")}`;
+    const digest = `sha256:${bytes.toString("hex")}`;
+    if (found !== undefined && found !== digest) {
+      throw new RunnerDepotError("HEADER_INVALID", "Content-Digest names two different sha-256 digests");
+    }
+    found = digest;
   }
-  return undefined;
+  return found;
 }
 
 /** The store digest of some bytes. */

@@ -2,8 +2,9 @@
  * Safe extraction of depot archives. An archive comes from the network, so nothing in
  * it is trusted: every entry must be listed in the manifest (the first entry), every
  * file must hash to the manifest's digest, and no path or link may leave the target
- * directory — absolute paths, `..`, backslashes, NUL, links whose target resolves
- * outside, and entries that pass through a link are refused.
+ * directory — absolute paths, `..`, backslashes, control characters, links whose target
+ * resolves outside (through the package's own links too, checked before anything is
+ * written), and entries that pass through a link are refused.
  */
 import { createHash } from "node:crypto";
 import { constants, createReadStream } from "node:fs";
@@ -16,6 +17,7 @@ import tar from "tar-stream";
 import { RunnerDepotError } from "../errors.js";
 import { LICENSES_DIR } from "./archive.js";
 import { digestToHex, sha256OfStream } from "./client-http.js";
+import { resolveLink, treeOf, type TreeEntry, type TreeLookup } from "./links.js";
 import { isLicenseName } from "./names.js";
 import { checkStoredItemPath, checkStoredLinkTarget } from "./paths.js";
 import type { Requirement } from "./resolve.js";
@@ -283,6 +285,9 @@ export async function extractPackage(source: ArchiveSource, dir: string, options
     const dirModes: Array<[string, number]> = [];
     let written = 0;
 
+    // Before anything is written: no link may lead out through the package's links.
+    await checkLinkChains(manifest, root, options.delta === true);
+
     if (options.delta) {
       for (const rel of manifest.removed ?? []) {
         // A removed path below a link would delete outside the package: refuse it.
@@ -381,6 +386,39 @@ export async function extractPackage(source: ArchiveSource, dir: string, options
   });
 }
 
+/**
+ * Refuses (PATH_INVALID) a manifest with a link whose chain through the package's links
+ * leaves the root (links.ts, the server's own rule). A whole package is checked against
+ * its manifest alone; a delta against its items over what is installed in `root`, less
+ * `removed` (the tree it will produce), read from disk without following any link.
+ */
+async function checkLinkChains(manifest: PackageManifest, root: string, delta: boolean): Promise<void> {
+  const listed = treeOf(manifest.items);
+  const removed = new Set(delta ? (manifest.removed ?? []) : []);
+  const isRemoved = (p: string) => removed.has(p) || p.split("/").some((_, i, all) => removed.has(all.slice(0, i).join("/")));
+  const lookup: TreeLookup = delta ? async (p) => listed(p) ?? (isRemoved(p) ? undefined : await installedEntry(root, p)) : listed;
+  for (const item of manifest.items) {
+    if (item.type === "link") await resolveLink(item.path, checkLinkTarget(item.path, item.target), lookup);
+  }
+}
+
+/** What is installed at `rel` under `root`, never through a link (then: nothing). */
+async function installedEntry(root: string, rel: string): Promise<TreeEntry | undefined> {
+  const segments = rel.split("/");
+  let current = root;
+  for (const [i, segment] of segments.entries()) {
+    current = path.join(current, segment);
+    const st = await lstatOrNull(current);
+    if (st === null) return undefined;
+    if (i === segments.length - 1) {
+      if (st.isSymbolicLink()) return { type: "link", target: await readlink(current) };
+      return { type: st.isDirectory() ? "dir" : "file" };
+    }
+    if (!st.isDirectory()) return undefined;
+  }
+  return undefined;
+}
+
 async function fileSha256(p: string): Promise<{ hex: string; size: number }> {
   const hash = createHash("sha256");
   let size = 0;
@@ -456,6 +494,16 @@ export async function verifyPackageTree(dir: string, items: readonly ManifestIte
   };
   await walk("");
   for (const item of items) if (!seen.has(item.path)) problems.push(`${item.path}: missing`);
+  // The tree is the manifest's: its links must not lead out through each other either.
+  const tree = treeOf(items);
+  for (const item of items) {
+    if (item.type !== "link") continue;
+    try {
+      await resolveLink(item.path, checkLinkTarget(item.path, item.target), tree);
+    } catch (error) {
+      problems.push(`${item.path}: ${(error as Error).message}`);
+    }
+  }
   if (problems.length > 0) {
     throw new RunnerDepotError(
       "DIGEST_MISMATCH",

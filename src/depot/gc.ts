@@ -1,28 +1,29 @@
 /**
- * Recovery and garbage collection on a PackageStore: roll interrupted commits forward
- * into the catalog, expire idle transactions, and delete blobs nothing references.
+ * Recovery and garbage collection on a PackageStore: settle commits whose process died,
+ * expire idle transactions, and delete blobs nothing references (item blobs stay while a
+ * published version's manifest names them).
  */
 import type { PackageManifest } from "./archive.js";
 import type { PackageStore } from "./ports.js";
 import {
   allKeys,
   keys,
-  catalogVersions,
   emptyRecord,
   own,
-  publishToCatalog,
   setOwn,
-  type CatalogRecord,
+  WHOLE_LISTING,
   type DeltaRecord,
   type ItemRecord,
   type TransactionRecord,
   type VersionRecord,
 } from "./records.js";
+import { forgetReferences } from "./references.js";
+import { recoverDeadCommits } from "./recovery.js";
 import type { Transactions } from "./transactions.js";
 
 /** What one garbage collection did. */
 export interface GarbageReport {
-  /** Versions found committed but missing from the catalog, now published. */
+  /** Commits whose process died, now rolled forward or reopened (recovery.ts). */
   recovered: number;
   /** Transactions that expired in this run. */
   expired: number;
@@ -30,6 +31,8 @@ export interface GarbageReport {
   forgotten: number;
   /** Blobs deleted. */
   deletedBlobs: number;
+  /** Bytes of the deleted blobs (their size just before deletion). */
+  reclaimedBytes: number;
   /** Blobs unreferenced now but younger than the grace period (deleted by a later run). */
   pendingBlobs: number;
 }
@@ -41,6 +44,8 @@ export interface GarbageSettings {
   graceMs: number;
   /** How long a finished (committed, abandoned, expired) transaction still answers. */
   retainMs: number;
+  /** Told of each transaction this run expired (the router logs `transaction expired`). */
+  onExpired?: (trans: TransactionRecord) => void;
 }
 
 /** Reads a JSON blob (manifests). */
@@ -53,32 +58,13 @@ export async function readJsonBlob<T>(store: PackageStore, digest: string): Prom
 }
 
 /**
- * Publishes every version record the catalog does not list yet. A commit that was killed
- * between writing its version record and the catalog is thereby finished (its archive
- * was complete before the version record was written).
- */
-export async function reconcileCatalog(store: PackageStore, now: () => Date): Promise<number> {
-  const catalog = (await store.getRecord<CatalogRecord>(keys.catalog))?.value;
-  let recovered = 0;
-  for await (const key of allKeys(store, keys.versions)) {
-    const [, name, version] = key.split("/");
-    if (!name || !version || catalogVersions(catalog, name)?.versions.includes(version)) continue;
-    const record = (await store.getRecord<VersionRecord>(key))?.value;
-    if (!record) continue;
-    await publishToCatalog(store, record.name, record.version, now());
-    recovered++;
-  }
-  return recovered;
-}
-
-/**
  * One garbage-collection run: recover, expire, then delete blobs referenced by no
  * published version, kept delta or live transaction, once they have stayed unreferenced
  * for `graceMs` (so a blob uploaded while this runs is never taken).
  */
 export async function collectGarbage(store: PackageStore, transactions: Transactions, settings: GarbageSettings): Promise<GarbageReport> {
-  const report: GarbageReport = { recovered: 0, expired: 0, forgotten: 0, deletedBlobs: 0, pendingBlobs: 0 };
-  report.recovered = await reconcileCatalog(store, settings.now);
+  const report: GarbageReport = { recovered: 0, expired: 0, forgotten: 0, deletedBlobs: 0, reclaimedBytes: 0, pendingBlobs: 0 };
+  report.recovered = await recoverDeadCommits(store, transactions, settings.now);
 
   // Snapshot the blobs first: anything stored after this point is not a candidate.
   const stored: string[] = [];
@@ -94,6 +80,7 @@ export async function collectGarbage(store: PackageStore, transactions: Transact
     if (active && nowMs >= transactions.expiresAt(trans).getTime()) {
       await transactions.finish(trans.id, "expired");
       report.expired++;
+      settings.onExpired?.(trans);
       continue;
     }
     if (!active) {
@@ -106,16 +93,21 @@ export async function collectGarbage(store: PackageStore, transactions: Transact
       continue;
     }
     for (const license of Object.values(trans.licenses)) live.add(license.digest);
-    for await (const itemKey of allKeys(store, keys.items(trans.id))) {
+    for await (const itemKey of allKeys(store, keys.items(trans.id), WHOLE_LISTING)) {
       const item = (await store.getRecord<ItemRecord>(itemKey))?.value;
       if (item?.digest) live.add(item.digest);
     }
   }
 
+  // Archives are assembled from item blobs at read time (archive.ts): a version references
+  // its manifest, its items and its licences. Only a store that serves by redirect keeps
+  // a materialised archive (and delta) blob; elsewhere an old store's archive blobs are
+  // garbage, since the assembled bytes are identical. O(versions + items) per run.
+  const keepsArchives = store.signBlobUrl !== undefined;
   for await (const key of allKeys(store, keys.versions)) {
     const version = (await store.getRecord<VersionRecord>(key))?.value;
     if (!version) continue;
-    live.add(version.digest);
+    if (keepsArchives) live.add(version.digest);
     live.add(version.manifest);
     const manifest = await readJsonBlob<PackageManifest>(store, version.manifest);
     for (const item of manifest?.items ?? []) if (item.digest) live.add(item.digest);
@@ -123,7 +115,7 @@ export async function collectGarbage(store: PackageStore, transactions: Transact
   }
   for await (const key of allKeys(store, keys.deltas)) {
     const delta = (await store.getRecord<DeltaRecord>(key))?.value;
-    if (delta) live.add(delta.digest);
+    if (delta && keepsArchives) live.add(delta.digest);
   }
 
   const previous = (await store.getRecord<{ since: Record<string, number> }>(keys.gcCandidates)) ?? null;
@@ -132,7 +124,11 @@ export async function collectGarbage(store: PackageStore, transactions: Transact
     if (live.has(digest)) continue;
     const first = own(previous?.value.since, digest) ?? nowMs;
     if (nowMs - first >= settings.graceMs) {
+      // One stat per deleted blob, for the report's (and depot.gc.reclaimed's) bytes.
+      const size = (await store.statBlob(digest))?.size ?? 0;
       await store.deleteBlob(digest);
+      report.reclaimedBytes += size;
+      await forgetReferences(store, digest);
       report.deletedBlobs++;
     } else {
       setOwn(since, digest, first);

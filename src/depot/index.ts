@@ -1,33 +1,60 @@
-/** runner-depot/depot: the package depot (router, server, client, installer). */
+/**
+ * The package depot of runner-depot: a transactional REST package repository.
+ *
+ * - **Server:** {@link createPackageRouter} answers the installer API (catalog, versions,
+ *   dependencies, data, deltas) and the packager API (transactions) as a `fetch(Request)`
+ *   handler over any {@link PackageStore}; {@link servePackageRouter} serves it on
+ *   node:http; {@link bearerTokens} builds an `authorize` hook from scoped tokens.
+ * - **Client:** {@link createDepotClient} lists, publishes (by reference first, so no byte
+ *   travels twice), downloads with resume, and installs with dependency resolution,
+ *   digest checks and deltas for upgrades.
+ * - **Stores:** {@link composeStore} joins a blob store and a record store (S3 +
+ *   PostgreSQL) into one {@link PackageStore}.
+ *
+ * The HTTP interface is specified in [docs/depot-api.md](../../docs/depot-api.md) and
+ * [openapi.yaml](../../openapi.yaml).
+ *
+ * @example
+ * ```ts
+ * import { createPackageRouter, servePackageRouter, bearerTokens, createDepotClient } from "runner-depot/depot";
+ * import { createFsStore } from "runner-depot/adapters/fs";
+ *
+ * const token = process.env.DEPOT_TOKEN!;
+ * const depot = createPackageRouter(createFsStore("./depot"), { authorize: bearerTokens({ [token]: ["*"] }, { publicRead: true }) });
+ * const server = await servePackageRouter(depot, { port: 8080 });
+ *
+ * const client = createDepotClient({ baseUrl: server.url, token });
+ * await client.publish({ name: "toolchain", version: "1.4.0", dir: "./out" });
+ * await client.install("toolchain@^1", "./vendor");
+ * ```
+ *
+ * @module runner-depot/depot
+ */
 export type * from "./ports.js";
 export { composeStore } from "./compose.js";
 export type { ComposeStoreOptions } from "./compose.js";
 export { createDepotClient } from "./client.js";
-export type {
-  DepotClient,
-  DepotClientOptions,
-  Catalog,
-  VersionEntry,
-  VersionInfo,
-  DependInfo,
-  DownloadOptions,
-  DownloadProgress,
-  DownloadResult,
-  PublishItem,
-  PublishOptions,
-  PublishProgress,
-  PublishResult,
-} from "./client.js";
+export type * from "./client-types.js";
 export { readInstalled } from "./installer.js";
 export type { InstallOptions, InstallProgress, InstallAction, InstallResult, InstalledEntry, InstalledState } from "./installer.js";
+export { readInstallRecord } from "./install-preserve.js";
+export type { PreserveMode, InstallRecord, RecordItem } from "./install-preserve.js";
 export type { Requirement } from "./resolve.js";
 export type { ManifestItem, PackageManifest } from "./extract.js";
 export { createPackageRouter } from "./router.js";
 export type { PackageRouter, PackageRouterOptions } from "./router.js";
 export { servePackageRouter } from "./serve.js";
-export type { PackageServer, ServePackageRouterOptions, FetchHandler } from "./serve.js";
+export { createNodeHandler } from "./node-handler.js";
+export type { NodeHandler, NodeHandlerOptions, NodeFetchHandler } from "./node-handler.js";
+export { applyConnectionLimits, DEFAULT_CONNECTION_LIMITS } from "./connection-limits.js";
+export type { ConnectionLimits } from "./connection-limits.js";
+export type { PackageServer, ServePackageRouterOptions, FetchHandler, CloseOptions, CloseReport } from "./serve.js";
+export type { DepotTelemetryOptions } from "./observe.js";
+export { silentLogger } from "../telemetry.js";
+export type { Logger, LogFn, TelemetryOptions } from "../telemetry.js";
 export { bearerTokens } from "./auth.js";
 export type { Authorize, AuthorizeContext, BearerTokensOptions, DepotAction, TokenScopes } from "./auth.js";
 export { DEFAULT_LIMITS as DEFAULT_DEPOT_LIMITS } from "./transactions.js";
-export type { DepotLimits, CommitProblem } from "./transactions.js";
+export type { DepotLimits } from "./transactions.js";
+export type { CommitProblem } from "./commit.js";
 export type { GarbageReport } from "./gc.js";

@@ -13,12 +13,28 @@ import { cp, lstat, mkdir, open, readFile, rename, rm, writeFile } from "node:fs
 import path from "node:path";
 import semver from "semver";
 import { RunnerDepotError, isRunnerDepotError } from "../errors.js";
-import type { DepotClient, VersionEntry } from "./client.js";
+import type { DepotClient, VersionEntry } from "./client-types.js";
 import { digestToHex } from "./client-http.js";
 import { extractPackage, verifyPackageTree } from "./extract.js";
 import { isPackageName } from "./names.js";
 import { emptyRecord, own, setOwn } from "./records.js";
 import { resolveDependencies, type DependencySource } from "./resolve.js";
+import {
+  carryOver,
+  findUserEntries,
+  planPreserve,
+  preserveConflict,
+  readInstallRecord,
+  recordItems,
+  writeInstallRecord,
+  type PreserveMode,
+  type PreservePlan,
+  type RecordItem,
+  type UserEntry,
+} from "./install-preserve.js";
+import type { InstallAction, InstallOptions, InstallResult } from "./install-types.js";
+
+export type { InstallAction, InstallOptions, InstallProgress, InstallResult } from "./install-types.js";
 
 /** The installer's bookkeeping directory inside the target. */
 export const STATE_DIR = ".runner-depot";
@@ -33,40 +49,6 @@ export interface InstalledEntry {
 /** `<target>/.runner-depot/installed.json`. */
 export interface InstalledState {
   packages: Record<string, InstalledEntry>;
-}
-
-/** Installer progress events. */
-export type InstallProgress =
-  | { phase: "resolved"; packages: Array<{ name: string; version: string }> }
-  | { phase: "download"; name: string; version: string; from?: string; received: number; total?: number }
-  | { phase: "fallback"; name: string; version: string; from: string; reason: string }
-  | { phase: "staged"; name: string; version: string; via: "full" | "delta" }
-  | { phase: "done" };
-
-/** Options of {@link installPackage}. */
-export interface InstallOptions {
-  onProgress?: (event: InstallProgress) => void;
-  /** Upgrade installed packages through deltas. Default true. */
-  delta?: boolean;
-  /** Reinstall packages already at the resolved version. Default false. */
-  force?: boolean;
-}
-
-/** What happened to one package. */
-export interface InstallAction {
-  name: string;
-  version: string;
-  action: "installed" | "upgraded" | "downgraded" | "reinstalled" | "unchanged";
-  from?: string;
-  via?: "full" | "delta";
-  /** Archive bytes downloaded for it. */
-  bytes: number;
-}
-
-/** The outcome of an install. */
-export interface InstallResult {
-  root: { name: string; version: string };
-  packages: InstallAction[];
 }
 
 /**
@@ -124,6 +106,10 @@ interface Staged {
   digest: string;
   dir: string;
   action: InstallAction;
+  /** What extraction wrote: becomes the package's install record. */
+  items: RecordItem[];
+  /** The live folder's entries the previous record does not vouch for. */
+  userEntries: UserEntry[];
 }
 
 /**
@@ -146,6 +132,7 @@ export async function installPackage(
   const work = path.join(stateDir, `staging-${randomUUID()}`);
   await mkdir(work);
   const emit = options.onProgress ?? (() => undefined);
+  let keepWork = false;
   try {
     const infos = new Map<string, Promise<Map<string, VersionEntry> | null>>();
     const versionInfo = (name: string) => {
@@ -195,15 +182,28 @@ export async function installPackage(
         ...(current && !same ? { from: current.version } : {}),
         bytes: 0,
       };
+      // What the last install wrote here; an install by an older runner-depot kept no
+      // record, so the installed version's manifest stands in for it.
+      const record = await readInstallRecord(stateDir, pkg.name);
+      let vouched = record?.items ?? null;
+      if (!record && current) {
+        vouched = await client.manifest(`${pkg.name}@${current.version}`).then((m) => recordItems(m.items), () => null);
+      }
+      const userEntries = await findUserEntries(live, vouched);
       let digest = "";
+      let items: RecordItem[] = [];
       let viaDelta = false;
       if (current && !same && options.delta !== false) {
         try {
           await cp(live, stageDir, { recursive: true, verbatimSymlinks: true, preserveTimestamps: true, errorOnExist: true, force: false });
+          // The delta applies to what the install wrote; the user's entries are carried over later.
+          for (const entry of userEntries) await rm(path.join(stageDir, entry.path), { recursive: true, force: true });
           const file = path.join(work, `${pkg.name}.delta.tar`);
           const got = await client.download(`${pkg.name}@${pkg.version}`, {
             from: current.version,
             to: file,
+            // Nothing announces a delta's size: it holds at most the new version's bytes and its removals.
+            ...(typeof entry?.size === "number" ? { maxBytes: entry.size + 64 * 2 ** 20 } : {}),
             onProgress: (p) => emit({ phase: "download", name: pkg.name, version: pkg.version, from: current.version, received: p.received, total: p.total }),
           });
           action.bytes += got.size;
@@ -218,6 +218,7 @@ export async function installPackage(
             throw new RunnerDepotError("ARCHIVE_INVALID", `the manifest of ${pkg.name}@${pkg.version} lists ${full.items.length} items, /version says ${entry.itemCount}`);
           }
           await verifyPackageTree(stageDir, full.items, { prune: true });
+          items = recordItems(full.items);
           digest = entry?.digest ?? "";
           viaDelta = true;
         } catch (error) {
@@ -230,51 +231,99 @@ export async function installPackage(
         const file = path.join(work, `${pkg.name}.tar`);
         const got = await client.download(`${pkg.name}@${pkg.version}`, {
           to: file,
+          // /version announced the size: not a byte past it is written.
+          ...(typeof entry?.size === "number" ? { expectedSize: entry.size } : {}),
           onProgress: (p) => emit({ phase: "download", name: pkg.name, version: pkg.version, received: p.received, total: p.total }),
         });
         action.bytes += got.size;
         if (expectedHex && digestToHex(got.digest) !== expectedHex) {
           throw new RunnerDepotError("DIGEST_MISMATCH", `${pkg.name}@${pkg.version}: the archive is ${got.digest}, /version says ${entry!.digest}`);
         }
-        await extractPackage(createReadStream(file), stageDir, { expect: { name: pkg.name, version: pkg.version } });
+        const manifest = await extractPackage(createReadStream(file), stageDir, { expect: { name: pkg.name, version: pkg.version } });
         await rm(file, { force: true });
+        items = recordItems(manifest.items);
         digest = got.digest;
       }
       action.via = viaDelta ? "delta" : "full";
       emit({ phase: "staged", name: pkg.name, version: pkg.version, via: action.via });
-      staged.push({ name: pkg.name, version: pkg.version, digest, dir: stageDir, action });
+      staged.push({ name: pkg.name, version: pkg.version, digest, dir: stageDir, action, items, userEntries });
       actions.push(action);
     }
 
-    // Swap every staged package in; on a failure put back what was already moved.
-    const swapped: Array<{ live: string; old: string | null }> = [];
-    try {
-      for (const s of staged) {
-        const live = path.join(target, s.name);
-        const old = (await exists(live)) ? path.join(work, `${s.name}.old`) : null;
-        if (old) await rename(live, old);
-        await rename(s.dir, live);
-        swapped.push({ live, old });
-      }
-      const next: InstalledState = { packages: emptyRecord() };
-      for (const [name, entry] of Object.entries(installed.packages)) setOwn(next.packages, name, entry);
-      const now = new Date().toISOString();
-      for (const s of staged) setOwn(next.packages, s.name, { version: s.version, digest: s.digest, installedAt: now });
-      const tmp = path.join(stateDir, `installed.json.${randomUUID()}`);
-      await writeFile(tmp, `${JSON.stringify(next, null, 2)}\n`);
-      await rename(tmp, path.join(stateDir, "installed.json"));
-    } catch (error) {
-      for (const { live, old } of swapped.reverse()) {
-        await rm(live, { recursive: true, force: true }).catch(() => undefined);
-        if (old) await rename(old, live).catch(() => undefined);
-      }
-      throw error;
-    }
+    const plans = await planAll(target, staged, options.preserve ?? "refuse");
+    await swapIn(target, stateDir, work, installed, staged, plans);
     emit({ phase: "done" });
     return { root: { name: resolution.root.name, version: resolution.root.version }, packages: actions };
+  } catch (error) {
+    keepWork = isRunnerDepotError(error) && typeof error.details.keep === "string";
+    throw error;
   } finally {
-    await rm(work, { recursive: true, force: true }).catch(() => undefined);
+    if (!keepWork) await rm(work, { recursive: true, force: true }).catch(() => undefined);
     await release();
+  }
+}
+
+/** Decides where every user entry goes, for all packages, before anything moves; refuses on conflicts. */
+async function planAll(target: string, staged: readonly Staged[], mode: PreserveMode): Promise<Map<Staged, PreservePlan>> {
+  const plans = new Map<Staged, PreservePlan>();
+  const conflicts: Array<UserEntry & { pkg: string }> = [];
+  for (const s of staged) {
+    const plan = await planPreserve(path.join(target, s.name), s.dir, s.userEntries, mode);
+    plans.set(s, plan);
+    conflicts.push(...plan.conflicts.map((c) => ({ ...c, pkg: s.name })));
+    s.action.kept = plan.moves.map((m) => `${s.name}/${path.relative(s.dir, m.to).split(path.sep).join("/")}`);
+  }
+  if (conflicts.length > 0) throw preserveConflict(target, conflicts);
+  return plans;
+}
+
+/**
+ * Carries the user's entries into the staged folders, swaps every staged package in,
+ * then writes the records and installed.json. On a failure everything moves back —
+ * the user's entries to where they were — before the staging area is deleted.
+ */
+async function swapIn(
+  target: string,
+  stateDir: string,
+  work: string,
+  installed: InstalledState,
+  staged: readonly Staged[],
+  plans: Map<Staged, PreservePlan>,
+): Promise<void> {
+  const undos: Array<() => Promise<void>> = [];
+  const swapped: Array<{ live: string; old: string | null; dir: string }> = [];
+  try {
+    for (const s of staged) undos.push(await carryOver(plans.get(s)!.moves));
+    for (const s of staged) {
+      const live = path.join(target, s.name);
+      const old = (await exists(live)) ? path.join(work, `${s.name}.old`) : null;
+      if (old) await rename(live, old);
+      await rename(s.dir, live);
+      swapped.push({ live, old, dir: s.dir });
+    }
+    for (const s of staged) await writeInstallRecord(stateDir, { name: s.name, version: s.version, items: s.items });
+    const next: InstalledState = { packages: emptyRecord() };
+    for (const [name, entry] of Object.entries(installed.packages)) setOwn(next.packages, name, entry);
+    const now = new Date().toISOString();
+    for (const s of staged) setOwn(next.packages, s.name, { version: s.version, digest: s.digest, installedAt: now });
+    const tmp = path.join(stateDir, `installed.json.${randomUUID()}`);
+    await writeFile(tmp, `${JSON.stringify(next, null, 2)}\n`);
+    await rename(tmp, path.join(stateDir, "installed.json"));
+  } catch (error) {
+    try {
+      for (const { live, old, dir } of swapped.reverse()) {
+        await rename(live, dir);
+        if (old) await rename(old, live);
+      }
+      for (const undo of undos.reverse()) await undo();
+    } catch (rollback) {
+      // The user's entries may sit in the staging area: keep it rather than delete them.
+      throw new RunnerDepotError("INTERNAL", `the install failed (${(error as Error).message}) and so did putting things back (${(rollback as Error).message}); nothing was deleted: see ${work}`, {
+        cause: error,
+        details: { keep: work },
+      });
+    }
+    throw error;
   }
 }
 

@@ -1,5 +1,5 @@
 /**
- * Package names, versions and `<pkg_name>` path segments as depot-api.md defines them.
+ * Package names, versions and `<pkg_name>` path segments as docs/depot-api.md (§3) defines them.
  */
 import semver from "semver";
 import { RunnerDepotError } from "../errors.js";
@@ -55,10 +55,11 @@ export function parseVersion(raw: string): string {
   return parsed.version;
 }
 
-/** Validates a SemVer range (`*` when empty) and returns it; RANGE_INVALID otherwise. */
+/** Validates a SemVer range (`*` when empty; no control characters inside) and returns it; RANGE_INVALID otherwise. */
 export function parseRange(raw: string): string {
   const range = raw.trim() === "" ? "*" : raw.trim();
-  if (range.length > MAX_RANGE_LENGTH || semver.validRange(range) === null) {
+  // semver takes a tab or a line break as a separator; a stored range holds none (C0, DEL, C1).
+  if (range.length > MAX_RANGE_LENGTH || /[\u0000-\u001f\u007f-\u009f]/.test(range) || semver.validRange(range) === null) {
     throw new RunnerDepotError("RANGE_INVALID", `Invalid version range ${JSON.stringify(range.slice(0, 80))}`);
   }
   return range;

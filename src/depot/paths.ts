@@ -1,6 +1,6 @@
 /**
  * Item paths and link targets: relative POSIX paths, normalised, never escaping the
- * package root (depot-api.md, "Paths are relative POSIX paths").
+ * package root (docs/depot-api.md, §8 "POST /add").
  */
 import { RunnerDepotError } from "../errors.js";
 
@@ -11,6 +11,9 @@ export const MAX_SEGMENT_BYTES = 255;
 /** The archive prefix the depot keeps for itself (manifest, licences). */
 export const RESERVED_PREFIX = ".pkg";
 
+/** C0 (U+0000–U+001F), DEL (U+007F) and C1 (U+0080–U+009F) controls. */
+export const CONTROL_RE = /[\u0000-\u001f\u007f-\u009f]/;
+
 function invalid(what: string, raw: string, why: string): never {
   throw new RunnerDepotError("PATH_INVALID", `${what} ${JSON.stringify(raw.slice(0, 200))} ${why}`);
 }
@@ -18,6 +21,8 @@ function invalid(what: string, raw: string, why: string): never {
 function checkSegments(what: string, raw: string, allowDotDot: boolean): string[] {
   if (raw.length === 0) invalid(what, raw, "is empty");
   if (raw.includes("\0")) invalid(what, raw, "contains NUL");
+  // C0 controls, DEL and C1 controls: never part of a path a person can see or type.
+  if (CONTROL_RE.test(raw)) invalid(what, raw, "contains a control character (C0, DEL or C1)");
   if (raw.includes("\\")) invalid(what, raw, "contains a backslash");
   if (raw.startsWith("/")) invalid(what, raw, "is absolute");
   if (Buffer.byteLength(raw) > MAX_PATH_BYTES) invalid(what, raw, `is longer than ${MAX_PATH_BYTES} bytes`);
@@ -33,7 +38,8 @@ function checkSegments(what: string, raw: string, allowDotDot: boolean): string[
 
 /**
  * Validates an item path (already percent-decoded) and returns it NFC-normalised;
- * PATH_INVALID for `..`, absolute paths, NUL, backslashes, empty segments, `.pkg/`.
+ * PATH_INVALID for `..`, absolute paths, NUL and other control characters (C0, DEL, C1),
+ * backslashes, empty segments, `.pkg/`.
  * The one path rule: the server applies it to uploads, the installer to archives.
  */
 export function parseItemPath(raw: string, what = "Path"): string {

@@ -24,12 +24,31 @@ export interface PutBlobOptions {
   maxBytes?: number;
 }
 
+/**
+ * Random access to one stored blob, read into the caller's buffers (see
+ * {@link BlobStore.openBlob}). The bytes stay readable until `close()`, even if the blob
+ * is deleted meanwhile.
+ */
+export interface BlobReader {
+  /** The blob's length in bytes. */
+  readonly size: number;
+  /** Reads up to `length` bytes at `position` into `buffer` from `offset`; resolves to the count read (0 at the end). */
+  read(buffer: Uint8Array, offset: number, length: number, position: number): Promise<number>;
+  close(): Promise<void>;
+}
+
 /** Content-addressed blob storage. */
 export interface BlobStore {
   /** Streams the body in, hashing as it goes; idempotent for equal content. */
   putBlob(body: AsyncIterable<Uint8Array>, options?: PutBlobOptions): Promise<BlobInfo>;
   /** The blob's bytes (or a range of them), or null when absent. */
   getBlob(digest: string, range?: ByteRange): Promise<AsyncIterable<Uint8Array> | null>;
+  /**
+   * Optional: opens a blob for reads into buffers the caller owns and reuses, so moving
+   * its bytes to a socket or a hash allocates nothing per chunk (the fs store offers it;
+   * the depot falls back to `getBlob` without it). Null when absent.
+   */
+  openBlob?(digest: string): Promise<BlobReader | null>;
   /** The blob's size, or null when absent. */
   statBlob(digest: string): Promise<{ size: number } | null>;
   /** Removes a blob; absent is fine. */
@@ -47,18 +66,49 @@ export interface StoredRecord<T = unknown> {
   revision: string;
 }
 
+/** The condition of a record write. */
+export interface WriteCondition {
+  /** The revision the record must have; null: it must be absent (create-only), or for a delete, any. */
+  ifRevision: string | null;
+  /**
+   * The depot sets this on writes whose loss in a machine crash (power loss, kernel panic)
+   * is safe: index and clean-up writes (reference notes, a freed slot, a dropped claim,
+   * a finished transaction's working records). A store may then skip flushing the write
+   * to stable storage (the fs store skips the directory fsync); it must still never leave
+   * it torn. A process crash loses nothing either way. Stores may ignore it.
+   */
+  lazy?: boolean;
+  /**
+   * The depot sets this on writes other processes should learn of promptly (a new entry of
+   * the change sequence, which moves the catalog's ETag). A store offering
+   * {@link RecordStore.watchRecords} tells every watcher, in any process, of each such
+   * write once it is visible; other stores ignore it.
+   */
+  announce?: boolean;
+}
+
 /** Small JSON records with compare-and-swap. */
 export interface RecordStore {
   getRecord<T = unknown>(key: string): Promise<StoredRecord<T> | null>;
   /**
    * Writes when the current revision equals `ifRevision` (null: only when absent).
    * Returns the new revision, or null when it lost the race. Never partially writes.
+   * See {@link WriteCondition.lazy} for writes a machine crash may lose.
    */
-  putRecord(key: string, value: unknown, cond: { ifRevision: string | null }): Promise<string | null>;
+  putRecord(key: string, value: unknown, cond: WriteCondition): Promise<string | null>;
   /** Deletes when the revision matches (null: unconditionally). True when deleted. */
-  deleteRecord(key: string, cond?: { ifRevision: string | null }): Promise<boolean>;
+  deleteRecord(key: string, cond?: WriteCondition): Promise<boolean>;
   /** Keys starting with `prefix`, in byte order, paged. */
   listRecords(prefix: string, page?: { cursor?: string; limit?: number }): Promise<{ keys: string[]; cursor?: string }>;
+  /**
+   * Optional: calls `listener(key)` after each `announce` write (see
+   * {@link WriteCondition.announce}) by any process sharing the store, once it is
+   * readable. `listener(null)` means "writes may have been missed; look again": it is
+   * called when the watch starts listening and whenever it loses and regains its feed, and
+   * from one `null` until the next every announced write is reported. So a depot keeps what
+   * it derives from those writes (the catalog head) in memory. Returns an unsubscribe.
+   */
+  watchRecords?(listener: (key: string | null) => void): () => void;
   close?(): Promise<void>;
 }
 

@@ -4,20 +4,7 @@
 import { createHash } from "node:crypto";
 import { RunnerDepotError } from "../errors.js";
 import type { ManifestItem, Requirement } from "./archive.js";
-import { newestVersion, sortVersions } from "./names.js";
 import type { PackageStore, StoredRecord } from "./ports.js";
-
-/** One package in the catalog record. */
-export interface CatalogEntry {
-  versions: string[];
-  updatedAt: string;
-}
-
-/** The `catalog` record: the visibility index; a version is published once it is listed here. */
-export interface CatalogRecord {
-  packages: Record<string, CatalogEntry>;
-  updatedAt: string;
-}
 
 /** A `version/<name>/<version>` record, written create-only at commit. */
 export interface VersionRecord {
@@ -98,7 +85,10 @@ export type ItemState = "pending" | "added" | "rejected";
 
 /** Record keys. */
 export const keys = {
-  catalog: "catalog",
+  /** The depot-wide catalog of store format 1 (0.1.0); read only by the upgrade (format.ts). */
+  legacyCatalog: "catalog",
+  /** The store's format record (format.ts). */
+  format: "format",
   version: (name: string, version: string) => `version/${name}/${version}`,
   versions: "version/",
   delta: (name: string, from: string, to: string) => `delta/${name}/${from}/${to}`,
@@ -111,6 +101,7 @@ export const keys = {
   dirMarks: (id: string) => `tdir/${id}/`,
   /** The principal's open-transaction slots: one record, changed only by compare-and-swap. */
   slots: (principal: string) => `slots/${principalHash(principal)}`,
+  allSlots: "slots/",
   gcCandidates: "gc/candidates",
 };
 
@@ -123,11 +114,20 @@ function principalHash(principal: string): string {
   return createHash("sha256").update(principal).digest("hex").slice(0, 32);
 }
 
-/** Every key under a prefix, following cursors. */
-export async function* allKeys(store: PackageStore, prefix: string): AsyncIterable<string> {
+/**
+ * Page size for a caller that reads every key under a prefix into memory anyway (a
+ * transaction's items, at most its item limit): one page where the store allows it. The
+ * fs store walks the whole prefix for every page, so 1,000-key pages made listing 100,000
+ * items cost 100 walks and sorts of 100,000 keys (quadratic); stores with a real cursor
+ * (PostgreSQL caps a page at 10,000) just answer in more pages.
+ */
+export const WHOLE_LISTING = 100_000;
+
+/** Every key under a prefix, following cursors; `pageSize` keys asked for per listing (default 1,000). */
+export async function* allKeys(store: PackageStore, prefix: string, pageSize = 1000): AsyncIterable<string> {
   let cursor: string | undefined;
   do {
-    const page = await store.listRecords(prefix, { cursor, limit: 1000 });
+    const page = await store.listRecords(prefix, { cursor, limit: pageSize });
     yield* page.keys;
     cursor = page.cursor;
   } while (cursor !== undefined);
@@ -147,21 +147,80 @@ export async function mapLimit<T, R>(inputs: readonly T[], limit: number, fn: (i
   return out;
 }
 
+/** Keeps `key` in a Map used as a least-recently-used cache: a hit moves to the end, the oldest goes past `max`. */
+export function remember<K, V>(map: Map<K, V>, key: K, value: V, max: number): void {
+  map.delete(key);
+  map.set(key, value);
+  if (map.size > max) map.delete(map.keys().next().value as K);
+}
+
+/** Records this process last read or wrote, per store, by key (JSON and revision): guesses for {@link updateRecord}. */
+const guesses = new WeakMap<PackageStore, Map<string, { json: string; revision: string }>>();
+/** Guesses kept per store (a few hundred bytes each). */
+const GUESSES = 10_000;
+
+/**
+ * Notes a record as this process just read or wrote it, so an {@link updateRecord} with
+ * `guess` may swap on it without reading it again. A guess is only ever a first try at
+ * the compare-and-swap, which the store judges, so a stale one costs a lost race, never a
+ * wrong write.
+ */
+export function noteRecord(store: PackageStore, key: string, record: StoredRecord<unknown> | null): void {
+  let held = guesses.get(store);
+  if (!held) guesses.set(store, (held = new Map()));
+  if (record) remember(held, key, { json: JSON.stringify(record.value), revision: record.revision }, GUESSES);
+  else held.delete(key);
+}
+
+/** The record as this process last noted it ({@link noteRecord}), or undefined: only ever a first try at a compare-and-swap. */
+export function guessedRecord<T>(store: PackageStore, key: string): StoredRecord<T> | undefined {
+  const held = guesses.get(store)?.get(key);
+  return held ? { value: JSON.parse(held.json) as T, revision: held.revision } : undefined;
+}
+
 /**
  * Read-modify-write with compare-and-swap, retried on lost races. `change` returns the
  * new value, or undefined to leave the record as it is.
+ *
+ * With `guess`, the first try starts from the record as this process last read or wrote
+ * it ({@link noteRecord}; every write here notes itself) instead of reading it: one read
+ * fewer per update of a record only this process is changing (a transaction's, a
+ * package's). Only a write the store accepts is taken from a guess: when `change` leaves
+ * the record alone or throws on a guess, or the swap loses, it runs again on a fresh read,
+ * so it never decides on a stale state.
  */
 export async function updateRecord<T>(
   store: PackageStore,
   key: string,
   change: (current: StoredRecord<T> | null) => T | undefined,
+  options: { lazy?: boolean; guess?: boolean } = {},
 ): Promise<{ value: T | undefined; changed: boolean }> {
+  const guess = options.guess ? guessedRecord<T>(store, key) : undefined;
+  if (guess) {
+    let next: T | undefined;
+    try {
+      next = change(guess);
+    } catch {
+      next = undefined; // judged again on a fresh read below
+    }
+    if (next !== undefined) {
+      const revision = await store.putRecord(key, next, { ifRevision: guess.revision, lazy: options.lazy });
+      if (revision !== null) {
+        noteRecord(store, key, { value: next, revision });
+        return { value: next, changed: true };
+      }
+    }
+  }
   for (let attempt = 0; attempt < 200; attempt++) {
     const current = await store.getRecord<T>(key);
+    if (options.guess) noteRecord(store, key, current);
     const next = change(current);
     if (next === undefined) return { value: current?.value, changed: false };
-    const revision = await store.putRecord(key, next, { ifRevision: current?.revision ?? null });
-    if (revision !== null) return { value: next, changed: true };
+    const revision = await store.putRecord(key, next, { ifRevision: current?.revision ?? null, lazy: options.lazy });
+    if (revision !== null) {
+      if (options.guess) noteRecord(store, key, { value: next, revision });
+      return { value: next, changed: true };
+    }
     await new Promise((resolve) => setTimeout(resolve, Math.random() * Math.min(2 ** attempt, 50)));
   }
   throw new RunnerDepotError("CONFLICT", `Too much contention on ${key}; retry`);
@@ -183,23 +242,4 @@ export function setOwn<T>(record: Record<string, T>, key: string, value: T): voi
 /** An empty record without a prototype, for maps keyed by user-controlled strings. */
 export function emptyRecord<T>(): Record<string, T> {
   return Object.create(null) as Record<string, T>;
-}
-
-/** Adds a version to the catalog (idempotent). */
-export async function publishToCatalog(store: PackageStore, name: string, version: string, now: Date): Promise<void> {
-  await updateRecord<CatalogRecord>(store, keys.catalog, (current) => {
-    const catalog: CatalogRecord = current?.value ?? { packages: {}, updatedAt: now.toISOString() };
-    const entry = own(catalog.packages, name);
-    if (entry?.versions.includes(version)) return undefined;
-    setOwn(catalog.packages, name, { versions: sortVersions([...(entry?.versions ?? []), version]), updatedAt: now.toISOString() });
-    catalog.updatedAt = now.toISOString();
-    return catalog;
-  });
-}
-
-/** The published versions of a package (ascending) and the newest, or null when unknown. */
-export function catalogVersions(catalog: CatalogRecord | undefined, name: string): { versions: string[]; latest: string; updatedAt: string } | null {
-  const entry = own(catalog?.packages, name);
-  if (!entry || !Array.isArray(entry.versions) || entry.versions.length === 0) return null;
-  return { versions: entry.versions, latest: newestVersion(entry.versions)!, updatedAt: entry.updatedAt };
 }

@@ -29,6 +29,8 @@ export interface RunJobOptions {
   killGraceMs?: number;
   /** Signal the whole process group (the job's children too). Default true. */
   killProcessGroup?: boolean;
+  /** Called with every line as it is streamed (e.g. to show the job's output locally too). */
+  onLine?: (line: string, stderr: boolean) => void;
 }
 
 /**
@@ -85,10 +87,14 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
     });
   };
   const out = createLineSplitter((line) => {
-    if (stop === null) pauseForSpool(client.log(line, false));
+    if (stop !== null) return;
+    options.onLine?.(line, false);
+    pauseForSpool(client.log(line, false));
   }, { maxLineBytes });
   const err = createLineSplitter((line) => {
-    if (stop === null) pauseForSpool(client.log(line, true));
+    if (stop !== null) return;
+    options.onLine?.(line, true);
+    pauseForSpool(client.log(line, true));
   }, { maxLineBytes });
   child.stdout!.on("data", (b: Buffer) => out.push(b));
   child.stdout!.on("end", () => out.end());

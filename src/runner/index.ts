@@ -1,14 +1,65 @@
-/** runner-depot/runner: the runner log-streaming side (orchestrator service and server, VM agent and client, cloud-init). */
+/**
+ * The runner side of runner-depot: `runner.v1.Runner/StreamLogs` over gRPC.
+ *
+ * - **Orchestrator:** {@link createRunnerService} holds the protocol rules (exactly-once
+ *   storage across reconnects, one job result per job on the queue, cancel, lost-job
+ *   detection, limits); {@link startRunnerServer} serves it on HTTP/2 (h2c, TLS, mutual
+ *   TLS), {@link createRunnerHandler} mounts it on a host's own `node:http2` server.
+ * - **Launching a job:** {@link mintJobToken} signs a per-job token and
+ *   {@link renderCloudInit} turns endpoint, request ID, token and command into the VM's
+ *   `#cloud-config` user data.
+ * - **Inside the VM:** {@link readJobConfig} reads the job config cloud-init wrote,
+ *   {@link createRunnerClient} streams items with a spool and replay, and {@link runJob}
+ *   runs the job's process and streams its output.
+ *
+ * The wire protocol these implement is specified in
+ * [docs/runner-protocol.md](../../docs/runner-protocol.md).
+ *
+ * @example
+ * ```ts
+ * import { createRunnerService, startRunnerServer, mintJobToken, renderCloudInit } from "runner-depot/runner";
+ * import { createMemoryQueue } from "runner-depot/adapters/memory";
+ *
+ * const secret = process.env.JOB_SECRET!;
+ * const runner = createRunnerService(createMemoryQueue(), { secret });
+ * const server = await startRunnerServer(runner, { port: 50051 });
+ *
+ * const requestId = crypto.randomUUID();
+ * await runner.expectJob(requestId);
+ * const userData = renderCloudInit({ endpoint: server.url, requestId, token: mintJobToken(secret, requestId), command: ["make", "test"] });
+ * for await (const line of runner.follow(requestId)) console.log(line.line);
+ * ```
+ *
+ * @module runner-depot/runner
+ */
 export type * from "./ports.js";
+export { silentLogger } from "../telemetry.js";
+export type { Logger, LogFn, TelemetryOptions } from "../telemetry.js";
 export { createRunnerService, COMMITTED_HEADER, REASON_HEADER, OFFSET_HEADER, DEFAULT_RUNNER_LIMITS } from "./service.js";
 export type { RunnerService, RunnerServiceOptions, RunnerLimits, RunnerAuthorizeContext, PublishRetryOptions, EndedReason, ExpectJobInfo } from "./service.js";
-export { startRunnerServer, createRunnerHandler } from "./server.js";
-export type { RunnerServer, RunnerServerSettings, RunnerTlsSettings, RunnerHandler, RunnerHandlerOptions } from "./server.js";
+export { summarizeJob, MAX_JOB_PAGE, DEFAULT_JOB_PAGE } from "./job-list.js";
+export type { JobSummary, JobPage, ListJobsOptions } from "./job-list.js";
+export { createArchivingLogStore, archiveKey } from "./log-archive.js";
+export { DEFAULT_FOLLOW_OPTIONS } from "./log-fanout.js";
+export type { FollowOptions } from "./log-fanout.js";
+export type { ArchivingLogStore, LogArchiveOptions } from "./log-archive.js";
+export { startRunnerServer } from "./server.js";
+export type { RunnerServer, RunnerServerSettings, RunnerTlsSettings, RunnerDrainOptions } from "./server.js";
+export { createRunnerHandler } from "./handler.js";
+export type { RunnerHandler, RunnerHandlerOptions, RunnerDrainReport } from "./handler.js";
+export { createRunnerHealth } from "./health.js";
+export type { RunnerHealth, RunnerHealthOptions, HealthStatus } from "./health.js";
+export { Health, HealthCheckRequestSchema, HealthCheckResponseSchema, HealthCheckResponse_ServingStatus, HealthListRequestSchema, HealthListResponseSchema } from "../gen/grpc/health/v1/health_pb.js";
+export type { HealthCheckRequest, HealthCheckResponse, HealthListRequest, HealthListResponse } from "../gen/grpc/health/v1/health_pb.js";
+export { DEFAULT_READ_LIMITS } from "./read-budget.js";
+export type { RunnerReadLimits } from "./read-budget.js";
 export { mintJobToken, verifyJobToken } from "./token.js";
 export type { JobTokenSecret } from "./token.js";
 export { isRequestId, normalizeRequestId } from "./uuid.js";
 export { createRunnerClient } from "./client.js";
 export type { RunnerClient, RunnerClientOptions, RunnerClientTlsOptions, RunnerClientStats, RunnerStop } from "./client.js";
+export { checkJobCredentials } from "./credentials-probe.js";
+export type { CredentialsCheckOptions, CredentialsCheckResult } from "./credentials-probe.js";
 export { runJob } from "./agent.js";
 export type { RunJobOptions } from "./agent.js";
 export { renderCloudInit, readJobConfig, DEFAULT_JOB_CONFIG_PATH } from "./cloud-init.js";

@@ -3,7 +3,7 @@
  * state. Stores keep the data; these functions keep the rules in one place.
  */
 import { RunnerDepotError } from "../errors.js";
-import type { JobInfo, JobResult, JobState, LogEntry, StoredLine } from "./ports.js";
+import type { ArchivedLog, JobInfo, JobResult, JobState, LogEntry, StoredLine } from "./ports.js";
 
 /** A fresh open job. */
 export function newJobState(requestId: string, now: Date, expect = false, info: JobInfo = {}): JobState {
@@ -17,6 +17,7 @@ export function newJobState(requestId: string, now: Date, expect = false, info: 
     logTruncated: false,
     expected: expect,
     info: { ...info },
+    createdAt: now.toISOString(),
     startedAt: null,
     lastSeenAt: now.toISOString(),
     result: null,
@@ -25,12 +26,14 @@ export function newJobState(requestId: string, now: Date, expect = false, info: 
 
 /** A deep copy, so callers never hold a store's live object (by hand: structuredClone is slow on this path). */
 export function cloneJobState<S extends JobState>(state: S): S {
-  return {
+  const copy = {
     ...state,
     lines: { ...state.lines },
     info: cloneInfo(state.info),
     result: state.result && { ...state.result, lines: { ...state.result.lines } },
   };
+  if (state.archived) copy.archived = { ...state.archived };
+  return copy;
 }
 
 function cloneInfo(info: JobInfo): JobInfo {
@@ -117,4 +120,24 @@ export function applyFinish(state: JobState, result: JobResult, at: number | und
 /** True when an ended job's result is older than `before` (retention). */
 export function isPrunable(state: JobState, before: Date): boolean {
   return state.status !== "open" && state.result !== null && Date.parse(state.result.endedAt) < before.getTime();
+}
+
+/**
+ * Applies `markArchived` (mutates `state`): true when the lines are to be dropped now,
+ * false when the job was archived already (the first archive wins). Throws
+ * FAILED_PRECONDITION for an open job or a line count that disagrees.
+ */
+export function applyArchived(state: JobState, archived: ArchivedLog): boolean {
+  if (state.archived) return false;
+  if (state.status === "open") throw new RunnerDepotError("FAILED_PRECONDITION", `job ${state.requestId} is still open`);
+  if (archived.lines !== state.storedLines) {
+    throw new RunnerDepotError("FAILED_PRECONDITION", `the archive holds ${archived.lines} lines, the job ${state.storedLines}`);
+  }
+  state.archived = { ...archived };
+  return true;
+}
+
+/** True when an ended job's lines are still in the store and its result is older than `before` (archive sweep). */
+export function isArchivable(state: JobState, before: Date): boolean {
+  return state.status !== "open" && !state.archived && state.result !== null && Date.parse(state.result.endedAt) < before.getTime();
 }

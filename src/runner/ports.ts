@@ -7,7 +7,7 @@
 /** How a job ended, as published on the queue. */
 export type JobOutcome = "finished" | "lost" | "cancelled";
 
-/** What goes to the queue once per job (runner-protocol.md, "The job result"). */
+/** What goes to the queue once per job (docs/runner-protocol.md, §8 "The job result"). */
 export interface JobResult {
   /** Lower-case UUID of the job. */
   requestId: string;
@@ -85,12 +85,75 @@ export interface JobState {
   /** True when registered by the host through `expectJob`. */
   expected: boolean;
   info: JobInfo;
+  /**
+   * ISO-8601 of when the store first heard of the job (registration or first item): the
+   * key job lists are ordered by. Absent in states written before it existed.
+   */
+  createdAt?: string;
   /** ISO-8601 of the first item, or null. */
   startedAt: string | null;
   /** ISO-8601 of the last item or registration: lost detection counts from here. */
   lastSeenAt: string;
   /** The result once the job ended in any way. */
   result: JobResult | null;
+  /** Set once the job's lines moved to a log archive (they are no longer in the store). */
+  archived?: ArchivedLog;
+}
+
+/** Where an ended job's log went: one object in a {@link LogArchiveStore}, keyed by the job's ID. */
+export interface ArchivedLog {
+  /** Lines in the object (the job's `storedLines`). */
+  lines: number;
+  /** Bytes of the object (compressed chunks, index and trailer). */
+  bytes: number;
+  /** Compressed chunks in the object: the index and trailer are its last `chunks × 8 + 32` bytes. */
+  chunks: number;
+  /** Bytes of the lines' records before compression. */
+  rawBytes: number;
+  /** ISO-8601 of when the object was written. */
+  at: string;
+}
+
+/**
+ * Objects in a blob store (S3, a directory) that hold archived job logs. Objects are
+ * small in number and written once; reads are ranged, so a tail costs what it reads.
+ */
+export interface LogArchiveStore {
+  /** Stores the object under `key` whole, or not at all when `body` throws; replaces an older one. */
+  put(key: string, body: AsyncIterable<Uint8Array>): Promise<void>;
+  /** Bytes `[start, end)` of the object, or null when there is no such object. */
+  read(key: string, start: number, end: number): Promise<Uint8Array | null>;
+  /** Removes the object; absent is fine. */
+  delete(key: string): Promise<void>;
+  /** Removes objects written before `before` (retention); returns how many. O(objects held). */
+  prune?(before: Date): Promise<number>;
+  /** Releases resources; calling it twice is harmless. */
+  close?(): Promise<void>;
+}
+
+/**
+ * Stored lines as the store keeps their bytes, for moving them without decoding (the
+ * archive): `each` visits line k as `bytes[start, end)` (UTF-8) with its flags (bit 0
+ * stderr, bit 1 marker), in order.
+ */
+export interface RawLinePage {
+  /** Lines in the page. */
+  readonly count: number;
+  /** Visits every line of the page in order. O(lines); no copy, no string. */
+  each(visit: (bytes: Buffer, start: number, end: number, flags: number) => void): void;
+}
+
+/** What a store's `watch` reports: a job stored lines or ended (null: events may have been missed, look again). */
+export type JobLogEvent = { requestId: string; storedLines: number; ended: boolean } | null;
+
+/** What `JobLogStore.list` is asked for. */
+export interface JobListQuery {
+  /** Only jobs in these states; undefined for all. */
+  status?: readonly JobStatus[];
+  /** Most states to return. */
+  limit: number;
+  /** Only jobs ordered after this key (exclusive), i.e. older ones. */
+  before?: { createdAt: string; requestId: string };
 }
 
 /**
@@ -123,8 +186,39 @@ export interface JobLogStore {
   finish(requestId: string, result: JobResult, options?: { at?: number }): Promise<{ state: JobState; first: boolean }>;
   /** Stored lines from position `from` (0-based, markers included), at most `limit`. */
   read(requestId: string, from?: number, limit?: number): Promise<StoredLine[]>;
+  /**
+   * The same lines as `read`, as stored bytes (optional): the archive moves them into its
+   * records without a string per line. Stores that keep strings need not have it.
+   */
+  readRaw?(requestId: string, from: number, limit: number): Promise<RawLinePage>;
   /** Open jobs whose `lastSeenAt` is before `before` (lost-job detection). */
   stale(before: Date): Promise<JobState[]>;
+  /**
+   * Jobs newest first by (createdAt, requestId) descending — createdAt falling back to
+   * startedAt, then lastSeenAt, for states without it — filtered by status, strictly
+   * after `before`, at most `limit`. Optional: without it `listJobs` answers FAILED_PRECONDITION.
+   * Its cost should follow `limit` (an index), not the number of jobs held.
+   */
+  list?(query: JobListQuery): Promise<JobState[]>;
+  /**
+   * Optional: ended jobs not yet archived whose result is older than `endedBefore`, oldest
+   * first, at most `limit` (the archive sweep). Its cost should follow `limit`.
+   */
+  archivable?(endedBefore: Date, limit: number): Promise<JobState[]>;
+  /**
+   * Optional: records that an ended job's lines now live in an archive and drops them from
+   * the store, atomically. `archived.lines` must equal the job's `storedLines`, else
+   * FAILED_PRECONDITION; an open job is FAILED_PRECONDITION; an already archived job is
+   * left as it is (the first archive wins). Returns the state, or null for an unknown job.
+   */
+  markArchived?(requestId: string, archived: ArchivedLog): Promise<JobState | null>;
+  /**
+   * Optional: calls `listener` when any replica sharing the store stored lines of a job or
+   * ended one (at least once per change, possibly coalesced), and with null when events may
+   * have been missed (a reconnect). Returns the unsubscribe function. Without it the service
+   * only hears of its own appends and polls for the rest.
+   */
+  watch?(listener: (event: JobLogEvent) => void): () => void;
   /** Forgets ended jobs whose result is older than `before` (retention). Returns how many. */
   prune?(before: Date): Promise<number>;
   /** Releases resources; calling it twice is harmless. */

@@ -1,144 +1,17 @@
 /**
- * Hosting the runner service on HTTP/2: `startRunnerServer` (h2c, TLS or mutual TLS)
- * and `createRunnerHandler` for hosts that mount it on their own HTTP/2 server.
+ * Hosting the runner service on HTTP/2: `startRunnerServer` (h2c, TLS or mutual TLS),
+ * its sessions, keep-alive and shutdown. The request handler itself is handler.ts
+ * (`createRunnerHandler`, also for hosts with their own HTTP/2 server).
  */
-import { setMaxListeners } from "node:events";
 import * as http2 from "node:http2";
 import { isIP } from "node:net";
 import type { AddressInfo } from "node:net";
-import { createContextValues } from "@connectrpc/connect";
-import { connectNodeAdapter } from "@connectrpc/connect-node";
-import { Runner } from "../gen/runner/v1/runner_pb.js";
 import { isLoopbackHost } from "../net.js";
-import { createStreamLogsFastPath } from "./grpc-fast-path.js";
-import { kMessageBytes, kShutdownSignal, wireLimitFor, type RunnerLimits, type RunnerService } from "./service.js";
-
-/** Options of {@link createRunnerHandler}. */
-export interface RunnerHandlerOptions {
-  /** Largest request message; default the service's `limits.messageBytes`. */
-  messageBytes?: number;
-  /** Path prefix the service is mounted under; default none. */
-  requestPathPrefix?: string;
-  /**
-   * Serve plain gRPC StreamLogs calls on the fast path (frames read and decoded here, items
-   * handed to the service in batches); default true. false sends every call through connect-node.
-   */
-  fastPath?: boolean;
-}
-
-/** A Node HTTP/2 request handler serving the runner service, and what its host needs to shut it down. */
-export interface RunnerHandler {
-  /** The request listener (`http2Server.on("request", handler)`); answers gRPC, gRPC-web and Connect. */
-  handler: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void;
-  /**
-   * Lets calls in flight run for `graceMs`, then ends them UNAVAILABLE (with
-   * `runner-committed`) and resolves once their responses are out (or given up on).
-   */
-  shutdown(graceMs?: number): Promise<void>;
-  /** Requests in progress. */
-  readonly activeRequests: number;
-}
-
-/**
- * Creates the HTTP/2 request handler of a runner service, for hosts with their own server.
- *
- * @example
- * const runnerHandler = createRunnerHandler(runner);
- * const server = http2.createServer(runnerHandler.handler);
- * // on exit: await runnerHandler.shutdown(5_000); then close your sessions and server
- */
-export function createRunnerHandler(runner: RunnerService, options: RunnerHandlerOptions = {}): RunnerHandler {
-  const shutdownController = new AbortController();
-  // Every call in flight listens for the shutdown.
-  setMaxListeners(0, shutdownController.signal);
-  const active = new Set<http2.Http2ServerResponse>();
-  const idle = new Set<() => void>();
-  const readMaxBytes = wireLimitFor(options.messageBytes ?? runner.limits.messageBytes);
-  const contextValues = () => createContextValues().set(kShutdownSignal, shutdownController.signal).set(kMessageBytes, options.messageBytes);
-  const adapter = connectNodeAdapter({
-    routes: (router) => router.service(Runner, runner),
-    readMaxBytes,
-    requestPathPrefix: options.requestPathPrefix,
-    contextValues,
-  });
-  // connect-node's per-message pipeline caps a stream at ~120k items/s; plain gRPC
-  // StreamLogs calls skip it (same service, same response writer).
-  const fastPath = options.fastPath === false ? null : createStreamLogsFastPath(runner, { readMaxBytes, requestPathPrefix: options.requestPathPrefix, contextValues });
-
-  const handler = (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => {
-    active.add(res);
-    let done = false;
-    const finished = () => {
-      if (done) return;
-      done = true;
-      active.delete(res);
-      // The response is out but the client may still be sending (the call ended early):
-      // reset the stream with NO_ERROR, as gRPC servers do, so it never stays half open.
-      const stream = req.stream;
-      const reset = (tries = 0) => {
-        if (stream.destroyed || stream.closed) return;
-        // nghttp2 drops frames still queued for a stream it resets: wait until the
-        // trailers have left the session's queue.
-        const queued = stream.session?.state.outboundQueueSize ?? 0;
-        if (queued > 0 && tries < 200) {
-          setImmediate(() => reset(tries + 1));
-          return;
-        }
-        try {
-          stream.close(http2.constants.NGHTTP2_NO_ERROR);
-        } catch {
-          // The stream went away meanwhile.
-        }
-      };
-      // The RST must follow the trailers: the response sends them on 'wantTrailers'
-      // (its listener runs before ours), so reset right after, never before.
-      if (stream && !stream.destroyed && !stream.closed) {
-        if (stream.sentTrailers) setImmediate(reset);
-        else {
-          stream.once("wantTrailers", () => setImmediate(reset));
-          // A response without trailers: reset once its last frame is out.
-          stream.once("finish", () => setTimeout(reset, 100).unref());
-        }
-      }
-      if (active.size === 0) for (const wake of idle) wake();
-    };
-    // Http2ServerResponse emits finish/close only once the whole stream is closed, which
-    // a runner still sending never lets happen: hook the end of the response instead.
-    const endResponse = res.end.bind(res) as (...args: unknown[]) => unknown;
-    (res as { end: (...args: unknown[]) => unknown }).end = (...args: unknown[]) => {
-      const value = endResponse(...args);
-      finished();
-      return value;
-    };
-    res.once("close", finished);
-    if (fastPath === null || !fastPath(req, res)) adapter(req, res);
-  };
-
-  return {
-    handler,
-    get activeRequests() {
-      return active.size;
-    },
-    async shutdown(graceMs = 5000) {
-      if (active.size > 0 && graceMs > 0) await waitIdle(graceMs);
-      shutdownController.abort();
-      // Calls end UNAVAILABLE now; give their responses a moment to be written.
-      if (active.size > 0) await waitIdle(2000);
-    },
-  };
-
-  function waitIdle(ms: number): Promise<void> {
-    return new Promise<void>((resolve) => {
-      const wake = () => {
-        clearTimeout(timer);
-        idle.delete(wake);
-        resolve();
-      };
-      const timer = setTimeout(wake, ms);
-      idle.add(wake);
-    });
-  }
-}
+import { createRunnerHandler, type RunnerDrainReport } from "./handler.js";
+import type { RunnerHealth } from "./health.js";
+import { silentLogger, type Logger } from "../telemetry.js";
+import type { RunnerReadLimits } from "./read-budget.js";
+import type { RunnerLimits, RunnerService } from "./service.js";
 
 /** TLS material for {@link startRunnerServer}. */
 export interface RunnerTlsSettings {
@@ -178,6 +51,27 @@ export interface RunnerServerSettings {
   gracefulShutdownMs?: number;
   /** Serve plain gRPC StreamLogs calls on the fast path; default true (see RunnerHandlerOptions.fastPath). */
   fastPath?: boolean;
+  /**
+   * Bounds on the request bytes held in memory: the first message of a call (read before it
+   * is authenticated), per connection and per server; see RunnerReadLimits for the defaults.
+   */
+  readLimits?: Partial<RunnerReadLimits>;
+  /** Serve gRPC health checking (`grpc.health.v1.Health`) on the same port; default true. */
+  health?: boolean;
+  /** Pino-compatible logger for the server's own events (`drain started`, `drain finished`); default silent. */
+  logger?: Logger;
+}
+
+/** Options of {@link RunnerServer.drain}. */
+export interface RunnerDrainOptions {
+  /**
+   * How long the server goes on accepting calls after health turned NOT_SERVING, so that
+   * probes and load balancers see it and stop sending new calls; default 0. A `close()`
+   * during this time ends it at once.
+   */
+  notServingMs?: number;
+  /** Time calls in flight get to finish before they end UNAVAILABLE; default the server's `gracefulShutdownMs`. */
+  graceMs?: number;
 }
 
 /** A running runner server. */
@@ -186,11 +80,28 @@ export interface RunnerServer {
   url: string;
   /** The port listened on. */
   port: number;
+  /** Bytes of request messages not yet fully arrived, held in memory right now (what RunnerReadLimits caps); for metrics and tests. */
+  readonly heldBytes: number;
   /** Graceful shutdown: idle connections cut at once, calls in flight get the grace time. Never hangs. */
   close(): Promise<void>;
+  /**
+   * Graceful shutdown for a host's SIGTERM: health turns NOT_SERVING at once (Check,
+   * Watch), the server keeps accepting for `notServingMs`, then stops accepting (GOAWAY),
+   * calls in flight get `graceMs` to finish, the rest end UNAVAILABLE with
+   * `runner-committed` (the runner's client resumes them elsewhere). Resolves with what was
+   * cut. Calling it again, or `close()`, joins the same shutdown.
+   *
+   * @example
+   * process.once("SIGTERM", async () => {
+   *   const { inFlight, cut } = await server.drain({ notServingMs: 5_000, graceMs: 30_000 });
+   *   logger.info({ inFlight, cut }, "runner server drained");
+   *   process.exitCode = 0;
+   * });
+   */
+  drain(options?: RunnerDrainOptions): Promise<RunnerDrainReport>;
+  /** The health service this server answers (null with `health: false`). */
+  readonly health: RunnerHealth | null;
 }
-
-// Re-exported only so the runner barrel keeps compiling until it drops the name; the one copy lives in src/net.ts.
 
 /**
  * Starts an HTTP/2 server for the runner service (gRPC, gRPC-web and Connect on one port).
@@ -212,7 +123,13 @@ export async function startRunnerServer(runner: RunnerService, settings: RunnerS
         "(mutual TLS alone does not say which job a caller may write to); configure one, or set insecure: true",
     );
   }
-  const runnerHandler = createRunnerHandler(runner, { messageBytes: settings.limits?.messageBytes, fastPath: settings.fastPath });
+  const runnerHandler = createRunnerHandler(runner, {
+    messageBytes: settings.limits?.messageBytes,
+    fastPath: settings.fastPath,
+    readLimits: settings.readLimits,
+    health: settings.health === false ? false : undefined,
+  });
+  const logger = settings.logger ?? silentLogger;
   const http2Settings: http2.Settings = { maxConcurrentStreams: settings.maxConcurrentStreams ?? 1000 };
   const server: http2.Http2Server | http2.Http2SecureServer = tls
     ? http2.createSecureServer({
@@ -271,7 +188,11 @@ export async function startRunnerServer(runner: RunnerService, settings: RunnerS
   const port = settings.port ?? 50051;
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
-    server.listen(port, host, () => {
+    // A fleet reconnecting at once (a restart, a deploy) opens a thousand connections in a
+    // few seconds; past the backlog (Node's default 511) SYNs are dropped and retried after
+    // 1, 3, 7 s, so a busy server turned into agents' connect timeouts in the fleet bench.
+    // The kernel caps it at net.core.somaxconn.
+    server.listen({ port, host, backlog: 4096 }, () => {
       server.off("error", reject);
       resolve();
     });
@@ -280,7 +201,9 @@ export async function startRunnerServer(runner: RunnerService, settings: RunnerS
   const urlHost = isIP(host) === 6 ? `[${host}]` : host;
   const url = `${tls ? "https" : "http"}://${urlHost}:${bound}`;
 
-  let closing: Promise<void> | null = null;
+  let draining: Promise<RunnerDrainReport> | null = null;
+  // Ends a drain's not-serving time early (close() during a drain).
+  let endNotServing: (() => void) | null = null;
   const grace = settings.gracefulShutdownMs ?? 5000;
 
   function cutIdleSessions() {
@@ -300,27 +223,61 @@ export async function startRunnerServer(runner: RunnerService, settings: RunnerS
     }
   }
 
+  const drain = (options: RunnerDrainOptions = {}) => {
+    draining ??= drainServer(options);
+    return draining;
+  };
   return {
     url,
     port: bound,
-    close() {
-      closing ??= (async () => {
-        const serverClosed = new Promise<void>((resolve) => server.close(() => resolve()));
-        cutIdleSessions();
-        // Sessions whose calls finish during the grace period are cut as they go idle.
-        const sweeper = setInterval(cutIdleSessions, 50);
-        try {
-          await runnerHandler.shutdown(grace);
-        } finally {
-          clearInterval(sweeper);
-        }
-        // Give trailers a moment to leave, then nothing is waited for any more.
-        cutIdleSessions();
-        await Promise.race([serverClosed, new Promise((resolve) => setTimeout(resolve, 250))]);
-        for (const session of sessions.keys()) session.destroy();
-        await serverClosed;
-      })();
-      return closing;
+    get heldBytes() {
+      return runnerHandler.heldBytes;
     },
+    get health() {
+      return runnerHandler.health;
+    },
+    async close() {
+      endNotServing?.();
+      await drain();
+    },
+    drain,
   };
+
+  async function drainServer(options: RunnerDrainOptions): Promise<RunnerDrainReport> {
+    runnerHandler.health?.setStatus("NOT_SERVING");
+    logger.info({ activeCalls: runnerHandler.activeRequests, notServingMs: options.notServingMs ?? 0 }, "drain started");
+    if ((options.notServingMs ?? 0) > 0) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, options.notServingMs);
+        endNotServing = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+    }
+    endNotServing = null;
+    const report = await stopServing(options.graceMs ?? grace);
+    logger.info({ ...report }, "drain finished");
+    return report;
+  }
+
+  /** Stops accepting, lets calls in flight finish within `graceMs`, cuts the rest. Never hangs. */
+  async function stopServing(graceMs: number): Promise<RunnerDrainReport> {
+    const serverClosed = new Promise<void>((resolve) => server.close(() => resolve()));
+    cutIdleSessions();
+    // Sessions whose calls finish during the grace period are cut as they go idle.
+    const sweeper = setInterval(cutIdleSessions, 50);
+    let report: RunnerDrainReport;
+    try {
+      report = await runnerHandler.shutdown(graceMs);
+    } finally {
+      clearInterval(sweeper);
+    }
+    // Give trailers a moment to leave, then nothing is waited for any more.
+    cutIdleSessions();
+    await Promise.race([serverClosed, new Promise((resolve) => setTimeout(resolve, 250))]);
+    for (const session of sessions.keys()) session.destroy();
+    await serverClosed;
+    return report;
+  }
 }

@@ -1,4 +1,20 @@
-/** runner-depot/testing: conformance suites (vitest) every adapter runs, and test helpers. */
+/**
+ * The conformance kit (vitest): the suites every shipped adapter runs, for your own
+ * adapters of the three ports — {@link describeQueueAdapter} (job-result queue),
+ * {@link describeJobLogStore} (job logs) and {@link describePackageStore} (depot blobs
+ * and records) — and small helpers for tests that stream bytes.
+ *
+ * @example
+ * ```ts
+ * // my-store.test.ts
+ * import { describePackageStore } from "runner-depot/testing";
+ * import { createMyStore } from "./my-store.js";
+ *
+ * describePackageStore("my store", () => createMyStore({ fresh: true }));
+ * ```
+ *
+ * @module runner-depot/testing
+ */
 export { describeQueueAdapter } from "./queue-suite.js";
 export type { QueueAdapterSuiteOptions, ConsumedMessage, BackendOutage } from "./queue-suite.js";
 export { describeJobLogStore } from "./log-store-suite.js";

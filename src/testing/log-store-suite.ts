@@ -286,6 +286,41 @@ export function describeJobLogStore<S extends JobLogStore>(
       expect(await store.get(openJob)).not.toBeNull();
     });
 
+    it("list pages jobs newest first by creation, filters by state, and forgets pruned jobs", async () => {
+      const store = await fresh();
+      if (!store.list) return;
+      // Far-future times put these jobs ahead of any other test's in a shared backend.
+      const at = (minute: number) => new Date(Date.UTC(2099, 0, 1, 0, minute));
+      const ids = Array.from({ length: 5 }, () => randomUUID());
+      await store.open(ids[0]!, { now: at(1), expect: true, info: { repoUrl: "r0" } });
+      await store.append(ids[1]!, 0, lines(["x"]), at(2));
+      await store.open(ids[2]!, { now: at(3) });
+      await store.finish(ids[2]!, sampleJobResult({ requestId: ids[2]!, outcome: "cancelled", endedAt: at(30).toISOString() }));
+      await store.open(ids[3]!, { now: at(4) });
+      await store.open(ids[4]!, { now: at(5) });
+      // Activity on an older job does not move it: the key is when it was created.
+      await store.append(ids[0]!, 0, lines(["late"]), at(40));
+      const top = { createdAt: "2100-01-01T00:00:00.000Z", requestId: "ffffffff-ffff-ffff-ffff-ffffffffffff" };
+      const all = await store.list({ limit: 5, before: top });
+      expect(all.map((s) => s.requestId)).toEqual([...ids].reverse());
+      expect(all[4]).toMatchObject({ requestId: ids[0], expected: true, info: { repoUrl: "r0" }, storedLines: 1, createdAt: at(1).toISOString() });
+      const first = await store.list({ limit: 2, before: top });
+      expect(first.map((s) => s.requestId)).toEqual([ids[4], ids[3]]);
+      const next = await store.list({ limit: 2, before: { createdAt: first[1]!.createdAt!, requestId: first[1]!.requestId } });
+      expect(next.map((s) => s.requestId)).toEqual([ids[2], ids[1]]);
+      const cancelled = await store.list({ limit: 10, before: top, status: ["cancelled"] });
+      expect(cancelled[0]).toMatchObject({ requestId: ids[2], status: "cancelled" });
+      expect(cancelled.every((s) => s.status === "cancelled")).toBe(true);
+      const open = await store.list({ limit: 4, before: top, status: ["open"] });
+      expect(open.map((s) => s.requestId)).toEqual([ids[4], ids[3], ids[1], ids[0]]);
+      if (store.prune) {
+        await store.prune(new Date(Date.UTC(2099, 0, 2)));
+        const after = await store.list({ limit: 5, before: top });
+        expect(after.map((s) => s.requestId)).not.toContain(ids[2]);
+        expect(after.map((s) => s.requestId)).toContain(ids[3]);
+      }
+    });
+
     it("a large batch in one append is stored whole and in order", async () => {
       const store = await fresh();
       const id = randomUUID();
@@ -335,6 +370,19 @@ export function describeJobLogStore<S extends JobLogStore>(
       expect(await other.get(done)).toMatchObject({ status: "finished", committed: 2, result });
       expect((await other.append(id, 2, lines(["c"]))).committed).toBe(3);
       expect((await other.finish(done, sampleJobResult({ requestId: done }))).first).toBe(false);
+    });
+
+    withReopen("a reopened store lists the same jobs in the same order", async () => {
+      const store = await fresh();
+      if (!store.list) return;
+      const ids = Array.from({ length: 3 }, () => randomUUID());
+      for (const [i, id] of ids.entries()) await store.open(id, { now: new Date(Date.UTC(2098, 5, 1, 0, i)) });
+      const top = { createdAt: "2098-12-31T00:00:00.000Z", requestId: "ffffffff-ffff-ffff-ffff-ffffffffffff" };
+      const before = (await store.list({ limit: 3, before: top })).map((s) => s.requestId);
+      expect(before).toEqual([...ids].reverse());
+      await store.close?.();
+      const other = await again(store);
+      expect((await other.list!({ limit: 3, before: top })).map((s) => s.requestId)).toEqual(before);
     });
 
     it("close twice is harmless", async () => {

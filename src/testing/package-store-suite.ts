@@ -13,6 +13,8 @@ export interface PackageStoreSuiteOptions<S extends PackageStore = PackageStore>
   reopen?: (store: S) => PackageStore | Promise<PackageStore>;
   /** The store implements `signBlobUrl` and its URLs can be fetched from this process. */
   signing?: boolean;
+  /** The store implements `openBlob` (reads into the caller's buffers). */
+  openBlob?: boolean;
   /** Backend failure cases, when the backend can be broken from the test. */
   outage?: Omit<BackendOutage<S>, "impatient">;
   /** Size of the large-blob case; default 12 MiB (several S3 multipart parts). */
@@ -164,6 +166,37 @@ export function describePackageStore<S extends PackageStore>(
           expect(part.equals(bytes.subarray(start, end + 1)), `range ${start}-${end}`).toBe(true);
         }
         expect(await store.getBlob(sha256Digest("absent"), { start: 0, end: 0 })).toBeNull();
+      });
+
+      only(options.openBlob)("openBlob reads any position into the caller's buffer, and keeps reading a blob deleted meanwhile", async () => {
+        const store = await fresh();
+        const bytes = patternBytes(300_007, 53);
+        const { digest } = await store.putBlob(chunked(bytes, 65_536));
+        const reader = await store.openBlob!(digest);
+        expect(reader).not.toBeNull();
+        try {
+          expect(reader!.size).toBe(bytes.length);
+          const buffer = Buffer.alloc(70_000, 0xee);
+          for (const [position, length] of [
+            [0, 1],
+            [65_530, 20],
+            [1, 69_000],
+            [299_990, 17],
+          ] as const) {
+            let got = 0;
+            // A read may return fewer bytes than asked (as pread may); the rest follows.
+            while (got < length) got += await reader!.read(buffer, 5 + got, length - got, position + got);
+            expect(buffer.subarray(5, 5 + got).equals(bytes.subarray(position, position + got)), `at ${position}`).toBe(true);
+          }
+          expect(await reader!.read(buffer, 0, 10, bytes.length)).toBe(0);
+          await store.deleteBlob(digest);
+          expect(await reader!.read(buffer, 0, 10, 100)).toBe(10);
+          expect(buffer.subarray(0, 10).equals(bytes.subarray(100, 110))).toBe(true);
+        } finally {
+          await reader!.close();
+        }
+        expect(await store.openBlob!(digest)).toBeNull();
+        expect(await store.openBlob!(sha256Digest("absent"))).toBeNull();
       });
 
       it("absent blobs: getBlob and statBlob are null, deleteBlob is fine", async () => {

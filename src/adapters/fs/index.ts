@@ -1,5 +1,25 @@
-/** runner-depot/adapters/fs: filesystem adapters (the embedded defaults). */
+/**
+ * Filesystem adapters, the embedded defaults of `runner-depot serve`: a job log store
+ * (append-only log per job, fsync per append) and a package store (content-addressed
+ * blobs and records with compare-and-swap). One process owns a directory; several
+ * replicas share PostgreSQL and S3 instead.
+ *
+ * @example
+ * ```ts
+ * import { createFsLogStore, createFsStore } from "runner-depot/adapters/fs";
+ * import { createRunnerService } from "runner-depot/runner";
+ * import { createPackageRouter } from "runner-depot/depot";
+ * import { createMemoryQueue } from "runner-depot/adapters/memory";
+ *
+ * const runner = createRunnerService(createMemoryQueue(), { logs: createFsLogStore("/var/lib/ci/logs") });
+ * const depot = createPackageRouter(createFsStore("/var/lib/ci/depot"));
+ * ```
+ *
+ * @module runner-depot/adapters/fs
+ */
 export { createFsLogStore } from "./log-store.js";
 export type { FsLogStoreOptions } from "./log-store.js";
+export { createFsLogArchive } from "./log-archive.js";
+export type { FsLogArchiveOptions } from "./log-archive.js";
 export { createFsStore } from "./store.js";
 export type { FsStoreOptions } from "./store.js";

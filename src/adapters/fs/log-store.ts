@@ -8,7 +8,8 @@
 import { mkdir, open, readdir, readFile, rename, rm, truncate, type FileHandle } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { RunnerDepotError } from "../../errors.js";
-import { applyAppend, applyFinish, applyOpen, cloneJobState, isPrunable, newEntries, newJobState } from "../../runner/job-state.js";
+import { applyAppend, applyArchived, applyFinish, applyOpen, cloneJobState, isArchivable, isPrunable, newEntries, newJobState } from "../../runner/job-state.js";
+import { JobListIndex } from "../../runner/job-list.js";
 import type { JobLogStore, JobState, StoredLine } from "../../runner/ports.js";
 import { normalizeRequestId } from "../../runner/uuid.js";
 
@@ -33,6 +34,8 @@ interface Job {
 /** What every store on one directory shares in this process. */
 interface Backend {
   jobs: Map<string, Job>;
+  /** Newest-first order for list(): a page costs O(log jobs + page). */
+  order: JobListIndex;
   loaded: Promise<void> | null;
   refs: number;
   createChain: Promise<unknown>;
@@ -77,7 +80,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
   const key = resolve(dir);
   let shared = backends.get(key);
   if (!shared) {
-    shared = { jobs: new Map(), loaded: null, refs: 0, createChain: Promise.resolve() };
+    shared = { jobs: new Map(), order: new JobListIndex(), loaded: null, refs: 0, createChain: Promise.resolve() };
     backends.set(key, shared);
   }
   shared.refs++;
@@ -108,6 +111,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
           if (error.code !== "ENOENT") throw error;
         });
         jobs.set(id, { state, index: null, chain: Promise.resolve() });
+        backend.order.add(state);
       }
     })();
     return backend.loaded;
@@ -144,6 +148,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
         const state: Persisted = { ...newJobState(id, create), fileBytes: 0 };
         await writeState(state, true);
         jobs.set(id, { state, index: null, chain: Promise.resolve() });
+        backend.order.add(state);
       });
       backend.createChain = made.catch(() => undefined);
       await made;
@@ -296,7 +301,8 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
         false,
         async (job) => {
           const total = job.state.storedLines;
-          if (from >= total || limit <= 0) return [];
+          // An archived job's lines are in its archive, no longer here.
+          if (from >= total || limit <= 0 || job.state.archived) return [];
           const index = await buildIndex(job);
           const checkpoint = Math.floor(from / STRIDE);
           let line = checkpoint * STRIDE;
@@ -349,6 +355,42 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       }
       return out;
     },
+    async list(query) {
+      if (closed) throw new RunnerDepotError("UNAVAILABLE", "log store is closed");
+      await load();
+      return backend.order.list(query, (id) => {
+        const job = jobs.get(id);
+        return job ? publicState(job.state) : null;
+      });
+    },
+    async archivable(endedBefore, limit) {
+      if (closed) throw new RunnerDepotError("UNAVAILABLE", "log store is closed");
+      await load();
+      // O(jobs held), like stale(): one process owns the directory and holds every state.
+      const out: Persisted[] = [];
+      for (const job of jobs.values()) if (isArchivable(job.state, endedBefore)) out.push(job.state);
+      out.sort((a, b) => Date.parse(a.result!.endedAt) - Date.parse(b.result!.endedAt));
+      return out.slice(0, limit).map(publicState);
+    },
+    async markArchived(requestId, archived) {
+      return withJob(
+        requestId,
+        false,
+        async (job) => {
+          const next = cloneJobState(job.state);
+          if (!applyArchived(next, archived)) return publicState(job.state);
+          // State first (it says the log holds 0 valid bytes), then the log goes: a crash
+          // between the two leaves a file that load() truncates to nothing.
+          next.fileBytes = 0;
+          await writeState(next);
+          job.state = next;
+          job.index = null;
+          await rm(logPath(requestId), { force: true });
+          return publicState(next);
+        },
+        () => null,
+      );
+    },
     async prune(before) {
       if (closed) throw new RunnerDepotError("UNAVAILABLE", "log store is closed");
       await load();
@@ -361,6 +403,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
           await rm(statePath(id), { force: true });
           await rm(logPath(id), { force: true });
           jobs.delete(id);
+          backend.order.remove(job.state);
           count++;
         });
       }

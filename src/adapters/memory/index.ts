@@ -1,4 +1,21 @@
-/** runner-depot/adapters/memory: in-memory adapters for unit tests and embedding. */
+/**
+ * In-memory adapters: a job-result queue, a job log store and a package store. Nothing
+ * survives the process; they are meant for unit tests, examples and embedding where
+ * persistence is someone else's concern.
+ *
+ * @example
+ * ```ts
+ * import { createMemoryQueue, createMemoryLogStore } from "runner-depot/adapters/memory";
+ * import { createRunnerService } from "runner-depot/runner";
+ *
+ * const queue = createMemoryQueue();
+ * const runner = createRunnerService(queue, { logs: createMemoryLogStore() });
+ * // … after a job ended:
+ * const result = await queue.next(); // { requestId, outcome: "finished", exitCode, … }
+ * ```
+ *
+ * @module runner-depot/adapters/memory
+ */
 export { createMemoryQueue } from "./queue.js";
 export type { MemoryQueue } from "./queue.js";
 export { createMemoryLogStore } from "./log-store.js";

@@ -23,6 +23,8 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): PackageStor
   const blobs = new Map<string, Buffer>();
   const records = new Map<string, { json: string; revision: string }>();
   let closed = false;
+  /** Watchers of announced writes: everyone shares this process, so none is ever missed. */
+  const watchers = new Set<(key: string | null) => void>();
 
   function open(): void {
     if (closed) throw new RunnerDepotError("UNAVAILABLE", "The memory store is closed");
@@ -85,13 +87,22 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): PackageStor
       return record ? { value: JSON.parse(record.json) as T, revision: record.revision } : null;
     },
 
-    async putRecord(key: string, value: unknown, cond: { ifRevision: string | null }) {
+    async putRecord(key: string, value: unknown, cond: { ifRevision: string | null; announce?: boolean }) {
       open();
       const current = records.get(key);
       if ((current?.revision ?? null) !== cond.ifRevision) return null;
       const revision = randomUUID();
       records.set(key, { json: JSON.stringify(value), revision });
+      if (cond.announce) for (const watcher of watchers) watcher(key);
       return revision;
+    },
+
+    watchRecords(listener: (key: string | null) => void) {
+      watchers.add(listener);
+      listener(null);
+      return () => {
+        watchers.delete(listener);
+      };
     },
 
     async deleteRecord(key: string, cond?: { ifRevision: string | null }) {
@@ -115,6 +126,7 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): PackageStor
 
     async close() {
       closed = true;
+      watchers.clear();
     },
   };
 }

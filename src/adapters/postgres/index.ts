@@ -1,7 +1,27 @@
-/** runner-depot/adapters/postgres: depot records and runner job logs on PostgreSQL (pg). */
+/**
+ * PostgreSQL adapters (need the optional peer dependency `pg`): depot records with
+ * compare-and-swap (pair them with S3 blobs through `composeStore`), and a job log store
+ * that several orchestrator replicas can share. {@link migrate} creates or upgrades the
+ * tables.
+ *
+ * @example
+ * ```ts
+ * import pg from "pg";
+ * import { createPostgresLogStore, migrate } from "runner-depot/adapters/postgres";
+ * import { createRunnerService } from "runner-depot/runner";
+ * import { createMemoryQueue } from "runner-depot/adapters/memory";
+ *
+ * const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });
+ * await migrate(pool);
+ * const runner = createRunnerService(createMemoryQueue(), { logs: createPostgresLogStore({ pool }) });
+ * ```
+ *
+ * @module runner-depot/adapters/postgres
+ */
 export { createPostgresRecords } from "./records.js";
 export type { PostgresRecordsOptions } from "./records.js";
 export { createPostgresLogStore } from "./log-store.js";
 export type { PostgresLogStoreOptions } from "./log-store.js";
+export type { PostgresLogExtrasOptions } from "./log-store-extras.js";
 export { migrate } from "./schema.js";
 export type { PostgresOptions } from "./schema.js";

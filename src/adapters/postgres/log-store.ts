@@ -1,24 +1,67 @@
 /**
  * Runner job logs on PostgreSQL, shared by several orchestrator replicas. A job is a row
  * in `jobs` (its state as JSON, plus the columns the lost-job and retention queries
- * need); its lines are rows of `job_lines`. Every append and finish runs in one
- * transaction holding the job's row lock (SELECT … FOR UPDATE), so two replicas that
- * receive the same job (a runner that reconnected elsewhere) can never interleave:
- * the offset rules are checked against the committed state and lines are inserted in
- * one multi-row statement.
+ * need); its lines are rows of `job_lines`.
+ *
+ * An append is one statement, so one round trip: a compare-and-swap UPDATE of the job row
+ * (it takes the row lock and succeeds only if the row still holds exactly the state this
+ * store last wrote or read) joined to the INSERT of the batch's lines, which runs only when
+ * the UPDATE did. The rules (overlap skipped, gap and closed job refused) are applied in JS
+ * to that known state, the same functions every store uses. When the row changed under us
+ * (another replica, a host's expectJob) or this store never saw the job, the swap matches
+ * nothing and the append runs the locking transaction instead (SELECT … FOR UPDATE, rules
+ * on the committed state, lines, job row), so two replicas can never interleave.
  */
 import type { PoolClient } from "pg";
 import { RunnerDepotError } from "../../errors.js";
-import { applyAppend, applyFinish, applyOpen, newEntries, newJobState } from "../../runner/job-state.js";
-import type { JobInfo, JobLogStore, JobResult, JobState, LogEntry, StoredLine } from "../../runner/ports.js";
-import { openPostgres, unavailable } from "./schema.js";
+import { applyAppend, applyFinish, applyOpen, cloneJobState, newEntries, newJobState } from "../../runner/job-state.js";
+import { createdAtOf } from "../../runner/job-list.js";
+import type { JobInfo, JobListQuery, JobLogStore, JobResult, JobState, LogEntry, StoredLine } from "../../runner/ports.js";
+import { createGroupRunner } from "./log-group.js";
+import { chunksFrom, decodeRows, encodeGroup, rawRows, encodeLines, intArray, MAX_STATEMENT_CHARS, statementCuts } from "./log-lines.js";
+import type { ChunkRow } from "./log-lines.js";
+import { inTransaction, openPostgres, unavailable } from "./schema.js";
 import type { PostgresOptions } from "./schema.js";
+import { withPostgresLogExtras, type PostgresLogExtrasOptions } from "./log-store-extras.js";
+
+/**
+ * The `last_seen_at` column moves only in steps of this much: it is indexed (the lost-job
+ * query), and an UPDATE that changes no indexed column is a HOT update (no index entries
+ * written), which is most of an append's cost on the job row. The state's `lastSeenAt` stays
+ * exact; `stale()` uses the column to find candidates and the state to decide.
+ */
+const SEEN_STEP = "10 seconds";
+
+function coarseSeen(value: string): string {
+  return `CASE WHEN ${value} >= j.last_seen_at + interval '${SEEN_STEP}' OR ${value} < j.last_seen_at THEN ${value} ELSE j.last_seen_at END`;
+}
+
+/** A statement the server refused (an SQLSTATE), as opposed to a lost connection or a server going down. */
+function isStatementError(error: unknown): boolean {
+  const code = (error as { code?: unknown }).code;
+  return typeof code === "string" && /^[0-9A-Z]{5}$/.test(code) && !/^(08|53|57|58)/.test(code);
+}
 
 /** Options of {@link createPostgresLogStore}. */
-export type PostgresLogStoreOptions = PostgresOptions;
+export interface PostgresLogStoreOptions extends PostgresOptions, PostgresLogExtrasOptions {
+  /**
+   * Append statements (and job-row reads) in flight at once, default 4 each (group commit):
+   * calls made meanwhile wait and go together in the next statement. Keep the sum below the pool's size.
+   */
+  groupStatements?: number;
+}
 
-/** Lines per INSERT statement: keeps one statement's parameters to a few MiB. */
-const BATCH = 5000;
+/**
+ * Job rows remembered for the one-statement append (state and its exact JSON text).
+ * A forgotten job costs one locking transaction on its next append, nothing more.
+ */
+const KNOWN_JOBS = 4096;
+
+interface Known {
+  state: JobState;
+  /** The row's `state` column, byte for byte (json keeps its input text). */
+  text: string;
+}
 
 /**
  * Creates a {@link JobLogStore} on PostgreSQL.
@@ -31,37 +74,11 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
   const db = openPostgres(options);
   const jobs = `${db.schema}.jobs`;
   const lines = `${db.schema}.job_lines`;
+  const chunks = `${db.schema}.job_chunks`;
+  const insertChunks = `INSERT INTO ${chunks} (request_id, first, count, bytes, ends, flags)`;
 
-  async function tx<T>(work: (client: PoolClient) => Promise<T>): Promise<T> {
-    let client: PoolClient;
-    try {
-      await db.ready();
-      client = await db.pool.connect();
-    } catch (error) {
-      throw unavailable(error);
-    }
-    let broken = false;
-    // A checked-out client whose socket dies emits 'error': unheard, it would crash the host.
-    const onError = () => {
-      broken = true;
-    };
-    client.on("error", onError);
-    try {
-      await client.query("BEGIN");
-      const out = await work(client);
-      await client.query("COMMIT");
-      return out;
-    } catch (error) {
-      await client.query("ROLLBACK").catch(() => {
-        broken = true;
-      });
-      throw unavailable(error);
-    } finally {
-      client.removeListener("error", onError);
-      // A connection that failed mid-transaction is not given back to the pool.
-      client.release(broken ? true : undefined);
-    }
-  }
+  const tx = <T>(work: (client: PoolClient) => Promise<T>): Promise<T> => inTransaction(db, work);
+
 
   async function run<R>(sql: string, params: unknown[]): Promise<R[]> {
     try {
@@ -72,25 +89,157 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
     }
   }
 
-  async function lock(client: PoolClient, requestId: string): Promise<JobState | null> {
-    const out = await client.query(`SELECT state FROM ${jobs} WHERE request_id = $1 FOR UPDATE`, [requestId]);
-    return out.rows[0] ? (out.rows[0].state as JobState) : null;
+  // Insertion order is age: the oldest entry goes first when the map is full. O(1) per call.
+  const known = new Map<string, Known>();
+  function remember(state: JobState, text: string): void {
+    known.delete(state.requestId);
+    if (state.status !== "open") return; // an ended job takes no more appends
+    if (known.size >= KNOWN_JOBS) known.delete(known.keys().next().value!);
+    known.set(state.requestId, { state, text });
   }
 
-  async function insertJob(client: PoolClient, state: JobState): Promise<boolean> {
-    const out = await client.query(
-      `INSERT INTO ${jobs} (request_id, status, last_seen_at, ended_at, state) VALUES ($1, $2, $3, $4, $5)
+  /** Locks the job's row; the state as stored (parsed here, so its exact text is known). */
+  async function lock(client: PoolClient, requestId: string): Promise<JobState | null> {
+    const out = await client.query(`SELECT state::text AS text FROM ${jobs} WHERE request_id = $1 FOR UPDATE`, [requestId]);
+    const text = out.rows[0]?.text as string | undefined;
+    if (text === undefined) return null;
+    const state = JSON.parse(text) as JobState;
+    remember(state, text);
+    return cloneJobState(state);
+  }
+
+  async function insertJob(client: PoolClient | null, state: JobState): Promise<boolean> {
+    const text = JSON.stringify(state);
+    const out = await (client ?? db.pool).query(
+      `INSERT INTO ${jobs} (request_id, status, last_seen_at, ended_at, state, created_at) VALUES ($1, $2, $3, $4, $5, $6)
        ON CONFLICT (request_id) DO NOTHING`,
-      [state.requestId, state.status, state.lastSeenAt, state.result?.endedAt ?? null, JSON.stringify(state)],
+      [state.requestId, state.status, state.lastSeenAt, state.result?.endedAt ?? null, text, createdAtOf(state)],
     );
+    if (out.rowCount === 1) remember(cloneJobState(state), text);
     return out.rowCount === 1;
   }
 
   async function saveJob(client: PoolClient, state: JobState): Promise<void> {
+    const text = JSON.stringify(state);
     await client.query(
       `UPDATE ${jobs} SET status = $2, last_seen_at = $3, ended_at = $4, state = $5 WHERE request_id = $1`,
-      [state.requestId, state.status, state.lastSeenAt, state.result?.endedAt ?? null, JSON.stringify(state)],
+      [state.requestId, state.status, state.lastSeenAt, state.result?.endedAt ?? null, text],
     );
+    remember(cloneJobState(state), text);
+  }
+
+  interface Swap {
+    /** Characters of `stored` (a group's size bound). */
+    chars: number;
+    was: Known;
+    state: JobState;
+    text: string;
+    first: number;
+    stored: StoredLine[];
+  }
+
+  /**
+   * The one-statement append, for a group of jobs at once (log-group.ts): for each job, swaps
+   * its row from `was` to `state` (the row lock) and inserts its lines from position `first`,
+   * or does neither. True for the jobs it did. O(bytes of all lines + jobs).
+   */
+  async function swapAppends(group: Swap[]): Promise<boolean[]> {
+    const batch = encodeGroup(group);
+    let out;
+    try {
+      out = await db.pool.query(
+      `WITH i AS (
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) WITH ORDINALITY AS i(id, old, new, seen, k)
+       ), upd AS (
+         UPDATE ${jobs} j SET last_seen_at = ${coarseSeen("i.seen")}, state = i.new::json
+         FROM i WHERE j.request_id = i.id AND j.status = 'open' AND j.state::text = i.old
+         RETURNING j.request_id
+       ), c AS (
+         SELECT a[6 * g - 5] AS k, a[6 * g - 4] AS first, a[6 * g - 3]::int AS l0, a[6 * g - 2]::int AS n,
+                a[6 * g - 1]::int AS b0, a[6 * g]::int AS bn
+         FROM (SELECT $8::bigint[] AS a) AS arr, generate_series(1, cardinality(arr.a) / 6) AS g
+       ), ins AS (
+         ${insertChunks}
+         SELECT i.id, c.first, c.n, substring($5::bytea FROM c.b0 + 1 FOR c.bn),
+                substring($6::bytea FROM 4 * c.l0 + 1 FOR 4 * c.n), substring($7::bytea FROM c.l0 + 1 FOR c.n)
+         FROM c JOIN i ON i.k = c.k JOIN upd ON upd.request_id = i.id
+       )
+       SELECT request_id FROM upd`,
+      [
+        group.map((g) => g.state.requestId),
+        group.map((g) => g.was.text),
+        group.map((g) => g.text),
+        group.map((g) => g.state.lastSeenAt),
+        batch.bytes,
+        batch.ends,
+        batch.flags,
+        batch.cuts,
+      ],
+    );
+    } catch (error) {
+      // One job's bad row (a constraint) must not fail the others: each retries alone, under the lock.
+      if (group.length > 1 && isStatementError(error)) return group.map(() => false);
+      throw error;
+    }
+    const swapped = new Set(out.rows.map((r: { request_id: string }) => r.request_id));
+    return group.map((g) => {
+      if (!swapped.has(g.state.requestId)) return false;
+      remember(g.state, g.text);
+      return true;
+    });
+  }
+
+  /** Reads of job rows made meanwhile go in one statement (log-group.ts). O(jobs). */
+  const groupGet = createGroupRunner(
+    async (ids: string[]): Promise<(JobState | null)[]> => {
+      const out = await db.pool.query(`SELECT request_id, state::text AS text FROM ${jobs} WHERE request_id = ANY($1::text[])`, [ids]);
+      const texts = new Map<string, string>(out.rows.map((r: { request_id: string; text: string }) => [r.request_id, r.text]));
+      return ids.map((id) => {
+        const text = texts.get(id);
+        if (text === undefined) return null;
+        const state = JSON.parse(text) as JobState;
+        if (state.status === "open") remember(JSON.parse(text) as JobState, text);
+        return state;
+      });
+    },
+    { inFlight: options.groupStatements ?? 4, maxItems: 1000 },
+  );
+
+  // Jobs with a swap queued or in flight: a second append of one (a caller that does not
+  // serialise its own) takes the locking transaction instead of joining the same statement.
+  const swapping = new Set<string>();
+  const groupAppend = createGroupRunner(swapAppends, {
+    inFlight: options.groupStatements ?? 4,
+    maxItems: 1000,
+    maxWeight: MAX_STATEMENT_CHARS,
+    weight: (swap) => swap.chars,
+  });
+
+  /** The one-statement finish: swaps the row from `was` to the ended `state`. */
+  async function swapFinish(was: Known, state: JobState): Promise<boolean> {
+    const text = JSON.stringify(state);
+    const out = await db.pool.query(
+      `UPDATE ${jobs} SET status = $2, last_seen_at = $3, ended_at = $4, state = $5
+       WHERE request_id = $1 AND status = 'open' AND state::text = $6`,
+      [state.requestId, state.status, state.lastSeenAt, state.result?.endedAt ?? null, text, was.text],
+    );
+    if (out.rowCount !== 1) return false;
+    known.delete(state.requestId);
+    return true;
+  }
+
+  /** What `append` can do in one statement from the remembered row, or null (then the transaction decides). */
+  function planAppend(requestId: string, at: number, entries: LogEntry[], now: Date) {
+    const was = known.get(requestId);
+    // The remembered row only ever says yes: a refusal (gap, closed job) is for the committed state to give.
+    if (!was || was.state.status !== "open" || !Number.isSafeInteger(at) || at < 0 || at > was.state.committed) return null;
+    const state = cloneJobState(was.state);
+    const fresh = newEntries(state, at, entries);
+    const first = state.storedLines;
+    const stored = applyAppend(state, fresh, now);
+    let chars = 0;
+    for (const l of stored) chars += l.line.length;
+    return chars <= MAX_STATEMENT_CHARS ? { was, state, first, stored, chars } : null;
   }
 
   /** Locks the job's row, creating the job first when absent. */
@@ -105,30 +254,47 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
   }
 
   async function insertLines(client: PoolClient, requestId: string, first: number, stored: StoredLine[]): Promise<void> {
-    for (let i = 0; i < stored.length; i += BATCH) {
-      const slice = stored.slice(i, i + BATCH);
-      // unnest() of parallel arrays: one statement, three parameters, any row count.
-      await client.query(
-        `INSERT INTO ${lines} (request_id, position, line, stderr, marker)
-         SELECT $1, $2::bigint + t.ord - 1, t.line, t.stderr, t.marker
-         FROM unnest($3::bytea[], $4::boolean[], $5::boolean[]) WITH ORDINALITY AS t(line, stderr, marker, ord)`,
-        [
-          requestId,
-          first + i,
-          slice.map((l) => Buffer.from(l.line, "utf8")),
-          slice.map((l) => l.stderr),
-          slice.map((l) => l.marker === true),
-        ],
-      );
+    let from = 0;
+    for (const to of statementCuts(stored)) {
+      const batch = encodeLines(stored, from, to);
+      await client.query(`${insertChunks} ${chunksFrom(1)}`, [requestId, first + from, batch.bytes, batch.ends, batch.flags, intArray(batch.cuts)]);
+      from = to;
     }
   }
 
-  return {
+  /**
+   * The rows holding lines `from` … `from + limit - 1`. O(log rows + chunks touched): the chunk
+   * holding `from` (the newest starting at or before it) and those after it up to the limit,
+   * plus rows of the row-per-line table of earlier releases (a job that spans the upgrade has
+   * both, at different positions).
+   */
+  function readRows(requestId: string, from: number, limit: number | undefined): Promise<ChunkRow[]> {
+    const to = limit === undefined ? null : from + limit;
+    return run<ChunkRow>(
+      `SELECT first, bytes, ends, flags FROM ${chunks}
+       WHERE request_id = $1 AND ($3::bigint IS NULL OR first < $3)
+         AND first >= COALESCE((SELECT max(first) FROM ${chunks} WHERE request_id = $1 AND first <= $2), 0)
+       UNION ALL
+       SELECT position, line, NULL, set_byte('\\x00'::bytea, 0, stderr::int | (marker::int << 1)) FROM ${lines}
+       WHERE request_id = $1 AND position >= $2 AND ($3::bigint IS NULL OR position < $3)
+       ORDER BY 1`,
+      [requestId, from, to],
+    );
+  }
+
+  // NOTIFY, watch and the archive steps live in log-store-extras.ts.
+  return withPostgresLogExtras(db, options.schema ?? "runner_depot", {
     async open(requestId: string, openOptions: { expect?: boolean; info?: JobInfo; now?: Date } = {}) {
+      const now = openOptions.now ?? new Date();
+      const fresh = newJobState(requestId, now, openOptions.expect ?? false, openOptions.info);
+      // A new job is one INSERT on its own (one round trip); an existing one is locked and merged.
+      try {
+        await db.ready();
+        if (await insertJob(null, fresh)) return fresh;
+      } catch (error) {
+        throw unavailable(error);
+      }
       return tx(async (client) => {
-        const now = openOptions.now ?? new Date();
-        const fresh = newJobState(requestId, now, openOptions.expect ?? false, openOptions.info);
-        if (await insertJob(client, fresh)) return fresh;
         const state = await lock(client, requestId);
         if (!state) throw new RunnerDepotError("INTERNAL", `job ${requestId} vanished`);
         if (applyOpen(state, openOptions)) await saveJob(client, state);
@@ -137,11 +303,31 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
     },
 
     async get(requestId: string) {
-      const rows = await run<{ state: JobState }>(`SELECT state FROM ${jobs} WHERE request_id = $1`, [requestId]);
-      return rows[0]?.state ?? null;
+      try {
+        await db.ready();
+        return await groupGet(requestId);
+      } catch (error) {
+        throw unavailable(error);
+      }
     },
 
     async append(requestId: string, at: number, entries: LogEntry[], now: Date = new Date()) {
+      const plan = planAppend(requestId, at, entries, now);
+      if (plan) {
+        try {
+          await db.ready();
+          if (!swapping.has(requestId)) {
+            swapping.add(requestId);
+            const swapped = await groupAppend({ ...plan, text: JSON.stringify(plan.state) }).finally(() => swapping.delete(requestId));
+            if (swapped) return cloneJobState(plan.state);
+          }
+        } catch (error) {
+          // The outcome is unknown (the statement may have committed): forget the row, so the
+          // next append reads it under the lock instead of swapping from a stale text.
+          known.delete(requestId);
+          throw unavailable(error);
+        }
+      }
       return tx(async (client) => {
         const state = await lockOrCreate(client, requestId, now);
         const fresh = newEntries(state, at, entries);
@@ -154,6 +340,19 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
     },
 
     async finish(requestId: string, result: JobResult, finishOptions: { at?: number } = {}) {
+      const was = known.get(requestId);
+      if (was && (finishOptions.at === undefined || finishOptions.at === was.state.committed)) {
+        const state = cloneJobState(was.state);
+        if (applyFinish(state, result, finishOptions.at)) {
+          try {
+            await db.ready();
+            if (await swapFinish(was, state)) return { state: cloneJobState(state), first: true };
+          } catch (error) {
+            known.delete(requestId);
+            throw unavailable(error);
+          }
+        }
+      }
       return tx(async (client) => {
         const state = await lockOrCreate(client, requestId, new Date(result.endedAt));
         const first = applyFinish(state, result, finishOptions.at);
@@ -163,29 +362,42 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
     },
 
     async read(requestId: string, from = 0, limit?: number) {
-      const params: unknown[] = [requestId, from];
-      let cap = "";
-      if (limit !== undefined) {
-        params.push(limit);
-        cap = "LIMIT $3";
-      }
-      const rows = await run<{ line: Buffer; stderr: boolean; marker: boolean }>(
-        `SELECT line, stderr, marker FROM ${lines} WHERE request_id = $1 AND position >= $2 ORDER BY position ${cap}`,
-        params,
-      );
-      return rows.map((r) => {
-        const line: StoredLine = { line: r.line.toString("utf8"), stderr: r.stderr };
-        if (r.marker) line.marker = true;
-        return line;
-      });
+      return decodeRows(await readRows(requestId, from, limit), from, limit);
+    },
+
+    async readRaw(requestId: string, from: number, limit: number) {
+      return rawRows(await readRows(requestId, from, limit), from, limit);
     },
 
     async stale(before: Date) {
       const rows = await run<{ state: JobState }>(
-        `SELECT state FROM ${jobs} WHERE status = 'open' AND last_seen_at < $1 ORDER BY last_seen_at`,
+        // The column is at most SEEN_STEP behind the state (never ahead): it narrows, the state decides.
+        `SELECT state FROM ${jobs} WHERE status = 'open' AND last_seen_at < $1 AND (state->>'lastSeenAt')::timestamptz < $1
+         ORDER BY last_seen_at`,
         [before],
       );
       return rows.map((r) => r.state);
+    },
+
+    async list(query: JobListQuery) {
+      // O(limit) on the (status,) created_at, request_id indexes; the ORDER BY matches them.
+      const params: unknown[] = [query.limit];
+      const where: string[] = [];
+      if (query.status) {
+        params.push(query.status);
+        where.push(`status = ANY($${params.length}::text[])`);
+      }
+      if (query.before) {
+        params.push(query.before.createdAt, query.before.requestId);
+        where.push(`(created_at, request_id) < ($${params.length - 1}::timestamptz, $${params.length})`);
+      }
+      const rows = await run<{ state: JobState; created_at: Date }>(
+        `SELECT state, created_at FROM ${jobs} ${where.length ? `WHERE ${where.join(" AND ")}` : ""}
+         ORDER BY created_at DESC, request_id DESC LIMIT $1`,
+        params,
+      );
+      // The column is the key (rows from before it existed have none in their JSON).
+      return rows.map((r) => ({ ...r.state, createdAt: r.created_at.toISOString() }));
     },
 
     async prune(before: Date) {
@@ -195,13 +407,18 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
           [before],
         );
         const ids = out.rows.map((r: { request_id: string }) => r.request_id);
-        if (ids.length > 0) await client.query(`DELETE FROM ${lines} WHERE request_id = ANY($1::text[])`, [ids]);
+        for (const id of ids) known.delete(id);
+        if (ids.length > 0) {
+          await client.query(`DELETE FROM ${chunks} WHERE request_id = ANY($1::text[])`, [ids]);
+          await client.query(`DELETE FROM ${lines} WHERE request_id = ANY($1::text[])`, [ids]);
+        }
         return ids.length;
       });
     },
 
     async close() {
+      known.clear();
       await db.close();
     },
-  };
+  }, options);
 }

@@ -4,8 +4,10 @@
  * NOTHING to create, UPDATE … WHERE revision = $n to swap), so the row lock PostgreSQL
  * takes decides every race, across any number of depot replicas.
  */
+import pg from "pg";
 import { RunnerDepotError } from "../../errors.js";
 import type { RecordStore, StoredRecord } from "../../depot/ports.js";
+import { createRecordWatch, MAX_ANNOUNCED_KEY, recordChannelOf } from "./record-notify.js";
 import { openPostgres, unavailable } from "./schema.js";
 import type { PostgresOptions } from "./schema.js";
 
@@ -31,6 +33,10 @@ export function createPostgresRecords(options: PostgresRecordsOptions): RecordSt
   const t = `${db.schema}.records`;
   const seq = `${db.schema}.record_revision`;
   const pageDefault = options.defaultPageSize ?? 1000;
+  const schemaName = options.schema ?? "runner_depot";
+  const channel = recordChannelOf(schemaName);
+  // One LISTEN connection of its own, opened by the first watcher (record-notify.ts).
+  const watch = createRecordWatch(() => new pg.Client(db.pool.options), schemaName);
 
   async function query<R>(sql: string, params: unknown[]): Promise<R[]> {
     try {
@@ -53,22 +59,34 @@ export function createPostgresRecords(options: PostgresRecordsOptions): RecordSt
       return row ? { value: row.value, revision: String(row.revision) } : null;
     },
 
-    async putRecord(key: string, value: unknown, cond: { ifRevision: string | null }): Promise<string | null> {
+    async putRecord(key: string, value: unknown, cond: { ifRevision: string | null; announce?: boolean }): Promise<string | null> {
+      // An announced write notifies in the same statement: delivered at its commit, only when it wrote.
+      const announce = cond.announce === true && key.length <= MAX_ANNOUNCED_KEY;
+      const wrap = (write: string, params: unknown[]) =>
+        announce
+          ? { sql: `WITH w AS (${write}) SELECT revision, pg_notify($${params.length + 1}, $1) FROM w`, params: [...params, channel] }
+          : { sql: write, params };
       if (cond.ifRevision === null) {
-        const rows = await query<{ revision: string }>(
+        const { sql, params } = wrap(
           `INSERT INTO ${t} (key, value, revision) VALUES ($1, $2, nextval('${seq}'))
            ON CONFLICT (key) DO NOTHING RETURNING revision`,
           [key, encode(value)],
         );
+        const rows = await query<{ revision: string }>(sql, params);
         return rows[0] ? String(rows[0].revision) : null;
       }
       // A revision this store never issued cannot match anything.
       if (!isRevision(cond.ifRevision)) return null;
-      const rows = await query<{ revision: string }>(
+      const { sql, params } = wrap(
         `UPDATE ${t} SET value = $2, revision = nextval('${seq}') WHERE key = $1 AND revision = $3 RETURNING revision`,
         [key, encode(value), cond.ifRevision],
       );
+      const rows = await query<{ revision: string }>(sql, params);
       return rows[0] ? String(rows[0].revision) : null;
+    },
+
+    watchRecords(listener: (key: string | null) => void) {
+      return watch.watch(listener);
     },
 
     async deleteRecord(key: string, cond?: { ifRevision: string | null }): Promise<boolean> {
@@ -105,6 +123,7 @@ export function createPostgresRecords(options: PostgresRecordsOptions): RecordSt
     },
 
     async close() {
+      await watch.close();
       await db.close();
     },
   };

@@ -4,7 +4,7 @@
  * tests can use a throw-away schema each.
  */
 import pg from "pg";
-import type { Pool, PoolConfig } from "pg";
+import type { Pool, PoolClient, PoolConfig } from "pg";
 import { RunnerDepotError } from "../../errors.js";
 
 /** Options shared by the PostgreSQL adapters. */
@@ -32,6 +32,12 @@ export function quoteSchema(schema = "runner_depot"): string {
   return `"${schema}"`;
 }
 
+function chunkColumns(compression: string): string {
+  return `request_id text NOT NULL, first bigint NOT NULL, count integer NOT NULL,
+          bytes bytea ${compression} NOT NULL, ends bytea NOT NULL, flags bytea NOT NULL,
+          PRIMARY KEY (request_id, first)`;
+}
+
 function statements(s: string): string[] {
   return [
     `CREATE SCHEMA IF NOT EXISTS ${s}`,
@@ -43,16 +49,49 @@ function statements(s: string): string[] {
        value json NOT NULL,
        revision bigint NOT NULL
      )`,
+    // Room on each page (fillfactor) so an append's update of the job row can stay on its
+    // page as a HOT update, writing no index entries (see SEEN_STEP in log-store.ts).
     `CREATE TABLE IF NOT EXISTS ${s}.jobs (
        request_id text PRIMARY KEY,
        status text NOT NULL,
        last_seen_at timestamptz NOT NULL,
        ended_at timestamptz,
-       state json NOT NULL
-     )`,
+       state json NOT NULL,
+       created_at timestamptz NOT NULL DEFAULT now()
+     ) WITH (fillfactor = 70)`,
     `CREATE INDEX IF NOT EXISTS jobs_open_last_seen ON ${s}.jobs (last_seen_at) WHERE status = 'open'`,
     `CREATE INDEX IF NOT EXISTS jobs_ended_at ON ${s}.jobs (ended_at) WHERE status <> 'open'`,
+    // Job lists page newest first by (created_at, request_id); rows from before the column
+    // existed get the migration's time. The second index serves a status filter.
+    // The ALTER only when the column is missing: even a no-op ALTER takes an exclusive lock,
+    // which would deadlock against replicas appending while another process migrates.
+    `DO $$ BEGIN
+       IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+                      WHERE table_schema = '${s.slice(1, -1)}' AND table_name = 'jobs' AND column_name = 'created_at') THEN
+         ALTER TABLE ${s}.jobs ADD COLUMN created_at timestamptz NOT NULL DEFAULT now();
+       END IF;
+     END $$`,
+    `CREATE INDEX IF NOT EXISTS jobs_created ON ${s}.jobs (created_at, request_id)`,
+    `CREATE INDEX IF NOT EXISTS jobs_status_created ON ${s}.jobs (status, created_at, request_id)`,
+    // Whether the job's log moved to the archive, as a column of its own: an index whose
+    // predicate reads `state` (as jobs_unarchived of earlier releases did, on
+    // state->>'archived') makes every update of `state`, so every append, a non-HOT update
+    // that writes an entry into each index of the table. Added (and filled from the state,
+    // the old index dropped) only when missing: a no-op ALTER would still lock the table.
+    `DO $$ BEGIN
+       IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+                      WHERE table_schema = '${s.slice(1, -1)}' AND table_name = 'jobs' AND column_name = 'archived') THEN
+         ALTER TABLE ${s}.jobs ADD COLUMN archived boolean NOT NULL DEFAULT false;
+         UPDATE ${s}.jobs SET archived = true WHERE (state->>'archived') IS NOT NULL;
+         DROP INDEX IF EXISTS ${s}.jobs_unarchived;
+       END IF;
+     END $$`,
+    // The archive sweep's query: ended jobs whose lines are still here, oldest end first.
+    // Its predicate reads columns an append never changes (status, archived), so the job
+    // row's update stays HOT (test/adapter-postgres.test.ts counts n_tup_hot_upd).
+    `CREATE INDEX IF NOT EXISTS jobs_to_archive ON ${s}.jobs (ended_at) WHERE status <> 'open' AND NOT archived`,
     // Lines as UTF-8 bytes: PostgreSQL text cannot hold NUL, which a job may print.
+    // Row per line: what earlier releases wrote; still read, no longer written.
     `CREATE TABLE IF NOT EXISTS ${s}.job_lines (
        request_id text NOT NULL,
        position bigint NOT NULL,
@@ -61,6 +100,14 @@ function statements(s: string): string[] {
        marker boolean NOT NULL,
        PRIMARY KEY (request_id, position)
      )`,
+    // Lines in chunks (log-lines.ts says why): `first` is the position of the chunk's first
+    // line. lz4 where the server has it (PostgreSQL 14+ built with it): pglz costs more CPU
+    // than the insert. Created with it or without, never altered (an ALTER locks the table).
+    `DO $$ BEGIN
+       CREATE TABLE IF NOT EXISTS ${s}.job_chunks (${chunkColumns("COMPRESSION lz4")});
+     EXCEPTION WHEN OTHERS THEN
+       CREATE TABLE IF NOT EXISTS ${s}.job_chunks (${chunkColumns("")});
+     END $$`,
   ];
 }
 
@@ -144,4 +191,38 @@ export function unavailable(error: unknown, code: "UNAVAILABLE" | "STORE_UNAVAIL
   if (error instanceof RunnerDepotError) return error;
   const message = error instanceof Error ? error.message : String(error);
   return new RunnerDepotError(code, `PostgreSQL: ${message}`, { cause: error });
+}
+
+/**
+ * Runs `work` in one transaction on a pooled client (BEGIN … COMMIT, ROLLBACK on failure,
+ * failures as UNAVAILABLE). A checked-out client whose socket dies emits 'error': unheard,
+ * it would crash the host; a connection that failed mid-transaction is not given back.
+ */
+export async function inTransaction<T>(db: PostgresHandle, work: (client: PoolClient) => Promise<T>): Promise<T> {
+  let client: PoolClient;
+  try {
+    await db.ready();
+    client = await db.pool.connect();
+  } catch (error) {
+    throw unavailable(error);
+  }
+  let broken = false;
+  const onError = () => {
+    broken = true;
+  };
+  client.on("error", onError);
+  try {
+    await client.query("BEGIN");
+    const out = await work(client);
+    await client.query("COMMIT");
+    return out;
+  } catch (error) {
+    await client.query("ROLLBACK").catch(() => {
+      broken = true;
+    });
+    throw unavailable(error);
+  } finally {
+    client.removeListener("error", onError);
+    client.release(broken ? true : undefined);
+  }
 }

@@ -10,6 +10,7 @@ import amqp from "amqplib";
 import type { ChannelModel, ConfirmChannel, Options } from "amqplib";
 import { RunnerDepotError } from "../../errors.js";
 import type { JobResult, JobResultQueue } from "../../runner/ports.js";
+import { silentLogger, type Logger } from "../../telemetry.js";
 
 /** The AMQP `type` property every job result carries. */
 export const JOB_RESULT_MESSAGE_TYPE = "runner.v1.JobResult";
@@ -47,6 +48,12 @@ export interface RabbitMqQueueOptions {
   connectTimeoutMs?: number;
   /** Called with every broker or connection error (they never crash the process). */
   onError?: (error: unknown) => void;
+  /**
+   * Pino-compatible logger for connection events: `queue connection lost`, `queue connect
+   * failed` (with the attempt and the error's message) and `queue reconnected`, all at warn.
+   * The URL (it carries credentials) is never logged. Default silent.
+   */
+  logger?: Logger;
 }
 
 /** The RabbitMQ queue: a {@link JobResultQueue} plus a readiness probe. */
@@ -77,6 +84,9 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
   const maxDelay = options.reconnectDelayMs?.max ?? 5_000;
   const connectTimeoutMs = options.connectTimeoutMs ?? 5_000;
   const onError = options.onError ?? (() => {});
+  const logger = options.logger ?? silentLogger;
+  // Set once a connection was lost: the next successful connect is a reconnect.
+  let lost = false;
   if (exchange === "" && !routingKey) {
     throw new RunnerDepotError("INVALID_ARGUMENT", "createRabbitMqQueue needs a queue or a routingKey");
   }
@@ -111,6 +121,10 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
       if (model === m) {
         model = null;
         channel = null;
+        if (!closed) {
+          lost = true;
+          logger.warn({ queue: queueName ?? exchange }, "queue connection lost");
+        }
         scheduleReconnect();
       }
     });
@@ -144,6 +158,8 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
       }
       model = m;
       channel = ch;
+      if (lost) logger.warn({ queue: queueName ?? exchange, attempts: failures + 1 }, "queue reconnected");
+      lost = false;
       failures = 0;
       wake();
       return ch;
@@ -162,6 +178,8 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
       });
       connecting.catch((error) => {
         failures++;
+        lost = true;
+        logger.warn({ queue: queueName ?? exchange, attempt: failures, error: error instanceof Error ? error.message : String(error) }, "queue connect failed");
         onError(error);
         scheduleReconnect();
       });

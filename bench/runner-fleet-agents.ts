@@ -1,0 +1,78 @@
+/**
+ * Child process of bench/runner-fleet.ts: runs many agents, each a createRunnerClient with its
+ * own HTTP/2 connection, writing lines at its own rate for the run's duration, then sending its
+ * job end. One interval timer per process drives every agent (lines due are written each tick).
+ * A line is `<seq> <epoch ms> <padding>`, 40 to 200 bytes, so the server can time it and check
+ * order. IPC out: `"ready"` once loaded; in: `{ port, secret, jobs: { id, rate, startMs }[], durationMs }`; out: `{ sent: { id, lines }[], failed, calls, … }`.
+ */
+import { createRunnerClient } from "../src/runner/client.js";
+import type { RunnerClient } from "../src/runner/client.js";
+import { mintJobToken } from "../src/runner/token.js";
+
+interface Job {
+  id: string;
+  /** Lines per second. */
+  rate: number;
+  /** Start, ms after the run began (a staggered ramp). */
+  startMs: number;
+}
+
+const PAD = "abcdefghijklmnopqrstuvwxyz0123456789 ".repeat(6);
+const TICK_MS = 50;
+
+function line(seq: number): string {
+  const head = `${seq} ${(performance.timeOrigin + performance.now()).toFixed(3)} `;
+  // 40 to 200 bytes, varying line to line as build output does.
+  const length = 40 + ((seq * 7919) % 161);
+  return head + PAD.slice(0, Math.max(0, length - head.length));
+}
+
+process.send?.("ready");
+process.once("message", async (msg: { port: number; secret: string; jobs: Job[]; durationMs: number }) => {
+  const endpoint = `http://127.0.0.1:${msg.port}`;
+  const agents = msg.jobs.map((job) => ({ job, client: null as RunnerClient | null, sent: 0, due: 0 }));
+  const t0 = performance.now();
+  let failed = 0;
+  let lag = 0;
+  // Retries are part of the figures: a server that refuses calls under load shows here.
+  const retries = new Map<string, number>();
+  const onRetry = (error: Error) => {
+    const key = error.message.slice(0, 80);
+    retries.set(key, (retries.get(key) ?? 0) + 1);
+  };
+  await new Promise<void>((resolve) => {
+    let last = performance.now();
+    const timer = setInterval(() => {
+      const elapsed = performance.now() - t0;
+      lag = Math.max(lag, performance.now() - last - TICK_MS);
+      last = performance.now();
+      for (const a of agents) {
+        if (elapsed < a.job.startMs) continue;
+        a.client ??= createRunnerClient({ endpoint, requestId: a.job.id, token: mintJobToken(msg.secret, a.job.id), onRetry });
+        a.due += (a.job.rate * TICK_MS) / 1000;
+        while (a.due >= 1) {
+          a.due -= 1;
+          a.client.log(line(a.sent++), a.sent % 10 === 0);
+        }
+      }
+      if (elapsed >= msg.durationMs) {
+        clearInterval(timer);
+        resolve();
+      }
+    }, TICK_MS);
+  });
+  await Promise.all(
+    agents.map(async (a) => {
+      a.client ??= createRunnerClient({ endpoint, requestId: a.job.id, token: mintJobToken(msg.secret, a.job.id) });
+      try {
+        await a.client.end({ exitCode: 0, success: true, repoUrl: "https://example.com/r.git", commitSha: "abc" });
+      } catch {
+        failed++;
+      } finally {
+        await a.client.close();
+      }
+    }),
+  );
+  const calls = agents.reduce((n, a) => n + (a.client?.stats.calls ?? 0), 0);
+  process.send?.({ sent: agents.map((a) => ({ id: a.job.id, lines: a.sent })), failed, calls, retries: Object.fromEntries(retries), lag, cpuMs: (process.cpuUsage().user + process.cpuUsage().system) / 1000 }, () => process.exit(0));
+});

@@ -1,0 +1,162 @@
+/**
+ * Child process of bench/runner-fleet.ts: one runner server on PostgreSQL (a throw-away
+ * schema), a memory queue, token check on. Counts stored lines (onLog) and results (onEnd);
+ * on request it follows jobs with `follow()` and records, for every line delivered, the delay
+ * since the agent wrote it (the agent puts its clock in the line: `<seq> <epoch ms> …`); at the
+ * end it reads every job back from the store and checks each line is there once, in order.
+ *
+ * IPC in: `{ follow: ids }`, `"sample"`, `{ probeFollow: ids }`, `{ verify: { id: lines }[] }`, `"exit"`.
+ * IPC out: `{ port }` once listening, then one answer per request.
+ */
+import pg from "pg";
+import { createMemoryQueue } from "../src/adapters/memory/queue.js";
+import { createMemoryLogStore } from "../src/adapters/memory/log-store.js";
+import { createPostgresLogStore } from "../src/adapters/postgres/log-store.js";
+import { startRunnerServer } from "../src/runner/server.js";
+import { createRunnerService } from "../src/runner/service.js";
+
+const url = process.env.BENCH_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+const schema = `rd_fleet_${process.pid}_${Date.now().toString(36)}`;
+const pool = new pg.Pool({ connectionString: url, max: Number(process.env.BENCH_FLEET_POOL ?? 20) });
+pool.on("error", () => undefined);
+// BENCH_FLEET_STORE=memory: the same run on the memory log store (is it the store or the rest?).
+const logs = process.env.BENCH_FLEET_STORE === "memory" ? createMemoryLogStore() : createPostgresLogStore({ pool, schema });
+/** Store calls: count and time in them (BENCH_FLEET_DEBUG prints them at exit). */
+const calls: Record<string, { n: number; ms: number }> = {};
+if (process.env.BENCH_FLEET_DEBUG) {
+  for (const name of ["append", "get", "open", "finish", "read"] as const) {
+    const f = (logs[name] as (...a: unknown[]) => Promise<unknown>).bind(logs);
+    const c = (calls[name] = { n: 0, ms: 0 });
+    (logs as unknown as Record<string, unknown>)[name] = async (...a: unknown[]) => {
+      const t0 = performance.now();
+      try {
+        return await f(...a);
+      } finally {
+        c.n++;
+        c.ms += performance.now() - t0;
+      }
+    };
+  }
+  process.on("exit", () => console.error("store calls", JSON.stringify(calls)));
+}
+let stored = 0;
+const storeDelays: number[] = [];
+let results = 0;
+const runner = createRunnerService(createMemoryQueue(), {
+  logs,
+  secret: process.env.BENCH_SECRET ?? "bench",
+  onLog: (event) => {
+    stored += event.lines.length;
+    // The store's share of the latency: from the agent's write to the append's return.
+    const now = performance.timeOrigin + performance.now();
+    for (const line of event.lines) {
+      const space = line.line.indexOf(" ");
+      storeDelays.push(now - Number(line.line.slice(space + 1, line.line.indexOf(" ", space + 1))));
+    }
+  },
+  onEnd: () => {
+    results++;
+  },
+});
+const server = await startRunnerServer(runner, { port: 0 });
+if (process.env.BENCH_FLEET_DEBUG) {
+  const { monitorEventLoopDelay } = await import("node:perf_hooks");
+  const h = monitorEventLoopDelay({ resolution: 10 });
+  h.enable();
+  let lastCpu = process.cpuUsage();
+  let lastStored = 0;
+  setInterval(() => {
+    const c = process.cpuUsage(lastCpu);
+    lastCpu = process.cpuUsage();
+    console.error(`dbg active ${runner.activeCalls} stored/s ${stored - lastStored} cpu ${((c.user + c.system) / 1e4).toFixed(0)}% loop p99 ${(h.percentile(99) / 1e6).toFixed(0)} ms max ${(h.max / 1e6).toFixed(0)} pool idle ${pool.idleCount}/${pool.totalCount} waiting ${pool.waitingCount}`);
+    lastStored = stored;
+    h.reset();
+  }, 1000).unref();
+}
+const send = (m: unknown) => process.send?.(m);
+
+/** Delays (ms) of followed lines, and per followed job the next sequence number expected. */
+const delays: number[] = [];
+let followErrors = 0;
+const followers: Promise<void>[] = [];
+const stopFollow = new AbortController();
+
+async function follow(id: string): Promise<void> {
+  let next = 0;
+  for await (const line of runner.follow(id, { signal: stopFollow.signal })) {
+    const now = performance.timeOrigin + performance.now();
+    const space = line.line.indexOf(" ");
+    const seq = Number(line.line.slice(0, space));
+    const at = Number(line.line.slice(space + 1, line.line.indexOf(" ", space + 1)));
+    if (seq !== next) followErrors++;
+    next = seq + 1;
+    delays.push(now - at);
+  }
+}
+
+/**
+ * The cost of one follow() while the jobs stream: for each job in turn, a new follow() from
+ * line 0 until its first line arrives (a store read and the follower's set-up), in ms.
+ */
+async function probeFollow(ids: string[]): Promise<number[]> {
+  const times: number[] = [];
+  for (const id of ids) {
+    const stop = new AbortController();
+    const t0 = performance.now();
+    for await (const _ of runner.follow(id, { signal: stop.signal })) break;
+    times.push(performance.now() - t0);
+    stop.abort();
+  }
+  return times;
+}
+
+async function verify(expected: { id: string; lines: number }[]): Promise<{ jobs: number; whole: number; problems: string[] }> {
+  const problems: string[] = [];
+  let whole = 0;
+  for (const { id, lines } of expected) {
+    const state = await logs.get(id);
+    const got = await logs.read(id, 0);
+    let ok = state?.status === "finished" && state.committed === lines + 1 && got.length === lines;
+    for (let i = 0; ok && i < got.length; i++) if (!got[i]!.line.startsWith(`${i} `)) ok = false;
+    if (ok) whole++;
+    else if (problems.length < 5) problems.push(`${id}: status ${state?.status}, committed ${state?.committed}, read ${got.length}, sent ${lines}`);
+  }
+  return { jobs: expected.length, whole, problems };
+}
+
+process.on("message", async (m: unknown) => {
+  if (m === "sample") {
+    const mem = process.memoryUsage();
+    const cpu = process.cpuUsage();
+    send({ rss: mem.rss, heap: mem.heapUsed, cpuMs: (cpu.user + cpu.system) / 1000, stored, results, active: runner.activeCalls });
+    return;
+  }
+  if (m === "exit") {
+    stopFollow.abort();
+    await Promise.allSettled(followers);
+    await server.close();
+    await runner.close();
+    await logs.close?.();
+    await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => undefined);
+    await pool.end();
+    process.exit(0);
+  }
+  const msg = m as { follow?: string[]; probeFollow?: string[]; verify?: { id: string; lines: number }[]; delays?: boolean };
+  if (msg.follow) {
+    for (const id of msg.follow) followers.push(follow(id).catch(() => void followErrors++));
+    send({ following: msg.follow.length });
+  } else if (msg.delays) {
+    // Followers end with their jobs; wait for them so every delivered line counts.
+    await Promise.allSettled(followers);
+    delays.sort((a, b) => a - b);
+    const at = (q: number) => delays[Math.min(delays.length - 1, Math.floor(q * delays.length))] ?? NaN;
+    storeDelays.sort((a, b) => a - b);
+    const st = (q: number) => storeDelays[Math.min(storeDelays.length - 1, Math.floor(q * storeDelays.length))] ?? NaN;
+    send({ lines: delays.length, p50: at(0.5), p99: at(0.99), max: delays[delays.length - 1] ?? NaN, followErrors, stored: { p50: st(0.5), p99: st(0.99) } });
+  } else if (msg.probeFollow) {
+    send(await probeFollow(msg.probeFollow));
+  } else if (msg.verify) {
+    send(await verify(msg.verify));
+  }
+});
+send({ port: server.port });

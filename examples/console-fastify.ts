@@ -1,0 +1,40 @@
+/**
+ * The web console mounted under `/console` in a Fastify 5 app.
+ *
+ *   npx tsx examples/console-fastify.ts           # signs in, follows a job, exits 0
+ *   npx tsx examples/console-fastify.ts --serve   # stays up; open the printed login URL
+ *
+ * The route hijacks the reply and hands the raw Node request and response to the console
+ * through srvx's toNodeHandler, so the event stream is written as it comes (Fastify's
+ * own reply would wait for the whole body).
+ *
+ * Imports go to the package's source by relative path (in a host: `from "runner-depot/console"`).
+ */
+import type { IncomingMessage, ServerResponse } from "node:http";
+import Fastify from "fastify";
+import { toNodeHandler } from "srvx/node";
+import { createConsoleDemo, driveConsole } from "./shared/console-demo.js";
+import { serveOrDrive } from "./shared/lifecycle.js";
+
+const demo = await createConsoleDemo("/console");
+const consoleHandler = toNodeHandler((request: Request) => demo.console.fetch(request)) as (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+
+// forceCloseConnections: an open event stream (a browser on a running job's page) must not
+// hold app.close() until the job ends.
+const app = Fastify({ logger: false, requestTimeout: 0, forceCloseConnections: true });
+app.get("/healthz", async () => ({ ok: true }));
+for (const path of ["/console", "/console/*"]) {
+  app.all(path, (request, reply) => {
+    reply.hijack();
+    void consoleHandler(request.raw, reply.raw);
+  });
+}
+
+const origin = await app.listen({ host: "127.0.0.1", port: 0 });
+console.log(`console-fastify: listening on ${origin} (console at /console)`);
+console.log(`console-fastify: login URL ${origin}/console/?token=${demo.sessions.loginToken()}`);
+
+await serveOrDrive("console-fastify", async () => {
+  await app.close();
+  await demo.close();
+}, () => driveConsole(`${origin}/console`, demo, "console-fastify"));

@@ -1,0 +1,153 @@
+/**
+ * One PostgreSQL connection that LISTENs on one channel, shared by the log store's notifier
+ * (log-notify.ts) and the records store's watch (record-notify.ts). It is made from the
+ * pool's settings, not taken from the pool, so LISTEN never pins a pooled connection.
+ * A lost connection tells the owner (watchers must look again: notifications sent while
+ * it was away are gone), is reopened with doubling backoff, and tells the owner again once
+ * it is back, so no notification is missed without a "look again" between.
+ */
+import type { Client } from "pg";
+
+/** What the owner of a listening connection is told. */
+export interface ListenConnectionHooks {
+  /** A notification on the channel (the owner bounds and parses the payload). */
+  onPayload(payload: string): void;
+  /** The connection is up (and listening if `wantsListen()`): watchers look again. */
+  onConnected(): void;
+  /** The connection was lost: watchers look again; a reconnect is already scheduled. */
+  onLost(): void;
+  /** Whether LISTEN is wanted now; checked when the connection comes up and by `listen()`. Default: always. */
+  wantsListen?(): boolean;
+  /** A connection or LISTEN error (the connection is retried regardless). */
+  onError?(error: unknown): void;
+  /** The longest wait between reconnect attempts; default 5 s. */
+  reconnectMaxMs?: number;
+}
+
+/** The owner's handle on the connection. */
+export interface ListenConnection {
+  /** The connected client (for the owner's own queries, e.g. NOTIFY), or null while away. */
+  client(): Client | null;
+  /** Connects (and LISTENs) unless connected or connecting; never rejects. */
+  open(): Promise<void>;
+  /** Makes a connected client LISTEN now (once per connection), or connects. */
+  listen(): void;
+  /** Stops retrying, waits for a connect in flight, runs `beforeEnd` on a live client, then ends it. Twice is harmless. */
+  close(beforeEnd?: (client: Client) => Promise<void>): Promise<void>;
+}
+
+/**
+ * Creates a listening connection on `channel`; nothing connects until `open()` or `listen()`.
+ *
+ * @example
+ * const conn = createListenConnection(() => new pg.Client(pool.options), "rdrec_runner_depot", {
+ *   onPayload: (payload) => console.log(payload),
+ *   onConnected: () => console.log("look again"),
+ *   onLost: () => console.log("look again"),
+ * });
+ * await conn.open();
+ * await conn.close();
+ */
+export function createListenConnection(connect: () => Client, channel: string, hooks: ListenConnectionHooks): ListenConnection {
+  const quoted = `"${channel.replace(/"/g, '""')}"`;
+  const wantsListen = () => hooks.wantsListen?.() ?? true;
+  let client: Client | null = null;
+  let listening = false;
+  let connecting: Promise<void> | null = null;
+  let retryTimer: NodeJS.Timeout | null = null;
+  let delay = 100;
+  let closed = false;
+
+  function report(error: unknown) {
+    try {
+      hooks.onError?.(error);
+    } catch {
+      // A broken hook must not break the connection.
+    }
+  }
+
+  function onNotification(message: { channel: string; payload?: string }) {
+    if (message.channel !== channel || message.payload === undefined) return;
+    hooks.onPayload(message.payload);
+  }
+
+  /** Ends a client without waiting; its late errors are swallowed, they no longer concern us. */
+  function discard(c: Client) {
+    c.removeListener("notification", onNotification);
+    c.removeListener("error", onLost);
+    c.on("error", () => {});
+    void c.end().catch(() => {});
+  }
+
+  function drop() {
+    const old = client;
+    client = null;
+    listening = false;
+    if (old) discard(old);
+  }
+
+  function onLost(error: unknown) {
+    report(error);
+    drop();
+    hooks.onLost();
+    retryLater();
+  }
+
+  function retryLater() {
+    if (retryTimer || closed) return;
+    retryTimer = setTimeout(() => {
+      retryTimer = null;
+      void open();
+    }, delay);
+    retryTimer.unref?.();
+    delay = Math.min(delay * 2, hooks.reconnectMaxMs ?? 5_000);
+  }
+
+  async function listenOn(c: Client): Promise<void> {
+    if (listening || !wantsListen()) return;
+    listening = true;
+    await c.query(`LISTEN ${quoted}`);
+  }
+
+  function open(): Promise<void> {
+    if (client || closed) return Promise.resolve();
+    connecting ??= (async () => {
+      const c = connect();
+      c.on("error", onLost);
+      c.on("notification", onNotification);
+      try {
+        await c.connect();
+        client = c;
+        await listenOn(c);
+        delay = 100;
+        if (closed) drop();
+        else hooks.onConnected();
+      } catch (error) {
+        report(error);
+        if (client === c) drop();
+        else discard(c);
+        retryLater();
+      } finally {
+        connecting = null;
+      }
+    })();
+    return connecting;
+  }
+
+  return {
+    client: () => client,
+    open,
+    listen() {
+      if (client) void listenOn(client).catch(onLost);
+      else void open();
+    },
+    async close(beforeEnd) {
+      if (closed) return;
+      closed = true;
+      if (retryTimer) clearTimeout(retryTimer);
+      await connecting;
+      if (client && beforeEnd) await beforeEnd(client);
+      drop();
+    },
+  };
+}

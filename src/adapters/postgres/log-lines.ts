@@ -1,0 +1,221 @@
+/**
+ * How job lines are kept in PostgreSQL: in chunks, one row of `job_chunks` per run of up to
+ * CHUNK_LINES lines / CHUNK_BYTES bytes, holding the lines' UTF-8 bytes back to back (`bytes`),
+ * where each line ends in it (`ends`, uint32 big-endian, one per line) and a flag byte per
+ * line (`flags`: bit 0 stderr, bit 1 marker).
+ *
+ * Why chunks and not a row per line: PostgreSQL's cost per row (tuple header, primary-key
+ * entry, WAL record) capped the row-per-line table at about 25k lines/s on the bench machine,
+ * whatever the client did; a chunk row carries thousands of lines for about the cost of one
+ * (docs/decisions/runner-throughput.md has the figures).
+ *
+ * A batch travels as three binary `bytea` parameters plus an `int[]` of chunk cuts, and the
+ * server cuts it into rows itself (`substring` on an in-memory parameter), so a batch is one
+ * statement whatever its size. node-postgres sends a `Buffer` byte for byte; a `bytea[]` would
+ * go as a hex-escaped text literal (twice the bytes, a regex pass per line).
+ */
+import type { RawLinePage, StoredLine } from "../../runner/ports.js";
+
+/** Most lines in one chunk row. */
+export const CHUNK_LINES = 4096;
+/** Most line bytes in one chunk row (a single longer line gets a chunk of its own). */
+export const CHUNK_BYTES = 256 * 1024;
+/** Most line characters one statement carries; a larger batch goes in several statements in one transaction. */
+export const MAX_STATEMENT_CHARS = 8 * 1024 * 1024;
+
+/** The parameters of one batch of lines (see {@link encodeLines}). */
+export interface EncodedLines {
+  /** UTF-8 bytes of every line, back to back. */
+  bytes: Buffer;
+  /** uint32 BE per line: where it ends, counted from the start of its chunk. */
+  ends: Buffer;
+  /** One byte per line: bit 0 stderr, bit 1 marker. */
+  flags: Buffer;
+  /** Four numbers per chunk: first line index, line count, first byte, byte count. */
+  cuts: number[];
+}
+
+/** An int[] / bigint[] literal of `numbers` (node-postgres would escape each element with a regex). */
+export function intArray(numbers: readonly number[]): string {
+  return `{${numbers.join(",")}}`;
+}
+
+/**
+ * Encodes lines `from` (inclusive) to `to` (exclusive) of `lines` and cuts them into chunks
+ * (`limits`: the chunk bounds; tests pass small ones).
+ * O(bytes of those lines): one `Buffer.write` per line into a buffer that grows only for
+ * non-ASCII text.
+ *
+ * @example
+ * const batch = encodeLines([{ line: "hello", stderr: false }], 0, 1);
+ * await pool.query(`INSERT INTO job_chunks … ${chunksFrom(1)}`, [id, first, batch.bytes, batch.ends, batch.flags, intArray(batch.cuts)]);
+ */
+export function encodeLines(
+  lines: readonly StoredLine[],
+  from: number,
+  to: number,
+  limits: { lines: number; bytes: number } = { lines: CHUNK_LINES, bytes: CHUNK_BYTES },
+): EncodedLines {
+  let chars = 0;
+  for (let i = from; i < to; i++) chars += lines[i]!.line.length;
+  // ASCII is one byte a character: most job output fits the first guess.
+  let bytes = Buffer.allocUnsafe(chars + 64);
+  const n = to - from;
+  const ends = Buffer.allocUnsafe(4 * n);
+  const flags = Buffer.allocUnsafe(n);
+  const cuts: number[] = [];
+  let pos = 0;
+  let chunkLine = 0;
+  let chunkByte = 0;
+  for (let k = 0; k < n; k++) {
+    const l = lines[from + k]!;
+    const worst = l.line.length * 3;
+    if (bytes.length - pos < worst) {
+      const grown = Buffer.allocUnsafe(Math.max(bytes.length * 2, pos + worst));
+      bytes.copy(grown, 0, 0, pos);
+      bytes = grown;
+    }
+    const end = pos + bytes.write(l.line, pos, "utf8");
+    if (k > chunkLine && (k - chunkLine >= limits.lines || end - chunkByte > limits.bytes)) {
+      cuts.push(chunkLine, k - chunkLine, chunkByte, pos - chunkByte);
+      chunkLine = k;
+      chunkByte = pos;
+    }
+    pos = end;
+    ends.writeUInt32BE(pos - chunkByte, 4 * k);
+    flags[k] = (l.stderr ? 1 : 0) | (l.marker ? 2 : 0);
+  }
+  if (n > chunkLine) cuts.push(chunkLine, n - chunkLine, chunkByte, pos - chunkByte);
+  return { bytes: bytes.subarray(0, pos), ends, flags, cuts };
+}
+
+/**
+ * The SELECT that turns a batch into `job_chunks` rows (request_id, first, count, bytes, ends,
+ * flags): `$p` is the request ID, `$p+1` the batch's first position, then bytes, ends, flags,
+ * chunks. `guard` is a relation joined in front (a CTE that returns one row when the lines may
+ * go in, none otherwise).
+ */
+export function chunksFrom(p: number, guard = ""): string {
+  const [id, first, bytes, ends, flags, chunks] = [p, p + 1, p + 2, p + 3, p + 4, p + 5].map((n) => `$${n}`);
+  return `SELECT ${id}, ${first}::bigint + c.l0, c.n,
+            substring(${bytes}::bytea FROM c.b0 + 1 FOR c.bn),
+            substring(${ends}::bytea FROM 4 * c.l0 + 1 FOR 4 * c.n),
+            substring(${flags}::bytea FROM c.l0 + 1 FOR c.n)
+          FROM ${guard ? `${guard}, ` : ""}(SELECT a[4 * i - 3] AS l0, a[4 * i - 2] AS n, a[4 * i - 1] AS b0, a[4 * i] AS bn
+                FROM (SELECT ${chunks}::int[] AS a) AS arr, generate_series(1, cardinality(arr.a) / 4) AS i) AS c`;
+}
+
+/** Several jobs' batches as the parameters of one statement (see {@link encodeGroup}). */
+export interface EncodedGroup {
+  bytes: Buffer;
+  ends: Buffer;
+  flags: Buffer;
+  /** bigint[] literal, six numbers per chunk: job number (1-based), first position, first line index, line count, first byte, byte count. */
+  cuts: string;
+}
+
+/**
+ * Encodes the batches of several jobs (`first`: the position of each batch's first line) into
+ * one set of parameters. O(bytes of all lines).
+ *
+ * @example
+ * const group = encodeGroup([{ first: 0, stored: [{ line: "a", stderr: false }] }]);
+ */
+export function encodeGroup(batches: readonly { first: number; stored: readonly StoredLine[] }[]): EncodedGroup {
+  const parts = batches.map((b) => encodeLines(b.stored, 0, b.stored.length));
+  const cuts: number[] = [];
+  let lines = 0;
+  let bytes = 0;
+  parts.forEach((part, j) => {
+    for (let c = 0; c < part.cuts.length; c += 4) {
+      const [l0, n, b0, bn] = [part.cuts[c]!, part.cuts[c + 1]!, part.cuts[c + 2]!, part.cuts[c + 3]!];
+      cuts.push(j + 1, batches[j]!.first + l0, lines + l0, n, bytes + b0, bn);
+    }
+    lines += part.flags.length;
+    bytes += part.bytes.length;
+  });
+  return {
+    bytes: parts.length === 1 ? parts[0]!.bytes : Buffer.concat(parts.map((p) => p.bytes)),
+    ends: parts.length === 1 ? parts[0]!.ends : Buffer.concat(parts.map((p) => p.ends)),
+    flags: parts.length === 1 ? parts[0]!.flags : Buffer.concat(parts.map((p) => p.flags)),
+    cuts: intArray(cuts),
+  };
+}
+
+/**
+ * Where to cut `lines` so each statement holds at most MAX_STATEMENT_CHARS characters (and
+ * at least one line): the end index of each piece. O(lines).
+ */
+export function statementCuts(lines: readonly StoredLine[]): number[] {
+  const cuts: number[] = [];
+  let chars = 0;
+  for (let i = 0; i < lines.length; i++) {
+    const n = lines[i]!.line.length;
+    if (chars > 0 && chars + n > MAX_STATEMENT_CHARS) {
+      cuts.push(i);
+      chars = 0;
+    }
+    chars += n;
+  }
+  if (lines.length > 0) cuts.push(lines.length);
+  return cuts;
+}
+
+/** One row as read back: a chunk, or a line of the row-per-line table of earlier releases (`ends` null). */
+export interface ChunkRow {
+  first: string | number;
+  bytes: Buffer;
+  ends: Buffer | null;
+  flags: Buffer;
+}
+
+/**
+ * The same lines as {@link decodeRows}, as byte ranges of the rows (no string per line): what
+ * the archive copies into its records. O(lines visited).
+ */
+export function rawRows(rows: readonly ChunkRow[], from: number, limit = Infinity): RawLinePage {
+  let count = 0;
+  for (const row of rows) {
+    const rowCount = row.ends === null ? 1 : row.ends.length / 4;
+    count += Math.max(0, rowCount - Math.max(0, from - Number(row.first)));
+  }
+  count = Math.min(count, limit);
+  return {
+    count,
+    each(visit) {
+      let seen = 0;
+      for (const row of rows) {
+        const first = Number(row.first);
+        const rowCount = row.ends === null ? 1 : row.ends.length / 4;
+        for (let k = Math.max(0, from - first); k < rowCount && seen < count; k++, seen++) {
+          const start = k === 0 ? 0 : row.ends!.readUInt32BE(4 * (k - 1));
+          const end = row.ends === null ? row.bytes.length : row.ends.readUInt32BE(4 * k);
+          visit(row.bytes, start, end, row.flags[k]! & 3);
+        }
+        if (seen >= count) break;
+      }
+    },
+  };
+}
+
+/**
+ * Lines `from` … `from + limit - 1` out of rows ordered by `first`. O(lines returned + bytes of
+ * the chunks touched).
+ */
+export function decodeRows(rows: readonly ChunkRow[], from: number, limit = Infinity): StoredLine[] {
+  const out: StoredLine[] = [];
+  for (const row of rows) {
+    const first = Number(row.first);
+    const count = row.ends === null ? 1 : row.ends.length / 4;
+    for (let k = Math.max(0, from - first); k < count && out.length < limit; k++) {
+      const start = k === 0 ? 0 : row.ends!.readUInt32BE(4 * (k - 1));
+      const end = row.ends === null ? row.bytes.length : row.ends.readUInt32BE(4 * k);
+      const flag = row.flags[k]!;
+      const line: StoredLine = { line: row.bytes.toString("utf8", start, end), stderr: (flag & 1) === 1 };
+      if (flag & 2) line.marker = true;
+      out.push(line);
+    }
+    if (out.length >= limit) break;
+  }
+  return out;
+}

@@ -1,0 +1,158 @@
+/**
+ * Job-log change events between replicas sharing one PostgreSQL: after an append or a
+ * finish commits, the replica sends `NOTIFY` (coalesced: one statement per event-loop
+ * turn for every job that changed in it) on its own connection, which also `LISTEN`s
+ * for all of the replica's followers: one connection per replica, none per follower. A notification carries no lines, only where the
+ * job stands, so followers read the lines themselves (once per replica, see
+ * src/runner/log-fanout.ts) and a lost notification costs latency, never data. The
+ * connection, its LISTEN and its reconnects are listen-connection.ts, shared with the records store.
+ */
+import type { Client } from "pg";
+import type { JobLogEvent } from "../../runner/ports.js";
+import { createListenConnection } from "./listen-connection.js";
+
+/** One replica's end of the notification channel. */
+export interface PostgresLogNotifier {
+  /** Queues an event; sent with every other queued one at the end of this turn. O(1). */
+  publish(requestId: string, storedLines: number, ended: boolean): void;
+  /** Subscribes; the first subscriber makes the connection LISTEN (kept until close). */
+  watch(listener: (event: JobLogEvent) => void): () => void;
+  /** Stops listening and sending; calling it twice is harmless. */
+  close(): Promise<void>;
+}
+
+/** The channel of a schema: PostgreSQL channel names are identifiers of at most 63 bytes. */
+export function channelOf(schemaName: string): string {
+  return `rdlog_${schemaName}`.slice(0, 63);
+}
+
+/** A notification's payload: `<storedLines> <0|1> <request id>`. */
+export function encodeLogEvent(requestId: string, storedLines: number, ended: boolean): string {
+  return `${storedLines} ${ended ? 1 : 0} ${requestId}`;
+}
+
+const PAYLOAD = /^(\d{1,15}) ([01]) ([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/;
+
+/** Parses a payload; anything else on the channel (another program's NOTIFY) is null. O(payload), bounded by the regex. */
+export function decodeLogEvent(payload: string): { requestId: string; storedLines: number; ended: boolean } | null {
+  if (payload.length > 80) return null;
+  const m = PAYLOAD.exec(payload);
+  if (!m) return null;
+  return { requestId: m[3]!, storedLines: Number(m[1]), ended: m[2] === "1" };
+}
+
+/**
+ * Creates the notifier of one log store. It owns ONE connection of its own (made from the
+ * pool's settings, not taken from the pool): it sends the NOTIFYs and, once someone
+ * watches, LISTENs, so the append path's pool and its round trips are untouched.
+ *
+ * @example
+ * const notifier = createPostgresLogNotifier(() => new pg.Client(pool.options), "runner_depot");
+ * const stop = notifier.watch((event) => console.log(event));
+ * notifier.publish(requestId, 120, false);
+ */
+export function createPostgresLogNotifier(
+  connect: () => Client,
+  schemaName: string,
+  options: { onError?: (error: unknown) => void; reconnectMaxMs?: number } = {},
+): PostgresLogNotifier {
+  const channel = channelOf(schemaName);
+  const report = (error: unknown) => {
+    try {
+      options.onError?.(error);
+    } catch {
+      // A broken hook must not break the store.
+    }
+  };
+  // Pending events, one per job (the latest wins): memory O(jobs that changed meanwhile).
+  let pending = new Map<string, { lines: number; ended: boolean }>();
+  let scheduled = false;
+  let sending = false;
+  const listeners = new Set<(event: JobLogEvent) => void>();
+  let closed = false;
+
+  function emit(event: JobLogEvent) {
+    for (const listener of listeners) {
+      try {
+        listener(event);
+      } catch (error) {
+        report(error);
+      }
+    }
+  }
+
+  const connection = createListenConnection(connect, channel, {
+    onPayload(payload) {
+      const event = decodeLogEvent(payload);
+      if (event) emit(event);
+    },
+    onConnected() {
+      emit(null);
+      if (pending.size > 0) schedule();
+    },
+    // Events sent while we were away are gone: everyone looks again.
+    onLost: () => emit(null),
+    // The connection sends from the start; it LISTENs only once someone watches.
+    wantsListen: () => listeners.size > 0,
+    onError: report,
+    reconnectMaxMs: options.reconnectMaxMs,
+  });
+
+  /** Sends what is pending in one statement; one in flight at a time, the rest waits for the next. */
+  async function flush(): Promise<void> {
+    scheduled = false;
+    if (sending || closed || pending.size === 0) return;
+    const client = connection.client();
+    if (!client) {
+      void connection.open();
+      return;
+    }
+    const batch = pending;
+    pending = new Map();
+    const payloads: string[] = [];
+    for (const [id, e] of batch) payloads.push(encodeLogEvent(id, e.lines, e.ended));
+    sending = true;
+    try {
+      await client.query(`SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, [channel, payloads]);
+    } catch (error) {
+      // Followers elsewhere fall back to their poll: late, not lost.
+      report(error);
+    } finally {
+      sending = false;
+    }
+    if (pending.size > 0) schedule();
+  }
+
+  function schedule() {
+    if (scheduled) return;
+    scheduled = true;
+    setImmediate(() => void flush());
+  }
+
+  return {
+    publish(requestId, storedLines, ended) {
+      if (closed) return;
+      const prior = pending.get(requestId);
+      pending.set(requestId, { lines: Math.max(storedLines, prior?.lines ?? 0), ended: ended || (prior?.ended ?? false) });
+      schedule();
+    },
+    watch(listener) {
+      listeners.add(listener);
+      connection.listen();
+      // LISTEN stays once issued (until close): a replica that follows once usually
+      // follows again, and an idle LISTEN costs nothing.
+      return () => {
+        listeners.delete(listener);
+      };
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      listeners.clear();
+      // Whatever is pending goes out before the connection does.
+      await connection.close(async () => {
+        if (pending.size > 0 && !sending) await flush();
+      });
+    },
+  };
+}

@@ -1,0 +1,543 @@
+/**
+ * The console's browser side: one function whose source text script.ts ships as
+ * console.js. It must use nothing from outside its own body except the ANSI renderer it
+ * is given and the browser's globals. It builds the DOM with textContent only (log lines
+ * and package data never become HTML).
+ *
+ * The log viewer is virtualised: only the rows on screen exist in the DOM, lines are
+ * fetched in chunks as they scroll into view (at most CACHE_CHUNKS chunks are kept), and
+ * the live tail arrives over Server-Sent Events that resume with Last-Event-ID.
+ */
+import type { AnsiRun } from "./ansi.js";
+
+type Wire = [string, number];
+
+/** Runs the console page in the browser. */
+export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
+  const ROW = 20;
+  const CHUNK = 500;
+  const CACHE_CHUNKS = 200;
+  // Browsers cap an element's height (Chrome ~33.5 million px): beyond this the
+  // scrollbar maps proportionally onto the lines.
+  const MAX_PX = 8_000_000;
+
+  const main = document.getElementById("main") as HTMLElement;
+  const meta = (name: string) => document.querySelector<HTMLMetaElement>(`meta[name="${name}"]`)?.content ?? "";
+  const base = meta("console-base");
+  const csrf = meta("csrf-token");
+
+  type Child = Node | string | null | undefined | false;
+  function h<K extends keyof HTMLElementTagNameMap>(tag: K, attrs: Record<string, string | boolean | undefined> = {}, ...children: Child[]): HTMLElementTagNameMap[K] {
+    const el = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs)) {
+      if (value === undefined || value === false) continue;
+      if (key === "text") el.textContent = String(value);
+      else el.setAttribute(key, value === true ? "" : value);
+    }
+    for (const child of children) if (child !== null && child !== undefined && child !== false) el.append(child);
+    return el;
+  }
+
+  async function api<T>(path: string, init: RequestInit = {}): Promise<T> {
+    const headers: Record<string, string> = { accept: "application/json" };
+    if (init.method === "POST") headers["x-csrf-token"] = csrf;
+    const response = await fetch(`${base}/api${path}`, { credentials: "same-origin", ...init, headers });
+    const body = (await response.json().catch(() => null)) as (T & { detail?: string }) | null;
+    if (!response.ok) throw new Error(body?.detail ?? `HTTP ${response.status}`);
+    return body as T;
+  }
+
+  const fmtBytes = (n: number) => (n < 1024 ? `${n} B` : n < 1048576 ? `${(n / 1024).toFixed(1)} KiB` : n < 1073741824 ? `${(n / 1048576).toFixed(1)} MiB` : `${(n / 1073741824).toFixed(2)} GiB`);
+  const fmtTime = (iso: string | null | undefined) => (iso ? new Date(iso).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC") : "—");
+  function fmtDuration(ms: number | null): string {
+    if (ms === null) return "—";
+    const s = Math.round(ms / 1000);
+    return s < 60 ? `${s} s` : s < 3600 ? `${Math.floor(s / 60)} min ${s % 60} s` : `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  }
+  function fmtMode(type: string, mode: number): string {
+    const bits = ["r", "w", "x"];
+    let out = type === "dir" ? "d" : type === "link" ? "l" : "-";
+    for (let i = 8; i >= 0; i--) out += mode & (1 << i) ? bits[(8 - i) % 3] : "-";
+    return `${out} (${mode.toString(8).padStart(4, "0")})`;
+  }
+  function errorBox(error: unknown): HTMLElement {
+    return h("p", { class: "error", role: "alert", text: `Error: ${error instanceof Error ? error.message : String(error)}` });
+  }
+
+  interface JobSummary {
+    requestId: string;
+    status: string;
+    outcome: string | null;
+    exitCode: number | null;
+    success: boolean | null;
+    repoUrl: string;
+    commitSha: string;
+    lines: { stdout: number; stderr: number };
+    storedLines: number;
+    storedBytes: number;
+    logTruncated: boolean;
+    startedAt: string | null;
+    endedAt: string | null;
+    createdAt: string;
+    durationMs: number | null;
+    cancellable?: boolean;
+  }
+
+  function stateBadge(job: JobSummary): HTMLElement {
+    const failed = job.status === "finished" && job.success === false;
+    const label = job.status === "open" ? "running" : failed ? "failed" : job.status;
+    return h("span", { class: `badge s-${failed ? "failed" : job.status}`, text: label });
+  }
+
+  // ---------------------------------------------------------------- home: jobs + catalog
+  async function renderHome(): Promise<void> {
+    document.title = "Console · runner-depot";
+    const config = await api<{ jobs: boolean; packages: boolean }>("/config");
+    main.replaceChildren(h("h1", { text: "runner-depot console" }));
+    if (config.jobs) main.append(jobsSection());
+    if (config.packages) main.append(packagesSection());
+    if (location.hash === "#packages" || location.hash === "#jobs") document.getElementById(location.hash.slice(1))?.scrollIntoView();
+  }
+
+  function jobsSection(): HTMLElement {
+    const select = h("select", { id: "job-state" },
+      ...["all", "open", "finished", "cancelled", "lost"].map((s) => h("option", { value: s, text: s === "open" ? "running" : s })));
+    const body = h("tbody");
+    const more = h("button", { type: "button", text: "Load more", hidden: true });
+    const status = h("p", { class: "status muted", role: "status" });
+    let cursor: string | null = null;
+    async function load(reset: boolean): Promise<void> {
+      if (reset) {
+        cursor = null;
+        body.replaceChildren();
+      }
+      status.textContent = "Loading jobs…";
+      try {
+        const q = new URLSearchParams({ limit: "50" });
+        if (select.value !== "all") q.set("status", select.value);
+        if (cursor) q.set("cursor", cursor);
+        const page = await api<{ jobs: JobSummary[]; next: string | null }>(`/jobs?${q}`);
+        for (const job of page.jobs) {
+          body.append(h("tr", {},
+            h("td", {}, h("a", { href: `${base}/jobs/${job.requestId}`, class: "mono", text: job.requestId.slice(0, 8), "aria-label": `Job ${job.requestId}` })),
+            h("td", {}, stateBadge(job)),
+            h("td", { text: job.outcome ?? "—" }),
+            h("td", { class: "num", text: job.exitCode === null ? "—" : String(job.exitCode) }),
+            h("td", { class: "num", text: fmtDuration(job.durationMs) }),
+            h("td", { class: "num", text: `${job.lines.stdout} / ${job.lines.stderr}` }),
+            h("td", { class: "hide-narrow", text: job.repoUrl || "—" }),
+            h("td", { class: "mono hide-narrow", text: job.commitSha ? job.commitSha.slice(0, 12) : "—" }),
+            h("td", { class: "hide-narrow", text: fmtTime(job.startedAt ?? job.createdAt) })));
+        }
+        cursor = page.next;
+        more.hidden = cursor === null;
+        status.textContent = body.children.length === 0 ? "No jobs." : `${body.children.length} jobs shown.`;
+      } catch (error) {
+        status.replaceChildren(errorBox(error));
+      }
+    }
+    select.addEventListener("change", () => void load(true));
+    more.addEventListener("click", () => void load(false));
+    void load(true);
+    return h("section", { id: "jobs", "aria-labelledby": "jobs-title" },
+      h("h2", { id: "jobs-title", text: "Jobs" }),
+      h("div", { class: "toolbar" }, h("label", { for: "job-state", text: "State" }), select),
+      h("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-label": "Jobs table" }, h("table", {},
+        h("caption", { class: "visually-hidden", text: "Recent jobs, newest first" }),
+        h("thead", {}, h("tr", {}, ...["Job", "State", "Outcome", "Exit", "Duration", "Lines out / err", "Repository", "Commit", "Started"].map((t, i) =>
+          h("th", { scope: "col", class: [3, 4, 5].includes(i) ? "num" : i >= 6 ? "hide-narrow" : undefined, text: t })))),
+        body)),
+      status, more);
+  }
+
+  function packagesSection(): HTMLElement {
+    const input = h("input", { id: "pkg-filter", type: "search", autocomplete: "off", spellcheck: "false" });
+    const body = h("tbody");
+    const more = h("button", { type: "button", text: "Load more", hidden: true });
+    const status = h("p", { class: "status muted", role: "status" });
+    let cursor: string | null = null;
+    let generation = 0;
+    async function load(reset: boolean): Promise<void> {
+      const mine = reset ? ++generation : generation;
+      if (reset) cursor = null;
+      status.textContent = "Loading packages…";
+      try {
+        const q = new URLSearchParams({ limit: "50" });
+        if (input.value.trim()) q.set("q", input.value.trim());
+        if (cursor) q.set("cursor", cursor);
+        const page = await api<{ packages: Array<{ name: string; latest: string; versions: string[]; updatedAt?: string }>; next: string | null }>(`/packages?${q}`);
+        if (mine !== generation) return;
+        if (reset) body.replaceChildren();
+        for (const pkg of page.packages) {
+          body.append(h("tr", {},
+            h("td", {}, h("a", { href: `${base}/packages/${encodeURIComponent(pkg.name)}`, text: pkg.name })),
+            h("td", { class: "mono", text: pkg.latest }),
+            h("td", { class: "num", text: String(pkg.versions.length) }),
+            h("td", { class: "hide-narrow", text: fmtTime(pkg.updatedAt) })));
+        }
+        cursor = page.next;
+        more.hidden = cursor === null;
+        status.textContent = body.children.length === 0 ? (cursor ? "No match yet; load more to keep looking." : "No packages.") : `${body.children.length} packages shown.`;
+      } catch (error) {
+        status.replaceChildren(errorBox(error));
+      }
+    }
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    input.addEventListener("input", () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => void load(true), 200);
+    });
+    more.addEventListener("click", () => void load(false));
+    void load(true);
+    return h("section", { id: "packages", "aria-labelledby": "packages-title" },
+      h("h2", { id: "packages-title", text: "Packages" }),
+      h("div", { class: "toolbar" }, h("label", { for: "pkg-filter", text: "Filter by name" }), input),
+      h("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-label": "Packages table" }, h("table", {},
+        h("caption", { class: "visually-hidden", text: "Package catalog" }),
+        h("thead", {}, h("tr", {}, h("th", { scope: "col", text: "Name" }), h("th", { scope: "col", text: "Latest" }),
+          h("th", { scope: "col", class: "num", text: "Versions" }), h("th", { scope: "col", class: "hide-narrow", text: "Updated" }))),
+        body)),
+      status, more);
+  }
+
+  // ---------------------------------------------------------------- job page
+  async function renderJob(id: string): Promise<void> {
+    document.title = `Job ${id.slice(0, 8)} · runner-depot`;
+    let job = await api<JobSummary>(`/jobs/${id}`);
+    const summary = h("dl", { class: "summary" });
+    const cancel = h("button", { type: "button", class: "danger", text: "Cancel job", hidden: !job.cancellable });
+    const follow = h("input", { type: "checkbox", id: "follow", checked: true });
+    const status = h("p", { class: "status", role: "status", "aria-live": "polite" });
+    function showSummary(): void {
+      const rows: Array<[string, Node | string]> = [
+        ["State", stateBadge(job)],
+        ["Outcome", job.outcome ?? "—"],
+        ["Exit code", job.exitCode === null ? "—" : String(job.exitCode)],
+        ["Duration", fmtDuration(job.durationMs)],
+        ["Lines", `${job.lines.stdout} stdout, ${job.lines.stderr} stderr${job.logTruncated ? " (log truncated at its cap)" : ""}`],
+        ["Repository", job.repoUrl || "—"],
+        ["Commit", job.commitSha || "—"],
+        ["Started", fmtTime(job.startedAt)],
+        ["Ended", fmtTime(job.endedAt)],
+      ];
+      summary.replaceChildren(...rows.flatMap(([k, v]) => [h("dt", { text: k }), h("dd", {}, v)]));
+      cancel.hidden = job.status !== "open";
+    }
+    showSummary();
+
+    // The viewer: a scrolling viewport, a spacer as tall as the log, and the visible rows.
+    const viewport = h("div", { class: "log-viewport", tabindex: "0", role: "region", "aria-label": "Job log", id: "log" });
+    const spacer = h("div", { class: "log-spacer" });
+    const rows = h("div", { class: "log-rows" });
+    viewport.append(spacer, rows);
+    viewport.dataset.streamErrors = "0";
+
+    let total = job.storedLines;
+    let target: number | null = null;
+    const chunks = new Map<number, Wire[]>();
+    const loading = new Set<number>();
+
+    function layout(): { first: number; offset: number } {
+      const visible = Math.max(1, Math.ceil(viewport.clientHeight / ROW));
+      const full = total * ROW;
+      const height = Math.min(full, MAX_PX);
+      spacer.style.height = `${Math.max(height, 1)}px`;
+      const top = viewport.scrollTop;
+      if (full <= MAX_PX) return { first: Math.floor(top / ROW), offset: top - (top % ROW) };
+      const range = Math.max(1, height - viewport.clientHeight);
+      const first = Math.round((Math.min(top, range) / range) * Math.max(0, total - visible));
+      return { first, offset: top };
+    }
+
+    function lineAt(n: number): Wire | null {
+      const chunk = chunks.get(Math.floor(n / CHUNK));
+      return chunk?.[n % CHUNK] ?? null;
+    }
+
+    async function fetchChunk(c: number): Promise<void> {
+      if (loading.has(c)) return;
+      loading.add(c);
+      try {
+        const page = await api<{ from: number; lines: Wire[] }>(`/jobs/${id}/lines?from=${c * CHUNK}&limit=${CHUNK}`);
+        const have = chunks.get(c);
+        // A live tail may have filled this chunk further meanwhile: keep the longer copy.
+        if (!have || have.length < page.lines.length) chunks.set(c, page.lines);
+        while (chunks.size > CACHE_CHUNKS) chunks.delete(chunks.keys().next().value!);
+        draw();
+      } catch (error) {
+        status.replaceChildren(errorBox(error));
+      } finally {
+        loading.delete(c);
+      }
+    }
+
+    function renderRow(n: number): HTMLElement {
+      const line = lineAt(n);
+      const number = n + 1;
+      const ln = h("a", { class: "ln", href: `#L${number}`, text: String(number), "aria-label": `Line ${number}` });
+      if (!line) {
+        const c = Math.floor(n / CHUNK);
+        const have = chunks.get(c);
+        if (!have || have.length < Math.min(CHUNK, total - c * CHUNK)) void fetchChunk(c);
+        return h("div", { class: "row pending", "data-line": String(number) }, ln, h("span", { class: "stream" }), h("span", { class: "text", text: "…" }));
+      }
+      const [text, flags] = line;
+      const err = (flags & 1) !== 0;
+      const marker = (flags & 2) !== 0;
+      const row = h("div", { class: `row${err ? " err" : ""}${marker ? " marker" : ""}${target === number ? " target" : ""}`, "data-line": String(number) });
+      const body = h("span", { class: "text" });
+      if (marker) body.append(h("span", { class: "visually-hidden", text: "Note from runner-depot: " }));
+      for (const run of parseAnsi(text)) {
+        if (!run.cls && !run.fg && !run.bg) {
+          body.append(run.text);
+          continue;
+        }
+        const span = h("span", { class: run.cls || undefined, text: run.text });
+        if (run.fg) span.style.color = run.fg;
+        if (run.bg) span.style.backgroundColor = run.bg;
+        body.append(span);
+      }
+      row.append(ln, h("span", { class: "stream", text: err ? "err" : "", title: err ? "stderr" : undefined }), body);
+      return row;
+    }
+
+    let scheduled = false;
+    function draw(): void {
+      if (scheduled) return;
+      scheduled = true;
+      requestAnimationFrame(() => {
+        scheduled = false;
+        const { first, offset } = layout();
+        const visible = Math.ceil(viewport.clientHeight / ROW) + 1;
+        const last = Math.min(total, first + visible);
+        rows.style.transform = `translateY(${offset}px)`;
+        const fresh: HTMLElement[] = [];
+        for (let n = first; n < last; n++) fresh.push(renderRow(n));
+        rows.replaceChildren(...fresh);
+      });
+    }
+
+    function atBottom(): boolean {
+      return viewport.scrollTop + viewport.clientHeight >= viewport.scrollHeight - ROW;
+    }
+    function toBottom(): void {
+      layout();
+      viewport.scrollTop = viewport.scrollHeight;
+    }
+    function goToLine(number: number): void {
+      target = number;
+      follow.checked = false;
+      layout();
+      const full = total * ROW;
+      if (full <= MAX_PX) viewport.scrollTop = Math.max(0, (number - 1) * ROW - viewport.clientHeight / 3);
+      else viewport.scrollTop = ((number - 1) / Math.max(1, total)) * (Math.min(full, MAX_PX) - viewport.clientHeight);
+      draw();
+    }
+
+    viewport.addEventListener("scroll", () => {
+      // Scrolling up stops following; coming back to the end resumes it.
+      if (job.status === "open") follow.checked = atBottom();
+      draw();
+    }, { passive: true });
+    window.addEventListener("resize", draw);
+    window.addEventListener("hashchange", () => {
+      const m = /^#L(\d+)$/.exec(location.hash);
+      if (m) goToLine(Number(m[1]));
+    });
+    follow.addEventListener("change", () => {
+      if (follow.checked) toBottom();
+    });
+
+    function appendLines(from: number, lines: Wire[]): void {
+      if (from !== total) {
+        // The stream must continue exactly where the log stands: count any gap or repeat.
+        viewport.dataset.streamErrors = String(Number(viewport.dataset.streamErrors) + 1);
+        console.warn(`log stream out of step: got lines from ${from}, expected ${total}`);
+        if (from > total || from + lines.length <= total) return;
+        lines = lines.slice(total - from);
+        from = total;
+      }
+      for (let k = 0; k < lines.length; k++) {
+        const n = from + k;
+        const c = Math.floor(n / CHUNK);
+        let chunk = chunks.get(c);
+        if (!chunk && n % CHUNK === 0) chunks.set(c, (chunk = []));
+        if (chunk && chunk.length === n % CHUNK) chunk.push(lines[k]!);
+      }
+      total = from + lines.length;
+      viewport.dataset.lines = String(total);
+      if (follow.checked) toBottom();
+      draw();
+    }
+
+    function describe(): void {
+      if (job.status === "open") status.textContent = `Live: ${total} lines so far.`;
+      else status.textContent = `Ended (${job.outcome ?? job.status}${job.exitCode !== null ? `, exit code ${job.exitCode}` : ""}): ${total} lines.`;
+    }
+
+    cancel.addEventListener("click", async () => {
+      cancel.disabled = true;
+      try {
+        await api(`/jobs/${id}/cancel`, { method: "POST" });
+        job = await api<JobSummary>(`/jobs/${id}`);
+        showSummary();
+        describe();
+      } catch (error) {
+        status.replaceChildren(errorBox(error));
+      } finally {
+        cancel.disabled = false;
+      }
+    });
+
+    main.replaceChildren(
+      h("h1", {}, "Job ", h("span", { class: "mono", text: id })),
+      summary,
+      h("div", { class: "toolbar" },
+        h("a", { class: "button", href: `${base}/api/jobs/${id}/raw`, download: `job-${id}.log`, text: "Download raw log" }),
+        cancel,
+        h("span", {}, follow, " ", h("label", { for: "follow", text: "Follow the end of the log" }))),
+      status,
+      viewport,
+    );
+    viewport.dataset.lines = String(total);
+    describe();
+    const hash = /^#L(\d+)$/.exec(location.hash);
+    if (hash) goToLine(Number(hash[1]));
+    else toBottom();
+    draw();
+
+    if (job.status === "open") {
+      // Resumes by itself after a drop: EventSource sends Last-Event-ID (the position after
+      // the last line it received), so the server continues exactly there.
+      const events = new EventSource(`${base}/api/jobs/${id}/events?from=${total}`, { withCredentials: true });
+      viewport.dataset.stream = "connecting";
+      events.addEventListener("open", () => {
+        viewport.dataset.stream = "open";
+        describe();
+      });
+      events.addEventListener("lines", (event) => {
+        const data = JSON.parse((event as MessageEvent<string>).data) as { from: number; lines: Wire[] };
+        appendLines(data.from, data.lines);
+        describe();
+      });
+      events.addEventListener("end", (event) => {
+        events.close();
+        viewport.dataset.stream = "ended";
+        job = { ...job, ...(JSON.parse((event as MessageEvent<string>).data) as JobSummary) };
+        showSummary();
+        describe();
+      });
+      events.addEventListener("error", () => {
+        if (events.readyState === EventSource.CLOSED) return;
+        viewport.dataset.stream = "reconnecting";
+        status.textContent = `Reconnecting… (${total} lines so far)`;
+      });
+    }
+  }
+
+  // ---------------------------------------------------------------- package page
+  interface VersionEntry {
+    version: string;
+    publishedAt: string;
+    size: number;
+    itemCount: number;
+    attributes: Record<string, string>;
+  }
+
+  async function renderPackage(name: string): Promise<void> {
+    document.title = `${name} · runner-depot`;
+    const info = await api<{ name: string; latest: string; versions: VersionEntry[]; dependants: string[]; dependantsComplete: boolean; depotUrl: string }>(`/packages/${encodeURIComponent(name)}`);
+    const wanted = new URLSearchParams(location.search).get("version");
+    const selected = info.versions.some((v) => v.version === wanted) ? wanted! : info.latest;
+    const detail = await api<{
+      version: string;
+      publishedAt: string;
+      attributes: Record<string, string>;
+      requires: Array<{ name: string; range: string }>;
+      licenses: Array<{ name: string; size: number }>;
+      items: Array<{ type: string; path: string; mode: number; size: number; target?: string }>;
+      itemCount: number;
+    }>(`/packages/${encodeURIComponent(name)}/${encodeURIComponent(selected)}`);
+
+    const pkgLink = (n: string) => h("a", { href: `${base}/packages/${encodeURIComponent(n)}`, text: n });
+    function copyBlock(label: string, command: string): HTMLElement {
+      const code = h("code", { text: command });
+      const button = h("button", { type: "button", text: "Copy", "aria-label": `Copy: ${label}` });
+      button.addEventListener("click", async () => {
+        try {
+          await navigator.clipboard.writeText(command);
+          button.textContent = "Copied";
+        } catch {
+          // No clipboard (insecure context): select the text for Ctrl-C instead.
+          const range = document.createRange();
+          range.selectNodeContents(code);
+          getSelection()?.removeAllRanges();
+          getSelection()?.addRange(range);
+          button.textContent = "Selected";
+        }
+        setTimeout(() => (button.textContent = "Copy"), 2000);
+      });
+      return h("div", { class: "install" }, h("pre", { "aria-label": label, tabindex: "0" }, code), button);
+    }
+
+    const versions = h("tbody", {}, ...[...info.versions].reverse().map((v) =>
+      h("tr", {},
+        h("td", {}, v.version === selected
+          ? h("strong", { class: "mono", text: v.version, "aria-current": "true" })
+          : h("a", { class: "mono", href: `${base}/packages/${encodeURIComponent(name)}?version=${encodeURIComponent(v.version)}`, text: v.version })),
+        h("td", { text: fmtTime(v.publishedAt) }),
+        h("td", { class: "num", text: fmtBytes(v.size) }),
+        h("td", { class: "num", text: String(v.itemCount) }),
+        h("td", { class: "hide-narrow", text: Object.entries(v.attributes).map(([k, val]) => `${k}=${val}`).join(", ") || "—" }))));
+
+    const files = h("tbody", {}, ...detail.items.map((item) =>
+      h("tr", {},
+        h("td", { text: item.type }),
+        h("td", { class: "mono", text: item.path }),
+        h("td", { class: "mono", text: fmtMode(item.type, item.mode) }),
+        h("td", { class: "num", text: item.type === "file" ? fmtBytes(item.size) : "—" }),
+        h("td", { class: "mono", text: item.type === "link" ? `→ ${item.target ?? ""}` : "" }))));
+
+    const spec = `${name}@${selected}`;
+    main.replaceChildren(
+      h("h1", {}, name, " ", h("span", { class: "muted mono", text: selected })),
+      h("dl", { class: "summary" },
+        h("dt", { text: "Latest" }), h("dd", { class: "mono", text: info.latest }),
+        h("dt", { text: "Published" }), h("dd", { text: fmtTime(detail.publishedAt) }),
+        h("dt", { text: "Licences" }), h("dd", { text: detail.licenses.map((l) => l.name).join(", ") || "none declared" }),
+        ...Object.entries(detail.attributes).flatMap(([k, v]) => [h("dt", { text: k }), h("dd", { text: v })])),
+      h("section", { "aria-labelledby": "install-title" },
+        h("h2", { id: "install-title", text: "Install" }),
+        copyBlock("runner-depot command", `runner-depot install ${spec} ./packages --url ${info.depotUrl}`),
+        copyBlock("archive download with curl", `curl -fL -o ${name}-${selected}.tar ${info.depotUrl}/data/${spec}`)),
+      h("section", { "aria-labelledby": "deps-title" },
+        h("h2", { id: "deps-title", text: `Dependencies of ${selected}` }),
+        detail.requires.length === 0 ? h("p", { class: "muted", text: "None." })
+          : h("ul", { id: "dependencies" }, ...detail.requires.map((r) => h("li", {}, pkgLink(r.name), " ", h("span", { class: "mono", text: r.range }))))),
+      h("section", { "aria-labelledby": "rdeps-title" },
+        h("h2", { id: "rdeps-title", text: "Dependants" }),
+        info.dependants.length === 0 ? h("p", { class: "muted", text: "No package's newest version requires this one." })
+          : h("ul", { id: "dependants" }, ...info.dependants.map((n) => h("li", {}, pkgLink(n)))),
+        info.dependantsComplete ? null : h("p", { class: "muted", text: "Only part of the catalog was searched for dependants." })),
+      h("section", { "aria-labelledby": "versions-title" },
+        h("h2", { id: "versions-title", text: "Versions" }),
+        h("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-label": "Versions table" }, h("table", { id: "versions" },
+          h("caption", { class: "visually-hidden", text: "Versions, newest first" }),
+          h("thead", {}, h("tr", {}, ...["Version", "Published", "Size", "Items", "Attributes"].map((t, i) =>
+            h("th", { scope: "col", class: i === 2 || i === 3 ? "num" : i === 4 ? "hide-narrow" : undefined, text: t })))),
+          versions))),
+      h("section", { "aria-labelledby": "files-title" },
+        h("h2", { id: "files-title", text: `Files of ${selected}` }),
+        detail.itemCount > detail.items.length ? h("p", { class: "muted", text: `Showing the first ${detail.items.length} of ${detail.itemCount} items.` }) : null,
+        h("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-label": "Files table" }, h("table", { id: "files" },
+          h("caption", { class: "visually-hidden", text: `Files of ${spec}` }),
+          h("thead", {}, h("tr", {}, ...["Type", "Path", "Mode", "Size", "Link target"].map((t, i) => h("th", { scope: "col", class: i === 3 ? "num" : undefined, text: t })))),
+          files))),
+    );
+  }
+
+  const page = main.dataset.page;
+  const subject = main.dataset.subject ?? "";
+  const run = page === "job" ? renderJob(subject) : page === "package" ? renderPackage(subject) : renderHome();
+  run.catch((error: unknown) => main.replaceChildren(h("h1", { text: "runner-depot console" }), errorBox(error)));
+}

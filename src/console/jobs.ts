@@ -1,0 +1,240 @@
+/**
+ * The console's job endpoints: the list, one job's summary, a window of its stored lines
+ * (the viewer fetches only what is on screen), the live tail as Server-Sent Events, the
+ * raw log download and cancel.
+ *
+ * Costs: a window is one `logs.read(from, limit)` (O(limit) on the fs and PostgreSQL
+ * stores); the event stream reads through `runner.follow()` from the client's position,
+ * so a reconnect costs what it missed, never the whole log.
+ */
+import { RunnerDepotError } from "../errors.js";
+import { summarizeJob } from "../runner/job-list.js";
+import type { RunnerService } from "../runner/service.js";
+import type { JobStatus, StoredLine } from "../runner/ports.js";
+import { normalizeRequestId } from "../runner/uuid.js";
+import { intParam, json, SECURITY_HEADERS } from "./http.js";
+
+/** Bit flags of a line on the wire: [text, flags]. */
+export const LINE_STDERR = 1;
+export const LINE_MARKER = 2;
+
+/** Lines per window request, and the bytes after which a window is cut short. */
+const MAX_WINDOW = 2000;
+const MAX_WINDOW_BYTES = 4 * 1024 * 1024;
+/** Lines per Server-Sent Event (a burst is sent in few events). */
+const EVENT_LINES = 500;
+/** A comment goes out after this long without lines, so proxies and browsers keep the stream. */
+const KEEPALIVE_MS = 15_000;
+
+/** Limits of the job endpoints. */
+export interface JobEndpointLimits {
+  /** Event streams open at once; more answer 503. */
+  maxStreams: number;
+}
+
+/** The wire form of a stored line. */
+function wire(line: StoredLine): [string, number] {
+  return [line.line, (line.stderr ? LINE_STDERR : 0) | (line.marker ? LINE_MARKER : 0)];
+}
+
+/** The job ID of a path segment, or INVALID_ARGUMENT. */
+export function jobId(raw: string): string {
+  let decoded: string;
+  try {
+    decoded = decodeURIComponent(raw);
+  } catch {
+    decoded = raw;
+  }
+  const id = normalizeRequestId(decoded);
+  if (!id) throw new RunnerDepotError("INVALID_ARGUMENT", "not a job ID");
+  return id;
+}
+
+/** Builds the job endpoints over a runner service. */
+export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLimits) {
+  const logs = runner.logs;
+  let streams = 0;
+
+  async function known(id: string) {
+    const state = await logs.get(id);
+    if (!state) throw new RunnerDepotError("NOT_FOUND", `no job ${id}`);
+    return state;
+  }
+
+  return {
+    /** GET api/jobs?status=&cursor=&limit= */
+    async list(url: URL): Promise<Response> {
+      const status = url.searchParams.getAll("status").filter((s) => s !== "" && s !== "all") as JobStatus[];
+      const cursor = url.searchParams.get("cursor") ?? undefined;
+      const limit = intParam(url, "limit", 50, 1, 500);
+      return json(await runner.listJobs({ status: status.length ? status : undefined, cursor: cursor || undefined, limit }));
+    },
+
+    /** GET api/jobs/:id */
+    async get(id: string): Promise<Response> {
+      const state = await known(id);
+      return json({ ...summarizeJob(state), cancellable: state.status === "open" });
+    },
+
+    /** GET api/jobs/:id/lines?from=&limit= — a window of stored lines. */
+    async lines(id: string, url: URL): Promise<Response> {
+      const from = intParam(url, "from", 0, 0, Number.MAX_SAFE_INTEGER);
+      const limit = intParam(url, "limit", 500, 1, MAX_WINDOW);
+      await known(id);
+      const out: Array<[string, number]> = [];
+      let bytes = 0;
+      for (const line of await logs.read(id, from, limit)) {
+        // Cut short by size: the viewer asks again from where this one ends.
+        if (out.length > 0 && bytes + line.line.length > MAX_WINDOW_BYTES) break;
+        bytes += line.line.length;
+        out.push(wire(line));
+      }
+      return json({ from, lines: out });
+    },
+
+    /**
+     * GET api/jobs/:id/events — the log from `Last-Event-ID` (a reconnecting browser sends
+     * it) or `?from=` on, then live until the job ends. Each `lines` event's ID is the
+     * position after its last line, so a reconnect resumes exactly there.
+     */
+    async events(id: string, request: Request, url: URL): Promise<Response> {
+      const header = request.headers.get("last-event-id");
+      let from: number;
+      if (header !== null && header !== "") {
+        if (!/^\d{1,15}$/.test(header)) throw new RunnerDepotError("INVALID_ARGUMENT", "Last-Event-ID must be a line position");
+        from = Number(header);
+      } else {
+        from = intParam(url, "from", 0, 0, Number.MAX_SAFE_INTEGER);
+      }
+      await known(id);
+      if (streams >= limits.maxStreams) {
+        throw new RunnerDepotError("UNAVAILABLE", `${limits.maxStreams} log streams are open; try again later`, { details: { retryAfter: 5 } });
+      }
+      streams++;
+      const stop = new AbortController();
+      const onAbort = () => stop.abort();
+      request.signal.addEventListener("abort", onAbort, { once: true });
+      const lines = runner.follow(id, { from, signal: stop.signal })[Symbol.asyncIterator]();
+      const encoder = new TextEncoder();
+      let position = from;
+      let pending: Promise<IteratorResult<StoredLine>> | null = null;
+      let released = false;
+      const release = () => {
+        if (released) return;
+        released = true;
+        streams--;
+        stop.abort();
+        request.signal.removeEventListener("abort", onAbort);
+        void lines.return?.(undefined);
+      };
+      const next = () => (pending ??= lines.next());
+      const body = new ReadableStream<Uint8Array>({
+        start(controller) {
+          // Tells EventSource to wait 1 s before reconnecting after a drop.
+          controller.enqueue(encoder.encode("retry: 1000\n\n"));
+        },
+        // Pull-driven: a slow reader holds the stream back instead of filling memory.
+        async pull(controller) {
+          try {
+            const first = await Promise.race([next(), delay(KEEPALIVE_MS, stop.signal)]);
+            if (first === null) {
+              if (stop.signal.aborted) return;
+              controller.enqueue(encoder.encode(": keep-alive\n\n"));
+              return;
+            }
+            pending = null;
+            if (first.done) {
+              const state = await logs.get(id);
+              if (state) controller.enqueue(encoder.encode(`event: end\nid: ${position}\ndata: ${JSON.stringify(summarizeJob(state))}\n\n`));
+              controller.close();
+              release();
+              return;
+            }
+            const batch = [wire(first.value)];
+            // Take whatever else is already there (this store read), up to a batch.
+            while (batch.length < EVENT_LINES) {
+              const more = await Promise.race([next(), tick()]);
+              if (more === null || more.done) break;
+              pending = null;
+              batch.push(wire(more.value));
+            }
+            position += batch.length;
+            controller.enqueue(encoder.encode(`event: lines\nid: ${position}\ndata: ${JSON.stringify({ from: position - batch.length, lines: batch })}\n\n`));
+          } catch (error) {
+            release();
+            controller.error(error);
+          }
+        },
+        cancel() {
+          release();
+        },
+      });
+      return new Response(body, {
+        headers: {
+          ...SECURITY_HEADERS,
+          "content-type": "text/event-stream; charset=utf-8",
+          "cache-control": "no-store",
+          "x-accel-buffering": "no",
+        },
+      });
+    },
+
+    /** GET api/jobs/:id/raw — the stored log as text, streamed page by page. */
+    async raw(id: string): Promise<Response> {
+      await known(id);
+      const encoder = new TextEncoder();
+      let from = 0;
+      const body = new ReadableStream<Uint8Array>({
+        async pull(controller) {
+          const page = await logs.read(id, from, 1000);
+          if (page.length === 0) {
+            controller.close();
+            return;
+          }
+          from += page.length;
+          let text = "";
+          for (const line of page) text += `${line.line}\n`;
+          controller.enqueue(encoder.encode(text));
+        },
+      });
+      return new Response(body, {
+        headers: {
+          ...SECURITY_HEADERS,
+          "content-type": "text/plain; charset=utf-8",
+          "content-disposition": `attachment; filename="job-${id}.log"`,
+          "cache-control": "no-store",
+        },
+      });
+    },
+
+    /** POST api/jobs/:id/cancel */
+    async cancel(id: string): Promise<Response> {
+      const state = await known(id);
+      if (state.status !== "open") throw new RunnerDepotError("FAILED_PRECONDITION", `job ${id} has already ended (${state.status})`);
+      const result = await runner.cancelJob(id);
+      return json({ cancelled: result !== null, result });
+    },
+  };
+}
+
+/** Resolves null after `ms` (or at once when `signal` aborts). */
+function delay(ms: number, signal: AbortSignal): Promise<null> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve(null);
+    const onAbort = () => {
+      clearTimeout(timer);
+      resolve(null);
+    };
+    const timer = setTimeout(() => {
+      signal.removeEventListener("abort", onAbort);
+      resolve(null);
+    }, ms);
+    timer.unref?.();
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** Resolves null after the current I/O turn: lines already read come first. */
+function tick(): Promise<null> {
+  return new Promise((resolve) => setImmediate(() => resolve(null)));
+}

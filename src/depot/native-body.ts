@@ -1,0 +1,46 @@
+/**
+ * A side channel between the depot router and a Node host handler (node-handler.ts), so
+ * bytes move between the socket and the store as Node Buffers, without a Web-stream
+ * conversion per chunk. Both ends stay standard: the Request and Response still carry
+ * Web-stream bodies for every other host (Bun, Deno, workers, a wrapping fetch handler);
+ * these maps only let a Node host skip them when it created the Request itself and the
+ * Response reaches it unchanged.
+ */
+
+/**
+ * Bytes a response would stream, readable straight from the store (Node Buffers). Some
+ * chunks may be borrowed (blob-chunks.ts `isBorrowed`): the host must be done with such a
+ * chunk (its socket write complete) before it asks for the next one.
+ */
+export type NativeBody = () => AsyncIterable<Uint8Array>;
+
+const responseBodies = new WeakMap<Response, NativeBody>();
+const requestBodies = new WeakMap<Request, AsyncIterable<Uint8Array>>();
+
+/** Records that `response`'s body is also readable natively (blob-response.ts). */
+export function setNativeResponseBody(response: Response, body: NativeBody): Response {
+  responseBodies.set(response, body);
+  return response;
+}
+
+/** The native body of a response the router built, if any (its Web body is then left unread). */
+export function nativeResponseBody(response: Response): NativeBody | undefined {
+  return responseBodies.get(response);
+}
+
+/** Records the Node request stream behind a Request a Node handler built. */
+export function setNativeRequestBody(request: Request, body: AsyncIterable<Uint8Array>): void {
+  requestBodies.set(request, body);
+}
+
+/**
+ * Takes the Node request stream behind `request` (once: the second taker gets nothing),
+ * or undefined when the request did not come from a Node handler or its Web body was
+ * already used.
+ */
+export function takeNativeRequestBody(request: Request): AsyncIterable<Uint8Array> | undefined {
+  const body = requestBodies.get(request);
+  if (body === undefined || request.bodyUsed) return undefined;
+  requestBodies.delete(request);
+  return body;
+}

@@ -1,0 +1,120 @@
+/**
+ * Per-package visibility. Each package has one record, `pkg/<name>`, listing its published
+ * versions; a version is visible exactly when it is listed there. A commit lists it by
+ * compare-and-swap on that record alone, then appends it to the change sequence
+ * (changes.ts), so commits of different packages never touch the same record, and every
+ * read of one package costs O(1) in the number of packages held.
+ *
+ * Order of a commit's writes and what a crash between them leaves:
+ * 1. `version/<name>/<version>` create-only (the arbiter: first commit wins);
+ * 2. `pkg/<name>` compare-and-swap listing the version (visible from here on) with a
+ *    sequencing claim `pending[version]` naming the claimant (attempts.ts);
+ * 3. the change entry (the feed and the catalog's ETag move on);
+ * 4. `pkg/<name>` compare-and-swap dropping the claim;
+ * 5. the transaction record `committed`.
+ * Whoever publishes the version again (a retried commit, recovery after a kill) finds
+ * either no claim (it was sequenced: nothing to do), a live claim (someone is sequencing
+ * it now: leave it), or a dead one: it takes the claim over by compare-and-swap and
+ * appends only when no entry for the version was appended since the dead claim was made.
+ * So each version enters the sequence exactly once.
+ */
+import { attemptAlive, endAttempt, startAttempt } from "./attempts.js";
+import { appendChange, findRecentChange } from "./changes.js";
+import { newestVersion, sortVersions } from "./names.js";
+import type { PackageStore } from "./ports.js";
+import { updateRecord } from "./records.js";
+
+/** A `pkg/<name>` record: the package's visible versions. */
+export interface PackageRecord {
+  name: string;
+  /** Ascending by semver. */
+  versions: string[];
+  latest: string;
+  /** The version whose commit created the record (its change entry is the package's `first`). */
+  firstVersion: string;
+  createdAt: string;
+  updatedAt: string;
+  /** Versions listed but perhaps not yet in the change sequence, with who sequences them. */
+  pending?: Record<string, SequencingClaim>;
+}
+
+/** A claim to append a version to the change sequence. */
+export interface SequencingClaim {
+  /** An attempt id (attempts.ts): it says whether the claimant still runs. */
+  claim: string;
+  /** When it was claimed (ms). */
+  at: number;
+  /** The first claim's time when this one took a dead claim over (the scan for an entry starts there). */
+  since?: number;
+}
+
+/** The record key of a package. */
+export const packageKey = (name: string) => `pkg/${name}`;
+
+/** A package's record, or null when nothing of it is visible. One read. */
+export async function readPackage(store: PackageStore, name: string): Promise<PackageRecord | null> {
+  const record = (await store.getRecord<PackageRecord>(packageKey(name)))?.value;
+  return record && Array.isArray(record.versions) && record.versions.length > 0 ? record : null;
+}
+
+/**
+ * Makes a committed version visible and sequenced exactly once (steps 2 to 4 above); safe
+ * to call again for the same version, from any process, at any time. O(versions of this
+ * package) plus, after a takeover, O(changes since the dead claim). Returns the position
+ * this call appended, or null when it appended none (callers compact a shard it completed:
+ * catalog-pages.ts).
+ */
+export async function publishVersion(store: PackageStore, name: string, version: string, now: Date): Promise<number | null> {
+  const claim = startAttempt();
+  try {
+    const nowMs = now.getTime();
+    let takeoverFrom: number | undefined;
+    const { value, changed } = await updateRecord<PackageRecord>(store, packageKey(name), (current) => {
+      takeoverFrom = undefined;
+      const existing = current?.value;
+      const mine: SequencingClaim = { claim, at: nowMs };
+      if (existing?.versions.includes(version)) {
+        const pending = existing.pending?.[version];
+        // Sequenced already, or being sequenced by a live claimant.
+        if (!pending || attemptAlive(pending.claim, pending.at, nowMs)) return undefined;
+        takeoverFrom = pending.since ?? pending.at;
+        return { ...existing, pending: { ...existing.pending, [version]: { ...mine, since: takeoverFrom } } };
+      }
+      const versions = sortVersions([...(existing?.versions ?? []), version]);
+      return {
+        name,
+        versions,
+        latest: newestVersion(versions)!,
+        firstVersion: existing?.firstVersion ?? version,
+        createdAt: existing?.createdAt ?? now.toISOString(),
+        updatedAt: now.toISOString(),
+        pending: { ...existing?.pending, [version]: mine },
+      };
+    }, { guess: true });
+    if (!changed) return null;
+    const record = value!;
+    const appended = takeoverFrom !== undefined && (await findRecentChange(store, name, version, takeoverFrom - CLOCK_MARGIN_MS)) !== null;
+    const position = appended ? null : await appendChange(store, { name, version, first: record.firstVersion === version, at: now.toISOString() });
+    // Lazy: a claim a machine crash keeps is a dead claim, taken over as above (the scan
+    // finds the entry), so it need not reach the disk before the commit answers.
+    await updateRecord<PackageRecord>(
+      store,
+      packageKey(name),
+      (current) => {
+        if (current?.value.pending?.[version]?.claim !== claim) return undefined;
+        const pending = { ...current.value.pending };
+        delete pending[version];
+        const next: PackageRecord = { ...current.value, pending };
+        if (Object.keys(pending).length === 0) delete next.pending;
+        return next;
+      },
+      { lazy: true, guess: true },
+    );
+    return position;
+  } finally {
+    endAttempt(claim);
+  }
+}
+
+/** How far clocks of processes sharing a store may disagree. */
+const CLOCK_MARGIN_MS = 5 * 60_000;

@@ -1,0 +1,208 @@
+/**
+ * One StreamLogs call's state: its job, position and byte counts, the entries queued for
+ * the store and the background flush that stores them in batches, the idle timer, and
+ * the waits a stop (newer call, shutdown, idle, client gone) interrupts.
+ */
+import type { HandlerContext } from "@connectrpc/connect";
+import type { Context, Span } from "@opentelemetry/api";
+import type { RunnerDepotError } from "../errors.js";
+import type { JobState, LogEntry, StoredLine } from "./ports.js";
+import type { EndedReason } from "./service-contract.js";
+import { secondsSince } from "../telemetry.js";
+import { kMessageBytes } from "./call-context.js";
+import { uErr, type CallHandle, type RunnerCore, type Slot } from "./job-table.js";
+import { EndedSignal, explainRefusal } from "./ended.js";
+import { settlePendingPublish } from "./end-publish.js";
+
+/** Queued entries past which a call waits for the store (back-pressure). */
+const BACKPRESSURE_ITEMS = 8192;
+const BACKPRESSURE_BYTES = 8 * 1024 * 1024;
+
+/** One StreamLogs call. */
+export class CallRun implements CallHandle {
+  readonly ctx: HandlerContext;
+  /** The message limit of this call (the server's, else the service's). */
+  readonly maxBytes: number;
+  id = "";
+  /** The first item's request_id as sent (before lower-casing). */
+  rawId = "";
+  slot: Slot | null = null;
+  offset = 0;
+  /** Items of this call seen so far. */
+  index = 0;
+  /** Last state the store returned for the job. */
+  state: JobState | null = null;
+  /** Position the next new item will take (store's committed + items queued). */
+  nextPos = 0;
+  storedBytes = 0;
+  truncated = false;
+  endSeen = false;
+  pending: LogEntry[] = [];
+  pendingAt = 0;
+  pendingBytes = 0;
+  /** UTF-8 bytes of the queued lines as received (runner.bytes.ingested once stored). */
+  pendingReceivedBytes = 0;
+  /** The call's span and its context (parent of the publish spans); set by stream-call. */
+  span: Span | null = null;
+  traceContext: Context | undefined = undefined;
+  /** Why the call answered ok = false, once it did. */
+  endedReason: EndedReason | null = null;
+  /** Request ID of the first item, before the call passed auth (for log lines). */
+  claimedId = "";
+  flushing: Promise<void> | null = null;
+  flushError: unknown = null;
+  /** Set when the call must stop at once (newer call, shutdown, idle). */
+  stopError: RunnerDepotError | null = null;
+  /** Rejecters of the waits in progress; a stop rejects them all. */
+  private readonly interrupters = new Set<(error: unknown) => void>();
+  /** When the call started waiting for its next item (0: not waiting). */
+  waitingSince = 0;
+  private idleTimer: NodeJS.Timeout | null = null;
+
+  constructor(
+    private readonly core: RunnerCore,
+    ctx: HandlerContext,
+  ) {
+    this.ctx = ctx;
+    this.maxBytes = ctx.values.get(kMessageBytes) ?? core.config.limits.messageBytes;
+    this.armIdle(core.config.limits.idleMs);
+  }
+
+  // One timer per call, re-armed lazily: cheaper than a timer per item.
+  private armIdle(ms: number) {
+    const idleMs = this.core.config.limits.idleMs;
+    this.idleTimer = setTimeout(() => {
+      this.idleTimer = null;
+      if (this.stopError) return;
+      const left = this.waitingSince === 0 ? idleMs : this.waitingSince + idleMs - Date.now();
+      if (left <= 0) this.stop(uErr("DEADLINE_EXCEEDED", `no item for ${idleMs} ms; the call was ended`));
+      else this.armIdle(left);
+    }, ms);
+  }
+
+  stop(error: RunnerDepotError) {
+    if (this.stopError) return;
+    this.stopError = error;
+    for (const interrupt of this.interrupters) interrupt(error);
+    this.interrupters.clear();
+  }
+
+  dispose() {
+    if (this.idleTimer) clearTimeout(this.idleTimer);
+    this.idleTimer = null;
+  }
+
+  get committed(): number {
+    return this.state?.committed ?? 0;
+  }
+
+  /** Queues a new entry; flushes in the background, batching whatever piles up meanwhile. */
+  // Returns a promise only when the call must wait (back-pressure): most items need no await.
+  enqueue(entry: LogEntry): Promise<void> | undefined {
+    if (this.pending.length === 0) this.pendingAt = this.nextPos;
+    this.pending.push(entry);
+    this.pendingBytes += entry.bytes + 64;
+    this.nextPos++;
+    if (!this.flushing) {
+      // Cleared only by the loop it belongs to, even when the loop ends at once.
+      const loop: Promise<void> = this.flushLoop().finally(() => {
+        if (this.flushing === loop) this.flushing = null;
+      });
+      this.flushing = loop;
+    }
+    if (this.pending.length >= BACKPRESSURE_ITEMS || this.pendingBytes >= BACKPRESSURE_BYTES) {
+      return this.guard(this.flushing).then(() => {
+        if (this.flushError) throw this.flushError;
+      });
+    }
+    if (this.flushError) throw this.flushError;
+    return undefined;
+  }
+
+  private async flushLoop(): Promise<void> {
+    // Let the items already received in this turn join the first batch.
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    while (this.pending.length > 0 && !this.flushError) {
+      const batch = this.pending;
+      const at = this.pendingAt;
+      const receivedBytes = this.pendingReceivedBytes;
+      this.pending = [];
+      this.pendingBytes = 0;
+      this.pendingReceivedBytes = 0;
+      try {
+        const state = await this.core.locked(this.id, () => this.store(at, batch));
+        this.state = state;
+        this.core.notify(this.id, { state, batch });
+        // Once per batch, not per line: the metrics cost nothing per line.
+        this.core.telemetry.linesIngested.add(batch.length);
+        this.core.telemetry.bytesIngested.add(receivedBytes);
+        this.reportStored(batch, state.committed);
+      } catch (error) {
+        this.flushError = await explainRefusal(this.core.logs, this.id, error);
+        this.pending = [];
+      }
+    }
+  }
+
+  /** Appends one batch (under the job's lock) unless the job was taken or ended meanwhile. */
+  private async store(at: number, batch: LogEntry[]): Promise<JobState> {
+    const core = this.core;
+    // A newer call or a cancel took the job meanwhile: store nothing more.
+    if (this.stopError?.code === "ABORTED") throw this.stopError;
+    const reason = core.ending.get(this.id);
+    if (reason) throw new EndedSignal(reason);
+    const pendingEnd = core.inFlight.get(this.id);
+    if (pendingEnd) await settlePendingPublish(core, this, pendingEnd);
+    // The job exists in the store once its first item is stored.
+    if (this.state === null) this.state = await core.logs.open(this.id);
+    const start = performance.now();
+    const state = await core.logs.append(this.id, at, batch);
+    core.telemetry.appendDuration.record(secondsSince(start));
+    return state;
+  }
+
+  /** Hands the stored lines (markers included) to the onLog hook. O(lines) when there is one. */
+  private reportStored(batch: LogEntry[], committed: number): void {
+    const onLog = this.core.options.onLog;
+    if (!onLog) return;
+    const lines: StoredLine[] = [];
+    for (const entry of batch) for (const line of entry.stored) lines.push(line);
+    if (lines.length > 0) this.core.safe(() => onLog({ requestId: this.id, lines, committed }));
+  }
+
+  /** Waits until every queued entry is stored; throws what storing threw. */
+  async flush(): Promise<void> {
+    while (this.flushing) await this.flushing;
+    if (this.flushError) throw this.flushError;
+  }
+
+  /**
+   * Waits for `p` unless the call is stopped first. (No Promise.race with a
+   * long-lived promise: that would keep one reaction per item alive.)
+   */
+  guard<T>(p: Promise<T>): Promise<T> {
+    if (this.stopError) return Promise.reject(this.stopError);
+    return new Promise<T>((resolve, reject) => {
+      this.interrupters.add(reject);
+      p.then(
+        (value) => {
+          this.interrupters.delete(reject);
+          resolve(value);
+        },
+        (error: unknown) => {
+          this.interrupters.delete(reject);
+          reject(error);
+        },
+      );
+    });
+  }
+
+  /** Current state from the store, refreshed under the job's lock. */
+  async refresh(): Promise<void> {
+    if (!this.id) return;
+    const core = this.core;
+    // A job being cancelled or declared lost stores nothing more, and its publish may
+    // hold the lock for long: read it without the lock.
+    this.state = core.ending.has(this.id) ? await core.logs.get(this.id) : await core.locked(this.id, () => core.logs.get(this.id));
+  }
+}

@@ -1,0 +1,43 @@
+/**
+ * The protobuf binary size of a LogItem, computed from its fields without encoding it:
+ * the message limit is about that size, and items arrive decoded (Connect, gRPC-Web).
+ */
+import type { LogItem } from "../gen/runner/v1/runner_pb.js";
+
+/** Bytes of a varint; O(log value). */
+function varintSize(value: number): number {
+  if (value < 0) return 10;
+  let size = 1;
+  while (value >= 0x80) {
+    value = Math.floor(value / 128);
+    size++;
+  }
+  return size;
+}
+
+/** Bytes of a string field (tag, length, UTF-8 text); absent when empty. O(length). */
+function stringField(value: string): number {
+  if (value.length === 0) return 0;
+  const len = Buffer.byteLength(value, "utf8");
+  return 1 + varintSize(len) + len;
+}
+
+/**
+ * Bytes of an item in protobuf binary form (the message size the limit is about);
+ * `lineBytes`: UTF-8 size of a log item's line (the caller has it already). O(1) for a
+ * log item past the line's size, O(length of the strings) for an end item.
+ */
+export function encodedSize(item: LogItem, lineBytes: number): number {
+  let size = stringField(item.requestId);
+  let inner = 0;
+  if (item.event.case === "log") {
+    inner = (lineBytes === 0 ? 0 : 1 + varintSize(lineBytes) + lineBytes) + (item.event.value.stderr ? 2 : 0);
+  } else if (item.event.case === "end") {
+    const end = item.event.value;
+    inner = (end.exitCode !== 0 ? 1 + varintSize(end.exitCode) : 0) + (end.success ? 2 : 0) + stringField(end.repoUrl) + stringField(end.commitSha);
+  } else {
+    return size;
+  }
+  size += 1 + varintSize(inner) + inner;
+  return size;
+}

@@ -1,0 +1,57 @@
+/**
+ * Reading a call's items one at a time from the request stream, in batches when the
+ * transport offers them (kItemBatches), so most items are handled without an await.
+ */
+import { ConnectError } from "@connectrpc/connect";
+import type { LogItem } from "../gen/runner/v1/runner_pb.js";
+import { kItemBatches, type ItemBatchSource } from "./call-context.js";
+import type { CallRun } from "./call-run.js";
+import { readErrorOf } from "./wire-errors.js";
+
+/** Reads a call's items one at a time from batches (of one item for plain async iterables). */
+export interface ItemReader {
+  batch: readonly LogItem[];
+  pos: number;
+  pull: () => Promise<readonly LogItem[] | null>;
+}
+
+export function readerOf(requests: AsyncIterable<LogItem>): ItemReader {
+  const batched = (requests as Partial<ItemBatchSource>)[kItemBatches];
+  if (typeof batched === "function") return { batch: [], pos: 0, pull: batched.call(requests) };
+  const it = requests[Symbol.asyncIterator]();
+  return {
+    batch: [],
+    pos: 0,
+    pull: async () => {
+      const result = await it.next();
+      return result.done ? null : [result.value];
+    },
+  };
+}
+
+/** Reads the next item, or null at the end of the request stream (waits only when the current batch is used up). */
+export function nextItem(call: CallRun, it: ItemReader): LogItem | null | Promise<LogItem | null> {
+  if (it.pos < it.batch.length) return it.batch[it.pos++]!;
+  return nextBatch(call, it);
+}
+
+async function nextBatch(call: CallRun, it: ItemReader): Promise<LogItem | null> {
+  const read = it.pull();
+  // The read may settle after we gave up on it (stream reset); never leave it unhandled.
+  read.catch(() => undefined);
+  call.waitingSince = Date.now();
+  try {
+    const batch = await call.guard(read);
+    if (batch === null || batch.length === 0) return null;
+    it.batch = batch;
+    it.pos = 1;
+    return batch[0]!;
+  } catch (error) {
+    // Reading failed (a limit, a message protobuf-es refused, an unknown encoding): the
+    // documented code and one line of text; none of these is an unexpected fault.
+    if (error instanceof ConnectError) throw readErrorOf(error, call.maxBytes);
+    throw error;
+  } finally {
+    call.waitingSince = 0;
+  }
+}

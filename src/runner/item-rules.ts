@@ -1,0 +1,122 @@
+/**
+ * The rules applied to each item of a call (docs/runner-protocol.md, §3–§4): its size,
+ * its request_id, its position against what is stored, a line's cut and the job's byte
+ * cap, and the end item that publishes the job's result.
+ */
+import { RunnerDepotError } from "../errors.js";
+import type { JobEnd, LogItem } from "../gen/runner/v1/runner_pb.js";
+import type { LogEntry, StoredLine } from "./ports.js";
+import type { CallRun } from "./call-run.js";
+import { uErr, type RunnerCore } from "./job-table.js";
+import { EndedSignal, endedReasonOf } from "./ended.js";
+import { publishEnd } from "./end-publish.js";
+import { encodedSize } from "./encoded-size.js";
+import { cutUtf8 } from "./line-splitter.js";
+
+const MARKER_PREFIX = "[runner-depot]";
+
+function tooLarge(size: number, maxBytes: number): RunnerDepotError {
+  return new RunnerDepotError("RESOURCE_EXHAUSTED", `a message of ${size} bytes is over the ${maxBytes}-byte limit; split the line`);
+}
+
+/**
+ * Applies the rules to one item. Throws (synchronously) on a bad item; returns a
+ * promise only when the call has to wait (back-pressure or the end item). O(line length).
+ */
+export function processItem(core: RunnerCore, call: CallRun, item: LogItem): Promise<void> | undefined {
+  const index = call.index++;
+  const event = item.event;
+  // The line's UTF-8 size serves both the message limit and the line limit.
+  const lineBytes = event.case === "log" ? Buffer.byteLength(event.value.line, "utf8") : 0;
+  const size = encodedSize(item, lineBytes);
+  if (size > call.maxBytes) throw tooLarge(size, call.maxBytes);
+  // The same text as the first item's needs no case folding.
+  if (index > 0 && item.requestId !== call.rawId && item.requestId.toLowerCase() !== call.id) {
+    throw uErr("INVALID_ARGUMENT", "all items of a call must carry the same request_id");
+  }
+  if (call.endSeen) throw uErr("INVALID_ARGUMENT", "no item may follow the end item");
+  if (event.case === undefined) throw uErr("INVALID_ARGUMENT", "an item must carry a log line or the job end");
+
+  const hostReason = endedReasonOf(core, call);
+  if (hostReason) throw new EndedSignal(hostReason);
+  const pos = call.offset + index;
+  if (call.state?.status === "finished") {
+    // Duplicates of a finished job are harmless; anything new is refused.
+    if (pos < call.state.committed) {
+      if (event.case === "end") call.endSeen = true;
+      return undefined;
+    }
+    throw new EndedSignal("ended");
+  }
+  if (index === 0) {
+    if (pos > call.committed) {
+      throw new RunnerDepotError("FAILED_PRECONDITION", `offset ${pos} is past the ${call.committed} items stored; resend from ${call.committed}`);
+    }
+    call.nextPos = call.committed;
+    call.storedBytes = call.state?.storedBytes ?? 0;
+    call.truncated = call.state?.logTruncated ?? false;
+  }
+  if (pos < call.nextPos) {
+    // A resend of a stored item: skipped, not compared.
+    if (event.case === "end") call.endSeen = true;
+    return undefined;
+  }
+
+  if (event.case === "log") {
+    call.pendingReceivedBytes += lineBytes;
+    return call.enqueue(entryFor(core, call, event.value.line, event.value.stderr, lineBytes));
+  }
+  call.endSeen = true;
+  return processEnd(core, call, event.value);
+}
+
+/** The end item: store what came before, publish, then record. */
+async function processEnd(core: RunnerCore, call: CallRun, end: JobEnd): Promise<void> {
+  await call.guard(call.flush());
+  const at = call.nextPos;
+  await call.guard(core.locked(call.id, () => publishEnd(core, call, end, at)));
+  call.nextPos = at + 1;
+}
+
+/** What a line stores: itself (cut to the line limit, with a marker), or a cap marker, or nothing past the cap. */
+function entryFor(core: RunnerCore, call: CallRun, line: string, stderr: boolean, lineBytes: number): LogEntry {
+  const limits = core.config.limits;
+  if (call.truncated) return { stored: [], stderr, bytes: 0 };
+  let text = line;
+  let bytes = lineBytes;
+  const stored: StoredLine[] = [];
+  let marker: StoredLine | null = null;
+  if (bytes > limits.lineBytes) {
+    const cut = cutUtf8(line, limits.lineBytes);
+    marker = { line: `${MARKER_PREFIX} line truncated: ${bytes} bytes, kept ${cut.bytes}`, stderr, marker: true };
+    text = cut.text;
+    bytes = cut.bytes;
+  }
+  if (call.storedBytes + bytes > limits.jobLogBytes) {
+    call.truncated = true;
+    return {
+      stored: [
+        {
+          line: `${MARKER_PREFIX} log truncated: the job log reached its ${limits.jobLogBytes}-byte limit; later lines are counted, not stored`,
+          stderr,
+          marker: true,
+        },
+      ],
+      stderr,
+      bytes: 0,
+      capped: true,
+    };
+  }
+  stored.push({ line: text, stderr });
+  if (marker) stored.push(marker);
+  call.storedBytes += bytes;
+  return { stored, stderr, bytes };
+}
+
+/** The first item's own checks (size, an event present), for an answer given before processItem runs. */
+export function checkItemShape(call: CallRun, item: LogItem): void {
+  const event = item.event;
+  const size = encodedSize(item, event.case === "log" ? Buffer.byteLength(event.value.line, "utf8") : 0);
+  if (size > call.maxBytes) throw tooLarge(size, call.maxBytes);
+  if (event.case === undefined) throw uErr("INVALID_ARGUMENT", "an item must carry a log line or the job end");
+}

@@ -1,0 +1,286 @@
+/**
+ * Reads the body of one runner call off its HTTP/2 request, for both ways a call is
+ * served: the gRPC fast path (which decodes the envelopes itself) and connect-node
+ * (which is fed whole envelopes, see {@link ConnectBody}). This is where the bounds that
+ * hold before a call is authenticated are enforced:
+ * - the first message may be at most `firstMessageBytes` (it is read before the token can
+ *   be checked, since the request ID arrives with it); later ones `messageBytes`; both are
+ *   checked on the 5-byte prefix, before the message is buffered;
+ * - until the service says the call is authenticated, reading pauses after the first
+ *   message (HTTP/2 flow control holds the rest back); once the first message has started
+ *   it must be complete within `firstMessageMs`;
+ * - the bytes of messages that have not fully arrived count against the connection's and
+ *   the server's {@link ReadBudget}; crossing a cap ends the call UNAVAILABLE and frees
+ *   them (complete messages are not counted: they go to the service at once, and past
+ *   `pauseBytes` waiting for it the request is paused, so flow control holds the rest);
+ * - the work is linear in the bytes received (see envelope-splitter.ts).
+ */
+import type * as http2 from "node:http2";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { EnvelopeSplitter, EnvelopeTooLarge } from "./envelope-splitter.js";
+import type { ReadBudget } from "./read-budget.js";
+
+/** Options of a {@link RequestReader}. */
+export interface RequestReaderOptions {
+  /** Largest message after the first. */
+  messageBytes: number;
+  /** Byte accounting shared by the server's calls. */
+  budget: ReadBudget;
+  /** True when the call names a compression (`grpc-encoding` / `connect-content-encoding` other than identity). */
+  compressed: boolean;
+  /** Complete envelopes waiting for the consumer past which reading pauses; default 1 MiB. */
+  pauseBytes?: number;
+}
+
+/** What a reader hands its envelopes to. */
+export interface EnvelopeSink {
+  /** One whole envelope, prefix included: `buf[start, end)`. Throwing ends the call with that error. */
+  envelope(buf: Buffer, start: number, end: number): void;
+  /** The reader's state changed (envelopes added, failed, ended): wake the consumer. */
+  wake(): void;
+}
+
+const DEFAULT_PAUSE_BYTES = 1024 * 1024;
+
+/** The request's connection, for the budget: its HTTP/2 session (an HTTP/1 socket for hosts that allow HTTP/1). */
+function connectionOf(req: http2.Http2ServerRequest): object {
+  return (req.stream?.session as object | undefined) ?? req.socket ?? req;
+}
+
+/**
+ * Reads one call's request body into a sink, within the bounds above.
+ *
+ * @example
+ * const reader = new RequestReader(req, { messageBytes, budget, compressed: false }, sink);
+ * // once the service has checked the token:
+ * reader.authenticated();
+ */
+export class RequestReader {
+  /** Why reading stopped early (a limit, a protocol error, the client going away). */
+  failure: ConnectError | null = null;
+  /** True once the body ended cleanly. */
+  ended = false;
+  /** Bytes of complete envelopes given to the sink and not yet {@link taken}. */
+  private queued = 0;
+  /** Bytes of incomplete messages this call has accounted in the budget. */
+  private accounted = 0;
+  private isAuthenticated = false;
+  private closed = false;
+  private paused = false;
+  private firstTimer: NodeJS.Timeout | null = null;
+  private readonly splitter: EnvelopeSplitter;
+  private readonly connection: object;
+  private readonly pauseBytes: number;
+
+  constructor(
+    private readonly req: http2.Http2ServerRequest,
+    private readonly options: RequestReaderOptions,
+    private readonly sink: EnvelopeSink,
+  ) {
+    this.splitter = new EnvelopeSplitter(Math.min(options.budget.limits.firstMessageBytes, options.messageBytes), options.messageBytes);
+    this.connection = connectionOf(req);
+    this.pauseBytes = options.pauseBytes ?? DEFAULT_PAUSE_BYTES;
+    req.on("data", (chunk: Buffer) => this.onData(chunk));
+    req.once("end", () => this.onEnd());
+    req.once("close", () => {
+      if (!this.ended) this.fail(new ConnectError("the request stream was closed", Code.Canceled));
+      // Whatever is still accounted goes with the request.
+      this.queued = 0;
+      this.closed = true;
+      this.account();
+    });
+    req.on("error", () => undefined);
+  }
+
+
+  /** The service has authenticated the call: later messages may use the full limit and reading goes on. */
+  authenticated(): void {
+    this.isAuthenticated = true;
+    this.maybeResume();
+  }
+
+  /** The consumer took `bytes` of complete envelopes. */
+  taken(bytes: number): void {
+    this.queued = Math.max(0, this.queued - bytes);
+    this.maybeResume();
+  }
+
+  /** Stops reading: the rest of the body is drained and dropped, the budget released. */
+  close(): void {
+    this.closed = true;
+    this.stopFirstTimer();
+    this.splitter.reset();
+    this.queued = 0;
+    this.account();
+    this.resume();
+  }
+
+  private onData(chunk: Buffer): void {
+    if (this.closed || this.failure !== null) return;
+    try {
+      this.splitter.push(chunk, (buf, start, end) => {
+        if ((buf[start]! & 1) === 1 && !this.options.compressed) {
+          throw new ConnectError("a message is flagged compressed but the call names no encoding (grpc-encoding)", Code.InvalidArgument);
+        }
+        this.queued += end - start;
+        this.sink.envelope(buf, start, end);
+      });
+    } catch (error) {
+      this.fail(toWireError(error));
+    }
+    if (this.failure === null) {
+      const refusal = this.account();
+      if (refusal !== null) this.fail(refusal);
+    }
+    this.watchFirstMessage();
+    this.sink.wake();
+    if (this.failure === null && !this.paused && this.mustPause()) {
+      this.paused = true;
+      this.req.pause();
+    }
+  }
+
+  private onEnd(): void {
+    if (this.closed || this.failure !== null) return;
+    if (this.splitter.heldBytes > 0) {
+      this.fail(new ConnectError("protocol error: incomplete envelope", Code.InvalidArgument));
+      return;
+    }
+    this.ended = true;
+    this.sink.wake();
+  }
+
+  private fail(error: ConnectError): void {
+    if (this.failure !== null || this.ended) return;
+    this.failure = error;
+    this.stopFirstTimer();
+    this.splitter.reset();
+    this.account();
+    // Nothing more is read: the rest of the body is drained and dropped.
+    this.resume();
+    this.sink.wake();
+  }
+
+  /** Starts the first message's clock when its first bytes are held; stops it once it is complete. */
+  private watchFirstMessage(): void {
+    if (this.splitter.completed > 0 || this.failure !== null || this.closed) {
+      this.stopFirstTimer();
+      return;
+    }
+    if (this.firstTimer !== null || this.splitter.heldBytes === 0) return;
+    const ms = this.options.budget.limits.firstMessageMs;
+    this.firstTimer = setTimeout(() => {
+      this.firstTimer = null;
+      if (this.splitter.completed === 0) this.fail(new ConnectError(`the first message did not arrive within ${ms} ms of its start`, Code.DeadlineExceeded));
+    }, ms);
+    this.firstTimer.unref?.();
+  }
+
+  private stopFirstTimer(): void {
+    if (this.firstTimer !== null) clearTimeout(this.firstTimer);
+    this.firstTimer = null;
+  }
+
+  private mustPause(): boolean {
+    return this.queued >= this.pauseBytes || (!this.isAuthenticated && this.splitter.completed > 0);
+  }
+
+  private maybeResume(): void {
+    if (this.paused && (this.failure !== null || this.closed || !this.mustPause())) this.resume();
+  }
+
+  private resume(): void {
+    if (!this.paused) return;
+    this.paused = false;
+    this.req.resume();
+  }
+
+  /** Brings the budget in line with what is held; returns the refusal when it would cross a cap. */
+  private account(): ConnectError | null {
+    const held = this.closed || this.failure !== null ? 0 : this.splitter.heldBytes;
+    const refusal = this.options.budget.adjust(this.connection, held - this.accounted);
+    if (refusal === null) {
+      this.accounted = held;
+      return null;
+    }
+    const limits = this.options.budget.limits;
+    return refusal === "connection"
+      ? new ConnectError(`this connection holds over ${limits.connectionBytes} bytes of unfinished requests; retry the call later`, Code.Unavailable)
+      : new ConnectError(`the server holds over ${limits.serverBytes} bytes of unfinished requests; retry the call later`, Code.Unavailable);
+  }
+}
+
+function toWireError(error: unknown): ConnectError {
+  if (error instanceof EnvelopeTooLarge) {
+    return new ConnectError(
+      error.index === 0
+        ? `the first message of a call is ${error.size} bytes, over the ${error.limit}-byte limit of a message read before the call is authenticated; split the line`
+        : `a message of ${error.size} bytes is over the ${error.limit}-byte limit; split the line`,
+      Code.ResourceExhausted,
+    );
+  }
+  if (error instanceof ConnectError) return error;
+  return new ConnectError(error instanceof Error ? error.message : String(error), Code.Internal, undefined, undefined, error);
+}
+
+/**
+ * The request body as connect-node reads it: chunks of whole envelopes (neighbouring
+ * envelopes of one received chunk stay one view), so connect's envelope reader holds at
+ * most one chunk and never waits on a partial envelope. O(bytes).
+ *
+ * @example
+ * const body = new ConnectBody();
+ * body.attach(new RequestReader(req, options, body));
+ * const uReq = { ...universalRequestFromNodeRequest(req, res, undefined, values), body };
+ */
+export class ConnectBody implements EnvelopeSink, AsyncIterable<Uint8Array> {
+  private chunks: Buffer[] = [];
+  /** Index of the next chunk to yield (no Array.shift: the queue may hold many small chunks). */
+  private head = 0;
+  private last: { buf: Buffer; start: number; end: number } | null = null;
+  private waiter: (() => void) | null = null;
+  private reader: RequestReader | null = null;
+
+  /** Connects the reader that feeds this body. */
+  attach(reader: RequestReader): void {
+    this.reader = reader;
+  }
+
+  envelope(buf: Buffer, start: number, end: number): void {
+    const last = this.last;
+    if (last !== null && last.buf === buf && last.end === start) last.end = end;
+    else {
+      if (last !== null) this.chunks.push(last.buf.subarray(last.start, last.end));
+      this.last = { buf, start, end };
+    }
+  }
+
+  wake(): void {
+    if (this.last !== null) {
+      this.chunks.push(this.last.buf.subarray(this.last.start, this.last.end));
+      this.last = null;
+    }
+    const waiter = this.waiter;
+    this.waiter = null;
+    waiter?.();
+  }
+
+  async *[Symbol.asyncIterator](): AsyncGenerator<Uint8Array> {
+    const reader = this.reader!;
+    for (;;) {
+      if (this.head < this.chunks.length) {
+        const chunk = this.chunks[this.head++]!;
+        if (this.head === this.chunks.length) {
+          this.chunks = [];
+          this.head = 0;
+        }
+        reader.taken(chunk.length);
+        yield chunk;
+        continue;
+      }
+      if (reader.failure !== null) throw reader.failure;
+      if (reader.ended) return;
+      await new Promise<void>((resolve) => (this.waiter = resolve));
+    }
+  }
+}

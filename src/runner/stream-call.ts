@@ -1,0 +1,132 @@
+/**
+ * One StreamLogs call from start to answer: stop signals wired (shutdown, client gone),
+ * authentication on the first item, the newer call taking the job, then every item
+ * through the rules until the end of the stream.
+ */
+import { create } from "@bufbuild/protobuf";
+import type { HandlerContext } from "@connectrpc/connect";
+import { AckSchema, type Ack, type LogItem } from "../gen/runner/v1/runner_pb.js";
+import { normalizeRequestId } from "./uuid.js";
+import { kCallAuthenticated, kCallJob, kShutdownSignal } from "./call-context.js";
+import { COMMITTED_HEADER, OFFSET_HEADER } from "./service-contract.js";
+import { uErr, type RunnerCore } from "./job-table.js";
+import { CallRun } from "./call-run.js";
+import { nextItem, readerOf, type ItemReader } from "./item-reader.js";
+import { authenticate, checkTokenPresent, parseOffset } from "./call-auth.js";
+import { checkItemShape, processItem } from "./item-rules.js";
+import { EndedSignal } from "./ended.js";
+import { endedAck } from "./ended-ack.js";
+import { toResponseError } from "./response-error.js";
+import { reportCallEnd, reportCallOpen, reportCallStart } from "./call-report.js";
+
+/** Serves one StreamLogs call. */
+export async function streamLogs(core: RunnerCore, requests: AsyncIterable<LogItem>, ctx: HandlerContext): Promise<Ack> {
+  const call = new CallRun(core, ctx);
+  core.calls.add(call);
+  reportCallOpen(core, call, ctx);
+  let code = 0;
+  const it = readerOf(requests);
+  const shutdown = ctx.values.get(kShutdownSignal);
+  const onShutdown = () => call.stop(uErr("UNAVAILABLE", "the server is shutting down; retry the call"));
+  shutdown?.addEventListener("abort", onShutdown);
+  if (shutdown?.aborted) onShutdown();
+  const onClientGone = () => call.stop(uErr("UNAVAILABLE", "the call was cancelled by the client"));
+  ctx.signal.addEventListener("abort", onClientGone);
+  try {
+    const ack = await runCall(core, call, it);
+    // Success: the trailer says where the job stands (an accepted end included).
+    if (call.id && !ctx.responseTrailer.has(COMMITTED_HEADER)) ctx.responseTrailer.set(COMMITTED_HEADER, String(call.committed));
+    return ack;
+  } catch (error) {
+    const answer = await toResponseError(core, call, error);
+    code = answer.code;
+    throw answer;
+  } finally {
+    reportCallEnd(core, call, code);
+    shutdown?.removeEventListener("abort", onShutdown);
+    ctx.signal.removeEventListener("abort", onClientGone);
+    core.calls.delete(call);
+    call.dispose();
+    if (call.slot) {
+      if (call.slot.active === call) call.slot.active = null;
+      core.release(call.id, call.slot);
+    }
+  }
+}
+
+async function runCall(core: RunnerCore, call: CallRun, it: ItemReader): Promise<Ack> {
+  const headers = call.ctx.requestHeader;
+  // Token presence and form are checked before anything is read (first in the check order).
+  checkTokenPresent(core, headers);
+  const offset = parseOffset(headers.get(OFFSET_HEADER));
+
+  const first = await nextItem(call, it);
+  if (first === null) {
+    if (Number.isNaN(offset)) throw badOffset();
+    // A call with zero items is fine, and names no job: no runner-committed to give.
+    return create(AckSchema, { ok: true });
+  }
+  const id = normalizeRequestId(first.requestId);
+  call.claimedId = id ?? first.requestId.slice(0, 64);
+  if (id === null) throw uErr("INVALID_ARGUMENT", `request_id is not a UUID: ${JSON.stringify(first.requestId.slice(0, 64))}`);
+  await authenticate(core, call.ctx, id);
+  if (core.options.requireKnownJobs) {
+    const known = await core.logs.get(id);
+    if (!known?.expected) throw uErr("NOT_FOUND", `unknown job ${id}`);
+  }
+  // The transport may now read on (it held back everything after the first message).
+  call.ctx.values.get(kCallAuthenticated)?.();
+
+  takeJob(core, call, id, first.requestId);
+  // The check order: a malformed offset and a bad first item come before ok = false.
+  if (Number.isNaN(offset)) throw badOffset();
+  // A job being cancelled or declared lost answers at once, even while its result
+  // is still being published (which holds the job's lock).
+  const hostReason = core.ending.get(id);
+  if (hostReason) {
+    checkItemShape(call, first);
+    return endedAck(core, call, hostReason);
+  }
+  await call.guard(call.refresh());
+  call.offset = offset;
+  reportCallStart(core, call, offset);
+
+  try {
+    await processItems(core, call, it, first);
+    return create(AckSchema, { ok: true });
+  } catch (error) {
+    if (error instanceof EndedSignal) return endedAck(core, call, error.reason);
+    throw error;
+  }
+}
+
+function badOffset() {
+  return uErr("INVALID_ARGUMENT", `malformed ${OFFSET_HEADER}: expected a non-negative integer`);
+}
+
+/** The newer call wins, and only now that it has passed auth: an older call of the job ends ABORTED. */
+function takeJob(core: RunnerCore, call: CallRun, id: string, rawId: string): void {
+  call.id = id;
+  call.rawId = rawId;
+  call.ctx.values.get(kCallJob)?.(id);
+  const slot = core.slotOf(id);
+  slot.refs++;
+  call.slot = slot;
+  const older = slot.active;
+  slot.active = call;
+  older?.stop(uErr("ABORTED", "replaced by a newer call of the same job"));
+}
+
+/** Every item through the rules, then the last ones stored. O(items). */
+async function processItems(core: RunnerCore, call: CallRun, it: ItemReader, first: LogItem): Promise<void> {
+  let item: LogItem | null = first;
+  while (item !== null) {
+    // Most items are handled synchronously; only a wait (back-pressure, the end) awaits.
+    const processing = processItem(core, call, item);
+    if (processing !== undefined) await processing;
+    if (call.stopError) throw call.stopError;
+    const next = nextItem(call, it);
+    item = next instanceof Promise ? await next : next;
+  }
+  await call.guard(call.flush());
+}

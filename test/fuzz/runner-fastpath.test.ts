@@ -1,0 +1,189 @@
+/**
+ * Fuzz target (issue 9): the runner fast path's frame splitter and decoder against
+ * protobuf-es as the oracle. Random and mutated valid LogItem streams, cut into reads at
+ * random places (and at every single place, and byte by byte), must give back exactly the
+ * frames that were sent; every frame the specialised decoder accepts must decode exactly
+ * as protobuf-es does, and one protobuf-es refuses must be left to it (null). The
+ * splitter's buffer stays within twice the bytes it holds. Seeds: test/fuzz/settings.ts.
+ */
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { LogItemSchema, type LogItem } from "../../src/gen/runner/v1/runner_pb.js";
+import { decodeLogItem } from "../../src/runner/decoder.js";
+import { ENVELOPE_PREFIX, EnvelopeSplitter, EnvelopeTooLarge } from "../../src/runner/envelope-splitter.js";
+import { fuzzParams, fuzzTimeout } from "./settings.js";
+
+const text = fc.oneof(fc.string({ unit: "binary", maxLength: 40 }), fc.string({ unit: "grapheme-ascii", maxLength: 60 }), fc.constant(""), fc.constant("\ufeffbom"));
+
+const item: fc.Arbitrary<LogItem> = fc.oneof(
+  fc.record({ id: fc.oneof(fc.uuid(), text), line: text, stderr: fc.boolean() }).map(({ id, line, stderr }) =>
+    create(LogItemSchema, { requestId: id, event: { case: "log", value: { line, stderr } } }),
+  ),
+  fc.record({ id: fc.uuid(), exitCode: fc.integer({ min: -(2 ** 31), max: 2 ** 31 - 1 }), success: fc.boolean(), repoUrl: text, commitSha: text }).map(({ id, ...end }) =>
+    create(LogItemSchema, { requestId: id, event: { case: "end", value: end } }),
+  ),
+  fc.uuid().map((id) => create(LogItemSchema, { requestId: id })),
+);
+
+/** A message's bytes: a valid item, or one mutated (bytes flipped, inserted, removed; unknown fields appended). */
+const payload: fc.Arbitrary<Uint8Array> = fc.oneof(
+  { weight: 3, arbitrary: item.map((i) => toBinary(LogItemSchema, i)) },
+  {
+    weight: 2,
+    arbitrary: fc
+      .tuple(
+        item.map((i) => toBinary(LogItemSchema, i)),
+        fc.array(fc.tuple(fc.nat(), fc.integer({ min: 0, max: 255 }), fc.constantFrom("flip", "insert", "remove")), { minLength: 1, maxLength: 4 }),
+      )
+      .map(([bytes, edits]) => {
+        const out = [...bytes];
+        for (const [at, value, kind] of edits) {
+          const pos = out.length === 0 ? 0 : at % (out.length + (kind === "insert" ? 1 : 0));
+          if (kind === "flip" && out.length > 0) out[pos] = value;
+          else if (kind === "insert") out.splice(pos, 0, value);
+          else if (kind === "remove" && out.length > 0) out.splice(pos, 1);
+        }
+        return Uint8Array.from(out);
+      }),
+  },
+  { weight: 1, arbitrary: fc.uint8Array({ maxLength: 64 }) },
+  // A valid item followed by an unknown field (numbers 4..) of some length.
+  { weight: 1, arbitrary: fc.tuple(item, fc.integer({ min: 4, max: 1000 }), fc.uint8Array({ maxLength: 50 })).map(([i, no, data]) => {
+    const tag = (no << 3) | 2;
+    const head: number[] = [];
+    for (let v = tag; ; v >>>= 7) {
+      if (v < 0x80) {
+        head.push(v);
+        break;
+      }
+      head.push((v & 0x7f) | 0x80);
+    }
+    return Uint8Array.from([...toBinary(LogItemSchema, i), ...head, data.length, ...data]);
+  }) },
+);
+
+const frames = fc.array(fc.tuple(payload, fc.constantFrom(0, 0, 0, 1, 0x80)), { maxLength: 8 });
+
+function envelope(bytes: Uint8Array, flags: number): Buffer {
+  const out = Buffer.alloc(ENVELOPE_PREFIX + bytes.length);
+  out[0] = flags;
+  out.writeUInt32BE(bytes.length, 1);
+  out.set(bytes, ENVELOPE_PREFIX);
+  return out;
+}
+
+/** Feeds `wire` cut at `cuts` (sorted offsets); returns the envelopes, checking the memory bound after every read. */
+function split(wire: Buffer, cuts: number[], limits: { first: number; rest: number } = { first: 1 << 20, rest: 1 << 20 }): Buffer[] {
+  const splitter = new EnvelopeSplitter(limits.first, limits.rest);
+  const out: Buffer[] = [];
+  let from = 0;
+  for (const to of [...cuts, wire.length]) {
+    // A copy, as a socket read would be a fresh buffer.
+    splitter.push(Buffer.from(wire.subarray(from, to)), (buf, start, end) => out.push(Buffer.from(buf.subarray(start, end))));
+    from = to;
+    // (Plain checks in the hot loop: expect() per read would dominate the run time.)
+    if (splitter.heldCapacity > Math.max(256, 2 * splitter.heldBytes)) throw new Error(`buffer ${splitter.heldCapacity} for ${splitter.heldBytes} bytes held`);
+  }
+  if (splitter.heldBytes !== 0 || splitter.completed !== out.length) throw new Error(`${splitter.heldBytes} bytes left, ${splitter.completed} completed, ${out.length} emitted`);
+  return out;
+}
+
+/** Same frames, byte for byte. */
+function sameFrames(got: Buffer[], expected: Buffer[]): boolean {
+  return got.length === expected.length && got.every((g, i) => g.equals(expected[i]!));
+}
+
+/** The oracle: the decoder returns exactly protobuf-es's result, or null (left to protobuf-es). */
+function checkDecode(bytes: Uint8Array): void {
+  const buf = envelope(bytes, 0);
+  const fast = decodeLogItem(buf, ENVELOPE_PREFIX, buf.length);
+  let oracle: LogItem | null = null;
+  try {
+    oracle = fromBinary(LogItemSchema, bytes);
+  } catch {
+    // protobuf-es refuses it: the fast decoder must not accept it.
+    expect(fast).toBeNull();
+    return;
+  }
+  if (fast !== null) expect(fast).toStrictEqual(oracle);
+}
+
+describe("fuzz: runner fast-path frame splitter and decoder (protobuf-es as oracle)", () => {
+  it("random and mutated streams cut into random reads give back every frame, and each decodes as protobuf-es decodes it", () => {
+    const wireAndCuts = frames.chain((fs) => {
+      const wire = Buffer.concat(fs.map(([p, f]) => envelope(p, f)));
+      return fc.tuple(fc.constant(fs), fc.constant(wire), fc.uniqueArray(fc.integer({ min: 1, max: Math.max(1, wire.length - 1) }), { maxLength: 12 }));
+    });
+    for (const params of fuzzParams<[[Array<[Uint8Array, number]>, Buffer, number[]]]>("runner fast-path splitter + decoder")) {
+      fc.assert(
+        fc.property(wireAndCuts, ([fs, wire, cuts]) => {
+          const got = split(
+            wire,
+            cuts.filter((c) => c < wire.length).sort((a, b) => a - b),
+          );
+          expect(sameFrames(got, fs.map(([p, f]) => envelope(p, f)))).toBe(true);
+          for (const [p] of fs) checkDecode(p);
+        }),
+        params,
+      );
+    }
+  });
+
+  // Each case is O(length²) (every cut of up to ~250 bytes): as many cases as the other
+  // targets all the same (issue 9 asks for every split), so its timeout scales with FUZZ_RUNS.
+  it("every single cut of a stream, and one byte per read, give the same frames", () => {
+    const small = fc.array(fc.tuple(payload.filter((p) => p.length <= 80), fc.constantFrom(0, 1)), { maxLength: 3 });
+    for (const params of fuzzParams<[Array<[Uint8Array, number]>]>("runner fast-path splitter, every cut")) {
+      fc.assert(
+        fc.property(small, (fs) => {
+          const wire = Buffer.concat(fs.map(([p, f]) => envelope(p, f)));
+          const expected = fs.map(([p, f]) => envelope(p, f));
+          for (let cut = 1; cut < wire.length; cut++) if (!sameFrames(split(wire, [cut]), expected)) return false;
+          const bytewise = Array.from({ length: Math.max(0, wire.length - 1) }, (_, i) => i + 1);
+          return sameFrames(split(wire, bytewise), expected) && sameFrames(split(wire, []), expected);
+        }),
+        params,
+      );
+    }
+  }, fuzzTimeout(120_000));
+
+  it("a prefix over the limit throws after the frames before it, however the bytes are cut; the first frame has its own limit", () => {
+    for (const params of fuzzParams<[Array<Uint8Array>, number, number[]]>("runner fast-path splitter limits")) {
+      fc.assert(
+        fc.property(
+          fc.array(fc.uint8Array({ maxLength: 30 }), { minLength: 1, maxLength: 5 }),
+          fc.integer({ min: 31, max: 2 ** 32 - 1 }),
+          fc.uniqueArray(fc.nat(), { maxLength: 6 }),
+          (good, announced, rawCuts) => {
+            const huge = Buffer.alloc(ENVELOPE_PREFIX + 3);
+            huge.writeUInt32BE(announced, 1);
+            const wire = Buffer.concat([...good.map((p) => envelope(p, 0)), huge]);
+            const cuts = [...new Set(rawCuts.map((c) => 1 + (c % Math.max(1, wire.length - 1))))].filter((c) => c < wire.length).sort((a, b) => a - b);
+            const splitter = new EnvelopeSplitter(good[0]!.length, 30);
+            const out: Buffer[] = [];
+            let thrown: unknown = null;
+            let from = 0;
+            for (const to of [...cuts, wire.length]) {
+              try {
+                splitter.push(wire.subarray(from, to), (buf, s, e) => out.push(Buffer.from(buf.subarray(s, e))));
+              } catch (error) {
+                thrown = error;
+                break;
+              }
+              from = to;
+            }
+            expect(thrown).toBeInstanceOf(EnvelopeTooLarge);
+            expect((thrown as EnvelopeTooLarge).index).toBe(good.length);
+            expect(out).toEqual(good.map((p) => envelope(p, 0)));
+            // The first frame: over its own (smaller) limit by one byte.
+            const first = new EnvelopeSplitter(good[0]!.length - 1, 1 << 20);
+            const firstWire = envelope(good[0]!, 0);
+            if (good[0]!.length > 0) expect(() => first.push(firstWire, () => undefined)).toThrow(EnvelopeTooLarge);
+          },
+        ),
+        params,
+      );
+    }
+  });
+});

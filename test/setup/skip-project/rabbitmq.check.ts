@@ -1,0 +1,16 @@
+// Run only by test/global-setup.test.ts (see vitest.config.ts beside it).
+import amqp from "amqplib";
+import { expect, it } from "vitest";
+import { needs, RABBITMQ_URL } from "../../backends-fixtures.js";
+
+const haveBroker = needs("rabbitmq");
+
+it("gets the decided RabbitMQ, which answers", async () => {
+  expect(haveBroker).toBe(true);
+  const connection = await amqp.connect(RABBITMQ_URL);
+  await connection.close();
+});
+
+it("a second test of the same file is skipped for the same reason", () => {
+  expect(haveBroker).toBe(true);
+});
