@@ -78,6 +78,8 @@ describe("runner on RabbitMQ: a broker restart loses no result", () => {
     let endsInFlight = 0;
     let endsInFlightAtOutage = -1;
     const unavailable = { count: 0 };
+    // Every retry's code, so a run that never sees UNAVAILABLE says what it saw instead.
+    const retryCodes = new Map<string, number>();
     let outage: Promise<void> | null = null;
     // The broker is ours from before the first job: the outage must land while jobs run.
     const releaseBroker = await acquireBrokerOutage();
@@ -93,7 +95,11 @@ describe("runner on RabbitMQ: a broker restart loses no result", () => {
               await waitFor(() => !queue.connected, "the adapter to see the broker go away");
               endsInFlightAtOutage = endsInFlight;
               // Stay down until runners got UNAVAILABLE (publish bound spent) and retry.
-              await waitFor(() => unavailable.count > 0, "a call to end UNAVAILABLE", 400);
+              // The service answers UNAVAILABLE 10 s after an end reached it; a loaded CI
+              // machine stretches that, so the wait is generous (the test's own bound is 240 s).
+              await waitFor(() => unavailable.count > 0, "a call to end UNAVAILABLE", 2400).catch((error: Error) => {
+                throw new Error(`${error.message}; ends in flight ${endsInFlight}, ended ${ended}, retries seen ${JSON.stringify([...retryCodes])}`);
+              });
             } finally {
               await rabbitmqctl("start_app");
             }
@@ -105,6 +111,7 @@ describe("runner on RabbitMQ: a broker restart loses no result", () => {
           requestId,
           backoff: { initialMs: 50, maxMs: 1_000 },
           onRetry: (error) => {
+            retryCodes.set(error.code, (retryCodes.get(error.code) ?? 0) + 1);
             if (error.code === "UNAVAILABLE") unavailable.count++;
           },
         });
