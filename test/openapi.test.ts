@@ -271,7 +271,7 @@ describe("openapi.yaml", () => {
   it("the ErrorCode enum lists every code the depot's server side can throw", async () => {
     const files = [
       ...["archive", "auth", "compose", "delta", "digest", "gc", "names", "paths", "records", "router", "transactions"].map((f) => `../src/depot/${f}.ts`),
-      ...["fs/store", "memory/store", "s3/blob-store", "postgres/records"].map((f) => `../src/adapters/${f}.ts`),
+      ...["fs/store", "fs/blobs", "fs/records", "fs/locks", "fs/record-keys", "memory/store", "s3/blob-store", "postgres/records"].map((f) => `../src/adapters/${f}.ts`),
     ];
     const thrown = new Set<string>();
     for (const file of files) {

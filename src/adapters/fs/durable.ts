@@ -1,0 +1,148 @@
+/**
+ * Durable writes of the fs store: files written whole and synced, renamed into place, and
+ * directory fsyncs shared by concurrent writers (group commit) over directory handles kept
+ * open. Everything a blob or record write needs so a crash never leaves a torn file or an
+ * acknowledged write that is lost.
+ */
+import { constants as fsConstants } from "node:fs";
+import { mkdir, open, rename, rm, type FileHandle } from "node:fs/promises";
+import type { FsStoreContext } from "./context.js";
+
+/** Directory handles kept open for fsyncs (see `syncDirNow`). */
+const DIR_HANDLES = 64;
+/** Beyond this many remembered directories, `ensureDir` forgets them all (bounded memory). */
+const MADE_DIRS = 100_000;
+
+/** The durable-write operations of one fs store (see {@link createDurableWrites}). */
+export interface DurableWrites {
+  /** Flushes a directory's entries to disk; concurrent callers share one fsync. No-op without sync. */
+  fsyncDir(path: string): Promise<void>;
+  /** mkdir -p, skipped for a directory this store made before. */
+  ensureDir(path: string): Promise<void>;
+  /** Writes a new file whole and (unless unsafeNoSync) flushes it to disk. */
+  writeSynced(path: string, data: string | Uint8Array): Promise<void>;
+  /** Replaces `file` with `data` whole: written and synced under a temp name, then renamed. */
+  writeAtomically(file: string, data: string | Uint8Array): Promise<void>;
+  /** Closes the directory handles kept open (the store's close). */
+  closeHandles(): Promise<void>;
+}
+
+/** Makes the durable-write operations of one store; their caches live as long as it. */
+export function createDurableWrites(ctx: FsStoreContext): DurableWrites {
+  const syncDirNow = createDirSyncer(ctx);
+  const fsyncDir = createGroupFsync(ctx, syncDirNow.sync);
+
+  /** Record directories known to exist: a write skips its mkdir (directories are never removed while open). O(1). */
+  const madeDirs = new Set<string>();
+  async function ensureDir(path: string): Promise<void> {
+    if (madeDirs.has(path)) return;
+    await mkdir(path, { recursive: true });
+    if (madeDirs.size > MADE_DIRS) madeDirs.clear();
+    madeDirs.add(path);
+  }
+
+  async function writeSynced(path: string, data: string | Uint8Array): Promise<void> {
+    const handle = await open(path, "wx");
+    try {
+      await handle.writeFile(data);
+      if (ctx.sync) await handle.sync();
+    } finally {
+      await handle.close();
+    }
+  }
+
+  async function writeAtomically(file: string, data: string | Uint8Array): Promise<void> {
+    const tmp = ctx.tmpPath();
+    await writeSynced(tmp, data);
+    try {
+      await rename(tmp, file);
+    } catch (error) {
+      await rm(tmp, { force: true });
+      throw error;
+    }
+  }
+
+  return { fsyncDir, ensureDir, writeSynced, writeAtomically, closeHandles: syncDirNow.close };
+}
+
+/**
+ * Directory fsyncs in flight, per directory. A caller needs a sync that starts after its
+ * rename, so it joins the queued one (or queues one) behind a sync already running:
+ * concurrent writers into one directory (`records/trans`, `records/pkg`, a sequence
+ * shard) share one fsync instead of one each (group commit). At most two syncs per
+ * directory exist at once, however many writers wait: O(1) per call.
+ */
+function createGroupFsync(ctx: FsStoreContext, syncDirNow: (path: string) => Promise<void>): (path: string) => Promise<void> {
+  const dirSyncs = new Map<string, { running: Promise<void>; queued?: Promise<void> }>();
+
+  function fsyncDir(path: string): Promise<void> {
+    if (!ctx.sync) return Promise.resolve();
+    const state = dirSyncs.get(path);
+    if (!state) {
+      const running = syncDirNow(path).finally(() => settleDirSync(path, running));
+      dirSyncs.set(path, { running });
+      return running;
+    }
+    state.queued ??= state.running.catch(() => undefined).then(() => syncDirNow(path));
+    return state.queued;
+  }
+
+  /** When the running sync ends, the queued one (if any) becomes the running one. */
+  function settleDirSync(path: string, finished: Promise<void>): void {
+    const state = dirSyncs.get(path);
+    if (!state || state.running !== finished) return;
+    if (!state.queued) {
+      dirSyncs.delete(path);
+      return;
+    }
+    const running = state.queued.finally(() => settleDirSync(path, running));
+    running.catch(() => undefined);
+    dirSyncs.set(path, { running });
+  }
+
+  return fsyncDir;
+}
+
+/**
+ * Open handles of recently synced directories (most recent last), so a directory fsync
+ * is one call, not open, fsync and close: the few directories every publish writes
+ * (`records/trans`, `records/pkg`, a sequence shard, blob shards) stay open. At most
+ * DIR_HANDLES; the least recently used is evicted in O(1) (a Map keeps insertion order,
+ * and a use re-inserts). FileHandle.close waits for a sync still running on the handle.
+ */
+function createDirSyncer(ctx: FsStoreContext): { sync(path: string): Promise<void>; close(): Promise<void> } {
+  const dirHandles = new Map<string, Promise<FileHandle>>();
+
+  async function sync(path: string): Promise<void> {
+    if (ctx.isClosed()) {
+      // Closing: no handle is kept past close(), so open one for this sync alone.
+      const once = await open(path, fsConstants.O_RDONLY);
+      await once.sync().finally(() => once.close());
+      return;
+    }
+    let handle = dirHandles.get(path);
+    if (handle) dirHandles.delete(path);
+    else {
+      const opening = open(path, fsConstants.O_RDONLY);
+      opening.catch(() => {
+        if (dirHandles.get(path) === opening) dirHandles.delete(path);
+      });
+      handle = opening;
+    }
+    dirHandles.set(path, handle);
+    if (dirHandles.size > DIR_HANDLES) {
+      const [oldest, evicted] = dirHandles.entries().next().value as [string, Promise<FileHandle>];
+      dirHandles.delete(oldest);
+      void evicted.then((h) => h.close()).catch(() => undefined);
+    }
+    await (await handle).sync();
+  }
+
+  async function close(): Promise<void> {
+    const handles = [...dirHandles.values()];
+    dirHandles.clear();
+    await Promise.allSettled(handles.map(async (h) => (await h).close()));
+  }
+
+  return { sync, close };
+}
