@@ -118,10 +118,12 @@ export function createListenConnection(connect: () => Client, channel: string, h
       try {
         await c.connect();
         client = c;
+        // Closed meanwhile: close() awaits this connect, runs its beforeEnd on the client
+        // (e.g. the last NOTIFYs) and ends it.
+        if (closed) return;
         await listenOn(c);
         delay = 100;
-        if (closed) drop();
-        else hooks.onConnected();
+        if (!closed) hooks.onConnected();
       } catch (error) {
         report(error);
         if (client === c) drop();
@@ -146,8 +148,11 @@ export function createListenConnection(connect: () => Client, channel: string, h
       closed = true;
       if (retryTimer) clearTimeout(retryTimer);
       await connecting;
-      if (client && beforeEnd) await beforeEnd(client);
-      drop();
+      try {
+        if (client && beforeEnd) await beforeEnd(client);
+      } finally {
+        drop();
+      }
     },
   };
 }

@@ -17,7 +17,10 @@ export interface PostgresLogNotifier {
   publish(requestId: string, storedLines: number, ended: boolean): void;
   /** Subscribes; the first subscriber makes the connection LISTEN (kept until close). */
   watch(listener: (event: JobLogEvent) => void): () => void;
-  /** Stops listening and sending; calling it twice is harmless. */
+  /**
+   * Sends what is pending (waiting up to CLOSE_FLUSH_MS for it), then stops listening and
+   * sending; calling it twice is harmless.
+   */
   close(): Promise<void>;
 }
 
@@ -30,6 +33,13 @@ export function channelOf(schemaName: string): string {
 export function encodeLogEvent(requestId: string, storedLines: number, ended: boolean): string {
   return `${storedLines} ${ended ? 1 : 0} ${requestId}`;
 }
+
+/**
+ * How long close() waits for the pending NOTIFYs (and one already in flight) to be sent
+ * before it ends the connection anyway: a shutdown is never held up by a stuck server,
+ * and a follower that misses the last event still sees the lines at its next poll.
+ */
+const CLOSE_FLUSH_MS = 5_000;
 
 const PAYLOAD = /^(\d{1,15}) ([01]) ([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/;
 
@@ -67,7 +77,8 @@ export function createPostgresLogNotifier(
   // Pending events, one per job (the latest wins): memory O(jobs that changed meanwhile).
   let pending = new Map<string, { lines: number; ended: boolean }>();
   let scheduled = false;
-  let sending = false;
+  /** The statement in flight, if any: one at a time on the connection. */
+  let sending: Promise<void> | null = null;
   const listeners = new Set<(event: JobLogEvent) => void>();
   let closed = false;
 
@@ -107,20 +118,47 @@ export function createPostgresLogNotifier(
       void connection.open();
       return;
     }
-    const batch = pending;
-    pending = new Map();
-    const payloads: string[] = [];
-    for (const [id, e] of batch) payloads.push(encodeLogEvent(id, e.lines, e.ended));
-    sending = true;
-    try {
-      await client.query(`SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, [channel, payloads]);
-    } catch (error) {
-      // Followers elsewhere fall back to their poll: late, not lost.
-      report(error);
-    } finally {
-      sending = false;
-    }
+    await send(client);
     if (pending.size > 0) schedule();
+  }
+
+  /** Sends every pending event in one statement: O(pending) payloads, one round trip. */
+  async function send(client: Client): Promise<void> {
+    const payloads: string[] = [];
+    for (const [id, e] of pending) payloads.push(encodeLogEvent(id, e.lines, e.ended));
+    pending = new Map();
+    const statement = (async () => {
+      try {
+        await client.query(`SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, [channel, payloads]);
+      } catch (error) {
+        // Followers elsewhere fall back to their poll: late, not lost.
+        report(error);
+      }
+    })();
+    sending = statement;
+    await statement;
+    if (sending === statement) sending = null;
+  }
+
+  /**
+   * close()'s last send: waits for the statement in flight, then sends what was published
+   * meanwhile, so the last event before close reaches the other replicas. At most
+   * CLOSE_FLUSH_MS: after it the connection is ended under a statement still running.
+   */
+  async function sendRemaining(client: Client): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, CLOSE_FLUSH_MS);
+    });
+    const drained = (async () => {
+      await sending;
+      if (pending.size > 0) await send(client);
+    })();
+    try {
+      await Promise.race([drained, timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   function schedule() {
@@ -149,10 +187,10 @@ export function createPostgresLogNotifier(
       if (closed) return;
       closed = true;
       listeners.clear();
-      // Whatever is pending goes out before the connection does.
-      await connection.close(async () => {
-        if (pending.size > 0 && !sending) await flush();
-      });
+      // Whatever is pending goes out before the connection does (publish() takes no more:
+      // `closed` is set). The connection waits for a connect in flight, so an event
+      // published just before close on a fresh notifier goes out too.
+      await connection.close(sendRemaining);
     },
   };
 }
