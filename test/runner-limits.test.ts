@@ -105,16 +105,25 @@ describe("runner limits", () => {
   });
 
   it("a call that keeps sending within idleMs is not cut, however long it lasts", async () => {
-    const id = randomUUID();
-    const stream = controlledStream();
-    const pending = send(h.client, stream.items);
-    for (let i = 0; i < 6; i++) {
-      stream.push(line(id, `l${i}`));
-      await until(async () => (await h.logs.get(id))?.committed === i + 1, `line ${i}`);
-      await new Promise((r) => setTimeout(r, 100));
+    // Its own server with a 2 s idle bound: gaps of 250 ms leave 1.75 s of slack for a
+    // loaded CI machine's late timers, and 12 gaps make the call outlast the bound.
+    const slow = await startHarness({ limits: { idleMs: 2_000 } });
+    try {
+      const id = randomUUID();
+      const stream = controlledStream();
+      const pending = send(slow.client, stream.items);
+      const started = Date.now();
+      for (let i = 0; i < 12; i++) {
+        stream.push(line(id, `l${i}`));
+        await until(async () => (await slow.logs.get(id))?.committed === i + 1, `line ${i}`);
+        await new Promise((r) => setTimeout(r, 250));
+      }
+      stream.close();
+      expect(await pending).toMatchObject({ ok: true, committed: "12" });
+      expect(Date.now() - started).toBeGreaterThan(2_000);
+    } finally {
+      await slow.close();
     }
-    stream.close();
-    expect(await pending).toMatchObject({ ok: true, committed: "6" });
   });
 });
 
