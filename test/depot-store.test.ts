@@ -5,7 +5,7 @@
  */
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { readFile, writeFile } from "node:fs/promises";
+import { readdir, readFile, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
@@ -139,6 +139,28 @@ function run(args: string[]): Promise<{ code: number | null; out: string }> {
     child.on("exit", (code) => resolve({ code, out }));
   });
 }
+
+describe("fs store re-uploads", () => {
+  it("keeps a stored blob in place when its bytes arrive again, and leaves no temp file", async () => {
+    const tmp = await tempDir("depot-store-again-");
+    cleanups.push(tmp.cleanup);
+    const store = createFsStore(tmp.dir);
+    const info = await store.putBlob(chunks("same ", "bytes"));
+    const hex = info.digest.slice(7);
+    const file = join(tmp.dir, "blobs", "sha256", hex.slice(0, 2), hex);
+    const before = await stat(file);
+    expect(await store.putBlob(chunks("same bytes"))).toEqual(info);
+    // The same inode: the second copy was dropped, not renamed over the first.
+    expect((await stat(file)).ino).toBe(before.ino);
+    expect(await readFile(file, "utf8")).toBe("same bytes");
+    expect((await readdir(join(tmp.dir, "tmp"))).filter((name) => !name.startsWith("owner-"))).toEqual([]);
+    // A file of the wrong length under the digest's name (not one this store wrote) is replaced.
+    await writeFile(file, "same");
+    expect(await store.putBlob(chunks("same bytes"))).toEqual(info);
+    expect(await readFile(file, "utf8")).toBe("same bytes");
+    await store.close?.();
+  });
+});
 
 describe("fs store across processes", () => {
   it("loses no update when three processes compare-and-swap one key", async () => {
