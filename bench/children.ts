@@ -35,9 +35,14 @@ export async function stop(child: ChildProcess | undefined): Promise<void> {
   await exited;
 }
 
-/** Starts the depot fixture server (fs store in `dir`) in a child process. */
-export async function startDepot(dir: string): Promise<{ url: string; child: ChildProcess }> {
-  const child = spawn(process.execPath, ["--import", "tsx", serverScript, dir], { stdio: ["pipe", "pipe", "inherit"] });
+/**
+ * Starts the depot fixture server (fs store in `dir`) in a child process; `noSync` runs the
+ * store without fsync (its `unsafeNoSync` option), for rows measured against peers that
+ * never sync.
+ */
+export async function startDepot(dir: string, options: { noSync?: boolean } = {}): Promise<{ url: string; child: ChildProcess }> {
+  const args = ["--import", "tsx", serverScript, dir, ...(options.noSync ? ["--unsafe-no-sync"] : [])];
+  const child = spawn(process.execPath, args, { stdio: ["pipe", "pipe", "inherit"] });
   const line = await new Promise<string>((resolve, reject) => {
     createInterface({ input: child.stdout! }).once("line", resolve);
     child.once("exit", (code) => reject(new Error(`depot server exited with ${code}`)));

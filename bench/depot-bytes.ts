@@ -1,10 +1,11 @@
 /**
  * Depot bytes benchmark (issue 8 items 3 and 4): a 256 MiB file through the depot (fs
- * store with fsync, servePackageRouter in a child process) against nginx on the same disk
- * (WebDAV `PUT` for uploads, static `GET` for downloads), with curl as the client of both:
- * upload, commit (against one SHA-256 pass over the file, measured in the same run),
- * download and download with Range; then the bytes on disk for 3 versions of 3 packages
- * sharing the file, against the unique bytes.
+ * store with fsync and without, servePackageRouter in child processes) against nginx on
+ * the same disk (WebDAV `PUT` for uploads, static `GET` for downloads), with curl as the
+ * client of all: upload, commit (against one SHA-256 pass over the file, measured in the
+ * same rounds), download and download with Range; then the bytes on disk for 3 versions
+ * of 3 packages sharing the file, against the unique bytes. Contenders take turns round by
+ * round (the machine is shared and its load changes), each upload on bytes new to its store.
  *
  * nginx comes from Debian (`/usr/sbin/nginx`); it is installed with apt-get only under
  * `npm run bench -- depot-bytes --install-peers`, otherwise its rows say what is missing.
@@ -24,7 +25,8 @@ const run$ = promisify(execFile);
 const MiB = 2 ** 20;
 /** 256 MiB; BENCH_FILE_MIB overrides it for a quick trial (the report states the size used). */
 const FILE_BYTES = (Number(process.env.BENCH_FILE_MIB) || 256) * MiB;
-const RUNS = 3;
+/** Rounds per measure; 5 so one round hit by another process's burst does not move the median. */
+const RUNS = 5;
 
 const mbps = (bytes: number, ms: number) => bytes / 1e6 / (ms / 1000);
 const fmt = (n: number, digits = 0) => n.toFixed(digits);
@@ -186,6 +188,127 @@ async function storeBytes(dir: string): Promise<{ apparent: number; allocated: n
   return { apparent, allocated };
 }
 
+/** A depot server under measurement, with its store's fsync setting. */
+interface Depot {
+  url: string;
+  pid: number | undefined;
+  label: string;
+}
+
+/** Rewrites the file's first 8 bytes, so the next run uploads bytes no store holds yet (no store skips a write). */
+async function freshen(file: string): Promise<void> {
+  const fh = await open(file, "r+");
+  try {
+    await fh.write(randomBytes(8), 0, 8, 0);
+  } finally {
+    await fh.close();
+  }
+}
+
+/** `POST /add` of `file` into a fresh transaction of `spec`; the transaction id. */
+async function addFile(depot: Depot, spec: string, file: string, cost?: Cost[]): Promise<string> {
+  const id = await openTransaction(depot.url, spec);
+  const upload = () => curl(["-o", "/dev/null", "-X", "POST", "-T", file, "-H", "Pkg-Path: big.bin", `${depot.url}/add/${id}/file`], 201);
+  if (cost) cost.push(await costOf(depot.pid, upload));
+  else await upload();
+  return id;
+}
+
+/**
+ * RUNS rounds in which every contender takes one turn, in an order rotating by round, so
+ * a change in the machine's load falls alike on all of them (the machine is shared).
+ */
+async function rounds(turns: Array<(round: number) => Promise<void>>, before?: (round: number) => Promise<void>): Promise<void> {
+  for (let round = 0; round < RUNS; round++) {
+    await before?.(round);
+    for (let k = 0; k < turns.length; k++) await turns[(round + k) % turns.length]!(round);
+  }
+}
+
+/** Upload and commit of the file on each depot (fsync on and off), the SHA-256 pass and nginx's `PUT`, interleaved. */
+async function measureWrites(depots: Depot[], nginx: { url: string; pid: number | undefined } | undefined, source: string) {
+  const uploads = depots.map(() => [] as Cost[]);
+  const puts: Cost[] = [];
+  await rounds(
+    [
+      ...depots.map((depot, d) => async (round: number) => {
+        const id = await addFile(depot, `rawup@1.0.${round}`, source, uploads[d]);
+        await fetch(`${depot.url}/trans/${id}`, { method: "DELETE" });
+      }),
+      ...(nginx
+        ? [
+            async (round: number) => {
+              // Kept, like the depot's blobs: both leave their bytes to the kernel's writeback alike.
+              puts.push(await costOf(nginx.pid, () => curl(["-o", "/dev/null", "-T", source, `${nginx.url}/dav/big-${round}.bin`], 201)));
+            },
+          ]
+        : []),
+    ],
+    () => freshen(source),
+  );
+  // Commit: the archive's digest from one pass over the assembled stream, against one
+  // SHA-256 pass over the file in this process, in the same rounds.
+  const commits = depots.map(() => [] as Cost[]);
+  const shas: number[] = [];
+  await rounds(
+    [
+      ...depots.map((depot, d) => async (round: number) => {
+        const id = await addFile(depot, `big@1.0.${round}`, source);
+        commits[d]!.push(await costOf(depot.pid, () => curl(["-o", "/dev/null", "-X", "POST", `${depot.url}/commit/${id}`], 201)));
+      }),
+      async () => void shas.push(await timed(() => sha256Pass(source))),
+    ],
+    () => freshen(source),
+  );
+  return { uploads: uploads.map(medianCost), put: puts.length > 0 ? medianCost(puts) : undefined, commits: commits.map(medianCost), shaMs: median(shas) };
+}
+
+/** The commit's fixed cost (records, fsyncs, HTTP) apart from hashing: a 6-byte package. */
+async function tinyCommit(depot: Depot): Promise<Cost> {
+  const costs: Cost[] = [];
+  for (let i = 0; i < RUNS; i++) {
+    const id = await openTransaction(depot.url, `tiny@1.0.${i}`);
+    await curl(["-o", "/dev/null", "-X", "POST", "--data-binary", "hello\n", "-H", "Pkg-Path: hello.txt", `${depot.url}/add/${id}/file`], 201);
+    costs.push(await costOf(depot.pid, () => curl(["-o", "/dev/null", "-X", "POST", `${depot.url}/commit/${id}`], 201)));
+  }
+  return medianCost(costs);
+}
+
+/** `GET /data` whole and with `Range` against nginx's static `GET` of the same archive bytes, interleaved. */
+async function measureReads(depot: Depot, nginx: { url: string; pid: number | undefined } | undefined, range: string) {
+  const gets: Cost[] = [];
+  const ranges: Cost[] = [];
+  const peerGets: Cost[] = [];
+  const peerRanges: Cost[] = [];
+  const get = (url: string, costs: Cost[], pid: number | undefined, rangeArgs: string[], status: number) => async () =>
+    void costs.push(await costOf(pid, () => curl(["-o", "/dev/null", ...rangeArgs, url], status)));
+  const data = `${depot.url}/data/big@1.0.0`;
+  await rounds([get(data, gets, depot.pid, [], 200), ...(nginx ? [get(`${nginx.url}/big.tar`, peerGets, nginx.pid, [], 200)] : [])]);
+  await rounds([get(data, ranges, depot.pid, ["-r", range], 206), ...(nginx ? [get(`${nginx.url}/big.tar`, peerRanges, nginx.pid, ["-r", range], 206)] : [])]);
+  const peer = (costs: Cost[]) => (costs.length > 0 ? medianCost(costs) : undefined);
+  return { get: medianCost(gets), range: medianCost(ranges), peerGet: peer(peerGets), peerRange: peer(peerRanges) };
+}
+
+/** Bytes on disk: 3 versions of 3 packages sharing the file (plus a small file each), against the unique bytes. */
+async function measureSharing(work: string, source: string, children: ChildProcess[]) {
+  const shareDir = path.join(work, "share-store");
+  const share = await startDepot(shareDir);
+  children.push(share.child);
+  let unique = FILE_BYTES;
+  for (const name of ["alpha", "beta", "gamma"]) {
+    for (const version of ["1.0.0", "1.1.0", "2.0.0"]) {
+      const id = await openTransaction(share.url, `${name}@${version}`);
+      await curl(["-o", "/dev/null", "-X", "POST", "-T", source, "-H", "Pkg-Path: data/big.bin", `${share.url}/add/${id}/file`], 201);
+      const own = `${name}@${version}\n`;
+      unique += Buffer.byteLength(own);
+      await curl(["-o", "/dev/null", "-X", "POST", "--data-binary", own, "-H", "Pkg-Path: VERSION", `${share.url}/add/${id}/file`], 201);
+      await curl(["-o", "/dev/null", "-X", "POST", `${share.url}/commit/${id}`], 201);
+    }
+  }
+  await stop(share.child);
+  return { ...(await storeBytes(shareDir)), unique };
+}
+
 /** Runs the benchmark and returns its Markdown section. */
 export async function run(options: { installPeers?: boolean } = {}): Promise<string> {
   const loadBefore = os.loadavg()[0]!;
@@ -197,116 +320,71 @@ export async function run(options: { installPeers?: boolean } = {}): Promise<str
     await mkdir(www);
     await makeFile(source, FILE_BYTES);
     await sha256Pass(source); // warm the page cache for every reader alike
-    const shaMs = median(await sequential(RUNS, () => timed(() => sha256Pass(source))));
 
-    const storeDir = path.join(work, "store");
-    const depot = await startDepot(storeDir);
-    children.push(depot.child);
-    const depotPid = depot.child.pid;
+    const depots: Depot[] = [];
+    for (const [label, noSync] of [["fsync on", false], ["fsync off", true]] as const) {
+      const started = await startDepot(path.join(work, noSync ? "store-nosync" : "store"), { noSync });
+      children.push(started.child);
+      depots.push({ url: started.url, pid: started.child.pid, label });
+    }
+    // nginx on the same disk, the same curl.
+    const found = await findNginx(options.installPeers === true);
+    let nginx: { url: string; pid: number | undefined; version: string } | undefined;
+    if ("bin" in found) {
+      const started = await startNginx(found.bin, work, www);
+      children.push(started.child);
+      nginx = { url: started.url, pid: started.child.pid, version: started.version };
+    }
 
-    // Upload: the bare POST /add of the file with curl (transactions abandoned afterwards).
-    const uploads: Cost[] = [];
-    for (let i = 0; i < RUNS; i++) {
-      const id = await openTransaction(depot.url, `rawup@1.0.${i}`);
-      uploads.push(await costOf(depotPid, () => curl(["-o", "/dev/null", "-X", "POST", "-T", source, "-H", "Pkg-Path: big.bin", `${depot.url}/add/${id}/file`], 201)));
-      await fetch(`${depot.url}/trans/${id}`, { method: "DELETE" });
-    }
-    // Commit: the archive's digest from one pass over the assembled stream.
-    const commits: Cost[] = [];
-    for (let i = 0; i < RUNS; i++) {
-      const id = await openTransaction(depot.url, `big@1.0.${i}`);
-      await curl(["-o", "/dev/null", "-X", "POST", "-T", source, "-H", "Pkg-Path: big.bin", `${depot.url}/add/${id}/file`], 201);
-      commits.push(await costOf(depotPid, () => curl(["-o", "/dev/null", "-X", "POST", `${depot.url}/commit/${id}`], 201)));
-    }
-    // The commit's fixed cost (records, fsyncs, HTTP) apart from hashing: a 6-byte package.
-    const tinyCommits: Cost[] = [];
-    for (let i = 0; i < RUNS; i++) {
-      const id = await openTransaction(depot.url, `tiny@1.0.${i}`);
-      await curl(["-o", "/dev/null", "-X", "POST", "--data-binary", "hello\n", "-H", "Pkg-Path: hello.txt", `${depot.url}/add/${id}/file`], 201);
-      tinyCommits.push(await costOf(depotPid, () => curl(["-o", "/dev/null", "-X", "POST", `${depot.url}/commit/${id}`], 201)));
-    }
-    const archiveSize = Number((await fetch(`${depot.url}/data/big@1.0.0`, { method: "HEAD" })).headers.get("content-length"));
+    const writes = await measureWrites(depots, nginx, source);
+    const tiny = await tinyCommit(depots[0]!);
+    const synced = depots[0]!;
+    const archiveSize = Number((await fetch(`${synced.url}/data/big@1.0.0`, { method: "HEAD" })).headers.get("content-length"));
     const rangeStart = 1000;
     const rangeBytes = Math.min(200_000_000, archiveSize - rangeStart - 1);
     const range = `${rangeStart}-${rangeStart + rangeBytes - 1}`;
-    const depotGet = medianCost(await sequential(RUNS, () => costOf(depotPid, () => curl(["-o", "/dev/null", `${depot.url}/data/big@1.0.0`], 200))));
-    const depotRange = medianCost(await sequential(RUNS, () => costOf(depotPid, () => curl(["-o", "/dev/null", "-r", range, `${depot.url}/data/big@1.0.0`], 206))));
-    await curl(["-o", path.join(www, "big.tar"), `${depot.url}/data/big@1.0.0`], 200);
+    await curl(["-o", path.join(www, "big.tar"), `${synced.url}/data/big@1.0.0`], 200);
+    const reads = await measureReads(synced, nginx, range);
+    for (const depot of depots) await stop(children.find((c) => c.pid === depot.pid));
+    const disk = await measureSharing(work, source, children);
 
-    // nginx on the same disk, the same curl.
-    const found = await findNginx(options.installPeers === true);
-    let nginxRows: string[];
-    let nginxNote: string;
-    const upload = medianCost(uploads);
     const cpuCell = (ours: Cost, peer?: Cost) => `${fmt(ours.cpu)} / ${peer ? fmt(peer.cpu) : "–"}`;
-    if ("bin" in found) {
-      const nginx = await startNginx(found.bin, work, www);
-      children.push(nginx.child);
-      const nginxPid = nginx.child.pid;
-      const put = medianCost(await sequential(RUNS, (i) => costOf(nginxPid, () => curl(["-o", "/dev/null", "-T", source, `${nginx.url}/dav/big-${i}.bin`], 201))));
-      const get = medianCost(await sequential(RUNS, () => costOf(nginxPid, () => curl(["-o", "/dev/null", `${nginx.url}/big.tar`], 200))));
-      const rng = medianCost(await sequential(RUNS, () => costOf(nginxPid, () => curl(["-o", "/dev/null", "-r", range, `${nginx.url}/big.tar`], 206))));
-      nginxRows = [
-        `| upload: \`POST /add\` (curl -T) | ${fmt(mbps(FILE_BYTES, upload.ms))} | nginx WebDAV \`PUT\` (curl -T) | ${fmt(mbps(FILE_BYTES, put.ms))} | ${fmt(put.ms / upload.ms, 2)} | ≥ 0.8 | ${cpuCell(upload, put)} |`,
-        `| download: \`GET /data\` (curl) | ${fmt(mbps(archiveSize, depotGet.ms))} | nginx static \`GET\` of the same archive | ${fmt(mbps(archiveSize, get.ms))} | ${fmt(get.ms / depotGet.ms, 2)} | ≥ 0.9 | ${cpuCell(depotGet, get)} |`,
-        `| download with \`Range\` (${rangeBytes / 1e6} MB from byte ${rangeStart}) | ${fmt(mbps(rangeBytes, depotRange.ms))} | nginx static \`GET\` with the same \`Range\` | ${fmt(mbps(rangeBytes, rng.ms))} | ${fmt(rng.ms / depotRange.ms, 2)} | ≥ 0.9 | ${cpuCell(depotRange, rng)} |`,
-      ];
-      nginxNote = `nginx ${nginx.version} (one worker, sendfile, WebDAV \`dav_methods PUT\` with its body temp files on the same disk; it does not fsync)`;
-    } else {
-      nginxRows = [
-        `| upload: \`POST /add\` (curl -T) | ${fmt(mbps(FILE_BYTES, upload.ms))} | nginx WebDAV \`PUT\`: skipped — ${found.missing} | | | ≥ 0.8 | ${cpuCell(upload)} |`,
-        `| download: \`GET /data\` (curl) | ${fmt(mbps(archiveSize, depotGet.ms))} | nginx static \`GET\`: skipped | | | ≥ 0.9 | ${cpuCell(depotGet)} |`,
-        `| download with \`Range\` (${rangeBytes / 1e6} MB) | ${fmt(mbps(rangeBytes, depotRange.ms))} | nginx static \`GET\` with \`Range\`: skipped | | | ≥ 0.9 | ${cpuCell(depotRange)} |`,
-      ];
-      nginxNote = `nginx rows skipped: ${found.missing}`;
-    }
-    await stop(depot.child);
-
-    // Bytes on disk: 3 versions of 3 packages sharing the file (plus a small file each).
-    const shareDir = path.join(work, "share-store");
-    const share = await startDepot(shareDir);
-    children.push(share.child);
-    let unique = FILE_BYTES;
-    for (const name of ["alpha", "beta", "gamma"]) {
-      for (const version of ["1.0.0", "1.1.0", "2.0.0"]) {
-        const id = await openTransaction(share.url, `${name}@${version}`);
-        await curl(["-o", "/dev/null", "-X", "POST", "-T", source, "-H", "Pkg-Path: data/big.bin", `${share.url}/add/${id}/file`], 201);
-        const own = `${name}@${version}\n`;
-        unique += Buffer.byteLength(own);
-        await curl(["-o", "/dev/null", "-X", "POST", "--data-binary", own, "-H", "Pkg-Path: VERSION", `${share.url}/add/${id}/file`], 201);
-        await curl(["-o", "/dev/null", "-X", "POST", `${share.url}/commit/${id}`], 201);
-      }
-    }
-    await stop(share.child);
-    const disk = await storeBytes(shareDir);
-
-    const commit = medianCost(commits);
-    const tiny = medianCost(tinyCommits);
+    const ratio = (peer: Cost | undefined, ours: Cost) => (peer ? fmt(peer.ms / ours.ms, 2) : "");
+    const peerMbps = (bytes: number, peer: Cost | undefined) => (peer ? fmt(mbps(bytes, peer.ms)) : "");
+    const skipped = nginx ? "" : `: skipped — ${"missing" in found ? found.missing : ""}`;
+    const rows = [
+      ...depots.map(
+        (depot, d) =>
+          `| upload: \`POST /add\` (curl -T), store ${depot.label} | ${fmt(mbps(FILE_BYTES, writes.uploads[d]!.ms))} | nginx WebDAV \`PUT\` (curl -T; never syncs)${skipped} | ${peerMbps(FILE_BYTES, writes.put)} | ${ratio(writes.put, writes.uploads[d]!)} | ≥ 0.8 | ${cpuCell(writes.uploads[d]!, writes.put)} |`,
+      ),
+      `| download: \`GET /data\` (curl) | ${fmt(mbps(archiveSize, reads.get.ms))} | nginx static \`GET\` of the same archive${skipped} | ${peerMbps(archiveSize, reads.peerGet)} | ${ratio(reads.peerGet, reads.get)} | ≥ 0.9 | ${cpuCell(reads.get, reads.peerGet)} |`,
+      `| download with \`Range\` (${rangeBytes / 1e6} MB from byte ${rangeStart}) | ${fmt(mbps(rangeBytes, reads.range.ms))} | nginx static \`GET\` with the same \`Range\`${skipped} | ${peerMbps(rangeBytes, reads.peerRange)} | ${ratio(reads.peerRange, reads.range)} | ≥ 0.9 | ${cpuCell(reads.range, reads.peerRange)} |`,
+    ];
+    const nginxNote = nginx
+      ? `nginx ${nginx.version} (one worker, sendfile, WebDAV \`dav_methods PUT\` with its body temp files on the same disk) is the peer. nginx never fsyncs an upload: its \`PUT\` ends with the bytes in the page cache, while the depot's default store syncs the blob before renaming it in (flushing in the background every 32 MiB as it arrives), so its "fsync on" upload includes writing the file to the disk and depends on the disk's speed; the "fsync off" row (\`createFsStore(dir, { unsafeNoSync: true })\`, the same server otherwise) is the like-for-like comparison`
+      : `nginx rows skipped: ${"missing" in found ? found.missing : ""}`;
     const load = `${fmt(loadBefore, 1)} before, ${fmt(os.loadavg()[0]!, 1)} after`;
     return [
       "## Depot bytes",
       "",
-      `Method: a ${FILE_BYTES / MiB} MiB file of random bytes on ${os.tmpdir()}; the depot is \`servePackageRouter\` (native Node handler) over \`createFsStore\` with fsync (its default) in a child process; ${nginxNote}; curl ${(await run$("curl", ["--version"])).stdout.split(" ")[1]} is the client of both (\`-o /dev/null\`, no \`Expect: 100-continue\`). Each figure is the median of ${RUNS} runs, MB = 10⁶ bytes; ratio = depot ÷ nginx as throughput (nginx time ÷ depot time). Server CPU is the user + system time of the server process (and its children) during the operation, from /proc: unlike wall time it does not grow with the machine's load. The SHA-256 pass is Node's \`createHash\` over the file from the page cache, in this process. ${os.cpus().length} cores; 1-minute load average ${load}.`,
+      `Method: a ${FILE_BYTES / MiB} MiB file of random bytes on ${os.tmpdir()}; the depot is \`servePackageRouter\` (native Node handler) over \`createFsStore\` in a child process, one server with fsync (the store's default) and one without; ${nginxNote}. curl ${(await run$("curl", ["--version"])).stdout.split(" ")[1]} is the client of all (\`-o /dev/null\`, no \`Expect: 100-continue\`). The contenders of a row take turns within each of ${RUNS} rounds, in an order rotating by round, so the shared machine's changing load falls alike on each; before each upload or commit round the file's first 8 bytes change, so every upload writes bytes new to its store. Each figure is the median of the ${RUNS} runs, MB = 10⁶ bytes; ratio = depot ÷ nginx as throughput (nginx time ÷ depot time). Server CPU is the user + system time of the server process (and its children) during the operation, from /proc. The SHA-256 pass is Node's \`createHash\` over the file from the page cache, in this process. ${os.cpus().length} cores; 1-minute load average ${load}${loadBefore > os.cpus().length ? " (a loaded machine: the wall times are noisy)" : ""}.`,
       "",
       "| operation | depot MB/s | peer | peer MB/s | ratio | aim | server CPU ms, depot / peer |",
       "|---|---:|---|---:|---:|---|---:|",
-      ...nginxRows,
+      ...rows,
       "",
       "| measure | depot | peer | peer | ratio | aim | depot server CPU ms |",
       "|---|---:|---|---:|---:|---|---:|",
-      `| commit of the ${FILE_BYTES / MiB} MiB version (\`POST /commit\`) | ${fmt(commit.ms)} ms | one SHA-256 pass over the file | ${fmt(shaMs)} ms | ${fmt(commit.ms / shaMs, 2)}× | ≤ 2× | ${fmt(commit.cpu)} |`,
-      `| commit of a 6-byte one-file version (the fixed cost: records, fsyncs, HTTP) | ${fmt(tiny.ms)} ms | | | | | ${fmt(tiny.cpu)} |`,
-      `| bytes on disk, 3 versions × 3 packages sharing the file (blobs, apparent) | ${fmt(disk.apparent / MiB, 1)} MiB | unique bytes | ${fmt(unique / MiB, 1)} MiB | ${fmt(disk.apparent / unique, 3)}× | ≤ 1.05× | |`,
-      `| the same, allocated (\`du\`) | ${fmt(disk.allocated / MiB, 1)} MiB | unique bytes | ${fmt(unique / MiB, 1)} MiB | ${fmt(disk.allocated / unique, 3)}× | ≤ 1.05× | |`,
+      ...depots.map(
+        (depot, d) =>
+          `| commit of the ${FILE_BYTES / MiB} MiB version (\`POST /commit\`), store ${depot.label} | ${fmt(writes.commits[d]!.ms)} ms | one SHA-256 pass over the file | ${fmt(writes.shaMs)} ms | ${fmt(writes.commits[d]!.ms / writes.shaMs, 2)}× | ≤ 2× | ${fmt(writes.commits[d]!.cpu)} |`,
+      ),
+      `| commit of a 6-byte one-file version, fsync on (the fixed cost: records, fsyncs, HTTP) | ${fmt(tiny.ms)} ms | | | | | ${fmt(tiny.cpu)} |`,
+      `| bytes on disk, 3 versions × 3 packages sharing the file (blobs, apparent) | ${fmt(disk.apparent / MiB, 1)} MiB | unique bytes | ${fmt(disk.unique / MiB, 1)} MiB | ${fmt(disk.apparent / disk.unique, 3)}× | ≤ 1.05× | |`,
+      `| the same, allocated (\`du\`) | ${fmt(disk.allocated / MiB, 1)} MiB | unique bytes | ${fmt(disk.unique / MiB, 1)} MiB | ${fmt(disk.allocated / disk.unique, 3)}× | ≤ 1.05× | |`,
     ].join("\n");
   } finally {
     for (const child of children) await stop(child);
     await rm(work, { recursive: true, force: true });
   }
-}
-
-async function sequential<T>(n: number, fn: (i: number) => Promise<T>): Promise<T[]> {
-  const out: T[] = [];
-  for (let i = 0; i < n; i++) out.push(await fn(i));
-  return out;
 }
