@@ -10,6 +10,7 @@ import type { BlobInfo, BlobReader, ByteRange, PackageStore, PutBlobOptions } fr
 import { RunnerDepotError } from "../../errors.js";
 import type { FsStoreContext } from "./context.js";
 import type { DurableWrites } from "./durable.js";
+import { openIfExists } from "./files.js";
 
 const DIGEST_RE = /^sha256:([0-9a-f]{64})$/;
 const BLOB_NAME_RE = /^[0-9a-f]{64}$/;
@@ -39,13 +40,7 @@ export function createFsBlobs(ctx: FsStoreContext, durable: DurableWrites): FsBl
   async function openStoredBlob(digest: string): Promise<FileHandle | null> {
     await ctx.init();
     const path = blobPath(digest);
-    if (!path) return null;
-    try {
-      return await open(path, "r");
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === "ENOENT") return null;
-      throw error;
-    }
+    return path ? openIfExists(path) : null;
   }
 
   return {

@@ -4,10 +4,11 @@
  * whole object or none; ranged reads are positional reads of the file.
  */
 import { randomBytes } from "node:crypto";
-import { mkdir, open, readdir, rename, rm, stat, type FileHandle } from "node:fs/promises";
+import { mkdir, open, readdir, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { RunnerDepotError } from "../../errors.js";
 import type { LogArchiveStore } from "../../runner/ports.js";
+import { openIfExists, syncDirBestEffort } from "./files.js";
 
 /** Options of {@link createFsLogArchive}. */
 export interface FsLogArchiveOptions {
@@ -36,17 +37,7 @@ export function createFsLogArchive(dir: string, options: FsLogArchiveOptions = {
   let made: Promise<unknown> | null = null;
   const ready = () => (made ??= mkdir(dir, { recursive: true }));
 
-  async function syncDir(): Promise<void> {
-    let fh: FileHandle | undefined;
-    try {
-      fh = await open(dir, "r");
-      await fh.sync();
-    } catch {
-      // Some platforms cannot fsync a directory; the rename is still atomic.
-    } finally {
-      await fh?.close();
-    }
-  }
+  const syncDir = () => syncDirBestEffort(dir);
 
   return {
     async put(key, body) {
@@ -77,13 +68,8 @@ export function createFsLogArchive(dir: string, options: FsLogArchiveOptions = {
 
     async read(key, start, end) {
       const path = pathOf(dir, key);
-      let fh: FileHandle;
-      try {
-        fh = await open(path, "r");
-      } catch (error) {
-        if ((error as NodeJS.ErrnoException).code === "ENOENT") return null;
-        throw error;
-      }
+      const fh = await openIfExists(path);
+      if (!fh) return null;
       try {
         const out = Buffer.allocUnsafe(Math.max(0, end - start));
         let got = 0;

@@ -12,6 +12,7 @@ import { applyAppend, applyArchived, applyFinish, applyOpen, cloneJobState, isAr
 import { JobListIndex } from "../../runner/job-list.js";
 import type { JobLogStore, JobState, StoredLine } from "../../runner/ports.js";
 import { normalizeRequestId } from "../../runner/uuid.js";
+import { syncDirBestEffort } from "./files.js";
 
 /** Options of {@link createFsLogStore}. */
 export interface FsLogStoreOptions {
@@ -170,17 +171,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
     if (isNew && sync) await syncDir();
   }
 
-  async function syncDir(): Promise<void> {
-    let fh: FileHandle | undefined;
-    try {
-      fh = await open(jobsDir, "r");
-      await fh.sync();
-    } catch {
-      // Some platforms cannot fsync a directory; the rename is still atomic.
-    } finally {
-      await fh?.close();
-    }
-  }
+  const syncDir = () => syncDirBestEffort(jobsDir);
 
   async function buildIndex(job: Job): Promise<number[]> {
     if (job.index) return job.index;

@@ -6,12 +6,13 @@
  * directory fsync (shared with concurrent writers, see durable.ts).
  */
 import { randomUUID } from "node:crypto";
-import { link, open, unlink, type FileHandle } from "node:fs/promises";
+import { link, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import type { PackageStore, StoredRecord } from "../../depot/ports.js";
 import { RunnerDepotError } from "../../errors.js";
 import type { FsStoreContext } from "./context.js";
 import type { DurableWrites } from "./durable.js";
+import { openIfExists } from "./files.js";
 import type { RecordLocks } from "./locks.js";
 import { recordPath } from "./record-keys.js";
 
@@ -116,13 +117,8 @@ export function createFsRecords(ctx: FsStoreContext, durable: DurableWrites, loc
  * grows the buffer fourfold per read: O(size) bytes copied in all.
  */
 async function readRecordFile(file: string): Promise<RecordFile | null> {
-  let handle: FileHandle;
-  try {
-    handle = await open(file, "r");
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "ENOENT") return null;
-    throw error;
-  }
+  const handle = await openIfExists(file);
+  if (!handle) return null;
   try {
     let buffer = Buffer.allocUnsafe(RECORD_READ_BYTES);
     let length = 0;
