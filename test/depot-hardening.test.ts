@@ -327,6 +327,17 @@ function rawProblem(text: string): { status: number; headers: Record<string, str
   return { status: Number(statusLine.split(" ")[1]), headers, body: JSON.parse(json) as Record<string, unknown> };
 }
 
+/** A raw answer is a 405 METHOD_NOT_ALLOWED problem document whose Allow is `allow`. */
+function expectMethodNotAllowed(text: string, allow: string): void {
+  const answer = rawProblem(text);
+  expect({ status: answer.status, type: answer.headers["content-type"], allow: answer.headers.allow, code: answer.body.code }).toEqual({
+    status: 405,
+    type: "application/problem+json",
+    allow,
+    code: "METHOD_NOT_ALLOWED",
+  });
+}
+
 describe("requests fetch cannot express, over real sockets (found by the HTTP router fuzz)", () => {
   let depot: LiveDepot;
   let port = 0;
@@ -338,25 +349,13 @@ describe("requests fetch cannot express, over real sockets (found by the HTTP ro
   afterAll(() => depot.close());
 
   it("TRACE is 405 METHOD_NOT_ALLOWED with the path's Allow (was 500: a fetch Request cannot carry TRACE); 404 where nothing is", async () => {
-    const known = rawProblem(await rawExchange(port, "TRACE /catalog HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
-    expect({ status: known.status, type: known.headers["content-type"], allow: known.headers.allow, code: known.body.code }).toEqual({
-      status: 405,
-      type: "application/problem+json",
-      allow: "GET, HEAD",
-      code: "METHOD_NOT_ALLOWED",
-    });
+    expectMethodNotAllowed(await rawExchange(port, "TRACE /catalog HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), "GET, HEAD");
     const unknown = rawProblem(await rawExchange(port, "TRACE /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
     expect({ status: unknown.status, code: unknown.body.code }).toEqual({ status: 404, code: "NOT_FOUND" });
   });
 
   it("CONNECT is answered 405 with an empty Allow (Node dropped the connection without a word)", async () => {
-    const answer = rawProblem(await rawExchange(port, "CONNECT depot.example:443 HTTP/1.1\r\nHost: depot.example:443\r\n\r\n"));
-    expect({ status: answer.status, type: answer.headers["content-type"], allow: answer.headers.allow, code: answer.body.code }).toEqual({
-      status: 405,
-      type: "application/problem+json",
-      allow: "",
-      code: "METHOD_NOT_ALLOWED",
-    });
+    expectMethodNotAllowed(await rawExchange(port, "CONNECT depot.example:443 HTTP/1.1\r\nHost: depot.example:443\r\n\r\n"), "");
   });
 
   it("a target starting with // is a path, not an authority (was 500 for '//', and '//catalog' served /)", async () => {
