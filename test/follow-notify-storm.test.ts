@@ -17,6 +17,7 @@ import { channelOf } from "../src/adapters/postgres/log-notify.js";
 import { createRunnerClient } from "../src/runner/client.js";
 import { createRunnerService, startRunnerServer, type RunnerServer, type RunnerService } from "../src/runner/index.js";
 import { countingReads, drainLines } from "./fixtures/log-reads.js";
+import { listeningSessions } from "./fixtures/pg-listen.js";
 import { createTestSchema, needs, POSTGRES_URL } from "./backends-fixtures.js";
 
 needs("postgres");
@@ -59,13 +60,7 @@ describe("follow() under a forged NOTIFY storm (PostgreSQL log store)", () => {
       followers = Array.from({ length: FOLLOWERS }, () => drainLines(rb.follow(id, { signal: stop.signal })));
       // B LISTENs once its followers subscribed it (A LISTENs only when followed: it is not).
       const channel = channelOf(db.schema);
-      let listening = 0;
-      for (let i = 0; i < 200 && listening < 1; i++) {
-        await new Promise((r) => setTimeout(r, 50));
-        const rows = await db.pool.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE query = $1`, [`LISTEN "${channel}"`]);
-        listening = rows.rows[0].n;
-      }
-      expect(listening).toBeGreaterThanOrEqual(1);
+      expect(await listeningSessions(db.pool, channel, 1)).toBeGreaterThanOrEqual(1);
 
       const c = createRunnerClient({ endpoint: serverA.url, requestId: id });
       client = c;

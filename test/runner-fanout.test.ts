@@ -13,6 +13,7 @@ import { createRunnerService, startRunnerServer } from "../src/runner/index.js";
 import { createRunnerClient } from "../src/runner/client.js";
 import { channelOf } from "../src/adapters/postgres/log-notify.js";
 import { countingReads, drainLines } from "./fixtures/log-reads.js";
+import { listeningSessions } from "./fixtures/pg-listen.js";
 import { createTestSchema, needs } from "./backends-fixtures.js";
 
 needs("postgres");
@@ -38,14 +39,7 @@ describe("follow() fan-out across two replicas on PostgreSQL", () => {
         Array.from({ length: FOLLOWERS_PER_JOB }, (_, k) => ({ id, onB: k % 2 === 1, lines: drainLines((k % 2 === 1 ? replicaB : replicaA).follow(id)) })),
       );
       // Both replicas LISTEN (B's followers subscribed it; A's too), one session each.
-      const channel = channelOf(db.schema);
-      let listening = 0;
-      for (let i = 0; i < 200 && listening < 2; i++) {
-        await new Promise((r) => setTimeout(r, 50));
-        const rows = await db.pool.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE query = $1`, [`LISTEN "${channel}"`]);
-        listening = rows.rows[0].n;
-      }
-      expect(listening).toBe(2);
+      expect(await listeningSessions(db.pool, channelOf(db.schema), 2)).toBe(2);
 
       await Promise.all(
         jobs.map(async (id, j) => {
