@@ -11,7 +11,7 @@ import { randomUUID } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { createPostgresLogStore } from "../src/adapters/postgres/index.js";
 import { channelOf, encodeLogEvent } from "../src/adapters/postgres/log-notify.js";
-import type { JobLogEvent } from "../src/runner/ports.js";
+import type { JobLogEvent, JobLogStore } from "../src/runner/ports.js";
 import { logEntry } from "../src/testing/index.js";
 import { createTestSchema, needs } from "./backends-fixtures.js";
 
@@ -55,16 +55,44 @@ function recordEvents() {
 
 const about = (id: string, storedLines: number) => (e: JobLogEvent) => e !== null && e.requestId === id && e.storedLines === storedLines;
 
+/**
+ * Runs `body` on a fresh schema that store B watches (B listens before `body` starts).
+ * `writer()` makes another store on the schema (closed after, again: close twice is
+ * harmless); `allSentHeard()` sends a marker NOTIFY and waits until B heard it, so B has
+ * heard every event sent before the call.
+ */
+async function withWatcher(
+  body: (t: { heard: ReturnType<typeof recordEvents>; writer: () => JobLogStore; allSentHeard: () => Promise<void> }) => Promise<void>,
+): Promise<void> {
+  const db = await createTestSchema();
+  const stores: JobLogStore[] = [];
+  const writer = () => {
+    const store = createPostgresLogStore({ pool: db.pool, schema: db.schema });
+    stores.push(store);
+    return store;
+  };
+  const heard = recordEvents();
+  const stop = writer().watch!(heard.listener);
+  const allSentHeard = async () => {
+    const marker = randomUUID();
+    await db.pool.query(`SELECT pg_notify($1, $2)`, [channelOf(db.schema), encodeLogEvent(marker, 1, false)]);
+    await heard.until(about(marker, 1), "the marker sent after close()");
+  };
+  try {
+    // B's first `null` comes once its connection LISTENs.
+    await heard.until((e) => e === null, "B listening");
+    await body({ heard, writer, allSentHeard });
+  } finally {
+    stop();
+    for (const store of stores) await store.close?.();
+    await db.drop();
+  }
+}
+
 describe("PostgreSQL log store: close() sends its pending change events", () => {
-  it("an append made just before close() reaches another store's watcher", async () => {
-    const db = await createTestSchema();
-    const a = createPostgresLogStore({ pool: db.pool, schema: db.schema });
-    const b = createPostgresLogStore({ pool: db.pool, schema: db.schema });
-    const heard = recordEvents();
-    const stop = b.watch!(heard.listener);
-    try {
-      // B's first `null` comes once its connection LISTENs.
-      await heard.until((e) => e === null, "B listening");
+  it("an append made just before close() reaches another store's watcher", () =>
+    withWatcher(async ({ heard, writer, allSentHeard }) => {
+      const a = writer();
       const id = randomUUID();
       await a.open(id);
       await a.append(id, 0, [logEntry("line 0")]);
@@ -72,26 +100,13 @@ describe("PostgreSQL log store: close() sends its pending change events", () => 
       await heard.until(about(id, 1), "the first append's event");
       await a.append(id, 1, [logEntry("line 1")]);
       await a.close?.();
-      const marker = randomUUID();
-      await db.pool.query(`SELECT pg_notify($1, $2)`, [channelOf(db.schema), encodeLogEvent(marker, 1, false)]);
-      await heard.until(about(marker, 1), "the marker sent after close()");
+      await allSentHeard();
       expect(heard.events.filter(about(id, 2))).toHaveLength(1);
-    } finally {
-      stop();
-      await a.close?.();
-      await b.close?.();
-      await db.drop();
-    }
-  });
+    }));
 
-  it("an event published while the notifier's first connection is being made goes out on it at close()", async () => {
-    const db = await createTestSchema();
-    const b = createPostgresLogStore({ pool: db.pool, schema: db.schema });
-    const heard = recordEvents();
-    const stop = b.watch!(heard.listener);
-    const c = createPostgresLogStore({ pool: db.pool, schema: db.schema });
-    try {
-      await heard.until((e) => e === null, "B listening");
+  it("an event published while the notifier's first connection is being made goes out on it at close()", () =>
+    withWatcher(async ({ heard, writer, allSentHeard }) => {
+      const c = writer();
       const id = randomUUID();
       await c.open(id);
       await c.append(id, 0, [logEntry("line 0")]);
@@ -99,15 +114,7 @@ describe("PostgreSQL log store: close() sends its pending change events", () => 
       // one; close() comes while that connect is in flight.
       await new Promise((resolve) => setImmediate(resolve));
       await c.close?.();
-      const marker = randomUUID();
-      await db.pool.query(`SELECT pg_notify($1, $2)`, [channelOf(db.schema), encodeLogEvent(marker, 1, false)]);
-      await heard.until(about(marker, 1), "the marker sent after close()");
+      await allSentHeard();
       expect(heard.events.filter(about(id, 1))).toHaveLength(1);
-    } finally {
-      stop();
-      await c.close?.();
-      await b.close?.();
-      await db.drop();
-    }
-  });
+    }));
 });
