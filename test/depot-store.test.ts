@@ -203,6 +203,24 @@ describe("fs store across processes", () => {
     expect(await store.putRecord("locked/key", { v: 5 }, { ifRevision: (await store.getRecord("locked/key"))!.revision })).not.toBeNull();
   });
 
+  it("breaks a dead process's lock on a key whose file name is at the length limit (the old aside name overflowed and spun)", async () => {
+    const tmp = await tempDir("depot-store-longlock-");
+    cleanups.push(tmp.cleanup);
+    const store = createFsStore(tmp.dir, { staleLockMs: 60_000, lockTimeoutMs: 5_000 });
+    const segment = "k".repeat(240);
+    const key = `long/${segment}`;
+    expect(await store.putRecord(key, { v: 1 }, { ifRevision: null })).not.toBeNull();
+    const { hostname } = await import("node:os");
+    const dead = await new Promise<number>((resolve) => {
+      const child = spawn(process.execPath, ["-e", ""]);
+      child.on("exit", () => resolve(child.pid!));
+    });
+    await writeFile(join(tmp.dir, "records", "long", `${segment}~.lock`), JSON.stringify({ pid: dead, host: hostname(), incarnation: "x" }));
+    const current = await store.getRecord(key);
+    expect(await store.putRecord(key, { v: 2 }, { ifRevision: current!.revision })).not.toBeNull();
+    expect((await store.getRecord<{ v: number }>(key))!.value.v).toBe(2);
+  });
+
   it("kill -9 while writing leaves only whole blobs and records", async () => {
     const tmp = await tempDir("depot-store-kill-");
     cleanups.push(tmp.cleanup);

@@ -9,6 +9,7 @@
 import { randomUUID } from "node:crypto";
 import { link, readFile, rename, stat, unlink, writeFile } from "node:fs/promises";
 import { hostname } from "node:os";
+import { dirname, join } from "node:path";
 import { RunnerDepotError } from "../../errors.js";
 import type { FsStoreContext } from "./context.js";
 
@@ -60,7 +61,9 @@ export function createLocks(ctx: FsStoreContext, options: LockOptions): RecordLo
     let delay = 1;
     for (;;) {
       if (await takeLock(lock)) break;
-      if (await breakIfStale(ctx, lock, options.staleLockMs)) continue;
+      // A retry after a break is bounded by the same deadline: a break that keeps failing
+      // must not spin for ever.
+      if ((await breakIfStale(ctx, lock, options.staleLockMs)) && Date.now() <= deadline) continue;
       if (Date.now() > deadline) throw new RunnerDepotError("UNAVAILABLE", "Timed out waiting for a record lock");
       // Randomised exponential backoff: waiters on one key do not retry in step.
       await new Promise((resolve) => setTimeout(resolve, delay + Math.random() * delay));
@@ -141,12 +144,15 @@ async function breakIfStale(ctx: FsStoreContext, lock: string, staleLockMs: numb
   }
   const stale = Date.now() - info.mtimeMs > staleLockMs || (holder.host === HOST && typeof holder.pid === "number" && !ownerAlive(holder.pid, holder.incarnation));
   if (!stale) return false;
-  // Move it aside first, then check we moved the lock we judged, not a fresh one.
-  const aside = `${lock}.${randomUUID()}.stale`;
+  // Move it aside first, then check we moved the lock we judged, not a fresh one. The
+  // aside name is short and beside the lock (same directory, so the rename is atomic): a
+  // name built on the lock's own could pass the 255-byte limit for a long key segment.
+  const aside = join(dirname(lock), `${randomUUID()}.stale`);
   try {
     await rename(lock, aside);
-  } catch {
-    return true;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return true; // released meanwhile
+    throw error;
   }
   const moved = await readFile(aside, "utf8").catch(() => null);
   if (moved !== content) {
