@@ -9,12 +9,19 @@ import { controlledStream, end, line, send, startHarness, storedTexts, until, ty
 import { cutUtf8 } from "../src/runner/line-splitter.js";
 
 describe("runner limits", () => {
+  // The size limits' server keeps the default idle bound (60 s): a call of these tests
+  // waiting a few hundred ms for its next item on a loaded CI machine (late timers, a
+  // stalled process) must not be cut by a bound they are not about. The idle tests get a
+  // server of their own with a short one.
   let h: Harness;
+  let idle: Harness;
   beforeAll(async () => {
-    h = await startHarness({ limits: { messageBytes: 2048, lineBytes: 16, jobLogBytes: 64, idleMs: 300 } });
+    h = await startHarness({ limits: { messageBytes: 2048, lineBytes: 16, jobLogBytes: 64 } });
+    idle = await startHarness({ limits: { idleMs: 1_000 } });
   });
   afterAll(async () => {
     await h.close();
+    await idle.close();
   });
 
   it("RESOURCE_EXHAUSTED for a message over messageBytes; items before it stay stored, committed says how many", async () => {
@@ -87,18 +94,19 @@ describe("runner limits", () => {
   it("DEADLINE_EXCEEDED when no item arrives for idleMs; what came before is stored and committed", async () => {
     const id = randomUUID();
     const stream = controlledStream();
-    const pending = send(h.client, stream.items);
+    const pending = send(idle.client, stream.items);
+    // Pushed together: b is 1 s of idle bound behind a, slack for a stalled process.
     stream.push(line(id, "a"));
     stream.push(line(id, "b"));
     const out = await pending;
     expect(out).toMatchObject({ code: "DeadlineExceeded", committed: "2" });
-    expect(await storedTexts(h.logs, id)).toEqual(["a", "b"]);
+    expect(await storedTexts(idle.logs, id)).toEqual(["a", "b"]);
     stream.close();
   });
 
   it("DEADLINE_EXCEEDED for a call that never sends its first item (no job known, no committed)", async () => {
     const stream = controlledStream();
-    const out = await send(h.client, stream.items);
+    const out = await send(idle.client, stream.items);
     expect(out.code).toBe("DeadlineExceeded");
     expect(out.committed).toBeNull();
     stream.close();
