@@ -113,18 +113,27 @@ describe("connection bounds (servePackageRouter, real sockets)", () => {
   });
 
   it("completes a slow upload that keeps moving for several times the body deadline", async () => {
-    const id = await openTransaction(server.url, "slow@1.0.0");
-    const socket = await open(server);
-    const replied = untilClosed(socket);
-    const chunks = 24;
-    socket.write(`POST /add/${id}/file HTTP/1.1\r\nHost: x\r\nPkg-Path: slow.bin\r\nContent-Length: ${chunks * 1000}\r\nConnection: close\r\n\r\n`);
-    for (let i = 0; i < chunks; i++) {
-      socket.write(Buffer.alloc(1000, i));
-      await sleep(150); // 3.6 s in all, over three times bodyIdleMs, never 1 s without a byte
+    // Its own server with a 2 s body deadline: gaps of 250 ms leave 1.75 s of slack for a
+    // loaded CI machine's late timers (the shared server's 1 s left 850 ms).
+    const slow = await servePackageRouter(router, { bodyIdleMs: 2_000 });
+    try {
+      const id = await openTransaction(slow.url, "slow@1.0.0");
+      const socket = await open(slow);
+      const replied = untilClosed(socket);
+      const chunks = 26;
+      socket.write(`POST /add/${id}/file HTTP/1.1\r\nHost: x\r\nPkg-Path: slow.bin\r\nContent-Length: ${chunks * 1000}\r\nConnection: close\r\n\r\n`);
+      const started = Date.now();
+      for (let i = 0; i < chunks; i++) {
+        socket.write(Buffer.alloc(1000, i));
+        await sleep(250); // 6.5 s in all, over three times bodyIdleMs, never 2 s without a byte
+      }
+      const reply = await replied;
+      expect(reply.text).toMatch(/^HTTP\/1\.1 201 /);
+      expect(reply.text).toContain('"size":26000');
+      expect(Date.now() - started).toBeGreaterThan(3 * 2_000);
+    } finally {
+      await slow.close();
     }
-    const reply = await replied;
-    expect(reply.text).toMatch(/^HTTP\/1\.1 201 /);
-    expect(reply.text).toContain('"size":24000');
   });
 
   it("cuts a download whose client stops reading, freeing its connection", async () => {
@@ -149,23 +158,35 @@ describe("connection bounds (servePackageRouter, real sockets)", () => {
   });
 
   it("refuses connections over the cap with 503 TOO_MANY_CONNECTIONS and serves again once they close", async () => {
-    // The idle ones are cut by the header deadline; keep them busy sending headers slowly.
-    const held: Socket[] = [];
-    for (let i = 0; i < 6; i++) {
-      const socket = await open(server);
-      socket.on("error", () => undefined);
-      socket.write("GET /catalog HTTP/1.1\r\n");
-      held.push(socket);
+    // Its own server with the default header deadline (30 s): under the shared server's
+    // 400 ms a loaded machine could see the first held connection cut (408) before the
+    // seventh connects, which then is let in instead of refused.
+    const capped = await servePackageRouter(router, { maxConnections: 6 });
+    const connections = () => new Promise<number>((resolve, reject) => capped.server.getConnections((e, n) => (e ? reject(e) : resolve(n))));
+    try {
+      // Connections that have sent part of their headers: open, not yet a request.
+      const held: Socket[] = [];
+      for (let i = 0; i < 6; i++) {
+        const socket = await open(capped);
+        socket.on("error", () => undefined);
+        socket.write("GET /catalog HTTP/1.1\r\n");
+        held.push(socket);
+      }
+      const extra = await open(capped);
+      const refused = await untilClosed(extra);
+      expect(problemOf(refused.text)).toEqual({ status: 503, code: "TOO_MANY_CONNECTIONS" });
+      expect(refused.text).toMatch(/retry-after: 1/i);
+      for (const socket of held) socket.destroy();
+      // Wait for the server to see them close (not a fixed time), then it serves again.
+      for (let i = 0; i < 3000 && (await connections()) > 0; i++) await sleep(10);
+      expect(await connections()).toBe(0);
+      await sleep(10); // their close callbacks (the cap's count) run before the next timer
+      const response = await fetch(`${capped.url}/catalog`);
+      expect(response.status).toBe(200);
+      await response.arrayBuffer();
+    } finally {
+      await capped.close();
     }
-    const extra = await open(server);
-    const refused = await untilClosed(extra);
-    expect(problemOf(refused.text)).toEqual({ status: 503, code: "TOO_MANY_CONNECTIONS" });
-    expect(refused.text).toMatch(/retry-after: 1/i);
-    for (const socket of held) socket.destroy();
-    await sleep(100);
-    const response = await fetch(`${server.url}/catalog`);
-    expect(response.status).toBe(200);
-    await response.arrayBuffer();
   });
 });
 
