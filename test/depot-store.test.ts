@@ -176,7 +176,9 @@ describe("fs store across processes", () => {
   it("breaks locks left by a dead process, by a past incarnation, or too old; waits for a live one", async () => {
     const tmp = await tempDir("depot-store-lock-");
     cleanups.push(tmp.cleanup);
-    const store = createFsStore(tmp.dir, { staleLockMs: 2_000, lockTimeoutMs: 500 });
+    // The stale age far above the lock wait: a wait stretched by load must give up on the
+    // live holder's fresh lock, not find it old enough to break.
+    const store = createFsStore(tmp.dir, { staleLockMs: 10_000, lockTimeoutMs: 500 });
     expect(await store.putRecord("locked/key", { v: 1 }, { ifRevision: null })).not.toBeNull();
     const file = join(tmp.dir, "records", "locked", "key~");
     const { hostname } = await import("node:os");
@@ -198,7 +200,7 @@ describe("fs store across processes", () => {
     // A torn (empty) lock file past the stale age is broken too.
     await writeFile(`${file}.lock`, "");
     const { utimes } = await import("node:fs/promises");
-    const past = new Date(Date.now() - 10_000);
+    const past = new Date(Date.now() - 60_000);
     await utimes(`${file}.lock`, past, past);
     expect(await store.putRecord("locked/key", { v: 5 }, { ifRevision: (await store.getRecord("locked/key"))!.revision })).not.toBeNull();
   });

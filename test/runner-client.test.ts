@@ -285,7 +285,9 @@ describe("createRunnerClient: the status-code table", () => {
     const client = createRunnerClient({
       endpoint: `http://127.0.0.1:${port}`,
       requestId,
-      deadlineMs: 300,
+      // Three retries must fit in the deadline: 300 ms did not leave room for a loaded
+      // machine's late timers (each retry waits on one).
+      deadlineMs: 3_000,
       backoff: { initialMs: 10, maxMs: 40 },
       onRetry: (_e, delay) => delays.push(delay),
     });

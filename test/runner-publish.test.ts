@@ -214,7 +214,9 @@ describe("one publish in flight per job", () => {
 describe("close() is bounded", () => {
   it("a cancelled result the queue never answers: close() resolves after closeTimeoutMs and reports the job", async () => {
     const queue = scriptedQueue(() => new Promise<void>(() => {}));
-    const s = await setup(queue, { closeTimeoutMs: 200, publishRetry: { attemptTimeoutMs: 400, initialDelayMs: 10, maxDelayMs: 20 } });
+    // The attempt limit far above closeTimeoutMs: the one attempt must still be in flight at
+    // close() (with 400 ms, a loaded machine's slow call below let it expire first and retry).
+    const s = await setup(queue, { closeTimeoutMs: 200, publishRetry: { attemptTimeoutMs: 2_000, initialDelayMs: 10, maxDelayMs: 20 } });
     const id = randomUUID();
     expect(await send(s.client, [line(id, "a")])).toMatchObject({ ok: true, committed: "1" });
     const cancelled = s.runner.cancelJob(id);
@@ -306,7 +308,9 @@ describe("follow() of jobs that are not (or no longer) there", () => {
   });
 
   it("a job pruned while a slow follower is behind: the iteration ends instead of polling forever", async () => {
-    const h = await startHarness({ memoryStore: true, lostAfterMs: 60, retentionMs: 400, sweepIntervalMs: 20 });
+    // Retention well above the time to the follower's first read (400 ms could pass on a
+    // loaded machine, pruning the job before the follower had its first page).
+    const h = await startHarness({ memoryStore: true, lostAfterMs: 60, retentionMs: 2_000, sweepIntervalMs: 20 });
     try {
       const id = randomUUID();
       const items = Array.from({ length: 1100 }, (_, i) => line(id, `line ${i}`));
@@ -327,7 +331,9 @@ describe("follow() of jobs that are not (or no longer) there", () => {
 describe("retries inside a call", () => {
   it("a queue that keeps refusing: attempts follow one another (never two at a time), then UNAVAILABLE", async () => {
     const queue = scriptedQueue(() => Promise.reject(new RunnerDepotError("UNAVAILABLE", "broker down")));
-    const s = await setup(queue, { publishRetry: FAST_BOUND });
+    // A bound of its own: a second attempt must fit in it after the first, which a loaded
+    // machine could stretch past FAST_BOUND's 150 ms.
+    const s = await setup(queue, { publishRetry: { ...FAST_BOUND, maxMs: 2_000 } });
     try {
       const id = randomUUID();
       expect(await send(s.client, [end(id, 0)])).toMatchObject({ code: "Unavailable", committed: "0" });
