@@ -235,9 +235,11 @@ describe("the agent checks its credentials before running anything", () => {
         `--token was refused: pass the token 'runner-depot job' printed for ${job.requestId} with --token or $RUNNER_DEPOT_JOB_TOKEN; the command was not run`,
     );
     await expect(readFile(marker)).rejects.toMatchObject({ code: "ENOENT" });
-    // Measured for the report; the bound is generous (the figure is from a loaded 2-core machine).
+    // Measured for the report. The bound only tells "at once" from retrying: a retrying agent
+    // backs off until its 600 s deadline. 30 s leaves a loaded 2-core machine room for the
+    // process start (10 s was within reach of a CI run at load 16+).
     console.log(`agent with a wrong token: exit ${run.code} after ${Math.round(run.elapsedMs)} ms (process start included)`);
-    expect(run.elapsedMs).toBeLessThan(10_000);
+    expect(run.elapsedMs).toBeLessThan(30_000);
 
     // Without any token (none given, none in the environment) the message says so.
     const none = await pty(["agent", "--endpoint", job.endpoint, "--request-id", job.requestId, "--", ...command], work, { RUNNER_DEPOT_JOB_TOKEN: "" });

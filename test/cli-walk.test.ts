@@ -130,7 +130,8 @@ describe("runner-depot command", () => {
     expect(JSON.parse(errLines.at(-1)!)).toMatchObject({ requestId: config.requestId, outcome: "finished", exitCode: 3 });
 
     // serve printed the job result as one JSON line.
-    for (let i = 0; i < 50 && !serveOut.includes(config.requestId); i++) await new Promise((r) => setTimeout(r, 100));
+    // Up to 60 s (a condition, not a time: 5 s was thin for a loaded machine's pipe and timers).
+    for (let i = 0; i < 600 && !serveOut.includes(config.requestId); i++) await new Promise((r) => setTimeout(r, 100));
     const results = serveOut.trim().split("\n").map((l) => JSON.parse(l) as Record<string, unknown>);
     const result = results.find((r) => r.requestId === config.requestId);
     expect(result).toMatchObject({

@@ -166,7 +166,8 @@ describe("console over HTTP: jobs", () => {
     expect(over.status).toBe(503);
     await open[0]!.body!.cancel();
     let status = 503;
-    for (let i = 0; i < 100 && status === 503; i++) {
+    // Until the server saw the stream close (up to 1,000 tries: 100 was thin under load).
+    for (let i = 0; i < 1000 && status === 503; i++) {
       await new Promise((r) => setTimeout(r, 20));
       const again = await fetch(`${base}/api/jobs/${id}/events`);
       status = again.status;

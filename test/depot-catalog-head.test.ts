@@ -141,7 +141,8 @@ describe("catalog head held in memory", () => {
     expect(reads()).toBe(quiet);
 
     await published(a.url, "pg-two@1.0.0");
-    for (let i = 0; i < 400 && seen.body.position === 1; i++) {
+    // Until B heard the NOTIFY (up to 30 s: 400 tries of 10 ms was thin on a loaded machine).
+    for (const until = Date.now() + 30_000; Date.now() < until && seen.body.position === 1; ) {
       const next = await catalog(b.url, "", seen.etag);
       if (next.status === 200) seen = next;
       else await new Promise((resolve) => setTimeout(resolve, 10));
@@ -170,7 +171,7 @@ describe("catalog head held in memory", () => {
     expect(await writer.putRecord("loud/1", { n: 2 }, { ifRevision: null, announce: true })).toBeNull();
     const revision = await writer.putRecord("loud/2", { n: 1 }, { ifRevision: null });
     expect(await writer.putRecord("loud/2", { n: 2 }, { ifRevision: revision, announce: true })).not.toBeNull();
-    for (let i = 0; i < 400 && heard.filter((k) => k !== null).length < 2; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+    for (const until = Date.now() + 30_000; Date.now() < until && heard.filter((k) => k !== null).length < 2; ) await new Promise((resolve) => setTimeout(resolve, 10));
     expect(heard).toEqual([null, null, "loud/1", "loud/2"]);
     stop();
   });

@@ -124,7 +124,8 @@ describe("upload by reference (issue 9, depot 3)", () => {
    * reference may take a few tries; each refused one must answer exactly like unknown content.
    */
   async function referenceEventually(send: () => Promise<Response>): Promise<number> {
-    for (let attempt = 0; attempt < 200; attempt++) {
+    // Up to 2,000 tries (20 s or more): the index write may lag on a loaded machine.
+    for (let attempt = 0; attempt < 2000; attempt++) {
       const r = await send();
       if (r.status === 201) return 201;
       expect({ status: r.status, code: ((await r.json()) as { code: string }).code }).toEqual({ status: 409, code: "DIGEST_UNKNOWN" });
