@@ -19,7 +19,9 @@ const texts = (from: number, to: number) => Array.from({ length: to - from }, (_
 describe("runner service over gRPC (open service, fs log store)", () => {
   let h: Harness;
   beforeAll(async () => {
-    h = await startHarness({ publishRetry: { maxMs: 300, initialDelayMs: 10, maxDelayMs: 50 } });
+    // A 2 s publish bound: the refuse-twice test's two retries must fit in it, which 300 ms
+    // did not guarantee on a loaded machine (each retry waits on a timer).
+    h = await startHarness({ publishRetry: { maxMs: 2_000, initialDelayMs: 10, maxDelayMs: 50 } });
   });
   afterAll(async () => {
     await h.close();

@@ -230,7 +230,9 @@ describe("runner telemetry: result publish retries and give-ups", () => {
     const reader = new MemoryReader();
     const meterProvider = new MeterProvider({ readers: [reader] });
     const logs = captureLogs();
-    const h = await startHarness({ logger: logs.logger, meterProvider, publishRetry: { initialDelayMs: 10, maxDelayMs: 20, maxMs: 300 } });
+    // A 2 s publish bound: the first job's one retry must fit in it, which 300 ms did not
+    // guarantee on a loaded machine (the retry waits on a timer).
+    const h = await startHarness({ logger: logs.logger, meterProvider, publishRetry: { initialDelayMs: 10, maxDelayMs: 20, maxMs: 2_000 } });
     try {
       // The queue refuses once: the end is retried and accepted within the call.
       const retried = randomUUID();
