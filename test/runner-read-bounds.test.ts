@@ -120,7 +120,9 @@ describe("runner read bounds: many streams with unfinished messages (issue 9, ru
   });
 
   it("1,000 five-byte prefixes (Connect, gRPC-web, gRPC with a deadline, gRPC): 5 bytes held each, no reservation of the announced size", async () => {
-    const s = await startServer();
+    // A first-message deadline far past the time to open 1,000 streams (4 s seen at load
+    // 18, against the default 10 s): none may expire and release its bytes before all are held.
+    const s = await startServer({ firstMessageMs: 120_000 });
     const session = connect(s.server.url);
     try {
       const protocols = PROTOCOLS;
@@ -176,7 +178,8 @@ describe("runner read bounds: many streams with unfinished messages (issue 9, ru
   });
 
   it("the per-server cap: connections each under their cap together fill serverBytes; later unfinished messages are refused UNAVAILABLE naming the server", async () => {
-    const s = await startServer({ connectionBytes: 1 * MiB, serverBytes: 2 * MiB });
+    // No first message may expire (and free its bytes) while the 180 are being opened.
+    const s = await startServer({ connectionBytes: 1 * MiB, serverBytes: 2 * MiB, firstMessageMs: 120_000 });
     const sessions = [connect(s.server.url), connect(s.server.url), connect(s.server.url)];
     try {
       const calls: RawCall[] = [];
