@@ -134,9 +134,10 @@ describe("rabbitmq queue: extra cases", () => {
       await adapter.ready();
       expect(adapter.connected).toBe(true);
       await proxy.break();
-      await expect.poll(() => adapter.connected).toBe(false);
+      // expect.poll's default bound is 1 s: too short for a loaded machine to see the drop.
+      await expect.poll(() => adapter.connected, { timeout: 30_000 }).toBe(false);
       await proxy.heal();
-      await expect.poll(() => adapter.connected, { timeout: 10_000 }).toBe(true);
+      await expect.poll(() => adapter.connected, { timeout: 30_000 }).toBe(true);
       const result = sampleJobResult();
       await adapter.publishJobResult(result);
       expect((await drain(queueNames.get(adapter)!)).map((m) => m.body)).toEqual([result]);
@@ -165,12 +166,12 @@ describe("rabbitmq queue: extra cases", () => {
       expect(lines).toEqual([]);
       // The proxy resets the live connection and refuses new ones: the broker itself stays up.
       await proxy.break();
-      await expect.poll(() => parsed().some((l) => l.msg === "queue connection lost")).toBe(true);
+      await expect.poll(() => parsed().some((l) => l.msg === "queue connection lost"), { timeout: 30_000 }).toBe(true);
       expect(parsed()[0]).toMatchObject({ level: 40, msg: "queue connection lost", queue });
       // Let at least one reconnect fail against the broken proxy before healing it.
-      await expect.poll(() => parsed().some((l) => l.msg === "queue connect failed"), { timeout: 10_000 }).toBe(true);
+      await expect.poll(() => parsed().some((l) => l.msg === "queue connect failed"), { timeout: 30_000 }).toBe(true);
       await proxy.heal();
-      await expect.poll(() => parsed().some((l) => l.msg === "queue reconnected"), { timeout: 10_000 }).toBe(true);
+      await expect.poll(() => parsed().some((l) => l.msg === "queue reconnected"), { timeout: 30_000 }).toBe(true);
       expect(adapter.connected).toBe(true);
 
       const events = parsed();
