@@ -215,14 +215,31 @@ async function addFile(depot: Depot, spec: string, file: string, cost?: Cost[]):
 }
 
 /**
+ * Writes the page cache's dirty bytes to the disk (sync(1)), so a turn does not pay for
+ * the write-back of the turns before it (an fsync queues behind it, the others do not).
+ */
+async function settle(): Promise<void> {
+  await run$("sync");
+}
+
+/**
  * RUNS rounds in which every contender takes one turn, in an order rotating by round, so
- * a change in the machine's load falls alike on all of them (the machine is shared).
+ * a change in the machine's load falls alike on all of them (the machine is shared); the
+ * disk is settled before each turn.
  */
 async function rounds(turns: Array<(round: number) => Promise<void>>, before?: (round: number) => Promise<void>): Promise<void> {
   for (let round = 0; round < RUNS; round++) {
     await before?.(round);
-    for (let k = 0; k < turns.length; k++) await turns[(round + k) % turns.length]!(round);
+    for (let k = 0; k < turns.length; k++) {
+      await settle();
+      await turns[(round + k) % turns.length]!(round);
+    }
   }
+}
+
+/** The median over rounds of `peer[i] / ours[i]`: each ratio from turns taken back to back. */
+function pairedRatio(peer: number[], ours: number[]): number {
+  return median(ours.map((ms, i) => peer[i]! / ms));
 }
 
 /** Upload and commit of the file on each depot (fsync on and off), the SHA-256 pass and nginx's `PUT`, interleaved. */
@@ -254,13 +271,14 @@ async function measureWrites(depots: Depot[], nginx: { url: string; pid: number 
     [
       ...depots.map((depot, d) => async (round: number) => {
         const id = await addFile(depot, `big@1.0.${round}`, source);
+        await settle();
         commits[d]!.push(await costOf(depot.pid, () => curl(["-o", "/dev/null", "-X", "POST", `${depot.url}/commit/${id}`], 201)));
       }),
       async () => void shas.push(await timed(() => sha256Pass(source))),
     ],
     () => freshen(source),
   );
-  return { uploads: uploads.map(medianCost), put: puts.length > 0 ? medianCost(puts) : undefined, commits: commits.map(medianCost), shaMs: median(shas) };
+  return { uploads, puts, commits, shas };
 }
 
 /** The commit's fixed cost (records, fsyncs, HTTP) apart from hashing: a 6-byte package. */
@@ -285,8 +303,7 @@ async function measureReads(depot: Depot, nginx: { url: string; pid: number | un
   const data = `${depot.url}/data/big@1.0.0`;
   await rounds([get(data, gets, depot.pid, [], 200), ...(nginx ? [get(`${nginx.url}/big.tar`, peerGets, nginx.pid, [], 200)] : [])]);
   await rounds([get(data, ranges, depot.pid, ["-r", range], 206), ...(nginx ? [get(`${nginx.url}/big.tar`, peerRanges, nginx.pid, ["-r", range], 206)] : [])]);
-  const peer = (costs: Cost[]) => (costs.length > 0 ? medianCost(costs) : undefined);
-  return { get: medianCost(gets), range: medianCost(ranges), peerGet: peer(peerGets), peerRange: peer(peerRanges) };
+  return { gets, ranges, peerGets, peerRanges };
 }
 
 /** Bytes on disk: 3 versions of 3 packages sharing the file (plus a small file each), against the unique bytes. */
@@ -348,18 +365,25 @@ export async function run(options: { installPeers?: boolean } = {}): Promise<str
     for (const depot of depots) await stop(children.find((c) => c.pid === depot.pid));
     const disk = await measureSharing(work, source, children);
 
-    const cpuCell = (ours: Cost, peer?: Cost) => `${fmt(ours.cpu)} / ${peer ? fmt(peer.cpu) : "–"}`;
-    const ratio = (peer: Cost | undefined, ours: Cost) => (peer ? fmt(peer.ms / ours.ms, 2) : "");
-    const peerMbps = (bytes: number, peer: Cost | undefined) => (peer ? fmt(mbps(bytes, peer.ms)) : "");
     const skipped = nginx ? "" : `: skipped — ${"missing" in found ? found.missing : ""}`;
+    /** A row of the first table: medians of MB/s and CPU, the ratio paired by round. */
+    const row = (operation: string, bytes: number, ours: Cost[], peerName: string, peer: Cost[], aim: string) => {
+      const mine = medianCost(ours);
+      const theirs = peer.length > 0 ? medianCost(peer) : undefined;
+      const ratio = theirs ? fmt(pairedRatio(peer.map((c) => c.ms), ours.map((c) => c.ms)), 2) : "";
+      return `| ${operation} | ${fmt(mbps(bytes, mine.ms))} | ${peerName}${skipped} | ${theirs ? fmt(mbps(bytes, theirs.ms)) : ""} | ${ratio} | ${aim} | ${fmt(mine.cpu)} / ${theirs ? fmt(theirs.cpu) : "–"} |`;
+    };
     const rows = [
-      ...depots.map(
-        (depot, d) =>
-          `| upload: \`POST /add\` (curl -T), store ${depot.label} | ${fmt(mbps(FILE_BYTES, writes.uploads[d]!.ms))} | nginx WebDAV \`PUT\` (curl -T; never syncs)${skipped} | ${peerMbps(FILE_BYTES, writes.put)} | ${ratio(writes.put, writes.uploads[d]!)} | ≥ 0.8 | ${cpuCell(writes.uploads[d]!, writes.put)} |`,
-      ),
-      `| download: \`GET /data\` (curl) | ${fmt(mbps(archiveSize, reads.get.ms))} | nginx static \`GET\` of the same archive${skipped} | ${peerMbps(archiveSize, reads.peerGet)} | ${ratio(reads.peerGet, reads.get)} | ≥ 0.9 | ${cpuCell(reads.get, reads.peerGet)} |`,
-      `| download with \`Range\` (${rangeBytes / 1e6} MB from byte ${rangeStart}) | ${fmt(mbps(rangeBytes, reads.range.ms))} | nginx static \`GET\` with the same \`Range\`${skipped} | ${peerMbps(rangeBytes, reads.peerRange)} | ${ratio(reads.peerRange, reads.range)} | ≥ 0.9 | ${cpuCell(reads.range, reads.peerRange)} |`,
+      ...depots.map((depot, d) => row(`upload: \`POST /add\` (curl -T), store ${depot.label}`, FILE_BYTES, writes.uploads[d]!, "nginx WebDAV `PUT` (curl -T; never syncs)", writes.puts, "≥ 0.8")),
+      row("download: `GET /data` (curl)", archiveSize, reads.gets, "nginx static `GET` of the same archive", reads.peerGets, "≥ 0.9"),
+      row(`download with \`Range\` (${rangeBytes / 1e6} MB from byte ${rangeStart})`, rangeBytes, reads.ranges, "nginx static `GET` with the same `Range`", reads.peerRanges, "≥ 0.9"),
     ];
+    const shaMs = median(writes.shas);
+    const commitRows = depots.map((depot, d) => {
+      const commit = medianCost(writes.commits[d]!);
+      const ratio = pairedRatio(writes.commits[d]!.map((c) => c.ms), writes.shas);
+      return `| commit of the ${FILE_BYTES / MiB} MiB version (\`POST /commit\`), store ${depot.label} | ${fmt(commit.ms)} ms | one SHA-256 pass over the file | ${fmt(shaMs)} ms | ${fmt(ratio, 2)}× | ≤ 2× | ${fmt(commit.cpu)} |`;
+    });
     const nginxNote = nginx
       ? `nginx ${nginx.version} (one worker, sendfile, WebDAV \`dav_methods PUT\` with its body temp files on the same disk) is the peer. nginx never fsyncs an upload: its \`PUT\` ends with the bytes in the page cache, while the depot's default store syncs the blob before renaming it in (flushing in the background every 32 MiB as it arrives), so its "fsync on" upload includes writing the file to the disk and depends on the disk's speed; the "fsync off" row (\`createFsStore(dir, { unsafeNoSync: true })\`, the same server otherwise) is the like-for-like comparison`
       : `nginx rows skipped: ${"missing" in found ? found.missing : ""}`;
@@ -367,7 +391,7 @@ export async function run(options: { installPeers?: boolean } = {}): Promise<str
     return [
       "## Depot bytes",
       "",
-      `Method: a ${FILE_BYTES / MiB} MiB file of random bytes on ${os.tmpdir()}; the depot is \`servePackageRouter\` (native Node handler) over \`createFsStore\` in a child process, one server with fsync (the store's default) and one without; ${nginxNote}. curl ${(await run$("curl", ["--version"])).stdout.split(" ")[1]} is the client of all (\`-o /dev/null\`, no \`Expect: 100-continue\`). The contenders of a row take turns within each of ${RUNS} rounds, in an order rotating by round, so the shared machine's changing load falls alike on each; before each upload or commit round the file's first 8 bytes change, so every upload writes bytes new to its store. Each figure is the median of the ${RUNS} runs, MB = 10⁶ bytes; ratio = depot ÷ nginx as throughput (nginx time ÷ depot time). Server CPU is the user + system time of the server process (and its children) during the operation, from /proc. The SHA-256 pass is Node's \`createHash\` over the file from the page cache, in this process. ${os.cpus().length} cores; 1-minute load average ${load}${loadBefore > os.cpus().length ? " (a loaded machine: the wall times are noisy)" : ""}.`,
+      `Method: a ${FILE_BYTES / MiB} MiB file of random bytes on ${os.tmpdir()}; the depot is \`servePackageRouter\` (native Node handler) over \`createFsStore\` in a child process, one server with fsync (the store's default) and one without; ${nginxNote}. curl ${(await run$("curl", ["--version"])).stdout.split(" ")[1]} is the client of all (\`-o /dev/null\`, no \`Expect: 100-continue\`). The contenders of a row take turns within each of ${RUNS} rounds, in an order rotating by round, so the shared machine's changing load falls alike on each; before each upload or commit round the file's first 8 bytes change, so every upload writes bytes new to its store. The disk is settled (sync(1)) before every turn, so no turn pays for the write-back of another's bytes. Each figure is the median of the ${RUNS} runs, MB = 10⁶ bytes; ratio = depot ÷ nginx as throughput, the median over rounds of nginx time ÷ depot time in the same round (for a commit: its time ÷ the SHA-256 pass's in the same round). Server CPU is the user + system time of the server process (and its children) during the operation, from /proc. The SHA-256 pass is Node's \`createHash\` over the file from the page cache, in this process. ${os.cpus().length} cores; 1-minute load average ${load}${loadBefore > os.cpus().length ? " (a loaded machine: the wall times are noisy)" : ""}.`,
       "",
       "| operation | depot MB/s | peer | peer MB/s | ratio | aim | server CPU ms, depot / peer |",
       "|---|---:|---|---:|---:|---|---:|",
@@ -375,10 +399,7 @@ export async function run(options: { installPeers?: boolean } = {}): Promise<str
       "",
       "| measure | depot | peer | peer | ratio | aim | depot server CPU ms |",
       "|---|---:|---|---:|---:|---|---:|",
-      ...depots.map(
-        (depot, d) =>
-          `| commit of the ${FILE_BYTES / MiB} MiB version (\`POST /commit\`), store ${depot.label} | ${fmt(writes.commits[d]!.ms)} ms | one SHA-256 pass over the file | ${fmt(writes.shaMs)} ms | ${fmt(writes.commits[d]!.ms / writes.shaMs, 2)}× | ≤ 2× | ${fmt(writes.commits[d]!.cpu)} |`,
-      ),
+      ...commitRows,
       `| commit of a 6-byte one-file version, fsync on (the fixed cost: records, fsyncs, HTTP) | ${fmt(tiny.ms)} ms | | | | | ${fmt(tiny.cpu)} |`,
       `| bytes on disk, 3 versions × 3 packages sharing the file (blobs, apparent) | ${fmt(disk.apparent / MiB, 1)} MiB | unique bytes | ${fmt(disk.unique / MiB, 1)} MiB | ${fmt(disk.apparent / disk.unique, 3)}× | ≤ 1.05× | |`,
       `| the same, allocated (\`du\`) | ${fmt(disk.allocated / MiB, 1)} MiB | unique bytes | ${fmt(disk.unique / MiB, 1)} MiB | ${fmt(disk.allocated / disk.unique, 3)}× | ≤ 1.05× | |`,
