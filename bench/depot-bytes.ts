@@ -25,8 +25,8 @@ const run$ = promisify(execFile);
 const MiB = 2 ** 20;
 /** 256 MiB; BENCH_FILE_MIB overrides it for a quick trial (the report states the size used). */
 const FILE_BYTES = (Number(process.env.BENCH_FILE_MIB) || 256) * MiB;
-/** Rounds per measure; 5 so one round hit by another process's burst does not move the median. */
-const RUNS = 5;
+/** Rounds per measure: 7, so the median outlasts a few rounds hit by another process's burst (the machine is shared). */
+const RUNS = 7;
 
 const mbps = (bytes: number, ms: number) => bytes / 1e6 / (ms / 1000);
 const fmt = (n: number, digits = 0) => n.toFixed(digits);
