@@ -81,7 +81,9 @@ export class Additions {
    */
   private async record(trans: TransactionRecord, item: ItemRecord): Promise<void> {
     const key = keys.item(trans.id, item.path);
-    const revision = await this.store.putRecord(key, { ...item, state: "pending" } satisfies ItemRecord, { ifRevision: null });
+    // Lazy: the confirmation below replaces it durably before the 201, and a `pending` one a
+    // machine crash keeps or loses was never answered 201 (the commit rejects it).
+    const revision = await this.store.putRecord(key, { ...item, state: "pending" } satisfies ItemRecord, { ifRevision: null, lazy: true });
     if (revision === null) {
       throw new RunnerDepotError("PATH_EXISTS", `${JSON.stringify(item.path)} was already added to this transaction`);
     }
@@ -89,7 +91,9 @@ export class Additions {
       // Read first: the marker of a directory that already holds items is not written again.
       await mapLimit(ancestorsOf(item.path), 16, async (a) => {
         const mark = keys.dirMark(trans.id, a);
-        if (!(await this.store.getRecord(mark))) await this.store.putRecord(mark, { path: a }, { ifRevision: null });
+        // Lazy: a marker only refuses early what the commit's validation refuses anyway (an
+        // item below a file or link), so losing one in a machine crash loses no rule.
+        if (!(await this.store.getRecord(mark))) await this.store.putRecord(mark, { path: a }, { ifRevision: null, lazy: true });
       });
       const counted = await this.transactions.reserve(trans.id, item.size);
       if ((await this.store.putRecord(key, { ...item, state: "added" } satisfies ItemRecord, { ifRevision: revision })) === null) {

@@ -49,10 +49,6 @@ export class Commits {
     this.settings = transactions.settings;
   }
 
-  private dropWorkingRecords(trans: TransactionRecord): Promise<void> {
-    return this.transactions.dropWorkingRecords(trans);
-  }
-
   /**
    * The items a commit publishes, read after its transaction went `committing`: every
    * `added` record, while each `pending` one (an addition still in flight) is turned
@@ -264,11 +260,14 @@ export class Commits {
       digest: version.digest,
       location: `/data/${t.name}@${t.version}`,
     };
+    // Lazy: the version is durable and listed by now, and a machine crash that loses this
+    // write leaves the transaction `committing` under a dead attempt, still listed in its
+    // slot (kept below), which recovery rolls forward to this same answer (recovery.ts).
     const { value: done } = await updateRecord<TransactionRecord>(this.store, keys.trans(t.id), (current) =>
       current && current.value.state !== "committed"
         ? { ...withoutAttempts(current.value), ...totals(t, items), state: "committed", result, finishedAt: this.settings.now().toISOString() }
         : undefined,
-      { guess: true },
+      { guess: true, lazy: true },
     );
     // After the answer: readers of this package may now add its bytes by reference
     // (references.ts: one create-only write per distinct digest, about 10 ms each on the fs
@@ -284,7 +283,7 @@ export class Commits {
       .catch(() => undefined)
       .then(() => compactAfter(this.store, position))
       .catch(() => undefined)
-      .then(() => (done ? this.dropWorkingRecords(done) : undefined))
+      .then(() => (done ? this.transactions.dropWorkingRecords(done, { keepSlot: true }) : undefined))
       .catch(() => undefined)
       .finally(() => this.afterAnswer.delete(later));
     this.afterAnswer.add(later);

@@ -119,7 +119,9 @@ export class Transactions {
     };
     // The record first, the slot second: a listed id always has a record, so a concurrent
     // open never mistakes a slot being taken for a dead one. Unlisted, it is not usable yet.
-    const revision = await this.store.putRecord(keys.trans(trans.id), trans, { ifRevision: null });
+    // Lazy: a machine crash may lose an open transaction whole (its next request answers
+    // 404 and the client opens again); see docs/decisions/depot-publish-durability.md.
+    const revision = await this.store.putRecord(keys.trans(trans.id), trans, { ifRevision: null, lazy: true });
     if (revision === null) throw new RunnerDepotError("CONFLICT", "Transaction id collision; retry");
     noteRecord(this.store, keys.trans(trans.id), { value: trans, revision });
     try {
@@ -176,8 +178,13 @@ export class Transactions {
     }
   }
 
-  /** Applies `change` to an open transaction (and touches it); 410/409 when it left `open`. */
-  async mutate(id: string, change: (trans: TransactionRecord) => void): Promise<TransactionRecord> {
+  /**
+   * Applies `change` to an open transaction (and touches it); 410/409 when it left `open`.
+   * `lazy` for a change a machine crash may lose (an item count, which the commit recounts
+   * from the items it settles; a touch); never for what the package takes from the record
+   * (attributes, requirements, licences), which must hold once answered.
+   */
+  async mutate(id: string, change: (trans: TransactionRecord) => void, options: { lazy?: boolean } = {}): Promise<TransactionRecord> {
     const { value } = await updateRecord<TransactionRecord>(this.store, keys.trans(id), (current) => {
       if (!current) throw new RunnerDepotError("TRANSACTION_NOT_FOUND", `No transaction ${id}`);
       const trans = current.value;
@@ -187,7 +194,7 @@ export class Transactions {
       change(trans);
       trans.touchedAt = this.settings.now().toISOString();
       return trans;
-    }, { guess: true });
+    }, { guess: true, lazy: options.lazy });
     return value!;
   }
 
@@ -233,7 +240,7 @@ export class Transactions {
               t.bytes += r.size;
               return null;
             });
-          });
+          }, { lazy: true });
           batch.forEach((r, i) => (refused[i] ? r.reject(refused[i]) : r.resolve(written)));
         } catch (error) {
           for (const r of batch) r.reject(error);
@@ -246,7 +253,7 @@ export class Transactions {
 
   /** Keeps an idle transaction alive (any request on it counts as activity). */
   async touch(id: string): Promise<void> {
-    await this.mutate(id, () => undefined).catch((error: unknown) => {
+    await this.mutate(id, () => undefined, { lazy: true }).catch((error: unknown) => {
       if (!(error instanceof RunnerDepotError && error.code === "CONFLICT")) throw error;
     });
   }
@@ -294,9 +301,15 @@ export class Transactions {
     if (value) await this.dropWorkingRecords(value);
   }
 
-  /** Frees the slot and deletes the item and marker records of a finished transaction. */
-  async dropWorkingRecords(trans: TransactionRecord): Promise<void> {
-    await this.slots.release(trans.principal, trans.id);
+  /**
+   * Frees the slot and deletes the item and marker records of a finished transaction.
+   * `keepSlot` leaves the id listed: a finished transaction holds no slot (every take reads
+   * the listed ones and drops those that no longer hold one), so the commit saves the
+   * slot record's write; a `committing` one a machine crash leaves stays listed, so
+   * recovery on open finds it.
+   */
+  async dropWorkingRecords(trans: TransactionRecord, options: { keepSlot?: boolean } = {}): Promise<void> {
+    if (!options.keepSlot) await this.slots.release(trans.principal, trans.id);
     // Lazy: records a machine crash keeps belong to a finished transaction, and garbage
     // collection drops them after its retention.
     for (const prefix of [keys.items(trans.id), keys.dirMarks(trans.id)]) {
