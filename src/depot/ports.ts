@@ -73,9 +73,12 @@ export interface WriteCondition {
   /**
    * The depot sets this on writes whose loss in a machine crash (power loss, kernel panic)
    * is safe: index and clean-up writes (reference notes, a freed slot, a dropped claim,
-   * a finished transaction's working records). A store may then skip flushing the write
-   * to stable storage (the fs store skips the directory fsync); it must still never leave
-   * it torn. A process crash loses nothing either way. Stores may ignore it.
+   * a finished transaction's working records, an open transaction's records that a
+   * confirmed write replaces or the commit re-derives: docs/decisions/depot-publish-durability.md).
+   * A store may then skip flushing the write to stable storage (the fs store skips the
+   * directory fsync, and for a create the file's fsync too); a reader must still never
+   * see it torn (the fs store reads a torn create as absent). A process crash loses
+   * nothing either way. Stores may ignore it.
    */
   lazy?: boolean;
   /**

@@ -19,8 +19,8 @@ export interface DurableWrites {
   fsyncDir(path: string): Promise<void>;
   /** mkdir -p, skipped for a directory this store made before. */
   ensureDir(path: string): Promise<void>;
-  /** Writes a new file whole and (unless unsafeNoSync) flushes it to disk. */
-  writeSynced(path: string, data: string | Uint8Array): Promise<void>;
+  /** Writes a new file whole and (unless unsafeNoSync, or `flush` is false) flushes it to disk. */
+  writeSynced(path: string, data: string | Uint8Array, flush?: boolean): Promise<void>;
   /** Replaces `file` with `data` whole: written and synced under a temp name, then renamed. */
   writeAtomically(file: string, data: string | Uint8Array): Promise<void>;
   /** Closes the directory handles kept open (the store's close). */
@@ -41,11 +41,11 @@ export function createDurableWrites(ctx: FsStoreContext): DurableWrites {
     madeDirs.add(path);
   }
 
-  async function writeSynced(path: string, data: string | Uint8Array): Promise<void> {
+  async function writeSynced(path: string, data: string | Uint8Array, flush = true): Promise<void> {
     const handle = await open(path, "wx");
     try {
       await handle.writeFile(data);
-      if (ctx.sync) await handle.sync();
+      if (ctx.sync && flush) await handle.sync();
     } finally {
       await handle.close();
     }

@@ -4,9 +4,16 @@
  * hard link of a whole temp file (no lock); a swap or delete holds the key's lock for its
  * read-compare-rename. Every operation is O(record size) plus at most one lock and one
  * directory fsync (shared with concurrent writers, see durable.ts).
+ *
+ * Lazy creates (the port's `WriteCondition.lazy`: a write a machine crash may lose) are
+ * not flushed at all, neither the file nor its directory: a power loss may then leave the
+ * name with a torn body (empty or cut short). Every other write flushes the file before
+ * its name appears (and a swap, lazy or not, replaces the name only with a flushed file),
+ * so a record file that does not parse can only be such a lost create, and it reads as
+ * absent, exactly what losing the create means; a later create of the key replaces it.
  */
 import { randomUUID } from "node:crypto";
-import { link, unlink } from "node:fs/promises";
+import { link, rename, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import type { PackageStore, StoredRecord } from "../../depot/ports.js";
 import { RunnerDepotError } from "../../errors.js";
@@ -44,13 +51,23 @@ export function createFsRecords(ctx: FsStoreContext, durable: DurableWrites, loc
     const revision = randomUUID();
     const tmp = ctx.tmpPath();
     try {
-      await durable.writeSynced(tmp, content(revision));
-      await link(tmp, file);
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === "EEXIST") return null;
-      throw error;
+      // A lazy create is not flushed (see the top of this file).
+      await durable.writeSynced(tmp, content(revision), !lazy);
+      try {
+        await link(tmp, file);
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+        // Taken, unless by a torn lazy create (it reads as absent): this one replaces it,
+        // under the key's lock so a concurrent swap, delete or create judges it once.
+        const replaced = await locks.withLock(file, async () => {
+          if ((await readRecordState(file)) !== "torn") return false;
+          await rename(tmp, file);
+          return true;
+        });
+        if (!replaced) return null;
+      }
     } finally {
-      await unlink(tmp).catch(() => undefined);
+      await unlink(tmp).catch(() => undefined); // the linked (or renamed) name keeps the file
     }
     if (!lazy) await durable.fsyncDir(join(file, ".."));
     return revision;
@@ -117,6 +134,12 @@ export function createFsRecords(ctx: FsStoreContext, durable: DurableWrites, loc
  * grows the buffer fourfold per read: O(size) bytes copied in all.
  */
 async function readRecordFile(file: string): Promise<RecordFile | null> {
+  const state = await readRecordState(file);
+  return state === "torn" ? null : state;
+}
+
+/** A record file's content, null when there is none, `torn` when it does not parse (a lazy create cut by a machine crash). */
+async function readRecordState(file: string): Promise<RecordFile | "torn" | null> {
   const handle = await openIfExists(file);
   if (!handle) return null;
   try {
@@ -130,8 +153,18 @@ async function readRecordFile(file: string): Promise<RecordFile | null> {
       buffer.copy(larger, 0, 0, length);
       buffer = larger;
     }
-    return JSON.parse(buffer.toString("utf8", 0, length)) as RecordFile;
+    return parseRecord(buffer.toString("utf8", 0, length));
   } finally {
     await handle.close();
+  }
+}
+
+/** A record file's text parsed; `torn` when it is not a whole record (see the top of this file). */
+function parseRecord(text: string): RecordFile | "torn" {
+  try {
+    const parsed = JSON.parse(text) as RecordFile | null;
+    return parsed !== null && typeof parsed === "object" && typeof parsed.revision === "string" ? parsed : "torn";
+  } catch {
+    return "torn";
   }
 }
