@@ -230,7 +230,10 @@ describe("serve: drain on SIGTERM", () => {
     const bundle = await bundleCli();
     const dataDir = await mkdtemp(path.join(tmpdir(), "serve-drain-"));
     try {
-      const serve = await startServe(bundle.file, ["--metrics-port", "0", "--drain-grace", "3", "--drain-delay", "4", "--log-level", "debug"], dataDir);
+      // The checks below must fit in the drain's windows on a loaded machine: three requests
+      // to the child within --drain-delay, and the kept upload's end within --drain-grace
+      // after it (4 s and 3 s left about a 2x margin at load 20).
+      const serve = await startServe(bundle.file, ["--metrics-port", "0", "--drain-grace", "8", "--drain-delay", "6", "--log-level", "debug"], dataDir);
       const operator = serve.metricsUrl.replace(/\/metrics$/, "");
       expect((await readyz(operator)).status).toBe(200);
       const runnerUrl = String(serve.logs.find((l) => l.msg === "runner-depot serving")!.runnerUrl);
