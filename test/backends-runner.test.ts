@@ -81,6 +81,9 @@ describe("runner on RabbitMQ: a broker restart loses no result", () => {
     // Every retry's code, so a run that never sees UNAVAILABLE says what it saw instead.
     const retryCodes = new Map<string, number>();
     let outage: Promise<void> | null = null;
+    // Resolves once the adapter saw the stopped broker go away (or the outage is over).
+    let markDown!: () => void;
+    const brokerDown = new Promise<void>((resolve) => (markDown = resolve));
     // The broker is ours from before the first job: the outage must land while jobs run.
     const releaseBroker = await acquireBrokerOutage();
     try {
@@ -94,6 +97,7 @@ describe("runner on RabbitMQ: a broker restart loses no result", () => {
               // stop_app really closes client connections: the adapter sees its own drop.
               await waitFor(() => !queue.connected, "the adapter to see the broker go away");
               endsInFlightAtOutage = endsInFlight;
+              markDown();
               // Stay down until runners got UNAVAILABLE (publish bound spent) and retry.
               // The service answers UNAVAILABLE 10 s after an end reached it; a loaded CI
               // machine stretches that, so the wait is generous (the test's own bound is 240 s).
@@ -101,6 +105,7 @@ describe("runner on RabbitMQ: a broker restart loses no result", () => {
                 throw new Error(`${error.message}; ends in flight ${endsInFlight}, ended ${ended}, retries seen ${JSON.stringify([...retryCodes])}`);
               });
             } finally {
+              markDown();
               await rabbitmqctl("start_app");
             }
           })();
@@ -120,6 +125,11 @@ describe("runner on RabbitMQ: a broker restart loses no result", () => {
           client.log(`job ${i} building`, true);
           client.log(`job ${i} done`);
           endsInFlight++;
+          // The last 40 jobs (one per worker) hold their ends, once a stop is under way, until
+          // the broker is down: however slow rabbitmqctl is beside the jobs on a loaded
+          // machine, the run cannot end all its jobs before the stop takes effect (no end
+          // would then meet the outage). Counted as in flight: they wait on the stopped broker.
+          if (outage && jobs.length - i <= 40) await brokerDown;
           await client.end({ exitCode: i % 7, success: i % 7 === 0, repoUrl: "https://git.example.com/app.git", commitSha: "abc123" });
           endsInFlight--;
         } finally {
