@@ -27,7 +27,8 @@ beforeAll(async () => {
   // The back door talks to the broker directly, not through the proxy.
   reader = await amqp.connect(RABBITMQ_URL);
   channel = await reader.createChannel();
-});
+  // Up to the outage test's own bound (240 s) of waiting for the broker.
+}, 300_000);
 afterAll(async () => {
   await reader?.close().catch(() => {});
   await proxy?.close();

@@ -139,7 +139,8 @@ describe("examples answer their own requests and exit 0", () => {
     expect(result.stdout).toContain('followed 5 lines; result finished success=true lines={"stdout":4,"stderr":1}');
     expect(result.stdout).toContain("VM exited 0");
     expect(result.stdout).toContain("vm-agent: job");
-  });
+    // Up to the outage test's own bound (240 s) of waiting for the broker, then the run.
+  }, 300_000);
 
   it("host-unit-test (its own vitest root)", async () => {
     const result = await run([fileURLToPath(new URL("../node_modules/vitest/vitest.mjs", import.meta.url)), "run", "--root", "examples/host-unit-test"]);

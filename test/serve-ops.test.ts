@@ -20,7 +20,7 @@ import ajv2020Module from "ajv/dist/2020.js";
 import { parse as parseYaml } from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bundleCli } from "./fixtures/cli-bundle.js";
-import { createTestSchema, needs, POSTGRES_URL, RABBITMQ_URL, startProxyFor, type TcpProxy } from "./backends-fixtures.js";
+import { acquireBrokerUse, createTestSchema, needs, POSTGRES_URL, RABBITMQ_URL, startProxyFor, type TcpProxy } from "./backends-fixtures.js";
 import { add, openTransaction } from "./fixtures/depot-helpers.js";
 import { createServer as createTcpServer, type AddressInfo } from "node:net";
 import { randomUUID } from "node:crypto";
@@ -94,9 +94,13 @@ describe("serve: metrics, health and readiness", () => {
   let schema: Awaited<ReturnType<typeof createTestSchema>>;
   let dataDir: string;
   let serve: Serve;
+  let releaseBroker: (() => Promise<void>) | undefined;
 
   beforeAll(async () => {
     if (!haveBackends) return;
+    // serve talks to the shared broker throughout (its readiness names the queue): never
+    // during another file's outage test, which a second worker may be running meanwhile.
+    releaseBroker = await acquireBrokerUse();
     bundle = await bundleCli();
     postgres = await startProxyFor(POSTGRES_URL, 5432);
     rabbit = await startProxyFor(RABBITMQ_URL, 5672);
@@ -107,7 +111,8 @@ describe("serve: metrics, health and readiness", () => {
       ["--postgres", postgres.url(POSTGRES_URL), "--postgres-schema", schema.schema, "--amqp", rabbit.url(RABBITMQ_URL), "--log-level", "debug"],
       dataDir,
     );
-  }, 180_000);
+    // Up to the outage test's own bound (240 s) of waiting for the broker, then the start.
+  }, 420_000);
 
   afterAll(async () => {
     if (serve?.child.exitCode === null) {
@@ -119,6 +124,7 @@ describe("serve: metrics, health and readiness", () => {
     await schema?.drop();
     if (dataDir) await rm(dataDir, { recursive: true, force: true });
     await bundle?.remove();
+    await releaseBroker?.();
   });
 
   it("serves /healthz, and /metrics only with the admin token, in Prometheus text a parser reads", async () => {
