@@ -61,7 +61,8 @@ export function registerInstallerRoutes(context: RouterContext): void {
       const ref = parsePackageRef(request.params.pkg!);
       await principalOf(request, "read", ref.name);
       const v = await publishedVersion(ref.name, ref.version);
-      span.setAttributes({ "depot.package": v.name, "depot.version": v.version });
+      // No attributes object when nothing records (no provider): the library's default path.
+      if (span.isRecording()) span.setAttributes({ "depot.package": v.name, "depot.version": v.version });
       return { source: await archives.version(v), filename: `${v.name}-${v.version}.tar` };
     });
   getAndHead(router, "/data/:pkg", dataHandler);
@@ -83,7 +84,7 @@ export function registerInstallerRoutes(context: RouterContext): void {
       const fromVersion = parseVersion(decodeSegment(request.params.from!));
       const toVersion = parseVersion(decodeSegment(request.params.to!));
       const [from, to] = await Promise.all([publishedVersion(name, fromVersion), publishedVersion(name, toVersion)]);
-      span.setAttributes({ "depot.package": name, "depot.version": to.version, "depot.from_version": from.version });
+      if (span.isRecording()) span.setAttributes({ "depot.package": name, "depot.version": to.version, "depot.from_version": from.version });
       return { source: await archives.delta(from, to), filename: `${name}-${from.version}-to-${to.version}.tar` };
     });
 

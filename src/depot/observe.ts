@@ -3,7 +3,7 @@
  * Everything goes through `@opentelemetry/api`: without a registered provider each call is
  * a no-op on the API's noop instruments, and the logger defaults to one that drops lines.
  */
-import { SpanKind, SpanStatusCode, type Attributes, type Context, type Span, type TracerProvider } from "@opentelemetry/api";
+import { SpanKind, SpanStatusCode, type Attributes, type Context, type Span, type Tracer } from "@opentelemetry/api";
 import { meterOf, silentLogger, tracerOf, type Logger, type TelemetryOptions } from "../telemetry.js";
 import type { CachedOpenCount } from "./open-count.js";
 
@@ -19,7 +19,8 @@ export type CommitOutcome = "published" | "repeated" | "refused" | "failed";
 /** The depot's instruments, created once per router. */
 export class DepotTelemetry {
   readonly logger: Logger;
-  private readonly tracerProvider: TracerProvider | undefined;
+  /** Got once (the global provider's is a proxy: a provider registered later still takes over). */
+  private readonly tracer: Tracer;
   private readonly requests;
   private readonly requestDuration;
   private readonly bytesIn;
@@ -34,7 +35,7 @@ export class DepotTelemetry {
 
   constructor(options: DepotTelemetryOptions = {}) {
     this.logger = options.logger ?? silentLogger;
-    this.tracerProvider = options.tracerProvider;
+    this.tracer = tracerOf(options.tracerProvider);
     const meter = meterOf(options.meterProvider);
     const seconds = { unit: "s", advice: { explicitBucketBoundaries: SECONDS_BUCKETS } };
     this.requests = meter.createCounter("depot.requests", { unit: "{request}", description: "Requests answered, by route, method and status" });
@@ -117,7 +118,7 @@ export class DepotTelemetry {
 
   /** Starts a server span under `parent` (the request's trace context). */
   startSpan(name: string, parent: Context, attributes: Attributes): Span {
-    return tracerOf(this.tracerProvider).startSpan(name, { kind: SpanKind.SERVER, attributes }, parent);
+    return this.tracer.startSpan(name, { kind: SpanKind.SERVER, attributes }, parent);
   }
 }
 

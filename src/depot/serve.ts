@@ -9,7 +9,7 @@ import { RunnerDepotError } from "../errors.js";
 import { isLoopbackHost } from "../net.js";
 import { applyConnectionLimits, DEFAULT_CONNECTION_LIMITS, isRefusedConnection, type ConnectionLimits } from "./connection-limits.js";
 import { createNodeHandler, type NodeHandlerOptions } from "./node-handler.js";
-import type { MeterProvider } from "@opentelemetry/api";
+import type { MeterProvider, ObservableResult } from "@opentelemetry/api";
 import { meterOf, silentLogger, type Logger } from "../telemetry.js";
 
 /**
@@ -103,7 +103,11 @@ export async function servePackageRouter(router: FetchHandler, options: ServePac
   });
   // Requests in flight, for a graceful close: O(1) per request on and off.
   const inFlight = new Map<IncomingMessage, number>();
-  const active = meterOf(options.meterProvider).createUpDownCounter("depot.requests.active", { unit: "{request}", description: "Requests in flight on the depot port" });
+  // Observed at a scrape from inFlight (O(1)), not counted per request: the SDK's record
+  // path (a clock read, an attributes hash) would run twice on every request.
+  const active = meterOf(options.meterProvider).createObservableUpDownCounter("depot.requests.active", { unit: "{request}", description: "Requests in flight on the depot port" });
+  const observeActive = (result: ObservableResult) => result.observe(inFlight.size);
+  active.addCallback(observeActive);
   let draining = false;
   let settle: (() => void) | undefined;
   const headersTimeoutMs = options.headersTimeoutMs ?? DEFAULT_CONNECTION_LIMITS.headersTimeoutMs;
@@ -111,10 +115,8 @@ export async function servePackageRouter(router: FetchHandler, options: ServePac
     if (isRefusedConnection(req.socket)) return;
     if (draining) return refuseWhileDraining(res);
     inFlight.set(req, performance.now());
-    active.add(1);
     res.once("close", () => {
       inFlight.delete(req);
-      active.add(-1);
       if (draining) {
         server.closeIdleConnections();
         if (inFlight.size === 0) settle?.();
@@ -167,6 +169,7 @@ export async function servePackageRouter(router: FetchHandler, options: ServePac
     const cut = [...inFlight].map(([req, since]) => ({ method: req.method ?? "?", path: pathOnly(req.url), ms: Math.round(at - since) }));
     server.closeAllConnections();
     await closed;
+    active.removeCallback(observeActive);
     await router.idle?.();
     const report = { finished: Math.max(0, started - cut.length), cut };
     if (cut.length > 0) log.warn({ cut: cut.length, requests: cut }, "depot closed: requests cut");
