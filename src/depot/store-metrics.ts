@@ -8,8 +8,13 @@
 import type { Histogram } from "@opentelemetry/api";
 import type { PackageStore } from "./ports.js";
 
-/** The timed operations: everything on the port that returns a promise. listBlobs (an iterable) is not timed. */
-const TIMED = new Set(["putBlob", "getBlob", "statBlob", "deleteBlob", "signBlobUrl", "getRecord", "putRecord", "deleteRecord", "listRecords"]);
+/**
+ * The timed operations: everything on the port that returns a promise. listBlobs (an
+ * iterable) is not timed. openBlob (optional on the port: the fs store's borrowed reads,
+ * which a Node host's downloads use instead of getBlob) is timed like getBlob, to the
+ * opened reader.
+ */
+const TIMED = new Set(["putBlob", "getBlob", "openBlob", "statBlob", "deleteBlob", "signBlobUrl", "getRecord", "putRecord", "deleteRecord", "listRecords"]);
 
 /**
  * Wraps `store` so every timed operation records its latency with `operation` and
