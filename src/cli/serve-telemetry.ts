@@ -11,7 +11,7 @@ import { PrometheusExporter, PrometheusSerializer } from "@opentelemetry/exporte
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { defaultResource, detectResources, envDetector, resourceFromAttributes } from "@opentelemetry/resources";
 import { MeterProvider } from "@opentelemetry/sdk-metrics";
-import { BatchSpanProcessor, TracerProvider } from "@opentelemetry/sdk-trace";
+import { BatchSpanProcessor, TracerProvider, type SpanExporter } from "@opentelemetry/sdk-trace";
 
 /** The SDK as serve runs it. */
 export interface ServeTelemetry {
@@ -21,6 +21,15 @@ export interface ServeTelemetry {
   readonly tracesTo: string | null;
   /** Flushes pending spans and unregisters the providers. */
   shutdown(): Promise<void>;
+}
+
+/** What a host of {@link startServeTelemetry} other than serve may change. */
+export interface ServeTelemetryOptions {
+  /**
+   * Batch spans to this exporter instead of OTLP, whatever the environment says (the
+   * telemetry benchmarks: serve's own providers, with spans dropped in-process).
+   */
+  spanExporter?: SpanExporter;
 }
 
 /** Content-Type of {@link ServeTelemetry.metricsText}. */
@@ -39,7 +48,7 @@ export const PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8
  * const telemetry = startServeTelemetry();
  * const text = await telemetry.metricsText(); // "# HELP depot_requests_total …"
  */
-export function startServeTelemetry(env: NodeJS.ProcessEnv = process.env): ServeTelemetry {
+export function startServeTelemetry(env: NodeJS.ProcessEnv = process.env, options: ServeTelemetryOptions = {}): ServeTelemetry {
   const resource = defaultResource()
     .merge(resourceFromAttributes({ "service.name": "runner-depot" }))
     .merge(detectResources({ detectors: [envDetector] }));
@@ -49,15 +58,18 @@ export function startServeTelemetry(env: NodeJS.ProcessEnv = process.env): Serve
   propagation.setGlobalPropagator(new CompositePropagator({ propagators: [new W3CTraceContextPropagator(), new W3CBaggagePropagator()] }));
 
   const endpoint = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || env.OTEL_EXPORTER_OTLP_ENDPOINT;
-  const tracing = Boolean(endpoint) && env.OTEL_SDK_DISABLED !== "true" && env.OTEL_TRACES_EXPORTER !== "none";
+  const tracing = options.spanExporter !== undefined || (Boolean(endpoint) && env.OTEL_SDK_DISABLED !== "true" && env.OTEL_TRACES_EXPORTER !== "none");
   let tracerProvider: TracerProvider | undefined;
   if (tracing) {
-    tracerProvider = new TracerProvider({ resource, spanProcessors: [new BatchSpanProcessor({ exporter: new OTLPTraceExporter() })] });
+    // The processor's defaults (2,048 spans queued at most, a batch of 512 or every 5 s):
+    // sdk-trace 3 no longer reads the OTEL_BSP_* variables.
+    const exporter = options.spanExporter ?? new OTLPTraceExporter();
+    tracerProvider = new TracerProvider({ resource, spanProcessors: [new BatchSpanProcessor({ exporter })] });
     trace.setGlobalTracerProvider(tracerProvider);
   }
   const serializer = new PrometheusSerializer();
   return {
-    tracesTo: tracing ? (endpoint ?? null) : null,
+    tracesTo: tracing ? (options.spanExporter ? "(exporter given)" : (endpoint ?? null)) : null,
     async metricsText() {
       const { resourceMetrics } = await reader.collect();
       return serializer.serialize(resourceMetrics);
