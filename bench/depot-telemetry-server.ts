@@ -1,7 +1,7 @@
 /**
  * The depot server of bench/depot-telemetry.ts, in its own process: an fs store (fsync
  * off: the rows measure downloads) in the directory given as the first argument, and
- * `--telemetry` as the second registers an OpenTelemetry SDK first, as serve does
+ * `--telemetry=metrics` or `--telemetry=traces` registers an OpenTelemetry SDK first, as serve does
  * (bench/telemetry-sdk.ts). Prints one JSON line `{ "url" }` when listening, then answers
  * the bench's `cpu` and `scrape` lines on stdin (telemetry-sdk.ts); exits on SIGTERM or
  * when stdin closes.
@@ -9,10 +9,11 @@
 import { createFsStore } from "../src/adapters/fs/store.js";
 import { createPackageRouter } from "../src/depot/router.js";
 import { servePackageRouter } from "../src/depot/serve.js";
-import { answerBench, registerTelemetrySdk } from "./telemetry-sdk.js";
+import { answerBench, registerTelemetrySdk, sdkVariantOf } from "./telemetry-sdk.js";
 
 const dir = process.argv[2]!;
-const telemetry = process.argv[3] === "--telemetry" ? registerTelemetrySdk() : undefined;
+const variant = sdkVariantOf(process.argv);
+const telemetry = variant ? registerTelemetrySdk(variant) : undefined;
 const store = createFsStore(dir, { unsafeNoSync: true });
 const http = await servePackageRouter(createPackageRouter(store), { host: "127.0.0.1", port: 0 });
 process.stdout.write(`${JSON.stringify({ url: http.url })}\n`);

@@ -8,6 +8,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
 import { stop } from "./children.js";
+import type { SdkVariant } from "./telemetry-sdk.js";
 
 export type Mode = "off" | "on";
 
@@ -21,9 +22,9 @@ export interface BenchServer {
   scrape(): Promise<number>;
 }
 
-/** Starts `script` with `args` (and `--telemetry` for "on") in its own process. */
-export async function startBenchServer(script: string, args: string[], mode: Mode): Promise<BenchServer> {
-  const child = spawn(process.execPath, ["--import", "tsx", script, ...args, ...(mode === "on" ? ["--telemetry"] : [])], { stdio: ["pipe", "pipe", "inherit"] });
+/** Starts `script` with `args` (and, for "on", the SDK `variant`: telemetry-sdk.ts) in its own process. */
+export async function startBenchServer(script: string, args: string[], mode: Mode, variant: SdkVariant = "traces"): Promise<BenchServer> {
+  const child = spawn(process.execPath, ["--import", "tsx", script, ...args, ...(mode === "on" ? [`--telemetry=${variant}`] : [])], { stdio: ["pipe", "pipe", "inherit"] });
   const lines = createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
   const next = async () => {
     const line = await lines.next();
@@ -64,6 +65,28 @@ export async function pairedSlices(servers: Record<Mode, BenchServer>, slices: n
   return out;
 }
 
+/** Appends `more`'s slices to `all`'s, pairs kept aligned. */
+export function append(all: Record<Mode, Slice[]>, more: Record<Mode, Slice[]>): void {
+  all.off.push(...more.off);
+  all.on.push(...more.on);
+}
+
+/**
+ * Runs `round` `rounds` times, each on a fresh pair of servers started by `start` (which
+ * starts first alternates) and stopped afterwards.
+ */
+export async function inRounds(rounds: number, start: (mode: Mode) => Promise<BenchServer>, round: (servers: Record<Mode, BenchServer>) => Promise<void>): Promise<void> {
+  for (let r = 0; r < rounds; r++) {
+    const servers: Partial<Record<Mode, BenchServer>> = {};
+    try {
+      for (const mode of r % 2 === 0 ? (["off", "on"] as const) : (["on", "off"] as const)) servers[mode] = await start(mode);
+      await round(servers as Record<Mode, BenchServer>);
+    } finally {
+      await Promise.all(Object.values(servers).map((server) => stop(server.child)));
+    }
+  }
+}
+
 export const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const quantile = (xs: number[], q: number) => [...xs].sort((a, b) => a - b)[Math.round(q * (xs.length - 1))]!;
 const fmt = (n: number, digits: number) => n.toFixed(digits);
@@ -73,8 +96,9 @@ const fmt = (n: number, digits: number) => n.toFixed(digits);
  * the SDK's rate is) or "cpu" (CPU per unit, lower is better: cost = how much more the
  * SDK's server spent). Rates: the median slice, and the cost is the median of the
  * per-pair ratios. CPU: the total over all slices ÷ the work (both servers did the same
- * work), and the cost is the ratio of those totals. Beside the cost, the middle half of
- * the per-pair costs (25th–75th percentile): the noise of one slice in this run.
+ * work), and the cost is the ratio of those totals: it keeps the rare slices a major GC
+ * falls in, which a median would drop. Beside the cost, the median of the per-pair costs
+ * and their middle half (25th–75th percentile): the noise of one slice in this run.
  */
 export function pairRow(what: string, kind: "rate" | "cpu", slices: Record<Mode, Slice[]>, unit: string, scale: number, digits: number): string {
   const value = (s: Slice) => (kind === "rate" ? s.rate : s.cpu / s.units);
@@ -85,10 +109,10 @@ export function pairRow(what: string, kind: "rate" | "cpu", slices: Record<Mode,
   const [a, b] = [figure("off") * scale, figure("on") * scale];
   const ratio = kind === "rate" ? median(slices.on.map((s, i) => s.rate / slices.off[i]!.rate)) : total("on") / total("off");
   const u = unit ? ` ${unit}` : "";
-  return `| ${what} | ${fmt(a, digits)}${u} | ${fmt(b, digits)}${u} | ${fmt(ratio, 3)} | **${fmt(costOf(ratio), 1)} %** | ${fmt(quantile(costs, 0.25), 1)} … ${fmt(quantile(costs, 0.75), 1)} % |`;
+  return `| ${what} | ${fmt(a, digits)}${u} | ${fmt(b, digits)}${u} | ${fmt(ratio, 3)} | **${fmt(costOf(ratio), 1)} %** | ${fmt(median(costs), 1)} % (${fmt(quantile(costs, 0.25), 1)} … ${fmt(quantile(costs, 0.75), 1)} %) |`;
 }
 
 /** The header of a {@link pairRow} table. */
 export function pairHeader(first: string): string[] {
-  return [`| ${first} | no provider (peer) | with SDK | ratio (SDK ÷ none) | cost | cost, middle half of the pairs |`, "|---|---:|---:|---:|---:|---:|"];
+  return [`| ${first} | no provider (peer) | with SDK | ratio (SDK ÷ none) | cost | per-pair cost: median (middle half) |`, "|---|---:|---:|---:|---:|---:|"];
 }

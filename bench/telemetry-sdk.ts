@@ -1,9 +1,9 @@
 /**
  * The OpenTelemetry SDK as the telemetry-overhead bench servers register it: serve's own
  * setup (src/cli/serve-telemetry.ts: the MeterProvider read by a Prometheus exporter, the
- * W3C propagators, a TracerProvider with serve's BatchSpanProcessor settings), except that
- * spans go to an exporter that drops them instead of OTLP, and the Prometheus text is
- * rendered on a timer standing in for a scrape.
+ * W3C propagators, and, when traces are on, a TracerProvider with serve's
+ * BatchSpanProcessor settings), except that spans go to an exporter that drops them
+ * instead of OTLP, and the Prometheus text is rendered on a timer standing in for a scrape.
  */
 import { createInterface } from "node:readline";
 import type { ReadableSpan, SpanExporter } from "@opentelemetry/sdk-trace";
@@ -27,9 +27,18 @@ export interface BenchTelemetry {
   stop(): Promise<void>;
 }
 
+/** Which SDK a bench server registers: serve's default (no OTLP endpoint: a meter provider only), or serve with traces on. */
+export type SdkVariant = "metrics" | "traces";
+
+/** The variant a bench server's arguments ask for (`--telemetry=metrics` or `--telemetry=traces`), or null for none. */
+export function sdkVariantOf(argv: string[]): SdkVariant | null {
+  const flag = argv.find((arg) => arg.startsWith("--telemetry="));
+  return flag === undefined ? null : flag.endsWith("=traces") ? "traces" : "metrics";
+}
+
 /** Registers the SDK globally (before the service is made: the metrics API has no proxy meter). */
-export function registerTelemetrySdk(): BenchTelemetry {
-  const telemetry = startServeTelemetry({}, { spanExporter: dropSpans });
+export function registerTelemetrySdk(variant: SdkVariant): BenchTelemetry {
+  const telemetry = startServeTelemetry({}, variant === "traces" ? { spanExporter: dropSpans } : {});
   const timer = setInterval(() => void telemetry.metricsText(), SCRAPE_SECONDS * 1000);
   return {
     scrape: async () => (await telemetry.metricsText()).length,
