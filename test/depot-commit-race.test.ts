@@ -201,6 +201,9 @@ function jittery(store: PackageStore): PackageStore {
   });
 }
 
+/** Hundreds of requests per round: 22 s for the 200 × 6 rounds at load 19, a third of the default 60 s. */
+const RACE_TIMEOUT_MS = 180_000;
+
 describe("additions racing their transaction's commit", () => {
   const cleanups: Array<() => Promise<void>> = [];
   afterAll(async () => {
@@ -215,21 +218,21 @@ describe("additions racing their transaction's commit", () => {
 
   it("memory store, 200 additions × 6 rounds: 201 ⇔ in the package, 409/410 ⇔ not", async () => {
     await rounds(await serve(createMemoryStore()), 6, 200);
-  });
+  }, RACE_TIMEOUT_MS);
 
   it("memory store with record operations spread over event-loop turns: the same", async () => {
     await rounds(await serve(jittery(createMemoryStore())), 6, 200);
-  });
+  }, RACE_TIMEOUT_MS);
 
   it("a commit that fails while additions race it reopens with exactly the accepted ones (memory, spread turns)", async () => {
     expect(await reopenUntilRaced(await serve(jittery(createMemoryStore())), 200)).toBeGreaterThan(0);
-  });
+  }, RACE_TIMEOUT_MS);
 
   it("a commit that fails while additions race it reopens with exactly the accepted ones (fs store)", async () => {
     const tmp = await tempDir("depot-commit-reopen-");
     cleanups.push(tmp.cleanup);
     expect(await reopenUntilRaced(await serve(createFsStore(tmp.dir)), 80)).toBeGreaterThan(0);
-  });
+  }, RACE_TIMEOUT_MS);
 
   it("fs store, 80 additions × 4 rounds: 201 ⇔ in the package, 409/410 ⇔ not", async () => {
     const tmp = await tempDir("depot-commit-race-");
@@ -237,5 +240,5 @@ describe("additions racing their transaction's commit", () => {
     // Fewer additions: every one of them contends for the transaction record, whose
     // compare-and-swap on the fs store fsyncs, so 200 at once take ~15 s here.
     await rounds(await serve(createFsStore(tmp.dir)), 4, 80);
-  });
+  }, RACE_TIMEOUT_MS);
 });
