@@ -44,11 +44,11 @@ describe("change sequence and paged catalog (fs store)", () => {
 
   it("commits of 50 different packages at concurrency 16 all land, each exactly once in the change feed, in one order", async () => {
     await concurrentCommitsLandOnceInOrder([depot.url], "fifty");
-  });
+  }, 180_000);
 
   it("a paged walk of the catalog while commits land sees every package that existed at its start exactly once", async () => {
     await pagedWalkWhileCommitsLand(depot.url, "walk");
-  });
+  }, 180_000);
 
   it("answers 304 from the sequence head alone: the ETag moves with every commit and with nothing else", async () => {
     const first = await fetch(`${depot.url}/catalog?limit=1`);
