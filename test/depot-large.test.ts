@@ -1,7 +1,7 @@
 /**
  * A 1 GiB file published and downloaded through a depot running in a child process
  * (fs store): the digests match and the server's resident memory grows by less than
- * 100 MiB. The data is generated on the fly into a temp file and removed afterwards.
+ * 192 MiB, far below the GiB a server that buffered the file would add. The data is generated on the fly into a temp file and removed afterwards.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
@@ -52,7 +52,7 @@ afterAll(async () => {
 });
 
 describe("a 1 GiB package", () => {
-  it("publishes and downloads with matching digests and under 100 MiB of server memory growth", async () => {
+  it("publishes and downloads with matching digests and under 192 MiB of server memory growth", async () => {
     const client = createDepotClient({ baseUrl: url });
     // Warm the server's code paths first, so the baseline is not its cold start.
     await client.publish({ name: "warm", version: "1.0.0", items: [{ type: "file", path: "w", content: randomBytes(4 * MiB) }] });
@@ -100,6 +100,9 @@ describe("a 1 GiB package", () => {
     const peak = await memory("VmHWM");
     const growth = peak - baseline;
     console.log(`depot-large: server RSS baseline ${(baseline / MiB).toFixed(1)} MiB, peak ${(peak / MiB).toFixed(1)} MiB, growth ${(growth / MiB).toFixed(1)} MiB`);
-    expect(growth).toBeLessThan(100 * MiB);
+    // CI runs saw +30, +50 and +74 MiB: peak RSS counts garbage not yet collected (less idle
+    // time for GC on a loaded machine) and pages the allocator keeps, so 100 MiB was within
+    // reach. A server that held the file would add a GiB; 192 MiB is still far from that.
+    expect(growth).toBeLessThan(192 * MiB);
   }, 300_000);
 });
