@@ -5,8 +5,8 @@
  */
 import * as http2 from "node:http2";
 import { isIP } from "node:net";
-import type { AddressInfo } from "node:net";
 import { isLoopbackHost } from "../net.js";
+import { DEFAULT_ACCEPTORS, listenAcceptors } from "./acceptors.js";
 import { createRunnerHandler, type RunnerDrainReport } from "./handler.js";
 import type { RunnerHealth } from "./health.js";
 import { silentLogger, type Logger } from "../telemetry.js";
@@ -45,6 +45,13 @@ export interface RunnerServerSettings {
   keepAliveMs?: number;
   /** A session that does not answer a ping within this is dropped; default 10 000. */
   keepAliveTimeoutMs?: number;
+  /**
+   * Listening sockets on the port (SO_REUSEPORT, Linux only; elsewhere always 1). Node accepts
+   * one connection per listening socket per event-loop turn, and a server busy with many jobs
+   * has long turns: with one socket, agents waited in the kernel's accept queue until their
+   * keep-alive gave up (see acceptors.ts). Default 8; 1 binds one socket without SO_REUSEPORT.
+   */
+  acceptors?: number;
   /** HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS per connection (clients queue beyond it); default 1000. */
   maxConcurrentStreams?: number;
   /** Time calls in flight get on close before they end UNAVAILABLE; default 5 000. */
@@ -185,19 +192,15 @@ export async function startRunnerServer(runner: RunnerService, settings: RunnerS
   server.on("tlsClientError", () => undefined);
   server.on("sessionError", () => undefined);
 
-  const port = settings.port ?? 50051;
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    // A fleet reconnecting at once (a restart, a deploy) opens a thousand connections in a
-    // few seconds; past the backlog (Node's default 511) SYNs are dropped and retried after
-    // 1, 3, 7 s, so a busy server turned into agents' connect timeouts in the fleet bench.
-    // The kernel caps it at net.core.somaxconn.
-    server.listen({ port, host, backlog: 4096 }, () => {
-      server.off("error", reject);
-      resolve();
-    });
-  });
-  const bound = (server.address() as AddressInfo).port;
+  // A fleet reconnecting at once (a restart, a deploy) opens a thousand connections in a
+  // few seconds; past the backlog (Node's default 511) SYNs are dropped and retried after
+  // 1, 3, 7 s, so a busy server turned into agents' connect timeouts in the fleet bench.
+  // The kernel caps it at net.core.somaxconn. Several sockets: see acceptors.ts.
+  const acceptors = await listenAcceptors(
+    { host, port: settings.port ?? 50051, count: settings.acceptors ?? DEFAULT_ACCEPTORS, backlog: 4096 },
+    (socket) => server.emit("connection", socket),
+  );
+  const bound = acceptors.port;
   const urlHost = isIP(host) === 6 ? `[${host}]` : host;
   const url = `${tls ? "https" : "http"}://${urlHost}:${bound}`;
 
@@ -263,7 +266,7 @@ export async function startRunnerServer(runner: RunnerService, settings: RunnerS
 
   /** Stops accepting, lets calls in flight finish within `graceMs`, cuts the rest. Never hangs. */
   async function stopServing(graceMs: number): Promise<RunnerDrainReport> {
-    const serverClosed = new Promise<void>((resolve) => server.close(() => resolve()));
+    const serverClosed = acceptors.close();
     cutIdleSessions();
     // Sessions whose calls finish during the grace period are cut as they go idle.
     const sweeper = setInterval(cutIdleSessions, 50);

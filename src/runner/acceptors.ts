@@ -1,0 +1,88 @@
+/**
+ * The listening sockets of a runner server. Node's event loop (libuv ≥ 1.49, Node 22) accepts
+ * ONE connection per listening socket per loop turn. A server busy storing a thousand jobs'
+ * lines has long turns (every readable connection is read and its items handled in the same
+ * turn), so with one listening socket it accepted ~5–10 connections a second while ~900 agents
+ * waited in the kernel's accept queue (`ss -ltn`: Recv-Q 900 of 4,096) for tens of seconds.
+ * Their TCP connect had succeeded, so they wrote into sockets nobody read, their keep-alive
+ * pings went unanswered, and they reconnected to the back of the queue (measured in the fleet
+ * bench: 606–2,800 "keep-alive ping unanswered" retries, 7–360 of 1,000 calls open).
+ *
+ * So the server listens on `count` sockets bound to the same port with SO_REUSEPORT (Linux
+ * ≥ 3.9; Node ≥ 22.12): the kernel spreads new connections over them, and each turn accepts
+ * up to `count`. Every accepted socket is handed to the one HTTP/2 server (`emit("connection")`),
+ * so sessions, keep-alive and shutdown are the same as with one socket. Where SO_REUSEPORT is
+ * missing the extra sockets fail to bind and the server keeps the ones it has (at least one).
+ * SO_REUSEPORT lets another process of the same user bind the port too; `acceptors: 1` turns it off.
+ */
+import net from "node:net";
+import type { AddressInfo } from "node:net";
+
+/** Default listening sockets on Linux (elsewhere 1). */
+export const DEFAULT_ACCEPTORS = 8;
+
+/** The listening sockets of one server. */
+export interface Acceptors {
+  /** The port bound. */
+  readonly port: number;
+  /** Listening sockets actually bound (≥ 1). */
+  readonly count: number;
+  /** Stops accepting; resolves once every socket accepted through them has closed (net.Server.close). */
+  close(): Promise<void>;
+}
+
+/** Options of {@link listenAcceptors}. */
+export interface AcceptorOptions {
+  host: string;
+  /** 0 asks the OS (the other sockets then bind the port the first one got). */
+  port: number;
+  /** Wanted listening sockets; 1 binds one, without SO_REUSEPORT. */
+  count: number;
+  /** Kernel accept queue per socket. */
+  backlog: number;
+}
+
+/**
+ * Listens on `count` sockets sharing one port and hands each accepted connection to `onConnection`.
+ * Rejects only if the first socket cannot listen (e.g. the port is in use). O(count).
+ *
+ * @example
+ * const h2 = http2.createServer();
+ * const acceptors = await listenAcceptors({ host: "127.0.0.1", port: 0, count: 8, backlog: 4096 }, (s) => h2.emit("connection", s));
+ */
+export async function listenAcceptors(options: AcceptorOptions, onConnection: (socket: net.Socket) => void): Promise<Acceptors> {
+  const wanted = process.platform === "linux" ? Math.max(1, Math.floor(options.count)) : 1;
+  const reusePort = wanted > 1;
+  const servers: net.Server[] = [];
+  const first = await listenOne({ host: options.host, port: options.port, backlog: options.backlog, reusePort }, onConnection);
+  servers.push(first);
+  const port = (first.address() as AddressInfo).port;
+  for (let i = 1; i < wanted; i++) {
+    try {
+      servers.push(await listenOne({ host: options.host, port, backlog: options.backlog, reusePort }, onConnection));
+    } catch {
+      // No SO_REUSEPORT here (an older Node ignores the option: EADDRINUSE): one socket it is.
+      break;
+    }
+  }
+  return {
+    port,
+    count: servers.length,
+    close: () => Promise.all(servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve())))).then(() => undefined),
+  };
+}
+
+function listenOne(
+  listen: { host: string; port: number; backlog: number; reusePort: boolean },
+  onConnection: (socket: net.Socket) => void,
+): Promise<net.Server> {
+  const server = net.createServer(onConnection);
+  return new Promise((resolve, reject) => {
+    server.once("error", reject);
+    // `reusePort` is in Node ≥ 22.12's ListenOptions; the cast keeps older typings compiling.
+    server.listen(listen as net.ListenOptions, () => {
+      server.off("error", reject);
+      resolve(server);
+    });
+  });
+}
