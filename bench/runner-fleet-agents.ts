@@ -5,6 +5,8 @@
  * A line is `<seq> <epoch ms> <padding>`, 40 to 200 bytes, so the server can time it and check
  * order. IPC out: `"ready"` once loaded; in: `{ port, secret, jobs: { id, rate, startMs }[], durationMs }`; out: `{ sent: { id, lines }[], failed, calls, … }`.
  */
+import { readFileSync } from "node:fs";
+import http2 from "node:http2";
 import { createRunnerClient } from "../src/runner/client.js";
 import type { RunnerClient } from "../src/runner/client.js";
 import { mintJobToken } from "../src/runner/token.js";
@@ -17,6 +19,15 @@ interface Job {
   startMs: number;
 }
 
+/** Time this process was runnable but waiting for a CPU (Linux schedstat), ms. */
+function runQueueMs(): number {
+  try {
+    return Number(readFileSync("/proc/self/schedstat", "utf8").split(" ")[1]) / 1e6;
+  } catch {
+    return NaN;
+  }
+}
+
 const PAD = "abcdefghijklmnopqrstuvwxyz0123456789 ".repeat(6);
 const TICK_MS = 50;
 
@@ -27,18 +38,53 @@ function line(seq: number): string {
   return head + PAD.slice(0, Math.max(0, length - head.length));
 }
 
+/**
+ * A probe: one extra HTTP/2 connection per agent process that only pings the server every
+ * 500 ms, so the report shows how long the server takes to answer a PING under the load
+ * (the agents' keep-alive gives up after its keepaliveMs, 20 s by default).
+ */
+function pingProbe(endpoint: string): { stop(): number[] } {
+  const rtts: number[] = [];
+  const s = http2.connect(endpoint);
+  s.on("error", () => undefined);
+  let outstanding = 0;
+  const timer = setInterval(() => {
+    if (s.destroyed || outstanding > 5) return;
+    outstanding++;
+    const t0 = performance.now();
+    try {
+      s.ping((err) => {
+        outstanding--;
+        if (err === null) rtts.push(performance.now() - t0);
+      });
+    } catch {
+      outstanding--;
+    }
+  }, 500);
+  return {
+    stop() {
+      clearInterval(timer);
+      s.destroy();
+      return rtts;
+    },
+  };
+}
+
 process.send?.("ready");
 process.once("message", async (msg: { port: number; secret: string; jobs: Job[]; durationMs: number }) => {
   const endpoint = `http://127.0.0.1:${msg.port}`;
   const agents = msg.jobs.map((job) => ({ job, client: null as RunnerClient | null, sent: 0, due: 0 }));
+  const probe = pingProbe(endpoint);
   const t0 = performance.now();
   let failed = 0;
   let lag = 0;
   // Retries are part of the figures: a server that refuses calls under load shows here.
   const retries = new Map<string, number>();
-  const onRetry = (error: Error) => {
-    const key = error.message.slice(0, 80);
+  // By the job's rate too: does a retry hit the quiet jobs or the loud ones?
+  const onRetry = (rate: number) => (error: Error) => {
+    const key = `${error.message.slice(0, 400)} (jobs at ${rate} lines/s)`;
     retries.set(key, (retries.get(key) ?? 0) + 1);
+    if (process.env.BENCH_FLEET_DEBUG) console.error("retry", rate, error.message);
   };
   await new Promise<void>((resolve) => {
     let last = performance.now();
@@ -48,7 +94,7 @@ process.once("message", async (msg: { port: number; secret: string; jobs: Job[];
       last = performance.now();
       for (const a of agents) {
         if (elapsed < a.job.startMs) continue;
-        a.client ??= createRunnerClient({ endpoint, requestId: a.job.id, token: mintJobToken(msg.secret, a.job.id), onRetry });
+        a.client ??= createRunnerClient({ endpoint, requestId: a.job.id, token: mintJobToken(msg.secret, a.job.id), onRetry: onRetry(a.job.rate) });
         a.due += (a.job.rate * TICK_MS) / 1000;
         while (a.due >= 1) {
           a.due -= 1;
@@ -73,6 +119,7 @@ process.once("message", async (msg: { port: number; secret: string; jobs: Job[];
       }
     }),
   );
+  const pings = probe.stop();
   const calls = agents.reduce((n, a) => n + (a.client?.stats.calls ?? 0), 0);
-  process.send?.({ sent: agents.map((a) => ({ id: a.job.id, lines: a.sent })), failed, calls, retries: Object.fromEntries(retries), lag, cpuMs: (process.cpuUsage().user + process.cpuUsage().system) / 1000 }, () => process.exit(0));
+  process.send?.({ sent: agents.map((a) => ({ id: a.job.id, lines: a.sent })), failed, calls, retries: Object.fromEntries(retries), lag, cpuMs: (process.cpuUsage().user + process.cpuUsage().system) / 1000, runQueueMs: runQueueMs(), pings }, () => process.exit(0));
 });

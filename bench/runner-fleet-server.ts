@@ -8,6 +8,7 @@
  * IPC in: `{ follow: ids }`, `"sample"`, `{ probeFollow: ids }`, `{ verify: { id: lines }[] }`, `"exit"`.
  * IPC out: `{ port }` once listening, then one answer per request.
  */
+import { readFileSync } from "node:fs";
 import pg from "pg";
 import { createMemoryQueue } from "../src/adapters/memory/queue.js";
 import { createMemoryLogStore } from "../src/adapters/memory/log-store.js";
@@ -58,7 +59,7 @@ const runner = createRunnerService(createMemoryQueue(), {
     results++;
   },
 });
-const server = await startRunnerServer(runner, { port: 0 });
+const server = await startRunnerServer(runner, { port: 0, ...(process.env.BENCH_FLEET_SERVER_KEEPALIVE ? { keepAliveMs: Number(process.env.BENCH_FLEET_SERVER_KEEPALIVE) } : {}) });
 if (process.env.BENCH_FLEET_DEBUG) {
   const { monitorEventLoopDelay } = await import("node:perf_hooks");
   const h = monitorEventLoopDelay({ resolution: 10 });
@@ -74,6 +75,18 @@ if (process.env.BENCH_FLEET_DEBUG) {
   }, 1000).unref();
 }
 const send = (m: unknown) => process.send?.(m);
+
+/**
+ * Time this process spent runnable but waiting for a CPU (Linux /proc/self/schedstat, second
+ * field, ns), in ms: on a shared machine the server can be starved without being busy.
+ */
+function runQueueMs(): number {
+  try {
+    return Number(readFileSync("/proc/self/schedstat", "utf8").split(" ")[1]) / 1e6;
+  } catch {
+    return NaN;
+  }
+}
 
 /** Delays (ms) of followed lines, and per followed job the next sequence number expected. */
 const delays: number[] = [];
@@ -128,7 +141,16 @@ process.on("message", async (m: unknown) => {
   if (m === "sample") {
     const mem = process.memoryUsage();
     const cpu = process.cpuUsage();
-    send({ rss: mem.rss, heap: mem.heapUsed, cpuMs: (cpu.user + cpu.system) / 1000, stored, results, active: runner.activeCalls });
+    send({ rss: mem.rss, heap: mem.heapUsed, cpuMs: (cpu.user + cpu.system) / 1000, stored, results, active: runner.activeCalls, runQueueMs: runQueueMs() });
+    return;
+  }
+  if (m === "sampleGc") {
+    // Live memory with the streams open: a full collection first (the server runs with --expose-gc).
+    const gc = (globalThis as { gc?: () => void }).gc;
+    gc?.();
+    gc?.();
+    const mem = process.memoryUsage();
+    send({ rss: mem.rss, heap: mem.heapUsed, external: mem.external, active: runner.activeCalls, gc: gc !== undefined });
     return;
   }
   if (m === "exit") {
