@@ -106,6 +106,17 @@ describe("runner server acceptors", () => {
     await new Promise<void>((resolve) => again.close(() => resolve()));
   });
 
+  it.runIf(linux)("a port held by another runner server is refused (EADDRINUSE), not shared through SO_REUSEPORT", async () => {
+    const runner = createRunnerService(createMemoryQueue());
+    const server = await startRunnerServer(runner, { port: 0 });
+    try {
+      await expect(startRunnerServer(runner, { port: server.port })).rejects.toMatchObject({ code: "EADDRINUSE" });
+    } finally {
+      await server.close();
+      await runner.close();
+    }
+  });
+
   it.runIf(linux)("eight sockets are all closed by close(): the port can be bound again without SO_REUSEPORT", async () => {
     const runner = createRunnerService(createMemoryQueue());
     const server = await startRunnerServer(runner, { port: 0 });

@@ -13,7 +13,8 @@
  * up to `count`. Every accepted socket is handed to the one HTTP/2 server (`emit("connection")`),
  * so sessions, keep-alive and shutdown are the same as with one socket. Where SO_REUSEPORT is
  * missing the extra sockets fail to bind and the server keeps the ones it has (at least one).
- * SO_REUSEPORT lets another process of the same user bind the port too; `acceptors: 1` turns it off.
+ * SO_REUSEPORT would let another process of the same user bind the port too; a port somebody
+ * holds is refused (EADDRINUSE) before the group is bound. `acceptors: 1` binds one plain socket.
  */
 import net from "node:net";
 import type { AddressInfo } from "node:net";
@@ -54,6 +55,15 @@ export async function listenAcceptors(options: AcceptorOptions, onConnection: (s
   const wanted = process.platform === "linux" ? Math.max(1, Math.floor(options.count)) : 1;
   const reusePort = wanted > 1;
   const servers: net.Server[] = [];
+  if (reusePort && options.port !== 0) {
+    // A port held by another server — another runner server of the same user included, which
+    // SO_REUSEPORT would otherwise let us join and split its connections with — must fail with
+    // EADDRINUSE as with one socket: bind it plainly first (it fails if anyone holds it), then
+    // let go and bind the group. (Between the two, another process could take the port: then
+    // the group's first bind fails the same way.)
+    const probe = await listenOne({ host: options.host, port: options.port, backlog: 1, reusePort: false }, (s) => s.destroy());
+    await new Promise<void>((resolve) => probe.close(() => resolve()));
+  }
   const first = await listenOne({ host: options.host, port: options.port, backlog: options.backlog, reusePort }, onConnection);
   servers.push(first);
   const port = (first.address() as AddressInfo).port;
