@@ -1,14 +1,20 @@
 /**
- * Depot transaction benchmark: one transaction of 10,000 small files through the HTTP
- * contract (fs store with fsync, the server in a child process, raw `fetch` from this
- * process at concurrency 8): the time of the additions (and the per-item cost of the
- * first and the last thousand, which must be flat), `GET /summary` (first page and the
- * whole paged walk), and the commit. The peer is the same transaction with 1,000 items,
- * so the ratio says how the cost grows with the transaction's size.
+ * Depot transaction benchmarks, both through the HTTP contract against the depot in a
+ * child process (fs store with fsync on), driven by raw `fetch` from this process:
+ *
+ * 1. Publishes per second of one-file packages (open, add, commit: three requests) at
+ *    concurrency 1, 8 and 32 on a fresh store (issue 8's aim: ≥ 200/s at 8), with the
+ *    server's CPU per publish (/proc) and, when `strace` is on the PATH, the fsyncs the
+ *    server makes per publish (counted in an extra untimed round: tracing slows it).
+ * 2. One transaction of 10,000 small files at concurrency 8: the time of the additions
+ *    (and the per-item cost of the first and the last thousand, which must be flat),
+ *    `GET /summary` (first page and the whole paged walk), and the commit. The peer is the
+ *    same transaction with 1,000 items, so the ratio says how the cost grows with its size.
  *
  * `BENCH_ITEMS=2000 npm run bench -- depot-transactions` runs a smaller transaction.
  */
-import { mkdtemp, rm } from "node:fs/promises";
+import { spawn, spawnSync } from "node:child_process";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -89,6 +95,99 @@ export async function measureTransaction(url: string, name: string, items: numbe
   return { items, addMs, firstTenthMs, lastTenthMs, summaryFirstPageMs, summaryFirstPageBytes, summaryWalkMs, summaryPages, commitMs };
 }
 
+/** Rounds of the publish rate: concurrency and publishes per round. */
+const PUBLISH_ROUNDS = [
+  [1, 40],
+  [8, 240],
+  [32, 320],
+] as const;
+
+/** One publish of a one-file package through the three requests of the contract. */
+async function publishOne(url: string, spec: string, body: string): Promise<void> {
+  const opened = await fetch(`${url}/trans/${spec}`, { method: "POST" });
+  if (opened.status !== 201) throw new Error(`open ${spec}: ${opened.status} ${await opened.text()}`);
+  const id = ((await opened.json()) as { transaction: string }).transaction;
+  const added = await fetch(`${url}/add/${id}/file`, { method: "POST", headers: { "pkg-path": "f" }, body });
+  if (added.status !== 201) throw new Error(`add ${spec}: ${added.status} ${await added.text()}`);
+  await added.arrayBuffer();
+  const committed = await fetch(`${url}/commit/${id}`, { method: "POST" });
+  if (committed.status !== 201) throw new Error(`commit ${spec}: ${committed.status} ${await committed.text()}`);
+  await committed.arrayBuffer();
+}
+
+/** `count` publishes, `concurrency` at a time; the elapsed ms. */
+async function publishMany(url: string, tag: string, concurrency: number, count: number): Promise<number> {
+  let next = 0;
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < count) {
+        const i = next++;
+        await publishOne(url, `${tag}-${i}@1.0.0`, `${tag} ${i}\n`);
+      }
+    }),
+  );
+  return performance.now() - started;
+}
+
+/** User + system CPU ms of a process so far (Linux /proc; 0 elsewhere). */
+async function cpuMs(pid: number): Promise<number> {
+  const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => null);
+  if (stat === null) return 0;
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return (Number(fields[11]) + Number(fields[12])) * 10; // utime + stime, in clock ticks of 10 ms (USER_HZ = 100)
+}
+
+/** What the publish rounds measured. */
+interface PublishFigures {
+  rounds: Array<{ concurrency: number; count: number; perSecond: number; cpuMsEach: number }>;
+  /** fsyncs + fdatasyncs of the server per publish at concurrency 1, when strace could count them. */
+  fsyncsEach?: number;
+}
+
+/** Counts fsync-family calls of `pid` (all threads) while `work` runs; undefined without a usable strace. */
+async function countFsyncs(pid: number, work: () => Promise<unknown>): Promise<number | undefined> {
+  if (spawnSync("strace", ["-V"]).status !== 0) return undefined;
+  const out = path.join(os.tmpdir(), `bench-strace-${process.pid}-${Date.now()}.txt`);
+  const tracer = spawn("strace", ["-c", "-f", "-e", "trace=fsync,fdatasync", "-o", out, "-p", String(pid)], { stdio: "ignore" });
+  // strace attaches to every thread before it counts; give it time, then check it still runs.
+  await new Promise((resolve) => setTimeout(resolve, 1500));
+  if (tracer.exitCode !== null) return undefined;
+  await work();
+  const exited = new Promise((resolve) => tracer.once("exit", resolve));
+  tracer.kill("SIGINT");
+  await exited;
+  const text = await readFile(out, "utf8").catch(() => "");
+  await rm(out, { force: true });
+  let calls = 0;
+  for (const line of text.split("\n")) {
+    const m = /^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(fsync|fdatasync)\s*$/.exec(line);
+    if (m) calls += Number(m[1]);
+  }
+  return calls > 0 ? calls : undefined;
+}
+
+/** The publish rounds on a fresh store in a fresh server process. */
+export async function measurePublishes(work: string): Promise<PublishFigures> {
+  const depot = await startDepot(path.join(work, "publish-store"));
+  try {
+    const pid = depot.child.pid!;
+    await publishMany(depot.url, "warm", 4, 20);
+    const rounds: PublishFigures["rounds"] = [];
+    for (const [concurrency, count] of PUBLISH_ROUNDS) {
+      const cpu0 = await cpuMs(pid);
+      const ms = await publishMany(depot.url, `c${concurrency}`, concurrency, count);
+      rounds.push({ concurrency, count, perSecond: count / (ms / 1000), cpuMsEach: ((await cpuMs(pid)) - cpu0) / count });
+    }
+    const traced = 20;
+    const fsyncs = await countFsyncs(pid, () => publishMany(depot.url, "traced", 1, traced));
+    return { rounds, fsyncsEach: fsyncs === undefined ? undefined : fsyncs / traced };
+  } finally {
+    depot.child.kill("SIGTERM");
+    await new Promise((resolve) => depot.child.once("exit", resolve));
+  }
+}
+
 const f1 = (n: number) => n.toFixed(1);
 const f0 = (n: number) => n.toFixed(0);
 
@@ -96,13 +195,37 @@ export async function run(): Promise<string> {
   const big = Number(process.env.BENCH_ITEMS) > 0 ? Number(process.env.BENCH_ITEMS) : 10_000;
   const small = Math.max(10, Math.round(big / 10));
   const work = await mkdtemp(path.join(os.tmpdir(), "bench-depot-trans-"));
+  const loadStart = os.loadavg()[0]!;
+  const startedAt = new Date();
+  const publishes = await measurePublishes(work).catch(async (error: unknown) => {
+    await rm(work, { recursive: true, force: true });
+    throw error;
+  });
+  const loadAfterPublishes = os.loadavg()[0]!;
   const depot = await startDepot(path.join(work, "store"));
   try {
     const peer = await measureTransaction(depot.url, "small", small);
     const ours = await measureTransaction(depot.url, "big", big);
     const row = (label: string, a: number, b: number, unit: string, digits = 1) =>
       `| ${label} | ${a.toFixed(digits)} ${unit} | ${b.toFixed(digits)} ${unit} | ${(a / b).toFixed(2)} |`;
+    const at8 = publishes.rounds.find((r) => r.concurrency === 8)!;
+    const hhmm = (d: Date) => d.toISOString().slice(11, 16);
     return [
+      "## Depot: publishes per second",
+      "",
+      "One-file packages (a few bytes) published through HTTP, three requests each (`POST /trans`, `POST /add/<id>/file`, `POST /commit/<id>`),",
+      `on a fresh fs store with fsync on, the server (\`test/fixtures/depot-client-server.ts\`) in a child process, raw \`fetch\` from the bench process;`,
+      `rounds of ${PUBLISH_ROUNDS.map(([c, n]) => `${n} at concurrency ${c}`).join(", ")}, after 20 warm-up publishes. Server CPU: user + system time of the server process per publish (/proc).`,
+      `fsyncs: the server's fsync + fdatasync calls per publish over 20 more publishes at concurrency 1, counted by \`strace -c -f\` (untimed).`,
+      `Run ${startedAt.toISOString().slice(0, 10)} ${hhmm(startedAt)} UTC; 1-minute load average ${f1(loadStart)} at the start, ${f1(loadAfterPublishes)} after the publishes (2 cores shared with other agents' work).`,
+      `Aim: ≥ 200/s at concurrency 8: ${at8.perSecond >= 200 ? "met" : `not met (${f1(at8.perSecond)}/s)`} in this run. What each publish must flush, and why: docs/decisions/depot-publish-durability.md.`,
+      "",
+      "| concurrency | publishes/s | server CPU per publish |",
+      "|---:|---:|---:|",
+      ...publishes.rounds.map((r) => `| ${r.concurrency} | ${f1(r.perSecond)} | ${f1(r.cpuMsEach)} ms |`),
+      "",
+      publishes.fsyncsEach === undefined ? "fsyncs per publish: not counted (no usable strace)." : `fsyncs per publish (server, concurrency 1): ${f1(publishes.fsyncsEach)}.`,
+      "",
       "## Depot: one transaction of many items",
       "",
       `One transaction of ${big.toLocaleString("en")} small files (three-level paths) added through HTTP at concurrency ${CONCURRENCY}`,
