@@ -206,6 +206,7 @@ export async function run(): Promise<string> {
   try {
     const peer = await measureTransaction(depot.url, "small", small);
     const ours = await measureTransaction(depot.url, "big", big);
+    const loadEnd = os.loadavg()[0]!;
     const row = (label: string, a: number, b: number, unit: string, digits = 1) =>
       `| ${label} | ${a.toFixed(digits)} ${unit} | ${b.toFixed(digits)} ${unit} | ${(a / b).toFixed(2)} |`;
     const at8 = publishes.rounds.find((r) => r.concurrency === 8)!;
@@ -231,6 +232,7 @@ export async function run(): Promise<string> {
       `One transaction of ${big.toLocaleString("en")} small files (three-level paths) added through HTTP at concurrency ${CONCURRENCY}`,
       `(fs store with fsync, server in a child process), then \`GET /summary\` walked page by page, then the commit.`,
       `Peer: the same with ${small.toLocaleString("en")} files in the same run; a flat per-item cost keeps the per-item rows near 1×.`,
+      `Same run as the publishes above, on its own fresh store; 1-minute load average ${f1(loadAfterPublishes)} at its start, ${f1(loadEnd)} at its end.`,
       "",
       `| measure | ${big.toLocaleString("en")} items | ${small.toLocaleString("en")} items (peer) | ratio |`,
       "|---|---:|---:|---:|",
