@@ -5,7 +5,8 @@
  * 1. Publishes per second of one-file packages (open, add, commit: three requests) at
  *    concurrency 1, 8 and 32 on a fresh store (issue 8's aim: ≥ 200/s at 8), with the
  *    server's CPU per publish (/proc) and, when `strace` is on the PATH, the fsyncs the
- *    server makes per publish (counted in an extra untimed round: tracing slows it).
+ *    server makes per publish (counted in an extra untimed round: tracing slows it). Peer:
+ *    the same rounds on a store without fsync, taken in turns with ours.
  * 2. One transaction of 10,000 small files at concurrency 8: the time of the additions
  *    (and the per-item cost of the first and the last thousand, which must be flat),
  *    `GET /summary` (first page and the whole paged walk), and the commit. The peer is the
@@ -138,9 +139,15 @@ async function cpuMs(pid: number): Promise<number> {
   return (Number(fields[11]) + Number(fields[12])) * 10; // utime + stime, in clock ticks of 10 ms (USER_HZ = 100)
 }
 
-/** What the publish rounds measured. */
+/** One round's figures. */
+interface RoundFigures {
+  perSecond: number;
+  cpuMsEach: number;
+}
+
+/** What the publish rounds measured: with fsync (ours) and without (the peer), per concurrency. */
 interface PublishFigures {
-  rounds: Array<{ concurrency: number; count: number; perSecond: number; cpuMsEach: number }>;
+  rounds: Array<{ concurrency: number; count: number; synced: RoundFigures; unsynced: RoundFigures }>;
   /** fsyncs + fdatasyncs of the server per publish at concurrency 1, when strace could count them. */
   fsyncsEach?: number;
 }
@@ -167,24 +174,36 @@ async function countFsyncs(pid: number, work: () => Promise<unknown>): Promise<n
   return calls > 0 ? calls : undefined;
 }
 
-/** The publish rounds on a fresh store in a fresh server process. */
+/**
+ * The publish rounds on fresh stores in fresh server processes: one with fsync (ours), one
+ * without (the peer: what the same code costs when the disk flushes nothing), each round
+ * run on both in turns so a busy shared machine weighs on both alike.
+ */
 export async function measurePublishes(work: string): Promise<PublishFigures> {
-  const depot = await startDepot(path.join(work, "publish-store"));
+  const synced = await startDepot(path.join(work, "publish-synced"));
+  const unsynced = await startDepot(path.join(work, "publish-unsynced"), { noSync: true });
+  const round = async (depot: typeof synced, tag: string, concurrency: number, count: number): Promise<RoundFigures> => {
+    const cpu0 = await cpuMs(depot.child.pid!);
+    const ms = await publishMany(depot.url, tag, concurrency, count);
+    return { perSecond: count / (ms / 1000), cpuMsEach: ((await cpuMs(depot.child.pid!)) - cpu0) / count };
+  };
   try {
-    const pid = depot.child.pid!;
-    await publishMany(depot.url, "warm", 4, 20);
+    for (const depot of [synced, unsynced]) await publishMany(depot.url, "warm", 4, 20);
     const rounds: PublishFigures["rounds"] = [];
     for (const [concurrency, count] of PUBLISH_ROUNDS) {
-      const cpu0 = await cpuMs(pid);
-      const ms = await publishMany(depot.url, `c${concurrency}`, concurrency, count);
-      rounds.push({ concurrency, count, perSecond: count / (ms / 1000), cpuMsEach: ((await cpuMs(pid)) - cpu0) / count });
+      const ours = await round(synced, `c${concurrency}`, concurrency, count);
+      const peer = await round(unsynced, `c${concurrency}`, concurrency, count);
+      rounds.push({ concurrency, count, synced: ours, unsynced: peer });
     }
     const traced = 20;
-    const fsyncs = await countFsyncs(pid, () => publishMany(depot.url, "traced", 1, traced));
+    const fsyncs = await countFsyncs(synced.child.pid!, () => publishMany(synced.url, "traced", 1, traced));
     return { rounds, fsyncsEach: fsyncs === undefined ? undefined : fsyncs / traced };
   } finally {
-    depot.child.kill("SIGTERM");
-    await new Promise((resolve) => depot.child.once("exit", resolve));
+    for (const depot of [synced, unsynced]) {
+      const exited = new Promise((resolve) => depot.child.once("exit", resolve));
+      depot.child.kill("SIGTERM");
+      await exited;
+    }
   }
 }
 
@@ -217,13 +236,17 @@ export async function run(): Promise<string> {
       "One-file packages (a few bytes) published through HTTP, three requests each (`POST /trans`, `POST /add/<id>/file`, `POST /commit/<id>`),",
       `on a fresh fs store with fsync on, the server (\`test/fixtures/depot-client-server.ts\`) in a child process, raw \`fetch\` from the bench process;`,
       `rounds of ${PUBLISH_ROUNDS.map(([c, n]) => `${n} at concurrency ${c}`).join(", ")}, after 20 warm-up publishes. Server CPU: user + system time of the server process per publish (/proc).`,
+      "Peer: the same code and rounds on a second fresh store without fsync (`unsafeNoSync`), in its own server process, each round run on both in turns: the ratio is what flushing costs.",
       `fsyncs: the server's fsync + fdatasync calls per publish over 20 more publishes at concurrency 1, counted by \`strace -c -f\` (untimed).`,
       `Run ${startedAt.toISOString().slice(0, 10)} ${hhmm(startedAt)} UTC; 1-minute load average ${f1(loadStart)} at the start, ${f1(loadAfterPublishes)} after the publishes (2 cores shared with other agents' work).`,
-      `Aim: ≥ 200/s at concurrency 8: ${at8.perSecond >= 200 ? "met" : `not met (${f1(at8.perSecond)}/s)`} in this run. What each publish must flush, and why: docs/decisions/depot-publish-durability.md.`,
+      `Aim: ≥ 200/s at concurrency 8 with fsync: ${at8.synced.perSecond >= 200 ? "met" : `not met (${f1(at8.synced.perSecond)}/s)`} in this run. What each publish must flush, and why: docs/decisions/depot-publish-durability.md.`,
       "",
-      "| concurrency | publishes/s | server CPU per publish |",
-      "|---:|---:|---:|",
-      ...publishes.rounds.map((r) => `| ${r.concurrency} | ${f1(r.perSecond)} | ${f1(r.cpuMsEach)} ms |`),
+      "| concurrency | publishes/s, fsync on | server CPU per publish | peer: publishes/s, fsync off | server CPU per publish | ratio (publishes/s) |",
+      "|---:|---:|---:|---:|---:|---:|",
+      ...publishes.rounds.map(
+        (r) =>
+          `| ${r.concurrency} | ${f1(r.synced.perSecond)} | ${f1(r.synced.cpuMsEach)} ms | ${f1(r.unsynced.perSecond)} | ${f1(r.unsynced.cpuMsEach)} ms | ${(r.synced.perSecond / r.unsynced.perSecond).toFixed(2)} |`,
+      ),
       "",
       publishes.fsyncsEach === undefined ? "fsyncs per publish: not counted (no usable strace)." : `fsyncs per publish (server, concurrency 1): ${f1(publishes.fsyncsEach)}.`,
       "",
