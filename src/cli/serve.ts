@@ -219,6 +219,12 @@ export const serveCommand: Command = {
       const operatorServer = metricsPort === undefined ? undefined : await listening("metrics-port", metricsPort, () => serveOperatorEndpoints(operator, metricsHost, metricsPort));
       if (operatorServer) closers.unshift(() => operatorServer.close());
 
+      // The signals are ours before serve.json announces this server: a SIGTERM sent the
+      // moment the file appears must drain and release the lock, not kill (the default).
+      const stopSignal = new Promise<string>((resolve) => {
+        process.once("SIGINT", () => resolve("SIGINT"));
+        process.once("SIGTERM", () => resolve("SIGTERM"));
+      });
       const state: ServeState = { runnerUrl, depotUrl: depotServer.url, adminToken, pid: process.pid };
       await writeFile(path.join(dataDir, "serve.json"), `${JSON.stringify(state, null, 2)}\n`, { mode: 0o600 });
       closers.push(() => rm(path.join(dataDir, "serve.json"), { force: true }));
@@ -235,10 +241,7 @@ export const serveCommand: Command = {
       );
 
       serving = true;
-      const signal = await new Promise<string>((resolve) => {
-        process.once("SIGINT", () => resolve("SIGINT"));
-        process.once("SIGTERM", () => resolve("SIGTERM"));
-      });
+      const signal = await stopSignal;
       // Readiness false and gRPC health NOT_SERVING at once; both servers keep accepting
       // for --drain-delay, then stop and give calls in flight --drain-grace.
       const [delayMs, graceMs] = [drainDelay * 1000, drainGrace * 1000];
