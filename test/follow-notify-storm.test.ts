@@ -110,10 +110,12 @@ describe("follow() under a forged NOTIFY storm (PostgreSQL log store)", () => {
       // per append of the writer: LINES / 10), a wake costs a state read (a forged end), a page
       // read that finds nothing where a forged count said lines were, and the state read after it.
       const wakes = Math.ceil(elapsed / INTERVAL_MS) + 1;
-      // The design's cost is 3 reads a wake; the check allows 4, since loaded runs came within 2
-      // of the exact figure (80 for 82) and what it is about is one wake per interval, not the
-      // reads a wake makes (without the limit: 641, several times this bound).
-      const bound = 4 * wakes + LINES / 10;
+      // The design's cost is 3 reads a wake; the check allows 5: loaded runs came within 2
+      // of the exact figure (80 for 82) but one at load 16 took 102 against a bound of 4 a
+      // wake (94). What it is about is one wake per interval, not the reads a wake makes:
+      // without the limit the storm costs a read per event (641), several times this bound
+      // even for a storm a loaded machine stretches to seconds.
+      const bound = 5 * wakes + LINES / 10;
       console.log(`${EVENTS} forged events in ${Math.round(elapsed)} ms: ${stormReads} store reads on replica B (bound ${bound})`);
       // The bound follows the storm's measured length: a loaded machine stretches the storm and
       // so allows more wakes (a fixed EVENTS / 20 failed once at load 23 with 167 reads for 3,000
