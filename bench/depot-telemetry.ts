@@ -25,11 +25,11 @@ const LARGE_BYTES = (Number(process.env.DEPOT_TELEMETRY_MIB) || 64) * MiB;
 /** Small downloads per slice (about a second). */
 const SMALL_REQUESTS = Number(process.env.DEPOT_TELEMETRY_SMALL) || 1000;
 /** Rounds, each with a fresh pair of server processes (a process's JIT and heap make it faster or slower for its whole life). */
-const ROUNDS = Number(process.env.DEPOT_TELEMETRY_ROUNDS) || 3;
+const ROUNDS = Number(process.env.DEPOT_TELEMETRY_ROUNDS) || 6;
 /** Small-download slices per round, each a pair. */
-const SLICES = Number(process.env.DEPOT_TELEMETRY_SLICES) || 10;
+const SLICES = Number(process.env.DEPOT_TELEMETRY_SLICES) || 6;
 /** Large-download slices per round (one download from each server). */
-const LARGE_SLICES = Number(process.env.DEPOT_TELEMETRY_LARGE_SLICES) || 4;
+const LARGE_SLICES = Number(process.env.DEPOT_TELEMETRY_LARGE_SLICES) || 3;
 const CONCURRENCY = 8;
 
 const serverScript = path.join(path.dirname(fileURLToPath(import.meta.url)), "depot-telemetry-server.ts");

@@ -19,9 +19,9 @@ import { append, inRounds, median, pairHeader, pairRow, pairedSlices, startBench
 /** RUNNER_TELEMETRY_LINES, RUNNER_TELEMETRY_SLICES and RUNNER_TELEMETRY_ROUNDS shrink a trial run; the report states what ran. */
 const LINES = Number(process.env.RUNNER_TELEMETRY_LINES) || 100_000;
 /** Rounds, each with a fresh pair of server processes (a process's JIT and heap make it faster or slower for its whole life). */
-const ROUNDS = Number(process.env.RUNNER_TELEMETRY_ROUNDS) || 4;
+const ROUNDS = Number(process.env.RUNNER_TELEMETRY_ROUNDS) || 6;
 /** Slices per round: one job on each server at once. */
-const SLICES = Number(process.env.RUNNER_TELEMETRY_SLICES) || 8;
+const SLICES = Number(process.env.RUNNER_TELEMETRY_SLICES) || 6;
 const SECRET = "bench-runner-telemetry-secret-0123456789";
 const LINE = "x".repeat(99);
 
