@@ -251,6 +251,23 @@ describe("fs store across processes", () => {
     expect((await store.listRecords("torn/")).keys).toEqual(["torn/cut", "torn/empty", "torn/whole", "torn/zeros"]);
   });
 
+  it("a create-only write on a whole record answers null without its key's lock (a held lock is not waited for)", async () => {
+    const tmp = await tempDir("depot-store-create-held-");
+    cleanups.push(tmp.cleanup);
+    // lockTimeoutMs is the bound a wait for the lock would hit; staleLockMs keeps the live
+    // holder's lock from being broken, however long a loaded machine stretches the call.
+    const store = createFsStore(tmp.dir, { staleLockMs: 600_000, lockTimeoutMs: 500 });
+    expect(await store.putRecord("held/key", { v: 1 }, { ifRevision: null, lazy: true })).not.toBeNull();
+    const { hostname } = await import("node:os");
+    // A live holder on this host (the test runner's parent), as a swap in another process holds it.
+    await writeFile(join(tmp.dir, "records", "held", "key~.lock"), JSON.stringify({ pid: process.ppid, host: hostname(), incarnation: "live" }));
+    // Only a torn file (a lazy create cut by a machine crash) needs the lock to be replaced;
+    // a whole one is judged from the name alone, as a create-only write always was.
+    const lost = await store.putRecord("held/key", { v: 2 }, { ifRevision: null }).catch((e: unknown) => e);
+    expect(lost).toBeNull();
+    expect((await store.getRecord<{ v: number }>("held/key"))!.value.v).toBe(1);
+  });
+
   it("kill -9 while writing leaves only whole blobs and records", async () => {
     const tmp = await tempDir("depot-store-kill-");
     cleanups.push(tmp.cleanup);

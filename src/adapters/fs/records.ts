@@ -58,7 +58,11 @@ export function createFsRecords(ctx: FsStoreContext, durable: DurableWrites, loc
       } catch (error) {
         if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
         // Taken, unless by a torn lazy create (it reads as absent): this one replaces it,
-        // under the key's lock so a concurrent swap, delete or create judges it once.
+        // under the key's lock so a concurrent swap, delete or create judges it once. A
+        // whole file (every one but after a machine crash) is judged without the lock, as
+        // before torn files existed: a lost create-only race (a sequence position, a
+        // reference noted again) costs one read, and never waits on a held lock.
+        if ((await readRecordState(file)) !== "torn") return null;
         const replaced = await locks.withLock(file, async () => {
           if ((await readRecordState(file)) !== "torn") return false;
           await rename(tmp, file);
