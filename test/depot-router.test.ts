@@ -666,6 +666,39 @@ describe("streaming, mounting and serving", () => {
 });
 
 describe("garbage collection", () => {
+  it("rolls forward a commit a machine crash left `committing` outside any slot, instead of expiring it", async () => {
+    let clock = Date.parse("2030-01-01T00:00:00Z");
+    const store = createMemoryStore();
+    const depot = await startDepot(store, { now: () => new Date(clock) });
+    try {
+      const id = await openTransaction(depot.url, "crashed@1.0.0");
+      await add(depot.url, id, { type: "file", path: "a", body: "crashed bytes" });
+      const commit = await fetch(`${depot.url}/commit/${id}`, { method: "POST" });
+      expect(commit.status).toBe(201);
+      const answered = (await commit.json()) as { url: string };
+      // What a power loss can leave where one directory's fsync does not carry an earlier
+      // rename in another (btrfs): the lazy `committed` write lost, while a later open's
+      // slot write, which saw it committed and dropped it, reached the disk.
+      const stored = (await store.getRecord<Record<string, unknown>>(`trans/${id}`))!;
+      const { result: _result, finishedAt: _finishedAt, ...committing } = stored.value;
+      expect(await store.putRecord(`trans/${id}`, { ...committing, state: "committing" }, { ifRevision: stored.revision })).not.toBeNull();
+      for (const slotKey of (await store.listRecords("slots/")).keys) {
+        const slot = (await store.getRecord<{ ids: string[] }>(slotKey))!;
+        await store.putRecord(slotKey, { ids: slot.value.ids.filter((i) => i !== id) }, { ifRevision: slot.revision });
+      }
+      clock += 25 * 3600_000; // past its idle expiry
+      expect(await depot.router.collectGarbage()).toMatchObject({ expired: 0 });
+      // The version was published (201): its transaction says so, not 410 TRANSACTION_EXPIRED.
+      const summary = await fetch(`${depot.url}/summary/${id}`);
+      expect(summary.status).toBe(200);
+      expect((await store.getRecord<{ state: string; result?: { location: string } }>(`trans/${id}`))!.value).toMatchObject({ state: "committed", result: { location: "/data/crashed@1.0.0" } });
+      expect(answered.url).toMatch(/\/data\/crashed@1\.0\.0$/);
+      expect((await fetch(`${depot.url}/data/crashed`)).status).toBe(200);
+    } finally {
+      await depot.close();
+    }
+  });
+
   it("collects blobs of abandoned and expired transactions after the grace period, keeps published ones", async () => {
     let clock = Date.parse("2030-01-01T00:00:00Z");
     const store = createMemoryStore();

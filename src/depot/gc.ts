@@ -18,7 +18,7 @@ import {
   type VersionRecord,
 } from "./records.js";
 import { forgetReferences } from "./references.js";
-import { recoverDeadCommits } from "./recovery.js";
+import { recoverCommit, recoverDeadCommits } from "./recovery.js";
 import type { Transactions } from "./transactions.js";
 
 /** What one garbage collection did. */
@@ -75,7 +75,17 @@ export async function collectGarbage(store: PackageStore, transactions: Transact
   for await (const key of allKeys(store, keys.transactions)) {
     const record = await store.getRecord<TransactionRecord>(key);
     if (!record) continue;
-    const trans = record.value;
+    let trans = record.value;
+    if (trans.state === "committing") {
+      // One no slot lists (recovery above walks the slots): a machine crash can lose the
+      // lazy `committed` write while a later slot write that dropped it survives (where one
+      // directory's fsync does not carry a rename in another). Settle it before judging its
+      // expiry: its version may be published, and expiring it would answer 410 for a 201.
+      const settled = await recoverCommit(store, transactions, trans.id, settings.now);
+      if (!settled) continue;
+      if (settled.state !== "committing") report.recovered++;
+      trans = settled;
+    }
     const active = trans.state === "open" || trans.state === "committing";
     if (active && nowMs >= transactions.expiresAt(trans).getTime()) {
       await transactions.finish(trans.id, "expired");
