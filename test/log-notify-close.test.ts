@@ -117,4 +117,17 @@ describe("PostgreSQL log store: close() sends its pending change events", () => 
       await allSentHeard();
       expect(heard.events.filter(about(id, 1))).toHaveLength(1);
     }));
+
+  it("an event published on a notifier that never connected, with close() in the same turn, goes out at close()", () =>
+    withWatcher(async ({ heard, writer, allSentHeard }) => {
+      const d = writer();
+      const id = randomUUID();
+      await d.open(id);
+      // close() before the turn ends: the append's send has not run, so no connect was started
+      // (a short-lived writer that appends and exits).
+      await d.append(id, 0, [logEntry("line 0")]);
+      await d.close?.();
+      await allSentHeard();
+      expect(heard.events.filter(about(id, 1))).toHaveLength(1);
+    }));
 });

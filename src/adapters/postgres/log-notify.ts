@@ -189,7 +189,9 @@ export function createPostgresLogNotifier(
       listeners.clear();
       // Whatever is pending goes out before the connection does (publish() takes no more:
       // `closed` is set). The connection waits for a connect in flight, so an event
-      // published just before close on a fresh notifier goes out too.
+      // published just before close on a fresh notifier goes out too; and one whose send
+      // has not run yet (close() in the same turn) starts that connect here.
+      if (pending.size > 0 && !connection.client()) void connection.open();
       await connection.close(sendRemaining);
     },
   };
