@@ -14,7 +14,12 @@
  * so sessions, keep-alive and shutdown are the same as with one socket. Where SO_REUSEPORT is
  * missing the extra sockets fail to bind and the server keeps the ones it has (at least one).
  * SO_REUSEPORT would let another process of the same user bind the port too; a port somebody
- * holds is refused (EADDRINUSE) before the group is bound. `acceptors: 1` binds one plain socket.
+ * holds is refused (EADDRINUSE) before the group is bound. That check cannot close the group:
+ * while it listens, any process with the same effective uid in this network namespace that binds
+ * the port with SO_REUSEPORT joins it and receives a share of new connections (the kernel allows
+ * it, Node offers no way to refuse it), and one that does so between the check and the group's
+ * bind is not refused either. So on a host where other code runs as this user (host-network
+ * containers sharing a uid included), `acceptors: 1` binds one plain socket, which nobody can join.
  */
 import net from "node:net";
 import type { AddressInfo } from "node:net";
@@ -59,8 +64,8 @@ export async function listenAcceptors(options: AcceptorOptions, onConnection: (s
     // A port held by another server — another runner server of the same user included, which
     // SO_REUSEPORT would otherwise let us join and split its connections with — must fail with
     // EADDRINUSE as with one socket: bind it plainly first (it fails if anyone holds it), then
-    // let go and bind the group. (Between the two, another process could take the port: then
-    // the group's first bind fails the same way.)
+    // let go and bind the group. (Between the two, another process could take the port: with a
+    // plain socket the group's first bind fails the same way; with SO_REUSEPORT it is joined.)
     const probe = await listenOne({ host: options.host, port: options.port, backlog: 1, reusePort: false }, (s) => s.destroy());
     await new Promise<void>((resolve) => probe.close(() => resolve()));
   }
