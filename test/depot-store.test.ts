@@ -236,6 +236,8 @@ describe("fs store across processes", () => {
     await writeFile(file("empty"), "");
     await writeFile(file("cut"), wholeText.slice(0, wholeText.length - 3));
     await writeFile(file("zeros"), Buffer.alloc(wholeText.length));
+    // A lazy create is marked (its text starts with a space), so its cut-short text is torn.
+    expect(wholeText.startsWith(" ")).toBe(true);
     for (const key of ["torn/empty", "torn/cut", "torn/zeros"]) {
       expect(await store.getRecord(key), key).toBeNull();
       expect(await store.putRecord(key, { v: 2 }, { ifRevision: "any" }), key).toBeNull();
@@ -249,6 +251,22 @@ describe("fs store across processes", () => {
     // The whole one is untouched, and still listed with the others.
     expect(await store.getRecord("torn/whole")).toEqual({ value: { v: 1 }, revision: whole });
     expect((await store.listRecords("torn/")).keys).toEqual(["torn/cut", "torn/empty", "torn/whole", "torn/zeros"]);
+  });
+
+  it("a damaged durable record is an error, never absent: a create cannot replace it", async () => {
+    const tmp = await tempDir("depot-store-damaged-");
+    cleanups.push(tmp.cleanup);
+    const store = createFsStore(tmp.dir);
+    const revision = await store.putRecord("damaged/version", { v: 1 }, { ifRevision: null });
+    expect(revision).not.toBeNull();
+    const file = join(tmp.dir, "records", "damaged", "version~");
+    const text = await readFile(file, "utf8");
+    expect(text.startsWith("{")).toBe(true);
+    // What a disk fault or a hand edit could leave: the record cut short, unmarked.
+    await writeFile(file, text.slice(0, text.length - 3));
+    await expect(store.getRecord("damaged/version")).rejects.toMatchObject({ code: "INTERNAL" });
+    await expect(store.putRecord("damaged/version", { v: 2 }, { ifRevision: null })).rejects.toMatchObject({ code: "INTERNAL" });
+    expect(await readFile(file, "utf8")).toBe(text.slice(0, text.length - 3));
   });
 
   it("a create-only write on a whole record answers null without its key's lock (a held lock is not waited for)", async () => {

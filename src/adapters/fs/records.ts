@@ -11,6 +11,11 @@
  * its name appears (and a swap, lazy or not, replaces the name only with a flushed file),
  * so a record file that does not parse can only be such a lost create, and it reads as
  * absent, exactly what losing the create means; a later create of the key replaces it.
+ * A lazy create's text starts with a space (LAZY_MARK; JSON allows it), so only a file
+ * that is empty, NUL-filled (what XFS shows of unwritten blocks) or marked lazy counts as
+ * torn: any other unparsable file is a durable record damaged outside the store (a disk
+ * fault, a partial restore, a hand edit) and answers INTERNAL rather than reading as
+ * absent, which would let a create replace a published version.
  */
 import { randomUUID } from "node:crypto";
 import { link, rename, unlink } from "node:fs/promises";
@@ -22,6 +27,9 @@ import type { DurableWrites } from "./durable.js";
 import { openIfExists } from "./files.js";
 import type { RecordLocks } from "./locks.js";
 import { recordPath } from "./record-keys.js";
+
+/** The first byte of a lazy create's file: what tells a torn lazy create from damage. */
+const LAZY_MARK = " ";
 
 /** The first read of a record file: most records fit, so a read is open, read, close. */
 const RECORD_READ_BYTES = 16 * 1024;
@@ -52,7 +60,7 @@ export function createFsRecords(ctx: FsStoreContext, durable: DurableWrites, loc
     const tmp = ctx.tmpPath();
     try {
       // A lazy create is not flushed (see the top of this file).
-      await durable.writeSynced(tmp, content(revision), !lazy);
+      await durable.writeSynced(tmp, lazy ? LAZY_MARK + content(revision) : content(revision), !lazy);
       try {
         await link(tmp, file);
       } catch (error) {
@@ -163,12 +171,18 @@ async function readRecordState(file: string): Promise<RecordFile | "torn" | null
   }
 }
 
-/** A record file's text parsed; `torn` when it is not a whole record (see the top of this file). */
+/**
+ * A record file's text parsed; `torn` when it is what a machine crash leaves of a lazy
+ * create (see the top of this file). INTERNAL for any other text that is not a record.
+ */
 function parseRecord(text: string): RecordFile | "torn" {
+  let parsed: RecordFile | null = null;
   try {
-    const parsed = JSON.parse(text) as RecordFile | null;
-    return parsed !== null && typeof parsed === "object" && typeof parsed.revision === "string" ? parsed : "torn";
+    parsed = JSON.parse(text) as RecordFile | null;
   } catch {
-    return "torn";
+    // Judged below.
   }
+  if (parsed !== null && typeof parsed === "object" && typeof parsed.revision === "string") return parsed;
+  if (text === "" || text.startsWith(LAZY_MARK) || text.charCodeAt(0) === 0) return "torn";
+  throw new RunnerDepotError("INTERNAL", "A record file of the fs store is damaged (it is neither a record nor a torn lazy create)");
 }
