@@ -106,6 +106,17 @@ describe("runner server acceptors", () => {
     await new Promise<void>((resolve) => again.close(() => resolve()));
   });
 
+  it("acceptors outside 1..64 or not an integer is refused before anything binds", async () => {
+    const runner = createRunnerService(createMemoryQueue());
+    try {
+      for (const acceptors of [0, -1, 1.5, 65, Infinity, Number.NaN]) {
+        await expect(startRunnerServer(runner, { port: 0, acceptors }), String(acceptors)).rejects.toThrow(RangeError);
+      }
+    } finally {
+      await runner.close();
+    }
+  });
+
   it.runIf(linux)("a port held by another runner server is refused (EADDRINUSE), not shared through SO_REUSEPORT", async () => {
     const runner = createRunnerService(createMemoryQueue());
     const server = await startRunnerServer(runner, { port: 0 });

@@ -26,6 +26,8 @@ import type { AddressInfo } from "node:net";
 
 /** Default listening sockets on Linux (elsewhere 1). */
 export const DEFAULT_ACCEPTORS = 8;
+/** The most listening sockets a server takes: each is a file descriptor, and more gain nothing on any core count this runs on. */
+export const MAX_ACCEPTORS = 64;
 
 /** The listening sockets of one server. */
 export interface Acceptors {
@@ -57,7 +59,10 @@ export interface AcceptorOptions {
  * const acceptors = await listenAcceptors({ host: "127.0.0.1", port: 0, count: 8, backlog: 4096 }, (s) => h2.emit("connection", s));
  */
 export async function listenAcceptors(options: AcceptorOptions, onConnection: (socket: net.Socket) => void): Promise<Acceptors> {
-  const wanted = process.platform === "linux" ? Math.max(1, Math.floor(options.count)) : 1;
+  if (!Number.isInteger(options.count) || options.count < 1 || options.count > MAX_ACCEPTORS) {
+    throw new RangeError(`acceptors must be an integer from 1 to ${MAX_ACCEPTORS}, got ${options.count}`);
+  }
+  const wanted = process.platform === "linux" ? options.count : 1;
   const reusePort = wanted > 1;
   const servers: net.Server[] = [];
   if (reusePort && options.port !== 0) {
