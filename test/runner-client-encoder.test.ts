@@ -56,6 +56,22 @@ describe("LogItem encoder (byte for byte against protobuf-es toBinary)", () => {
     }
   }
 
+  it("a line given as its bytes encodes exactly as the same line given as text", () => {
+    const enc = createLogItemEncoder(ID);
+    for (const stderr of [false, true]) {
+      for (const line of lines) {
+        const src = Buffer.concat([Buffer.from("pre"), Buffer.from(line, "utf8"), Buffer.from("post")]);
+        const bytes = src.length - 7;
+        const buf = Buffer.alloc(enc.logFrameSize("", bytes, stderr) + 2, 0xee);
+        const end = enc.writeLogFrameBytes(buf, 1, src, 3, 3 + bytes, stderr);
+        expect(end).toBe(buf.length - 1);
+        expect(buf[0]).toBe(0xee);
+        expect(buf[end]).toBe(0xee);
+        expect(buf.subarray(1, end).equals(logFrame(ID, line, stderr))).toBe(true);
+      }
+    }
+  });
+
   it("an empty request ID is omitted like protobuf-es does", () => {
     const expected = toBinary(LogItemSchema, create(LogItemSchema, { requestId: "", event: { case: "log", value: { line: "x", stderr: true } } }));
     expectFrameOf(logFrame("", "x", true), expected);

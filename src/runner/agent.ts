@@ -86,16 +86,29 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
       child.stderr!.resume();
     });
   };
+  // Lines that are valid UTF-8 within the limit go to the client as bytes (no string per
+  // line) unless the caller wants every line as text.
+  const logUtf8 = options.onLine === undefined && client.logUtf8 !== undefined ? client.logUtf8.bind(client) : undefined;
   const out = createLineSplitter((line) => {
     if (stop !== null) return;
     options.onLine?.(line, false);
     pauseForSpool(client.log(line, false));
-  }, { maxLineBytes });
+  }, {
+    maxLineBytes,
+    onBytes: logUtf8 && ((buf, start, end) => {
+      if (stop === null) pauseForSpool(logUtf8(buf, start, end, false));
+    }),
+  });
   const err = createLineSplitter((line) => {
     if (stop !== null) return;
     options.onLine?.(line, true);
     pauseForSpool(client.log(line, true));
-  }, { maxLineBytes });
+  }, {
+    maxLineBytes,
+    onBytes: logUtf8 && ((buf, start, end) => {
+      if (stop === null) pauseForSpool(logUtf8(buf, start, end, true));
+    }),
+  });
   child.stdout!.on("data", (b: Buffer) => out.push(b));
   child.stdout!.on("end", () => out.end());
   child.stderr!.on("data", (b: Buffer) => err.push(b));

@@ -105,6 +105,17 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
   );
   const { schedule, append, rejectAll } = loop;
 
+  // The line being appended, for the two frame writers below: one function each for the
+  // client's life instead of a closure per line (a line costs no allocation but its bytes).
+  let wLine = "";
+  let wBytes = 0;
+  let wSrc: Uint8Array = Buffer.alloc(0);
+  let wStart = 0;
+  let wEnd = 0;
+  let wStderr = false;
+  const writeLine = (buf: Buffer, pos: number) => enc.writeLogFrame(buf, pos, wLine, wBytes, wStderr);
+  const writeBytes = (buf: Buffer, pos: number) => enc.writeLogFrameBytes(buf, pos, wSrc, wStart, wEnd, wStderr);
+
   return {
     log(line, stderr = false) {
       if (st.state === "ending" || st.state === "ended") {
@@ -120,8 +131,26 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
         else stats.lines.stdout += pieces.length - 1;
         for (const piece of pieces) append(piece, stderr);
       } else {
-        spool.append(enc.logFrameSize(line, bytes, stderr), (buf, pos) => enc.writeLogFrame(buf, pos, line, bytes, stderr));
+        wLine = line;
+        wBytes = bytes;
+        wStderr = stderr;
+        spool.append(enc.logFrameSize(line, bytes, stderr), writeLine);
       }
+      stats.items = spool.end;
+      schedule();
+      return spool.bytes < highWater;
+    },
+    logUtf8(src, start, end, stderr = false) {
+      const bytes = end - start;
+      // Over the (possibly lowered) line limit, or not open: the string path's rules.
+      if (bytes > st.maxLineBytes || st.state !== "open") return this.log(Buffer.from(src.buffer, src.byteOffset, src.byteLength).toString("utf8", start, end), stderr);
+      if (stderr) stats.lines.stderr++;
+      else stats.lines.stdout++;
+      wSrc = src;
+      wStart = start;
+      wEnd = end;
+      wStderr = stderr;
+      spool.append(enc.logFrameSize("", bytes, stderr), writeBytes);
       stats.items = spool.end;
       schedule();
       return spool.bytes < highWater;

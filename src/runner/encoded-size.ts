@@ -15,11 +15,22 @@ function varintSize(value: number): number {
   return size;
 }
 
+// The last string measured and its field size: the request ID, the same (often the same
+// string object, see decoder.ts) on every item of a call.
+let lastValue = "";
+let lastSize = 0;
+
 /** Bytes of a string field (tag, length, UTF-8 text); absent when empty. O(length). */
 function stringField(value: string): number {
   if (value.length === 0) return 0;
+  if (value === lastValue) return lastSize;
   const len = Buffer.byteLength(value, "utf8");
-  return 1 + varintSize(len) + len;
+  const size = 1 + varintSize(len) + len;
+  if (value.length <= 64) {
+    lastValue = value;
+    lastSize = size;
+  }
+  return size;
 }
 
 /**

@@ -97,6 +97,33 @@ export function createLogItemEncoder(requestId: string): LogItemEncoder {
       }
       return pos;
     },
+    writeLogFrameBytes(buf, pos, src, start, end, stderr) {
+      const lineBytes = end - start;
+      const c = chunkSize(lineBytes, stderr);
+      const msg = idLen + 1 + varintSize(c) + c;
+      buf[pos] = 0;
+      buf.writeUInt32BE(msg, pos + 1);
+      pos += FRAME_PREFIX_BYTES;
+      pos += idField.copy(buf, pos);
+      buf[pos++] = 0x12;
+      pos = writeVarint(buf, pos, c);
+      if (lineBytes > 0) {
+        buf[pos++] = 0x0a;
+        pos = writeVarint(buf, pos, lineBytes);
+        if (lineBytes <= 256) {
+          // A JS loop beats the native copy's call overhead for a typical line.
+          for (let i = 0; i < lineBytes; i++) buf[pos + i] = src[start + i]!;
+        } else {
+          buf.set(src.subarray(start, end), pos);
+        }
+        pos += lineBytes;
+      }
+      if (stderr) {
+        buf[pos++] = 0x10;
+        buf[pos++] = 0x01;
+      }
+      return pos;
+    },
     endFrame(end) {
       const parts: Buffer[] = [];
       if (end.exitCode !== 0) {
@@ -129,6 +156,11 @@ export interface LogItemEncoder {
   logFrameSize(line: string, lineBytes: number, stderr: boolean): number;
   /** Writes the frame of one log line at `pos`; returns the position after it. */
   writeLogFrame(buf: Buffer, pos: number, line: string, lineBytes: number, stderr: boolean): number;
+  /**
+   * Writes the frame of one log line given as its UTF-8 bytes `src[start, end)` (valid
+   * UTF-8, checked by the caller); the same bytes as `writeLogFrame` with the decoded text.
+   */
+  writeLogFrameBytes(buf: Buffer, pos: number, src: Uint8Array, start: number, end: number, stderr: boolean): number;
   /** The frame of a JobEnd item. */
   endFrame(end: JobEndFields): Buffer;
 }

@@ -4,6 +4,7 @@
  * lines longer than the line limit cut at a character boundary, and a final line
  * without a newline still emitted at the end.
  */
+import { isUtf8 } from "node:buffer";
 
 /** The contract's default line limit: 64 KiB of UTF-8. */
 export const DEFAULT_MAX_LINE_BYTES = 64 * 1024;
@@ -51,6 +52,14 @@ function charStart(b: Uint8Array, at: number): number {
 export interface LineSplitterOptions {
   /** Longest line in UTF-8 bytes (after U+FFFD replacement). Default 64 KiB. */
   maxLineBytes?: number;
+  /**
+   * Called instead of `onLine` for a line that is valid UTF-8 within the limit, with its
+   * bytes `buf[start, end)` (a view valid only during the call): the string `onLine`
+   * would get has exactly these bytes, so a caller that only forwards bytes skips a
+   * decode and a string per line. Other lines (invalid UTF-8, over the limit) still go
+   * to `onLine` as strings.
+   */
+  onBytes?: (buf: Buffer, start: number, end: number) => void;
 }
 
 /** What {@link createLineSplitter} returns. */
@@ -71,6 +80,7 @@ export interface LineSplitter {
 export function createLineSplitter(onLine: (line: string) => void, options: LineSplitterOptions = {}): LineSplitter {
   const max = options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES;
   if (!Number.isInteger(max) || max < 4) throw new RangeError("maxLineBytes must be an integer ≥ 4");
+  const onBytes = options.onBytes;
   let rest: Buffer | null = null;
 
   function emit(buf: Buffer, s: number, e: number): void {
@@ -91,8 +101,16 @@ export function createLineSplitter(onLine: (line: string) => void, options: Line
         rest = null;
       }
       let pos = 0;
+      // One native UTF-8 check per chunk (O(chunk bytes)) over its complete lines: a newline
+      // is a character boundary, so when the whole run is valid, so is every line in it.
+      let valid = false;
+      if (onBytes !== undefined) {
+        const last = buf.lastIndexOf(10);
+        valid = last !== -1 && isUtf8(last + 1 === buf.length ? buf : buf.subarray(0, last + 1));
+      }
       for (let nl = buf.indexOf(10, pos); nl !== -1; nl = buf.indexOf(10, pos)) {
-        emit(buf, pos, nl);
+        if (valid && nl - pos <= max) onBytes!(buf, pos, nl);
+        else emit(buf, pos, nl);
         pos = nl + 1;
       }
       // An unterminated line longer than the limit is sent in pieces now instead of

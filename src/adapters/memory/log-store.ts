@@ -4,9 +4,33 @@ import { applyAppend, applyArchived, applyFinish, applyOpen, cloneJobState, isAr
 import { JobListIndex } from "../../runner/job-list.js";
 import type { JobLogStore, JobState, StoredLine } from "../../runner/ports.js";
 
+/**
+ * A job and its lines, kept as two parallel arrays (text, and a flag number: bit 0 stderr,
+ * bit 1 marker) rather than an object per line: a long log is then one string per line
+ * plus packed small integers, which the garbage collector copies and scans far less
+ * than an object per line. Objects are made only for the lines a read returns.
+ */
 interface Job {
   state: JobState;
-  lines: StoredLine[];
+  texts: string[];
+  flags: number[];
+}
+
+const STDERR = 1;
+const MARKER = 2;
+
+/** Appends the lines to the job's arrays. O(lines). */
+function keep(job: Job, lines: readonly StoredLine[]): void {
+  for (const line of lines) {
+    job.texts.push(line.line);
+    job.flags.push((line.stderr ? STDERR : 0) | (line.marker ? MARKER : 0));
+  }
+}
+
+/** The stored line at `i` as the port's object (marker only when set, as the service writes it). */
+function lineAt(job: Job, i: number): StoredLine {
+  const f = job.flags[i]!;
+  return f & MARKER ? { line: job.texts[i]!, stderr: (f & STDERR) !== 0, marker: true } : { line: job.texts[i]!, stderr: (f & STDERR) !== 0 };
 }
 
 /**
@@ -30,7 +54,7 @@ export function createMemoryLogStore(): JobLogStore {
       live();
       let job = jobs.get(requestId);
       if (!job) {
-        job = { state: newJobState(requestId, options.now ?? new Date(), options.expect ?? false, options.info), lines: [] };
+        job = { state: newJobState(requestId, options.now ?? new Date(), options.expect ?? false, options.info), texts: [], flags: [] };
         jobs.set(requestId, job);
         order.add(job.state);
       } else {
@@ -47,23 +71,23 @@ export function createMemoryLogStore(): JobLogStore {
       live();
       let job = jobs.get(requestId);
       if (!job) {
-        job = { state: newJobState(requestId, now), lines: [] };
+        job = { state: newJobState(requestId, now), texts: [], flags: [] };
         // Only keep the new job when the append is accepted.
         const fresh = newEntries(job.state, at, entries);
         jobs.set(requestId, job);
         order.add(job.state);
-        for (const line of applyAppend(job.state, fresh, now)) job.lines.push({ ...line });
+        keep(job, applyAppend(job.state, fresh, now));
         return cloneJobState(job.state);
       }
       const fresh = newEntries(job.state, at, entries);
-      for (const line of applyAppend(job.state, fresh, now)) job.lines.push({ ...line });
+      keep(job, applyAppend(job.state, fresh, now));
       return cloneJobState(job.state);
     },
     async finish(requestId, result, options = {}) {
       live();
       let job = jobs.get(requestId);
       if (!job) {
-        job = { state: newJobState(requestId, new Date(result.endedAt)), lines: [] };
+        job = { state: newJobState(requestId, new Date(result.endedAt)), texts: [], flags: [] };
         applyFinish(job.state, result, options.at);
         jobs.set(requestId, job);
         order.add(job.state);
@@ -76,7 +100,10 @@ export function createMemoryLogStore(): JobLogStore {
       live();
       const job = jobs.get(requestId);
       if (!job) return [];
-      return job.lines.slice(from, from + limit).map((line) => ({ ...line }));
+      const out: StoredLine[] = [];
+      const to = Math.min(job.texts.length, from + limit);
+      for (let i = Math.max(0, from); i < to; i++) out.push(lineAt(job, i));
+      return out;
     },
     async stale(before) {
       live();
@@ -105,7 +132,10 @@ export function createMemoryLogStore(): JobLogStore {
       live();
       const job = jobs.get(requestId);
       if (!job) return null;
-      if (applyArchived(job.state, archived)) job.lines = [];
+      if (applyArchived(job.state, archived)) {
+        job.texts = [];
+        job.flags = [];
+      }
       return cloneJobState(job.state);
     },
     async prune(before) {

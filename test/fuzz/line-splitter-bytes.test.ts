@@ -1,0 +1,71 @@
+/**
+ * Property test of the line splitter's byte path (`onBytes`, used by runJob to hand lines
+ * to the client without decoding them): for any bytes cut into any reads, the lines given
+ * as bytes plus those given as strings are exactly the lines of the string-only splitter,
+ * in order, and every line given as bytes is valid UTF-8 within the limit.
+ */
+import { isUtf8 } from "node:buffer";
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { createLineSplitter } from "../../src/runner/line-splitter.js";
+import { fuzzParams, fuzzTimeout } from "./settings.js";
+
+// Pieces that make lines: ASCII, newlines, valid multi-byte characters, and bytes that are
+// not UTF-8 (a lone continuation byte, a cut sequence, 0xff).
+const piece = fc.oneof(
+  fc.constantFrom([0x0a], [0x0a], [0x61], [0x62, 0x63], [0xc3, 0xa9], [0xe2, 0x9c, 0x93], [0xf0, 0x9f, 0x98, 0x80]),
+  fc.constantFrom([0x80], [0xff], [0xe2, 0x82], [0xc3]),
+  fc.array(fc.integer({ min: 0x20, max: 0x7e }), { minLength: 1, maxLength: 30 }),
+);
+const input = fc.record({
+  bytes: fc.array(piece, { maxLength: 60 }).map((ps) => Buffer.from(ps.flat())),
+  cuts: fc.array(fc.nat(), { maxLength: 8 }),
+  max: fc.integer({ min: 4, max: 40 }),
+});
+
+function chunksOf(bytes: Buffer, cuts: number[]): Buffer[] {
+  const at = [...new Set(cuts.map((c) => (bytes.length === 0 ? 0 : c % bytes.length)))].sort((a, b) => a - b);
+  const out: Buffer[] = [];
+  let prev = 0;
+  for (const c of [...at, bytes.length]) {
+    out.push(bytes.subarray(prev, c));
+    prev = c;
+  }
+  return out;
+}
+
+describe("fuzz: line splitter, bytes path against the string path", () => {
+  it(
+    "same lines in the same order; byte lines are valid UTF-8 within the limit",
+    () => {
+      for (const params of fuzzParams<[{ bytes: Buffer; cuts: number[]; max: number }]>("line splitter bytes")) {
+        fc.assert(
+          fc.property(input, ({ bytes, cuts, max }) => {
+            const chunks = chunksOf(bytes, cuts);
+            const plain: string[] = [];
+            const a = createLineSplitter((l) => plain.push(l), { maxLineBytes: max });
+            const mixed: string[] = [];
+            const b = createLineSplitter((l) => mixed.push(l), {
+              maxLineBytes: max,
+              onBytes: (buf, s, e) => {
+                const view = buf.subarray(s, e);
+                expect(view.length).toBeLessThanOrEqual(max);
+                expect(isUtf8(view)).toBe(true);
+                mixed.push(view.toString("utf8"));
+              },
+            });
+            for (const c of chunks) {
+              a.push(c);
+              b.push(c);
+            }
+            a.end();
+            b.end();
+            expect(mixed).toEqual(plain);
+          }),
+          params,
+        );
+      }
+    },
+    fuzzTimeout(20_000),
+  );
+});
