@@ -237,8 +237,10 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
           if (fresh.length === 0) return publicState(job.state);
           const stored = applyAppend(next, fresh, now);
           if (stored.length > 0) {
-            let text = "";
-            for (const line of stored) text += encode(line);
+            // Each record encoded once (O(bytes)); the index below reuses them.
+            const records = new Array<string>(stored.length);
+            for (let i = 0; i < stored.length; i++) records[i] = encode(stored[i]!);
+            const text = records.join("");
             const bytes = Buffer.from(text, "utf8");
             const fh = await open(logPath(requestId), job.state.fileBytes === 0 ? "w" : "r+");
             try {
@@ -256,9 +258,12 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
               // Keep the read index current without rescanning.
               let offset = job.state.fileBytes;
               let line = job.state.storedLines;
-              for (const record of stored) {
+              // As many bytes as UTF-16 units only when every record is ASCII (any other
+              // character takes more bytes than units): then a record's length is its size.
+              const ascii = bytes.length === text.length;
+              for (const record of records) {
                 if (line % STRIDE === 0) job.index.push(offset);
-                offset += Buffer.byteLength(encode(record), "utf8");
+                offset += ascii ? record.length : Buffer.byteLength(record, "utf8");
                 line++;
               }
             }
