@@ -8,6 +8,7 @@ import { fork, spawn, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { once } from "node:events";
 import http2 from "node:http2";
+import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
@@ -301,7 +302,12 @@ async function endToEnd(): Promise<string[]> {
 
 /** Runs the runner benchmark and returns its Markdown section. */
 export async function run(): Promise<string> {
-  if (process.env.BENCH_RUNNER_ONLY === "e2e") return ["## Runner: end to end only", ...(await endToEnd())].join("\n");
+  // The machine is shared: the load average says how far these figures are from an idle one.
+  const loadAtStart = os.loadavg()[0]!;
+  const loadLine = () =>
+    `Load average (1 min) at the start and end of this run: ${loadAtStart.toFixed(1)} / ${os.loadavg()[0]!.toFixed(1)} on ${os.cpus().length} cores` +
+    (Math.max(loadAtStart, os.loadavg()[0]!) > os.cpus().length ? " — measured under load (other work on the machine)." : ".");
+  if (process.env.BENCH_RUNNER_ONLY === "e2e") return ["## Runner: end to end only", ...(await endToEnd()), "", loadLine()].join("\n");
   const ours: number[] = [];
   const peer: number[] = [];
   const connect: number[] = [];
@@ -371,5 +377,7 @@ export async function run(): Promise<string> {
     `| server heap per idle stream | ${kib(memOurs.heap)} | ${kib(memPeer.heap)} | ${(memOurs.heap / memPeer.heap).toFixed(2)}× |`,
     `| server external per idle stream | ${kib(memOurs.external)} | ${kib(memPeer.external)} | |`,
     ...(await endToEnd()),
+    "",
+    loadLine(),
   ].join("\n");
 }
