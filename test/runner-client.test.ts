@@ -114,6 +114,27 @@ describe("createRunnerClient: the happy path", () => {
     expect(log.every((l) => l.stderr && !l.marker)).toBe(true);
   });
 
+  it("logUtf8 stores a line's bytes as log() stores its text, and splits one over the line limit the same way", async () => {
+    const requestId = randomUUID();
+    const client = h.client({ requestId, maxLineBytes: 1000 });
+    const long = "ü".repeat(1200);
+    const src = Buffer.from(`<<ok ✓ line>>${long}`);
+    const logUtf8 = client.logUtf8!; // unbound on purpose: it must not depend on `this`
+    logUtf8(src, 2, Buffer.byteLength("<<ok ✓ line"), false);
+    logUtf8(src, src.length - 2400, src.length, true);
+    client.log("after", false);
+    await client.end({ exitCode: 0, success: true });
+    const log = await h.stored(requestId);
+    expect(log.map((l) => [l.line, l.stderr])).toEqual([
+      ["ok ✓ line", false],
+      ["ü".repeat(500), true],
+      ["ü".repeat(500), true],
+      ["ü".repeat(200), true],
+      ["after", false],
+    ]);
+    expect(client.stats.lines).toEqual({ stdout: 2, stderr: 3 });
+  });
+
   it("applies back-pressure: log() returns false over the high-water mark and drained() resolves", async () => {
     const client = h.client({ highWaterMarkBytes: 16 * 1024 });
     let refused = 0;

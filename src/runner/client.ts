@@ -116,7 +116,7 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
   const writeLine = (buf: Buffer, pos: number) => enc.writeLogFrame(buf, pos, wLine, wBytes, wStderr);
   const writeBytes = (buf: Buffer, pos: number) => enc.writeLogFrameBytes(buf, pos, wSrc, wStart, wEnd, wStderr);
 
-  return {
+  const client: RunnerClient = {
     log(line, stderr = false) {
       if (st.state === "ending" || st.state === "ended") {
         throw new RunnerDepotError("INVALID_ARGUMENT", "log() after end(): end is the last item of a job");
@@ -143,7 +143,7 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
     logUtf8(src, start, end, stderr = false) {
       const bytes = end - start;
       // Over the (possibly lowered) line limit, or not open: the string path's rules.
-      if (bytes > st.maxLineBytes || st.state !== "open") return this.log(Buffer.from(src.buffer, src.byteOffset, src.byteLength).toString("utf8", start, end), stderr);
+      if (bytes > st.maxLineBytes || st.state !== "open") return client.log(Buffer.from(src.buffer, src.byteOffset, src.byteLength).toString("utf8", start, end), stderr);
       if (stderr) stats.lines.stderr++;
       else stats.lines.stdout++;
       wSrc = src;
@@ -219,4 +219,5 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
       await sessions.close();
     },
   };
+  return client;
 }
