@@ -72,57 +72,55 @@ export function createLogItemEncoder(requestId: string): LogItemEncoder {
     return (lineBytes > 0 ? 1 + varintSize(lineBytes) + lineBytes : 0) + (stderr ? 2 : 0);
   }
 
+  /**
+   * Writes a log frame up to its line's bytes (gRPC prefix, request id, the log field and,
+   * for a non-empty line, the line field's tag and length); returns where the bytes go.
+   */
+  function writeLogHead(buf: Buffer, pos: number, lineBytes: number, stderr: boolean): number {
+    const c = chunkSize(lineBytes, stderr);
+    const msg = idLen + 1 + varintSize(c) + c;
+    buf[pos] = 0;
+    buf.writeUInt32BE(msg, pos + 1);
+    pos += FRAME_PREFIX_BYTES;
+    pos += idField.copy(buf, pos);
+    buf[pos++] = 0x12; // field 2 (log), wire type 2: present even when empty (oneof member)
+    pos = writeVarint(buf, pos, c);
+    if (lineBytes > 0) {
+      buf[pos++] = 0x0a;
+      pos = writeVarint(buf, pos, lineBytes);
+    }
+    return pos;
+  }
+
+  /** Writes the stderr flag after the line's bytes, when set; returns the frame's end. */
+  function writeLogTail(buf: Buffer, pos: number, stderr: boolean): number {
+    if (stderr) {
+      buf[pos++] = 0x10;
+      buf[pos++] = 0x01;
+    }
+    return pos;
+  }
+
   return {
     logFrameSize(_line, lineBytes, stderr) {
       const c = chunkSize(lineBytes, stderr);
       return FRAME_PREFIX_BYTES + idLen + 1 + varintSize(c) + c;
     },
     writeLogFrame(buf, pos, line, lineBytes, stderr) {
-      const c = chunkSize(lineBytes, stderr);
-      const msg = idLen + 1 + varintSize(c) + c;
-      buf[pos] = 0;
-      buf.writeUInt32BE(msg, pos + 1);
-      pos += FRAME_PREFIX_BYTES;
-      pos += idField.copy(buf, pos);
-      buf[pos++] = 0x12; // field 2 (log), wire type 2: present even when empty (oneof member)
-      pos = writeVarint(buf, pos, c);
-      if (lineBytes > 0) {
-        buf[pos++] = 0x0a;
-        pos = writeVarint(buf, pos, lineBytes);
-        pos = writeString(buf, pos, line, lineBytes);
-      }
-      if (stderr) {
-        buf[pos++] = 0x10;
-        buf[pos++] = 0x01;
-      }
-      return pos;
+      pos = writeLogHead(buf, pos, lineBytes, stderr);
+      if (lineBytes > 0) pos = writeString(buf, pos, line, lineBytes);
+      return writeLogTail(buf, pos, stderr);
     },
     writeLogFrameBytes(buf, pos, src, start, end, stderr) {
       const lineBytes = end - start;
-      const c = chunkSize(lineBytes, stderr);
-      const msg = idLen + 1 + varintSize(c) + c;
-      buf[pos] = 0;
-      buf.writeUInt32BE(msg, pos + 1);
-      pos += FRAME_PREFIX_BYTES;
-      pos += idField.copy(buf, pos);
-      buf[pos++] = 0x12;
-      pos = writeVarint(buf, pos, c);
-      if (lineBytes > 0) {
-        buf[pos++] = 0x0a;
-        pos = writeVarint(buf, pos, lineBytes);
-        if (lineBytes <= 256) {
-          // A JS loop beats the native copy's call overhead for a typical line.
-          for (let i = 0; i < lineBytes; i++) buf[pos + i] = src[start + i]!;
-        } else {
-          buf.set(src.subarray(start, end), pos);
-        }
-        pos += lineBytes;
+      pos = writeLogHead(buf, pos, lineBytes, stderr);
+      if (lineBytes <= 256) {
+        // A JS loop beats the native copy's call overhead for a typical line.
+        for (let i = 0; i < lineBytes; i++) buf[pos + i] = src[start + i]!;
+      } else {
+        buf.set(src.subarray(start, end), pos);
       }
-      if (stderr) {
-        buf[pos++] = 0x10;
-        buf[pos++] = 0x01;
-      }
-      return pos;
+      return writeLogTail(buf, pos + lineBytes, stderr);
     },
     endFrame(end) {
       const parts: Buffer[] = [];
