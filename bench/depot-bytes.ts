@@ -10,16 +10,16 @@
  * nginx comes from Debian (`/usr/sbin/nginx`); it is installed with apt-get only under
  * `npm run bench -- depot-bytes --install-peers`, otherwise its rows say what is missing.
  */
-import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { execFile, type ChildProcess } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { createReadStream } from "node:fs";
-import { mkdir, mkdtemp, open, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
-import net from "node:net";
+import { mkdir, mkdtemp, open, readdir, readFile, rm, stat } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
 import { peerMissing, type SystemPeer } from "./peers.js";
-import { startDepot, waitForPort, stop } from "./children.js";
+import { startDepot, stop } from "./children.js";
+import { freePort, startNginx } from "./nginx.js";
 
 const run$ = promisify(execFile);
 const MiB = 2 ** 20;
@@ -77,17 +77,6 @@ function medianCost(costs: Cost[]): Cost {
   return { ms: median(costs.map((c) => c.ms)), cpu: median(costs.map((c) => c.cpu)) };
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
-
 /** The peer of the upload and download rows (a Debian package). */
 const NGINX: SystemPeer = { name: "nginx", bin: "/usr/sbin/nginx", aptPackage: "nginx", module: "depot-bytes" };
 
@@ -97,50 +86,6 @@ async function findNginx(installPeers: boolean): Promise<{ bin: string } | { mis
   return missing ? { missing } : { bin: NGINX.bin };
 }
 
-/** nginx on 127.0.0.1 (temp config and prefix): static files from `root`, WebDAV PUT under /dav/. */
-async function startNginx(bin: string, work: string, root: string): Promise<{ url: string; child: ChildProcess; version: string }> {
-  const port = await freePort();
-  const prefix = path.join(work, "nginx");
-  await mkdir(path.join(prefix, "logs"), { recursive: true });
-  await mkdir(path.join(root, "dav"), { recursive: true });
-  const conf = path.join(prefix, "nginx.conf");
-  const user = process.getuid?.() === 0 ? "user root;" : "";
-  await writeFile(
-    conf,
-    `${user}
-worker_processes 1;
-daemon off;
-master_process on;
-pid ${prefix}/nginx.pid;
-error_log ${prefix}/logs/error.log warn;
-events { worker_connections 256; }
-http {
-  access_log off;
-  sendfile on;
-  tcp_nopush on;
-  default_type application/octet-stream;
-  client_body_temp_path ${root}/dav-tmp;
-  proxy_temp_path ${prefix}/proxy;
-  fastcgi_temp_path ${prefix}/fastcgi;
-  uwsgi_temp_path ${prefix}/uwsgi;
-  scgi_temp_path ${prefix}/scgi;
-  server {
-    listen 127.0.0.1:${port};
-    root ${root};
-    location /dav/ {
-      dav_methods PUT;
-      create_full_put_path on;
-      client_max_body_size 0;
-    }
-  }
-}
-`,
-  );
-  const child = spawn(bin, ["-p", prefix, "-c", conf], { stdio: ["ignore", "inherit", "inherit"] });
-  await waitForPort(port, child);
-  const { stderr } = await run$(bin, ["-v"]);
-  return { url: `http://127.0.0.1:${port}`, child, version: stderr.trim().replace(/^nginx version: nginx\//, "") };
-}
 
 /** One curl transfer; throws unless the status is `expect`. Same client for the depot and nginx. */
 async function curl(args: string[], expect: number): Promise<string> {
@@ -348,7 +293,7 @@ export async function run(options: { installPeers?: boolean } = {}): Promise<str
     const found = await findNginx(options.installPeers === true);
     let nginx: { url: string; pid: number | undefined; version: string } | undefined;
     if ("bin" in found) {
-      const started = await startNginx(found.bin, work, www);
+      const started = await startNginx(found.bin, work, www, { dav: true });
       children.push(started.child);
       nginx = { url: started.url, pid: started.child.pid, version: started.version };
     }

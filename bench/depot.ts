@@ -4,11 +4,10 @@
  * disk and nginx serving it, all in one run. Catalog and per-package latencies at scale are
  * bench/depot-scale.ts.
  */
-import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { execFile, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { createReadStream, createWriteStream } from "node:fs";
-import { mkdir, mkdtemp, open, rm, writeFile } from "node:fs/promises";
-import net from "node:net";
+import { mkdir, mkdtemp, open, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { Readable } from "node:stream";
@@ -17,7 +16,8 @@ import { promisify } from "node:util";
 import { createFsStore } from "../src/adapters/fs/store.js";
 import { createDepotClient } from "../src/depot/client.js";
 import { peerMissing, type SystemPeer } from "./peers.js";
-import { startDepot, waitForPort, stop } from "./children.js";
+import { startDepot, stop } from "./children.js";
+import { freePort, startNginx } from "./nginx.js";
 
 const run$ = promisify(execFile);
 const MiB = 2 ** 20;
@@ -47,59 +47,9 @@ async function medianOf(runs: number, fn: () => Promise<unknown>, cleanup: () =>
   return median(times);
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
-
 /** The peer of the download and catalog rows. */
 const NGINX: SystemPeer = { name: "nginx", bin: "/usr/sbin/nginx", aptPackage: "nginx", module: "depot" };
 
-/** nginx on 127.0.0.1 with a temp config and prefix, serving `root`; not a system service. */
-async function startNginx(work: string, root: string): Promise<{ url: string; child: ChildProcess }> {
-  const bin = NGINX.bin;
-  const port = await freePort();
-  const prefix = path.join(work, "nginx");
-  await mkdir(path.join(prefix, "logs"), { recursive: true });
-  const conf = path.join(prefix, "nginx.conf");
-  const user = process.getuid?.() === 0 ? "user root;" : "";
-  await writeFile(
-    conf,
-    `${user}
-worker_processes 1;
-daemon off;
-master_process on;
-pid ${prefix}/nginx.pid;
-error_log ${prefix}/logs/error.log warn;
-events { worker_connections 256; }
-http {
-  access_log off;
-  sendfile on;
-  tcp_nopush on;
-  keepalive_requests 100000;
-  default_type application/octet-stream;
-  client_body_temp_path ${prefix}/body;
-  proxy_temp_path ${prefix}/proxy;
-  fastcgi_temp_path ${prefix}/fastcgi;
-  uwsgi_temp_path ${prefix}/uwsgi;
-  scgi_temp_path ${prefix}/scgi;
-  server {
-    listen 127.0.0.1:${port};
-    root ${root};
-  }
-}
-`,
-  );
-  const child = spawn(bin, ["-p", prefix, "-c", conf], { stdio: ["ignore", "inherit", "inherit"] });
-  await waitForPort(port, child);
-  return { url: `http://127.0.0.1:${port}`, child };
-}
 
 /** A plain streaming GET to a file: the same loop for the depot and for nginx. */
 async function fetchToFile(url: string, file: string): Promise<number> {
@@ -199,7 +149,7 @@ export async function run(options: { installPeers?: boolean } = {}): Promise<str
     const dropOut = () => rm(out, { force: true });
     const depotGetMs = await medianOf(3, () => fetchToFile(`${depot.url}/data/big@1.0.0`, out), dropOut);
     const clientGetMs = await medianOf(3, () => client.download("big@1.0.0", { to: out }), dropOut);
-    const nginx = missing ? null : await startNginx(work, www);
+    const nginx = missing ? null : await startNginx(NGINX.bin, work, www);
     if (nginx) children.push(nginx.child);
     const nginxGetMs = nginx ? await medianOf(3, () => fetchToFile(`${nginx.url}/big.tar`, out), dropOut) : null;
     const cpArchiveMs = await medianOf(3, () => run$("cp", [archive, out]), dropOut);

@@ -20,7 +20,8 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const serverScript = path.join(here, "fixtures", "depot-server.ts");
+// The same depot process the tests measure (quiet: this soak provokes timeouts on purpose).
+const serverScript = path.join(here, "..", "test", "fixtures", "depot-client-server.ts");
 const STALLED = 1_000;
 const LOAD_MS = 20_000;
 const WORKERS = 8;
@@ -42,7 +43,7 @@ const percentile = (xs: number[], p: number) => {
 const fmt = (n: number, digits = 1) => n.toFixed(digits);
 
 async function startDepot(dir: string, options: ServerOptions): Promise<{ url: string; port: number; pid: number; child: ChildProcess }> {
-  const child = spawn(process.execPath, ["--import", "tsx", serverScript, dir, JSON.stringify(options)], { stdio: ["pipe", "pipe", "inherit"] });
+  const child = spawn(process.execPath, ["--import", "tsx", serverScript, dir, "--quiet", JSON.stringify(options)], { stdio: ["pipe", "pipe", "inherit"] });
   const line = await new Promise<string>((resolve, reject) => {
     createInterface({ input: child.stdout! }).once("line", resolve);
     child.once("exit", (code) => reject(new Error(`depot server exited with ${code}`)));

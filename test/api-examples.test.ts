@@ -13,6 +13,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { tourProgram } from "../scripts/readme-tour.js";
+import { writeSourceTsconfig } from "./fixtures/source-tsconfig.js";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 
@@ -53,24 +54,11 @@ describe("examples in the documentation", () => {
       path.join(dir, "my-store.ts"),
       'import { createMemoryStore } from "runner-depot/adapters/memory";\nexport function createMyStore(_options: { fresh: boolean }) { return createMemoryStore(); }\n',
     );
-    const src = path.relative(dir, path.join(root, "src"));
-    await writeFile(
-      path.join(dir, "tsconfig.json"),
-      JSON.stringify({
-        compilerOptions: {
-          module: "NodeNext",
-          moduleResolution: "NodeNext",
-          target: "ES2022",
-          lib: ["ES2023", "DOM"],
-          strict: true,
-          noEmit: true,
-          skipLibCheck: true,
-          types: ["node"],
-          typeRoots: [path.join(root, "node_modules/@types")],
-          paths: { "runner-depot": [`${src}/index.ts`], "runner-depot/*": [`${src}/*/index.ts`] },
-        },
-        files,
-      }),
+    await writeSourceTsconfig(
+      dir,
+      root,
+      { lib: ["ES2023", "DOM"], strict: true, noEmit: true, skipLibCheck: true, types: ["node"], typeRoots: [path.join(root, "node_modules/@types")] },
+      { files },
     );
     const output = await new Promise<string>((resolve) => {
       execFile(path.join(root, "node_modules/.bin/tsc"), ["-p", dir], { cwd: dir, maxBuffer: 8 * 1024 * 1024 }, (error, stdout, stderr) => {

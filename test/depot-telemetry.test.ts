@@ -5,9 +5,7 @@
  * through the SDK's in-memory exporter, parented by the caller's `traceparent`; log
  * lines through a real pino logger, with no token in them.
  */
-import { Writable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { pino } from "pino";
 import { MeterProvider, type MetricData } from "@opentelemetry/sdk-metrics";
 import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from "@opentelemetry/sdk-trace";
 import { createFsStore } from "../src/adapters/fs/store.js";
@@ -16,7 +14,7 @@ import { createPackageRouter, type PackageRouter } from "../src/depot/router.js"
 import { servePackageRouter, type PackageServer } from "../src/depot/serve.js";
 import { CachedOpenCount } from "../src/depot/open-count.js";
 import { add, openTransaction, tempDir } from "./fixtures/depot-helpers.js";
-import { MemoryReader, metricsOf } from "./fixtures/telemetry-reader.js";
+import { captureLogs, MemoryReader, metricsOf } from "./fixtures/telemetry-reader.js";
 
 /** Every data point of a metric as `{ attributes, value }` (a histogram's value: its count). */
 function points(metric: MetricData | undefined): Array<{ attributes: Record<string, unknown>; value: number; sum?: number }> {
@@ -27,18 +25,6 @@ function points(metric: MetricData | undefined): Array<{ attributes: Record<stri
   });
 }
 
-/** Log lines written by pino, parsed. */
-function captureLogs() {
-  const lines: string[] = [];
-  const stream = new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      lines.push(...chunk.toString("utf8").split("\n").filter((l) => l.length > 0));
-      done();
-    },
-  });
-  const logger = pino({ level: "debug" }, stream);
-  return { logger, lines, parsed: () => lines.map((l) => JSON.parse(l) as Record<string, unknown>) };
-}
 
 const TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT = "00f067aa0ba902b7";

@@ -12,6 +12,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { sectionCodeBlocks, tourProgram, TOUR_HEADING } from "../scripts/readme-tour.js";
+import { writeSourceTsconfig } from "./fixtures/source-tsconfig.js";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 
@@ -41,18 +42,7 @@ describe("README tour", () => {
     await mkdir(dir, { recursive: true });
     await writeFile(path.join(dir, "tour.mts"), tourProgram(await readFile(path.join(root, "README.md"), "utf8")));
     // What `npm install runner-depot` provides: the package's subpaths, here from source.
-    const src = path.relative(dir, path.join(root, "src"));
-    await writeFile(
-      path.join(dir, "tsconfig.json"),
-      JSON.stringify({
-        compilerOptions: {
-          module: "NodeNext",
-          moduleResolution: "NodeNext",
-          target: "ES2022",
-          paths: { "runner-depot": [`${src}/index.ts`], "runner-depot/*": [`${src}/*/index.ts`] },
-        },
-      }),
-    );
+    await writeSourceTsconfig(dir, root);
 
     const tsx = path.join(root, "node_modules", ".bin", "tsx");
     const { code, stdout, stderr } = await run(tsx, ["tour.mts"], dir);

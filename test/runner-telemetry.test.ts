@@ -9,16 +9,14 @@ import { randomUUID } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Writable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { pino } from "pino";
 import { MeterProvider, type MetricData } from "@opentelemetry/sdk-metrics";
 import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from "@opentelemetry/sdk-trace";
 import { createFsLogStore } from "../src/adapters/fs/index.js";
 import { mintJobToken } from "../src/runner/token.js";
 import type { JobLogStore } from "../src/runner/ports.js";
 import { controlledStream, end, line, send, startHarness, until, type Harness } from "./runner-service-helpers.js";
-import { MemoryReader, metricsOf } from "./fixtures/telemetry-reader.js";
+import { captureLogs, MemoryReader, metricsOf } from "./fixtures/telemetry-reader.js";
 
 /** The value of a metric's points whose attributes include `match` (a histogram's: its count), summed. */
 function valueOf(metrics: Map<string, MetricData>, name: string, match: Record<string, unknown> = {}): number {
@@ -33,17 +31,6 @@ function valueOf(metrics: Map<string, MetricData>, name: string, match: Record<s
   return total;
 }
 
-function captureLogs() {
-  const lines: string[] = [];
-  const stream = new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      lines.push(...chunk.toString("utf8").split("\n").filter((l) => l.length > 0));
-      done();
-    },
-  });
-  const logger = pino({ level: "debug" }, stream);
-  return { logger, lines, parsed: () => lines.map((l) => JSON.parse(l) as Record<string, unknown>) };
-}
 
 /** The fs log store, with its appends counted (the histogram must see each one). */
 function countingStore(dir: string): { store: JobLogStore; appends: () => number } {

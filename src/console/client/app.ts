@@ -9,6 +9,8 @@
  * the live tail arrives over Server-Sent Events that resume with Last-Event-ID.
  */
 import type { AnsiRun } from "./ansi.js";
+// Types only: erased from the function text script.ts ships.
+import type { JobSummary as RunnerJobSummary } from "../../runner/job-list.js";
 
 type Wire = [string, number];
 
@@ -64,24 +66,8 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
     return h("p", { class: "error", role: "alert", text: `Error: ${error instanceof Error ? error.message : String(error)}` });
   }
 
-  interface JobSummary {
-    requestId: string;
-    status: string;
-    outcome: string | null;
-    exitCode: number | null;
-    success: boolean | null;
-    repoUrl: string;
-    commitSha: string;
-    lines: { stdout: number; stderr: number };
-    storedLines: number;
-    storedBytes: number;
-    logTruncated: boolean;
-    startedAt: string | null;
-    endedAt: string | null;
-    createdAt: string;
-    durationMs: number | null;
-    cancellable?: boolean;
-  }
+  /** A job as the console's API sends it: the runner's summary, plus whether it can be cancelled. */
+  type JobSummary = RunnerJobSummary & { cancellable?: boolean };
 
   function stateBadge(job: JobSummary): HTMLElement {
     const failed = job.status === "finished" && job.success === false;
