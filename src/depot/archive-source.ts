@@ -73,6 +73,9 @@ export function createArchiveSources(store: PackageStore, settings: ArchiveSourc
     return { layout: archiveLayout(manifest, json, to.mtime), manifest, json };
   }
 
+  /** The layout cache's key of a delta (manifests and time decide its bytes). */
+  const deltaKey = (from: VersionRecord, to: VersionRecord) => `delta:${from.manifest}:${to.manifest}@${to.mtime}`;
+
   /** Computes (and for a redirecting store, materialises) a delta once; concurrent requests share it. */
   async function deltaRecord(from: VersionRecord, to: VersionRecord): Promise<DeltaRecord> {
     const key = keys.delta(from.name, from.version, to.version);
@@ -81,7 +84,9 @@ export function createArchiveSources(store: PackageStore, settings: ArchiveSourc
     let building = deltaBuilds.get(key);
     if (!building) {
       building = (async () => {
-        const { manifest, json } = await deltaLayout(from, to);
+        const { layout, manifest, json } = await deltaLayout(from, to);
+        // The download that asked for it lays it out next: keep this layout for it.
+        cache.put(deltaKey(from, to), layout);
         const info = await commitArchive(store, manifest, to.mtime, json);
         const record: DeltaRecord = { digest: info.digest, size: info.size, builtAt: settings.now().toISOString() };
         // Deterministic bytes: a concurrent builder elsewhere found the same digest; keep theirs.
@@ -99,7 +104,7 @@ export function createArchiveSources(store: PackageStore, settings: ArchiveSourc
     },
     async delta(from, to) {
       const record = await deltaRecord(from, to);
-      const key = `delta:${from.manifest}:${to.manifest}@${to.mtime}`;
+      const key = deltaKey(from, to);
       const layout = cache.get(key) ?? cache.put(key, (await deltaLayout(from, to)).layout);
       if (layout.size !== record.size) throw new RunnerDepotError("INTERNAL", `Delta ${from.name} ${from.version}→${to.version} lays out to ${layout.size} bytes, its record says ${record.size}`);
       return source(record.digest, layout, `${from.name}-${from.version}-to-${to.version}.tar`);

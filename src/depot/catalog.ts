@@ -20,7 +20,7 @@
  */
 import { RunnerDepotError } from "../errors.js";
 import { packageStates, pageAt, type CatalogPackage, type PagedPackage } from "./catalog-pages.js";
-import { changeHead, readChange, readChanges, SHARD, shardOf } from "./changes.js";
+import { readChange, readChanges, SHARD, shardOf } from "./changes.js";
 import type { PackageStore } from "./ports.js";
 import { emptyRecord, setOwn } from "./records.js";
 
@@ -166,4 +166,3 @@ async function updatedAt(store: PackageStore, position: number): Promise<string 
   return position === 0 ? null : ((await readChange(store, position))?.at ?? null);
 }
 
-export { changeHead };

@@ -13,12 +13,12 @@
  *
  * Cost: O(entries + bytes of the package's live files), each hashed once.
  */
-import { createHash, randomUUID } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { createReadStream } from "node:fs";
 import { lstat, mkdir, readFile, readdir, readlink, rename, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { RunnerDepotError } from "../errors.js";
-import { digestToHex } from "./client-http.js";
+import { digestToHex, sha256OfStream } from "./client-http.js";
 import type { ManifestItem } from "./extract.js";
 
 /**
@@ -132,11 +132,8 @@ export async function writeInstallRecord(stateDir: string, record: InstallRecord
   await rename(tmp, recordFile(stateDir, record.name));
 }
 
-async function sha256(file: string): Promise<string> {
-  const hash = createHash("sha256");
-  for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer);
-  return hash.digest("hex");
-}
+/** The SHA-256 of a file's bytes, hex (the client's one hashing loop). */
+const sha256 = async (file: string): Promise<string> => (await sha256OfStream(createReadStream(file))).hex;
 
 type Kind = UserEntry["type"];
 

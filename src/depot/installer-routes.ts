@@ -19,7 +19,7 @@ import { getAndHead, type RouterContext } from "./router-context.js";
 
 /** Registers the installer routes (GET and HEAD each) on `context.router`. */
 export function registerInstallerRoutes(context: RouterContext): void {
-  const { router, store, base, telemetry, archives, principalOf, visiblePackage, publishedVersion } = context;
+  const { router, store, base, telemetry, archives, principalOf, visiblePackage, publishedVersion, publishedVersions } = context;
 
   const catalogHandler = async (request: IRequest) => {
     await principalOf(request, "read");
@@ -83,7 +83,7 @@ export function registerInstallerRoutes(context: RouterContext): void {
       await principalOf(request, "read", name);
       const fromVersion = parseVersion(decodeSegment(request.params.from!));
       const toVersion = parseVersion(decodeSegment(request.params.to!));
-      const [from, to] = await Promise.all([publishedVersion(name, fromVersion), publishedVersion(name, toVersion)]);
+      const [from, to] = (await publishedVersions(name, [fromVersion, toVersion])) as [VersionRecord, VersionRecord];
       if (span.isRecording()) span.setAttributes({ "depot.package": name, "depot.version": to.version, "depot.from_version": from.version });
       return { source: await archives.delta(from, to), filename: `${name}-${from.version}-to-${to.version}.tar` };
     });

@@ -133,8 +133,8 @@ export function registerPackagerRoutes(context: RouterContext): void {
         problems: [],
       });
     }
-    await transactions.touch(trans.id);
-    const fresh = await transactions.load(trans.id, trans.principal);
+    // The touch hands back the record it wrote; a read only when it could not touch.
+    const fresh = (await transactions.touch(trans.id)) ?? (await transactions.load(trans.id, trans.principal));
     const { items, next } = await summaryItems(store, fresh, page);
     // The problems of this page's items, each judged against the whole tree as stored; the
     // licences' on the first page. The commit checks everything again.

@@ -22,6 +22,8 @@ export interface RouterAccess {
   visiblePackage(name: string): Promise<PackageRecord>;
   /** A published version's record: listed in its package's record (the visibility point) and stored. Two reads. */
   publishedVersion(name: string, version: string | undefined): Promise<VersionRecord>;
+  /** Several published versions of one package (the package's record read once). */
+  publishedVersions(name: string, versions: ReadonlyArray<string | undefined>): Promise<VersionRecord[]>;
 }
 
 /**
@@ -81,13 +83,22 @@ export function createRouterAccess(settings: { store: PackageStore; log: Logger;
 
   /** A published version's record: listed in its package's record (the visibility point) and stored. Two reads. */
   async function publishedVersion(name: string, version: string | undefined): Promise<VersionRecord> {
-    const listed = await visiblePackage(name);
-    const wanted = version ?? listed.latest;
-    if (!listed.versions.includes(wanted)) throw new RunnerDepotError("VERSION_NOT_FOUND", `No version ${wanted} of ${name}`);
-    const record = await store.getRecord<VersionRecord>(keys.version(name, wanted));
-    if (!record) throw new RunnerDepotError("VERSION_NOT_FOUND", `No version ${wanted} of ${name}`);
-    return record.value;
+    return (await publishedVersions(name, [version]))[0]!;
   }
 
-  return { principalOf, referenceAccess, visiblePackage, publishedVersion };
+  /** Published versions of one package: its record read once, then each version's. */
+  async function publishedVersions(name: string, versions: ReadonlyArray<string | undefined>): Promise<VersionRecord[]> {
+    const listed = await visiblePackage(name);
+    return Promise.all(
+      versions.map(async (version) => {
+        const wanted = version ?? listed.latest;
+        if (!listed.versions.includes(wanted)) throw new RunnerDepotError("VERSION_NOT_FOUND", `No version ${wanted} of ${name}`);
+        const record = await store.getRecord<VersionRecord>(keys.version(name, wanted));
+        if (!record) throw new RunnerDepotError("VERSION_NOT_FOUND", `No version ${wanted} of ${name}`);
+        return record.value;
+      }),
+    );
+  }
+
+  return { principalOf, referenceAccess, visiblePackage, publishedVersion, publishedVersions };
 }

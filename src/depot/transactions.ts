@@ -251,10 +251,14 @@ export class Transactions {
     }
   }
 
-  /** Keeps an idle transaction alive (any request on it counts as activity). */
-  async touch(id: string): Promise<void> {
-    await this.mutate(id, () => undefined, { lazy: true }).catch((error: unknown) => {
+  /**
+   * Keeps an idle transaction alive (any request on it counts as activity). Returns the
+   * record as written, or undefined when it is no longer open to touch (committing).
+   */
+  async touch(id: string): Promise<TransactionRecord | undefined> {
+    return this.mutate(id, () => undefined, { lazy: true }).catch((error: unknown) => {
       if (!(error instanceof RunnerDepotError && error.code === "CONFLICT")) throw error;
+      return undefined;
     });
   }
 

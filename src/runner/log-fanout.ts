@@ -10,6 +10,7 @@
  * slow follower costs the store reads it needs and never memory beyond one page.
  */
 import type { JobLogEvent, JobLogStore, JobState, LogEntry, StoredLine } from "./ports.js";
+import { stripUndefined } from "./options.js";
 
 /** Bounds of the fan-out (RunnerServiceOptions.follow). */
 export interface FollowOptions {
@@ -302,6 +303,3 @@ export class LogFanout {
   }
 }
 
-function stripUndefined<T extends object>(value: T): Partial<T> {
-  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as Partial<T>;
-}

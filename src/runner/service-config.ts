@@ -1,5 +1,6 @@
 /** The runner service's options resolved once: defaults filled in, values checked. */
 import type { JobTokenSecret } from "./token.js";
+import { stripUndefined } from "./options.js";
 import { DEFAULT_RUNNER_LIMITS, type PublishRetryOptions, type RunnerLimits, type RunnerServiceOptions } from "./service-contract.js";
 
 /** Options after defaults; what the rest of the service reads. */
@@ -45,6 +46,3 @@ export function resolveConfig(options: RunnerServiceOptions): RunnerConfig {
   };
 }
 
-function stripUndefined<T extends object>(value: T): Partial<T> {
-  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as Partial<T>;
-}
