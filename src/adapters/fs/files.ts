@@ -2,6 +2,7 @@
  * File helpers shared by the fs adapters (package store, job log store, log archive).
  * Each is one or two syscalls: O(1).
  */
+import { unlinkSync } from "node:fs";
 import { open, type FileHandle } from "node:fs/promises";
 
 /** Opens `path` for reading; null when it does not exist (never written, or removed). */
@@ -29,5 +30,18 @@ export async function syncDirBestEffort(dir: string): Promise<void> {
     // Some platforms cannot fsync a directory; the rename is still atomic.
   } finally {
     await fh?.close();
+  }
+}
+
+/**
+ * Removes `path` inline (one unlink(2) on the calling thread), ignoring failure: the
+ * callers drop a temp name or a lock that may already be gone. Inline because a round trip
+ * through libuv's thread pool costs more CPU than the call (see durable.ts).
+ */
+export function unlinkQuietly(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch {
+    // Already gone (or never made): nothing to drop.
   }
 }

@@ -7,11 +7,13 @@
  * is older than `staleLockMs`.
  */
 import { randomUUID } from "node:crypto";
+import { linkSync } from "node:fs";
 import { link, readFile, rename, stat, unlink, writeFile } from "node:fs/promises";
 import { hostname } from "node:os";
 import { dirname, join } from "node:path";
 import { RunnerDepotError } from "../../errors.js";
 import type { FsStoreContext } from "./context.js";
+import { unlinkQuietly } from "./files.js";
 
 /** Tells this process's locks from those of an earlier process that had the same pid. */
 const INCARNATION = randomUUID();
@@ -72,16 +74,16 @@ export function createLocks(ctx: FsStoreContext, options: LockOptions): RecordLo
     try {
       return await work();
     } finally {
-      await unlink(lock).catch(() => undefined);
+      unlinkQuietly(lock);
     }
   }
 
-  /** Creates the lock file as a hard link of the owner file; true when taken, false when held. */
+  /** Creates the lock file as a hard link of the owner file (inline, see durable.ts); true when taken, false when held. */
   async function takeLock(lock: string): Promise<boolean> {
     for (let attempt = 0; ; attempt++) {
       const { path } = await owner.get(attempt > 0);
       try {
-        await link(path, lock);
+        linkSync(path, lock);
         return true;
       } catch (error) {
         const code = (error as NodeJS.ErrnoException).code;

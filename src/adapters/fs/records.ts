@@ -16,15 +16,17 @@
  * torn: any other unparsable file is a durable record damaged outside the store (a disk
  * fault, a partial restore, a hand edit) and answers INTERNAL rather than reading as
  * absent, which would let a create replace a published version.
+ *
+ * Every call here but an fsync runs inline (see durable.ts for why).
  */
 import { randomUUID } from "node:crypto";
-import { link, rename, unlink } from "node:fs/promises";
+import { closeSync, linkSync, openSync, readSync, renameSync, unlinkSync } from "node:fs";
 import { join } from "node:path";
 import type { PackageStore, StoredRecord } from "../../depot/ports.js";
 import { RunnerDepotError } from "../../errors.js";
 import type { FsStoreContext } from "./context.js";
 import type { DurableWrites } from "./durable.js";
-import { openIfExists } from "./files.js";
+import { unlinkQuietly } from "./files.js";
 import type { RecordLocks } from "./locks.js";
 import { recordPath } from "./record-keys.js";
 
@@ -62,7 +64,7 @@ export function createFsRecords(ctx: FsStoreContext, durable: DurableWrites, loc
       // A lazy create is not flushed (see the top of this file).
       await durable.writeSynced(tmp, lazy ? LAZY_MARK + content(revision) : content(revision), !lazy);
       try {
-        await link(tmp, file);
+        linkSync(tmp, file);
       } catch (error) {
         if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
         // Taken, unless by a torn lazy create (it reads as absent): this one replaces it,
@@ -73,13 +75,13 @@ export function createFsRecords(ctx: FsStoreContext, durable: DurableWrites, loc
         if ((await readRecordState(file)) !== "torn") return null;
         const replaced = await locks.withLock(file, async () => {
           if ((await readRecordState(file)) !== "torn") return false;
-          await rename(tmp, file);
+          renameSync(tmp, file);
           return true;
         });
         if (!replaced) return null;
       }
     } finally {
-      await unlink(tmp).catch(() => undefined); // the linked (or renamed) name keeps the file
+      unlinkQuietly(tmp); // the linked (or renamed) name keeps the file
     }
     if (!lazy) await durable.fsyncDir(join(file, ".."));
     return revision;
@@ -125,7 +127,7 @@ export function createFsRecords(ctx: FsStoreContext, durable: DurableWrites, loc
             const current = await readRecordFile(file);
             if (!current) return false;
             if (cond && cond.ifRevision !== null && cond.ifRevision !== current.revision) return false;
-            await unlink(file);
+            unlinkSync(file);
             if (!cond?.lazy) await durable.fsyncDir(join(file, ".."));
             return true;
           })
@@ -152,13 +154,18 @@ async function readRecordFile(file: string): Promise<RecordFile | null> {
 
 /** A record file's content, null when there is none, `torn` when it does not parse (a lazy create cut by a machine crash). */
 async function readRecordState(file: string): Promise<RecordFile | "torn" | null> {
-  const handle = await openIfExists(file);
-  if (!handle) return null;
+  let fd: number;
+  try {
+    fd = openSync(file, "r");
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return null;
+    throw error;
+  }
   try {
     let buffer = Buffer.allocUnsafe(RECORD_READ_BYTES);
     let length = 0;
     for (;;) {
-      const { bytesRead } = await handle.read(buffer, length, buffer.length - length, length);
+      const bytesRead = readSync(fd, buffer, length, buffer.length - length, length);
       length += bytesRead;
       if (bytesRead === 0 || length < buffer.length) break;
       const larger = Buffer.allocUnsafe(buffer.length * 4);
@@ -167,7 +174,7 @@ async function readRecordState(file: string): Promise<RecordFile | "torn" | null
     }
     return parseRecord(buffer.toString("utf8", 0, length));
   } finally {
-    await handle.close();
+    closeSync(fd);
   }
 }
 
