@@ -228,9 +228,11 @@ export class Commits {
     let version = existing?.value;
     if (!version) {
       const manifestJson = Buffer.from(JSON.stringify(manifest), "utf8");
-      const manifestBlob = await this.store.putBlob(once(manifestJson));
-      // One pass over the assembled archive: its digest and size, no second copy of the bytes.
-      const archive = await commitArchive(this.store, manifest, mtime, manifestJson);
+      // The manifest blob is flushed while the archive is hashed (one pass over the
+      // assembled archive: its digest and size, no second copy of the bytes); the version
+      // record below needs both. A crash between them leaves at most an unreferenced blob,
+      // which garbage collection takes.
+      const [manifestBlob, archive] = await Promise.all([this.store.putBlob(once(manifestJson)), commitArchive(this.store, manifest, mtime, manifestJson)]);
       version = {
         name: t.name,
         version: t.version,
@@ -252,23 +254,27 @@ export class Commits {
         version = winner.value;
       }
     }
-    // Visible in its package's record, then one position in the change sequence (packages.ts).
-    const position = await publishVersion(this.store, t.name, t.version, this.settings.now());
     const result: CommitResult = {
       name: t.name,
       version: t.version,
       digest: version.digest,
       location: `/data/${t.name}@${t.version}`,
     };
-    // Lazy: the version is durable and listed by now, and a machine crash that loses this
+    // Lazy: the version is durable and listed by then, and a machine crash that loses this
     // write leaves the transaction `committing` under a dead attempt, still listed in its
     // slot (kept below), which recovery rolls forward to this same answer (recovery.ts).
-    const { value: done } = await updateRecord<TransactionRecord>(this.store, keys.trans(t.id), (current) =>
-      current && current.value.state !== "committed"
-        ? { ...withoutAttempts(current.value), ...totals(t, items), state: "committed", result, finishedAt: this.settings.now().toISOString() }
-        : undefined,
-      { guess: true, lazy: true },
-    );
+    // Written beside the drop of the sequencing claim (both lazy; packages.ts).
+    const finished: { done?: TransactionRecord } = {};
+    const markCommitted = async () => {
+      ({ value: finished.done } = await updateRecord<TransactionRecord>(this.store, keys.trans(t.id), (current) =>
+        current && current.value.state !== "committed"
+          ? { ...withoutAttempts(current.value), ...totals(t, items), state: "committed", result, finishedAt: this.settings.now().toISOString() }
+          : undefined,
+        { guess: true, lazy: true },
+      ));
+    };
+    // Visible in its package's record, then one position in the change sequence (packages.ts).
+    const position = await publishVersion(this.store, t.name, t.version, this.settings.now(), { sequenced: markCommitted });
     // After the answer: readers of this package may now add its bytes by reference
     // (references.ts: one create-only write per distinct digest, about 10 ms each on the fs
     // store with fsync, so 10,000 items would add a minute to the commit), and the working
@@ -283,7 +289,7 @@ export class Commits {
       .catch(() => undefined)
       .then(() => compactAfter(this.store, position))
       .catch(() => undefined)
-      .then(() => (done ? this.transactions.dropWorkingRecords(done, { keepSlot: true }) : undefined))
+      .then(() => (finished.done ? this.transactions.dropWorkingRecords(finished.done, { keepSlot: true }) : undefined))
       .catch(() => undefined)
       .finally(() => this.afterAnswer.delete(later));
     this.afterAnswer.add(later);

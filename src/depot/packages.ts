@@ -48,6 +48,16 @@ export interface SequencingClaim {
   since?: number;
 }
 
+/** Options of {@link publishVersion}. */
+export interface PublishOptions {
+  /**
+   * Work to run once the version is listed and has its change entry (or was found so),
+   * beside the lazy drop of the sequencing claim: a commit writes its transaction
+   * `committed` here. Called at most once; not called when publishing fails before.
+   */
+  sequenced?: () => Promise<unknown>;
+}
+
 /** The record key of a package. */
 export const packageKey = (name: string) => `pkg/${name}`;
 
@@ -62,9 +72,9 @@ export async function readPackage(store: PackageStore, name: string): Promise<Pa
  * to call again for the same version, from any process, at any time. O(versions of this
  * package) plus, after a takeover, O(changes since the dead claim). Returns the position
  * this call appended, or null when it appended none (callers compact a shard it completed:
- * catalog-pages.ts).
+ * catalog-pages.ts). `options.sequenced` runs beside the claim's drop (step 5 beside step 4).
  */
-export async function publishVersion(store: PackageStore, name: string, version: string, now: Date): Promise<number | null> {
+export async function publishVersion(store: PackageStore, name: string, version: string, now: Date, options: PublishOptions = {}): Promise<number | null> {
   const claim = startAttempt();
   try {
     const nowMs = now.getTime();
@@ -91,13 +101,17 @@ export async function publishVersion(store: PackageStore, name: string, version:
         pending: { ...existing?.pending, [version]: mine },
       };
     }, { guess: true });
-    if (!changed) return null;
+    if (!changed) {
+      await options.sequenced?.();
+      return null;
+    }
     const record = value!;
     const appended = takeoverFrom !== undefined && (await findRecentChange(store, name, version, takeoverFrom - CLOCK_MARGIN_MS)) !== null;
     const position = appended ? null : await appendChange(store, { name, version, first: record.firstVersion === version, at: now.toISOString() });
     // Lazy: a claim a machine crash keeps is a dead claim, taken over as above (the scan
-    // finds the entry), so it need not reach the disk before the commit answers.
-    await updateRecord<PackageRecord>(
+    // finds the entry), so it need not reach the disk before the commit answers. The
+    // caller's `sequenced` work runs beside it: neither waits for the other's flush.
+    const dropClaim = updateRecord<PackageRecord>(
       store,
       packageKey(name),
       (current) => {
@@ -110,6 +124,7 @@ export async function publishVersion(store: PackageStore, name: string, version:
       },
       { lazy: true, guess: true },
     );
+    await Promise.all([dropClaim, options.sequenced?.()]);
     return position;
   } finally {
     endAttempt(claim);
