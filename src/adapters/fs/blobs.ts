@@ -4,7 +4,8 @@
  * to its digest's name, so a blob appears whole or not at all.
  */
 import { createHash } from "node:crypto";
-import { open, readdir, rename, rm, stat, type FileHandle } from "node:fs/promises";
+import { renameSync, statSync } from "node:fs";
+import { open, readdir, rm, type FileHandle } from "node:fs/promises";
 import { join } from "node:path";
 import type { BlobInfo, BlobReader, ByteRange, PackageStore, PutBlobOptions } from "../../depot/ports.js";
 import { RunnerDepotError } from "../../errors.js";
@@ -58,7 +59,8 @@ export function createFsBlobs(ctx: FsStoreContext, durable: DurableWrites): FsBl
         // Bytes already stored (a re-upload): keep the blob there, drop the copy. Renaming
         // over it would free the old file's blocks and, on ext4 (auto_da_alloc), start
         // writing the new one out: for 256 MiB that doubled the upload's system time.
-        if ((await stat(final).catch(() => null))?.size === size) {
+        // stat and rename inline, as the record calls (durable.ts): no thread-pool round trip.
+        if (statSync(final, { throwIfNoEntry: false })?.size === size) {
           await handle.close();
           handle = undefined;
           await rm(tmp, { force: true });
@@ -70,7 +72,7 @@ export function createFsBlobs(ctx: FsStoreContext, durable: DurableWrites): FsBl
         await handle.close();
         handle = undefined;
         await durable.ensureDir(join(final, ".."));
-        await rename(tmp, final);
+        renameSync(tmp, final);
         await durable.fsyncDir(join(final, ".."));
         return { digest, size };
       } catch (error) {
@@ -109,7 +111,7 @@ export function createFsBlobs(ctx: FsStoreContext, durable: DurableWrites): FsBl
       await ctx.init();
       const path = blobPath(digest);
       if (!path) return null;
-      const info = await stat(path).catch(() => null);
+      const info = statSync(path, { throwIfNoEntry: false }); // inline (durable.ts)
       return info ? { size: info.size } : null;
     },
 

@@ -8,6 +8,8 @@ import { join } from "node:path";
 import { RunnerDepotError } from "../../errors.js";
 
 const SAFE_SEGMENT_CHAR = /[A-Za-z0-9._@+=-]/;
+/** A segment that encodes to itself: safe characters only, not starting with '.'. */
+const ALL_SAFE = /^[A-Za-z0-9_@+=-][A-Za-z0-9._@+=-]*$/;
 /** Below the 255-byte name limit of common filesystems, leaving room for the `~.lock` suffix. */
 const MAX_ENCODED_SEGMENT = 240;
 
@@ -20,6 +22,8 @@ export function recordPath(recordsDir: string, key: string): string {
 /** Percent-encodes a key segment into a file name: no '/', no leading '.', no '~', bounded length. */
 export function encodeSegment(segment: string): string {
   if (segment === "") return "%";
+  // Most segments (ids, hashes, names, versions) need no escape: one regex test, no walk.
+  if (segment.length <= MAX_ENCODED_SEGMENT && ALL_SAFE.test(segment)) return segment;
   let out = "";
   for (const [i, ch] of [...segment].entries()) {
     if (SAFE_SEGMENT_CHAR.test(ch) && !(i === 0 && ch === ".")) out += ch;
