@@ -6,7 +6,8 @@
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { LogItemSchema } from "../src/gen/runner/v1/runner_pb.js";
-import { decodeLogItem } from "../src/runner/decoder.js";
+import { decodeLogItem, decodeReceivedLine } from "../src/runner/decoder.js";
+import { toLogItem } from "../src/runner/received-line.js";
 
 const ID = "0b6c6f0e-9f8e-4c4b-a0c1-2f3e4d5c6b7a";
 
@@ -93,6 +94,70 @@ describe("fast-path LogItem decoder", () => {
       const fast = decodeAt(mutated);
       if (fast === null) continue;
       expect(fast).toStrictEqual(fromBinary(LogItemSchema, mutated));
+      agreed++;
+    }
+    expect(agreed).toBeGreaterThan(1000);
+  });
+});
+
+/** The received-line decoder on `bytes` placed inside a larger buffer, and the message it stands for. */
+function receivedAt(bytes: Buffer) {
+  const buf = Buffer.concat([Buffer.from([9, 9, 9]), bytes, Buffer.from([7, 7])]);
+  const line = decodeReceivedLine(buf, 3, 3 + bytes.length);
+  return { buf, line, item: line === null ? null : toLogItem(line) };
+}
+
+describe("fast-path received-line decoder (the line kept as bytes)", () => {
+  const lines = ["", "x".repeat(99), "x".repeat(128), "x".repeat(70_000), "héllo wörld € 😀", "\ufeffbom", "a\ufffdb", "tab\tand\0nul"];
+
+  it("stands for exactly what fromBinary returns, and keeps the line as a range of the frame's buffer", () => {
+    for (const id of [ID, ID.toUpperCase(), ""]) {
+      for (const text of lines) {
+        for (const stderr of [false, true]) {
+          const bytes = logBytes(id, text, stderr);
+          const { buf, line, item } = receivedAt(bytes);
+          expect(line).not.toBeNull();
+          expect(item).toStrictEqual(fromBinary(LogItemSchema, bytes));
+          // No copy: the bytes are read where they arrived.
+          expect(line!.buf).toBe(buf);
+          expect(line!.bytes).toBe(Buffer.byteLength(text));
+          expect(buf.toString("utf8", line!.start, line!.end)).toBe(text);
+        }
+      }
+    }
+  });
+
+  it("declines invalid UTF-8 anywhere in the line (protobuf-es refuses it), and what the message decoder declines but a literal U+FFFD", () => {
+    const bad = [
+      [0xff],
+      [0x41, 0xc3], // cut two-byte sequence
+      [0xed, 0xa0, 0x80], // an encoded surrogate
+      [0xc0, 0x80], // overlong NUL
+      [0x41, 0x42, 0xf4, 0x90, 0x80, 0x80], // past U+10FFFF
+    ];
+    for (const b of bad) {
+      const bytes = Buffer.from([0x12, b.length + 2, 0x0a, b.length, ...b]);
+      expect(() => fromBinary(LogItemSchema, bytes)).toThrow(/utf-8/i);
+      expect(receivedAt(bytes).line).toBeNull();
+    }
+    const end = Buffer.from(toBinary(LogItemSchema, create(LogItemSchema, { requestId: ID, event: { case: "end", value: { exitCode: 1, success: false } } })));
+    const unknownField = Buffer.concat([logBytes(ID, "a", false), Buffer.from([0x20, 0x01])]);
+    for (const bytes of [end, unknownField, Buffer.from([0x12, 0x02, 0x10, 0x02])]) expect(receivedAt(bytes).line).toBeNull();
+  });
+
+  it("random mutations: whenever either decoder decodes, the received line agrees with fromBinary, and it declines nothing the message decoder takes", () => {
+    let seed = 777;
+    const rand = () => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff), seed);
+    let agreed = 0;
+    for (let i = 0; i < 20_000; i++) {
+      const bytes = Buffer.from(logBytes(i % 2 ? ID : "", i % 5 === 0 ? "é line " + i : "line " + i, i % 3 === 0));
+      const op = rand() % 3;
+      const at = rand() % bytes.length;
+      const mutated = op === 0 ? (bytes.writeUInt8(rand() % 256, at), bytes) : op === 1 ? Buffer.concat([bytes.subarray(0, at), bytes.subarray(at + 1)]) : Buffer.concat([bytes.subarray(0, at), Buffer.from([rand() % 256]), bytes.subarray(at)]);
+      const { item } = receivedAt(mutated);
+      if (decodeAt(mutated) !== null) expect(item).not.toBeNull();
+      if (item === null) continue;
+      expect(item).toStrictEqual(fromBinary(LogItemSchema, mutated));
       agreed++;
     }
     expect(agreed).toBeGreaterThan(1000);

@@ -391,3 +391,50 @@ describe("runner gRPC fast path: routing and back-pressure", () => {
     }
   });
 });
+
+describe("runner gRPC fast path: lines kept as bytes from the frame to the memory store", () => {
+  it("every line reads back as sent (non-ASCII, a literal U+FFFD, empty, across the store's blocks); an over-long one is cut with its marker; onLog and follow() get plain objects", async () => {
+    const queue = createMemoryQueue();
+    const logs = createMemoryLogStore();
+    const hooked: unknown[] = [];
+    const runner = createRunnerService(queue, { logs, limits: { lineBytes: 1000 }, onLog: (e) => hooked.push(...e.lines) });
+    const server = await startRunnerServer(runner, { port: 0 });
+    try {
+      const id = randomUUID();
+      const texts = Array.from({ length: 3000 }, (_, i) =>
+        i % 7 === 0 ? "" : i % 7 === 1 ? `é€😀 ${i}` : i % 7 === 2 ? `a\ufffdb ${i}` : `${"x".repeat(i % 900)} ${i}`,
+      );
+      texts[1500] = "y".repeat(1500); // over the 1,000-byte line limit
+      const followed: unknown[] = [];
+      const stop = new AbortController();
+      const following = (async () => {
+        for await (const l of runner.follow(id, { signal: stop.signal })) followed.push(l);
+      })().catch(() => undefined);
+      const body = Buffer.concat([...texts.map((t, i) => frame(line(id, t, i % 5 === 0))), frame(end(id, 0, true))]);
+      // 64 KiB writes: lines cut across DATA frames and request chunks, as a client sends them.
+      const steps: Buffer[] = [];
+      for (let at = 0; at < body.length; at += 65_536) steps.push(body.subarray(at, at + 65_536));
+      const wire = await rawCall(server.url, steps);
+      expect(wire.trailers).toMatchObject({ "grpc-status": "0", "runner-committed": String(texts.length + 1) });
+
+      const expected = texts.flatMap((t, i) =>
+        i === 1500
+          ? [{ line: "y".repeat(1000), stderr: true }, { line: "[runner-depot] line truncated: 1500 bytes, kept 1000", stderr: true, marker: true }]
+          : [{ line: t, stderr: i % 5 === 0 }],
+      );
+      expect(await logs.read(id)).toEqual(expected);
+      // A window in the middle reads the same lines (the store finds the block holding `from`).
+      expect(await logs.read(id, 2345, 10)).toEqual(expected.slice(2345, 2355));
+      expect(hooked).toEqual(expected);
+      await until(() => followed.length === expected.length, "the follower's lines");
+      expect(followed).toEqual(expected);
+      // Plain objects: nothing handed out is a view of a request buffer.
+      for (const l of [...hooked, ...followed]) expect(Object.getPrototypeOf(l)).toBe(Object.prototype);
+      stop.abort();
+      await following;
+    } finally {
+      await server.close();
+      await runner.close();
+    }
+  }, 60_000);
+});

@@ -3,7 +3,7 @@
  * StreamLogs call, and the batch protocol a request iterable may offer the service.
  */
 import { createContextKey } from "@connectrpc/connect";
-import type { LogItem } from "../gen/runner/v1/runner_pb.js";
+import type { CallItem, ReceivedLine } from "./received-line.js";
 
 /**
  * Context value a server sets so a call ends UNAVAILABLE (with `runner-committed`)
@@ -34,7 +34,10 @@ export const kMessageBytes = createContextKey<number | undefined>(undefined, { d
  */
 export const kItemBatches: unique symbol = Symbol.for("runner-depot.itemBatches");
 
-/** A source of items in batches: resolves with the next non-empty batch, or null at the end. */
+/**
+ * A source of items in batches: resolves with the next non-empty batch, or null at the end.
+ * Items may be {@link ReceivedLine}s (a log line kept as bytes), which only the service reads.
+ */
 export interface ItemBatchSource {
-  [kItemBatches](): () => Promise<readonly LogItem[] | null>;
+  [kItemBatches](): () => Promise<readonly CallItem[] | null>;
 }

@@ -13,6 +13,7 @@ import { kMessageBytes } from "./call-context.js";
 import { uErr, type CallHandle, type RunnerCore, type Slot } from "./job-table.js";
 import { EndedSignal, explainRefusal } from "./ended.js";
 import { settlePendingPublish } from "./end-publish.js";
+import { plainLine } from "./received-line.js";
 
 /** Queued entries past which a call waits for the store (back-pressure). */
 const BACKPRESSURE_ITEMS = 8192;
@@ -166,7 +167,8 @@ export class CallRun implements CallHandle {
     const onLog = this.core.options.onLog;
     if (!onLog) return;
     const lines: StoredLine[] = [];
-    for (const entry of batch) for (const line of entry.stored) lines.push(line);
+    // Plain objects: a received line is a view of the request's buffer, not for the host to keep.
+    for (const entry of batch) for (const line of entry.stored) lines.push(plainLine(line));
     if (lines.length > 0) this.core.safe(() => onLog({ requestId: this.id, lines, committed }));
   }
 

@@ -6,7 +6,9 @@
  * full parser, so errors and edge cases stay protobuf-es's. test/runner-fastpath-decoder.test.ts
  * checks it against protobuf-es.
  */
+import { isUtf8 } from "node:buffer";
 import type { LogItem } from "../gen/runner/v1/runner_pb.js";
+import { ReceivedLine } from "./received-line.js";
 
 /**
  * Decodes a length varint of at most 5 bytes; -1 when malformed, out of range or not
@@ -121,4 +123,71 @@ export function decodeLogItem(buf: Buffer, start: number, end: number): LogItem 
     requestId: requestId ?? "",
     event: { case: "log", value: { $typeName: "runner.v1.LogChunk", line: line ?? "", stderr } },
   };
+}
+
+/** True when `buf[start, end)` is valid UTF-8: a JS pass for ASCII (the common line), the native check otherwise. O(bytes). */
+function validUtf8(buf: Buffer, start: number, end: number): boolean {
+  let or = 0;
+  for (let i = start; i < end; i++) or |= buf[i]!;
+  return or < 0x80 || isUtf8(buf.subarray(start, end));
+}
+
+/**
+ * Decodes the same messages as {@link decodeLogItem} (and those whose line holds a literal
+ * U+FFFD) into a {@link ReceivedLine}: the line stays bytes in `buf`, checked to be valid
+ * UTF-8 (as protobuf-es checks it), and no string or message object is made for it.
+ * Returns null for anything else, which the caller hands to the general parser. O(bytes).
+ *
+ * @example
+ * const item = decodeReceivedLine(frame, 5, frame.length) ?? fromBinary(LogItemSchema, frame.subarray(5));
+ */
+export function decodeReceivedLine(buf: Buffer, start: number, end: number): ReceivedLine | null {
+  let pos = start;
+  let requestId: string | null = null;
+  let lineStart = -1;
+  let lineEnd = -1;
+  let stderr = false;
+  let seenLog = false;
+  while (pos < end) {
+    const tag = buf[pos++]!;
+    if (tag === 0x0a && requestId === null) {
+      const len = readLength(buf, pos, end);
+      if (len < 0) return null;
+      pos += lengthBytes(len);
+      if (pos + len > end) return null;
+      requestId = requestIdText(buf, pos, pos + len);
+      if (requestId === null) return null;
+      pos += len;
+    } else if (tag === 0x12 && !seenLog) {
+      seenLog = true;
+      const len = readLength(buf, pos, end);
+      if (len < 0) return null;
+      pos += lengthBytes(len);
+      const stop = pos + len;
+      if (stop > end) return null;
+      let seenStderr = false;
+      while (pos < stop) {
+        const inner = buf[pos++]!;
+        if (inner === 0x0a && lineStart < 0) {
+          const n = readLength(buf, pos, stop);
+          if (n < 0) return null;
+          pos += lengthBytes(n);
+          if (pos + n > stop || !validUtf8(buf, pos, pos + n)) return null;
+          lineStart = pos;
+          lineEnd = pos + n;
+          pos += n;
+        } else if (inner === 0x10 && !seenStderr && pos < stop && buf[pos]! <= 1) {
+          seenStderr = true;
+          stderr = buf[pos++] === 1;
+        } else {
+          return null;
+        }
+      }
+    } else {
+      return null;
+    }
+  }
+  if (!seenLog) return null;
+  if (lineStart < 0) lineStart = lineEnd = pos;
+  return new ReceivedLine(requestId ?? "", buf, lineStart, lineEnd, stderr);
 }

@@ -42,7 +42,7 @@ export function encodedSize(item: LogItem, lineBytes: number): number {
   let size = stringField(item.requestId);
   let inner = 0;
   if (item.event.case === "log") {
-    inner = (lineBytes === 0 ? 0 : 1 + varintSize(lineBytes) + lineBytes) + (item.event.value.stderr ? 2 : 0);
+    return logItemSize(item.requestId, lineBytes, item.event.value.stderr);
   } else if (item.event.case === "end") {
     const end = item.event.value;
     inner = (end.exitCode !== 0 ? 1 + varintSize(end.exitCode) : 0) + (end.success ? 2 : 0) + stringField(end.repoUrl) + stringField(end.commitSha);
@@ -51,4 +51,13 @@ export function encodedSize(item: LogItem, lineBytes: number): number {
   }
   size += 1 + varintSize(inner) + inner;
   return size;
+}
+
+/**
+ * Bytes of a log item (request ID, a line of `lineBytes` UTF-8 bytes, its stream) in
+ * protobuf binary form, as {@link encodedSize} counts it. O(1) past the request ID's size.
+ */
+export function logItemSize(requestId: string, lineBytes: number, stderr: boolean): number {
+  const inner = (lineBytes === 0 ? 0 : 1 + varintSize(lineBytes) + lineBytes) + (stderr ? 2 : 0);
+  return stringField(requestId) + 1 + varintSize(inner) + inner;
 }

@@ -15,9 +15,10 @@ import { compressionNegotiate, createMethodSerializationLookup, encodeEnvelope }
 import { contentTypeProto, grpcStatusOk, headerAcceptEncoding, headerContentType, headerEncoding, headerGrpcStatus, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import { AckSchema, Runner, type LogItem } from "../gen/runner/v1/runner_pb.js";
-import { decodeLogItem } from "./decoder.js";
+import { decodeReceivedLine } from "./decoder.js";
 import { ENVELOPE_PREFIX } from "./envelope-splitter.js";
 import type { ReadBudget } from "./read-budget.js";
+import { ReceivedLine, toLogItem, type CallItem } from "./received-line.js";
 import { RequestReader, type EnvelopeSink } from "./request-reader.js";
 import { kCallAuthenticated, kItemBatches, type ItemBatchSource, type RunnerService } from "./service.js";
 import { readErrorOf } from "./wire-errors.js";
@@ -130,16 +131,17 @@ async function* iterate(chunks: Uint8Array[]): AsyncGenerator<Uint8Array> {
  * enforces the bounds) and read by the service in batches.
  */
 class ItemQueue implements EnvelopeSink {
-  private ready: LogItem[] = [];
+  private ready: CallItem[] = [];
   private readyBytes = 0;
-  private waiter: { resolve: (batch: LogItem[] | null) => void; reject: (error: unknown) => void } | null = null;
+  private waiter: { resolve: (batch: CallItem[] | null) => void; reject: (error: unknown) => void } | null = null;
   reader: RequestReader | null = null;
 
   constructor(private readonly parse: (bytes: Uint8Array) => LogItem) {}
 
   envelope(buf: Buffer, start: number, end: number): void {
     const from = start + ENVELOPE_PREFIX;
-    let item = decodeLogItem(buf, from, end);
+    // A plain log line stays bytes in `buf` (no string, no message objects); the rest is protobuf-es's.
+    let item: CallItem | null = decodeReceivedLine(buf, from, end);
     if (item === null) {
       try {
         item = this.parse(buf.subarray(from, end));
@@ -174,8 +176,11 @@ class ItemQueue implements EnvelopeSink {
     const pull = () => this.pull();
     return {
       [kItemBatches]: () => pull,
+      // A plain reader gets messages: received lines are turned into LogItems here.
       async *[Symbol.asyncIterator]() {
-        for (let batch = await pull(); batch !== null; batch = await pull()) yield* batch;
+        for (let batch = await pull(); batch !== null; batch = await pull()) {
+          for (const item of batch) yield item instanceof ReceivedLine ? toLogItem(item) : item;
+        }
       },
     };
   }
@@ -186,7 +191,7 @@ class ItemQueue implements EnvelopeSink {
     this.readyBytes = 0;
   }
 
-  private take(): LogItem[] {
+  private take(): CallItem[] {
     const batch = this.ready;
     const bytes = this.readyBytes;
     this.ready = [];
@@ -195,7 +200,7 @@ class ItemQueue implements EnvelopeSink {
     return batch;
   }
 
-  private pull(): Promise<LogItem[] | null> {
+  private pull(): Promise<CallItem[] | null> {
     const reader = this.reader!;
     if (this.ready.length > 0) return Promise.resolve(this.take());
     if (reader.failure !== null) return Promise.reject(reader.failure);

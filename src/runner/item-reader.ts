@@ -4,15 +4,16 @@
  */
 import { ConnectError } from "@connectrpc/connect";
 import type { LogItem } from "../gen/runner/v1/runner_pb.js";
+import type { CallItem } from "./received-line.js";
 import { kItemBatches, type ItemBatchSource } from "./call-context.js";
 import type { CallRun } from "./call-run.js";
 import { readErrorOf } from "./wire-errors.js";
 
 /** Reads a call's items one at a time from batches (of one item for plain async iterables). */
 export interface ItemReader {
-  batch: readonly LogItem[];
+  batch: readonly CallItem[];
   pos: number;
-  pull: () => Promise<readonly LogItem[] | null>;
+  pull: () => Promise<readonly CallItem[] | null>;
 }
 
 export function readerOf(requests: AsyncIterable<LogItem>): ItemReader {
@@ -30,12 +31,12 @@ export function readerOf(requests: AsyncIterable<LogItem>): ItemReader {
 }
 
 /** Reads the next item, or null at the end of the request stream (waits only when the current batch is used up). */
-export function nextItem(call: CallRun, it: ItemReader): LogItem | null | Promise<LogItem | null> {
+export function nextItem(call: CallRun, it: ItemReader): CallItem | null | Promise<CallItem | null> {
   if (it.pos < it.batch.length) return it.batch[it.pos++]!;
   return nextBatch(call, it);
 }
 
-async function nextBatch(call: CallRun, it: ItemReader): Promise<LogItem | null> {
+async function nextBatch(call: CallRun, it: ItemReader): Promise<CallItem | null> {
   const read = it.pull();
   // The read may settle after we gave up on it (stream reset); never leave it unhandled.
   read.catch(() => undefined);

@@ -10,8 +10,9 @@ import type { CallRun } from "./call-run.js";
 import { uErr, type RunnerCore } from "./job-table.js";
 import { EndedSignal, endedReasonOf } from "./ended.js";
 import { publishEnd } from "./end-publish.js";
-import { encodedSize } from "./encoded-size.js";
+import { encodedSize, logItemSize } from "./encoded-size.js";
 import { cutUtf8 } from "./line-splitter.js";
+import { ReceivedLine, type CallItem } from "./received-line.js";
 
 const MARKER_PREFIX = "[runner-depot]";
 
@@ -23,19 +24,22 @@ function tooLarge(size: number, maxBytes: number): RunnerDepotError {
  * Applies the rules to one item. Throws (synchronously) on a bad item; returns a
  * promise only when the call has to wait (back-pressure or the end item). O(line length).
  */
-export function processItem(core: RunnerCore, call: CallRun, item: LogItem): Promise<void> | undefined {
+export function processItem(core: RunnerCore, call: CallRun, item: CallItem): Promise<void> | undefined {
   const index = call.index++;
-  const event = item.event;
+  // A received line is a log item whose line is bytes (the fast path); the rest are messages.
+  const received = item instanceof ReceivedLine ? item : null;
+  const event = received === null ? (item as LogItem).event : null;
+  const kind = received !== null ? "log" : event!.case;
   // The line's UTF-8 size serves both the message limit and the line limit.
-  const lineBytes = event.case === "log" ? Buffer.byteLength(event.value.line, "utf8") : 0;
-  const size = encodedSize(item, lineBytes);
+  const lineBytes = received !== null ? received.bytes : event!.case === "log" ? Buffer.byteLength(event!.value.line, "utf8") : 0;
+  const size = received !== null ? logItemSize(received.requestId, lineBytes, received.stderr) : encodedSize(item as LogItem, lineBytes);
   if (size > call.maxBytes) throw tooLarge(size, call.maxBytes);
   // The same text as the first item's needs no case folding.
   if (index > 0 && item.requestId !== call.rawId && item.requestId.toLowerCase() !== call.id) {
     throw uErr("INVALID_ARGUMENT", "all items of a call must carry the same request_id");
   }
   if (call.endSeen) throw uErr("INVALID_ARGUMENT", "no item may follow the end item");
-  if (event.case === undefined) throw uErr("INVALID_ARGUMENT", "an item must carry a log line or the job end");
+  if (kind === undefined) throw uErr("INVALID_ARGUMENT", "an item must carry a log line or the job end");
 
   const hostReason = endedReasonOf(core, call);
   if (hostReason) throw new EndedSignal(hostReason);
@@ -43,7 +47,7 @@ export function processItem(core: RunnerCore, call: CallRun, item: LogItem): Pro
   if (call.state?.status === "finished") {
     // Duplicates of a finished job are harmless; anything new is refused.
     if (pos < call.state.committed) {
-      if (event.case === "end") call.endSeen = true;
+      if (kind === "end") call.endSeen = true;
       return undefined;
     }
     throw new EndedSignal("ended");
@@ -58,16 +62,33 @@ export function processItem(core: RunnerCore, call: CallRun, item: LogItem): Pro
   }
   if (pos < call.nextPos) {
     // A resend of a stored item: skipped, not compared.
-    if (event.case === "end") call.endSeen = true;
+    if (kind === "end") call.endSeen = true;
     return undefined;
   }
 
-  if (event.case === "log") {
+  if (received !== null) {
     call.pendingReceivedBytes += lineBytes;
-    return call.enqueue(entryFor(core, call, event.value.line, event.value.stderr, lineBytes));
+    return call.enqueue(receivedEntry(core, call, received, lineBytes));
+  }
+  if (event!.case === "log") {
+    call.pendingReceivedBytes += lineBytes;
+    return call.enqueue(entryFor(core, call, event!.value.line, event!.value.stderr, lineBytes));
   }
   call.endSeen = true;
-  return processEnd(core, call, event.value);
+  return processEnd(core, call, event!.value as JobEnd);
+}
+
+/**
+ * What a received line stores: itself, as bytes, when it is within the line limit and the
+ * job's cap (the common case: no string is made); otherwise what {@link entryFor} makes of its text.
+ */
+function receivedEntry(core: RunnerCore, call: CallRun, line: ReceivedLine, lineBytes: number): LogEntry {
+  const limits = core.config.limits;
+  if (call.truncated || lineBytes > limits.lineBytes || call.storedBytes + lineBytes > limits.jobLogBytes) {
+    return entryFor(core, call, line.line, line.stderr, lineBytes);
+  }
+  call.storedBytes += lineBytes;
+  return { stored: [line], stderr: line.stderr, bytes: lineBytes };
 }
 
 /** The end item: store what came before, publish, then record. */
@@ -114,7 +135,12 @@ function entryFor(core: RunnerCore, call: CallRun, line: string, stderr: boolean
 }
 
 /** The first item's own checks (size, an event present), for an answer given before processItem runs. */
-export function checkItemShape(call: CallRun, item: LogItem): void {
+export function checkItemShape(call: CallRun, item: CallItem): void {
+  if (item instanceof ReceivedLine) {
+    const size = logItemSize(item.requestId, item.bytes, item.stderr);
+    if (size > call.maxBytes) throw tooLarge(size, call.maxBytes);
+    return;
+  }
   const event = item.event;
   const size = encodedSize(item, event.case === "log" ? Buffer.byteLength(event.value.line, "utf8") : 0);
   if (size > call.maxBytes) throw tooLarge(size, call.maxBytes);

@@ -11,6 +11,7 @@
  */
 import type { JobLogEvent, JobLogStore, JobState, LogEntry, StoredLine } from "./ports.js";
 import { stripUndefined } from "./options.js";
+import { plainLine } from "./received-line.js";
 
 /** Bounds of the fan-out (RunnerServiceOptions.follow). */
 export interface FollowOptions {
@@ -185,7 +186,8 @@ export class LogFanout {
     const first = state.storedLines - count;
     if (tail.start >= 0 && first === tail.end && count > 0) {
       const lines: StoredLine[] = [];
-      for (const entry of batch) for (const line of entry.stored) lines.push({ ...line });
+      // Plain copies (a received line is a view of the request's buffer: the ring must not keep it).
+      for (const entry of batch) for (const line of entry.stored) lines.push(plainLine(line));
       tail.push(lines, this.options);
     }
     tail.state = state;

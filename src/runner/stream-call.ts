@@ -6,6 +6,7 @@
 import { create } from "@bufbuild/protobuf";
 import type { HandlerContext } from "@connectrpc/connect";
 import { AckSchema, type Ack, type LogItem } from "../gen/runner/v1/runner_pb.js";
+import type { CallItem } from "./received-line.js";
 import { normalizeRequestId } from "./uuid.js";
 import { kCallAuthenticated, kCallJob, kShutdownSignal } from "./call-context.js";
 import { COMMITTED_HEADER, OFFSET_HEADER } from "./service-contract.js";
@@ -118,8 +119,8 @@ function takeJob(core: RunnerCore, call: CallRun, id: string, rawId: string): vo
 }
 
 /** Every item through the rules, then the last ones stored. O(items). */
-async function processItems(core: RunnerCore, call: CallRun, it: ItemReader, first: LogItem): Promise<void> {
-  let item: LogItem | null = first;
+async function processItems(core: RunnerCore, call: CallRun, it: ItemReader, first: CallItem): Promise<void> {
+  let item: CallItem | null = first;
   while (item !== null) {
     // Most items are handled synchronously; only a wait (back-pressure, the end) awaits.
     const processing = processItem(core, call, item);

@@ -10,7 +10,8 @@ import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { LogItemSchema, type LogItem } from "../../src/gen/runner/v1/runner_pb.js";
-import { decodeLogItem } from "../../src/runner/decoder.js";
+import { decodeLogItem, decodeReceivedLine } from "../../src/runner/decoder.js";
+import { toLogItem } from "../../src/runner/received-line.js";
 import { ENVELOPE_PREFIX, EnvelopeSplitter, EnvelopeTooLarge } from "../../src/runner/envelope-splitter.js";
 import { fuzzParams, fuzzTimeout } from "./settings.js";
 
@@ -98,15 +99,20 @@ function sameFrames(got: Buffer[], expected: Buffer[]): boolean {
 function checkDecode(bytes: Uint8Array): void {
   const buf = envelope(bytes, 0);
   const fast = decodeLogItem(buf, ENVELOPE_PREFIX, buf.length);
+  const received = decodeReceivedLine(buf, ENVELOPE_PREFIX, buf.length);
   let oracle: LogItem | null = null;
   try {
     oracle = fromBinary(LogItemSchema, bytes);
   } catch {
-    // protobuf-es refuses it: the fast decoder must not accept it.
+    // protobuf-es refuses it: neither fast decoder may accept it.
     expect(fast).toBeNull();
+    expect(received).toBeNull();
     return;
   }
   if (fast !== null) expect(fast).toStrictEqual(oracle);
+  // The byte path (what the server uses) takes at least what the message decoder takes, and agrees.
+  if (fast !== null) expect(received).not.toBeNull();
+  if (received !== null) expect(toLogItem(received)).toStrictEqual(oracle);
 }
 
 describe("fuzz: runner fast-path frame splitter and decoder (protobuf-es as oracle)", () => {

@@ -1,0 +1,59 @@
+/**
+ * A log line as the gRPC fast path received it: its UTF-8 bytes left where they arrived
+ * (a range of the request's buffer) instead of a decoded string and three message
+ * objects. It is the item the service reads, and the stored line a store is handed:
+ * the text is decoded only when something reads `line` (a store that keeps strings, a
+ * follower, the onLog hook), and a store that keeps bytes copies them (the memory store).
+ */
+import type { LogItem } from "../gen/runner/v1/runner_pb.js";
+import type { StoredLine } from "./ports.js";
+
+/** One received log item (request ID, line, stream) whose line is valid UTF-8. */
+export class ReceivedLine implements StoredLine {
+  /** The decoded text, once asked for. */
+  private text: string | null = null;
+
+  /**
+   * @param requestId the item's request_id as sent (the same string object for every item of a call)
+   * @param buf the buffer holding the line; never written again (a request chunk or a whole envelope)
+   * @param start where its bytes start in `buf`
+   * @param end where they end (exclusive)
+   */
+  constructor(
+    readonly requestId: string,
+    readonly buf: Buffer,
+    readonly start: number,
+    readonly end: number,
+    readonly stderr: boolean,
+  ) {}
+
+  /** The line's text; decoded on first use, O(bytes), then kept. */
+  get line(): string {
+    return (this.text ??= this.buf.toString("utf8", this.start, this.end));
+  }
+
+  /** UTF-8 size of the line. */
+  get bytes(): number {
+    return this.end - this.start;
+  }
+}
+
+/**
+ * A stored line as a plain object (the port's shape, nothing else): what a hook or a
+ * follower may keep or serialise, without a view of the request's buffer.
+ */
+export function plainLine(line: StoredLine): StoredLine {
+  return line.marker ? { line: line.line, stderr: line.stderr, marker: true } : { line: line.line, stderr: line.stderr };
+}
+
+/** The protobuf-es message a received line stands for (for readers that want messages). */
+export function toLogItem(line: ReceivedLine): LogItem {
+  return {
+    $typeName: "runner.v1.LogItem",
+    requestId: line.requestId,
+    event: { case: "log", value: { $typeName: "runner.v1.LogChunk", line: line.line, stderr: line.stderr } },
+  };
+}
+
+/** An item of a call as the service reads it: a message, or a line the fast path kept as bytes. */
+export type CallItem = LogItem | ReceivedLine;
