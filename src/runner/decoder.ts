@@ -40,26 +40,63 @@ function text(buf: Buffer, start: number, end: number): string | null {
   return s.indexOf("\ufffd") === -1 ? s : null;
 }
 
-// The last request ID decoded, as bytes and text: every item of a call carries the same
-// one, so a hit (an O(length) byte compare) saves decoding a string per item.
-let lastIdBytes: Buffer = Buffer.alloc(0);
+// Byte loops over a Buffer cost ~0.6 ns a byte in V8 (a bounds check each); reading four
+// bytes at a time through a DataView costs about half. One view per buffer, made when the
+// buffer changes (a request chunk holds ~100 frames).
+let viewed: Buffer | null = null;
+let view: DataView = new DataView(new ArrayBuffer(0));
+
+function viewOf(buf: Buffer): DataView {
+  if (buf !== viewed) {
+    viewed = buf;
+    view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
+  }
+  return view;
+}
+
+/** True when `buf[start, end)` holds only ASCII; O(bytes), four at a time. */
+function isAsciiRange(buf: Buffer, start: number, end: number): boolean {
+  const v = viewOf(buf);
+  let or = 0;
+  let i = start;
+  for (; i + 4 <= end; i += 4) or |= v.getUint32(i);
+  for (; i < end; i++) or |= v.getUint8(i);
+  return (or & 0x80808080) === 0;
+}
+
+// The last request ID decoded, as bytes (big-endian 32-bit words and a tail) and text:
+// every item of a call carries the same one, so a hit (an O(length) compare, four bytes
+// at a time) saves decoding a string per item.
+let lastIdWords: number[] = [];
+let lastIdTail: number[] = [];
+let lastIdLength = -1;
 let lastId = "";
+
+function sameAsLastId(buf: Buffer, start: number, len: number): boolean {
+  if (len !== lastIdLength) return false;
+  const v = viewOf(buf);
+  const words = lastIdWords;
+  for (let w = 0; w < words.length; w++) if (v.getUint32(start + 4 * w) !== words[w]) return false;
+  const tail = lastIdTail;
+  const at = start + 4 * words.length;
+  for (let t = 0; t < tail.length; t++) if (v.getUint8(at + t) !== tail[t]) return false;
+  return true;
+}
 
 function requestIdText(buf: Buffer, start: number, end: number): string | null {
   const len = end - start;
-  if (len === lastIdBytes.length && len > 0) {
-    let same = true;
-    for (let i = 0; i < len; i++) {
-      if (buf[start + i] !== lastIdBytes[i]) {
-        same = false;
-        break;
-      }
-    }
-    if (same) return lastId;
-  }
+  if (len > 0 && sameAsLastId(buf, start, len)) return lastId;
   const s = text(buf, start, end);
   if (s !== null && len > 0 && len <= 64) {
-    lastIdBytes = Buffer.from(buf.subarray(start, end));
+    const v = viewOf(buf);
+    const words: number[] = [];
+    let i = start;
+    for (; i + 4 <= end; i += 4) words.push(v.getUint32(i));
+    const tail: number[] = [];
+    for (; i < end; i++) tail.push(v.getUint8(i));
+    lastIdWords = words;
+    lastIdTail = tail;
+    lastIdLength = len;
     lastId = s;
   }
   return s;
@@ -127,9 +164,7 @@ export function decodeLogItem(buf: Buffer, start: number, end: number): LogItem 
 
 /** True when `buf[start, end)` is valid UTF-8: a JS pass for ASCII (the common line), the native check otherwise. O(bytes). */
 function validUtf8(buf: Buffer, start: number, end: number): boolean {
-  let or = 0;
-  for (let i = start; i < end; i++) or |= buf[i]!;
-  return or < 0x80 || isUtf8(buf.subarray(start, end));
+  return isAsciiRange(buf, start, end) || isUtf8(buf.subarray(start, end));
 }
 
 /**
