@@ -8,7 +8,8 @@
  * IPC in: `{ follow: ids }`, `"sample"`, `{ probeFollow: ids }`, `{ verify: { id: lines }[] }`, `"exit"`.
  * IPC out: `{ port }` once listening, then one answer per request.
  */
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
+import v8 from "node:v8";
 import pg from "pg";
 import { createMemoryQueue } from "../src/adapters/memory/queue.js";
 import { createMemoryLogStore } from "../src/adapters/memory/log-store.js";
@@ -40,8 +41,36 @@ if (process.env.BENCH_FLEET_DEBUG) {
   }
   process.on("exit", () => console.error("store calls", JSON.stringify(calls)));
 }
+/**
+ * Delays (ms) counted in fixed buckets, allocated before the agents start: an array of every
+ * delay grew by 8 bytes a line (hundreds of thousands of lines in the heavy mix), and that
+ * growth counted in the server RSS the bench divides by the open streams. Buckets of
+ * 0.1 ms below 100 ms, 1 ms up to 100 s (beyond: the last bucket); a quantile is reported
+ * as its bucket's upper edge, the max exactly. O(1) a delay, 404 KiB each.
+ */
+class DelayHistogram {
+  private readonly fine = new Uint32Array(1000);
+  private readonly coarse = new Uint32Array(100_000);
+  count = 0;
+  max = Number.NaN;
+  add(ms: number): void {
+    const v = Math.max(0, ms);
+    if (v < 100) this.fine[Math.floor(v * 10)]!++;
+    else this.coarse[Math.min(99_999, Math.floor(v))]!++;
+    this.count++;
+    if (!(v <= this.max)) this.max = v;
+  }
+  quantile(q: number): number {
+    if (this.count === 0) return Number.NaN;
+    let rank = Math.min(this.count - 1, Math.floor(q * this.count));
+    for (let i = 0; i < this.fine.length; i++) if ((rank -= this.fine[i]!) < 0) return Math.min(this.max, (i + 1) / 10);
+    for (let i = 100; i < this.coarse.length; i++) if ((rank -= this.coarse[i]!) < 0) return Math.min(this.max, i + 1);
+    return this.max;
+  }
+}
+
 let stored = 0;
-const storeDelays: number[] = [];
+const storeDelays = new DelayHistogram();
 let results = 0;
 const runner = createRunnerService(createMemoryQueue(), {
   logs,
@@ -52,7 +81,7 @@ const runner = createRunnerService(createMemoryQueue(), {
     const now = performance.timeOrigin + performance.now();
     for (const line of event.lines) {
       const space = line.line.indexOf(" ");
-      storeDelays.push(now - Number(line.line.slice(space + 1, line.line.indexOf(" ", space + 1))));
+      storeDelays.add(now - Number(line.line.slice(space + 1, line.line.indexOf(" ", space + 1))));
     }
   },
   onEnd: () => {
@@ -76,6 +105,33 @@ if (process.env.BENCH_FLEET_DEBUG) {
 }
 const send = (m: unknown) => process.send?.(m);
 
+/** Memory by kind: V8 heap spaces (used, committed), array buffers, and the process's memory map (smaps_rollup). */
+function diagnosis(): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const s of v8.getHeapSpaceStatistics()) {
+    out[`${s.space_name} used`] = s.space_used_size;
+    out[`${s.space_name} committed`] = s.physical_space_size;
+  }
+  const mem = process.memoryUsage();
+  out.rss = mem.rss;
+  out.heapUsed = mem.heapUsed;
+  out.heapCommitted = mem.heapTotal;
+  out.external = mem.external;
+  out.arrayBuffers = mem.arrayBuffers;
+  try {
+    for (const row of readFileSync("/proc/self/smaps_rollup", "utf8").split("\n")) {
+      const m = /^(Rss|Anonymous|Private_Dirty|Shared_Clean|Private_Clean):\s+(\d+) kB/.exec(row);
+      if (m) out[`smaps ${m[1]}`] = Number(m[2]) * 1024;
+    }
+  } catch {
+    // Not Linux.
+  }
+  out.active = runner.activeCalls;
+  // BENCH_FLEET_SMAPS=<prefix>: the whole memory map too, one file per diagnosis, to tell V8's pages from malloc's arenas.
+  if (process.env.BENCH_FLEET_SMAPS) writeFileSync(`${process.env.BENCH_FLEET_SMAPS}-${Date.now()}.smaps`, readFileSync("/proc/self/smaps", "utf8"));
+  return out;
+}
+
 /**
  * Time this process spent runnable but waiting for a CPU (Linux /proc/self/schedstat, second
  * field, ns), in ms: on a shared machine the server can be starved without being busy.
@@ -89,7 +145,7 @@ function runQueueMs(): number {
 }
 
 /** Delays (ms) of followed lines, and per followed job the next sequence number expected. */
-const delays: number[] = [];
+const delays = new DelayHistogram();
 let followErrors = 0;
 const followers: Promise<void>[] = [];
 const stopFollow = new AbortController();
@@ -103,7 +159,7 @@ async function follow(id: string): Promise<void> {
     const at = Number(line.line.slice(space + 1, line.line.indexOf(" ", space + 1)));
     if (seq !== next) followErrors++;
     next = seq + 1;
-    delays.push(now - at);
+    delays.add(now - at);
   }
 }
 
@@ -153,6 +209,19 @@ process.on("message", async (m: unknown) => {
     send({ rss: mem.rss, heap: mem.heapUsed, external: mem.external, active: runner.activeCalls, gc: gc !== undefined });
     return;
   }
+  if (m === "diag") {
+    // BENCH_FLEET_DIAG: where the bytes are, after a full GC (see diagnosis() in runner-fleet.ts).
+    const gc = (globalThis as { gc?: () => void }).gc;
+    gc?.();
+    gc?.();
+    send(diagnosis());
+    return;
+  }
+  if (typeof m === "object" && m !== null && "snapshot" in m) {
+    // BENCH_FLEET_SNAPSHOT: a heap snapshot of the server with the calls open (a pause of seconds).
+    send({ file: v8.writeHeapSnapshot((m as { snapshot: string }).snapshot) });
+    return;
+  }
   if (m === "exit") {
     stopFollow.abort();
     await Promise.allSettled(followers);
@@ -170,11 +239,7 @@ process.on("message", async (m: unknown) => {
   } else if (msg.delays) {
     // Followers end with their jobs; wait for them so every delivered line counts.
     await Promise.allSettled(followers);
-    delays.sort((a, b) => a - b);
-    const at = (q: number) => delays[Math.min(delays.length - 1, Math.floor(q * delays.length))] ?? NaN;
-    storeDelays.sort((a, b) => a - b);
-    const st = (q: number) => storeDelays[Math.min(storeDelays.length - 1, Math.floor(q * storeDelays.length))] ?? NaN;
-    send({ lines: delays.length, p50: at(0.5), p99: at(0.99), max: delays[delays.length - 1] ?? NaN, followErrors, stored: { p50: st(0.5), p99: st(0.99) } });
+    send({ lines: delays.count, p50: delays.quantile(0.5), p99: delays.quantile(0.99), max: delays.max, followErrors, stored: { p50: storeDelays.quantile(0.5), p99: storeDelays.quantile(0.99) } });
   } else if (msg.probeFollow) {
     send(await probeFollow(msg.probeFollow));
   } else if (msg.verify) {

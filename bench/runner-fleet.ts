@@ -41,7 +41,8 @@ function scaleOption(): number {
 
 const SCALE = scaleOption();
 const JOBS = Math.max(10, Math.round(1000 * SCALE));
-const DURATION_MS = Math.round(30_000 * Math.max(SCALE, 1 / 2));
+// BENCH_FLEET_DURATION_MS: a shorter run for iteration (the default method is 30 s × scale).
+const DURATION_MS = Number(process.env.BENCH_FLEET_DURATION_MS ?? Math.round(30_000 * Math.max(SCALE, 1 / 2)));
 const RAMP_MS = 5_000;
 const AGENT_PROCESSES = Number(process.env.BENCH_FLEET_PROCESSES ?? 4);
 /** Every FOLLOW_EVERY-th job is followed (100 followers at 1,000 jobs). */
@@ -214,6 +215,7 @@ async function fleet(mix: Mix, jobCount: number, durationMs: number): Promise<Fl
     const jobs = Array.from({ length: jobCount }, (_, i) => ({ id: randomUUID(), rate: rateOf(mix, i), startMs: Math.round((i / jobCount) * RAMP_MS) }));
     await ask(server, { follow: jobs.filter((_, i) => i % FOLLOW_EVERY === 0).map((j) => j.id) });
     const base = await ask<Sample>(server, "sample");
+    const diagBase = process.env.BENCH_FLEET_DIAG ? await ask<Record<string, number>>(server, "diag") : null;
     const agents = Array.from({ length: Math.min(AGENT_PROCESSES, jobCount) }, () => child("runner-fleet-agents.ts"));
     // Loading a child (tsx compiling) takes seconds on a busy machine: start the clock when all are in.
     await Promise.all(agents.map((a) => once(a, "message")));
@@ -238,7 +240,11 @@ async function fleet(mix: Mix, jobCount: number, durationMs: number): Promise<Fl
     for (let i = 0; i < samples; i++) {
       await new Promise((r) => setTimeout(r, window / samples));
       // Mid-window, every call still open: live memory after a full GC (one pause of the server).
-      if (i === Math.floor(samples / 2)) live = await ask<LiveSample>(server, "sampleGc");
+      if (i === Math.floor(samples / 2)) {
+        live = await ask<LiveSample>(server, "sampleGc");
+        if (diagBase) printDiagnosis(mix, diagBase, await ask<Record<string, number>>(server, "diag"));
+        if (process.env.BENCH_FLEET_SNAPSHOT) console.error("snapshot", await ask(server, { snapshot: `${process.env.BENCH_FLEET_SNAPSHOT}-${mix.name}.heapsnapshot` }));
+      }
       const s = await ask<Sample>(server, "sample");
       if (s.rss > peak.rss) peak = s;
       if (s.active > most.active) most = s;
@@ -286,6 +292,15 @@ async function fleet(mix: Mix, jobCount: number, durationMs: number): Promise<Fl
     await exited;
     clearTimeout(t);
   }
+}
+
+/** BENCH_FLEET_DIAG: each memory kind's growth from before the agents to mid-window, per open call (stderr). */
+function printDiagnosis(mix: Mix, before: Record<string, number>, now: Record<string, number>): void {
+  const calls = Math.max(1, now.active ?? 1);
+  const rows = Object.keys(now)
+    .filter((k) => k !== "active")
+    .map((k) => `  ${k.padEnd(34)} ${((now[k]! - (before[k] ?? 0)) / calls / 1024).toFixed(1).padStart(8)} KiB/call  (${(now[k]! / 2 ** 20).toFixed(1)} MiB)`);
+  console.error(`diag ${mix.name}: ${calls} calls open, after a full GC\n${rows.join("\n")}`);
 }
 
 function pingRow(reports: AgentReport[]): string {
@@ -355,7 +370,7 @@ export async function run(): Promise<string> {
       `${AGENT_PROCESSES} agent processes, started over ${RAMP_MS / 1000} s and writing for ${DURATION_MS / 1000} s at a mixed rate, ` +
       `lines of 40–200 bytes carrying the agent's clock, then each job's end. The mixes, each its own run into a fresh server: ${runs.map((r) => mixText(r.mix)).join("; ")}. ` +
       `One server process (startRunnerServer, ${store}, memory queue, token check on). ` +
-      `Every ${FOLLOW_EVERY}th job is followed with \`follow()\` in the server process from before its first line; latency is from the agent's write to that follower's delivery. ` +
+      `Every ${FOLLOW_EVERY}th job is followed with \`follow()\` in the server process from before its first line; latency is from the agent's write to that follower's delivery, counted in fixed buckets (0.1 ms below 100 ms, 1 ms above; a percentile is its bucket's upper edge) allocated before the agents start, so the measuring adds nothing to the server's RSS. ` +
       "Rates, RSS and CPU are measured over the middle of the run (every job started), sampled each second; RSS per open stream divides the RSS growth by the calls open in the same sample. " +
       "Memory after a full GC is sampled in the middle of the window, the calls open (one pause of the server, in the latency figures too). " +
       "Where the time went is measured, not assumed: the server's and agents' time runnable but waiting for a CPU (Linux schedstat), the machine's CPU pressure (PSI), and PostgreSQL's backends of the bench's database sampled from pg_stat_activity every 250 ms (other work on the machine uses the same database: its idle connections are in the count). " +
