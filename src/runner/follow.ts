@@ -21,6 +21,9 @@ export async function* followJob(core: RunnerCore, id: string, from: number, sig
   const fanout = core.fanout;
   const tail = fanout.attach(id);
   let position = from;
+  // Where this follower is, for the ring to drop what every follower has passed.
+  const cursor = { position };
+  tail.join(cursor);
   let pageLines = FOLLOW_PAGE;
   // A job unknown at the start may still be on its way (a VM that has not spoken yet):
   // it gets the lost-job window to appear, like a job registered with expectJob.
@@ -36,6 +39,8 @@ export async function* followJob(core: RunnerCore, id: string, from: number, sig
         const page = tail.slice(position, pageLines);
         for (const line of page) yield line;
         position += page.length;
+        cursor.position = position;
+        tail.trim();
         continue;
       }
       // A state read in flight (another follower's) may be the one that says the job ended.
@@ -52,6 +57,7 @@ export async function* followJob(core: RunnerCore, id: string, from: number, sig
             pageLines = nextPageLines(page);
             for (const line of page) yield line;
             position += page.length;
+            cursor.position = position;
             continue;
           }
           // Nothing where lines should be: an ended job's are gone (an archive removed).
@@ -78,6 +84,8 @@ export async function* followJob(core: RunnerCore, id: string, from: number, sig
     }
   } finally {
     signal?.removeEventListener("abort", onAbort);
+    tail.leave(cursor);
+    tail.trim();
     fanout.detach(tail);
   }
 }

@@ -15,7 +15,7 @@ import { plainLine } from "./received-line.js";
 
 /** Bounds of the fan-out (RunnerServiceOptions.follow). */
 export interface FollowOptions {
-  /** Lines kept per followed job for followers at the live end; default 4 096. */
+  /** Most lines kept per followed job for followers at the live end (lines every follower has passed are dropped sooner); default 4 096. */
   bufferLines: number;
   /** UTF-16 code units (about bytes) kept per followed job; default 1 MiB. */
   bufferBytes: number;
@@ -42,12 +42,24 @@ export const DEFAULT_FOLLOW_OPTIONS: Readonly<FollowOptions> = Object.freeze({ b
 /** Rough retained size of a line in the ring (string + object). */
 const lineCost = (line: StoredLine) => line.line.length + 48;
 
+/** Where one follower of a job is: the position of the next line it will yield. */
+export interface FollowCursor {
+  position: number;
+}
+
 /** One followed job: its ring of recent lines and what is known of it. */
 export class JobTail {
   /** Wakers of the followers waiting at the live end. */
   readonly waiting = new Set<() => void>();
   /** Followers attached. */
   followers = 0;
+  /**
+   * The followers' positions. The ring keeps no line every one of them has passed: at the
+   * live end followers keep up, so a ring of 4 096 lines a job was mostly lines nobody would
+   * read again (in the fleet bench, the most memory of a loud job). A follower that joins
+   * later reads those lines from the store, as one behind the ring always did.
+   */
+  private readonly cursors = new Set<FollowCursor>();
   /** The ring: `lines[i]` is line `start + i` (`head` lines at the front are dropped ones). */
   private lines: StoredLine[] = [];
   private head = 0;
@@ -87,23 +99,52 @@ export class JobTail {
     return this.lines.slice(from, Math.min(this.lines.length, from + max));
   }
 
-  /** Appends lines at the ring's end and drops the oldest past the bounds (amortised O(1) a line). */
+  /**
+   * Appends lines at the ring's end and drops the oldest past the bounds, and those every
+   * follower has passed (amortised O(1) a line, plus O(followers of the job)).
+   */
   push(lines: readonly StoredLine[], options: FollowOptions): void {
     for (const line of lines) {
       // Shared by every follower of the job: frozen, so none can change another's.
       this.lines.push(Object.freeze(line));
       this.bytes += lineCost(line);
     }
-    while (this.lines.length - this.head > options.bufferLines || (this.bytes > options.bufferBytes && this.lines.length - this.head > 1)) {
-      this.bytes -= lineCost(this.lines[this.head]!);
-      this.head++;
-      this.start++;
-    }
-    // Compact once the dropped front outweighs the kept lines.
-    if (this.head > 1024 && this.head > this.lines.length / 2) {
+    while (this.lines.length - this.head > options.bufferLines || (this.bytes > options.bufferBytes && this.lines.length - this.head > 1)) this.dropFirst();
+    this.trim();
+  }
+
+  /** Counts a follower at `cursor.position` in (it must leave when it stops). */
+  join(cursor: FollowCursor): void {
+    this.cursors.add(cursor);
+  }
+
+  leave(cursor: FollowCursor): void {
+    this.cursors.delete(cursor);
+  }
+
+  /** Drops the ring lines every follower has passed (call after a cursor moved on). O(followers of the job) plus the lines dropped. */
+  trim(): void {
+    if (this.start < 0 || this.cursors.size === 0) return;
+    let min = Number.POSITIVE_INFINITY;
+    for (const cursor of this.cursors) if (cursor.position < min) min = cursor.position;
+    const upTo = Math.min(min, this.end);
+    while (this.start < upTo) this.dropFirst();
+    if (this.head === this.lines.length) {
+      this.lines = [];
+      this.head = 0;
+    } else if (this.head > 1024 && this.head > this.lines.length / 2) {
+      // Compact once the dropped front outweighs the kept lines.
       this.lines = this.lines.slice(this.head);
       this.head = 0;
     }
+  }
+
+  private dropFirst(): void {
+    this.bytes -= lineCost(this.lines[this.head]!);
+    // Unreferenced at once, not at the next compaction.
+    this.lines[this.head] = undefined as unknown as StoredLine;
+    this.head++;
+    this.start++;
   }
 
   /** Starts the ring at `position` (empty). */

@@ -99,7 +99,8 @@ export interface RunnerServiceOptions extends TelemetryOptions {
   publishRetry?: Partial<PublishRetryOptions>;
   /**
    * Bounds of `follow()`: lines kept per followed job for the followers at its live end
-   * (`bufferLines`, default 4 096; `bufferBytes`, default 1 MiB) and how often a followed
+   * (`bufferLines`, default 4 096; `bufferBytes`, default 1 MiB; lines every follower has
+   * passed are dropped sooner) and how often a followed
    * job's state is polled when no event came (`pollMs`: 1 000, or 5 000 when the log store
    * has `watch`, e.g. PostgreSQL's LISTEN/NOTIFY) — the bound on how late a line another
    * replica stored reaches a follower here if its event is lost — and how often the store's
