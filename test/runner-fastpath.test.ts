@@ -438,3 +438,52 @@ describe("runner gRPC fast path: lines kept as bytes from the frame to the memor
     }
   }, 60_000);
 });
+
+describe("runner server: HTTP/2 windows of a busy connection", () => {
+  /** Sends `lines` 100-byte lines and the end in one call on a fresh connection; returns what the server announced. */
+  async function oneCall(url: string, lines: number) {
+    const session = http2.connect(url);
+    session.on("error", () => undefined);
+    const announced: number[] = [];
+    session.on("remoteSettings", (s) => announced.push(s.initialWindowSize ?? 65_535));
+    try {
+      const id = randomUUID();
+      const req = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers" });
+      req.on("error", () => undefined);
+      let trailers: http2.IncomingHttpHeaders | null = null;
+      req.on("trailers", (t) => (trailers = t));
+      req.resume();
+      const closed = new Promise<void>((resolve) => req.once("close", resolve));
+      const body = Buffer.concat([...Array.from({ length: lines }, (_, i) => frame(line(id, `${"x".repeat(90)} ${i}`))), frame(end(id))]);
+      for (let at = 0; at < body.length; at += 65_536) {
+        if (!req.write(body.subarray(at, at + 65_536))) await new Promise((r) => req.once("drain", r));
+      }
+      req.end();
+      await closed;
+      // The server's SETTINGS reach the client asynchronously: give a widening a moment to arrive.
+      await until(() => announced.length > 0, "the server's settings");
+      if (lines > 0) await new Promise((r) => setTimeout(r, 100));
+      return { trailers: trailers as http2.IncomingHttpHeaders | null, window: announced[announced.length - 1]!, remoteWindow: session.state.remoteWindowSize ?? 0 };
+    } finally {
+      session.destroy();
+    }
+  }
+
+  it("a call that has received 512 KiB gets 1 MiB windows (stream and connection); a quiet call keeps 64 KiB", async () => {
+    const runner = createRunnerService(createMemoryQueue(), { logs: createMemoryLogStore() });
+    const server = await startRunnerServer(runner, { port: 0 });
+    try {
+      const quiet = await oneCall(server.url, 100); // ~14 KiB
+      expect(quiet.trailers).toMatchObject({ "grpc-status": "0", "runner-committed": "101" });
+      expect(quiet.window).toBe(65_535);
+      const busy = await oneCall(server.url, 6000); // ~850 KiB
+      expect(busy.trailers).toMatchObject({ "grpc-status": "0", "runner-committed": "6001" });
+      expect(busy.window).toBe(1024 * 1024);
+      // The connection's window was widened too (what the client may send before an update).
+      expect(busy.remoteWindow).toBeGreaterThan(65_535);
+    } finally {
+      await server.close();
+      await runner.close();
+    }
+  }, 60_000);
+});

@@ -19,6 +19,7 @@ import type * as http2 from "node:http2";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { EnvelopeSplitter, EnvelopeTooLarge } from "./envelope-splitter.js";
 import type { ReadBudget } from "./read-budget.js";
+import { widenWhenBusy } from "./flow-window.js";
 
 /** Options of a {@link RequestReader}. */
 export interface RequestReaderOptions {
@@ -64,6 +65,8 @@ export class RequestReader {
   private queued = 0;
   /** Bytes of incomplete messages this call has accounted in the budget. */
   private accounted = 0;
+  /** Bytes received in this call (for {@link widenWhenBusy}). */
+  private received = 0;
   private isAuthenticated = false;
   private closed = false;
   private paused = false;
@@ -117,6 +120,8 @@ export class RequestReader {
 
   private onData(chunk: Buffer): void {
     if (this.closed || this.failure !== null) return;
+    this.received += chunk.length;
+    widenWhenBusy(this.req.stream?.session, this.received);
     try {
       this.splitter.push(chunk, (buf, start, end) => {
         if ((buf[start]! & 1) === 1 && !this.options.compressed) {
