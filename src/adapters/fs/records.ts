@@ -35,6 +35,8 @@ const LAZY_MARK = " ";
 
 /** The first read of a record file: most records fit, so a read is open, read, close. */
 const RECORD_READ_BYTES = 16 * 1024;
+/** The buffer of that first read (see readRecordState). */
+const SCRATCH = Buffer.allocUnsafe(RECORD_READ_BYTES);
 
 /** A record file's content. */
 interface RecordFile {
@@ -142,8 +144,8 @@ export function createFsRecords(ctx: FsStoreContext, durable: DurableWrites, loc
 }
 
 /**
- * Reads a record file: open, one read, close for a record under RECORD_READ_BYTES (most
- * are), where `readFile` also asks the size first and reads again to see the end. A
+ * Reads a record file: open, one read, close (inline) for a record under RECORD_READ_BYTES
+ * (most are), where `readFile` also asks the size first and reads again to see the end. A
  * regular file's read returns fewer bytes than asked only at its end. A larger record
  * grows the buffer fourfold per read: O(size) bytes copied in all.
  */
@@ -162,7 +164,9 @@ async function readRecordState(file: string): Promise<RecordFile | "torn" | null
     throw error;
   }
   try {
-    let buffer = Buffer.allocUnsafe(RECORD_READ_BYTES);
+    // The read is synchronous from open to toString, so one scratch buffer serves every
+    // read of the process: no 16 KiB allocation per record read.
+    let buffer = SCRATCH;
     let length = 0;
     for (;;) {
       const bytesRead = readSync(fd, buffer, length, buffer.length - length, length);
