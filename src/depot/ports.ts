@@ -82,6 +82,15 @@ export interface WriteCondition {
    */
   lazy?: boolean;
   /**
+   * With `lazy`: a machine crash may lose the whole record, not only this write. The depot
+   * sets it on the count and touch of a transaction that is still open, since an open
+   * transaction may be lost whole (depot-api.md §9). A store may then write it without
+   * any flush at all, even where that could leave the record torn; a torn record must read
+   * as absent (the fs store marks such a write as it marks a lazy create). Stores may
+   * ignore it.
+   */
+  losable?: boolean;
+  /**
    * The depot sets this on writes other processes should learn of promptly (a new entry of
    * the change sequence, which moves the catalog's ETag). A store offering
    * {@link RecordStore.watchRecords} tells every watcher, in any process, of each such

@@ -193,7 +193,7 @@ export async function updateRecord<T>(
   store: PackageStore,
   key: string,
   change: (current: StoredRecord<T> | null) => T | undefined,
-  options: { lazy?: boolean; guess?: boolean } = {},
+  options: { lazy?: boolean; losable?: boolean; guess?: boolean } = {},
 ): Promise<{ value: T | undefined; changed: boolean }> {
   const guess = options.guess ? guessedRecord<T>(store, key) : undefined;
   if (guess) {
@@ -204,7 +204,7 @@ export async function updateRecord<T>(
       next = undefined; // judged again on a fresh read below
     }
     if (next !== undefined) {
-      const revision = await store.putRecord(key, next, { ifRevision: guess.revision, lazy: options.lazy });
+      const revision = await store.putRecord(key, next, { ifRevision: guess.revision, lazy: options.lazy, losable: options.losable });
       if (revision !== null) {
         noteRecord(store, key, { value: next, revision });
         return { value: next, changed: true };
@@ -216,7 +216,7 @@ export async function updateRecord<T>(
     if (options.guess) noteRecord(store, key, current);
     const next = change(current);
     if (next === undefined) return { value: current?.value, changed: false };
-    const revision = await store.putRecord(key, next, { ifRevision: current?.revision ?? null, lazy: options.lazy });
+    const revision = await store.putRecord(key, next, { ifRevision: current?.revision ?? null, lazy: options.lazy, losable: options.losable });
     if (revision !== null) {
       if (options.guess) noteRecord(store, key, { value: next, revision });
       return { value: next, changed: true };

@@ -182,7 +182,10 @@ export class Transactions {
    * Applies `change` to an open transaction (and touches it); 410/409 when it left `open`.
    * `lazy` for a change a machine crash may lose (an item count, which the commit recounts
    * from the items it settles; a touch); never for what the package takes from the record
-   * (attributes, requirements, licences), which must hold once answered.
+   * (attributes, requirements, licences), which must hold once answered. A lazy change is
+   * also `losable`: the record it writes is `open` (checked above), and an open
+   * transaction may be lost whole in a machine crash, so the fs store writes it without a
+   * flush (a torn record reads as absent: the transaction is gone, answering 404).
    */
   async mutate(id: string, change: (trans: TransactionRecord) => void, options: { lazy?: boolean } = {}): Promise<TransactionRecord> {
     const { value } = await updateRecord<TransactionRecord>(this.store, keys.trans(id), (current) => {
@@ -194,7 +197,7 @@ export class Transactions {
       change(trans);
       trans.touchedAt = this.settings.now().toISOString();
       return trans;
-    }, { guess: true, lazy: options.lazy });
+    }, { guess: true, lazy: options.lazy, losable: options.lazy });
     return value!;
   }
 

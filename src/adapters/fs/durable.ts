@@ -31,8 +31,8 @@ export interface DurableWrites {
   ensureDir(path: string): Promise<void>;
   /** Writes a new (small) file whole and (unless unsafeNoSync, or `flush` is false) flushes it to disk. Inline but for the flush. */
   writeSynced(path: string, data: string | Uint8Array, flush?: boolean): Promise<void>;
-  /** Replaces `file` with `data` whole: written and synced under a temp name, then renamed. */
-  writeAtomically(file: string, data: string | Uint8Array): Promise<void>;
+  /** Replaces `file` with `data` whole: written and (unless `flush` is false) synced under a temp name, then renamed. */
+  writeAtomically(file: string, data: string | Uint8Array, flush?: boolean): Promise<void>;
   /** Closes the directory handles kept open (the store's close). */
   closeHandles(): Promise<void>;
 }
@@ -62,9 +62,9 @@ export function createDurableWrites(ctx: FsStoreContext): DurableWrites {
     }
   }
 
-  async function writeAtomically(file: string, data: string | Uint8Array): Promise<void> {
+  async function writeAtomically(file: string, data: string | Uint8Array, flush = true): Promise<void> {
     const tmp = ctx.tmpPath();
-    await writeSynced(tmp, data);
+    await writeSynced(tmp, data, flush);
     try {
       renameSync(tmp, file);
     } catch (error) {

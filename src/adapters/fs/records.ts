@@ -11,9 +11,10 @@
  * its name appears (and a swap, lazy or not, replaces the name only with a flushed file),
  * so a record file that does not parse can only be such a lost create, and it reads as
  * absent, exactly what losing the create means; a later create of the key replaces it.
- * A lazy create's text starts with a space (LAZY_MARK; JSON allows it), so only a file
- * that is empty, NUL-filled (what XFS shows of unwritten blocks) or marked lazy counts as
- * torn: any other unparsable file is a durable record damaged outside the store (a disk
+ * A lazy create's text starts with a space (LAZY_MARK; JSON allows it), and so does a
+ * losable swap's (`WriteCondition.losable`: written and renamed over the record without
+ * any flush, for a record whose whole loss is safe), so only a file that is empty,
+ * NUL-filled (what XFS shows of unwritten blocks) or marked lazy counts as torn: any other unparsable file is a durable record damaged outside the store (a disk
  * fault, a partial restore, a hand edit) and answers INTERNAL rather than reading as
  * absent, which would let a create replace a published version.
  *
@@ -46,7 +47,7 @@ interface RecordFile {
 }
 
 /** The condition of a putRecord: create-only (`ifRevision: null`) or swap from a revision. */
-type PutCondition = { ifRevision: string | null; lazy?: boolean };
+type PutCondition = { ifRevision: string | null; lazy?: boolean; losable?: boolean };
 
 /** The record half of a PackageStore, without listing (listing.ts). */
 export type FsRecords = Pick<PackageStore, "getRecord" | "putRecord" | "deleteRecord">;
@@ -94,9 +95,11 @@ export function createFsRecords(ctx: FsStoreContext, durable: DurableWrites, loc
     const current = await readRecordFile(file);
     if ((current?.revision ?? null) !== cond.ifRevision) return null;
     const revision = randomUUID();
-    // The file's bytes are always synced before the rename (never a torn record after
-    // a machine crash); a lazy write skips only the directory's fsync.
-    await durable.writeAtomically(file, content(revision));
+    // The file's bytes are synced before the rename (never a torn record after a machine
+    // crash); a lazy write skips only the directory's fsync. A losable one (lazy too)
+    // skips both: marked like a lazy create, so a torn result reads as absent.
+    const losable = cond.lazy === true && cond.losable === true;
+    await durable.writeAtomically(file, losable ? LAZY_MARK + content(revision) : content(revision), !losable);
     if (!cond.lazy) await durable.fsyncDir(join(file, ".."));
     return revision;
   }
