@@ -12,9 +12,9 @@ import { grpcCodeName, type RefusalReason } from "./runner-telemetry.js";
 
 /** Opens the call's span (under the caller's trace context) and counts it open. */
 export function reportCallOpen(core: RunnerCore, call: CallRun, ctx: HandlerContext): void {
-  const { span, context } = core.telemetry.startCall(traceContextOf(ctx.requestHeader), ctx.protocolName);
-  call.span = span;
-  call.traceContext = context;
+  const parent = traceContextOf(ctx.requestHeader);
+  call.span = core.telemetry.startCall(parent, ctx.protocolName);
+  call.parentContext = parent;
   core.telemetry.streamsOpen.add(1);
 }
 

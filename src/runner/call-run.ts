@@ -1,7 +1,8 @@
 /**
  * One StreamLogs call's state: its job, position and byte counts, the entries queued for
- * the store and the background flush that stores them in batches, the idle timer, and
- * the waits a stop (newer call, shutdown, idle, client gone) interrupts.
+ * the store and the background flush that stores them in batches, and the waits a stop
+ * (newer call, shutdown, idle, client gone) interrupts. Its idle limit is the service's
+ * sweep (idle-sweep.ts), which reads `waitingSince`.
  */
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Context, Span } from "@opentelemetry/api";
@@ -10,7 +11,7 @@ import type { JobState, LogEntry, StoredLine } from "./ports.js";
 import type { EndedReason } from "./service-contract.js";
 import { secondsSince } from "../telemetry.js";
 import { kMessageBytes } from "./call-context.js";
-import { uErr, type CallHandle, type RunnerCore, type Slot } from "./job-table.js";
+import type { CallHandle, RunnerCore, Slot } from "./job-table.js";
 import { EndedSignal, explainRefusal } from "./ended.js";
 import { settlePendingPublish } from "./end-publish.js";
 import { plainLine } from "./received-line.js";
@@ -43,9 +44,9 @@ export class CallRun implements CallHandle {
   pendingBytes = 0;
   /** UTF-8 bytes of the queued lines as received (runner.bytes.ingested once stored). */
   pendingReceivedBytes = 0;
-  /** The call's span and its context (parent of the publish spans); set by stream-call. */
+  /** The call's span and the caller's trace context it started under; set by stream-call. */
   span: Span | null = null;
-  traceContext: Context | undefined = undefined;
+  parentContext: Context | undefined = undefined;
   /** Why the call answered ok = false, once it did. */
   endedReason: EndedReason | null = null;
   /** Request ID of the first item, before the call passed auth (for log lines). */
@@ -56,9 +57,8 @@ export class CallRun implements CallHandle {
   stopError: RunnerDepotError | null = null;
   /** Rejecters of the waits in progress; a stop rejects them all. */
   private readonly interrupters = new Set<(error: unknown) => void>();
-  /** When the call started waiting for its next item (0: not waiting). */
+  /** When the call started waiting for its next item (0: not waiting); the idle sweep (idle-sweep.ts) reads it. */
   waitingSince = 0;
-  private idleTimer: NodeJS.Timeout | null = null;
 
   constructor(
     private readonly core: RunnerCore,
@@ -66,19 +66,6 @@ export class CallRun implements CallHandle {
   ) {
     this.ctx = ctx;
     this.maxBytes = ctx.values.get(kMessageBytes) ?? core.config.limits.messageBytes;
-    this.armIdle(core.config.limits.idleMs);
-  }
-
-  // One timer per call, re-armed lazily: cheaper than a timer per item.
-  private armIdle(ms: number) {
-    const idleMs = this.core.config.limits.idleMs;
-    this.idleTimer = setTimeout(() => {
-      this.idleTimer = null;
-      if (this.stopError) return;
-      const left = this.waitingSince === 0 ? idleMs : this.waitingSince + idleMs - Date.now();
-      if (left <= 0) this.stop(uErr("DEADLINE_EXCEEDED", `no item for ${idleMs} ms; the call was ended`));
-      else this.armIdle(left);
-    }, ms);
   }
 
   stop(error: RunnerDepotError) {
@@ -88,9 +75,9 @@ export class CallRun implements CallHandle {
     this.interrupters.clear();
   }
 
-  dispose() {
-    if (this.idleTimer) clearTimeout(this.idleTimer);
-    this.idleTimer = null;
+  /** The context of the call's span (parent of the publish spans), made when asked. */
+  get traceContext(): Context | undefined {
+    return this.span && this.parentContext ? this.core.telemetry.childContext(this.parentContext, this.span) : undefined;
   }
 
   get committed(): number {

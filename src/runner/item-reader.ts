@@ -30,6 +30,18 @@ export function readerOf(requests: AsyncIterable<LogItem>): ItemReader {
   };
 }
 
+/** An empty batch: a used-up one is let go (its items may hold request chunks, see received-line.ts). */
+const NO_ITEMS: readonly CallItem[] = [];
+
+/** Puts `item`, the last one read, back: the next read returns it again. O(1) after a read. */
+export function unread(it: ItemReader, item: CallItem): void {
+  if (it.pos > 0 && it.batch[it.pos - 1] === item) it.pos--;
+  else {
+    it.batch = [item, ...it.batch.slice(it.pos)];
+    it.pos = 0;
+  }
+}
+
 /** Reads the next item, or null at the end of the request stream (waits only when the current batch is used up). */
 export function nextItem(call: CallRun, it: ItemReader): CallItem | null | Promise<CallItem | null> {
   if (it.pos < it.batch.length) return it.batch[it.pos++]!;
@@ -37,6 +49,9 @@ export function nextItem(call: CallRun, it: ItemReader): CallItem | null | Promi
 }
 
 async function nextBatch(call: CallRun, it: ItemReader): Promise<CallItem | null> {
+  // Not kept while the call waits: an idle stream would pin its last request chunk.
+  it.batch = NO_ITEMS;
+  it.pos = 0;
   const read = it.pull();
   // The read may settle after we gave up on it (stream reset); never leave it unhandled.
   read.catch(() => undefined);

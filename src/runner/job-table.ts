@@ -10,6 +10,7 @@ import type { RunnerServiceOptions } from "./service-contract.js";
 import type { RunnerConfig } from "./service-config.js";
 import type { Context } from "@opentelemetry/api";
 import { RunnerTelemetry } from "./runner-telemetry.js";
+import { IdleSweep, type IdleCall } from "./idle-sweep.js";
 
 /** A job's slot: its active call and the chain that serialises its store operations. */
 export interface Slot {
@@ -65,7 +66,9 @@ export interface RunnerCore {
   /** The publish of each job's result in flight: at most one per job (see PublishAttempt). */
   readonly inFlight: Map<string, PublishAttempt>;
   /** Calls in progress. */
-  readonly calls: Set<object>;
+  readonly calls: Set<IdleCall>;
+  /** The idle limit of the calls in progress, on one timer (idle-sweep.ts). */
+  readonly idle: IdleSweep;
   /** Set by close(): no new call, no new publish retry. */
   closed: boolean;
   /** Aborted by close(). */
@@ -94,6 +97,7 @@ export function uErr(code: ConstructorParameters<typeof RunnerDepotError>[0], me
 
 /** Creates the service's shared state. */
 export function createRunnerCore(queue: JobResultQueue, logs: JobLogStore, options: RunnerServiceOptions, config: RunnerConfig): RunnerCore {
+  const calls = new Set<IdleCall>();
   const core: RunnerCore = {
     queue,
     logs,
@@ -105,7 +109,8 @@ export function createRunnerCore(queue: JobResultQueue, logs: JobLogStore, optio
     fanout: new LogFanout(logs, options.follow ?? {}, (error) => core.report(error)),
     background: new Map(),
     inFlight: new Map(),
-    calls: new Set(),
+    calls,
+    idle: new IdleSweep(calls, config.limits.idleMs),
     closed: false,
     closeController: new AbortController(),
     report(error) {

@@ -78,14 +78,21 @@ export class RunnerTelemetry {
     this.appendDuration = meter.createHistogram("runner.log_store.append.duration", { ...seconds, description: "One JobLogStore.append (a batch of lines)" });
   }
 
-  /** Starts the SERVER span of a StreamLogs call under the caller's trace context; returns it and the context to parent child spans. */
-  startCall(parent: Context, protocol: string): { span: Span; context: Context } {
-    const span = this.tracer.startSpan(
+  /** Starts the SERVER span of a StreamLogs call under the caller's trace context (see {@link childContext} for its children's parent). */
+  startCall(parent: Context, protocol: string): Span {
+    return this.tracer.startSpan(
       "runner.v1.Runner/StreamLogs",
       { kind: SpanKind.SERVER, attributes: { "rpc.system": "grpc", "rpc.service": "runner.v1.Runner", "rpc.method": "StreamLogs", "runner.protocol": protocol } },
       parent,
     );
-    return { span, context: trace.setSpan(parent, span) };
+  }
+
+  /**
+   * The context that parents a call's child spans: made when a child starts (a publish, once
+   * a job), not with every call; each open call kept one (a context and its closures) for nothing.
+   */
+  childContext(parent: Context, span: Span): Context {
+    return trace.setSpan(parent, span);
   }
 
   /** Counts a call's answer (metrics) and ends its span. */

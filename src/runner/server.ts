@@ -163,31 +163,32 @@ export async function startRunnerServer(runner: RunnerService, settings: RunnerS
         info.streams--;
       });
     });
-    let pinger: NodeJS.Timeout | undefined;
-    if (keepAliveMs > 0) {
-      pinger = setInterval(() => {
-        if (session.destroyed || session.closed) return;
-        const timer = setTimeout(() => session.destroy(), keepAliveTimeoutMs);
-        timer.unref();
-        try {
-          session.ping((error) => {
-            clearTimeout(timer);
-            if (error && !session.destroyed) session.destroy();
-          });
-        } catch {
-          clearTimeout(timer);
-        }
-      }, keepAliveMs);
-      pinger.unref();
-    }
     session.on("error", () => {
       // A peer that vanished; the session closes on its own.
     });
     session.once("close", () => {
-      clearInterval(pinger);
       sessions.delete(session);
     });
   });
+  // Keep-alive: one timer pings every session (a timer per session cost each connection a
+  // Timeout and its closure for as long as it stayed open). O(sessions) every keepAliveMs.
+  const pinger = keepAliveMs > 0 ? setInterval(() => pingAll(), keepAliveMs) : null;
+  pinger?.unref();
+  function pingAll() {
+    for (const session of sessions.keys()) {
+      if (session.destroyed || session.closed) continue;
+      const timer = setTimeout(() => session.destroy(), keepAliveTimeoutMs);
+      timer.unref();
+      try {
+        session.ping((error) => {
+          clearTimeout(timer);
+          if (error && !session.destroyed) session.destroy();
+        });
+      } catch {
+        clearTimeout(timer);
+      }
+    }
+  }
   // TLS handshakes that fail (no client certificate) must not crash the process.
   server.on("tlsClientError", () => undefined);
   server.on("sessionError", () => undefined);
@@ -280,6 +281,7 @@ export async function startRunnerServer(runner: RunnerService, settings: RunnerS
     cutIdleSessions();
     await Promise.race([serverClosed, new Promise((resolve) => setTimeout(resolve, 250))]);
     for (const session of sessions.keys()) session.destroy();
+    if (pinger) clearInterval(pinger);
     await serverClosed;
     return report;
   }

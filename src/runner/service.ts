@@ -55,8 +55,9 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
   let closing: Promise<void> | null = null;
 
   return {
-    async streamLogs(requests, ctx) {
-      if (core.closed) throw uErr("UNAVAILABLE", "the runner service is closed").toConnectError();
+    // Not async: an open call keeps every suspended frame of its chain, and this one only forwards.
+    streamLogs(requests, ctx) {
+      if (core.closed) return Promise.reject(uErr("UNAVAILABLE", "the runner service is closed").toConnectError());
       return streamLogs(core, requests, ctx);
     },
     async expectJob(requestId, info = {}) {
@@ -89,6 +90,7 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
       closing ??= (async () => {
         core.closed = true;
         clearInterval(sweepTimer);
+        core.idle.stop();
         core.fanout.close();
         core.closeController.abort();
         await waitForBackground(core);

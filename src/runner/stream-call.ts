@@ -12,7 +12,7 @@ import { kCallAuthenticated, kCallJob, kShutdownSignal } from "./call-context.js
 import { COMMITTED_HEADER, OFFSET_HEADER } from "./service-contract.js";
 import { uErr, type RunnerCore } from "./job-table.js";
 import { CallRun } from "./call-run.js";
-import { nextItem, readerOf, type ItemReader } from "./item-reader.js";
+import { nextItem, readerOf, unread, type ItemReader } from "./item-reader.js";
 import { authenticate, checkTokenPresent, parseOffset } from "./call-auth.js";
 import { checkItemShape, processItem } from "./item-rules.js";
 import { EndedSignal } from "./ended.js";
@@ -24,6 +24,7 @@ import { reportCallEnd, reportCallOpen, reportCallStart } from "./call-report.js
 export async function streamLogs(core: RunnerCore, requests: AsyncIterable<LogItem>, ctx: HandlerContext): Promise<Ack> {
   const call = new CallRun(core, ctx);
   core.calls.add(call);
+  core.idle.watch();
   reportCallOpen(core, call, ctx);
   let code = 0;
   const it = readerOf(requests);
@@ -47,7 +48,6 @@ export async function streamLogs(core: RunnerCore, requests: AsyncIterable<LogIt
     shutdown?.removeEventListener("abort", onShutdown);
     ctx.signal.removeEventListener("abort", onClientGone);
     core.calls.delete(call);
-    call.dispose();
     if (call.slot) {
       if (call.slot.active === call) call.slot.active = null;
       core.release(call.id, call.slot);
@@ -61,7 +61,7 @@ async function runCall(core: RunnerCore, call: CallRun, it: ItemReader): Promise
   checkTokenPresent(core, headers);
   const offset = parseOffset(headers.get(OFFSET_HEADER));
 
-  const first = await nextItem(call, it);
+  let first = await nextItem(call, it);
   if (first === null) {
     if (Number.isNaN(offset)) throw badOffset();
     // A call with zero items is fine, and names no job: no runner-committed to give.
@@ -93,7 +93,11 @@ async function runCall(core: RunnerCore, call: CallRun, it: ItemReader): Promise
   reportCallStart(core, call, offset);
 
   try {
-    await processItems(core, call, it, first);
+    // The first item goes back to the reader and out of this frame, which lives as long as
+    // the call: a received line holds its request chunk (received-line.ts).
+    unread(it, first);
+    first = null;
+    await processItems(core, call, it);
     return create(AckSchema, { ok: true });
   } catch (error) {
     if (error instanceof EndedSignal) return endedAck(core, call, error.reason);
@@ -119,15 +123,20 @@ function takeJob(core: RunnerCore, call: CallRun, id: string, rawId: string): vo
 }
 
 /** Every item through the rules, then the last ones stored. O(items). */
-async function processItems(core: RunnerCore, call: CallRun, it: ItemReader, first: CallItem): Promise<void> {
-  let item: CallItem | null = first;
-  while (item !== null) {
+async function processItems(core: RunnerCore, call: CallRun, it: ItemReader): Promise<void> {
+  let item: CallItem | null = null;
+  for (;;) {
+    const next = nextItem(call, it);
+    if (next instanceof Promise) {
+      // No item held while the call waits for the next one (an idle stream would pin its chunk).
+      item = null;
+      item = await next;
+    } else item = next;
+    if (item === null) break;
     // Most items are handled synchronously; only a wait (back-pressure, the end) awaits.
     const processing = processItem(core, call, item);
     if (processing !== undefined) await processing;
     if (call.stopError) throw call.stopError;
-    const next = nextItem(call, it);
-    item = next instanceof Promise ? await next : next;
   }
   await call.guard(call.flush());
 }

@@ -1,0 +1,70 @@
+/**
+ * The idle limit of StreamLogs calls runs on one timer per service (idle-sweep.ts), not one
+ * per call: open calls add no timer, and every idle call is still ended DEADLINE_EXCEEDED
+ * with its committed count. Calls through real HTTP/2 sockets, one connection each, as a
+ * fleet's agents open them.
+ */
+import * as http2 from "node:http2";
+import { randomUUID } from "node:crypto";
+import { describe, expect, it } from "vitest";
+import { createMemoryLogStore, createMemoryQueue } from "../src/adapters/memory/index.js";
+import { createRunnerService, startRunnerServer } from "../src/runner/index.js";
+import { createLogItemEncoder } from "../src/runner/encoder.js";
+import { until } from "./runner-service-helpers.js";
+
+const CALLS = 20;
+const IDLE_MS = 5_000;
+
+/** Timers keeping this process's event loop alive. */
+const timers = () => process.getActiveResourcesInfo().filter((r) => r === "Timeout").length;
+
+/** One connection holding one StreamLogs call that sent one line; resolves with its trailers. */
+function openCall(url: string): { session: http2.ClientHttp2Session; trailers: Promise<http2.IncomingHttpHeaders> } {
+  const requestId = randomUUID();
+  const enc = createLogItemEncoder(requestId);
+  const text = "started";
+  const frame = Buffer.alloc(enc.logFrameSize(text, text.length, false));
+  enc.writeLogFrame(frame, 0, text, text.length, false);
+  const session = http2.connect(url);
+  session.on("error", () => undefined);
+  const req = session.request({ ":method": "POST", ":path": "/runner.v1.Runner/StreamLogs", "content-type": "application/grpc", te: "trailers" });
+  req.on("error", () => undefined);
+  req.on("data", () => undefined);
+  const trailers = new Promise<http2.IncomingHttpHeaders>((resolve) => {
+    req.on("trailers", resolve);
+    // A trailers-only answer comes as headers.
+    req.on("response", (headers) => {
+      if (headers["grpc-status"] !== undefined) resolve(headers);
+    });
+  });
+  req.write(frame);
+  return { session, trailers };
+}
+
+describe("runner idle limit: one sweep for every call", () => {
+  it(`${CALLS} open calls add no timer, and each is ended DEADLINE_EXCEEDED after ${IDLE_MS} ms without an item`, async () => {
+    const runner = createRunnerService(createMemoryQueue(), { logs: createMemoryLogStore(), limits: { idleMs: IDLE_MS } });
+    const server = await startRunnerServer(runner, { port: 0 });
+    const calls: ReturnType<typeof openCall>[] = [];
+    try {
+      // The sweep's own timer runs from the first call on.
+      calls.push(openCall(server.url));
+      await until(() => runner.activeCalls === 1, "the first call");
+      const before = timers();
+      for (let i = 1; i < CALLS; i++) calls.push(openCall(server.url));
+      await until(() => runner.activeCalls === CALLS, `${CALLS} open calls`);
+      // With a timer per call this grew by CALLS - 1; allow a few of the runtime's own.
+      expect(timers() - before).toBeLessThan(5);
+
+      const answers = await Promise.all(calls.map((c) => c.trailers));
+      for (const headers of answers) {
+        expect(headers["grpc-status"]).toBe("4");
+        expect(headers["runner-committed"]).toBe("1");
+      }
+    } finally {
+      for (const c of calls) c.session.destroy();
+      await server.close();
+      await runner.close();
+    }
+  }, 60_000);
+});
