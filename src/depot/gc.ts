@@ -74,7 +74,15 @@ export async function collectGarbage(store: PackageStore, transactions: Transact
   const nowMs = settings.now().getTime();
   for await (const key of allKeys(store, keys.transactions)) {
     const record = await store.getRecord<TransactionRecord>(key);
-    if (!record) continue;
+    if (!record) {
+      // Listed, yet no record: a create a machine crash tore (the fs store reads it as
+      // absent: the transaction was lost whole, depot-publish-durability.md), or one just
+      // forgotten. Its item and marker records can never be used again, nor the name (ids
+      // are never reused): both go, where they would otherwise stay for ever.
+      await transactions.dropItemRecords(key.slice(keys.transactions.length));
+      await store.deleteRecord(key);
+      continue;
+    }
     let trans = record.value;
     if (trans.state === "committing") {
       // One no slot lists (recovery above walks the slots): a machine crash can lose the

@@ -317,9 +317,17 @@ export class Transactions {
    */
   async dropWorkingRecords(trans: TransactionRecord, options: { keepSlot?: boolean } = {}): Promise<void> {
     if (!options.keepSlot) await this.slots.release(trans.principal, trans.id);
+    await this.dropItemRecords(trans.id);
+  }
+
+  /**
+   * Deletes the item and marker records of transaction `id` (torn ones too, on the fs
+   * store): one listing per prefix, one delete per record.
+   */
+  async dropItemRecords(id: string): Promise<void> {
     // Lazy: records a machine crash keeps belong to a finished transaction, and garbage
     // collection drops them after its retention.
-    for (const prefix of [keys.items(trans.id), keys.dirMarks(trans.id)]) {
+    for (const prefix of [keys.items(id), keys.dirMarks(id)]) {
       const found: string[] = [];
       for await (const key of allKeys(this.store, prefix, WHOLE_LISTING)) found.push(key);
       await mapLimit(found, 16, (key) => this.store.deleteRecord(key, { ifRevision: null, lazy: true }));

@@ -10,7 +10,8 @@
  * name with a torn body (empty or cut short). Every other write flushes the file before
  * its name appears (and a swap, lazy or not, replaces the name only with a flushed file),
  * so a record file that does not parse can only be such a lost create, and it reads as
- * absent, exactly what losing the create means; a later create of the key replaces it.
+ * absent, exactly what losing the create means; a later create of the key replaces it,
+ * and any delete of the key removes it.
  * A lazy create's text starts with a space (LAZY_MARK; JSON allows it), and so does a
  * losable swap's (`WriteCondition.losable`: written and renamed over the record without
  * any flush, for a record whose whole loss is safe), so only a file that is empty,
@@ -129,7 +130,14 @@ export function createFsRecords(ctx: FsStoreContext, durable: DurableWrites, loc
       return locks.withKey(key, () =>
         locks
           .withLock(file, async () => {
-            const current = await readRecordFile(file);
+            const current = await readRecordState(file);
+            if (current === "torn") {
+              // A torn lazy create reads as absent, so removing it changes nothing any reader
+              // sees; left in place it would stay for ever under a key nobody creates again
+              // (a lost transaction's items). Not flushed: a crash may bring it back, torn.
+              unlinkSync(file);
+              return false;
+            }
             if (!current) return false;
             if (cond && cond.ifRevision !== null && cond.ifRevision !== current.revision) return false;
             unlinkSync(file);
