@@ -39,6 +39,7 @@ type Json = Record<string, any>;
 const NOT_EXERCISED: Record<string, string> = {
   "abandonTransaction 409": "CONFLICT only while a commit of the same transaction is running: a race, not scripted",
   "addRequires 409": "CONFLICT only while a commit of the same transaction is running: a race, not scripted",
+  "commitTransaction 413": "TOO_MANY_ITEMS only after a machine crash lost the item count: test/depot-crash-leftovers.test.ts provokes it",
 };
 
 /** Status codes that every operation documents and the script checks on a few operations only. */

@@ -211,6 +211,14 @@ export class Commits {
     if (existing && existing.value.transaction !== t.id) {
       throw new RunnerDepotError("VERSION_EXISTS", `${t.name}@${t.version} was published by another transaction`);
     }
+    // Additions check the count on the transaction record, a lazy write a machine crash may
+    // lose (depot-publish-durability.md): a transaction that survived one may have taken
+    // more than the limit since. Checked again on what was settled, unless this
+    // transaction's version is already written (then the commit only rolls forward).
+    const counted = totals(t, items).itemCount;
+    if (!existing && counted > this.settings.limits.items) {
+      throw new RunnerDepotError("TOO_MANY_ITEMS", `Transaction ${t.id} holds ${counted} items and licences; at most ${this.settings.limits.items} are accepted (abandon it)`);
+    }
     const mtime = t.commitTime!;
     const publishedAt = new Date(mtime * 1000).toISOString();
     const licenses: ManifestLicense[] = Object.entries(t.licenses)
