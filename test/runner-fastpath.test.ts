@@ -18,6 +18,10 @@ import { createStreamLogsFastPath } from "../src/runner/grpc-fast-path.js";
 import { kMessageBytes, kShutdownSignal } from "../src/runner/service.js";
 import { createReadBudget } from "../src/runner/read-budget.js";
 import { createMemoryLogStore, createMemoryQueue, type MemoryQueue } from "../src/adapters/memory/index.js";
+import { createFsLogStore } from "../src/adapters/fs/log-store.js";
+import { mkdtemp, rm } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
 import type { JobLogStore } from "../src/runner/ports.js";
 import { end, line, send, until } from "./runner-service-helpers.js";
 
@@ -392,17 +396,18 @@ describe("runner gRPC fast path: routing and back-pressure", () => {
   });
 });
 
-describe("runner gRPC fast path: lines kept as bytes from the frame to the memory store", () => {
-  it("every line reads back as sent (non-ASCII, a literal U+FFFD, empty, across the store's blocks); an over-long one is cut with its marker; onLog and follow() get plain objects", async () => {
+describe("runner gRPC fast path: lines kept as bytes from the frame to the log store", () => {
+  it.each(["memory", "fs"] as const)("%s store: every line reads back as sent (non-ASCII, a literal U+FFFD, JSON escapes, empty, across the memory store's blocks); an over-long one is cut with its marker; onLog and follow() get plain objects", async (kind) => {
     const queue = createMemoryQueue();
-    const logs = createMemoryLogStore();
+    const dir = kind === "fs" ? await mkdtemp(path.join(os.tmpdir(), "rd-fastpath-bytes-")) : "";
+    const logs = kind === "fs" ? createFsLogStore(dir) : createMemoryLogStore();
     const hooked: unknown[] = [];
     const runner = createRunnerService(queue, { logs, limits: { lineBytes: 1000 }, onLog: (e) => hooked.push(...e.lines) });
     const server = await startRunnerServer(runner, { port: 0 });
     try {
       const id = randomUUID();
       const texts = Array.from({ length: 3000 }, (_, i) =>
-        i % 7 === 0 ? "" : i % 7 === 1 ? `é€😀 ${i}` : i % 7 === 2 ? `a\ufffdb ${i}` : `${"x".repeat(i % 900)} ${i}`,
+        i % 7 === 0 ? "" : i % 7 === 1 ? `é€😀 ${i}` : i % 7 === 2 ? `a\ufffdb ${i}` : i % 7 === 3 ? `say "hi" \\ tab\there \u0001 \u007f ${i}` : `${"x".repeat(i % 900)} ${i}`,
       );
       texts[1500] = "y".repeat(1500); // over the 1,000-byte line limit
       const followed: unknown[] = [];
@@ -423,6 +428,11 @@ describe("runner gRPC fast path: lines kept as bytes from the frame to the memor
           : [{ line: t, stderr: i % 5 === 0 }],
       );
       expect(await logs.read(id)).toEqual(expected);
+      if (kind === "fs") {
+        // A second store on the directory reads the file itself: the records are the format's.
+        const reopened = createFsLogStore(dir);
+        expect(await reopened.read(id, 0, 50)).toEqual(expected.slice(0, 50));
+      }
       // A window in the middle reads the same lines (the store finds the block holding `from`).
       expect(await logs.read(id, 2345, 10)).toEqual(expected.slice(2345, 2355));
       expect(hooked).toEqual(expected);
@@ -435,6 +445,7 @@ describe("runner gRPC fast path: lines kept as bytes from the frame to the memor
     } finally {
       await server.close();
       await runner.close();
+      if (dir) await rm(dir, { recursive: true, force: true });
     }
   }, 60_000);
 });

@@ -8,6 +8,7 @@
  */
 import { isUtf8 } from "node:buffer";
 import type { LogItem } from "../gen/runner/v1/runner_pb.js";
+import { isAsciiRange, viewOf } from "./byte-scan.js";
 import { ReceivedLine } from "./received-line.js";
 
 /**
@@ -38,30 +39,6 @@ function text(buf: Buffer, start: number, end: number): string | null {
   // Node replaces invalid sequences with U+FFFD where protobuf-es refuses them; a real
   // U+FFFD in the text takes the slow path too, which decodes it the same.
   return s.indexOf("\ufffd") === -1 ? s : null;
-}
-
-// Byte loops over a Buffer cost ~0.6 ns a byte in V8 (a bounds check each); reading four
-// bytes at a time through a DataView costs about half. One view per buffer, made when the
-// buffer changes (a request chunk holds ~100 frames).
-let viewed: Buffer | null = null;
-let view: DataView = new DataView(new ArrayBuffer(0));
-
-function viewOf(buf: Buffer): DataView {
-  if (buf !== viewed) {
-    viewed = buf;
-    view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
-  }
-  return view;
-}
-
-/** True when `buf[start, end)` holds only ASCII; O(bytes), four at a time. */
-function isAsciiRange(buf: Buffer, start: number, end: number): boolean {
-  const v = viewOf(buf);
-  let or = 0;
-  let i = start;
-  for (; i + 4 <= end; i += 4) or |= v.getUint32(i);
-  for (; i < end; i++) or |= v.getUint8(i);
-  return (or & 0x80808080) === 0;
 }
 
 // The last request ID decoded, as bytes (big-endian 32-bit words and a tail) and text:

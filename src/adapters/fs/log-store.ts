@@ -12,6 +12,8 @@ import { applyAppend, applyArchived, applyFinish, applyOpen, cloneJobState, isAr
 import { JobListIndex } from "../../runner/job-list.js";
 import type { JobLogStore, JobState, StoredLine } from "../../runner/ports.js";
 import { normalizeRequestId } from "../../runner/uuid.js";
+import { isPlainJsonText } from "../../runner/byte-scan.js";
+import { ReceivedLine } from "../../runner/received-line.js";
 import { syncDirBestEffort } from "./files.js";
 
 /** Options of {@link createFsLogStore}. */
@@ -56,6 +58,46 @@ function encode(line: StoredLine): string {
   const flag = line.marker ? (line.stderr ? "E" : "O") : line.stderr ? "e" : "o";
   // JSON escapes newlines (one record per line) and keeps lone surrogates exact.
   return flag + JSON.stringify(line.line) + "\n";
+}
+
+/** Bytes of the batch's records (one line each, as {@link encode} writes them) and each record's size. O(bytes). */
+function encodeRecords(stored: readonly StoredLine[]): { bytes: Buffer; sizes: Uint32Array } {
+  const n = stored.length;
+  const sizes = new Uint32Array(n);
+  // A line received as bytes whose JSON string is its own bytes between quotes is copied
+  // as it came (no string is made for it: the batch outlives a datasync, so every string
+  // made here was copied by the GC); other lines go through encode().
+  const texts: (string | null)[] = new Array<string | null>(n).fill(null);
+  let total = 0;
+  for (let i = 0; i < n; i++) {
+    const line = stored[i]!;
+    if (line instanceof ReceivedLine && isPlainJsonText(line.buf, line.start, line.end)) {
+      sizes[i] = line.end - line.start + 4;
+    } else {
+      const record = encode(line);
+      texts[i] = record;
+      sizes[i] = Buffer.byteLength(record, "utf8");
+    }
+    total += sizes[i]!;
+  }
+  const bytes = Buffer.allocUnsafe(total);
+  let pos = 0;
+  for (let i = 0; i < n; i++) {
+    const text = texts[i];
+    if (text === null) {
+      const line = stored[i] as ReceivedLine;
+      bytes[pos] = line.stderr ? 0x65 : 0x6f; // "e" / "o"
+      bytes[pos + 1] = 0x22;
+      line.buf.copy(bytes, pos + 2, line.start, line.end);
+      const at = pos + 2 + (line.end - line.start);
+      bytes[at] = 0x22;
+      bytes[at + 1] = 0x0a;
+    } else {
+      bytes.write(text, pos, "utf8");
+    }
+    pos += sizes[i]!;
+  }
+  return { bytes, sizes };
 }
 
 function decode(record: string): StoredLine {
@@ -237,11 +279,8 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
           if (fresh.length === 0) return publicState(job.state);
           const stored = applyAppend(next, fresh, now);
           if (stored.length > 0) {
-            // Each record encoded once (O(bytes)); the index below reuses them.
-            const records = new Array<string>(stored.length);
-            for (let i = 0; i < stored.length; i++) records[i] = encode(stored[i]!);
-            const text = records.join("");
-            const bytes = Buffer.from(text, "utf8");
+            // Each record encoded once (O(bytes)); the index below reuses their sizes.
+            const { bytes, sizes } = encodeRecords(stored);
             const fh = await open(logPath(requestId), job.state.fileBytes === 0 ? "w" : "r+");
             try {
               let written = 0;
@@ -258,12 +297,9 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
               // Keep the read index current without rescanning.
               let offset = job.state.fileBytes;
               let line = job.state.storedLines;
-              // As many bytes as UTF-16 units only when every record is ASCII (any other
-              // character takes more bytes than units): then a record's length is its size.
-              const ascii = bytes.length === text.length;
-              for (const record of records) {
+              for (const size of sizes) {
                 if (line % STRIDE === 0) job.index.push(offset);
-                offset += ascii ? record.length : Buffer.byteLength(record, "utf8");
+                offset += size;
                 line++;
               }
             }

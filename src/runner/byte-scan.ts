@@ -1,0 +1,64 @@
+/**
+ * Scans over byte ranges of a Buffer, four bytes at a time. A byte loop over a Buffer
+ * costs ~0.6 ns a byte in V8 (a bounds check each); 32-bit reads through a DataView
+ * about half. The view is made once per buffer (a request chunk holds ~100 frames).
+ */
+
+let viewed: Buffer | null = null;
+let view: DataView = new DataView(new ArrayBuffer(0));
+
+/** A DataView over `buf` (the last one made, when `buf` is the same buffer). O(1). */
+export function viewOf(buf: Buffer): DataView {
+  if (buf !== viewed) {
+    viewed = buf;
+    view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
+  }
+  return view;
+}
+
+/**
+ * True when `buf[start, end)` holds only ASCII. O(bytes).
+ *
+ * @example
+ * isAsciiRange(Buffer.from("héllo"), 0, 6) // false
+ */
+export function isAsciiRange(buf: Buffer, start: number, end: number): boolean {
+  const v = viewOf(buf);
+  let or = 0;
+  let i = start;
+  for (; i + 4 <= end; i += 4) or |= v.getUint32(i);
+  for (; i < end; i++) or |= v.getUint8(i);
+  return (or & 0x80808080) === 0;
+}
+
+/** Non-zero when a byte of the 32-bit word `w` is zero (the classic SWAR test). */
+function hasZeroByte(w: number): number {
+  return (w - 0x01010101) & ~w & 0x80808080;
+}
+
+/** Non-zero when a byte of `w` is below 0x20 (bytes ≥ 0x80 never count). */
+function hasControlByte(w: number): number {
+  return (w - 0x20202020) & ~w & 0x80808080;
+}
+
+/**
+ * True when the UTF-8 text in `buf[start, end)` is its own JSON string body: no `"`,
+ * no `\` and no control character (U+0000–U+001F), the only characters JSON.stringify
+ * escapes in valid UTF-8 text. O(bytes).
+ *
+ * @example
+ * isPlainJsonText(Buffer.from('say "hi"'), 0, 8) // false
+ */
+export function isPlainJsonText(buf: Buffer, start: number, end: number): boolean {
+  const v = viewOf(buf);
+  let i = start;
+  for (; i + 4 <= end; i += 4) {
+    const w = v.getUint32(i);
+    if ((hasControlByte(w) | hasZeroByte(w ^ 0x22222222) | hasZeroByte(w ^ 0x5c5c5c5c)) !== 0) return false;
+  }
+  for (; i < end; i++) {
+    const b = v.getUint8(i);
+    if (b < 0x20 || b === 0x22 || b === 0x5c) return false;
+  }
+  return true;
+}
