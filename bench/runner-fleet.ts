@@ -78,7 +78,8 @@ const offered = (mix: Mix, jobs: number) => jobs * (0.8 * mix.quiet + 0.15 * mix
 
 function child(file: string): ChildProcess {
   return fork(path.join(here, file), [], {
-    execArgv: ["--import", "tsx", "--max-old-space-size=1024", ...(file.includes("server") ? ["--expose-gc"] : []), ...(process.env.BENCH_FLEET_PROF && file.includes(process.env.BENCH_FLEET_PROF) ? ["--cpu-prof", "--cpu-prof-dir=/tmp/prof/fleet"] : [])],
+    // BENCH_FLEET_SERVER_FLAGS: extra Node/V8 flags for the server process only (e.g. --max-semi-space-size=2), to measure a deployment's setting; none by default.
+    execArgv: ["--import", "tsx", "--max-old-space-size=1024", ...(file.includes("server") ? ["--expose-gc", ...(process.env.BENCH_FLEET_SERVER_FLAGS?.split(" ").filter(Boolean) ?? [])] : []), ...(process.env.BENCH_FLEET_PROF && file.includes(process.env.BENCH_FLEET_PROF) ? ["--cpu-prof", "--cpu-prof-dir=/tmp/prof/fleet"] : [])],
     env: { ...process.env, BENCH_SECRET: SECRET, BENCH_POSTGRES_URL: POSTGRES_URL },
     stdio: ["ignore", "inherit", "inherit", "ipc"],
   });
@@ -369,7 +370,7 @@ export async function run(): Promise<string> {
     `Method: ${fmt(JOBS)} jobs${SCALE !== 1 ? ` (scale ${SCALE})` : ""}, each an agent (\`createRunnerClient\` with its defaults, its own HTTP/2 connection) in one of ` +
       `${AGENT_PROCESSES} agent processes, started over ${RAMP_MS / 1000} s and writing for ${DURATION_MS / 1000} s at a mixed rate, ` +
       `lines of 40–200 bytes carrying the agent's clock, then each job's end. The mixes, each its own run into a fresh server: ${runs.map((r) => mixText(r.mix)).join("; ")}. ` +
-      `One server process (startRunnerServer, ${store}, memory queue, token check on). ` +
+      `One server process (startRunnerServer, ${store}, memory queue, token check on${process.env.BENCH_FLEET_SERVER_FLAGS ? `, Node flags ${process.env.BENCH_FLEET_SERVER_FLAGS}` : ""}). ` +
       `Every ${FOLLOW_EVERY}th job is followed with \`follow()\` in the server process from before its first line; latency is from the agent's write to that follower's delivery, counted in fixed buckets (0.1 ms below 100 ms, 1 ms above; a percentile is its bucket's upper edge) allocated before the agents start, so the measuring adds nothing to the server's RSS. ` +
       "Rates, RSS and CPU are measured over the middle of the run (every job started), sampled each second; RSS per open stream divides the RSS growth by the calls open in the same sample. " +
       "Memory after a full GC is sampled in the middle of the window, the calls open (one pause of the server, in the latency figures too). " +

@@ -12,11 +12,12 @@ import type * as http2 from "node:http2";
 import { create, isMessage, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ContextValues, type HandlerContext } from "@connectrpc/connect";
 import { compressionNegotiate, createMethodSerializationLookup, encodeEnvelope } from "@connectrpc/connect/protocol";
-import { contentTypeProto, grpcStatusOk, headerAcceptEncoding, headerContentType, headerEncoding, headerGrpcStatus, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+import { contentTypeProto, grpcStatusOk, headerAcceptEncoding, headerContentType, headerEncoding, headerGrpcMessage, headerGrpcStatus, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { compressionBrotli, compressionGzip, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import { AckSchema, Runner, type LogItem } from "../gen/runner/v1/runner_pb.js";
 import { decodeReceivedLine } from "./decoder.js";
 import { ENVELOPE_PREFIX } from "./envelope-splitter.js";
+import { respecGrpcMessage } from "./grpc-message.js";
 import type { ReadBudget } from "./read-budget.js";
 import { ReceivedLine, toLogItem, type CallItem } from "./received-line.js";
 import { RequestReader, type EnvelopeSink } from "./request-reader.js";
@@ -95,6 +96,9 @@ export function createStreamLogsFastPath(
         items.clear();
         reader.close();
       }
+      // grpc-message in the spec's percent-encoding (grpc-message.ts): connect's setTrailerStatus wrote encodeURIComponent's.
+      const message = context.responseTrailer.get(headerGrpcMessage);
+      if (message !== null) context.responseTrailer.set(headerGrpcMessage, respecGrpcMessage(message));
       await universalResponseToNodeResponse({ status: 200, header: context.responseHeader, body: iterate(body), trailer: context.responseTrailer }, res);
     })().catch(() => {
       // The client went away before the response was written; nobody is left to tell.

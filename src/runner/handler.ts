@@ -157,10 +157,13 @@ export function createRunnerHandler(runner: RunnerService, options: RunnerHandle
       finished();
       return value;
     };
-    res.once("close", finished);
-    // grpc-message in the spec's percent-encoding (connect's reads as %3A in grpc-js).
+    // Comes once; on() keeps no once() wrapper per open call.
+    res.on("close", finished);
+    if (fastPath !== null && fastPath(req, res)) return;
+    // grpc-message in the spec's percent-encoding (connect's reads as %3A in grpc-js); the
+    // fast path writes its trailers in that form itself.
     specGrpcMessages(res);
-    if (fastPath === null || !fastPath(req, res)) connectPath(req, res);
+    connectPath(req, res);
   };
 
   return {

@@ -84,8 +84,9 @@ export class RequestReader {
     this.connection = connectionOf(req);
     this.pauseBytes = options.pauseBytes ?? DEFAULT_PAUSE_BYTES;
     req.on("data", (chunk: Buffer) => this.onData(chunk));
-    req.once("end", () => this.onEnd());
-    req.once("close", () => {
+    // "end" and "close" come once: on(), not once() (whose wrapper every open call would keep).
+    req.on("end", () => this.onEnd());
+    req.on("close", () => {
       if (!this.ended) this.fail(new ConnectError("the request stream was closed", Code.Canceled));
       // Whatever is still accounted goes with the request.
       this.queued = 0;

@@ -159,7 +159,8 @@ export async function startRunnerServer(runner: RunnerService, settings: RunnerS
     sessions.set(session, info);
     session.on("stream", (stream) => {
       info.streams++;
-      stream.once("close", () => {
+      // Comes once; on() keeps no once() wrapper per open stream.
+      stream.on("close", () => {
         info.streams--;
       });
     });
