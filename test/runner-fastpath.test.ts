@@ -19,6 +19,8 @@ import { kMessageBytes, kShutdownSignal } from "../src/runner/service.js";
 import { createReadBudget } from "../src/runner/read-budget.js";
 import { createMemoryLogStore, createMemoryQueue, type MemoryQueue } from "../src/adapters/memory/index.js";
 import { createFsLogStore } from "../src/adapters/fs/log-store.js";
+import { createPostgresLogStore } from "../src/adapters/postgres/index.js";
+import { createTestSchema, needs } from "./backends-fixtures.js";
 import { mkdtemp, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
@@ -397,10 +399,12 @@ describe("runner gRPC fast path: routing and back-pressure", () => {
 });
 
 describe("runner gRPC fast path: lines kept as bytes from the frame to the log store", () => {
-  it.each(["memory", "fs"] as const)("%s store: every line reads back as sent (non-ASCII, a literal U+FFFD, JSON escapes, empty, across the memory store's blocks); an over-long one is cut with its marker; onLog and follow() get plain objects", async (kind) => {
+  it.each(["memory", "fs", "pg"] as const)("%s store: every line reads back as sent (non-ASCII, a literal U+FFFD, JSON escapes, empty, across the memory store's blocks); an over-long one is cut with its marker; onLog and follow() get plain objects", async (kind) => {
+    if (kind === "pg" && !needs("postgres")) return;
     const queue = createMemoryQueue();
     const dir = kind === "fs" ? await mkdtemp(path.join(os.tmpdir(), "rd-fastpath-bytes-")) : "";
-    const logs = kind === "fs" ? createFsLogStore(dir) : createMemoryLogStore();
+    const db = kind === "pg" ? await createTestSchema() : null;
+    const logs = kind === "fs" ? createFsLogStore(dir) : db !== null ? createPostgresLogStore({ pool: db.pool, schema: db.schema }) : createMemoryLogStore();
     const hooked: unknown[] = [];
     const runner = createRunnerService(queue, { logs, limits: { lineBytes: 1000 }, onLog: (e) => hooked.push(...e.lines) });
     const server = await startRunnerServer(runner, { port: 0 });
@@ -446,6 +450,10 @@ describe("runner gRPC fast path: lines kept as bytes from the frame to the log s
       await server.close();
       await runner.close();
       if (dir) await rm(dir, { recursive: true, force: true });
+      if (db !== null) {
+        await logs.close?.();
+        await db.drop();
+      }
     }
   }, 60_000);
 });

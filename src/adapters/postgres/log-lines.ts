@@ -15,6 +15,7 @@
  * go as a hex-escaped text literal (twice the bytes, a regex pass per line).
  */
 import type { RawLinePage, StoredLine } from "../../runner/ports.js";
+import { ReceivedLine } from "../../runner/received-line.js";
 
 /** Most lines in one chunk row. */
 export const CHUNK_LINES = 4096;
@@ -57,7 +58,11 @@ export function encodeLines(
   limits: { lines: number; bytes: number } = { lines: CHUNK_LINES, bytes: CHUNK_BYTES },
 ): EncodedLines {
   let chars = 0;
-  for (let i = from; i < to; i++) chars += lines[i]!.line.length;
+  // A received line's size is its bytes (no string is made for it); others a first guess.
+  for (let i = from; i < to; i++) {
+    const l = lines[i]!;
+    chars += l instanceof ReceivedLine ? l.end - l.start : l.line.length;
+  }
   // ASCII is one byte a character: most job output fits the first guess.
   let bytes = Buffer.allocUnsafe(chars + 64);
   const n = to - from;
@@ -69,13 +74,15 @@ export function encodeLines(
   let chunkByte = 0;
   for (let k = 0; k < n; k++) {
     const l = lines[from + k]!;
-    const worst = l.line.length * 3;
+    const received = l instanceof ReceivedLine ? l : null;
+    const worst = received !== null ? received.end - received.start : l.line.length * 3;
     if (bytes.length - pos < worst) {
       const grown = Buffer.allocUnsafe(Math.max(bytes.length * 2, pos + worst));
       bytes.copy(grown, 0, 0, pos);
       bytes = grown;
     }
-    const end = pos + bytes.write(l.line, pos, "utf8");
+    // Received bytes are copied as they came (valid UTF-8, checked on arrival).
+    const end = received !== null ? pos + received.buf.copy(bytes, pos, received.start, received.end) : pos + bytes.write(l.line, pos, "utf8");
     if (k > chunkLine && (k - chunkLine >= limits.lines || end - chunkByte > limits.bytes)) {
       cuts.push(chunkLine, k - chunkLine, chunkByte, pos - chunkByte);
       chunkLine = k;
