@@ -97,6 +97,15 @@ describe("fs store uploads", () => {
     expect(await readdir(path.join(tmp, "store", "tmp"))).toEqual([]);
   }, 120_000);
 
+  it("keep concurrent uploads apart on the one slab worker", async () => {
+    const uploads = Array.from({ length: 6 }, (_, i) => body(3 * MiB + i * 70_001, () => 40_000 + i * 9_000));
+    const infos = await Promise.all(uploads.map((upload) => store.putBlob(upload.chunks)));
+    for (const [i, info] of infos.entries()) {
+      expect(info.digest).toBe(uploads[i]!.digest);
+      expect(await storedDigest(info.digest)).toBe(uploads[i]!.digest);
+    }
+  });
+
   it("flush the file to disk in the background while the body still arrives", async () => {
     const size = 100 * MiB;
     const upload = body(size, () => MiB);

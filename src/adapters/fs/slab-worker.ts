@@ -82,7 +82,8 @@ let nextId = 1;
 
 function slabWorker(): SlabWorker {
   if (current) return current;
-  const worker = new Worker(WORKER_SOURCE, { eval: true });
+  // No inherited flags: a host started with `--import tsx` (or any preload) need not load it here.
+  const worker = new Worker(WORKER_SOURCE, { eval: true, execArgv: [] });
   const state: SlabWorker = { worker, waiting: new Map() };
   worker.unref();
   worker.on("message", (m: { id: number; op: string; hex?: string; message?: string; code?: string; syscall?: string }) => {
