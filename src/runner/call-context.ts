@@ -2,7 +2,7 @@
  * The context values a server (startRunnerServer, createRunnerHandler) sets on each
  * StreamLogs call, and the batch protocol a request iterable may offer the service.
  */
-import { createContextKey } from "@connectrpc/connect";
+import { createContextKey, type ContextKey, type ContextValues } from "@connectrpc/connect";
 import type { CallItem, ReceivedLine } from "./received-line.js";
 
 /**
@@ -40,4 +40,28 @@ export const kItemBatches: unique symbol = Symbol.for("runner-depot.itemBatches"
  */
 export interface ItemBatchSource {
   [kItemBatches](): () => Promise<readonly CallItem[] | null>;
+}
+
+/**
+ * connect's ContextValues (same storage: each value an own property keyed by the key's
+ * symbol) with its methods on a prototype: `createContextValues()` made three closures for
+ * every call, which an open stream kept for its whole life.
+ *
+ * @example
+ * const values = new CallValues().set(kShutdownSignal, signal);
+ */
+export class CallValues implements ContextValues {
+  get<T>(key: ContextKey<T>): T {
+    return key.id in this ? ((this as unknown as Record<symbol, T>)[key.id] as T) : key.defaultValue;
+  }
+
+  set<T>(key: ContextKey<T>, value: T): this {
+    (this as unknown as Record<symbol, T>)[key.id] = value;
+    return this;
+  }
+
+  delete(key: ContextKey<unknown>): this {
+    delete (this as unknown as Record<symbol, unknown>)[key.id];
+    return this;
+  }
 }

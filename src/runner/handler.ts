@@ -7,12 +7,12 @@
  */
 import { setMaxListeners } from "node:events";
 import * as http2 from "node:http2";
-import { createContextValues } from "@connectrpc/connect";
 import { createConnectPath } from "./connect-path.js";
 import { createStreamLogsFastPath } from "./grpc-fast-path.js";
 import { specGrpcMessages } from "./grpc-message.js";
 import { createReadBudget, type RunnerReadLimits } from "./read-budget.js";
 import { kCallJob, kMessageBytes, kShutdownSignal, type RunnerService } from "./service.js";
+import { CallValues } from "./call-context.js";
 import { createRunnerHealth, isHealthPath, type RunnerHealth } from "./health.js";
 
 /** Options of {@link createRunnerHandler}. */
@@ -93,7 +93,7 @@ export function createRunnerHandler(runner: RunnerService, options: RunnerHandle
   // One budget for every call of this handler: the per-connection and per-server caps.
   const budget = createReadBudget(options.readLimits);
   const contextValues = (_req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) =>
-    createContextValues()
+    new CallValues()
       .set(kShutdownSignal, shutdownController.signal)
       .set(kMessageBytes, options.messageBytes)
       .set(kCallJob, (requestId: string) => {
