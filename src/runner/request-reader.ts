@@ -48,6 +48,22 @@ function connectionOf(req: http2.Http2ServerRequest): object {
   return (req.stream?.session as object | undefined) ?? req.socket ?? req;
 }
 
+/** The request's reader, for the shared listeners below. */
+const kReader = Symbol("runner request reader");
+type ReaderOwner = { [kReader]: RequestReader };
+function onReaderData(this: ReaderOwner, chunk: Buffer): void {
+  this[kReader].onData(chunk);
+}
+function onReaderEnd(this: ReaderOwner): void {
+  this[kReader].onEnd();
+}
+function onReaderClose(this: ReaderOwner): void {
+  this[kReader].onClose();
+}
+function ignore(): void {
+  // Errors end the request with "close", which fails the reader.
+}
+
 /**
  * Reads one call's request body into a sink, within the bounds above.
  *
@@ -83,17 +99,23 @@ export class RequestReader {
     this.splitter = new EnvelopeSplitter(Math.min(options.budget.limits.firstMessageBytes, options.messageBytes), options.messageBytes);
     this.connection = connectionOf(req);
     this.pauseBytes = options.pauseBytes ?? DEFAULT_PAUSE_BYTES;
-    req.on("data", (chunk: Buffer) => this.onData(chunk));
-    // "end" and "close" come once: on(), not once() (whose wrapper every open call would keep).
-    req.on("end", () => this.onEnd());
-    req.on("close", () => {
-      if (!this.ended) this.fail(new ConnectError("the request stream was closed", Code.Canceled));
-      // Whatever is still accounted goes with the request.
-      this.queued = 0;
-      this.closed = true;
-      this.account();
-    });
-    req.on("error", () => undefined);
+    // Shared listeners that find the reader on the request: four closures per call were kept
+    // for as long as it stayed open. "end" and "close" come once: on(), not once() (whose
+    // wrapper every open call would keep).
+    (req as unknown as ReaderOwner)[kReader] = this;
+    req.on("data", onReaderData);
+    req.on("end", onReaderEnd);
+    req.on("close", onReaderClose);
+    req.on("error", ignore);
+  }
+
+  /** The request closed (ended, reset or gone). */
+  onClose(): void {
+    if (!this.ended) this.fail(new ConnectError("the request stream was closed", Code.Canceled));
+    // Whatever is still accounted goes with the request.
+    this.queued = 0;
+    this.closed = true;
+    this.account();
   }
 
 
@@ -119,7 +141,8 @@ export class RequestReader {
     this.resume();
   }
 
-  private onData(chunk: Buffer): void {
+  /** @internal A chunk of the request body (the shared "data" listener). */
+  onData(chunk: Buffer): void {
     if (this.closed || this.failure !== null) return;
     this.received += chunk.length;
     widenWhenBusy(this.req.stream?.session, this.received);
@@ -146,7 +169,8 @@ export class RequestReader {
     }
   }
 
-  private onEnd(): void {
+  /** @internal The request body ended (the shared "end" listener). */
+  onEnd(): void {
     if (this.closed || this.failure !== null) return;
     if (this.splitter.heldBytes > 0) {
       this.fail(new ConnectError("protocol error: incomplete envelope", Code.InvalidArgument));
