@@ -16,21 +16,6 @@ export function viewOf(buf: Buffer): DataView {
   return view;
 }
 
-/**
- * True when `buf[start, end)` holds only ASCII. O(bytes).
- *
- * @example
- * isAsciiRange(Buffer.from("héllo"), 0, 6) // false
- */
-export function isAsciiRange(buf: Buffer, start: number, end: number): boolean {
-  const v = viewOf(buf);
-  let or = 0;
-  let i = start;
-  for (; i + 4 <= end; i += 4) or |= v.getUint32(i);
-  for (; i < end; i++) or |= v.getUint8(i);
-  return (or & 0x80808080) === 0;
-}
-
 /** Non-zero when a byte of the 32-bit word `w` is zero (the classic SWAR test). */
 function hasZeroByte(w: number): number {
   return (w - 0x01010101) & ~w & 0x80808080;
