@@ -6,8 +6,11 @@
  * two different digests in one Content-Digest.
  */
 import { randomBytes } from "node:crypto";
+import { readdir } from "node:fs/promises";
 import { request as httpRequest } from "node:http";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createFsStore } from "../src/adapters/fs/store.js";
 import { createMemoryStore } from "../src/adapters/memory/store.js";
 import { bearerTokens } from "../src/depot/auth.js";
 import { createDepotClient } from "../src/depot/client.js";
@@ -173,6 +176,43 @@ describe("upload by reference (issue 9, depot 3)", () => {
     expect((await reference(depot, adminTx, httpDigest(secretBytes), admin)).status).toBe(201);
     // The admin never uploaded foo's bytes but may read foo-lib: a reference by readability.
     expect(await referenceEventually(() => reference(depot, adminTx, httpDigest(mine), admin, "from-foo"))).toBe(201);
+  });
+
+  it("notes a digest's uploaders and packages in one fs directory, and still honours notes in the earlier layout", async () => {
+    const tmp = await tempDir("depot-bref-");
+    const store = createFsStore(tmp.dir);
+    const fsDepot = await startDepot(store, { authorize: bearerTokens({ [admin]: ["*"], [foo]: ["foo-*"] }) });
+    try {
+      const bytes = `noted bytes ${randomBytes(8).toString("hex")}`;
+      expect((await publish(fsDepot.url, "foo-noted@1.0.0", [{ type: "file", path: "f", body: bytes }], as(foo))).status).toBe(201);
+      const digest = storeDigest(bytes);
+      const prefix = `bref/${digest}/`;
+      // The package's note is written just after the commit answers.
+      let keys: string[] = [];
+      for (let i = 0; i < 2000 && !keys.some((k) => k.startsWith(`${prefix}p.`)); i++) {
+        keys = (await store.listRecords(prefix)).keys;
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      expect(keys.map((k) => k.slice(prefix.length, prefix.length + 2)).sort()).toEqual(["p.", "u."]);
+      const entries = await readdir(join(tmp.dir, "records", "bref", digest.replace(":", "%3A")), { withFileTypes: true });
+      expect(entries.filter((e) => e.isDirectory())).toEqual([]);
+      // A store written before: the same notes a directory level down (`u/…`, `p/…`).
+      for (const key of keys) {
+        const older = key.replace(`${prefix}u.`, `${prefix}u/`).replace(`${prefix}p.`, `${prefix}p/`);
+        expect(await store.putRecord(older, {}, { ifRevision: null })).not.toBeNull();
+        expect(await store.deleteRecord(key)).toBe(true);
+      }
+      // The uploader references its bytes by its older note; the admin, who never sent
+      // them, by the older note of a package it may read.
+      const own = await openTransaction(fsDepot.url, "foo-noted@2.0.0", as(foo));
+      expect((await reference(fsDepot, own, httpDigest(bytes), foo)).status).toBe(201);
+      const other = await openTransaction(fsDepot.url, "admin-copy@1.0.0", as(admin));
+      expect((await reference(fsDepot, other, httpDigest(bytes), admin)).status).toBe(201);
+    } finally {
+      await fsDepot.close();
+      await store.close?.();
+      await tmp.cleanup();
+    }
   });
 
   it("on a public-read depot, published bytes are readable by anyone, so a scoped token may reference them", async () => {

@@ -6,10 +6,15 @@
  * holds and never copies another publisher's private bytes.
  *
  * Two small index records per digest, both create-only and idempotent:
- * - `bref/<digest>/u/<principal hash>`: the principal sent these bytes (written by upload);
- * - `bref/<digest>/p/<name>`: a published version of `name` holds them (written after
+ * - `bref/<digest>/u.<principal hash>`: the principal sent these bytes (written by upload);
+ * - `bref/<digest>/p.<name>`: a published version of `name` holds them (written after
  *   a commit's version record; lost in a crash only in the safe direction: a reference
  *   is then refused and the bytes are simply sent again).
+ * Both sit one key level below the digest, so the fs store makes one directory per
+ * digest, not three as in the earlier layout (`bref/<digest>/u/…`, `…/p/…`): a directory
+ * costs an inode and a block, and a publish notes two or three digests. Notes in the
+ * earlier layout are still read, so a store written before keeps its references; an older
+ * depot reading the new layout only refuses references (the safe direction).
  * Garbage collection drops a digest's records with its blob.
  */
 import { createHash } from "node:crypto";
@@ -24,8 +29,14 @@ const principalHash = (principal: string) => createHash("sha256").update(`princi
 /** Record keys of the reference index. */
 export const referenceKeys = {
   digest: (digest: string) => `bref/${digest}/`,
+  uploader: (digest: string, principal: string) => `bref/${digest}/u.${principalHash(principal)}`,
+  published: (digest: string, name: string) => `bref/${digest}/p.${name}`,
+  publishedPrefix: (digest: string) => `bref/${digest}/p.`,
+};
+
+/** The same notes in the earlier layout (a directory level each): read, never written. */
+const olderKeys = {
   uploader: (digest: string, principal: string) => `bref/${digest}/u/${principalHash(principal)}`,
-  published: (digest: string, name: string) => `bref/${digest}/p/${name}`,
   publishedPrefix: (digest: string) => `bref/${digest}/p/`,
 };
 
@@ -46,7 +57,7 @@ export async function notePublished(store: PackageStore, name: string, digests: 
 /**
  * True when `principal` may reference `digest`: it uploaded the bytes, or one of the
  * (first {@link MAX_REFERENCE_NAMES}) published packages holding them passes `mayRead`.
- * O(1) reads plus one page of at most MAX_REFERENCE_NAMES keys.
+ * O(1) reads plus a page of at most MAX_REFERENCE_NAMES keys in each layout.
  */
 export async function mayReference(
   store: PackageStore,
@@ -55,10 +66,14 @@ export async function mayReference(
   mayRead: (name: string) => Promise<boolean>,
 ): Promise<boolean> {
   if (await store.getRecord(referenceKeys.uploader(digest, principal))) return true;
-  const page = await store.listRecords(referenceKeys.publishedPrefix(digest), { limit: MAX_REFERENCE_NAMES });
-  const prefix = referenceKeys.publishedPrefix(digest);
-  for (const key of page.keys) {
-    if (await mayRead(key.slice(prefix.length))) return true;
+  if (await store.getRecord(olderKeys.uploader(digest, principal))) return true;
+  const names = new Set<string>();
+  for (const prefix of [referenceKeys.publishedPrefix(digest), olderKeys.publishedPrefix(digest)]) {
+    const page = await store.listRecords(prefix, { limit: MAX_REFERENCE_NAMES });
+    for (const key of page.keys) names.add(key.slice(prefix.length));
+  }
+  for (const name of [...names].sort().slice(0, MAX_REFERENCE_NAMES)) {
+    if (await mayRead(name)) return true;
   }
   return false;
 }
