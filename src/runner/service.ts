@@ -90,7 +90,7 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
       closing ??= (async () => {
         core.closed = true;
         clearInterval(sweepTimer);
-        core.idle.stop();
+        // The idle sweep stops by itself once the calls still open have ended (it is unref'd).
         core.fanout.close();
         core.closeController.abort();
         await waitForBackground(core);
