@@ -36,7 +36,7 @@ export function createFsBlobs(ctx: FsStoreContext, durable: DurableWrites): FsBl
   }
 
   return {
-    /** O(size) time, O(1) memory (a few MiB of slabs, blob-writer.ts): the body streams to disk as it arrives. */
+    /** O(size) time, O(1 MiB) memory (blob-writer.ts): the body streams to disk as it arrives. */
     async putBlob(body: AsyncIterable<Uint8Array>, opts: PutBlobOptions = {}): Promise<BlobInfo> {
       await ctx.init();
       const tmp = ctx.tmpPath();
