@@ -19,10 +19,12 @@
  * fault, a partial restore, a hand edit) and answers INTERNAL rather than reading as
  * absent, which would let a create replace a published version.
  *
- * Every call here but an fsync runs inline (see durable.ts for why).
+ * Every call here but a flush, a rename over a record and a record's delete runs inline
+ * (see durable.ts for why).
  */
 import { randomUUID } from "node:crypto";
-import { closeSync, linkSync, openSync, readSync, renameSync, unlinkSync } from "node:fs";
+import { closeSync, linkSync, openSync, readSync, renameSync } from "node:fs";
+import { unlink } from "node:fs/promises";
 import { join } from "node:path";
 import type { PackageStore, StoredRecord } from "../../depot/ports.js";
 import { RunnerDepotError } from "../../errors.js";
@@ -135,12 +137,13 @@ export function createFsRecords(ctx: FsStoreContext, durable: DurableWrites, loc
               // A torn lazy create reads as absent, so removing it changes nothing any reader
               // sees; left in place it would stay for ever under a key nobody creates again
               // (a lost transaction's items). Not flushed: a crash may bring it back, torn.
-              unlinkSync(file);
+              await unlink(file);
               return false;
             }
             if (!current) return false;
             if (cond && cond.ifRevision !== null && cond.ifRevision !== current.revision) return false;
-            unlinkSync(file);
+            // Through the pool: it frees the record's blocks (durable.ts).
+            await unlink(file);
             if (!cond?.lazy) await durable.fsyncDir(join(file, ".."));
             return true;
           })
