@@ -25,6 +25,18 @@ export interface RunnerTlsSettings {
   requestCert?: boolean;
 }
 
+/** The open-stream count of a stream's session, kept on the stream for its shared "close" listener. */
+const kSessionInfo = Symbol("runner session info");
+type CountedStream = { [kSessionInfo]: { streams: number } };
+
+function onStreamClose(this: CountedStream): void {
+  this[kSessionInfo].streams--;
+}
+
+function ignoreSessionError(): void {
+  // A peer that vanished; the session closes on its own.
+}
+
 /** Options of {@link startRunnerServer}. */
 export interface RunnerServerSettings {
   /** Interface to listen on; default 127.0.0.1. */
@@ -154,23 +166,25 @@ export async function startRunnerServer(runner: RunnerService, settings: RunnerS
   const sessions = new Map<http2.ServerHttp2Session, { streams: number }>();
   const keepAliveMs = settings.keepAliveMs ?? 30_000;
   const keepAliveTimeoutMs = settings.keepAliveTimeoutMs ?? 10_000;
+  // Listeners shared by every session and stream (found through `sessions` and a symbol on
+  // the stream): closures per session and per stream were kept as long as they stayed open.
   server.on("session", (session: http2.ServerHttp2Session) => {
-    const info = { streams: 0 };
-    sessions.set(session, info);
-    session.on("stream", (stream) => {
-      info.streams++;
-      // Comes once; on() keeps no once() wrapper per open stream.
-      stream.on("close", () => {
-        info.streams--;
-      });
-    });
-    session.on("error", () => {
-      // A peer that vanished; the session closes on its own.
-    });
-    session.once("close", () => {
-      sessions.delete(session);
-    });
+    sessions.set(session, { streams: 0 });
+    session.on("stream", onSessionStream);
+    session.on("error", ignoreSessionError);
+    session.once("close", onSessionClose);
   });
+  function onSessionStream(this: http2.ServerHttp2Session, stream: http2.ServerHttp2Stream) {
+    const info = sessions.get(this);
+    if (info === undefined) return;
+    info.streams++;
+    (stream as unknown as CountedStream)[kSessionInfo] = info;
+    // Comes once; on() keeps no once() wrapper per open stream.
+    stream.on("close", onStreamClose);
+  }
+  function onSessionClose(this: http2.ServerHttp2Session) {
+    sessions.delete(this);
+  }
   // Keep-alive: one timer pings every session (a timer per session cost each connection a
   // Timeout and its closure for as long as it stayed open). O(sessions) every keepAliveMs.
   const pinger = keepAliveMs > 0 ? setInterval(() => pingAll(), keepAliveMs) : null;
