@@ -122,6 +122,8 @@ describe("fast-path received-line decoder (the line kept as bytes)", () => {
           expect(line!.buf).toBe(buf);
           expect(line!.bytes).toBe(Buffer.byteLength(text));
           expect(buf.toString("utf8", line!.start, line!.end)).toBe(text);
+          // A store that writes lines as JSON gets the port's plain shape, not the view.
+          expect(JSON.parse(JSON.stringify(line))).toStrictEqual({ line: text, stderr });
         }
       }
     }

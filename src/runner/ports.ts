@@ -36,7 +36,12 @@ export interface JobResultQueue {
   close?(): Promise<void>;
 }
 
-/** One stored line of a job's log. */
+/**
+ * One stored line of a job's log. What the service hands `append` may be a line the gRPC fast path kept as
+ * bytes (`ReceivedLine`: `line` is decoded on first read, and it serialises as this shape);
+ * a store that keeps the objects themselves, rather than their fields, pins the request
+ * buffer they point into, so keep `line`, `stderr` and `marker` instead.
+ */
 export interface StoredLine {
   line: string;
   stderr: boolean;

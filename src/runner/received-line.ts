@@ -36,6 +36,11 @@ export class ReceivedLine implements StoredLine {
   get bytes(): number {
     return this.end - this.start;
   }
+
+  /** Serialises as the port's plain shape (a store that writes lines as JSON gets what it always got). */
+  toJSON(): StoredLine {
+    return plainLine(this);
+  }
 }
 
 /**
