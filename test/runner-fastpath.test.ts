@@ -505,4 +505,41 @@ describe("runner server: HTTP/2 windows of a busy connection", () => {
       await runner.close();
     }
   }, 60_000);
+
+  it("a Health call (no credential) that receives 512 KiB does not widen its connection's windows", async () => {
+    // A secret: StreamLogs calls need a token; Health calls are read on without one.
+    const runner = createRunnerService(createMemoryQueue(), { logs: createMemoryLogStore(), secret: "windows-secret-0123456789abcdef0123" });
+    const server = await startRunnerServer(runner, { port: 0 });
+    const session = http2.connect(server.url);
+    session.on("error", () => undefined);
+    const announced: number[] = [];
+    session.on("remoteSettings", (s) => announced.push(s.initialWindowSize ?? 65_535));
+    try {
+      const req = session.request({ ":method": "POST", ":path": "/grpc.health.v1.Health/Check", "content-type": "application/grpc", te: "trailers" });
+      req.on("error", () => undefined);
+      let trailers: http2.IncomingHttpHeaders | null = null;
+      req.on("trailers", (t) => (trailers = t));
+      req.resume();
+      const closed = new Promise<void>((resolve) => req.once("close", resolve));
+      // An empty HealthCheckRequest, then a 600 KB one (service = 600,000 - 4 bytes of 'a'):
+      // every byte is received before the call can fail on the extra message.
+      const big = Buffer.concat([Buffer.from([0x0a, 0xbc, 0xcf, 0x24]), Buffer.alloc(599_996, 0x61)]);
+      const prefix = (n: number) => Buffer.from([0, (n >>> 24) & 255, (n >>> 16) & 255, (n >>> 8) & 255, n & 255]);
+      const body = Buffer.concat([prefix(0), prefix(big.length), big]);
+      for (let at = 0; at < body.length; at += 65_536) {
+        if (!req.write(body.subarray(at, at + 65_536))) await new Promise((r) => req.once("drain", r));
+      }
+      await closed;
+      expect(trailers).toMatchObject({ "grpc-status": "12" }); // extra input message for a unary method
+      // SETTINGS the server sent before its trailers arrived before them; a ping round trip
+      // makes sure every frame sent so far has been read.
+      await new Promise<void>((resolve, reject) => session.ping((error) => (error ? reject(error) : resolve())));
+      expect(announced.length).toBeGreaterThan(0);
+      expect(announced.every((w) => w === 65_535)).toBe(true);
+    } finally {
+      session.destroy();
+      await server.close();
+      await runner.close();
+    }
+  }, 60_000);
 });

@@ -74,8 +74,9 @@ export function createConnectPath(runner: RunnerService, options: ConnectPathOpt
     const reader = new RequestReader(req, { messageBytes: options.messageBytes, budget: options.budget, compressed: namesCompression(req.headers) }, body);
     body.attach(reader);
     values.set(kCallAuthenticated, () => reader.authenticated());
-    // Health calls carry no credentials: one small message each, read on at once.
-    if (uHandler.service.typeName === Health.typeName) reader.authenticated();
+    // Health calls carry no credentials: one small message each, read on at once (never
+    // widening the connection's windows: a caller without a token must not).
+    if (uHandler.service.typeName === Health.typeName) reader.readOn();
     uHandler({ ...uReq, body })
       .then((uRes) => universalResponseToNodeResponse(uRes, res))
       .catch((reason: unknown) => {

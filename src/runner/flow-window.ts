@@ -7,7 +7,8 @@
  * lines, memory store): ~1,500 context switches a side with 64 KiB windows, ~400 with
  * 1 MiB ones, at the same CPU per line.
  *
- * So a connection whose call has received {@link BUSY_CALL_BYTES} gets 1 MiB windows
+ * So a connection whose call, authenticated by a token (RequestReader.authenticated; a
+ * Health call read on without one never counts), has received {@link BUSY_CALL_BYTES} gets 1 MiB windows
  * (connection and streams) for the rest of its life. A quiet job (a CI fleet's usual one:
  * 1–100 lines a second) never reaches that within one call (calls end after 20 s or
  * 1 MiB), so the memory an idle or slow stream can hold stays at 64 KiB.

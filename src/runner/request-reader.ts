@@ -84,6 +84,11 @@ export class RequestReader {
   /** Bytes received in this call (for {@link widenWhenBusy}). */
   private received = 0;
   private isAuthenticated = false;
+  /**
+   * True once a credential authenticated the call ({@link authenticated}), not a call read
+   * on without one ({@link readOn}): only such a call may widen its connection's windows.
+   */
+  private mayWiden = false;
   private closed = false;
   private paused = false;
   private firstTimer: NodeJS.Timeout | null = null;
@@ -121,6 +126,16 @@ export class RequestReader {
 
   /** The service has authenticated the call: later messages may use the full limit and reading goes on. */
   authenticated(): void {
+    this.mayWiden = true;
+    this.readOn();
+  }
+
+  /**
+   * Reads on without a credential (a Health call: one small message, no token): later
+   * messages may use the full limit, but the call never widens its connection's HTTP/2
+   * windows (flow-window.ts), so a caller without a token keeps 64 KiB windows.
+   */
+  readOn(): void {
     this.isAuthenticated = true;
     this.maybeResume();
   }
@@ -145,7 +160,7 @@ export class RequestReader {
   onData(chunk: Buffer): void {
     if (this.closed || this.failure !== null) return;
     this.received += chunk.length;
-    widenWhenBusy(this.req.stream?.session, this.received);
+    if (this.mayWiden) widenWhenBusy(this.req.stream?.session, this.received);
     try {
       this.splitter.push(chunk, (buf, start, end) => {
         if ((buf[start]! & 1) === 1 && !this.options.compressed) {
