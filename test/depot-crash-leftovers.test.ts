@@ -50,6 +50,30 @@ async function filesUnder(dir: string): Promise<string[]> {
   return entries.filter((e) => e.isFile() && e.name.endsWith("~")).map((e) => e.name);
 }
 
+describe("a create meeting a torn record another process removes", () => {
+  it("creates the record: the torn file gone while it waited for the lock leaves the key free", async () => {
+    const key = "titem/lost/0123abcd";
+    const file = await tear(key, "marked");
+    // Another process's delete of the key holds its lock (another host: judged by age alone).
+    const lock = `${file}.lock`;
+    await writeFile(lock, JSON.stringify({ pid: 1, host: "another-host", incarnation: "x" }));
+    const tmpDir = path.join(tmp, "store", "tmp");
+    const created = store.putRecord(key, { v: 1 }, { ifRevision: null, lazy: true });
+    // The create's temp file is written before it meets the torn record and waits for the lock.
+    for (;;) {
+      const names = await readdir(tmpDir).catch(() => [] as string[]);
+      if (names.some((n) => !n.startsWith("owner-"))) break;
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    // That delete removes the torn file, then lets the lock go.
+    await rm(file);
+    await rm(lock);
+    const revision = await created;
+    expect(revision).not.toBeNull();
+    expect(await store.getRecord(key)).toEqual({ value: { v: 1 }, revision });
+  });
+});
+
 async function start(options: Parameters<typeof createPackageRouter>[1] = {}): Promise<{ url: string; router: ReturnType<typeof createPackageRouter> }> {
   const router = createPackageRouter(store, options);
   server = await servePackageRouter(router, { host: "127.0.0.1", port: 0 });

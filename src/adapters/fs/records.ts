@@ -80,7 +80,11 @@ export function createFsRecords(ctx: FsStoreContext, durable: DurableWrites, loc
         // reference noted again) costs one read, and never waits on a held lock.
         if ((await readRecordState(file)) !== "torn") return null;
         const replaced = await locks.withLock(file, async () => {
-          if ((await readRecordState(file)) !== "torn") return false;
+          const state = await readRecordState(file);
+          // Gone meanwhile (a delete in another process removes a torn file): the key is
+          // free, so this create takes it as it would have at first.
+          if (state === null) return linkUnlessTaken(tmp, file);
+          if (state !== "torn") return false;
           renameSync(tmp, file);
           return true;
         });
@@ -155,6 +159,17 @@ export function createFsRecords(ctx: FsStoreContext, durable: DurableWrites, loc
       );
     },
   };
+}
+
+/** Hard-links `tmp` to `file` (inline); false when `file` exists. */
+function linkUnlessTaken(tmp: string, file: string): boolean {
+  try {
+    linkSync(tmp, file);
+    return true;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "EEXIST") return false;
+    throw error;
+  }
 }
 
 /**
