@@ -42,6 +42,15 @@ export interface EnvelopeSink {
 }
 
 const DEFAULT_PAUSE_BYTES = 1024 * 1024;
+/**
+ * A chunk is a view of the connection's whole socket read, which may hold other streams'
+ * frames too; a line the fast path keeps as bytes (received-line.ts) keeps that whole
+ * buffer alive until it is stored. A chunk viewing a buffer more than this many times its
+ * own size is copied first (O(chunk)), so what a call's unstored lines pin stays within
+ * this factor of the bytes its bounds count (the call's 8 MiB queue, the 1 MiB before
+ * reading pauses). A busy stream's 16 KiB DATA frames in a 64 KiB read are not copied.
+ */
+const MAX_VIEW_RATIO = 8;
 
 /** The request's connection, for the budget: its HTTP/2 session (an HTTP/1 socket for hosts that allow HTTP/1). */
 function connectionOf(req: http2.Http2ServerRequest): object {
@@ -159,6 +168,7 @@ export class RequestReader {
   /** @internal A chunk of the request body (the shared "data" listener). */
   onData(chunk: Buffer): void {
     if (this.closed || this.failure !== null) return;
+    if (chunk.buffer.byteLength > MAX_VIEW_RATIO * chunk.length) chunk = ownCopy(chunk);
     this.received += chunk.length;
     if (this.mayWiden) widenWhenBusy(this.req.stream?.session, this.received);
     try {
@@ -253,6 +263,13 @@ export class RequestReader {
       ? new ConnectError(`this connection holds over ${limits.connectionBytes} bytes of unfinished requests; retry the call later`, Code.Unavailable)
       : new ConnectError(`the server holds over ${limits.serverBytes} bytes of unfinished requests; retry the call later`, Code.Unavailable);
   }
+}
+
+/** `chunk` in a buffer of its own (not the shared pool): it pins only its own bytes. O(chunk). */
+function ownCopy(chunk: Buffer): Buffer {
+  const copy = Buffer.allocUnsafeSlow(chunk.length);
+  chunk.copy(copy);
+  return copy;
 }
 
 function toWireError(error: unknown): ConnectError {
