@@ -45,8 +45,9 @@ export function formatLogLine(line: string): string {
 }
 
 function show(value: unknown): string {
-  if (typeof value === "string") return /^[^\s"=\u0000-\u001f\u007f-\u009f\u2028\u2029]+$/.test(value) ? value : JSON.stringify(value);
-  // JSON.stringify escapes control characters; U+2028/2029 are escaped by hand below.
+  if (typeof value === "string" && /^[^\s"=\u0000-\u001f\u007f-\u009f\u2028\u2029]+$/.test(value)) return value;
+  // JSON.stringify escapes C0 controls only: DEL, the C1 controls and U+2028/2029 pass
+  // through it (a string value of "\u007f" came out raw), so they are escaped here.
   return escapeControls(JSON.stringify(value) ?? "null");
 }
 

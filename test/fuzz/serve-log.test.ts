@@ -24,6 +24,15 @@ describe("serve log formatter", () => {
     }
   });
 
+  it("a string value holding DEL, a C1 control or U+2028 is escaped, not passed through JSON.stringify raw", () => {
+    // Found by the property below (seed 1965606275): JSON.stringify escapes only U+0000-U+001F.
+    for (const raw of ["\u007f", "a\u0085b", "x\u2028y", "\u2029"]) {
+      const formatted = formatLogLine(JSON.stringify({ level: 30, time: 0, msg: "m", field: raw }));
+      expect(formatted).not.toMatch(CONTROL);
+      expect(formatted).toContain(`field=${JSON.stringify(raw).replace(/[\u2028\u2029\u007f-\u009f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`)}`);
+    }
+  });
+
   it("a pino record: level, message and each field shown on one line", () => {
     const key = fc.string({ unit: "binary", minLength: 1, maxLength: 12 }).filter((k) => !["level", "time", "msg", "pid", "hostname", "__proto__"].includes(k));
     const value = fc.oneof(fc.string({ unit: "binary", maxLength: 40 }), fc.integer(), fc.boolean(), fc.constant(null), fc.array(fc.string({ maxLength: 5 }), { maxLength: 3 }));
