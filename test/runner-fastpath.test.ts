@@ -460,12 +460,22 @@ describe("runner gRPC fast path: lines kept as bytes from the frame to the log s
 
 describe("runner server: HTTP/2 windows of a busy connection", () => {
   /** Sends `lines` 100-byte lines and the end in one call on a fresh connection; returns what the server announced. */
-  async function oneCall(url: string, lines: number) {
+  async function oneCall(url: string, lines: number, idleStreams = 0) {
     const session = http2.connect(url);
     session.on("error", () => undefined);
     const announced: number[] = [];
-    session.on("remoteSettings", (s) => announced.push(s.initialWindowSize ?? 65_535));
+    const streamLimits: number[] = [];
+    session.on("remoteSettings", (s) => {
+      announced.push(s.initialWindowSize ?? 65_535);
+      if (s.maxConcurrentStreams !== undefined) streamLimits.push(s.maxConcurrentStreams);
+    });
     try {
+      // Other calls open on the same connection, sending nothing yet (as calls waiting for
+      // a slow authorize hook would hold their bytes).
+      for (let i = 0; i < idleStreams; i++) {
+        const idle = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers" });
+        idle.on("error", () => undefined);
+      }
       const id = randomUUID();
       const req = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers" });
       req.on("error", () => undefined);
@@ -482,7 +492,12 @@ describe("runner server: HTTP/2 windows of a busy connection", () => {
       // The server's SETTINGS reach the client asynchronously: give a widening a moment to arrive.
       await until(() => announced.length > 0, "the server's settings");
       if (lines > 0) await new Promise((r) => setTimeout(r, 100));
-      return { trailers: trailers as http2.IncomingHttpHeaders | null, window: announced[announced.length - 1]!, remoteWindow: session.state.remoteWindowSize ?? 0 };
+      return {
+        trailers: trailers as http2.IncomingHttpHeaders | null,
+        window: announced[announced.length - 1]!,
+        streamLimit: streamLimits[streamLimits.length - 1],
+        remoteWindow: session.state.remoteWindowSize ?? 0,
+      };
     } finally {
       session.destroy();
     }
@@ -500,6 +515,28 @@ describe("runner server: HTTP/2 windows of a busy connection", () => {
       expect(busy.window).toBe(1024 * 1024);
       // The connection's window was widened too (what the client may send before an update).
       expect(busy.remoteWindow).toBeGreaterThan(65_535);
+      // And its stream limit came down with it: no more streams may join the wide windows.
+      expect(quiet.streamLimit).toBe(1000);
+      expect(busy.streamLimit).toBe(16);
+    } finally {
+      await server.close();
+      await runner.close();
+    }
+  }, 60_000);
+
+  it("a busy call on a connection with more than 16 open streams does not widen it (1 MiB in each would be pinnable)", async () => {
+    const runner = createRunnerService(createMemoryQueue(), { logs: createMemoryLogStore() });
+    const server = await startRunnerServer(runner, { port: 0 });
+    try {
+      const crowded = await oneCall(server.url, 6000, 20); // ~850 KiB beside 20 open calls
+      expect(crowded.trailers).toMatchObject({ "grpc-status": "0", "runner-committed": "6001" });
+      expect(crowded.window).toBe(65_535);
+      expect(crowded.streamLimit).toBe(1000);
+      // With 15 others open (16 in all), the same call widens.
+      const few = await oneCall(server.url, 6000, 15);
+      expect(few.trailers).toMatchObject({ "grpc-status": "0", "runner-committed": "6001" });
+      expect(few.window).toBe(1024 * 1024);
+      expect(few.streamLimit).toBe(16);
     } finally {
       await server.close();
       await runner.close();

@@ -12,32 +12,53 @@
  * (connection and streams) for the rest of its life. A quiet job (a CI fleet's usual one:
  * 1–100 lines a second) never reaches that within one call (calls end after 20 s or
  * 1 MiB), so the memory an idle or slow stream can hold stays at 64 KiB.
+ *
+ * A stream's window bounds what it can leave buffered while the server does not read it
+ * (a call waiting for its `authorize` hook, or paused behind a lagging store), so a
+ * widened connection would let a client holding one job token pin 1 MiB in each of 1,000
+ * streams. A connection is therefore widened only while it has at most
+ * {@link BUSY_MAX_STREAMS} open streams, and the same SETTINGS frame lowers its
+ * SETTINGS_MAX_CONCURRENT_STREAMS to that number (streams beyond it, even ones in flight,
+ * are refused with REFUSED_STREAM; clients queue or retry): a widened connection holds at
+ * most 16 × 1 MiB, the per-connection read budget.
  */
 import type * as http2 from "node:http2";
+import { openStreamsOf } from "./session-streams.js";
 
 /** Bytes one call must have received before its connection's windows are widened. */
 export const BUSY_CALL_BYTES = 512 * 1024;
 /** The widened windows (the connection's and each stream's). */
 export const BUSY_WINDOW_BYTES = 1024 * 1024;
+/** Open streams a connection may have to be widened, and its stream limit once it is. */
+export const BUSY_MAX_STREAMS = 16;
 
 const widened = new WeakSet<http2.Http2Session>();
 
 /**
- * Widens the windows of `session` once a call on it has received `callBytes` ≥
- * {@link BUSY_CALL_BYTES}; at most once per session. O(1).
+ * Widens the windows of `stream`'s session once a call on it has received `callBytes` ≥
+ * {@link BUSY_CALL_BYTES}, if the session has at most {@link BUSY_MAX_STREAMS} open streams
+ * (counted by `startRunnerServer`; a stream nobody counts never widens); at most once per
+ * session. O(1).
  *
  * @example
- * widenWhenBusy(req.stream?.session, bytesReceivedThisCall);
+ * widenWhenBusy(req.stream, bytesReceivedThisCall);
  */
-export function widenWhenBusy(session: http2.Http2Session | undefined, callBytes: number): void {
-  if (callBytes < BUSY_CALL_BYTES || session === undefined || widened.has(session)) return;
+export function widenWhenBusy(stream: http2.Http2Stream | undefined, callBytes: number): void {
+  if (callBytes < BUSY_CALL_BYTES || stream === undefined) return;
+  const session = stream.session;
+  if (session === undefined || widened.has(session)) return;
+  const open = openStreamsOf(stream);
+  // Busy with many streams (or uncounted): stay narrow; a later call may still widen.
+  if (open === undefined || open > BUSY_MAX_STREAMS) return;
   widened.add(session);
   if (session.destroyed || session.closed) return;
   try {
     // The connection's window at once (a WINDOW_UPDATE); each stream's through SETTINGS,
-    // which also raises the window of the call already open (RFC 9113 §6.9.2).
+    // which also raises the window of the calls already open (RFC 9113 §6.9.2), and lowers
+    // the stream limit in the same frame so no more streams can join the wide windows.
+    const limit = Math.min(session.localSettings.maxConcurrentStreams ?? BUSY_MAX_STREAMS, BUSY_MAX_STREAMS);
     session.setLocalWindowSize(BUSY_WINDOW_BYTES);
-    session.settings({ initialWindowSize: BUSY_WINDOW_BYTES });
+    session.settings({ initialWindowSize: BUSY_WINDOW_BYTES, maxConcurrentStreams: limit });
   } catch {
     // A session closing under us, or SETTINGS not yet acknowledged: it stays narrow.
   }

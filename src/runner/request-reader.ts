@@ -170,7 +170,7 @@ export class RequestReader {
     if (this.closed || this.failure !== null) return;
     if (chunk.buffer.byteLength > MAX_VIEW_RATIO * chunk.length) chunk = ownCopy(chunk);
     this.received += chunk.length;
-    if (this.mayWiden) widenWhenBusy(this.req.stream?.session, this.received);
+    if (this.mayWiden) widenWhenBusy(this.req.stream, this.received);
     try {
       this.splitter.push(chunk, (buf, start, end) => {
         if ((buf[start]! & 1) === 1 && !this.options.compressed) {

@@ -12,6 +12,7 @@ import type { RunnerHealth } from "./health.js";
 import { silentLogger, type Logger } from "../telemetry.js";
 import type { RunnerReadLimits } from "./read-budget.js";
 import type { RunnerLimits, RunnerService } from "./service.js";
+import { kSessionInfo, type CountedStream, type SessionInfo } from "./session-streams.js";
 
 /** TLS material for {@link startRunnerServer}. */
 export interface RunnerTlsSettings {
@@ -25,9 +26,6 @@ export interface RunnerTlsSettings {
   requestCert?: boolean;
 }
 
-/** The open-stream count of a stream's session, kept on the stream for its shared "close" listener. */
-const kSessionInfo = Symbol("runner session info");
-type CountedStream = { [kSessionInfo]: { streams: number } };
 
 function onStreamClose(this: CountedStream): void {
   this[kSessionInfo].streams--;
@@ -163,7 +161,7 @@ export async function startRunnerServer(runner: RunnerService, settings: RunnerS
     : http2.createServer({ settings: http2Settings });
   server.on("request", runnerHandler.handler);
 
-  const sessions = new Map<http2.ServerHttp2Session, { streams: number }>();
+  const sessions = new Map<http2.ServerHttp2Session, SessionInfo>();
   const keepAliveMs = settings.keepAliveMs ?? 30_000;
   const keepAliveTimeoutMs = settings.keepAliveTimeoutMs ?? 10_000;
   // Listeners shared by every session and stream (found through `sessions` and a symbol on
