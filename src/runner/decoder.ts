@@ -81,61 +81,23 @@ function requestIdText(buf: Buffer, start: number, end: number): string | null {
 
 /**
  * Decodes one LogItem with a log line from `buf[start, end)`, or returns null when the
- * message needs the general parser.
+ * message needs the general parser (as {@link decodeReceivedLine} does, and also for a
+ * line holding a literal U+FFFD, which this message-level decoder leaves to protobuf-es).
+ * The server's fast path keeps lines as bytes; this one serves as the tests' and fuzz
+ * targets' reference in the shape protobuf-es gives. O(bytes).
  *
  * @example
  * const item = decodeLogItem(frame, 5, frame.length) ?? fromBinary(LogItemSchema, frame.subarray(5));
  */
 export function decodeLogItem(buf: Buffer, start: number, end: number): LogItem | null {
-  let pos = start;
-  let requestId: string | null = null;
-  let line: string | null = null;
-  let stderr = false;
-  let seenLog = false;
-  while (pos < end) {
-    const tag = buf[pos++]!;
-    if (tag === 0x0a && requestId === null) {
-      const len = readLength(buf, pos, end);
-      if (len < 0) return null;
-      pos += lengthBytes(len);
-      if (pos + len > end) return null;
-      requestId = requestIdText(buf, pos, pos + len);
-      if (requestId === null) return null;
-      pos += len;
-    } else if (tag === 0x12 && !seenLog) {
-      seenLog = true;
-      const len = readLength(buf, pos, end);
-      if (len < 0) return null;
-      pos += lengthBytes(len);
-      const stop = pos + len;
-      if (stop > end) return null;
-      let seenStderr = false;
-      while (pos < stop) {
-        const inner = buf[pos++]!;
-        if (inner === 0x0a && line === null) {
-          const n = readLength(buf, pos, stop);
-          if (n < 0) return null;
-          pos += lengthBytes(n);
-          if (pos + n > stop) return null;
-          line = text(buf, pos, pos + n);
-          if (line === null) return null;
-          pos += n;
-        } else if (inner === 0x10 && !seenStderr && pos < stop && buf[pos]! <= 1) {
-          seenStderr = true;
-          stderr = buf[pos++] === 1;
-        } else {
-          return null;
-        }
-      }
-    } else {
-      return null;
-    }
-  }
-  if (!seenLog) return null;
+  const received = decodeReceivedLine(buf, start, end);
+  if (received === null) return null;
+  const line = received.line;
+  if (line.indexOf("\ufffd") !== -1) return null;
   return {
     $typeName: "runner.v1.LogItem",
-    requestId: requestId ?? "",
-    event: { case: "log", value: { $typeName: "runner.v1.LogChunk", line: line ?? "", stderr } },
+    requestId: received.requestId,
+    event: { case: "log", value: { $typeName: "runner.v1.LogChunk", line, stderr: received.stderr } },
   };
 }
 
