@@ -14,6 +14,7 @@ import { createMemoryLogStore, createMemoryQueue } from "../src/adapters/memory/
 import { createRunnerService, startRunnerServer } from "../src/runner/index.js";
 import type { JobLogStore } from "../src/runner/ports.js";
 import { ReceivedLine } from "../src/runner/received-line.js";
+import { EnvelopeSplitter } from "../src/runner/envelope-splitter.js";
 import { end, line } from "./runner-service-helpers.js";
 
 const PATH = "/runner.v1.Runner/StreamLogs";
@@ -87,4 +88,21 @@ describe("runner fast path: what received lines pin", () => {
       await runner.close();
     }
   }, 60_000);
+
+  it("a message split across reads is put together in a buffer of its own, not a slice of Node's shared 8 KiB pool", () => {
+    // A 130-byte line cut in two: the splitter holds it; the emitted envelope's buffer is
+    // what a ReceivedLine keeps alive until the line is stored.
+    const whole = frame(line(randomUUID(), "y".repeat(90)));
+    const splitter = new EnvelopeSplitter(1 << 20, 1 << 20);
+    const emitted: Buffer[] = [];
+    for (const part of [whole.subarray(0, 3), whole.subarray(3, 60), whole.subarray(60)]) {
+      splitter.push(Buffer.from(part), (buf, start, end) => {
+        expect(buf.subarray(start, end)).toEqual(whole);
+        emitted.push(buf);
+      });
+    }
+    expect(emitted).toHaveLength(1);
+    // At most the splitter's smallest hold (256 bytes) or twice the envelope: never a pool slab.
+    expect(emitted[0]!.buffer.byteLength).toBeLessThanOrEqual(Math.max(256, 2 * whole.length));
+  });
 });

@@ -122,7 +122,10 @@ export class EnvelopeSplitter {
   private hold(chunk: Buffer, from: number, to: number): void {
     const n = to - from;
     const want = this.need > 0 ? Math.min(this.need, Math.max(MIN_HOLD, 2 * n)) : Math.max(MIN_HOLD, n);
-    this.held = Buffer.allocUnsafe(want);
+    // allocUnsafeSlow: a buffer of its own. Under 4 KiB allocUnsafe hands out a slice of
+    // Node's shared 8 KiB pool, and a line kept as bytes of the emitted envelope
+    // (received-line.ts) would keep that whole slab alive until it is stored.
+    this.held = Buffer.allocUnsafeSlow(want);
     chunk.copy(this.held, 0, from, to);
     this.heldLen = n;
   }
@@ -162,7 +165,7 @@ export class EnvelopeSplitter {
     if (this.heldLen + n > held.length) {
       // Grow by doubling (amortised O(1) per byte), never past the envelope's own size.
       const target = Math.max(this.heldLen + n, 2 * held.length);
-      const grown = Buffer.allocUnsafe(this.need > 0 ? Math.min(this.need, target) : target);
+      const grown = Buffer.allocUnsafeSlow(this.need > 0 ? Math.min(this.need, target) : target);
       held.copy(grown, 0, 0, this.heldLen);
       held = this.held = grown;
     }
