@@ -69,10 +69,7 @@ export function createFsRecords(ctx: FsStoreContext, durable: DurableWrites, loc
     try {
       // A lazy create is not flushed (see the top of this file).
       await durable.writeSynced(tmp, lazy ? LAZY_MARK + content(revision) : content(revision), !lazy);
-      try {
-        linkSync(tmp, file);
-      } catch (error) {
-        if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+      if (!linkUnlessTaken(tmp, file)) {
         // Taken, unless by a torn lazy create (it reads as absent): this one replaces it,
         // under the key's lock so a concurrent swap, delete or create judges it once. A
         // whole file (every one but after a machine crash) is judged without the lock, as
