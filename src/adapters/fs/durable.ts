@@ -18,9 +18,10 @@
  * would wait for it. On a local filesystem the inline calls take microseconds; on a
  * network filesystem each blocks the event loop for a round trip, the price there.
  */
-import { closeSync, constants as fsConstants, fsync as fsyncCallback, mkdirSync, openSync, rmSync, writeSync } from "node:fs";
+import { closeSync, constants as fsConstants, fsync as fsyncCallback, mkdirSync, openSync, writeSync } from "node:fs";
 import { open, rename, type FileHandle } from "node:fs/promises";
 import type { FsStoreContext } from "./context.js";
+import { unlinkQuietly } from "./files.js";
 
 /** Directory handles kept open for fsyncs (see `syncDirNow`). */
 const DIR_HANDLES = 64;
@@ -73,7 +74,7 @@ export function createDurableWrites(ctx: FsStoreContext): DurableWrites {
       // Through the pool: it frees the replaced file's blocks (see the top of this file).
       await rename(tmp, file);
     } catch (error) {
-      rmSync(tmp, { force: true });
+      unlinkQuietly(tmp); // quietly: the rename's error is the one to report
       throw error;
     }
   }
