@@ -51,20 +51,18 @@ export function createFsBlobs(ctx: FsStoreContext, durable: DurableWrites): FsBl
         // over it would free the old file's blocks and, on ext4 (auto_da_alloc), start
         // writing the new one out: for 256 MiB that doubled the upload's system time.
         // stat and rename inline, as the record calls (durable.ts): no thread-pool round trip.
-        if (statSync(final, { throwIfNoEntry: false })?.size === size) {
-          await handle.close();
-          handle = undefined;
-          await rm(tmp, { force: true });
-          // Its writer synced the file before the rename; the name may still await its sync.
-          await durable.fsyncDir(join(final, ".."));
-          return { digest, size };
-        }
-        if (ctx.sync) await handle.sync();
+        const stored = statSync(final, { throwIfNoEntry: false })?.size === size;
+        if (!stored && ctx.sync) await handle.sync();
         await handle.close();
         handle = undefined;
-        await durable.ensureDir(join(final, ".."));
-        renameSync(tmp, final);
-        await durable.fsyncDir(join(final, ".."));
+        const dir = join(final, "..");
+        if (stored) await rm(tmp, { force: true });
+        else {
+          await durable.ensureDir(dir);
+          renameSync(tmp, final);
+        }
+        // A stored blob's writer synced it before its rename; its name may still await this sync.
+        await durable.fsyncDir(dir);
         return { digest, size };
       } catch (error) {
         await handle?.close().catch(() => undefined);
