@@ -215,9 +215,9 @@ export class Commits {
     // lose (depot-publish-durability.md): a transaction that survived one may have taken
     // more than the limit since. Checked again on what was settled, unless this
     // transaction's version is already written (then the commit only rolls forward).
-    const counted = totals(t, items).itemCount;
-    if (!existing && counted > this.settings.limits.items) {
-      throw new RunnerDepotError("TOO_MANY_ITEMS", `Transaction ${t.id} holds ${counted} items and licences; at most ${this.settings.limits.items} are accepted (abandon it)`);
+    const counted = totals(t, items); // O(items): once, for this check and the committed record
+    if (!existing && counted.itemCount > this.settings.limits.items) {
+      throw new RunnerDepotError("TOO_MANY_ITEMS", `Transaction ${t.id} holds ${counted.itemCount} items and licences; at most ${this.settings.limits.items} are accepted (abandon it)`);
     }
     const mtime = t.commitTime!;
     const publishedAt = new Date(mtime * 1000).toISOString();
@@ -276,7 +276,7 @@ export class Commits {
     const markCommitted = async () => {
       ({ value: finished.done } = await updateRecord<TransactionRecord>(this.store, keys.trans(t.id), (current) =>
         current && current.value.state !== "committed"
-          ? { ...withoutAttempts(current.value), ...totals(t, items), state: "committed", result, finishedAt: this.settings.now().toISOString() }
+          ? { ...withoutAttempts(current.value), ...counted, state: "committed", result, finishedAt: this.settings.now().toISOString() }
           : undefined,
         { guess: true, lazy: true },
       ));
