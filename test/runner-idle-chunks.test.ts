@@ -6,8 +6,6 @@
  * open. Lines of ~48 KiB through real HTTP/2 sockets into the fs store (which keeps
  * nothing in memory); Node's array-buffer memory after a full GC, with the calls open.
  */
-import * as http2 from "node:http2";
-import { randomUUID } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -17,8 +15,8 @@ import { describe, expect, it } from "vitest";
 import { createFsLogStore } from "../src/adapters/fs/index.js";
 import { createMemoryQueue } from "../src/adapters/memory/index.js";
 import { createRunnerService, startRunnerServer } from "../src/runner/index.js";
-import { createLogItemEncoder } from "../src/runner/encoder.js";
 import { until } from "./runner-service-helpers.js";
+import { openLogCall } from "./fixtures/open-log-call.js";
 
 const CALLS = 20;
 const LINE_BYTES = 48 * 1024;
@@ -33,20 +31,7 @@ function arrayBuffersAfterGc(): number {
 }
 
 /** One connection holding one StreamLogs call that sent `items` lines of LINE_BYTES and waits. */
-function openCall(url: string, items: number): { session: http2.ClientHttp2Session; requestId: string; items: number } {
-  const requestId = randomUUID();
-  const enc = createLogItemEncoder(requestId);
-  const text = "x".repeat(LINE_BYTES);
-  const frame = Buffer.alloc(enc.logFrameSize(text, text.length, false));
-  enc.writeLogFrame(frame, 0, text, text.length, false);
-  const session = http2.connect(url);
-  session.on("error", () => undefined);
-  const req = session.request({ ":method": "POST", ":path": "/runner.v1.Runner/StreamLogs", "content-type": "application/grpc", te: "trailers" });
-  req.on("error", () => undefined);
-  req.on("data", () => undefined);
-  for (let i = 0; i < items; i++) req.write(frame);
-  return { session, requestId, items };
-}
+const openCall = (url: string, items: number) => openLogCall(url, "x".repeat(LINE_BYTES), items);
 
 describe("runner: an open call holds no request chunk while it waits", () => {
   it(`${CALLS} calls that sent ~48 KiB lines and wait hold no array-buffer memory for them`, async () => {

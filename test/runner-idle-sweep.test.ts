@@ -4,13 +4,11 @@
  * with its committed count. Calls through real HTTP/2 sockets, one connection each, as a
  * fleet's agents open them.
  */
-import * as http2 from "node:http2";
-import { randomUUID } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { createMemoryLogStore, createMemoryQueue } from "../src/adapters/memory/index.js";
 import { createRunnerService, startRunnerServer } from "../src/runner/index.js";
-import { createLogItemEncoder } from "../src/runner/encoder.js";
 import { until } from "./runner-service-helpers.js";
+import { openLogCall } from "./fixtures/open-log-call.js";
 
 const CALLS = 20;
 const IDLE_MS = 5_000;
@@ -18,28 +16,8 @@ const IDLE_MS = 5_000;
 /** Timers keeping this process's event loop alive. */
 const timers = () => process.getActiveResourcesInfo().filter((r) => r === "Timeout").length;
 
-/** One connection holding one StreamLogs call that sent one line; resolves with its trailers. */
-function openCall(url: string): { session: http2.ClientHttp2Session; trailers: Promise<http2.IncomingHttpHeaders> } {
-  const requestId = randomUUID();
-  const enc = createLogItemEncoder(requestId);
-  const text = "started";
-  const frame = Buffer.alloc(enc.logFrameSize(text, text.length, false));
-  enc.writeLogFrame(frame, 0, text, text.length, false);
-  const session = http2.connect(url);
-  session.on("error", () => undefined);
-  const req = session.request({ ":method": "POST", ":path": "/runner.v1.Runner/StreamLogs", "content-type": "application/grpc", te: "trailers" });
-  req.on("error", () => undefined);
-  req.on("data", () => undefined);
-  const trailers = new Promise<http2.IncomingHttpHeaders>((resolve) => {
-    req.on("trailers", resolve);
-    // A trailers-only answer comes as headers.
-    req.on("response", (headers) => {
-      if (headers["grpc-status"] !== undefined) resolve(headers);
-    });
-  });
-  req.write(frame);
-  return { session, trailers };
-}
+/** One connection holding one StreamLogs call that sent one line; its trailers once ended. */
+const openCall = (url: string) => openLogCall(url, "started");
 
 describe("runner idle limit: one sweep for every call", () => {
   it(`${CALLS} open calls add no timer, and each is ended DEADLINE_EXCEEDED after ${IDLE_MS} ms without an item`, async () => {
