@@ -165,38 +165,26 @@ function createFastContext(req: http2.Http2ServerRequest, values: ContextValues)
 
 /** What connect-node makes of an HTTP/2 reset code (connectErrorFromH2ResetCode, not exported): undefined for NO_ERROR and STREAM_CLOSED. */
 function resetReason(rstCode: number | undefined): ConnectError | undefined {
-  const code = rstCode === undefined ? undefined : RESET_CODES[rstCode];
-  if (code === undefined) return undefined;
-  return new ConnectError(`http/2 stream closed with error code ${RESET_NAMES[rstCode!]} (0x${rstCode!.toString(16)})`, code);
+  const reset = rstCode === undefined ? undefined : RESETS[rstCode];
+  if (reset === undefined) return undefined;
+  const [name, code] = reset;
+  return new ConnectError(`http/2 stream closed with error code ${name} (0x${rstCode!.toString(16)})`, code);
 }
 
-const RESET_NAMES: Record<number, string> = {
-  1: "PROTOCOL_ERROR",
-  2: "INTERNAL_ERROR",
-  3: "FLOW_CONTROL_ERROR",
-  4: "SETTINGS_TIMEOUT",
-  6: "FRAME_SIZE_ERROR",
-  7: "REFUSED_STREAM",
-  8: "CANCEL",
-  9: "COMPRESSION_ERROR",
-  10: "CONNECT_ERROR",
-  11: "ENHANCE_YOUR_CALM",
-  12: "INADEQUATE_SECURITY",
-  13: "HTTP_1_1_REQUIRED",
-};
-const RESET_CODES: Record<number, Code> = {
-  1: Code.Internal,
-  2: Code.Internal,
-  3: Code.Internal,
-  4: Code.Internal,
-  6: Code.Internal,
-  7: Code.Unavailable,
-  8: Code.Canceled,
-  9: Code.Internal,
-  10: Code.Internal,
-  11: Code.ResourceExhausted,
-  12: Code.PermissionDenied,
-  13: Code.PermissionDenied,
+/** HTTP/2 reset codes: their names and the Code connect-node gives each. */
+const RESETS: Record<number, readonly [string, Code]> = {
+  1: ["PROTOCOL_ERROR", Code.Internal],
+  2: ["INTERNAL_ERROR", Code.Internal],
+  3: ["FLOW_CONTROL_ERROR", Code.Internal],
+  4: ["SETTINGS_TIMEOUT", Code.Internal],
+  6: ["FRAME_SIZE_ERROR", Code.Internal],
+  7: ["REFUSED_STREAM", Code.Unavailable],
+  8: ["CANCEL", Code.Canceled],
+  9: ["COMPRESSION_ERROR", Code.Internal],
+  10: ["CONNECT_ERROR", Code.Internal],
+  11: ["ENHANCE_YOUR_CALM", Code.ResourceExhausted],
+  12: ["INADEQUATE_SECURITY", Code.PermissionDenied],
+  13: ["HTTP_1_1_REQUIRED", Code.PermissionDenied],
 };
 
 async function* iterate(chunks: Uint8Array[]): AsyncGenerator<Uint8Array> {

@@ -66,13 +66,10 @@ export function processItem(core: RunnerCore, call: CallRun, item: CallItem): Pr
     return undefined;
   }
 
-  if (received !== null) {
+  if (kind === "log") {
     call.pendingReceivedBytes += lineBytes;
-    return call.enqueue(receivedEntry(core, call, received, lineBytes));
-  }
-  if (event!.case === "log") {
-    call.pendingReceivedBytes += lineBytes;
-    return call.enqueue(entryFor(core, call, event!.value.line, event!.value.stderr, lineBytes));
+    const log = event?.case === "log" ? event.value : null;
+    return call.enqueue(log === null ? receivedEntry(core, call, received!, lineBytes) : entryFor(core, call, log.line, log.stderr, lineBytes));
   }
   call.endSeen = true;
   return processEnd(core, call, event!.value as JobEnd);
