@@ -272,9 +272,9 @@ export class Commits {
     // write leaves the transaction `committing` under a dead attempt, still listed in its
     // slot (kept below), which recovery rolls forward to this same answer (recovery.ts).
     // Written beside the drop of the sequencing claim (both lazy; packages.ts).
-    const finished: { done?: TransactionRecord } = {};
+    let done: TransactionRecord | undefined;
     const markCommitted = async () => {
-      ({ value: finished.done } = await updateRecord<TransactionRecord>(this.store, keys.trans(t.id), (current) =>
+      ({ value: done } = await updateRecord<TransactionRecord>(this.store, keys.trans(t.id), (current) =>
         current && current.value.state !== "committed"
           ? { ...withoutAttempts(current.value), ...counted, state: "committed", result, finishedAt: this.settings.now().toISOString() }
           : undefined,
@@ -297,7 +297,7 @@ export class Commits {
       .catch(() => undefined)
       .then(() => compactAfter(this.store, position))
       .catch(() => undefined)
-      .then(() => (finished.done ? this.transactions.dropWorkingRecords(finished.done, { keepSlot: true }) : undefined))
+      .then(() => (done ? this.transactions.dropWorkingRecords(done, { keepSlot: true }) : undefined))
       .catch(() => undefined)
       .finally(() => this.afterAnswer.delete(later));
     this.afterAnswer.add(later);
