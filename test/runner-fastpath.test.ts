@@ -291,6 +291,62 @@ describe("runner gRPC fast path vs connect path: same scenario, same answer", ()
   });
 });
 
+describe("runner gRPC fast path: the raw-stream entry and the request entry", () => {
+  /** A host's own HTTP/2 server mounting createRunnerHandler by its 'request' or its 'stream' entry. */
+  async function hostServer(entry: "request" | "stream") {
+    const queue = createMemoryQueue();
+    const logs = createMemoryLogStore();
+    const runner = createRunnerService(queue, { logs, limits: { messageBytes: 2048, idleMs: 5000 } });
+    const runnerHandler = createRunnerHandler(runner);
+    const server = http2.createServer();
+    if (entry === "request") server.on("request", runnerHandler.handler);
+    else server.on("stream", runnerHandler.stream);
+    const sessions = new Set<http2.ServerHttp2Session>();
+    server.on("session", (session) => sessions.add(session));
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    return {
+      runner,
+      logs,
+      runnerHandler,
+      url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+      async close() {
+        await runnerHandler.shutdown(0);
+        for (const session of sessions) session.destroy();
+        await new Promise((resolve) => server.close(resolve));
+        await runner.close();
+      },
+    };
+  }
+
+  it("the same wire on both entries (ok, an error after stored items, an ended job answered while the client still sends), the Connect protocol still served, no call left in flight", async () => {
+    const hosts = [await hostServer("request"), await hostServer("stream")];
+    try {
+      const wires = [];
+      for (const host of hosts) {
+        const id = randomUUID();
+        const ok = await rawCall(host.url, [frame(line(id, "a")), frame(line(id, "b")), frame(end(id))]);
+        const error = await rawCall(host.url, [Buffer.concat([frame(line(randomUUID(), "a")), frame(line(randomUUID(), "other job"))])]);
+        // The call ends (item after the end) while the client keeps its side open: trailers, then the reset.
+        const early = await rawCall(host.url, [frame(line(id, "x")), { waitFor: async () => host.runnerHandler.activeRequests === 0 }], { "runner-offset": "3" });
+        expect((await host.logs.read(id)).map((l) => l.line)).toEqual(["a", "b"]);
+        // Connect protocol (connect-node's path) and health on the same listener.
+        const connectId = randomUUID();
+        const out = await send(createClient(Runner, createConnectTransport({ baseUrl: host.url, httpVersion: "2" })), [line(connectId, "via connect"), end(connectId)]);
+        expect(out).toMatchObject({ ok: true, committed: "2" });
+        await until(async () => host.runnerHandler.activeRequests === 0, "no call in flight");
+        wires.push({ ok, error, early });
+      }
+      const [viaRequest, viaStream] = wires;
+      expect(viaStream!.ok.trailers).toMatchObject({ "grpc-status": "0", "runner-committed": "3" });
+      expect(viaStream!.error.trailers!["grpc-status"]).toBe("3");
+      expect(viaStream!.early.trailers).toMatchObject({ "grpc-status": "0", "runner-committed": "3", "runner-reason": "ended" });
+      expect(viaStream).toEqual(viaRequest);
+    } finally {
+      for (const host of hosts) await host.close();
+    }
+  });
+});
+
 describe("runner gRPC fast path: routing and back-pressure", () => {
   it("takes plain gRPC StreamLogs calls and leaves compressed, Connect, gRPC-web, deadline and other paths to connect", async () => {
     const queue = createMemoryQueue();
@@ -304,7 +360,7 @@ describe("runner gRPC fast path: routing and back-pressure", () => {
     });
     const taken: Array<[string, boolean]> = [];
     const server = http2.createServer((req, res) => {
-      const took = fast(req, res);
+      const took = fast.request(req, res);
       taken.push([`${req.headers["content-type"]} ${req.headers["grpc-encoding"] ?? ""} ${req.headers["grpc-timeout"] ?? ""}`.trim(), took]);
       if (!took) connectOnly.handler(req, res);
     });

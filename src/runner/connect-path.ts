@@ -25,8 +25,8 @@ export interface ConnectPathOptions {
   budget: ReadBudget;
   /** Path prefix the service is mounted under; default none. */
   requestPathPrefix?: string;
-  /** Context values of each call. */
-  contextValues: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => ContextValues;
+  /** Context values of each call (`call`: its key, the response). */
+  contextValues: (call: object) => ContextValues;
   /** The health service served beside the runner service; none when null or absent. */
   health?: RunnerHealth | null;
 }
@@ -60,7 +60,7 @@ export function createConnectPath(runner: RunnerService, options: ConnectPathOpt
       res.end();
       return;
     }
-    const values = options.contextValues(req, res);
+    const values = options.contextValues(res);
     let uReq: ReturnType<typeof universalRequestFromNodeRequest>;
     try {
       uReq = universalRequestFromNodeRequest(req, res, undefined, values);

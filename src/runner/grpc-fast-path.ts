@@ -1,14 +1,16 @@
 /**
  * The gRPC fast path of createRunnerHandler: plain (uncompressed, binary) gRPC calls of
- * `/runner.v1.Runner/StreamLogs` are read straight off the HTTP/2 request, split into
- * frames and decoded here, and handed to the same service implementation in batches.
- * Everything around the items is connect's own code (handler context, compression
- * negotiation, trailer status, response writer), so the response is the one the connect
+ * `/runner.v1.Runner/StreamLogs` are read straight off the HTTP/2 stream (startRunnerServer:
+ * the raw stream, no compatibility-layer request and response) or request (a host's own
+ * server), split into frames and decoded here, and handed to the same service
+ * implementation in batches. Around the items is connect's own code (handler context,
+ * compression negotiation, trailer status; connect-node's response writer on a request, the
+ * same frames written straight on a raw stream), so the response is the one the connect
  * path would write. Other protocols, compressed requests and calls with a deadline go
  * through connect-node, whose body is fed by the same RequestReader (request-reader.ts), so
  * every call is read within the same bounds.
  */
-import type * as http2 from "node:http2";
+import * as http2 from "node:http2";
 import { create, isMessage, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ContextValues, type HandlerContext } from "@connectrpc/connect";
 import { compressionNegotiate, createMethodSerializationLookup, encodeEnvelope } from "@connectrpc/connect/protocol";
@@ -20,7 +22,7 @@ import { ENVELOPE_PREFIX } from "./envelope-splitter.js";
 import { respecGrpcMessage } from "./grpc-message.js";
 import type { ReadBudget } from "./read-budget.js";
 import { ReceivedLine, toLogItem, type CallItem } from "./received-line.js";
-import { RequestReader, type EnvelopeSink } from "./request-reader.js";
+import { RequestReader, type EnvelopeSink, type RequestBody } from "./request-reader.js";
 import { kCallAuthenticated, kItemBatches, type ItemBatchSource, type RunnerService } from "./service.js";
 import { readErrorOf } from "./wire-errors.js";
 
@@ -32,8 +34,20 @@ export interface StreamLogsFastPathOptions {
   budget: ReadBudget;
   /** Path prefix the service is mounted under; default none. */
   requestPathPrefix?: string;
-  /** Context values of each call (the same as given to connect). */
-  contextValues: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => ContextValues;
+  /** Context values of each call (the same as given to connect); `call` is the call's key (its response, or its stream on the raw path). */
+  contextValues: (call: object) => ContextValues;
+}
+
+/**
+ * The fast path's two entries: `request` for the compatibility layer's request and response
+ * (a host's own server), `stream` for a raw HTTP/2 stream and its headers (startRunnerServer,
+ * which then builds no Http2ServerRequest/Response for these calls: ~6 KiB a call that every
+ * open stream kept, and a second Readable every chunk went through). Each returns true when
+ * it took the call, false to leave it to connect.
+ */
+export interface StreamLogsFastPath {
+  request(req: http2.Http2ServerRequest, res: http2.Http2ServerResponse): boolean;
+  stream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): boolean;
 }
 
 /** The compressions connect-node offers by default (only response negotiation matters here: requests are identity). */
@@ -41,52 +55,53 @@ const ACCEPT_COMPRESSION = [compressionGzip, compressionBrotli];
 const CONTENT_TYPE = /^application\/grpc(?:\+proto)?$/i;
 const method = Runner.method.streamLogs;
 
+/** What the call's response is written to: the status-200 headers, the Ack or nothing, the trailers. */
+type Respond = (header: Headers, body: Uint8Array | null, trailer: Headers) => Promise<void>;
+
 /**
- * Creates the fast path; it returns true when it took the request, false to leave it to connect.
+ * Creates the fast path (see {@link StreamLogsFastPath}).
  *
  * @example
  * const fast = createStreamLogsFastPath(runner, { messageBytes, budget: createReadBudget(), contextValues: () => createContextValues() });
- * server.on("request", (req, res) => fast(req, res) || adapter(req, res));
+ * server.on("request", (req, res) => fast.request(req, res) || adapter(req, res));
  */
-export function createStreamLogsFastPath(
-  runner: RunnerService,
-  options: StreamLogsFastPathOptions,
-): (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => boolean {
+export function createStreamLogsFastPath(runner: RunnerService, options: StreamLogsFastPathOptions): StreamLogsFastPath {
   const path = `${options.requestPathPrefix ?? ""}/${Runner.typeName}/${method.name}`;
   const parse = createMethodSerializationLookup(method, undefined, undefined, { readMaxBytes: options.messageBytes, writeMaxBytes: 0xffffffff }).getI(true);
 
-  return function fastPath(req, res) {
-    if (req.method !== "POST" || !("stream" in req)) return false;
-    const url = req.url ?? "";
+  /** True when the headers make a call this path serves. O(headers). */
+  function takes(methodName: string | undefined, url: string | undefined, headers: http2.IncomingHttpHeaders): boolean {
+    if (methodName !== "POST") return false;
+    url ??= "";
     const q = url.indexOf("?");
     if ((q === -1 ? url : url.slice(0, q)) !== path) return false;
-    const headers = req.headers;
     const type = headers["content-type"];
     if (typeof type !== "string" || !CONTENT_TYPE.test(type)) return false;
     const encoding = headers["grpc-encoding"];
     if (encoding !== undefined && encoding !== "identity") return false;
     // connect turns grpc-timeout into a deadline; such calls are rare, so connect keeps them.
     if (headers["grpc-timeout"] !== undefined) return false;
-    if (req.authority === undefined && headers.host === undefined) return false;
+    return headers[":authority"] !== undefined || headers.host !== undefined;
+  }
 
-    const context = createFastContext(req, options.contextValues(req, res));
-    if (context === null) return false;
+  /** Serves one call whose body is `body` and whose response goes to `respond`. */
+  function serve(body: RequestBody, context: FastContext, respond: Respond): void {
     const requestHeader = context.requestHeader;
     const compression = compressionNegotiate(ACCEPT_COMPRESSION, requestHeader.get(headerEncoding), requestHeader.get(headerAcceptEncoding), headerAcceptEncoding);
     if (compression.response) context.responseHeader.set(headerEncoding, compression.response.name);
 
     const items = new ItemQueue((bytes) => parse.parse(bytes));
-    const reader = new RequestReader(req, { messageBytes: options.messageBytes, budget: options.budget, compressed: false }, items);
+    const reader = new RequestReader(body, { messageBytes: options.messageBytes, budget: options.budget, compressed: false }, items);
     items.reader = reader;
     // The service says when the call is authenticated: only then may it send on.
     context.values.set(kCallAuthenticated, () => reader.authenticated());
     void (async () => {
-      const body: Uint8Array[] = [];
+      let ack: Uint8Array | null = null;
       let failure: unknown;
       try {
-        const ack = await runner.streamLogs(items.source(), context);
+        const answer = await runner.streamLogs(items.source(), context);
         // The Ack is far below connect's compressMinBytes (1 KiB): it is never compressed.
-        body.push(encodeEnvelope(0, toBinary(AckSchema, isMessage(ack, AckSchema) ? ack : create(AckSchema, ack))));
+        ack = encodeEnvelope(0, toBinary(AckSchema, isMessage(answer, AckSchema) ? answer : create(AckSchema, answer)));
       } catch (error) {
         failure = error;
         setTrailerStatus(context.responseTrailer, error instanceof ConnectError ? error : new ConnectError("internal error", Code.Internal, undefined, undefined, error));
@@ -99,12 +114,54 @@ export function createStreamLogsFastPath(
       // grpc-message in the spec's percent-encoding (grpc-message.ts): connect's setTrailerStatus wrote encodeURIComponent's.
       const message = context.responseTrailer.get(headerGrpcMessage);
       if (message !== null) context.responseTrailer.set(headerGrpcMessage, respecGrpcMessage(message));
-      await universalResponseToNodeResponse({ status: 200, header: context.responseHeader, body: iterate(body), trailer: context.responseTrailer }, res);
+      await respond(context.responseHeader, ack, context.responseTrailer);
     })().catch(() => {
       // The client went away before the response was written; nobody is left to tell.
     });
-    return true;
+  }
+
+  return {
+    request(req, res) {
+      if (!("stream" in req) || !takes(req.method, req.url, req.headers)) return false;
+      const context = createFastContext(req, req.headers, options.contextValues(res));
+      if (context === null) return false;
+      serve(req, context, (header, body, trailer) => universalResponseToNodeResponse({ status: 200, header, body: iterate(body), trailer }, res));
+      return true;
+    },
+    stream(stream, headers) {
+      if (!takes(headers[":method"], headers[":path"], headers)) return false;
+      const context = createFastContext(stream, headers, options.contextValues(stream));
+      if (context === null) return false;
+      serve(stream, context, (header, body, trailer) => respondOnStream(stream, header, body, trailer));
+      return true;
+    },
   };
+}
+
+/**
+ * Writes a response on a raw stream as Http2ServerResponse writes connect's (the same
+ * frames): HEADERS (status 200, a date), the Ack's DATA if any, then the trailers in a
+ * HEADERS frame that ends the stream, sent on 'wantTrailers'. A stream already gone gets
+ * nothing. O(headers).
+ */
+function respondOnStream(stream: http2.ServerHttp2Stream, header: Headers, body: Uint8Array | null, trailer: Headers): Promise<void> {
+  if (stream.destroyed || stream.closed) return Promise.resolve();
+  const head: http2.OutgoingHttpHeaders = { ":status": 200 };
+  header.forEach((value, name) => (head[name] = value));
+  const tail: http2.OutgoingHttpHeaders = {};
+  trailer.forEach((value, name) => (tail[name] = value));
+  // Comes once: on(), no once() wrapper.
+  stream.on("wantTrailers", () => {
+    try {
+      stream.sendTrailers(tail);
+    } catch {
+      // The stream closed meanwhile.
+    }
+  });
+  stream.respond(head, { waitForTrailers: true });
+  if (body !== null) stream.write(body);
+  stream.end();
+  return Promise.resolve();
 }
 
 /** A context of the fast path: connect's HandlerContext plus the abort its handler calls. */
@@ -117,21 +174,22 @@ const noTimeout = () => undefined;
  * built in one step: connect makes a universal request first (an unused body generator, an
  * AbortController and a copy of the headers) and then the context (two more AbortControllers,
  * linked, and a second copy of the headers), about 3 KiB a call that every open stream kept.
- * Same fields and values; `signal` aborts when the request closes (with connect's reason for
- * an HTTP/2 reset code) or on `abort()`. Null when the authority makes no URL (connect then
- * answers the request its own way). O(headers).
+ * Same fields and values; `signal` aborts when the request (or raw stream) closes (with
+ * connect's reason for an HTTP/2 reset code) or on `abort()`. Null when the authority makes
+ * no URL (connect then answers the request its own way). O(headers).
  */
-function createFastContext(req: http2.Http2ServerRequest, values: ContextValues): FastContext | null {
-  const authority = req.authority ?? req.headers.host;
+function createFastContext(body: RequestBody, nodeHeaders: http2.IncomingHttpHeaders, values: ContextValues): FastContext | null {
+  const raw = !(body instanceof http2.Http2ServerRequest);
+  const stream = raw ? body : body.stream;
+  const authority = nodeHeaders[":authority"] ?? nodeHeaders.host;
   let url: string;
   try {
-    const encrypted = "encrypted" in req.socket && (req.socket as { encrypted?: boolean }).encrypted;
-    url = new URL(req.url ?? "", `${encrypted ? "https" : "http"}://${authority}`).toString();
+    const encrypted = raw ? stream.session?.encrypted === true : "encrypted" in body.socket && (body.socket as { encrypted?: boolean }).encrypted;
+    url = new URL((nodeHeaders[":path"] as string | undefined) ?? "", `${encrypted ? "https" : "http"}://${authority}`).toString();
   } catch {
     return null;
   }
   const requestHeader = new Headers();
-  const nodeHeaders = req.headers;
   for (const name in nodeHeaders) {
     if (name.startsWith(":")) continue;
     const value = nodeHeaders[name];
@@ -142,14 +200,14 @@ function createFastContext(req: http2.Http2ServerRequest, values: ContextValues)
   }
   const controller = new AbortController();
   // "close" comes once: no once() wrapper to keep for the whole call.
-  req.on("close", () => {
-    if (!controller.signal.aborted) controller.abort(resetReason(req.stream?.rstCode));
+  body.on("close", () => {
+    if (!controller.signal.aborted) controller.abort(resetReason(stream?.rstCode));
   });
   return {
     service: Runner,
     method,
     protocolName: "grpc",
-    requestMethod: req.method,
+    requestMethod: "POST",
     url,
     signal: controller.signal,
     timeoutMs: noTimeout,
@@ -187,8 +245,8 @@ const RESETS: Record<number, readonly [string, Code]> = {
   13: ["HTTP_1_1_REQUIRED", Code.PermissionDenied],
 };
 
-async function* iterate(chunks: Uint8Array[]): AsyncGenerator<Uint8Array> {
-  for (const chunk of chunks) yield chunk;
+async function* iterate(body: Uint8Array | null): AsyncGenerator<Uint8Array> {
+  if (body !== null) yield body;
 }
 
 /**

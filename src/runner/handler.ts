@@ -57,6 +57,15 @@ export interface RunnerHandler {
   /** The request listener (`http2Server.on("request", handler)`); answers gRPC, gRPC-web and Connect. */
   handler: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void;
   /**
+   * The same as a listener of the server's raw 'stream' event (`http2Server.on("stream",
+   * stream)`, instead of `handler`, never beside it): a plain gRPC StreamLogs call is served
+   * on the stream itself, without the compatibility layer's request and response (about
+   * 6 KiB a call, and a second Readable every chunk goes through); any other request gets
+   * them, made as Node's 'request' event would make them, and goes to `handler`.
+   * startRunnerServer mounts this one.
+   */
+  stream: (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, flags: number, rawHeaders: string[]) => void;
+  /**
    * Lets calls in flight run for `graceMs`, then ends them UNAVAILABLE (with
    * `runner-committed`) and resolves once their responses are out (or given up on).
    */
@@ -85,19 +94,20 @@ export function createRunnerHandler(runner: RunnerService, options: RunnerHandle
   const shutdownController = new AbortController();
   // Every call in flight listens for the shutdown.
   setMaxListeners(0, shutdownController.signal);
-  const active = new Set<http2.Http2ServerResponse>();
+  // Calls in flight, by their key: the response, or the stream of a call served raw.
+  const active = new Set<object>();
   // The job of each call in flight, once the service has authenticated it (kCallJob).
-  const jobOf = new Map<http2.Http2ServerResponse, string>();
+  const jobOf = new Map<object, string>();
   const idle = new Set<() => void>();
   const messageBytes = options.messageBytes ?? runner.limits.messageBytes;
   // One budget for every call of this handler: the per-connection and per-server caps.
   const budget = createReadBudget(options.readLimits);
-  const contextValues = (_req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) =>
+  const contextValues = (call: object) =>
     new CallValues()
       .set(kShutdownSignal, shutdownController.signal)
       .set(kMessageBytes, options.messageBytes)
       .set(kCallJob, (requestId: string) => {
-        if (active.has(res)) jobOf.set(res, requestId);
+        if (active.has(call)) jobOf.set(call, requestId);
       });
   const health = options.health === false ? null : (options.health ?? createRunnerHealth());
   const paths = { messageBytes, budget, requestPathPrefix: options.requestPathPrefix, contextValues, health };
@@ -119,32 +129,14 @@ export function createRunnerHandler(runner: RunnerService, options: RunnerHandle
       // The response is out but the client may still be sending (the call ended early):
       // reset the stream with NO_ERROR, as gRPC servers do, so it never stays half open.
       const stream = req.stream;
-      const reset = (tries = 0) => {
-        if (stream.destroyed || stream.closed) return;
-        // nghttp2 drops frames still queued for a stream it resets: wait until the
-        // trailers have left the session's queue.
-        const queued = stream.session?.state.outboundQueueSize ?? 0;
-        // A busy session (hundreds of calls answered at once) can take a while: poll for up
-        // to about 2 s, then reset anyway.
-        if (queued > 0 && tries < 400) {
-          if (tries < 100) setImmediate(() => reset(tries + 1));
-          else setTimeout(() => reset(tries + 1), 5).unref();
-          return;
-        }
-        try {
-          stream.close(http2.constants.NGHTTP2_NO_ERROR);
-        } catch {
-          // The stream went away meanwhile.
-        }
-      };
       // The RST must follow the trailers: the response sends them on 'wantTrailers'
       // (its listener runs before ours), so reset right after, never before.
       if (stream && !stream.destroyed && !stream.closed) {
-        if (stream.sentTrailers) setImmediate(reset);
+        if (stream.sentTrailers) setImmediate(resetStream, stream, 0);
         else {
-          stream.once("wantTrailers", () => setImmediate(reset));
+          stream.once("wantTrailers", () => setImmediate(resetStream, stream, 0));
           // A response without trailers: reset once its last frame is out.
-          stream.once("finish", () => setTimeout(reset, 100).unref());
+          stream.once("finish", () => setTimeout(resetStream, 100, stream, 0).unref());
         }
       }
       if (active.size === 0) for (const wake of idle) wake();
@@ -159,15 +151,58 @@ export function createRunnerHandler(runner: RunnerService, options: RunnerHandle
     };
     // Comes once; on() keeps no once() wrapper per open call.
     res.on("close", finished);
-    if (fastPath !== null && fastPath(req, res)) return;
+    if (fastPath !== null && fastPath.request(req, res)) return;
     // grpc-message in the spec's percent-encoding (connect's reads as %3A in grpc-js); the
     // fast path writes its trailers in that form itself.
     specGrpcMessages(res);
     connectPath(req, res);
   };
 
+  /**
+   * A call served raw ends when its trailers are asked for or when its stream closes first.
+   * The fast path sends the trailers in its own 'wantTrailers' listener, which runs after
+   * this one, and Node submits them to nghttp2 in a setImmediate of sendTrailers': the
+   * reset's setImmediate must be queued after that one (from a nextTick), or it would find
+   * nothing queued and cut the trailers off. One listener for every stream (`this` is the
+   * stream): no closure per call.
+   */
+  function endRawCall(this: http2.ServerHttp2Stream): void {
+    if (!active.delete(this)) return;
+    jobOf.delete(this);
+    if (!this.destroyed && !this.closed) process.nextTick(resetSoon, this);
+    if (active.size === 0) for (const wake of idle) wake();
+  }
+
+  const streamHandler = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, _flags: number, rawHeaders: string[]) => {
+    if (fastPath !== null && fastPath.stream(stream, headers)) {
+      active.add(stream);
+      // Both come once: on(), no once() wrapper per open call.
+      stream.on("wantTrailers", endRawCall);
+      stream.on("close", endRawCall);
+      return;
+    }
+    // What Node's compatibility layer does for its 'request' event (onServerStream).
+    const req = new http2.Http2ServerRequest(stream, headers, {}, rawHeaders);
+    const res = new http2.Http2ServerResponse(stream);
+    if (headers[":method"] === "CONNECT") {
+      res.statusCode = http2.constants.HTTP_STATUS_METHOD_NOT_ALLOWED;
+      res.end();
+      return;
+    }
+    if (headers.expect !== undefined) {
+      if (headers.expect !== "100-continue") {
+        res.statusCode = http2.constants.HTTP_STATUS_EXPECTATION_FAILED;
+        res.end();
+        return;
+      }
+      res.writeContinue();
+    }
+    handler(req, res);
+  };
+
   return {
     handler,
+    stream: streamHandler,
     health,
     get activeRequests() {
       return active.size;
@@ -207,3 +242,28 @@ export function createRunnerHandler(runner: RunnerService, options: RunnerHandle
   }
 }
 
+/** {@link resetStream} from the next turn's immediates. */
+function resetSoon(stream: http2.Http2Stream): void {
+  setImmediate(resetStream, stream, 0);
+}
+
+/**
+ * Resets a stream whose response is out with NO_ERROR, once its last frames have left the
+ * session: nghttp2 drops frames still queued for a stream it resets. A busy session
+ * (hundreds of calls answered at once) can take a while: polls for up to about 2 s
+ * (`tries`), then resets anyway.
+ */
+function resetStream(stream: http2.Http2Stream, tries: number): void {
+  if (stream.destroyed || stream.closed) return;
+  const queued = stream.session?.state.outboundQueueSize ?? 0;
+  if (queued > 0 && tries < 400) {
+    if (tries < 100) setImmediate(resetStream, stream, tries + 1);
+    else setTimeout(resetStream, 5, stream, tries + 1).unref();
+    return;
+  }
+  try {
+    stream.close(http2.constants.NGHTTP2_NO_ERROR);
+  } catch {
+    // The stream went away meanwhile.
+  }
+}

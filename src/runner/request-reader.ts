@@ -15,7 +15,7 @@
  *   `pauseBytes` waiting for it the request is paused, so flow control holds the rest);
  * - the work is linear in the bytes received (see envelope-splitter.ts).
  */
-import type * as http2 from "node:http2";
+import * as http2 from "node:http2";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { EnvelopeSplitter, EnvelopeTooLarge } from "./envelope-splitter.js";
 import type { ReadBudget } from "./read-budget.js";
@@ -52,9 +52,22 @@ const DEFAULT_PAUSE_BYTES = 1024 * 1024;
  */
 const MAX_VIEW_RATIO = 8;
 
-/** The request's connection, for the budget: its HTTP/2 session (an HTTP/1 socket for hosts that allow HTTP/1). */
-function connectionOf(req: http2.Http2ServerRequest): object {
-  return (req.stream?.session as object | undefined) ?? req.socket ?? req;
+/**
+ * What a call's body is read from: the compatibility layer's request (connect-node's calls,
+ * a host's own server) or the raw HTTP/2 stream (startRunnerServer's fast path, which
+ * builds no Http2ServerRequest/Response: see grpc-fast-path.ts).
+ */
+export type RequestBody = http2.Http2ServerRequest | http2.ServerHttp2Stream;
+
+/** The HTTP/2 stream under a body (undefined for an HTTP/1 request of a host that allows HTTP/1). */
+function streamOf(body: RequestBody): http2.Http2Stream | undefined {
+  return body instanceof http2.Http2ServerRequest ? body.stream : body;
+}
+
+/** The body's connection, for the budget: its HTTP/2 session (an HTTP/1 socket for hosts that allow HTTP/1). */
+function connectionOf(body: RequestBody): object {
+  const session = streamOf(body)?.session as object | undefined;
+  return session ?? (body instanceof http2.Http2ServerRequest ? body.socket : undefined) ?? body;
 }
 
 /** The request's reader, for the shared listeners below. */
@@ -103,15 +116,17 @@ export class RequestReader {
   private firstTimer: NodeJS.Timeout | null = null;
   private readonly splitter: EnvelopeSplitter;
   private readonly connection: object;
+  private readonly stream: http2.Http2Stream | undefined;
   private readonly pauseBytes: number;
 
   constructor(
-    private readonly req: http2.Http2ServerRequest,
+    private readonly req: RequestBody,
     private readonly options: RequestReaderOptions,
     private readonly sink: EnvelopeSink,
   ) {
     this.splitter = new EnvelopeSplitter(Math.min(options.budget.limits.firstMessageBytes, options.messageBytes), options.messageBytes);
     this.connection = connectionOf(req);
+    this.stream = streamOf(req);
     this.pauseBytes = options.pauseBytes ?? DEFAULT_PAUSE_BYTES;
     // Shared listeners that find the reader on the request: four closures per call were kept
     // for as long as it stayed open. "end" and "close" come once: on(), not once() (whose
@@ -170,7 +185,7 @@ export class RequestReader {
     if (this.closed || this.failure !== null) return;
     if (chunk.buffer.byteLength > MAX_VIEW_RATIO * chunk.length) chunk = ownCopy(chunk);
     this.received += chunk.length;
-    if (this.mayWiden) widenWhenBusy(this.req.stream, this.received);
+    if (this.mayWiden) widenWhenBusy(this.stream, this.received);
     try {
       this.splitter.push(chunk, (buf, start, end) => {
         if ((buf[start]! & 1) === 1 && !this.options.compressed) {

@@ -159,7 +159,9 @@ export async function startRunnerServer(runner: RunnerService, settings: RunnerS
         settings: http2Settings,
       })
     : http2.createServer({ settings: http2Settings });
-  server.on("request", runnerHandler.handler);
+  // The raw 'stream' event, not 'request': StreamLogs calls on the fast path get no
+  // compatibility-layer request and response (handler.ts makes them for the rest).
+  server.on("stream", runnerHandler.stream);
 
   const sessions = new Map<http2.ServerHttp2Session, SessionInfo>();
   const keepAliveMs = settings.keepAliveMs ?? 30_000;
