@@ -74,6 +74,8 @@ const storeDelays = new DelayHistogram();
 let results = 0;
 const runner = createRunnerService(createMemoryQueue(), {
   logs,
+  // BENCH_FLEET_QUEUED_BYTES: the server-wide budget of items not yet stored (limits.queuedBytes); default the service's.
+  limits: process.env.BENCH_FLEET_QUEUED_BYTES ? { queuedBytes: Number(process.env.BENCH_FLEET_QUEUED_BYTES) } : undefined,
   secret: process.env.BENCH_SECRET ?? "bench",
   onLog: (event) => {
     stored += event.lines.length;

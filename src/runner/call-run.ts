@@ -89,7 +89,11 @@ export class CallRun implements CallHandle {
   enqueue(entry: LogEntry): Promise<void> | undefined {
     if (this.pending.length === 0) this.pendingAt = this.nextPos;
     this.pending.push(entry);
-    this.pendingBytes += entry.bytes + 64;
+    const bytes = entry.bytes + 64;
+    this.pendingBytes += bytes;
+    // Released when its batch is stored or dropped; after a store error nothing is flushed any more.
+    if (this.flushError === null) this.core.backlog.add(bytes);
+    else this.pendingBytes -= bytes;
     this.nextPos++;
     if (!this.flushing) {
       // Cleared only by the loop it belongs to, even when the loop ends at once.
@@ -114,6 +118,7 @@ export class CallRun implements CallHandle {
       const batch = this.pending;
       const at = this.pendingAt;
       const receivedBytes = this.pendingReceivedBytes;
+      const batchBytes = this.pendingBytes;
       this.pending = [];
       this.pendingBytes = 0;
       this.pendingReceivedBytes = 0;
@@ -127,7 +132,12 @@ export class CallRun implements CallHandle {
         this.reportStored(batch, state.committed);
       } catch (error) {
         this.flushError = await explainRefusal(this.core.logs, this.id, error);
+        // What was queued meanwhile is dropped with the batch: the call ends with the error.
+        this.core.backlog.release(this.pendingBytes);
         this.pending = [];
+        this.pendingBytes = 0;
+      } finally {
+        this.core.backlog.release(batchBytes);
       }
     }
   }

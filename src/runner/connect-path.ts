@@ -16,6 +16,7 @@ import { ConnectBody, RequestReader } from "./request-reader.js";
 import { kCallAuthenticated, type RunnerService } from "./service.js";
 import { Health } from "../gen/grpc/health/v1/health_pb.js";
 import type { RunnerHealth } from "./health.js";
+import type { StoreBacklog } from "./store-backlog.js";
 
 /** Options of {@link createConnectPath}. */
 export interface ConnectPathOptions {
@@ -25,6 +26,8 @@ export interface ConnectPathOptions {
   budget: ReadBudget;
   /** Path prefix the service is mounted under; default none. */
   requestPathPrefix?: string;
+  /** The service's store backlog (store-backlog.ts): authenticated calls pause while it is over budget. */
+  backlog?: StoreBacklog;
   /** Context values of each call (`call`: its key, the response). */
   contextValues: (call: object) => ContextValues;
   /** The health service served beside the runner service; none when null or absent. */
@@ -71,7 +74,7 @@ export function createConnectPath(runner: RunnerService, options: ConnectPathOpt
       return;
     }
     const body = new ConnectBody();
-    const reader = new RequestReader(req, { messageBytes: options.messageBytes, budget: options.budget, compressed: namesCompression(req.headers) }, body);
+    const reader = new RequestReader(req, { messageBytes: options.messageBytes, budget: options.budget, compressed: namesCompression(req.headers), backlog: options.backlog }, body);
     body.attach(reader);
     values.set(kCallAuthenticated, () => reader.authenticated());
     // Health calls carry no credentials: one small message each, read on at once (never

@@ -25,6 +25,7 @@ import { ReceivedLine, toLogItem, type CallItem } from "./received-line.js";
 import { RequestReader, type EnvelopeSink, type RequestBody } from "./request-reader.js";
 import { kCallAuthenticated, kItemBatches, type ItemBatchSource, type RunnerService } from "./service.js";
 import { readErrorOf } from "./wire-errors.js";
+import type { StoreBacklog } from "./store-backlog.js";
 
 /** Options of {@link createStreamLogsFastPath}. */
 export interface StreamLogsFastPathOptions {
@@ -34,6 +35,8 @@ export interface StreamLogsFastPathOptions {
   budget: ReadBudget;
   /** Path prefix the service is mounted under; default none. */
   requestPathPrefix?: string;
+  /** The service's store backlog (store-backlog.ts): authenticated calls pause while it is over budget. */
+  backlog?: StoreBacklog;
   /** Context values of each call (the same as given to connect); `call` is the call's key (its response, or its stream on the raw path). */
   contextValues: (call: object) => ContextValues;
 }
@@ -91,7 +94,7 @@ export function createStreamLogsFastPath(runner: RunnerService, options: StreamL
     if (compression.response) context.responseHeader.set(headerEncoding, compression.response.name);
 
     const items = new ItemQueue((bytes) => parse.parse(bytes));
-    const reader = new RequestReader(body, { messageBytes: options.messageBytes, budget: options.budget, compressed: false }, items);
+    const reader = new RequestReader(body, { messageBytes: options.messageBytes, budget: options.budget, compressed: false, backlog: options.backlog }, items);
     items.reader = reader;
     // The service says when the call is authenticated: only then may it send on.
     context.values.set(kCallAuthenticated, () => reader.authenticated());

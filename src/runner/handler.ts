@@ -14,6 +14,7 @@ import { createReadBudget, type RunnerReadLimits } from "./read-budget.js";
 import { kCallJob, kMessageBytes, kShutdownSignal, type RunnerService } from "./service.js";
 import { CallValues } from "./call-context.js";
 import { createRunnerHealth, isHealthPath, type RunnerHealth } from "./health.js";
+import { backlogOf } from "./store-backlog.js";
 
 /** Options of {@link createRunnerHandler}. */
 export interface RunnerHandlerOptions {
@@ -110,7 +111,8 @@ export function createRunnerHandler(runner: RunnerService, options: RunnerHandle
         if (active.has(call)) jobOf.set(call, requestId);
       });
   const health = options.health === false ? null : (options.health ?? createRunnerHealth());
-  const paths = { messageBytes, budget, requestPathPrefix: options.requestPathPrefix, contextValues, health };
+  // The service's store backlog, when it is runner-depot's own (store-backlog.ts).
+  const paths = { messageBytes, budget, requestPathPrefix: options.requestPathPrefix, contextValues, health, backlog: backlogOf(runner) };
   const connectPath = createConnectPath(runner, paths);
   // connect-node's per-message pipeline caps a stream at ~120k items/s; plain gRPC
   // StreamLogs calls skip it (same service, same response writer).

@@ -4,7 +4,9 @@
  * item for `idleMs` or more. A timer per call (re-armed as items came) cost every open
  * stream a Timeout, its closure and a timer list entry; 1,000 open streams are a 1,000-entry
  * loop once a second instead. A call is ended between `idleMs` and `idleMs` + one tick
- * after its wait began.
+ * after its wait began. While the server itself holds calls back (the store backlog over
+ * its budget, store-backlog.ts: readers paused), a call's wait is not the agent's silence:
+ * waits count from the last sweep that saw the server holding calls back, if later.
  */
 import { RunnerDepotError } from "../errors.js";
 
@@ -32,10 +34,14 @@ export function idleTickMs(idleMs: number): number {
  */
 export class IdleSweep {
   private timer: NodeJS.Timeout | null = null;
+  /** The last sweep (Date.now()) that saw the server holding calls back; 0 never. */
+  private heldAt = 0;
 
   constructor(
     private readonly calls: ReadonlySet<IdleCall>,
     private readonly idleMs: number,
+    /** True while the server holds calls back (not reading them); default never. */
+    private readonly heldBack: () => boolean = () => false,
   ) {}
 
   /** Makes sure the sweep runs (it stops itself once no call is left). O(1). */
@@ -56,8 +62,9 @@ export class IdleSweep {
   private sweep(): void {
     if (this.calls.size === 0) return this.stop();
     const now = Date.now();
+    if (this.heldBack()) this.heldAt = now;
     for (const call of this.calls) {
-      if (call.waitingSince !== 0 && now - call.waitingSince >= this.idleMs) {
+      if (call.waitingSince !== 0 && now - Math.max(call.waitingSince, this.heldAt) >= this.idleMs) {
         call.stop(new RunnerDepotError("DEADLINE_EXCEEDED", `no item for ${this.idleMs} ms; the call was ended`));
       }
     }

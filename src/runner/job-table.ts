@@ -11,6 +11,7 @@ import type { RunnerConfig } from "./service-config.js";
 import type { Context } from "@opentelemetry/api";
 import { RunnerTelemetry } from "./runner-telemetry.js";
 import { IdleSweep, type IdleCall } from "./idle-sweep.js";
+import { StoreBacklog } from "./store-backlog.js";
 
 /** A job's slot: its active call and the chain that serialises its store operations. */
 export interface Slot {
@@ -69,6 +70,8 @@ export interface RunnerCore {
   readonly calls: Set<IdleCall>;
   /** The idle limit of the calls in progress, on one timer (idle-sweep.ts). */
   readonly idle: IdleSweep;
+  /** Entries queued for the store across all calls, within `limits.queuedBytes` (store-backlog.ts). */
+  readonly backlog: StoreBacklog;
   /** Set by close(): no new call, no new publish retry. */
   closed: boolean;
   /** Aborted by close(). */
@@ -98,6 +101,7 @@ export function uErr(code: ConstructorParameters<typeof RunnerDepotError>[0], me
 /** Creates the service's shared state. */
 export function createRunnerCore(queue: JobResultQueue, logs: JobLogStore, options: RunnerServiceOptions, config: RunnerConfig): RunnerCore {
   const calls = new Set<IdleCall>();
+  const backlog = new StoreBacklog(config.limits.queuedBytes);
   const core: RunnerCore = {
     queue,
     logs,
@@ -110,7 +114,8 @@ export function createRunnerCore(queue: JobResultQueue, logs: JobLogStore, optio
     background: new Map(),
     inFlight: new Map(),
     calls,
-    idle: new IdleSweep(calls, config.limits.idleMs),
+    idle: new IdleSweep(calls, config.limits.idleMs, () => backlog.waiting > 0),
+    backlog,
     closed: false,
     closeController: new AbortController(),
     report(error) {

@@ -20,6 +20,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { EnvelopeSplitter, EnvelopeTooLarge } from "./envelope-splitter.js";
 import type { ReadBudget } from "./read-budget.js";
 import { widenWhenBusy } from "./flow-window.js";
+import type { BacklogWaiter, StoreBacklog } from "./store-backlog.js";
 
 /** Options of a {@link RequestReader}. */
 export interface RequestReaderOptions {
@@ -31,6 +32,11 @@ export interface RequestReaderOptions {
   compressed: boolean;
   /** Complete envelopes waiting for the consumer past which reading pauses; default 1 MiB. */
   pauseBytes?: number;
+  /**
+   * The service's store backlog: while it is over budget, a call authenticated by a
+   * credential is paused (after the chunk in hand) until it drains. None: never.
+   */
+  backlog?: StoreBacklog;
 }
 
 /** What a reader hands its envelopes to. */
@@ -94,7 +100,7 @@ function ignore(): void {
  * // once the service has checked the token:
  * reader.authenticated();
  */
-export class RequestReader {
+export class RequestReader implements BacklogWaiter {
   /** Why reading stopped early (a limit, a protocol error, the client going away). */
   failure: ConnectError | null = null;
   /** True once the body ended cleanly. */
@@ -113,6 +119,8 @@ export class RequestReader {
   private mayWiden = false;
   private closed = false;
   private paused = false;
+  /** True while registered with the backlog (paused until it drains). */
+  private waitingBacklog = false;
   private firstTimer: NodeJS.Timeout | null = null;
   private readonly splitter: EnvelopeSplitter;
   private readonly connection: object;
@@ -142,7 +150,7 @@ export class RequestReader {
   onClose(): void {
     if (!this.ended) this.fail(new ConnectError("the request stream was closed", Code.Canceled));
     // Whatever is still accounted goes with the request.
-    this.queued = 0;
+    this.setQueued(0);
     this.closed = true;
     this.account();
   }
@@ -166,7 +174,7 @@ export class RequestReader {
 
   /** The consumer took `bytes` of complete envelopes. */
   taken(bytes: number): void {
-    this.queued = Math.max(0, this.queued - bytes);
+    this.setQueued(Math.max(0, this.queued - bytes));
     this.maybeResume();
   }
 
@@ -175,7 +183,7 @@ export class RequestReader {
     this.closed = true;
     this.stopFirstTimer();
     this.splitter.reset();
-    this.queued = 0;
+    this.setQueued(0);
     this.account();
     this.resume();
   }
@@ -191,7 +199,7 @@ export class RequestReader {
         if ((buf[start]! & 1) === 1 && !this.options.compressed) {
           throw new ConnectError("a message is flagged compressed but the call names no encoding (grpc-encoding)", Code.InvalidArgument);
         }
-        this.queued += end - start;
+        this.setQueued(this.queued + end - start);
         this.sink.envelope(buf, start, end);
       });
     } catch (error) {
@@ -206,7 +214,43 @@ export class RequestReader {
     if (this.failure === null && !this.paused && this.mustPause()) {
       this.paused = true;
       this.req.pause();
+      this.waitForBacklog();
     }
+  }
+
+  /** @internal The store backlog drained (StoreBacklog.wait). */
+  drained(): void {
+    this.waitingBacklog = false;
+    this.maybeResume();
+    this.waitForBacklog();
+  }
+
+  /**
+   * Complete envelopes handed to the sink and not yet taken: they count in the store backlog
+   * too, so that a reader resumed with a window's worth of chunks buffered (all delivered in
+   * one synchronous run, before the service can queue any of them) pauses after the chunk
+   * that crosses the budget, not after the whole window. O(1).
+   */
+  private setQueued(bytes: number): void {
+    const backlog = this.options.backlog;
+    if (backlog !== undefined) {
+      if (bytes >= this.queued) backlog.add(bytes - this.queued);
+      else backlog.release(this.queued - bytes);
+    }
+    this.queued = bytes;
+  }
+
+  /** Paused for the backlog: asks it to say when it drained (once per pause). */
+  private waitForBacklog(): void {
+    const backlog = this.options.backlog;
+    if (backlog === undefined || !this.paused || this.waitingBacklog || !this.backlogHolds()) return;
+    this.waitingBacklog = true;
+    backlog.wait(this);
+  }
+
+  /** True when the backlog keeps this call paused: it is over budget and the call was authenticated by a credential. */
+  private backlogHolds(): boolean {
+    return this.mayWiden && this.options.backlog?.over === true;
   }
 
   /** @internal The request body ended (the shared "end" listener). */
@@ -252,14 +296,21 @@ export class RequestReader {
   }
 
   private mustPause(): boolean {
-    return this.queued >= this.pauseBytes || (!this.isAuthenticated && this.splitter.completed > 0);
+    return this.queued >= this.pauseBytes || (!this.isAuthenticated && this.splitter.completed > 0) || this.backlogHolds();
   }
 
   private maybeResume(): void {
-    if (this.paused && (this.failure !== null || this.closed || !this.mustPause())) this.resume();
+    if (!this.paused) return;
+    if (this.failure !== null || this.closed || !this.mustPause()) this.resume();
+    // Still paused, maybe now for the backlog (paused first for its own queue).
+    else this.waitForBacklog();
   }
 
   private resume(): void {
+    if (this.waitingBacklog) {
+      this.waitingBacklog = false;
+      this.options.backlog!.forget(this);
+    }
     if (!this.paused) return;
     this.paused = false;
     this.req.resume();

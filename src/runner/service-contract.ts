@@ -31,6 +31,13 @@ export interface RunnerLimits {
   jobLogBytes: number;
   /** A call with no item for this long ends DEADLINE_EXCEEDED. */
   idleMs: number;
+  /**
+   * Bytes of log entries queued for the store and not yet stored, across all calls (each
+   * entry counts its bytes + 64): past it the server reads no more of any authenticated
+   * call (HTTP/2 flow control holds the agents back) until the store has drained to three
+   * quarters of it (store-backlog.ts).
+   */
+  queuedBytes: number;
 }
 
 /** The defaults of docs/runner-protocol.md (§7). */
@@ -39,6 +46,7 @@ export const DEFAULT_RUNNER_LIMITS: Readonly<RunnerLimits> = Object.freeze({
   lineBytes: 64 * 1024,
   jobLogBytes: 256 * 1024 * 1024,
   idleMs: 60_000,
+  queuedBytes: 32 * 1024 * 1024,
 });
 
 /** What an `authorize` hook sees of a call (after its first item arrived). */

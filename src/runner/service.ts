@@ -22,6 +22,7 @@ import { endFromHost } from "./host-end.js";
 import { startLostSweep } from "./lost-sweep.js";
 import { followJob } from "./follow.js";
 import { within } from "./timing.js";
+import { kStoreBacklog, type StoreBacklog } from "./store-backlog.js";
 
 export {
   COMMITTED_HEADER,
@@ -54,7 +55,9 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
   const sweepTimer = startLostSweep(core);
   let closing: Promise<void> | null = null;
 
-  return {
+  const service: RunnerService & { [kStoreBacklog]: StoreBacklog } = {
+    // For the transport: it pauses authenticated calls while the store backlog is over budget.
+    [kStoreBacklog]: core.backlog,
     // Not async: an open call keeps every suspended frame of its chain, and this one only forwards.
     streamLogs(requests, ctx) {
       if (core.closed) return Promise.reject(uErr("UNAVAILABLE", "the runner service is closed").toConnectError());
@@ -110,6 +113,7 @@ export function createRunnerService(queue: JobResultQueue, options: RunnerServic
       return core.calls.size;
     },
   };
+  return service;
 }
 
 /** A request ID normalised, or INVALID_ARGUMENT. */

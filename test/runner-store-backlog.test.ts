@@ -1,0 +1,105 @@
+/**
+ * The server-wide budget for entries queued for the store (limits.queuedBytes,
+ * store-backlog.ts), through a real socket: many calls (each its own HTTP/2 connection)
+ * stream into a server whose store is held back, then slow. With the budget, what the
+ * service holds unstored stays within the budget plus about one read chunk per call
+ * (the readers pause; HTTP/2 flow control holds the agents back); nothing is lost and
+ * every call completes. The same run with a budget too large to matter shows the bound
+ * would not hold without it (the check can fail).
+ */
+import { randomUUID } from "node:crypto";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { describe, expect, it } from "vitest";
+import { Runner, type LogItem } from "../src/gen/runner/v1/runner_pb.js";
+import { createRunnerService, startRunnerServer } from "../src/runner/index.js";
+import { createMemoryLogStore, createMemoryQueue } from "../src/adapters/memory/index.js";
+import type { JobLogStore } from "../src/runner/ports.js";
+import { backlogOf } from "../src/runner/store-backlog.js";
+import { end, line, send, until } from "./runner-service-helpers.js";
+
+const CALLS = 16;
+const LINES = 3000;
+const BUDGET = 256 * 1024;
+/** Per call beyond the budget: about the chunk that crossed it (a DATA frame, ≤ 16 KiB on the wire), counted generously. */
+const SLACK_PER_CALL = 32 * 1024;
+const BOUND = BUDGET + CALLS * SLACK_PER_CALL;
+
+/**
+ * A memory store whose appends wait behind a gate, then run one at a time at ~0.05 ms an
+ * entry (a store slower than the clients). The gate opens once `quiet()` has held for
+ * 1.5 s: nothing more queued (the readers paused, or every line received). That is longer
+ * than the calls' idle limit in these runs: a call the server holds back is not idle.
+ */
+function slowStore(quiet: () => number): { logs: JobLogStore; stop(): void } {
+  const inner = createMemoryLogStore();
+  let open = false;
+  let last = -1;
+  let still = 0;
+  const poll = setInterval(() => {
+    const now = quiet();
+    still = now === last && now > 0 ? still + 1 : 0;
+    last = now;
+    if (still >= 30) open = true;
+  }, 50);
+  let chain: Promise<unknown> = Promise.resolve();
+  const logs: JobLogStore = Object.create(inner) as JobLogStore;
+  logs.append = (id, at, entries, now) => {
+    const run = chain.then(async () => {
+      await until(() => open, "the store gate");
+      await new Promise((resolve) => setTimeout(resolve, Math.max(1, entries.length * 0.05)));
+      return inner.append(id, at, entries, now);
+    });
+    chain = run.catch(() => undefined);
+    return run;
+  };
+  return { logs, stop: () => clearInterval(poll) };
+}
+
+async function fleetRun(queuedBytes: number) {
+  let held = () => 0;
+  const store = slowStore(() => held());
+  const queue = createMemoryQueue();
+  const runner = createRunnerService(queue, { logs: store.logs, limits: { queuedBytes, idleMs: 1000 } });
+  const backlog = backlogOf(runner)!;
+  held = () => backlog.held;
+  const server = await startRunnerServer(runner, { port: 0 });
+  try {
+    const jobs = Array.from({ length: CALLS }, () => randomUUID());
+    const text = (i: number) => `${i} ${"x".repeat(90)}`;
+    const outcomes = await Promise.all(
+      jobs.map((id) => {
+        // Its own transport: its own HTTP/2 connection, as every agent of a fleet.
+        const client = createClient(Runner, createGrpcTransport({ baseUrl: server.url }));
+        const items: LogItem[] = Array.from({ length: LINES }, (_, i) => line(id, text(i)));
+        items.push(end(id));
+        return send(client, items);
+      }),
+    );
+    const stored = await Promise.all(jobs.map(async (id) => (await store.logs.read(id)).map((l) => l.line)));
+    return { outcomes, stored, peak: backlog.peak, held: backlog.held, results: queue.results.length, expected: Array.from({ length: LINES }, (_, i) => text(i)) };
+  } finally {
+    store.stop();
+    await server.close();
+    await runner.close();
+  }
+}
+
+describe("runner store backlog: a server-wide budget for entries queued for the store", () => {
+  it(`${CALLS} calls into a store that lags: queued bytes stay within the budget plus a chunk per call, nothing lost, every call completes (none cut idle while held back)`, async () => {
+    const run = await fleetRun(BUDGET);
+    for (const outcome of run.outcomes) expect(outcome).toMatchObject({ ok: true, committed: String(LINES + 1) });
+    for (const lines of run.stored) expect(lines).toEqual(run.expected);
+    expect(run.results).toBe(CALLS);
+    expect(run.held).toBe(0);
+    expect(run.peak).toBeGreaterThan(BUDGET);
+    expect(run.peak).toBeLessThanOrEqual(BOUND);
+  }, 120_000);
+
+  it("the same run with a budget too large to matter queues far past that bound (what the budget prevents)", async () => {
+    const run = await fleetRun(1024 * 1024 * 1024);
+    for (const outcome of run.outcomes) expect(outcome).toMatchObject({ ok: true, committed: String(LINES + 1) });
+    expect(run.held).toBe(0);
+    expect(run.peak).toBeGreaterThan(2 * BOUND);
+  }, 120_000);
+});
