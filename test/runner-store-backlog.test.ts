@@ -8,15 +8,17 @@
  * would not hold without it (the check can fail).
  */
 import { randomUUID } from "node:crypto";
+import * as http2 from "node:http2";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { describe, expect, it } from "vitest";
 import { Runner, type LogItem } from "../src/gen/runner/v1/runner_pb.js";
-import { createRunnerService, startRunnerServer } from "../src/runner/index.js";
+import { createRunnerService, mintJobToken, startRunnerServer } from "../src/runner/index.js";
 import { createMemoryLogStore, createMemoryQueue } from "../src/adapters/memory/index.js";
 import type { JobLogStore } from "../src/runner/ports.js";
 import { backlogOf } from "../src/runner/store-backlog.js";
 import { end, line, send, until } from "./runner-service-helpers.js";
+import { connect, frame, openCall } from "./runner-raw-calls.js";
 
 const CALLS = 16;
 const LINES = 3000;
@@ -102,4 +104,43 @@ describe("runner store backlog: a server-wide budget for entries queued for the 
     expect(run.held).toBe(0);
     expect(run.peak).toBeGreaterThan(2 * BOUND);
   }, 120_000);
+
+  it("while the backlog holds calls back, a call that has not passed authentication (made-up token, no item) still ends at the idle limit", async () => {
+    const secret = "backlog-idle-secret-0123456789abcdef";
+    const inner = createMemoryLogStore();
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const logs: JobLogStore = Object.create(inner) as JobLogStore;
+    logs.append = async (id, at, entries, now) => {
+      await gate;
+      return inner.append(id, at, entries, now);
+    };
+    const runner = createRunnerService(createMemoryQueue(), { logs, secret, limits: { queuedBytes: 64 * 1024, idleMs: 1000 } });
+    const backlog = backlogOf(runner)!;
+    const server = await startRunnerServer(runner, { port: 0 });
+    const sessions = [connect(server.url), connect(server.url)];
+    try {
+      // A job's call fills the budget behind the closed store: its reader is paused (held back).
+      const id = randomUUID();
+      const held = openCall(sessions[0]!, "grpc", mintJobToken(secret, id));
+      held.stream.write(Buffer.concat(Array.from({ length: 2000 }, (_, i) => frame(line(id, `${i} ${"x".repeat(90)}`)))));
+      await until(() => backlog.waiting > 0, "the job's call held back by the backlog");
+      // A caller with a made-up (well-formed) token that sends nothing: the backlog holds
+      // nothing of it, so its wait is its own silence and the idle limit applies.
+      const stranger = openCall(sessions[1]!, "grpc", "made-up-token");
+      const status = await Promise.race([stranger.status, new Promise<null>((resolve) => setTimeout(resolve, 15_000, null))]);
+      expect(status).toMatchObject({ code: 4 });
+      expect(status!.committed).toBeUndefined();
+      expect(backlog.waiting).toBeGreaterThan(0);
+      // The held call is not idle: once the store drains it completes.
+      open();
+      held.stream.end(frame(end(id)));
+      expect(await held.status).toMatchObject({ code: 0, committed: "2001" });
+    } finally {
+      open();
+      for (const session of sessions) session.destroy();
+      await server.close();
+      await runner.close();
+    }
+  }, 60_000);
 });

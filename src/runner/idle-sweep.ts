@@ -6,7 +6,10 @@
  * loop once a second instead. A call is ended between `idleMs` and `idleMs` + one tick
  * after its wait began. While the server itself holds calls back (the store backlog over
  * its budget, store-backlog.ts: readers paused), a call's wait is not the agent's silence:
- * waits count from the last sweep that saw the server holding calls back, if later.
+ * waits count from the last sweep that saw the server holding calls back, if later. Only
+ * for calls that passed authentication: the backlog never holds any other (their first
+ * message is read regardless), so a caller with a made-up token that sends nothing keeps
+ * its idle limit however long the store lags.
  */
 import { RunnerDepotError } from "../errors.js";
 
@@ -14,6 +17,8 @@ import { RunnerDepotError } from "../errors.js";
 export interface IdleCall {
   /** When the call started waiting for its next item (Date.now()); 0 while it is not waiting. */
   readonly waitingSince: number;
+  /** The job the call writes to, once it passed authentication; "" before. */
+  readonly id: string;
   /** Ends the call with `error` (a no-op for a call already stopped). */
   stop(error: RunnerDepotError): void;
 }
@@ -64,7 +69,7 @@ export class IdleSweep {
     const now = Date.now();
     if (this.heldBack()) this.heldAt = now;
     for (const call of this.calls) {
-      if (call.waitingSince !== 0 && now - Math.max(call.waitingSince, this.heldAt) >= this.idleMs) {
+      if (call.waitingSince !== 0 && now - (call.id === "" ? call.waitingSince : Math.max(call.waitingSince, this.heldAt)) >= this.idleMs) {
         call.stop(new RunnerDepotError("DEADLINE_EXCEEDED", `no item for ${this.idleMs} ms; the call was ended`));
       }
     }
