@@ -162,6 +162,15 @@ describe("runner gRPC fast path vs connect path: same scenario, same answer", ()
     }
   });
 
+  it("a client that accepts compressed responses (grpc-accept-encoding, as connect-node's and grpc-js's clients send) gets the same negotiated grpc-encoding on both paths", async () => {
+    for (const accept of ["gzip", "br, gzip", "identity, deflate, gzip"]) {
+      const [fast, slow] = await both(sides, (side) => rawCall(side.server.url, [frame(line(randomUUID(), "a"))], { "grpc-accept-encoding": accept }));
+      expect(fast!.headers, accept).toEqual({ ":status": "200", "content-type": "application/grpc+proto", "grpc-encoding": accept.split(", ").find((n) => n !== "identity" && n !== "deflate") });
+      expect(fast!.trailers, accept).toMatchObject({ "grpc-status": "0", "runner-committed": "1" });
+      expect(fast, accept).toEqual(slow);
+    }
+  });
+
   it("errors carry runner-committed (gap, mixed IDs, empty item, item after end) and are the same on both paths", async () => {
     const scenarios: Array<{ name: string; build: (id: string) => { items: LogItem[]; offset?: number }; status: string; committed: string }> = [
       { name: "gap", build: (id) => ({ items: [line(id, "x")], offset: 5 }), status: "9", committed: "1" },

@@ -246,8 +246,13 @@ class FastContext implements HandlerContext {
     return this.responseTrailers;
   }
 
-  /** One request header (lower-case name) as Headers.get gives it (repeated values joined with ", "), or null. O(headers). */
+  /**
+   * One request header as Headers.get gives it (any case of `name`: connect's constants are
+   * spelled `Grpc-Accept-Encoding`; repeated values joined with ", "), or null. O(headers).
+   */
   header(name: string): string | null {
+    // Node's names are lower-case.
+    name = name.toLowerCase();
     let out: string | null = null;
     const metadata = this.metadata;
     for (let i = 0; i < metadata.length; i += 2) if (metadata[i] === name) out = out === null ? metadata[i + 1]! : `${out}, ${metadata[i + 1]}`;
