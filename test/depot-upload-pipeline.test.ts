@@ -10,6 +10,7 @@ import http from "node:http";
 import { mkdtemp, open, readdir, rm, type FileHandle } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
+import fc from "fast-check";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { BlobWriteEvent } from "../src/adapters/fs/blob-writer.js";
 import { createFsStore } from "../src/adapters/fs/store.js";
@@ -89,6 +90,36 @@ describe("fs store uploads", () => {
       }
     }
     expect(await readdir(path.join(tmp, "store", "tmp"))).toEqual([]);
+  }, 120_000);
+
+  it("store any body whole with node:crypto's digest, whatever its chunking (property)", async () => {
+    // Piece sizes spread up to 300 KB, so bodies cross the 1 MiB write boundary in chunks
+    // of every shape (size "max": fast-check's default keeps arrays short).
+    const pieces = fc.array(fc.integer({ min: 0, max: 300_000 }), { maxLength: 24, size: "max" });
+    const unsynced = createFsStore(path.join(tmp, "property"), { unsafeNoSync: true });
+    try {
+      await fc.assert(
+        fc.asyncProperty(pieces, async (sizes) => {
+          const bytes = randomBytes(sizes.reduce((a, b) => a + b, 0));
+          async function* chunks(): AsyncGenerator<Uint8Array> {
+            let from = 0;
+            for (const length of sizes) {
+              yield Buffer.from(bytes.subarray(from, from + length));
+              from += length;
+            }
+          }
+          const digest = `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
+          expect(await unsynced.putBlob(chunks())).toEqual({ digest, size: bytes.byteLength });
+          const stored: Buffer[] = [];
+          for await (const chunk of (await unsynced.getBlob(digest))!) stored.push(Buffer.from(chunk));
+          expect(Buffer.concat(stored).equals(bytes)).toBe(true);
+        }),
+        { numRuns: 40 },
+      );
+      expect(await readdir(path.join(tmp, "property", "tmp"))).toEqual([]);
+    } finally {
+      await unsynced.close?.();
+    }
   }, 120_000);
 
   it("keep concurrent uploads apart", async () => {
