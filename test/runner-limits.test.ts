@@ -7,6 +7,7 @@ import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { controlledStream, end, line, send, startHarness, storedTexts, until, type Harness } from "./runner-service-helpers.js";
 import { cutUtf8 } from "../src/runner/line-splitter.js";
+import { connect, frame, openCall } from "./runner-raw-calls.js";
 
 describe("runner limits", () => {
   // The size limits' server keeps the default idle bound (60 s): a call of these tests
@@ -110,6 +111,22 @@ describe("runner limits", () => {
     expect(out.code).toBe("DeadlineExceeded");
     expect(out.committed).toBeNull();
     stream.close();
+  });
+
+  it("DEADLINE_EXCEEDED with committed when the call's own grpc-timeout passes (a raw client that does not cancel itself sees the server's answer)", async () => {
+    const session = connect(h.server.url);
+    try {
+      const id = randomUUID();
+      // A long idle bound on this server: only the call's deadline can end it.
+      const call = openCall(session, "grpc", "any", { "grpc-timeout": "1S" });
+      call.stream.write(frame(line(id, "a")));
+      const status = await call.status;
+      expect(status).toMatchObject({ code: 4, committed: "1" });
+      expect(status.message).toContain("grpc-timeout");
+      expect(await storedTexts(h.logs, id)).toEqual(["a"]);
+    } finally {
+      session.destroy();
+    }
   });
 
   it("a call that keeps sending within idleMs is not cut, however long it lasts", async () => {

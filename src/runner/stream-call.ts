@@ -4,7 +4,7 @@
  * through the rules until the end of the stream.
  */
 import { create } from "@bufbuild/protobuf";
-import type { HandlerContext } from "@connectrpc/connect";
+import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import { AckSchema, type Ack, type LogItem } from "../gen/runner/v1/runner_pb.js";
 import type { CallItem } from "./received-line.js";
 import { normalizeRequestId } from "./uuid.js";
@@ -32,7 +32,7 @@ export async function streamLogs(core: RunnerCore, requests: AsyncIterable<LogIt
   const onShutdown = () => call.stop(uErr("UNAVAILABLE", "the server is shutting down; retry the call"));
   shutdown?.addEventListener("abort", onShutdown);
   if (shutdown?.aborted) onShutdown();
-  const onClientGone = () => call.stop(uErr("UNAVAILABLE", "the call was cancelled by the client"));
+  const onClientGone = () => call.stop(whySignalAborted(ctx.signal.reason));
   ctx.signal.addEventListener("abort", onClientGone);
   try {
     const ack = await runCall(core, call, it);
@@ -103,6 +103,16 @@ async function runCall(core: RunnerCore, call: CallRun, it: ItemReader): Promise
     if (error instanceof EndedSignal) return endedAck(core, call, error.reason);
     throw error;
   }
+}
+
+/**
+ * Why a call's signal aborted: its own deadline (`grpc-timeout` / `connect-timeout-ms`,
+ * which connect turns into a DEADLINE_EXCEEDED abort) answers DEADLINE_EXCEEDED as the
+ * protocol says (§2, §9); anything else is the client going away.
+ */
+function whySignalAborted(reason: unknown) {
+  if (reason instanceof ConnectError && reason.code === Code.DeadlineExceeded) return uErr("DEADLINE_EXCEEDED", "the call's deadline (grpc-timeout) passed");
+  return uErr("UNAVAILABLE", "the call was cancelled by the client");
 }
 
 function badOffset() {
