@@ -10,6 +10,7 @@
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import v8 from "node:v8";
+import { Session } from "node:inspector/promises";
 import pg from "pg";
 import { createMemoryQueue } from "../src/adapters/memory/queue.js";
 import { createMemoryLogStore } from "../src/adapters/memory/log-store.js";
@@ -195,6 +196,18 @@ async function verify(expected: { id: string; lines: number }[]): Promise<{ jobs
   return { jobs: expected.length, whole, problems };
 }
 
+/**
+ * BENCH_FLEET_ALLOC=<file>: V8's sampling heap profiler over the run (from start until the
+ * agents are done), counting objects the scavenger and the mark-compactor collected too, so
+ * the profile is where the server allocates (what grows the young generation), not only what
+ * stays. Written as a .heapprofile (Chrome DevTools' Memory tab reads it).
+ */
+const allocProfile = process.env.BENCH_FLEET_ALLOC ? new Session() : null;
+if (allocProfile) {
+  allocProfile.connect();
+  await allocProfile.post("HeapProfiler.startSampling", { samplingInterval: 16_384, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true });
+}
+
 process.on("message", async (m: unknown) => {
   if (m === "sample") {
     const mem = process.memoryUsage();
@@ -241,6 +254,10 @@ process.on("message", async (m: unknown) => {
   } else if (msg.delays) {
     // Followers end with their jobs; wait for them so every delivered line counts.
     await Promise.allSettled(followers);
+    if (allocProfile) {
+      const { profile } = await allocProfile.post("HeapProfiler.stopSampling");
+      writeFileSync(process.env.BENCH_FLEET_ALLOC!, JSON.stringify(profile));
+    }
     send({ lines: delays.count, p50: delays.quantile(0.5), p99: delays.quantile(0.99), max: delays.max, followErrors, stored: { p50: storeDelays.quantile(0.5), p99: storeDelays.quantile(0.99) } });
   } else if (msg.probeFollow) {
     send(await probeFollow(msg.probeFollow));
