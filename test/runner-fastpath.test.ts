@@ -354,6 +354,42 @@ describe("runner gRPC fast path: the raw-stream entry and the request entry", ()
       for (const host of hosts) await host.close();
     }
   });
+  it("a StreamLogs call with an expect header: 100 Continue before the answer (100-continue), 417 for any other, on both entries", async () => {
+    const hosts = [await hostServer("request"), await hostServer("stream")];
+    try {
+      const seen = [];
+      for (const host of hosts) {
+        const outcomes: Record<string, unknown> = {};
+        for (const expectation of ["100-continue", "something-else"]) {
+          const session = http2.connect(host.url);
+          session.on("error", () => undefined);
+          try {
+            const events: string[] = [];
+            const req = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers", expect: expectation });
+            req.on("error", () => undefined);
+            req.on("continue", () => events.push("continue"));
+            req.on("response", (h) => events.push(`status ${h[":status"]}`));
+            req.on("trailers", (t) => events.push(`grpc-status ${t["grpc-status"]}`));
+            req.resume();
+            const closed = new Promise<void>((resolve) => req.once("close", resolve));
+            // A client that waits for 100 Continue before its body, as the header says.
+            await until(async () => events.length > 0, "the server's first answer");
+            if (!req.closed && !req.destroyed) req.end(frame(line(randomUUID(), "after continue")));
+            await closed;
+            outcomes[expectation] = events;
+          } finally {
+            session.destroy();
+          }
+        }
+        seen.push(outcomes);
+      }
+      const [viaRequest, viaStream] = seen;
+      expect(viaStream).toEqual({ "100-continue": ["continue", "status 200", "grpc-status 0"], "something-else": ["status 417"] });
+      expect(viaStream).toEqual(viaRequest);
+    } finally {
+      for (const host of hosts) await host.close();
+    }
+  });
 });
 
 describe("runner gRPC fast path: routing and back-pressure", () => {

@@ -3,8 +3,9 @@
  * `/runner.v1.Runner/StreamLogs` are read straight off the HTTP/2 stream (startRunnerServer:
  * the raw stream, no compatibility-layer request and response) or request (a host's own
  * server), split into frames and decoded here, and handed to the same service
- * implementation in batches. Around the items is connect's own code (handler context,
- * compression negotiation, trailer status; connect-node's response writer on a request, the
+ * implementation in batches. Around the items is connect's own code or its equivalent
+ * (a handler context with connect's fields, connect's compression negotiation and trailer
+ * status; connect-node's response writer on a request, the
  * same frames written straight on a raw stream), so the response is the one the connect
  * path would write. Other protocols, compressed requests and calls with a deadline go
  * through connect-node, whose body is fed by the same RequestReader (request-reader.ts), so

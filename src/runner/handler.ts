@@ -176,7 +176,9 @@ export function createRunnerHandler(runner: RunnerService, options: RunnerHandle
   }
 
   const streamHandler = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, _flags: number, rawHeaders: string[]) => {
-    if (fastPath !== null && fastPath.stream(stream, headers)) {
+    // A request with an `expect` header goes the compatibility way, which answers it first
+    // (100 Continue, or 417) as the 'request' entry does; the fast path would ignore it.
+    if (fastPath !== null && headers.expect === undefined && fastPath.stream(stream, headers)) {
       active.add(stream);
       // Both come once: on(), no once() wrapper per open call.
       stream.on("wantTrailers", endRawCall);
