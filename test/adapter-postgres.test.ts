@@ -209,6 +209,10 @@ describe("postgres adapters: extra cases", () => {
     const ids = Array.from({ length: 60 }, () => crypto.randomUUID());
     try {
       for (const id of ids) await logs.open(id);
+      // Job states carrying quotes, backslashes, braces, commas and non-ASCII travel as JSON
+      // arrays in the group statement; each must compare equal to its stored row.
+      const odd = { repoUrl: 'https://example.com/"a\\b",{c}', commitSha: "é 😀 \\n \" ' \u00e9", note: ["x,y", "{z}", "\\"] };
+      for (const id of ids.slice(0, 10)) await logs.open(id, { expect: true, info: odd });
       queries = 0;
       for (let round = 0; round < 3; round++) {
         await Promise.all(ids.map((id, j) => logs.append(id, round * 2, [logEntry(`${j} r${round} a`), logEntry(`${j} r${round} b`, true)])));
@@ -218,6 +222,7 @@ describe("postgres adapters: extra cases", () => {
       for (const [j, id] of ids.entries()) {
         expect((await logs.read(id)).map((l) => l.line)).toEqual([0, 1, 2].flatMap((r) => [`${j} r${r} a`, `${j} r${r} b`]));
       }
+      for (const id of ids.slice(0, 10)) expect(await logs.get(id)).toMatchObject({ committed: 6, info: odd });
       // A chunk already at the position the next append of ids[0] takes (a row no release writes):
       // that job's append fails, the others in the same group are stored.
       await pool.query(`INSERT INTO "${db.schema}".job_chunks (request_id, first, count, bytes, ends, flags) VALUES ($1, 6, 1, '\\x41', '\\x00000001', '\\x00')`, [ids[0]]);
