@@ -390,6 +390,34 @@ describe("runner gRPC fast path: the raw-stream entry and the request entry", ()
       for (const host of hosts) await host.close();
     }
   });
+  it("a client that never lets the answer out (a zero stream window) does not keep its streams: they are cancelled soon after the answer, on both entries", async () => {
+    const hosts = [await hostServer("request"), await hostServer("stream")];
+    try {
+      const outcomes = await Promise.all(
+        hosts.map(async (host) => {
+          // No valid token needed: a call with zero items is answered ok with an Ack (DATA),
+          // which a window of 0 never lets leave; the trailers wait behind it.
+          const session = http2.connect(host.url, { settings: { initialWindowSize: 0 } });
+          session.on("error", () => undefined);
+          try {
+            const streams = Array.from({ length: 5 }, () => {
+              const req = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers", authorization: "Bearer made-up" }, { endStream: true });
+              req.on("error", () => undefined);
+              return new Promise<number>((resolve) => req.once("close", () => resolve(req.rstCode ?? -1)));
+            });
+            const codes = await Promise.race([Promise.all(streams), new Promise<null>((resolve) => setTimeout(resolve, 30_000, null))]);
+            await until(async () => host.runnerHandler.activeRequests === 0, "no call in flight");
+            return codes;
+          } finally {
+            session.destroy();
+          }
+        }),
+      );
+      for (const codes of outcomes) expect(codes).toEqual(Array(5).fill(http2.constants.NGHTTP2_CANCEL));
+    } finally {
+      for (const host of hosts) await host.close();
+    }
+  }, 60_000);
 });
 
 describe("runner gRPC fast path: routing and back-pressure", () => {

@@ -20,6 +20,7 @@ import { compressionBrotli, compressionGzip, universalResponseToNodeResponse } f
 import { AckSchema, Runner, type LogItem } from "../gen/runner/v1/runner_pb.js";
 import { decodeReceivedLine } from "./decoder.js";
 import { ENVELOPE_PREFIX } from "./envelope-splitter.js";
+import { cancelIfNotDrained } from "./answer-drain.js";
 import { respecGrpcMessage } from "./grpc-message.js";
 import type { ReadBudget } from "./read-budget.js";
 import { ReceivedLine, toLogItem, type CallItem } from "./received-line.js";
@@ -144,8 +145,8 @@ export function createStreamLogsFastPath(runner: RunnerService, options: StreamL
 /**
  * Writes a response on a raw stream as Http2ServerResponse writes connect's (the same
  * frames): HEADERS (status 200, a date), the Ack's DATA if any, then the trailers in a
- * HEADERS frame that ends the stream, sent on 'wantTrailers'. A stream already gone gets
- * nothing. O(headers).
+ * HEADERS frame that ends the stream, sent on 'wantTrailers'; cancelled if the client has
+ * not let it out within ANSWER_DRAIN_MS. A stream already gone gets nothing. O(headers).
  */
 function respondOnStream(stream: http2.ServerHttp2Stream, header: Headers, body: Uint8Array | null, trailer: Headers): Promise<void> {
   if (stream.destroyed || stream.closed) return Promise.resolve();
@@ -164,6 +165,8 @@ function respondOnStream(stream: http2.ServerHttp2Stream, header: Headers, body:
   stream.respond(head, { waitForTrailers: true });
   if (body !== null) stream.write(body);
   stream.end();
+  // A client that never lets the answer out must not keep the stream (answer-drain.ts).
+  cancelIfNotDrained(stream);
   return Promise.resolve();
 }
 

@@ -15,6 +15,7 @@ import { kCallJob, kMessageBytes, kShutdownSignal, type RunnerService } from "./
 import { CallValues } from "./call-context.js";
 import { createRunnerHealth, isHealthPath, type RunnerHealth } from "./health.js";
 import { backlogOf } from "./store-backlog.js";
+import { cancelIfNotDrained } from "./answer-drain.js";
 
 /** Options of {@link createRunnerHandler}. */
 export interface RunnerHandlerOptions {
@@ -134,6 +135,8 @@ export function createRunnerHandler(runner: RunnerService, options: RunnerHandle
       // The RST must follow the trailers: the response sends them on 'wantTrailers'
       // (its listener runs before ours), so reset right after, never before.
       if (stream && !stream.destroyed && !stream.closed) {
+        // A client that never lets the answer out must not keep the stream (answer-drain.ts).
+        cancelIfNotDrained(stream);
         if (stream.sentTrailers) setImmediate(resetStream, stream, 0);
         else {
           stream.once("wantTrailers", () => setImmediate(resetStream, stream, 0));
