@@ -188,23 +188,7 @@ export function createRunnerHandler(runner: RunnerService, options: RunnerHandle
       stream.on("close", endRawCall);
       return;
     }
-    // What Node's compatibility layer does for its 'request' event (onServerStream).
-    const req = new http2.Http2ServerRequest(stream, headers, {}, rawHeaders);
-    const res = new http2.Http2ServerResponse(stream);
-    if (headers[":method"] === "CONNECT") {
-      res.statusCode = http2.constants.HTTP_STATUS_METHOD_NOT_ALLOWED;
-      res.end();
-      return;
-    }
-    if (headers.expect !== undefined) {
-      if (headers.expect !== "100-continue") {
-        res.statusCode = http2.constants.HTTP_STATUS_EXPECTATION_FAILED;
-        res.end();
-        return;
-      }
-      res.writeContinue();
-    }
-    handler(req, res);
+    viaCompatibilityLayer(stream, headers, rawHeaders, handler);
   };
 
   return {
@@ -247,6 +231,35 @@ export function createRunnerHandler(runner: RunnerService, options: RunnerHandle
       idle.add(wake);
     });
   }
+}
+
+/**
+ * What Node's compatibility layer does for its 'request' event (onServerStream): the
+ * request and response objects, CONNECT answered 405, an `expect` other than 100-continue
+ * 417 (100 Continue sent for that one), then `handler`. O(headers).
+ */
+function viaCompatibilityLayer(
+  stream: http2.ServerHttp2Stream,
+  headers: http2.IncomingHttpHeaders,
+  rawHeaders: string[],
+  handler: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void,
+): void {
+  const req = new http2.Http2ServerRequest(stream, headers, {}, rawHeaders);
+  const res = new http2.Http2ServerResponse(stream);
+  if (headers[":method"] === "CONNECT") {
+    res.statusCode = http2.constants.HTTP_STATUS_METHOD_NOT_ALLOWED;
+    res.end();
+    return;
+  }
+  if (headers.expect !== undefined) {
+    if (headers.expect !== "100-continue") {
+      res.statusCode = http2.constants.HTTP_STATUS_EXPECTATION_FAILED;
+      res.end();
+      return;
+    }
+    res.writeContinue();
+  }
+  handler(req, res);
 }
 
 /** {@link resetStream} from the next turn's immediates. */
