@@ -143,4 +143,54 @@ describe("runner store backlog: a server-wide budget for entries queued for the 
       await runner.close();
     }
   }, 60_000);
+
+  it("one job replacing its own calls behind a stalled store cannot fill the budget: each replaced call answers ABORTED at once and lets go of what it read", async () => {
+    const secret = "backlog-replace-secret-0123456789abc";
+    const inner = createMemoryLogStore();
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const logs: JobLogStore = Object.create(inner) as JobLogStore;
+    logs.append = async (id, at, entries, now) => {
+      await gate;
+      return inner.append(id, at, entries, now);
+    };
+    const runner = createRunnerService(createMemoryQueue(), { logs, secret });
+    const backlog = backlogOf(runner)!;
+    const server = await startRunnerServer(runner, { port: 0 });
+    const sessions: http2.ClientHttp2Session[] = [];
+    try {
+      const id = randomUUID();
+      const token = mintJobToken(secret, id);
+      // ~1.1 MB a call: past the 1 MiB a reader queues for a service that does not take.
+      const body = Buffer.concat(Array.from({ length: 11_000 }, (_, i) => frame(line(id, `${i} ${"y".repeat(90)}`))));
+      let previous: ReturnType<typeof openCall> | null = null;
+      for (let k = 0; k < 6; k++) {
+        const session = connect(server.url);
+        sessions.push(session);
+        const call = openCall(session, "grpc", token);
+        call.stream.on("data", () => undefined);
+        call.stream.write(body);
+        // Read on past its first message: the call passed authentication and took the job.
+        await until(() => call.stream.writableLength < body.length - 256 * 1024, `call ${k} read on`);
+        if (previous !== null) {
+          // The newer call took the job: the older one answers now, though the store is stalled.
+          const status = await Promise.race([previous.status, new Promise<null>((resolve) => setTimeout(resolve, 15_000, null))]);
+          expect(status, `call ${k}`).toMatchObject({ code: 10 });
+        }
+        previous = call;
+      }
+      await until(() => backlog.held > 512 * 1024, "the last call's messages read");
+      // The last call's queue and a replaced call's leftovers at most: not ~1 MiB per call.
+      expect(backlog.held).toBeLessThan(3 * 1024 * 1024);
+      open();
+      previous!.stream.end(frame(end(id)));
+      expect(await previous!.status).toMatchObject({ code: 0, committed: "11001" });
+      await until(() => backlog.held === 0, "the backlog drained");
+    } finally {
+      open();
+      for (const session of sessions) session.destroy();
+      await server.close();
+      await runner.close();
+    }
+  }, 90_000);
 });

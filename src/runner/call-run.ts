@@ -196,12 +196,12 @@ export class CallRun implements CallHandle {
     });
   }
 
-  /** Current state from the store, refreshed under the job's lock. */
-  async refresh(): Promise<void> {
+  /** Current state from the store, refreshed under the job's lock (without it when `unlocked`). */
+  async refresh(unlocked = false): Promise<void> {
     if (!this.id) return;
     const core = this.core;
     // A job being cancelled or declared lost stores nothing more, and its publish may
     // hold the lock for long: read it without the lock.
-    this.state = core.ending.has(this.id) ? await core.logs.get(this.id) : await core.locked(this.id, () => core.logs.get(this.id));
+    this.state = unlocked || core.ending.has(this.id) ? await core.logs.get(this.id) : await core.locked(this.id, () => core.logs.get(this.id));
   }
 }

@@ -19,7 +19,12 @@ export async function toResponseError(core: RunnerCore, call: CallRun, error: un
       if (!(flushError instanceof EndedSignal)) core.report(flushError);
     }
   }
-  if (err.code !== "ABORTED" || call.state === null) await call.refresh().catch(() => undefined);
+  // A replaced call (ABORTED) answers at once, reading without the job's lock: the newer
+  // call's store append may hold it for long, and a replaced call kept waiting kept what its
+  // reader had queued (up to 1 MiB) counted in the store backlog, so one job replacing its
+  // own calls could fill the server's budget and hold every other call back.
+  if (err.code !== "ABORTED") await call.refresh().catch(() => undefined);
+  else if (call.state === null) await call.refresh(true).catch(() => undefined);
   // Both gRPC (trailers) and Connect (end-of-stream metadata) append the error's
   // metadata to the response trailers, so it goes there once and only there.
   call.ctx.responseTrailer.delete(COMMITTED_HEADER);
