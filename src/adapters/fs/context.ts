@@ -10,6 +10,8 @@ export interface FsStoreContext {
   readonly recordsDir: string;
   /** `tmp`: files being written, renamed or hard-linked into place when whole. */
   readonly tmpDir: string;
+  /** `graves`: second names of replaced record files until they are unlinked (graves.ts). */
+  readonly gravesDir: string;
   /** False under `unsafeNoSync`: no fsync at all (tests on tmpfs only). */
   readonly sync: boolean;
   /** Creates the layout once (and sweeps old temp files); rejects UNAVAILABLE once closed. */

@@ -7,21 +7,24 @@
  * The small calls of a record write (open, write of a few hundred bytes, close, link,
  * unlink of a temp name or a lock, mkdir, and the record reads in records.ts) run inline on
  * the calling thread; the flushes (fsync, fdatasync), which wait for the disk, and the
- * calls that free an old file's blocks (a rename over a record, a record's delete) go
- * through libuv's thread pool. A pool round trip (queue, wake a worker, post the result
+ * calls that free an old file's blocks (a grave's unlink, graves.ts, and a record's delete)
+ * go through libuv's thread pool, and so do renames (a swap's rename over a record). A pool round trip (queue, wake a worker, post the result
  * back, wake the loop) cost more CPU than a small call: a one-file publish makes about
  * 150 of them, and moving them inline took the server's CPU per publish from 10.7 to 8.5
  * ms with fsync (7.8 to 5.6 ms without; decisions/depot-publish-durability.md). Freeing
  * blocks is another matter: on a filesystem mounted with online discard (ext4 `discard`
  * without a journal, as on the host measured) it issues the discard in the call, 0.26 ms
  * median, 3 ms p90, 16 ms at worst per rename over a record there; inline, the event loop
- * would wait for it. On a local filesystem the inline calls take microseconds; on a
+ * would wait for it. A rename over a record would even wait for it holding both
+ * directories' locks, so a swap keeps the replaced file linked in a grave until its
+ * rename is done and unlinks it afterwards (graves.ts). On a local filesystem the inline calls take microseconds; on a
  * network filesystem each blocks the event loop for a round trip, the price there.
  */
 import { closeSync, constants as fsConstants, fsync as fsyncCallback, mkdirSync, openSync, writeSync } from "node:fs";
 import { open, rename, type FileHandle } from "node:fs/promises";
 import type { FsStoreContext } from "./context.js";
 import { unlinkQuietly } from "./files.js";
+import type { Graves } from "./graves.js";
 
 /** Directory handles kept open for fsyncs (see `syncDirNow`). */
 const DIR_HANDLES = 64;
@@ -43,7 +46,7 @@ export interface DurableWrites {
 }
 
 /** Makes the durable-write operations of one store; their caches live as long as it. */
-export function createDurableWrites(ctx: FsStoreContext): DurableWrites {
+export function createDurableWrites(ctx: FsStoreContext, graves: Graves): DurableWrites {
   const syncDirNow = createDirSyncer(ctx);
   const fsyncDir = createGroupFsync(ctx, syncDirNow.sync);
 
@@ -70,12 +73,18 @@ export function createDurableWrites(ctx: FsStoreContext): DurableWrites {
   async function writeAtomically(file: string, data: string | Uint8Array, flush = true): Promise<void> {
     const tmp = ctx.tmpPath();
     await writeSynced(tmp, data, flush);
+    // The replaced file lives on in a grave until the rename is done, so the rename frees
+    // nothing (and waits for no discard) under its directories' locks (graves.ts).
+    const grave = graves.keep(file);
     try {
-      // Through the pool: it frees the replaced file's blocks (see the top of this file).
+      // Through the pool: across directories it takes the filesystem's rename mutex,
+      // which other programs' renames may hold while they free blocks.
       await rename(tmp, file);
     } catch (error) {
       unlinkQuietly(tmp); // quietly: the rename's error is the one to report
       throw error;
+    } finally {
+      if (grave !== null) await graves.release(grave);
     }
   }
 

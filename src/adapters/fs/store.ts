@@ -7,7 +7,9 @@
  * - `blobs/sha256/<2 hex>/<64 hex>`: content-addressed blobs, immutable once renamed in;
  * - `records/<seg>/…/<last seg>~`: one JSON file per record key (`{ key, revision, value }`),
  *   segments percent-encoded so any key maps to a safe name;
- * - `tmp/`: files being written; a kill leaves at most an orphan here, never a torn blob or record.
+ * - `tmp/`: files being written; a kill leaves at most an orphan here, never a torn blob or record;
+ * - `graves/`: second names of record files a swap replaced, until they are unlinked
+ *   (graves.ts); every open of the store empties it.
  *
  * Guarantees: every blob and record appears whole or not at all (write to `tmp/`, fsync,
  * rename, fsync the directory). Compare-and-swap is exact between concurrent calls in one
@@ -26,6 +28,7 @@ import { RunnerDepotError } from "../../errors.js";
 import { createFsBlobs } from "./blobs.js";
 import type { FsStoreContext } from "./context.js";
 import { createDurableWrites } from "./durable.js";
+import { createGraves } from "./graves.js";
 import { createFsListing } from "./listing.js";
 import { createLocks } from "./locks.js";
 import { createFsRecords } from "./records.js";
@@ -60,7 +63,8 @@ const ORPHAN_AGE_MS = 3_600_000;
  */
 export function createFsStore(dir: string, options: FsStoreOptions = {}): PackageStore {
   const ctx = createContext(dir, !options.unsafeNoSync);
-  const durable = createDurableWrites(ctx);
+  const graves = createGraves(ctx);
+  const durable = createDurableWrites(ctx, graves);
   const locks = createLocks(ctx, { staleLockMs: options.staleLockMs ?? 30_000, lockTimeoutMs: options.lockTimeoutMs ?? 30_000 });
   return {
     ...createFsBlobs(ctx, durable),
@@ -70,6 +74,7 @@ export function createFsStore(dir: string, options: FsStoreOptions = {}): Packag
     async close() {
       ctx.close();
       await locks.drain();
+      await graves.drain();
       await durable.closeHandles();
       await locks.releaseOwner();
     },
@@ -81,16 +86,18 @@ function createContext(dir: string, sync: boolean): FsStoreContext & { close(): 
   const blobsDir = join(dir, "blobs", "sha256");
   const recordsDir = join(dir, "records");
   const tmpDir = join(dir, "tmp");
+  const gravesDir = join(dir, "graves");
   let ready: Promise<void> | undefined;
   let closed = false;
   return {
     blobsDir,
     recordsDir,
     tmpDir,
+    gravesDir,
     sync,
     init() {
       if (closed) return Promise.reject(new RunnerDepotError("UNAVAILABLE", "The fs store is closed"));
-      ready ??= setUp(blobsDir, recordsDir, tmpDir);
+      ready ??= setUp(blobsDir, recordsDir, tmpDir, gravesDir);
       return ready;
     },
     isClosed: () => closed,
@@ -101,15 +108,19 @@ function createContext(dir: string, sync: boolean): FsStoreContext & { close(): 
   };
 }
 
-/** Creates the layout and removes orphans of killed writers: O(files in tmp/), once per store. */
-async function setUp(blobsDir: string, recordsDir: string, tmpDir: string): Promise<void> {
+/** Creates the layout and removes orphans of killed writers: O(files in tmp/ and graves/), once per store. */
+async function setUp(blobsDir: string, recordsDir: string, tmpDir: string, gravesDir: string): Promise<void> {
   await mkdir(blobsDir, { recursive: true });
   await mkdir(recordsDir, { recursive: true });
   await mkdir(tmpDir, { recursive: true });
+  await mkdir(gravesDir, { recursive: true });
   // Only old orphans: another live process may be writing fresh ones.
   for (const name of await readdir(tmpDir)) {
     const path = join(tmpDir, name);
     const info = await stat(path).catch(() => null);
     if (info && Date.now() - info.mtimeMs > ORPHAN_AGE_MS) await rm(path, { force: true });
   }
+  // Graves of any age (graves.ts): nothing reads one, and a live process's reaper ignores
+  // one gone already.
+  for (const name of await readdir(gravesDir)) await rm(join(gravesDir, name), { force: true });
 }

@@ -1,0 +1,101 @@
+/**
+ * The fs store's graves: a swap keeps the replaced file linked in `graves/` until its
+ * rename is done, then unlinks it outside any directory lock (graves.ts).
+ */
+import { spawn } from "node:child_process";
+import { link, readdir, stat, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, describe, expect, it } from "vitest";
+import { createFsStore } from "../src/adapters/fs/store.js";
+import { tempDir } from "./fixtures/depot-helpers.js";
+
+const worker = fileURLToPath(new URL("./fixtures/depot-store-worker.ts", import.meta.url));
+const cleanups: Array<() => Promise<void>> = [];
+afterAll(async () => {
+  for (const c of cleanups) await c();
+});
+
+async function fresh(prefix: string): Promise<string> {
+  const tmp = await tempDir(prefix);
+  cleanups.push(tmp.cleanup);
+  return tmp.dir;
+}
+
+/** Names in the store's `tmp/` other than the process's owner file, and in its `graves/`. */
+async function tmpNames(dir: string): Promise<string[]> {
+  const temps = (await readdir(join(dir, "tmp"))).filter((name) => !name.startsWith("owner-"));
+  return [...temps, ...(await readdir(join(dir, "graves")).catch(() => []))];
+}
+
+describe("fs store graves", () => {
+  it("frees every replaced record file: after many swaps and the close, no grave or temp name is left and each record holds its last value", async () => {
+    const dir = await fresh("depot-graves-");
+    const store = createFsStore(dir);
+    const keys = Array.from({ length: 8 }, (_, i) => `g/key-${i}`);
+    await Promise.all(
+      keys.map(async (key) => {
+        let revision = await store.putRecord(key, { n: 0 }, { ifRevision: null });
+        for (let n = 1; n <= 25; n++) revision = await store.putRecord(key, { n }, { ifRevision: revision });
+      }),
+    );
+    await store.close?.();
+    expect(await tmpNames(dir)).toEqual([]);
+    const reopened = createFsStore(dir);
+    for (const key of keys) expect((await reopened.getRecord<{ n: number }>(key))!.value.n).toBe(25);
+    await reopened.close?.();
+  });
+
+  it("a swap puts a new file under the name and, once the store is closed, no grave of the old one is left", async () => {
+    const dir = await fresh("depot-graves-link-");
+    const store = createFsStore(dir);
+    const first = await store.putRecord("g/one", { v: 1 }, { ifRevision: null });
+    const file = join(dir, "records", "g", "one~");
+    const before = await stat(file);
+    expect(await store.putRecord("g/one", { v: 2 }, { ifRevision: first })).not.toBeNull();
+    await store.close?.();
+    // Reaped by the close: the old inode's grave is gone as well, the name holds the new one.
+    expect((await stat(file)).ino).not.toBe(before.ino);
+    expect(await tmpNames(dir)).toEqual([]);
+  });
+
+  it("an open sweeps graves a killed process left, whatever their age, and keeps other fresh temp files", async () => {
+    const dir = await fresh("depot-graves-sweep-");
+    const store = createFsStore(dir);
+    await store.putRecord("g/kept", { v: 1 }, { ifRevision: null });
+    await store.close?.();
+    // What a kill between a grave's link and its unlink leaves: a second name of an old record file.
+    const grave = join(dir, "graves", `99999-${"0".repeat(8)}`);
+    await link(join(dir, "records", "g", "kept~"), grave);
+    // A fresh temp file another live process may be writing: not to be touched.
+    const live = join(dir, "tmp", "12345-live-upload");
+    await writeFile(live, "in flight");
+    const reopened = createFsStore(dir);
+    expect((await reopened.getRecord<{ v: number }>("g/kept"))!.value.v).toBe(1);
+    expect(await tmpNames(dir)).toEqual(["12345-live-upload"]);
+    await reopened.close?.();
+  });
+
+  it("kill -9 in the middle of swaps leaves whole records, and the next open sweeps what graves it left", async () => {
+    const dir = await fresh("depot-graves-kill-");
+    for (let round = 0; round < 3; round++) {
+      // The worker's `cas` mode swaps one key in a loop, so kills land between grave and rename too.
+      const child = spawn(process.execPath, ["--import", "tsx", worker, dir, "cas", "g/counter", "100000"], { stdio: ["ignore", "pipe", "inherit"] });
+      // Wait until it has swapped (the record exists), then kill it wherever it is.
+      for (let i = 0; i < 2000; i++) {
+        if (await stat(join(dir, "records", "g", "counter~")).then(() => true, () => false)) break;
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      await new Promise((resolve) => setTimeout(resolve, 50 + Math.random() * 150));
+      child.kill("SIGKILL");
+      await new Promise((resolve) => child.once("exit", resolve));
+    }
+    const store = createFsStore(dir);
+    const counter = await store.getRecord<{ n: number }>("g/counter");
+    expect(counter!.value.n).toBeGreaterThan(0);
+    // The killed writer's lock is broken (dead pid) and the swap goes on from the last value.
+    expect(await store.putRecord("g/counter", { n: counter!.value.n + 1 }, { ifRevision: counter!.revision })).not.toBeNull();
+    expect(await readdir(join(dir, "graves"))).toEqual([]);
+    await store.close?.();
+  });
+});
