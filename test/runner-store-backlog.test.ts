@@ -182,7 +182,7 @@ describe("runner store backlog: a server-wide budget for entries queued for the 
       await until(() => backlog.held > 512 * 1024, "the last call's messages read");
       // The first call's entries queued for the stalled store (~1.8 MB, bytes + 64 each) and
       // the last call's read queue (~1 MiB) at most: not another ~1 MiB per replaced call
-      // (the old code held ~7 MB here).
+      // (what the old code kept, waiting for the job's lock).
       expect(backlog.held).toBeLessThan(4 * 1024 * 1024);
       open();
       previous!.stream.end(frame(end(id)));
