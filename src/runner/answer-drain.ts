@@ -18,7 +18,9 @@ export const ANSWER_DRAIN_MS = 5_000;
 
 /**
  * Cancels `stream` (RST_STREAM CANCEL) if it is still open {@link ANSWER_DRAIN_MS} from now.
- * One unref'd timer per answered call, gone after that time (not per open call). O(1).
+ * One unref'd timer per answered call, gone after that time (not per open call); it holds
+ * the stream through a WeakRef, so a stream that closed as usual is not kept for those
+ * seconds (an open one is held by its session anyway). O(1).
  *
  * @example
  * stream.end(); // the answer is written
@@ -26,11 +28,12 @@ export const ANSWER_DRAIN_MS = 5_000;
  */
 export function cancelIfNotDrained(stream: http2.Http2Stream | undefined): void {
   if (stream === undefined || stream.closed || stream.destroyed) return;
-  setTimeout(cancelIfOpen, ANSWER_DRAIN_MS, stream).unref();
+  setTimeout(cancelIfOpen, ANSWER_DRAIN_MS, new WeakRef(stream)).unref();
 }
 
-function cancelIfOpen(stream: http2.Http2Stream): void {
-  if (stream.closed || stream.destroyed) return;
+function cancelIfOpen(ref: WeakRef<http2.Http2Stream>): void {
+  const stream = ref.deref();
+  if (stream === undefined || stream.closed || stream.destroyed) return;
   try {
     stream.close(http2.constants.NGHTTP2_CANCEL);
   } catch {
