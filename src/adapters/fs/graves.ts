@@ -30,7 +30,7 @@ const MAX_BACKLOG = 4096;
 
 /** The graves of one store (see {@link createGraves}). */
 export interface Graves {
-  /** Hard-links `file` to a new grave, inline; null when `file` does not exist. O(1). */
+  /** Hard-links `file` to a new grave, inline; null when there is none (`file` is gone, or the link was refused). O(1). */
   keep(file: string): string | null;
   /** Queues the unlink of `grave`; resolves at once unless the backlog is over its bound. O(1). */
   release(grave: string): Promise<void>;
@@ -73,9 +73,12 @@ export function createGraves(ctx: FsStoreContext): Graves {
       try {
         linkSync(file, grave);
         return grave;
-      } catch (error) {
-        if ((error as NodeJS.ErrnoException).code === "ENOENT") return null;
-        throw error;
+      } catch {
+        // No grave, whatever the reason (ENOENT: no file to keep; EMLINK: the file is at
+        // its filesystem's link limit, as a store snapshotted by hard links can be; ENOSPC
+        // or EDQUOT: graves/ could not grow): a grave only spares the rename a free, so the
+        // swap goes on as it did before graves, and the rename frees the file itself.
+        return null;
       }
     },
     release(grave) {
