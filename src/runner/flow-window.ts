@@ -21,9 +21,18 @@
  * SETTINGS_MAX_CONCURRENT_STREAMS to that number (streams beyond it, even ones in flight,
  * are refused with REFUSED_STREAM; clients queue or retry): a widened connection holds at
  * most 16 × 1 MiB, the per-connection read budget.
+ *
+ * Server-wide, at most {@link wideWindowSessions}(`limits.queuedBytes`) connections are
+ * widened at once (32 with the 32 MiB default), and none while the store backlog is over
+ * its budget: while the backlog pauses the calls, each widened stream may leave up to 1 MiB
+ * in Node's buffers, so fifty loud jobs on a lagging store held ~50 MiB beyond the budget
+ * (~50 KiB per open stream of the fleet's heavy mix), and a host with many job tokens in
+ * hostile hands could have 1,000 connections × 16 MiB of window. Widening cannot speed a
+ * store that lags; it only buffers more. A connection refused a slot keeps 64 KiB and may
+ * widen on a later chunk once a widened session has closed (its slot is given back then).
  */
 import type * as http2 from "node:http2";
-import { openStreamsOf } from "./session-streams.js";
+import { sessionInfoOf } from "./session-streams.js";
 
 /** Bytes one call must have received before its connection's windows are widened. */
 export const BUSY_CALL_BYTES = 512 * 1024;
@@ -32,12 +41,23 @@ export const BUSY_WINDOW_BYTES = 1024 * 1024;
 /** Open streams a connection may have to be widened, and its stream limit once it is. */
 export const BUSY_MAX_STREAMS = 16;
 
-const widened = new WeakSet<http2.Http2Session>();
+/**
+ * Sessions a server widens at once for a store backlog budget of `queuedBytes`: one 1 MiB
+ * window each, as many as the budget holds (at least one), so that what paused widened
+ * streams can buffer is about the budget again, not a multiple of the number of jobs. O(1).
+ *
+ * @example
+ * wideWindowSessions(32 * 1024 * 1024); // 32
+ */
+export function wideWindowSessions(queuedBytes: number): number {
+  return Math.max(1, Math.floor(queuedBytes / BUSY_WINDOW_BYTES));
+}
 
 /**
  * Widens the windows of `stream`'s session once a call on it has received `callBytes` ≥
  * {@link BUSY_CALL_BYTES}, if the session has at most {@link BUSY_MAX_STREAMS} open streams
- * (counted by `startRunnerServer`; a stream nobody counts never widens); at most once per
+ * (counted by `startRunnerServer`; a stream nobody counts never widens), the server has a
+ * widened-session slot free and its store backlog is within budget; at most once per
  * session. O(1).
  *
  * @example
@@ -45,13 +65,18 @@ const widened = new WeakSet<http2.Http2Session>();
  */
 export function widenWhenBusy(stream: http2.Http2Stream | undefined, callBytes: number): void {
   if (callBytes < BUSY_CALL_BYTES || stream === undefined) return;
+  const info = sessionInfoOf(stream);
+  // Uncounted, or widened already.
+  if (info === undefined || info.widened) return;
+  // Busy with many streams, every slot taken, or the store lagging: stay narrow; a later
+  // chunk (of this call or another) may still widen.
+  const wide = info.wide;
+  if (info.streams > BUSY_MAX_STREAMS || wide.count >= wide.max || wide.backlog?.over === true) return;
   const session = stream.session;
-  if (session === undefined || widened.has(session)) return;
-  const open = openStreamsOf(stream);
-  // Busy with many streams (or uncounted): stay narrow; a later call may still widen.
-  if (open === undefined || open > BUSY_MAX_STREAMS) return;
-  widened.add(session);
-  if (session.destroyed || session.closed) return;
+  // A closed session would never give its slot back (its "close" has been, or is being, handled).
+  if (session === undefined || session.destroyed || session.closed) return;
+  info.widened = true;
+  wide.count++;
   try {
     // The connection's window at once (a WINDOW_UPDATE); each stream's through SETTINGS,
     // which also raises the window of the calls already open (RFC 9113 §6.9.2), and lowers
@@ -60,6 +85,7 @@ export function widenWhenBusy(stream: http2.Http2Stream | undefined, callBytes: 
     session.setLocalWindowSize(BUSY_WINDOW_BYTES);
     session.settings({ initialWindowSize: BUSY_WINDOW_BYTES, maxConcurrentStreams: limit });
   } catch {
-    // A session closing under us, or SETTINGS not yet acknowledged: it stays narrow.
+    // A session closing under us, or SETTINGS not yet acknowledged: it stays narrow (and
+    // keeps its slot until it closes: retrying on every chunk would cost more than a slot).
   }
 }

@@ -12,7 +12,10 @@ import type { RunnerHealth } from "./health.js";
 import { silentLogger, type Logger } from "../telemetry.js";
 import type { RunnerReadLimits } from "./read-budget.js";
 import type { RunnerLimits, RunnerService } from "./service.js";
-import { kSessionInfo, type CountedStream, type SessionInfo } from "./session-streams.js";
+import { kSessionInfo, type CountedStream, type SessionInfo, type WideWindows } from "./session-streams.js";
+import { wideWindowSessions } from "./flow-window.js";
+import { backlogOf } from "./store-backlog.js";
+import { DEFAULT_RUNNER_LIMITS } from "./service-contract.js";
 
 /** TLS material for {@link startRunnerServer}. */
 export interface RunnerTlsSettings {
@@ -164,12 +167,16 @@ export async function startRunnerServer(runner: RunnerService, settings: RunnerS
   server.on("stream", runnerHandler.stream);
 
   const sessions = new Map<http2.ServerHttp2Session, SessionInfo>();
+  // Widened windows, bounded server-wide by the store backlog's budget (flow-window.ts); a
+  // service that is not runner-depot's own gets the default budget's bound and no backlog check.
+  const backlog = backlogOf(runner);
+  const wide: WideWindows = { count: 0, max: wideWindowSessions(backlog?.limit ?? DEFAULT_RUNNER_LIMITS.queuedBytes), backlog };
   const keepAliveMs = settings.keepAliveMs ?? 30_000;
   const keepAliveTimeoutMs = settings.keepAliveTimeoutMs ?? 10_000;
   // Listeners shared by every session and stream (found through `sessions` and a symbol on
   // the stream): closures per session and per stream were kept as long as they stayed open.
   server.on("session", (session: http2.ServerHttp2Session) => {
-    sessions.set(session, { streams: 0 });
+    sessions.set(session, { streams: 0, widened: false, wide });
     session.on("stream", onSessionStream);
     session.on("error", ignoreSessionError);
     session.once("close", onSessionClose);
@@ -183,6 +190,8 @@ export async function startRunnerServer(runner: RunnerService, settings: RunnerS
     stream.on("close", onStreamClose);
   }
   function onSessionClose(this: http2.ServerHttp2Session) {
+    // Its widened windows' slot is free again for the next busy connection.
+    if (sessions.get(this)?.widened === true) wide.count--;
     sessions.delete(this);
   }
   // Keep-alive: one timer pings every session (a timer per session cost each connection a
