@@ -111,6 +111,38 @@ describe("fs store graves", () => {
     await reopened.close?.();
   });
 
+  it("an open in another process sweeps graves/ while a live process swaps: that process loses no update and does not fail", async () => {
+    // Two processes on one store directory are a feature (cross-process compare-and-swap),
+    // and every open empties graves/, a live process's graves too: its reaper must take a
+    // grave already gone in its stride, and its records never depend on a grave. A reaper
+    // that let ENOENT through killed the writer here (2 runs of 2).
+    const dir = await fresh("depot-graves-live-");
+    const count = 3000;
+    const child = spawn(process.execPath, ["--import", "tsx", worker, dir, "cas", "g/live", String(count), "nosync"], { stdio: ["ignore", "pipe", "inherit"] });
+    let out = "";
+    child.stdout.on("data", (chunk: Buffer) => (out += chunk.toString()));
+    const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
+    let running = true;
+    void exited.then(() => (running = false));
+    let sweeps = 0;
+    while (running) {
+      // What an open does first (store.ts setUp): every grave removed, whoever's.
+      for (const name of await readdir(join(dir, "graves")).catch(() => [])) await rm(join(dir, "graves", name), { force: true });
+      sweeps++;
+      if (sweeps % 50 === 0) {
+        // And a real open now and then: its setUp sweeps the same way.
+        const opened = createFsStore(dir);
+        await opened.getRecord("g/live");
+        await opened.close?.();
+      }
+    }
+    expect(await exited).toBe(0);
+    expect(out).toContain("done");
+    const store = createFsStore(dir);
+    expect((await store.getRecord<{ n: number }>("g/live"))!.value.n).toBe(count);
+    await store.close?.();
+  });
+
   it("kill -9 anywhere in a swap never leaves a record's name without its file, nor a grave that is the record's only name", async () => {
     // A grave is a second name of the replaced file: the record's own name must hold the
     // old file or the new one at every instant, so the open's sweep of graves/ never takes
