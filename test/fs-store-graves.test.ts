@@ -4,7 +4,7 @@
  */
 import { spawn } from "node:child_process";
 import { linkSync } from "node:fs";
-import { link, mkdir, readdir, rm, stat, writeFile } from "node:fs/promises";
+import { link, mkdir, open, readdir, rm, stat, writeFile, type FileHandle } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
@@ -189,7 +189,46 @@ describe("fs store graves", () => {
     expect(counter!.value.n).toBeGreaterThan(0);
     // The killed writer's lock is broken (dead pid) and the swap goes on from the last value.
     expect(await store.putRecord("g/counter", { n: counter!.value.n + 1 }, { ifRevision: counter!.revision })).not.toBeNull();
-    expect(await readdir(join(dir, "graves"))).toEqual([]);
+    // The open swept the killed writers' graves; this swap's own grave is freed just after it returns.
+    await expect.poll(() => readdir(join(dir, "graves")), { timeout: 20_000 }).toEqual([]);
+    await store.close?.();
+  });
+
+  it("a durable swap keeps the replaced file in its grave until the directory's fsync is done; a lazy swap does not wait for one", async () => {
+    // On a filesystem without a journal, the old file's free reaching the disk before the
+    // directory entry naming the new one loses both values (fsck drops the name).
+    const dir = await fresh("depot-graves-order-");
+    const store = createFsStore(dir);
+    const first = await store.putRecord("g/ordered", { v: 1 }, { ifRevision: null });
+    const probe = await open(join(dir, "probe"), "w");
+    const proto = Object.getPrototypeOf(probe) as FileHandle;
+    await probe.close();
+    const real = proto.sync;
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let syncing = 0;
+    proto.sync = function (this: FileHandle) {
+      syncing++;
+      return held.then(() => real.call(this));
+    };
+    try {
+      const swapped = store.putRecord("g/ordered", { v: 2 }, { ifRevision: first });
+      await expect.poll(() => syncing, { timeout: 20_000 }).toBeGreaterThan(0);
+      // The reaper unlinks a released grave within milliseconds; give it ample time to show.
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      expect(await readdir(join(dir, "graves"))).toHaveLength(1);
+      release();
+      expect(await swapped).not.toBeNull();
+      await expect.poll(() => readdir(join(dir, "graves")), { timeout: 20_000 }).toEqual([]);
+    } finally {
+      proto.sync = real;
+      release();
+    }
+    // A lazy swap flushes no directory, so its grave goes as soon as the rename is done.
+    const current = await store.getRecord("g/ordered");
+    expect(await store.putRecord("g/ordered", { v: 3 }, { ifRevision: current!.revision, lazy: true })).not.toBeNull();
+    await expect.poll(() => readdir(join(dir, "graves")), { timeout: 20_000 }).toEqual([]);
+    expect((await store.getRecord<{ v: number }>("g/ordered"))!.value.v).toBe(3);
     await store.close?.();
   });
 });

@@ -39,8 +39,12 @@ export interface DurableWrites {
   ensureDir(path: string): Promise<void>;
   /** Writes a new (small) file whole and (unless unsafeNoSync, or `flush` is false) flushes it to disk. Inline but for the flush. */
   writeSynced(path: string, data: string | Uint8Array, flush?: boolean): Promise<void>;
-  /** Replaces `file` with `data` whole: written and (unless `flush` is false) synced under a temp name, then renamed. */
-  writeAtomically(file: string, data: string | Uint8Array, flush?: boolean): Promise<void>;
+  /**
+   * Replaces `file` with `data` whole: written and (unless `flush` is false) synced under a
+   * temp name, then renamed; `afterRename` (the directory's fsync of a durable swap) runs
+   * before the replaced file is freed (see the function).
+   */
+  writeAtomically(file: string, data: string | Uint8Array, flush?: boolean, afterRename?: () => Promise<void>): Promise<void>;
   /** Closes the directory handles kept open (the store's close). */
   closeHandles(): Promise<void>;
 }
@@ -70,7 +74,7 @@ export function createDurableWrites(ctx: FsStoreContext, graves: Graves): Durabl
     }
   }
 
-  async function writeAtomically(file: string, data: string | Uint8Array, flush = true): Promise<void> {
+  async function writeAtomically(file: string, data: string | Uint8Array, flush = true, afterRename?: () => Promise<void>): Promise<void> {
     const tmp = ctx.tmpPath();
     await writeSynced(tmp, data, flush);
     // The replaced file lives on in a grave until the rename is done, so the rename frees
@@ -82,7 +86,15 @@ export function createDurableWrites(ctx: FsStoreContext, graves: Graves): Durabl
       await rename(tmp, file);
     } catch (error) {
       unlinkQuietly(tmp); // quietly: the rename's error is the one to report
+      if (grave !== null) await graves.release(grave);
       throw error;
+    }
+    try {
+      // The grave is released only after `afterRename` (a durable swap's directory fsync):
+      // on a filesystem without a journal, which orders nothing, the old file's free could
+      // otherwise reach the disk (with any neighbouring inode's flush) before the entry that
+      // names the new file, and fsck would then drop the record's name: both values lost.
+      await afterRename?.();
     } finally {
       if (grave !== null) await graves.release(grave);
     }

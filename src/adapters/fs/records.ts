@@ -103,8 +103,9 @@ export function createFsRecords(ctx: FsStoreContext, durable: DurableWrites, loc
     // crash); a lazy write skips only the directory's fsync. A losable one (lazy too)
     // skips both: marked like a lazy create, so a torn result reads as absent.
     const losable = cond.lazy === true && cond.losable === true;
-    await durable.writeAtomically(file, losable ? LAZY_MARK + content(revision) : content(revision), !losable);
-    if (!cond.lazy) await durable.fsyncDir(join(file, ".."));
+    const body = losable ? LAZY_MARK + content(revision) : content(revision);
+    // A durable swap's directory fsync runs before the replaced file is freed (durable.ts).
+    await durable.writeAtomically(file, body, !losable, cond.lazy ? undefined : () => durable.fsyncDir(join(file, "..")));
     return revision;
   }
 
