@@ -58,6 +58,19 @@ function slowStore(quiet: () => number): { logs: JobLogStore; stop(): void } {
   return { logs, stop: () => clearInterval(poll) };
 }
 
+/** A memory log store whose appends all wait until `open()` is called (a store stalled, then back). */
+function gatedStore(): { logs: JobLogStore; open(): void } {
+  const inner = createMemoryLogStore();
+  let open!: () => void;
+  const gate = new Promise<void>((resolve) => (open = resolve));
+  const logs: JobLogStore = Object.create(inner) as JobLogStore;
+  logs.append = async (id, at, entries, now) => {
+    await gate;
+    return inner.append(id, at, entries, now);
+  };
+  return { logs, open };
+}
+
 async function fleetRun(queuedBytes: number) {
   let held = () => 0;
   const store = slowStore(() => held());
@@ -107,14 +120,7 @@ describe("runner store backlog: a server-wide budget for entries queued for the 
 
   it("while the backlog holds calls back, a call that has not passed authentication (made-up token, no item) still ends at the idle limit", async () => {
     const secret = "backlog-idle-secret-0123456789abcdef";
-    const inner = createMemoryLogStore();
-    let open!: () => void;
-    const gate = new Promise<void>((resolve) => (open = resolve));
-    const logs: JobLogStore = Object.create(inner) as JobLogStore;
-    logs.append = async (id, at, entries, now) => {
-      await gate;
-      return inner.append(id, at, entries, now);
-    };
+    const { logs, open } = gatedStore();
     const runner = createRunnerService(createMemoryQueue(), { logs, secret, limits: { queuedBytes: 64 * 1024, idleMs: 1000 } });
     const backlog = backlogOf(runner)!;
     const server = await startRunnerServer(runner, { port: 0 });
@@ -146,14 +152,7 @@ describe("runner store backlog: a server-wide budget for entries queued for the 
 
   it("one job replacing its own calls behind a stalled store cannot fill the budget: each replaced call answers ABORTED at once and lets go of what it read", async () => {
     const secret = "backlog-replace-secret-0123456789abc";
-    const inner = createMemoryLogStore();
-    let open!: () => void;
-    const gate = new Promise<void>((resolve) => (open = resolve));
-    const logs: JobLogStore = Object.create(inner) as JobLogStore;
-    logs.append = async (id, at, entries, now) => {
-      await gate;
-      return inner.append(id, at, entries, now);
-    };
+    const { logs, open } = gatedStore();
     const runner = createRunnerService(createMemoryQueue(), { logs, secret });
     const backlog = backlogOf(runner)!;
     const server = await startRunnerServer(runner, { port: 0 });
