@@ -58,17 +58,24 @@ function slowStore(quiet: () => number): { logs: JobLogStore; stop(): void } {
   return { logs, stop: () => clearInterval(poll) };
 }
 
-/** A memory log store whose appends all wait until `open()` is called (a store stalled, then back). */
-function gatedStore(): { logs: JobLogStore; open(): void } {
+/**
+ * A memory log store whose appends wait while its gate is closed (a store stalled, then
+ * back): closed from the start unless `open` is false; `close()` stalls it again.
+ */
+function gatedStore(closed = true): { logs: JobLogStore; open(): void; close(): void } {
   const inner = createMemoryLogStore();
-  let open!: () => void;
-  const gate = new Promise<void>((resolve) => (open = resolve));
+  let release = () => {};
+  let gate = Promise.resolve();
+  const close = () => {
+    gate = new Promise<void>((resolve) => (release = resolve));
+  };
+  if (closed) close();
   const logs: JobLogStore = Object.create(inner) as JobLogStore;
   logs.append = async (id, at, entries, now) => {
     await gate;
     return inner.append(id, at, entries, now);
   };
-  return { logs, open };
+  return { logs, open: () => release(), close };
 }
 
 async function fleetRun(queuedBytes: number) {
@@ -144,6 +151,40 @@ describe("runner store backlog: a server-wide budget for entries queued for the 
       expect(await held.status).toMatchObject({ code: 0, committed: "2001" });
     } finally {
       open();
+      for (const session of sessions) session.destroy();
+      await server.close();
+      await runner.close();
+    }
+  }, 60_000);
+
+  it("while the backlog holds one job's call back, another job's call that passed authentication before and then went silent still ends at the idle limit (the hold is per call)", async () => {
+    const secret = "backlog-silent-secret-0123456789abcd";
+    const store = gatedStore(false);
+    const runner = createRunnerService(createMemoryQueue(), { logs: store.logs, secret, limits: { queuedBytes: 64 * 1024, idleMs: 3000 } });
+    const backlog = backlogOf(runner)!;
+    const server = await startRunnerServer(runner, { port: 0 });
+    const sessions = [connect(server.url), connect(server.url)];
+    try {
+      // A job's call authenticates and stores a line while the store keeps up, then sends nothing.
+      const quietId = randomUUID();
+      const quiet = openCall(sessions[1]!, "grpc", mintJobToken(secret, quietId));
+      quiet.stream.write(frame(line(quietId, "one line, then silence")));
+      await until(async () => (await store.logs.get(quietId))?.committed === 1, "the quiet job's line stored");
+      // The store stalls and another job's call fills the budget: its reader is held back.
+      store.close();
+      const id = randomUUID();
+      const held = openCall(sessions[0]!, "grpc", mintJobToken(secret, id));
+      held.stream.write(Buffer.concat(Array.from({ length: 2000 }, (_, i) => frame(line(id, `${i} ${"x".repeat(90)}`)))));
+      await until(() => backlog.waiting > 0, "the loud job's call held back by the backlog");
+      // The quiet call is not held (nothing of it is waiting to be read): its silence is its own.
+      const status = await Promise.race([quiet.status, new Promise<null>((resolve) => setTimeout(resolve, 20_000, null))]);
+      expect(status).toMatchObject({ code: 4, committed: "1" });
+      expect(backlog.waiting).toBeGreaterThan(0);
+      store.open();
+      held.stream.end(frame(end(id)));
+      expect(await held.status).toMatchObject({ code: 0, committed: "2001" });
+    } finally {
+      store.open();
       for (const session of sessions) session.destroy();
       await server.close();
       await runner.close();

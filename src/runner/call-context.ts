@@ -18,6 +18,13 @@ export const kShutdownSignal = createContextKey<AbortSignal | undefined>(undefin
 export const kCallAuthenticated = createContextKey<(() => void) | undefined>(undefined, { description: "runner call authenticated" });
 
 /**
+ * Context value a server sets so the idle sweep can tell a call the server itself holds
+ * back (its reader paused behind the store backlog, store-backlog.ts) from a silent one:
+ * true while this call's reader waits for the backlog to drain.
+ */
+export const kCallHeldBack = createContextKey<(() => boolean) | undefined>(undefined, { description: "runner call held back" });
+
+/**
  * Context value a server sets to learn which job a call writes to, once the call has
  * passed authentication (never before: an unauthenticated caller's claim names nothing).
  * A drain names the calls it cut by these request IDs.

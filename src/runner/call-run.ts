@@ -10,7 +10,7 @@ import type { RunnerDepotError } from "../errors.js";
 import type { JobState, LogEntry, StoredLine } from "./ports.js";
 import type { EndedReason } from "./service-contract.js";
 import { secondsSince } from "../telemetry.js";
-import { kMessageBytes } from "./call-context.js";
+import { kCallHeldBack, kMessageBytes } from "./call-context.js";
 import type { CallHandle, RunnerCore, Slot } from "./job-table.js";
 import { EndedSignal, explainRefusal } from "./ended.js";
 import { settlePendingPublish } from "./end-publish.js";
@@ -59,6 +59,13 @@ export class CallRun implements CallHandle {
   private readonly interrupters = new Set<(error: unknown) => void>();
   /** When the call started waiting for its next item (0: not waiting); the idle sweep (idle-sweep.ts) reads it. */
   waitingSince = 0;
+  /** The last sweep (Date.now()) that saw this call held back by the server; 0 never (idle-sweep.ts). */
+  heldAt = 0;
+
+  /** True while the server holds this call back (its reader paused behind the store backlog). O(1). */
+  get heldBack(): boolean {
+    return this.ctx.values.get(kCallHeldBack)?.() === true;
+  }
 
   constructor(
     private readonly core: RunnerCore,

@@ -13,7 +13,7 @@ import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, un
 import { Runner } from "../gen/runner/v1/runner_pb.js";
 import type { ReadBudget } from "./read-budget.js";
 import { ConnectBody, RequestReader } from "./request-reader.js";
-import { kCallAuthenticated, type RunnerService } from "./service.js";
+import { kCallAuthenticated, kCallHeldBack, type RunnerService } from "./service.js";
 import { Health } from "../gen/grpc/health/v1/health_pb.js";
 import type { RunnerHealth } from "./health.js";
 import type { StoreBacklog } from "./store-backlog.js";
@@ -77,6 +77,7 @@ export function createConnectPath(runner: RunnerService, options: ConnectPathOpt
     const reader = new RequestReader(req, { messageBytes: options.messageBytes, budget: options.budget, compressed: namesCompression(req.headers), backlog: options.backlog }, body);
     body.attach(reader);
     values.set(kCallAuthenticated, () => reader.authenticated());
+    values.set(kCallHeldBack, () => reader.heldBack());
     // Health calls carry no credentials: one small message each, read on at once (never
     // widening the connection's windows: a caller without a token must not).
     if (uHandler.service.typeName === Health.typeName) reader.readOn();

@@ -25,7 +25,7 @@ import { respecGrpcMessage } from "./grpc-message.js";
 import type { ReadBudget } from "./read-budget.js";
 import { ReceivedLine, toLogItem, type CallItem } from "./received-line.js";
 import { RequestReader, type EnvelopeSink, type RequestBody } from "./request-reader.js";
-import { kCallAuthenticated, kItemBatches, type ItemBatchSource, type RunnerService } from "./service.js";
+import { kCallAuthenticated, kCallHeldBack, kItemBatches, type ItemBatchSource, type RunnerService } from "./service.js";
 import { readErrorOf } from "./wire-errors.js";
 import type { StoreBacklog } from "./store-backlog.js";
 
@@ -99,6 +99,7 @@ export function createStreamLogsFastPath(runner: RunnerService, options: StreamL
     items.reader = reader;
     // The service says when the call is authenticated: only then may it send on.
     context.values.set(kCallAuthenticated, () => reader.authenticated());
+    context.values.set(kCallHeldBack, () => reader.heldBack());
     void (async () => {
       let ack: Uint8Array | null = null;
       let failure: unknown;

@@ -4,12 +4,12 @@
  * item for `idleMs` or more. A timer per call (re-armed as items came) cost every open
  * stream a Timeout, its closure and a timer list entry; 1,000 open streams are a 1,000-entry
  * loop once a second instead. A call is ended between `idleMs` and `idleMs` + one tick
- * after its wait began. While the server itself holds calls back (the store backlog over
- * its budget, store-backlog.ts: readers paused), a call's wait is not the agent's silence:
- * waits count from the last sweep that saw the server holding calls back, if later. Only
- * for calls that passed authentication: the backlog never holds any other (their first
- * message is read regardless), so a caller with a made-up token that sends nothing keeps
- * its idle limit however long the store lags.
+ * after its wait began. While the server itself holds a call back (its reader paused behind
+ * the store backlog, store-backlog.ts), that call's wait is not the agent's silence: its wait
+ * counts from the last sweep that saw it held, if later. Per call, not server-wide: a call
+ * the backlog does not hold (a silent one, which sent nothing to be paused on, or one with
+ * a made-up token, whose first message is read regardless) keeps its idle limit however long
+ * the store lags.
  */
 import { RunnerDepotError } from "../errors.js";
 
@@ -17,8 +17,10 @@ import { RunnerDepotError } from "../errors.js";
 export interface IdleCall {
   /** When the call started waiting for its next item (Date.now()); 0 while it is not waiting. */
   readonly waitingSince: number;
-  /** The job the call writes to, once it passed authentication; "" before. */
-  readonly id: string;
+  /** True while the server holds the call back (not reading it); its wait does not count then. */
+  readonly heldBack: boolean;
+  /** The last sweep (Date.now()) that saw the call held back; 0 never. The sweep writes it. */
+  heldAt: number;
   /** Ends the call with `error` (a no-op for a call already stopped). */
   stop(error: RunnerDepotError): void;
 }
@@ -39,14 +41,10 @@ export function idleTickMs(idleMs: number): number {
  */
 export class IdleSweep {
   private timer: NodeJS.Timeout | null = null;
-  /** The last sweep (Date.now()) that saw the server holding calls back; 0 never. */
-  private heldAt = 0;
 
   constructor(
     private readonly calls: ReadonlySet<IdleCall>,
     private readonly idleMs: number,
-    /** True while the server holds calls back (not reading them); default never. */
-    private readonly heldBack: () => boolean = () => false,
   ) {}
 
   /** Makes sure the sweep runs (it stops itself once no call is left). O(1). */
@@ -67,9 +65,13 @@ export class IdleSweep {
   private sweep(): void {
     if (this.calls.size === 0) return this.stop();
     const now = Date.now();
-    if (this.heldBack()) this.heldAt = now;
     for (const call of this.calls) {
-      if (call.waitingSince !== 0 && now - (call.id === "" ? call.waitingSince : Math.max(call.waitingSince, this.heldAt)) >= this.idleMs) {
+      if (call.waitingSince === 0) continue;
+      if (call.heldBack) {
+        call.heldAt = now;
+        continue;
+      }
+      if (now - Math.max(call.waitingSince, call.heldAt) >= this.idleMs) {
         call.stop(new RunnerDepotError("DEADLINE_EXCEEDED", `no item for ${this.idleMs} ms; the call was ended`));
       }
     }

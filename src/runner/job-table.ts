@@ -114,7 +114,7 @@ export function createRunnerCore(queue: JobResultQueue, logs: JobLogStore, optio
     background: new Map(),
     inFlight: new Map(),
     calls,
-    idle: new IdleSweep(calls, config.limits.idleMs, () => backlog.waiting > 0),
+    idle: new IdleSweep(calls, config.limits.idleMs),
     backlog,
     closed: false,
     closeController: new AbortController(),

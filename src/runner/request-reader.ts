@@ -240,6 +240,11 @@ export class RequestReader implements BacklogWaiter {
     this.queued = bytes;
   }
 
+  /** True while this call is paused behind the store backlog (the idle sweep does not count that wait). O(1). */
+  heldBack(): boolean {
+    return this.waitingBacklog;
+  }
+
   /** Paused for the backlog: asks it to say when it drained (once per pause). */
   private waitForBacklog(): void {
     const backlog = this.options.backlog;

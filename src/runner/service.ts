@@ -37,7 +37,7 @@ export {
   type ExpectJobInfo,
   type RunnerService,
 } from "./service-contract.js";
-export { kShutdownSignal, kCallAuthenticated, kCallJob, kMessageBytes, kItemBatches, type ItemBatchSource } from "./call-context.js";
+export { kShutdownSignal, kCallAuthenticated, kCallHeldBack, kCallJob, kMessageBytes, kItemBatches, type ItemBatchSource } from "./call-context.js";
 
 /**
  * Creates the orchestrator's runner service.
