@@ -96,11 +96,13 @@ export class CallRun implements CallHandle {
   enqueue(entry: LogEntry): Promise<void> | undefined {
     if (this.pending.length === 0) this.pendingAt = this.nextPos;
     this.pending.push(entry);
-    const bytes = entry.bytes + 64;
-    this.pendingBytes += bytes;
-    // Released when its batch is stored or dropped; after a store error nothing is flushed any more.
-    if (this.flushError === null) this.core.backlog.add(bytes);
-    else this.pendingBytes -= bytes;
+    // Counted until its batch is stored or dropped; after a store error nothing is flushed
+    // any more, so nothing is counted either.
+    if (this.flushError === null) {
+      const bytes = entry.bytes + 64;
+      this.pendingBytes += bytes;
+      this.core.backlog.add(bytes);
+    }
     this.nextPos++;
     if (!this.flushing) {
       // Cleared only by the loop it belongs to, even when the loop ends at once.

@@ -37,17 +37,6 @@ export interface SessionInfo {
 export type CountedStream = { [kSessionInfo]: SessionInfo };
 
 /**
- * Open streams on `stream`'s session, or undefined when nobody counts them (a host's own
- * HTTP/2 server). O(1).
- *
- * @example
- * const open = openStreamsOf(req.stream);
- */
-export function openStreamsOf(stream: http2.Http2Stream | undefined): number | undefined {
-  return sessionInfoOf(stream)?.streams;
-}
-
-/**
  * The counted session info of `stream`, or undefined when nobody counts (a host's own
  * HTTP/2 server). O(1).
  *
