@@ -13,7 +13,7 @@ import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { describe, expect, it } from "vitest";
 import { Runner, type LogItem } from "../src/gen/runner/v1/runner_pb.js";
-import { createRunnerService, mintJobToken, startRunnerServer } from "../src/runner/index.js";
+import { createRunnerService, mintJobToken, startRunnerServer, type RunnerServiceOptions } from "../src/runner/index.js";
 import { createMemoryLogStore, createMemoryQueue } from "../src/adapters/memory/index.js";
 import type { JobLogStore } from "../src/runner/ports.js";
 import { backlogOf } from "../src/runner/store-backlog.js";
@@ -78,6 +78,24 @@ function gatedStore(closed = true): { logs: JobLogStore; open(): void; close(): 
   return { logs, open: () => release(), close };
 }
 
+/**
+ * A runner service on `logs` with `secret` and `limits`, served on 127.0.0.1, with its
+ * backlog; `stop()` opens the store's gate, drops the client sessions, closes both.
+ */
+async function backlogServer(store: { logs: JobLogStore; open(): void }, secret: string, limits?: RunnerServiceOptions["limits"]) {
+  const runner = createRunnerService(createMemoryQueue(), { logs: store.logs, secret, limits });
+  const backlog = backlogOf(runner)!;
+  const server = await startRunnerServer(runner, { port: 0 });
+  const sessions: http2.ClientHttp2Session[] = [];
+  const stop = async () => {
+    store.open();
+    for (const session of sessions) session.destroy();
+    await server.close();
+    await runner.close();
+  };
+  return { backlog, server, sessions, stop };
+}
+
 async function fleetRun(queuedBytes: number) {
   let held = () => 0;
   const store = slowStore(() => held());
@@ -127,11 +145,9 @@ describe("runner store backlog: a server-wide budget for entries queued for the 
 
   it("while the backlog holds calls back, a call that has not passed authentication (made-up token, no item) still ends at the idle limit", async () => {
     const secret = "backlog-idle-secret-0123456789abcdef";
-    const { logs, open } = gatedStore();
-    const runner = createRunnerService(createMemoryQueue(), { logs, secret, limits: { queuedBytes: 64 * 1024, idleMs: 1000 } });
-    const backlog = backlogOf(runner)!;
-    const server = await startRunnerServer(runner, { port: 0 });
-    const sessions = [connect(server.url), connect(server.url)];
+    const store = gatedStore();
+    const { backlog, server, sessions, stop } = await backlogServer(store, secret, { queuedBytes: 64 * 1024, idleMs: 1000 });
+    sessions.push(connect(server.url), connect(server.url));
     try {
       // A job's call fills the budget behind the closed store: its reader is paused (held back).
       const id = randomUUID();
@@ -146,24 +162,19 @@ describe("runner store backlog: a server-wide budget for entries queued for the 
       expect(status!.committed).toBeUndefined();
       expect(backlog.waiting).toBeGreaterThan(0);
       // The held call is not idle: once the store drains it completes.
-      open();
+      store.open();
       held.stream.end(frame(end(id)));
       expect(await held.status).toMatchObject({ code: 0, committed: "2001" });
     } finally {
-      open();
-      for (const session of sessions) session.destroy();
-      await server.close();
-      await runner.close();
+      await stop();
     }
   }, 60_000);
 
   it("while the backlog holds one job's call back, another job's call that passed authentication before and then went silent still ends at the idle limit (the hold is per call)", async () => {
     const secret = "backlog-silent-secret-0123456789abcd";
     const store = gatedStore(false);
-    const runner = createRunnerService(createMemoryQueue(), { logs: store.logs, secret, limits: { queuedBytes: 64 * 1024, idleMs: 3000 } });
-    const backlog = backlogOf(runner)!;
-    const server = await startRunnerServer(runner, { port: 0 });
-    const sessions = [connect(server.url), connect(server.url)];
+    const { backlog, server, sessions, stop } = await backlogServer(store, secret, { queuedBytes: 64 * 1024, idleMs: 3000 });
+    sessions.push(connect(server.url), connect(server.url));
     try {
       // A job's call authenticates and stores a line while the store keeps up, then sends nothing.
       const quietId = randomUUID();
@@ -184,20 +195,14 @@ describe("runner store backlog: a server-wide budget for entries queued for the 
       held.stream.end(frame(end(id)));
       expect(await held.status).toMatchObject({ code: 0, committed: "2001" });
     } finally {
-      store.open();
-      for (const session of sessions) session.destroy();
-      await server.close();
-      await runner.close();
+      await stop();
     }
   }, 60_000);
 
   it("one job replacing its own calls behind a stalled store cannot fill the budget: each replaced call answers ABORTED at once and lets go of what it read", async () => {
     const secret = "backlog-replace-secret-0123456789abc";
-    const { logs, open } = gatedStore();
-    const runner = createRunnerService(createMemoryQueue(), { logs, secret });
-    const backlog = backlogOf(runner)!;
-    const server = await startRunnerServer(runner, { port: 0 });
-    const sessions: http2.ClientHttp2Session[] = [];
+    const store = gatedStore();
+    const { backlog, server, sessions, stop } = await backlogServer(store, secret);
     try {
       const id = randomUUID();
       const token = mintJobToken(secret, id);
@@ -224,15 +229,12 @@ describe("runner store backlog: a server-wide budget for entries queued for the 
       // the last call's read queue (~1 MiB) at most: not another ~1 MiB per replaced call
       // (what the old code kept, waiting for the job's lock).
       expect(backlog.held).toBeLessThan(4 * 1024 * 1024);
-      open();
+      store.open();
       previous!.stream.end(frame(end(id)));
       expect(await previous!.status).toMatchObject({ code: 0, committed: "11001" });
       await until(() => backlog.held === 0, "the backlog drained");
     } finally {
-      open();
-      for (const session of sessions) session.destroy();
-      await server.close();
-      await runner.close();
+      await stop();
     }
   }, 90_000);
 });
