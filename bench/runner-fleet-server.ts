@@ -17,6 +17,7 @@ import { createMemoryLogStore } from "../src/adapters/memory/log-store.js";
 import { createPostgresLogStore } from "../src/adapters/postgres/log-store.js";
 import { startRunnerServer } from "../src/runner/server.js";
 import { createRunnerService } from "../src/runner/service.js";
+import { backlogOf } from "../src/runner/store-backlog.js";
 
 const url = process.env.BENCH_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const schema = `rd_fleet_${process.pid}_${Date.now().toString(36)}`;
@@ -212,7 +213,9 @@ process.on("message", async (m: unknown) => {
   if (m === "sample") {
     const mem = process.memoryUsage();
     const cpu = process.cpuUsage();
-    send({ rss: mem.rss, heap: mem.heapUsed, cpuMs: (cpu.user + cpu.system) / 1000, stored, results, active: runner.activeCalls, runQueueMs: runQueueMs() });
+    // What the server holds unstored: entries queued for the store (the budget's count) and incomplete messages.
+    const held = { backlog: backlogOf(runner)?.held ?? 0, reading: server.heldBytes };
+    send({ rss: mem.rss, heap: mem.heapUsed, cpuMs: (cpu.user + cpu.system) / 1000, stored, results, active: runner.activeCalls, runQueueMs: runQueueMs(), held });
     return;
   }
   if (m === "sampleGc") {
@@ -221,7 +224,11 @@ process.on("message", async (m: unknown) => {
     gc?.();
     gc?.();
     const mem = process.memoryUsage();
-    send({ rss: mem.rss, heap: mem.heapUsed, external: mem.external, active: runner.activeCalls, gc: gc !== undefined });
+    // Committed bytes by V8 space (new, old, code, large object…) and Node's array buffers: the
+    // marginal figure (runner-fleet.ts) shows which of them grow with the calls and which not.
+    const spaces: Record<string, number> = { arrayBuffers: mem.arrayBuffers };
+    for (const s of v8.getHeapSpaceStatistics()) spaces[s.space_name] = s.physical_space_size;
+    send({ rss: mem.rss, heap: mem.heapUsed, external: mem.external, active: runner.activeCalls, gc: gc !== undefined, spaces });
     return;
   }
   if (m === "diag") {

@@ -12,7 +12,10 @@
  * Size: BENCH_FLEET_SCALE or `--scale=<f>` (e.g. `npm run bench -- runner-fleet --scale=0.1`)
  * scales the job count (1,000 × f) and the run (30 s × max(f, 1/2)). Before the main run, a
  * run of 10 jobs (same tiers) gives the cost of one request with few jobs open, to set
- * against the same with all of them (BENCH_FLEET_COMPARE=0 skips it). BENCH_FLEET_STORE=memory
+ * against the same with all of them (BENCH_FLEET_COMPARE=0 skips it). Each mix also runs at half the
+ * jobs (same per-job rates and tiers) just before the full run, for the marginal memory per
+ * open stream: what one more stream adds, apart from what the process holds whatever the
+ * number of streams (see marginalRows; BENCH_FLEET_MARGINAL=0 skips the half runs). BENCH_FLEET_STORE=memory
  * runs the server on the memory log store instead (to tell the store's share from the rest).
  * BENCH_FLEET_MIX=heavy or =realistic runs one mix (default both, see MIXES);
  * BENCH_FLEET_SERVER_KEEPALIVE sets the server's keepAliveMs (0: off); BENCH_FLEET_QUEUED_BYTES the
@@ -102,6 +105,8 @@ interface Sample {
   active: number;
   /** The server's time runnable but not running (waiting for a CPU), ms. */
   runQueueMs: number;
+  /** Bytes held unstored: queued for the store (within limits.queuedBytes) and of messages not fully arrived. */
+  held: { backlog: number; reading: number };
 }
 
 interface LiveSample {
@@ -110,6 +115,8 @@ interface LiveSample {
   external: number;
   active: number;
   gc: boolean;
+  /** Committed bytes by V8 space, and `arrayBuffers`. */
+  spaces: Record<string, number>;
 }
 
 /** Cumulative time (µs) some task waited for a CPU (Linux PSI), or NaN. */
@@ -191,11 +198,14 @@ interface FleetRun {
   jobs: number;
   /** Mean and most calls open over the window's samples; RSS per stream at the sample with the most. */
   open: { mean: number; most: Sample };
+  /** Every sample of the window (RSS, calls open), for the medians of the marginal figure. */
+  window: { rss: number[]; active: number[]; backlog: number[] };
   /** The window: server CPU and run-queue wait (ms), machine CPU pressure (share), load averages. */
   machine: { serverCpuMs: number; serverWaitMs: number; pressure: number; load: [number, number] };
   pg: PgActivity | null;
-  /** Memory after a full GC, with the calls then open. */
+  /** Memory after a full GC, with the calls then open, and before the agents. */
   live: LiveSample;
+  baseLive: LiveSample;
   durationMs: number;
   peak: Sample;
   base: Sample;
@@ -218,6 +228,9 @@ async function fleet(mix: Mix, jobCount: number, durationMs: number): Promise<Fl
     const jobs = Array.from({ length: jobCount }, (_, i) => ({ id: randomUUID(), rate: rateOf(mix, i), startMs: Math.round((i / jobCount) * RAMP_MS) }));
     await ask(server, { follow: jobs.filter((_, i) => i % FOLLOW_EVERY === 0).map((j) => j.id) });
     const base = await ask<Sample>(server, "sample");
+    // Then memory by kind after a full GC with no agent yet: the marginal breakdown's "before"
+    // (after today's, which has always been taken without a GC).
+    const baseLive = await ask<LiveSample>(server, "sampleGc");
     const diagBase = process.env.BENCH_FLEET_DIAG ? await ask<Record<string, number>>(server, "diag") : null;
     const agents = Array.from({ length: Math.min(AGENT_PROCESSES, jobCount) }, () => child("runner-fleet-agents.ts"));
     // Loading a child (tsx compiling) takes seconds on a busy machine: start the clock when all are in.
@@ -237,6 +250,9 @@ async function fleet(mix: Mix, jobCount: number, durationMs: number): Promise<Fl
     let peak = s0;
     let most = s0;
     let activeSum = 0;
+    const windowRss: number[] = [];
+    const windowActive: number[] = [];
+    const windowBacklog: number[] = [];
     const window = durationMs - RAMP_MS - 4_000;
     const samples = Math.max(1, Math.floor(window / 1000));
     let live: LiveSample | null = null;
@@ -245,13 +261,16 @@ async function fleet(mix: Mix, jobCount: number, durationMs: number): Promise<Fl
       // Mid-window, every call still open: live memory after a full GC (one pause of the server).
       if (i === Math.floor(samples / 2)) {
         live = await ask<LiveSample>(server, "sampleGc");
-        if (diagBase) printDiagnosis(mix, diagBase, await ask<Record<string, number>>(server, "diag"));
+        if (diagBase) printDiagnosis(mix, diagBase, { ...(await ask<Record<string, number>>(server, "diag")), jobs: jobCount });
         if (process.env.BENCH_FLEET_SNAPSHOT) console.error("snapshot", await ask(server, { snapshot: `${process.env.BENCH_FLEET_SNAPSHOT}-${mix.name}.heapsnapshot` }));
       }
       const s = await ask<Sample>(server, "sample");
       if (s.rss > peak.rss) peak = s;
       if (s.active > most.active) most = s;
       activeSum += s.active;
+      windowRss.push(s.rss);
+      windowActive.push(s.active);
+      windowBacklog.push(s.held.backlog);
     }
     const s1 = await ask<Sample>(server, "sample");
     const seconds = (performance.now() - t0) / 1000;
@@ -271,9 +290,11 @@ async function fleet(mix: Mix, jobCount: number, durationMs: number): Promise<Fl
     return {
       mix,
       open: { mean: activeSum / samples, most },
+      window: { rss: windowRss, active: windowActive, backlog: windowBacklog },
       machine: { serverCpuMs: s1.cpuMs - s0.cpuMs, serverWaitMs: s1.runQueueMs - s0.runQueueMs, pressure, load: [load0, load1] },
       pg: pgSeen,
       live,
+      baseLive,
       jobs: jobCount,
       durationMs,
       peak,
@@ -301,9 +322,9 @@ async function fleet(mix: Mix, jobCount: number, durationMs: number): Promise<Fl
 function printDiagnosis(mix: Mix, before: Record<string, number>, now: Record<string, number>): void {
   const calls = Math.max(1, now.active ?? 1);
   const rows = Object.keys(now)
-    .filter((k) => k !== "active")
+    .filter((k) => k !== "active" && k !== "jobs")
     .map((k) => `  ${k.padEnd(34)} ${((now[k]! - (before[k] ?? 0)) / calls / 1024).toFixed(1).padStart(8)} KiB/call  (${(now[k]! / 2 ** 20).toFixed(1)} MiB)`);
-  console.error(`diag ${mix.name}: ${calls} calls open, after a full GC\n${rows.join("\n")}`);
+  console.error(`diag ${mix.name} (${now.jobs} jobs): ${calls} calls open, after a full GC\n${rows.join("\n")}`);
 }
 
 function pingRow(reports: AgentReport[]): string {
@@ -312,15 +333,101 @@ function pingRow(reports: AgentReport[]): string {
   return `${at(0.5).toFixed(0)} / ${at(0.99).toFixed(0)} / ${(all[all.length - 1] ?? NaN).toFixed(0)} ms (${fmt(all.length)} answered)`;
 }
 
-/** The rows of one fleet run's table. */
-function runRows(r: FleetRun): string[] {
+/** Today's figure: (RSS − before) ÷ open calls at the window's sample with the most calls open, bytes. */
+function perStreamAtMost(r: FleetRun): number {
+  return (r.open.most.rss - r.base.rss) / Math.max(1, r.open.most.active);
+}
+
+/** A run's RSS growth over its own "before" and its calls open, each the median of the window's samples. */
+function windowMedians(r: FleetRun): { growth: number; open: number } {
+  return { growth: median(r.window.rss) - r.base.rss, open: median(r.window.active) };
+}
+
+/**
+ * What one more open stream adds to the server's RSS, bytes: (growth₁₀₀₀ − growth₅₀₀) ÷
+ * (open₁₀₀₀ − open₅₀₀) between the full run and the half one. Whatever the process holds
+ * regardless of the number of streams (V8's young generation grown to its maximum under any
+ * steady load, the store backlog's server-wide budget, code, the pool) is in both runs and
+ * cancels out. Medians of the window rather than one sample each: a difference of two
+ * single samples carries both runs' timing noise (when the last scavenge ran, which second
+ * had the most calls open), the median of ~20 samples little of it.
+ */
+function marginalPerStream(half: FleetRun, full: FleetRun): number {
+  const a = windowMedians(half);
+  const b = windowMedians(full);
+  return (b.growth - a.growth) / Math.max(1, b.open - a.open);
+}
+
+/** Memory after a full GC by kind, in the rows of the marginal breakdown: [label, bytes of a live sample]. */
+const LIVE_KINDS: [string, (l: LiveSample) => number][] = [
+  ["RSS", (l) => l.rss],
+  ["V8 new space (young generation), committed", (l) => l.spaces.new_space ?? 0],
+  ["V8 old space, committed", (l) => l.spaces.old_space ?? 0],
+  ["V8 large objects (old and new), committed", (l) => (l.spaces.large_object_space ?? 0) + (l.spaces.new_large_object_space ?? 0)],
+  ["V8 code and other spaces, committed", (l) => v8Committed(l) - (l.spaces.new_space ?? 0) - (l.spaces.old_space ?? 0) - (l.spaces.large_object_space ?? 0) - (l.spaces.new_large_object_space ?? 0)],
+  ["array buffers (Node's count)", (l) => l.spaces.arrayBuffers ?? 0],
+  ["rest of RSS (native: nghttp2, sockets, malloc's heap; RSS − V8 − array buffers)", (l) => l.rss - v8Committed(l) - (l.spaces.arrayBuffers ?? 0)],
+];
+
+function v8Committed(l: LiveSample): number {
+  return Object.entries(l.spaces).reduce((n, [k, v]) => (k === "arrayBuffers" ? n : n + v), 0);
+}
+
+/** The marginal section: per mix, the half and the full run's memory, and per added stream. */
+function marginalRows(pairs: { half: FleetRun; full: FleetRun }[]): string[] {
+  const mib = (b: number) => (b / 2 ** 20).toFixed(1);
+  const kib = (b: number) => (b / 1024).toFixed(1);
+  const rows = pairs.map(({ half, full }) => {
+    const a = windowMedians(half);
+    const b = windowMedians(full);
+    return (
+      `| ${full.mix.name} | ${fmt(half.jobs)}: ${fmt(a.open)} open, ${mib(a.growth)} MiB | ${fmt(full.jobs)}: ${fmt(b.open)} open, ${mib(b.growth)} MiB | ` +
+      `**${kib(marginalPerStream(half, full))} KiB** | ${kib(perStreamAtMost(half))} / ${kib(perStreamAtMost(full))} KiB | ${mib(median(half.window.backlog))} / ${mib(median(full.window.backlog))} MiB | ${half.latency.p99.toFixed(1)} / ${full.latency.p99.toFixed(1)} ms | ` +
+      `${half.machine.load[0].toFixed(1)}, ${half.machine.load[1].toFixed(1)}; ${full.machine.load[0].toFixed(1)}, ${full.machine.load[1].toFixed(1)} |`
+    );
+  });
+  const live = (l: LiveSample) => `${fmt(l.active)} calls`;
+  const breakdown = LIVE_KINDS.map(([label, of]) => {
+    const cells = pairs.map(({ half, full }) => {
+      const calls = Math.max(1, full.live.active - half.live.active);
+      // Growth over each run's own "before" (a fresh server's RSS varies by several MiB run to run).
+      const a = of(half.live) - of(half.baseLive);
+      const b = of(full.live) - of(full.baseLive);
+      return `${mib(a)} → ${mib(b)} MiB (${kib((b - a) / calls)})`;
+    });
+    return `| ${label} | ${cells.join(" | ")} |`;
+  });
+  return [
+    "",
+    "### Per open stream: what grows with the streams, and what the process holds anyway",
+    "",
+    "Each mix also ran at half the jobs (same per-job rates and tiers, so half the lines), into its own fresh server just before the full run. " +
+      "**The marginal figure is the one the aim (≤ 64 KiB per open stream) is judged on**: (RSS growth at the full run − at the half) ÷ (calls open at the full − at the half), " +
+      "each RSS growth over its own run's “before” and each the median of the window's one-second samples (a difference of two single samples carries both runs' timing noise: when the last scavenge ran, which second had the most calls open). " +
+      "It is a stream's own cost: its connection, call and queued lines. Today's figure, (RSS − before) ÷ open calls at the sample with the most open, also divides by the streams what the process holds whatever their number " +
+      "(V8's young generation, which any steady load grows to its maximum, 16 MiB a semi-space on 64-bit Node 22; the store backlog's server-wide budget `limits.queuedBytes`, 32 MiB; code and caches first used under load), so it shrinks as streams are added and says little about 1,000 versus 2,000; it is kept for comparison with earlier runs.",
+    "",
+    "| mix | half run: jobs, calls open, RSS growth (medians) | full run: same | RSS per open stream, marginal | today's figure (peak sample), half / full | store backlog held (median), half / full | p99 half / full | load average: half start, end; full start, end |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ...rows,
+    "",
+    `Growth by kind from before the agents to the middle of the window, each after a full GC (the calls open; \`BENCH_FLEET_DIAG=1\` prints more kinds), half → full run, and in brackets the difference per added open call (KiB): what stays put is the process's, what grows the streams'.`,
+    "",
+    `| memory after a full GC | ${pairs.map((p) => `${p.full.mix.name}: ${live(p.half.live)} → ${live(p.full.live)}`).join(" | ")} |`,
+    `|---|${pairs.map(() => "---:").join("|")}|`,
+    ...breakdown,
+  ];
+}
+
+/** The rows of one fleet run's table; `half` the same mix at half the jobs, for the marginal row. */
+function runRows(r: FleetRun, half?: FleetRun): string[] {
   const { peak, base, latency, check, reports, open, machine } = r;
   const failed = reports.reduce((n, x) => n + x.failed, 0);
   const retries = new Map<string, number>();
   for (const x of reports) for (const [k, n] of Object.entries(x.retries)) retries.set(k, (retries.get(k) ?? 0) + n);
   const retried = [...retries].map(([k, n]) => `${n} × ${k}`).join("; ") || "none";
   // Per stream with the streams actually open: RSS and open calls of the same sample.
-  const perStream = (open.most.rss - base.rss) / Math.max(1, open.most.active);
+  const perStream = perStreamAtMost(r);
   const lost = check.whole === check.jobs && failed === 0 && r.results === r.jobs && latency.followErrors === 0;
   const pct = (ms: number) => `${((ms / 1000 / r.seconds) * 100).toFixed(0)} %`;
   const pgRow = r.pg
@@ -334,11 +441,14 @@ function runRows(r: FleetRun): string[] {
     "|---|---:|",
     `| lines/s offered (nominal; lines sent below) → stored (steady window, ${r.seconds.toFixed(1)} s) | ${fmt(offered(r.mix, r.jobs))} → ${fmt(r.lines / r.seconds)} |`,
     `| open calls over the window: mean / most | ${open.mean.toFixed(0)} / ${fmt(open.most.active)} of ${fmt(r.jobs)} |`,
-    `| server RSS per open stream ((RSS − before) ÷ open calls, at the sample with the most open) | ${(perStream / 1024).toFixed(1)} KiB (aim ≤ 64 KiB) |`,
+    `| server RSS per open stream ((RSS − before) ÷ open calls, at the sample with the most open; the process's constant share included) | ${(perStream / 1024).toFixed(1)} KiB |`,
+    ...(half ? [`| server RSS per open stream, marginal (${fmt(half.jobs)} → ${fmt(r.jobs)} jobs, window medians: see below) | ${(marginalPerStream(half, r) / 1024).toFixed(1)} KiB (aim ≤ 64 KiB) |`] : []),
     // Every agent holds its connection for the whole run, open call or not.
     `| after a full GC with ${fmt(r.live.active)} calls open: (RSS − before) ÷ calls; live JS heap ÷ calls | ${((r.live.rss - base.rss) / Math.max(1, r.live.active) / 1024).toFixed(1)} KiB; ${((r.live.heap - base.heap) / Math.max(1, r.live.active) / 1024).toFixed(1)} KiB |`,
     `| server RSS per job connected ((peak − before) ÷ ${fmt(r.jobs)}) | ${((peak.rss - base.rss) / r.jobs / 1024).toFixed(1)} KiB |`,
     `| server RSS before agents → peak | ${(base.rss / 2 ** 20).toFixed(0)} → ${(peak.rss / 2 ** 20).toFixed(0)} MiB |`,
+    // The budget is server-wide (limits.queuedBytes): what it holds is the process's, not a stream's.
+    `| held unstored: store backlog (queued for the store) median / at the RSS peak / most; messages not fully arrived at the RSS peak | ${(median(r.window.backlog) / 2 ** 20).toFixed(1)} / ${(peak.held.backlog / 2 ** 20).toFixed(1)} / ${(Math.max(...r.window.backlog) / 2 ** 20).toFixed(1)} MiB; ${(peak.held.reading / 2 ** 20).toFixed(1)} MiB |`,
     `| server CPU per million lines | ${r.cpuPerMillion.toFixed(1)} CPU-s |`,
     `| write → follow() latency p50 / p99 / max (${fmt(latency.lines)} lines on ${fmt(Math.ceil(r.jobs / FOLLOW_EVERY))} followed jobs) | ${latency.p50.toFixed(1)} / ${latency.p99.toFixed(1)} / ${latency.max.toFixed(0)} ms (aim p99 < 100 ms) |`,
     `| write → stored (append returned; every job) p50 / p99 | ${latency.stored.p50.toFixed(1)} / ${latency.stored.p99.toFixed(1)} ms |`,
@@ -359,7 +469,16 @@ export async function run(): Promise<string> {
   const first = MIXES[MIX_NAMES[0] ?? "heavy"]!;
   const few = JOBS > 10 && process.env.BENCH_FLEET_COMPARE !== "0" ? await fleet(first, 10, 15_000) : null;
   const runs: FleetRun[] = [];
-  for (const name of MIX_NAMES) runs.push(await fleet(MIXES[name]!, JOBS, DURATION_MS));
+  const pairs: { half: FleetRun; full: FleetRun }[] = [];
+  const marginal = process.env.BENCH_FLEET_MARGINAL !== "0" && JOBS >= 20;
+  for (const name of MIX_NAMES) {
+    // The half run just before the full one: the same minute's machine for both.
+    const half = marginal ? await fleet(MIXES[name]!, Math.round(JOBS / 2), DURATION_MS) : null;
+    const full = await fleet(MIXES[name]!, JOBS, DURATION_MS);
+    runs.push(full);
+    if (half) pairs.push({ half, full });
+  }
+  const halfOf = (r: FleetRun) => pairs.find((p) => p.full === r)?.half;
   const store = process.env.BENCH_FLEET_STORE === "memory" ? "createMemoryLogStore (BENCH_FLEET_STORE=memory)" : `createPostgresLogStore on the local PostgreSQL, pool of ${process.env.BENCH_FLEET_POOL ?? 20}`;
   const calls = (x: FleetRun) => x.reports.reduce((n, y) => n + y.calls, 0);
   const costRows = (x: FleetRun) =>
@@ -374,11 +493,12 @@ export async function run(): Promise<string> {
       `lines of 40–200 bytes carrying the agent's clock, then each job's end. The mixes, each its own run into a fresh server: ${runs.map((r) => mixText(r.mix)).join("; ")}. ` +
       `One server process (startRunnerServer, ${store}, memory queue, token check on${process.env.BENCH_FLEET_SERVER_FLAGS ? `, Node flags ${process.env.BENCH_FLEET_SERVER_FLAGS}` : ""}). ` +
       `Every ${FOLLOW_EVERY}th job is followed with \`follow()\` in the server process from before its first line; latency is from the agent's write to that follower's delivery, counted in fixed buckets (0.1 ms below 100 ms, 1 ms above; a percentile is its bucket's upper edge) allocated before the agents start, so the measuring adds nothing to the server's RSS. ` +
-      "Rates, RSS and CPU are measured over the middle of the run (every job started), sampled each second; RSS per open stream divides the RSS growth by the calls open in the same sample. " +
+      "Rates, RSS and CPU are measured over the middle of the run (every job started), sampled each second; today's RSS per open stream divides the RSS growth by the calls open in the same sample, the marginal one compares the full run with a half one (see \"Per open stream\" below). " +
       "Memory after a full GC is sampled in the middle of the window, the calls open (one pause of the server, in the latency figures too). " +
       "Where the time went is measured, not assumed: the server's and agents' time runnable but waiting for a CPU (Linux schedstat), the machine's CPU pressure (PSI), and PostgreSQL's backends of the bench's database sampled from pg_stat_activity every 250 ms (other work on the machine uses the same database: its idle connections are in the count). " +
       "Afterwards every job is read back from the store and checked line by line. Agents, server and PostgreSQL share the machine (2 cores) with other work: see the load average row.",
-    ...runs.flatMap((r) => ["", `### ${r.mix.name} mix (${fmt(offered(r.mix, r.jobs))} lines/s offered)`, "", ...runRows(r)]),
+    ...runs.flatMap((r) => ["", `### ${r.mix.name} mix (${fmt(offered(r.mix, r.jobs))} lines/s offered)`, "", ...runRows(r, halfOf(r))]),
+    ...(pairs.length > 0 ? marginalRows(pairs) : []),
     ...(few
       ? [
           "",
@@ -389,6 +509,7 @@ export async function run(): Promise<string> {
           "| open jobs | lines/s | server CPU per item | write → stored p50 / p99 | one follow() (probes) | calls started |",
           "|---:|---:|---:|---:|---:|---:|",
           costRows(few),
+          ...pairs.map((p) => costRows(p.half)),
           ...runs.map(costRows),
         ]
       : []),
