@@ -9,6 +9,8 @@
  * IPC out: `{ port }` once listening, then one answer per request.
  */
 import { readFileSync, writeFileSync } from "node:fs";
+import http2 from "node:http2";
+import { syncBuiltinESMExports } from "node:module";
 import v8 from "node:v8";
 import { Session } from "node:inspector/promises";
 import pg from "pg";
@@ -92,6 +94,35 @@ const runner = createRunnerService(createMemoryQueue(), {
     results++;
   },
 });
+/**
+ * The HTTP/2 streams the runner server opens, seen through its http2 server (wrapped here,
+ * the bench's own instrument: startRunnerServer does not expose it), to measure what flow
+ * control lets Node buffer: bytes received on streams the server has not read yet (a call
+ * paused behind the store backlog keeps up to its window there) and the connections whose
+ * windows were widened (flow-window.ts). O(open streams) a sample.
+ */
+const openStreams = new Set<http2.ServerHttp2Stream>();
+const createServer = http2.createServer;
+(http2 as { createServer: unknown }).createServer = (...args: Parameters<typeof http2.createServer>) => {
+  const made = createServer(...args);
+  made.on("stream", (stream) => {
+    openStreams.add(stream);
+    stream.on("close", () => openStreams.delete(stream));
+  });
+  return made;
+};
+syncBuiltinESMExports();
+function flowHeld(): { windows: number; widened: number } {
+  let windows = 0;
+  const sessions = new Set<http2.Http2Session>();
+  for (const stream of openStreams) {
+    windows += stream.readableLength;
+    if (stream.session) sessions.add(stream.session);
+  }
+  let widened = 0;
+  for (const session of sessions) if ((session.localSettings.initialWindowSize ?? 65_535) > 65_535) widened++;
+  return { windows, widened };
+}
 const server = await startRunnerServer(runner, { port: 0, ...(process.env.BENCH_FLEET_SERVER_KEEPALIVE ? { keepAliveMs: Number(process.env.BENCH_FLEET_SERVER_KEEPALIVE) } : {}) });
 if (process.env.BENCH_FLEET_DEBUG) {
   const { monitorEventLoopDelay } = await import("node:perf_hooks");
@@ -214,7 +245,7 @@ process.on("message", async (m: unknown) => {
     const mem = process.memoryUsage();
     const cpu = process.cpuUsage();
     // What the server holds unstored: entries queued for the store (the budget's count) and incomplete messages.
-    const held = { backlog: backlogOf(runner)?.held ?? 0, reading: server.heldBytes };
+    const held = { backlog: backlogOf(runner)?.held ?? 0, reading: server.heldBytes, ...flowHeld() };
     send({ rss: mem.rss, heap: mem.heapUsed, cpuMs: (cpu.user + cpu.system) / 1000, stored, results, active: runner.activeCalls, runQueueMs: runQueueMs(), held });
     return;
   }

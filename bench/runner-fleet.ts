@@ -106,7 +106,7 @@ interface Sample {
   /** The server's time runnable but not running (waiting for a CPU), ms. */
   runQueueMs: number;
   /** Bytes held unstored: queued for the store (within limits.queuedBytes) and of messages not fully arrived. */
-  held: { backlog: number; reading: number };
+  held: { backlog: number; reading: number; windows: number; widened: number };
 }
 
 interface LiveSample {
@@ -177,6 +177,7 @@ function samplePostgres(): { stop(): Promise<PgActivity> } {
   };
 }
 
+const mib1 = (bytes: number) => (bytes / 2 ** 20).toFixed(1);
 const fmt = (n: number) => Math.round(n).toLocaleString("en-US");
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? NaN;
 
@@ -199,7 +200,7 @@ interface FleetRun {
   /** Mean and most calls open over the window's samples; RSS per stream at the sample with the most. */
   open: { mean: number; most: Sample };
   /** Every sample of the window (RSS, calls open), for the medians of the marginal figure. */
-  window: { rss: number[]; active: number[]; backlog: number[] };
+  window: { rss: number[]; active: number[]; backlog: number[]; windows: number[] };
   /** The window: server CPU and run-queue wait (ms), machine CPU pressure (share), load averages. */
   machine: { serverCpuMs: number; serverWaitMs: number; pressure: number; load: [number, number] };
   pg: PgActivity | null;
@@ -253,6 +254,7 @@ async function fleet(mix: Mix, jobCount: number, durationMs: number): Promise<Fl
     const windowRss: number[] = [];
     const windowActive: number[] = [];
     const windowBacklog: number[] = [];
+    const windowHeld: number[] = [];
     const window = durationMs - RAMP_MS - 4_000;
     const samples = Math.max(1, Math.floor(window / 1000));
     let live: LiveSample | null = null;
@@ -271,6 +273,7 @@ async function fleet(mix: Mix, jobCount: number, durationMs: number): Promise<Fl
       windowRss.push(s.rss);
       windowActive.push(s.active);
       windowBacklog.push(s.held.backlog);
+      windowHeld.push(s.held.windows);
     }
     const s1 = await ask<Sample>(server, "sample");
     const seconds = (performance.now() - t0) / 1000;
@@ -290,7 +293,7 @@ async function fleet(mix: Mix, jobCount: number, durationMs: number): Promise<Fl
     return {
       mix,
       open: { mean: activeSum / samples, most },
-      window: { rss: windowRss, active: windowActive, backlog: windowBacklog },
+      window: { rss: windowRss, active: windowActive, backlog: windowBacklog, windows: windowHeld },
       machine: { serverCpuMs: s1.cpuMs - s0.cpuMs, serverWaitMs: s1.runQueueMs - s0.runQueueMs, pressure, load: [load0, load1] },
       pg: pgSeen,
       live,
@@ -448,7 +451,7 @@ function runRows(r: FleetRun, half?: FleetRun): string[] {
     `| server RSS per job connected ((peak − before) ÷ ${fmt(r.jobs)}) | ${((peak.rss - base.rss) / r.jobs / 1024).toFixed(1)} KiB |`,
     `| server RSS before agents → peak | ${(base.rss / 2 ** 20).toFixed(0)} → ${(peak.rss / 2 ** 20).toFixed(0)} MiB |`,
     // The budget is server-wide (limits.queuedBytes): what it holds is the process's, not a stream's.
-    `| held unstored: store backlog (queued for the store) median / at the RSS peak / most; messages not fully arrived at the RSS peak | ${(median(r.window.backlog) / 2 ** 20).toFixed(1)} / ${(peak.held.backlog / 2 ** 20).toFixed(1)} / ${(Math.max(...r.window.backlog) / 2 ** 20).toFixed(1)} MiB; ${(peak.held.reading / 2 ** 20).toFixed(1)} MiB |`,
+    `| held unstored: store backlog (queued for the store; budget limits.queuedBytes) median / at the RSS peak / most; received into Node's stream buffers, not yet read (flow-control windows) median / at the RSS peak / most; messages not fully arrived at the RSS peak; connections with widened windows at the RSS peak | ${mib1(median(r.window.backlog))} / ${mib1(peak.held.backlog)} / ${mib1(Math.max(...r.window.backlog))} MiB; ${mib1(median(r.window.windows))} / ${mib1(peak.held.windows)} / ${mib1(Math.max(...r.window.windows))} MiB; ${mib1(peak.held.reading)} MiB; ${peak.held.widened} |`,
     `| server CPU per million lines | ${r.cpuPerMillion.toFixed(1)} CPU-s |`,
     `| write → follow() latency p50 / p99 / max (${fmt(latency.lines)} lines on ${fmt(Math.ceil(r.jobs / FOLLOW_EVERY))} followed jobs) | ${latency.p50.toFixed(1)} / ${latency.p99.toFixed(1)} / ${latency.max.toFixed(0)} ms (aim p99 < 100 ms) |`,
     `| write → stored (append returned; every job) p50 / p99 | ${latency.stored.p50.toFixed(1)} / ${latency.stored.p99.toFixed(1)} ms |`,
