@@ -12,7 +12,7 @@ import { kCallAuthenticated, kCallJob, kShutdownSignal } from "./call-context.js
 import { COMMITTED_HEADER, OFFSET_HEADER } from "./service-contract.js";
 import { uErr, type RunnerCore } from "./job-table.js";
 import { CallRun } from "./call-run.js";
-import { nextItem, readerOf, unread, type ItemReader } from "./item-reader.js";
+import { readerOf, refill, takeItem, unread, type ItemReader } from "./item-reader.js";
 import { authenticate, checkTokenPresent, parseOffset } from "./call-auth.js";
 import { checkItemShape, processItem } from "./item-rules.js";
 import { EndedSignal } from "./ended.js";
@@ -61,7 +61,9 @@ async function runCall(core: RunnerCore, call: CallRun, it: ItemReader): Promise
   checkTokenPresent(core, headers);
   const offset = parseOffset(headers.get(OFFSET_HEADER));
 
-  let first = await nextItem(call, it);
+  // What is awaited settles with a boolean, not the item (item-reader.ts, refill): this frame
+  // lives as long as the call and would keep the first item and its chunk in a register.
+  let first = takeItem(it) ?? ((await refill(call, it)) ? takeItem(it)! : null);
   if (first === null) {
     if (Number.isNaN(offset)) throw badOffset();
     // A call with zero items is fine, and names no job: no runner-committed to give.
@@ -134,15 +136,15 @@ function takeJob(core: RunnerCore, call: CallRun, id: string, rawId: string): vo
 
 /** Every item through the rules, then the last ones stored. O(items). */
 async function processItems(core: RunnerCore, call: CallRun, it: ItemReader): Promise<void> {
-  let item: CallItem | null = null;
+  let item: CallItem | undefined;
   for (;;) {
-    const next = nextItem(call, it);
-    if (next instanceof Promise) {
-      // No item held while the call waits for the next one (an idle stream would pin its chunk).
-      item = null;
-      item = await next;
-    } else item = next;
-    if (item === null) break;
+    item = takeItem(it);
+    if (item === undefined) {
+      // No item held while the call waits for the next batch (an idle stream would pin its
+      // chunk), neither here nor in the promise awaited (it settles with a boolean).
+      if (await refill(call, it)) continue;
+      break;
+    }
     // Most items are handled synchronously; only a wait (back-pressure, the end) awaits.
     const processing = processItem(core, call, item);
     if (processing !== undefined) await processing;
