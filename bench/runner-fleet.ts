@@ -85,9 +85,15 @@ function child(file: string): ChildProcess {
   return fork(path.join(here, file), [], {
     // BENCH_FLEET_SERVER_FLAGS: extra Node/V8 flags for the server process only (e.g. --max-semi-space-size=2), to measure a deployment's setting; none by default.
     execArgv: ["--import", "tsx", "--max-old-space-size=1024", ...(file.includes("server") ? ["--expose-gc", ...(process.env.BENCH_FLEET_SERVER_FLAGS?.split(" ").filter(Boolean) ?? [])] : []), ...(process.env.BENCH_FLEET_PROF && file.includes(process.env.BENCH_FLEET_PROF) ? ["--cpu-prof", "--cpu-prof-dir=/tmp/prof/fleet"] : [])],
-    env: { ...process.env, BENCH_SECRET: SECRET, BENCH_POSTGRES_URL: POSTGRES_URL },
+    // BENCH_FLEET_SERVER_ENV: extra environment for the server process only, "K=V K=V" (e.g. glibc's MALLOC_ARENA_MAX=2), to measure a host's setting; none by default.
+    env: { ...process.env, ...(file.includes("server") ? serverEnv() : {}), BENCH_SECRET: SECRET, BENCH_POSTGRES_URL: POSTGRES_URL },
     stdio: ["ignore", "inherit", "inherit", "ipc"],
   });
+}
+
+function serverEnv(): Record<string, string> {
+  const pairs = (process.env.BENCH_FLEET_SERVER_ENV ?? "").split(" ").filter((kv) => kv.includes("="));
+  return Object.fromEntries(pairs.map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]));
 }
 
 async function ask<T>(c: ChildProcess, message: unknown): Promise<T> {
@@ -358,7 +364,17 @@ function windowMedians(r: FleetRun): { growth: number; open: number } {
 function marginalPerStream(half: FleetRun, full: FleetRun): number {
   const a = windowMedians(half);
   const b = windowMedians(full);
-  return (b.growth - a.growth) / Math.max(1, b.open - a.open);
+  return addedCalls(a.open, b.open, half.jobs) ? (b.growth - a.growth) / (b.open - a.open) : Number.NaN;
+}
+
+/**
+ * True when the full run had enough more calls open than the half one for a difference per
+ * call to mean something: at least a quarter of the half run's jobs more (a server so far
+ * behind that its calls keep ending and reopening has few more open, and a few MiB of noise
+ * divided by a handful of calls is no figure).
+ */
+function addedCalls(halfOpen: number, fullOpen: number, halfJobs: number): boolean {
+  return fullOpen - halfOpen >= halfJobs / 4;
 }
 
 /** Memory after a full GC by kind, in the rows of the marginal breakdown: [label, bytes of a live sample]. */
@@ -385,18 +401,18 @@ function marginalRows(pairs: { half: FleetRun; full: FleetRun }[]): string[] {
     const b = windowMedians(full);
     return (
       `| ${full.mix.name} | ${fmt(half.jobs)}: ${fmt(a.open)} open, ${mib(a.growth)} MiB | ${fmt(full.jobs)}: ${fmt(b.open)} open, ${mib(b.growth)} MiB | ` +
-      `**${kib(marginalPerStream(half, full))} KiB** | ${kib(perStreamAtMost(half))} / ${kib(perStreamAtMost(full))} KiB | ${mib(median(half.window.backlog))} / ${mib(median(full.window.backlog))} MiB | ${half.latency.p99.toFixed(1)} / ${full.latency.p99.toFixed(1)} ms | ` +
+      `**${Number.isNaN(marginalPerStream(half, full)) ? "n/a (too few more calls open)" : `${kib(marginalPerStream(half, full))} KiB`}** | ${kib(perStreamAtMost(half))} / ${kib(perStreamAtMost(full))} KiB | ${mib(median(half.window.backlog))} / ${mib(median(full.window.backlog))} MiB | ${half.latency.p99.toFixed(1)} / ${full.latency.p99.toFixed(1)} ms | ` +
       `${half.machine.load[0].toFixed(1)}, ${half.machine.load[1].toFixed(1)}; ${full.machine.load[0].toFixed(1)}, ${full.machine.load[1].toFixed(1)} |`
     );
   });
   const live = (l: LiveSample) => `${fmt(l.active)} calls`;
   const breakdown = LIVE_KINDS.map(([label, of]) => {
     const cells = pairs.map(({ half, full }) => {
-      const calls = Math.max(1, full.live.active - half.live.active);
+      const calls = full.live.active - half.live.active;
       // Growth over each run's own "before" (a fresh server's RSS varies by several MiB run to run).
       const a = of(half.live) - of(half.baseLive);
       const b = of(full.live) - of(full.baseLive);
-      return `${mib(a)} → ${mib(b)} MiB (${kib((b - a) / calls)})`;
+      return `${mib(a)} → ${mib(b)} MiB (${addedCalls(half.live.active, full.live.active, half.jobs) ? kib((b - a) / calls) : "n/a"})`;
     });
     return `| ${label} | ${cells.join(" | ")} |`;
   });
@@ -445,7 +461,7 @@ function runRows(r: FleetRun, half?: FleetRun): string[] {
     `| lines/s offered (nominal; lines sent below) → stored (steady window, ${r.seconds.toFixed(1)} s) | ${fmt(offered(r.mix, r.jobs))} → ${fmt(r.lines / r.seconds)} |`,
     `| open calls over the window: mean / most | ${open.mean.toFixed(0)} / ${fmt(open.most.active)} of ${fmt(r.jobs)} |`,
     `| server RSS per open stream ((RSS − before) ÷ open calls, at the sample with the most open; the process's constant share included) | ${(perStream / 1024).toFixed(1)} KiB |`,
-    ...(half ? [`| server RSS per open stream, marginal (${fmt(half.jobs)} → ${fmt(r.jobs)} jobs, window medians: see below) | ${(marginalPerStream(half, r) / 1024).toFixed(1)} KiB (aim ≤ 64 KiB) |`] : []),
+    ...(half ? [`| server RSS per open stream, marginal (${fmt(half.jobs)} → ${fmt(r.jobs)} jobs, window medians: see below) | ${Number.isNaN(marginalPerStream(half, r)) ? "n/a (too few more calls open)" : `${(marginalPerStream(half, r) / 1024).toFixed(1)} KiB`} (aim ≤ 64 KiB) |`] : []),
     // Every agent holds its connection for the whole run, open call or not.
     `| after a full GC with ${fmt(r.live.active)} calls open: (RSS − before) ÷ calls; live JS heap ÷ calls | ${((r.live.rss - base.rss) / Math.max(1, r.live.active) / 1024).toFixed(1)} KiB; ${((r.live.heap - base.heap) / Math.max(1, r.live.active) / 1024).toFixed(1)} KiB |`,
     `| server RSS per job connected ((peak − before) ÷ ${fmt(r.jobs)}) | ${((peak.rss - base.rss) / r.jobs / 1024).toFixed(1)} KiB |`,
@@ -494,7 +510,7 @@ export async function run(): Promise<string> {
     `Method: ${fmt(JOBS)} jobs${SCALE !== 1 ? ` (scale ${SCALE})` : ""}, each an agent (\`createRunnerClient\` with its defaults, its own HTTP/2 connection) in one of ` +
       `${AGENT_PROCESSES} agent processes, started over ${RAMP_MS / 1000} s and writing for ${DURATION_MS / 1000} s at a mixed rate, ` +
       `lines of 40–200 bytes carrying the agent's clock, then each job's end. The mixes, each its own run into a fresh server: ${runs.map((r) => mixText(r.mix)).join("; ")}. ` +
-      `One server process (startRunnerServer, ${store}, memory queue, token check on${process.env.BENCH_FLEET_SERVER_FLAGS ? `, Node flags ${process.env.BENCH_FLEET_SERVER_FLAGS}` : ""}). ` +
+      `One server process (startRunnerServer, ${store}, memory queue, token check on${process.env.BENCH_FLEET_SERVER_FLAGS ? `, Node flags ${process.env.BENCH_FLEET_SERVER_FLAGS}` : ""}${process.env.BENCH_FLEET_SERVER_ENV ? `, environment ${process.env.BENCH_FLEET_SERVER_ENV}` : ""}). ` +
       `Every ${FOLLOW_EVERY}th job is followed with \`follow()\` in the server process from before its first line; latency is from the agent's write to that follower's delivery, counted in fixed buckets (0.1 ms below 100 ms, 1 ms above; a percentile is its bucket's upper edge) allocated before the agents start, so the measuring adds nothing to the server's RSS. ` +
       "Rates, RSS and CPU are measured over the middle of the run (every job started), sampled each second; today's RSS per open stream divides the RSS growth by the calls open in the same sample, the marginal one compares the full run with a half one (see \"Per open stream\" below). " +
       "Memory after a full GC is sampled in the middle of the window, the calls open (one pause of the server, in the latency figures too). " +
