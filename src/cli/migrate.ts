@@ -11,7 +11,8 @@ const usage = `Usage: runner-depot migrate <data>
 Upgrades the package store under <data> (the folder 'serve --data' uses, or a depot store
 folder itself) to store format ${STORE_FORMAT}, in place. A store written by runner-depot 0.1.0
 is format 1; 'serve' also upgrades it when it opens it, so this command is for doing it
-ahead of time. Nothing published is lost or changes its digest; running it again, or after
+ahead of time. A store whose records are still files (records/) has them imported into
+records.db first. Nothing published is lost or changes its digest; running it again, or after
 an interrupted run, is safe. A store newer than this runner-depot is refused.`;
 
 export const migrateCommand: Command = {
@@ -21,9 +22,11 @@ export const migrateCommand: Command = {
     const [data] = positionals;
     if (!data || positionals.length > 1) throw new CliError("give exactly one folder: 'runner-depot migrate <data>'", 2);
     const root = path.resolve(data);
-    // serve keeps the depot's store in <data>/depot; a store folder holds records/ itself.
-    const dir = existsSync(path.join(root, "depot", "records")) ? path.join(root, "depot") : root;
-    if (!existsSync(path.join(dir, "records"))) throw new CliError(`no depot store in ${root} (expected ${path.join(root, "depot")} or a folder holding records/)`);
+    // serve keeps the depot's store in <data>/depot; a store folder holds records.db (or,
+    // written before it, records/) itself.
+    const isStore = (dir: string) => existsSync(path.join(dir, "records.db")) || existsSync(path.join(dir, "records"));
+    const dir = isStore(path.join(root, "depot")) ? path.join(root, "depot") : root;
+    if (!isStore(dir)) throw new CliError(`no depot store in ${root} (expected ${path.join(root, "depot")} or a folder holding records.db or records/)`);
     const store = createFsStore(dir);
     try {
       const report = await upgradeStore(store);

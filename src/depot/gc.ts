@@ -75,9 +75,10 @@ export async function collectGarbage(store: PackageStore, transactions: Transact
   for await (const key of allKeys(store, keys.transactions)) {
     const record = await store.getRecord<TransactionRecord>(key);
     if (!record) {
-      // Listed, yet no record: a create a machine crash tore (the fs store reads it as
-      // absent: the transaction was lost whole, depot-publish-durability.md), or one just
-      // forgotten. Its item and marker records can never be used again, nor the name (ids
+      // Listed, yet no record: one just forgotten, or a create a machine crash tore on a
+      // store whose records can tear (the fs store's record files could, before records.db;
+      // a store reads such a record as absent: the transaction was lost whole,
+      // depot-publish-durability.md). Its item and marker records can never be used again, nor the name (ids
       // are never reused): both go, where they would otherwise stay for ever.
       await transactions.dropItemRecords(key.slice(keys.transactions.length));
       await store.deleteRecord(key);

@@ -75,9 +75,9 @@ export interface WriteCondition {
    * is safe: index and clean-up writes (reference notes, a freed slot, a dropped claim,
    * a finished transaction's working records, an open transaction's records that a
    * confirmed write replaces or the commit re-derives: docs/decisions/depot-publish-durability.md).
-   * A store may then skip flushing the write to stable storage (the fs store skips the
-   * directory fsync, and for a create the file's fsync too); a reader must still never
-   * see it torn (the fs store reads a torn create as absent). A process crash loses
+   * A store may then skip flushing the write to stable storage (the fs store commits a
+   * batch of only such writes without a WAL fsync); a reader must still never see it torn
+   * (a store whose writes can tear reads a torn create as absent). A process crash loses
    * nothing either way. Stores may ignore it.
    */
   lazy?: boolean;
@@ -86,8 +86,8 @@ export interface WriteCondition {
    * sets it on the count and touch of a transaction that is still open, since an open
    * transaction may be lost whole (depot-api.md §9). A store may then write it without
    * any flush at all, even where that could leave the record torn; a torn record must read
-   * as absent (the fs store marks such a write as it marks a lazy create). Stores may
-   * ignore it.
+   * as absent. Stores may ignore it (the fs store treats it as `lazy`: its records.db
+   * never tears a write).
    */
   losable?: boolean;
   /**

@@ -185,7 +185,7 @@ export class Transactions {
    * (attributes, requirements, licences), which must hold once answered. A lazy change is
    * also `losable`: the record it writes is `open` (checked above), and an open
    * transaction may be lost whole in a machine crash, so the fs store writes it without a
-   * flush (a torn record reads as absent: the transaction is gone, answering 404).
+   * flush (lost, the record reads as absent: the transaction is gone, answering 404).
    */
   async mutate(id: string, change: (trans: TransactionRecord) => void, options: { lazy?: boolean } = {}): Promise<TransactionRecord> {
     const { value } = await updateRecord<TransactionRecord>(this.store, keys.trans(id), (current) => {
@@ -321,8 +321,8 @@ export class Transactions {
   }
 
   /**
-   * Deletes the item and marker records of transaction `id` (torn ones too, on the fs
-   * store): one listing per prefix, one delete per record.
+   * Deletes the item and marker records of transaction `id` (torn ones too, on a store
+   * whose records can tear): one listing per prefix, one delete per record.
    */
   async dropItemRecords(id: string): Promise<void> {
     // Lazy: records a machine crash keeps belong to a finished transaction, and garbage

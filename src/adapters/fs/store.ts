@@ -1,24 +1,26 @@
 /**
  * The filesystem PackageStore: the depot's embedded default. This file composes it from
- * one file per concern: blobs.ts, records.ts, listing.ts (with record-keys.ts), locks.ts
- * and durable.ts, which share a {@link FsStoreContext} made here.
+ * one file per concern: blobs.ts (with durable.ts) and records.ts (over record-db.ts, with
+ * record-import.ts for stores written before the database), which share a
+ * {@link FsStoreContext} made here.
  *
  * Layout under `dir`:
  * - `blobs/sha256/<2 hex>/<64 hex>`: content-addressed blobs, immutable once renamed in;
- * - `records/<seg>/…/<last seg>~`: one JSON file per record key (`{ key, revision, value }`),
- *   segments percent-encoded so any key maps to a safe name;
- * - `tmp/`: files being written; a kill leaves at most an orphan here, never a torn blob or record;
- * - `graves/`: second names of record files a swap replaced, until they are unlinked
- *   (graves.ts); every open of the store empties it.
+ * - `records.db` (with SQLite's `records.db-wal` and `records.db-shm`): every record, one
+ *   row per key, compare-and-swap on its revision (records.ts);
+ * - `records/format~`: a fence that makes runner-depot versions from before the database
+ *   refuse the directory (legacy-records.ts), beside the record files such a version
+ *   wrote, imported once and then left as they were;
+ * - `tmp/`: blob files being written; a kill leaves at most an orphan here, never a torn blob.
  *
- * Guarantees: every blob and record appears whole or not at all (write to `tmp/`, fsync,
- * rename, fsync the directory). Compare-and-swap is exact between concurrent calls in one
- * process (a per-key promise chain) and between processes sharing `dir` on one host or a
- * POSIX filesystem (a per-key lock file, created whole by hard-linking a written temp
- * file, held only for the read-compare-rename; a create-only write needs none: it
- * hard-links its written temp file into place, which fails when the name exists).
- * A lock left by a killed process is broken when its owner is gone (same host: the pid is
- * dead or belongs to a new incarnation) or it is older than `staleLockMs`.
+ * Guarantees: every blob and record appears whole or not at all. A blob is written to
+ * `tmp/`, fsynced, renamed, and its directory fsynced; a record is a row committed through
+ * SQLite's WAL with synchronous=FULL (the WAL fsynced before the write's promise resolves),
+ * except writes the depot marks lazy, which may skip that flush (a machine crash may lose
+ * them whole, never tear them). Compare-and-swap is exact between concurrent calls in one
+ * process (a batch applies them in call order) and between processes sharing `dir` on one
+ * host (SQLite's write lock; WAL needs shared memory, so not across hosts on a network
+ * filesystem). A kill -9 loses nothing acknowledged.
  */
 import { randomUUID } from "node:crypto";
 import { mkdir, readdir, rm, stat } from "node:fs/promises";
@@ -28,16 +30,15 @@ import { RunnerDepotError } from "../../errors.js";
 import { createFsBlobs } from "./blobs.js";
 import type { FsStoreContext } from "./context.js";
 import { createDurableWrites } from "./durable.js";
-import { createGraves } from "./graves.js";
-import { createFsListing } from "./listing.js";
-import { createLocks } from "./locks.js";
+import { openRecordDb, type RecordDb } from "./record-db.js";
+import { importLegacyRecords } from "./record-import.js";
 import { createFsRecords } from "./records.js";
 
 /** Options of {@link createFsStore}. */
 export interface FsStoreOptions {
-  /** A lock older than this is broken whoever holds it (default 30 s; a critical section lasts milliseconds). */
+  /** @deprecated No effect since records moved into records.db: SQLite's locks die with their process. */
   staleLockMs?: number;
-  /** How long a compare-and-swap waits for a key's lock before failing UNAVAILABLE (default 30 s). */
+  /** How long a write waits for the record database's write lock (held by another process) before failing UNAVAILABLE (default 30 s; a commit lasts a millisecond or so). */
   lockTimeoutMs?: number;
   /** Skip fsync (tests on tmpfs only; a crash may then lose acknowledged writes). */
   unsafeNoSync?: boolean;
@@ -62,65 +63,71 @@ const ORPHAN_AGE_MS = 3_600_000;
  * ```
  */
 export function createFsStore(dir: string, options: FsStoreOptions = {}): PackageStore {
-  const ctx = createContext(dir, !options.unsafeNoSync);
-  const graves = createGraves(ctx);
-  const durable = createDurableWrites(ctx, graves);
-  const locks = createLocks(ctx, { staleLockMs: options.staleLockMs ?? 30_000, lockTimeoutMs: options.lockTimeoutMs ?? 30_000 });
+  const sync = !options.unsafeNoSync;
+  const lockTimeoutMs = options.lockTimeoutMs ?? 30_000;
+  let db: RecordDb | undefined;
+  const ctx = createContext(dir, sync, async () => {
+    db = await openRecordDb(join(dir, "records.db"), { sync, lockTimeoutMs });
+    try {
+      await importLegacyRecords(db, join(dir, "records"), sync);
+    } catch (error) {
+      await db.close();
+      db = undefined;
+      throw error;
+    }
+  });
+  const durable = createDurableWrites(ctx);
   return {
     ...createFsBlobs(ctx, durable),
-    ...createFsRecords(ctx, durable, locks),
-    ...createFsListing(ctx),
-    /** Waits for record work in flight, then releases the directory handles and the owner file. */
+    // After the first open, a record call goes straight to the database: no promise hop.
+    ...createFsRecords(async () => (db && !ctx.isClosed() ? db : (await ctx.init(), db!))),
+    /** Waits for record batches in flight, then closes the database and the directory handles. */
     async close() {
-      ctx.close();
-      await locks.drain();
-      await graves.drain();
+      const opening = ctx.close();
+      await opening?.catch(() => undefined);
+      await db?.close();
       await durable.closeHandles();
-      await locks.releaseOwner();
     },
   };
 }
 
 /** The context the parts share, with the store's one-time setup and its closed flag. */
-function createContext(dir: string, sync: boolean): FsStoreContext & { close(): void } {
+function createContext(dir: string, sync: boolean, openRecords: () => Promise<void>): FsStoreContext & { close(): Promise<void> | undefined } {
   const blobsDir = join(dir, "blobs", "sha256");
-  const recordsDir = join(dir, "records");
   const tmpDir = join(dir, "tmp");
-  const gravesDir = join(dir, "graves");
   let ready: Promise<void> | undefined;
   let closed = false;
   return {
     blobsDir,
-    recordsDir,
     tmpDir,
-    gravesDir,
     sync,
     init() {
       if (closed) return Promise.reject(new RunnerDepotError("UNAVAILABLE", "The fs store is closed"));
-      ready ??= setUp(blobsDir, recordsDir, tmpDir, gravesDir);
+      ready ??= setUp(dir, blobsDir, tmpDir).then(openRecords);
+      // A failed open (a damaged record file, a lock not had in time) is tried again by the next call.
+      ready.catch(() => (ready = undefined));
       return ready;
     },
     isClosed: () => closed,
     close() {
       closed = true;
+      return ready;
     },
     tmpPath: (kind = "") => join(tmpDir, `${kind}${process.pid}-${randomUUID()}`),
   };
 }
 
-/** Creates the layout and removes orphans of killed writers: O(files in tmp/ and graves/), once per store. */
-async function setUp(blobsDir: string, recordsDir: string, tmpDir: string, gravesDir: string): Promise<void> {
+/** Creates the layout and removes orphans of killed writers: O(files in tmp/), once per store. */
+async function setUp(dir: string, blobsDir: string, tmpDir: string): Promise<void> {
   await mkdir(blobsDir, { recursive: true });
-  await mkdir(recordsDir, { recursive: true });
   await mkdir(tmpDir, { recursive: true });
-  await mkdir(gravesDir, { recursive: true });
   // Only old orphans: another live process may be writing fresh ones.
   for (const name of await readdir(tmpDir)) {
     const path = join(tmpDir, name);
     const info = await stat(path).catch(() => null);
     if (info && Date.now() - info.mtimeMs > ORPHAN_AGE_MS) await rm(path, { force: true });
   }
-  // Graves of any age (graves.ts): nothing reads one, and a live process's reaper ignores
-  // one gone already.
-  for (const name of await readdir(gravesDir)) await rm(join(gravesDir, name), { force: true });
+  // Second names of record files the file layout kept while it replaced them: nothing
+  // reads them since the records moved into records.db.
+  await rm(join(dir, "graves"), { recursive: true, force: true });
 }

@@ -1,0 +1,134 @@
+/**
+ * The record files of stores written before records moved into `records.db` (runner-depot
+ * 0.1.0 up to store format 2's file layout): one JSON file `{ key, revision, value }` per
+ * key under `records/`, each `/`-separated key segment percent-encoded and the last one
+ * suffixed `~` (`a/b` is `records/a/b~`). This file only reads them, once, to import them
+ * (record-import.ts); nothing writes them any more but the fence below.
+ *
+ * The fence: `records/format~` is rewritten as a `format` record of format
+ * {@link FENCE_FORMAT}, above any format the file-layout code reads, so a runner-depot
+ * from before the database refuses the directory ("The store has format 3; this
+ * runner-depot reads format 2 and older. Upgrade runner-depot to serve it.") instead of
+ * seeing no records and starting a new, empty store beside the database. The fence keeps
+ * the `format` record it replaced (`imported`), so an import killed after the fence was
+ * written still imports the original.
+ */
+import { randomUUID } from "node:crypto";
+import { closeSync, fsyncSync, openSync, readdirSync, readFileSync, renameSync, writeSync } from "node:fs";
+import { join } from "node:path";
+import { RunnerDepotError } from "../../errors.js";
+
+/** The format number the fence shows code that reads record files (which reads format ≤ 2). */
+export const FENCE_FORMAT = 3;
+
+/** A record file's content. */
+export interface LegacyRecord {
+  key: string;
+  revision: string;
+  value: unknown;
+}
+
+/** The fence's content: a `format` record plus the record it replaced. */
+interface FenceFile extends LegacyRecord {
+  imported: LegacyRecord | null;
+}
+
+/**
+ * Reads a record file as the file-layout reader did: null when absent or torn (empty,
+ * NUL-filled, or marked lazy by a leading space and cut short: a lazy create or losable
+ * swap a machine crash cut, which read as absent), INTERNAL for any other text that is
+ * not a record (a durable record damaged outside the store). O(file size).
+ */
+export function readLegacyRecord(file: string): LegacyRecord | null {
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return null;
+    throw error;
+  }
+  let parsed: LegacyRecord | null = null;
+  try {
+    parsed = JSON.parse(text) as LegacyRecord | null;
+  } catch {
+    // Judged below.
+  }
+  if (parsed !== null && typeof parsed === "object" && typeof parsed.revision === "string") return parsed;
+  if (text === "" || text.startsWith(" ") || text.charCodeAt(0) === 0) return null;
+  throw new RunnerDepotError("INTERNAL", `A record file of the fs store is damaged (it is neither a record nor a torn lazy create): ${file}`);
+}
+
+/**
+ * Every record file under `recordsDir` with the key it stands for (lock files, stale-lock
+ * asides and anything else not ending in `~` are skipped). O(files), depth-first.
+ */
+export function legacyRecordFiles(recordsDir: string): Array<{ key: string; file: string }> {
+  const found: Array<{ key: string; file: string }> = [];
+  const walk = (path: string, keyPrefix: string) => {
+    let entries;
+    try {
+      entries = readdirSync(path, { withFileTypes: true });
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code === "ENOENT" || code === "ENOTDIR") return;
+      throw error;
+    }
+    for (const entry of entries) {
+      if (entry.isDirectory()) walk(join(path, entry.name), `${keyPrefix}${decodeSegment(entry.name)}/`);
+      else if (entry.isFile() && entry.name.endsWith("~")) found.push({ key: keyPrefix + decodeSegment(entry.name.slice(0, -1)), file: join(path, entry.name) });
+    }
+  };
+  walk(recordsDir, "");
+  return found;
+}
+
+/** The key segment a file or directory name stands for (`%` is the empty segment). */
+function decodeSegment(name: string): string {
+  return name === "%" ? "" : decodeURIComponent(name);
+}
+
+/** The fence's path: where the file-layout code reads the `format` record. */
+export function fencePath(recordsDir: string): string {
+  return join(recordsDir, "format~");
+}
+
+/**
+ * The `format` record to import from `records/format~`: the fence's `imported` when the
+ * fence is in place already, else the file itself (null when absent or torn).
+ */
+export function readFormatUnderFence(recordsDir: string): { original: LegacyRecord | null; fenced: boolean } {
+  const current = readLegacyRecord(fencePath(recordsDir));
+  if (current && "imported" in current) return { original: (current as FenceFile).imported, fenced: true };
+  return { original: current, fenced: false };
+}
+
+/**
+ * Writes the fence whole and flushed (temp file, fsync, rename, directory fsync; inline:
+ * once per store), keeping `original`. `sync` false skips the fsyncs (unsafeNoSync).
+ */
+export function writeFence(recordsDir: string, original: LegacyRecord | null, sync: boolean, now: Date): void {
+  const fence: FenceFile = {
+    key: "format",
+    revision: randomUUID(),
+    value: { format: FENCE_FORMAT, storeId: "records-in-records.db", createdAt: now.toISOString(), note: "records are in records.db; this directory needs a newer runner-depot" },
+    imported: original,
+  };
+  const tmp = join(recordsDir, `.fence-${process.pid}-${randomUUID()}`);
+  const fd = openSync(tmp, "wx");
+  try {
+    const bytes = Buffer.from(JSON.stringify(fence));
+    for (let at = 0; at < bytes.length; ) at += writeSync(fd, bytes, at, bytes.length - at);
+    if (sync) fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  renameSync(tmp, fencePath(recordsDir));
+  if (sync) {
+    const dirFd = openSync(recordsDir, "r");
+    try {
+      fsyncSync(dirFd);
+    } finally {
+      closeSync(dirFd);
+    }
+  }
+}
