@@ -6,9 +6,9 @@
  */
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { readdir, readFile, stat, writeFile } from "node:fs/promises";
+import { mkdir, readdir, readFile, stat, writeFile } from "node:fs/promises";
 import fc from "fast-check";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { loadSqlite } from "../src/adapters/fs/sqlite.js";
@@ -177,19 +177,46 @@ describe("fs store re-uploads", () => {
     const tmp = await tempDir("depot-store-again-");
     cleanups.push(tmp.cleanup);
     const store = createFsStore(tmp.dir);
-    const info = await store.putBlob(chunks("same ", "bytes"));
+    // Larger than a small blob (those are rows of records.db): a file.
+    const half = "same bytes ".repeat(1000);
+    const info = await store.putBlob(chunks(half, half));
     const hex = info.digest.slice(7);
     const file = join(tmp.dir, "blobs", "sha256", hex.slice(0, 2), hex);
     const before = await stat(file);
-    expect(await store.putBlob(chunks("same bytes"))).toEqual(info);
+    expect(await store.putBlob(chunks(half + half))).toEqual(info);
     // The same inode: the second copy was dropped, not renamed over the first.
     expect((await stat(file)).ino).toBe(before.ino);
-    expect(await readFile(file, "utf8")).toBe("same bytes");
-    expect((await readdir(join(tmp.dir, "tmp"))).filter((name) => !name.startsWith("owner-"))).toEqual([]);
+    expect(await readFile(file, "utf8")).toBe(half + half);
+    expect(await readdir(join(tmp.dir, "tmp"))).toEqual([]);
     // A file of the wrong length under the digest's name (not one this store wrote) is replaced.
     await writeFile(file, "same");
-    expect(await store.putBlob(chunks("same bytes"))).toEqual(info);
-    expect(await readFile(file, "utf8")).toBe("same bytes");
+    expect(await store.putBlob(chunks(half + half))).toEqual(info);
+    expect(await readFile(file, "utf8")).toBe(half + half);
+    await store.close?.();
+  });
+
+  it("keeps small bodies as rows, large ones as files, and finds blobs stored as files at any size", async () => {
+    const tmp = await tempDir("depot-store-small-");
+    cleanups.push(tmp.cleanup);
+    const store = createFsStore(tmp.dir);
+    const small = await store.putBlob(chunks("x".repeat(16 * 1024)));
+    const large = await store.putBlob(chunks("y".repeat(16 * 1024 + 1)));
+    const fileOf = (digest: string) => join(tmp.dir, "blobs", "sha256", digest.slice(7, 9), digest.slice(7));
+    await expect(stat(fileOf(small.digest))).rejects.toMatchObject({ code: "ENOENT" });
+    expect((await stat(fileOf(large.digest))).size).toBe(16 * 1024 + 1);
+    // A small blob an older store wrote as a file: read, stated, listed, re-stored in place, deleted.
+    const older = "older small blob";
+    const olderDigest = storeDigest(older);
+    await mkdir(dirname(fileOf(olderDigest)), { recursive: true });
+    await writeFile(fileOf(olderDigest), older);
+    expect(await text(await store.getBlob(olderDigest, { start: 6, end: 10 }))).toBe("small");
+    expect(await store.statBlob(olderDigest)).toEqual({ size: older.length });
+    expect(await store.putBlob(chunks(older))).toEqual({ digest: olderDigest, size: older.length });
+    const listed: string[] = [];
+    for await (const d of store.listBlobs()) listed.push(d);
+    expect(listed).toEqual([small.digest, large.digest, olderDigest].sort());
+    for (const digest of listed) await store.deleteBlob(digest);
+    for (const digest of listed) expect(await store.statBlob(digest)).toBeNull();
     await store.close?.();
   });
 });
@@ -301,9 +328,10 @@ describe("fs store across processes", () => {
     const store = createFsStore(tmp.dir);
     let blobs = 0;
     for await (const digest of store.listBlobs()) {
-      const hex = digest.slice(7);
-      const bytes = await readFile(join(tmp.dir, "blobs", "sha256", hex.slice(0, 2), hex));
-      expect(createHash("sha256").update(bytes).digest("hex")).toBe(hex);
+      // Rows and files alike hash to their digest.
+      const raw: Buffer[] = [];
+      for await (const c of (await store.getBlob(digest))!) raw.push(Buffer.from(c));
+      expect(`sha256:${createHash("sha256").update(Buffer.concat(raw)).digest("hex")}`).toBe(digest);
       blobs++;
     }
     expect(blobs).toBeGreaterThan(0);

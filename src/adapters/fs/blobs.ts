@@ -1,8 +1,14 @@
 /**
- * Blobs of the fs store: `blobs/sha256/<2 hex>/<64 hex>`, content-addressed and immutable
- * once renamed in. An upload is written to `tmp/`, hashed as it arrives (blob-writer.ts),
- * synced and renamed to its digest's name, so a blob appears whole or not at all.
+ * Blobs of the fs store, content-addressed and immutable once stored: a body up to
+ * SMALL_BLOB_BYTES is a row of records.db (small-blobs.ts), a larger one the file
+ * `blobs/sha256/<2 hex>/<64 hex>`. An upload's first bytes are gathered in memory; a body
+ * that ends within them is hashed and inserted (a durable write of the records' group
+ * commit); a larger one is written to `tmp/`, hashed as it arrives (blob-writer.ts),
+ * synced and renamed to its digest's name. Either way a blob appears whole or not at all.
+ * Reads look for the row first (one primary-key lookup), then the file, so blobs stored
+ * as files before rows existed (any size) keep working.
  */
+import { createHash } from "node:crypto";
 import { renameSync, statSync } from "node:fs";
 import { open, readdir, rm, type FileHandle } from "node:fs/promises";
 import { join } from "node:path";
@@ -12,6 +18,8 @@ import type { FsStoreContext } from "./context.js";
 import type { DurableWrites } from "./durable.js";
 import { writeBody } from "./blob-writer.js";
 import { openIfExists } from "./files.js";
+import type { RecordDb } from "./record-db.js";
+import { readHead, replay, rowChunks, rowReader } from "./small-blobs.js";
 
 const DIGEST_RE = /^sha256:([0-9a-f]{64})$/;
 const BLOB_NAME_RE = /^[0-9a-f]{64}$/;
@@ -21,11 +29,36 @@ const READ_BYTES = 256 * 1024;
 /** The blob half of a PackageStore. */
 export type FsBlobs = Pick<PackageStore, "putBlob" | "getBlob" | "openBlob" | "statBlob" | "deleteBlob" | "listBlobs">;
 
-/** Makes the blob operations of one store. */
-export function createFsBlobs(ctx: FsStoreContext, durable: DurableWrites): FsBlobs {
+/** Rows of small blobs read per page while listing. */
+const ROW_PAGE = 1000;
+
+/** Makes the blob operations of one store; `records` opens the store and answers its database. */
+export function createFsBlobs(ctx: FsStoreContext, durable: DurableWrites, records: () => Promise<RecordDb>): FsBlobs {
   function blobPath(digest: string): string | null {
     const hex = DIGEST_RE.exec(digest)?.[1];
     return hex ? join(ctx.blobsDir, hex.slice(0, 2), hex) : null;
+  }
+
+  /** A small blob's bytes, or null when it is not a row (absent, a file, or not a digest). O(log rows + size). */
+  async function row(digest: string): Promise<Uint8Array | null> {
+    const hex = DIGEST_RE.exec(digest)?.[1];
+    if (!hex) return null;
+    const found = (await records()).statements.blobGet.get(Buffer.from(hex, "hex")) as { data: Uint8Array } | undefined;
+    return found?.data ?? null;
+  }
+
+  /** Stores a whole small body as a row (unless its digest is a file already). */
+  async function putSmall(chunks: Uint8Array[], size: number, opts: PutBlobOptions): Promise<BlobInfo> {
+    const bytes = Buffer.concat(chunks, size);
+    const hex = createHash("sha256").update(bytes).digest("hex");
+    const digest = `sha256:${hex}`;
+    if (opts.expectedDigest !== undefined && opts.expectedDigest !== digest) {
+      throw new RunnerDepotError("DIGEST_MISMATCH", `Content hashes to ${digest}, not ${opts.expectedDigest}`);
+    }
+    if (statSync(blobPath(digest)!, { throwIfNoEntry: false })?.size === size) return { digest, size };
+    const key = Buffer.from(hex, "hex");
+    await (await records()).write((s) => s.blobInsert.run(key, bytes), true);
+    return { digest, size };
   }
 
   /** A stored blob opened for reading (getBlob, openBlob); null when it is not there (never stored, or collected). */
@@ -36,13 +69,15 @@ export function createFsBlobs(ctx: FsStoreContext, durable: DurableWrites): FsBl
   }
 
   return {
-    /** O(size) time, O(1 MiB) memory (blob-writer.ts): the body streams to disk as it arrives. */
+    /** O(size) time, O(1 MiB) memory (blob-writer.ts): a large body streams to disk as it arrives. */
     async putBlob(body: AsyncIterable<Uint8Array>, opts: PutBlobOptions = {}): Promise<BlobInfo> {
       await ctx.init();
+      const head = await readHead(body, opts.maxBytes);
+      if (!head.rest) return putSmall(head.chunks, head.size, opts);
       const tmp = ctx.tmpPath();
       let handle: FileHandle | undefined = await open(tmp, "wx");
       try {
-        const { digest, size } = await writeBody(handle, body, opts, ctx.sync);
+        const { digest, size } = await writeBody(handle, replay(head), opts, ctx.sync);
         if (opts.expectedDigest !== undefined && opts.expectedDigest !== digest) {
           throw new RunnerDepotError("DIGEST_MISMATCH", `Content hashes to ${digest}, not ${opts.expectedDigest}`);
         }
@@ -72,6 +107,8 @@ export function createFsBlobs(ctx: FsStoreContext, durable: DurableWrites): FsBl
     },
 
     async getBlob(digest: string, range?: ByteRange): Promise<AsyncIterable<Uint8Array> | null> {
+      const data = await row(digest);
+      if (data) return rowChunks(data, range);
       const handle = await openStoredBlob(digest);
       if (!handle) return null;
       // The open handle keeps the bytes readable even if the blob is collected meanwhile.
@@ -79,6 +116,8 @@ export function createFsBlobs(ctx: FsStoreContext, durable: DurableWrites): FsBl
     },
 
     async openBlob(digest: string): Promise<BlobReader | null> {
+      const data = await row(digest);
+      if (data) return rowReader(data);
       const handle = await openStoredBlob(digest);
       if (!handle) return null;
       try {
@@ -95,11 +134,13 @@ export function createFsBlobs(ctx: FsStoreContext, durable: DurableWrites): FsBl
       }
     },
 
-    /** O(1): one stat. */
+    /** O(log rows): one lookup, then (not a row) one stat. */
     async statBlob(digest: string) {
       await ctx.init();
       const path = blobPath(digest);
       if (!path) return null;
+      const found = (await records()).statements.blobSize.get(Buffer.from(digest.slice(7), "hex")) as { size: number } | undefined;
+      if (found) return { size: Number(found.size) };
       const info = statSync(path, { throwIfNoEntry: false }); // inline (durable.ts)
       return info ? { size: info.size } : null;
     },
@@ -107,16 +148,42 @@ export function createFsBlobs(ctx: FsStoreContext, durable: DurableWrites): FsBl
     async deleteBlob(digest: string) {
       await ctx.init();
       const path = blobPath(digest);
-      if (path) await rm(path, { force: true });
+      if (!path) return;
+      // Lazy: a delete a machine crash loses leaves the blob, which the next collection takes.
+      const key = Buffer.from(digest.slice(7), "hex");
+      await (await records()).write((s) => s.blobDelete.run(key), false);
+      await rm(path, { force: true });
     },
 
-    /** In digest order; O(blobs) reads of 256 shard directories, each sorted in O(n log n). */
+    /**
+     * In digest order, rows and files merged (a digest both, as a row stored beside a
+     * file another process wrote, once): O(blobs) reads of 256 shard directories, each
+     * sorted in O(n log n), and of the rows a page at a time.
+     */
     async *listBlobs() {
       await ctx.init();
+      const rows = rowDigests(await records());
+      let nextRow = await rows.next();
       for (const shard of (await readdir(ctx.blobsDir)).sort()) {
         const names = await readdir(join(ctx.blobsDir, shard)).catch(() => [] as string[]);
-        for (const name of names.sort()) if (BLOB_NAME_RE.test(name)) yield `sha256:${name}`;
+        for (const name of names.sort()) {
+          if (!BLOB_NAME_RE.test(name)) continue;
+          for (; !nextRow.done && nextRow.value <= name; nextRow = await rows.next()) if (nextRow.value < name) yield `sha256:${nextRow.value}`;
+          yield `sha256:${name}`;
+        }
       }
+      for (; !nextRow.done; nextRow = await rows.next()) yield `sha256:${nextRow.value}`;
     },
   };
+}
+
+/** The hex digests of the small-blob rows in order, a page at a time. */
+async function* rowDigests(db: RecordDb): AsyncGenerator<string> {
+  let after: Uint8Array = Buffer.alloc(0);
+  for (;;) {
+    const page = db.statements.blobPage.all(after, ROW_PAGE) as Array<{ digest: Uint8Array }>;
+    for (const { digest } of page) yield Buffer.from(digest.buffer, digest.byteOffset, digest.byteLength).toString("hex");
+    if (page.length < ROW_PAGE) return;
+    after = page.at(-1)!.digest;
+  }
 }

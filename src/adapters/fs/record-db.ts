@@ -4,11 +4,12 @@
  *
  * - Writes queued in one turn of the event loop share one transaction and one commit
  *   (group commit, {@link RecordDb.write}); each keeps its own compare-and-swap outcome,
- *   since the batch applies them in call order inside the transaction. A batch holding any
- *   durable write commits with `synchronous=FULL` (the WAL is fsynced before any promise of
- *   the batch resolves); a batch of lazy writes only with `NORMAL` (no fsync: a machine
- *   crash may lose it whole, never tear it, and the next FULL commit flushes it too, since
- *   a WAL sync covers every frame before it); `unsafeNoSync` uses `OFF`.
+ *   since the batch applies them in call order inside the transaction. Commits run with
+ *   `synchronous=NORMAL` (the WAL written, not flushed); a durable write's promise resolves
+ *   after a flush of the WAL that started after its commit (wal-sync.ts: fdatasync on the
+ *   thread pool, shared by every batch committed meanwhile). A lazy write resolves at its
+ *   commit: a machine crash may lose it whole, never tear it, and the next flush covers it
+ *   too. `unsafeNoSync` commits with `OFF` and never flushes.
  * - Processes are arbitrated by SQLite's own locks: a batch takes the write lock with
  *   BEGIN IMMEDIATE. SQLite's busy handler sleeps on the calling thread, so it waits at most
  *   BUSY_SPIN_MS there; past that the batch waits on timers (the event loop runs meanwhile)
@@ -17,11 +18,14 @@
  *   open, in whichever process opens first.
  *
  * Every SQLite call runs on the event loop's thread: a point read is microseconds, a commit
- * with fsync one WAL fsync (about 0.13 ms on the host measured) per batch, not per write.
+ * of a batch tens of microseconds plus O(log records) per write; only the WAL's flush
+ * (and a checkpoint's, every 1,000 pages written) waits for the disk, the former off the
+ * event loop.
  */
 import { RunnerDepotError } from "../../errors.js";
 import type { DatabaseSync, StatementSync } from "node:sqlite";
 import { loadSqlite } from "./sqlite.js";
+import { createWalSync, type WalSync } from "./wal-sync.js";
 
 /** The schema version this code writes (`PRAGMA user_version`); a newer database is refused. */
 export const RECORD_DB_VERSION = 1;
@@ -44,6 +48,12 @@ export interface PreparedRecords {
   readonly listAllAfter: StatementSync;
   readonly listRange: StatementSync;
   readonly listRangeAfter: StatementSync;
+  /** Small blobs (blobs.ts): digest (32 bytes) → bytes. */
+  readonly blobInsert: StatementSync;
+  readonly blobGet: StatementSync;
+  readonly blobSize: StatementSync;
+  readonly blobDelete: StatementSync;
+  readonly blobPage: StatementSync;
 }
 
 /** One open record database (see {@link openRecordDb}). */
@@ -94,17 +104,23 @@ export async function openRecordDb(path: string, options: { sync: boolean; lockT
         throw new RunnerDepotError("STORE_FORMAT_UNSUPPORTED", `${path} has record database version ${version}; this runner-depot reads version ${RECORD_DB_VERSION}. Upgrade runner-depot to serve it.`);
       }
       // Keys as BLOBs of their UTF-8 bytes, so SQLite orders them by memcmp: the port's byte
-      // order. WITHOUT ROWID: the key is the b-tree's key, one lookup per read.
+      // order. WITHOUT ROWID: the key is the b-tree's key, one lookup per read. Small blobs
+      // (up to 16 KiB, blobs.ts) in a rowid table: SQLite advises against WITHOUT ROWID for
+      // rows that large.
       db.exec(`CREATE TABLE IF NOT EXISTS records (key BLOB PRIMARY KEY, revision TEXT NOT NULL, value TEXT NOT NULL) WITHOUT ROWID;
                CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+               CREATE TABLE IF NOT EXISTS small_blobs (digest BLOB PRIMARY KEY, data BLOB NOT NULL);
                PRAGMA user_version = ${RECORD_DB_VERSION};`);
     });
   } catch (error) {
     db.close();
     throw error;
   }
+  // NORMAL: a commit writes the WAL without flushing it; durable writes wait for the
+  // store's own flush of the WAL, off the event loop (wal-sync.ts).
+  db.exec(`PRAGMA synchronous = ${options.sync ? "NORMAL" : "OFF"}`);
   const statements = prepare(db);
-  return createBatcher(db, statements, options);
+  return createBatcher(db, statements, options.sync ? createWalSync(path) : undefined, options.lockTimeoutMs);
 }
 
 /** Prepares the statements every record operation uses (each O(log records) per row). */
@@ -119,16 +135,22 @@ function prepare(db: DatabaseSync): PreparedRecords {
     listAllAfter: db.prepare("SELECT key FROM records WHERE key > ? ORDER BY key LIMIT ?"),
     listRange: db.prepare("SELECT key FROM records WHERE key >= ? AND key < ? ORDER BY key LIMIT ?"),
     listRangeAfter: db.prepare("SELECT key FROM records WHERE key > ? AND key >= ? AND key < ? ORDER BY key LIMIT ?"),
+    blobInsert: db.prepare("INSERT INTO small_blobs (digest, data) VALUES (?, ?) ON CONFLICT (digest) DO NOTHING"),
+    blobGet: db.prepare("SELECT data FROM small_blobs WHERE digest = ?"),
+    blobSize: db.prepare("SELECT length(data) AS size FROM small_blobs WHERE digest = ?"),
+    blobDelete: db.prepare("DELETE FROM small_blobs WHERE digest = ?"),
+    blobPage: db.prepare("SELECT digest FROM small_blobs WHERE digest > ? ORDER BY digest LIMIT ?"),
   };
 }
 
 /** The group commit over one connection: a queue drained by one batch at a time. */
-function createBatcher(db: DatabaseSync, statements: PreparedRecords, options: { sync: boolean; lockTimeoutMs: number }): RecordDb {
+function createBatcher(db: DatabaseSync, statements: PreparedRecords, wal: WalSync | undefined, lockTimeoutMs: number): RecordDb {
   let queue: Queued[] = [];
   let scheduled = false;
   let running: Promise<void> | undefined;
-  let synchronous = "";
   let closed = false;
+  /** WAL flushes durable writes of committed batches wait for. */
+  const flushes = new Set<Promise<unknown>>();
 
   function schedule(): void {
     if (scheduled || running) return;
@@ -143,28 +165,26 @@ function createBatcher(db: DatabaseSync, statements: PreparedRecords, options: {
     });
   }
 
-  /** Sets the commit's flush level, only when it changes (a pragma is a statement of its own). */
-  function syncLevel(durable: boolean): void {
-    const wanted = !options.sync ? "OFF" : durable ? "FULL" : "NORMAL";
-    if (wanted === synchronous) return;
-    db.exec(`PRAGMA synchronous = ${wanted}`);
-    synchronous = wanted;
-  }
-
   async function runBatch(): Promise<void> {
     const batch = queue;
     queue = [];
     const results: unknown[] = [];
     try {
-      syncLevel(batch.some((q) => q.durable));
-      await inTransaction(db, options.lockTimeoutMs, () => {
+      await inTransaction(db, lockTimeoutMs, () => {
         for (const q of batch) results.push(q.work(statements));
       });
     } catch (error) {
       for (const q of batch) q.reject(error);
       return;
     }
-    batch.forEach((q, i) => q.resolve(results[i]));
+    // Lazy writes answer at once; durable ones after a WAL flush that started after this
+    // commit. The batcher does not wait for it: the next batch commits meanwhile.
+    const flushed = wal && batch.some((q) => q.durable) ? wal.sync() : undefined;
+    if (flushed) flushes.add(flushed.catch(() => undefined).finally(() => flushes.delete(flushed)));
+    batch.forEach((q, i) => {
+      if (!q.durable || !flushed) q.resolve(results[i]);
+      else flushed.then(() => q.resolve(results[i]), q.reject);
+    });
   }
 
   return {
@@ -178,11 +198,11 @@ function createBatcher(db: DatabaseSync, statements: PreparedRecords, options: {
     },
     async exclusive<T>(work: (db: DatabaseSync) => T): Promise<T> {
       while (running || scheduled) await (running ?? new Promise((resolve) => setImmediate(resolve)));
-      syncLevel(true);
       let result!: T;
-      await inTransaction(db, options.lockTimeoutMs, () => {
+      await inTransaction(db, lockTimeoutMs, () => {
         result = work(db);
       });
+      await wal?.sync();
       return result;
     },
     async close() {
@@ -191,6 +211,8 @@ function createBatcher(db: DatabaseSync, statements: PreparedRecords, options: {
       while (running || scheduled || queue.length > 0) {
         await (running ?? new Promise((resolve) => setImmediate(resolve)));
       }
+      await Promise.all(flushes);
+      await wal?.close();
       db.close();
     },
   };

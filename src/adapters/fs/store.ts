@@ -5,19 +5,21 @@
  * {@link FsStoreContext} made here.
  *
  * Layout under `dir`:
- * - `blobs/sha256/<2 hex>/<64 hex>`: content-addressed blobs, immutable once renamed in;
+ * - `blobs/sha256/<2 hex>/<64 hex>`: content-addressed blobs larger than 16 KiB (and any
+ *   stored before small ones became rows), immutable once renamed in;
  * - `records.db` (with SQLite's `records.db-wal` and `records.db-shm`): every record, one
- *   row per key, compare-and-swap on its revision (records.ts);
+ *   row per key, compare-and-swap on its revision (records.ts), and blobs up to 16 KiB
+ *   (small-blobs.ts);
  * - `records/format~`: a fence that makes runner-depot versions from before the database
  *   refuse the directory (legacy-records.ts), beside the record files such a version
  *   wrote, imported once and then left as they were;
  * - `tmp/`: blob files being written; a kill leaves at most an orphan here, never a torn blob.
  *
- * Guarantees: every blob and record appears whole or not at all. A blob is written to
- * `tmp/`, fsynced, renamed, and its directory fsynced; a record is a row committed through
- * SQLite's WAL with synchronous=FULL (the WAL fsynced before the write's promise resolves),
- * except writes the depot marks lazy, which may skip that flush (a machine crash may lose
- * them whole, never tear them). Compare-and-swap is exact between concurrent calls in one
+ * Guarantees: every blob and record appears whole or not at all. A large blob is written
+ * to `tmp/`, fsynced, renamed, and its directory fsynced; a record or small blob is a row
+ * committed through SQLite's WAL, flushed (fdatasync, wal-sync.ts) before the write's
+ * promise resolves, except writes the depot marks lazy, which skip the flush (a machine
+ * crash may lose them whole, never tear them). Compare-and-swap is exact between concurrent calls in one
  * process (a batch applies them in call order) and between processes sharing `dir` on one
  * host (SQLite's write lock; WAL needs shared memory, so not across hosts on a network
  * filesystem). A kill -9 loses nothing acknowledged.
@@ -77,10 +79,11 @@ export function createFsStore(dir: string, options: FsStoreOptions = {}): Packag
     }
   });
   const durable = createDurableWrites(ctx);
+  // After the first open, a call goes straight to the database: no promise hop.
+  const records = async () => (db && !ctx.isClosed() ? db : (await ctx.init(), db!));
   return {
-    ...createFsBlobs(ctx, durable),
-    // After the first open, a record call goes straight to the database: no promise hop.
-    ...createFsRecords(async () => (db && !ctx.isClosed() ? db : (await ctx.init(), db!))),
+    ...createFsBlobs(ctx, durable, records),
+    ...createFsRecords(records),
     /** Waits for record batches in flight, then closes the database and the directory handles. */
     async close() {
       const opening = ctx.close();

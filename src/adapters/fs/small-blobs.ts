@@ -1,0 +1,76 @@
+/**
+ * Small blobs of the fs store: bodies up to {@link SMALL_BLOB_BYTES} are rows of
+ * records.db (`small_blobs`, digest → bytes) instead of files. A one-file publish stores
+ * two such blobs (the file and the manifest); as files each cost a temp file, an fsync, a
+ * rename and a directory fsync, as rows they join the records' group commit and its one
+ * WAL flush (docs/decisions/depot-publish-durability.md, "Records in SQLite").
+ *
+ * What this file gives blobs.ts: the first bytes of an upload gathered to tell a small
+ * body from a large one, and readers over a row's bytes. Every call is O(blob size) at
+ * most, and a row is at most SMALL_BLOB_BYTES.
+ */
+import type { BlobReader, ByteRange } from "../../depot/ports.js";
+import { RunnerDepotError } from "../../errors.js";
+
+/** Bodies up to this many bytes are stored as rows. */
+export const SMALL_BLOB_BYTES = 16 * 1024;
+
+/** The start of an upload: its chunks so far, and the rest of it when it is larger than a small blob. */
+export interface UploadHead {
+  chunks: Uint8Array[];
+  size: number;
+  /** The body's remaining chunks; undefined when the whole body is in `chunks` (a small blob). */
+  rest?: AsyncIterator<Uint8Array>;
+}
+
+/**
+ * Reads `body` until it ends or passes SMALL_BLOB_BYTES. TOO_LARGE as soon as `maxBytes`
+ * is passed. O(SMALL_BLOB_BYTES + one chunk) memory.
+ */
+export async function readHead(body: AsyncIterable<Uint8Array>, maxBytes: number | undefined): Promise<UploadHead> {
+  const iterator = body[Symbol.asyncIterator]();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const next = await iterator.next();
+    if (next.done) return { chunks, size };
+    size += next.value.byteLength;
+    if (maxBytes !== undefined && size > maxBytes) {
+      await iterator.return?.();
+      throw new RunnerDepotError("TOO_LARGE", `Blob is larger than ${maxBytes} bytes`);
+    }
+    chunks.push(next.value);
+    if (size > SMALL_BLOB_BYTES) return { chunks, size, rest: iterator };
+  }
+}
+
+/** The whole body again: the head's chunks, then the rest of the iterator. */
+export async function* replay(head: UploadHead): AsyncIterable<Uint8Array> {
+  yield* head.chunks;
+  if (!head.rest) return;
+  for (;;) {
+    const next = await head.rest.next();
+    if (next.done) return;
+    yield next.value;
+  }
+}
+
+/** A row's bytes (or a range of them, ends inclusive) as the one chunk getBlob answers. */
+export async function* rowChunks(data: Uint8Array, range?: ByteRange): AsyncIterable<Uint8Array> {
+  const part = range ? data.subarray(range.start, range.end + 1) : data;
+  if (part.byteLength > 0) yield part;
+}
+
+/** A BlobReader over a row's bytes (copied out at the open, so a delete meanwhile changes nothing). */
+export function rowReader(data: Uint8Array): BlobReader {
+  return {
+    size: data.byteLength,
+    async read(buffer, offset, length, position) {
+      if (position >= data.byteLength) return 0;
+      const part = data.subarray(position, Math.min(position + length, data.byteLength));
+      buffer.set(part, offset);
+      return part.byteLength;
+    },
+    async close() {},
+  };
+}

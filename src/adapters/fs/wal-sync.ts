@@ -1,0 +1,103 @@
+/**
+ * The flush of records.db's write-ahead log for durable record writes, on libuv's thread
+ * pool instead of inside the commit.
+ *
+ * SQLite's `synchronous=FULL` fsyncs the WAL inside COMMIT, on the calling thread: the
+ * event loop. With the store's commits at `synchronous=NORMAL` (the WAL written, not
+ * flushed) the store flushes the WAL itself: `fdatasync` of the same file through its
+ * own descriptor, on the pool, and a durable write's promise resolves after a flush that
+ * started after its commit. The WAL only grows by appended frames until a checkpoint,
+ * and a checkpoint in NORMAL mode flushes the WAL before it copies and the database after,
+ * so one flush of the file covers every commit before it (lazy ones too): concurrent
+ * batches share it (at most one running and one queued, as directory fsyncs do in
+ * durable.ts). Meanwhile the event loop serves other requests and commits more batches.
+ *
+ * As with FULL's flush, a commit is on stable storage before its promise resolves; unlike
+ * it, other readers may see the commit during the flush (the file layout's records were
+ * readable between their rename and their directory's fsync alike).
+ *
+ * SQLite deletes the WAL only when the last connection closes, and this store's stays
+ * open, so the file stays one inode; still, each flush checks the path's inode (one
+ * inline stat) and reopens when it changed. A WAL file this store has not flushed before
+ * gets its directory fsynced once too, so its name survives a crash with its content.
+ */
+import { closeSync, constants as fsConstants, fdatasync, fsync, openSync, statSync } from "node:fs";
+import { dirname } from "node:path";
+
+/** The WAL flusher of one connection (see {@link createWalSync}). */
+export interface WalSync {
+  /** Resolves once a flush of the WAL that started after this call has finished. O(1) to join. */
+  sync(): Promise<void>;
+  /** Waits for flushes in flight and closes the descriptor. */
+  close(): Promise<void>;
+}
+
+/** Makes the WAL flusher of the database at `dbPath` (its WAL is `<dbPath>-wal`). */
+export function createWalSync(dbPath: string): WalSync {
+  const walPath = `${dbPath}-wal`;
+  let file: { fd: number; ino: number } | undefined;
+  let running: Promise<void> | undefined;
+  /** The flush that starts when the running one ends, joined by every caller meanwhile. */
+  let queued: { promise: Promise<void>; resolve(): void; reject(error: unknown): void } | undefined;
+
+  /**
+   * The WAL's descriptor, (re)opened when the path names another inode; a new one's
+   * directory is flushed. Null without a WAL: nothing was committed into one since the
+   * last connection checkpointed and removed it, so there is nothing to flush.
+   */
+  async function descriptor(): Promise<number | null> {
+    const ino = statSync(walPath, { throwIfNoEntry: false })?.ino;
+    if (ino === undefined) return null;
+    if (file?.ino === ino) return file.fd;
+    if (file) closeSync(file.fd);
+    file = { fd: openSync(walPath, fsConstants.O_RDONLY), ino };
+    const dir = openSync(dirname(walPath), fsConstants.O_RDONLY);
+    try {
+      await new Promise<void>((resolve, reject) => fsync(dir, (error) => (error ? reject(error) : resolve())));
+    } finally {
+      closeSync(dir);
+    }
+    return file.fd;
+  }
+
+  async function flushNow(): Promise<void> {
+    const fd = await descriptor();
+    if (fd === null) return;
+    await new Promise<void>((resolve, reject) => fdatasync(fd, (error) => (error ? reject(error) : resolve())));
+  }
+
+  /** Starts a flush; when it ends, the queued one (if any) starts. */
+  function launch(): Promise<void> {
+    const flush = flushNow().finally(() => {
+      running = undefined;
+      const next = queued;
+      queued = undefined;
+      if (next) launch().then(next.resolve, next.reject);
+    });
+    running = flush;
+    return flush;
+  }
+
+  function sync(): Promise<void> {
+    if (!running) return launch();
+    if (!queued) {
+      let resolve!: () => void;
+      let reject!: (error: unknown) => void;
+      const promise = new Promise<void>((res, rej) => {
+        resolve = res;
+        reject = rej;
+      });
+      queued = { promise, resolve, reject };
+    }
+    return queued.promise;
+  }
+
+  return {
+    sync,
+    async close() {
+      while (running || queued) await (queued?.promise ?? running)!.catch(() => undefined);
+      if (file) closeSync(file.fd);
+      file = undefined;
+    },
+  };
+}
