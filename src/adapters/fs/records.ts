@@ -18,6 +18,8 @@ import type { RecordDb } from "./record-db.js";
 
 /** Keys per page when the caller names no limit. */
 const DEFAULT_PAGE = 1000;
+/** The most keys one page answers. */
+const MAX_PAGE = 1_000_000;
 /** The longest key accepted, in UTF-8 bytes (depot keys are a few hundred at most). */
 const MAX_KEY_BYTES = 4096;
 
@@ -56,7 +58,9 @@ export function createFsRecords(open: () => Promise<RecordDb>): FsRecords {
 
     async listRecords(prefix: string, page: { cursor?: string; limit?: number } = {}) {
       const db = await open();
-      const limit = Math.max(1, Math.min(Math.floor(page.limit ?? DEFAULT_PAGE), 1_000_000));
+      // Bounded: at most MAX_PAGE keys a page (the depot's largest asks for fewer).
+      const asked = Number.isFinite(page.limit) ? Math.floor(page.limit!) : page.limit === undefined ? DEFAULT_PAGE : MAX_PAGE;
+      const limit = Math.max(1, Math.min(asked, MAX_PAGE));
       const s = db.statements;
       const low = Buffer.from(prefix, "utf8");
       const high = successor(low);
