@@ -24,6 +24,23 @@
 import { closeSync, constants as fsConstants, fdatasync, fsync, openSync, statSync } from "node:fs";
 import { dirname } from "node:path";
 
+/**
+ * Flushes of the WAL running at once; a caller past them joins the one queued after them.
+ * One: 3 at once measured no faster at concurrency 8 (87.7 / 74.6 vs 78.2 / 88.0
+ * publishes/s, alternating runs, 00:22 UTC, load 5.8-6.1), and one flush covers more.
+ */
+const MAX_FLUSHES = 1;
+
+/** Fsyncs a directory (on the pool). */
+async function syncDir(path: string): Promise<void> {
+  const fd = openSync(path, fsConstants.O_RDONLY);
+  try {
+    await new Promise<void>((resolve, reject) => fsync(fd, (error) => (error ? reject(error) : resolve())));
+  } finally {
+    closeSync(fd);
+  }
+}
+
 /** The WAL flusher of one connection (see {@link createWalSync}). */
 export interface WalSync {
   /** Resolves once a flush of the WAL that started after this call has finished. O(1) to join. */
@@ -35,28 +52,25 @@ export interface WalSync {
 /** Makes the WAL flusher of the database at `dbPath` (its WAL is `<dbPath>-wal`). */
 export function createWalSync(dbPath: string): WalSync {
   const walPath = `${dbPath}-wal`;
-  let file: { fd: number; ino: number } | undefined;
-  let running: Promise<void> | undefined;
+  let file: { fd: number; ino: number; named: Promise<void> } | undefined;
+  let inFlight = 0;
   /** The flush that starts when the running one ends, joined by every caller meanwhile. */
   let queued: { promise: Promise<void>; resolve(): void; reject(error: unknown): void } | undefined;
 
   /**
    * The WAL's descriptor, (re)opened when the path names another inode; a new one's
-   * directory is flushed. Null without a WAL: nothing was committed into one since the
-   * last connection checkpointed and removed it, so there is nothing to flush.
+   * directory is flushed first (every flush of that inode waits for it). Null without a
+   * WAL: nothing was committed into one since the last connection checkpointed and
+   * removed it, so there is nothing to flush.
    */
   async function descriptor(): Promise<number | null> {
     const ino = statSync(walPath, { throwIfNoEntry: false })?.ino;
     if (ino === undefined) return null;
-    if (file?.ino === ino) return file.fd;
-    if (file) closeSync(file.fd);
-    file = { fd: openSync(walPath, fsConstants.O_RDONLY), ino };
-    const dir = openSync(dirname(walPath), fsConstants.O_RDONLY);
-    try {
-      await new Promise<void>((resolve, reject) => fsync(dir, (error) => (error ? reject(error) : resolve())));
-    } finally {
-      closeSync(dir);
+    if (file?.ino !== ino) {
+      if (file) closeSync(file.fd);
+      file = { fd: openSync(walPath, fsConstants.O_RDONLY), ino, named: syncDir(dirname(walPath)) };
     }
+    await file.named;
     return file.fd;
   }
 
@@ -68,18 +82,17 @@ export function createWalSync(dbPath: string): WalSync {
 
   /** Starts a flush; when it ends, the queued one (if any) starts. */
   function launch(): Promise<void> {
-    const flush = flushNow().finally(() => {
-      running = undefined;
+    inFlight++;
+    return flushNow().finally(() => {
+      inFlight--;
       const next = queued;
       queued = undefined;
       if (next) launch().then(next.resolve, next.reject);
     });
-    running = flush;
-    return flush;
   }
 
   function sync(): Promise<void> {
-    if (!running) return launch();
+    if (inFlight < MAX_FLUSHES) return launch();
     if (!queued) {
       let resolve!: () => void;
       let reject!: (error: unknown) => void;
@@ -95,7 +108,7 @@ export function createWalSync(dbPath: string): WalSync {
   return {
     sync,
     async close() {
-      while (running || queued) await (queued?.promise ?? running)!.catch(() => undefined);
+      while (inFlight > 0 || queued) await new Promise((resolve) => setTimeout(resolve, 1));
       if (file) closeSync(file.fd);
       file = undefined;
     },
