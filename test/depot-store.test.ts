@@ -6,6 +6,7 @@
  */
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
+import diagnostics_channel from "node:diagnostics_channel";
 import { mkdir, readdir, readFile, stat, writeFile } from "node:fs/promises";
 import fc from "fast-check";
 import { dirname, join } from "node:path";
@@ -256,6 +257,42 @@ describe("fs store across processes", () => {
     }
     expect((await store.getRecord<{ v: number }>("locked/key"))!.value.v).toBe(3);
     await store.close?.();
+  });
+
+  it("a durable write resolves after a flush of the WAL; a lazy one, and any write under unsafeNoSync, without one", async () => {
+    const tmp = await tempDir("depot-store-flush-");
+    cleanups.push(tmp.cleanup);
+    const flushed: string[] = [];
+    const listener = (message: unknown) => flushed.push((message as { wal: string }).wal);
+    diagnostics_channel.subscribe("runner-depot:fs-wal-flush", listener);
+    try {
+      const store = createFsStore(join(tmp.dir, "synced"));
+      await store.getRecord("open"); // the store's open (its import writes, flushed)
+      flushed.length = 0;
+      const order: string[] = [];
+      const listenerOrder = () => order.push("flush");
+      diagnostics_channel.subscribe("runner-depot:fs-wal-flush", listenerOrder);
+      await store.putRecord("k", 1, { ifRevision: null }).then(() => order.push("durable"));
+      diagnostics_channel.unsubscribe("runner-depot:fs-wal-flush", listenerOrder);
+      expect(order).toEqual(["flush", "durable"]);
+      expect(flushed).toEqual([join(tmp.dir, "synced", "records.db-wal")]);
+      // Writes in one turn share a flush.
+      flushed.length = 0;
+      await Promise.all(Array.from({ length: 8 }, (_, i) => store.putRecord(`k${i}`, i, { ifRevision: null })));
+      expect(flushed.length).toBe(1);
+      flushed.length = 0;
+      await store.putRecord("lazy", 1, { ifRevision: null, lazy: true });
+      await store.deleteRecord("lazy", { ifRevision: null, lazy: true });
+      expect(flushed).toEqual([]);
+      await store.close?.();
+      const unsynced = createFsStore(join(tmp.dir, "unsynced"), { unsafeNoSync: true });
+      await unsynced.putRecord("k", 1, { ifRevision: null });
+      await unsynced.putBlob(chunks("small blob"));
+      expect(flushed).toEqual([]);
+      await unsynced.close?.();
+    } finally {
+      diagnostics_channel.unsubscribe("runner-depot:fs-wal-flush", listener);
+    }
   });
 
   it("writes issued in one turn share a commit, each with its own compare-and-swap outcome", async () => {

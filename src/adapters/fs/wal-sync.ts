@@ -22,7 +22,14 @@
  * gets its directory fsynced once too, so its name survives a crash with its content.
  */
 import { closeSync, constants as fsConstants, fdatasync, fsync, openSync, statSync } from "node:fs";
+import diagnostics_channel from "node:diagnostics_channel";
 import { dirname } from "node:path";
+
+/**
+ * Events of the WAL flusher, for tests and diagnostics (published only while someone
+ * subscribes): `{ type: "flushed", wal }` when an fdatasync of the WAL at path `wal` ended.
+ */
+export const walFlushChannel = diagnostics_channel.channel("runner-depot:fs-wal-flush");
 
 /**
  * Flushes of the WAL running at once; a caller past them joins the one queued after them.
@@ -78,6 +85,7 @@ export function createWalSync(dbPath: string): WalSync {
     const fd = await descriptor();
     if (fd === null) return;
     await new Promise<void>((resolve, reject) => fdatasync(fd, (error) => (error ? reject(error) : resolve())));
+    if (walFlushChannel.hasSubscribers) walFlushChannel.publish({ type: "flushed", wal: walPath });
   }
 
   /** Starts a flush; when it ends, the queued one (if any) starts. */
