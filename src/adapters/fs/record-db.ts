@@ -149,8 +149,6 @@ function createBatcher(db: DatabaseSync, statements: PreparedRecords, wal: WalSy
   let scheduled = false;
   let running: Promise<void> | undefined;
   let closed = false;
-  /** WAL flushes durable writes of committed batches wait for. */
-  const flushes = new Set<Promise<unknown>>();
 
   function schedule(): void {
     if (scheduled || running) return;
@@ -180,7 +178,6 @@ function createBatcher(db: DatabaseSync, statements: PreparedRecords, wal: WalSy
     // Lazy writes answer at once; durable ones after a WAL flush that started after this
     // commit. The batcher does not wait for it: the next batch commits meanwhile.
     const flushed = wal && batch.some((q) => q.durable) ? wal.sync() : undefined;
-    if (flushed) flushes.add(flushed.catch(() => undefined).finally(() => flushes.delete(flushed)));
     batch.forEach((q, i) => {
       if (!q.durable || !flushed) q.resolve(results[i]);
       else flushed.then(() => q.resolve(results[i]), q.reject);
@@ -211,7 +208,7 @@ function createBatcher(db: DatabaseSync, statements: PreparedRecords, wal: WalSy
       while (running || scheduled || queue.length > 0) {
         await (running ?? new Promise((resolve) => setImmediate(resolve)));
       }
-      await Promise.all(flushes);
+      // Waits for the flushes in flight (the durable writes they answer resolve with them).
       await wal?.close();
       db.close();
     },
