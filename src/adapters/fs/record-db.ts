@@ -166,13 +166,38 @@ function createBatcher(db: DatabaseSync, statements: PreparedRecords, wal: WalSy
   async function runBatch(): Promise<void> {
     const batch = queue;
     queue = [];
+    const failure = wal?.failure();
+    if (failure) {
+      for (const q of batch) q.reject(failure);
+      return;
+    }
     const results: unknown[] = [];
+    /** The write that threw inside the transaction, if one did. */
+    let failing: { index: number; error: unknown } | undefined;
     try {
       await inTransaction(db, lockTimeoutMs, () => {
-        for (const q of batch) results.push(q.work(statements));
+        for (const [index, q] of batch.entries()) {
+          try {
+            results.push(q.work(statements));
+          } catch (error) {
+            failing = { index, error };
+            throw error;
+          }
+        }
       });
     } catch (error) {
-      for (const q of batch) q.reject(error);
+      if (!failing) {
+        // BEGIN or COMMIT failed (the lock not had in time, a full disk): nothing of the batch committed.
+        for (const q of batch) q.reject(error);
+        return;
+      }
+      // One write failed (a value past SQLite's length limit, a constraint): it answers its
+      // own error, and its batch-mates, rolled back with it, go again in the next batch, in
+      // order and ahead of writes queued since. A batch of n writes of which f fail takes
+      // f + 1 transactions (O(n) statements each); without a failure, one.
+      const { index, error: own } = failing;
+      batch[index]!.reject(own);
+      queue = [...batch.slice(0, index), ...batch.slice(index + 1), ...queue];
       return;
     }
     // Lazy writes answer at once; durable ones after a WAL flush that started after this
@@ -188,6 +213,9 @@ function createBatcher(db: DatabaseSync, statements: PreparedRecords, wal: WalSy
     statements,
     write<T>(work: BatchWrite<T>, durable: boolean): Promise<T> {
       if (closed) return Promise.reject(new RunnerDepotError("UNAVAILABLE", "The fs store is closed"));
+      // A failed WAL flush: what is committed from now on would sit behind frames the disk may not hold (wal-sync.ts).
+      const failure = wal?.failure();
+      if (failure) return Promise.reject(failure);
       return new Promise<T>((resolve, reject) => {
         queue.push({ work, durable, resolve: resolve as (value: unknown) => void, reject });
         schedule();

@@ -20,10 +20,20 @@
  * open, so the file stays one inode; still, each flush checks the path's inode (one
  * inline stat) and reopens when it changed. A WAL file this store has not flushed before
  * gets its directory fsynced once too, so its name survives a crash with its content.
+ *
+ * A failed flush (EIO, ENOSPC from the device) fails every write waiting on it, and every
+ * later one: the kernel may have dropped the WAL pages it could not write (marking them
+ * clean), so a later fdatasync can succeed without them, and since WAL frames are
+ * checksummed in a chain, recovery after a crash stops at the first lost frame and drops
+ * every commit after it too. Measured on a loop-mounted ext4 whose backing file ran out
+ * of space: three writes failed ENOSPC, the next three resolved after a clean flush, and a
+ * copy of the disk then held none of the six. So the flusher stays failed ({@link WalSync.failure})
+ * and the store refuses writes until a restarted process opens it again.
  */
 import { closeSync, constants as fsConstants, fdatasync, fsync, openSync, statSync } from "node:fs";
 import diagnostics_channel from "node:diagnostics_channel";
 import { dirname } from "node:path";
+import { RunnerDepotError } from "../../errors.js";
 
 /**
  * Events of the WAL flusher, for tests and diagnostics (published only while someone
@@ -38,11 +48,11 @@ export const walFlushChannel = diagnostics_channel.channel("runner-depot:fs-wal-
  */
 const MAX_FLUSHES = 1;
 
-/** Fsyncs a directory (on the pool). */
-async function syncDir(path: string): Promise<void> {
+/** Fsyncs a directory (on the pool), the fsync itself through `flushing` (which judges its failure). */
+async function syncDir(path: string, flushing: (call: Promise<void>) => Promise<void>): Promise<void> {
   const fd = openSync(path, fsConstants.O_RDONLY);
   try {
-    await new Promise<void>((resolve, reject) => fsync(fd, (error) => (error ? reject(error) : resolve())));
+    await flushing(new Promise<void>((resolve, reject) => fsync(fd, (error) => (error ? reject(error) : resolve()))));
   } finally {
     closeSync(fd);
   }
@@ -52,6 +62,8 @@ async function syncDir(path: string): Promise<void> {
 export interface WalSync {
   /** Resolves once a flush of the WAL that started after this call has finished. O(1) to join. */
   sync(): Promise<void>;
+  /** The error every write answers once a flush of the WAL or its directory failed; undefined until then. */
+  failure(): RunnerDepotError | undefined;
   /** Waits for flushes in flight and closes the descriptor. */
   close(): Promise<void>;
 }
@@ -63,6 +75,23 @@ export function createWalSync(dbPath: string): WalSync {
   let inFlight = 0;
   /** The flush that starts when the running one ends, joined by every caller meanwhile. */
   let queued: { promise: Promise<void>; resolve(): void; reject(error: unknown): void } | undefined;
+  /** Set by the first failed fsync or fdatasync: from then on every flush fails with it. */
+  let failed: RunnerDepotError | undefined;
+
+  /** Runs an fsync-like call; its failure fails the flusher for good (see the top of this file). */
+  async function flushing(call: Promise<void>): Promise<void> {
+    try {
+      await call;
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code ?? String(error);
+      failed ??= new RunnerDepotError(
+        "UNAVAILABLE",
+        `A flush of ${walPath} failed (${code}): writes since may not be on disk, and a later flush would not write them again. The fs store refuses writes; check the disk, then restart the process.`,
+        { cause: error },
+      );
+      throw failed;
+    }
+  }
 
   /**
    * The WAL's descriptor, (re)opened when the path names another inode; a new one's
@@ -75,16 +104,27 @@ export function createWalSync(dbPath: string): WalSync {
     if (ino === undefined) return null;
     if (file?.ino !== ino) {
       if (file) closeSync(file.fd);
-      file = { fd: openSync(walPath, fsConstants.O_RDONLY), ino, named: syncDir(dirname(walPath)) };
+      file = { fd: openSync(walPath, fsConstants.O_RDONLY), ino, named: syncDir(dirname(walPath), flushing) };
     }
-    await file.named;
-    return file.fd;
+    const current = file;
+    try {
+      await current.named;
+    } catch (error) {
+      // The directory could not be opened (EMFILE, say): the next flush tries again.
+      if (file === current) {
+        closeSync(current.fd);
+        file = undefined;
+      }
+      throw error;
+    }
+    return current.fd;
   }
 
   async function flushNow(): Promise<void> {
+    if (failed) throw failed;
     const fd = await descriptor();
     if (fd === null) return;
-    await new Promise<void>((resolve, reject) => fdatasync(fd, (error) => (error ? reject(error) : resolve())));
+    await flushing(new Promise<void>((resolve, reject) => fdatasync(fd, (error) => (error ? reject(error) : resolve()))));
     if (walFlushChannel.hasSubscribers) walFlushChannel.publish({ type: "flushed", wal: walPath });
   }
 
@@ -115,6 +155,7 @@ export function createWalSync(dbPath: string): WalSync {
 
   return {
     sync,
+    failure: () => failed,
     async close() {
       while (inFlight > 0 || queued) await new Promise((resolve) => setTimeout(resolve, 1));
       if (file) closeSync(file.fd);
