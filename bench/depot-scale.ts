@@ -2,7 +2,7 @@
  * Depot at scale (issue 8): per-package read latency at 50, 10,000 and 100,000 packages;
  * GET /catalog 304, a page of 1,000 and ?since with 10 changes at 100,000 packages against
  * a request that touches no store; publishes per second of one-file packages at concurrency
- * 1, 8 and 32, with the store writes (and the fs store's fsyncs) each publish costs. Same run
+ * 1, 8 and 32, with the store writes (and the WAL flushes the fs store waits for) each publish costs. Same run
  * on the fs store (fsync on) and on PostgreSQL records + S3 blobs (s3rver).
  *
  * Seeding: one real publish through HTTP makes a template version (its archive and manifest
@@ -97,9 +97,9 @@ interface Backend {
   serving: PackageStore;
   /** The store seeding writes through (fs: fsync off, same directory). */
   seeding: PackageStore;
-  /** A fresh, empty store for the publish rounds, and its fsyncs per record/blob write. */
+  /** A fresh, empty store for the publish rounds, and 1 when a durable write waits for a flush (fs), else 0. */
   fresh(): Promise<PackageStore>;
-  fsyncsPerWrite: number;
+  flushesPerWrite: number;
   close(): Promise<void>;
 }
 
@@ -212,11 +212,12 @@ async function measure(backend: Backend): Promise<string[]> {
     const before = { ...counts };
     await publishRate(fresh, 1, 10, "count");
     const per = (k: string) => (counts[k]! - before[k]!) / 10;
-    // fs store: a record write fsyncs its file and (unless lazy) its directory, a blob its
-    // file and directory, a delete its directory unless lazy. Shared directory fsyncs
-    // (group commit) make the real count lower under concurrency: this is the most.
-    const fsyncCount = (per("putRecord") - per("lazyPut")) * 2 + per("lazyPut") + per("putBlob") * 2 + (per("deleteRecord") - per("lazyDelete"));
-    const fsyncs = backend.fsyncsPerWrite > 0 ? ` (at most ${fmt(fsyncCount, 0)} fsyncs)` : "";
+    // fs store (records.db, record-db.ts): every durable record write, durable delete and
+    // blob write (a row up to 16 KiB, a file above) waits for a flush of the WAL (a file
+    // blob for two fsyncs of its own instead); concurrent writers share each flush, so the
+    // real count is lower under concurrency: this is the most at concurrency 1.
+    const flushCount = per("putRecord") - per("lazyPut") + per("putBlob") + (per("deleteRecord") - per("lazyDelete"));
+    const fsyncs = backend.flushesPerWrite > 0 ? ` (at most ${fmt(flushCount, 0)} WAL flushes waited for)` : "";
     rows.push("\u0001", `| ${backend.label} | ${rates.join(", ")} | ${fmt(per("putRecord"), 1)} record writes (${fmt(per("lazyPut"), 1)} lazy), ${fmt(per("deleteRecord"), 1)} deletes (${fmt(per("lazyDelete"), 1)} lazy), ${fmt(per("putBlob"), 1)} blob writes${fsyncs}, ${fmt(per("getRecord"), 1)} record reads |`);
   } finally {
     await fresh.close();
@@ -237,7 +238,7 @@ async function fsBackend(): Promise<Backend> {
       freshDirs.push(dir.cleanup);
       return createFsStore(dir.dir);
     },
-    fsyncsPerWrite: 2,
+    flushesPerWrite: 1,
     async close() {
       for (const c of freshDirs) await c();
       await tmp.cleanup();
@@ -273,7 +274,7 @@ async function pgBackend(): Promise<Backend> {
     async fresh() {
       return open(dbs[1]!, "publish/");
     },
-    fsyncsPerWrite: 0,
+    flushesPerWrite: 0,
     async close() {
       await seedPool.end();
       for (const db of dbs) await db.drop();
