@@ -5,7 +5,7 @@
  * fenced so code that reads record files refuses it instead of starting an empty store.
  */
 import { spawn } from "node:child_process";
-import { cp, mkdir, readdir, readFile, writeFile } from "node:fs/promises";
+import { cp, mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -144,6 +144,47 @@ describe("fs store written one file per record", () => {
     await writeFile(file, text);
     expect(await dump(store)).toEqual(today);
     await store.close?.();
+  });
+
+  it("a records.db lost after the move is refused, not replaced by the old files or an empty store; a killed import still resumes", async () => {
+    const tmp = await tempDir("fs-upgrade-lost-");
+    cleanups.push(tmp.cleanup);
+    await writeFileLayout(tmp.dir, today, upgraded);
+    const lose = async () => {
+      for (const name of await readdir(tmp.dir)) if (name.startsWith("records.db")) await rm(join(tmp.dir, name));
+    };
+    // An import that never committed (killed; here: stopped by a damaged file): the next open runs it.
+    const [key] = [...today.keys()].filter((k) => k.startsWith("version/"));
+    const file = recordFile(join(tmp.dir, "records"), key!);
+    const text = await readFile(file, "utf8");
+    await writeFile(file, "{damaged");
+    let store = createFsStore(tmp.dir);
+    await expect(store.getRecord("format")).rejects.toMatchObject({ code: "INTERNAL" });
+    await store.close?.();
+    await lose();
+    await writeFile(file, text);
+    store = createFsStore(tmp.dir);
+    expect(await dump(store)).toEqual(today);
+    const published = await store.putRecord("after/upgrade", { n: 1 }, { ifRevision: null });
+    await store.close?.();
+    // records.db removed after the import committed: refused, whatever the files say.
+    await lose();
+    store = createFsStore(tmp.dir);
+    const refused = await store.getRecord("format").catch((e: unknown) => e);
+    expect(refused).toMatchObject({ code: "INTERNAL" });
+    expect((refused as Error).message).toMatch(/records\.db/);
+    await store.close?.();
+    // A new store alike: no empty store in place of a lost one.
+    const fresh = await tempDir("fs-upgrade-lost-new-");
+    cleanups.push(fresh.cleanup);
+    store = createFsStore(fresh.dir);
+    await openStoreFormat(store);
+    await store.close?.();
+    for (const name of await readdir(fresh.dir)) if (name.startsWith("records.db")) await rm(join(fresh.dir, name));
+    store = createFsStore(fresh.dir);
+    await expect(openStoreFormat(store)).rejects.toMatchObject({ code: "INTERNAL" });
+    await store.close?.();
+    expect(published).not.toBeNull();
   });
 
   it("is imported once when several processes open it at the same time", async () => {

@@ -11,7 +11,11 @@
  * runner-depot reads format 2 and older. Upgrade runner-depot to serve it.") instead of
  * seeing no records and starting a new, empty store beside the database. The fence keeps
  * the `format` record it replaced (`imported`), so an import killed after the fence was
- * written still imports the original.
+ * written still imports the original, and says how far the move went (`state`):
+ * `importing` from before the import's transaction, `imported` once it committed. So an
+ * open that finds no import in records.db tells a killed import (run it again) from a
+ * records.db removed or replaced after the move (refused: importing the files again would
+ * serve the store as it was before the upgrade, an empty records.db a new empty store).
  */
 import { randomUUID } from "node:crypto";
 import { closeSync, fsyncSync, openSync, readdirSync, readFileSync, renameSync, writeSync } from "node:fs";
@@ -28,9 +32,13 @@ export interface LegacyRecord {
   value: unknown;
 }
 
+/** How far the move into records.db went (see the top of this file); absent in fences written before it was kept. */
+export type FenceState = "importing" | "imported";
+
 /** The fence's content: a `format` record plus the record it replaced. */
 interface FenceFile extends LegacyRecord {
   imported: LegacyRecord | null;
+  state?: FenceState;
 }
 
 /**
@@ -94,24 +102,29 @@ export function fencePath(recordsDir: string): string {
 
 /**
  * The `format` record to import from `records/format~`: the fence's `imported` when the
- * fence is in place already, else the file itself (null when absent or torn).
+ * fence is in place already (with its state; a fence without one counts as `importing`),
+ * else the file itself (null when absent or torn).
  */
-export function readFormatUnderFence(recordsDir: string): { original: LegacyRecord | null; fenced: boolean } {
+export function readFormatUnderFence(recordsDir: string): { original: LegacyRecord | null; fence: FenceState | null } {
   const current = readLegacyRecord(fencePath(recordsDir));
-  if (current && "imported" in current) return { original: (current as FenceFile).imported, fenced: true };
-  return { original: current, fenced: false };
+  if (current && "imported" in current) {
+    const fence = current as FenceFile;
+    return { original: fence.imported, fence: fence.state === "imported" ? "imported" : "importing" };
+  }
+  return { original: current, fence: null };
 }
 
 /**
  * Writes the fence whole and flushed (temp file, fsync, rename, directory fsync; inline:
- * once per store), keeping `original`. `sync` false skips the fsyncs (unsafeNoSync).
+ * twice per store), keeping `original`. `sync` false skips the fsyncs (unsafeNoSync).
  */
-export function writeFence(recordsDir: string, original: LegacyRecord | null, sync: boolean, now: Date): void {
+export function writeFence(recordsDir: string, original: LegacyRecord | null, state: FenceState, sync: boolean, now: Date): void {
   const fence: FenceFile = {
     key: "format",
     revision: randomUUID(),
     value: { format: FENCE_FORMAT, storeId: "records-in-records.db", createdAt: now.toISOString(), note: "records are in records.db; this directory needs a newer runner-depot" },
     imported: original,
+    state,
   };
   const tmp = join(recordsDir, `.fence-${process.pid}-${randomUUID()}`);
   const fd = openSync(tmp, "wx");
