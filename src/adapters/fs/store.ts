@@ -42,7 +42,12 @@ export interface FsStoreOptions {
   staleLockMs?: number;
   /** How long a write waits for the record database's write lock (held by another process) before failing UNAVAILABLE (default 30 s; a commit lasts a millisecond or so). */
   lockTimeoutMs?: number;
-  /** Skip fsync (tests on tmpfs only; a crash may then lose acknowledged writes). */
+  /**
+   * Skip fsync (tests on tmpfs only; a crash may then lose acknowledged writes). Never in a
+   * process sharing the directory with one that syncs: its checkpoints copy the other's
+   * commits into records.db without flushing it, and once the WAL restarts over them the
+   * other's WAL flush no longer covers them.
+   */
   unsafeNoSync?: boolean;
 }
 
