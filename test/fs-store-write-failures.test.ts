@@ -128,6 +128,11 @@ describe("fs store on a disk that fails its writes", () => {
     expect(isRunnerDepotError(blob, "UNAVAILABLE")).toBe(true);
     expect(await store.getRecord("before")).toEqual({ value: { v: 1 }, revision: first });
     await store.close?.();
+    // Opened again in this process: still refused (a new descriptor would not see the error).
+    const again = createFsStore(join(disk.mnt, "store"));
+    expect(await again.getRecord("before")).toEqual({ value: { v: 1 }, revision: first });
+    expect(isRunnerDepotError(await again.putRecord("again", 1, { ifRevision: null }).catch((e: unknown) => e), "UNAVAILABLE")).toBe(true);
+    await again.close?.();
     writeFileSync(join(disk.mnt, "probe"), "the mount still works");
   });
 });

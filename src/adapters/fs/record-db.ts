@@ -224,10 +224,15 @@ function createBatcher(db: DatabaseSync, statements: PreparedRecords, wal: WalSy
     async exclusive<T>(work: (db: DatabaseSync) => T): Promise<T> {
       while (running || scheduled) await (running ?? new Promise((resolve) => setImmediate(resolve)));
       let result!: T;
+      let changed = false;
+      const changes = () => (db.prepare("SELECT total_changes() AS n").get() as { n: number }).n;
       await inTransaction(db, lockTimeoutMs, () => {
+        const before = changes();
         result = work(db);
+        changed = changes() !== before;
       });
-      await wal?.sync();
+      // Flushed only when it wrote: an open after a failed flush (wal-sync.ts) still reads.
+      if (changed) await wal?.sync();
       return result;
     },
     async close() {

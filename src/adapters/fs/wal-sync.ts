@@ -32,7 +32,7 @@
  */
 import { closeSync, constants as fsConstants, fdatasync, fsync, openSync, statSync } from "node:fs";
 import diagnostics_channel from "node:diagnostics_channel";
-import { dirname } from "node:path";
+import { dirname, resolve } from "node:path";
 import { RunnerDepotError } from "../../errors.js";
 
 /**
@@ -47,6 +47,13 @@ export const walFlushChannel = diagnostics_channel.channel("runner-depot:fs-wal-
  * publishes/s, alternating runs, 00:22 UTC, load 5.8-6.1), and one flush covers more.
  */
 const MAX_FLUSHES = 1;
+
+/**
+ * WALs whose flush failed in this process, with the error: a store opened again on the
+ * same directory in this process refuses writes too (its descriptor, opened after the
+ * error, would not report it). Grows by one entry per failed WAL path: a handful at most.
+ */
+const failedWals = new Map<string, RunnerDepotError>();
 
 /** Fsyncs a directory (on the pool), the fsync itself through `flushing` (which judges its failure). */
 async function syncDir(path: string, flushing: (call: Promise<void>) => Promise<void>): Promise<void> {
@@ -76,19 +83,19 @@ export function createWalSync(dbPath: string): WalSync {
   /** The flush that starts when the running one ends, joined by every caller meanwhile. */
   let queued: { promise: Promise<void>; resolve(): void; reject(error: unknown): void } | undefined;
   /** Set by the first failed fsync or fdatasync: from then on every flush fails with it. */
-  let failed: RunnerDepotError | undefined;
+  let failed: RunnerDepotError | undefined = failedWals.get(resolve(walPath));
 
   /** Runs an fsync-like call; its failure fails the flusher for good (see the top of this file). */
   async function flushing(call: Promise<void>): Promise<void> {
     try {
       await call;
     } catch (error) {
-      const code = (error as NodeJS.ErrnoException).code ?? String(error);
-      failed ??= new RunnerDepotError(
-        "UNAVAILABLE",
-        `A flush of ${walPath} failed (${code}): writes since may not be on disk, and a later flush would not write them again. The fs store refuses writes; check the disk, then restart the process.`,
-        { cause: error },
-      );
+      if (!failed) {
+        const code = (error as NodeJS.ErrnoException).code ?? String(error);
+        const message = `A flush of ${walPath} failed (${code}): writes since may not be on disk, and a later flush would not write them again. The fs store refuses writes; check the disk, then restart the process.`;
+        failed = new RunnerDepotError("UNAVAILABLE", message, { cause: error });
+        failedWals.set(resolve(walPath), failed);
+      }
       throw failed;
     }
   }
