@@ -12,7 +12,7 @@ Upgrades the package store under <data> (the folder 'serve --data' uses, or a de
 folder itself) to store format ${STORE_FORMAT}, in place. A store written by runner-depot 0.1.0
 is format 1; 'serve' also upgrades it when it opens it, so this command is for doing it
 ahead of time. A store whose records are still files (records/) has them imported into
-records.db first. Nothing published is lost or changes its digest; running it again, or after
+records.db first (stop every older runner-depot serving <data> before). Nothing published is lost or changes its digest; running it again, or after
 an interrupted run, is safe. A store newer than this runner-depot is refused.`;
 
 export const migrateCommand: Command = {
