@@ -78,13 +78,16 @@ describe("fs store written one file per record", () => {
     cleanups.push(tmp.cleanup);
     await writeFileLayout(tmp.dir, today, upgraded);
     // What the file layout could also leave: a lazy create a machine crash tore (absent),
-    // a lock file, a grave.
+    // a lock file, a grave; and stray files whose names no key encodes to (skipped).
     const torn = recordFile(join(tmp.dir, "records"), "titem/lost/0123");
     await mkdir(dirname(torn), { recursive: true });
     await writeFile(torn, ' {"key":"titem/lo');
     await writeFile(`${recordFile(join(tmp.dir, "records"), "catalog")}.lock`, "{}");
     await mkdir(join(tmp.dir, "graves"));
     await writeFile(join(tmp.dir, "graves", "123-x"), "old");
+    await writeFile(join(tmp.dir, "records", "50%~"), "{}");
+    await mkdir(join(tmp.dir, "records", "%zz"));
+    await writeFile(join(tmp.dir, "records", "%zz", "x~"), "{}");
 
     const store = createFsStore(tmp.dir);
     const depot = await startDepot(store);

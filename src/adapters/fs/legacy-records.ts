@@ -68,7 +68,9 @@ export function readLegacyRecord(file: string): LegacyRecord | null {
 
 /**
  * Every record file under `recordsDir` with the key it stands for (lock files, stale-lock
- * asides and anything else not ending in `~` are skipped). O(files), depth-first.
+ * asides and anything else not ending in `~` are skipped, and so is a name the file
+ * layout's encoder could not have written, such as `50%~`: it is no record, only a stray
+ * file, and must not stop the import). O(files), depth-first.
  */
 export function legacyRecordFiles(recordsDir: string): Array<{ key: string; file: string }> {
   const found: Array<{ key: string; file: string }> = [];
@@ -82,17 +84,27 @@ export function legacyRecordFiles(recordsDir: string): Array<{ key: string; file
       throw error;
     }
     for (const entry of entries) {
-      if (entry.isDirectory()) walk(join(path, entry.name), `${keyPrefix}${decodeSegment(entry.name)}/`);
-      else if (entry.isFile() && entry.name.endsWith("~")) found.push({ key: keyPrefix + decodeSegment(entry.name.slice(0, -1)), file: join(path, entry.name) });
+      if (entry.isDirectory()) {
+        const segment = decodeSegment(entry.name);
+        if (segment !== null) walk(join(path, entry.name), `${keyPrefix}${segment}/`);
+      } else if (entry.isFile() && entry.name.endsWith("~")) {
+        const segment = decodeSegment(entry.name.slice(0, -1));
+        if (segment !== null) found.push({ key: keyPrefix + segment, file: join(path, entry.name) });
+      }
     }
   };
   walk(recordsDir, "");
   return found;
 }
 
-/** The key segment a file or directory name stands for (`%` is the empty segment). */
-function decodeSegment(name: string): string {
-  return name === "%" ? "" : decodeURIComponent(name);
+/** The key segment a file or directory name stands for (`%` is the empty segment); null for a name no key encodes to. */
+function decodeSegment(name: string): string | null {
+  if (name === "%") return "";
+  try {
+    return decodeURIComponent(name);
+  } catch {
+    return null; // URIError: not percent-encoding, so not a name the file layout wrote
+  }
 }
 
 /** The fence's path: where the file-layout code reads the `format` record. */
