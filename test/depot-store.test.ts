@@ -295,6 +295,69 @@ describe("fs store across processes", () => {
     }
   });
 
+  it("tells a write's outcome at its commit (onVisible), before the WAL flush its promise waits for", async () => {
+    const tmp = await tempDir("depot-store-visible-");
+    cleanups.push(tmp.cleanup);
+    const store = createFsStore(tmp.dir);
+    await store.getRecord("open");
+    const order: string[] = [];
+    const listener = () => order.push("flush");
+    diagnostics_channel.subscribe("runner-depot:fs-wal-flush", listener);
+    try {
+      const [first, second] = await Promise.all([
+        store.putRecord("vis/k", 1, { ifRevision: null, onVisible: (applied) => order.push(`visible ${applied}`) }).then((r) => (order.push("resolved"), r)),
+        store.putRecord("vis/k", 2, { ifRevision: null, onVisible: (applied) => order.push(`visible ${applied}`) }),
+      ]);
+      expect(first).not.toBeNull();
+      expect(second).toBeNull();
+      expect(order.slice(0, 3)).toEqual(["visible true", "visible false", "flush"]);
+      expect(order).toContain("resolved");
+      expect(order.indexOf("resolved")).toBeGreaterThan(order.indexOf("flush"));
+    } finally {
+      diagnostics_channel.unsubscribe("runner-depot:fs-wal-flush", listener);
+    }
+    await store.close?.();
+  });
+
+  it("checkpoints the WAL on its worker while the store stays open, and writes the WAL from its start again", async () => {
+    const tmp = await tempDir("depot-store-checkpoint-");
+    cleanups.push(tmp.cleanup);
+    const checkpoints: Array<{ copied: number; restarted: boolean }> = [];
+    const listener = (message: unknown) => checkpoints.push(message as { copied: number; restarted: boolean });
+    diagnostics_channel.subscribe("runner-depot:fs-checkpoint", listener);
+    cleanups.push(async () => {
+      diagnostics_channel.unsubscribe("runner-depot:fs-checkpoint", listener);
+    });
+    const store = createFsStore(tmp.dir);
+    const value = "x".repeat(4000);
+    // About 6 MiB of WAL (each record a leaf cell and an overflow page): past 1,000 frames,
+    // below the store's own backstop, so only the worker can have copied it.
+    const writeMany = async (tag: string) => {
+      for (let round = 0; round < 30; round++) {
+        await Promise.all(Array.from({ length: 25 }, (_, i) => store.putRecord(`ckpt/${tag}/${round}/${i}`, value, { ifRevision: null })));
+      }
+    };
+    await writeMany("a");
+    const dbPath = join(tmp.dir, "records.db");
+    const deadline = Date.now() + 20_000;
+    const restarted = () => checkpoints.some((c) => c.copied > 1000 && c.restarted);
+    // A RESTART that found the write lock taken is tried again at a later commit.
+    for (let i = 0; !restarted() && Date.now() < deadline; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      await store.putRecord(`ckpt/poke/${i}`, 1, { ifRevision: null });
+    }
+    expect((await stat(dbPath)).size).toBeGreaterThan(2_000_000);
+    // The worker's checkpoints did it (the store's own connection waits for 16,000 pages).
+    expect(restarted()).toBe(true);
+    const walAfterFirst = (await stat(`${dbPath}-wal`)).size;
+    // The checkpoint copied the whole WAL (RESTART): the next writes start at its beginning
+    // instead of appending (which would double the file).
+    await writeMany("b");
+    expect((await stat(`${dbPath}-wal`)).size).toBeLessThan(walAfterFirst * 1.5);
+    expect((await store.getRecord<string>("ckpt/a/0/0"))!.value).toBe(value);
+    await store.close?.();
+  });
+
   it("writes issued in one turn share a commit, each with its own compare-and-swap outcome", async () => {
     const tmp = await tempDir("depot-store-batch-");
     cleanups.push(tmp.cleanup);

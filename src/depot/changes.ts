@@ -139,11 +139,23 @@ const appending = new WeakMap<PackageStore, Promise<unknown>>();
  * attempts), where in turn each takes the next position at its first try. Other
  * processes still race by create-only writes. O(1) store calls when this process
  * appended last.
+ *
+ * The next append starts when this one's entry is visible, not when it is durable, on a
+ * store that tells (WriteCondition.onVisible: the fs store, at its commit, before the
+ * WAL flush). That is safe because such a store keeps, after a crash, a prefix of its
+ * writes in visibility order: entry p + 1 can never survive without entry p, so the
+ * sequence stays dense (1..head) after any crash, and the promise of each append still
+ * resolves only once its own entry is durable. On a store that does not tell (PostgreSQL:
+ * durable when visible) the next append starts at the resolution, as before. Without
+ * this the appends of a process were capped at one per WAL flush (one flush running and
+ * one queued: an append waited 1–2 flushes).
  */
 export function appendChange(store: PackageStore, entry: Omit<ChangeEntry, "position">): Promise<number> {
   const previous = appending.get(store) ?? Promise.resolve();
-  const run = previous.then(() => appendNow(store, entry));
-  const tail = run.catch(() => undefined);
+  let visible!: () => void;
+  const seen = new Promise<void>((resolve) => (visible = resolve));
+  const run = previous.then(() => appendNow(store, entry, visible));
+  const tail = Promise.race([seen, run.then(() => undefined, () => undefined)]);
   appending.set(store, tail);
   void tail.then(() => {
     if (appending.get(store) === tail) appending.delete(store);
@@ -151,12 +163,15 @@ export function appendChange(store: PackageStore, entry: Omit<ChangeEntry, "posi
   return run;
 }
 
-async function appendNow(store: PackageStore, entry: Omit<ChangeEntry, "position">): Promise<number> {
+async function appendNow(store: PackageStore, entry: Omit<ChangeEntry, "position">, visible: () => void): Promise<number> {
   let position = (await changeHead(store)) + 1;
   for (;;) {
     const written: ChangeEntry = { position, name: entry.name, version: entry.version, first: entry.first, at: entry.at };
     // Announced: routers in other processes move their catalog head on it (catalog-head.ts).
-    if ((await store.putRecord(changeKey(position), written, { ifRevision: null, announce: true })) !== null) {
+    const onVisible = (applied: boolean) => {
+      if (applied) visible();
+    };
+    if ((await store.putRecord(changeKey(position), written, { ifRevision: null, announce: true, onVisible })) !== null) {
       if (position > (knownHeads.get(store) ?? 0)) knownHeads.set(store, position);
       remember(cacheOf(store).loose, position, written, LOOSE_CACHE);
       return position;

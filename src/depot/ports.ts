@@ -97,6 +97,19 @@ export interface WriteCondition {
    * write once it is visible; other stores ignore it.
    */
   announce?: boolean;
+  /**
+   * Called at most once, with whether the write was applied, as soon as its outcome is
+   * visible to every reader of the store, which may be before it is on stable storage (the
+   * fs store answers a durable write after its commit's WAL flush, and calls this at the
+   * commit). A store calling it promises that what a machine crash keeps is a prefix of its
+   * writes in the order they became visible (the fs store: one WAL, replayed in order up to
+   * its first torn frame), so a write made after this call can never survive a crash
+   * without this one. Stores whose writes are durable when visible (PostgreSQL, memory) do
+   * not call it; callers then go on at the promise's resolution. The depot uses it to start
+   * the next append of its change sequence without waiting for the previous one's flush
+   * (changes.ts).
+   */
+  onVisible?: (applied: boolean) => void;
 }
 
 /** Small JSON records with compare-and-swap. */

@@ -17,15 +17,16 @@
  * - A kill -9 loses nothing committed: SQLite rolls the WAL forward (or back) on the next
  *   open, in whichever process opens first.
  *
- * Every SQLite call runs on the event loop's thread: a point read is microseconds, a commit
- * of a batch tens of microseconds plus O(log records) per write; only the WAL's flush
- * (and a checkpoint's, every 1,000 pages written) waits for the disk, the former off the
- * event loop.
+ * Every SQLite call of the store runs on the event loop's thread: a point read is
+ * microseconds, a commit of a batch tens of microseconds plus O(log records) per write;
+ * what waits for the disk runs elsewhere: the WAL's flush on libuv's pool, checkpoints on a
+ * worker thread with its own connection (checkpointer.ts).
  */
 import { RunnerDepotError } from "../../errors.js";
 import type { DatabaseSync, StatementSync } from "node:sqlite";
 import { loadSqlite } from "./sqlite.js";
 import { createWalSync, type WalSync } from "./wal-sync.js";
+import { BACKSTOP_PAGES, createCheckpointer, type Checkpointer } from "./checkpointer.js";
 
 /** The schema version this code writes (`PRAGMA user_version`); a newer database is refused. */
 export const RECORD_DB_VERSION = 1;
@@ -64,7 +65,7 @@ export interface RecordDb {
    * (with an fsync when `durable` and the store syncs). O(1) to queue; a batch costs one
    * transaction and at most one fsync whatever its size.
    */
-  write<T>(work: BatchWrite<T>, durable: boolean): Promise<T>;
+  write<T>(work: BatchWrite<T>, durable: boolean, visible?: (result: T) => void): Promise<T>;
   /** Runs `work` in a transaction of its own holding the write lock (setup, import). */
   exclusive<T>(work: (db: DatabaseSync) => T): Promise<T>;
   /** Waits for queued batches, then closes the connection. */
@@ -74,6 +75,8 @@ export interface RecordDb {
 interface Queued {
   work: BatchWrite<unknown>;
   durable: boolean;
+  /** Told the outcome at the commit, before a durable write's flush (WriteCondition.onVisible). */
+  visible?: (result: unknown) => void;
   resolve(value: unknown): void;
   reject(error: unknown): void;
 }
@@ -118,9 +121,13 @@ export async function openRecordDb(path: string, options: { sync: boolean; lockT
   }
   // NORMAL: a commit writes the WAL without flushing it; durable writes wait for the
   // store's own flush of the WAL, off the event loop (wal-sync.ts).
-  db.exec(`PRAGMA synchronous = ${options.sync ? "NORMAL" : "OFF"}`);
+  // Checkpoints run on a worker (checkpointer.ts); this connection's own automatic one
+  // only past the backstop, should the worker stall.
+  db.exec(`PRAGMA synchronous = ${options.sync ? "NORMAL" : "OFF"}; PRAGMA wal_autocheckpoint = ${BACKSTOP_PAGES}`);
   const statements = prepare(db);
-  return createBatcher(db, statements, options.sync ? createWalSync(path) : undefined, options.lockTimeoutMs);
+  const wal = options.sync ? createWalSync(path) : undefined;
+  const checkpointer = createCheckpointer(path, options.sync, () => wal?.failure() === undefined);
+  return createBatcher(db, statements, wal, checkpointer, options.lockTimeoutMs);
 }
 
 /** Prepares the statements every record operation uses (each O(log records) per row). */
@@ -144,7 +151,7 @@ function prepare(db: DatabaseSync): PreparedRecords {
 }
 
 /** The group commit over one connection: a queue drained by one batch at a time. */
-function createBatcher(db: DatabaseSync, statements: PreparedRecords, wal: WalSync | undefined, lockTimeoutMs: number): RecordDb {
+function createBatcher(db: DatabaseSync, statements: PreparedRecords, wal: WalSync | undefined, checkpointer: Checkpointer, lockTimeoutMs: number): RecordDb {
   let queue: Queued[] = [];
   let scheduled = false;
   let running: Promise<void> | undefined;
@@ -200,10 +207,16 @@ function createBatcher(db: DatabaseSync, statements: PreparedRecords, wal: WalSy
       queue = [...batch.slice(0, index), ...batch.slice(index + 1), ...queue];
       return;
     }
+    checkpointer.committed();
     // Lazy writes answer at once; durable ones after a WAL flush that started after this
     // commit. The batcher does not wait for it: the next batch commits meanwhile.
     const flushed = wal && batch.some((q) => q.durable) ? wal.sync() : undefined;
     batch.forEach((q, i) => {
+      try {
+        q.visible?.(results[i]);
+      } catch {
+        // The caller's callback: its failure is not the write's.
+      }
       if (!q.durable || !flushed) q.resolve(results[i]);
       else flushed.then(() => q.resolve(results[i]), q.reject);
     });
@@ -211,13 +224,13 @@ function createBatcher(db: DatabaseSync, statements: PreparedRecords, wal: WalSy
 
   return {
     statements,
-    write<T>(work: BatchWrite<T>, durable: boolean): Promise<T> {
+    write<T>(work: BatchWrite<T>, durable: boolean, visible?: (result: T) => void): Promise<T> {
       if (closed) return Promise.reject(new RunnerDepotError("UNAVAILABLE", "The fs store is closed"));
       // A failed WAL flush: what is committed from now on would sit behind frames the disk may not hold (wal-sync.ts).
       const failure = wal?.failure();
       if (failure) return Promise.reject(failure);
       return new Promise<T>((resolve, reject) => {
-        queue.push({ work, durable, resolve: resolve as (value: unknown) => void, reject });
+        queue.push({ work, durable, visible: visible as ((result: unknown) => void) | undefined, resolve: resolve as (value: unknown) => void, reject });
         schedule();
       });
     },
@@ -232,7 +245,10 @@ function createBatcher(db: DatabaseSync, statements: PreparedRecords, wal: WalSy
         changed = changes() !== before;
       });
       // Flushed only when it wrote: an open after a failed flush (wal-sync.ts) still reads.
-      if (changed) await wal?.sync();
+      if (changed) {
+        checkpointer.committed();
+        await wal?.sync();
+      }
       return result;
     },
     async close() {
@@ -243,6 +259,7 @@ function createBatcher(db: DatabaseSync, statements: PreparedRecords, wal: WalSy
       }
       // Waits for the flushes in flight (the durable writes they answer resolve with them).
       await wal?.close();
+      await checkpointer.close();
       db.close();
     },
   };

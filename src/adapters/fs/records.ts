@@ -42,9 +42,12 @@ export function createFsRecords(open: () => Promise<RecordDb>): FsRecords {
       const db = await open();
       const revision = randomUUID();
       const durable = cond.lazy !== true;
-      if (cond.ifRevision === null) return db.write((s) => (s.insert.run(bytes, revision, json).changes === 1 ? revision : null), durable);
+      // Told at the commit: one WAL keeps commits in order (WriteCondition.onVisible).
+      const onVisible = cond.onVisible;
+      const visible = onVisible && ((written: string | null) => onVisible(written !== null));
+      if (cond.ifRevision === null) return db.write((s) => (s.insert.run(bytes, revision, json).changes === 1 ? revision : null), durable, visible);
       const ifRevision = cond.ifRevision;
-      return db.write((s) => (s.swap.run(revision, json, bytes, ifRevision).changes === 1 ? revision : null), durable);
+      return db.write((s) => (s.swap.run(revision, json, bytes, ifRevision).changes === 1 ? revision : null), durable, visible);
     },
 
     async deleteRecord(key: string, cond?: WriteCondition) {
