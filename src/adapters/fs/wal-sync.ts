@@ -10,7 +10,8 @@
  * and a checkpoint in NORMAL mode flushes the WAL before it copies and the database after,
  * so one flush of the file covers every commit before it (lazy ones too): concurrent
  * batches share it (at most one running and one queued, as directory fsyncs do in
- * durable.ts). Meanwhile the event loop serves other requests and commits more batches.
+ * durable.ts; the queued one starts two turns of the event loop after the running one
+ * ends, so the next writes of the requests that one answered join it). Meanwhile the event loop serves other requests and commits more batches.
  *
  * As with FULL's flush, a commit is on stable storage before its promise resolves; unlike
  * it, other readers may see the commit during the flush (the file layout's records were
@@ -139,10 +140,25 @@ export function createWalSync(dbPath: string): WalSync {
   function launch(): Promise<void> {
     inFlight++;
     return flushNow().finally(() => {
-      inFlight--;
-      const next = queued;
-      queued = undefined;
-      if (next) launch().then(next.resolve, next.reject);
+      if (!queued) {
+        inFlight--;
+        return;
+      }
+      const go = () => {
+        inFlight--;
+        const next = queued!;
+        queued = undefined;
+        launch().then(next.resolve, next.reject);
+      };
+      // The queued flush starts two turns of the event loop later, not at once: the writes
+      // the ended flush answered go on to their requests' next writes, whose batch commits
+      // in the next turn (record-db.ts) and so joins this flush instead of waiting behind it.
+      // Only when a flush was queued, so a lone writer (concurrency 1) never waits for it.
+      // Measured at concurrency 8 with fsync (01:03–01:07 UTC, load 2–5): more publishes/s
+      // in 8 of 9 pairs (e.g. 207.7 → 220.8, 211.3 → 218.9, 204.3 → 210.7/s) and 0.4 ms less
+      // server CPU per publish in the quiet ones; concurrency 1 unchanged (58.0 / 60.6 →
+      // 55.5 / 61.0/s); a 1 ms timer instead was no better.
+      setImmediate(() => setImmediate(go));
     });
   }
 
