@@ -96,12 +96,20 @@ export async function measureTransaction(url: string, name: string, items: numbe
   return { items, addMs, firstTenthMs, lastTenthMs, summaryFirstPageMs, summaryFirstPageBytes, summaryWalkMs, summaryPages, commitMs };
 }
 
-/** Rounds of the publish rate: concurrency and publishes per round. */
+/**
+ * Rounds of the publish rate: concurrency and publishes per round. Long enough (seconds, not
+ * one) that a round measures a running server's steady rate, not the first seconds of a
+ * fresh process (its JIT tiers, the store's caches). Until 2026-11-27 the rounds were 40 /
+ * 240 / 320 after 20 warm-up publishes; the same code in alternating runs (01:11–01:15 UTC,
+ * load 1.6–2.3) gave 170.4 and 181.1/s at concurrency 8 that way, 232.3 and 185.1/s this way.
+ */
 const PUBLISH_ROUNDS = [
-  [1, 40],
-  [8, 240],
-  [32, 320],
+  [1, 100],
+  [8, 1000],
+  [32, 1000],
 ] as const;
+/** Publishes per server before the rounds (concurrency 8): a long-running server's state, JIT and caches warm. */
+const WARM_UP = 200;
 
 /** One publish of a one-file package through the three requests of the contract. */
 async function publishOne(url: string, spec: string, body: string): Promise<void> {
@@ -188,7 +196,7 @@ export async function measurePublishes(work: string): Promise<PublishFigures> {
     return { perSecond: count / (ms / 1000), cpuMsEach: ((await cpuMs(depot.child.pid!)) - cpu0) / count };
   };
   try {
-    for (const depot of [synced, unsynced]) await publishMany(depot.url, "warm", 4, 20);
+    for (const depot of [synced, unsynced]) await publishMany(depot.url, "warm", 8, WARM_UP);
     const rounds: PublishFigures["rounds"] = [];
     for (const [concurrency, count] of PUBLISH_ROUNDS) {
       const ours = await round(synced, `c${concurrency}`, concurrency, count);
@@ -235,7 +243,7 @@ export async function run(): Promise<string> {
       "",
       "One-file packages (a few bytes) published through HTTP, three requests each (`POST /trans`, `POST /add/<id>/file`, `POST /commit/<id>`),",
       `on a fresh fs store with fsync on, the server (\`test/fixtures/depot-client-server.ts\`) in a child process, raw \`fetch\` from the bench process;`,
-      `rounds of ${PUBLISH_ROUNDS.map(([c, n]) => `${n} at concurrency ${c}`).join(", ")}, after 20 warm-up publishes. Server CPU: user + system time of the server process per publish (/proc).`,
+      `rounds of ${PUBLISH_ROUNDS.map(([c, n]) => `${n} at concurrency ${c}`).join(", ")}, after ${WARM_UP} warm-up publishes on each server at concurrency 8 (until 2026-11-27: rounds of 40 / 240 / 320 after 20, which weighed a fresh process's first seconds; alternating runs of the same code gave 170 and 181/s at concurrency 8 that way, 232 and 185/s this way). Server CPU: user + system time of the server process per publish (/proc).`,
       "Peer: the same code and rounds on a second fresh store without fsync (`unsafeNoSync`), in its own server process, each round run on both in turns: the ratio is what flushing costs.",
       `fsyncs: the server's fsync + fdatasync calls per publish over 20 more publishes at concurrency 1, counted by \`strace -c -f\` (untimed).`,
       `Run ${startedAt.toISOString().slice(0, 10)} ${hhmm(startedAt)} UTC; 1-minute load average ${f1(loadStart)} at the start, ${f1(loadAfterPublishes)} after the publishes (2 cores shared with other agents' work).`,
