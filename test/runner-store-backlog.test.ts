@@ -96,6 +96,24 @@ async function backlogServer(store: { logs: JobLogStore; open(): void }, secret:
   return { backlog, server, sessions, stop };
 }
 
+/**
+ * Opens a job's call on `session` that sends 2,000 lines and the job's end held back, and
+ * waits until the backlog holds its reader back (the store is stalled). `finish()` opens the
+ * store, ends the job and checks that every line was stored once.
+ */
+async function holdLoudCall(session: http2.ClientHttp2Session, secret: string, store: { open(): void }, backlog: { waiting: number }) {
+  const id = randomUUID();
+  const held = openCall(session, "grpc", mintJobToken(secret, id));
+  held.stream.write(Buffer.concat(Array.from({ length: 2000 }, (_, i) => frame(line(id, `${i} ${"x".repeat(90)}`)))));
+  await until(() => backlog.waiting > 0, "a job's call held back by the backlog");
+  const finish = async () => {
+    store.open();
+    held.stream.end(frame(end(id)));
+    expect(await held.status).toMatchObject({ code: 0, committed: "2001" });
+  };
+  return { finish };
+}
+
 async function fleetRun(queuedBytes: number) {
   let held = () => 0;
   const store = slowStore(() => held());
@@ -150,10 +168,7 @@ describe("runner store backlog: a server-wide budget for entries queued for the 
     sessions.push(connect(server.url), connect(server.url));
     try {
       // A job's call fills the budget behind the closed store: its reader is paused (held back).
-      const id = randomUUID();
-      const held = openCall(sessions[0]!, "grpc", mintJobToken(secret, id));
-      held.stream.write(Buffer.concat(Array.from({ length: 2000 }, (_, i) => frame(line(id, `${i} ${"x".repeat(90)}`)))));
-      await until(() => backlog.waiting > 0, "the job's call held back by the backlog");
+      const held = await holdLoudCall(sessions[0]!, secret, store, backlog);
       // A caller with a made-up (well-formed) token that sends nothing: the backlog holds
       // nothing of it, so its wait is its own silence and the idle limit applies.
       const stranger = openCall(sessions[1]!, "grpc", "made-up-token");
@@ -162,9 +177,7 @@ describe("runner store backlog: a server-wide budget for entries queued for the 
       expect(status!.committed).toBeUndefined();
       expect(backlog.waiting).toBeGreaterThan(0);
       // The held call is not idle: once the store drains it completes.
-      store.open();
-      held.stream.end(frame(end(id)));
-      expect(await held.status).toMatchObject({ code: 0, committed: "2001" });
+      await held.finish();
     } finally {
       await stop();
     }
@@ -183,17 +196,12 @@ describe("runner store backlog: a server-wide budget for entries queued for the 
       await until(async () => (await store.logs.get(quietId))?.committed === 1, "the quiet job's line stored");
       // The store stalls and another job's call fills the budget: its reader is held back.
       store.close();
-      const id = randomUUID();
-      const held = openCall(sessions[0]!, "grpc", mintJobToken(secret, id));
-      held.stream.write(Buffer.concat(Array.from({ length: 2000 }, (_, i) => frame(line(id, `${i} ${"x".repeat(90)}`)))));
-      await until(() => backlog.waiting > 0, "the loud job's call held back by the backlog");
+      const held = await holdLoudCall(sessions[0]!, secret, store, backlog);
       // The quiet call is not held (nothing of it is waiting to be read): its silence is its own.
       const status = await Promise.race([quiet.status, new Promise<null>((resolve) => setTimeout(resolve, 20_000, null))]);
       expect(status).toMatchObject({ code: 4, committed: "1" });
       expect(backlog.waiting).toBeGreaterThan(0);
-      store.open();
-      held.stream.end(frame(end(id)));
-      expect(await held.status).toMatchObject({ code: 0, committed: "2001" });
+      await held.finish();
     } finally {
       await stop();
     }
