@@ -4,13 +4,20 @@
  * even with runners that are still sending.
  */
 import { randomUUID } from "node:crypto";
+import { getEventListeners } from "node:events";
+import http2 from "node:http2";
+import type { AddressInfo } from "node:net";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { describe, expect, it } from "vitest";
 import { Runner } from "../src/gen/runner/v1/runner_pb.js";
 import { createRunnerService, startRunnerServer } from "../src/runner/index.js";
+import { createStreamLogsFastPath } from "../src/runner/grpc-fast-path.js";
+import { createReadBudget } from "../src/runner/read-budget.js";
+import { kMessageBytes, kShutdownSignal } from "../src/runner/service.js";
+import { CallValues } from "../src/runner/call-context.js";
 import { isLoopbackHost } from "../src/net.js";
-import { createMemoryQueue } from "../src/adapters/memory/index.js";
+import { createMemoryLogStore, createMemoryQueue } from "../src/adapters/memory/index.js";
 import { controlledStream, end, line, send, startHarness, until, type Outcome } from "./runner-service-helpers.js";
 
 describe("runner server shutdown", () => {
@@ -60,6 +67,53 @@ describe("runner server shutdown", () => {
     for (const c of calls) c.stream.close();
     await h.runner.close();
     await h.logs.close?.();
+  });
+
+  it("a host's shutdown signal: one abort listener however many calls are open, and its abort stops every call UNAVAILABLE", async () => {
+    // A listener per call made each call's start and end walk the signal's listener list
+    // (EventTarget's duplicate check): O(open calls) per call.
+    const logs = createMemoryLogStore();
+    const runner = createRunnerService(createMemoryQueue(), { logs });
+    const shutdown = new AbortController();
+    const fast = createStreamLogsFastPath(runner, {
+      messageBytes: runner.limits.messageBytes,
+      budget: createReadBudget(),
+      contextValues: () => new CallValues().set(kShutdownSignal, shutdown.signal).set(kMessageBytes, undefined),
+    });
+    const server = http2.createServer((req, res) => {
+      if (!fast.request(req, res)) res.writeHead(404).end();
+    });
+    const sessions = new Set<http2.ServerHttp2Session>();
+    server.on("session", (session) => sessions.add(session));
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const client = createClient(Runner, createGrpcTransport({ baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}` }));
+    try {
+      const calls = Array.from({ length: 30 }, (_, i) => {
+        const id = randomUUID();
+        const stream = controlledStream();
+        const outcome = send(client, stream.items);
+        stream.push(line(id, `first of ${i}`));
+        return { id, stream, outcome };
+      });
+      await until(() => runner.activeCalls === 30, "30 calls open");
+      await until(async () => (await Promise.all(calls.map((c) => logs.get(c.id)))).every((s) => s?.committed === 1), "every call stored its first line");
+      expect(getEventListeners(shutdown.signal, "abort").length).toBe(1);
+      shutdown.abort();
+      const outcomes: Outcome[] = await Promise.all(calls.map((c) => c.outcome));
+      for (const out of outcomes) {
+        expect(out.code).toBe("Unavailable");
+        expect(out.committed).toBe("1");
+      }
+      for (const c of calls) c.stream.close();
+      // A call started after the abort is stopped at once.
+      const late = randomUUID();
+      const after = await send(client, [line(late, "late")]);
+      expect(after.code).toBe("Unavailable");
+    } finally {
+      for (const session of sessions) session.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await runner.close();
+    }
   });
 
   it("close() with idle connections and no calls resolves; later calls are refused", async () => {
