@@ -3,12 +3,13 @@
  * conformance suite, plus the filesystem store's own durability cases.
  */
 import { randomUUID } from "node:crypto";
-import { mkdtempSync, rmSync, readFileSync, appendFileSync, writeFileSync, readdirSync } from "node:fs";
+import { mkdtempSync, rmSync, readFileSync, appendFileSync, writeFileSync, readdirSync, readlinkSync, existsSync, mkdirSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { createMemoryLogStore } from "../src/adapters/memory/index.js";
 import { createFsLogStore } from "../src/adapters/fs/index.js";
+import { MAX_OPEN_LOGS } from "../src/adapters/fs/log-store.js";
 import { describeJobLogStore } from "../src/testing/log-store-suite.js";
 import { logEntry, sampleJobResult } from "../src/testing/helpers.js";
 
@@ -98,5 +99,56 @@ describe("fs log store: durability on disk", () => {
     expect((await again.read(id, 1994, 2)).map((l) => l.line)).toEqual(texts.slice(1994, 1996));
     expect(await again.read(id)).toHaveLength(3000);
     await again.close?.();
+  });
+
+  /** Log files of `dir` this process has open (Linux: /proc/self/fd). */
+  function openLogs(dir: string): number {
+    let count = 0;
+    for (const fd of readdirSync("/proc/self/fd")) {
+      try {
+        const target = readlinkSync(`/proc/self/fd/${fd}`);
+        if (target.startsWith(join(dir, "jobs")) && target.endsWith(".log")) count++;
+      } catch {
+        // The descriptor of the readdir itself, already closed.
+      }
+    }
+    return count;
+  }
+
+  it.skipIf(!existsSync("/proc/self/fd"))("keeps appended jobs' log files open, at most MAX_OPEN_LOGS, none once finished or closed", async () => {
+    const dir = freshDir();
+    const store = createFsLogStore(dir);
+    const ids = Array.from({ length: MAX_OPEN_LOGS + 8 }, () => randomUUID());
+    for (const id of ids) await store.append(id, 0, [logEntry("first")]);
+    expect(openLogs(dir)).toBe(MAX_OPEN_LOGS);
+    // The first job's file was closed to stay within the bound: its next append opens it again.
+    await store.append(ids[0]!, 1, [logEntry("second")]);
+    expect((await store.read(ids[0]!)).map((l) => l.line)).toEqual(["first", "second"]);
+    expect(openLogs(dir)).toBe(MAX_OPEN_LOGS);
+    await store.finish(ids[0]!, sampleJobResult({ requestId: ids[0]! }), { at: 2 });
+    expect(openLogs(dir)).toBe(MAX_OPEN_LOGS - 1);
+    await store.close?.();
+    expect(openLogs(dir)).toBe(0);
+    const again = createFsLogStore(dir);
+    expect((await again.read(ids[0]!)).map((l) => l.line)).toEqual(["first", "second"]);
+    expect(await again.read(ids.at(-1)!)).toEqual([{ line: "first", stderr: false }]);
+    await again.close?.();
+  });
+
+  it("an append whose log write fails leaves the state file as it was and no temp file", async () => {
+    const dir = freshDir();
+    const store = createFsLogStore(dir);
+    const id = randomUUID();
+    await store.open(id, { expect: true });
+    // A directory where the log file should be: opening it for writing fails (EISDIR).
+    mkdirSync(join(dir, "jobs", `${id}.log`));
+    await expect(store.append(id, 0, [logEntry("lost")])).rejects.toThrow();
+    expect(JSON.parse(readFileSync(join(dir, "jobs", `${id}.json`), "utf8"))).toMatchObject({ committed: 0, storedLines: 0, fileBytes: 0 });
+    expect(readdirSync(join(dir, "jobs")).filter((f) => f.endsWith(".tmp"))).toEqual([]);
+    expect((await store.get(id))?.committed).toBe(0);
+    rmSync(join(dir, "jobs", `${id}.log`), { recursive: true });
+    await store.append(id, 0, [logEntry("kept")]);
+    expect(await store.read(id)).toEqual([{ line: "kept", stderr: false }]);
+    await store.close?.();
   });
 });

@@ -4,8 +4,17 @@
  * file is replaced atomically (write, fsync, rename), and it says how many bytes of
  * the log file are valid, so a crash between the two leaves the job consistent.
  * One process owns a directory at a time (several replicas: use the PostgreSQL store).
+ *
+ * An append costs two trips through libuv's thread pool (the log's write, then its
+ * datasync, while the state file's fsync runs beside it), not one per file operation:
+ * each trip is a wake-up of a pool thread and of the event loop, and on a loaded machine
+ * each waits for a CPU (docs/decisions/runner-throughput.md, session 8). The log file of
+ * a job being appended to stays open (at most {@link MAX_OPEN_LOGS} per directory), and
+ * the cheap calls (open, the state's small write, close, rename) are made inline.
  */
-import { mkdir, open, readdir, readFile, rename, rm, truncate, type FileHandle } from "node:fs/promises";
+import { closeSync, fdatasync, fsync, openSync, renameSync, write, writeSync } from "node:fs";
+import { mkdir, open, readdir, readFile, rm, truncate, type FileHandle } from "node:fs/promises";
+import { promisify } from "node:util";
 import { join, resolve } from "node:path";
 import { RunnerDepotError } from "../../errors.js";
 import { applyAppend, applyArchived, applyFinish, applyOpen, cloneJobState, isArchivable, isPrunable, newEntries, newJobState } from "../../runner/job-state.js";
@@ -14,7 +23,17 @@ import type { JobLogStore, JobState, StoredLine } from "../../runner/ports.js";
 import { normalizeRequestId } from "../../runner/uuid.js";
 import { isPlainJsonText } from "../../runner/byte-scan.js";
 import { ReceivedLine } from "../../runner/received-line.js";
-import { syncDirBestEffort } from "./files.js";
+import { syncDirBestEffort, unlinkQuietly } from "./files.js";
+
+const writeAt = promisify(write);
+const syncData = promisify(fdatasync);
+const syncAll = promisify(fsync);
+
+/**
+ * Log files a directory's store keeps open between appends (least recently appended
+ * closed first): a descriptor each, so a fleet of jobs cannot run the process out of them.
+ */
+export const MAX_OPEN_LOGS = 64;
 
 /** Options of {@link createFsLogStore}. */
 export interface FsLogStoreOptions {
@@ -32,6 +51,10 @@ interface Job {
   /** Byte offset of every STRIDE-th stored line, built on first read. */
   index: number[] | null;
   chain: Promise<unknown>;
+  /** The log file's descriptor while it is kept open for appends (`Backend.openLogs`). */
+  fd?: number;
+  /** True while an append writes through `fd` (it is then never closed under it). */
+  writing?: boolean;
 }
 
 /** What every store on one directory shares in this process. */
@@ -42,6 +65,8 @@ interface Backend {
   loaded: Promise<void> | null;
   refs: number;
   createChain: Promise<unknown>;
+  /** Jobs whose log file is open, least recently appended first (Map order). */
+  openLogs: Map<string, Job>;
 }
 const backends = new Map<string, Backend>();
 
@@ -123,7 +148,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
   const key = resolve(dir);
   let shared = backends.get(key);
   if (!shared) {
-    shared = { jobs: new Map(), order: new JobListIndex(), loaded: null, refs: 0, createChain: Promise.resolve() };
+    shared = { jobs: new Map(), order: new JobListIndex(), loaded: null, refs: 0, createChain: Promise.resolve(), openLogs: new Map() };
     backends.set(key, shared);
   }
   shared.refs++;
@@ -200,17 +225,92 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
   }
 
   async function writeState(state: Persisted, isNew = false): Promise<void> {
+    await commitState(state, Promise.resolve());
+    if (isNew && sync) await syncDir();
+  }
+
+  /**
+   * Replaces the job's state file with `state` once `before` (the log's write and sync)
+   * has succeeded: the temp file is written inline (small), synced on the pool while
+   * `before` runs, then renamed over the old one. Nothing is renamed when either fails.
+   * O(state size); one pool trip (none without fsync).
+   */
+  async function commitState(state: Persisted, before: Promise<void>): Promise<void> {
     const target = statePath(state.requestId);
     const tmp = `${target}.${process.pid}.tmp`;
-    const fh = await open(tmp, "w");
+    let fd: number | undefined;
     try {
-      await fh.writeFile(JSON.stringify(state));
-      if (sync) await fh.sync();
-    } finally {
-      await fh.close();
+      fd = openSync(tmp, "w");
+      const text = Buffer.from(JSON.stringify(state), "utf8");
+      for (let done = 0; done < text.length; ) done += writeSync(fd, text, done, text.length - done);
+      const synced = sync ? syncAll(fd) : Promise.resolve();
+      // Both settle before anything is closed or renamed (no promise left unobserved).
+      const [log, own] = await Promise.allSettled([before, synced]);
+      if (log.status === "rejected") throw log.reason;
+      if (own.status === "rejected") throw own.reason;
+    } catch (error) {
+      if (fd !== undefined) closeSync(fd);
+      unlinkQuietly(tmp);
+      // The caller's own work may still be running when opening the temp file failed.
+      await before.catch(() => undefined);
+      throw error;
     }
-    await rename(tmp, target);
-    if (isNew && sync) await syncDir();
+    closeSync(fd);
+    renameSync(tmp, target);
+  }
+
+  /** The job's log file, open for positional writes (kept open, see MAX_OPEN_LOGS). O(1) amortised. */
+  function logFd(job: Job): number {
+    const open = backend.openLogs;
+    if (job.fd !== undefined) {
+      // Most recently appended goes last.
+      open.delete(job.state.requestId);
+      open.set(job.state.requestId, job);
+      return job.fd;
+    }
+    const fd = openSync(logPath(job.state.requestId), job.state.fileBytes === 0 ? "w" : "r+");
+    job.fd = fd;
+    open.set(job.state.requestId, job);
+    if (open.size > MAX_OPEN_LOGS) {
+      // Close the least recently appended one not being written (the walk stops at the first).
+      for (const other of open.values()) {
+        if (other !== job && !other.writing) {
+          closeLog(other);
+          break;
+        }
+      }
+    }
+    return fd;
+  }
+
+  /** Closes the job's log file if it is kept open. O(1). */
+  function closeLog(job: Job): void {
+    if (job.fd === undefined) return;
+    const fd = job.fd;
+    job.fd = undefined;
+    backend.openLogs.delete(job.state.requestId);
+    try {
+      closeSync(fd);
+    } catch {
+      // Already closed by the system (EBADF cannot happen otherwise): nothing to release.
+    }
+  }
+
+  /** Writes `bytes` at `at` in the job's log file and syncs it (two pool trips). */
+  async function writeLog(job: Job, bytes: Buffer, at: number): Promise<void> {
+    job.writing = true;
+    try {
+      const fd = logFd(job);
+      let written = 0;
+      while (written < bytes.length) written += (await writeAt(fd, bytes, written, bytes.length - written, at + written)).bytesWritten;
+      if (sync) await syncData(fd);
+    } catch (error) {
+      // A failed write or sync: the next append opens the file anew.
+      closeLog(job);
+      throw error;
+    } finally {
+      job.writing = false;
+    }
   }
 
   const syncDir = () => syncDirBestEffort(jobsDir);
@@ -281,18 +381,10 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
           if (stored.length > 0) {
             // Each record encoded once (O(bytes)); the index below reuses their sizes.
             const { bytes, sizes } = encodeRecords(stored);
-            const fh = await open(logPath(requestId), job.state.fileBytes === 0 ? "w" : "r+");
-            try {
-              let written = 0;
-              while (written < bytes.length) {
-                const { bytesWritten } = await fh.write(bytes, written, bytes.length - written, job.state.fileBytes + written);
-                written += bytesWritten;
-              }
-              if (sync) await fh.datasync();
-            } finally {
-              await fh.close();
-            }
             next.fileBytes = job.state.fileBytes + bytes.length;
+            // The state file is written and synced while the log is: it is renamed over
+            // the old one only once the log's bytes are on disk.
+            await commitState(next, writeLog(job, bytes, job.state.fileBytes));
             if (job.index) {
               // Keep the read index current without rescanning.
               let offset = job.state.fileBytes;
@@ -303,8 +395,9 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
                 line++;
               }
             }
+          } else {
+            await writeState(next);
           }
-          await writeState(next);
           job.state = next;
           return publicState(next);
         },
@@ -322,6 +415,8 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
             await writeState(next);
             job.state = next;
           }
+          // A finished job takes no more lines: its descriptor is not kept.
+          closeLog(job);
           return { state: publicState(job.state), first };
         },
         () => null as never,
@@ -417,6 +512,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
           await writeState(next);
           job.state = next;
           job.index = null;
+          closeLog(job);
           await rm(logPath(requestId), { force: true });
           return publicState(next);
         },
@@ -433,6 +529,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
           if (!isPrunable(job.state, before) || jobs.get(id) !== job) return;
           // State first: a crash after it leaves an orphan log, never a job without its lines.
           await rm(statePath(id), { force: true });
+          closeLog(job);
           await rm(logPath(id), { force: true });
           jobs.delete(id);
           backend.order.remove(job.state);
@@ -445,7 +542,10 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       if (closed) return;
       closed = true;
       await Promise.allSettled([...jobs.values()].map((job) => job.chain));
-      if (--backend.refs === 0 && backends.get(key) === backend) backends.delete(key);
+      if (--backend.refs === 0 && backends.get(key) === backend) {
+        backends.delete(key);
+        for (const job of [...backend.openLogs.values()]) closeLog(job);
+      }
     },
   };
 }
