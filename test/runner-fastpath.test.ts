@@ -709,3 +709,34 @@ describe("runner server: HTTP/2 windows of a busy connection", () => {
     }
   }, 60_000);
 });
+
+describe("runner gRPC fast path: the call's signal", () => {
+  it("aborts when the call ends: an AbortError for calls that ended well, the failure for the others", async () => {
+    const signals: AbortSignal[] = [];
+    const runner = createRunnerService(createMemoryQueue(), {
+      logs: createMemoryLogStore(),
+      authorize: (ctx) => {
+        signals.push(ctx.signal);
+      },
+    });
+    const server = await startRunnerServer(runner, { port: 0 });
+    const client = createClient(Runner, createGrpcTransport({ baseUrl: server.url }));
+    try {
+      const id = randomUUID();
+      expect(await send(client, [line(id, "a")])).toMatchObject({ ok: true, committed: "1" });
+      expect(await send(client, [line(id, "b")], { offset: 1 })).toMatchObject({ ok: true, committed: "2" });
+      // A second request ID in the call: INVALID_ARGUMENT after the first item passed authorize.
+      const failed = await send(client, [line(id, "c"), line(randomUUID(), "d")], { offset: 2 });
+      expect(failed.code).toBe("InvalidArgument");
+      await until(() => signals.length === 3 && signals.every((s) => s.aborted), "every call's signal aborted");
+      for (const s of signals.slice(0, 2)) {
+        expect(s.reason).toBeInstanceOf(DOMException);
+        expect((s.reason as DOMException).name).toBe("AbortError");
+      }
+      expect((signals[2]!.reason as Error).message).toMatch(/same request_id/);
+    } finally {
+      await server.close();
+      await runner.close();
+    }
+  });
+});

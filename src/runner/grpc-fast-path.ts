@@ -265,7 +265,10 @@ class FastContext implements HandlerContext {
   }
 
   abort(reason?: unknown): void {
-    this.controller.abort(reason);
+    // A call that ended well aborts its signal too ("aborted when the call ends"): with the
+    // one shared AbortError, not a new DOMException (whose stack capture was ~1 % of the fleet
+    // bench server's CPU, one per call).
+    this.controller.abort(reason ?? CALL_ENDED);
   }
 
   /** @internal The body closed, with this HTTP/2 reset code. */
@@ -273,6 +276,9 @@ class FastContext implements HandlerContext {
     if (!this.controller.signal.aborted) this.controller.abort(resetReason(rstCode));
   }
 }
+
+/** The reason of a call's signal when the call ended without a failure: what `abort()` would make, made once. */
+const CALL_ENDED = new DOMException("This operation was aborted", "AbortError");
 
 /**
  * The call's {@link FastContext}, or null when the authority makes no URL (connect then
