@@ -28,6 +28,8 @@ function runQueueMs(): number {
   }
 }
 
+/** BENCH_FLEET_MAX_CALL_MS: the agents' maxCallMs (default the client's), to measure the cost of a call's cut. */
+const MAX_CALL_MS = process.env.BENCH_FLEET_MAX_CALL_MS ? Number(process.env.BENCH_FLEET_MAX_CALL_MS) : undefined;
 const PAD = "abcdefghijklmnopqrstuvwxyz0123456789 ".repeat(6);
 const TICK_MS = 50;
 
@@ -94,7 +96,7 @@ process.once("message", async (msg: { port: number; secret: string; jobs: Job[];
       last = performance.now();
       for (const a of agents) {
         if (elapsed < a.job.startMs) continue;
-        a.client ??= createRunnerClient({ endpoint, requestId: a.job.id, token: mintJobToken(msg.secret, a.job.id), onRetry: onRetry(a.job.rate) });
+        a.client ??= createRunnerClient({ endpoint, requestId: a.job.id, token: mintJobToken(msg.secret, a.job.id), onRetry: onRetry(a.job.rate), maxCallMs: MAX_CALL_MS });
         a.due += (a.job.rate * TICK_MS) / 1000;
         while (a.due >= 1) {
           a.due -= 1;

@@ -26,7 +26,9 @@ const schema = `rd_fleet_${process.pid}_${Date.now().toString(36)}`;
 const pool = new pg.Pool({ connectionString: url, max: Number(process.env.BENCH_FLEET_POOL ?? 20) });
 pool.on("error", () => undefined);
 // BENCH_FLEET_STORE=memory: the same run on the memory log store (is it the store or the rest?).
-const logs = process.env.BENCH_FLEET_STORE === "memory" ? createMemoryLogStore() : createPostgresLogStore({ pool, schema });
+// BENCH_FLEET_GROUP_STATEMENTS: the store's appends (and job-row reads) in flight at once (groupStatements; default the store's).
+const groupStatements = process.env.BENCH_FLEET_GROUP_STATEMENTS ? Number(process.env.BENCH_FLEET_GROUP_STATEMENTS) : undefined;
+const logs = process.env.BENCH_FLEET_STORE === "memory" ? createMemoryLogStore() : createPostgresLogStore({ pool, schema, groupStatements });
 /** Store calls: count and time in them (BENCH_FLEET_DEBUG prints them at exit). */
 const calls: Record<string, { n: number; ms: number }> = {};
 if (process.env.BENCH_FLEET_DEBUG) {

@@ -20,7 +20,9 @@
  * BENCH_FLEET_MIX=heavy or =realistic runs one mix (default both, see MIXES);
  * BENCH_FLEET_SERVER_KEEPALIVE sets the server's keepAliveMs (0: off); BENCH_FLEET_QUEUED_BYTES the
  * service's limits.queuedBytes (the budget of items not yet stored); BENCH_FLEET_ALLOC=<file> writes
- * the server's sampled allocations over the run (a .heapprofile, collected objects included); BENCH_FLEET_DEBUG=1
+ * the server's sampled allocations over the run (a .heapprofile, collected objects included); BENCH_FLEET_GROUP_STATEMENTS
+ * the PostgreSQL store's groupStatements and BENCH_FLEET_MAX_CALL_MS the agents' maxCallMs (to measure a setting; default
+ * theirs); BENCH_FLEET_PROF=server (or =agents) writes CPU profiles of those processes to /tmp/prof/fleet; BENCH_FLEET_DEBUG=1
  * prints the server's state each second and every agent retry with its job's rate.
  */
 import { fork, type ChildProcess } from "node:child_process";
