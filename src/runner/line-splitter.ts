@@ -93,35 +93,51 @@ export function createLineSplitter(onLine: (line: string) => void, options: Line
     for (const piece of splitUtf8(line, max)) onLine(piece);
   }
 
+  /** Emits every complete line of `buf` and keeps its unterminated tail in `rest`. O(bytes). */
+  function scan(buf: Buffer): void {
+    let pos = 0;
+    // One native UTF-8 check per chunk (O(chunk bytes)) over its complete lines: a newline
+    // is a character boundary, so when the whole run is valid, so is every line in it.
+    let valid = false;
+    if (onBytes !== undefined) {
+      const last = buf.lastIndexOf(10);
+      valid = last !== -1 && isUtf8(last + 1 === buf.length ? buf : buf.subarray(0, last + 1));
+    }
+    for (let nl = buf.indexOf(10, pos); nl !== -1; nl = buf.indexOf(10, pos)) {
+      if (valid && nl - pos <= max) onBytes!(buf, pos, nl);
+      else emit(buf, pos, nl);
+      pos = nl + 1;
+    }
+    // An unterminated line longer than the limit is sent in pieces now instead of
+    // buffering without bound; the raw cut steps back to a UTF-8 sequence start.
+    while (buf.length - pos > max) {
+      let cut = pos + max;
+      for (let k = 0; k < 3 && (buf[cut]! & 0xc0) === 0x80; k++) cut--;
+      emit(buf, pos, cut);
+      pos = cut;
+    }
+    if (pos < buf.length) rest = Buffer.from(buf.subarray(pos));
+  }
+
   return {
     push(chunk) {
       let buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
       if (rest !== null) {
-        buf = Buffer.concat([rest, buf]);
+        const head = rest;
         rest = null;
+        const nl = buf.indexOf(10);
+        if (nl === -1) {
+          buf = Buffer.concat([head, buf]);
+        } else {
+          // Only the line the last chunk left open is joined (O(line)), not the whole chunk:
+          // a pipe's reads rarely end on a newline, and copying every read into a fresh
+          // buffer was a second pass over the job's output (and fresh pages to fault in).
+          scan(Buffer.concat([head, buf.subarray(0, nl + 1)]));
+          buf = buf.subarray(nl + 1);
+          if (buf.length === 0) return;
+        }
       }
-      let pos = 0;
-      // One native UTF-8 check per chunk (O(chunk bytes)) over its complete lines: a newline
-      // is a character boundary, so when the whole run is valid, so is every line in it.
-      let valid = false;
-      if (onBytes !== undefined) {
-        const last = buf.lastIndexOf(10);
-        valid = last !== -1 && isUtf8(last + 1 === buf.length ? buf : buf.subarray(0, last + 1));
-      }
-      for (let nl = buf.indexOf(10, pos); nl !== -1; nl = buf.indexOf(10, pos)) {
-        if (valid && nl - pos <= max) onBytes!(buf, pos, nl);
-        else emit(buf, pos, nl);
-        pos = nl + 1;
-      }
-      // An unterminated line longer than the limit is sent in pieces now instead of
-      // buffering without bound; the raw cut steps back to a UTF-8 sequence start.
-      while (buf.length - pos > max) {
-        let cut = pos + max;
-        for (let k = 0; k < 3 && (buf[cut]! & 0xc0) === 0x80; k++) cut--;
-        emit(buf, pos, cut);
-        pos = cut;
-      }
-      if (pos < buf.length) rest = Buffer.from(buf.subarray(pos));
+      scan(buf);
     },
     end() {
       if (rest !== null && rest.length > 0) emit(rest, 0, rest.length);

@@ -7,7 +7,7 @@
 import { isUtf8 } from "node:buffer";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { createLineSplitter } from "../../src/runner/line-splitter.js";
+import { createLineSplitter, splitUtf8 } from "../../src/runner/line-splitter.js";
 import { fuzzParams, fuzzTimeout } from "./settings.js";
 
 // Pieces that make lines: ASCII, newlines, valid multi-byte characters, and bytes that are
@@ -34,7 +34,74 @@ function chunksOf(bytes: Buffer, cuts: number[]): Buffer[] {
   return out;
 }
 
+/**
+ * The splitter as it was before it joined only the open line to the next read: every read
+ * after an unterminated line was copied whole behind it, then split. The oracle for the
+ * property below (string lines only).
+ */
+function wholeJoinSplitter(onLine: (line: string) => void, max: number) {
+  let rest: Buffer | null = null;
+  const emit = (buf: Buffer, s: number, e: number) => {
+    const line = buf.toString("utf8", s, e);
+    if ((e - s) * 3 <= max) onLine(line);
+    else for (const piece of splitUtf8(line, max)) onLine(piece);
+  };
+  return {
+    push(chunk: Buffer) {
+      let buf = chunk;
+      if (rest !== null) {
+        buf = Buffer.concat([rest, buf]);
+        rest = null;
+      }
+      let pos = 0;
+      for (let nl = buf.indexOf(10, pos); nl !== -1; nl = buf.indexOf(10, pos)) {
+        emit(buf, pos, nl);
+        pos = nl + 1;
+      }
+      while (buf.length - pos > max) {
+        let cut = pos + max;
+        for (let k = 0; k < 3 && (buf[cut]! & 0xc0) === 0x80; k++) cut--;
+        emit(buf, pos, cut);
+        pos = cut;
+      }
+      if (pos < buf.length) rest = Buffer.from(buf.subarray(pos));
+    },
+    end() {
+      if (rest !== null && rest.length > 0) emit(rest, 0, rest.length);
+      rest = null;
+    },
+  };
+}
+
 describe("fuzz: line splitter, bytes path against the string path", () => {
+  it(
+    "joining only the open line to the next read gives the lines of joining whole reads",
+    () => {
+      for (const params of fuzzParams<[{ bytes: Buffer; cuts: number[]; max: number }]>("line splitter open line")) {
+        fc.assert(
+          fc.property(input, ({ bytes, cuts, max }) => {
+            const expected: string[] = [];
+            const oracle = wholeJoinSplitter((l) => expected.push(l), max);
+            const got: string[] = [];
+            const split = createLineSplitter((l) => got.push(l), {
+              maxLineBytes: max,
+              onBytes: (buf, s, e) => got.push(buf.toString("utf8", s, e)),
+            });
+            for (const c of chunksOf(bytes, cuts)) {
+              oracle.push(c);
+              split.push(c);
+            }
+            oracle.end();
+            split.end();
+            expect(got).toEqual(expected);
+          }),
+          params,
+        );
+      }
+    },
+    fuzzTimeout(20_000),
+  );
+
   it(
     "same lines in the same order; byte lines are valid UTF-8 within the limit",
     () => {
