@@ -237,43 +237,6 @@ describe("postgres adapters: extra cases", () => {
     }
   });
 
-  it("by default at most 2 append statements are in flight at once: jobs appending back to back share them", async () => {
-    const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 10 });
-    pool.on("error", () => undefined);
-    let inFlight = 0;
-    let most = 0;
-    let statements = 0;
-    const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
-    pool.query = ((...args: unknown[]) => {
-      // The group append is the statement that swaps job rows (WITH i AS … UPDATE … INSERT).
-      if (typeof args[0] !== "string" || !args[0].startsWith("WITH i AS")) return query(...args);
-      statements++;
-      most = Math.max(most, ++inFlight);
-      return query(...args).finally(() => inFlight--);
-    }) as typeof pool.query;
-    const logs = createPostgresLogStore({ pool, schema: db.schema });
-    const ids = Array.from({ length: 40 }, () => crypto.randomUUID());
-    try {
-      for (const id of ids) await logs.open(id);
-      // Each job appends its next line as soon as its last one is stored: a steady stream of
-      // appends arriving while statements are in flight, as a fleet's quiet jobs make.
-      await Promise.all(ids.map(async (id, j) => {
-        for (let i = 0; i < 15; i++) {
-          // Staggered, so appends arrive in many turns while statements are in flight.
-          await new Promise((resolve) => setTimeout(resolve, (j * 7 + i * 3) % 5));
-          await logs.append(id, i, [logEntry(`${j} ${i}`)]);
-        }
-      }));
-      expect(most).toBeGreaterThan(0);
-      expect(most).toBeLessThanOrEqual(2);
-      expect(statements).toBeLessThan(600);
-      for (const [j, id] of ids.entries()) expect((await logs.read(id)).map((l) => l.line)).toEqual(Array.from({ length: 15 }, (_, i) => `${j} ${i}`));
-    } finally {
-      await logs.close?.();
-      await pool.end();
-    }
-  });
-
   it("an append's update of the job row is HOT (no index reads state), counted in pg_stat_user_tables", async () => {
     const other = await createTestSchema();
     // One connection: the statistics it flushes are those of our updates only.

@@ -42,18 +42,11 @@ function isStatementError(error: unknown): boolean {
   return typeof code === "string" && /^[0-9A-Z]{5}$/.test(code) && !/^(08|53|57|58)/.test(code);
 }
 
-/** Statements of each kind in flight at once unless `groupStatements` says otherwise. */
-const DEFAULT_GROUP_STATEMENTS = 2;
-
 /** Options of {@link createPostgresLogStore}. */
 export interface PostgresLogStoreOptions extends PostgresOptions, PostgresLogExtrasOptions {
   /**
-   * Append statements (and job-row reads) in flight at once, default 2 each (group commit):
+   * Append statements (and job-row reads) in flight at once, default 4 each (group commit):
    * calls made meanwhile wait and go together in the next statement. Keep the sum below the pool's size.
-   * Fewer in flight means fewer, larger statements (a commit and a round trip each): with 1,000 quiet
-   * jobs on a machine whose cores PostgreSQL shares, 2 cost less CPU per line than 4 and stored no
-   * less (docs/decisions/runner-fleet-memory.md, session 8); a database of its own with many cores
-   * and a slow link may want more.
    */
   groupStatements?: number;
 }
@@ -217,14 +210,14 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
         return state;
       });
     },
-    { inFlight: options.groupStatements ?? DEFAULT_GROUP_STATEMENTS, maxItems: 1000 },
+    { inFlight: options.groupStatements ?? 4, maxItems: 1000 },
   );
 
   // Jobs with a swap queued or in flight: a second append of one (a caller that does not
   // serialise its own) takes the locking transaction instead of joining the same statement.
   const swapping = new Set<string>();
   const groupAppend = createGroupRunner(swapAppends, {
-    inFlight: options.groupStatements ?? DEFAULT_GROUP_STATEMENTS,
+    inFlight: options.groupStatements ?? 4,
     maxItems: 1000,
     maxWeight: MAX_STATEMENT_CHARS,
     weight: (swap) => swap.chars,
