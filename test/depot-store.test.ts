@@ -319,6 +319,32 @@ describe("fs store across processes", () => {
     await store.close?.();
   });
 
+  it("resolves deferSync writes and small blobs at their commit, without a flush; syncRecords flushes them (and only then)", async () => {
+    const tmp = await tempDir("depot-store-defer-");
+    cleanups.push(tmp.cleanup);
+    const store = createFsStore(tmp.dir);
+    await store.getRecord("open");
+    const order: string[] = [];
+    const listener = () => order.push("flush");
+    diagnostics_channel.subscribe("runner-depot:fs-wal-flush", listener);
+    try {
+      const revision = await store.putRecord("defer/k", 1, { ifRevision: null, deferSync: true });
+      order.push("record");
+      expect(await store.putRecord("defer/k", 2, { ifRevision: null, deferSync: true })).toBeNull();
+      expect(await store.putRecord("defer/k", 3, { ifRevision: revision!, deferSync: true })).not.toBeNull();
+      const blob = await store.putBlob((async function* () { yield Buffer.from("small deferred blob"); })(), { deferSync: true });
+      order.push("blob");
+      expect(await store.statBlob(blob.digest)).toEqual({ size: 19 });
+      expect((await store.getRecord("defer/k"))?.value).toBe(3);
+      await store.syncRecords!();
+      order.push("synced");
+      expect(order).toEqual(["record", "blob", "flush", "synced"]);
+    } finally {
+      diagnostics_channel.unsubscribe("runner-depot:fs-wal-flush", listener);
+    }
+    await store.close?.();
+  });
+
   it("checkpoints the WAL on its worker while the store stays open, and writes the WAL from its start again", async () => {
     const tmp = await tempDir("depot-store-checkpoint-");
     cleanups.push(tmp.cleanup);

@@ -10,6 +10,7 @@ import { ancestorsOf, parseLinkTarget } from "./paths.js";
 import type { BlobInfo, PackageStore } from "./ports.js";
 import { resolveLink, type TreeEntry } from "./links.js";
 import { keys, mapLimit, own, setOwn, updateRecord, type ItemRecord, type TransactionRecord } from "./records.js";
+import { OrderedWrites } from "./ordered-writes.js";
 import { mayReference, noteUpload } from "./references.js";
 import type { AddResult, Transactions, TransactionSettings } from "./transactions.js";
 
@@ -79,7 +80,7 @@ export class Additions {
    * of the transaction record — concurrent additions are counted together
    * ({@link Transactions.reserve}), so they no longer contend on it one by one.
    */
-  private async record(trans: TransactionRecord, item: ItemRecord): Promise<void> {
+  private async record(trans: TransactionRecord, item: ItemRecord, writes: OrderedWrites): Promise<void> {
     const key = keys.item(trans.id, item.path);
     // Lazy: the confirmation below replaces it durably before the 201, and a `pending` one a
     // machine crash keeps or loses was never answered 201 (the commit rejects it).
@@ -96,7 +97,8 @@ export class Additions {
         if (!(await this.store.getRecord(mark))) await this.store.putRecord(mark, { path: a }, { ifRevision: null, lazy: true });
       });
       const counted = await this.transactions.reserve(trans.id, item.size);
-      if ((await this.store.putRecord(key, { ...item, state: "added" } satisfies ItemRecord, { ifRevision: revision })) === null) {
+      // Visible is enough to go on; the caller flushes before its 201 (ordered-writes.ts).
+      if ((await this.store.putRecord(key, { ...item, state: "added" } satisfies ItemRecord, writes.record({ ifRevision: revision }))) === null) {
         // A commit rejected the item. Take the reservation back unless a commit attempt
         // started since it was made: that attempt recounts from the items it settled.
         await updateRecord<TransactionRecord>(this.store, keys.trans(trans.id), (current) =>
@@ -136,7 +138,7 @@ export class Additions {
    * only when the transaction's principal could read those bytes already (see
    * references.ts); otherwise exactly the answer unknown content gets.
    */
-  private async upload(trans: TransactionRecord, body: UploadBody, expectedDigest: string | undefined, what: string, access: ReferenceAccess): Promise<BlobInfo> {
+  private async upload(trans: TransactionRecord, body: UploadBody, expectedDigest: string | undefined, what: string, access: ReferenceAccess, writes?: OrderedWrites): Promise<BlobInfo> {
     const maxBytes = this.settings.limits.itemBytes;
     if (body.length !== undefined && body.length > maxBytes) {
       throw new RunnerDepotError("TOO_LARGE", `${what} is ${body.length} bytes; at most ${maxBytes} are accepted`);
@@ -150,7 +152,10 @@ export class Additions {
     }
     let blob: BlobInfo;
     try {
-      blob = await this.store.putBlob(body.chunks, { expectedDigest, maxBytes });
+      // With `writes`: a blob kept in the records' order (a small one on the fs store) is
+      // flushed with the item that references it, a file before this resolves.
+      const options = { expectedDigest, maxBytes };
+      blob = await this.store.putBlob(body.chunks, writes ? writes.blob(options) : options);
     } catch (error) {
       if (error instanceof RunnerDepotError && error.code === "TOO_LARGE") {
         throw new RunnerDepotError("TOO_LARGE", `${what} is larger than ${maxBytes} bytes`, { cause: error });
@@ -165,9 +170,12 @@ export class Additions {
   /** Adds a file. */
   async addFile(trans: TransactionRecord, path: string, mode: number, body: UploadBody, expectedDigest: string | undefined, access: ReferenceAccess): Promise<AddResult> {
     await this.checkPlacement(trans, "file", path);
-    const blob = await this.upload(trans, body, expectedDigest, JSON.stringify(path), access);
+    // The blob and the confirmed item share one flush, before the 201 (ordered-writes.ts).
+    const writes = new OrderedWrites(this.store);
+    const blob = await this.upload(trans, body, expectedDigest, JSON.stringify(path), access, writes);
     const item: ItemRecord = { type: "file", path, mode, size: blob.size, digest: blob.digest };
-    await this.record(trans, item);
+    await this.record(trans, item, writes);
+    await writes.durable();
     return { ...item };
   }
 
@@ -175,7 +183,9 @@ export class Additions {
   async addDir(trans: TransactionRecord, path: string, mode: number): Promise<AddResult> {
     await this.checkPlacement(trans, "dir", path);
     const item: ItemRecord = { type: "dir", path, mode, size: 0 };
-    await this.record(trans, item);
+    const writes = new OrderedWrites(this.store);
+    await this.record(trans, item, writes);
+    await writes.durable();
     return { ...item, digest: null };
   }
 
@@ -189,7 +199,9 @@ export class Additions {
     await this.checkPlacement(trans, "link", path);
     await resolveLink(path, target, (p) => (p === path ? { type: "link", target } : this.entryAt(trans, p)), (dir) => this.holdsItems(trans, dir));
     const item: ItemRecord = { type: "link", path, mode: 0o777, size: 0, target };
-    await this.record(trans, item);
+    const writes = new OrderedWrites(this.store);
+    await this.record(trans, item, writes);
+    await writes.durable();
     return { ...item, digest: null };
   }
 

@@ -20,6 +20,7 @@
  * of packs plus at most SHARD − 1 single reads for the shard still filling, and no read at
  * all for entries this process holds.
  */
+import { durableCondition, type OrderedWrites } from "./ordered-writes.js";
 import type { PackageStore } from "./ports.js";
 import { mapLimit, remember } from "./records.js";
 
@@ -145,16 +146,19 @@ const appending = new WeakMap<PackageStore, Promise<unknown>>();
  * WAL flush). That is safe because such a store keeps, after a crash, a prefix of its
  * writes in visibility order: entry p + 1 can never survive without entry p, so the
  * sequence stays dense (1..head) after any crash, and the promise of each append still
- * resolves only once its own entry is durable. On a store that does not tell (PostgreSQL:
+ * resolves only once its own entry is durable (without `writes`, below). On a store that does not tell (PostgreSQL:
  * durable when visible) the next append starts at the resolution, as before. Without
  * this the appends of a process were capped at one per WAL flush (one flush running and
  * one queued: an append waited 1–2 flushes).
+ *
+ * With `writes` the entry is one of a request's ordered writes (ordered-writes.ts): the
+ * promise resolves once the entry is visible, and the request flushes before it answers.
  */
-export function appendChange(store: PackageStore, entry: Omit<ChangeEntry, "position">): Promise<number> {
+export function appendChange(store: PackageStore, entry: Omit<ChangeEntry, "position">, writes?: OrderedWrites): Promise<number> {
   const previous = appending.get(store) ?? Promise.resolve();
   let visible!: () => void;
   const seen = new Promise<void>((resolve) => (visible = resolve));
-  const run = previous.then(() => appendNow(store, entry, visible));
+  const run = previous.then(() => appendNow(store, entry, visible, writes));
   const tail = Promise.race([seen, run.then(() => undefined, () => undefined)]);
   appending.set(store, tail);
   void tail.then(() => {
@@ -163,7 +167,7 @@ export function appendChange(store: PackageStore, entry: Omit<ChangeEntry, "posi
   return run;
 }
 
-async function appendNow(store: PackageStore, entry: Omit<ChangeEntry, "position">, visible: () => void): Promise<number> {
+async function appendNow(store: PackageStore, entry: Omit<ChangeEntry, "position">, visible: () => void, writes: OrderedWrites | undefined): Promise<number> {
   let position = (await changeHead(store)) + 1;
   for (;;) {
     const written: ChangeEntry = { position, name: entry.name, version: entry.version, first: entry.first, at: entry.at };
@@ -171,7 +175,7 @@ async function appendNow(store: PackageStore, entry: Omit<ChangeEntry, "position
     const onVisible = (applied: boolean) => {
       if (applied) visible();
     };
-    if ((await store.putRecord(changeKey(position), written, { ifRevision: null, announce: true, onVisible })) !== null) {
+    if ((await store.putRecord(changeKey(position), written, durableCondition(writes, { ifRevision: null, announce: true, onVisible }))) !== null) {
       if (position > (knownHeads.get(store) ?? 0)) knownHeads.set(store, position);
       remember(cacheOf(store).loose, position, written, LOOSE_CACHE);
       return position;

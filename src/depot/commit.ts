@@ -7,6 +7,7 @@ import { endAttempt, liveAttempts, startAttempt } from "./attempts.js";
 import { commitArchive, LICENSES_DIR, type ManifestItem, type ManifestLicense, type PackageManifest } from "./archive.js";
 import { belowOf, resolveLink, treeOf, type BelowLookup, type TreeLookup } from "./links.js";
 import { compactAfter } from "./catalog-pages.js";
+import { OrderedWrites } from "./ordered-writes.js";
 import { publishVersion } from "./packages.js";
 import { ancestorsOf, compareUtf8 } from "./paths.js";
 import type { PackageStore } from "./ports.js";
@@ -154,14 +155,19 @@ export class Commits {
     if (trans.state === "committed") return { result: trans.result!, first: false };
     // The attempt id names this process, so a restart knows at once that it died (attempts.ts).
     const attempt = startAttempt();
+    // One flush for the commit's durable writes, before `committed` and the answer
+    // (ordered-writes.ts; publishVersion flushes them); the attempt stays live until then.
+    const writes = new OrderedWrites(this.store);
     try {
-      return await this.attemptCommit(trans, attempt);
+      const outcome = await this.attemptCommit(trans, attempt, writes);
+      await writes.durable();
+      return outcome;
     } finally {
       endAttempt(attempt);
     }
   }
 
-  private async attemptCommit(trans: TransactionRecord, attempt: string): Promise<{ result: CommitResult; first: boolean }> {
+  private async attemptCommit(trans: TransactionRecord, attempt: string, writes: OrderedWrites): Promise<{ result: CommitResult; first: boolean }> {
     const { value: committing } = await updateRecord<TransactionRecord>(this.store, keys.trans(trans.id), (current) => {
       if (!current) throw new RunnerDepotError("TRANSACTION_NOT_FOUND", `No transaction ${trans.id}`);
       const t = current.value;
@@ -173,13 +179,13 @@ export class Commits {
       const commitAttempts = { ...this.liveAttempts(t), [attempt]: nowMs };
       const commitEpoch = (t.commitEpoch ?? 0) + 1;
       return { ...t, state: "committing", commitTime, commitAttempts, commitEpoch, touchedAt: new Date(nowMs).toISOString() };
-    }, { guess: true });
+    }, { guess: true, writes });
     if (committing!.state === "committed") return { result: committing!.result!, first: false };
     const t = committing!;
     let settled: ItemRecord[] | undefined;
     try {
       settled = await this.settle(t);
-      return { result: await this.build(t, settled), first: true };
+      return { result: await this.build(t, settled, writes), first: true };
     } catch (error) {
       // Back to open so the client can fix problems (or abandon), unless another attempt
       // is still running (it decides); a crash here is rolled forward by a retried commit,
@@ -202,7 +208,7 @@ export class Commits {
     return liveAttempts(t.commitAttempts, this.settings.now().getTime());
   }
 
-  private async build(t: TransactionRecord, items: ItemRecord[]): Promise<CommitResult> {
+  private async build(t: TransactionRecord, items: ItemRecord[], writes: OrderedWrites): Promise<CommitResult> {
     const problems = await this.validate(t, items);
     if (problems.length > 0) {
       throw new RunnerDepotError("COMMIT_INVALID", `${problems.length} problem(s) stop this commit`, { details: { problems } });
@@ -236,11 +242,12 @@ export class Commits {
     let version = existing?.value;
     if (!version) {
       const manifestJson = Buffer.from(JSON.stringify(manifest), "utf8");
-      // The manifest blob is flushed while the archive is hashed (one pass over the
+      // The manifest blob is stored while the archive is hashed (one pass over the
       // assembled archive: its digest and size, no second copy of the bytes); the version
-      // record below needs both. A crash between them leaves at most an unreferenced blob,
-      // which garbage collection takes.
-      const [manifestBlob, archive] = await Promise.all([this.store.putBlob(once(manifestJson)), commitArchive(this.store, manifest, mtime, manifestJson)]);
+      // record below needs both. A row is flushed with the commit's other writes, a file
+      // before its put resolves (ordered-writes.ts). A crash between them leaves at most
+      // an unreferenced blob, which garbage collection takes.
+      const [manifestBlob, archive] = await Promise.all([this.store.putBlob(once(manifestJson), writes.blob()), commitArchive(this.store, manifest, mtime, manifestJson)]);
       version = {
         name: t.name,
         version: t.version,
@@ -254,7 +261,7 @@ export class Commits {
         requires: t.requires,
         transaction: t.id,
       };
-      if ((await this.store.putRecord(keys.version(t.name, t.version), version, { ifRevision: null })) === null) {
+      if ((await this.store.putRecord(keys.version(t.name, t.version), version, writes.record({ ifRevision: null }))) === null) {
         const winner = await this.store.getRecord<VersionRecord>(keys.version(t.name, t.version));
         if (winner?.value.transaction !== t.id) {
           throw new RunnerDepotError("VERSION_EXISTS", `${t.name}@${t.version} was published by another transaction`);
@@ -268,7 +275,8 @@ export class Commits {
       digest: version.digest,
       location: `/data/${t.name}@${t.version}`,
     };
-    // Lazy: the version is durable and listed by then, and a machine crash that loses this
+    // Lazy: the version is durable and listed by then (publishVersion flushes the commit's
+    // ordered writes before it calls this), and a machine crash that loses this
     // write leaves the transaction `committing` under a dead attempt, still listed in its
     // slot (kept below), which recovery rolls forward to this same answer (recovery.ts).
     // Written beside the drop of the sequencing claim (both lazy; packages.ts).
@@ -282,7 +290,7 @@ export class Commits {
       ));
     };
     // Visible in its package's record, then one position in the change sequence (packages.ts).
-    const position = await publishVersion(this.store, t.name, t.version, this.settings.now(), { sequenced: markCommitted });
+    const position = await publishVersion(this.store, t.name, t.version, this.settings.now(), { sequenced: markCommitted, writes });
     // After the answer: readers of this package may now add its bytes by reference
     // (references.ts: one create-only write per distinct digest, about 10 ms each on the fs
     // store with fsync, so 10,000 items would add a minute to the commit), and the working

@@ -41,6 +41,8 @@ export function composeStore(options: ComposeStoreOptions): PackageStore {
     },
   };
   // Optional capabilities are offered only when the underlying store has them, so the router can tell.
+  // Never syncRecords: its promise covers one store's writes in one order, and here the
+  // blobs are another store's (a deferred blob would not be flushed by the records' sync).
   if (blobs.openBlob) {
     const openBlob = blobs.openBlob.bind(blobs);
     store.openBlob = (digest) => openBlob(digest);

@@ -21,6 +21,7 @@
 import { attemptAlive, endAttempt, startAttempt } from "./attempts.js";
 import { appendChange, findRecentChange } from "./changes.js";
 import { newestVersion, sortVersions } from "./names.js";
+import type { OrderedWrites } from "./ordered-writes.js";
 import type { PackageStore } from "./ports.js";
 import { updateRecord } from "./records.js";
 
@@ -56,6 +57,12 @@ export interface PublishOptions {
    * `committed` here. Called at most once; not called when publishing fails before.
    */
   sequenced?: () => Promise<unknown>;
+  /**
+   * The caller's ordered writes (ordered-writes.ts): steps 2 and 3 resolve once visible,
+   * and this flushes them (with the caller's earlier ones) before step 4 and `sequenced`,
+   * so a dropped claim or a `committed` transaction still implies a durable entry.
+   */
+  writes?: OrderedWrites;
 }
 
 /** The record key of a package. */
@@ -100,14 +107,18 @@ export async function publishVersion(store: PackageStore, name: string, version:
         updatedAt: now.toISOString(),
         pending: { ...existing?.pending, [version]: mine },
       };
-    }, { guess: true });
+    }, { guess: true, writes: options.writes });
     if (!changed) {
+      // Found listed and sequenced (or being sequenced): what the caller wrote before is flushed first.
+      await options.writes?.durable();
       await options.sequenced?.();
       return null;
     }
     const record = value!;
     const appended = takeoverFrom !== undefined && (await findRecentChange(store, name, version, takeoverFrom - CLOCK_MARGIN_MS)) !== null;
-    const position = appended ? null : await appendChange(store, { name, version, first: record.firstVersion === version, at: now.toISOString() });
+    const position = appended ? null : await appendChange(store, { name, version, first: record.firstVersion === version, at: now.toISOString() }, options.writes);
+    // The listing and the entry on stable storage before the claim goes (see PublishOptions.writes).
+    await options.writes?.durable();
     // Lazy: a claim a machine crash keeps is a dead claim, taken over as above (the scan
     // finds the entry), so it need not reach the disk before the commit answers. The
     // caller's `sequenced` work runs beside it: neither waits for the other's flush.

@@ -22,6 +22,15 @@ export interface PutBlobOptions {
   expectedDigest?: string;
   /** Refuse (TOO_LARGE, nothing kept) a body longer than this many bytes. */
   maxBytes?: number;
+  /**
+   * As {@link WriteCondition.deferSync}: the caller calls {@link RecordStore.syncRecords}
+   * before it relies on the blob surviving a machine crash. A store may then resolve
+   * without flushing only a blob that its syncRecords covers and that it keeps in the order
+   * of its records (the fs store: a blob of up to 16 KiB, a row of records.db); any other
+   * blob (a file) it makes durable before resolving, as without this option. Stores
+   * without syncRecords ignore it.
+   */
+  deferSync?: boolean;
 }
 
 /**
@@ -110,6 +119,14 @@ export interface WriteCondition {
    * (changes.ts).
    */
   onVisible?: (applied: boolean) => void;
+  /**
+   * The caller calls {@link RecordStore.syncRecords} before it relies on this write
+   * surviving a machine crash (before it answers a request: ordered-writes.ts). Set only on
+   * a store offering syncRecords, which may then commit the write without a flush of its
+   * own and resolve once its outcome is visible (the fs store commits it as a lazy write).
+   * Stores without syncRecords ignore it (their writes are durable when they resolve).
+   */
+  deferSync?: boolean;
 }
 
 /** Small JSON records with compare-and-swap. */
@@ -134,6 +151,18 @@ export interface RecordStore {
    * it derives from those writes (the catalog head) in memory. Returns an unsubscribe.
    */
   watchRecords?(listener: (key: string | null) => void): () => void;
+  /**
+   * Optional: resolves once every write of this store that was visible when it was called
+   * (its own, other callers', lazy and `deferSync` ones alike) is on stable storage; rejects
+   * when that cannot be promised (the fs store after a failed flush, which also fails every
+   * later write). Offered only by a store that keeps, after a machine crash, a prefix of its
+   * writes in the order they became visible (see {@link WriteCondition.onVisible}): so a
+   * caller may write the steps of one operation with `deferSync`, each once the previous one
+   * is visible, and call this once before it answers; a crash before then keeps a prefix of
+   * those steps, as a crash between two durable writes would. The fs store offers it (one
+   * WAL flush, shared by every caller meanwhile); stores durable when visible need not.
+   */
+  syncRecords?(): Promise<void>;
   close?(): Promise<void>;
 }
 

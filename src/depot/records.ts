@@ -4,6 +4,7 @@
 import { createHash } from "node:crypto";
 import { RunnerDepotError } from "../errors.js";
 import type { ManifestItem, Requirement } from "./archive.js";
+import { durableCondition, type OrderedWrites } from "./ordered-writes.js";
 import type { PackageStore, StoredRecord } from "./ports.js";
 
 /** A `version/<name>/<version>` record, written create-only at commit. */
@@ -188,12 +189,15 @@ export function guessedRecord<T>(store: PackageStore, key: string): StoredRecord
  * package's). Only a write the store accepts is taken from a guess: when `change` leaves
  * the record alone or throws on a guess, or the swap loses, it runs again on a fresh read,
  * so it never decides on a stale state.
+ *
+ * With `writes`, a durable write is one of a request's ordered writes (ordered-writes.ts):
+ * it resolves once visible, and the request flushes before it answers.
  */
 export async function updateRecord<T>(
   store: PackageStore,
   key: string,
   change: (current: StoredRecord<T> | null) => T | undefined,
-  options: { lazy?: boolean; losable?: boolean; guess?: boolean } = {},
+  options: { lazy?: boolean; losable?: boolean; guess?: boolean; writes?: OrderedWrites } = {},
 ): Promise<{ value: T | undefined; changed: boolean }> {
   const guess = options.guess ? guessedRecord<T>(store, key) : undefined;
   if (guess) {
@@ -204,7 +208,7 @@ export async function updateRecord<T>(
       next = undefined; // judged again on a fresh read below
     }
     if (next !== undefined) {
-      const revision = await store.putRecord(key, next, { ifRevision: guess.revision, lazy: options.lazy, losable: options.losable });
+      const revision = await store.putRecord(key, next, durableCondition(options.writes, { ifRevision: guess.revision, lazy: options.lazy, losable: options.losable }));
       if (revision !== null) {
         noteRecord(store, key, { value: next, revision });
         return { value: next, changed: true };
@@ -216,7 +220,7 @@ export async function updateRecord<T>(
     if (options.guess) noteRecord(store, key, current);
     const next = change(current);
     if (next === undefined) return { value: current?.value, changed: false };
-    const revision = await store.putRecord(key, next, { ifRevision: current?.revision ?? null, lazy: options.lazy, losable: options.losable });
+    const revision = await store.putRecord(key, next, durableCondition(options.writes, { ifRevision: current?.revision ?? null, lazy: options.lazy, losable: options.losable }));
     if (revision !== null) {
       if (options.guess) noteRecord(store, key, { value: next, revision });
       return { value: next, changed: true };

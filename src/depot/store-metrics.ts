@@ -12,9 +12,10 @@ import type { PackageStore } from "./ports.js";
  * The timed operations: everything on the port that returns a promise. listBlobs (an
  * iterable) is not timed. openBlob (optional on the port: the fs store's borrowed reads,
  * which a Node host's downloads use instead of getBlob) is timed like getBlob, to the
- * opened reader.
+ * opened reader. syncRecords (optional: the fs store's flush before a request answers,
+ * ordered-writes.ts) is timed like a write.
  */
-const TIMED = new Set(["putBlob", "getBlob", "openBlob", "statBlob", "deleteBlob", "signBlobUrl", "getRecord", "putRecord", "deleteRecord", "listRecords"]);
+const TIMED = new Set(["putBlob", "getBlob", "openBlob", "statBlob", "deleteBlob", "signBlobUrl", "getRecord", "putRecord", "deleteRecord", "listRecords", "syncRecords"]);
 
 /**
  * Wraps `store` so every timed operation records its latency with `operation` and

@@ -260,6 +260,18 @@ export function describePackageStore<S extends PackageStore>(
         expect(await store.getRecord(key)).toEqual({ value: { v: 1 }, revision: rev });
       });
 
+      it("deferSync writes answer as any write does; syncRecords, where offered, resolves once they are readable", async () => {
+        const store = await fresh();
+        const key = `${prefix()}deferred`;
+        const r1 = await store.putRecord(key, { n: 1 }, { ifRevision: null, deferSync: true });
+        expect(r1).not.toBeNull();
+        expect(await store.putRecord(key, { n: 2 }, { ifRevision: null, deferSync: true })).toBeNull();
+        const r2 = await store.putRecord(key, { n: 3 }, { ifRevision: r1!, deferSync: true });
+        expect(r2).not.toBeNull();
+        await store.syncRecords?.();
+        expect(await store.getRecord(key)).toEqual({ value: { n: 3 }, revision: r2 });
+      });
+
       it("compare-and-swap: the current revision wins, a stale one loses and writes nothing", async () => {
         const store = await fresh();
         const key = `${prefix()}catalog`;

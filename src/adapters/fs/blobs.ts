@@ -57,7 +57,8 @@ export function createFsBlobs(ctx: FsStoreContext, durable: DurableWrites, recor
     }
     if (statSync(blobPath(digest)!, { throwIfNoEntry: false })?.size === size) return { digest, size };
     const key = Buffer.from(hex, "hex");
-    await (await records()).write((s) => s.blobInsert.run(key, bytes), true);
+    // deferSync: a row is in the records' WAL, so the caller's syncRecords covers it.
+    await (await records()).write((s) => s.blobInsert.run(key, bytes), opts.deferSync !== true);
     return { digest, size };
   }
 

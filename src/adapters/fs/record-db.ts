@@ -66,6 +66,12 @@ export interface RecordDb {
    * transaction and at most one fsync whatever its size.
    */
   write<T>(work: BatchWrite<T>, durable: boolean, visible?: (result: T) => void): Promise<T>;
+  /**
+   * Resolves once every batch committed before the call is on stable storage: a WAL flush
+   * that started after it (shared with every other caller meanwhile; none when the store
+   * does not sync). Fails as a durable write would after a failed flush.
+   */
+  sync(): Promise<void>;
   /** Runs `work` in a transaction of its own holding the write lock (setup, import). */
   exclusive<T>(work: (db: DatabaseSync) => T): Promise<T>;
   /** Waits for queued batches, then closes the connection. */
@@ -233,6 +239,10 @@ function createBatcher(db: DatabaseSync, statements: PreparedRecords, wal: WalSy
         queue.push({ work, durable, visible: visible as ((result: unknown) => void) | undefined, resolve: resolve as (value: unknown) => void, reject });
         schedule();
       });
+    },
+    async sync(): Promise<void> {
+      if (closed) throw new RunnerDepotError("UNAVAILABLE", "The fs store is closed");
+      await wal?.sync();
     },
     async exclusive<T>(work: (db: DatabaseSync) => T): Promise<T> {
       while (running || scheduled) await (running ?? new Promise((resolve) => setImmediate(resolve)));

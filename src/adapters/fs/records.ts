@@ -9,7 +9,8 @@
  * - listRecords: one range scan of the key index, O(log records + page).
  *
  * A write is whole or absent after any crash (SQLite's WAL), so a lazy or losable write
- * is never torn: `lazy` only lets its batch commit without an fsync (record-db.ts).
+ * is never torn: `lazy` (and `deferSync`, whose caller calls syncRecords later) only lets
+ * its batch commit without an fsync (record-db.ts).
  */
 import { randomUUID } from "node:crypto";
 import type { PackageStore, StoredRecord, WriteCondition } from "../../depot/ports.js";
@@ -41,7 +42,8 @@ export function createFsRecords(open: () => Promise<RecordDb>): FsRecords {
       const bytes = keyBytes(key);
       const db = await open();
       const revision = randomUUID();
-      const durable = cond.lazy !== true;
+      // deferSync: the caller's later syncRecords flushes it (one WAL: it covers every commit before it).
+      const durable = cond.lazy !== true && cond.deferSync !== true;
       // Told at the commit: one WAL keeps commits in order (WriteCondition.onVisible).
       const onVisible = cond.onVisible;
       const visible = onVisible && ((written: string | null) => onVisible(written !== null));

@@ -89,6 +89,10 @@ export function createFsStore(dir: string, options: FsStoreOptions = {}): Packag
   return {
     ...createFsBlobs(ctx, durable, records),
     ...createFsRecords(records),
+    /** One WAL flush covers every commit before it: blob rows and records, lazy and deferred ones (record-db.ts). */
+    async syncRecords() {
+      await (await records()).sync();
+    },
     /** Waits for record batches in flight, then closes the database and the directory handles. */
     async close() {
       const opening = ctx.close();
