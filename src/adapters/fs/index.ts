@@ -2,7 +2,9 @@
  * Filesystem adapters, the embedded defaults of `runner-depot serve`: a job log store
  * (append-only log per job, fsync per append) and a package store (content-addressed
  * blobs and records with compare-and-swap). One process owns a directory; several
- * replicas share PostgreSQL and S3 instead.
+ * replicas share PostgreSQL and S3 instead. The log store keeps the log files of the
+ * jobs it last appended to open, at most 64 per directory (count them against the
+ * process's file-descriptor limit with the server's connections).
  *
  * @example
  * ```ts
