@@ -152,3 +152,59 @@ describe("fs log store: durability on disk", () => {
     await store.close?.();
   });
 });
+
+describe("fs log store: open log files under concurrency (review)", () => {
+  /** Log files of `dir` this process has open (Linux: /proc/self/fd). */
+  function openLogs(dir: string): number {
+    let count = 0;
+    for (const fd of readdirSync("/proc/self/fd")) {
+      try {
+        const target = readlinkSync(`/proc/self/fd/${fd}`);
+        if (target.startsWith(join(dir, "jobs")) && target.endsWith(".log")) count++;
+      } catch {
+        // The descriptor of the readdir itself, already closed.
+      }
+    }
+    return count;
+  }
+
+  it.skipIf(!existsSync("/proc/self/fd"))("a burst of appends to more jobs than MAX_OPEN_LOGS at once leaves at most MAX_OPEN_LOGS open", async () => {
+    const dir = freshDir();
+    const store = createFsLogStore(dir, { fsync: false });
+    const ids = Array.from({ length: MAX_OPEN_LOGS * 3 }, () => randomUUID());
+    for (const id of ids) await store.open(id, { expect: true });
+    // All at once: every append's write is in flight when the next one opens its file.
+    await Promise.all(ids.map((id) => store.append(id, 0, [logEntry("burst")])));
+    expect(openLogs(dir)).toBeLessThanOrEqual(MAX_OPEN_LOGS);
+    // And it stays bounded when the burst repeats.
+    await Promise.all(ids.map((id) => store.append(id, 1, [logEntry("again")])));
+    expect(openLogs(dir)).toBeLessThanOrEqual(MAX_OPEN_LOGS);
+    for (const id of ids) expect((await store.read(id)).map((l) => l.line)).toEqual(["burst", "again"]);
+    await store.close?.();
+    expect(openLogs(dir)).toBe(0);
+  });
+
+  it.skipIf(!existsSync("/proc/self/fd"))("close() racing an append never leaves a log file open nor resolves before the append's write", async () => {
+    for (let ticks = 0; ticks < 24; ticks++) {
+      const dir = freshDir();
+      const store = createFsLogStore(dir, { fsync: false });
+      const id = randomUUID();
+      await store.append(id, 0, [logEntry("first")]);
+      let appended = false;
+      const append = store.append(id, 1, [logEntry("second")]).then(
+        () => (appended = true),
+        () => undefined,
+      );
+      for (let i = 0; i < ticks; i++) await Promise.resolve();
+      await store.close?.();
+      // What the directory says once close() resolved: an append it let in is written by then.
+      const stateAtClose = JSON.parse(readFileSync(join(dir, "jobs", `${id}.json`), "utf8")) as { storedLines: number };
+      await append;
+      if (appended) expect(stateAtClose.storedLines, `ticks ${ticks}: close resolved before the append it let in`).toBe(2);
+      expect(openLogs(dir), `ticks ${ticks}`).toBe(0);
+      const again = createFsLogStore(dir, { fsync: false });
+      expect((await again.read(id)).map((l) => l.line)).toEqual(appended ? ["first", "second"] : ["first"]);
+      await again.close?.();
+    }
+  });
+});

@@ -32,6 +32,8 @@ const syncAll = promisify(fsync);
 /**
  * Log files a directory's store keeps open between appends (least recently appended
  * closed first): a descriptor each, so a fleet of jobs cannot run the process out of them.
+ * Appends in flight hold one each beyond it while they write (as every append did before
+ * files were kept open); the excess is closed as they end.
  */
 export const MAX_OPEN_LOGS = 64;
 
@@ -189,6 +191,9 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
   async function serial<T>(id: string, fn: (job: Job | undefined) => Promise<T>): Promise<T> {
     if (closed) throw new RunnerDepotError("UNAVAILABLE", "log store is closed");
     await load();
+    // Checked again after the wait: close() takes the chains it waits for when it is called,
+    // so an operation chained after that would run (and open a log file) behind its back.
+    if (closed) throw new RunnerDepotError("UNAVAILABLE", "log store is closed");
     const key = id;
     let job = jobs.get(key);
     if (!job) {
@@ -271,16 +276,22 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
     const fd = openSync(logPath(job.state.requestId), job.state.fileBytes === 0 ? "w" : "r+");
     job.fd = fd;
     open.set(job.state.requestId, job);
-    if (open.size > MAX_OPEN_LOGS) {
-      // Close the least recently appended one not being written (the walk stops at the first).
-      for (const other of open.values()) {
-        if (other !== job && !other.writing) {
-          closeLog(other);
-          break;
-        }
-      }
-    }
+    trimOpenLogs();
     return fd;
+  }
+
+  /**
+   * Closes the least recently appended log files not being written until at most
+   * MAX_OPEN_LOGS are open. Run when a file is opened and when a write ends: a burst of
+   * appends to more jobs at once holds one each while written, and without the second run
+   * they all stayed open after it. O(files walked past: those being written).
+   */
+  function trimOpenLogs(): void {
+    const open = backend.openLogs;
+    for (const other of open.values()) {
+      if (open.size <= MAX_OPEN_LOGS) return;
+      if (!other.writing) closeLog(other);
+    }
   }
 
   /** Closes the job's log file if it is kept open. O(1). */
@@ -310,6 +321,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       throw error;
     } finally {
       job.writing = false;
+      trimOpenLogs();
     }
   }
 
@@ -541,7 +553,8 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
     async close() {
       if (closed) return;
       closed = true;
-      await Promise.allSettled([...jobs.values()].map((job) => job.chain));
+      // A job being created is on the creation chain, not yet on a job's.
+      await Promise.allSettled([backend.createChain, ...[...jobs.values()].map((job) => job.chain)]);
       if (--backend.refs === 0 && backends.get(key) === backend) {
         backends.delete(key);
         for (const job of [...backend.openLogs.values()]) closeLog(job);
