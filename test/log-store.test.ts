@@ -5,6 +5,7 @@
 import { randomUUID } from "node:crypto";
 import { mkdtempSync, rmSync, readFileSync, appendFileSync, writeFileSync, readdirSync, readlinkSync, existsSync, mkdirSync } from "node:fs";
 import { tmpdir } from "node:os";
+import { open } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { createMemoryLogStore } from "../src/adapters/memory/index.js";
@@ -150,6 +151,52 @@ describe("fs log store: durability on disk", () => {
     await store.append(id, 0, [logEntry("kept")]);
     expect(await store.read(id)).toEqual([{ line: "kept", stderr: false }]);
     await store.close?.();
+  });
+});
+
+describe("fs log store: the rename of the state reaches the disk before an append answers", () => {
+  /** Polls `check` until it holds (20 s at most). */
+  async function until(check: () => boolean): Promise<void> {
+    for (let i = 0; i < 4000 && !check(); i++) await new Promise((resolve) => setTimeout(resolve, 5));
+    expect(check()).toBe(true);
+  }
+
+  it("appends resolve only after a fsync of the jobs directory that ran after their rename (held here), and appends made meanwhile share one", async () => {
+    const dir = freshDir();
+    const store = createFsLogStore(dir);
+    const ids = Array.from({ length: 8 }, () => randomUUID());
+    for (const id of ids) await store.append(id, 0, [logEntry("first")]);
+    const committedOnDisk = (id: string) => (JSON.parse(readFileSync(join(dir, "jobs", `${id}.json`), "utf8")) as { committed: number }).committed;
+    // Directory fsyncs go through FileHandle#sync (the log and state files use fd calls):
+    // hold them and count them.
+    const probe = await open(join(dir, "jobs"), "r");
+    const proto = Object.getPrototypeOf(probe) as { sync: () => Promise<void> };
+    await probe.close();
+    const original = proto.sync;
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let syncs = 0;
+    proto.sync = async function (this: unknown) {
+      syncs++;
+      await gate;
+      return original.call(this);
+    };
+    try {
+      let answered = 0;
+      const appends = ids.map((id) => store.append(id, 1, [logEntry("second")]).then((state) => (answered++, state)));
+      // Every state is renamed (on disk each says 2) while the first directory fsync is held,
+      // and no append has answered.
+      await until(() => syncs > 0 && ids.every((id) => committedOnDisk(id) === 2));
+      expect(answered).toBe(0);
+      release();
+      for (const state of await Promise.all(appends)) expect(state.committed).toBe(2);
+      // The held sync and one queued behind it for every rename made meanwhile.
+      expect(syncs).toBe(2);
+    } finally {
+      proto.sync = original;
+      release();
+      await store.close?.();
+    }
   });
 });
 

@@ -45,13 +45,31 @@ export function createDurableWrites(ctx: FsStoreContext): DurableWrites {
   return { fsyncDir, ensureDir, closeHandles: syncDirNow.close };
 }
 
+/** What directory fsyncs need of their owner: whether to sync at all, and whether it is closing. */
+export type DirSyncContext = Pick<FsStoreContext, "sync" | "isClosed">;
+
+/**
+ * Directory fsyncs shared by concurrent callers (group commit) over directory handles kept
+ * open, for an owner other than the blob store (the fs log store's jobs directory).
+ * `close()` closes the handles kept.
+ *
+ * @example
+ * const dirs = createDirectorySync({ sync: true, isClosed: () => false });
+ * renameSync(tmp, target);
+ * await dirs.fsyncDir(dirname(target)); // the rename survives a machine crash
+ */
+export function createDirectorySync(ctx: DirSyncContext): { fsyncDir(path: string): Promise<void>; close(): Promise<void> } {
+  const syncDirNow = createDirSyncer(ctx);
+  return { fsyncDir: createGroupFsync(ctx, syncDirNow.sync), close: syncDirNow.close };
+}
+
 /**
  * Directory fsyncs in flight, per directory. A caller needs a sync that starts after its
  * rename, so it joins the queued one (or queues one) behind a sync already running:
  * concurrent writers into one directory (a blob shard) share one fsync instead of one
  * each (group commit). At most two syncs per directory exist at once, however many writers wait: O(1) per call.
  */
-function createGroupFsync(ctx: FsStoreContext, syncDirNow: (path: string) => Promise<void>): (path: string) => Promise<void> {
+function createGroupFsync(ctx: DirSyncContext, syncDirNow: (path: string) => Promise<void>): (path: string) => Promise<void> {
   const dirSyncs = new Map<string, { running: Promise<void>; queued?: Promise<void> }>();
 
   function fsyncDir(path: string): Promise<void> {
@@ -89,7 +107,7 @@ function createGroupFsync(ctx: FsStoreContext, syncDirNow: (path: string) => Pro
  * DIR_HANDLES; the least recently used is evicted in O(1) (a Map keeps insertion order,
  * and a use re-inserts). FileHandle.close waits for a sync still running on the handle.
  */
-function createDirSyncer(ctx: FsStoreContext): { sync(path: string): Promise<void>; close(): Promise<void> } {
+function createDirSyncer(ctx: DirSyncContext): { sync(path: string): Promise<void>; close(): Promise<void> } {
   const dirHandles = new Map<string, Promise<FileHandle>>();
 
   async function sync(path: string): Promise<void> {

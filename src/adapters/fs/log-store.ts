@@ -5,8 +5,9 @@
  * the log file are valid, so a crash between the two leaves the job consistent.
  * One process owns a directory at a time (several replicas: use the PostgreSQL store).
  *
- * An append costs two trips through libuv's thread pool (the log's write, then its
- * datasync, while the state file's fsync runs beside it), not one per file operation:
+ * An append costs three trips through libuv's thread pool (the log's write, then its
+ * datasync, while the state file's fsync runs beside it; after the rename, the jobs
+ * directory's fsync, shared by concurrent appends), not one per file operation:
  * each trip is a wake-up of a pool thread and of the event loop, and on a loaded machine
  * each waits for a CPU (docs/decisions/runner-throughput.md, session 8). The log file of
  * a job being appended to stays open (at most {@link MAX_OPEN_LOGS} per directory), and
@@ -23,7 +24,8 @@ import type { JobLogStore, JobState, StoredLine } from "../../runner/ports.js";
 import { normalizeRequestId } from "../../runner/uuid.js";
 import { isPlainJsonText } from "../../runner/byte-scan.js";
 import { ReceivedLine } from "../../runner/received-line.js";
-import { syncDirBestEffort, unlinkQuietly } from "./files.js";
+import { createDirectorySync } from "./durable.js";
+import { unlinkQuietly } from "./files.js";
 
 const writeAt = promisify(write);
 const syncData = promisify(fdatasync);
@@ -69,6 +71,8 @@ interface Backend {
   createChain: Promise<unknown>;
   /** Jobs whose log file is open, least recently appended first (Map order). */
   openLogs: Map<string, Job>;
+  /** fsyncs of the jobs directory, shared by concurrent appends (durable.ts). */
+  dirs: ReturnType<typeof createDirectorySync>;
 }
 const backends = new Map<string, Backend>();
 
@@ -150,7 +154,16 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
   const key = resolve(dir);
   let shared = backends.get(key);
   if (!shared) {
-    shared = { jobs: new Map(), order: new JobListIndex(), loaded: null, refs: 0, createChain: Promise.resolve(), openLogs: new Map() };
+    const fresh: Backend = {
+      jobs: new Map(),
+      order: new JobListIndex(),
+      loaded: null,
+      refs: 0,
+      createChain: Promise.resolve(),
+      openLogs: new Map(),
+      dirs: createDirectorySync({ sync: true, isClosed: () => fresh.refs === 0 }),
+    };
+    shared = fresh;
     backends.set(key, shared);
   }
   shared.refs++;
@@ -219,7 +232,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       const made = backend.createChain.then(async () => {
         if (jobs.has(id)) return;
         const state: Persisted = { ...newJobState(id, create), fileBytes: 0 };
-        await writeState(state, true);
+        await writeState(state);
         jobs.set(id, { state, index: null, chain: Promise.resolve() });
         backend.order.add(state);
       });
@@ -229,16 +242,15 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
     return serial(id, (job) => fn(job!));
   }
 
-  async function writeState(state: Persisted, isNew = false): Promise<void> {
+  async function writeState(state: Persisted): Promise<void> {
     await commitState(state, Promise.resolve());
-    if (isNew && sync) await syncDir();
   }
 
   /**
    * Replaces the job's state file with `state` once `before` (the log's write and sync)
    * has succeeded: the temp file is written inline (small), synced on the pool while
    * `before` runs, then renamed over the old one. Nothing is renamed when either fails.
-   * O(state size); one pool trip (none without fsync).
+   * O(state size); two pool trips, the fsync and the directory's (none without fsync).
    */
   async function commitState(state: Persisted, before: Promise<void>): Promise<void> {
     const target = statePath(state.requestId);
@@ -262,6 +274,11 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
     }
     closeSync(fd);
     renameSync(tmp, target);
+    // The rename, and a log file's creation (same directory), reach the disk only with the
+    // directory's own fsync: without it a machine crash could bring back the old state,
+    // which counts fewer items than `committed` acknowledged. Concurrent appends share one
+    // (group commit), so it costs one pool trip per batch, not per job.
+    if (sync) await backend.dirs.fsyncDir(jobsDir);
   }
 
   /** The job's log file, open for positional writes (kept open, see MAX_OPEN_LOGS). O(1) amortised. */
@@ -325,7 +342,6 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
     }
   }
 
-  const syncDir = () => syncDirBestEffort(jobsDir);
 
   async function buildIndex(job: Job): Promise<number[]> {
     if (job.index) return job.index;
@@ -558,6 +574,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       if (--backend.refs === 0 && backends.get(key) === backend) {
         backends.delete(key);
         for (const job of [...backend.openLogs.values()]) closeLog(job);
+        await backend.dirs.close();
       }
     },
   };
