@@ -295,14 +295,20 @@ describe("fs store across processes", () => {
     }
   });
 
-  it("tells a write's outcome at its commit (onVisible), before the WAL flush its promise waits for", async () => {
-    const tmp = await tempDir("depot-store-visible-");
+  /** An opened fs store in a fresh directory, and the WAL flushes logged as "flush" in `order` until `stopLog()`. */
+  async function storeWithFlushLog(prefix: string) {
+    const tmp = await tempDir(prefix);
     cleanups.push(tmp.cleanup);
     const store = createFsStore(tmp.dir);
     await store.getRecord("open");
     const order: string[] = [];
     const listener = () => order.push("flush");
     diagnostics_channel.subscribe("runner-depot:fs-wal-flush", listener);
+    return { store, order, stopLog: () => diagnostics_channel.unsubscribe("runner-depot:fs-wal-flush", listener) };
+  }
+
+  it("tells a write's outcome at its commit (onVisible), before the WAL flush its promise waits for", async () => {
+    const { store, order, stopLog } = await storeWithFlushLog("depot-store-visible-");
     try {
       const [first, second] = await Promise.all([
         store.putRecord("vis/k", 1, { ifRevision: null, onVisible: (applied) => order.push(`visible ${applied}`) }).then((r) => (order.push("resolved"), r)),
@@ -314,19 +320,13 @@ describe("fs store across processes", () => {
       expect(order).toContain("resolved");
       expect(order.indexOf("resolved")).toBeGreaterThan(order.indexOf("flush"));
     } finally {
-      diagnostics_channel.unsubscribe("runner-depot:fs-wal-flush", listener);
+      stopLog();
     }
     await store.close?.();
   });
 
   it("resolves deferSync writes and small blobs at their commit, without a flush; syncRecords flushes them (and only then)", async () => {
-    const tmp = await tempDir("depot-store-defer-");
-    cleanups.push(tmp.cleanup);
-    const store = createFsStore(tmp.dir);
-    await store.getRecord("open");
-    const order: string[] = [];
-    const listener = () => order.push("flush");
-    diagnostics_channel.subscribe("runner-depot:fs-wal-flush", listener);
+    const { store, order, stopLog } = await storeWithFlushLog("depot-store-defer-");
     try {
       const revision = await store.putRecord("defer/k", 1, { ifRevision: null, deferSync: true });
       order.push("record");
@@ -340,7 +340,7 @@ describe("fs store across processes", () => {
       order.push("synced");
       expect(order).toEqual(["record", "blob", "flush", "synced"]);
     } finally {
-      diagnostics_channel.unsubscribe("runner-depot:fs-wal-flush", listener);
+      stopLog();
     }
     await store.close?.();
   });

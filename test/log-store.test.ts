@@ -20,6 +20,20 @@ let n = 0;
 const freshDir = () => join(root, `store-${n++}`);
 const dirs = new WeakMap<object, string>();
 
+/** Log files of `dir` this process has open (Linux: /proc/self/fd). */
+function openLogs(dir: string): number {
+  let count = 0;
+  for (const fd of readdirSync("/proc/self/fd")) {
+    try {
+      const target = readlinkSync(`/proc/self/fd/${fd}`);
+      if (target.startsWith(join(dir, "jobs")) && target.endsWith(".log")) count++;
+    } catch {
+      // The descriptor of the readdir itself, already closed.
+    }
+  }
+  return count;
+}
+
 describeJobLogStore("memory", () => createMemoryLogStore());
 
 describeJobLogStore(
@@ -101,20 +115,6 @@ describe("fs log store: durability on disk", () => {
     expect(await again.read(id)).toHaveLength(3000);
     await again.close?.();
   });
-
-  /** Log files of `dir` this process has open (Linux: /proc/self/fd). */
-  function openLogs(dir: string): number {
-    let count = 0;
-    for (const fd of readdirSync("/proc/self/fd")) {
-      try {
-        const target = readlinkSync(`/proc/self/fd/${fd}`);
-        if (target.startsWith(join(dir, "jobs")) && target.endsWith(".log")) count++;
-      } catch {
-        // The descriptor of the readdir itself, already closed.
-      }
-    }
-    return count;
-  }
 
   it.skipIf(!existsSync("/proc/self/fd"))("keeps appended jobs' log files open, at most MAX_OPEN_LOGS, none once finished or closed", async () => {
     const dir = freshDir();
@@ -201,20 +201,6 @@ describe("fs log store: the rename of the state reaches the disk before an appen
 });
 
 describe("fs log store: open log files under concurrency (review)", () => {
-  /** Log files of `dir` this process has open (Linux: /proc/self/fd). */
-  function openLogs(dir: string): number {
-    let count = 0;
-    for (const fd of readdirSync("/proc/self/fd")) {
-      try {
-        const target = readlinkSync(`/proc/self/fd/${fd}`);
-        if (target.startsWith(join(dir, "jobs")) && target.endsWith(".log")) count++;
-      } catch {
-        // The descriptor of the readdir itself, already closed.
-      }
-    }
-    return count;
-  }
-
   it.skipIf(!existsSync("/proc/self/fd"))("a burst of appends to more jobs than MAX_OPEN_LOGS at once leaves at most MAX_OPEN_LOGS open", async () => {
     const dir = freshDir();
     const store = createFsLogStore(dir, { fsync: false });
