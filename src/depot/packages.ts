@@ -14,10 +14,12 @@
  * 5. the transaction record `committed`.
  * Whoever publishes the version again (a retried commit, recovery after a kill) finds
  * either no claim (it was sequenced: nothing to do), a live claim (someone is sequencing
- * it now: leave it), or a dead one: it takes the claim over by compare-and-swap and
- * appends only when no entry for the version was appended since the dead claim was made.
- * So each version enters the sequence exactly once.
+ * it now: wait until it is dropped or dead, bounded), or a dead one: it takes the claim
+ * over by compare-and-swap and appends only when no entry for the version was appended
+ * since the dead claim was made. So each version enters the sequence exactly once, and
+ * no publish returns (nor marks its transaction `committed`) before the entry exists.
  */
+import { RunnerDepotError } from "../errors.js";
 import { attemptAlive, endAttempt, startAttempt } from "./attempts.js";
 import { appendChange, findRecentChange } from "./changes.js";
 import { newestVersion, sortVersions } from "./names.js";
@@ -84,32 +86,9 @@ export async function readPackage(store: PackageStore, name: string): Promise<Pa
 export async function publishVersion(store: PackageStore, name: string, version: string, now: Date, options: PublishOptions = {}): Promise<number | null> {
   const claim = startAttempt();
   try {
-    const nowMs = now.getTime();
-    let takeoverFrom: number | undefined;
-    const { value, changed } = await updateRecord<PackageRecord>(store, packageKey(name), (current) => {
-      takeoverFrom = undefined;
-      const existing = current?.value;
-      const mine: SequencingClaim = { claim, at: nowMs };
-      if (existing?.versions.includes(version)) {
-        const pending = existing.pending?.[version];
-        // Sequenced already, or being sequenced by a live claimant.
-        if (!pending || attemptAlive(pending.claim, pending.at, nowMs)) return undefined;
-        takeoverFrom = pending.since ?? pending.at;
-        return { ...existing, pending: { ...existing.pending, [version]: { ...mine, since: takeoverFrom } } };
-      }
-      const versions = sortVersions([...(existing?.versions ?? []), version]);
-      return {
-        name,
-        versions,
-        latest: newestVersion(versions)!,
-        firstVersion: existing?.firstVersion ?? version,
-        createdAt: existing?.createdAt ?? now.toISOString(),
-        updatedAt: now.toISOString(),
-        pending: { ...existing?.pending, [version]: mine },
-      };
-    }, { guess: true, writes: options.writes });
+    const { value, changed, takeoverFrom } = await claimSequencing(store, name, version, now, claim, options.writes);
     if (!changed) {
-      // Found listed and sequenced (or being sequenced): what the caller wrote before is flushed first.
+      // Found listed and sequenced: what the caller wrote before is flushed first.
       await options.writes?.durable();
       await options.sequenced?.();
       return null;
@@ -141,6 +120,59 @@ export async function publishVersion(store: PackageStore, name: string, version:
     endAttempt(claim);
   }
 }
+
+/**
+ * Step 2, or the claim taken over from a dead claimant. A live claim of another attempt
+ * is waited for (polled, up to SEQUENCING_WAIT_MS) until it is dropped (sequenced) or
+ * dead (taken over): the caller's `sequenced` work (a transaction `committed`) must not
+ * run while the entry may still be missing, since nothing else would take over the claim
+ * should its holder die before appending (recovery only settles `committing`
+ * transactions). O(versions of this package) per read; reads fall back to every 100 ms.
+ */
+async function claimSequencing(store: PackageStore, name: string, version: string, now: Date, claim: string, writes: OrderedWrites | undefined) {
+  const nowMs = now.getTime();
+  const started = Date.now();
+  for (let pause = 5; ; pause = Math.min(pause * 2, 100)) {
+    // Liveness is judged on the caller's clock moved on by the time waited.
+    const checkedAt = nowMs + (Date.now() - started);
+    let takeoverFrom: number | undefined;
+    let heldByLive = false;
+    const { value, changed } = await updateRecord<PackageRecord>(store, packageKey(name), (current) => {
+      takeoverFrom = undefined;
+      heldByLive = false;
+      const existing = current?.value;
+      const mine: SequencingClaim = { claim, at: nowMs };
+      if (existing?.versions.includes(version)) {
+        const pending = existing.pending?.[version];
+        if (!pending) return undefined; // sequenced already
+        if (attemptAlive(pending.claim, pending.at, checkedAt)) {
+          heldByLive = true;
+          return undefined;
+        }
+        takeoverFrom = pending.since ?? pending.at;
+        return { ...existing, pending: { ...existing.pending, [version]: { ...mine, since: takeoverFrom } } };
+      }
+      const versions = sortVersions([...(existing?.versions ?? []), version]);
+      return {
+        name,
+        versions,
+        latest: newestVersion(versions)!,
+        firstVersion: existing?.firstVersion ?? version,
+        createdAt: existing?.createdAt ?? now.toISOString(),
+        updatedAt: now.toISOString(),
+        pending: { ...existing?.pending, [version]: mine },
+      };
+    }, { guess: true, writes });
+    if (!heldByLive) return { value, changed, takeoverFrom };
+    if (Date.now() - started >= SEQUENCING_WAIT_MS) {
+      throw new RunnerDepotError("CONFLICT", `${name}@${version} is being sequenced by another attempt; retry`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, pause));
+  }
+}
+
+/** How long a publish waits for another live attempt's sequencing claim (its append is normally milliseconds away). */
+const SEQUENCING_WAIT_MS = 30_000;
 
 /** How far clocks of processes sharing a store may disagree. */
 const CLOCK_MARGIN_MS = 5 * 60_000;

@@ -1,0 +1,130 @@
+/**
+ * A retried commit that meets the first attempt's live sequencing claim (packages.ts), over
+ * a real listening server on the fs store. The first attempt is held at its change append
+ * (a store wrapper holds the `seq/` write) while the retry runs; then the first attempt
+ * either dies there (the write fails, its claim is dead) or goes on. Either way the
+ * version must end up in the change feed exactly once, also after a restart (recovery on
+ * open), and the retry's 200 must not come before the entry exists.
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import { createFsStore } from "../src/adapters/fs/store.js";
+import type { PackageStore } from "../src/depot/ports.js";
+import { add, openTransaction, startDepot, tempDir, type LiveDepot } from "./fixtures/depot-helpers.js";
+
+/** Holds the first change append for `name` until released; notes reads of `pkg/<name>` meanwhile. */
+function holdingStore(inner: PackageStore, name: string) {
+  let armed = true;
+  let held = false;
+  let pkgReadsWhileHeld = 0;
+  let settle!: (outcome: "fail" | "go") => void;
+  const gate = new Promise<"fail" | "go">((resolve) => (settle = resolve));
+  let reached!: () => void;
+  const atAppend = new Promise<void>((resolve) => (reached = resolve));
+  const store = new Proxy(inner, {
+    get(target, prop, receiver) {
+      const value = Reflect.get(target, prop, receiver) as unknown;
+      if (prop === "putRecord") {
+        return async (key: string, record: { name?: string }, cond: unknown) => {
+          if (armed && key.startsWith("seq/") && record?.name === name) {
+            armed = false;
+            held = true;
+            reached();
+            const outcome = await gate;
+            held = false;
+            if (outcome === "fail") throw new Error("injected: the first attempt dies before its change entry");
+          }
+          return (target.putRecord as (...a: unknown[]) => Promise<string | null>).call(target, key, record, cond);
+        };
+      }
+      if (prop === "getRecord") {
+        return (key: string) => {
+          if (held && key === `pkg/${name}`) pkgReadsWhileHeld++;
+          return target.getRecord(key);
+        };
+      }
+      return typeof value === "function" ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+  return { store, atAppend, release: (outcome: "fail" | "go") => settle(outcome), pkgReads: () => pkgReadsWhileHeld };
+}
+
+interface SinceAnswer {
+  changes: Array<{ name: string; version: string }>;
+}
+
+async function feedCount(url: string, name: string): Promise<number> {
+  const response = await fetch(`${url}/catalog?since=0`);
+  expect(response.status).toBe(200);
+  const body = (await response.json()) as SinceAnswer;
+  return body.changes.filter((c) => c.name === name && c.version === "1.0.0").length;
+}
+
+async function until(condition: () => boolean): Promise<void> {
+  while (!condition()) await new Promise((resolve) => setTimeout(resolve, 5));
+}
+
+const cleanups: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  while (cleanups.length > 0) await cleanups.pop()!().catch(() => undefined);
+});
+
+/** First commit held at its append, a retry sent and seen at the package record, then the first attempt fails or goes on. */
+async function retryMeetsLiveClaim(outcome: "fail" | "go"): Promise<{ first: Response; retry: Response; dir: string }> {
+  const tmp = await tempDir("depot-retry-claim-");
+  cleanups.push(tmp.cleanup);
+  const inner = createFsStore(tmp.dir);
+  const held = holdingStore(inner, "held");
+  const depot: LiveDepot = await startDepot(held.store);
+  let closed = false;
+  cleanups.push(async () => {
+    if (!closed) {
+      await depot.close();
+      await inner.close?.();
+    }
+  });
+  const id = await openTransaction(depot.url, "held@1.0.0");
+  expect((await add(depot.url, id, { type: "file", path: "a.txt", body: "a\n" })).status).toBe(201);
+
+  const first = fetch(`${depot.url}/commit/${id}`, { method: "POST" });
+  await held.atAppend; // listed, claim live, entry not appended
+  let retryAnswered = false;
+  const retry = fetch(`${depot.url}/commit/${id}`, { method: "POST" }).finally(() => (retryAnswered = true));
+  // The retry has reached the sequencing claim (it reads the package record).
+  await until(() => held.pkgReads() > 0 || retryAnswered);
+  held.release(outcome);
+  const answers = { first: await first, retry: await retry };
+  await depot.close();
+  await depot.router.idle?.();
+  await inner.close?.();
+  closed = true;
+  return { ...answers, dir: tmp.dir };
+}
+
+/** A fresh process's view: a new store and router on the same directory (recovery runs on open). */
+async function restartedFeedCount(dir: string): Promise<number> {
+  const store = createFsStore(dir);
+  const depot = await startDepot(store);
+  try {
+    return await feedCount(depot.url, "held");
+  } finally {
+    await depot.close();
+    await store.close?.();
+  }
+}
+
+describe("a retried commit and a live sequencing claim (fs store)", () => {
+  it("the first attempt dies before its change entry: the retry sequences the version, exactly once", async () => {
+    const { first, retry, dir } = await retryMeetsLiveClaim("fail");
+    expect(first.status).toBeGreaterThanOrEqual(500);
+    expect([200, 201]).toContain(retry.status);
+    expect(await restartedFeedCount(dir)).toBe(1);
+  }, 60_000);
+
+  it("both attempts go on: both answer the same body and the version is sequenced exactly once", async () => {
+    const { first, retry, dir } = await retryMeetsLiveClaim("go");
+    expect(first.status).toBe(201);
+    expect([200, 201]).toContain(retry.status);
+    expect(await retry.json()).toEqual(await first.json());
+    expect(await restartedFeedCount(dir)).toBe(1);
+  }, 60_000);
+});
