@@ -1,10 +1,11 @@
 /**
  * The four-bytes-at-a-time scan the fs store relies on, against JSON.stringify:
  * isPlainJsonText (a line's bytes are copied as its JSON string body only when
- * JSON.stringify would write them so).
+ * JSON.stringify would write them so); isAsciiRange (the decoder's UTF-8 check in place),
+ * against a byte loop.
  */
 import { describe, expect, it } from "vitest";
-import { isPlainJsonText } from "../src/runner/byte-scan.js";
+import { isAsciiRange, isPlainJsonText } from "../src/runner/byte-scan.js";
 
 describe("runner byte scans", () => {
   it("agrees with JSON.stringify for every single character at every position and length", () => {
@@ -39,5 +40,22 @@ describe("runner byte scans", () => {
       if (expected) plain++;
     }
     expect(plain).toBeGreaterThan(100);
+  });
+
+  it("isAsciiRange: false exactly when a byte of the range is 0x80 or above, at any offset, length and position", () => {
+    // Non-ASCII bytes around the range must not count; inside it, at every word position.
+    for (const high of [0x80, 0xc3, 0xff]) {
+      for (let len = 0; len < 14; len++) {
+        for (let at = -1; at < len; at++) {
+          for (const pad of [0, 1, 2, 3]) {
+            const buf = Buffer.alloc(pad + len + 3, 0x7f);
+            buf.fill(0xff, 0, pad);
+            buf.fill(0x80, pad + len);
+            if (at >= 0) buf[pad + at] = high;
+            expect(isAsciiRange(buf, pad, pad + len), `len ${len} at ${at} pad ${pad}`).toBe(at < 0);
+          }
+        }
+      }
+    }
   });
 });

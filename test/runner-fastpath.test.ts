@@ -740,3 +740,41 @@ describe("runner gRPC fast path: the call's signal", () => {
     }
   });
 });
+
+describe("runner gRPC fast path: entries as a store reads them", () => {
+  it("a store reading the port's fields (stored, stderr, bytes, capped) gets the same entries on both paths, a cut line and the cap included", async () => {
+    const outcomes = [];
+    for (const fastPath of [true, false]) {
+      const inner = createMemoryLogStore();
+      const seen: unknown[] = [];
+      // A third-party store: it knows only the port's shape, not the fast path's classes.
+      const logs: JobLogStore = {
+        ...inner,
+        async append(requestId, at, entries, now) {
+          for (const e of entries) seen.push({ stored: e.stored.map((l) => ({ line: l.line, stderr: l.stderr, marker: l.marker === true })), stderr: e.stderr, bytes: e.bytes, capped: e.capped === true });
+          return inner.append(requestId, at, entries, now);
+        },
+      };
+      const runner = createRunnerService(createMemoryQueue(), { logs, limits: { messageBytes: 2048, lineBytes: 8, jobLogBytes: 24, idleMs: 5000 } });
+      const server = await startRunnerServer(runner, { port: 0, fastPath });
+      try {
+        const id = randomUUID();
+        const texts = ["plain", "é!", "a line over eight bytes", "err", "12345678", "past the cap"];
+        const wire = await rawCall(server.url, [Buffer.concat([...texts.map((t, i) => frame(line(id, t, i === 3))), frame(end(id))])]);
+        outcomes.push({ wire, seen, read: await logs.read(id) });
+      } finally {
+        await server.close();
+        await runner.close();
+      }
+    }
+    const [fast, slow] = outcomes;
+    expect(fast!.wire.trailers).toMatchObject({ "grpc-status": "0", "runner-committed": "7" });
+    expect(fast!.seen).toHaveLength(6);
+    expect(fast!.seen[0]).toEqual({ stored: [{ line: "plain", stderr: false, marker: false }], stderr: false, bytes: 5, capped: false });
+    expect(fast!.seen[3]).toEqual({ stored: [{ line: "err", stderr: true, marker: false }], stderr: true, bytes: 3, capped: false });
+    expect((fast!.seen[2] as { stored: unknown[] }).stored).toHaveLength(2);
+    expect(fast!.seen.some((e) => (e as { capped: boolean }).capped)).toBe(true);
+    expect(fast!.seen).toEqual(slow!.seen);
+    expect(fast!.read).toEqual(slow!.read);
+  });
+});

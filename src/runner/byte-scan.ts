@@ -47,3 +47,20 @@ export function isPlainJsonText(buf: Buffer, start: number, end: number): boolea
   }
   return true;
 }
+
+/**
+ * True when every byte of `buf[start, end)` is ASCII (below 0x80): the words ORed
+ * together, one test at the end. No view of the range is made (a subarray is ~100 bytes
+ * of garbage a line). O(bytes).
+ *
+ * @example
+ * isAsciiRange(Buffer.from("héllo"), 0, 6) // false
+ */
+export function isAsciiRange(buf: Buffer, start: number, end: number): boolean {
+  const v = viewOf(buf);
+  let acc = 0;
+  let i = start;
+  for (; i + 4 <= end; i += 4) acc |= v.getUint32(i);
+  for (; i < end; i++) acc |= v.getUint8(i);
+  return (acc & 0x80808080) === 0;
+}

@@ -14,7 +14,7 @@ import { kCallHeldBack, kMessageBytes } from "./call-context.js";
 import type { CallHandle, RunnerCore, Slot } from "./job-table.js";
 import { EndedSignal, explainRefusal } from "./ended.js";
 import { settlePendingPublish } from "./end-publish.js";
-import { plainLine } from "./received-line.js";
+import { pushPlain } from "./received-line.js";
 
 /** Queued entries past which a call waits for the store (back-pressure). */
 const BACKPRESSURE_ITEMS = 8192;
@@ -174,7 +174,7 @@ export class CallRun implements CallHandle {
     if (!onLog) return;
     const lines: StoredLine[] = [];
     // Plain objects: a received line is a view of the request's buffer, not for the host to keep.
-    for (const entry of batch) for (const line of entry.stored) lines.push(plainLine(line));
+    for (const entry of batch) pushPlain(lines, entry);
     if (lines.length > 0) this.core.safe(() => onLog({ requestId: this.id, lines, committed }));
   }
 

@@ -76,7 +76,7 @@ export function processItem(core: RunnerCore, call: CallRun, item: CallItem): Pr
 }
 
 /**
- * What a received line stores: itself, as bytes, when it is within the line limit and the
+ * What a received line stores: itself (as its own entry), as bytes, when it is within the line limit and the
  * job's cap (the common case: no string is made); otherwise what {@link entryFor} makes of its text.
  */
 function receivedEntry(core: RunnerCore, call: CallRun, line: ReceivedLine, lineBytes: number): LogEntry {
@@ -85,7 +85,8 @@ function receivedEntry(core: RunnerCore, call: CallRun, line: ReceivedLine, line
     return entryFor(core, call, line.line, line.stderr, lineBytes);
   }
   call.storedBytes += lineBytes;
-  return { stored: [line], stderr: line.stderr, bytes: lineBytes };
+  // The line is its own entry (received-line.ts): no entry object or array a line.
+  return line;
 }
 
 /** The end item: store what came before, publish, then record. */

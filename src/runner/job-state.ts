@@ -4,6 +4,7 @@
  */
 import { RunnerDepotError } from "../errors.js";
 import type { ArchivedLog, JobInfo, JobResult, JobState, LogEntry, StoredLine } from "./ports.js";
+import { pushStored } from "./received-line.js";
 
 /** A fresh open job. */
 export function newJobState(requestId: string, now: Date, expect = false, info: JobInfo = {}): JobState {
@@ -86,7 +87,7 @@ export function applyAppend(state: JobState, fresh: readonly LogEntry[], now: Da
   const stored: StoredLine[] = [];
   const iso = now.toISOString();
   for (const entry of fresh) {
-    for (const line of entry.stored) stored.push(line);
+    pushStored(stored, entry);
     state.storedBytes += entry.bytes;
     if (entry.stderr) state.lines.stderr++;
     else state.lines.stdout++;

@@ -11,7 +11,7 @@
  */
 import type { JobLogEvent, JobLogStore, JobState, LogEntry, StoredLine } from "./ports.js";
 import { stripUndefined } from "./options.js";
-import { plainLine } from "./received-line.js";
+import { pushPlain, storedCount } from "./received-line.js";
 
 /** Bounds of the fan-out (RunnerServiceOptions.follow). */
 export interface FollowOptions {
@@ -223,12 +223,12 @@ export class LogFanout {
     const tail = this.tails.get(id);
     if (!tail) return;
     let count = 0;
-    for (const entry of batch) count += entry.stored.length;
+    for (const entry of batch) count += storedCount(entry);
     const first = state.storedLines - count;
     if (tail.start >= 0 && first === tail.end && count > 0) {
       const lines: StoredLine[] = [];
       // Plain copies (a received line is a view of the request's buffer: the ring must not keep it).
-      for (const entry of batch) for (const line of entry.stored) lines.push(plainLine(line));
+      for (const entry of batch) pushPlain(lines, entry);
       tail.push(lines, this.options);
     }
     tail.state = state;
