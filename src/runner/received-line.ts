@@ -17,6 +17,8 @@ import type { LogEntry, StoredLine } from "./ports.js";
 export class ReceivedLine implements StoredLine, LogEntry {
   /** The decoded text, once asked for. */
   private text: string | null = null;
+  /** As an entry: never the item where the log reached its cap (a line past it is stored as a marker entry). Type only, no field. */
+  declare readonly capped?: boolean;
 
   /**
    * @param requestId the item's request_id as sent (the same string object for every item of a call)
@@ -44,7 +46,7 @@ export class ReceivedLine implements StoredLine, LogEntry {
 
   /**
    * As an entry: the lines it stores, i.e. itself; a new array on each read, for readers
-   * that do not know the class ({@link pushStored} and {@link storedCount} make none).
+   * that do not know the class (job-state's applyAppend, {@link pushPlain} and {@link storedCount} make none).
    */
   get stored(): StoredLine[] {
     return [this];
@@ -62,12 +64,6 @@ export class ReceivedLine implements StoredLine, LogEntry {
  */
 export function plainLine(line: StoredLine): StoredLine {
   return line.marker ? { line: line.line, stderr: line.stderr, marker: true } : { line: line.line, stderr: line.stderr };
-}
-
-/** Appends the lines `entry` stores to `out`, without the array a received line's `stored` makes. O(lines). */
-export function pushStored(out: StoredLine[], entry: LogEntry): void {
-  if (entry instanceof ReceivedLine) out.push(entry);
-  else for (const line of entry.stored) out.push(line);
 }
 
 /** Appends plain copies ({@link plainLine}) of the lines `entry` stores to `out`. O(lines + bytes). */
