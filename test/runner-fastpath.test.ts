@@ -24,7 +24,8 @@ import { createTestSchema, needs } from "./backends-fixtures.js";
 import { mkdtemp, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import type { JobLogStore } from "../src/runner/ports.js";
+import type { JobLogStore, LogEntry } from "../src/runner/ports.js";
+import { READS_LINE_ENTRIES } from "../src/runner/received-line.js";
 import { end, line, send, until } from "./runner-service-helpers.js";
 
 const PATH = "/runner.v1.Runner/StreamLogs";
@@ -776,5 +777,31 @@ describe("runner gRPC fast path: entries as a store reads them", () => {
     expect(fast!.seen.some((e) => (e as { capped: boolean }).capped)).toBe(true);
     expect(fast!.seen).toEqual(slow!.seen);
     expect(fast!.read).toEqual(slow!.read);
+  });
+
+  it("a store without the package's mark gets plain entries it may serialise: one that JSON-encodes its batch (a write-behind queue) stores every line", async () => {
+    const inner = createMemoryLogStore();
+    const logs: JobLogStore = {
+      ...inner,
+      async append(requestId, at, entries, now) {
+        // Through JSON and back, as a store that queues its batches as text would.
+        const decoded = JSON.parse(JSON.stringify(entries)) as LogEntry[];
+        return inner.append(requestId, at, decoded, now);
+      },
+    };
+    // Spreading this package's store copied its mark: a store written against the port has none.
+    delete (logs as { [READS_LINE_ENTRIES]?: boolean })[READS_LINE_ENTRIES];
+    const runner = createRunnerService(createMemoryQueue(), { logs });
+    const server = await startRunnerServer(runner, { port: 0 });
+    try {
+      const id = randomUUID();
+      const texts = ["plain", "é!", "on stderr", "last"];
+      const wire = await rawCall(server.url, [Buffer.concat([...texts.map((t, i) => frame(line(id, t, i === 2))), frame(end(id))])]);
+      expect(wire.trailers).toMatchObject({ "grpc-status": "0", "runner-committed": "5" });
+      expect(await logs.read(id)).toEqual(texts.map((t, i) => ({ line: t, stderr: i === 2 })));
+    } finally {
+      await server.close();
+      await runner.close();
+    }
   });
 });

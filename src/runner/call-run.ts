@@ -14,7 +14,7 @@ import { kCallHeldBack, kMessageBytes } from "./call-context.js";
 import type { CallHandle, RunnerCore, Slot } from "./job-table.js";
 import { EndedSignal, explainRefusal } from "./ended.js";
 import { settlePendingPublish } from "./end-publish.js";
-import { pushPlain } from "./received-line.js";
+import { entriesFor, pushPlain } from "./received-line.js";
 
 /** Queued entries past which a call waits for the store (back-pressure). */
 const BACKPRESSURE_ITEMS = 8192;
@@ -163,7 +163,7 @@ export class CallRun implements CallHandle {
     // The job exists in the store once its first item is stored.
     if (this.state === null) this.state = await core.logs.open(this.id);
     const start = performance.now();
-    const state = await core.logs.append(this.id, at, batch);
+    const state = await core.logs.append(this.id, at, entriesFor(core.logs, batch));
     core.telemetry.appendDuration.record(secondsSince(start));
     return state;
   }

@@ -6,7 +6,7 @@
  * follower, the onLog hook), and a store that keeps bytes copies them (the memory store).
  */
 import type { LogItem } from "../gen/runner/v1/runner_pb.js";
-import type { LogEntry, StoredLine } from "./ports.js";
+import type { JobLogStore, LogEntry, StoredLine } from "./ports.js";
 
 /**
  * One received log item (request ID, line, stream) whose line is valid UTF-8. A line stored
@@ -75,6 +75,41 @@ export function pushPlain(out: StoredLine[], entry: LogEntry): void {
 /** How many lines `entry` stores, without the array a received line's `stored` makes. O(1). */
 export function storedCount(entry: LogEntry): number {
   return entry instanceof ReceivedLine ? 1 : entry.stored.length;
+}
+
+/**
+ * Marks a log store whose `append` reads entries through the port's fields only (`stored`,
+ * `stderr`, `bytes`, `capped`) and never serialises, clones or keeps an entry object whole:
+ * the service then hands it a line stored whole as its own entry ({@link ReceivedLine}), with
+ * no entry object or array per line. This package's memory, fs and PostgreSQL stores carry
+ * it. Any other store gets plain entries (`{ stored: [line], stderr, bytes }`), as before:
+ * a store written against the port may JSON.stringify or structuredClone its entries (a
+ * write-behind queue, say), and a received line serialises as a line, not as an entry, so
+ * it would lose `stored` there. `Symbol.for`, so the ESM and CommonJS builds agree.
+ */
+export const READS_LINE_ENTRIES: unique symbol = Symbol.for("runner-depot.logStore.readsLineEntries") as never;
+
+/** Marks `store` {@link READS_LINE_ENTRIES} (this package's own log stores) and returns it. */
+export function readsLineEntries(store: JobLogStore): JobLogStore {
+  Object.defineProperty(store, READS_LINE_ENTRIES, { value: true, enumerable: true });
+  return store;
+}
+
+/**
+ * The batch as `logs` may be handed it: as is for a store marked {@link READS_LINE_ENTRIES},
+ * else with each received line wrapped in a plain entry. O(1) for a marked store, else
+ * O(batch) (one entry and one array a line, what every line cost before the mark).
+ */
+export function entriesFor(logs: JobLogStore, batch: LogEntry[]): LogEntry[] {
+  if ((logs as { [READS_LINE_ENTRIES]?: boolean })[READS_LINE_ENTRIES] === true) return batch;
+  let plain: LogEntry[] | null = null;
+  for (let i = 0; i < batch.length; i++) {
+    const entry = batch[i]!;
+    if (!(entry instanceof ReceivedLine)) continue;
+    plain ??= batch.slice();
+    plain[i] = { stored: [entry], stderr: entry.stderr, bytes: entry.bytes };
+  }
+  return plain ?? batch;
 }
 
 /** The protobuf-es message a received line stands for (for readers that want messages). */

@@ -23,7 +23,7 @@ import { JobListIndex } from "../../runner/job-list.js";
 import type { JobLogStore, JobState, StoredLine } from "../../runner/ports.js";
 import { normalizeRequestId } from "../../runner/uuid.js";
 import { isPlainJsonText } from "../../runner/byte-scan.js";
-import { ReceivedLine } from "../../runner/received-line.js";
+import { ReceivedLine, readsLineEntries } from "../../runner/received-line.js";
 import { createDirectorySync } from "./durable.js";
 import { unlinkQuietly } from "./files.js";
 
@@ -375,7 +375,8 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
     return index;
   }
 
-  return {
+  // Reads entries by their fields only: handed received lines as entries (received-line.ts).
+  return readsLineEntries({
     async open(requestId, opts = {}) {
       return withJob(
         requestId,
@@ -577,5 +578,5 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
         await backend.dirs.close();
       }
     },
-  };
+  });
 }

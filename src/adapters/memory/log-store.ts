@@ -3,7 +3,7 @@ import { RunnerDepotError } from "../../errors.js";
 import { applyAppend, applyArchived, applyFinish, applyOpen, cloneJobState, isArchivable, isPrunable, newEntries, newJobState } from "../../runner/job-state.js";
 import { JobListIndex } from "../../runner/job-list.js";
 import type { JobLogStore, JobState, StoredLine } from "../../runner/ports.js";
-import { ReceivedLine } from "../../runner/received-line.js";
+import { ReceivedLine, readsLineEntries } from "../../runner/received-line.js";
 
 /**
  * A job and its lines, kept as bytes: the lines' UTF-8 back to back in blocks, and per
@@ -121,7 +121,8 @@ export function createMemoryLogStore(): JobLogStore {
     if (closed) throw new RunnerDepotError("UNAVAILABLE", "log store is closed");
   }
 
-  return {
+  // Reads entries by their fields only: handed received lines as entries (received-line.ts).
+  return readsLineEntries({
     async open(requestId, options = {}) {
       live();
       let job = jobs.get(requestId);
@@ -219,5 +220,5 @@ export function createMemoryLogStore(): JobLogStore {
     async close() {
       closed = true;
     },
-  };
+  });
 }

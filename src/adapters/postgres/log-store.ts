@@ -23,6 +23,7 @@ import type { ChunkRow } from "./log-lines.js";
 import { inTransaction, openPostgres, unavailable } from "./schema.js";
 import type { PostgresOptions } from "./schema.js";
 import { withPostgresLogExtras, type PostgresLogExtrasOptions } from "./log-store-extras.js";
+import { readsLineEntries } from "../../runner/received-line.js";
 
 /**
  * The `last_seen_at` column moves only in steps of this much: it is indexed (the lost-job
@@ -291,7 +292,8 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
   }
 
   // NOTIFY, watch and the archive steps live in log-store-extras.ts.
-  return withPostgresLogExtras(db, options.schema ?? "runner_depot", {
+  // Reads entries by their fields only: handed received lines as entries (received-line.ts).
+  return readsLineEntries(withPostgresLogExtras(db, options.schema ?? "runner_depot", {
     async open(requestId: string, openOptions: { expect?: boolean; info?: JobInfo; now?: Date } = {}) {
       const now = openOptions.now ?? new Date();
       const fresh = newJobState(requestId, now, openOptions.expect ?? false, openOptions.info);
@@ -428,5 +430,5 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
       known.clear();
       await db.close();
     },
-  }, options);
+  }, options));
 }
