@@ -20,6 +20,7 @@ import { createRunnerService, startRunnerServer } from "../src/runner/index.js";
 import { createRunnerClient } from "../src/runner/client.js";
 import { archiveKey, createArchivingLogStore, type ArchivingLogStore } from "../src/runner/log-archive.js";
 import type { JobLogStore, LogArchiveStore, StoredLine } from "../src/runner/ports.js";
+import { READS_LINE_ENTRIES } from "../src/runner/received-line.js";
 import { collectAll, sampleJobResult, logEntry } from "../src/testing/helpers.js";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
@@ -99,6 +100,8 @@ describe("log archive: PostgreSQL log store → S3 (s3rver)", () => {
     const { wrapped: archive, stats } = counting(createS3LogArchive({ bucket: s3.bucket, prefix: "logs/", client: s3.client }));
     const live = createPostgresLogStore({ pool: db.pool, schema: db.schema });
     const logs = createArchivingLogStore(live, { archive });
+    // It hands entries through to this package's store, so it keeps that store's mark (received-line.ts).
+    expect((logs as { [READS_LINE_ENTRIES]?: boolean })[READS_LINE_ENTRIES]).toBe(true);
     const runner = createRunnerService(createMemoryQueue(), { logs });
     const server = await startRunnerServer(runner, { port: 0 });
     const id = randomUUID();
