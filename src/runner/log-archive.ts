@@ -12,7 +12,7 @@
 import { RunnerDepotError } from "../errors.js";
 import { ArchiveWriter, chunkOf, decodeChunk, decodeIndex, tailBytes, type ArchiveIndex } from "./log-archive-format.js";
 import type { ArchivedLog, JobLogStore, JobState, LogArchiveStore, StoredLine } from "./ports.js";
-import { READS_LINE_ENTRIES, readsLineEntries } from "./received-line.js";
+import { isMarkedReadsLineEntries, readsLineEntries } from "./received-line.js";
 
 /** Options of {@link createArchivingLogStore}. */
 export interface LogArchiveOptions {
@@ -353,6 +353,6 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
     },
   };
   // append hands entries through unchanged: the live store's mark holds for this one too.
-  if ((live as { [READS_LINE_ENTRIES]?: boolean })[READS_LINE_ENTRIES] === true) readsLineEntries(store);
+  if (isMarkedReadsLineEntries(live)) readsLineEntries(store);
   return store;
 }

@@ -89,10 +89,20 @@ export function storedCount(entry: LogEntry): number {
  */
 export const READS_LINE_ENTRIES: unique symbol = Symbol.for("runner-depot.logStore.readsLineEntries") as never;
 
-/** Marks `store` {@link READS_LINE_ENTRIES} (this package's own log stores) and returns it. */
+/**
+ * Marks `store` {@link READS_LINE_ENTRIES} (this package's own log stores) and returns it.
+ * The mark is an own, non-enumerable property: a wrapper made by spreading a marked store
+ * (`{ ...store, append }`) or by `Object.create(store)` replaces what the mark vouches
+ * for (its `append`), so it must not inherit the mark; such a store gets plain entries.
+ */
 export function readsLineEntries(store: JobLogStore): JobLogStore {
-  Object.defineProperty(store, READS_LINE_ENTRIES, { value: true, enumerable: true });
+  Object.defineProperty(store, READS_LINE_ENTRIES, { value: true, enumerable: false });
   return store;
+}
+
+/** Whether `store` itself carries {@link READS_LINE_ENTRIES} (not through its prototype chain). O(1). */
+export function isMarkedReadsLineEntries(store: JobLogStore): boolean {
+  return Object.prototype.hasOwnProperty.call(store, READS_LINE_ENTRIES) && (store as { [READS_LINE_ENTRIES]?: boolean })[READS_LINE_ENTRIES] === true;
 }
 
 /**
@@ -101,7 +111,7 @@ export function readsLineEntries(store: JobLogStore): JobLogStore {
  * O(batch) (one entry and one array a line, what every line cost before the mark).
  */
 export function entriesFor(logs: JobLogStore, batch: LogEntry[]): LogEntry[] {
-  if ((logs as { [READS_LINE_ENTRIES]?: boolean })[READS_LINE_ENTRIES] === true) return batch;
+  if (isMarkedReadsLineEntries(logs)) return batch;
   let plain: LogEntry[] | null = null;
   for (let i = 0; i < batch.length; i++) {
     const entry = batch[i]!;
