@@ -9,6 +9,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { createFsStore } from "../src/adapters/fs/store.js";
 import type { PackageStore } from "../src/depot/ports.js";
+import { createDepotClient } from "../src/depot/client.js";
 import { add, openTransaction, startDepot, tempDir, type LiveDepot } from "./fixtures/depot-helpers.js";
 
 /** Holds the first change append for `name` until released; notes reads of `pkg/<name>` meanwhile. */
@@ -127,4 +128,47 @@ describe("a retried commit and a live sequencing claim (fs store)", () => {
     expect(await retry.json()).toEqual(await first.json());
     expect(await restartedFeedCount(dir)).toBe(1);
   }, 60_000);
+});
+
+describe("the depot client's commit and a live sequencing claim", () => {
+  // The retried commit waits for the first attempt's claim (up to 30 s on the server) and is
+  // answered 409 CONFLICT ("retry"): the client must commit again, not report a publish
+  // that is going through as failed.
+  it("a lost commit answer, a retry answered 409 while the first attempt still sequences: the client retries and publish succeeds", async () => {
+    const tmp = await tempDir("depot-retry-claim-client-");
+    cleanups.push(tmp.cleanup);
+    const inner = createFsStore(tmp.dir);
+    const held = holdingStore(inner, "held");
+    const depot: LiveDepot = await startDepot(held.store);
+    cleanups.push(async () => {
+      await depot.close();
+      await inner.close?.();
+    });
+    let commits = 0;
+    let lostAnswer: Promise<unknown> = Promise.resolve();
+    const conflicts: number[] = [];
+    const fetchThrough: typeof fetch = async (input, init) => {
+      const target = String(input instanceof Request ? input.url : input);
+      if (init?.method !== "POST" || !target.includes("/commit/")) return fetch(input, init);
+      commits++;
+      if (commits === 1) {
+        // The first commit reaches the server and holds at its change append; its answer is lost.
+        lostAnswer = fetch(input, init).then((r) => r.body?.cancel()).catch(() => undefined);
+        await held.atAppend;
+        throw new TypeError("fetch failed");
+      }
+      const response = await fetch(input, init);
+      if (response.status === 409) {
+        conflicts.push(commits);
+        held.release("go"); // the first attempt goes on and drops its claim
+      }
+      return response;
+    };
+    const client = createDepotClient({ baseUrl: depot.url, fetch: fetchThrough, retryDelayMs: 10 });
+    const done = await client.publish({ name: "held", version: "1.0.0", items: [{ type: "file", path: "a.txt", content: "a\n" }] });
+    await lostAnswer;
+    expect(done.version).toBe("1.0.0");
+    expect(conflicts).toEqual([2]);
+    expect(await feedCount(depot.url, "held")).toBe(1);
+  }, 120_000);
 });

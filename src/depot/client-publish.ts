@@ -143,10 +143,17 @@ async function addMetadata(connection: DepotConnection, t: string, p: PublishOpt
   }
 }
 
-/** Commits transaction `t`. A repeated commit answers 200 with the same body, so a lost answer is retried (twice). */
+/**
+ * Commits transaction `t`. A repeated commit answers 200 with the same body, so a lost answer is retried (twice).
+ * A 409 CONFLICT says "retry the commit": a retried commit that met the lost attempt's live
+ * sequencing claim (the depot waits up to 30 s for it), or contention on the items. The
+ * publish may well be going through, so it is committed again (up to `retries` times)
+ * rather than reported failed (and abandoned).
+ */
 async function commitWithRetry(connection: DepotConnection, t: string, what: string): Promise<Committed> {
-  const { call, sleep } = connection;
+  const { call, sleep, retries } = connection;
   let committed: Committed | null = null;
+  let conflicts = 0;
   for (let attempt = 0; committed === null; attempt++) {
     let response: Response;
     try {
@@ -156,7 +163,12 @@ async function commitWithRetry(connection: DepotConnection, t: string, what: str
       await sleep(attempt);
       continue;
     }
-    if (!response.ok) throw await errorFromResponse(response, `commit ${what}`);
+    if (!response.ok) {
+      const error = await errorFromResponse(response, `commit ${what}`);
+      if (error.code !== "CONFLICT" || conflicts >= retries) throw error;
+      await sleep(conflicts++);
+      continue;
+    }
     committed = (await response.json()) as typeof committed;
   }
   return committed as Committed;
