@@ -13,7 +13,7 @@ import { LogItemSchema, type LogItem } from "../src/gen/runner/v1/runner_pb.js";
 import { createMemoryLogStore, createMemoryQueue } from "../src/adapters/memory/index.js";
 import { createRunnerService, startRunnerServer } from "../src/runner/index.js";
 import type { JobLogStore } from "../src/runner/ports.js";
-import { ReceivedLine } from "../src/runner/received-line.js";
+import { ReceivedLine, readsLineEntries } from "../src/runner/received-line.js";
 import { EnvelopeSplitter } from "../src/runner/envelope-splitter.js";
 import { end, line } from "./runner-service-helpers.js";
 
@@ -57,6 +57,9 @@ describe("runner fast path: what received lines pin", () => {
       }
       return memory.append(requestId, at, entries, now);
     };
+    // It reads entries by their fields only, like the memory store: marked, so it is handed
+    // received lines (an unmarked store gets plain lines, which pin nothing).
+    readsLineEntries(logs);
     const runner = createRunnerService(createMemoryQueue(), { logs });
     const server = await startRunnerServer(runner, { port: 0 });
     const session = http2.connect(server.url);

@@ -803,4 +803,36 @@ describe("runner gRPC fast path: entries as a store reads them", () => {
       await runner.close();
     }
   });
+
+  it("a store without the package's mark that structuredClones its batch (or keeps its lines) gets plain lines: every line stored, no request buffer handed over", async () => {
+    const inner = createMemoryLogStore();
+    const handed: unknown[] = [];
+    const logs: JobLogStore = {
+      open: (id, opts) => inner.open(id, opts),
+      get: (id) => inner.get(id),
+      finish: (id, result, opts) => inner.finish(id, result, opts),
+      read: (id, from, limit) => inner.read(id, from, limit),
+      stale: (before) => inner.stale(before),
+      async append(requestId, at, entries, now) {
+        for (const entry of entries) handed.push(...entry.stored);
+        // A clone keeps own data properties only: a getter on a class's prototype is lost.
+        return inner.append(requestId, at, structuredClone(entries), now);
+      },
+    };
+    const runner = createRunnerService(createMemoryQueue(), { logs });
+    const server = await startRunnerServer(runner, { port: 0 });
+    try {
+      const id = randomUUID();
+      const texts = ["plain", "é!", "on stderr", "last"];
+      const wire = await rawCall(server.url, [Buffer.concat([...texts.map((t, i) => frame(line(id, t, i === 2))), frame(end(id))])]);
+      expect(wire.trailers).toMatchObject({ "grpc-status": "0", "runner-committed": "5" });
+      expect(await logs.read(id)).toEqual(texts.map((t, i) => ({ line: t, stderr: i === 2 })));
+      // What such a store may keep must not pin the request's chunk (a view of its buffer).
+      expect(handed).toEqual(texts.map((t, i) => ({ line: t, stderr: i === 2 })));
+      expect(handed.every((l) => Object.getPrototypeOf(l) === Object.prototype)).toBe(true);
+    } finally {
+      await server.close();
+      await runner.close();
+    }
+  });
 });

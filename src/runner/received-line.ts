@@ -107,8 +107,10 @@ export function isMarkedReadsLineEntries(store: JobLogStore): boolean {
 
 /**
  * The batch as `logs` may be handed it: as is for a store marked {@link READS_LINE_ENTRIES},
- * else with each received line wrapped in a plain entry. O(1) for a marked store, else
- * O(batch) (one entry and one array a line, what every line cost before the mark).
+ * else with each received line made a plain entry of a plain line ({@link plainLine}: its
+ * text decoded, no view of the request's buffer), which such a store may serialise, clone
+ * or keep. O(1) for a marked store, else O(batch + bytes) (one entry, one array and one
+ * string a line; the string is what such a store reads anyway).
  */
 export function entriesFor(logs: JobLogStore, batch: LogEntry[]): LogEntry[] {
   if (isMarkedReadsLineEntries(logs)) return batch;
@@ -117,7 +119,9 @@ export function entriesFor(logs: JobLogStore, batch: LogEntry[]): LogEntry[] {
     const entry = batch[i]!;
     if (!(entry instanceof ReceivedLine)) continue;
     plain ??= batch.slice();
-    plain[i] = { stored: [entry], stderr: entry.stderr, bytes: entry.bytes };
+    // A plain line, not the received one: a clone keeps own data properties only (the
+    // received line's `line` is a getter), and a store that keeps it would pin the request's chunk.
+    plain[i] = { stored: [plainLine(entry)], stderr: entry.stderr, bytes: entry.bytes };
   }
   return plain ?? batch;
 }
