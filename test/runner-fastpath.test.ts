@@ -778,6 +778,23 @@ describe("runner gRPC fast path: entries as a store reads them", () => {
     expect(fast!.read).toEqual(slow!.read);
   });
 
+  /** Serves `logs` on the fast path, sends four lines (one on stderr) and the end, checks all four are stored; returns their texts. */
+  async function storesFourLines(logs: JobLogStore): Promise<string[]> {
+    const runner = createRunnerService(createMemoryQueue(), { logs });
+    const server = await startRunnerServer(runner, { port: 0 });
+    try {
+      const id = randomUUID();
+      const texts = ["plain", "é!", "on stderr", "last"];
+      const wire = await rawCall(server.url, [Buffer.concat([...texts.map((t, i) => frame(line(id, t, i === 2))), frame(end(id))])]);
+      expect(wire.trailers).toMatchObject({ "grpc-status": "0", "runner-committed": "5" });
+      expect(await logs.read(id)).toEqual(texts.map((t, i) => ({ line: t, stderr: i === 2 })));
+      return texts;
+    } finally {
+      await server.close();
+      await runner.close();
+    }
+  }
+
   it("a store without the package's mark gets plain entries it may serialise: one made by spreading this package's store, whose append JSON-encodes its batch (a write-behind queue), stores every line", async () => {
     const inner = createMemoryLogStore();
     const logs: JobLogStore = {
@@ -790,18 +807,7 @@ describe("runner gRPC fast path: entries as a store reads them", () => {
     };
     // Made by spreading this package's store (a common way to wrap one): its append is not the
     // marked one, so the mark must not come along (else it is handed lines as entries).
-    const runner = createRunnerService(createMemoryQueue(), { logs });
-    const server = await startRunnerServer(runner, { port: 0 });
-    try {
-      const id = randomUUID();
-      const texts = ["plain", "é!", "on stderr", "last"];
-      const wire = await rawCall(server.url, [Buffer.concat([...texts.map((t, i) => frame(line(id, t, i === 2))), frame(end(id))])]);
-      expect(wire.trailers).toMatchObject({ "grpc-status": "0", "runner-committed": "5" });
-      expect(await logs.read(id)).toEqual(texts.map((t, i) => ({ line: t, stderr: i === 2 })));
-    } finally {
-      await server.close();
-      await runner.close();
-    }
+    await storesFourLines(logs);
   });
 
   it("a store without the package's mark that structuredClones its batch (or keeps its lines) gets plain lines: every line stored, no request buffer handed over", async () => {
@@ -819,20 +825,9 @@ describe("runner gRPC fast path: entries as a store reads them", () => {
         return inner.append(requestId, at, structuredClone(entries), now);
       },
     };
-    const runner = createRunnerService(createMemoryQueue(), { logs });
-    const server = await startRunnerServer(runner, { port: 0 });
-    try {
-      const id = randomUUID();
-      const texts = ["plain", "é!", "on stderr", "last"];
-      const wire = await rawCall(server.url, [Buffer.concat([...texts.map((t, i) => frame(line(id, t, i === 2))), frame(end(id))])]);
-      expect(wire.trailers).toMatchObject({ "grpc-status": "0", "runner-committed": "5" });
-      expect(await logs.read(id)).toEqual(texts.map((t, i) => ({ line: t, stderr: i === 2 })));
-      // What such a store may keep must not pin the request's chunk (a view of its buffer).
-      expect(handed).toEqual(texts.map((t, i) => ({ line: t, stderr: i === 2 })));
-      expect(handed.every((l) => Object.getPrototypeOf(l) === Object.prototype)).toBe(true);
-    } finally {
-      await server.close();
-      await runner.close();
-    }
+    const texts = await storesFourLines(logs);
+    // What such a store may keep must not pin the request's chunk (a view of its buffer).
+    expect(handed).toEqual(texts.map((t, i) => ({ line: t, stderr: i === 2 })));
+    expect(handed.every((l) => Object.getPrototypeOf(l) === Object.prototype)).toBe(true);
   });
 });
