@@ -77,6 +77,15 @@ class DelayHistogram {
 
 let stored = 0;
 const storeDelays = new DelayHistogram();
+/**
+ * The steady window (every job started, none ended), as the agents' clock reads it: the
+ * runner-fleet.ts parent opens and closes it. A line written inside it is also counted in the
+ * steady histograms, whenever it arrives: the aim is judged at 1,000 streams, not during the
+ * ramp (fewer streams, every job starting) nor the ends.
+ */
+const steady = { from: Infinity, to: Infinity };
+const steadyStoreDelays = new DelayHistogram();
+const inSteady = (at: number) => at >= steady.from && at < steady.to;
 let results = 0;
 const runner = createRunnerService(createMemoryQueue(), {
   logs,
@@ -89,7 +98,9 @@ const runner = createRunnerService(createMemoryQueue(), {
     const now = performance.timeOrigin + performance.now();
     for (const line of event.lines) {
       const space = line.line.indexOf(" ");
-      storeDelays.add(now - Number(line.line.slice(space + 1, line.line.indexOf(" ", space + 1))));
+      const at = Number(line.line.slice(space + 1, line.line.indexOf(" ", space + 1)));
+      storeDelays.add(now - at);
+      if (inSteady(at)) steadyStoreDelays.add(now - at);
     }
   },
   onEnd: () => {
@@ -183,6 +194,7 @@ function runQueueMs(): number {
 
 /** Delays (ms) of followed lines, and per followed job the next sequence number expected. */
 const delays = new DelayHistogram();
+const steadyDelays = new DelayHistogram();
 let followErrors = 0;
 const followers: Promise<void>[] = [];
 const stopFollow = new AbortController();
@@ -197,6 +209,7 @@ async function follow(id: string): Promise<void> {
     if (seq !== next) followErrors++;
     next = seq + 1;
     delays.add(now - at);
+    if (inSteady(at)) steadyDelays.add(now - at);
   }
 }
 
@@ -277,6 +290,11 @@ process.on("message", async (m: unknown) => {
     send({ file: v8.writeHeapSnapshot((m as { snapshot: string }).snapshot) });
     return;
   }
+  if (m === "steadyFrom" || m === "steadyTo") {
+    steady[m === "steadyFrom" ? "from" : "to"] = performance.timeOrigin + performance.now();
+    send({ ok: true });
+    return;
+  }
   if (m === "exit") {
     stopFollow.abort();
     await Promise.allSettled(followers);
@@ -298,7 +316,13 @@ process.on("message", async (m: unknown) => {
       const { profile } = await allocProfile.post("HeapProfiler.stopSampling");
       writeFileSync(process.env.BENCH_FLEET_ALLOC!, JSON.stringify(profile));
     }
-    send({ lines: delays.count, p50: delays.quantile(0.5), p99: delays.quantile(0.99), max: delays.max, followErrors, stored: { p50: storeDelays.quantile(0.5), p99: storeDelays.quantile(0.99) } });
+    const q = (h: DelayHistogram) => ({ lines: h.count, p50: h.quantile(0.5), p99: h.quantile(0.99), max: h.max });
+    send({
+      ...q(delays),
+      followErrors,
+      stored: { p50: storeDelays.quantile(0.5), p99: storeDelays.quantile(0.99) },
+      steady: { ...q(steadyDelays), stored: { p50: steadyStoreDelays.quantile(0.5), p99: steadyStoreDelays.quantile(0.99) } },
+    });
   } else if (msg.probeFollow) {
     send(await probeFollow(msg.probeFollow));
   } else if (msg.verify) {
