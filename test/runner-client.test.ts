@@ -9,7 +9,7 @@ import { mkdtemp, readFile, rm } from "node:fs/promises";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { createFsLogStore } from "../src/adapters/fs/index.js";
 import { createMemoryLogStore } from "../src/adapters/memory/log-store.js";
 import { createMemoryQueue, type MemoryQueue } from "../src/adapters/memory/index.js";
@@ -100,6 +100,30 @@ describe("createRunnerClient: the happy path", () => {
       lines: { stdout: 3750, stderr: 1250 },
     });
     expect(client.stats.retries).toBe(0);
+  });
+
+  it("cuts a call at a random point of maxCallMs's last quarter, never later, so agents started together do not cut in step", async () => {
+    // Math.random() near 1 is the earliest cut (three quarters of maxCallMs), 0 the latest.
+    for (const [random, earliest, latest] of [
+      [0.999, 1450, 1900],
+      [0, 1950, 4000],
+    ] as const) {
+      const spy = vi.spyOn(Math, "random").mockReturnValue(random);
+      try {
+        const client = h.client({ maxCallMs: 2000, keepaliveMs: 60_000 });
+        const t0 = performance.now();
+        client.log("one line, then silence");
+        // The line is acknowledged when its call is cut and answered.
+        while (client.stats.committed < 1) await new Promise((r) => setTimeout(r, 10));
+        const cutAfter = performance.now() - t0;
+        expect(cutAfter).toBeGreaterThanOrEqual(earliest);
+        expect(cutAfter).toBeLessThan(latest);
+        expect(client.stats.calls).toBe(1);
+        await client.close();
+      } finally {
+        spy.mockRestore();
+      }
+    }
   });
 
   it("sends the request ID lower-case and splits an over-long line itself (no server marker)", async () => {

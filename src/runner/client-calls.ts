@@ -23,6 +23,18 @@ const GIVE_UP = new Set<Code>([
   Code.NotFound,
   Code.Unimplemented,
 ]);
+/**
+ * How long a call runs before it is cut: `maxCallMs` less up to a quarter of it, at random.
+ * Agents that started together (a fleet after an outage: their reconnects are jittered but
+ * land within seconds) would otherwise cut their calls in lockstep for the rest of their jobs,
+ * every cut an Ack, a stream set-up and a state read on the server at the same moment, and a
+ * line written at a cut waits for all of that (runner-fleet-memory.md, session 9). Never
+ * longer than `maxCallMs`, so it stays below the server's idle limit.
+ */
+export function callLength(maxCallMs: number): number {
+  return maxCallMs - Math.floor(Math.random() * (maxCallMs / 4));
+}
+
 /** Smallest line limit RESOURCE_EXHAUSTED may push the client down to. */
 const MIN_SPLIT_BYTES = 1024;
 
@@ -100,7 +112,7 @@ export function createCallLoop(settings: CallSettings, st: ClientState, spool: S
     c.timer = setTimeout(() => {
       c.cut = true;
       pump();
-    }, maxCallMs);
+    }, callLength(maxCallMs));
     req.on("response", (h) => (c.headers = h));
     req.on("data", (d: Buffer) => c.data.push(d));
     req.on("trailers", (t) => (c.trailers = t));

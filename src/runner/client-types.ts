@@ -33,7 +33,8 @@ export interface RunnerClientOptions {
   /** Cut a call after about this many bytes of frames. Default 1 MiB. */
   maxCallBytes?: number;
   /**
-   * Cut a call this long after it started. Default 20 000 ms. Each call costs both sides
+   * Cut a call at most this long after it started: at a random point of its last quarter, so
+   * agents that started together do not cut in step. Default 20 000 ms. Each call costs both sides
    * HTTP/2 stream set-up, a token check and an answer, and lines logged while a cut call
    * waits for its answer wait with it, so calls are long; `maxCallBytes` still bounds what
    * a call leaves unacknowledged (the replay after a broken connection). Keep it below the
