@@ -172,3 +172,70 @@ describe("the depot client's commit and a live sequencing claim", () => {
     expect(await feedCount(depot.url, "held")).toBe(1);
   }, 120_000);
 });
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A server whose first commit of `held@1.0.0` is held at its change append (its claim live). */
+async function heldCommit(prefix: string) {
+  const tmp = await tempDir(prefix);
+  cleanups.push(tmp.cleanup);
+  const inner = createFsStore(tmp.dir, { unsafeNoSync: true });
+  const held = holdingStore(inner, "held");
+  const depot: LiveDepot = await startDepot(held.store);
+  cleanups.push(async () => {
+    held.release("go");
+    await depot.close();
+    await depot.router.idle?.();
+    await inner.close?.();
+  });
+  const id = await openTransaction(depot.url, "held@1.0.0");
+  expect((await add(depot.url, id, { type: "file", path: "a.txt", body: "a\n" })).status).toBe(201);
+  const first = fetch(`${depot.url}/commit/${id}`, { method: "POST" });
+  await held.atAppend; // listed, claim live, entry not appended
+  return { depot, held, id, first };
+}
+
+describe("a retried commit waiting for a live claim (Session 9)", () => {
+  // The wait re-reads pkg/<name> every 5–100 ms for up to 30 s; a client that hung up
+  // must not keep it going (before the fix it polled on for the whole 30 s).
+  it("stops re-reading the package record once its client hangs up; the transaction stays committing, and a later retry commits one change entry", async () => {
+    const { depot, held, id, first } = await heldCommit("depot-retry-gone-");
+    const hangUp = new AbortController();
+    const retry = fetch(`${depot.url}/commit/${id}`, { method: "POST", signal: hangUp.signal }).catch((error: unknown) => error);
+    await until(() => held.pkgReads() >= 3); // polling
+    hangUp.abort();
+    expect(await retry).toMatchObject({ name: "AbortError" });
+    // The next poll (at most 100 ms on) sees the closed socket and stops.
+    await sleep(400);
+    const afterStop = held.pkgReads();
+    await sleep(1_000);
+    expect(held.pkgReads()).toBe(afterStop);
+    // Nothing stored is lost: the first attempt is live, so the transaction stays `committing`.
+    const summary = await fetch(`${depot.url}/summary/${id}`);
+    expect(summary.status).toBe(200);
+    expect(((await summary.json()) as { state: string }).state).toBe("committing");
+    // The first attempt dies before its entry; a later retry takes its claim over and sequences it.
+    held.release("fail");
+    expect((await first).status).toBeGreaterThanOrEqual(500);
+    const later = await fetch(`${depot.url}/commit/${id}`, { method: "POST" });
+    expect([200, 201]).toContain(later.status);
+    expect(await feedCount(depot.url, "held")).toBe(1);
+  }, 30_000);
+
+  // Each wait polls a record; a packager must not be able to keep unboundedly many going.
+  it("waits at most 32 at once per server: the 33rd retry meeting the claim answers 409 CONFLICT at once, the waiting ones go on", async () => {
+    const { depot, held, id, first } = await heldCommit("depot-retry-bound-");
+    const retries = Array.from({ length: 32 }, () => fetch(`${depot.url}/commit/${id}`, { method: "POST" }));
+    // Every waiter has read the record at least once and is polling.
+    await until(() => held.pkgReads() >= 32 * 2);
+    const started = Date.now();
+    const extra = await fetch(`${depot.url}/commit/${id}`, { method: "POST" });
+    expect(extra.status).toBe(409);
+    expect(((await extra.json()) as { code: string }).code).toBe("CONFLICT");
+    expect(Date.now() - started).toBeLessThan(5_000);
+    held.release("go");
+    expect((await first).status).toBe(201);
+    for (const answer of await Promise.all(retries)) expect([200, 201]).toContain(answer.status);
+    expect(await feedCount(depot.url, "held")).toBe(1);
+  }, 60_000);
+});

@@ -8,7 +8,7 @@ import { commitArchive, LICENSES_DIR, type ManifestItem, type ManifestLicense, t
 import { belowOf, resolveLink, treeOf, type BelowLookup, type TreeLookup } from "./links.js";
 import { compactAfter } from "./catalog-pages.js";
 import { OrderedWrites } from "./ordered-writes.js";
-import { publishVersion } from "./packages.js";
+import { ClaimWaits, MAX_CLAIM_WAITS, publishVersion } from "./packages.js";
 import { ancestorsOf, compareUtf8 } from "./paths.js";
 import type { PackageStore } from "./ports.js";
 import {
@@ -42,6 +42,8 @@ export class Commits {
   private readonly settings: TransactionSettings;
   /** Work a commit goes on with after it answered (see the end of `build`). */
   private readonly afterAnswer = new Set<Promise<unknown>>();
+  /** Commits of this router waiting for another attempt's live sequencing claim (packages.ts). */
+  private readonly claimWaits = new ClaimWaits(MAX_CLAIM_WAITS);
 
   constructor(
     private readonly store: PackageStore,
@@ -150,8 +152,11 @@ export class Commits {
    * A reservation counted at M whose item was then rejected is taken back: by the commit,
    * which recounts `itemCount` from what it settled when it reopens or finishes, or, when
    * M came after that recount (the transaction had reopened), by the addition itself.
+   *
+   * `options.clientGone` says whether the client asking has hung up: a wait for another
+   * attempt's sequencing claim then stops at its next poll (packages.ts).
    */
-  async commit(trans: TransactionRecord): Promise<{ result: CommitResult; first: boolean }> {
+  async commit(trans: TransactionRecord, options: { clientGone?: () => boolean } = {}): Promise<{ result: CommitResult; first: boolean }> {
     if (trans.state === "committed") return { result: trans.result!, first: false };
     // The attempt id names this process, so a restart knows at once that it died (attempts.ts).
     const attempt = startAttempt();
@@ -159,7 +164,7 @@ export class Commits {
     // (ordered-writes.ts; publishVersion flushes them); the attempt stays live until then.
     const writes = new OrderedWrites(this.store);
     try {
-      const outcome = await this.attemptCommit(trans, attempt, writes);
+      const outcome = await this.attemptCommit(trans, attempt, writes, options.clientGone);
       await writes.durable();
       return outcome;
     } finally {
@@ -167,7 +172,7 @@ export class Commits {
     }
   }
 
-  private async attemptCommit(trans: TransactionRecord, attempt: string, writes: OrderedWrites): Promise<{ result: CommitResult; first: boolean }> {
+  private async attemptCommit(trans: TransactionRecord, attempt: string, writes: OrderedWrites, clientGone: (() => boolean) | undefined): Promise<{ result: CommitResult; first: boolean }> {
     const { value: committing } = await updateRecord<TransactionRecord>(this.store, keys.trans(trans.id), (current) => {
       if (!current) throw new RunnerDepotError("TRANSACTION_NOT_FOUND", `No transaction ${trans.id}`);
       const t = current.value;
@@ -185,7 +190,7 @@ export class Commits {
     let settled: ItemRecord[] | undefined;
     try {
       settled = await this.settle(t);
-      return { result: await this.build(t, settled, writes), first: true };
+      return { result: await this.build(t, settled, writes, clientGone), first: true };
     } catch (error) {
       // Back to open so the client can fix problems (or abandon), unless another attempt
       // is still running (it decides); a crash here is rolled forward by a retried commit,
@@ -208,7 +213,7 @@ export class Commits {
     return liveAttempts(t.commitAttempts, this.settings.now().getTime());
   }
 
-  private async build(t: TransactionRecord, items: ItemRecord[], writes: OrderedWrites): Promise<CommitResult> {
+  private async build(t: TransactionRecord, items: ItemRecord[], writes: OrderedWrites, clientGone: (() => boolean) | undefined): Promise<CommitResult> {
     const problems = await this.validate(t, items);
     if (problems.length > 0) {
       throw new RunnerDepotError("COMMIT_INVALID", `${problems.length} problem(s) stop this commit`, { details: { problems } });
@@ -290,7 +295,7 @@ export class Commits {
       ));
     };
     // Visible in its package's record, then one position in the change sequence (packages.ts).
-    const position = await publishVersion(this.store, t.name, t.version, this.settings.now(), { sequenced: markCommitted, writes });
+    const position = await publishVersion(this.store, t.name, t.version, this.settings.now(), { sequenced: markCommitted, writes, clientGone, waits: this.claimWaits });
     // After the answer: readers of this package may now add its bytes by reference
     // (references.ts: one create-only write per distinct digest, about 10 ms each on the fs
     // store with fsync, so 10,000 items would add a minute to the commit), and the working

@@ -44,3 +44,29 @@ export function takeNativeRequestBody(request: Request): AsyncIterable<Uint8Arra
   requestBodies.delete(request);
   return body;
 }
+
+/** The part of a Node ServerResponse {@link clientGone} reads: `destroyed` turns true when the socket closes. */
+interface ClientSide {
+  readonly destroyed: boolean;
+}
+
+const requestClients = new WeakMap<Request, ClientSide>();
+
+/**
+ * Records the response a Node handler will answer `request` on, so {@link clientGone} can
+ * tell that the client hung up. Costs one WeakMap entry per request: no AbortController,
+ * no listener (a Node `Request` gets no signal of its own that follows the socket).
+ */
+export function setRequestClient(request: Request, client: ClientSide): void {
+  requestClients.set(request, client);
+}
+
+/**
+ * True once the client of `request` is gone: its Node response was destroyed (the socket
+ * closed), or, for a Request some other host built, its `signal` aborted (Deno and Bun
+ * abort it when the client disconnects). Polled, O(1): long waits check it at each step.
+ */
+export function clientGone(request: Request): boolean {
+  const client = requestClients.get(request);
+  return client !== undefined ? client.destroyed : request.signal.aborted;
+}

@@ -14,7 +14,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { RunnerDepotError } from "../errors.js";
 import { isBorrowed } from "./blob-chunks.js";
-import { nativeResponseBody, setNativeRequestBody } from "./native-body.js";
+import { nativeResponseBody, setNativeRequestBody, setRequestClient } from "./native-body.js";
 import { lazyWebStream, webChunks } from "./web-streams.js";
 
 /** What the handler serves: a depot router or a fetch handler wrapping one. */
@@ -53,7 +53,7 @@ export function createNodeHandler(router: NodeFetchHandler, options: NodeHandler
     const body = hasBody(req) ? guardBody(req, bodyIdleMs) : undefined;
     let response: Response;
     try {
-      response = FETCH_FORBIDDEN_METHODS.has((req.method ?? "").toUpperCase()) ? await refuseMethod(router, req) : await router.fetch(toRequest(req, body));
+      response = FETCH_FORBIDDEN_METHODS.has((req.method ?? "").toUpperCase()) ? await refuseMethod(router, req) : await router.fetch(toRequest(req, body, res));
     } catch (error) {
       response = problem(error instanceof RunnerDepotError ? error : new RunnerDepotError("INTERNAL", "internal error", { cause: error }));
       if (!(error instanceof RunnerDepotError)) onError(error);
@@ -102,7 +102,13 @@ function pick(req: IncomingMessage): Pick<IncomingMessage, "url" | "headers" | "
 /** The origin requests are resolved against when the Host header is not a usable authority. */
 const FALLBACK_ORIGIN = "http://localhost";
 
-function toRequest(req: IncomingMessage, body: GuardedBody | undefined): Request {
+/**
+ * The Request the router sees. It carries no signal (an AbortController and a socket
+ * listener per request cost every request); instead the response is noted beside it
+ * (native-body.ts `clientGone`), so the few waits that can last long (a commit meeting a
+ * live sequencing claim, packages.ts) poll whether the client is still there.
+ */
+function toRequest(req: IncomingMessage, body: GuardedBody | undefined, res?: ServerResponse): Request {
   const url = requestUrl((req as IncomingMessage & { originalUrl?: string }).originalUrl ?? req.url ?? "/", req.headers.host);
   const headers = new Headers();
   const raw = req.rawHeaders;
@@ -117,6 +123,7 @@ function toRequest(req: IncomingMessage, body: GuardedBody | undefined): Request
   }
   const request = new Request(url, init);
   if (body) setNativeRequestBody(request, body.chunks);
+  if (res) setRequestClient(request, res);
   return request;
 }
 

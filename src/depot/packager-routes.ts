@@ -11,6 +11,7 @@ import { parseHttpDigest } from "./digest.js";
 import { readJsonBlob } from "./gc.js";
 import type { TreeEntry } from "./links.js";
 import { decodeSegment, isLicenseName, parsePackageRef } from "./names.js";
+import { clientGone } from "./native-body.js";
 import { failSpan, type CommitOutcome } from "./observe.js";
 import { parseItemPath } from "./paths.js";
 import { json } from "./problem-response.js";
@@ -180,7 +181,8 @@ export function registerPackagerRoutes(context: RouterContext): void {
     try {
       const trans = await transactionFor(request, true);
       span.setAttributes({ "depot.package": trans.name, "depot.version": trans.version });
-      const { result, first } = await commits.commit(trans);
+      // A retry meeting a live claim may wait up to 30 s: it stops once its client is gone.
+      const { result, first } = await commits.commit(trans, { clientGone: () => clientGone(request) });
       outcome = first ? "published" : "repeated";
       if (first) telemetry.transactionDelta(-1);
       log.info({ transaction: id, name: result.name, version: result.version, digest: result.digest }, first ? "version published" : "commit repeated");

@@ -65,7 +65,37 @@ export interface PublishOptions {
    * so a dropped claim or a `committed` transaction still implies a durable entry.
    */
   writes?: OrderedWrites;
+  /**
+   * Whether whoever asked for this publish is gone (its client hung up: native-body.ts
+   * `clientGone`). Checked at each poll of a wait for another attempt's live claim, so
+   * such a wait stops at its next poll (within 100 ms) instead of polling on for
+   * SEQUENCING_WAIT_MS. Stopping loses nothing: the other attempt still sequences the
+   * version, or its claim dies and a later publish takes it over.
+   */
+  clientGone?: () => boolean;
+  /** The waits for live claims the caller allows at once (see {@link ClaimWaits}); unbounded without. */
+  waits?: ClaimWaits;
 }
+
+/**
+ * A bound on how many publishes of one router wait for another attempt's live claim at
+ * once. A wait re-reads the package record every 5–100 ms for up to 30 s, and a claim of a
+ * crashed replica stays live for its lease (attempts.ts, 10 minutes), so a packager could
+ * otherwise keep many such loops polling. Past `max`, a publish that meets a live claim
+ * answers 409 CONFLICT at once ("retry"), as one that waited its 30 s would. O(1).
+ *
+ * @example
+ * const waits = new ClaimWaits(32);
+ * await publishVersion(store, name, version, now, { waits });
+ */
+export class ClaimWaits {
+  /** Waits running now. */
+  active = 0;
+  constructor(readonly max: number) {}
+}
+
+/** The default of {@link ClaimWaits}: 32 waits re-read at most 320 package records per second. */
+export const MAX_CLAIM_WAITS = 32;
 
 /** The record key of a package. */
 export const packageKey = (name: string) => `pkg/${name}`;
@@ -86,7 +116,7 @@ export async function readPackage(store: PackageStore, name: string): Promise<Pa
 export async function publishVersion(store: PackageStore, name: string, version: string, now: Date, options: PublishOptions = {}): Promise<number | null> {
   const claim = startAttempt();
   try {
-    const { value, changed, takeoverFrom } = await claimSequencing(store, name, version, now, claim, options.writes);
+    const { value, changed, takeoverFrom } = await claimSequencing(store, name, version, now, claim, options);
     if (!changed) {
       // Found listed and sequenced: what the caller wrote before is flushed first.
       await options.writes?.durable();
@@ -128,46 +158,61 @@ export async function publishVersion(store: PackageStore, name: string, version:
  * run while the entry may still be missing, since nothing else would take over the claim
  * should its holder die before appending (recovery only settles `committing`
  * transactions). O(versions of this package) per read; reads fall back to every 100 ms.
+ * The wait ends early, with 409 CONFLICT, when the caller's client is gone (checked at
+ * each poll) or when `options.waits` already holds its most waits.
  */
-async function claimSequencing(store: PackageStore, name: string, version: string, now: Date, claim: string, writes: OrderedWrites | undefined) {
+async function claimSequencing(store: PackageStore, name: string, version: string, now: Date, claim: string, options: PublishOptions) {
+  const { writes, waits, clientGone } = options;
   const nowMs = now.getTime();
   const started = Date.now();
-  for (let pause = 5; ; pause = Math.min(pause * 2, 100)) {
-    // Liveness is judged on the caller's clock moved on by the time waited.
-    const checkedAt = nowMs + (Date.now() - started);
-    let takeoverFrom: number | undefined;
-    let heldByLive = false;
-    const { value, changed } = await updateRecord<PackageRecord>(store, packageKey(name), (current) => {
-      takeoverFrom = undefined;
-      heldByLive = false;
-      const existing = current?.value;
-      const mine: SequencingClaim = { claim, at: nowMs };
-      if (existing?.versions.includes(version)) {
-        const pending = existing.pending?.[version];
-        if (!pending) return undefined; // sequenced already
-        if (attemptAlive(pending.claim, pending.at, checkedAt)) {
-          heldByLive = true;
-          return undefined;
+  let waiting = false;
+  try {
+    for (let pause = 5; ; pause = Math.min(pause * 2, 100)) {
+      // Liveness is judged on the caller's clock moved on by the time waited.
+      const checkedAt = nowMs + (Date.now() - started);
+      let takeoverFrom: number | undefined;
+      let heldByLive = false;
+      const { value, changed } = await updateRecord<PackageRecord>(store, packageKey(name), (current) => {
+        takeoverFrom = undefined;
+        heldByLive = false;
+        const existing = current?.value;
+        const mine: SequencingClaim = { claim, at: nowMs };
+        if (existing?.versions.includes(version)) {
+          const pending = existing.pending?.[version];
+          if (!pending) return undefined; // sequenced already
+          if (attemptAlive(pending.claim, pending.at, checkedAt)) {
+            heldByLive = true;
+            return undefined;
+          }
+          takeoverFrom = pending.since ?? pending.at;
+          return { ...existing, pending: { ...existing.pending, [version]: { ...mine, since: takeoverFrom } } };
         }
-        takeoverFrom = pending.since ?? pending.at;
-        return { ...existing, pending: { ...existing.pending, [version]: { ...mine, since: takeoverFrom } } };
+        const versions = sortVersions([...(existing?.versions ?? []), version]);
+        return {
+          name,
+          versions,
+          latest: newestVersion(versions)!,
+          firstVersion: existing?.firstVersion ?? version,
+          createdAt: existing?.createdAt ?? now.toISOString(),
+          updatedAt: now.toISOString(),
+          pending: { ...existing?.pending, [version]: mine },
+        };
+      }, { guess: true, writes });
+      if (!heldByLive) return { value, changed, takeoverFrom };
+      if (Date.now() - started >= SEQUENCING_WAIT_MS) {
+        throw new RunnerDepotError("CONFLICT", `${name}@${version} is being sequenced by another attempt; retry`);
       }
-      const versions = sortVersions([...(existing?.versions ?? []), version]);
-      return {
-        name,
-        versions,
-        latest: newestVersion(versions)!,
-        firstVersion: existing?.firstVersion ?? version,
-        createdAt: existing?.createdAt ?? now.toISOString(),
-        updatedAt: now.toISOString(),
-        pending: { ...existing?.pending, [version]: mine },
-      };
-    }, { guess: true, writes });
-    if (!heldByLive) return { value, changed, takeoverFrom };
-    if (Date.now() - started >= SEQUENCING_WAIT_MS) {
-      throw new RunnerDepotError("CONFLICT", `${name}@${version} is being sequenced by another attempt; retry`);
+      if (waits && !waiting) {
+        if (waits.active >= waits.max) throw new RunnerDepotError("CONFLICT", `${name}@${version} is being sequenced by another attempt, and this server waits for ${waits.max} such claims already; retry`);
+        waits.active++;
+        waiting = true;
+      }
+      await new Promise((resolve) => setTimeout(resolve, pause));
+      // Nobody would read the answer: stop re-reading (the claim's holder, or a later retry, sequences it).
+      if (clientGone?.()) throw new RunnerDepotError("CONFLICT", `${name}@${version} is being sequenced by another attempt, and the client waiting for it is gone`);
     }
-    await new Promise((resolve) => setTimeout(resolve, pause));
+  } finally {
+    if (waiting) waits!.active--;
   }
 }
 
