@@ -38,7 +38,17 @@ import { createFsRecords } from "./records.js";
 
 /** Options of {@link createFsStore}. */
 export interface FsStoreOptions {
-  /** @deprecated No effect since records moved into records.db: SQLite's locks die with their process. */
+  /**
+   * Ignored; still accepted so a host that passes it keeps working (no error, no warning).
+   * It set when the per-file record lock of the layout before records.db counted as left
+   * by a dead process and was broken. Records are now rows of one SQLite database, whose
+   * write lock dies with its process, so nothing is ever stale; the one lock wait left is
+   * bounded by {@link FsStoreOptions.lockTimeoutMs}. Lock files of the old layout are
+   * skipped by the import (legacy-records.ts), never honoured.
+   *
+   * @deprecated No effect since records moved into records.db; will be removed in a
+   * future major version. Use `lockTimeoutMs` to bound waits for another process's lock.
+   */
   staleLockMs?: number;
   /** How long a write waits for the record database's write lock (held by another process) before failing UNAVAILABLE (default 30 s; a commit lasts a millisecond or so). */
   lockTimeoutMs?: number;
