@@ -218,7 +218,12 @@ export class Commits {
     if (problems.length > 0) {
       throw new RunnerDepotError("COMMIT_INVALID", `${problems.length} problem(s) stop this commit`, { details: { problems } });
     }
-    const existing = await this.store.getRecord<VersionRecord>(keys.version(t.name, t.version));
+    // The package's room for one more version (DepotLimits.versions) is read beside the
+    // version record, and only matters when this commit would write it.
+    const [existing, room] = await Promise.all([
+      this.store.getRecord<VersionRecord>(keys.version(t.name, t.version)),
+      this.transactions.checkVersionRoom(t.name, t.version).catch((error: unknown) => error),
+    ]);
     if (existing && existing.value.transaction !== t.id) {
       throw new RunnerDepotError("VERSION_EXISTS", `${t.name}@${t.version} was published by another transaction`);
     }
@@ -226,6 +231,7 @@ export class Commits {
     // lose (depot-publish-durability.md): a transaction that survived one may have taken
     // more than the limit since. Checked again on what was settled, unless this
     // transaction's version is already written (then the commit only rolls forward).
+    if (!existing && room !== undefined) throw room;
     const counted = totals(t, items); // O(items): once, for this check and the committed record
     if (!existing && counted.itemCount > this.settings.limits.items) {
       throw new RunnerDepotError("TOO_MANY_ITEMS", `Transaction ${t.id} holds ${counted.itemCount} items and licences; at most ${this.settings.limits.items} are accepted (abandon it)`);

@@ -8,6 +8,7 @@ import { RunnerDepotError } from "../errors.js";
 import type { Requirement } from "./archive.js";
 import { compareUtf8 } from "./paths.js";
 import type { PackageStore } from "./ports.js";
+import { readPackage } from "./packages.js";
 import { allKeys, keys, mapLimit, noteRecord, updateRecord, WHOLE_LISTING, type ItemRecord, type TransactionRecord } from "./records.js";
 import { Slots } from "./slots.js";
 
@@ -25,6 +26,14 @@ export interface DepotLimits {
   requires: number;
   /** Attributes of one transaction. Default 1,000. */
   attributes: number;
+  /**
+   * Versions of one package. Default 5,000. The only record a client grows without another
+   * bound is a package's (`pkg/<name>`, one entry per version) and the catalog page holding
+   * it (`catpage/<shard>`, up to 1,000 packages' version lists): 5,000 versions of up to 128
+   * characters keep a page below 0.7 GB, under the 1 GB SQLite and PostgreSQL hold in one
+   * value (docs/decisions/depot-server.md, "Session 9"). Past about 7,000 that no longer holds.
+   */
+  versions: number;
 }
 
 /** Default limits. */
@@ -35,6 +44,7 @@ export const DEFAULT_LIMITS: DepotLimits = {
   openTransactions: 100,
   requires: 1_000,
   attributes: 1_000,
+  versions: 5_000,
 };
 
 /** Settings the transaction logic runs with. */
@@ -97,9 +107,11 @@ export class Transactions {
     return this.slots.countLive();
   }
 
-  /** Opens a transaction for `name@version`; VERSION_EXISTS, TOO_MANY_TRANSACTIONS. */
+  /** Opens a transaction for `name@version`; VERSION_EXISTS, TOO_MANY_VERSIONS, TOO_MANY_TRANSACTIONS. */
   async open(name: string, version: string, principal: string): Promise<TransactionRecord> {
-    if (await this.store.getRecord(keys.version(name, version))) {
+    // Both reads at once: the package record costs no extra round trip.
+    const [existing] = await Promise.all([this.store.getRecord(keys.version(name, version)), this.checkVersionRoom(name, version)]);
+    if (existing) {
       throw new RunnerDepotError("VERSION_EXISTS", `${name}@${version} is already published`);
     }
     const now = this.settings.now().toISOString();
@@ -263,6 +275,19 @@ export class Transactions {
       if (!(error instanceof RunnerDepotError && error.code === "CONFLICT")) throw error;
       return undefined;
     });
+  }
+
+  /**
+   * TOO_MANY_VERSIONS when `name` lists `limits.versions` versions already and `version` is
+   * not one of them. Checked when a transaction opens (early) and again by its commit before
+   * it writes the version record (commit.ts), so a package passes the limit only by the
+   * commits that check at the same moment. One read of `pkg/<name>`, O(versions).
+   */
+  async checkVersionRoom(name: string, version: string): Promise<void> {
+    const versions = (await readPackage(this.store, name))?.versions;
+    if (versions && versions.length >= this.settings.limits.versions && !versions.includes(version)) {
+      throw new RunnerDepotError("TOO_MANY_VERSIONS", `${name} holds ${versions.length} versions; at most ${this.settings.limits.versions} are accepted`);
+    }
   }
 
   /** Sets attributes (key → value). */
