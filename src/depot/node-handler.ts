@@ -103,8 +103,8 @@ function pick(req: IncomingMessage): Pick<IncomingMessage, "url" | "headers" | "
 const FALLBACK_ORIGIN = "http://localhost";
 
 /**
- * The Request the router sees. It carries no signal (an AbortController and a socket
- * listener per request cost every request); instead the response is noted beside it
+ * The Request the router sees. Its signal does not follow the socket (an AbortController and a socket
+ * listener per request cost every request); instead the response is noted on it
  * (native-body.ts `clientGone`), so the few waits that can last long (a commit meeting a
  * live sequencing claim, packages.ts) poll whether the client is still there.
  */
