@@ -4,8 +4,26 @@
  * JSON.stringify would write them so); isAsciiRange (the decoder's UTF-8 check in place),
  * against a byte loop.
  */
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
 import { describe, expect, it } from "vitest";
-import { isAsciiRange, isPlainJsonText } from "../src/runner/byte-scan.js";
+import { isAsciiRange, isPlainJsonText, viewOf } from "../src/runner/byte-scan.js";
+
+/** The engine's gc(), exposed at run time (the test runner's workers start without --expose-gc). */
+function exposeGc(): () => void {
+  setFlagsFromString("--expose-gc");
+  return runInNewContext("gc") as () => void;
+}
+
+/**
+ * Scans a fresh 64 KiB chunk (as a request chunk is) with `scan` and returns weak
+ * references to it and its memory: nothing else holds it once this returns.
+ */
+function scanFreshChunk(scan: (buf: Buffer) => unknown): { chunk: WeakRef<Buffer>; memory: WeakRef<ArrayBuffer> } {
+  const buf = Buffer.alloc(64 * 1024, 0x61);
+  scan(buf);
+  return { chunk: new WeakRef(buf), memory: new WeakRef(buf.buffer as ArrayBuffer) };
+}
 
 describe("runner byte scans", () => {
   it("agrees with JSON.stringify for every single character at every position and length", () => {
@@ -57,5 +75,33 @@ describe("runner byte scans", () => {
         }
       }
     }
+  });
+
+  it("keeps no request chunk alive after the call that scanned it (review: the view cache pinned the last one)", async () => {
+    const gc = exposeGc();
+    const scans: Array<[string, (buf: Buffer) => unknown]> = [
+      ["isAsciiRange", (buf) => isAsciiRange(buf, 0, 99)],
+      ["isPlainJsonText", (buf) => isPlainJsonText(buf, 100, 199)],
+      ["viewOf", (buf) => viewOf(buf).getUint8(0)],
+    ];
+    for (const [name, scan] of scans) {
+      const { chunk, memory } = scanFreshChunk(scan);
+      // The call has ended (its job and the microtasks after it): a full GC frees the chunk.
+      await new Promise((resolve) => setImmediate(resolve));
+      gc();
+      expect(chunk.deref(), `${name}: the Buffer`).toBeUndefined();
+      expect(memory.deref(), `${name}: its ArrayBuffer`).toBeUndefined();
+    }
+  });
+
+  it("a chunk's view is made once for all the lines scanned in one go, and again after the cache is dropped", async () => {
+    const buf = Buffer.alloc(1024, 0x61);
+    const first = viewOf(buf);
+    for (let at = 0; at + 99 <= buf.length; at += 100) expect(isAsciiRange(buf, at, at + 99)).toBe(true);
+    expect(viewOf(buf)).toBe(first);
+    await new Promise((resolve) => setImmediate(resolve));
+    const again = viewOf(buf);
+    expect(again).not.toBe(first);
+    expect(again.byteLength).toBe(1024);
   });
 });
