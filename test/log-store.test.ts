@@ -241,3 +241,260 @@ describe("fs log store: open log files under concurrency (review)", () => {
     }
   });
 });
+
+/**
+ * Replaces FileHandle#sync, which only directory fsyncs use here (the log and state files
+ * are synced through fd calls), with `fake` (given the original and the directory's path,
+ * from /proc/self/fd); returns the undo.
+ */
+async function replaceDirSync(fake: (original: () => Promise<void>, path: string) => Promise<void>): Promise<() => void> {
+  const probe = await open(root, "r");
+  const proto = Object.getPrototypeOf(probe) as { sync: () => Promise<void> };
+  await probe.close();
+  const original = proto.sync;
+  proto.sync = function (this: { fd: number }) {
+    let path = "?";
+    try {
+      path = readlinkSync(`/proc/self/fd/${this.fd}`);
+    } catch {
+      // No /proc: the path is only for the tests' messages and counts.
+    }
+    return fake(() => original.call(this), path);
+  };
+  return () => {
+    proto.sync = original;
+  };
+}
+
+/** An fs error as the system gives it. */
+const errno = (code: string) => Object.assign(new Error(`${code}: injected, fsync`), { code, syscall: "fsync" });
+
+/** Polls `check` until it holds (20 s at most). */
+async function until(check: () => boolean): Promise<void> {
+  for (let i = 0; i < 4000 && !check(); i++) await new Promise((resolve) => setTimeout(resolve, 5));
+  expect(check()).toBe(true);
+}
+
+/** A job with one stored line that ended in 2020 (prunable at any later time). */
+async function endedJob(store: ReturnType<typeof createFsLogStore>): Promise<string> {
+  const id = randomUUID();
+  await store.append(id, 0, [logEntry("old")]);
+  await store.finish(id, sampleJobResult({ requestId: id, endedAt: "2020-01-01T00:00:00.000Z" }), { at: 1 });
+  return id;
+}
+
+describe("fs log store: prune's crash order (session 9 review)", () => {
+  const PRUNE_AT = new Date("2021-01-01T00:00:00.000Z");
+
+  it("the log file is removed only once the state file's removal is on disk (the jobs directory's fsync, held here)", async () => {
+    const dir = freshDir();
+    const store = createFsLogStore(dir);
+    const id = await endedJob(store);
+    const jobs = join(dir, "jobs");
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let held = 0;
+    const undo = await replaceDirSync(async (original) => {
+      held++;
+      await gate;
+      return original();
+    });
+    try {
+      let pruned: number | null = null;
+      const prune = store.prune!(PRUNE_AT).then((n) => (pruned = n));
+      await until(() => held > 0);
+      // Between the two steps: the state is gone, the log is still there, prune has not answered.
+      expect(existsSync(join(jobs, `${id}.json`))).toBe(false);
+      expect(existsSync(join(jobs, `${id}.log`))).toBe(true);
+      expect(pruned).toBeNull();
+      release();
+      await prune;
+      expect(pruned).toBe(1);
+      expect(readdirSync(jobs)).toEqual([]);
+    } finally {
+      undo();
+      release();
+      await store.close?.();
+    }
+  });
+
+  it("a directory fsync failing between the steps (a crash there) leaves an orphan log, which the next open removes; the job is gone", async () => {
+    const dir = freshDir();
+    const store = createFsLogStore(dir);
+    const id = await endedJob(store);
+    const kept = await endedJob(store);
+    const jobs = join(dir, "jobs");
+    const undo = await replaceDirSync(() => Promise.reject(errno("EIO")));
+    try {
+      await expect(store.prune!(PRUNE_AT)).rejects.toThrow(/EIO/);
+    } finally {
+      undo();
+    }
+    // Where a crash at that point leaves the directory: no state, the log.
+    expect(existsSync(join(jobs, `${id}.json`))).toBe(false);
+    expect(existsSync(join(jobs, `${id}.log`))).toBe(true);
+    await store.close?.();
+    // The restart: the orphan log goes, nothing names it; no job without its lines.
+    const again = createFsLogStore(dir);
+    expect(await again.get(id)).toBeNull();
+    expect(await again.get(kept)).toBeNull();
+    expect(readdirSync(jobs).filter((f) => f.startsWith(id) || f.startsWith(kept))).toEqual([]);
+    await again.close?.();
+  });
+
+  it("a failed prune keeps the job held and readable, and the next prune removes it", async () => {
+    const dir = freshDir();
+    const store = createFsLogStore(dir);
+    const id = await endedJob(store);
+    const undo = await replaceDirSync(() => Promise.reject(errno("EIO")));
+    try {
+      await expect(store.prune!(PRUNE_AT)).rejects.toThrow(/EIO/);
+    } finally {
+      undo();
+    }
+    expect((await store.read(id)).map((l) => l.line)).toEqual(["old"]);
+    expect(await store.prune!(PRUNE_AT)).toBe(1);
+    expect(await store.get(id)).toBeNull();
+    expect(readdirSync(join(dir, "jobs"))).toEqual([]);
+    await store.close?.();
+  });
+
+  it("an orphan log (no state names it) is removed when a store opens the directory; other files stay", async () => {
+    const dir = freshDir();
+    const jobs = join(dir, "jobs");
+    mkdirSync(jobs, { recursive: true });
+    const orphan = randomUUID();
+    writeFileSync(join(jobs, `${orphan}.log`), 'o"lost"\n');
+    writeFileSync(join(jobs, "notes.log"), "not ours\n");
+    const store = createFsLogStore(dir);
+    expect(await store.get(orphan)).toBeNull();
+    expect(readdirSync(jobs).sort()).toEqual(["notes.log"]);
+    await store.close?.();
+  });
+
+  it("pruning many jobs shares the directory fsyncs (far fewer than one per job)", async () => {
+    const dir = freshDir();
+    const store = createFsLogStore(dir);
+    const ids: string[] = [];
+    for (let i = 0; i < 40; i++) ids.push(await endedJob(store));
+    let syncs = 0;
+    const undo = await replaceDirSync((original) => (syncs++, original()));
+    try {
+      expect(await store.prune!(PRUNE_AT)).toBe(40);
+    } finally {
+      undo();
+    }
+    expect(syncs).toBeGreaterThan(0);
+    expect(syncs).toBeLessThanOrEqual(4);
+    expect(readdirSync(join(dir, "jobs"))).toEqual([]);
+    await store.close?.();
+  });
+});
+
+describe.skipIf(!existsSync("/proc/self/fd"))("fs log store: directories it creates reach the disk (session 9 review)", () => {
+  it("the first open fsyncs the parent of every directory it made, once; a later open none", async () => {
+    const parent = join(root, `nested-${n++}`);
+    const dir = join(parent, "logs");
+    const synced: string[] = [];
+    const undo = await replaceDirSync((original, path) => (synced.push(path), original()));
+    try {
+      const store = createFsLogStore(dir);
+      expect(await store.get(randomUUID())).toBeNull();
+      // `parent`, `logs` and `jobs` were made: root holds parent's entry, parent logs', logs jobs'.
+      expect(synced.sort()).toEqual([root, parent, dir].sort());
+      await store.close?.();
+      synced.length = 0;
+      const again = createFsLogStore(dir);
+      expect(await again.get(randomUUID())).toBeNull();
+      expect(synced).toEqual([]);
+      // The first append syncs the jobs directory only (its first state, its rename).
+      await again.append(randomUUID(), 0, [logEntry("x")]);
+      expect(new Set(synced)).toEqual(new Set([join(dir, "jobs")]));
+      await again.close?.();
+    } finally {
+      undo();
+    }
+  });
+
+  it("without fsync, no directory is synced", async () => {
+    const dir = freshDir();
+    let syncs = 0;
+    const undo = await replaceDirSync((original) => (syncs++, original()));
+    try {
+      const store = createFsLogStore(dir, { fsync: false });
+      await store.append(randomUUID(), 0, [logEntry("x")]);
+      await store.close?.();
+    } finally {
+      undo();
+    }
+    expect(syncs).toBe(0);
+  });
+});
+
+describe("fs log store: a filesystem that cannot fsync a directory (session 9 review)", () => {
+  it("EINVAL from the directory fsync: appends succeed, one warning, and no directory fsync is tried again", async () => {
+    const dir = freshDir();
+    const store = createFsLogStore(dir);
+    const id = randomUUID();
+    await store.append(id, 0, [logEntry("before")]);
+    const warnings: Error[] = [];
+    const onWarning = (w: Error) => warnings.push(w);
+    process.on("warning", onWarning);
+    let tries = 0;
+    const undo = await replaceDirSync(() => (tries++, Promise.reject(errno("EINVAL"))));
+    try {
+      for (let at = 1; at <= 5; at++) expect((await store.append(id, at, [logEntry(`line ${at}`)])).committed).toBe(at + 1);
+      await new Promise((resolve) => setImmediate(resolve));
+    } finally {
+      undo();
+      process.off("warning", onWarning);
+    }
+    // The kept handle, then a fresh one (a closed handle of ours says EBADF too): refused twice, then never tried again.
+    expect(tries).toBe(2);
+    expect(warnings.map((w) => (w as NodeJS.ErrnoException).code)).toEqual(["RUNNER_DEPOT_DIR_FSYNC_UNSUPPORTED"]);
+    expect((await store.read(id)).map((l) => l.line)).toEqual(["before", "line 1", "line 2", "line 3", "line 4", "line 5"]);
+    await store.close?.();
+    const again = createFsLogStore(dir);
+    expect((await again.get(id))?.committed).toBe(6);
+    await again.close?.();
+  });
+
+  it("EINVAL once on the kept handle only (a handle gone bad, not the filesystem): the fresh one syncs, and later appends still sync", async () => {
+    const dir = freshDir();
+    const store = createFsLogStore(dir);
+    const id = randomUUID();
+    await store.append(id, 0, [logEntry("before")]);
+    let calls = 0;
+    const undo = await replaceDirSync((original) => (++calls === 1 ? Promise.reject(errno("EBADF")) : original()));
+    try {
+      await store.append(id, 1, [logEntry("one")]);
+      await store.append(id, 2, [logEntry("two")]);
+    } finally {
+      undo();
+    }
+    // The refused one, its retry on a fresh descriptor, and the next append's.
+    expect(calls).toBe(3);
+    await store.close?.();
+  });
+
+  it("EIO from the directory fsync: the append fails and acknowledges nothing, every time; the store appends again once the disk does", async () => {
+    const dir = freshDir();
+    const store = createFsLogStore(dir);
+    const id = randomUUID();
+    await store.append(id, 0, [logEntry("before")]);
+    let failing = true;
+    const undo = await replaceDirSync((original) => (failing ? Promise.reject(errno("EIO")) : original()));
+    try {
+      for (let i = 0; i < 3; i++) {
+        await expect(store.append(id, 1, [logEntry("lost")])).rejects.toThrow(/EIO/);
+        expect((await store.get(id))?.committed).toBe(1);
+      }
+      failing = false;
+      expect((await store.append(id, 1, [logEntry("kept")])).committed).toBe(2);
+    } finally {
+      undo();
+    }
+    expect((await store.read(id)).map((l) => l.line)).toEqual(["before", "kept"]);
+    await store.close?.();
+  });
+});

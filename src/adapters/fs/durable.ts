@@ -10,7 +10,8 @@
  * on libuv's thread pool.
  */
 import { constants as fsConstants, mkdirSync } from "node:fs";
-import { open, type FileHandle } from "node:fs/promises";
+import { mkdir, open, type FileHandle } from "node:fs/promises";
+import { dirname, resolve } from "node:path";
 import type { FsStoreContext } from "./context.js";
 
 /** Directory handles kept open for fsyncs (see `syncDirNow`). */
@@ -48,19 +49,65 @@ export function createDurableWrites(ctx: FsStoreContext): DurableWrites {
 /** What directory fsyncs need of their owner: whether to sync at all, and whether it is closing. */
 export type DirSyncContext = Pick<FsStoreContext, "sync" | "isClosed">;
 
+/** Directory fsyncs of one owner (see {@link createDirectorySync}). */
+export interface DirectorySync {
+  /** Flushes a directory's entries to disk; concurrent callers share one fsync. No-op without sync. */
+  fsyncDir(path: string): Promise<void>;
+  /**
+   * mkdir -p, then (with sync) an fsync of the parent of every directory it created, so
+   * their entries survive a crash; nothing when the path existed. O(directories created).
+   */
+  makeDir(path: string): Promise<void>;
+  /** Closes the directory handles kept. */
+  close(): Promise<void>;
+}
+
 /**
  * Directory fsyncs shared by concurrent callers (group commit) over directory handles kept
  * open, for an owner other than the blob store (the fs log store's jobs directory).
- * `close()` closes the handles kept.
+ * `close()` closes the handles kept. A filesystem that cannot fsync a directory is
+ * tolerated as {@link isDirSyncUnsupported} says (once, with a warning); any other
+ * failure (EIO...) rejects the caller.
  *
  * @example
  * const dirs = createDirectorySync({ sync: true, isClosed: () => false });
+ * await dirs.makeDir(jobsDir); // its entry (and any parent made) survives a machine crash
  * renameSync(tmp, target);
  * await dirs.fsyncDir(dirname(target)); // the rename survives a machine crash
  */
-export function createDirectorySync(ctx: DirSyncContext): { fsyncDir(path: string): Promise<void>; close(): Promise<void> } {
+export function createDirectorySync(ctx: DirSyncContext): DirectorySync {
   const syncDirNow = createDirSyncer(ctx);
-  return { fsyncDir: createGroupFsync(ctx, syncDirNow.sync), close: syncDirNow.close };
+  async function makeDir(dir: string): Promise<void> {
+    // Absolute, as mkdir names the first directory it made.
+    const path = resolve(dir);
+    const first = await mkdir(path, { recursive: true });
+    if (first === undefined || !ctx.sync) return;
+    // mkdir -p made `first` and every directory below it down to `path`: each one's entry
+    // is in its parent. One-shot handles: these are synced once per store, not kept open.
+    for (let made = path; ; made = dirname(made)) {
+      await syncDirNow.sync(dirname(made), false);
+      if (made === first || dirname(made) === made) break;
+    }
+  }
+  return { fsyncDir: createGroupFsync(ctx, syncDirNow.sync), makeDir, close: syncDirNow.close };
+}
+
+/**
+ * True for the errors by which a platform or filesystem says it cannot fsync a directory
+ * (not that the disk failed), which a directory fsync may ignore, as PostgreSQL's
+ * fsync_fname_ext does: EINVAL (Linux, on filesystems with no fsync for directories: some
+ * FUSE and network ones), EBADF (platforms that refuse fsync on a read-only descriptor),
+ * EISDIR (a platform that cannot open a directory at all), and EPERM on Windows only
+ * (what libuv makes of FlushFileBuffers refusing a directory handle). EIO, ENOSPC, EROFS
+ * and the rest are failures. O(1).
+ *
+ * @example
+ * isDirSyncUnsupported(Object.assign(new Error("fsync"), { code: "EINVAL" })) // true
+ * isDirSyncUnsupported(Object.assign(new Error("fsync"), { code: "EIO" }))    // false
+ */
+export function isDirSyncUnsupported(error: unknown): boolean {
+  const code = (error as NodeJS.ErrnoException | null)?.code;
+  return code === "EINVAL" || code === "EBADF" || code === "EISDIR" || (code === "EPERM" && process.platform === "win32");
 }
 
 /**
@@ -106,17 +153,23 @@ function createGroupFsync(ctx: DirSyncContext, syncDirNow: (path: string) => Pro
  * written stay open. At most
  * DIR_HANDLES; the least recently used is evicted in O(1) (a Map keeps insertion order,
  * and a use re-inserts). FileHandle.close waits for a sync still running on the handle.
+ *
+ * A sync the filesystem refuses as unsupported ({@link isDirSyncUnsupported}) is tried
+ * once more on a fresh descriptor (a FileHandle of ours closed under a sync says EBADF
+ * too); refused again, the owner's directory fsyncs are skipped from then on, with one
+ * process warning. Any other error rejects the sync, every time.
  */
-function createDirSyncer(ctx: DirSyncContext): { sync(path: string): Promise<void>; close(): Promise<void> } {
+function createDirSyncer(ctx: DirSyncContext): { sync(path: string, keep?: boolean): Promise<void>; close(): Promise<void> } {
   const dirHandles = new Map<string, Promise<FileHandle>>();
+  /** Set once the filesystem refused a directory fsync as unsupported: no more are tried. */
+  let unsupported = false;
 
-  async function sync(path: string): Promise<void> {
-    if (ctx.isClosed()) {
-      // Closing: no handle is kept past close(), so open one for this sync alone.
-      const once = await open(path, fsConstants.O_RDONLY);
-      await once.sync().finally(() => once.close());
-      return;
-    }
+  async function syncOnce(path: string): Promise<void> {
+    const once = await open(path, fsConstants.O_RDONLY);
+    await once.sync().finally(() => once.close());
+  }
+
+  async function syncKept(path: string): Promise<void> {
     let handle = dirHandles.get(path);
     if (handle) dirHandles.delete(path);
     else {
@@ -133,6 +186,37 @@ function createDirSyncer(ctx: DirSyncContext): { sync(path: string): Promise<voi
       void evicted.then((h) => h.close()).catch(() => undefined);
     }
     await (await handle).sync();
+  }
+
+  /** Forgets the handle kept for `path` (closed once a sync still on it ends). O(1). */
+  function forget(path: string): void {
+    const handle = dirHandles.get(path);
+    if (!handle) return;
+    dirHandles.delete(path);
+    void handle.then((h) => h.close()).catch(() => undefined);
+  }
+
+  async function sync(path: string, keep = true): Promise<void> {
+    if (unsupported) return;
+    try {
+      // Closing: no handle is kept past close(), so open one for this sync alone.
+      await (keep && !ctx.isClosed() ? syncKept(path) : syncOnce(path));
+      return;
+    } catch (error) {
+      if (!isDirSyncUnsupported(error)) throw error;
+      forget(path);
+    }
+    try {
+      await syncOnce(path);
+    } catch (error) {
+      if (!isDirSyncUnsupported(error)) throw error;
+      if (unsupported) return;
+      unsupported = true;
+      const code = (error as NodeJS.ErrnoException).code;
+      process.emitWarning(`fsync of the directory ${path} is not supported here (${code}): directory fsyncs are skipped from now on, so a rename or a new file may not survive a machine crash`, {
+        code: "RUNNER_DEPOT_DIR_FSYNC_UNSUPPORTED",
+      });
+    }
   }
 
   async function close(): Promise<void> {
