@@ -4,26 +4,50 @@
  * takes lines; a disk that fails the fsync (EIO) fails the call, which acknowledges nothing.
  */
 import { randomUUID } from "node:crypto";
-import { mkdtempSync, readlinkSync, rmSync } from "node:fs";
+import { mkdtempSync, readlinkSync, rmSync, statSync } from "node:fs";
 import { open } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { createFsLogStore } from "../src/adapters/fs/index.js";
+import { createFsLogArchive, createFsLogStore } from "../src/adapters/fs/index.js";
+import { createFsStore } from "../src/adapters/fs/store.js";
 import { line, send, startHarness, storedTexts } from "./runner-service-helpers.js";
 
 const root = mkdtempSync(join(tmpdir(), "runner-depot-dir-sync-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
-/** Makes every directory fsync (FileHandle#sync: the log and state files use fd calls) fail with `code` while `failing()`; returns the undo. */
+/** Replaces FileHandle#sync of directories with `fake`, told the directory's path (files' syncs go through); returns the undo. */
+async function replaceDirSync(fake: (original: () => Promise<void>, path: string) => Promise<void>): Promise<() => void> {
+  const probe = await open(root, "r");
+  const proto = Object.getPrototypeOf(probe) as { sync: () => Promise<void> };
+  await probe.close();
+  const original = proto.sync;
+  proto.sync = function (this: { fd: number }) {
+    const path = readlinkSync(`/proc/self/fd/${this.fd}`);
+    if (!statSync(path).isDirectory()) return original.call(this);
+    return fake(() => original.call(this), path);
+  };
+  return () => {
+    proto.sync = original;
+  };
+}
+
+async function* body(bytes: Uint8Array): AsyncGenerator<Uint8Array> {
+  yield bytes;
+}
+
+const errno = (code: string) => Object.assign(new Error(`${code}: injected, fsync`), { code, syscall: "fsync" });
+
+/** Makes every directory fsync (FileHandle#sync of a directory) fail with `code` while `failing()`; returns the undo. */
 async function failDirSync(code: string, failing: () => boolean): Promise<() => void> {
   const probe = await open(root, "r");
   const proto = Object.getPrototypeOf(probe) as { sync: () => Promise<void> };
   await probe.close();
   const original = proto.sync;
   proto.sync = function (this: { fd: number }) {
-    if (!failing()) return original.call(this);
-    return Promise.reject(Object.assign(new Error(`${code}: injected, fsync ${readlinkSync(`/proc/self/fd/${this.fd}`)}`), { code, syscall: "fsync" }));
+    const path = readlinkSync(`/proc/self/fd/${this.fd}`);
+    if (!failing() || !statSync(path).isDirectory()) return original.call(this);
+    return Promise.reject(Object.assign(new Error(`${code}: injected, fsync ${path}`), { code, syscall: "fsync" }));
   };
   return () => {
     proto.sync = original;
@@ -64,6 +88,70 @@ describe("fs log store directory fsyncs over the wire (session 9 review)", () =>
     } finally {
       undo();
       await harness.close();
+    }
+  });
+});
+
+describe("fs log archive: its directory's fsyncs (session 9 review)", () => {
+  it("the first put fsyncs the parents of the directories it made, then the archive directory after its rename", async () => {
+    const parent = join(root, "archive-parent");
+    const dir = join(parent, "archive");
+    const synced: string[] = [];
+    const undo = await replaceDirSync((original, path) => (synced.push(path), original()));
+    try {
+      const archive = createFsLogArchive(dir);
+      await archive.put("job-1", body(Buffer.from("lines")));
+      expect(synced).toEqual([parent, root, dir]);
+      synced.length = 0;
+      await archive.put("job-2", body(Buffer.from("more")));
+      expect(synced).toEqual([dir]);
+    } finally {
+      undo();
+    }
+  });
+
+  it("EIO on the directory's fsync fails the put (the log store then keeps the job's lines); EINVAL does not", async () => {
+    const dir = join(root, "archive-eio");
+    const archive = createFsLogArchive(dir);
+    await archive.put("first", body(Buffer.from("x")));
+    let undo = await replaceDirSync(() => Promise.reject(errno("EIO")));
+    try {
+      await expect(archive.put("job", body(Buffer.from("lines")))).rejects.toThrow(/EIO/);
+    } finally {
+      undo();
+    }
+    undo = await replaceDirSync(() => Promise.reject(errno("EINVAL")));
+    try {
+      await archive.put("job", body(Buffer.from("lines")));
+    } finally {
+      undo();
+    }
+    expect(Buffer.from((await archive.read("job", 0, 5))!).toString()).toBe("lines");
+  });
+});
+
+describe("fs package store: the same rule for its blob directories (session 9 review)", () => {
+  // Above the small-blob size (small-blobs.ts), so the blob is a file renamed into its shard.
+  const big = (fill: number) => Buffer.alloc(64 * 1024, fill);
+
+  it("EIO on a shard directory's fsync fails the put; EINVAL (cannot fsync a directory) lets it succeed", async () => {
+    const store = createFsStore(join(root, "packages"));
+    try {
+      let undo = await replaceDirSync(() => Promise.reject(errno("EIO")));
+      try {
+        await expect(store.putBlob(body(big(1)))).rejects.toThrow(/EIO/);
+      } finally {
+        undo();
+      }
+      undo = await replaceDirSync(() => Promise.reject(errno("EINVAL")));
+      try {
+        const info = await store.putBlob(body(big(2)));
+        expect(info.size).toBe(64 * 1024);
+      } finally {
+        undo();
+      }
+    } finally {
+      await store.close?.();
     }
   });
 });

@@ -4,11 +4,12 @@
  * whole object or none; ranged reads are positional reads of the file.
  */
 import { randomBytes } from "node:crypto";
-import { mkdir, open, readdir, rename, rm, stat } from "node:fs/promises";
+import { open, readdir, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { RunnerDepotError } from "../../errors.js";
 import type { LogArchiveStore } from "../../runner/ports.js";
-import { openIfExists, syncDirBestEffort } from "./files.js";
+import { createDirectorySync } from "./durable.js";
+import { openIfExists } from "./files.js";
 
 /** Options of {@link createFsLogArchive}. */
 export interface FsLogArchiveOptions {
@@ -34,10 +35,19 @@ function pathOf(dir: string, key: string): string {
  */
 export function createFsLogArchive(dir: string, options: FsLogArchiveOptions = {}): LogArchiveStore {
   const sync = options.fsync ?? true;
+  // The log store drops a job's lines once its archive is put: the put's rename (and the
+  // directory's own entry, when it was made) must be on disk by then, so a failed directory
+  // fsync fails the put. A filesystem that cannot fsync a directory is tolerated (durable.ts).
+  // A put is rare (one a job): one-shot handles, none kept.
+  const dirs = createDirectorySync({ sync, isClosed: () => true }, { keepHandles: false });
   let made: Promise<unknown> | null = null;
-  const ready = () => (made ??= mkdir(dir, { recursive: true }));
-
-  const syncDir = () => syncDirBestEffort(dir);
+  const ready = () => {
+    made ??= dirs.makeDir(dir);
+    // A failed mkdir or fsync is tried again by the next call.
+    made.catch(() => (made = null));
+    return made;
+  };
+  const syncDir = () => dirs.fsyncDir(dir);
 
   return {
     async put(key, body) {
