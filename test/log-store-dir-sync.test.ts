@@ -3,7 +3,7 @@
  * gRPC client (session 9 review): a filesystem that cannot fsync a directory (EINVAL) still
  * takes lines; a disk that fails the fsync (EIO) fails the call, which acknowledges nothing.
  */
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { mkdtempSync, readlinkSync, rmSync, statSync } from "node:fs";
 import { open } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -133,6 +133,64 @@ describe("fs log archive: its directory's fsyncs (session 9 review)", () => {
 describe("fs package store: the same rule for its blob directories (session 9 review)", () => {
   // Above the small-blob size (small-blobs.ts), so the blob is a file renamed into its shard.
   const big = (fill: number) => Buffer.alloc(64 * 1024, fill);
+
+  it("a blob's shard, and the directories above it the store made, have their entries fsynced before the put answers", async () => {
+    const dir = join(root, "packages-fresh");
+    const blobs = join(dir, "blobs");
+    const synced: string[] = [];
+    const undo = await replaceDirSync((original, path) => (synced.push(path), original()));
+    const store = createFsStore(dir);
+    try {
+      const { digest } = await store.putBlob(body(big(3)));
+      const shard = join(blobs, "sha256", digest.slice("sha256:".length, "sha256:".length + 2));
+      expect(synced).toEqual([blobs, dir, root, join(blobs, "sha256"), shard]);
+      synced.length = 0;
+      // Another blob into the same shard: its rename only.
+      const sameShard = big(4);
+      for (let i = 0; !createHash("sha256").update(sameShard).digest("hex").startsWith(digest.slice(7, 9)); i++) sameShard.writeUInt32BE(i, 0);
+      await store.putBlob(body(sameShard));
+      expect(synced).toEqual([shard]);
+    } finally {
+      undo();
+      await store.close?.();
+    }
+  });
+
+  it("a second blob into a shard being made waits for the shard's entry fsync (held here) too", async () => {
+    const dir = join(root, "packages-race");
+    const store = createFsStore(dir);
+    await store.putBlob(body(Buffer.from("opens the store")));
+    const a = big(5);
+    const prefix = createHash("sha256").update(a).digest("hex").slice(0, 2);
+    const b = big(6);
+    for (let i = 0; !createHash("sha256").update(b).digest("hex").startsWith(prefix); i++) b.writeUInt32BE(i, 0);
+    const sha256 = join(dir, "blobs", "sha256");
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let held = 0;
+    const undo = await replaceDirSync(async (original, path) => {
+      if (path === sha256) {
+        held++;
+        await gate;
+      }
+      return original();
+    });
+    try {
+      let answered = 0;
+      const puts = [a, b].map((blob) => store.putBlob(body(blob)).then(() => answered++));
+      for (let i = 0; i < 400 && held === 0; i++) await new Promise((resolve) => setTimeout(resolve, 5));
+      expect(held).toBe(1);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(answered).toBe(0);
+      release();
+      await Promise.all(puts);
+      expect(held).toBe(1);
+    } finally {
+      undo();
+      release();
+      await store.close?.();
+    }
+  });
 
   it("EIO on a shard directory's fsync fails the put; EINVAL (cannot fsync a directory) lets it succeed", async () => {
     const store = createFsStore(join(root, "packages"));

@@ -34,13 +34,34 @@ export function createDurableWrites(ctx: FsStoreContext): DurableWrites {
   const syncDirNow = createDirSyncer(ctx);
   const fsyncDir = createGroupFsync(ctx, syncDirNow.sync);
 
-  /** Blob shard directories known to exist: a write skips its mkdir (directories are never removed while open). O(1). */
+  /** Blob shard directories known to exist (and, with sync, their entries on disk): a write skips its mkdir (directories are never removed while open). O(1). */
   const madeDirs = new Set<string>();
-  async function ensureDir(path: string): Promise<void> {
-    if (madeDirs.has(path)) return;
-    mkdirSync(path, { recursive: true });
+  /** The first write into a shard this store makes: later writers into it wait for its entry's fsync. */
+  const making = new Map<string, Promise<void>>();
+  function remember(path: string): void {
     if (madeDirs.size > MADE_DIRS) madeDirs.clear();
     madeDirs.add(path);
+  }
+  async function ensureDir(path: string): Promise<void> {
+    if (madeDirs.has(path)) return;
+    if (!ctx.sync) {
+      mkdirSync(path, { recursive: true });
+      remember(path);
+      return;
+    }
+    let pending = making.get(path);
+    if (!pending) {
+      // The shard's entry in its parent (and theirs, for directories made with it) is
+      // fsynced before a blob renamed into it counts as durable: once per shard and store,
+      // even when it existed (a process that made it may have died before its fsync). A
+      // failed fsync is tried again by the next write.
+      const first = mkdirSync(path, { recursive: true });
+      pending = syncEntries(path, first, (dir) => syncDirNow.sync(dir, false)).then(() => remember(path));
+      const settled = pending.finally(() => making.delete(path));
+      settled.catch(() => undefined);
+      making.set(path, pending);
+    }
+    await pending;
   }
 
   return { fsyncDir, ensureDir, closeHandles: syncDirNow.close };
@@ -54,8 +75,9 @@ export interface DirectorySync {
   /** Flushes a directory's entries to disk; concurrent callers share one fsync. No-op without sync. */
   fsyncDir(path: string): Promise<void>;
   /**
-   * mkdir -p, then (with sync) an fsync of the parent of every directory it created, so
-   * their entries survive a crash; nothing when the path existed. O(directories created).
+   * mkdir -p, then (with sync) an fsync of the parent of `path` and of every directory it
+   * created, so their entries survive a crash. O(directories created + 1) fsyncs: once per
+   * store, not per write.
    */
   makeDir(path: string): Promise<void>;
   /** Closes the directory handles kept. */
@@ -82,15 +104,25 @@ export function createDirectorySync(ctx: DirSyncContext, options: { keepHandles?
     // Absolute, as mkdir names the first directory it made.
     const path = resolve(dir);
     const first = await mkdir(path, { recursive: true });
-    if (first === undefined || !ctx.sync) return;
-    // mkdir -p made `first` and every directory below it down to `path`: each one's entry
-    // is in its parent. One-shot handles: these are synced once per store, not kept open.
-    for (let made = path; ; made = dirname(made)) {
-      await syncDirNow.sync(dirname(made), false);
-      if (made === first || dirname(made) === made) break;
-    }
+    // One-shot handles: these are synced once per store, not kept open.
+    if (ctx.sync) await syncEntries(path, first, (parent) => syncDirNow.sync(parent, false));
   }
   return { fsyncDir: createGroupFsync(ctx, syncDirNow.sync), makeDir, close: syncDirNow.close };
+}
+
+/**
+ * Fsyncs the directories holding the entries of `path` and of every directory mkdir -p
+ * made above it (`first`, what mkdir returned: the topmost it made; undefined when it made
+ * none), deepest first. The parent of `path` is synced even when nothing was made: a
+ * process that made it may have died before its fsync. O(directories made + 1) fsyncs.
+ */
+function syncEntries(path: string, first: string | undefined, syncDir: (dir: string) => Promise<void>): Promise<void> {
+  const parents: string[] = [];
+  for (let made = path; ; made = dirname(made)) {
+    parents.push(dirname(made));
+    if (first === undefined || made === first || dirname(made) === made) break;
+  }
+  return parents.reduce((done, parent) => done.then(() => syncDir(parent)), Promise.resolve());
 }
 
 /**

@@ -83,7 +83,8 @@ export function createFsStore(dir: string, options: FsStoreOptions = {}): Packag
   const sync = !options.unsafeNoSync;
   const lockTimeoutMs = options.lockTimeoutMs ?? 30_000;
   let db: RecordDb | undefined;
-  const ctx = createContext(dir, sync, async () => {
+  // The blobs directory is made through `durable` (its entry fsynced, durable.ts): bound late, setUp runs on first use.
+  const ctx = createContext(dir, sync, (path) => durable.ensureDir(path), async () => {
     db = await openRecordDb(join(dir, "records.db"), { sync, lockTimeoutMs });
     try {
       await importLegacyRecords(db, join(dir, "records"), sync);
@@ -114,7 +115,12 @@ export function createFsStore(dir: string, options: FsStoreOptions = {}): Packag
 }
 
 /** The context the parts share, with the store's one-time setup and its closed flag. */
-function createContext(dir: string, sync: boolean, openRecords: () => Promise<void>): FsStoreContext & { close(): Promise<void> | undefined } {
+function createContext(
+  dir: string,
+  sync: boolean,
+  makeDir: (path: string) => Promise<void>,
+  openRecords: () => Promise<void>,
+): FsStoreContext & { close(): Promise<void> | undefined } {
   const blobsDir = join(dir, "blobs", "sha256");
   const tmpDir = join(dir, "tmp");
   let ready: Promise<void> | undefined;
@@ -125,7 +131,7 @@ function createContext(dir: string, sync: boolean, openRecords: () => Promise<vo
     sync,
     init() {
       if (closed) return Promise.reject(new RunnerDepotError("UNAVAILABLE", "The fs store is closed"));
-      ready ??= setUp(dir, blobsDir, tmpDir).then(openRecords);
+      ready ??= setUp(dir, blobsDir, tmpDir, makeDir).then(openRecords);
       // A failed open (a damaged record file, a lock not had in time) is tried again by the next call.
       ready.catch(() => (ready = undefined));
       return ready;
@@ -140,8 +146,9 @@ function createContext(dir: string, sync: boolean, openRecords: () => Promise<vo
 }
 
 /** Creates the layout and removes orphans of killed writers: O(files in tmp/), once per store. */
-async function setUp(dir: string, blobsDir: string, tmpDir: string): Promise<void> {
-  await mkdir(blobsDir, { recursive: true });
+async function setUp(dir: string, blobsDir: string, tmpDir: string, makeDir: (path: string) => Promise<void>): Promise<void> {
+  // Blobs are renamed into shards below it: its entry (and its parents', when made) must be on disk.
+  await makeDir(blobsDir);
   await mkdir(tmpDir, { recursive: true });
   // Only old orphans: another live process may be writing fresh ones.
   for (const name of await readdir(tmpDir)) {
