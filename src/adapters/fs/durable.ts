@@ -1,6 +1,8 @@
 /**
  * Durable blob writes of the fs store: directory fsyncs shared by concurrent writers
- * (group commit) over directory handles kept open, and mkdir -p remembered per store.
+ * (group commit) over directory handles kept open, and mkdir -p remembered per store (a
+ * directory's entry fsynced in its parent the first time). A filesystem that cannot fsync
+ * a directory at all is tolerated; a failed fsync is not (`isDirSyncUnsupported`).
  * Records live in records.db (record-db.ts), which flushes through SQLite's WAL.
  *
  * A blob's own file is written, synced and renamed by blobs.ts; what it needs here is the
@@ -87,9 +89,9 @@ export interface DirectorySync {
 /**
  * Directory fsyncs shared by concurrent callers (group commit) over directory handles kept
  * open (none with `keepHandles: false`), for an owner other than the blob store (the fs
- * log store's jobs directory, the fs log archive's). `close()` closes the handles kept. A filesystem that cannot fsync a directory is
- * tolerated as {@link isDirSyncUnsupported} says (once, with a warning); any other
- * failure (EIO...) rejects the caller.
+ * log store's jobs directory, the fs log archive's). `close()` closes the handles kept.
+ * A filesystem that cannot fsync a directory is tolerated as {@link isDirSyncUnsupported}
+ * says (once, with a warning); any other failure (EIO...) rejects the caller.
  *
  * @example
  * const dirs = createDirectorySync({ sync: true, isClosed: () => false });

@@ -12,6 +12,11 @@
  * each waits for a CPU (docs/decisions/runner-throughput.md, session 8). The log file of
  * a job being appended to stays open (at most {@link MAX_OPEN_LOGS} per directory), and
  * the cheap calls (open, the state's small write, close, rename) are made inline.
+ *
+ * Directories: the jobs directory's entry is fsynced in its parent at every open (and the
+ * parents of any directory mkdir -p made); a filesystem that cannot fsync a directory is
+ * tolerated, any other fsync failure fails the operation (durable.ts). prune() removes a
+ * state durably before its log, and an open removes a log no state names.
  */
 import { closeSync, fdatasync, fsync, openSync, renameSync, write, writeSync } from "node:fs";
 import { mkdir, open, readdir, readFile, rm, truncate, type FileHandle } from "node:fs/promises";
