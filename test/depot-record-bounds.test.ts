@@ -6,8 +6,11 @@
  * server and real fetch, on the fs store.
  */
 import { afterEach, describe, expect, it } from "vitest";
+import { constants } from "node:buffer";
 import { createFsStore } from "../src/adapters/fs/store.js";
+import { pageKey } from "../src/depot/catalog-pages.js";
 import { packageKey, type PackageRecord } from "../src/depot/packages.js";
+import { DEFAULT_LIMITS } from "../src/depot/transactions.js";
 import type { PackageStore } from "../src/depot/ports.js";
 import { add, openTransaction, publish, startDepot, tempDir, type LiveDepot } from "./fixtures/depot-helpers.js";
 
@@ -68,4 +71,36 @@ describe("versions per package (limits.versions)", () => {
     const feed = (await (await fetch(`${depot.url}/catalog?since=0`)).json()) as { changes: Array<{ name: string; version: string }> };
     expect(feed.changes.filter((c) => c.name === "late").map((c) => c.version)).toEqual(["1.0.0", "2.0.0"]);
   }, 30_000);
+});
+
+describe("the catalog page limits.versions bounds (Session 9 review)", () => {
+  // Every record passes through one JavaScript string as JSON (the fs store's
+  // JSON.stringify/JSON.parse, node-postgres's json column alike), and V8 holds at most
+  // 2^29 - 24 characters in one: a page past that cannot be stored or read, whatever the
+  // 1 GB SQLite and PostgreSQL allow. At the default limit, a page of 1,000 packages of the
+  // longest names, each holding the most versions of the longest kind, must fit.
+  // Before: 5,000 versions made a 655 M-character page, and putRecord threw
+  // "RangeError: Invalid string length".
+  it("the worst-case catalog page at the default limits is stored and read back by the fs store", async () => {
+    const tmp = await tempDir("depot-record-bounds-page-");
+    cleanups.push(tmp.cleanup);
+    const store = createFsStore(tmp.dir, { unsafeNoSync: true });
+    cleanups.push(async () => store.close?.());
+    const count = DEFAULT_LIMITS.versions;
+    // 128 characters each (the version grammar's most), distinct.
+    const versions = Array.from({ length: count }, (_, i) => `${i}.0.0-`.padEnd(128, "x"));
+    const packages = Array.from({ length: 1_000 }, (_, p) => ({
+      position: 999_999_000_000 + p,
+      name: `p${String(p).padStart(63, "0")}`, // 64 characters, the name grammar's most
+      pkg: { latest: versions.at(-1)!, versions, updatedAt: new Date(0).toISOString() },
+    }));
+    const page = { shard: 999_999_000, builtAt: 999_999_000_999, packages };
+    await store.putRecord(pageKey(999_999_000), page, { ifRevision: null, lazy: true });
+    const back = await store.getRecord<typeof page>(pageKey(999_999_000));
+    expect(back!.value.packages).toHaveLength(1_000);
+    expect(back!.value.packages[999]!.pkg.versions).toHaveLength(count);
+    expect(back!.value.packages[999]!.pkg.versions.at(-1)).toBe(versions.at(-1));
+    // And with room for a field or two more per package before the string limit.
+    expect(1_000 * (count * 131 + 400)).toBeLessThan(constants.MAX_STRING_LENGTH);
+  }, 180_000);
 });

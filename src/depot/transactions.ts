@@ -27,11 +27,13 @@ export interface DepotLimits {
   /** Attributes of one transaction. Default 1,000. */
   attributes: number;
   /**
-   * Versions of one package. Default 5,000. The only record a client grows without another
+   * Versions of one package. Default 4,000. The only record a client grows without another
    * bound is a package's (`pkg/<name>`, one entry per version) and the catalog page holding
-   * it (`catpage/<shard>`, up to 1,000 packages' version lists): 5,000 versions of up to 128
-   * characters keep a page below 0.7 GB, under the 1 GB SQLite and PostgreSQL hold in one
-   * value (docs/decisions/depot-server.md, "Session 9"). Past about 7,000 that no longer holds.
+   * it (`catpage/<shard>`, up to 1,000 packages' version lists). Every record passes through
+   * one JavaScript string as JSON, which V8 caps at 2^29 - 24 (~537 M) characters, below the
+   * 1 GB SQLite and PostgreSQL hold: 4,000 versions of up to 128 characters keep a page at
+   * ~524 M (docs/decisions/depot-server.md, "Session 9"). Past about 4,090 a page of such
+   * packages can no longer be stored or read (RangeError: Invalid string length).
    */
   versions: number;
 }
@@ -44,7 +46,7 @@ export const DEFAULT_LIMITS: DepotLimits = {
   openTransactions: 100,
   requires: 1_000,
   attributes: 1_000,
-  versions: 5_000,
+  versions: 4_000,
 };
 
 /** Settings the transaction logic runs with. */
