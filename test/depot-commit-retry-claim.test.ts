@@ -239,3 +239,42 @@ describe("a retried commit waiting for a live claim (Session 9)", () => {
     expect(await feedCount(depot.url, "held")).toBe(1);
   }, 60_000);
 });
+
+describe("a commit that dies after its version record is written (Session 9 review)", () => {
+  // The version is listed (visible to readers) once its record is written and claimed; if
+  // the attempt then dies before its change entry and the transaction went back to `open`,
+  // an abandon (or expiry) left it visible and out of the change feed for good. Left
+  // `committing` instead, recovery rolls it forward (its next request, gc, a restart).
+  async function listed(url: string): Promise<string[]> {
+    const response = await fetch(`${url}/version/held`);
+    return response.status === 200 ? ((await response.json()) as { versions: Array<{ version: string }> }).versions.map((v) => v.version) : [];
+  }
+
+  it("no retry: the client's abandon finds it rolled forward (410), never a listed version missing from the feed", async () => {
+    const { depot, held, id, first } = await heldCommit("depot-dies-after-record-");
+    held.release("fail");
+    expect((await first).status).toBeGreaterThanOrEqual(500);
+    const abandon = await fetch(`${depot.url}/trans/${id}`, { method: "DELETE" });
+    expect(abandon.status).toBe(410);
+    expect(((await abandon.json()) as { code: string }).code).toBe("TRANSACTION_COMMITTED");
+    expect(await listed(depot.url)).toEqual(["1.0.0"]);
+    expect(await feedCount(depot.url, "held")).toBe(1);
+  }, 30_000);
+
+  it("a retry whose client hung up no longer takes the claim over; the transaction still ends committed with one change entry", async () => {
+    const { depot, held, id, first } = await heldCommit("depot-dies-after-gone-");
+    const hangUp = new AbortController();
+    const retry = fetch(`${depot.url}/commit/${id}`, { method: "POST", signal: hangUp.signal }).catch((error: unknown) => error);
+    await until(() => held.pkgReads() >= 3);
+    hangUp.abort();
+    await retry;
+    await sleep(400); // the wait has stopped (previous describe)
+    held.release("fail");
+    expect((await first).status).toBeGreaterThanOrEqual(500);
+    const summary = (await (await fetch(`${depot.url}/summary/${id}`)).json()) as { state: string };
+    expect(summary.state).toBe("committed");
+    expect((await fetch(`${depot.url}/trans/${id}`, { method: "DELETE" })).status).toBe(410);
+    expect(await listed(depot.url)).toEqual(["1.0.0"]);
+    expect(await feedCount(depot.url, "held")).toBe(1);
+  }, 30_000);
+});

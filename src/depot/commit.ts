@@ -188,18 +188,22 @@ export class Commits {
     if (committing!.state === "committed") return { result: committing!.result!, first: false };
     const t = committing!;
     let settled: ItemRecord[] | undefined;
+    const progress = { versionWritten: false };
     try {
       settled = await this.settle(t);
-      return { result: await this.build(t, settled, writes, clientGone), first: true };
+      return { result: await this.build(t, settled, writes, clientGone, progress), first: true };
     } catch (error) {
       // Back to open so the client can fix problems (or abandon), unless another attempt
-      // is still running (it decides); a crash here is rolled forward by a retried commit,
-      // since commitTime is kept.
+      // is still running (it decides) or this transaction's version record is written: the
+      // version is then listed, and only rolling forward puts it in the change sequence
+      // (reopened, an abandon or expiry left it visible and out of the feed for good).
+      // Left `committing` with no live attempt, recovery rolls it forward at its next
+      // request, gc or restart (recovery.ts); a retried commit does too, since commitTime is kept.
       await updateRecord<TransactionRecord>(this.store, keys.trans(t.id), (current) => {
         if (current?.value.state !== "committing") return undefined;
         const others = this.liveAttempts(current.value);
         delete others[attempt];
-        if (Object.keys(others).length > 0) return { ...current.value, commitAttempts: others };
+        if (Object.keys(others).length > 0 || progress.versionWritten) return { ...current.value, commitAttempts: others };
         const reopened: TransactionRecord = { ...current.value, state: "open" };
         delete reopened.commitAttempts;
         return settled ? { ...reopened, ...totals(reopened, settled) } : reopened;
@@ -213,7 +217,7 @@ export class Commits {
     return liveAttempts(t.commitAttempts, this.settings.now().getTime());
   }
 
-  private async build(t: TransactionRecord, items: ItemRecord[], writes: OrderedWrites, clientGone: (() => boolean) | undefined): Promise<CommitResult> {
+  private async build(t: TransactionRecord, items: ItemRecord[], writes: OrderedWrites, clientGone: (() => boolean) | undefined, progress: { versionWritten: boolean }): Promise<CommitResult> {
     const problems = await this.validate(t, items);
     if (problems.length > 0) {
       throw new RunnerDepotError("COMMIT_INVALID", `${problems.length} problem(s) stop this commit`, { details: { problems } });
@@ -280,6 +284,8 @@ export class Commits {
         version = winner.value;
       }
     }
+    // From here on the version record is this transaction's: a failure must not reopen it.
+    progress.versionWritten = true;
     const result: CommitResult = {
       name: t.name,
       version: t.version,
