@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { createFsLogArchive, createFsLogStore } from "../src/adapters/fs/index.js";
 import { createFsStore } from "../src/adapters/fs/store.js";
+import { logEntry } from "../src/testing/helpers.js";
 import { line, send, startHarness, storedTexts } from "./runner-service-helpers.js";
 
 const root = mkdtempSync(join(tmpdir(), "runner-depot-dir-sync-"));
@@ -210,6 +211,29 @@ describe("fs package store: the same rule for its blob directories (session 9 re
       }
     } finally {
       await store.close?.();
+    }
+  });
+});
+
+describe("fs log store: what a store trusts when it opens a directory (review 2)", () => {
+  it("a state renamed by a process that died before its directory fsync is fsynced before a call is acknowledged from it", async () => {
+    // The dead process: its state and log are in jobs/, its rename's directory fsync never ran.
+    const dir = join(root, "reopened");
+    const seed = createFsLogStore(dir, { fsync: false });
+    const id = randomUUID();
+    await seed.append(id, 0, [logEntry("a"), logEntry("b")]);
+    await seed.close?.();
+    const synced: string[] = [];
+    const undo = await replaceDirSync((original, path) => (synced.push(path), original()));
+    const harness = await startHarness({ logs: createFsLogStore(dir) });
+    try {
+      // The agent replays what it had not seen acknowledged: nothing new to write, so nothing of this call syncs.
+      expect(await send(harness.client, [line(id, "a"), line(id, "b")])).toMatchObject({ ok: true, committed: "2" });
+      // A machine crash now must not take back the "2" just acknowledged: the jobs directory holding the rename was fsynced.
+      expect(synced).toContain(join(dir, "jobs"));
+    } finally {
+      undo();
+      await harness.close();
     }
   });
 });

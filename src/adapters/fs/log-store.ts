@@ -13,9 +13,10 @@
  * a job being appended to stays open (at most {@link MAX_OPEN_LOGS} per directory), and
  * the cheap calls (open, the state's small write, close, rename) are made inline.
  *
- * Directories: the jobs directory's entry is fsynced in its parent at every open (and the
- * parents of any directory mkdir -p made); a filesystem that cannot fsync a directory is
- * tolerated, any other fsync failure fails the operation (durable.ts). prune() removes a
+ * Directories: at every open, the jobs directory's entry is fsynced in its parent (and the
+ * parents of any directory mkdir -p made), and the jobs directory itself (a process that
+ * died before its fsync may have renamed a state there); a filesystem that cannot fsync a
+ * directory is tolerated, any other fsync failure fails the operation (durable.ts). prune() removes a
  * state durably before its log, and an open removes a log no state names.
  */
 import { closeSync, fdatasync, fsync, openSync, renameSync, write, writeSync } from "node:fs";
@@ -214,6 +215,11 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       for (const id of logs) {
         if (normalizeRequestId(id) === id && !jobs.has(id)) await rm(logPath(id), { force: true });
       }
+      // The jobs directory itself, once an open: a process that died between a state's
+      // rename and its directory fsync left a rename only the page cache holds, and this
+      // store answers from it (a call replaying lines already stored writes nothing, so
+      // syncs nothing): a machine crash could then take back a committed count acknowledged.
+      if (sync) await backend.dirs.fsyncDir(jobsDir);
     })();
     return backend.loaded;
   }
