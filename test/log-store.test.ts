@@ -501,3 +501,27 @@ describe("fs log store: a filesystem that cannot fsync a directory (session 9 re
     await store.close?.();
   });
 });
+
+describe("fs log store: an open whose directory fsync fails (review 2)", () => {
+  it("EIO at the open fails the calls of the moment, not every call for the rest of the process: the next call opens again", async () => {
+    const dir = freshDir();
+    const id = randomUUID();
+    const seed = createFsLogStore(dir);
+    await seed.append(id, 0, [logEntry("kept")]);
+    await seed.close?.();
+    const store = createFsLogStore(dir);
+    const undo = await replaceDirSync(() => Promise.reject(errno("EIO")));
+    try {
+      await expect(store.get(id)).rejects.toThrow(/EIO/);
+      await expect(store.append(id, 1, [logEntry("refused")])).rejects.toThrow(/EIO/);
+    } finally {
+      undo();
+    }
+    // The disk answers again: the store opens, with the job as it was.
+    expect((await store.get(id))?.committed).toBe(1);
+    expect((await store.append(id, 1, [logEntry("next")])).committed).toBe(2);
+    expect((await store.read(id)).map((l) => l.line)).toEqual(["kept", "next"]);
+    expect((await store.list!({ limit: 10 })).map((s) => s.requestId)).toEqual([id]);
+    await store.close?.();
+  });
+});

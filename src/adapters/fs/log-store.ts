@@ -16,8 +16,9 @@
  * Directories: at every open, the jobs directory's entry is fsynced in its parent (and the
  * parents of any directory mkdir -p made), and the jobs directory itself (a process that
  * died before its fsync may have renamed a state there); a filesystem that cannot fsync a
- * directory is tolerated, any other fsync failure fails the operation (durable.ts). prune() removes a
- * state durably before its log, and an open removes a log no state names.
+ * directory is tolerated, any other fsync failure fails the operation (durable.ts), and a
+ * failed open is tried again by the next call. prune() removes a state durably before its
+ * log, and an open removes a log no state names.
  */
 import { closeSync, fdatasync, fsync, openSync, renameSync, write, writeSync } from "node:fs";
 import { mkdir, open, readdir, readFile, rm, truncate, type FileHandle } from "node:fs/promises";
@@ -186,7 +187,8 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
   const statePath = (id: string) => join(jobsDir, `${id}.json`);
 
   function load(): Promise<void> {
-    backend.loaded ??= (async () => {
+    if (backend.loaded) return backend.loaded;
+    const loading = (async () => {
       // The jobs directory's entry (and its parents', when they were made too) is synced
       // once here: a crash after the first acknowledged append could otherwise lose it.
       if (sync) await backend.dirs.makeDir(jobsDir);
@@ -221,7 +223,17 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       // syncs nothing): a machine crash could then take back a committed count acknowledged.
       if (sync) await backend.dirs.fsyncDir(jobsDir);
     })();
-    return backend.loaded;
+    backend.loaded = loading;
+    // A failed open (a directory fsync's EIO, a file it could not read) fails the calls
+    // waiting for it, and the next call opens again: cached, it failed every call until
+    // the process restarted. Nothing ran on what it had loaded (every call waits for it).
+    loading.catch(() => {
+      if (backend.loaded !== loading) return;
+      backend.loaded = null;
+      jobs.clear();
+      backend.order = new JobListIndex();
+    });
+    return loading;
   }
 
   /** Runs `fn` after every earlier operation on the job. */
