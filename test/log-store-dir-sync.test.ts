@@ -237,3 +237,29 @@ describe("fs log store: what a store trusts when it opens a directory (review 2)
     }
   });
 });
+
+describe("fs package store: a blob already in its shard when a store opens (review 2)", () => {
+  it("a re-upload of a blob a dead process renamed into a shard fsyncs the shard's entry before the put answers", async () => {
+    const dir = join(root, "packages-survivor");
+    const blob = Buffer.alloc(64 * 1024, 7);
+    // The dead process: the blob is in its shard (synced, renamed); whether the shard's entry reached the disk is unknown.
+    const before = createFsStore(dir);
+    const { digest } = await before.putBlob(body(blob));
+    await before.close?.();
+    const sha256 = join(dir, "blobs", "sha256");
+    const shard = join(sha256, digest.slice("sha256:".length, "sha256:".length + 2));
+    const synced: string[] = [];
+    const undo = await replaceDirSync((original, path) => (synced.push(path), original()));
+    const store = createFsStore(dir);
+    try {
+      // The client retries the upload the dead process never answered: the bytes are there, so nothing is renamed.
+      expect(await store.putBlob(body(blob))).toMatchObject({ digest, size: blob.length });
+      // sha256 holds the shard's entry; the shard holds the blob's.
+      expect(synced).toContain(sha256);
+      expect(synced).toContain(shard);
+    } finally {
+      undo();
+      await store.close?.();
+    }
+  });
+});

@@ -92,11 +92,11 @@ export function createFsBlobs(ctx: FsStoreContext, durable: DurableWrites, recor
         await handle.close();
         handle = undefined;
         const dir = join(final, "..");
+        // Stored or not, the shard's entry is fsynced first (once a shard and store): bytes
+        // already there may be a rename by a process that died before that fsync.
+        await durable.ensureDir(dir);
         if (stored) await rm(tmp, { force: true });
-        else {
-          await durable.ensureDir(dir);
-          renameSync(tmp, final);
-        }
+        else renameSync(tmp, final);
         // A stored blob's writer synced it before its rename; its name may still await this sync.
         await durable.fsyncDir(dir);
         return { digest, size };
