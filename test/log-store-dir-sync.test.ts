@@ -263,3 +263,37 @@ describe("fs package store: a blob already in its shard when a store opens (revi
     }
   });
 });
+
+describe("fs package store: a shard whose entry fsync failed (review 2)", () => {
+  it("is not taken as synced: both writers into it fail, and the next put into it fsyncs its entry again", async () => {
+    const dir = join(root, "packages-shard-eio");
+    const store = createFsStore(dir);
+    // Opened first, so the failure below is the shard's, not the store's setup.
+    await store.putBlob(body(Buffer.from("opens the store")));
+    const a = Buffer.alloc(64 * 1024, 8);
+    const prefix = createHash("sha256").update(a).digest("hex").slice(0, 2);
+    const b = Buffer.alloc(64 * 1024, 9);
+    for (let i = 0; !createHash("sha256").update(b).digest("hex").startsWith(prefix); i++) b.writeUInt32BE(i, 0);
+    const sha256 = join(dir, "blobs", "sha256");
+    const synced: string[] = [];
+    let failing = true;
+    const undo = await replaceDirSync((original, path) => {
+      synced.push(path);
+      return failing && path === sha256 ? Promise.reject(errno("EIO")) : original();
+    });
+    try {
+      const outcomes = await Promise.allSettled([a, b].map((blob) => store.putBlob(body(blob))));
+      expect(outcomes.map((o) => o.status)).toEqual(["rejected", "rejected"]);
+      // One fsync of the shard's entry, shared by both; neither blob renamed into the shard.
+      expect(synced).toEqual([sha256]);
+      failing = false;
+      synced.length = 0;
+      const { digest } = await store.putBlob(body(b));
+      expect(synced).toEqual([sha256, join(sha256, prefix)]);
+      expect((await store.statBlob(digest))?.size).toBe(b.length);
+    } finally {
+      undo();
+      await store.close?.();
+    }
+  });
+});
