@@ -102,3 +102,25 @@ export function gatedLogger(logger: Logger, gate: { quiet: boolean }): Logger {
     error: (fields, message) => gate.quiet || logger.error(fields, message),
   };
 }
+
+/**
+ * Sends this package's own process warnings (code `RUNNER_DEPOT_…`: a filesystem that
+ * cannot fsync a directory, durable.ts) to `logger` at warn, with their code, until the
+ * returned undo is called. The stores have no logger and warn through the process, which
+ * Node prints as a plain line beside serve's JSON lines, or not at all under
+ * `--no-warnings` / NODE_NO_WARNINGS; the event is emitted either way. O(1) a warning.
+ *
+ * @example
+ * const stop = logPackageWarnings(logger);
+ * // … serve …
+ * stop();
+ */
+export function logPackageWarnings(logger: Logger): () => void {
+  const onWarning = (warning: Error & { code?: unknown }) => {
+    if (typeof warning.code === "string" && warning.code.startsWith("RUNNER_DEPOT_")) logger.warn({ code: warning.code }, warning.message);
+  };
+  process.on("warning", onWarning);
+  return () => {
+    process.off("warning", onWarning);
+  };
+}

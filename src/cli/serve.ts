@@ -17,7 +17,7 @@ import { createControlApi } from "./control.js";
 import { lockDataDir } from "./serve-lock.js";
 import { createConsole, createConsoleSessions } from "../console/index.js";
 import type { Logger } from "../telemetry.js";
-import { createServeLogger, gatedLogger } from "./serve-log.js";
+import { createServeLogger, gatedLogger, logPackageWarnings } from "./serve-log.js";
 import { createOperatorEndpoints, serveOperatorEndpoints, type OperatorEndpoints, type Probe } from "./serve-health.js";
 import { startServeTelemetry } from "./serve-telemetry.js";
 import { scheduleGarbageCollection } from "./serve-gc.js";
@@ -143,6 +143,9 @@ export const serveCommand: Command = {
     // Before any backend or server exists, so each finds the global providers.
     const telemetry = startServeTelemetry();
     closers.push(() => telemetry.shutdown());
+    // The stores' warnings (a data folder whose directories cannot be fsynced) in the log.
+    const stopWarnings = logPackageWarnings(logger);
+    closers.push(async () => stopWarnings());
     const closeAll = async () => {
       for (const close of closers.reverse()) await close().catch(() => undefined);
     };
