@@ -462,7 +462,7 @@ describe("fs log store: a filesystem that cannot fsync a directory (session 9 re
     await again.close?.();
   });
 
-  it("EINVAL once on the kept handle only (a handle gone bad, not the filesystem): the fresh one syncs, and later appends still sync", async () => {
+  it("EBADF once on the kept handle only (a handle gone bad, not the filesystem): the fresh one syncs, and later appends still sync", async () => {
     const dir = freshDir();
     const store = createFsLogStore(dir);
     const id = randomUUID();
