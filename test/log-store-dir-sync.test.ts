@@ -4,55 +4,21 @@
  * takes lines; a disk that fails the fsync (EIO) fails the call, which acknowledges nothing.
  */
 import { createHash, randomUUID } from "node:crypto";
-import { mkdtempSync, readlinkSync, rmSync, statSync } from "node:fs";
-import { open } from "node:fs/promises";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { createFsLogArchive, createFsLogStore } from "../src/adapters/fs/index.js";
 import { createFsStore } from "../src/adapters/fs/store.js";
 import { logEntry } from "../src/testing/helpers.js";
+import { errno, failDirSync, replaceDirSync } from "./dir-sync-helpers.js";
 import { line, send, startHarness, storedTexts } from "./runner-service-helpers.js";
 
 const root = mkdtempSync(join(tmpdir(), "runner-depot-dir-sync-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
-/** Replaces FileHandle#sync of directories with `fake`, told the directory's path (files' syncs go through); returns the undo. */
-async function replaceDirSync(fake: (original: () => Promise<void>, path: string) => Promise<void>): Promise<() => void> {
-  const probe = await open(root, "r");
-  const proto = Object.getPrototypeOf(probe) as { sync: () => Promise<void> };
-  await probe.close();
-  const original = proto.sync;
-  proto.sync = function (this: { fd: number }) {
-    const path = readlinkSync(`/proc/self/fd/${this.fd}`);
-    if (!statSync(path).isDirectory()) return original.call(this);
-    return fake(() => original.call(this), path);
-  };
-  return () => {
-    proto.sync = original;
-  };
-}
-
 async function* body(bytes: Uint8Array): AsyncGenerator<Uint8Array> {
   yield bytes;
-}
-
-const errno = (code: string) => Object.assign(new Error(`${code}: injected, fsync`), { code, syscall: "fsync" });
-
-/** Makes every directory fsync (FileHandle#sync of a directory) fail with `code` while `failing()`; returns the undo. */
-async function failDirSync(code: string, failing: () => boolean): Promise<() => void> {
-  const probe = await open(root, "r");
-  const proto = Object.getPrototypeOf(probe) as { sync: () => Promise<void> };
-  await probe.close();
-  const original = proto.sync;
-  proto.sync = function (this: { fd: number }) {
-    const path = readlinkSync(`/proc/self/fd/${this.fd}`);
-    if (!failing() || !statSync(path).isDirectory()) return original.call(this);
-    return Promise.reject(Object.assign(new Error(`${code}: injected, fsync ${path}`), { code, syscall: "fsync" }));
-  };
-  return () => {
-    proto.sync = original;
-  };
 }
 
 describe("fs log store directory fsyncs over the wire (session 9 review)", () => {

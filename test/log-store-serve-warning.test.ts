@@ -7,13 +7,12 @@
  * A real serve process built as the published CLI; its directory fsyncs are made to fail
  * with EINVAL by a module loaded before it (`--import`), as such a filesystem answers.
  */
-import { spawn } from "node:child_process";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { bundleCli } from "./fixtures/cli-bundle.js";
+import { bundleCli, spawnJsonLogged } from "./fixtures/cli-bundle.js";
 
 /** Makes FileHandle#sync of a directory fail with EINVAL in the process that imports it. */
 const PATCH = `
@@ -46,20 +45,10 @@ describe.skipIf(process.platform !== "linux")("serve on a filesystem that cannot
   it("says so in its JSON log, with the warning's code, even with Node's warnings off", async () => {
     const patch = path.join(dir, "einval-dir-fsync.mjs");
     await writeFile(patch, PATCH);
-    const child = spawn(process.execPath, ["--import", pathToFileURL(patch).href, bundle.file, "serve", "--data", path.join(dir, "data"), "--runner-port", "0", "--depot-port", "0", "--log-format", "json"], {
-      stdio: ["ignore", "pipe", "pipe"],
-      env: { ...process.env, NODE_NO_WARNINGS: "1" },
-    });
-    const logs: Array<Record<string, unknown>> = [];
-    let pending = "";
-    child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
-      pending += chunk;
-      const lines = pending.split("\n");
-      pending = lines.pop()!;
-      for (const line of lines) if (line.startsWith("{")) logs.push(JSON.parse(line) as Record<string, unknown>);
-    });
-    child.stdout!.resume();
-    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+    const { child, logs, exited } = spawnJsonLogged(
+      ["--import", pathToFileURL(patch).href, bundle.file, "serve", "--data", path.join(dir, "data"), "--runner-port", "0", "--depot-port", "0", "--log-format", "json"],
+      { ...process.env, NODE_NO_WARNINGS: "1" },
+    );
     try {
       for (let i = 0; i < 600 && child.exitCode === null && !logs.some((l) => l.msg === "runner-depot serving"); i++) await pause(100);
       const serving = logs.find((l) => l.msg === "runner-depot serving");

@@ -13,6 +13,7 @@ import { createFsLogStore } from "../src/adapters/fs/index.js";
 import { MAX_OPEN_LOGS } from "../src/adapters/fs/log-store.js";
 import { describeJobLogStore } from "../src/testing/log-store-suite.js";
 import { logEntry, sampleJobResult } from "../src/testing/helpers.js";
+import { errno, replaceDirSync } from "./dir-sync-helpers.js";
 
 const root = mkdtempSync(join(tmpdir(), "runner-depot-log-store-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -241,33 +242,6 @@ describe("fs log store: open log files under concurrency (review)", () => {
     }
   });
 });
-
-/**
- * Replaces FileHandle#sync, which only directory fsyncs use here (the log and state files
- * are synced through fd calls), with `fake` (given the original and the directory's path,
- * from /proc/self/fd); returns the undo.
- */
-async function replaceDirSync(fake: (original: () => Promise<void>, path: string) => Promise<void>): Promise<() => void> {
-  const probe = await open(root, "r");
-  const proto = Object.getPrototypeOf(probe) as { sync: () => Promise<void> };
-  await probe.close();
-  const original = proto.sync;
-  proto.sync = function (this: { fd: number }) {
-    let path = "?";
-    try {
-      path = readlinkSync(`/proc/self/fd/${this.fd}`);
-    } catch {
-      // No /proc: the path is only for the tests' messages and counts.
-    }
-    return fake(() => original.call(this), path);
-  };
-  return () => {
-    proto.sync = original;
-  };
-}
-
-/** An fs error as the system gives it. */
-const errno = (code: string) => Object.assign(new Error(`${code}: injected, fsync`), { code, syscall: "fsync" });
 
 /** Polls `check` until it holds (20 s at most). */
 async function until(check: () => boolean): Promise<void> {

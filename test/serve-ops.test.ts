@@ -19,7 +19,7 @@ import parsePrometheusTextFormat from "parse-prometheus-text-format";
 import ajv2020Module from "ajv/dist/2020.js";
 import { parse as parseYaml } from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { bundleCli } from "./fixtures/cli-bundle.js";
+import { bundleCli, spawnJsonLogged } from "./fixtures/cli-bundle.js";
 import { acquireBrokerUse, createTestSchema, needs, POSTGRES_URL, RABBITMQ_URL, startProxyFor, type TcpProxy } from "./backends-fixtures.js";
 import { add, openTransaction } from "./fixtures/depot-helpers.js";
 import { createServer as createTcpServer, type AddressInfo } from "node:net";
@@ -59,19 +59,7 @@ async function until(check: () => Promise<boolean> | boolean): Promise<void> {
 }
 
 async function startServe(cli: string, args: string[], dataDir: string): Promise<Serve> {
-  const child = spawn(process.execPath, [cli, "serve", "--data", dataDir, "--runner-port", "0", "--depot-port", "0", "--log-format", "json", ...args], {
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  const logs: Array<Record<string, unknown>> = [];
-  let pending = "";
-  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
-    pending += chunk;
-    const lines = pending.split("\n");
-    pending = lines.pop()!;
-    for (const line of lines) if (line.startsWith("{")) logs.push(JSON.parse(line) as Record<string, unknown>);
-  });
-  child.stdout!.resume();
-  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  const { child, logs, exited } = spawnJsonLogged([cli, "serve", "--data", dataDir, "--runner-port", "0", "--depot-port", "0", "--log-format", "json", ...args]);
   await until(() => logs.some((l) => l.msg === "runner-depot serving") || child.exitCode !== null);
   const serving = logs.find((l) => l.msg === "runner-depot serving");
   if (!serving) throw new Error(`serve did not start: ${JSON.stringify(logs)}`);
