@@ -104,4 +104,23 @@ describe("runner byte scans", () => {
     expect(again).not.toBe(first);
     expect(again.byteLength).toBe(1024);
   });
+  it("isAsciiRange: the same verdict for a buffer at any byte offset of its ArrayBuffer", () => {
+    // Request chunks are views at any offset of a larger allocation: every alignment of
+    // buffer and range is checked, with non-ASCII bytes just outside the range on both
+    // sides (a word-at-a-time scan must neither miss a byte nor read one outside).
+    const backing = new ArrayBuffer(64);
+    for (let offset = 0; offset < 8; offset++) {
+      const buf = Buffer.from(backing, offset, 40);
+      for (let start = 0; start < 9; start++) {
+        for (let len = 0; len < 20; len++) {
+          for (let at = -1; at < len; at++) {
+            new Uint8Array(backing).fill(0xc3);
+            buf.fill(0x41, start, start + len);
+            if (at >= 0) buf[start + at] = 0x80;
+            expect(isAsciiRange(buf, start, start + len), `offset ${offset} start ${start} len ${len} at ${at}`).toBe(at < 0);
+          }
+        }
+      }
+    }
+  });
 });

@@ -164,4 +164,23 @@ describe("fast-path received-line decoder (the line kept as bytes)", () => {
     }
     expect(agreed).toBeGreaterThan(1000);
   });
+
+  it("the request ID is right at every alignment of the frame, and when it differs from the last one in any single byte", () => {
+    // The decoder compares an item's ID with the last one's four bytes at a time: each
+    // placement against a word boundary, and a change of any byte, must be seen.
+    const other = (k: number) => ID.slice(0, k) + (ID[k] === "a" ? "b" : "a") + ID.slice(k + 1);
+    const backing = new ArrayBuffer(4096);
+    for (let offset = 0; offset < 4; offset++) {
+      for (let pad = 0; pad < 4; pad++) {
+        for (let k = 0; k < ID.length; k++) {
+          for (const id of [ID, other(k), ID]) {
+            const bytes = logBytes(id, "x".repeat(99), false);
+            const buf = Buffer.from(backing, offset, pad + bytes.length + 2);
+            bytes.copy(buf, pad);
+            expect(decodeReceivedLine(buf, pad, pad + bytes.length)?.requestId).toBe(id);
+          }
+        }
+      }
+    }
+  });
 });
