@@ -73,6 +73,21 @@ beforeAll(async () => {
 });
 
 describe("createRunnerClient: the happy path", () => {
+  it("cuts calls at about 4 MiB by default: ~2.9 MB of frames is one call, ~5.2 MB two", async () => {
+    // Each call costs both sides a stream, a token check and an answer (~1 ms of CPU a side
+    // on the e2e bench), so the default cut is 4 MiB; it still bounds a replay.
+    const line = "x".repeat(99);
+    for (const [lines, calls] of [[20_000, 1], [36_000, 2]] as const) {
+      const client = h.client();
+      for (let i = 0; i < lines; i++) client.log(line);
+      await client.flush();
+      expect(client.stats.committed).toBe(lines);
+      expect(client.stats.calls).toBe(calls);
+      await client.end({ exitCode: 0, success: true });
+      expect((await h.logs.get(client.requestId))?.committed).toBe(lines + 1);
+    }
+  });
+
   it("cuts its stream into many calls with running offsets and stores every line once, in order", async () => {
     const client = h.client({ maxCallBytes: 8 * 1024 });
     const sent: StoredLine[] = [];

@@ -30,7 +30,7 @@ export interface RunnerClientOptions {
   token?: string;
   /** TLS settings for `https://` endpoints. */
   tls?: RunnerClientTlsOptions;
-  /** Cut a call after about this many bytes of frames. Default 1 MiB. */
+  /** Cut a call after about this many bytes of frames (what a broken connection can make the agent replay). Default 4 MiB. */
   maxCallBytes?: number;
   /**
    * Cut a call at most this long after it started: at a random point of its last quarter, so

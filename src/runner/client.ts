@@ -27,6 +27,14 @@ import { isRequestId } from "./uuid.js";
 export type { RunnerClient, RunnerClientOptions, RunnerClientStats, RunnerClientTlsOptions, RunnerStop } from "./client-types.js";
 
 const PATH = "/runner.v1.Runner/StreamLogs";
+/**
+ * Default `maxCallBytes`. Each call costs both sides a stream, headers, a token check and an
+ * answer, and the agent sends nothing while a cut call waits for its answer: ~1 ms of CPU on
+ * each side per call on the e2e bench's host (300k lines of 100 bytes: 42 calls at 1 MiB,
+ * 11 at 4 MiB; docs/decisions/runner-throughput.md, session 9). It also bounds what a broken
+ * connection makes the agent replay.
+ */
+export const DEFAULT_MAX_CALL_BYTES = 4 * 1024 * 1024;
 
 /**
  * Creates a runner client for one job.
@@ -88,7 +96,7 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
   });
   const loop = createCallLoop(
     {
-      maxCallBytes: options.maxCallBytes ?? 1024 * 1024,
+      maxCallBytes: options.maxCallBytes ?? DEFAULT_MAX_CALL_BYTES,
       maxCallMs: options.maxCallMs ?? 20_000,
       deadlineMs: options.deadlineMs ?? 600_000,
       backoffInitial: options.backoff?.initialMs ?? 100,
