@@ -192,4 +192,35 @@ describe("fuzz: runner fast-path frame splitter and decoder (protobuf-es as orac
       );
     }
   });
+
+  it("items of a few request IDs (equal, or one byte apart) at any offset of their ArrayBuffer decode as protobuf-es does", () => {
+    // The decoder compares each item's ID with the last one's in aligned 32-bit words and
+    // checks lines for ASCII the same way: every alignment, hits and near misses.
+    const base = "0b6c6f0e-9f8e-4c4b-a0c1-2f3e4d5c6b7a";
+    const ids = fc.oneof(fc.constant(base), fc.nat({ max: base.length - 1 }).map((k) => base.slice(0, k) + (base[k] === "0" ? "1" : "0") + base.slice(k + 1)), fc.constant(base.slice(0, 35)));
+    const placed = fc.array(fc.tuple(ids, text, fc.boolean(), fc.nat({ max: 7 })), { minLength: 1, maxLength: 12 });
+    for (const params of fuzzParams("fast-path decoder at any alignment")) {
+      fc.assert(
+        fc.property(placed, (items) => {
+          for (const [id, line, stderr, offset] of items) {
+            const bytes = toBinary(LogItemSchema, create(LogItemSchema, { requestId: id, event: { case: "log", value: { line, stderr } } }));
+            const buf = Buffer.from(new ArrayBuffer(bytes.length + 16), offset, bytes.length + 8);
+            buf.set(bytes, 3);
+            const received = decodeReceivedLine(buf, 3, 3 + bytes.length);
+            let oracle: LogItem | null = null;
+            try {
+              oracle = fromBinary(LogItemSchema, bytes);
+            } catch {
+              expect(received).toBeNull();
+              continue;
+            }
+            // A canonical encoding of a log item is always the byte path's to take.
+            expect(received).not.toBeNull();
+            expect(toLogItem(received!)).toStrictEqual(oracle);
+          }
+        }),
+        params,
+      );
+    }
+  }, fuzzTimeout(20_000));
 });
