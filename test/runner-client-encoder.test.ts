@@ -2,6 +2,8 @@
  * Unit tests of the runner client's building blocks: the specialised LogItem encoder
  * (byte for byte against protobuf-es), the line splitter, and the spool.
  */
+import { execFileSync } from "node:child_process";
+import path from "node:path";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { LogItemSchema } from "../src/gen/runner/v1/runner_pb.js";
@@ -164,6 +166,20 @@ describe("line splitter", () => {
 });
 
 describe("spool", () => {
+  it("is an object V8 keeps in fast mode (append, end and bytes are read for every line)", () => {
+    // An object literal with getters is kept in dictionary mode: each read of `end` or
+    // `append` was then a hash lookup. Checked in a child with the natives syntax on, two
+    // spools used as a job uses them; the property loads must not be dictionary lookups.
+    const script = [
+      `import { createSpool } from ${JSON.stringify(path.resolve("src/runner/spool.ts"))};`,
+      "const a = createSpool(), b = createSpool();",
+      "for (const s of [a, b]) { s.append(3, (buf, pos) => pos + 3); s.drop(1); }",
+      "console.log(JSON.stringify([%HasFastProperties(a), %HasFastProperties(b), %HaveSameMap(a, b)]));",
+    ].join("\n");
+    const out = execFileSync(process.execPath, ["--allow-natives-syntax", "--import", "tsx", "--input-type=module", "-e", script], { encoding: "utf8" });
+    expect(JSON.parse(out)).toEqual([true, true, true]);
+  });
+
   function fill(n: number, chunkBytes = 64) {
     const spool = createSpool({ chunkBytes });
     for (let i = 0; i < n; i++) {

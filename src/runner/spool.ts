@@ -41,113 +41,142 @@ export interface SpoolOptions {
  * spool.append(size, (buf, pos) => enc.writeLogFrame(buf, pos, line, bytes, false));
  */
 export function createSpool(options: SpoolOptions = {}): Spool {
-  const chunkBytes = options.chunkBytes ?? 64 * 1024;
-  const chunks: Chunk[] = [];
-  let end = options.start ?? 0;
-  let start = end;
-  let bytes = 0;
+  return new PackedSpool(options.chunkBytes ?? 64 * 1024, options.start ?? 0);
+}
 
-  function chunkFor(offset: number): number {
-    // Few chunks are held (about spool bytes ÷ 64 KiB); scan from the newest.
+/**
+ * The spool as a class: `append`, `end` and `bytes` are read for every line, and an object
+ * literal with getters (what this was) is kept in dictionary mode by V8, so each of those
+ * reads was a hash lookup through the generic load IC (~5 % of the agent's main thread on
+ * the e2e bench). A class's instances share one map and its prototype's accessors.
+ */
+class PackedSpool implements Spool {
+  private readonly chunks: Chunk[] = [];
+  private first: number;
+  private next: number;
+  private held = 0;
+
+  constructor(
+    private readonly chunkBytes: number,
+    start: number,
+  ) {
+    this.first = start;
+    this.next = start;
+  }
+
+  get start(): number {
+    return this.first;
+  }
+
+  get end(): number {
+    return this.next;
+  }
+
+  get bytes(): number {
+    return this.held;
+  }
+
+  /** The chunk holding `offset`. Few chunks are held (about spool bytes ÷ 64 KiB); scan from the newest. O(chunks). */
+  private chunkFor(offset: number): number {
+    const chunks = this.chunks;
     for (let i = chunks.length - 1; i >= 0; i--) if (chunks[i]!.first <= offset) return i;
     return -1;
   }
 
-  return {
-    get start() {
-      return start;
-    },
-    get end() {
-      return end;
-    },
-    get bytes() {
-      return bytes;
-    },
-    append(size, write) {
-      let tail = chunks[chunks.length - 1];
-      if (tail === undefined || tail.sealed || tail.buf.length - tail.used < size) {
-        tail = { buf: Buffer.allocUnsafe(Math.max(chunkBytes, size)), used: 0, first: end, ends: [], sealed: false };
-        chunks.push(tail);
+  append(size: number, write: (buf: Buffer, pos: number) => number): number {
+    const chunks = this.chunks;
+    let tail = chunks[chunks.length - 1];
+    if (tail === undefined || tail.sealed || tail.buf.length - tail.used < size) {
+      tail = { buf: Buffer.allocUnsafe(Math.max(this.chunkBytes, size)), used: 0, first: this.next, ends: [], sealed: false };
+      chunks.push(tail);
+    }
+    const pos = write(tail.buf, tail.used);
+    tail.used = pos;
+    tail.ends.push(pos);
+    this.held += size;
+    return this.next++;
+  }
+
+  has(offset: number): boolean {
+    return offset >= this.first && offset <= this.next;
+  }
+
+  slice(from: number, maxBytes: number): SpoolSlice {
+    const chunks = this.chunks;
+    const buffers: Buffer[] = [];
+    let total = 0;
+    let to = from;
+    if (from >= this.next || from < this.first) return { buffers, bytes: 0, to: from };
+    for (let ci = this.chunkFor(from); ci < chunks.length; ci++) {
+      const c = chunks[ci]!;
+      const i0 = to - c.first;
+      const s = i0 === 0 ? 0 : c.ends[i0 - 1]!;
+      const budget = maxBytes - total;
+      if (c.used - s <= budget) {
+        if (c.used > s) buffers.push(c.buf.subarray(s, c.used));
+        total += c.used - s;
+        to = c.first + c.ends.length;
+        continue;
       }
-      const pos = write(tail.buf, tail.used);
-      tail.used = pos;
-      tail.ends.push(pos);
-      bytes += size;
-      return end++;
-    },
-    has(offset) {
-      return offset >= start && offset <= end;
-    },
-    slice(from, maxBytes) {
-      const buffers: Buffer[] = [];
-      let total = 0;
-      let to = from;
-      if (from >= end || from < start) return { buffers, bytes: 0, to: from };
-      for (let ci = chunkFor(from); ci < chunks.length; ci++) {
-        const c = chunks[ci]!;
-        const i0 = to - c.first;
-        const s = i0 === 0 ? 0 : c.ends[i0 - 1]!;
-        const budget = maxBytes - total;
-        if (c.used - s <= budget) {
-          if (c.used > s) buffers.push(c.buf.subarray(s, c.used));
-          total += c.used - s;
-          to = c.first + c.ends.length;
-          continue;
-        }
-        let i = i0;
-        while (i < c.ends.length && c.ends[i]! - s <= budget) i++;
-        if (i === i0 && total === 0) i = i0 + 1; // always make progress, even past the budget
-        if (i > i0) {
-          buffers.push(c.buf.subarray(s, c.ends[i - 1]!));
-          total += c.ends[i - 1]! - s;
-          to = c.first + i;
-        }
-        break;
+      let i = i0;
+      while (i < c.ends.length && c.ends[i]! - s <= budget) i++;
+      if (i === i0 && total === 0) i = i0 + 1; // always make progress, even past the budget
+      if (i > i0) {
+        buffers.push(c.buf.subarray(s, c.ends[i - 1]!));
+        total += c.ends[i - 1]! - s;
+        to = c.first + i;
       }
-      return { buffers, bytes: total, to };
-    },
-    drop(before) {
-      if (before <= start) return;
-      start = Math.min(before, end);
-      while (chunks.length > 0) {
-        const c = chunks[0]!;
-        if (c.first + c.ends.length > start) break;
-        // Only whole chunks are released; a partly acknowledged one stays until it is done.
-        bytes -= c.used;
-        chunks.shift();
+      break;
+    }
+    return { buffers, bytes: total, to };
+  }
+
+  drop(before: number): void {
+    if (before <= this.first) return;
+    this.first = Math.min(before, this.next);
+    const chunks = this.chunks;
+    while (chunks.length > 0) {
+      const c = chunks[0]!;
+      if (c.first + c.ends.length > this.first) break;
+      // Only whole chunks are released; a partly acknowledged one stays until it is done.
+      this.held -= c.used;
+      chunks.shift();
+    }
+    if (chunks.length === 0) this.held = 0;
+  }
+
+  frames(from: number): Buffer[] {
+    const chunks = this.chunks;
+    const out: Buffer[] = [];
+    for (let o = Math.max(from, this.first); o < this.next; o++) {
+      const c = chunks[this.chunkFor(o)]!;
+      const i = o - c.first;
+      out.push(c.buf.subarray(i === 0 ? 0 : c.ends[i - 1]!, c.ends[i]!));
+    }
+    return out;
+  }
+
+  truncate(to: number): void {
+    // Forget items from `to` on (they are re-encoded by the caller); keeps order intact.
+    if (to >= this.next) return;
+    const chunks = this.chunks;
+    while (chunks.length > 0) {
+      const c = chunks[chunks.length - 1]!;
+      if (c.first >= to) {
+        this.held -= c.used;
+        chunks.pop();
+        continue;
       }
-      if (chunks.length === 0) bytes = 0;
-    },
-    frames(from) {
-      const out: Buffer[] = [];
-      for (let o = Math.max(from, start); o < end; o++) {
-        const c = chunks[chunkFor(o)]!;
-        const i = o - c.first;
-        out.push(c.buf.subarray(i === 0 ? 0 : c.ends[i - 1]!, c.ends[i]!));
-      }
-      return out;
-    },
-    truncate(to) {
-      // Forget items from `to` on (they are re-encoded by the caller); keeps order intact.
-      if (to >= end) return;
-      while (chunks.length > 0) {
-        const c = chunks[chunks.length - 1]!;
-        if (c.first >= to) {
-          bytes -= c.used;
-          chunks.pop();
-          continue;
-        }
-        const keep = to - c.first;
-        const newUsed = keep === 0 ? 0 : c.ends[keep - 1]!;
-        bytes -= c.used - newUsed;
-        c.ends.length = keep;
-        c.used = newUsed;
-        c.sealed = true;
-        break;
-      }
-      end = to;
-    },
-  };
+      const keep = to - c.first;
+      const newUsed = keep === 0 ? 0 : c.ends[keep - 1]!;
+      this.held -= c.used - newUsed;
+      c.ends.length = keep;
+      c.used = newUsed;
+      c.sealed = true;
+      break;
+    }
+    this.next = to;
+  }
 }
 
 /** What {@link createSpool} returns. */
