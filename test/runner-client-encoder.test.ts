@@ -103,6 +103,27 @@ describe("LogItem encoder (byte for byte against protobuf-es toBinary)", () => {
   });
 });
 
+describe("encoder: no global lookups per line", () => {
+  it("writes line frames without reading globalThis.Buffer (a getter in Node) once per line", () => {
+    // Node's global Buffer is an accessor; read per line it was a getter call through the
+    // generic global load IC in the agent's hottest path. Count the reads while encoding.
+    const enc = createLogItemEncoder(ID);
+    const src = Buffer.from("x".repeat(99));
+    const out = Buffer.alloc(200 * 1000);
+    const original = Object.getOwnPropertyDescriptor(globalThis, "Buffer")!;
+    let reads = 0;
+    Object.defineProperty(globalThis, "Buffer", { configurable: true, enumerable: false, get: () => (reads++, original.get ? original.get.call(globalThis) : original.value) });
+    let pos = 0;
+    try {
+      for (let i = 0; i < 1000; i++) pos = enc.writeLogFrameBytes(out, pos, src, 0, 99, i % 10 === 9);
+    } finally {
+      Object.defineProperty(globalThis, "Buffer", original);
+    }
+    expect(reads).toBe(0);
+    expect(fromBinary(LogItemSchema, out.subarray(FRAME_PREFIX_BYTES, out.readUInt32BE(1) + FRAME_PREFIX_BYTES)).event.value).toMatchObject({ line: "x".repeat(99) });
+  });
+});
+
 describe("splitUtf8", () => {
   it("keeps short lines whole and cuts long ones between code points", () => {
     expect(splitUtf8("abc", 4)).toEqual(["abc"]);

@@ -5,6 +5,10 @@
  * rules, sign-extended negative int32), which test/runner-client-encoder.test.ts checks
  * byte for byte; it exists because the generic reflection path is the runner's cost.
  */
+// Imported, not the global: Node defines `globalThis.Buffer` as a getter (a deprecation
+// path for ES modules), so `Buffer.isBuffer` per line was a getter call through the
+// generic global load IC in the agent's hottest function.
+import { Buffer } from "node:buffer";
 
 /** Bytes of the gRPC message prefix: a compressed flag and a big-endian uint32 length. */
 export const FRAME_PREFIX_BYTES = 5;

@@ -4,7 +4,7 @@
  * lines longer than the line limit cut at a character boundary, and a final line
  * without a newline still emitted at the end.
  */
-import { isUtf8 } from "node:buffer";
+import { Buffer, isUtf8 } from "node:buffer";
 
 /** The contract's default line limit: 64 KiB of UTF-8. */
 export const DEFAULT_MAX_LINE_BYTES = 64 * 1024;
