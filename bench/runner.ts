@@ -252,6 +252,14 @@ const kib = (n: number) => `${(n / 1024).toFixed(1)} KiB`;
 
 const STORES = (process.env.BENCH_RUNNER_STORES ?? "memory,fs,pg").split(",") as LogStoreKind[];
 const E2E_LINES = Number(process.env.BENCH_RUNNER_E2E_LINES ?? LINES);
+/**
+ * Warm-up jobs before the measured one, for ours and the peer alike. A server in service has
+ * served many jobs; after a single warm-up job the measured one still paid V8's optimising
+ * compiler (about a quarter of our server's CPU samples in it, its hottest functions
+ * optimised again after deoptimising at the new job's first items: runner-throughput.md,
+ * session 9), a once-per-process cost the bench then charged to every round.
+ */
+const E2E_WARMUP_JOBS = Number(process.env.BENCH_RUNNER_E2E_WARMUP ?? 3);
 
 /** The end-to-end rows: each log store and the grpc-js pair, a fresh server per round, medians of ROUNDS. */
 async function endToEnd(): Promise<string[]> {
@@ -262,7 +270,7 @@ async function endToEnd(): Promise<string[]> {
     for (const store of STORES) {
       const w = await startWorker("ours", store);
       try {
-        await oursJobRound(w.port, Math.min(E2E_LINES, 50_000)); // warm-up, not counted
+        for (let i = 0; i < E2E_WARMUP_JOBS; i++) await oursJobRound(w.port, Math.min(E2E_LINES, 50_000)); // warm-up, not counted
         ours[store].push(await oursJobRound(w.port, E2E_LINES));
       } finally {
         await w.stop();
@@ -270,7 +278,7 @@ async function endToEnd(): Promise<string[]> {
     }
     const g = await startWorker("grpc-js");
     try {
-      await grpcJobRound(g.port, Math.min(E2E_LINES, 50_000));
+      for (let i = 0; i < E2E_WARMUP_JOBS; i++) await grpcJobRound(g.port, Math.min(E2E_LINES, 50_000));
       peer.push(await grpcJobRound(g.port, E2E_LINES));
       peerDirect.push(await grpcRound(g.port, E2E_LINES));
     } finally {
@@ -285,7 +293,7 @@ async function endToEnd(): Promise<string[]> {
     "### End to end: a job's output → runJob → startRunnerServer → one result",
     "",
     `Method: a child (\`yes | head -n ${fmt(E2E_LINES)}\`, 100-byte lines) run by \`runJob\` with \`createRunnerClient\` in the bench process, ` +
-      "the server (startRunnerServer, memory queue) in a child process on the log store named, a fresh server per round after a 50,000-line warm-up job; " +
+      `the server (startRunnerServer, memory queue) in a child process on the log store named, a fresh server per round after ${E2E_WARMUP_JOBS} warm-up jobs of 50,000 lines (the peer too); ` +
       "timed from spawn to the acknowledged end. fs: `createFsLogStore` with fsync on, in a temp directory; PostgreSQL: `createPostgresLogStore` on the local server, a throw-away schema. " +
       "Peer, same run: the same child, its stdout split by the same line splitter, one `@grpc/grpc-js` message per line → a `@grpc/grpc-js` server that counts and acks (stores nothing). " +
       `The second peer column is the grpc-js pair without a child (lines from a loop), as in the table above. Medians of ${ROUNDS}.`,
