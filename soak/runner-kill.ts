@@ -142,7 +142,7 @@ export async function run({ scale = 1 }: { scale?: number } = {}): Promise<strin
   return [
     "## Runner: kill -9 of the runner server mid-stream",
     "",
-    `The runner server (fs log store, results appended and fsync'd per publish) is killed with SIGKILL every 100–400 ms and restarted on the same store and port, ${kills} times, while 4 agents run jobs back to back (200–600 lines each, written over time, calls cut every 100 ms). ${held ? "**Held**: every stored log equals its program's output; every job has its result (one distinct result per job for a consumer that deduplicates on the request ID, as the protocol requires)." : "**DID NOT HOLD** (see below)."}`,
+    `The runner server (fs log store, results appended and fsync'd per publish) is killed with SIGKILL every 100–400 ms and restarted on the same store and port, ${kills} times, while 4 agents run jobs back to back (200–600 lines each, written over time, calls cut every 75–100 ms). ${held ? "**Held**: every stored log equals its program's output; every job has its result (one distinct result per job for a consumer that deduplicates on the request ID, as the protocol requires)." : "**DID NOT HOLD** (see below)."}`,
     "",
     "A result is published again only when the server died between the queue's acceptance and the store's record of it (the agent then replays the end); a job whose end straddles several kills can be published once per such crash. Exactly one publish per job would need an idempotent queue; the protocol's consumers deduplicate on `messageId` = request ID.",
     "",

@@ -10,8 +10,8 @@
  * So a connection whose call, authenticated by a token (RequestReader.authenticated; a
  * Health call read on without one never counts), has received {@link BUSY_CALL_BYTES} gets 1 MiB windows
  * (connection and streams) for the rest of its life. A quiet job (a CI fleet's usual one:
- * 1–100 lines a second) never reaches that within one call (calls end after 20 s or
- * 1 MiB), so the memory an idle or slow stream can hold stays at 64 KiB.
+ * 1–100 lines a second) never reaches that within one call (the agent cuts its calls
+ * after at most 20 s or 4 MiB), so the memory an idle or slow stream can hold stays at 64 KiB.
  *
  * A stream's window bounds what it can leave buffered while the server does not read it
  * (a call waiting for its `authorize` hook, or paused behind a lagging store), so a
