@@ -275,7 +275,9 @@ async function fleet(mix: Mix, jobCount: number, durationMs: number): Promise<Fl
     const window = durationMs - RAMP_MS - 4_000;
     const samples = Math.max(1, Math.floor(window / 1000));
     for (let i = 0; i < samples; i++) {
-      await new Promise((r) => setTimeout(r, window / samples));
+      // Each sample at its own deadline from t0: sleeping a fixed step after each answer let
+      // the window grow by every sample's round trip, towards the jobs' ends 2 s later.
+      await new Promise((r) => setTimeout(r, Math.max(0, t0 + ((i + 1) * window) / samples - performance.now())));
       const s = await ask<Sample>(server, "sample");
       if (s.rss > peak.rss) peak = s;
       if (s.active > most.active) most = s;
@@ -288,15 +290,17 @@ async function fleet(mix: Mix, jobCount: number, durationMs: number): Promise<Fl
     await ask(server, "steadyTo");
     const s1 = await ask<Sample>(server, "sample");
     const seconds = (performance.now() - t0) / 1000;
+    // Read before the forced GC below (and the diagnosis and snapshot): they are divided by
+    // the window's seconds, and PostgreSQL's backends idle while the server is paused.
+    const pressure = (cpuPressureUs() - psi0) / 1e6 / seconds;
+    const load1 = loadavg()[0]!;
+    const pgSeen = (await pgActivity?.stop()) ?? null;
     // Right after the window, every call still open (the first job ends 2 s later): live memory
     // after a full GC. A pause of the server the bench makes, so outside the steady window's
     // latency (inside it, it was the p99 of some runs: 300 ms of lines held by the measuring).
     const live = await ask<LiveSample>(server, "sampleGc");
     if (diagBase) printDiagnosis(mix, diagBase, { ...(await ask<Record<string, number>>(server, "diag")), jobs: jobCount });
     if (process.env.BENCH_FLEET_SNAPSHOT) console.error("snapshot", await ask(server, { snapshot: `${process.env.BENCH_FLEET_SNAPSHOT}-${mix.name}.heapsnapshot` }));
-    const pressure = (cpuPressureUs() - psi0) / 1e6 / seconds;
-    const load1 = loadavg()[0]!;
-    const pgSeen = (await pgActivity?.stop()) ?? null;
     // One follow() at a time on live jobs (not the followed ones), while every job streams.
     const followProbe = await ask<number[]>(server, { probeFollow: jobs.filter((_, i) => i % FOLLOW_EVERY === 1).slice(0, 20).map((j) => j.id) });
     const reports = (await Promise.all(finished)).map(([r]) => r);
@@ -436,7 +440,7 @@ function marginalRows(pairs: { half: FleetRun; full: FleetRun }[]): string[] {
       "It is a stream's own cost: its connection, call and queued lines. Today's figure, (RSS − before) ÷ open calls at the sample with the most open, also divides by the streams what the process holds whatever their number " +
       "(V8's young generation, which any steady load grows to its maximum, 16 MiB a semi-space on 64-bit Node 22; the store backlog's server-wide budget `limits.queuedBytes`, 32 MiB; code and caches first used under load), so it shrinks as streams are added and says little about 1,000 versus 2,000; it is kept for comparison with earlier runs.",
     "",
-    "| mix | half run: jobs, calls open, RSS growth (medians) | full run: same | RSS per open stream, marginal | today's figure (peak sample), half / full | store backlog held (median), half / full | p99 half / full | load average: half start, end; full start, end |",
+    "| mix | half run: jobs, calls open, RSS growth (medians) | full run: same | RSS per open stream, marginal | today's figure (peak sample), half / full | store backlog held (median), half / full | p99, steady window, half / full | load average: half start, end; full start, end |",
     "|---|---:|---:|---:|---:|---:|---:|---:|",
     ...rows,
     "",
@@ -524,8 +528,8 @@ export async function run(): Promise<string> {
       `One server process (startRunnerServer, ${store}, memory queue, token check on${process.env.BENCH_FLEET_SERVER_FLAGS ? `, Node flags ${process.env.BENCH_FLEET_SERVER_FLAGS}` : ""}${process.env.BENCH_FLEET_SERVER_ENV ? `, environment ${process.env.BENCH_FLEET_SERVER_ENV}` : ""}). ` +
       `Every ${FOLLOW_EVERY}th job is followed with \`follow()\` in the server process from before its first line; latency is from the agent's write to that follower's delivery, counted in fixed buckets (0.1 ms below 100 ms, 1 ms above; a percentile is its bucket's upper edge) allocated before the agents start, so the measuring adds nothing to the server's RSS. ` +
       "Rates, RSS and CPU are measured over the middle of the run (every job started), sampled each second; today's RSS per open stream divides the RSS growth by the calls open in the same sample, the marginal one compares the full run with a half one (see \"Per open stream\" below). " +
-      "The aim's latency counts the lines written in that window, when all the jobs are open (it includes the calls' cuts at the client's 20 s `maxCallMs`); the row for every line adds the ramp (jobs starting, fewer streams), the ends and the bench's own full GC. " +
-      "Memory after a full GC is sampled right after the window, the calls open (a pause of the server the bench makes: in the every-line latency only). " +
+      "The aim's latency counts the lines written in that window, when all the jobs are open (it includes the calls' cuts, each at a random point of the last quarter of the client's 20 s `maxCallMs`); the row for every line adds the ramp (jobs starting, fewer streams), the ends and the bench's own full GC. " +
+      "Memory after a full GC is sampled right after the window, the calls open (a pause of the server the bench makes: in the every-line latency, and in the steady one only for the lines written in the window's last milliseconds still in flight when it starts). " +
       "Where the time went is measured, not assumed: the server's and agents' time runnable but waiting for a CPU (Linux schedstat), the machine's CPU pressure (PSI), and PostgreSQL's backends of the bench's database sampled from pg_stat_activity every 250 ms (other work on the machine uses the same database: its idle connections are in the count). " +
       "Afterwards every job is read back from the store and checked line by line. Agents, server and PostgreSQL share the machine (2 cores) with other work: see the load average row.",
     ...runs.flatMap((r) => ["", `### ${r.mix.name} mix (${fmt(offered(r.mix, r.jobs))} lines/s offered)`, "", ...runRows(r, halfOf(r))]),
