@@ -19,32 +19,30 @@
  * directory is tolerated, any other fsync failure fails the operation (durable.ts), and a
  * failed open is tried again by the next call. prune() removes a state durably before its
  * log, and an open removes a log no state names.
+ *
+ * Beside this file (the jobs, their states and their order): the record format
+ * (log-records.ts), reading a log through its sparse index (log-read.ts) and the log files
+ * kept open between appends (log-descriptors.ts).
  */
-import { closeSync, fdatasync, fsync, openSync, renameSync, write, writeSync } from "node:fs";
-import { mkdir, open, readdir, readFile, rm, truncate, type FileHandle } from "node:fs/promises";
+import { closeSync, fsync, openSync, renameSync, writeSync } from "node:fs";
+import { mkdir, readdir, readFile, rm, truncate } from "node:fs/promises";
 import { promisify } from "node:util";
 import { join, resolve } from "node:path";
 import { RunnerDepotError } from "../../errors.js";
 import { applyAppend, applyArchived, applyFinish, applyOpen, cloneJobState, isArchivable, isPrunable, newEntries, newJobState } from "../../runner/job-state.js";
 import { JobListIndex } from "../../runner/job-list.js";
-import type { JobLogStore, JobState, StoredLine } from "../../runner/ports.js";
+import type { JobLogStore, JobState } from "../../runner/ports.js";
 import { normalizeRequestId } from "../../runner/uuid.js";
-import { isPlainJsonText } from "../../runner/byte-scan.js";
-import { ReceivedLine, readsLineEntries } from "../../runner/received-line.js";
+import { readsLineEntries } from "../../runner/received-line.js";
 import { createDirectorySync } from "./durable.js";
 import { unlinkQuietly } from "./files.js";
+import { OpenLogs, type LogHandle } from "./log-descriptors.js";
+import { extendIndex, readLines, scanIndex } from "./log-read.js";
+import { encodeRecords } from "./log-records.js";
 
-const writeAt = promisify(write);
-const syncData = promisify(fdatasync);
+export { MAX_OPEN_LOGS } from "./log-descriptors.js";
+
 const syncAll = promisify(fsync);
-
-/**
- * Log files a directory's store keeps open between appends (least recently appended
- * closed first): a descriptor each, so a fleet of jobs cannot run the process out of them.
- * Appends in flight hold one each beyond it while they write (as every append did before
- * files were kept open); the excess is closed as they end.
- */
-export const MAX_OPEN_LOGS = 64;
 
 /** Options of {@link createFsLogStore}. */
 export interface FsLogStoreOptions {
@@ -57,15 +55,12 @@ interface Persisted extends JobState {
   fileBytes: number;
 }
 
-interface Job {
+/** A job held in memory; it is also its log file's handle in the open-files pool. */
+interface Job extends LogHandle {
   state: Persisted;
-  /** Byte offset of every STRIDE-th stored line, built on first read. */
+  /** Byte offset of every STRIDE-th stored line (log-read.ts), built on first read. */
   index: number[] | null;
   chain: Promise<unknown>;
-  /** The log file's descriptor while it is kept open for appends (`Backend.openLogs`). */
-  fd?: number;
-  /** True while an append writes through `fd` (it is then never closed under it). */
-  writing?: boolean;
 }
 
 /** What every store on one directory shares in this process. */
@@ -76,76 +71,15 @@ interface Backend {
   loaded: Promise<void> | null;
   refs: number;
   createChain: Promise<unknown>;
-  /** Jobs whose log file is open, least recently appended first (Map order). */
-  openLogs: Map<string, Job>;
+  /** The log files kept open between appends (log-descriptors.ts). */
+  openLogs: OpenLogs;
   /** fsyncs of the jobs directory, shared by concurrent appends (durable.ts). */
   dirs: ReturnType<typeof createDirectorySync>;
 }
 const backends = new Map<string, Backend>();
 
-const STRIDE = 256;
 /** Jobs prune() removes at once (their directory fsyncs shared). */
 const PRUNE_GROUP = 64;
-const READ_CHUNK = 1024 * 1024;
-const FLAGS: Record<string, { stderr: boolean; marker: boolean }> = {
-  o: { stderr: false, marker: false },
-  e: { stderr: true, marker: false },
-  O: { stderr: false, marker: true },
-  E: { stderr: true, marker: true },
-};
-
-function encode(line: StoredLine): string {
-  const flag = line.marker ? (line.stderr ? "E" : "O") : line.stderr ? "e" : "o";
-  // JSON escapes newlines (one record per line) and keeps lone surrogates exact.
-  return flag + JSON.stringify(line.line) + "\n";
-}
-
-/** Bytes of the batch's records (one line each, as {@link encode} writes them) and each record's size. O(bytes). */
-function encodeRecords(stored: readonly StoredLine[]): { bytes: Buffer; sizes: Uint32Array } {
-  const n = stored.length;
-  const sizes = new Uint32Array(n);
-  // A line received as bytes whose JSON string is its own bytes between quotes is copied
-  // as it came (no string is made for it: the batch outlives a datasync, so every string
-  // made here was copied by the GC); other lines go through encode().
-  const texts: (string | null)[] = new Array<string | null>(n).fill(null);
-  let total = 0;
-  for (let i = 0; i < n; i++) {
-    const line = stored[i]!;
-    if (line instanceof ReceivedLine && isPlainJsonText(line.buf, line.start, line.end)) {
-      sizes[i] = line.end - line.start + 4;
-    } else {
-      const record = encode(line);
-      texts[i] = record;
-      sizes[i] = Buffer.byteLength(record, "utf8");
-    }
-    total += sizes[i]!;
-  }
-  const bytes = Buffer.allocUnsafe(total);
-  let pos = 0;
-  for (let i = 0; i < n; i++) {
-    const text = texts[i];
-    if (text === null) {
-      const line = stored[i] as ReceivedLine;
-      bytes[pos] = line.stderr ? 0x65 : 0x6f; // "e" / "o"
-      bytes[pos + 1] = 0x22;
-      line.buf.copy(bytes, pos + 2, line.start, line.end);
-      const at = pos + 2 + (line.end - line.start);
-      bytes[at] = 0x22;
-      bytes[at + 1] = 0x0a;
-    } else {
-      bytes.write(text, pos, "utf8");
-    }
-    pos += sizes[i]!;
-  }
-  return { bytes, sizes };
-}
-
-function decode(record: string): StoredLine {
-  const flag = FLAGS[record[0]!];
-  if (!flag) throw new RunnerDepotError("INTERNAL", "corrupt job log record");
-  const line = JSON.parse(record.slice(1)) as string;
-  return flag.marker ? { line, stderr: flag.stderr, marker: true } : { line, stderr: flag.stderr };
-}
 
 function publicState(state: Persisted): JobState {
   const { fileBytes: _bytes, ...rest } = state;
@@ -169,7 +103,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       loaded: null,
       refs: 0,
       createChain: Promise.resolve(),
-      openLogs: new Map(),
+      openLogs: new OpenLogs(),
       dirs: createDirectorySync({ sync: true, isClosed: () => fresh.refs === 0 }),
     };
     shared = fresh;
@@ -185,6 +119,8 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
 
   const logPath = (id: string) => join(jobsDir, `${id}.log`);
   const statePath = (id: string) => join(jobsDir, `${id}.json`);
+  const newJob = (id: string, state: Persisted): Job => ({ id, path: logPath(id), state, index: null, chain: Promise.resolve() });
+  const closeLog = (job: Job) => backend.openLogs.close(job);
 
   function load(): Promise<void> {
     if (backend.loaded) return backend.loaded;
@@ -208,7 +144,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
         await truncate(logPath(id), state.fileBytes).catch((error: NodeJS.ErrnoException) => {
           if (error.code !== "ENOENT") throw error;
         });
-        jobs.set(id, { state, index: null, chain: Promise.resolve() });
+        jobs.set(id, newJob(id, state));
         backend.order.add(state);
       }
       // A log without a state is what a crash in prune() leaves (its state was removed,
@@ -269,7 +205,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
         if (jobs.has(id)) return;
         const state: Persisted = { ...newJobState(id, create), fileBytes: 0 };
         await writeState(state);
-        jobs.set(id, { state, index: null, chain: Promise.resolve() });
+        jobs.set(id, newJob(id, state));
         backend.order.add(state);
       });
       backend.createChain = made.catch(() => undefined);
@@ -336,100 +272,6 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
     return true;
   }
 
-  /** The job's log file, open for positional writes (kept open, see MAX_OPEN_LOGS). O(1) amortised. */
-  function logFd(job: Job): number {
-    const open = backend.openLogs;
-    if (job.fd !== undefined) {
-      // Most recently appended goes last.
-      open.delete(job.state.requestId);
-      open.set(job.state.requestId, job);
-      return job.fd;
-    }
-    const fd = openSync(logPath(job.state.requestId), job.state.fileBytes === 0 ? "w" : "r+");
-    job.fd = fd;
-    open.set(job.state.requestId, job);
-    trimOpenLogs();
-    return fd;
-  }
-
-  /**
-   * Closes the least recently appended log files not being written until at most
-   * MAX_OPEN_LOGS are open. Run when a file is opened and when a write ends: a burst of
-   * appends to more jobs at once holds one each while written, and without the second run
-   * they all stayed open after it. O(files walked past: those being written).
-   */
-  function trimOpenLogs(): void {
-    const open = backend.openLogs;
-    for (const other of open.values()) {
-      if (open.size <= MAX_OPEN_LOGS) return;
-      if (!other.writing) closeLog(other);
-    }
-  }
-
-  /** Closes the job's log file if it is kept open. O(1). */
-  function closeLog(job: Job): void {
-    if (job.fd === undefined) return;
-    const fd = job.fd;
-    job.fd = undefined;
-    backend.openLogs.delete(job.state.requestId);
-    try {
-      closeSync(fd);
-    } catch {
-      // Already closed by the system (EBADF cannot happen otherwise): nothing to release.
-    }
-  }
-
-  /** Writes `bytes` at `at` in the job's log file and syncs it (two pool trips). */
-  async function writeLog(job: Job, bytes: Buffer, at: number): Promise<void> {
-    job.writing = true;
-    try {
-      const fd = logFd(job);
-      let written = 0;
-      while (written < bytes.length) written += (await writeAt(fd, bytes, written, bytes.length - written, at + written)).bytesWritten;
-      if (sync) await syncData(fd);
-    } catch (error) {
-      // A failed write or sync: the next append opens the file anew.
-      closeLog(job);
-      throw error;
-    } finally {
-      job.writing = false;
-      trimOpenLogs();
-    }
-  }
-
-
-  async function buildIndex(job: Job): Promise<number[]> {
-    if (job.index) return job.index;
-    const index: number[] = [];
-    const total = job.state.fileBytes;
-    let fh: FileHandle | undefined;
-    try {
-      fh = await open(logPath(job.state.requestId), "r");
-      const buf = Buffer.allocUnsafe(READ_CHUNK);
-      let pos = 0;
-      let line = 0;
-      let lineStart = 0;
-      while (pos < total) {
-        const { bytesRead } = await fh.read(buf, 0, Math.min(READ_CHUNK, total - pos), pos);
-        if (bytesRead === 0) break;
-        for (let i = 0; i < bytesRead; i++) {
-          if (buf[i] === 0x0a) {
-            if (line % STRIDE === 0) index.push(lineStart);
-            line++;
-            lineStart = pos + i + 1;
-          }
-        }
-        pos += bytesRead;
-      }
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
-    } finally {
-      await fh?.close();
-    }
-    job.index = index;
-    return index;
-  }
-
   // Reads entries by their fields only: handed received lines as entries (received-line.ts).
   return readsLineEntries({
     async open(requestId, opts = {}) {
@@ -468,17 +310,10 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
             next.fileBytes = job.state.fileBytes + bytes.length;
             // The state file is written and synced while the log is: it is renamed over
             // the old one only once the log's bytes are on disk.
-            await commitState(next, writeLog(job, bytes, job.state.fileBytes));
-            if (job.index) {
-              // Keep the read index current without rescanning.
-              let offset = job.state.fileBytes;
-              let line = job.state.storedLines;
-              for (const size of sizes) {
-                if (line % STRIDE === 0) job.index.push(offset);
-                offset += size;
-                line++;
-              }
-            }
+            const at = job.state.fileBytes;
+            await commitState(next, backend.openLogs.write(job, bytes, at, sync, at === 0));
+            // Keep the read index current without rescanning.
+            if (job.index) extendIndex(job.index, at, job.state.storedLines, sizes);
           } else {
             await writeState(next);
           }
@@ -514,45 +349,8 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
           const total = job.state.storedLines;
           // An archived job's lines are in its archive, no longer here.
           if (from >= total || limit <= 0 || job.state.archived) return [];
-          const index = await buildIndex(job);
-          const checkpoint = Math.floor(from / STRIDE);
-          let line = checkpoint * STRIDE;
-          let pos = index[checkpoint] ?? 0;
-          const end = job.state.fileBytes;
-          const out: StoredLine[] = [];
-          const fh = await open(logPath(requestId), "r");
-          try {
-            let carry: Buffer = Buffer.alloc(0);
-            const buf = Buffer.allocUnsafe(READ_CHUNK);
-            while (pos < end && out.length < limit) {
-              const { bytesRead } = await fh.read(buf, 0, Math.min(READ_CHUNK, end - pos), pos);
-              if (bytesRead === 0) break;
-              pos += bytesRead;
-              const data = carry.length > 0 ? Buffer.concat([carry, buf.subarray(0, bytesRead)]) : buf.subarray(0, bytesRead);
-              // Decode up to the last newline only, so no UTF-8 character is split across chunks.
-              const lastNl = data.lastIndexOf(0x0a);
-              if (lastNl < 0) {
-                carry = Buffer.from(data);
-                continue;
-              }
-              const chunk = data.toString("utf8", 0, lastNl + 1);
-              carry = Buffer.from(data.subarray(lastNl + 1));
-              let start = 0;
-              for (;;) {
-                const nl = chunk.indexOf("\n", start);
-                if (nl < 0) break;
-                if (line >= from) {
-                  out.push(decode(chunk.slice(start, nl)));
-                  if (out.length >= limit) break;
-                }
-                line++;
-                start = nl + 1;
-              }
-            }
-          } finally {
-            await fh.close();
-          }
-          return out;
+          job.index ??= await scanIndex(job.path, job.state.fileBytes);
+          return readLines(job.path, job.index, job.state.fileBytes, from, limit);
         },
         () => [],
       );
@@ -627,7 +425,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       await Promise.allSettled([backend.createChain, ...[...jobs.values()].map((job) => job.chain)]);
       if (--backend.refs === 0 && backends.get(key) === backend) {
         backends.delete(key);
-        for (const job of [...backend.openLogs.values()]) closeLog(job);
+        backend.openLogs.closeAll();
         await backend.dirs.close();
       }
     },
