@@ -80,7 +80,7 @@ export class Additions {
    * of the transaction record — concurrent additions are counted together
    * ({@link Transactions.reserve}), so they no longer contend on it one by one.
    */
-  private async record(trans: TransactionRecord, item: ItemRecord, writes: OrderedWrites): Promise<void> {
+  private async record(trans: TransactionRecord, item: ItemRecord, writes = new OrderedWrites(this.store)): Promise<void> {
     const key = keys.item(trans.id, item.path);
     // Lazy: the confirmation below replaces it durably before the 201, and a `pending` one a
     // machine crash keeps or loses was never answered 201 (the commit rejects it).
@@ -97,7 +97,7 @@ export class Additions {
         if (!(await this.store.getRecord(mark))) await this.store.putRecord(mark, { path: a }, { ifRevision: null, lazy: true });
       });
       const counted = await this.transactions.reserve(trans.id, item.size);
-      // Visible is enough to go on; the caller flushes before its 201 (ordered-writes.ts).
+      // Visible is enough to go on; flushed at the end, before the 201 (ordered-writes.ts).
       if ((await this.store.putRecord(key, { ...item, state: "added" } satisfies ItemRecord, writes.record({ ifRevision: revision }))) === null) {
         // A commit rejected the item. Take the reservation back unless a commit attempt
         // started since it was made: that attempt recounts from the items it settled.
@@ -112,6 +112,8 @@ export class Additions {
       await this.withdraw(key, revision).catch(() => undefined);
       throw error;
     }
+    // Outside the try: a failed flush answers an error but withdraws nothing (the item is visible).
+    await writes.durable();
   }
 
   /** The error for an addition that lost its item to a commit: 409 while it runs, 410 after. */
@@ -175,7 +177,6 @@ export class Additions {
     const blob = await this.upload(trans, body, expectedDigest, JSON.stringify(path), access, writes);
     const item: ItemRecord = { type: "file", path, mode, size: blob.size, digest: blob.digest };
     await this.record(trans, item, writes);
-    await writes.durable();
     return { ...item };
   }
 
@@ -183,9 +184,7 @@ export class Additions {
   async addDir(trans: TransactionRecord, path: string, mode: number): Promise<AddResult> {
     await this.checkPlacement(trans, "dir", path);
     const item: ItemRecord = { type: "dir", path, mode, size: 0 };
-    const writes = new OrderedWrites(this.store);
-    await this.record(trans, item, writes);
-    await writes.durable();
+    await this.record(trans, item);
     return { ...item, digest: null };
   }
 
@@ -199,9 +198,7 @@ export class Additions {
     await this.checkPlacement(trans, "link", path);
     await resolveLink(path, target, (p) => (p === path ? { type: "link", target } : this.entryAt(trans, p)), (dir) => this.holdsItems(trans, dir));
     const item: ItemRecord = { type: "link", path, mode: 0o777, size: 0, target };
-    const writes = new OrderedWrites(this.store);
-    await this.record(trans, item, writes);
-    await writes.durable();
+    await this.record(trans, item);
     return { ...item, digest: null };
   }
 

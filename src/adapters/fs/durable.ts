@@ -88,7 +88,7 @@ export interface DirectorySync {
 
 /**
  * Directory fsyncs shared by concurrent callers (group commit) over directory handles kept
- * open (none with `keepHandles: false`), for an owner other than the blob store (the fs
+ * open (none while `ctx.isClosed()` says true), for an owner other than the blob store (the fs
  * log store's jobs directory, the fs log archive's). `close()` closes the handles kept.
  * A filesystem that cannot fsync a directory is tolerated as {@link isDirSyncUnsupported}
  * says (once, with a warning); any other failure (EIO...) rejects the caller.
@@ -99,9 +99,8 @@ export interface DirectorySync {
  * renameSync(tmp, target);
  * await dirs.fsyncDir(dirname(target)); // the rename survives a machine crash
  */
-export function createDirectorySync(ctx: DirSyncContext, options: { keepHandles?: boolean } = {}): DirectorySync {
-  // Without kept handles (an owner with no close of its own), every fsync opens its own.
-  const syncDirNow = createDirSyncer(options.keepHandles === false ? { sync: ctx.sync, isClosed: () => true } : ctx);
+export function createDirectorySync(ctx: DirSyncContext): DirectorySync {
+  const syncDirNow = createDirSyncer(ctx);
   async function makeDir(dir: string): Promise<void> {
     // Absolute, as mkdir names the first directory it made.
     const path = resolve(dir);

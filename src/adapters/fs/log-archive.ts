@@ -39,7 +39,8 @@ export function createFsLogArchive(dir: string, options: FsLogArchiveOptions = {
   // directory's own entry, when it was made) must be on disk by then, so a failed directory
   // fsync fails the put. A filesystem that cannot fsync a directory is tolerated (durable.ts).
   // A put is rare (one a job): one-shot handles, none kept.
-  const dirs = createDirectorySync({ sync, isClosed: () => true }, { keepHandles: false });
+  // isClosed always: an owner with no close of its own keeps no handle (every fsync opens its own).
+  const dirs = createDirectorySync({ sync, isClosed: () => true });
   let made: Promise<unknown> | null = null;
   const ready = () => {
     made ??= dirs.makeDir(dir);
