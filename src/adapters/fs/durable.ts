@@ -33,8 +33,7 @@ export interface DurableWrites {
 
 /** Makes the durable-write operations of one store; their caches live as long as it. */
 export function createDurableWrites(ctx: FsStoreContext): DurableWrites {
-  const syncDirNow = createDirSyncer(ctx);
-  const fsyncDir = createGroupFsync(ctx, syncDirNow.sync);
+  const dirs = createDirectorySync(ctx);
 
   /** Blob shard directories known to exist (and, with sync, their entries on disk): a write skips its mkdir (directories are never removed while open). O(1). */
   const madeDirs = new Set<string>();
@@ -58,7 +57,7 @@ export function createDurableWrites(ctx: FsStoreContext): DurableWrites {
       // even when it existed (a process that made it may have died before its fsync). A
       // failed fsync is tried again by the next write.
       const first = mkdirSync(path, { recursive: true });
-      pending = syncEntries(path, first, (dir) => syncDirNow.sync(dir, false)).then(() => remember(path));
+      pending = dirs.syncMade(path, first).then(() => remember(path));
       const settled = pending.finally(() => making.delete(path));
       settled.catch(() => undefined);
       making.set(path, pending);
@@ -66,7 +65,7 @@ export function createDurableWrites(ctx: FsStoreContext): DurableWrites {
     await pending;
   }
 
-  return { fsyncDir, ensureDir, closeHandles: syncDirNow.close };
+  return { fsyncDir: dirs.fsyncDir, ensureDir, closeHandles: dirs.close };
 }
 
 /** What directory fsyncs need of their owner: whether to sync at all, and whether it is closing. */
@@ -82,6 +81,11 @@ export interface DirectorySync {
    * store, not per write.
    */
   makeDir(path: string): Promise<void>;
+  /**
+   * With sync, fsyncs the parent of `path` and of every directory above it that a mkdir -p
+   * made (`first`: what mkdir returned), for a caller that made it itself. No-op without sync.
+   */
+  syncMade(path: string, first: string | undefined): Promise<void>;
   /** Closes the directory handles kept. */
   close(): Promise<void>;
 }
@@ -101,14 +105,15 @@ export interface DirectorySync {
  */
 export function createDirectorySync(ctx: DirSyncContext): DirectorySync {
   const syncDirNow = createDirSyncer(ctx);
+  // One-shot handles: these are synced once per store, not kept open.
+  const syncMade = (path: string, first: string | undefined) =>
+    ctx.sync ? syncEntries(path, first, (parent) => syncDirNow.sync(parent, false)) : Promise.resolve();
   async function makeDir(dir: string): Promise<void> {
     // Absolute, as mkdir names the first directory it made.
     const path = resolve(dir);
-    const first = await mkdir(path, { recursive: true });
-    // One-shot handles: these are synced once per store, not kept open.
-    if (ctx.sync) await syncEntries(path, first, (parent) => syncDirNow.sync(parent, false));
+    await syncMade(path, await mkdir(path, { recursive: true }));
   }
-  return { fsyncDir: createGroupFsync(ctx, syncDirNow.sync), makeDir, close: syncDirNow.close };
+  return { fsyncDir: createGroupFsync(ctx, syncDirNow.sync), makeDir, syncMade, close: syncDirNow.close };
 }
 
 /**
