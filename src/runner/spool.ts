@@ -134,6 +134,11 @@ class PackedSpool implements Spool {
   drop(before: number): void {
     if (before <= this.first) return;
     this.first = Math.min(before, this.next);
+    this.release();
+  }
+
+  /** Releases the chunks whose items are all before `first`. O(chunks released). */
+  private release(): void {
     const chunks = this.chunks;
     while (chunks.length > 0) {
       const c = chunks[0]!;
@@ -176,6 +181,8 @@ class PackedSpool implements Spool {
       break;
     }
     this.next = to;
+    // A chunk cut down to items already acknowledged is done: held, it waited for a later drop.
+    this.release();
   }
 }
 
