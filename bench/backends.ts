@@ -11,7 +11,7 @@ import { createFsStore } from "../src/adapters/fs/store.js";
 import { createPostgresRecords } from "../src/adapters/postgres/index.js";
 import { createRabbitMqQueue } from "../src/adapters/rabbitmq/index.js";
 import { createS3BlobStore } from "../src/adapters/s3/index.js";
-import { composeStore } from "../src/depot/compose.js";
+import { composeStore } from "../src/depot/store/compose.js";
 import type { PackageStore } from "../src/depot/ports.js";
 import type { JobResultQueue } from "../src/runner/ports.js";
 import { patternBytes, sampleJobResult, sha256Digest } from "../src/testing/helpers.js";

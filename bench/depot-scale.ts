@@ -18,10 +18,10 @@ import { performance } from "node:perf_hooks";
 import { createFsStore } from "../src/adapters/fs/store.js";
 import { createPostgresRecords } from "../src/adapters/postgres/index.js";
 import { createS3BlobStore } from "../src/adapters/s3/index.js";
-import { HEAD_STALE_MS } from "../src/depot/catalog-head.js";
-import { composeStore } from "../src/depot/compose.js";
+import { HEAD_STALE_MS } from "../src/depot/catalog/head.js";
+import { composeStore } from "../src/depot/store/compose.js";
 import type { PackageStore } from "../src/depot/ports.js";
-import { keys, type VersionRecord } from "../src/depot/records.js";
+import { keys, type VersionRecord } from "../src/depot/store/records.js";
 import pg from "pg";
 import { createTestSchema, POSTGRES_URL, startS3 } from "../test/backends-fixtures.js";
 import { publish, startDepot, tempDir, type LiveDepot } from "../test/fixtures/depot-helpers.js";
@@ -84,7 +84,7 @@ function counting(inner: PackageStore): { store: PackageStore; counts: Record<st
       const cond = (method === "putRecord" ? args[2] : args[1]) as { lazy?: boolean; deferSync?: boolean } | undefined;
       if (method !== "getRecord" && method !== "syncRecords") {
         if (cond?.lazy) counts[method === "putRecord" ? "lazyPut" : "lazyDelete"]!++;
-        // Flushed by the request's one syncRecords (ordered-writes.ts), not on its own.
+        // Flushed by the request's one syncRecords (depot/transactions/ordered-writes.ts), not on its own.
         else if (cond?.deferSync) counts.deferred!++;
       }
       return fn(...args);
@@ -175,7 +175,7 @@ async function measure(backend: Backend): Promise<string[]> {
     const head = (await (await fetch(`${depot.url}/catalog?limit=1`)).json()) as { position: number };
     await seed(backend.seeding, template, seeded, seeded + 10);
     // The seeding store is another instance (another process, as far as the router can
-    // tell): on fs its held head moves within HEAD_STALE_MS (catalog-head.ts).
+    // tell): on fs its held head moves within HEAD_STALE_MS (depot/catalog/head.ts).
     await new Promise((resolve) => setTimeout(resolve, HEAD_STALE_MS + 200));
     const etag = (await fetch(`${depot.url}/catalog?limit=1`)).headers.get("etag")!;
     // The page of 1,000 is measured on its own turns: its garbage (a 100 KB answer, page

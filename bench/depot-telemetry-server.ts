@@ -7,8 +7,8 @@
  * when stdin closes.
  */
 import { createFsStore } from "../src/adapters/fs/store.js";
-import { createPackageRouter } from "../src/depot/router.js";
-import { servePackageRouter } from "../src/depot/serve.js";
+import { createPackageRouter } from "../src/depot/server/router.js";
+import { servePackageRouter } from "../src/depot/server/serve.js";
 import { answerBench, registerTelemetrySdk, sdkVariantOf } from "./telemetry-sdk.js";
 
 const dir = process.argv[2]!;

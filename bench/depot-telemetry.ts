@@ -15,7 +15,7 @@ import { fileURLToPath } from "node:url";
 import { ROOT_CONTEXT } from "@opentelemetry/api";
 import { MeterProvider, MetricReader } from "@opentelemetry/sdk-metrics";
 import { BatchSpanProcessor, TracerProvider } from "@opentelemetry/sdk-trace";
-import { DepotTelemetry } from "../src/depot/observe.js";
+import { DepotTelemetry } from "../src/depot/server/telemetry.js";
 import { SCRAPE_SECONDS, type SdkVariant } from "./telemetry-sdk.js";
 import { append, inRounds, median, pairHeader, pairRow, pairedSlices, startBenchServer, stop, type Mode, type Slice } from "./telemetry-pair.js";
 
@@ -90,7 +90,7 @@ class PullReader extends MetricReader {
 async function instrumentationCost(): Promise<{ noop: number; sdk: number }> {
   const meterProvider = new MeterProvider({ readers: [new PullReader()] });
   const tracerProvider = new TracerProvider({ spanProcessors: [new BatchSpanProcessor({ exporter: { export: (_s, done) => done({ code: 0 }), shutdown: async () => undefined } })] });
-  // Made once, as store-metrics.ts makes them.
+  // Made once, as depot/store/metrics.ts makes them.
   const storeAttributes = ["getRecord", "getRecord", "openBlob"].map((operation) => ({ operation, outcome: "ok" }));
   const once = (t: DepotTelemetry) => {
     const span = t.startSpan("depot.download", ROOT_CONTEXT, { "http.route": "/data/:pkg", "http.request.method": "GET" });

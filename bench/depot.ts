@@ -14,7 +14,7 @@ import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { promisify } from "node:util";
 import { createFsStore } from "../src/adapters/fs/store.js";
-import { createDepotClient } from "../src/depot/client.js";
+import { createDepotClient } from "../src/depot/client/depot-client.js";
 import { peerMissing, type SystemPeer } from "./peers.js";
 import { startDepot, stop } from "./children.js";
 import { freePort, startNginx } from "./nginx.js";

@@ -7,9 +7,9 @@
  */
 import { readFileSync } from "node:fs";
 import http2 from "node:http2";
-import { createRunnerClient } from "../src/runner/client.js";
-import type { RunnerClient } from "../src/runner/client.js";
-import { mintJobToken } from "../src/runner/token.js";
+import { createRunnerClient } from "../src/runner/client/runner-client.js";
+import type { RunnerClient } from "../src/runner/client/runner-client.js";
+import { mintJobToken } from "../src/runner/protocol/token.js";
 
 interface Job {
   id: string;

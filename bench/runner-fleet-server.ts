@@ -17,9 +17,9 @@ import pg from "pg";
 import { createMemoryQueue } from "../src/adapters/memory/queue.js";
 import { createMemoryLogStore } from "../src/adapters/memory/log-store.js";
 import { createPostgresLogStore } from "../src/adapters/postgres/log-store.js";
-import { startRunnerServer } from "../src/runner/server.js";
-import { createRunnerService } from "../src/runner/service.js";
-import { backlogOf } from "../src/runner/store-backlog.js";
+import { startRunnerServer } from "../src/runner/server/start-server.js";
+import { createRunnerService } from "../src/runner/service/runner-service.js";
+import { backlogOf } from "../src/runner/service/store-backlog.js";
 
 const url = process.env.BENCH_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const schema = `rd_fleet_${process.pid}_${Date.now().toString(36)}`;
@@ -112,7 +112,7 @@ const runner = createRunnerService(createMemoryQueue(), {
  * the bench's own instrument: startRunnerServer does not expose it), to measure what flow
  * control lets Node buffer: bytes received on streams the server has not read yet (a call
  * paused behind the store backlog keeps up to its window there) and the connections whose
- * windows were widened (flow-window.ts). O(open streams) a sample.
+ * windows were widened (runner/server/flow-window.ts). O(open streams) a sample.
  */
 const openStreams = new Set<http2.ServerHttp2Stream>();
 const createServer = http2.createServer;

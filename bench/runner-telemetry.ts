@@ -11,8 +11,8 @@ import { randomUUID } from "node:crypto";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { createRunnerClient } from "../src/runner/client.js";
-import { mintJobToken } from "../src/runner/token.js";
+import { createRunnerClient } from "../src/runner/client/runner-client.js";
+import { mintJobToken } from "../src/runner/protocol/token.js";
 import { SCRAPE_SECONDS, type SdkVariant } from "./telemetry-sdk.js";
 import { append, inRounds, median, pairHeader, pairRow, pairedSlices, startBenchServer, type Mode, type Slice } from "./telemetry-pair.js";
 

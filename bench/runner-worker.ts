@@ -23,8 +23,8 @@ import { createMemoryLogStore } from "../src/adapters/memory/log-store.js";
 import { createPostgresLogStore } from "../src/adapters/postgres/log-store.js";
 import { createMemoryQueue } from "../src/adapters/memory/queue.js";
 import { AckSchema, Runner } from "../src/gen/runner/v1/runner_pb.js";
-import { startRunnerServer } from "../src/runner/server.js";
-import { createRunnerService } from "../src/runner/service.js";
+import { startRunnerServer } from "../src/runner/server/start-server.js";
+import { createRunnerService } from "../src/runner/service/runner-service.js";
 import type { JobLogStore } from "../src/runner/ports.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));

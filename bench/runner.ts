@@ -17,11 +17,11 @@ import { create } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { LogItemSchema, Runner } from "../src/gen/runner/v1/runner_pb.js";
-import { createRunnerClient } from "../src/runner/client.js";
-import { createLogItemEncoder } from "../src/runner/encoder.js";
-import { mintJobToken } from "../src/runner/token.js";
-import { runJob } from "../src/runner/agent.js";
-import { createLineSplitter } from "../src/runner/line-splitter.js";
+import { createRunnerClient } from "../src/runner/client/runner-client.js";
+import { createLogItemEncoder } from "../src/runner/protocol/encoder.js";
+import { mintJobToken } from "../src/runner/protocol/token.js";
+import { runJob } from "../src/runner/agent/run-job.js";
+import { createLineSplitter } from "../src/runner/agent/line-splitter.js";
 import { POSTGRES_URL } from "../test/backends-fixtures.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));

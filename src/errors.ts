@@ -51,7 +51,7 @@ const CODES = {
   HEADERS_TOO_LARGE: [Code.ResourceExhausted, 431],
   STORE_UNAVAILABLE: [Code.Unavailable, 503],
   TOO_MANY_CONNECTIONS: [Code.Unavailable, 503],
-  /** The store was written by a newer runner-depot (format.ts); the depot refuses to serve it. */
+  /** The store was written by a newer runner-depot (depot/store/format.ts); the depot refuses to serve it. */
   STORE_FORMAT_UNSUPPORTED: [Code.FailedPrecondition, 503],
   // Client-side codes (installer, agent).
   DEPENDENCY_UNRESOLVED: [Code.NotFound, 422],

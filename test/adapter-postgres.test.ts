@@ -1,7 +1,7 @@
 /** PostgreSQL adapters: the records and job-log conformance suites against a real server. */
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { composeStore } from "../src/depot/compose.js";
+import { composeStore } from "../src/depot/store/compose.js";
 import { createPostgresLogStore, createPostgresRecords, migrate } from "../src/adapters/postgres/index.js";
 import { createMemoryStore } from "../src/adapters/memory/store.js";
 import { describeJobLogStore, describePackageStore, logEntry, sampleJobResult } from "../src/testing/index.js";

@@ -3,7 +3,7 @@ import { randomUUID } from "node:crypto";
 import { ListObjectsV2Command, PutObjectCommand } from "@aws-sdk/client-s3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createS3BlobStore } from "../src/adapters/s3/index.js";
-import { composeStore } from "../src/depot/compose.js";
+import { composeStore } from "../src/depot/store/compose.js";
 import { createMemoryStore } from "../src/adapters/memory/store.js";
 import { chunked, collectAll, collectBytes, describePackageStore, patternBytes, sha256Digest } from "../src/testing/index.js";
 import { fixtureFor, startS3, startS3Child, startTcpProxy } from "./backends-fixtures.js";

@@ -6,8 +6,8 @@
  */
 import { once } from "node:events";
 import tar, { type Header } from "tar-stream";
-import { MANIFEST_PATH, type PackageManifest } from "../src/depot/archive.js";
-import { compareUtf8 } from "../src/depot/paths.js";
+import { MANIFEST_PATH, type PackageManifest } from "../src/depot/package/archive.js";
+import { compareUtf8 } from "../src/depot/package/paths.js";
 
 type HeaderArgument = Partial<Header> & Pick<Header, "name">;
 

@@ -8,7 +8,7 @@ import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createPostgresRecords } from "../src/adapters/postgres/index.js";
 import { createS3BlobStore } from "../src/adapters/s3/index.js";
-import { composeStore } from "../src/depot/compose.js";
+import { composeStore } from "../src/depot/store/compose.js";
 import type { PackageStore } from "../src/depot/ports.js";
 import { describePackageStore, patternBytes } from "../src/testing/index.js";
 import { createTestSchema, needs, startS3 } from "./backends-fixtures.js";

@@ -9,7 +9,7 @@ import { createRabbitMqQueue } from "../src/adapters/rabbitmq/index.js";
 import { createPostgresLogStore } from "../src/adapters/postgres/index.js";
 import { createMemoryLogStore } from "../src/adapters/memory/index.js";
 import { createRunnerService, startRunnerServer } from "../src/runner/index.js";
-import { createRunnerClient } from "../src/runner/client.js";
+import { createRunnerClient } from "../src/runner/client/runner-client.js";
 import type { JobResult } from "../src/runner/ports.js";
 import { BROKER_CONTROL_MISSING, brokerConnections, createTestSchema, needs, RABBITMQ_URL, rabbitmqctl, startTcpProxy, acquireBrokerOutage } from "./backends-fixtures.js";
 

@@ -6,8 +6,8 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { isRunnerDepotError } from "../src/errors.js";
-import { DEFAULT_JOB_CONFIG_PATH, readJobConfig, renderCloudInit, type JobConfig } from "../src/runner/cloud-init.js";
-import { mintJobToken } from "../src/runner/token.js";
+import { DEFAULT_JOB_CONFIG_PATH, readJobConfig, renderCloudInit, type JobConfig } from "../src/runner/agent/cloud-init.js";
+import { mintJobToken } from "../src/runner/protocol/token.js";
 
 let dir: string;
 beforeAll(async () => {

@@ -10,7 +10,7 @@ import { describe, expect, it } from "vitest";
 import { createMemoryQueue } from "../src/adapters/memory/index.js";
 import { createPostgresLogStore } from "../src/adapters/postgres/index.js";
 import { createControlApi } from "../src/cli/control.js";
-import { servePackageRouter } from "../src/depot/serve.js";
+import { servePackageRouter } from "../src/depot/server/serve.js";
 import { createRunnerService } from "../src/runner/index.js";
 import type { JobLogStore, LogEntry } from "../src/runner/ports.js";
 import { createTestSchema, needs } from "./backends-fixtures.js";

@@ -11,7 +11,7 @@ import http from "node:http";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createFsStore } from "../src/adapters/fs/index.js";
-import type { PackageManifest } from "../src/depot/archive.js";
+import type { PackageManifest } from "../src/depot/package/archive.js";
 import type { PackageStore } from "../src/depot/ports.js";
 import { referenceArchive } from "./archive-reference.js";
 import { add, openTransaction, parseTar, publish, startDepot, storeDigest, tempDir, type LiveDepot } from "./fixtures/depot-helpers.js";

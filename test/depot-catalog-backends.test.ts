@@ -6,7 +6,7 @@ import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, it } from "vitest";
 import { createPostgresRecords } from "../src/adapters/postgres/index.js";
 import { createS3BlobStore } from "../src/adapters/s3/index.js";
-import { composeStore } from "../src/depot/compose.js";
+import { composeStore } from "../src/depot/store/compose.js";
 import type { PackageStore } from "../src/depot/ports.js";
 import { PutObjectCommand } from "@aws-sdk/client-s3";
 import { createTestSchema, startS3, type S3Fixture } from "./backends-fixtures.js";

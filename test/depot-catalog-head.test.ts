@@ -1,5 +1,5 @@
 /**
- * The catalog head held in memory (src/depot/catalog-head.ts): two routers on one store, a
+ * The catalog head held in memory (src/depot/catalog/head.ts): two routers on one store, a
  * commit through one, and when the other's ETag moves. A 304 from the held head reads no
  * record. On the fs store the bound is HEAD_STALE_MS of the router's clock (a frozen clock
  * here, moved by hand); on PostgreSQL the other router hears the commit through
@@ -9,8 +9,8 @@ import { afterAll, describe, expect, it } from "vitest";
 import { createFsStore } from "../src/adapters/fs/store.js";
 import { createMemoryStore } from "../src/adapters/memory/store.js";
 import { createPostgresRecords } from "../src/adapters/postgres/index.js";
-import { HEAD_STALE_MS } from "../src/depot/catalog-head.js";
-import { composeStore } from "../src/depot/compose.js";
+import { HEAD_STALE_MS } from "../src/depot/catalog/head.js";
+import { composeStore } from "../src/depot/store/compose.js";
 import type { PackageStore } from "../src/depot/ports.js";
 import { createTestSchema, needs } from "./backends-fixtures.js";
 import { publish, startDepot, tempDir, type LiveDepot } from "./fixtures/depot-helpers.js";

@@ -1,14 +1,14 @@
 /**
- * Catalog pages served from page records (catalog-pages.ts) at more than one shard of the
+ * Catalog pages served from page records (depot/catalog/pages.ts) at more than one shard of the
  * change sequence, over real HTTP on the fs store: every package once, in creation order,
  * with the versions committed after its page was built; a lost page is rebuilt on read.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createFsStore } from "../src/adapters/fs/store.js";
-import { pageKey } from "../src/depot/catalog-pages.js";
-import { packKey } from "../src/depot/changes.js";
+import { pageKey } from "../src/depot/catalog/pages.js";
+import { packKey } from "../src/depot/catalog/changes.js";
 import type { PackageStore } from "../src/depot/ports.js";
-import { keys, type VersionRecord } from "../src/depot/records.js";
+import { keys, type VersionRecord } from "../src/depot/store/records.js";
 import { walkChanges } from "./depot-catalog-feed.js";
 import { publish, startDepot, tempDir, type LiveDepot } from "./fixtures/depot-helpers.js";
 import { seedPackages } from "./fixtures/depot-seed.js";

@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createFsStore } from "../src/adapters/fs/store.js";
 import { createMemoryStore } from "../src/adapters/memory/store.js";
-import { STORE_FORMAT, upgradeStore, type FormatRecord } from "../src/depot/format.js";
+import { STORE_FORMAT, upgradeStore, type FormatRecord } from "../src/depot/store/format.js";
 import type { PackageStore } from "../src/depot/ports.js";
 import { concurrentCommitsLandOnceInOrder, pagedWalkWhileCommitsLand, walkChanges, type SinceAnswer } from "./depot-catalog-feed.js";
 import { add, openTransaction, publish, startDepot, storeDigest, tempDir, type LiveDepot } from "./fixtures/depot-helpers.js";

@@ -7,8 +7,8 @@ import { existsSync } from "node:fs";
 import { chmod, mkdir, readFile, readdir, symlink, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createDepotClient } from "../src/depot/client.js";
-import { readInstalled } from "../src/depot/installer.js";
+import { createDepotClient } from "../src/depot/client/depot-client.js";
+import { readInstalled } from "../src/depot/install/installer.js";
 import { corruptingFetch, cuttingFetch, loggingFetch, snapshotTree, startDepot } from "./fixtures/depot-client-harness.js";
 import { failure } from "./fixtures/errors.js";
 

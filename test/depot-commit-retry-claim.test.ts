@@ -9,7 +9,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { createFsStore } from "../src/adapters/fs/store.js";
 import type { PackageStore } from "../src/depot/ports.js";
-import { createDepotClient } from "../src/depot/client.js";
+import { createDepotClient } from "../src/depot/client/depot-client.js";
 import { add, openTransaction, startDepot, tempDir, type LiveDepot } from "./fixtures/depot-helpers.js";
 
 /** Holds the first change append for `name` until released; notes reads of `pkg/<name>` meanwhile. */

@@ -10,8 +10,8 @@ import { connect, type Socket } from "node:net";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createFsStore } from "../src/adapters/fs/index.js";
-import { createPackageRouter, type PackageRouter } from "../src/depot/router.js";
-import { servePackageRouter, type PackageServer } from "../src/depot/serve.js";
+import { createPackageRouter, type PackageRouter } from "../src/depot/server/router.js";
+import { servePackageRouter, type PackageServer } from "../src/depot/server/serve.js";
 import { openTransaction, tempDir } from "./fixtures/depot-helpers.js";
 
 interface RawReply {

@@ -12,9 +12,9 @@ import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { createFsStore } from "../src/adapters/fs/store.js";
 import type { PackageStore } from "../src/depot/ports.js";
-import { keys, type TransactionRecord } from "../src/depot/records.js";
-import { createPackageRouter } from "../src/depot/router.js";
-import { servePackageRouter, type PackageServer } from "../src/depot/serve.js";
+import { keys, type TransactionRecord } from "../src/depot/store/records.js";
+import { createPackageRouter } from "../src/depot/server/router.js";
+import { servePackageRouter, type PackageServer } from "../src/depot/server/serve.js";
 
 let tmp: string;
 let store: PackageStore;

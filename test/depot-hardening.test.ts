@@ -13,11 +13,11 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createFsStore } from "../src/adapters/fs/store.js";
 import { createMemoryStore } from "../src/adapters/memory/store.js";
-import { createDepotClient } from "../src/depot/client.js";
-import { installPackage, readInstalled } from "../src/depot/installer.js";
+import { createDepotClient } from "../src/depot/client/depot-client.js";
+import { installPackage, readInstalled } from "../src/depot/install/installer.js";
 import type { PackageStore } from "../src/depot/ports.js";
-import { createPackageRouter } from "../src/depot/router.js";
-import { servePackageRouter } from "../src/depot/serve.js";
+import { createPackageRouter } from "../src/depot/server/router.js";
+import { servePackageRouter } from "../src/depot/server/serve.js";
 import { RunnerDepotError } from "../src/errors.js";
 import { add, openTransaction, parseTar, publish, startDepot, tempDir, type LiveDepot } from "./fixtures/depot-helpers.js";
 

@@ -10,8 +10,8 @@ import { request as httpRequest } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createFsStore } from "../src/adapters/fs/store.js";
 import { createMemoryStore } from "../src/adapters/memory/store.js";
-import { bearerTokens } from "../src/depot/auth.js";
-import { createDepotClient } from "../src/depot/client.js";
+import { bearerTokens } from "../src/depot/server/auth.js";
+import { createDepotClient } from "../src/depot/client/depot-client.js";
 import { add, httpDigest, openTransaction, publish, startDepot, storeDigest, tempDir, type LiveDepot } from "./fixtures/depot-helpers.js";
 
 async function problem(response: Response | Promise<Response>, status: number, code: string): Promise<Record<string, unknown>> {

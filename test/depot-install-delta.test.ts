@@ -5,8 +5,8 @@ import { randomBytes } from "node:crypto";
 import { chmod, mkdir, rm, symlink, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createDepotClient, type DepotClient } from "../src/depot/client.js";
-import type { InstallProgress } from "../src/depot/installer.js";
+import { createDepotClient, type DepotClient } from "../src/depot/client/depot-client.js";
+import type { InstallProgress } from "../src/depot/install/installer.js";
 import { loggingFetch, snapshotTree, startDepot } from "./fixtures/depot-client-harness.js";
 
 type Depot = Awaited<ReturnType<typeof startDepot>>;

@@ -13,8 +13,8 @@ import {
   verifyPackageTree,
   type ManifestItem,
   type PackageManifest,
-} from "../src/depot/extract.js";
-import { digestToHex, hexToHttpDigest } from "../src/depot/client-http.js";
+} from "../src/depot/install/extract.js";
+import { digestToHex, hexToHttpDigest } from "../src/depot/client/http.js";
 import { RunnerDepotError } from "../src/errors.js";
 import { failure } from "./fixtures/errors.js";
 

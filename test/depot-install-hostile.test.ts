@@ -13,9 +13,9 @@ import path from "node:path";
 import { Writable } from "node:stream";
 import tar from "tar-stream";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { createDepotClient } from "../src/depot/client.js";
-import { extractPackage, verifyPackageTree, type ManifestItem } from "../src/depot/extract.js";
-import { installPackage, type InstallProgress } from "../src/depot/installer.js";
+import { createDepotClient } from "../src/depot/client/depot-client.js";
+import { extractPackage, verifyPackageTree, type ManifestItem } from "../src/depot/install/extract.js";
+import { installPackage, type InstallProgress } from "../src/depot/install/installer.js";
 import { tempDir } from "./fixtures/depot-helpers.js";
 import { failure } from "./fixtures/errors.js";
 

@@ -6,7 +6,7 @@
 import { mkdir, readFile, readdir, rm, symlink, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createDepotClient, type DepotClient } from "../src/depot/client.js";
+import { createDepotClient, type DepotClient } from "../src/depot/client/depot-client.js";
 import { isRunnerDepotError, type RunnerDepotError } from "../src/errors.js";
 import { snapshotTree, startDepot } from "./fixtures/depot-client-harness.js";
 

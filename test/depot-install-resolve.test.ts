@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { parsePackageSpec, resolveDependencies, satisfyingVersions, type DependencySource } from "../src/depot/resolve.js";
+import { parsePackageSpec, resolveDependencies, satisfyingVersions, type DependencySource } from "../src/depot/install/resolve.js";
 import { failure } from "./fixtures/errors.js";
 
 /** A depot described as `{ name: { version: { dep: range } } }`; counts lookups. */

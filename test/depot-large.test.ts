@@ -13,7 +13,7 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import tar from "tar-stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createDepotClient } from "../src/depot/client.js";
+import { createDepotClient } from "../src/depot/client/depot-client.js";
 import { stopChild } from "./fixtures/stop-child.js";
 
 const GiB = 2 ** 30;

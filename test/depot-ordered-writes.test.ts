@@ -1,6 +1,6 @@
 /**
  * A request's writes on the fs store go on at each write's visibility and are flushed once,
- * before the answer (src/depot/ordered-writes.ts): through real fetch against a listening
+ * before the answer (src/depot/transactions/ordered-writes.ts): through real fetch against a listening
  * server over a real fs store, with the WAL's fdatasync held or failing (patched on
  * node:fs, which wal-sync.ts calls; `syncBuiltinESMExports` carries the patch to its import).
  */
@@ -10,10 +10,10 @@ import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { createFsStore } from "../src/adapters/fs/store.js";
 import { walFlushChannel } from "../src/adapters/fs/wal-sync.js";
-import { changeKey } from "../src/depot/changes.js";
-import { packageKey, type PackageRecord } from "../src/depot/packages.js";
+import { changeKey } from "../src/depot/catalog/changes.js";
+import { packageKey, type PackageRecord } from "../src/depot/catalog/packages.js";
 import type { PackageStore } from "../src/depot/ports.js";
-import { keys, type ItemRecord } from "../src/depot/records.js";
+import { keys, type ItemRecord } from "../src/depot/store/records.js";
 import { startDepot, tempDir, type LiveDepot } from "./fixtures/depot-helpers.js";
 
 const cleanups: Array<() => Promise<void> | void> = [];

@@ -8,9 +8,9 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { constants } from "node:buffer";
 import { createFsStore } from "../src/adapters/fs/store.js";
-import { pageKey } from "../src/depot/catalog-pages.js";
-import { packageKey, type PackageRecord } from "../src/depot/packages.js";
-import { DEFAULT_LIMITS } from "../src/depot/transactions.js";
+import { pageKey } from "../src/depot/catalog/pages.js";
+import { packageKey, type PackageRecord } from "../src/depot/catalog/packages.js";
+import { DEFAULT_LIMITS } from "../src/depot/transactions/lifecycle.js";
 import type { PackageStore } from "../src/depot/ports.js";
 import { add, openTransaction, publish, startDepot, tempDir, type LiveDepot } from "./fixtures/depot-helpers.js";
 

@@ -5,13 +5,13 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createMemoryStore } from "../src/adapters/memory/store.js";
 import { createFsStore } from "../src/adapters/fs/store.js";
-import type { PackageManifest } from "../src/depot/archive.js";
+import type { PackageManifest } from "../src/depot/package/archive.js";
 import { referenceArchive } from "./archive-reference.js";
-import { bearerTokens } from "../src/depot/auth.js";
+import { bearerTokens } from "../src/depot/server/auth.js";
 import type { PackageStore } from "../src/depot/ports.js";
-import { createPackageRouter } from "../src/depot/router.js";
-import { servePackageRouter } from "../src/depot/serve.js";
-import { isLoopbackHost } from "../src/net.js";
+import { createPackageRouter } from "../src/depot/server/router.js";
+import { servePackageRouter } from "../src/depot/server/serve.js";
+import { isLoopbackHost } from "../src/loopback.js";
 import { RunnerDepotError } from "../src/errors.js";
 import { add, httpDigest, openTransaction, parseTar, publish, startDepot, storeDigest, tempDir, type Addition, type LiveDepot } from "./fixtures/depot-helpers.js";
 

@@ -9,10 +9,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MeterProvider, type MetricData } from "@opentelemetry/sdk-metrics";
 import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from "@opentelemetry/sdk-trace";
 import { createFsStore } from "../src/adapters/fs/store.js";
-import { bearerTokens } from "../src/depot/auth.js";
-import { createPackageRouter, type PackageRouter } from "../src/depot/router.js";
-import { servePackageRouter, type PackageServer } from "../src/depot/serve.js";
-import { CachedOpenCount } from "../src/depot/open-count.js";
+import { bearerTokens } from "../src/depot/server/auth.js";
+import { createPackageRouter, type PackageRouter } from "../src/depot/server/router.js";
+import { servePackageRouter, type PackageServer } from "../src/depot/server/serve.js";
+import { CachedOpenCount } from "../src/depot/transactions/open-count.js";
 import { add, openTransaction, tempDir } from "./fixtures/depot-helpers.js";
 import { captureLogs, MemoryReader, metricsOf } from "./fixtures/telemetry-reader.js";
 

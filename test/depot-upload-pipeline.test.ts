@@ -15,8 +15,8 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { BlobWriteEvent } from "../src/adapters/fs/blob-writer.js";
 import { createFsStore } from "../src/adapters/fs/store.js";
 import type { PackageStore } from "../src/depot/ports.js";
-import { createPackageRouter } from "../src/depot/router.js";
-import { servePackageRouter } from "../src/depot/serve.js";
+import { createPackageRouter } from "../src/depot/server/router.js";
+import { servePackageRouter } from "../src/depot/server/serve.js";
 
 const MiB = 2 ** 20;
 const CHANNEL = "runner-depot:fs-blob-write";

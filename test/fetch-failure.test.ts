@@ -11,7 +11,7 @@ import type { AddressInfo } from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createDepotClient } from "../src/depot/client.js";
+import { createDepotClient } from "../src/depot/client/depot-client.js";
 import { fetchFailureCause } from "../src/fetch-failure.js";
 
 const silent = createServer(() => {

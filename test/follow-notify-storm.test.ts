@@ -14,7 +14,7 @@ import { describe, expect, it } from "vitest";
 import { createMemoryQueue } from "../src/adapters/memory/index.js";
 import { createPostgresLogStore } from "../src/adapters/postgres/index.js";
 import { channelOf } from "../src/adapters/postgres/log-notify.js";
-import { createRunnerClient } from "../src/runner/client.js";
+import { createRunnerClient } from "../src/runner/client/runner-client.js";
 import { createRunnerService, startRunnerServer, type RunnerServer, type RunnerService } from "../src/runner/index.js";
 import { countingReads, drainLines } from "./fixtures/log-reads.js";
 import { listeningSessions } from "./fixtures/pg-listen.js";

@@ -11,7 +11,7 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readLegacyRecord } from "../src/adapters/fs/legacy-records.js";
 import { createFsStore } from "../src/adapters/fs/store.js";
-import { openStoreFormat, STORE_FORMAT, type FormatRecord } from "../src/depot/format.js";
+import { openStoreFormat, STORE_FORMAT, type FormatRecord } from "../src/depot/store/format.js";
 import type { PackageStore } from "../src/depot/ports.js";
 import { storeDigest, startDepot, tempDir } from "./fixtures/depot-helpers.js";
 

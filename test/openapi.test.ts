@@ -19,11 +19,11 @@ import ajvFormatsModule from "ajv-formats";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createFsStore } from "../src/adapters/fs/store.js";
 import { createS3BlobStore } from "../src/adapters/s3/index.js";
-import { composeStore } from "../src/depot/compose.js";
-import { bearerTokens } from "../src/depot/auth.js";
+import { composeStore } from "../src/depot/store/compose.js";
+import { bearerTokens } from "../src/depot/server/auth.js";
 import type { PackageStore } from "../src/depot/ports.js";
-import { createPackageRouter, type PackageRouterOptions } from "../src/depot/router.js";
-import { servePackageRouter, type PackageServer } from "../src/depot/serve.js";
+import { createPackageRouter, type PackageRouterOptions } from "../src/depot/server/router.js";
+import { servePackageRouter, type PackageServer } from "../src/depot/server/serve.js";
 import { startS3, type S3Fixture } from "./backends-fixtures.js";
 
 // ajv and ajv-formats are CommonJS: under NodeNext their default import is module.exports,

@@ -1,5 +1,5 @@
 /**
- * The server's listening sockets (src/runner/acceptors.ts): Node accepts one connection per
+ * The server's listening sockets (src/runner/server/acceptors.ts): Node accepts one connection per
  * listening socket per event-loop turn, so a busy server with one socket left a fleet's
  * connections in the kernel's accept queue (fleet bench: ~900 of 1,000 agents waiting, their
  * keep-alive giving up). These tests provoke it through real sockets: a backlog of connections
@@ -9,10 +9,10 @@
 import net from "node:net";
 import { randomUUID } from "node:crypto";
 import { describe, expect, it } from "vitest";
-import { listenAcceptors } from "../src/runner/acceptors.js";
+import { listenAcceptors } from "../src/runner/server/acceptors.js";
 import { createRunnerClient, createRunnerService, startRunnerServer } from "../src/runner/index.js";
 import { createMemoryQueue } from "../src/adapters/memory/index.js";
-import { mintJobToken } from "../src/runner/token.js";
+import { mintJobToken } from "../src/runner/protocol/token.js";
 import { until } from "./runner-service-helpers.js";
 
 const linux = process.platform === "linux";

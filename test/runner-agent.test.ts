@@ -12,13 +12,13 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createFsLogStore } from "../src/adapters/fs/index.js";
 import { createMemoryQueue, type MemoryQueue } from "../src/adapters/memory/index.js";
-import { runJob } from "../src/runner/agent.js";
-import { createRunnerClient, type RunnerClient, type RunnerClientOptions } from "../src/runner/client.js";
-import { createLogItemEncoder, utf8Length } from "../src/runner/encoder.js";
+import { runJob } from "../src/runner/agent/run-job.js";
+import { createRunnerClient, type RunnerClient, type RunnerClientOptions } from "../src/runner/client/runner-client.js";
+import { createLogItemEncoder, utf8Length } from "../src/runner/protocol/encoder.js";
 import type { JobLogStore, StoredLine } from "../src/runner/ports.js";
-import { createRunnerService, type RunnerService } from "../src/runner/service.js";
-import { startRunnerServer, type RunnerServer } from "../src/runner/server.js";
-import { mintJobToken } from "../src/runner/token.js";
+import { createRunnerService, type RunnerService } from "../src/runner/service/runner-service.js";
+import { startRunnerServer, type RunnerServer } from "../src/runner/server/start-server.js";
+import { mintJobToken } from "../src/runner/protocol/token.js";
 // @ts-expect-error plain-JS fixture without types
 import { isStderr, lineFor, TAIL } from "./fixtures/runner-lines.mjs";
 

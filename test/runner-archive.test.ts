@@ -17,10 +17,10 @@ import { createFsLogStore } from "../src/adapters/fs/index.js";
 import { createFsLogArchive } from "../src/adapters/fs/log-archive.js";
 import { createS3LogArchive } from "../src/adapters/s3/log-archive.js";
 import { createRunnerService, startRunnerServer } from "../src/runner/index.js";
-import { createRunnerClient } from "../src/runner/client.js";
-import { archiveKey, createArchivingLogStore, type ArchivingLogStore } from "../src/runner/log-archive.js";
+import { createRunnerClient } from "../src/runner/client/runner-client.js";
+import { archiveKey, createArchivingLogStore, type ArchivingLogStore } from "../src/runner/archive/archiving-store.js";
 import type { JobLogStore, LogArchiveStore, StoredLine } from "../src/runner/ports.js";
-import { READS_LINE_ENTRIES } from "../src/runner/received-line.js";
+import { READS_LINE_ENTRIES } from "../src/runner/protocol/received-line.js";
 import { collectAll, sampleJobResult, logEntry } from "../src/testing/helpers.js";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
@@ -100,7 +100,7 @@ describe("log archive: PostgreSQL log store → S3 (s3rver)", () => {
     const { wrapped: archive, stats } = counting(createS3LogArchive({ bucket: s3.bucket, prefix: "logs/", client: s3.client }));
     const live = createPostgresLogStore({ pool: db.pool, schema: db.schema });
     const logs = createArchivingLogStore(live, { archive });
-    // It hands entries through to this package's store, so it keeps that store's mark (received-line.ts).
+    // It hands entries through to this package's store, so it keeps that store's mark (runner/protocol/received-line.ts).
     expect((logs as { [READS_LINE_ENTRIES]?: boolean })[READS_LINE_ENTRIES]).toBe(true);
     const runner = createRunnerService(createMemoryQueue(), { logs });
     const server = await startRunnerServer(runner, { port: 0 });

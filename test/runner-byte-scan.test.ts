@@ -7,7 +7,7 @@
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import { describe, expect, it } from "vitest";
-import { isAsciiRange, isPlainJsonText, viewOf } from "../src/runner/byte-scan.js";
+import { isAsciiRange, isPlainJsonText, viewOf } from "../src/runner/protocol/byte-scan.js";
 
 /** The engine's gc(), exposed at run time (the test runner's workers start without --expose-gc). */
 function exposeGc(): () => void {

@@ -1,5 +1,5 @@
 /**
- * A line the gRPC fast path keeps as bytes (received-line.ts) keeps its request chunk alive
+ * A line the gRPC fast path keeps as bytes (runner/protocol/received-line.ts) keeps its request chunk alive
  * until it is stored, and a chunk is a view of the connection's whole socket read, which
  * may hold other streams' frames. Through a real HTTP/2 socket, a call's small lines share
  * reads with another stream's 15 KB frames: what the lines handed to the store pin stays
@@ -13,8 +13,8 @@ import { LogItemSchema, type LogItem } from "../src/gen/runner/v1/runner_pb.js";
 import { createMemoryLogStore, createMemoryQueue } from "../src/adapters/memory/index.js";
 import { createRunnerService, startRunnerServer } from "../src/runner/index.js";
 import type { JobLogStore } from "../src/runner/ports.js";
-import { ReceivedLine, readsLineEntries } from "../src/runner/received-line.js";
-import { EnvelopeSplitter } from "../src/runner/envelope-splitter.js";
+import { ReceivedLine, readsLineEntries } from "../src/runner/protocol/received-line.js";
+import { EnvelopeSplitter } from "../src/runner/protocol/envelope-splitter.js";
 import { end, line } from "./runner-service-helpers.js";
 
 const PATH = "/runner.v1.Runner/StreamLogs";

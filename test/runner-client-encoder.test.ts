@@ -7,9 +7,9 @@ import path from "node:path";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { LogItemSchema } from "../src/gen/runner/v1/runner_pb.js";
-import { createLogItemEncoder, FRAME_PREFIX_BYTES, utf8Length } from "../src/runner/encoder.js";
-import { createLineSplitter, splitUtf8 } from "../src/runner/line-splitter.js";
-import { createSpool } from "../src/runner/spool.js";
+import { createLogItemEncoder, FRAME_PREFIX_BYTES, utf8Length } from "../src/runner/protocol/encoder.js";
+import { createLineSplitter, splitUtf8 } from "../src/runner/agent/line-splitter.js";
+import { createSpool } from "../src/runner/client/spool.js";
 
 const ID = "0B6C6A3E-1F1E-4C1A-9B8E-2A2F3B4C5D6E".toLowerCase();
 
@@ -192,7 +192,7 @@ describe("spool", () => {
     // `append` was then a hash lookup. Checked in a child with the natives syntax on, two
     // spools used as a job uses them; the property loads must not be dictionary lookups.
     const script = [
-      `import { createSpool } from ${JSON.stringify(path.resolve("src/runner/spool.ts"))};`,
+      `import { createSpool } from ${JSON.stringify(path.resolve("src/runner/client/spool.ts"))};`,
       "const a = createSpool(), b = createSpool();",
       "for (const s of [a, b]) { s.append(3, (buf, pos) => pos + 3); s.drop(1); }",
       "console.log(JSON.stringify([%HasFastProperties(a), %HasFastProperties(b), %HaveSameMap(a, b)]));",

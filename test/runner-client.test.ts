@@ -14,11 +14,11 @@ import { createFsLogStore } from "../src/adapters/fs/index.js";
 import { createMemoryLogStore } from "../src/adapters/memory/log-store.js";
 import { createMemoryQueue, type MemoryQueue } from "../src/adapters/memory/index.js";
 import { isRunnerDepotError } from "../src/errors.js";
-import { createRunnerClient, type RunnerClientOptions } from "../src/runner/client.js";
+import { createRunnerClient, type RunnerClientOptions } from "../src/runner/client/runner-client.js";
 import type { JobLogStore, StoredLine } from "../src/runner/ports.js";
-import { createRunnerService, type RunnerService, type RunnerServiceOptions } from "../src/runner/service.js";
-import { startRunnerServer, type RunnerServer, type RunnerServerSettings } from "../src/runner/server.js";
-import { mintJobToken } from "../src/runner/token.js";
+import { createRunnerService, type RunnerService, type RunnerServiceOptions } from "../src/runner/service/runner-service.js";
+import { startRunnerServer, type RunnerServer, type RunnerServerSettings } from "../src/runner/server/start-server.js";
+import { mintJobToken } from "../src/runner/protocol/token.js";
 
 const SECRET = "client-test-secret";
 

@@ -10,7 +10,7 @@ import { describe, expect, it } from "vitest";
 import { createMemoryQueue } from "../src/adapters/memory/index.js";
 import { createPostgresLogStore } from "../src/adapters/postgres/index.js";
 import { createRunnerService, startRunnerServer } from "../src/runner/index.js";
-import { createRunnerClient } from "../src/runner/client.js";
+import { createRunnerClient } from "../src/runner/client/runner-client.js";
 import { channelOf } from "../src/adapters/postgres/log-notify.js";
 import { countingReads, drainLines } from "./fixtures/log-reads.js";
 import { listeningSessions } from "./fixtures/pg-listen.js";

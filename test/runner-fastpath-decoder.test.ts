@@ -6,8 +6,8 @@
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { LogItemSchema } from "../src/gen/runner/v1/runner_pb.js";
-import { decodeLogItem, decodeReceivedLine } from "../src/runner/decoder.js";
-import { toLogItem } from "../src/runner/received-line.js";
+import { decodeLogItem, decodeReceivedLine } from "../src/runner/protocol/decoder.js";
+import { toLogItem } from "../src/runner/protocol/received-line.js";
 
 const ID = "0b6c6f0e-9f8e-4c4b-a0c1-2f3e4d5c6b7a";
 

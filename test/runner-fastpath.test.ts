@@ -14,9 +14,9 @@ import { compressionGzip, createConnectTransport, createGrpcTransport, createGrp
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LogItemSchema, Runner, type LogItem } from "../src/gen/runner/v1/runner_pb.js";
 import { createRunnerHandler, createRunnerService, startRunnerServer, type RunnerServer, type RunnerService } from "../src/runner/index.js";
-import { createStreamLogsFastPath } from "../src/runner/grpc-fast-path.js";
-import { kMessageBytes, kShutdownSignal } from "../src/runner/service.js";
-import { createReadBudget } from "../src/runner/read-budget.js";
+import { createStreamLogsFastPath } from "../src/runner/server/fast-path.js";
+import { kMessageBytes, kShutdownSignal } from "../src/runner/service/runner-service.js";
+import { createReadBudget } from "../src/runner/server/read-budget.js";
 import { createMemoryLogStore, createMemoryQueue, type MemoryQueue } from "../src/adapters/memory/index.js";
 import { createFsLogStore } from "../src/adapters/fs/log-store.js";
 import { createPostgresLogStore } from "../src/adapters/postgres/index.js";

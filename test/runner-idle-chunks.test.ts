@@ -1,6 +1,6 @@
 /**
  * A call waiting for its next item holds none of the request chunks it read: the fast path
- * keeps a received line as bytes in its chunk (received-line.ts) until it is stored, so an
+ * keeps a received line as bytes in its chunk (runner/protocol/received-line.ts) until it is stored, so an
  * item the call still referenced while it waited (the reader's last batch, the first item
  * in the call's frame) pinned a whole read (up to 64 KiB) for as long as the stream stayed
  * open. Lines of ~48 KiB through real HTTP/2 sockets into the fs store (which keeps

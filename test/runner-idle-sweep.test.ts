@@ -1,5 +1,5 @@
 /**
- * The idle limit of StreamLogs calls runs on one timer per service (idle-sweep.ts), not one
+ * The idle limit of StreamLogs calls runs on one timer per service (runner/service/idle-sweep.ts), not one
  * per call: open calls add no timer, and every idle call is still ended DEADLINE_EXCEEDED
  * with its committed count. Calls through real HTTP/2 sockets, one connection each, as a
  * fleet's agents open them.

@@ -5,7 +5,7 @@ import { RunnerDepotError } from "../src/errors.js";
 import { createRunnerService } from "../src/runner/index.js";
 import { createMemoryQueue } from "../src/adapters/memory/index.js";
 import { createMemoryLogStore } from "../src/adapters/memory/log-store.js";
-import { decodeJobCursor } from "../src/runner/job-list.js";
+import { decodeJobCursor } from "../src/runner/service/job-list.js";
 import { end, line, send, startHarness, type Harness } from "./runner-service-helpers.js";
 
 describe("RunnerService.listJobs (fs log store, real gRPC)", () => {

@@ -6,7 +6,7 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { controlledStream, end, line, send, startHarness, storedTexts, until, type Harness } from "./runner-service-helpers.js";
-import { cutUtf8 } from "../src/runner/line-splitter.js";
+import { cutUtf8 } from "../src/runner/agent/line-splitter.js";
 import { connect, frame, openCall } from "./runner-raw-calls.js";
 
 describe("runner limits", () => {

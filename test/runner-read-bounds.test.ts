@@ -274,8 +274,8 @@ afterAll(() => {
 describe("runner read bounds: what connect's envelope reader is fed", () => {
   it("an envelope arriving one byte per read reaches connect as one chunk (its reader never re-sums a list of chunks), and the reader holds one buffer", async () => {
     const { EventEmitter } = await import("node:events");
-    const { ConnectBody, RequestReader } = await import("../src/runner/request-reader.js");
-    const { createReadBudget } = await import("../src/runner/read-budget.js");
+    const { ConnectBody, RequestReader } = await import("../src/runner/server/request-reader.js");
+    const { createReadBudget } = await import("../src/runner/server/read-budget.js");
     // A stand-in for the HTTP/2 request: the reader only listens to data/end/close and pauses/resumes.
     const req = Object.assign(new EventEmitter(), { pause() {}, resume() {}, stream: { session: {} } });
     const budget = createReadBudget();

@@ -12,11 +12,11 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { describe, expect, it } from "vitest";
 import { Runner } from "../src/gen/runner/v1/runner_pb.js";
 import { createRunnerService, startRunnerServer } from "../src/runner/index.js";
-import { createStreamLogsFastPath } from "../src/runner/grpc-fast-path.js";
-import { createReadBudget } from "../src/runner/read-budget.js";
-import { kMessageBytes, kShutdownSignal } from "../src/runner/service.js";
-import { CallValues } from "../src/runner/call-context.js";
-import { isLoopbackHost } from "../src/net.js";
+import { createStreamLogsFastPath } from "../src/runner/server/fast-path.js";
+import { createReadBudget } from "../src/runner/server/read-budget.js";
+import { kMessageBytes, kShutdownSignal } from "../src/runner/service/runner-service.js";
+import { CallValues } from "../src/runner/server/call-context.js";
+import { isLoopbackHost } from "../src/loopback.js";
 import { createMemoryLogStore, createMemoryQueue } from "../src/adapters/memory/index.js";
 import { controlledStream, end, line, send, startHarness, until, type Outcome } from "./runner-service-helpers.js";
 

@@ -1,5 +1,5 @@
 /**
- * The runner client's spool (src/runner/spool.ts) against a model, an array of frames: every
+ * The runner client's spool (src/runner/client/spool.ts) against a model, an array of frames: every
  * method (append, drop, truncate, slice, frames, has, start/end/bytes) after any sequence of
  * the others, and the slices already handed to a call never changing afterwards (they may be
  * in flight when the spool is truncated and appended to again). Session 9 made the spool a
@@ -9,7 +9,7 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { createSpool } from "../src/runner/spool.js";
+import { createSpool } from "../src/runner/client/spool.js";
 
 type Op =
   | { k: "append"; size: number }

@@ -1,6 +1,6 @@
 /**
  * The server-wide budget for entries queued for the store (limits.queuedBytes,
- * store-backlog.ts), through a real socket: many calls (each its own HTTP/2 connection)
+ * runner/service/store-backlog.ts), through a real socket: many calls (each its own HTTP/2 connection)
  * stream into a server whose store is held back, then slow. With the budget, what the
  * service holds unstored stays within the budget plus about one read chunk per call
  * (the readers pause; HTTP/2 flow control holds the agents back); nothing is lost and
@@ -16,7 +16,7 @@ import { Runner, type LogItem } from "../src/gen/runner/v1/runner_pb.js";
 import { createRunnerService, mintJobToken, startRunnerServer, type RunnerServiceOptions } from "../src/runner/index.js";
 import { createMemoryLogStore, createMemoryQueue } from "../src/adapters/memory/index.js";
 import type { JobLogStore } from "../src/runner/ports.js";
-import { backlogOf } from "../src/runner/store-backlog.js";
+import { backlogOf } from "../src/runner/service/store-backlog.js";
 import { end, line, send, until } from "./runner-service-helpers.js";
 import { connect, frame, openCall } from "./runner-raw-calls.js";
 

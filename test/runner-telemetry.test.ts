@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MeterProvider, type MetricData } from "@opentelemetry/sdk-metrics";
 import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from "@opentelemetry/sdk-trace";
 import { createFsLogStore } from "../src/adapters/fs/index.js";
-import { mintJobToken } from "../src/runner/token.js";
+import { mintJobToken } from "../src/runner/protocol/token.js";
 import type { JobLogStore } from "../src/runner/ports.js";
 import { controlledStream, end, line, send, startHarness, until, type Harness } from "./runner-service-helpers.js";
 import { captureLogs, MemoryReader, metricsOf } from "./fixtures/telemetry-reader.js";

@@ -1,5 +1,5 @@
 /**
- * The server-wide bound on widened HTTP/2 windows (flow-window.ts), through real sockets:
+ * The server-wide bound on widened HTTP/2 windows (runner/server/flow-window.ts), through real sockets:
  * a server whose store backlog budget (limits.queuedBytes) is 2 MiB widens at most two
  * connections at once, gives a slot back when a widened connection closes, and widens none
  * while the backlog is over its budget. What the server announced is read from the
@@ -11,8 +11,8 @@ import { describe, expect, it } from "vitest";
 import { createRunnerService, startRunnerServer } from "../src/runner/index.js";
 import { createMemoryLogStore, createMemoryQueue } from "../src/adapters/memory/index.js";
 import type { JobLogStore } from "../src/runner/ports.js";
-import { BUSY_CALL_BYTES, BUSY_WINDOW_BYTES } from "../src/runner/flow-window.js";
-import { backlogOf } from "../src/runner/store-backlog.js";
+import { BUSY_CALL_BYTES, BUSY_WINDOW_BYTES } from "../src/runner/server/flow-window.js";
+import { backlogOf } from "../src/runner/service/store-backlog.js";
 import { line, until } from "./runner-service-helpers.js";
 import { connect, frame, PATH } from "./runner-raw-calls.js";
 

@@ -27,7 +27,7 @@ import { randomUUID } from "node:crypto";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { Runner } from "../src/gen/runner/v1/runner_pb.js";
-import { mintJobToken } from "../src/runner/token.js";
+import { mintJobToken } from "../src/runner/protocol/token.js";
 import { controlledStream, line, send } from "./runner-service-helpers.js";
 
 const haveBackends = needs("postgres", "rabbitmq");

@@ -3,11 +3,11 @@ import { readFile } from "node:fs/promises";
 // The agent's modules one by one, not the runner barrel: the barrel's service, server and
 // telemetry modules run code when loaded, so importing it cost the agent 1.7–3.6 s of
 // start-up on a loaded 2-core machine before its credentials check could even begin.
-import { runJob } from "../runner/agent.js";
-import { createRunnerClient } from "../runner/client.js";
-import { DEFAULT_JOB_CONFIG_PATH, readJobConfig, type JobConfig } from "../runner/job-config.js";
-import { checkJobCredentials } from "../runner/credentials-probe.js";
-import { isRequestId } from "../runner/uuid.js";
+import { runJob } from "../runner/agent/run-job.js";
+import { createRunnerClient } from "../runner/client/runner-client.js";
+import { DEFAULT_JOB_CONFIG_PATH, readJobConfig, type JobConfig } from "../runner/agent/job-config.js";
+import { checkJobCredentials } from "../runner/client/credentials-probe.js";
+import { isRequestId } from "../runner/protocol/request-id.js";
 import { CliError, requireString, type Command } from "./args.js";
 
 const usage = `Usage: runner-depot agent [options] [-- <command> [args…]]

@@ -16,7 +16,7 @@ export interface CancelJobResponse {
 
 /**
  * `GET /-/jobs?status=open,finished&limit=20&cursor=…` → {@link JobPage}.
- * O(log jobs + page) in the stores' ordered index (job-list.ts).
+ * O(log jobs + page) in the stores' ordered index (runner/service/job-list.ts).
  */
 export async function listJobsRoute(runner: RunnerService, url: URL): Promise<Response> {
   const status = url.searchParams.get("status");

@@ -6,8 +6,8 @@
 import { stat } from "node:fs/promises";
 import path from "node:path";
 import { isRunnerDepotError } from "../errors.js";
-import { isPackageName, parseRange, parseVersion } from "../depot/names.js";
-import { parsePackageSpec } from "../depot/resolve.js";
+import { isPackageName, parseRange, parseVersion } from "../depot/package/names.js";
+import { parsePackageSpec } from "../depot/install/resolve.js";
 import { CliError } from "./args.js";
 
 /** A dependency as `publish` sends it. */

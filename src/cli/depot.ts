@@ -2,7 +2,7 @@
 import path from "node:path";
 import { lstat } from "node:fs/promises";
 import { createDepotClient, type PublishItem, type PublishProgress } from "../depot/index.js";
-import { collectDirectory } from "../depot/client.js";
+import { collectDirectory } from "../depot/client/depot-client.js";
 import { isRunnerDepotError } from "../errors.js";
 import { CliError, serverTarget, type Command } from "./args.js";
 import { cliFetch } from "./http.js";

@@ -2,7 +2,7 @@
 import { existsSync } from "node:fs";
 import path from "node:path";
 import { createFsStore } from "../adapters/fs/index.js";
-import { openStoreFormat, STORE_FORMAT, upgradeStore } from "../depot/format.js";
+import { openStoreFormat, STORE_FORMAT, upgradeStore } from "../depot/store/format.js";
 import { RunnerDepotError } from "../errors.js";
 import { CliError, type Command } from "./args.js";
 

@@ -11,7 +11,7 @@ import { createPackageRouter, bearerTokens, servePackageRouter, composeStore } f
 import type { PackageStore } from "../depot/ports.js";
 import { createRunnerService, startRunnerServer } from "../runner/index.js";
 import type { JobLogStore, JobResult, JobResultQueue } from "../runner/ports.js";
-import { isLoopbackHost } from "../net.js";
+import { isLoopbackHost } from "../loopback.js";
 import { CliError, DEFAULT_DATA_DIR, importAdapter, portOption, type Command, type ServeState } from "./args.js";
 import { createControlApi } from "./control.js";
 import { lockDataDir } from "./serve-lock.js";

@@ -5,7 +5,7 @@
  */
 import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import { RunnerDepotError } from "../errors.js";
-import type { RunnerService } from "../runner/service.js";
+import type { RunnerService } from "../runner/service/runner-service.js";
 import { CONSOLE_CSS } from "./client/styles.js";
 import { CONSOLE_JS } from "./client/script.js";
 import { json, problem, SECURITY_HEADERS } from "./http.js";

@@ -8,10 +8,10 @@
  * so a reconnect costs what it missed, never the whole log.
  */
 import { RunnerDepotError } from "../errors.js";
-import { summarizeJob } from "../runner/job-list.js";
-import type { RunnerService } from "../runner/service.js";
+import { summarizeJob } from "../runner/service/job-list.js";
+import type { RunnerService } from "../runner/service/runner-service.js";
 import type { JobStatus, StoredLine } from "../runner/ports.js";
-import { normalizeRequestId } from "../runner/uuid.js";
+import { normalizeRequestId } from "../runner/protocol/request-id.js";
 import { intParam, json, SECURITY_HEADERS } from "./http.js";
 
 /** Bit flags of a line on the wire: [text, flags]. */

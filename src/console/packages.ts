@@ -9,8 +9,8 @@
 import { Readable } from "node:stream";
 import tar from "tar-stream";
 import { RunnerDepotError } from "../errors.js";
-import { parsePackageName, parsePackageRef } from "../depot/names.js";
-import type { PackageManifest } from "../depot/archive.js";
+import { parsePackageName, parsePackageRef } from "../depot/package/names.js";
+import type { PackageManifest } from "../depot/package/archive.js";
 import { intParam, json } from "./http.js";
 
 /** What the console needs of a depot: the router's fetch. */

@@ -116,12 +116,12 @@ export interface WriteCondition {
    * without this one. Stores whose writes are durable when visible (PostgreSQL, memory) do
    * not call it; callers then go on at the promise's resolution. The depot uses it to start
    * the next append of its change sequence without waiting for the previous one's flush
-   * (changes.ts).
+   * (depot/catalog/changes.ts).
    */
   onVisible?: (applied: boolean) => void;
   /**
    * The caller calls {@link RecordStore.syncRecords} before it relies on this write
-   * surviving a machine crash (before it answers a request: ordered-writes.ts). Set only on
+   * surviving a machine crash (before it answers a request: depot/transactions/ordered-writes.ts). Set only on
    * a store offering syncRecords, which may then commit the write without a flush of its
    * own and resolve once its outcome is visible (the fs store commits it as a lazy write).
    * Stores without syncRecords ignore it (their writes are durable when they resolve).

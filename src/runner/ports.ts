@@ -54,7 +54,7 @@ export interface StoredLine {
  * always advances the count by one, whatever it stores: its line (possibly cut), a
  * marker after it, or nothing at all once the job's log is capped. A store may serialise
  * or clone its entries. (This package's own stores are marked `READS_LINE_ENTRIES`,
- * received-line.ts: they are handed a line the gRPC fast path stores whole as its own
+ * runner/protocol/received-line.ts: they are handed a line the gRPC fast path stores whole as its own
  * entry, with no entry object or array per line.)
  */
 export interface LogEntry {

@@ -1,5 +1,5 @@
 /**
- * Property tests of the archive assembler (src/depot/archive.ts, tar-header.ts) against
+ * Property tests of the archive assembler (src/depot/package/archive.ts, depot/package/tar-header.ts) against
  * tar-stream, the writer every published digest came from: for random manifests (long
  * paths that need the ustar prefix or PAX, Unicode, links with long or Unicode targets,
  * directories, empty files, licences) the assembled bytes equal tar-stream's pack byte
@@ -11,8 +11,8 @@ import { dirname, join } from "node:path";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { createMemoryStore } from "../../src/adapters/memory/index.js";
-import { archiveLayout, commitArchive, readArchive, type ManifestItem, type PackageManifest } from "../../src/depot/archive.js";
-import { encodeTarHeader, type TarHeaderFields } from "../../src/depot/tar-header.js";
+import { archiveLayout, commitArchive, readArchive, type ManifestItem, type PackageManifest } from "../../src/depot/package/archive.js";
+import { encodeTarHeader, type TarHeaderFields } from "../../src/depot/package/tar-header.js";
 import { referenceArchive } from "../archive-reference.js";
 import { fuzzParams } from "./settings.js";
 

@@ -15,7 +15,7 @@ import path from "node:path";
 import fc from "fast-check";
 import tar from "tar-stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { extractPackage, type ManifestItem } from "../../src/depot/extract.js";
+import { extractPackage, type ManifestItem } from "../../src/depot/install/extract.js";
 import { RunnerDepotError } from "../../src/errors.js";
 import { fuzzParams, fuzzTimeout } from "./settings.js";
 

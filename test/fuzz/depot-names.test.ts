@@ -13,10 +13,10 @@ import path from "node:path";
 import fc from "fast-check";
 import semver from "semver";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseHttpDigest } from "../../src/depot/digest.js";
-import { belowOf, resolveLink, treeOf } from "../../src/depot/links.js";
-import { decodeSegment, parsePackageName, parsePackageRef, parseRange, parseVersion } from "../../src/depot/names.js";
-import { CONTROL_RE, MAX_PATH_BYTES, parseItemPath, parseLinkTarget } from "../../src/depot/paths.js";
+import { parseHttpDigest } from "../../src/depot/package/digest.js";
+import { belowOf, resolveLink, treeOf } from "../../src/depot/package/links.js";
+import { decodeSegment, parsePackageName, parsePackageRef, parseRange, parseVersion } from "../../src/depot/package/names.js";
+import { CONTROL_RE, MAX_PATH_BYTES, parseItemPath, parseLinkTarget } from "../../src/depot/package/paths.js";
 import { RunnerDepotError } from "../../src/errors.js";
 import { fuzzParams, fuzzTimeout } from "./settings.js";
 

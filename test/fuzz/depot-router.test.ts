@@ -10,8 +10,8 @@
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createMemoryStore } from "../../src/adapters/memory/store.js";
-import { bearerTokens } from "../../src/depot/auth.js";
-import { createPackageRouter, type PackageRouter } from "../../src/depot/router.js";
+import { bearerTokens } from "../../src/depot/server/auth.js";
+import { createPackageRouter, type PackageRouter } from "../../src/depot/server/router.js";
 import { authArb, DOCUMENTED_CODES as DOCUMENTED, headerNameArb as headerName, headerValueArb as headerValue, queryArb, seedDepot, pathArb, TOKEN } from "./depot-router-inputs.js";
 import { fuzzParams, fuzzTimeout } from "./settings.js";
 

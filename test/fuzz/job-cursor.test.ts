@@ -2,7 +2,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { RunnerDepotError } from "../../src/errors.js";
-import { decodeJobCursor, encodeJobCursor } from "../../src/runner/job-list.js";
+import { decodeJobCursor, encodeJobCursor } from "../../src/runner/service/job-list.js";
 import { fuzzParams } from "./settings.js";
 
 describe("fuzz: job cursor", () => {

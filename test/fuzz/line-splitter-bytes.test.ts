@@ -7,7 +7,7 @@
 import { isUtf8 } from "node:buffer";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { createLineSplitter, splitUtf8 } from "../../src/runner/line-splitter.js";
+import { createLineSplitter, splitUtf8 } from "../../src/runner/agent/line-splitter.js";
 import { fuzzParams, fuzzTimeout } from "./settings.js";
 
 // Pieces that make lines: ASCII, newlines, valid multi-byte characters, and bytes that are

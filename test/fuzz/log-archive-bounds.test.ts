@@ -18,8 +18,8 @@ import {
   MAX_CHUNK_BYTES,
   MAX_CHUNK_LINES,
   tailBytes,
-} from "../../src/runner/log-archive-format.js";
-import { ArchiveWriter } from "../../src/runner/log-archive-format.js";
+} from "../../src/runner/archive/format.js";
+import { ArchiveWriter } from "../../src/runner/archive/format.js";
 import { fuzzParams } from "./settings.js";
 
 function expectCorrupt(error: unknown) {

@@ -7,7 +7,7 @@ import { gzipSync } from "node:zlib";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { RunnerDepotError } from "../../src/errors.js";
-import { ArchiveWriter, chunkOf, decodeChunk, decodeIndex, decodeRecords, decodeTrailer, tailBytes, TRAILER_BYTES } from "../../src/runner/log-archive-format.js";
+import { ArchiveWriter, chunkOf, decodeChunk, decodeIndex, decodeRecords, decodeTrailer, tailBytes, TRAILER_BYTES } from "../../src/runner/archive/format.js";
 import { decodeLogEvent, encodeLogEvent } from "../../src/adapters/postgres/log-notify.js";
 import type { StoredLine } from "../../src/runner/ports.js";
 import { fuzzParams } from "./settings.js";

@@ -10,9 +10,9 @@ import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { LogItemSchema, type LogItem } from "../../src/gen/runner/v1/runner_pb.js";
-import { decodeLogItem, decodeReceivedLine } from "../../src/runner/decoder.js";
-import { toLogItem } from "../../src/runner/received-line.js";
-import { ENVELOPE_PREFIX, EnvelopeSplitter, EnvelopeTooLarge } from "../../src/runner/envelope-splitter.js";
+import { decodeLogItem, decodeReceivedLine } from "../../src/runner/protocol/decoder.js";
+import { toLogItem } from "../../src/runner/protocol/received-line.js";
+import { ENVELOPE_PREFIX, EnvelopeSplitter, EnvelopeTooLarge } from "../../src/runner/protocol/envelope-splitter.js";
 import { fuzzParams, fuzzTimeout } from "./settings.js";
 
 const text = fc.oneof(fc.string({ unit: "binary", maxLength: 40 }), fc.string({ unit: "grapheme-ascii", maxLength: 60 }), fc.constant(""), fc.constant("\ufeffbom"));

@@ -14,7 +14,7 @@ import { open, readdir, rm, type FileHandle } from "node:fs/promises";
 import { join } from "node:path";
 import type { BlobInfo, BlobReader, ByteRange, PackageStore, PutBlobOptions } from "../../depot/ports.js";
 import { RunnerDepotError } from "../../errors.js";
-import type { FsStoreContext } from "./context.js";
+import type { FsStoreContext } from "./store-context.js";
 import type { DurableWrites } from "./durable.js";
 import { writeBody } from "./blob-writer.js";
 import { openIfExists } from "./files.js";

@@ -14,7 +14,7 @@
 import { constants as fsConstants, mkdirSync } from "node:fs";
 import { mkdir, open, type FileHandle } from "node:fs/promises";
 import { dirname, resolve } from "node:path";
-import type { FsStoreContext } from "./context.js";
+import type { FsStoreContext } from "./store-context.js";
 
 /** Directory handles kept open for fsyncs (see `syncDirNow`). */
 const DIR_HANDLES = 64;

@@ -5,8 +5,8 @@
  */
 import { RunnerDepotError } from "../../errors.js";
 import type { StoredLine } from "../../runner/ports.js";
-import { isPlainJsonText } from "../../runner/byte-scan.js";
-import { ReceivedLine } from "../../runner/received-line.js";
+import { isPlainJsonText } from "../../runner/protocol/byte-scan.js";
+import { ReceivedLine } from "../../runner/protocol/received-line.js";
 
 const FLAGS: Record<string, { stderr: boolean; marker: boolean }> = {
   o: { stderr: false, marker: false },

@@ -29,11 +29,11 @@ import { mkdir, readdir, readFile, rm, truncate } from "node:fs/promises";
 import { promisify } from "node:util";
 import { join, resolve } from "node:path";
 import { RunnerDepotError } from "../../errors.js";
-import { applyAppend, applyArchived, applyFinish, applyOpen, cloneJobState, isArchivable, isPrunable, newEntries, newJobState } from "../../runner/job-state.js";
-import { JobListIndex } from "../../runner/job-list.js";
+import { applyAppend, applyArchived, applyFinish, applyOpen, cloneJobState, isArchivable, isPrunable, newEntries, newJobState } from "../../runner/service/job-state.js";
+import { JobListIndex } from "../../runner/service/job-list.js";
 import type { JobLogStore, JobState } from "../../runner/ports.js";
-import { normalizeRequestId } from "../../runner/uuid.js";
-import { readsLineEntries } from "../../runner/received-line.js";
+import { normalizeRequestId } from "../../runner/protocol/request-id.js";
+import { readsLineEntries } from "../../runner/protocol/received-line.js";
 import { createDirectorySync } from "./durable.js";
 import { unlinkQuietly } from "./files.js";
 import { OpenLogs, type LogHandle } from "./log-descriptors.js";
@@ -272,7 +272,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
     return true;
   }
 
-  // Reads entries by their fields only: handed received lines as entries (received-line.ts).
+  // Reads entries by their fields only: handed received lines as entries (runner/protocol/received-line.ts).
   return readsLineEntries({
     async open(requestId, opts = {}) {
       return withJob(

@@ -30,7 +30,7 @@ import { join } from "node:path";
 import type { PackageStore } from "../../depot/ports.js";
 import { RunnerDepotError } from "../../errors.js";
 import { createFsBlobs } from "./blobs.js";
-import type { FsStoreContext } from "./context.js";
+import type { FsStoreContext } from "./store-context.js";
 import { createDurableWrites } from "./durable.js";
 import { openRecordDb, type RecordDb } from "./record-db.js";
 import { importLegacyRecords } from "./record-import.js";

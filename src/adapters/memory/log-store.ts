@@ -1,9 +1,9 @@
 /** In-memory JobLogStore: the default store of createRunnerService, for tests and embedding. */
 import { RunnerDepotError } from "../../errors.js";
-import { applyAppend, applyArchived, applyFinish, applyOpen, cloneJobState, isArchivable, isPrunable, newEntries, newJobState } from "../../runner/job-state.js";
-import { JobListIndex } from "../../runner/job-list.js";
+import { applyAppend, applyArchived, applyFinish, applyOpen, cloneJobState, isArchivable, isPrunable, newEntries, newJobState } from "../../runner/service/job-state.js";
+import { JobListIndex } from "../../runner/service/job-list.js";
 import type { JobLogStore, JobState, StoredLine } from "../../runner/ports.js";
-import { ReceivedLine, readsLineEntries } from "../../runner/received-line.js";
+import { ReceivedLine, readsLineEntries } from "../../runner/protocol/received-line.js";
 
 /**
  * A job and its lines, kept as bytes: the lines' UTF-8 back to back in blocks, and per
@@ -121,7 +121,7 @@ export function createMemoryLogStore(): JobLogStore {
     if (closed) throw new RunnerDepotError("UNAVAILABLE", "log store is closed");
   }
 
-  // Reads entries by their fields only: handed received lines as entries (received-line.ts).
+  // Reads entries by their fields only: handed received lines as entries (runner/protocol/received-line.ts).
   return readsLineEntries({
     async open(requestId, options = {}) {
       live();

@@ -22,6 +22,6 @@ export { createPostgresRecords } from "./records.js";
 export type { PostgresRecordsOptions } from "./records.js";
 export { createPostgresLogStore } from "./log-store.js";
 export type { PostgresLogStoreOptions } from "./log-store.js";
-export type { PostgresLogExtrasOptions } from "./log-store-extras.js";
+export type { PostgresLogExtrasOptions } from "./log-store-notify-archive.js";
 export { migrate } from "./schema.js";
 export type { PostgresOptions } from "./schema.js";

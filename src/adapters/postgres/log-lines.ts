@@ -15,7 +15,7 @@
  * go as a hex-escaped text literal (twice the bytes, a regex pass per line).
  */
 import type { RawLinePage, StoredLine } from "../../runner/ports.js";
-import { ReceivedLine } from "../../runner/received-line.js";
+import { ReceivedLine } from "../../runner/protocol/received-line.js";
 
 /** Most lines in one chunk row. */
 export const CHUNK_LINES = 4096;

@@ -4,7 +4,7 @@
  * turn for every job that changed in it) on its own connection, which also `LISTEN`s
  * for all of the replica's followers: one connection per replica, none per follower. A notification carries no lines, only where the
  * job stands, so followers read the lines themselves (once per replica, see
- * src/runner/log-fanout.ts) and a lost notification costs latency, never data. The
+ * src/runner/service/fanout.ts) and a lost notification costs latency, never data. The
  * connection, its LISTEN and its reconnects are listen-connection.ts, shared with the records store.
  */
 import type { Client } from "pg";

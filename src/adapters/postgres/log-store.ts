@@ -14,16 +14,16 @@
  */
 import type { PoolClient } from "pg";
 import { RunnerDepotError } from "../../errors.js";
-import { applyAppend, applyFinish, applyOpen, cloneJobState, newEntries, newJobState } from "../../runner/job-state.js";
-import { createdAtOf } from "../../runner/job-list.js";
+import { applyAppend, applyFinish, applyOpen, cloneJobState, newEntries, newJobState } from "../../runner/service/job-state.js";
+import { createdAtOf } from "../../runner/service/job-list.js";
 import type { JobInfo, JobListQuery, JobLogStore, JobResult, JobState, LogEntry, StoredLine } from "../../runner/ports.js";
 import { createGroupRunner } from "./log-group.js";
 import { chunksFrom, decodeRows, encodeGroup, rawRows, encodeLines, intArray, MAX_STATEMENT_CHARS, statementCuts } from "./log-lines.js";
 import type { ChunkRow } from "./log-lines.js";
 import { inTransaction, openPostgres, unavailable } from "./schema.js";
 import type { PostgresOptions } from "./schema.js";
-import { withPostgresLogExtras, type PostgresLogExtrasOptions } from "./log-store-extras.js";
-import { readsLineEntries } from "../../runner/received-line.js";
+import { withPostgresLogExtras, type PostgresLogExtrasOptions } from "./log-store-notify-archive.js";
+import { readsLineEntries } from "../../runner/protocol/received-line.js";
 
 /**
  * The `last_seen_at` column moves only in steps of this much: it is indexed (the lost-job
@@ -291,8 +291,8 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
     );
   }
 
-  // NOTIFY, watch and the archive steps live in log-store-extras.ts.
-  // Reads entries by their fields only: handed received lines as entries (received-line.ts).
+  // NOTIFY, watch and the archive steps live in adapters/postgres/log-store-notify-archive.ts.
+  // Reads entries by their fields only: handed received lines as entries (runner/protocol/received-line.ts).
   return readsLineEntries(withPostgresLogExtras(db, options.schema ?? "runner_depot", {
     async open(requestId: string, openOptions: { expect?: boolean; info?: JobInfo; now?: Date } = {}) {
       const now = openOptions.now ?? new Date();

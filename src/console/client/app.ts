@@ -10,7 +10,7 @@
  */
 import type { AnsiRun } from "./ansi.js";
 // Types only: erased from the function text script.ts ships.
-import type { JobSummary as RunnerJobSummary } from "../../runner/job-list.js";
+import type { JobSummary as RunnerJobSummary } from "../../runner/service/job-list.js";
 
 type Wire = [string, number];
 

@@ -1,0 +1,80 @@
+/**
+ * The depot's HTTP client: the installer API (catalog with ETag caching, versions,
+ * depends, resumable verified downloads, deltas) and the packager API (transactional
+ * publish that sends a file's bytes only when the depot does not hold them yet).
+ * Web-standard `fetch` only, so any `fetch` (a proxy, a test double, undici with a
+ * dispatcher) can be passed in.
+ *
+ * This file assembles the client; each part lives in a file of its own: the connection
+ * (depot/client/connection.ts), the catalog (depot/client/catalog.ts), downloads (depot/client/download.ts),
+ * publishing (depot/client/publish.ts) and the types (client-types.ts).
+ */
+import { Readable } from "node:stream";
+import { errorFromResponse } from "./http.js";
+import { createCatalogReader } from "./catalog.js";
+import { createDepotConnection, seg, specPath, versionPart } from "./connection.js";
+import { downloadArchive } from "./download.js";
+import { publishVersion } from "./publish.js";
+import type { DependInfo, DepotClient, DepotClientOptions, VersionInfo } from "./types.js";
+import { readPackageManifest } from "../install/extract.js";
+import { installPackage } from "../install/installer.js";
+
+export type * from "./types.js";
+export { collectDirectory } from "./collect-directory.js";
+
+/**
+ * Creates a depot client.
+ *
+ * @example
+ * const depot = createDepotClient({ baseUrl: "http://127.0.0.1:8080", token });
+ * await depot.publish({ name: "tool", version: "1.0.0", dir: "./build", requires: { libc: "^2" } });
+ * await depot.install("tool@^1", "/opt/pkgs");
+ */
+export function createDepotClient(options: DepotClientOptions): DepotClient {
+  const connection = createDepotConnection(options);
+  const { call, json } = connection;
+
+  const client: DepotClient = {
+    baseUrl: connection.base,
+
+    catalog: createCatalogReader(connection),
+
+    versions(name) {
+      return json<VersionInfo>("GET", `version/${seg(versionPart(name).name)}`);
+    },
+
+    depends(spec) {
+      const { name, version } = versionPart(spec);
+      return json<DependInfo>("GET", `depend/${specPath(name, version)}`);
+    },
+
+    async manifest(spec) {
+      const { name, version } = versionPart(spec);
+      const relative = `data/${specPath(name, version)}`;
+      // The manifest is the archive's first entry: its head is usually enough.
+      const head = await call("GET", relative, { headers: { range: "bytes=0-65535" } });
+      if (!head.ok) throw await errorFromResponse(head, `GET /${relative}`);
+      try {
+        return await readPackageManifest(Readable.fromWeb(head.body as never));
+      } catch (error) {
+        if (head.status !== 206) throw error;
+      }
+      const whole = await call("GET", relative);
+      if (!whole.ok) throw await errorFromResponse(whole, `GET /${relative}`);
+      return readPackageManifest(Readable.fromWeb(whole.body as never));
+    },
+
+    download(spec, opts = {}) {
+      return downloadArchive(connection, spec, opts);
+    },
+
+    publish(p) {
+      return publishVersion(connection, p);
+    },
+
+    install(spec, targetDir, installOptions) {
+      return installPackage(client, spec, targetDir, installOptions);
+    },
+  };
+  return client;
+}

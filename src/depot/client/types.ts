@@ -1,0 +1,174 @@
+/**
+ * The depot client's public types: its options, what each call answers, and the
+ * {@link DepotClient} interface itself. Kept apart from the code so the installer can
+ * name the client it drives without importing the client (no import cycle).
+ */
+import type { Writable } from "node:stream";
+import type { PackageManifest } from "../install/extract.js";
+import type { InstallOptions, InstallResult } from "../install/types.js";
+import type { Requirement } from "../install/resolve.js";
+
+/** Options of {@link createDepotClient}. */
+export interface DepotClientOptions {
+  /** The depot's base URL, e.g. `http://127.0.0.1:8080` or `https://depot.example/api`. */
+  baseUrl: string | URL;
+  /** A bearer token sent on every request. */
+  token?: string;
+  /** The `fetch` to use (default: the global one). */
+  fetch?: typeof fetch;
+  /** How many times a broken download is resumed without progress, or a commit answered 409 CONFLICT ("retry") is sent again, before giving up. Default 5. */
+  retries?: number;
+  /** First retry delay in ms, doubled per retry up to 2 s. Default 100. */
+  retryDelayMs?: number;
+}
+
+/** `GET /catalog`, every page merged. */
+export interface Catalog {
+  packages: Record<string, { latest: string; versions: string[]; updatedAt: string }>;
+  count: number;
+  /** The change-sequence position the catalog is current to (absent from a depot older than 0.2). */
+  position?: number;
+  updatedAt: string | null;
+}
+
+/** One version in `GET /version/<name>`. */
+export interface VersionEntry {
+  version: string;
+  publishedAt: string;
+  digest: string;
+  size: number;
+  itemCount: number;
+  attributes: Record<string, unknown>;
+}
+
+/** `GET /version/<name>`. */
+export interface VersionInfo {
+  name: string;
+  latest: string;
+  versions: VersionEntry[];
+}
+
+/** `GET /depend/<name>[@<version>]`. */
+export interface DependInfo {
+  name: string;
+  version: string;
+  requires: Requirement[];
+}
+
+/** A download's progress: bytes received of the whole archive (`total` when known). */
+export interface DownloadProgress {
+  received: number;
+  total?: number;
+  /** Resumptions so far (after broken transfers). */
+  resumes: number;
+}
+
+/** Options of {@link DepotClient.download}. */
+export interface DownloadOptions {
+  /** Fetch the delta from this installed version instead of the whole package. */
+  from?: string;
+  /**
+   * A file path (written to `<path>.part`, renamed when the digest checks out, removed
+   * otherwise), or a writable stream. Default: a new file under `os.tmpdir()`.
+   */
+  to?: string | Writable | WritableStream<Uint8Array>;
+  onProgress?: (progress: DownloadProgress) => void;
+  signal?: AbortSignal;
+  /**
+   * The archive's size as announced elsewhere (the `size` of `GET /version`): nothing
+   * past it is written, and a longer body is refused (DIGEST_MISMATCH). Whatever is
+   * given, a body is never read past its `Content-Length` or `Content-Range`.
+   */
+  expectedSize?: number;
+  /** Refuse (TOO_LARGE) a body longer than this many bytes, written up to it at most (a delta, whose size nothing announces). */
+  maxBytes?: number;
+}
+
+/** What a finished, verified download was. */
+export interface DownloadResult {
+  /** The final (immutable, after redirects) URL. */
+  url: string;
+  /** `sha256:<hex>` of the whole archive, checked against the server's Repr-Digest. */
+  digest: string;
+  size: number;
+  etag: string | null;
+  /** How many times the transfer was resumed with a Range request. */
+  resumes: number;
+  /** The file written, when `to` was a path or absent. */
+  path?: string;
+}
+
+/** A file, directory or link to publish. */
+export type PublishItem =
+  | { type: "file"; path: string; mode?: number; /** read from this file on disk */ file?: string; /** or these bytes */ content?: Uint8Array | string }
+  | { type: "dir"; path: string; mode?: number }
+  | { type: "link"; path: string; target: string };
+
+/** Publish progress: after every item and as file bytes go out. */
+export interface PublishProgress {
+  item: number;
+  items: number;
+  path?: string;
+  bytesSent: number;
+  byReference: number;
+}
+
+/** Options of {@link DepotClient.publish}. */
+export interface PublishOptions {
+  name: string;
+  version: string;
+  /** Publish this directory's contents (files, directories, relative links, with modes). */
+  dir?: string;
+  /** Or these items. */
+  items?: PublishItem[];
+  /** `name` → SemVer range. */
+  requires?: Record<string, string> | Requirement[];
+  attributes?: Record<string, string>;
+  license?: { name: string; text: string };
+  /**
+   * Offer each file by reference first (empty body + Content-Digest) and upload only on
+   * 409 DIGEST_UNKNOWN. Default true; false uploads every file.
+   */
+  byReference?: boolean;
+  onProgress?: (progress: PublishProgress) => void;
+  /** Additions in flight at once. Default 4. */
+  concurrency?: number;
+}
+
+/** What a publish did. */
+export interface PublishResult {
+  url: string;
+  name: string;
+  version: string;
+  digest: string;
+  transaction: string;
+  /** File bytes sent in request bodies. */
+  bytesSent: number;
+  /** Files the depot took by reference (no bytes sent). */
+  byReference: number;
+  /** Files uploaded. */
+  uploaded: number;
+}
+
+/** The depot client. */
+export interface DepotClient {
+  readonly baseUrl: string;
+  /**
+   * `GET /catalog`, every page (following `Link: rel="next"`). Once it has a catalog it asks
+   * only `?since=` its position, sending the last ETag: a 304 answers the cached catalog,
+   * otherwise the changed packages are merged in, so staying current costs O(changes).
+   */
+  catalog(): Promise<Catalog>;
+  /** `GET /version/<name>`. */
+  versions(name: string): Promise<VersionInfo>;
+  /** `GET /depend/<spec>` (`name` or `name@version`). */
+  depends(spec: string): Promise<DependInfo>;
+  /** Streams `/data/<spec>` (or a delta) to a file or stream, verifying and resuming. */
+  download(spec: string, options?: DownloadOptions): Promise<DownloadResult>;
+  /** The manifest of `/data/<spec>`, read from the archive's head with a Range request. */
+  manifest(spec: string): Promise<PackageManifest>;
+  /** Publishes a version through a transaction; abandons it on any failure. */
+  publish(options: PublishOptions): Promise<PublishResult>;
+  /** Resolves, downloads, verifies and installs `spec` and its dependencies under `targetDir`. */
+  install(spec: string, targetDir: string, options?: InstallOptions): Promise<InstallResult>;
+}

@@ -1,0 +1,104 @@
+/**
+ * Bounds on a node:http server's connections (issue 9 depot item 1): without them a
+ * thousand idle TCP connections exhaust the file descriptors and every client is refused.
+ * Every phase of a connection gets a deadline, and the number of connections a cap:
+ * - headers: the request line and headers must arrive within `headersTimeoutMs` of the
+ *   connection (or of the previous response); Node answers 408 and closes;
+ * - idle keep-alive: a connection with no request for `keepAliveTimeoutMs` is closed;
+ * - the body and the response are bounded by the node handler (`bodyIdleMs`, `sendIdleMs`);
+ * - connections over `maxConnections` get one `503 TOO_MANY_CONNECTIONS` (problem+json,
+ *   `Retry-After: 1`) and are closed, before anything is read from them.
+ * There is no whole-request deadline (`requestTimeout: 0`): a slow but moving 2 GiB upload
+ * completes.
+ */
+import type { IncomingMessage, Server } from "node:http";
+import type { Socket } from "node:net";
+import { RunnerDepotError } from "../../errors.js";
+
+/** Connection bounds; each has a default that suits a depot on the open internet. */
+export interface ConnectionLimits {
+  /** The request line and headers must arrive within this, ms (default 30,000). */
+  headersTimeoutMs?: number;
+  /** An idle keep-alive connection is closed after this, ms (default 5,000). */
+  keepAliveTimeoutMs?: number;
+  /** Open connections at most; more are refused with 503 (default 2,000; keep it below the process's file-descriptor limit). */
+  maxConnections?: number;
+}
+
+/** The defaults of {@link ConnectionLimits}. */
+export const DEFAULT_CONNECTION_LIMITS: Required<ConnectionLimits> = {
+  headersTimeoutMs: 30_000,
+  keepAliveTimeoutMs: 5_000,
+  maxConnections: 2_000,
+};
+
+const refused = new WeakSet<Socket>();
+
+/** True when the server refused this connection over its cap (its requests are ignored). */
+export function isRefusedConnection(socket: Socket): boolean {
+  return refused.has(socket);
+}
+
+/**
+ * Applies connection bounds to a node:http server (one the host created, e.g. Express's
+ * or Fastify's), before it listens (Node reads its header-check interval then), and answers its client errors with problem+json
+ * (431 for oversized headers, 408 for headers too slow, 400 otherwise).
+ *
+ * @example
+ * const server = http.createServer((req, res) => void handler(req, res));
+ * applyConnectionLimits(server, { maxConnections: 1000 });
+ */
+export function applyConnectionLimits(server: Server, limits: ConnectionLimits = {}): void {
+  const { headersTimeoutMs, keepAliveTimeoutMs, maxConnections } = { ...DEFAULT_CONNECTION_LIMITS, ...limits };
+  server.requestTimeout = 0;
+  server.headersTimeout = headersTimeoutMs;
+  server.keepAliveTimeout = keepAliveTimeoutMs;
+  // Node checks header deadlines on this interval; keep it well under the deadline.
+  (server as Server & { connectionsCheckingInterval?: number }).connectionsCheckingInterval = Math.min(30_000, Math.max(50, headersTimeoutMs / 4));
+  let open = 0;
+  // Runs before Node's own connection listener, so a refused socket is never parsed.
+  server.prependListener("connection", (socket: Socket) => {
+    if (open >= maxConnections) {
+      refused.add(socket);
+      const body = JSON.stringify(new RunnerDepotError("TOO_MANY_CONNECTIONS", `The server holds ${maxConnections} connections; retry shortly`).toProblem());
+      socket.on("error", () => undefined);
+      socket.end(
+        `HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
+          `Retry-After: 1\r\nConnection: close\r\n\r\n${body}`,
+        () => socket.destroy(),
+      );
+      return;
+    }
+    open++;
+    socket.once("close", () => open--);
+  });
+  server.on("request", (req) => {
+    if (refused.has(req.socket)) req.socket.destroy();
+  });
+  // CONNECT (a proxy tunnel) is no request for a depot; without a listener Node would drop
+  // the connection without a word. Answered 405 with an empty Allow (the authority named
+  // allows no method) unless the host listens for CONNECT itself.
+  server.on("connect", (req: IncomingMessage, socket: Socket) => {
+    if (server.listenerCount("connect") > 1) return;
+    if (refused.has(socket)) return socket.destroy();
+    socket.on("error", () => undefined);
+    const failure = new RunnerDepotError("METHOD_NOT_ALLOWED", `CONNECT ${(req.url ?? "").slice(0, 100)} is not served here`);
+    const body = JSON.stringify(failure.toProblem());
+    socket.end(`HTTP/1.1 405 Method Not Allowed\r\nAllow: \r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+  });
+  server.on("clientError", (error: NodeJS.ErrnoException, socket) => {
+    if (!socket.writable || refused.has(socket as Socket)) return socket.destroy();
+    // As Node itself does: a connection that already had a response (an idle keep-alive one
+    // the header deadline caught, measured from its last request's start) is closed without
+    // an answer, since a client reusing it at that moment would take the 408 for its own.
+    if (error.code === "ERR_HTTP_REQUEST_TIMEOUT" && (socket as Socket).bytesWritten > 0) return socket.destroy();
+    const [status, text, failure] =
+      error.code === "HPE_HEADER_OVERFLOW"
+        ? [431, "Request Header Fields Too Large", new RunnerDepotError("HEADERS_TOO_LARGE", "Request headers are too large")]
+        : error.code === "ERR_HTTP_REQUEST_TIMEOUT"
+          ? [408, "Request Timeout", new RunnerDepotError("REQUEST_TIMEOUT", `The request headers did not arrive within ${headersTimeoutMs} ms`)]
+          : [400, "Bad Request", new RunnerDepotError("BAD_REQUEST", "Malformed HTTP request")];
+    const body = JSON.stringify(failure.toProblem());
+    socket.end(`HTTP/1.1 ${status} ${text}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+  });
+}

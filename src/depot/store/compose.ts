@@ -1,0 +1,59 @@
+/**
+ * Joins a blob store and a record store into the one PackageStore the depot router
+ * takes, e.g. blobs on S3 and records on PostgreSQL.
+ */
+import type { BlobStore, PackageStore, RecordStore } from "../ports.js";
+
+/** Options of {@link composeStore}. */
+export interface ComposeStoreOptions {
+  /** Where content-addressed blobs live. */
+  blobs: BlobStore;
+  /** Where records with compare-and-swap live. */
+  records: RecordStore;
+}
+
+/**
+ * Creates a PackageStore from a BlobStore and a RecordStore; `close()` closes both.
+ *
+ * @example
+ * const store = composeStore({
+ *   blobs: createS3BlobStore({ bucket: "depot", clientConfig: { region: "eu-west-1" } }),
+ *   records: createPostgresRecords({ connectionString: process.env.DATABASE_URL }),
+ * });
+ * const depot = createPackageRouter(store);
+ */
+export function composeStore(options: ComposeStoreOptions): PackageStore {
+  const { blobs, records } = options;
+  let closing: Promise<void> | null = null;
+  const store: PackageStore = {
+    putBlob: (body, putOptions) => blobs.putBlob(body, putOptions),
+    getBlob: (digest, range) => blobs.getBlob(digest, range),
+    statBlob: (digest) => blobs.statBlob(digest),
+    deleteBlob: (digest) => blobs.deleteBlob(digest),
+    listBlobs: () => blobs.listBlobs(),
+    getRecord: (key) => records.getRecord(key),
+    putRecord: (key, value, cond) => records.putRecord(key, value, cond),
+    deleteRecord: (key, cond) => records.deleteRecord(key, cond),
+    listRecords: (prefix, page) => records.listRecords(prefix, page),
+    close() {
+      closing ??= Promise.all([blobs.close?.(), records.close?.()]).then(() => {});
+      return closing;
+    },
+  };
+  // Optional capabilities are offered only when the underlying store has them, so the router can tell.
+  // Never syncRecords: its promise covers one store's writes in one order, and here the
+  // blobs are another store's (a deferred blob would not be flushed by the records' sync).
+  if (blobs.openBlob) {
+    const openBlob = blobs.openBlob.bind(blobs);
+    store.openBlob = (digest) => openBlob(digest);
+  }
+  if (records.watchRecords) {
+    const watchRecords = records.watchRecords.bind(records);
+    store.watchRecords = (listener) => watchRecords(listener);
+  }
+  if (blobs.signBlobUrl) {
+    const sign = blobs.signBlobUrl.bind(blobs);
+    store.signBlobUrl = (digest, signOptions) => sign(digest, signOptions);
+  }
+  return store;
+}

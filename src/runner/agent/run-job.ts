@@ -1,0 +1,165 @@
+/**
+ * The runner agent's job loop: spawn the job's process, stream its stdout and stderr
+ * lines through a RunnerClient in the order they are observed, send the job end with
+ * the exit code, and kill the process when the orchestrator no longer wants the job.
+ */
+import { spawn } from "node:child_process";
+import { constants as osConstants } from "node:os";
+import { RunnerDepotError } from "../../errors.js";
+import type { RunnerClient, RunnerStop } from "../client/runner-client.js";
+import { createLineSplitter, DEFAULT_MAX_LINE_BYTES } from "./line-splitter.js";
+
+/** Options of {@link runJob}. */
+export interface RunJobOptions {
+  /** Program to run (looked up on PATH). */
+  command: string;
+  /** Its arguments. */
+  args?: readonly string[];
+  /** Working directory. */
+  cwd?: string;
+  /** Environment; default the agent's own. */
+  env?: NodeJS.ProcessEnv;
+  /** Sent with the job end (context for the integration layer). */
+  repoUrl?: string;
+  /** Sent with the job end. */
+  commitSha?: string;
+  /** Longest line in UTF-8 bytes; longer ones are split. Default 64 KiB. */
+  maxLineBytes?: number;
+  /** After SIGTERM, wait this long before SIGKILL. Default 10 000 ms. */
+  killGraceMs?: number;
+  /** Signal the whole process group (the job's children too). Default true. */
+  killProcessGroup?: boolean;
+  /** Called with every line as it is streamed (e.g. to show the job's output locally too). */
+  onLine?: (line: string, stderr: boolean) => void;
+}
+
+/**
+ * Runs a job's process and streams its output; resolves with its exit code
+ * (128 + signal number when a signal ended it).
+ *
+ * When the orchestrator stops the job (Ack ok = false) the process is sent SIGTERM,
+ * then SIGKILL after `killGraceMs`, no end item is sent, and the promise resolves with
+ * the killed process's exit code. When the client gives up (e.g. PERMISSION_DENIED) the
+ * process is killed the same way and the promise rejects with the client's error.
+ *
+ * @example
+ * const client = createRunnerClient({ endpoint, requestId, token });
+ * const exitCode = await runJob(client, { command: "make", args: ["test"], repoUrl, commitSha });
+ * await client.close();
+ */
+export async function runJob(client: RunnerClient, options: RunJobOptions): Promise<number> {
+  const maxLineBytes = options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES;
+  const killGraceMs = options.killGraceMs ?? 10_000;
+  const group = options.killProcessGroup ?? process.platform !== "win32";
+  let stop: RunnerStop | null = null;
+
+  const child = spawn(options.command, options.args ?? [], {
+    cwd: options.cwd,
+    env: options.env,
+    stdio: ["ignore", "pipe", "pipe"],
+    // Its own process group, so a kill reaches the job's children too.
+    detached: group,
+  });
+
+  const spawned = await new Promise<Error | null>((resolve) => {
+    child.once("spawn", () => resolve(null));
+    child.once("error", (e) => resolve(e));
+  });
+  if (spawned !== null) {
+    // The job could not start: say why in its log and report it as failed, as a shell would (127).
+    client.log(`runner-depot: cannot start ${options.command}: ${spawned.message}`, true);
+    await client.end({ exitCode: 127, success: false, repoUrl: options.repoUrl ?? "", commitSha: options.commitSha ?? "" });
+    return 127;
+  }
+
+  let paused = false;
+  const pauseForSpool = (accepted: boolean) => {
+    if (accepted || paused) return;
+    // The spool is full (server unreachable): stop reading, so the job blocks on its pipe
+    // instead of the agent growing without bound.
+    paused = true;
+    child.stdout!.pause();
+    child.stderr!.pause();
+    void client.drained().then(() => {
+      paused = false;
+      child.stdout!.resume();
+      child.stderr!.resume();
+    });
+  };
+  // Lines that are valid UTF-8 within the limit go to the client as bytes (no string per
+  // line) unless the caller wants every line as text.
+  const logUtf8 = options.onLine === undefined && client.logUtf8 !== undefined ? client.logUtf8.bind(client) : undefined;
+  const out = createLineSplitter((line) => {
+    if (stop !== null) return;
+    options.onLine?.(line, false);
+    pauseForSpool(client.log(line, false));
+  }, {
+    maxLineBytes,
+    onBytes: logUtf8 && ((buf, start, end) => {
+      if (stop === null) pauseForSpool(logUtf8(buf, start, end, false));
+    }),
+  });
+  const err = createLineSplitter((line) => {
+    if (stop !== null) return;
+    options.onLine?.(line, true);
+    pauseForSpool(client.log(line, true));
+  }, {
+    maxLineBytes,
+    onBytes: logUtf8 && ((buf, start, end) => {
+      if (stop === null) pauseForSpool(logUtf8(buf, start, end, true));
+    }),
+  });
+  child.stdout!.on("data", (b: Buffer) => out.push(b));
+  child.stdout!.on("end", () => out.end());
+  child.stderr!.on("data", (b: Buffer) => err.push(b));
+  child.stderr!.on("end", () => err.end());
+
+  const closed = new Promise<number>((resolve) => {
+    child.once("close", (code, signal) => {
+      if (code !== null) resolve(code);
+      else resolve(128 + (signal ? (osConstants.signals[signal] ?? 0) : 0));
+    });
+  });
+
+  let killTimer: NodeJS.Timeout | undefined;
+  const kill = (signal: NodeJS.Signals) => {
+    try {
+      if (group && child.pid !== undefined) process.kill(-child.pid, signal);
+      else child.kill(signal);
+    } catch {
+      // Already gone.
+    }
+  };
+  const unsubscribe = client.onStop((s) => {
+    stop = s;
+    kill("SIGTERM");
+    killTimer = setTimeout(() => kill("SIGKILL"), killGraceMs);
+  });
+
+  try {
+    const exitCode = await closed;
+    clearTimeout(killTimer);
+    const stopped = stop as RunnerStop | null;
+    if (stopped !== null) {
+      if (stopped.reason === "failed") throw stopped.error ?? new RunnerDepotError("UNAVAILABLE", "the runner client gave up");
+      return exitCode;
+    }
+    try {
+      await client.end({
+        exitCode,
+        success: exitCode === 0,
+        repoUrl: options.repoUrl ?? "",
+        commitSha: options.commitSha ?? "",
+      });
+    } catch (e) {
+      const late = stop as RunnerStop | null;
+      // Stopped by the orchestrator while the end was in flight: the job is over either way.
+      if (late !== null && late.reason !== "failed") return exitCode;
+      throw e;
+    }
+    return exitCode;
+  } finally {
+    unsubscribe();
+    clearTimeout(killTimer);
+  }
+}

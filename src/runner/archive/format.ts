@@ -1,0 +1,317 @@
+/**
+ * The archived job log format (docs/decisions/log-archive.md): one object per job, made of
+ * independently gzip-compressed chunks of lines, then an index of the chunks, then a
+ * fixed 32-byte trailer. A reader that knows the object's size fetches the trailer and the
+ * index with one Range read, then only the chunk(s) holding the lines it wants: reading
+ * the tail of a 256 MiB log costs two small reads, never the whole object.
+ *
+ * ```
+ * chunk 0 … chunk n-1   gzip members; each inflates to records of lines
+ * index                 n × (u32 compressed bytes, u32 lines), little-endian
+ * trailer               "RDLOGAR1", u32 n, u32 0, f64 total lines, f64 index offset
+ * ```
+ * A record is a LEB128 varint `bytes << 2 | marker << 1 | stderr`, then the line's UTF-8
+ * bytes. Gzip's CRC-32 and size check every chunk as it is inflated.
+ */
+import { promisify } from "node:util";
+import { gunzip, gzip } from "node:zlib";
+import { RunnerDepotError } from "../../errors.js";
+import type { StoredLine } from "../ports.js";
+
+const gzipAsync = promisify(gzip);
+const gunzipAsync = promisify(gunzip);
+
+/** Magic of the trailer; the last digit is the format version. */
+const MAGIC = Buffer.from("RDLOGAR1", "latin1");
+/** Bytes of the trailer. */
+export const TRAILER_BYTES = 32;
+/** Bytes of one index entry. */
+export const INDEX_ENTRY_BYTES = 8;
+/** A chunk is closed once its records reach this many bytes (before compression). */
+export const CHUNK_TARGET_BYTES = 256 * 1024;
+/**
+ * Largest inflated chunk a reader accepts: the target plus one record of the longest line
+ * a store may hold. A chunk over it is refused (a zip bomb costs this much, no more).
+ */
+export const MAX_CHUNK_BYTES = CHUNK_TARGET_BYTES + 4 * 1024 * 1024 + 16;
+/** Longest line an archive takes (past any line a store holds under the 1 MiB default message limit). */
+export const MAX_LINE_BYTES = 4 * 1024 * 1024;
+/** Largest compressed chunk a reader fetches. */
+export const MAX_COMPRESSED_CHUNK_BYTES = MAX_CHUNK_BYTES + 64 * 1024;
+/**
+ * Most lines a chunk may hold: the writer closes a chunk once its records reach
+ * CHUNK_TARGET_BYTES and every record takes at least one byte, so no honest chunk holds
+ * more. A forged index claiming more is refused before any chunk is fetched, which bounds
+ * what one chunk decodes to (about 12 MiB of heap for 262,144 empty lines) instead of one
+ * StoredLine per inflated byte (a 20 KB chunk of zeros once gave 4.4 M lines, 290 MB).
+ */
+export const MAX_CHUNK_LINES = CHUNK_TARGET_BYTES;
+/** Most chunks an object may have (an index of 8 MiB). */
+export const MAX_CHUNKS = 1 << 20;
+
+/** Where each chunk of an archive is and which lines it holds. */
+export interface ArchiveIndex {
+  /** Lines in the whole archive. */
+  lines: number;
+  /** Byte offset of chunk i (n + 1 entries: the last is the index's offset). */
+  offsets: number[];
+  /** Line position of chunk i's first line (n + 1 entries: the last is `lines`). */
+  firsts: number[];
+}
+
+function corrupt(message: string): RunnerDepotError {
+  return new RunnerDepotError("INTERNAL", `corrupt log archive: ${message}`);
+}
+
+/** Writes the records of one line into `out` at `pos`; returns the new position. */
+function putRecord(out: Buffer, pos: number, text: Buffer, flags: number, start = 0, end = text.length): number {
+  let header = (end - start) * 4 + flags;
+  while (header >= 0x80) {
+    out[pos++] = (header % 0x80) | 0x80;
+    header = Math.floor(header / 0x80);
+  }
+  out[pos++] = header;
+  text.copy(out, pos, start, end);
+  return pos + end - start;
+}
+
+/** Bytes of the blocks records are written into before a chunk is joined. */
+const RECORD_BLOCK = 64 * 1024;
+
+/**
+ * Builds an archive chunk by chunk: `add` lines, take each finished chunk's gzip bytes as
+ * it comes, then `finish` for the last chunk, the index and the trailer. Memory: one chunk
+ * (about 256 KiB) plus 8 bytes per chunk for the index, whatever the log's size.
+ *
+ * @example
+ * const writer = new ArchiveWriter();
+ * for (const line of lines) { const chunk = await writer.add(line); if (chunk) await sink(chunk); }
+ * for (const part of await writer.finish()) await sink(part);
+ */
+export class ArchiveWriter {
+  /** The block records are written into, and how much of it is used. */
+  private record = Buffer.alloc(0);
+  private recordUsed = 0;
+  /** Chunks being compressed, until they are (a read page's worth at most: the caller awaits them per page). */
+  private readonly compressing = new Set<Promise<Buffer>>();
+  private parts: Buffer[] = [];
+  private partBytes = 0;
+  private partLines = 0;
+  private readonly entries: number[] = [];
+  private offset = 0;
+  private total = 0;
+  /** Uncompressed bytes of the records written. */
+  rawBytes = 0;
+
+  constructor(private readonly level = 6) {}
+
+  /** Adds a line; resolves with a finished chunk's compressed bytes when one closed. O(line). */
+  async add(line: StoredLine): Promise<Buffer | null> {
+    const text = Buffer.from(line.line, "utf8");
+    return (await this.addBytes(text, 0, text.length, (line.stderr ? 1 : 0) | (line.marker ? 2 : 0))) ?? null;
+  }
+
+  /**
+   * Adds a line given as UTF-8 bytes `text[start, end)` and its flags (bit 0 stderr, bit 1
+   * marker), as a store keeps them: no string is made. Synchronous unless a chunk closed (then
+   * the promise of its compressed bytes). The record is appended to the current chunk, whose
+   * bytes are bounded by CHUNK_TARGET_BYTES plus one line. O(line).
+   */
+  addBytes(text: Buffer, start: number, end: number, flags: number): Promise<Buffer> | null {
+    const size = end - start;
+    if (size > MAX_LINE_BYTES) throw new RunnerDepotError("RESOURCE_EXHAUSTED", `log archive: a line of ${size} bytes is over ${MAX_LINE_BYTES}`);
+    if (this.record.length - this.recordUsed < size + 10) {
+      // Records are written into a shared block (one allocation per 64 KiB, not per line).
+      this.record = Buffer.allocUnsafe(Math.max(RECORD_BLOCK, size + 10));
+      this.recordUsed = 0;
+    }
+    const from = this.recordUsed;
+    this.recordUsed = putRecord(this.record, from, text, flags & 3, start, end);
+    this.parts.push(this.record.subarray(from, this.recordUsed));
+    this.partBytes += this.recordUsed - from;
+    this.partLines++;
+    this.total++;
+    return this.partBytes >= CHUNK_TARGET_BYTES ? this.close() : null;
+  }
+
+  /**
+   * Closes the current chunk. Its place in the index and its line count are taken now, so
+   * several chunks may be compressed at once (addBytes does not wait) and still be indexed in
+   * order; the caller writes them in the order they were closed.
+   */
+  private close(): Promise<Buffer> {
+    if (this.entries.length / 2 >= MAX_CHUNKS) return Promise.reject(new RunnerDepotError("RESOURCE_EXHAUSTED", "log archive: too many chunks"));
+    const raw = Buffer.concat(this.parts, this.partBytes);
+    this.rawBytes += raw.length;
+    this.parts = [];
+    this.partBytes = 0;
+    const slot = this.entries.length;
+    this.entries.push(0, this.partLines);
+    this.partLines = 0;
+    // Async gzip runs on the thread pool: a large archive never blocks the event loop.
+    const packed = gzipAsync(raw, { level: this.level }).then((out) => {
+      this.entries[slot] = out.length;
+      this.offset += out.length;
+      return out;
+    });
+    this.compressing.add(packed);
+    // Awaited by the caller (and by finish); never an unhandled rejection meanwhile.
+    packed.then(
+      () => this.compressing.delete(packed),
+      () => this.compressing.delete(packed),
+    );
+    return packed;
+  }
+
+  /** The last chunk (if any lines remain), the index and the trailer. */
+  async finish(): Promise<Buffer[]> {
+    const out: Buffer[] = [];
+    if (this.partLines > 0) out.push(await this.close());
+    // Every chunk's size must be known before the index is written.
+    await Promise.all(this.compressing);
+    const chunks = this.entries.length / 2;
+    const tail = Buffer.alloc(chunks * INDEX_ENTRY_BYTES + TRAILER_BYTES);
+    for (let i = 0; i < this.entries.length; i++) tail.writeUInt32LE(this.entries[i]!, i * 4);
+    const t = chunks * INDEX_ENTRY_BYTES;
+    MAGIC.copy(tail, t);
+    tail.writeUInt32LE(chunks, t + 8);
+    tail.writeDoubleLE(this.total, t + 16);
+    tail.writeDoubleLE(this.offset, t + 24);
+    out.push(tail);
+    return out;
+  }
+
+  /** Chunks closed so far (all of them after `finish`). */
+  get chunks(): number {
+    return this.entries.length / 2;
+  }
+
+  /** Lines added so far. */
+  get lines(): number {
+    return this.total;
+  }
+}
+
+/** Bytes of an archive's index and trailer, from its chunk count: the reader's first Range read. */
+export function tailBytes(chunks: number): number {
+  return chunks * INDEX_ENTRY_BYTES + TRAILER_BYTES;
+}
+
+/**
+ * Reads the trailer at the end of `tail` (the last bytes of an object of `size` bytes,
+ * at least the trailer): how many chunks, hence how many bytes the index and trailer take.
+ * Throws INTERNAL on anything malformed. O(1).
+ */
+export function decodeTrailer(tail: Uint8Array, size: number): { chunks: number; lines: number; indexOffset: number } {
+  if (tail.length < TRAILER_BYTES) throw corrupt("short trailer");
+  const buf = Buffer.from(tail.buffer, tail.byteOffset, tail.byteLength);
+  const t = buf.length - TRAILER_BYTES;
+  if (!buf.subarray(t, t + 8).equals(MAGIC)) throw corrupt("bad magic");
+  const chunks = buf.readUInt32LE(t + 8);
+  const lines = buf.readDoubleLE(t + 16);
+  const indexOffset = buf.readDoubleLE(t + 24);
+  if (buf.readUInt32LE(t + 12) !== 0) throw corrupt("reserved bits set");
+  if (chunks > MAX_CHUNKS) throw corrupt("too many chunks");
+  if (!Number.isSafeInteger(lines) || lines < 0) throw corrupt("bad line count");
+  if (!Number.isSafeInteger(indexOffset) || indexOffset < 0) throw corrupt("bad index offset");
+  if (indexOffset + tailBytes(chunks) !== size) throw corrupt("sizes disagree");
+  return { chunks, lines, indexOffset };
+}
+
+/**
+ * Decodes the index from the object's last `tailBytes(chunks)` bytes (index + trailer).
+ * Every count is checked against the trailer. O(chunks).
+ */
+export function decodeIndex(tail: Uint8Array, size: number): ArchiveIndex {
+  const { chunks, lines, indexOffset } = decodeTrailer(tail, size);
+  if (tail.length !== tailBytes(chunks)) throw corrupt("index length");
+  const buf = Buffer.from(tail.buffer, tail.byteOffset, tail.byteLength);
+  const offsets = new Array<number>(chunks + 1);
+  const firsts = new Array<number>(chunks + 1);
+  let offset = 0;
+  let first = 0;
+  for (let i = 0; i < chunks; i++) {
+    offsets[i] = offset;
+    firsts[i] = first;
+    const bytes = buf.readUInt32LE(i * 8);
+    const count = buf.readUInt32LE(i * 8 + 4);
+    if (bytes === 0 || bytes > MAX_COMPRESSED_CHUNK_BYTES) throw corrupt(`chunk ${i} size`);
+    if (count === 0) throw corrupt(`chunk ${i} is empty`);
+    if (count > MAX_CHUNK_LINES) throw corrupt(`chunk ${i} claims ${count} lines, over ${MAX_CHUNK_LINES}`);
+    offset += bytes;
+    first += count;
+  }
+  if (offset !== indexOffset) throw corrupt("chunk sizes do not add up to the index offset");
+  if (first !== lines) throw corrupt("chunk lines do not add up");
+  offsets[chunks] = offset;
+  firsts[chunks] = first;
+  return { lines, offsets, firsts };
+}
+
+/** The chunk holding line `position` (binary search, O(log chunks)); -1 past the end. */
+export function chunkOf(index: ArchiveIndex, position: number): number {
+  if (position < 0 || position >= index.lines) return -1;
+  let lo = 0;
+  let hi = index.firsts.length - 2;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (index.firsts[mid]! <= position) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+/**
+ * Inflates one chunk (its compressed bytes exactly) and decodes its records; `expected`
+ * is the index's line count for it. Inflation stops at MAX_CHUNK_BYTES. O(chunk bytes).
+ */
+export async function decodeChunk(packed: Uint8Array, expected: number): Promise<StoredLine[]> {
+  checkExpected(expected);
+  let raw: Buffer;
+  try {
+    raw = await gunzipAsync(packed, { maxOutputLength: MAX_CHUNK_BYTES });
+  } catch (error) {
+    throw new RunnerDepotError("INTERNAL", `corrupt log archive: chunk does not inflate (${(error as Error).message})`, { cause: error });
+  }
+  return decodeRecords(raw, expected);
+}
+
+/** A chunk's line count as the index gives it: 1 … MAX_CHUNK_LINES, else corrupt. */
+function checkExpected(expected: number): void {
+  if (!Number.isSafeInteger(expected) || expected < 1 || expected > MAX_CHUNK_LINES) throw corrupt(`a chunk of ${expected} lines`);
+}
+
+/**
+ * Decodes the records of an inflated chunk; exactly `expected` of them must fill it.
+ * O(bytes), at most MAX_CHUNK_LINES lines: a record may only start below
+ * CHUNK_TARGET_BYTES (the writer closes the chunk there) and never past `expected`.
+ */
+export function decodeRecords(raw: Uint8Array, expected: number): StoredLine[] {
+  checkExpected(expected);
+  const buf = Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
+  // Every record takes at least one byte.
+  if (expected > buf.length) throw corrupt("fewer bytes than the index says lines");
+  const out: StoredLine[] = [];
+  let pos = 0;
+  while (pos < buf.length) {
+    if (pos >= CHUNK_TARGET_BYTES) throw corrupt("a record starts past the chunk target");
+    let header = 0;
+    let scale = 1;
+    for (let shift = 0; ; shift++) {
+      if (pos >= buf.length || shift > 6) throw corrupt("bad record header");
+      const byte = buf[pos++]!;
+      header += (byte & 0x7f) * scale;
+      scale *= 0x80;
+      if (byte < 0x80) break;
+    }
+    const bytes = Math.floor(header / 4);
+    if (bytes > buf.length - pos) throw corrupt("record runs past its chunk");
+    if (out.length >= expected) throw corrupt("more lines than the index says");
+    const line: StoredLine = { line: buf.toString("utf8", pos, pos + bytes), stderr: (header & 1) === 1 };
+    if (header & 2) line.marker = true;
+    out.push(line);
+    pos += bytes;
+  }
+  if (out.length !== expected) throw corrupt("fewer lines than the index says");
+  return out;
+}

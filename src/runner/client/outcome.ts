@@ -1,0 +1,128 @@
+/**
+ * How a `StreamLogs` call ended, read on the client side: gRPC status and message,
+ * `runner-committed` and `runner-reason` from the trailers (or a trailers-only answer),
+ * the Ack, or what stands in for a status when there is none (an HTTP error from a proxy,
+ * a broken stream, no answer in time). Every failure becomes a RunnerDepotError with its
+ * gRPC code in `details.grpcCode`.
+ */
+import type http2 from "node:http2";
+import { gunzipSync, inflateSync } from "node:zlib";
+import { fromBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { RunnerDepotError } from "../../errors.js";
+import { AckSchema } from "../../gen/runner/v1/runner_pb.js";
+
+/** grpc-status 0 (connect-es has no `Code.OK`: it never reports success as a code). */
+export const GRPC_OK = 0 as Code;
+
+/** What a finished call left behind: its response head, trailers, body and stream error. */
+export interface CallResponse {
+  headers?: http2.IncomingHttpHeaders;
+  trailers?: http2.IncomingHttpHeaders;
+  data: Buffer[];
+  error?: Error;
+  /** The client cancelled it after waiting responseTimeoutMs for an answer. */
+  timedOut?: boolean;
+}
+
+/** A call's outcome: `ok` is the Ack's (status OK), `error` set for anything else. */
+export interface CallOutcome {
+  code?: Code;
+  ok?: boolean;
+  committed?: number;
+  reason?: string;
+  error?: RunnerDepotError;
+}
+
+/** Reads the outcome of a closed call. */
+export function readOutcome(c: CallResponse): CallOutcome {
+  const h = c.headers ?? {};
+  const t = c.trailers ?? {};
+  const status = header(t, "grpc-status") ?? header(h, "grpc-status");
+  const committedText = header(t, "runner-committed") ?? header(h, "runner-committed");
+  const committedNum = committedText !== undefined && /^\d+$/.test(committedText) ? Number(committedText) : undefined;
+  const reason = header(t, "runner-reason") ?? header(h, "runner-reason");
+  const base = { committed: committedNum, reason };
+  if (status === undefined) {
+    if (c.timedOut) return { ...base, code: Code.DeadlineExceeded, error: rpcError("no response in time", Code.DeadlineExceeded) };
+    const httpStatus = Number(h[":status"] ?? 200);
+    if (httpStatus !== 200) {
+      const code = httpToCode(httpStatus);
+      return { ...base, code, error: rpcError(`HTTP ${httpStatus}`, code) };
+    }
+    return { ...base, code: Code.Unavailable, error: networkError(c.error ?? new Error("stream closed without a status")) };
+  }
+  const code = Number(status) as Code;
+  if (code !== GRPC_OK) {
+    const message = decodeMessage(header(t, "grpc-message") ?? header(h, "grpc-message") ?? "");
+    return { ...base, code, error: rpcError(message, code, committedNum) };
+  }
+  try {
+    const ack = parseAck(Buffer.concat(c.data), header(h, "grpc-encoding"));
+    return { ...base, code, ok: ack };
+  } catch (e) {
+    return { ...base, code: Code.Internal, error: new RunnerDepotError("INTERNAL", `bad Ack: ${String(e)}`, { cause: e }) };
+  }
+}
+
+/** A failure to connect or a broken stream: UNAVAILABLE, always retried. */
+export function networkError(cause: unknown): RunnerDepotError {
+  const message = cause instanceof Error ? cause.message : String(cause);
+  return new RunnerDepotError("UNAVAILABLE", `network error: ${message}`, { cause, details: { grpcCode: Code.Unavailable } });
+}
+
+function header(h: http2.IncomingHttpHeaders, name: string): string | undefined {
+  const v = h[name];
+  return Array.isArray(v) ? v[0] : v;
+}
+
+/** grpc-message is percent-encoded; a server that did not encode it is shown as sent. */
+function decodeMessage(m: string): string {
+  try {
+    return decodeURIComponent(m);
+  } catch {
+    return m;
+  }
+}
+
+function rpcError(message: string, code: Code, committed?: number): RunnerDepotError {
+  const err = RunnerDepotError.from(new ConnectError(message, code));
+  if (committed !== undefined) err.details.committed = committed;
+  err.details.grpcCode = code;
+  return err;
+}
+
+/** gRPC's HTTP-to-status mapping for responses that are not gRPC at all (proxies, wrong port). */
+function httpToCode(status: number): Code {
+  switch (status) {
+    case 400:
+      return Code.Internal;
+    case 401:
+      return Code.Unauthenticated;
+    case 403:
+      return Code.PermissionDenied;
+    case 404:
+      return Code.Unimplemented;
+    case 429:
+    case 502:
+    case 503:
+    case 504:
+      return Code.Unavailable;
+    default:
+      return Code.Unknown;
+  }
+}
+
+/** The Ack's `ok` from the response body: one length-prefixed message, maybe compressed. */
+function parseAck(body: Buffer, encoding: string | undefined): boolean {
+  if (body.length < 5) throw new Error("no response message");
+  const len = body.readUInt32BE(1);
+  if (body.length < 5 + len) throw new Error("truncated response message");
+  let msg: Buffer = body.subarray(5, 5 + len);
+  if ((body[0]! & 1) === 1) {
+    if (encoding === "gzip") msg = gunzipSync(msg);
+    else if (encoding === "deflate") msg = inflateSync(msg);
+    else throw new Error(`unsupported grpc-encoding ${encoding}`);
+  }
+  return fromBinary(AckSchema, msg).ok;
+}

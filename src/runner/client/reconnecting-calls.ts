@@ -1,0 +1,302 @@
+/**
+ * The runner client's call loop: the spool's frames written into short client-streaming
+ * `StreamLogs` calls, each cut by size or age, the spool dropped up to each call's
+ * `runner-committed`, and every failure retried from there with jittered back-off until
+ * the job's end is acknowledged, the orchestrator stops the job, or retrying cannot help.
+ */
+import http2 from "node:http2";
+import { Code } from "@connectrpc/connect";
+import { RunnerDepotError } from "../../errors.js";
+import { GRPC_OK, networkError, readOutcome } from "./outcome.js";
+import type { ClientSessions } from "./session.js";
+import { appendLine, resplitFrom } from "./spool-items.js";
+import type { Call, CallSettings, ClientState } from "./state.js";
+import type { RunnerStop } from "./types.js";
+import type { LogItemEncoder } from "../protocol/encoder.js";
+import type { Spool } from "./spool.js";
+
+/** Codes after which retrying cannot help (docs/runner-protocol.md, §9 "Status codes"). */
+const GIVE_UP = new Set<Code>([
+  Code.InvalidArgument,
+  Code.Unauthenticated,
+  Code.PermissionDenied,
+  Code.NotFound,
+  Code.Unimplemented,
+]);
+/**
+ * How long a call runs before it is cut: `maxCallMs` less up to a quarter of it, at random.
+ * Agents that started together (a fleet after an outage: their reconnects are jittered but
+ * land within seconds) would otherwise cut their calls in lockstep for the rest of their jobs,
+ * every cut an Ack, a stream set-up and a state read on the server at the same moment, and a
+ * line written at a cut waits for all of that (runner-fleet-memory.md, session 9). Never
+ * longer than `maxCallMs`, so it stays below the server's idle limit.
+ */
+export function callLength(maxCallMs: number): number {
+  return maxCallMs - Math.floor(Math.random() * (maxCallMs / 4));
+}
+
+/** Smallest line limit RESOURCE_EXHAUSTED may push the client down to. */
+const MIN_SPLIT_BYTES = 1024;
+
+/** What the client's API drives the loop with. */
+export interface CallLoop {
+  /** Writes soon (after the current burst of log() calls): into the open call, or a new one. */
+  schedule(): void;
+  /** Appends one log line (within the line limit) to the spool. */
+  append(line: string, stderr: boolean): void;
+  /** Rejects every waiter with `err` and releases every drained() waiter. */
+  rejectAll(err: unknown): void;
+  /** Resolves if the client stops. */
+  readonly stopped: Promise<RunnerStop>;
+}
+
+/**
+ * The call loop of one client.
+ *
+ * @example
+ * const loop = createCallLoop(settings, st, createSpool(), createLogItemEncoder(requestId), sessions);
+ * loop.append("hello", false);
+ * loop.schedule();
+ */
+export function createCallLoop(settings: CallSettings, st: ClientState, spool: Spool, enc: LogItemEncoder, sessions: ClientSessions): CallLoop {
+  const { maxCallBytes, maxCallMs, deadlineMs, backoffInitial, backoffMax, highWater, responseTimeoutMs, baseHeaders } = settings;
+  const stats = st.stats;
+  let scheduled = false;
+  let attempts = 0;
+  /** When the current run of failures began (null while calls succeed). */
+  let failingSince: number | null = null;
+  let stopResolve!: (s: RunnerStop) => void;
+  const stopped = new Promise<RunnerStop>((r) => (stopResolve = r));
+
+  function schedule(): void {
+    if (scheduled) return;
+    scheduled = true;
+    // Let a burst of log() calls (one pipe read holds many lines) land before writing.
+    setImmediate(() => {
+      scheduled = false;
+      if (st.call !== null) pump();
+      else kick();
+    });
+  }
+
+  function kick(): void {
+    if ((st.state !== "open" && st.state !== "ending") || st.call !== null || st.retryTimer !== null) return;
+    if (st.committed < spool.end) startCall();
+  }
+
+  function startCall(): void {
+    let s: http2.ClientHttp2Session;
+    let req: http2.ClientHttp2Stream;
+    try {
+      s = sessions.get();
+      req = s.request({ ...baseHeaders, "runner-offset": String(st.committed) });
+    } catch (e) {
+      sessions.discard();
+      retry(networkError(e));
+      return;
+    }
+    stats.calls++;
+    s.ref();
+    const c: Call = {
+      req,
+      session: s,
+      from: st.committed,
+      sentTo: st.committed,
+      bytes: 0,
+      ending: false,
+      waitingDrain: false,
+      cut: false,
+      data: [],
+    };
+    st.call = c;
+    c.timer = setTimeout(() => {
+      c.cut = true;
+      pump();
+    }, callLength(maxCallMs));
+    req.on("response", (h) => (c.headers = h));
+    req.on("data", (d: Buffer) => c.data.push(d));
+    req.on("trailers", (t) => (c.trailers = t));
+    req.on("error", (e) => (c.error ??= e));
+    req.on("end", () => {
+      // The server answered before we finished sending (an error): stop writing.
+      if (!c.ending) {
+        c.ending = true;
+        req.close(http2.constants.NGHTTP2_CANCEL);
+      }
+    });
+    req.on("close", () => onCallClosed(c));
+    sessions.startKeepalive(s, () => st.call !== null);
+    pump();
+  }
+
+  function pump(): void {
+    const c = st.call;
+    if (c === null || c.ending || c.waitingDrain) return;
+    while (c.sentTo < spool.end && c.bytes < maxCallBytes) {
+      const slice = spool.slice(c.sentTo, Math.min(maxCallBytes - c.bytes, 256 * 1024));
+      if (slice.to === c.sentTo) break;
+      let ok = true;
+      for (const b of slice.buffers) ok = c.req.write(b);
+      c.bytes += slice.bytes;
+      c.sentTo = slice.to;
+      if (!ok) {
+        c.waitingDrain = true;
+        c.req.once("drain", () => {
+          c.waitingDrain = false;
+          pump();
+        });
+        return;
+      }
+    }
+    const endSent = st.endOffset !== null && c.sentTo > st.endOffset;
+    const allSent = c.sentTo >= spool.end;
+    // Over the high-water mark only an Ack frees the spool: end the call now rather than at maxCallMs.
+    const pressure = st.drainWaiters.length > 0 || spool.bytes >= highWater;
+    if (endSent || c.bytes >= maxCallBytes || (allSent && (c.cut || st.flushing || pressure))) endCall(c);
+  }
+
+  function endCall(c: Call): void {
+    c.ending = true;
+    clearTimeout(c.timer);
+    c.req.end();
+    c.timer = setTimeout(() => {
+      c.timedOut = true;
+      c.req.close(http2.constants.NGHTTP2_CANCEL);
+    }, responseTimeoutMs);
+  }
+
+  function onCallClosed(c: Call): void {
+    if (st.call !== c) return;
+    st.call = null;
+    clearTimeout(c.timer);
+    sessions.stopKeepalive();
+    // An idle connection must not keep the agent's process alive.
+    if (!c.session.destroyed) c.session.unref();
+    if (st.state === "closed") return;
+    const outcome = readOutcome(c);
+    const M = outcome.committed;
+    if (M !== undefined && M >= spool.start) {
+      st.committed = Math.min(M, spool.end);
+      stats.committed = st.committed;
+      spool.drop(st.committed);
+      settleWaiters();
+    }
+    if (outcome.code === GRPC_OK) {
+      if (outcome.ok === false) {
+        stop({ reason: outcome.reason ?? "unknown" });
+        return;
+      }
+      if (outcome.ok === true) {
+        attempts = 0;
+        failingSince = null;
+        if (st.endOffset !== null && st.committed > st.endOffset) {
+          st.state = "ended";
+          settleWaiters();
+          return;
+        }
+        kick();
+        return;
+      }
+    }
+    const error = outcome.error ?? new RunnerDepotError("INTERNAL", "call ended without a status");
+    if (outcome.code === Code.FailedPrecondition) {
+      if (M !== undefined && spool.has(M)) {
+        retry(error, attempts === 0);
+        return;
+      }
+      fail(error);
+      return;
+    }
+    if (outcome.code === Code.ResourceExhausted) {
+      if (resplit()) {
+        retry(error, true);
+        return;
+      }
+      fail(error);
+      return;
+    }
+    if (outcome.code !== undefined && GIVE_UP.has(outcome.code)) {
+      fail(error);
+      return;
+    }
+    retry(error);
+  }
+
+  function retry(error: RunnerDepotError, immediate = false): void {
+    const now = Date.now();
+    failingSince ??= now;
+    if (now - failingSince > deadlineMs) {
+      fail(error);
+      return;
+    }
+    stats.retries++;
+    const cap = Math.min(backoffMax, backoffInitial * 2 ** Math.min(attempts, 30));
+    attempts++;
+    // Full jitter, so a fleet of agents does not reconnect in lockstep after an outage.
+    const delay = immediate ? 0 : Math.round(Math.random() * cap);
+    settings.onRetry?.(error, delay);
+    st.retryTimer = setTimeout(() => {
+      st.retryTimer = null;
+      kick();
+    }, delay);
+  }
+
+  /** RESOURCE_EXHAUSTED: halve the line limit and re-encode what the server has not stored. */
+  function resplit(): boolean {
+    if (st.maxLineBytes <= MIN_SPLIT_BYTES) return false;
+    st.maxLineBytes = Math.max(MIN_SPLIT_BYTES, Math.floor(st.maxLineBytes / 2));
+    const { endOffset, boundary } = resplitFrom(spool, enc, st.committed, st.maxLineBytes);
+    st.endOffset = endOffset;
+    // end() and flush() keep waiting for the same items, now at their new offsets.
+    for (const w of st.waiters) if (w.to > st.committed) w.to = boundary.get(w.to) ?? spool.end;
+    stats.items = spool.end;
+    return true;
+  }
+
+  function settleWaiters(): void {
+    if (st.waiters.length > 0) {
+      const due = st.waiters.filter((w) => w.to <= st.committed);
+      if (due.length > 0) {
+        st.waiters = st.waiters.filter((w) => w.to > st.committed);
+        for (const w of due) w.resolve();
+      }
+    }
+    if (st.waiters.length === 0) st.flushing = false;
+    if (st.drainWaiters.length > 0 && spool.bytes <= highWater / 2) {
+      const ws = st.drainWaiters;
+      st.drainWaiters = [];
+      for (const w of ws) w();
+    }
+    stats.spoolBytes = spool.bytes;
+  }
+
+  function stop(s: RunnerStop): void {
+    if (st.state === "stopped" || st.state === "closed" || st.state === "ended") return;
+    st.state = "stopped";
+    if (st.retryTimer !== null) clearTimeout(st.retryTimer);
+    st.retryTimer = null;
+    const err =
+      s.error ?? new RunnerDepotError("ABORTED", `the orchestrator stopped the job (${s.reason})`, { details: { reason: s.reason } });
+    rejectAll(err);
+    st.stopInfo = s;
+    stopResolve(s);
+    for (const cb of st.stopCallbacks) cb(s);
+    st.stopCallbacks.clear();
+    sessions.closeCurrent();
+  }
+
+  function fail(error: RunnerDepotError): void {
+    stop({ reason: "failed", error });
+  }
+
+  function rejectAll(err: unknown): void {
+    const ws = st.waiters;
+    st.waiters = [];
+    for (const w of ws) w.reject(err);
+    const ds = st.drainWaiters;
+    st.drainWaiters = [];
+    for (const d of ds) d();
+  }
+
+  return { schedule, append: (line, stderr) => appendLine(spool, enc, line, stderr), rejectAll, stopped };
+}

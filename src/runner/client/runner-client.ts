@@ -1,0 +1,231 @@
+/**
+ * The VM side of runner.v1: a gRPC client for `Runner/StreamLogs` that keeps every
+ * unacknowledged item in a spool, cuts its stream into short client-streaming calls,
+ * and replays from the server's `runner-committed` after any failure, so no line is
+ * lost or duplicated.
+ *
+ * It speaks gRPC over HTTP/2 directly on node:http2 instead of through a connect-es
+ * transport: the transport serialises and writes one message at a time, which caps a
+ * single stream at about 20–30k lines/s, while this client encodes each item once
+ * into packed frames (see runner/protocol/encoder.ts, runner/client/spool.ts) and writes them in 64 KiB slices.
+ *
+ * This file is the client's API over its parts: the connection (runner/client/session.ts), the
+ * call loop (runner/client/reconnecting-calls.ts, with runner/client/outcome.ts and runner/client/spool-items.ts) and their
+ * shared state (runner/client/state.ts). The public types are in client-types.ts.
+ */
+import http2 from "node:http2";
+import { RunnerDepotError } from "../../errors.js";
+import { createCallLoop } from "./reconnecting-calls.js";
+import { createClientSessions, parseEndpoint } from "./session.js";
+import type { ClientState } from "./state.js";
+import type { RunnerClient, RunnerClientOptions } from "./types.js";
+import { createLogItemEncoder, utf8Length } from "../protocol/encoder.js";
+import { DEFAULT_MAX_LINE_BYTES, splitUtf8 } from "../agent/line-splitter.js";
+import { createSpool } from "./spool.js";
+import { isRequestId } from "../protocol/request-id.js";
+
+export type { RunnerClient, RunnerClientOptions, RunnerClientStats, RunnerClientTlsOptions, RunnerStop } from "./types.js";
+
+const PATH = "/runner.v1.Runner/StreamLogs";
+/**
+ * Default `maxCallBytes`. Each call costs both sides a stream, headers, a token check and an
+ * answer, and the agent sends nothing while a cut call waits for its answer: ~1 ms of CPU on
+ * each side per call on the e2e bench's host (300k lines of 100 bytes: 42 calls at 1 MiB,
+ * 11 at 4 MiB; docs/decisions/runner-throughput.md, session 9). It also bounds what a broken
+ * connection makes the agent replay.
+ */
+export const DEFAULT_MAX_CALL_BYTES = 4 * 1024 * 1024;
+
+/**
+ * Creates a runner client for one job.
+ *
+ * @example
+ * const client = createRunnerClient({ endpoint: "http://10.0.0.1:50051", requestId, token });
+ * client.log("hello");
+ * await client.end({ exitCode: 0, success: true, repoUrl, commitSha });
+ * await client.close();
+ */
+export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
+  if (!isRequestId(options.requestId)) {
+    throw new RunnerDepotError("INVALID_ARGUMENT", `requestId is not a UUID: ${JSON.stringify(options.requestId)}`);
+  }
+  const url = parseEndpoint(options.endpoint);
+  const requestId = options.requestId.toLowerCase();
+  const maxLineBytes = options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES;
+  const highWater = options.highWaterMarkBytes ?? 64 * 1024 * 1024;
+  if (maxLineBytes < 4) throw new RunnerDepotError("INVALID_ARGUMENT", "maxLineBytes must be at least 4");
+
+  const enc = createLogItemEncoder(requestId);
+  const spool = createSpool();
+  const baseHeaders: http2.OutgoingHttpHeaders = {
+    ":method": "POST",
+    // A path in the endpoint is the prefix the host mounted the service under.
+    ":path": `${url.pathname.replace(/\/+$/, "")}${PATH}`,
+    "content-type": "application/grpc",
+    te: "trailers",
+    "user-agent": "runner-depot-agent",
+  };
+  if (options.token !== undefined && options.token !== "") baseHeaders.authorization = `Bearer ${options.token}`;
+
+  const st: ClientState = {
+    state: "open",
+    committed: 0,
+    endOffset: null,
+    call: null,
+    retryTimer: null,
+    flushing: false,
+    maxLineBytes,
+    waiters: [],
+    drainWaiters: [],
+    stopInfo: null,
+    stopCallbacks: new Set(),
+    stats: {
+      lines: { stdout: 0, stderr: 0 },
+      calls: 0,
+      retries: 0,
+      committed: 0,
+      items: 0,
+      spoolBytes: 0,
+    },
+  };
+  const stats = st.stats;
+  const sessions = createClientSessions(url, {
+    tls: options.tls,
+    connectTimeoutMs: options.connectTimeoutMs ?? 10_000,
+    keepaliveMs: options.keepaliveMs ?? 20_000,
+  });
+  const loop = createCallLoop(
+    {
+      maxCallBytes: options.maxCallBytes ?? DEFAULT_MAX_CALL_BYTES,
+      maxCallMs: options.maxCallMs ?? 20_000,
+      deadlineMs: options.deadlineMs ?? 600_000,
+      backoffInitial: options.backoff?.initialMs ?? 100,
+      backoffMax: options.backoff?.maxMs ?? 10_000,
+      highWater,
+      responseTimeoutMs: options.responseTimeoutMs ?? 60_000,
+      baseHeaders,
+      onRetry: options.onRetry,
+    },
+    st,
+    spool,
+    enc,
+    sessions,
+  );
+  const { schedule, append, rejectAll } = loop;
+
+  // The line being appended, for the two frame writers below: one function each for the
+  // client's life instead of a closure per line (a line costs no allocation but its bytes).
+  let wLine = "";
+  let wBytes = 0;
+  let wSrc: Uint8Array = Buffer.alloc(0);
+  let wStart = 0;
+  let wEnd = 0;
+  let wStderr = false;
+  const writeLine = (buf: Buffer, pos: number) => enc.writeLogFrame(buf, pos, wLine, wBytes, wStderr);
+  const writeBytes = (buf: Buffer, pos: number) => enc.writeLogFrameBytes(buf, pos, wSrc, wStart, wEnd, wStderr);
+
+  const client: RunnerClient = {
+    log(line, stderr = false) {
+      if (st.state === "ending" || st.state === "ended") {
+        throw new RunnerDepotError("INVALID_ARGUMENT", "log() after end(): end is the last item of a job");
+      }
+      if (st.state !== "open") return true;
+      if (stderr) stats.lines.stderr++;
+      else stats.lines.stdout++;
+      const bytes = utf8Length(line);
+      if (bytes > st.maxLineBytes) {
+        const pieces = splitUtf8(line, st.maxLineBytes);
+        if (stderr) stats.lines.stderr += pieces.length - 1;
+        else stats.lines.stdout += pieces.length - 1;
+        for (const piece of pieces) append(piece, stderr);
+      } else {
+        wLine = line;
+        wBytes = bytes;
+        wStderr = stderr;
+        spool.append(enc.logFrameSize(line, bytes, stderr), writeLine);
+      }
+      stats.items = spool.end;
+      schedule();
+      return spool.bytes < highWater;
+    },
+    logUtf8(src, start, end, stderr = false) {
+      const bytes = end - start;
+      // Over the (possibly lowered) line limit, or not open: the string path's rules.
+      if (bytes > st.maxLineBytes || st.state !== "open") return client.log(Buffer.from(src.buffer, src.byteOffset, src.byteLength).toString("utf8", start, end), stderr);
+      if (stderr) stats.lines.stderr++;
+      else stats.lines.stdout++;
+      wSrc = src;
+      wStart = start;
+      wEnd = end;
+      wStderr = stderr;
+      spool.append(enc.logFrameSize("", bytes, stderr), writeBytes);
+      stats.items = spool.end;
+      schedule();
+      return spool.bytes < highWater;
+    },
+    end(end) {
+      if (st.state === "ending" || st.state === "ended") {
+        return Promise.reject(new RunnerDepotError("INVALID_ARGUMENT", "end() called twice"));
+      }
+      if (st.state !== "open") {
+        return Promise.reject(new RunnerDepotError("ABORTED", `the client is ${st.state}`));
+      }
+      if (!Number.isInteger(end.exitCode) || end.exitCode < -(2 ** 31) || end.exitCode >= 2 ** 31) {
+        return Promise.reject(new RunnerDepotError("INVALID_ARGUMENT", `exitCode is not an int32: ${end.exitCode}`));
+      }
+      const frame = enc.endFrame(end);
+      const endOffset = spool.append(frame.length, (buf, pos) => pos + frame.copy(buf, pos));
+      st.endOffset = endOffset;
+      stats.items = spool.end;
+      st.state = "ending";
+      const done = new Promise<void>((resolve, reject) => st.waiters.push({ to: endOffset + 1, resolve, reject }));
+      schedule();
+      return done;
+    },
+    flush() {
+      if (st.state === "stopped" || st.state === "closed") return Promise.reject(new RunnerDepotError("ABORTED", `the client is ${st.state}`));
+      const to = spool.end;
+      if (st.committed >= to) return Promise.resolve();
+      st.flushing = true;
+      const p = new Promise<void>((resolve, reject) => st.waiters.push({ to, resolve, reject }));
+      schedule();
+      return p;
+    },
+    drained() {
+      if (spool.bytes <= highWater / 2 || st.state === "stopped" || st.state === "closed") return Promise.resolve();
+      const p = new Promise<void>((r) => st.drainWaiters.push(r));
+      schedule();
+      return p;
+    },
+    onStop(cb) {
+      if (st.stopInfo !== null) {
+        const info = st.stopInfo;
+        queueMicrotask(() => cb(info));
+        return () => {};
+      }
+      st.stopCallbacks.add(cb);
+      return () => st.stopCallbacks.delete(cb);
+    },
+    stopped: loop.stopped,
+    get stats() {
+      return stats;
+    },
+    async close() {
+      if (st.state === "closed") return;
+      const wasDone = st.state === "ended" || st.state === "stopped";
+      st.state = "closed";
+      if (st.retryTimer !== null) clearTimeout(st.retryTimer);
+      st.retryTimer = null;
+      sessions.stopKeepalive();
+      if (!wasDone) rejectAll(new RunnerDepotError("ABORTED", "the client was closed"));
+      const c = st.call;
+      st.call = null;
+      if (c !== null) {
+        clearTimeout(c.timer);
+        c.req.close(http2.constants.NGHTTP2_CANCEL);
+      }
+      await sessions.close();
+    },
+  };
+  return client;
+}

@@ -1,0 +1,90 @@
+/**
+ * Caps on the request bytes a runner server holds for messages that have not fully
+ * arrived: per connection and per server. Every call's reader reports what it holds; a
+ * call whose bytes would cross a cap is refused UNAVAILABLE, which frees them, so a client
+ * holding made-up tokens cannot grow the server's memory with half-sent messages on many
+ * streams or many connections. (Complete messages are handed to the service at once and
+ * are bounded per call by back-pressure; see runner/server/request-reader.ts.)
+ */
+
+/** The buffer limits of a runner server (see docs/decisions/runner-server.md, "Bounds before authentication"). */
+export interface RunnerReadLimits {
+  /**
+   * Largest first message of a call. It is read before the call is authenticated (the
+   * request ID, and so the job its token is for, arrives with it), so it is kept small;
+   * later messages may be up to `messageBytes`. Default 128 KiB (a 64 KiB line fits).
+   */
+  firstMessageBytes: number;
+  /**
+   * Once a call's first message has started to arrive, the rest of it must arrive within
+   * this many milliseconds, else the call ends DEADLINE_EXCEEDED (a slow sender cannot hold
+   * an unauthenticated call's bytes for the whole idle time); default 10 000.
+   */
+  firstMessageMs: number;
+  /** Bytes of incomplete messages held for all calls of one HTTP/2 connection; default 16 MiB. */
+  connectionBytes: number;
+  /** Bytes of incomplete messages held for all calls of the server; default 256 MiB. */
+  serverBytes: number;
+}
+
+/** Defaults of {@link RunnerReadLimits}. */
+export const DEFAULT_READ_LIMITS: Readonly<RunnerReadLimits> = Object.freeze({
+  firstMessageBytes: 128 * 1024,
+  firstMessageMs: 10_000,
+  connectionBytes: 16 * 1024 * 1024,
+  serverBytes: 256 * 1024 * 1024,
+});
+
+/** Which cap a change would cross. */
+export type BudgetRefusal = "connection" | "server";
+
+/** Shared byte accounting of one server; a connection is any object standing for it (its HTTP/2 session). */
+export interface ReadBudget {
+  /** Changes what one call on `connection` holds by `delta` bytes; refuses (changing nothing) a growth past a cap. O(1). */
+  adjust(connection: object, delta: number): BudgetRefusal | null;
+  /** Bytes held by the calls of the server. */
+  readonly serverHeld: number;
+  /** Bytes held by the calls of one connection. */
+  connectionHeld(connection: object): number;
+  /** The caps in force. */
+  readonly limits: Readonly<RunnerReadLimits>;
+}
+
+/**
+ * Creates the byte accounting of one server (or handler).
+ *
+ * @example
+ * const budget = createReadBudget({ connectionBytes: 8 << 20 });
+ * if (budget.adjust(session, chunk.length) !== null) refuse();
+ */
+export function createReadBudget(limits: Partial<RunnerReadLimits> = {}): ReadBudget {
+  const caps: RunnerReadLimits = { ...DEFAULT_READ_LIMITS };
+  for (const [name, value] of Object.entries(limits)) {
+    if (value === undefined) continue;
+    if (!(typeof value === "number" && value > 0)) throw new RangeError(`readLimits.${name} must be a positive number`);
+    caps[name as keyof RunnerReadLimits] = value;
+  }
+  // Weak: a connection's entry goes with its session object.
+  const perConnection = new WeakMap<object, number>();
+  let server = 0;
+  return {
+    adjust(connection, delta) {
+      if (delta === 0) return null;
+      const current = perConnection.get(connection) ?? 0;
+      if (delta > 0) {
+        if (current + delta > caps.connectionBytes) return "connection";
+        if (server + delta > caps.serverBytes) return "server";
+      }
+      perConnection.set(connection, current + delta);
+      server += delta;
+      return null;
+    },
+    get serverHeld() {
+      return server;
+    },
+    connectionHeld(connection) {
+      return perConnection.get(connection) ?? 0;
+    },
+    limits: caps,
+  };
+}

@@ -1,0 +1,419 @@
+/**
+ * Reads the body of one runner call off its HTTP/2 request, for both ways a call is
+ * served: the gRPC fast path (which decodes the envelopes itself) and connect-node
+ * (which is fed whole envelopes, see {@link ConnectBody}). This is where the bounds that
+ * hold before a call is authenticated are enforced:
+ * - the first message may be at most `firstMessageBytes` (it is read before the token can
+ *   be checked, since the request ID arrives with it); later ones `messageBytes`; both are
+ *   checked on the 5-byte prefix, before the message is buffered;
+ * - until the service says the call is authenticated, reading pauses after the first
+ *   message (HTTP/2 flow control holds the rest back); once the first message has started
+ *   it must be complete within `firstMessageMs`;
+ * - the bytes of messages that have not fully arrived count against the connection's and
+ *   the server's {@link ReadBudget}; crossing a cap ends the call UNAVAILABLE and frees
+ *   them (complete messages are not counted: they go to the service at once, and past
+ *   `pauseBytes` waiting for it the request is paused, so flow control holds the rest);
+ * - the work is linear in the bytes received (see runner/protocol/envelope-splitter.ts).
+ */
+import * as http2 from "node:http2";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { EnvelopeSplitter, EnvelopeTooLarge } from "../protocol/envelope-splitter.js";
+import type { ReadBudget } from "./read-budget.js";
+import { widenWhenBusy } from "./flow-window.js";
+import type { BacklogWaiter, StoreBacklog } from "../service/store-backlog.js";
+
+/** Options of a {@link RequestReader}. */
+export interface RequestReaderOptions {
+  /** Largest message after the first. */
+  messageBytes: number;
+  /** Byte accounting shared by the server's calls. */
+  budget: ReadBudget;
+  /** True when the call names a compression (`grpc-encoding` / `connect-content-encoding` other than identity). */
+  compressed: boolean;
+  /** Complete envelopes waiting for the consumer past which reading pauses; default 1 MiB. */
+  pauseBytes?: number;
+  /**
+   * The service's store backlog: while it is over budget, a call authenticated by a
+   * credential is paused (after the chunk in hand) until it drains. None: never.
+   */
+  backlog?: StoreBacklog;
+}
+
+/** What a reader hands its envelopes to. */
+export interface EnvelopeSink {
+  /** One whole envelope, prefix included: `buf[start, end)`. Throwing ends the call with that error. */
+  envelope(buf: Buffer, start: number, end: number): void;
+  /** The reader's state changed (envelopes added, failed, ended): wake the consumer. */
+  wake(): void;
+}
+
+const DEFAULT_PAUSE_BYTES = 1024 * 1024;
+/**
+ * A chunk is a view of the connection's whole socket read, which may hold other streams'
+ * frames too; a line the fast path keeps as bytes (runner/protocol/received-line.ts) keeps that whole
+ * buffer alive until it is stored. A chunk viewing a buffer more than this many times its
+ * own size is copied first (O(chunk)), so what a call's unstored lines pin stays within
+ * this factor of the bytes its bounds count (the call's 8 MiB queue, the 1 MiB before
+ * reading pauses). A busy stream's 16 KiB DATA frames in a 64 KiB read are not copied.
+ */
+const MAX_VIEW_RATIO = 8;
+
+/**
+ * What a call's body is read from: the compatibility layer's request (connect-node's calls,
+ * a host's own server) or the raw HTTP/2 stream (startRunnerServer's fast path, which
+ * builds no Http2ServerRequest/Response: see runner/server/fast-path.ts).
+ */
+export type RequestBody = http2.Http2ServerRequest | http2.ServerHttp2Stream;
+
+/** The HTTP/2 stream under a body (undefined for an HTTP/1 request of a host that allows HTTP/1). */
+function streamOf(body: RequestBody): http2.Http2Stream | undefined {
+  return body instanceof http2.Http2ServerRequest ? body.stream : body;
+}
+
+/** The body's connection, for the budget: its HTTP/2 session (an HTTP/1 socket for hosts that allow HTTP/1). */
+function connectionOf(body: RequestBody): object {
+  const session = streamOf(body)?.session as object | undefined;
+  return session ?? (body instanceof http2.Http2ServerRequest ? body.socket : undefined) ?? body;
+}
+
+/** The request's reader, for the shared listeners below. */
+const kReader = Symbol("runner request reader");
+type ReaderOwner = { [kReader]: RequestReader };
+function onReaderData(this: ReaderOwner, chunk: Buffer): void {
+  this[kReader].onData(chunk);
+}
+function onReaderEnd(this: ReaderOwner): void {
+  this[kReader].onEnd();
+}
+function onReaderClose(this: ReaderOwner): void {
+  this[kReader].onClose();
+}
+function ignore(): void {
+  // Errors end the request with "close", which fails the reader.
+}
+
+/**
+ * Reads one call's request body into a sink, within the bounds above.
+ *
+ * @example
+ * const reader = new RequestReader(req, { messageBytes, budget, compressed: false }, sink);
+ * // once the service has checked the token:
+ * reader.authenticated();
+ */
+export class RequestReader implements BacklogWaiter {
+  /** Why reading stopped early (a limit, a protocol error, the client going away). */
+  failure: ConnectError | null = null;
+  /** True once the body ended cleanly. */
+  ended = false;
+  /** Bytes of complete envelopes given to the sink and not yet {@link taken}. */
+  private queued = 0;
+  /** Bytes of incomplete messages this call has accounted in the budget. */
+  private accounted = 0;
+  /** Bytes received in this call (for {@link widenWhenBusy}). */
+  private received = 0;
+  private isAuthenticated = false;
+  /**
+   * True once a credential authenticated the call ({@link authenticated}), not a call read
+   * on without one ({@link readOn}): only such a call may widen its connection's windows.
+   */
+  private mayWiden = false;
+  private closed = false;
+  private paused = false;
+  /** True while registered with the backlog (paused until it drains). */
+  private waitingBacklog = false;
+  private firstTimer: NodeJS.Timeout | null = null;
+  private readonly splitter: EnvelopeSplitter;
+  private readonly connection: object;
+  private readonly stream: http2.Http2Stream | undefined;
+  private readonly pauseBytes: number;
+
+  constructor(
+    private readonly req: RequestBody,
+    private readonly options: RequestReaderOptions,
+    private readonly sink: EnvelopeSink,
+  ) {
+    this.splitter = new EnvelopeSplitter(Math.min(options.budget.limits.firstMessageBytes, options.messageBytes), options.messageBytes);
+    this.connection = connectionOf(req);
+    this.stream = streamOf(req);
+    this.pauseBytes = options.pauseBytes ?? DEFAULT_PAUSE_BYTES;
+    // Shared listeners that find the reader on the request: four closures per call were kept
+    // for as long as it stayed open. "end" and "close" come once: on(), not once() (whose
+    // wrapper every open call would keep).
+    (req as unknown as ReaderOwner)[kReader] = this;
+    req.on("data", onReaderData);
+    req.on("end", onReaderEnd);
+    req.on("close", onReaderClose);
+    req.on("error", ignore);
+  }
+
+  /** The request closed (ended, reset or gone). */
+  onClose(): void {
+    if (!this.ended) this.fail(new ConnectError("the request stream was closed", Code.Canceled));
+    // Whatever is still accounted goes with the request.
+    this.setQueued(0);
+    this.closed = true;
+    this.account();
+  }
+
+
+  /** The service has authenticated the call: later messages may use the full limit and reading goes on. */
+  authenticated(): void {
+    this.mayWiden = true;
+    this.readOn();
+  }
+
+  /**
+   * Reads on without a credential (a Health call: one small message, no token): later
+   * messages may use the full limit, but the call never widens its connection's HTTP/2
+   * windows (runner/server/flow-window.ts), so a caller without a token keeps 64 KiB windows.
+   */
+  readOn(): void {
+    this.isAuthenticated = true;
+    this.maybeResume();
+  }
+
+  /** The consumer took `bytes` of complete envelopes. */
+  taken(bytes: number): void {
+    this.setQueued(Math.max(0, this.queued - bytes));
+    this.maybeResume();
+  }
+
+  /** Stops reading: the rest of the body is drained and dropped, the budget released. */
+  close(): void {
+    this.closed = true;
+    this.stopFirstTimer();
+    this.splitter.reset();
+    this.setQueued(0);
+    this.account();
+    this.resume();
+  }
+
+  /** @internal A chunk of the request body (the shared "data" listener). */
+  onData(chunk: Buffer): void {
+    if (this.closed || this.failure !== null) return;
+    if (chunk.buffer.byteLength > MAX_VIEW_RATIO * chunk.length) chunk = ownCopy(chunk);
+    this.received += chunk.length;
+    if (this.mayWiden) widenWhenBusy(this.stream, this.received);
+    try {
+      this.splitter.push(chunk, (buf, start, end) => {
+        if ((buf[start]! & 1) === 1 && !this.options.compressed) {
+          throw new ConnectError("a message is flagged compressed but the call names no encoding (grpc-encoding)", Code.InvalidArgument);
+        }
+        this.setQueued(this.queued + end - start);
+        this.sink.envelope(buf, start, end);
+      });
+    } catch (error) {
+      this.fail(toWireError(error));
+    }
+    if (this.failure === null) {
+      const refusal = this.account();
+      if (refusal !== null) this.fail(refusal);
+    }
+    this.watchFirstMessage();
+    this.sink.wake();
+    if (this.failure === null && !this.paused && this.mustPause()) {
+      this.paused = true;
+      this.req.pause();
+      this.waitForBacklog();
+    }
+  }
+
+  /** @internal The store backlog drained (StoreBacklog.wait). */
+  drained(): void {
+    this.waitingBacklog = false;
+    this.maybeResume();
+    this.waitForBacklog();
+  }
+
+  /**
+   * Complete envelopes handed to the sink and not yet taken: they count in the store backlog
+   * too, so that a reader resumed with a window's worth of chunks buffered (all delivered in
+   * one synchronous run, before the service can queue any of them) pauses after the chunk
+   * that crosses the budget, not after the whole window. O(1).
+   */
+  private setQueued(bytes: number): void {
+    const backlog = this.options.backlog;
+    if (backlog !== undefined) {
+      if (bytes >= this.queued) backlog.add(bytes - this.queued);
+      else backlog.release(this.queued - bytes);
+    }
+    this.queued = bytes;
+  }
+
+  /** True while this call is paused behind the store backlog (the idle sweep does not count that wait). O(1). */
+  heldBack(): boolean {
+    return this.waitingBacklog;
+  }
+
+  /** Paused for the backlog: asks it to say when it drained (once per pause). */
+  private waitForBacklog(): void {
+    const backlog = this.options.backlog;
+    if (backlog === undefined || !this.paused || this.waitingBacklog || !this.backlogHolds()) return;
+    this.waitingBacklog = true;
+    backlog.wait(this);
+  }
+
+  /** True when the backlog keeps this call paused: it is over budget and the call was authenticated by a credential. */
+  private backlogHolds(): boolean {
+    return this.mayWiden && this.options.backlog?.over === true;
+  }
+
+  /** @internal The request body ended (the shared "end" listener). */
+  onEnd(): void {
+    if (this.closed || this.failure !== null) return;
+    if (this.splitter.heldBytes > 0) {
+      this.fail(new ConnectError("protocol error: incomplete envelope", Code.InvalidArgument));
+      return;
+    }
+    this.ended = true;
+    this.sink.wake();
+  }
+
+  private fail(error: ConnectError): void {
+    if (this.failure !== null || this.ended) return;
+    this.failure = error;
+    this.stopFirstTimer();
+    this.splitter.reset();
+    this.account();
+    // Nothing more is read: the rest of the body is drained and dropped.
+    this.resume();
+    this.sink.wake();
+  }
+
+  /** Starts the first message's clock when its first bytes are held; stops it once it is complete. */
+  private watchFirstMessage(): void {
+    if (this.splitter.completed > 0 || this.failure !== null || this.closed) {
+      this.stopFirstTimer();
+      return;
+    }
+    if (this.firstTimer !== null || this.splitter.heldBytes === 0) return;
+    const ms = this.options.budget.limits.firstMessageMs;
+    this.firstTimer = setTimeout(() => {
+      this.firstTimer = null;
+      if (this.splitter.completed === 0) this.fail(new ConnectError(`the first message did not arrive within ${ms} ms of its start`, Code.DeadlineExceeded));
+    }, ms);
+    this.firstTimer.unref?.();
+  }
+
+  private stopFirstTimer(): void {
+    if (this.firstTimer !== null) clearTimeout(this.firstTimer);
+    this.firstTimer = null;
+  }
+
+  private mustPause(): boolean {
+    return this.queued >= this.pauseBytes || (!this.isAuthenticated && this.splitter.completed > 0) || this.backlogHolds();
+  }
+
+  private maybeResume(): void {
+    if (!this.paused) return;
+    if (this.failure !== null || this.closed || !this.mustPause()) this.resume();
+    // Still paused, maybe now for the backlog (paused first for its own queue).
+    else this.waitForBacklog();
+  }
+
+  private resume(): void {
+    if (this.waitingBacklog) {
+      this.waitingBacklog = false;
+      this.options.backlog!.forget(this);
+    }
+    if (!this.paused) return;
+    this.paused = false;
+    this.req.resume();
+  }
+
+  /** Brings the budget in line with what is held; returns the refusal when it would cross a cap. */
+  private account(): ConnectError | null {
+    const held = this.closed || this.failure !== null ? 0 : this.splitter.heldBytes;
+    const refusal = this.options.budget.adjust(this.connection, held - this.accounted);
+    if (refusal === null) {
+      this.accounted = held;
+      return null;
+    }
+    const limits = this.options.budget.limits;
+    return refusal === "connection"
+      ? new ConnectError(`this connection holds over ${limits.connectionBytes} bytes of unfinished requests; retry the call later`, Code.Unavailable)
+      : new ConnectError(`the server holds over ${limits.serverBytes} bytes of unfinished requests; retry the call later`, Code.Unavailable);
+  }
+}
+
+/** `chunk` in a buffer of its own (not the shared pool): it pins only its own bytes. O(chunk). */
+function ownCopy(chunk: Buffer): Buffer {
+  const copy = Buffer.allocUnsafeSlow(chunk.length);
+  chunk.copy(copy);
+  return copy;
+}
+
+function toWireError(error: unknown): ConnectError {
+  if (error instanceof EnvelopeTooLarge) {
+    return new ConnectError(
+      error.index === 0
+        ? `the first message of a call is ${error.size} bytes, over the ${error.limit}-byte limit of a message read before the call is authenticated; split the line`
+        : `a message of ${error.size} bytes is over the ${error.limit}-byte limit; split the line`,
+      Code.ResourceExhausted,
+    );
+  }
+  if (error instanceof ConnectError) return error;
+  return new ConnectError(error instanceof Error ? error.message : String(error), Code.Internal, undefined, undefined, error);
+}
+
+/**
+ * The request body as connect-node reads it: chunks of whole envelopes (neighbouring
+ * envelopes of one received chunk stay one view), so connect's envelope reader holds at
+ * most one chunk and never waits on a partial envelope. O(bytes).
+ *
+ * @example
+ * const body = new ConnectBody();
+ * body.attach(new RequestReader(req, options, body));
+ * const uReq = { ...universalRequestFromNodeRequest(req, res, undefined, values), body };
+ */
+export class ConnectBody implements EnvelopeSink, AsyncIterable<Uint8Array> {
+  private chunks: Buffer[] = [];
+  /** Index of the next chunk to yield (no Array.shift: the queue may hold many small chunks). */
+  private head = 0;
+  private last: { buf: Buffer; start: number; end: number } | null = null;
+  private waiter: (() => void) | null = null;
+  private reader: RequestReader | null = null;
+
+  /** Connects the reader that feeds this body. */
+  attach(reader: RequestReader): void {
+    this.reader = reader;
+  }
+
+  envelope(buf: Buffer, start: number, end: number): void {
+    const last = this.last;
+    if (last !== null && last.buf === buf && last.end === start) last.end = end;
+    else {
+      if (last !== null) this.chunks.push(last.buf.subarray(last.start, last.end));
+      this.last = { buf, start, end };
+    }
+  }
+
+  wake(): void {
+    if (this.last !== null) {
+      this.chunks.push(this.last.buf.subarray(this.last.start, this.last.end));
+      this.last = null;
+    }
+    const waiter = this.waiter;
+    this.waiter = null;
+    waiter?.();
+  }
+
+  async *[Symbol.asyncIterator](): AsyncGenerator<Uint8Array> {
+    const reader = this.reader!;
+    for (;;) {
+      if (this.head < this.chunks.length) {
+        const chunk = this.chunks[this.head++]!;
+        if (this.head === this.chunks.length) {
+          this.chunks = [];
+          this.head = 0;
+        }
+        reader.taken(chunk.length);
+        yield chunk;
+        continue;
+      }
+      if (reader.failure !== null) throw reader.failure;
+      if (reader.ended) return;
+      await new Promise<void>((resolve) => (this.waiter = resolve));
+    }
+  }
+}

@@ -1,0 +1,146 @@
+/**
+ * The rules applied to each item of a call (docs/runner-protocol.md, §3–§4): its size,
+ * its request_id, its position against what is stored, a line's cut and the job's byte
+ * cap, and the end item that publishes the job's result.
+ */
+import { RunnerDepotError } from "../../../errors.js";
+import type { JobEnd, LogItem } from "../../../gen/runner/v1/runner_pb.js";
+import type { LogEntry, StoredLine } from "../../ports.js";
+import type { CallRun } from "./run.js";
+import { uErr, type RunnerCore } from "../job-table.js";
+import { EndedSignal, endedReasonOf } from "./ended-signal.js";
+import { publishEnd } from "./end-item.js";
+import { encodedSize, logItemSize } from "../../protocol/encoded-size.js";
+import { cutUtf8 } from "../../agent/line-splitter.js";
+import { ReceivedLine, type CallItem } from "../../protocol/received-line.js";
+
+const MARKER_PREFIX = "[runner-depot]";
+
+function tooLarge(size: number, maxBytes: number): RunnerDepotError {
+  return new RunnerDepotError("RESOURCE_EXHAUSTED", `a message of ${size} bytes is over the ${maxBytes}-byte limit; split the line`);
+}
+
+/**
+ * Applies the rules to one item. Throws (synchronously) on a bad item; returns a
+ * promise only when the call has to wait (back-pressure or the end item). O(line length).
+ */
+export function processItem(core: RunnerCore, call: CallRun, item: CallItem): Promise<void> | undefined {
+  const index = call.index++;
+  // A received line is a log item whose line is bytes (the fast path); the rest are messages.
+  const received = item instanceof ReceivedLine ? item : null;
+  const event = received === null ? (item as LogItem).event : null;
+  const kind = received !== null ? "log" : event!.case;
+  // The line's UTF-8 size serves both the message limit and the line limit.
+  const lineBytes = received !== null ? received.bytes : event!.case === "log" ? Buffer.byteLength(event!.value.line, "utf8") : 0;
+  const size = received !== null ? logItemSize(received.requestId, lineBytes, received.stderr) : encodedSize(item as LogItem, lineBytes);
+  if (size > call.maxBytes) throw tooLarge(size, call.maxBytes);
+  // The same text as the first item's needs no case folding.
+  if (index > 0 && item.requestId !== call.rawId && item.requestId.toLowerCase() !== call.id) {
+    throw uErr("INVALID_ARGUMENT", "all items of a call must carry the same request_id");
+  }
+  if (call.endSeen) throw uErr("INVALID_ARGUMENT", "no item may follow the end item");
+  if (kind === undefined) throw uErr("INVALID_ARGUMENT", "an item must carry a log line or the job end");
+
+  const hostReason = endedReasonOf(core, call);
+  if (hostReason) throw new EndedSignal(hostReason);
+  const pos = call.offset + index;
+  if (call.state?.status === "finished") {
+    // Duplicates of a finished job are harmless; anything new is refused.
+    if (pos < call.state.committed) {
+      if (kind === "end") call.endSeen = true;
+      return undefined;
+    }
+    throw new EndedSignal("ended");
+  }
+  if (index === 0) {
+    if (pos > call.committed) {
+      throw new RunnerDepotError("FAILED_PRECONDITION", `offset ${pos} is past the ${call.committed} items stored; resend from ${call.committed}`);
+    }
+    call.nextPos = call.committed;
+    call.storedBytes = call.state?.storedBytes ?? 0;
+    call.truncated = call.state?.logTruncated ?? false;
+  }
+  if (pos < call.nextPos) {
+    // A resend of a stored item: skipped, not compared.
+    if (kind === "end") call.endSeen = true;
+    return undefined;
+  }
+
+  if (kind === "log") {
+    call.pendingReceivedBytes += lineBytes;
+    const log = event?.case === "log" ? event.value : null;
+    return call.enqueue(log === null ? receivedEntry(core, call, received!, lineBytes) : entryFor(core, call, log.line, log.stderr, lineBytes));
+  }
+  call.endSeen = true;
+  return processEnd(core, call, event!.value as JobEnd);
+}
+
+/**
+ * What a received line stores: itself (as its own entry), as bytes, when it is within the line limit and the
+ * job's cap (the common case: no string is made); otherwise what {@link entryFor} makes of its text.
+ */
+function receivedEntry(core: RunnerCore, call: CallRun, line: ReceivedLine, lineBytes: number): LogEntry {
+  const limits = core.config.limits;
+  if (call.truncated || lineBytes > limits.lineBytes || call.storedBytes + lineBytes > limits.jobLogBytes) {
+    return entryFor(core, call, line.line, line.stderr, lineBytes);
+  }
+  call.storedBytes += lineBytes;
+  // The line is its own entry (runner/protocol/received-line.ts): no entry object or array a line.
+  return line;
+}
+
+/** The end item: store what came before, publish, then record. */
+async function processEnd(core: RunnerCore, call: CallRun, end: JobEnd): Promise<void> {
+  await call.guard(call.flush());
+  const at = call.nextPos;
+  await call.guard(core.locked(call.id, () => publishEnd(core, call, end, at)));
+  call.nextPos = at + 1;
+}
+
+/** What a line stores: itself (cut to the line limit, with a marker), or a cap marker, or nothing past the cap. */
+function entryFor(core: RunnerCore, call: CallRun, line: string, stderr: boolean, lineBytes: number): LogEntry {
+  const limits = core.config.limits;
+  if (call.truncated) return { stored: [], stderr, bytes: 0 };
+  let text = line;
+  let bytes = lineBytes;
+  const stored: StoredLine[] = [];
+  let marker: StoredLine | null = null;
+  if (bytes > limits.lineBytes) {
+    const cut = cutUtf8(line, limits.lineBytes);
+    marker = { line: `${MARKER_PREFIX} line truncated: ${bytes} bytes, kept ${cut.bytes}`, stderr, marker: true };
+    text = cut.text;
+    bytes = cut.bytes;
+  }
+  if (call.storedBytes + bytes > limits.jobLogBytes) {
+    call.truncated = true;
+    return {
+      stored: [
+        {
+          line: `${MARKER_PREFIX} log truncated: the job log reached its ${limits.jobLogBytes}-byte limit; later lines are counted, not stored`,
+          stderr,
+          marker: true,
+        },
+      ],
+      stderr,
+      bytes: 0,
+      capped: true,
+    };
+  }
+  stored.push({ line: text, stderr });
+  if (marker) stored.push(marker);
+  call.storedBytes += bytes;
+  return { stored, stderr, bytes };
+}
+
+/** The first item's own checks (size, an event present), for an answer given before processItem runs. */
+export function checkItemShape(call: CallRun, item: CallItem): void {
+  if (item instanceof ReceivedLine) {
+    const size = logItemSize(item.requestId, item.bytes, item.stderr);
+    if (size > call.maxBytes) throw tooLarge(size, call.maxBytes);
+    return;
+  }
+  const event = item.event;
+  const size = encodedSize(item, event.case === "log" ? Buffer.byteLength(event.value.line, "utf8") : 0);
+  if (size > call.maxBytes) throw tooLarge(size, call.maxBytes);
+  if (event.case === undefined) throw uErr("INVALID_ARGUMENT", "an item must carry a log line or the job end");
+}

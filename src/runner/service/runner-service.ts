@@ -1,0 +1,145 @@
+/**
+ * The orchestrator side of runner.v1: a connect-es ServiceImpl of `Runner` that stores
+ * log items through a JobLogStore and hands each job's result to a JobResultQueue,
+ * following docs/runner-protocol.md rule by rule.
+ *
+ * This file assembles the service; each concern lives in its own file: the public
+ * contract (runner/service/contract.ts), the shared state (runner/service/job-table.ts), one call
+ * (runner/service/call/stream-call.ts, runner/service/call/run.ts, runner/service/call/auth.ts, runner/server/item-reader.ts, runner/service/call/item-rules.ts), results
+ * (runner/service/result-publish.ts, runner/service/call/end-item.ts, runner/service/host-ending.ts, runner/service/lost-sweep.ts), answers
+ * (runner/service/call/ended-answer.ts, runner/service/call/response-error.ts) and runner/service/follow.ts.
+ */
+import { RunnerDepotError } from "../../errors.js";
+import { createMemoryLogStore } from "../../adapters/memory/log-store.js";
+import type { JobResultQueue } from "../ports.js";
+import { normalizeRequestId } from "../protocol/request-id.js";
+import { encodeJobCursor, summarizeJob, toJobListQuery } from "./job-list.js";
+import type { RunnerService, RunnerServiceOptions } from "./contract.js";
+import { resolveConfig } from "./config.js";
+import { createRunnerCore, uErr, type RunnerCore } from "./job-table.js";
+import { streamLogs } from "./call/stream-call.js";
+import { endFromHost } from "./host-ending.js";
+import { startLostSweep } from "./lost-sweep.js";
+import { followJob } from "./follow.js";
+import { within } from "./timing.js";
+import { kStoreBacklog, type StoreBacklog } from "./store-backlog.js";
+
+export {
+  COMMITTED_HEADER,
+  REASON_HEADER,
+  OFFSET_HEADER,
+  DEFAULT_RUNNER_LIMITS,
+  type EndedReason,
+  type RunnerLimits,
+  type RunnerAuthorizeContext,
+  type PublishRetryOptions,
+  type RunnerServiceOptions,
+  type ExpectJobInfo,
+  type RunnerService,
+} from "./contract.js";
+export { kShutdownSignal, kCallAuthenticated, kCallHeldBack, kCallJob, kMessageBytes, kItemBatches, type ItemBatchSource } from "../server/call-context.js";
+
+/**
+ * Creates the orchestrator's runner service.
+ *
+ * @example
+ * const queue = createMemoryQueue();
+ * const runner = createRunnerService(queue, { secret: process.env.RUNNER_SECRET });
+ * const server = await startRunnerServer(runner, { port: 50051 });
+ * // or mount it yourself: connectNodeAdapter({ routes: (r) => r.service(Runner, runner) })
+ */
+export function createRunnerService(queue: JobResultQueue, options: RunnerServiceOptions = {}): RunnerService {
+  const config = resolveConfig(options);
+  const core = createRunnerCore(queue, options.logs ?? createMemoryLogStore(), options, config);
+  const logs = core.logs;
+  const sweepTimer = startLostSweep(core);
+  let closing: Promise<void> | null = null;
+
+  const service: RunnerService & { [kStoreBacklog]: StoreBacklog } = {
+    // For the transport: it pauses authenticated calls while the store backlog is over budget.
+    [kStoreBacklog]: core.backlog,
+    // Not async: an open call keeps every suspended frame of its chain, and this one only forwards.
+    streamLogs(requests, ctx) {
+      if (core.closed) return Promise.reject(uErr("UNAVAILABLE", "the runner service is closed").toConnectError());
+      return streamLogs(core, requests, ctx);
+    },
+    async expectJob(requestId, info = {}) {
+      const id = requestIdOf(requestId);
+      return core.locked(id, () => logs.open(id, { expect: true, info, now: new Date() }));
+    },
+    async cancelJob(requestId, _reason) {
+      const id = requestIdOf(requestId);
+      // Marked at once, so calls in flight stop storing at their next item.
+      if (!core.ending.has(id)) {
+        const known = await logs.get(id);
+        if (known && known.status !== "open") return null;
+        core.ending.set(id, "cancelled");
+      }
+      return endFromHost(core, id, "cancelled");
+    },
+    async listJobs(listOptions = {}) {
+      const { pageSize, ...query } = toJobListQuery(listOptions);
+      if (!logs.list) throw uErr("FAILED_PRECONDITION", "this log store cannot list jobs (it has no list method)");
+      // The store returns one row more than the page: its presence says a next page exists.
+      const states = await logs.list(query);
+      const jobs = states.slice(0, pageSize).map(summarizeJob);
+      const last = jobs[jobs.length - 1];
+      return { jobs, next: states.length > pageSize && last ? encodeJobCursor(last) : null };
+    },
+    follow(requestId, followOptions = {}) {
+      return followJob(core, requestIdOf(requestId), followOptions.from ?? 0, followOptions.signal);
+    },
+    close() {
+      closing ??= (async () => {
+        core.closed = true;
+        clearInterval(sweepTimer);
+        // The idle sweep stops by itself once the calls still open have ended (it is unref'd).
+        core.fanout.close();
+        core.closeController.abort();
+        await waitForBackground(core);
+      })();
+      return closing;
+    },
+    get acceptsAnyCaller() {
+      return config.acceptsAnyCaller;
+    },
+    get limits() {
+      return config.limits;
+    },
+    get logs() {
+      return logs;
+    },
+    get activeCalls() {
+      return core.calls.size;
+    },
+  };
+  return service;
+}
+
+/** A request ID normalised, or INVALID_ARGUMENT. */
+function requestIdOf(requestId: string): string {
+  const id = normalizeRequestId(requestId);
+  if (id === null) throw uErr("INVALID_ARGUMENT", `not a UUID: ${requestId}`);
+  return id;
+}
+
+/** Waits for background publishes, bounded: a queue that never answers must not hang the host's shutdown. */
+async function waitForBackground(core: RunnerCore): Promise<void> {
+  const { closeTimeoutMs } = core.config;
+  const deadline = Date.now() + closeTimeoutMs;
+  while (core.background.size > 0) {
+    const left = deadline - Date.now();
+    if (left <= 0) {
+      const jobs = [...new Set(core.background.values())];
+      core.report(
+        new RunnerDepotError(
+          "UNAVAILABLE",
+          `runner service closed with ${core.background.size} background publish(es) unfinished after ${closeTimeoutMs} ms (jobs ${jobs.join(", ")})`,
+          { details: { jobs } },
+        ),
+      );
+      return;
+    }
+    await within(Promise.allSettled([...core.background.keys()]), left);
+  }
+}
