@@ -272,7 +272,9 @@ describe("openapi.yaml", () => {
 
   it("the ErrorCode enum lists every code the depot's server side can throw", async () => {
     const files = [
-      ...["archive", "auth", "compose", "delta", "digest", "gc", "names", "paths", "records", "router", "transactions"].map((f) => `../src/depot/${f}.ts`),
+      ...["package/archive", "server/auth", "store/compose", "package/delta", "package/digest", "store/gc", "package/names", "package/paths", "store/records", "server/router", "transactions/lifecycle"].map(
+        (f) => `../src/depot/${f}.ts`,
+      ),
       ...["memory/store", "s3/blob-store", "postgres/records"].map((f) => `../src/adapters/${f}.ts`),
       // Every file of the fs store (read from the folder, so a file added or removed there is
       // never missed); its log-* files are the runner's log store, which answers gRPC codes.
