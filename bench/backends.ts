@@ -15,8 +15,8 @@ import { composeStore } from "../src/depot/store/compose.js";
 import type { PackageStore } from "../src/depot/ports.js";
 import type { JobResultQueue } from "../src/runner/ports.js";
 import { patternBytes, sampleJobResult, sha256Digest } from "../src/testing/helpers.js";
-import { createTestSchema, RABBITMQ_URL, startS3 } from "../test/backends-fixtures.js";
-import { startDepot, tempDir } from "../test/fixtures/depot-helpers.js";
+import { createTestSchema, RABBITMQ_URL, startS3 } from "../test/fixtures/backends.js";
+import { startDepot, tempDir } from "../test/fixtures/depot.js";
 
 const RESULTS = 5000;
 const FILE_BYTES = 64 * 1024 * 1024;

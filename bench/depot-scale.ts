@@ -23,8 +23,8 @@ import { composeStore } from "../src/depot/store/compose.js";
 import type { PackageStore } from "../src/depot/ports.js";
 import { keys, type VersionRecord } from "../src/depot/store/records.js";
 import pg from "pg";
-import { createTestSchema, POSTGRES_URL, startS3 } from "../test/backends-fixtures.js";
-import { publish, startDepot, tempDir, type LiveDepot } from "../test/fixtures/depot-helpers.js";
+import { createTestSchema, POSTGRES_URL, startS3 } from "../test/fixtures/backends.js";
+import { publish, startDepot, tempDir, type LiveDepot } from "../test/fixtures/depot.js";
 import { seedPackages } from "../test/fixtures/depot-seed.js";
 
 /** Package counts measured; DEPOT_SCALE_LEVELS=50,500 for a quick trial of the module. */

@@ -33,7 +33,7 @@ import { fileURLToPath } from "node:url";
 import { readFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import pg from "pg";
-import { POSTGRES_URL } from "../test/backends-fixtures.js";
+import { POSTGRES_URL } from "../test/fixtures/backends.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const SECRET = "fleet-secret";

@@ -23,7 +23,7 @@ import { createRunnerClient } from "../src/runner/client/runner-client.js";
 import { createArchivingLogStore } from "../src/runner/archive/archiving-store.js";
 import type { JobLogStore, StoredLine } from "../src/runner/ports.js";
 import { logEntry, sampleJobResult } from "../src/testing/helpers.js";
-import { createTestSchema, startS3 } from "../test/backends-fixtures.js";
+import { createTestSchema, startS3 } from "../test/fixtures/backends.js";
 
 const JOBS = Number(process.env.BENCH_FOLLOW_JOBS ?? 100);
 const PER_JOB = Number(process.env.BENCH_FOLLOW_PER_JOB ?? 10);

@@ -22,7 +22,7 @@ import { createLogItemEncoder } from "../src/runner/protocol/encoder.js";
 import { mintJobToken } from "../src/runner/protocol/token.js";
 import { runJob } from "../src/runner/agent/run-job.js";
 import { createLineSplitter } from "../src/runner/agent/line-splitter.js";
-import { POSTGRES_URL } from "../test/backends-fixtures.js";
+import { POSTGRES_URL } from "../test/fixtures/backends.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const SECRET = "bench-secret";

@@ -8,7 +8,7 @@ import { createHash } from "node:crypto";
 import { rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { createFsStore } from "../src/adapters/fs/store.js";
-import { publish, startDepot } from "../test/fixtures/depot-helpers.js";
+import { publish, startDepot } from "../test/fixtures/depot.js";
 
 const out = join(import.meta.dirname, "..", "test", "fixtures", "store-0.1.0");
 await rm(out, { recursive: true, force: true });

@@ -1,7 +1,7 @@
 /**
  * The README's "A 60-second tour" as one program: its fenced code blocks, joined in order
  * (what the README tells a reader to paste into `tour.mts`). Printed on stdout when run
- * (`npx tsx scripts/readme-tour.ts > tour.mts`); test/readme-tour.test.ts and
+ * (`npx tsx scripts/readme-tour.ts > tour.mts`); test/docs/readme-tour.test.ts and
  * scripts/check-pack.sh run it, the test against this checkout's source and the pack check
  * against the installed tarball.
  */

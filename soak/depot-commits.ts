@@ -12,7 +12,7 @@
  * version appears exactly once in the change feed (`GET /catalog?since=0`, all pages).
  */
 import { createHash } from "node:crypto";
-import { add, httpDigest, openTransaction, storeDigest, tempDir } from "../test/fixtures/depot-helpers.js";
+import { add, httpDigest, openTransaction, storeDigest, tempDir } from "../test/fixtures/depot.js";
 import { bundleDepotServer, spawnDepot, type DepotProcess } from "../test/fixtures/depot-process.js";
 
 const PUBLISHES_PER_ROUND = 3;

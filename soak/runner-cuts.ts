@@ -13,7 +13,7 @@ import { createFsLogStore } from "../src/adapters/fs/index.js";
 import { createMemoryQueue } from "../src/adapters/memory/index.js";
 import { createPostgresLogStore } from "../src/adapters/postgres/index.js";
 import { createRunnerClient, createRunnerService, mintJobToken, startRunnerServer, type JobLogStore } from "../src/runner/index.js";
-import { createTestSchema, startTcpProxy } from "../test/backends-fixtures.js";
+import { createTestSchema, startTcpProxy } from "../test/fixtures/backends.js";
 
 const SECRET = "soak-cuts-secret";
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -11,7 +11,7 @@ import amqp from "amqplib";
 import { createMemoryLogStore } from "../src/adapters/memory/index.js";
 import { createRabbitMqQueue } from "../src/adapters/rabbitmq/index.js";
 import { createRunnerClient, createRunnerService, startRunnerServer, type JobResult } from "../src/runner/index.js";
-import { RABBITMQ_URL, rabbitmqctl, withBrokerLock } from "../test/backends-fixtures.js";
+import { RABBITMQ_URL, rabbitmqctl, withBrokerLock } from "../test/fixtures/backends.js";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

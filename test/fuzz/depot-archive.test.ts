@@ -13,7 +13,7 @@ import { describe, expect, it } from "vitest";
 import { createMemoryStore } from "../../src/adapters/memory/index.js";
 import { archiveLayout, commitArchive, readArchive, type ManifestItem, type PackageManifest } from "../../src/depot/package/archive.js";
 import { encodeTarHeader, type TarHeaderFields } from "../../src/depot/package/tar-header.js";
-import { referenceArchive } from "../archive-reference.js";
+import { referenceArchive } from "../fixtures/archive-reference.js";
 import { fuzzParams } from "./settings.js";
 
 const require = createRequire(import.meta.url);

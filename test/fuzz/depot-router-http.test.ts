@@ -2,7 +2,7 @@
  * The depot router fuzz through real sockets (issue 9, fuzzing): what servePackageRouter
  * serves is the Node handler (depot/server/node-handler.ts: its own request conversion, native upload
  * bodies into the fs store) behind Node's HTTP parser and the connection bounds
- * (depot/server/connection-limits.ts), none of which the in-process target (depot-router.test.ts)
+ * (depot/server/connection-limits.ts), none of which the in-process target (depot/server/router.test.ts)
  * reaches. Each case is one raw HTTP/1.1 request on its own TCP connection: any method
  * token (CONNECT, TRACE, lower case, unknown), request targets in origin, absolute and
  * asterisk form, the depot's headers, raw header junk, and bodies framed by
@@ -19,7 +19,7 @@ import { bearerTokens } from "../../src/depot/server/auth.js";
 import { createPackageRouter } from "../../src/depot/server/router.js";
 import { servePackageRouter, type PackageServer } from "../../src/depot/server/serve.js";
 import { silentLogger, type Logger } from "../../src/telemetry.js";
-import { tempDir } from "../fixtures/depot-helpers.js";
+import { tempDir } from "../fixtures/depot.js";
 import { authArb, DOCUMENTED_CODES, headerNameArb, headerValueArb, pathArb, queryArb, seedDepot, TOKEN } from "./depot-router-inputs.js";
 import { fuzzParams, fuzzTimeout } from "./settings.js";
 

@@ -1,5 +1,5 @@
 /**
- * What both depot router fuzz targets send (in-process `fetch` in depot-router.test.ts,
+ * What both depot router fuzz targets send (in-process `fetch` in depot/server/router.test.ts,
  * real sockets in depot-router-http.test.ts): route words, hostile segments, Pkg-* and
  * digest/range/conditional headers, auth variants, and the seeded depot they aim at.
  *

@@ -1,7 +1,7 @@
 /**
  * vitest global setup: decides once per run what the tests use for PostgreSQL and
  * RabbitMQ (rules in ./services.ts), prints the decision, hands it to the test files
- * (inject("services"), read through test/backends-fixtures.ts) and stops whatever it
+ * (inject("services"), read through test/fixtures/backends.ts) and stops whatever it
  * started when the run ends.
  */
 import type { TestProject } from "vitest/node";

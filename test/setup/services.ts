@@ -1,7 +1,7 @@
 /**
  * What `npm test` uses for PostgreSQL and RabbitMQ, decided once per run by the global
  * setup (test/setup/global-setup.ts) and handed to every test file through vitest's
- * provide/inject (read it through test/backends-fixtures.ts).
+ * provide/inject (read it through test/fixtures/backends.ts).
  *
  * The rules, in order:
  * - PostgreSQL: `RUNNER_DEPOT_TEST_POSTGRES` (default {@link DEFAULT_POSTGRES_URL}) when it
@@ -14,7 +14,7 @@
  *   them without trying.
  *
  * This file holds only the decision; the probes and starters are passed in, so the
- * decision itself is tested (test/global-setup.test.ts) without touching any service.
+ * decision itself is tested (test/setup/global-setup.test.ts) without touching any service.
  */
 
 export const DEFAULT_POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test";

@@ -88,7 +88,7 @@ function statements(s: string): string[] {
      END $$`,
     // The archive sweep's query: ended jobs whose lines are still here, oldest end first.
     // Its predicate reads columns an append never changes (status, archived), so the job
-    // row's update stays HOT (test/adapter-postgres.test.ts counts n_tup_hot_upd).
+    // row's update stays HOT (test/adapters/postgres/postgres-adapter.test.ts counts n_tup_hot_upd).
     `CREATE INDEX IF NOT EXISTS jobs_to_archive ON ${s}.jobs (ended_at) WHERE status <> 'open' AND NOT archived`,
     // Lines as UTF-8 bytes: PostgreSQL text cannot hold NUL, which a job may print.
     // Row per line: what earlier releases wrote; still read, no longer written.

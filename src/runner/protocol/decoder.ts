@@ -3,7 +3,7 @@
  * the mirror of runner/protocol/encoder.ts. It returns exactly what protobuf-es `fromBinary(LogItemSchema, …)`
  * returns for the messages it handles, and `null` for everything else (end items, unknown
  * or repeated fields, invalid UTF-8, bad lengths), which the caller then hands to the
- * full parser, so errors and edge cases stay protobuf-es's. test/runner-fastpath-decoder.test.ts
+ * full parser, so errors and edge cases stay protobuf-es's. test/runner/protocol/decoder.test.ts
  * checks it against protobuf-es.
  */
 import { isUtf8 } from "node:buffer";

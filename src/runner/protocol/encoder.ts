@@ -2,7 +2,7 @@
  * A specialised, allocation-free encoder for runner.v1 `LogItem` messages, written as
  * gRPC length-prefixed frames straight into a caller's buffer. It produces the same
  * bytes as protobuf-es `toBinary(LogItemSchema, …)` (field order, implicit-presence
- * rules, sign-extended negative int32), which test/runner-client-encoder.test.ts checks
+ * rules, sign-extended negative int32), which test/runner/client/building-blocks.test.ts checks
  * byte for byte; it exists because the generic reflection path is the runner's cost.
  */
 // Imported, not the global: Node defines `globalThis.Buffer` as a getter (a deprecation

@@ -1,7 +1,7 @@
-// Run only by test/global-setup.test.ts (see vitest.config.ts beside it).
+// Run only by test/setup/global-setup.test.ts (see vitest.config.ts beside it).
 import pg from "pg";
 import { expect, it } from "vitest";
-import { needs, POSTGRES_URL, SERVICES } from "../../backends-fixtures.js";
+import { needs, POSTGRES_URL, SERVICES } from "../../fixtures/backends.js";
 
 needs("postgres");
 

@@ -1,7 +1,7 @@
-// Run only by test/global-setup.test.ts (see vitest.config.ts beside it).
+// Run only by test/setup/global-setup.test.ts (see vitest.config.ts beside it).
 import amqp from "amqplib";
 import { expect, it } from "vitest";
-import { needs, RABBITMQ_URL } from "../../backends-fixtures.js";
+import { needs, RABBITMQ_URL } from "../../fixtures/backends.js";
 
 const haveBroker = needs("rabbitmq");
 

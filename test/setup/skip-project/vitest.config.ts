@@ -1,4 +1,4 @@
-// A one-file project that test/global-setup.test.ts runs in a nested vitest with the
+// A one-file project that test/setup/global-setup.test.ts runs in a nested vitest with the
 // suite's own global setup and reporter, to see what a run without RabbitMQ prints and
 // how it exits, in CI and outside it.
 import { fileURLToPath } from "node:url";

@@ -1,0 +1,60 @@
+/**
+ * `runner-depot serve` mounts the console at /-/console/ on the depot's port and prints a
+ * one-time login URL: a real serve process, real fetch.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { stopChild } from "../fixtures/stop-child.js";
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
+const main = path.join(root, "src", "cli", "main.ts");
+const tsx = pathToFileURL(path.join(root, "node_modules", "tsx", "dist", "loader.mjs")).href;
+
+describe("serve: the console at /-/console/", () => {
+  let work: string;
+  let serve: ChildProcess;
+  let loginUrl: string;
+  beforeAll(async () => {
+    work = await mkdtemp(path.join(os.tmpdir(), "console-serve-"));
+    serve = spawn(process.execPath, ["--import", tsx, main, "serve", "--runner-port", "0", "--depot-port", "0", "--data", path.join(work, "data")], {
+      cwd: work,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let err = "";
+    loginUrl = await new Promise<string>((resolve, reject) => {
+      serve.stderr!.setEncoding("utf8").on("data", (d: string) => {
+        err += d;
+        const match = /console:\s+(http:\/\/127\.0\.0\.1:\d+\/-\/console\/\?token=[A-Za-z0-9_-]+)/.exec(err);
+        if (match) resolve(match[1]!);
+      });
+      serve.once("exit", () => reject(new Error(`serve exited: ${err}`)));
+    });
+  });
+  afterAll(async () => {
+    await stopChild(serve);
+    await rm(work, { recursive: true, force: true });
+  });
+
+  it("the printed login URL works once and opens the console's pages and API; the depot and control API stay where they were", async () => {
+    const origin = new URL(loginUrl).origin;
+    expect((await fetch(`${origin}/-/console/api/jobs`)).status).toBe(401);
+    const login = await fetch(loginUrl, { redirect: "manual" });
+    expect(login.status).toBe(303);
+    expect(login.headers.get("location")).toBe("/-/console/");
+    expect(login.headers.get("set-cookie")).toMatch(/HttpOnly; SameSite=Strict/);
+    const cookie = login.headers.get("set-cookie")!.split(";")[0]!;
+    expect((await fetch(loginUrl, { redirect: "manual" })).status).toBe(401);
+    const jobs = await fetch(`${origin}/-/console/api/jobs`, { headers: { cookie } });
+    expect(jobs.status).toBe(200);
+    expect(await jobs.json()).toEqual({ jobs: [], next: null });
+    const page = await fetch(`${origin}/-/console/packages/anything`, { headers: { cookie } });
+    expect(page.status).toBe(200);
+    expect(await page.text()).toContain('data-page="package"');
+    expect((await fetch(`${origin}/catalog`)).status).toBe(200);
+    expect((await fetch(`${origin}/-/jobs`, { method: "POST" })).status).toBe(401);
+  });
+});

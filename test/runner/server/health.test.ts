@@ -1,0 +1,150 @@
+/**
+ * gRPC health checking on the runner server, through another implementation:
+ * @grpc/grpc-js with @grpc/proto-loader loading proto/grpc/health/v1/health.proto (the
+ * standard grpc.health.v1 interface). SERVING while accepting, NOT_SERVING from the start
+ * of a drain, via Check and Watch; and a drain that cuts a call past its grace time.
+ */
+import * as http2 from "node:http2";
+import type { AddressInfo } from "node:net";
+import { randomUUID } from "node:crypto";
+import { fileURLToPath } from "node:url";
+import { Writable } from "node:stream";
+import * as grpc from "@grpc/grpc-js";
+import * as protoLoader from "@grpc/proto-loader";
+import { pino } from "pino";
+import { afterEach, describe, expect, it } from "vitest";
+import { createMemoryQueue } from "../../../src/adapters/memory/index.js";
+import { createRunnerHandler, createRunnerService } from "../../../src/runner/index.js";
+import { controlledStream, line, send, startHarness, until, type Harness } from "../../fixtures/runner-service.js";
+
+const protoPath = fileURLToPath(new URL("../../../proto/grpc/health/v1/health.proto", import.meta.url));
+const definition = protoLoader.loadSync(protoPath, { keepCase: true, defaults: true, enums: String });
+type HealthClient = grpc.Client & {
+  Check(request: { service: string }, callback: (error: grpc.ServiceError | null, response?: { status: string }) => void): void;
+  Watch(request: { service: string }): grpc.ClientReadableStream<{ status: string }>;
+};
+const pkg = grpc.loadPackageDefinition(definition) as unknown as {
+  grpc: { health: { v1: { Health: new (address: string, credentials: grpc.ChannelCredentials) => HealthClient } } };
+};
+
+function check(client: HealthClient, service = ""): Promise<string> {
+  return new Promise((resolve, reject) => client.Check({ service }, (error, response) => (error ? reject(error) : resolve(response!.status))));
+}
+
+/** A Watch call whose statuses pile up in `seen`; `ended` resolves with its final gRPC code. */
+function watch(client: HealthClient, service = "") {
+  const seen: string[] = [];
+  const call = client.Watch({ service });
+  call.on("data", (message: { status: string }) => seen.push(message.status));
+  const ended = new Promise<number>((resolve) => {
+    call.on("status", (status: grpc.StatusObject) => resolve(status.code));
+    call.on("error", () => undefined);
+  });
+  return { seen, ended, call };
+}
+
+let h: Harness | null = null;
+let client: HealthClient | null = null;
+afterEach(async () => {
+  client?.close();
+  client = null;
+  await h?.close();
+  h = null;
+});
+
+describe("gRPC health checking with grpc-js", () => {
+  it("SERVING while accepting; NOT_SERVING via Check and Watch from the start of a drain", async () => {
+    h = await startHarness({ memoryStore: true });
+    client = new pkg.grpc.health.v1.Health(h.server.url.replace("http://", ""), grpc.credentials.createInsecure());
+    expect(await check(client)).toBe("SERVING");
+    expect(await check(client, "runner.v1.Runner")).toBe("SERVING");
+    await expect(check(client, "no.such.Service")).rejects.toMatchObject({ code: grpc.status.NOT_FOUND });
+    const watcher = watch(client);
+    const unknown = watch(client, "no.such.Service");
+    await until(() => watcher.seen.length === 1 && unknown.seen.length === 1, "the first Watch answers");
+    expect(watcher.seen).toEqual(["SERVING"]);
+    expect(unknown.seen).toEqual(["SERVICE_UNKNOWN"]);
+
+    // The drain's not-serving time: the server still accepts, and says it is going away.
+    const drained = h.server.drain({ notServingMs: 600_000, graceMs: 5_000 });
+    await until(() => watcher.seen.length === 2, "the Watch update");
+    expect(watcher.seen).toEqual(["SERVING", "NOT_SERVING"]);
+    expect(await check(client)).toBe("NOT_SERVING");
+    expect(await check(client, "runner.v1.Runner")).toBe("NOT_SERVING");
+    expect(h.server.health?.status).toBe("NOT_SERVING");
+    const id = randomUUID();
+    expect(await send(h.client, [line(id, "still accepted")])).toMatchObject({ ok: true, committed: "1" });
+
+    // close() ends the not-serving time at once; the Watch calls end with the server.
+    await h.server.close();
+    expect(await drained).toEqual({ inFlight: 0, cut: 0, cutRequestIds: [] });
+    expect(await watcher.ended).toBe(grpc.status.OK);
+    expect(await unknown.ended).toBe(grpc.status.OK);
+    expect(unknown.seen).toEqual(["SERVICE_UNKNOWN"]);
+  });
+
+  it("a drain gives calls in flight the grace time, cuts the rest UNAVAILABLE, and names the cut ones by request ID", async () => {
+    const lines: string[] = [];
+    const logger = pino(
+      { level: "info" },
+      new Writable({
+        write(chunk: Buffer, _e, done) {
+          lines.push(chunk.toString("utf8"));
+          done();
+        },
+      }),
+    );
+    h = await startHarness({ memoryStore: true, server: { logger } });
+    client = new pkg.grpc.health.v1.Health(h.server.url.replace("http://", ""), grpc.credentials.createInsecure());
+    const watcher = watch(client);
+    await until(() => watcher.seen.length === 1, "the first Watch answer");
+    const id = randomUUID();
+    const stream = controlledStream();
+    const pending = send(h.client, stream.items);
+    stream.push(line(id, "a"));
+    await until(async () => (await h!.logs.get(id))?.committed === 1, "the line stored");
+
+    // A second call that finishes within the grace time is not named.
+    const kept = randomUUID();
+    const keptStream = controlledStream();
+    const keptPending = send(h.client, keptStream.items);
+    keptStream.push(line(kept, "k"));
+    await until(async () => (await h!.logs.get(kept))?.committed === 1, "the kept line stored");
+
+    const drained = h.server.drain({ graceMs: 5_000 });
+    keptStream.close();
+    expect(await keptPending).toMatchObject({ ok: true });
+    const report = await drained;
+    expect(report).toEqual({ inFlight: 2, cut: 1, cutRequestIds: [id] });
+    expect(await pending).toMatchObject({ code: "Unavailable", committed: "1" });
+    expect(watcher.seen).toEqual(["SERVING", "NOT_SERVING"]);
+    expect(await watcher.ended).toBe(grpc.status.OK);
+    const parsed = lines.join("").trim().split("\n").map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(parsed.find((l) => l.msg === "drain started")).toMatchObject({ level: 30, activeCalls: 2, notServingMs: 0 });
+    expect(parsed.find((l) => l.msg === "drain finished")).toMatchObject({ inFlight: 2, cut: 1, cutRequestIds: [id] });
+    stream.close();
+  });
+
+  it("serves health on a host's own HTTP/2 server through createRunnerHandler", async () => {
+    const runner = createRunnerService(createMemoryQueue());
+    const runnerHandler = createRunnerHandler(runner);
+    const server = http2.createServer(runnerHandler.handler);
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const own = new pkg.grpc.health.v1.Health(`127.0.0.1:${(server.address() as AddressInfo).port}`, grpc.credentials.createInsecure());
+    try {
+      expect(await check(own)).toBe("SERVING");
+      runnerHandler.health!.setStatus("NOT_SERVING");
+      expect(await check(own)).toBe("NOT_SERVING");
+      // Health calls are not calls in flight: they never hold a shutdown up.
+      const watcher = watch(own);
+      await until(() => watcher.seen.length === 1, "the Watch answer");
+      expect(runnerHandler.activeRequests).toBe(0);
+      expect(await runnerHandler.shutdown(10_000)).toEqual({ inFlight: 0, cut: 0, cutRequestIds: [] });
+      expect(await watcher.ended).toBe(grpc.status.OK);
+    } finally {
+      own.close();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await runner.close();
+    }
+  });
+});
