@@ -47,7 +47,11 @@ async function depotTransfer(store: PackageStore): Promise<Transfer> {
     const open = await fetch(`${depot.url}/trans/bench@1.0.0`, { method: "POST" });
     const { transaction } = (await open.json()) as { transaction: string };
     let t0 = performance.now();
-    const added = await fetch(`${depot.url}/add/${transaction}/file`, { method: "POST", headers: { "Pkg-Path": "data.bin" }, body: body as unknown as BodyInit });
+    const added = await fetch(`${depot.url}/add/${transaction}/file`, {
+      method: "POST",
+      headers: { "Pkg-Path": "data.bin" },
+      body: body as unknown as BodyInit,
+    });
     if (added.status !== 201) throw new Error(`add: ${added.status} ${await added.text()}`);
     const upload = performance.now() - t0;
     t0 = performance.now();
@@ -80,7 +84,9 @@ export async function run(): Promise<string> {
   for (const inFlight of [1, 64]) {
     const mem = await publishRate(memory, inFlight);
     const rmq = await publishRate(rabbit, inFlight);
-    rows.push(`| publish job results, ${inFlight} in flight | ${fmt(rmq)} results/s | memory queue ${fmt(mem)} results/s | ${(rmq / mem).toFixed(3)} |`);
+    rows.push(
+      `| publish job results, ${inFlight} in flight | ${fmt(rmq)} results/s | memory queue ${fmt(mem)} results/s | ${(rmq / mem).toFixed(3)} |`,
+    );
   }
   await rabbit.close();
   await memory.close?.();
@@ -98,8 +104,14 @@ export async function run(): Promise<string> {
     const cloud = await depotTransfer(composed);
     await composed.close?.();
     for (const key of ["upload", "commit", "download"] as const) {
-      const what = { upload: "upload (POST /add)", commit: "commit (archive build)", download: "download (GET /data → 302 → S3)" }[key];
-      rows.push(`| depot ${what}, 64 MiB | ${fmt(cloud[key])} MB/s | fs store ${fmt(fs[key])} MB/s | ${(cloud[key] / fs[key]).toFixed(2)} |`);
+      const what = {
+        upload: "upload (POST /add)",
+        commit: "commit (archive build)",
+        download: "download (GET /data → 302 → S3)",
+      }[key];
+      rows.push(
+        `| depot ${what}, 64 MiB | ${fmt(cloud[key])} MB/s | fs store ${fmt(fs[key])} MB/s | ${(cloud[key] / fs[key]).toFixed(2)} |`,
+      );
     }
   } finally {
     await dir.cleanup();

@@ -8,7 +8,13 @@ import path from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
-const serverScript = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "test", "fixtures", "depot-client-server.ts");
+const serverScript = path.join(
+  path.dirname(fileURLToPath(import.meta.url)),
+  "..",
+  "test",
+  "fixtures",
+  "depot-client-server.ts",
+);
 
 /** Waits until something listens on 127.0.0.1:`port`, failing when `child` exits first. */
 export async function waitForPort(port: number, child: ChildProcess): Promise<void> {
@@ -40,7 +46,10 @@ export async function stop(child: ChildProcess | undefined): Promise<void> {
  * store without fsync (its `unsafeNoSync` option), for rows measured against peers that
  * never sync.
  */
-export async function startDepot(dir: string, options: { noSync?: boolean } = {}): Promise<{ url: string; child: ChildProcess }> {
+export async function startDepot(
+  dir: string,
+  options: { noSync?: boolean } = {},
+): Promise<{ url: string; child: ChildProcess }> {
   const args = ["--import", "tsx", serverScript, dir, ...(options.noSync ? ["--unsafe-no-sync"] : [])];
   const child = spawn(process.execPath, args, { stdio: ["pipe", "pipe", "inherit"] });
   const line = await new Promise<string>((resolve, reject) => {

@@ -51,7 +51,9 @@ export async function run(): Promise<string> {
   const lines = at;
 
   const web = createConsole({ runner });
-  const server = http.createServer(toNodeHandler((request: Request) => web.fetch(request)) as unknown as http.RequestListener);
+  const server = http.createServer(
+    toNodeHandler((request: Request) => web.fetch(request)) as unknown as http.RequestListener,
+  );
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   const rows: string[] = [];
@@ -60,7 +62,9 @@ export async function run(): Promise<string> {
       const times: number[] = [];
       for (let i = 0; i < 15; i++) {
         const t = performance.now();
-        const body = (await (await fetch(`${origin}/api/jobs/${id}/lines?from=${from}&limit=500`)).json()) as { lines: unknown[] };
+        const body = (await (await fetch(`${origin}/api/jobs/${id}/lines?from=${from}&limit=500`)).json()) as {
+          lines: unknown[];
+        };
         times.push(performance.now() - t);
         if (body.lines.length === 0) throw new Error("empty window");
       }
@@ -82,11 +86,25 @@ export async function run(): Promise<string> {
       const { chromium } = await import("playwright-core");
       const browser = await chromium.launch({
         executablePath: "/usr/bin/chromium",
-        args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+        args: [
+          "--headless",
+          "--no-sandbox",
+          "--disable-gpu",
+          "--disable-quic",
+          "--no-first-run",
+          "--disable-background-networking",
+          "--disable-component-update",
+          "--disable-sync",
+        ],
       });
       try {
         const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
-        const ready = () => page.waitForFunction(() => document.querySelectorAll("#log .row").length > 0 && !document.querySelector("#log .row.pending"), undefined, { timeout: 60_000 });
+        const ready = () =>
+          page.waitForFunction(
+            () => document.querySelectorAll("#log .row").length > 0 && !document.querySelector("#log .row.pending"),
+            undefined,
+            { timeout: 60_000 },
+          );
         const t0 = performance.now();
         await page.goto(`${origin}/jobs/${id}`);
         await ready();
@@ -98,14 +116,24 @@ export async function run(): Promise<string> {
           const line = 1 + (seed % lines);
           const t = performance.now();
           await page.evaluate((n) => (location.hash = `#L${n}`), line);
-          await page.waitForFunction((n) => !!document.querySelector(`#log .row[data-line="${n}"]:not(.pending)`), line, { timeout: 60_000 });
+          await page.waitForFunction(
+            (n) => !!document.querySelector(`#log .row[data-line="${n}"]:not(.pending)`),
+            line,
+            { timeout: 60_000 },
+          );
           jumps.push(performance.now() - t);
         }
         const domRows = await page.evaluate(() => document.querySelectorAll("#log .row").length);
-        const heap = await page.evaluate(() => (performance as unknown as { memory?: { usedJSHeapSize: number } }).memory?.usedJSHeapSize ?? 0);
+        const heap = await page.evaluate(
+          () => (performance as unknown as { memory?: { usedJSHeapSize: number } }).memory?.usedJSHeapSize ?? 0,
+        );
         rows.push(`| chromium: job page open until its rows show | ${ms(openMs)} ms | |`);
-        rows.push(`| chromium: jump to a random line until it shows (median of 15) | ${ms(median(jumps))} ms | max ${ms(Math.max(...jumps))} ms |`);
-        rows.push(`| chromium: rows in the DOM / JS heap after the jumps | ${domRows} rows / ${(heap / 1048576).toFixed(1)} MiB | of ${lines.toLocaleString("en")} lines |`);
+        rows.push(
+          `| chromium: jump to a random line until it shows (median of 15) | ${ms(median(jumps))} ms | max ${ms(Math.max(...jumps))} ms |`,
+        );
+        rows.push(
+          `| chromium: rows in the DOM / JS heap after the jumps | ${domRows} rows / ${(heap / 1048576).toFixed(1)} MiB | of ${lines.toLocaleString("en")} lines |`,
+        );
       } finally {
         await browser.close();
       }

@@ -86,13 +86,17 @@ async function findNginx(installPeers: boolean): Promise<{ bin: string } | { mis
   return missing ? { missing } : { bin: NGINX.bin };
 }
 
-
 /** One curl transfer; throws unless the status is `expect`. Same client for the depot and nginx. */
 async function curl(args: string[], expect: number): Promise<string> {
-  const { stdout } = await run$("curl", ["-sS", "-H", "Expect:", "-w", "\n%{http_code}", ...args], { maxBuffer: 16 * MiB });
+  const { stdout } = await run$("curl", ["-sS", "-H", "Expect:", "-w", "\n%{http_code}", ...args], {
+    maxBuffer: 16 * MiB,
+  });
   const lines = stdout.trimEnd().split("\n");
   const status = Number(lines.at(-1));
-  if (status !== expect) throw new Error(`curl ${args.join(" ")}: ${status}, expected ${expect}: ${lines.slice(0, -1).join("\n").slice(0, 300)}`);
+  if (status !== expect)
+    throw new Error(
+      `curl ${args.join(" ")}: ${status}, expected ${expect}: ${lines.slice(0, -1).join("\n").slice(0, 300)}`,
+    );
   return lines.slice(0, -1).join("\n");
 }
 
@@ -153,7 +157,8 @@ async function freshen(file: string): Promise<void> {
 /** `POST /add` of `file` into a fresh transaction of `spec`; the transaction id. */
 async function addFile(depot: Depot, spec: string, file: string, cost?: Cost[]): Promise<string> {
   const id = await openTransaction(depot.url, spec);
-  const upload = () => curl(["-o", "/dev/null", "-X", "POST", "-T", file, "-H", "Pkg-Path: big.bin", `${depot.url}/add/${id}/file`], 201);
+  const upload = () =>
+    curl(["-o", "/dev/null", "-X", "POST", "-T", file, "-H", "Pkg-Path: big.bin", `${depot.url}/add/${id}/file`], 201);
   if (cost) cost.push(await costOf(depot.pid, upload));
   else await upload();
   return id;
@@ -172,7 +177,10 @@ async function settle(): Promise<void> {
  * a change in the machine's load falls alike on all of them (the machine is shared); the
  * disk is settled before each turn.
  */
-async function rounds(turns: Array<(round: number) => Promise<void>>, before?: (round: number) => Promise<void>): Promise<void> {
+async function rounds(
+  turns: Array<(round: number) => Promise<void>>,
+  before?: (round: number) => Promise<void>,
+): Promise<void> {
   for (let round = 0; round < RUNS; round++) {
     await before?.(round);
     for (let k = 0; k < turns.length; k++) {
@@ -188,7 +196,11 @@ function pairedRatio(peer: number[], ours: number[]): number {
 }
 
 /** Upload and commit of the file on each depot (fsync on and off), the SHA-256 pass and nginx's `PUT`, interleaved. */
-async function measureWrites(depots: Depot[], nginx: { url: string; pid: number | undefined } | undefined, source: string) {
+async function measureWrites(
+  depots: Depot[],
+  nginx: { url: string; pid: number | undefined } | undefined,
+  source: string,
+) {
   const uploads = depots.map(() => [] as Cost[]);
   const puts: Cost[] = [];
   await rounds(
@@ -201,7 +213,11 @@ async function measureWrites(depots: Depot[], nginx: { url: string; pid: number 
         ? [
             async (round: number) => {
               // Kept, like the depot's blobs: both leave their bytes to the kernel's writeback alike.
-              puts.push(await costOf(nginx.pid, () => curl(["-o", "/dev/null", "-T", source, `${nginx.url}/dav/big-${round}.bin`], 201)));
+              puts.push(
+                await costOf(nginx.pid, () =>
+                  curl(["-o", "/dev/null", "-T", source, `${nginx.url}/dav/big-${round}.bin`], 201),
+                ),
+              );
             },
           ]
         : []),
@@ -217,7 +233,9 @@ async function measureWrites(depots: Depot[], nginx: { url: string; pid: number 
       ...depots.map((depot, d) => async (round: number) => {
         const id = await addFile(depot, `big@1.0.${round}`, source);
         await settle();
-        commits[d]!.push(await costOf(depot.pid, () => curl(["-o", "/dev/null", "-X", "POST", `${depot.url}/commit/${id}`], 201)));
+        commits[d]!.push(
+          await costOf(depot.pid, () => curl(["-o", "/dev/null", "-X", "POST", `${depot.url}/commit/${id}`], 201)),
+        );
       }),
       async () => void shas.push(await timed(() => sha256Pass(source))),
     ],
@@ -231,8 +249,23 @@ async function tinyCommit(depot: Depot): Promise<Cost> {
   const costs: Cost[] = [];
   for (let i = 0; i < RUNS; i++) {
     const id = await openTransaction(depot.url, `tiny@1.0.${i}`);
-    await curl(["-o", "/dev/null", "-X", "POST", "--data-binary", "hello\n", "-H", "Pkg-Path: hello.txt", `${depot.url}/add/${id}/file`], 201);
-    costs.push(await costOf(depot.pid, () => curl(["-o", "/dev/null", "-X", "POST", `${depot.url}/commit/${id}`], 201)));
+    await curl(
+      [
+        "-o",
+        "/dev/null",
+        "-X",
+        "POST",
+        "--data-binary",
+        "hello\n",
+        "-H",
+        "Pkg-Path: hello.txt",
+        `${depot.url}/add/${id}/file`,
+      ],
+      201,
+    );
+    costs.push(
+      await costOf(depot.pid, () => curl(["-o", "/dev/null", "-X", "POST", `${depot.url}/commit/${id}`], 201)),
+    );
   }
   return medianCost(costs);
 }
@@ -246,8 +279,14 @@ async function measureReads(depot: Depot, nginx: { url: string; pid: number | un
   const get = (url: string, costs: Cost[], pid: number | undefined, rangeArgs: string[], status: number) => async () =>
     void costs.push(await costOf(pid, () => curl(["-o", "/dev/null", ...rangeArgs, url], status)));
   const data = `${depot.url}/data/big@1.0.0`;
-  await rounds([get(data, gets, depot.pid, [], 200), ...(nginx ? [get(`${nginx.url}/big.tar`, peerGets, nginx.pid, [], 200)] : [])]);
-  await rounds([get(data, ranges, depot.pid, ["-r", range], 206), ...(nginx ? [get(`${nginx.url}/big.tar`, peerRanges, nginx.pid, ["-r", range], 206)] : [])]);
+  await rounds([
+    get(data, gets, depot.pid, [], 200),
+    ...(nginx ? [get(`${nginx.url}/big.tar`, peerGets, nginx.pid, [], 200)] : []),
+  ]);
+  await rounds([
+    get(data, ranges, depot.pid, ["-r", range], 206),
+    ...(nginx ? [get(`${nginx.url}/big.tar`, peerRanges, nginx.pid, ["-r", range], 206)] : []),
+  ]);
   return { gets, ranges, peerGets, peerRanges };
 }
 
@@ -260,10 +299,26 @@ async function measureSharing(work: string, source: string, children: ChildProce
   for (const name of ["alpha", "beta", "gamma"]) {
     for (const version of ["1.0.0", "1.1.0", "2.0.0"]) {
       const id = await openTransaction(share.url, `${name}@${version}`);
-      await curl(["-o", "/dev/null", "-X", "POST", "-T", source, "-H", "Pkg-Path: data/big.bin", `${share.url}/add/${id}/file`], 201);
+      await curl(
+        ["-o", "/dev/null", "-X", "POST", "-T", source, "-H", "Pkg-Path: data/big.bin", `${share.url}/add/${id}/file`],
+        201,
+      );
       const own = `${name}@${version}\n`;
       unique += Buffer.byteLength(own);
-      await curl(["-o", "/dev/null", "-X", "POST", "--data-binary", own, "-H", "Pkg-Path: VERSION", `${share.url}/add/${id}/file`], 201);
+      await curl(
+        [
+          "-o",
+          "/dev/null",
+          "-X",
+          "POST",
+          "--data-binary",
+          own,
+          "-H",
+          "Pkg-Path: VERSION",
+          `${share.url}/add/${id}/file`,
+        ],
+        201,
+      );
       await curl(["-o", "/dev/null", "-X", "POST", `${share.url}/commit/${id}`], 201);
     }
   }
@@ -284,7 +339,10 @@ export async function run(options: { installPeers?: boolean } = {}): Promise<str
     await sha256Pass(source); // warm the page cache for every reader alike
 
     const depots: Depot[] = [];
-    for (const [label, noSync] of [["fsync on", false], ["fsync off", true]] as const) {
+    for (const [label, noSync] of [
+      ["fsync on", false],
+      ["fsync off", true],
+    ] as const) {
       const started = await startDepot(path.join(work, noSync ? "store-nosync" : "store"), { noSync });
       children.push(started.child);
       depots.push({ url: started.url, pid: started.child.pid, label });
@@ -301,7 +359,9 @@ export async function run(options: { installPeers?: boolean } = {}): Promise<str
     const writes = await measureWrites(depots, nginx, source);
     const tiny = await tinyCommit(depots[0]!);
     const synced = depots[0]!;
-    const archiveSize = Number((await fetch(`${synced.url}/data/big@1.0.0`, { method: "HEAD" })).headers.get("content-length"));
+    const archiveSize = Number(
+      (await fetch(`${synced.url}/data/big@1.0.0`, { method: "HEAD" })).headers.get("content-length"),
+    );
     const rangeStart = 1000;
     const rangeBytes = Math.min(200_000_000, archiveSize - rangeStart - 1);
     const range = `${rangeStart}-${rangeStart + rangeBytes - 1}`;
@@ -315,18 +375,52 @@ export async function run(options: { installPeers?: boolean } = {}): Promise<str
     const row = (operation: string, bytes: number, ours: Cost[], peerName: string, peer: Cost[], aim: string) => {
       const mine = medianCost(ours);
       const theirs = peer.length > 0 ? medianCost(peer) : undefined;
-      const ratio = theirs ? fmt(pairedRatio(peer.map((c) => c.ms), ours.map((c) => c.ms)), 2) : "";
+      const ratio = theirs
+        ? fmt(
+            pairedRatio(
+              peer.map((c) => c.ms),
+              ours.map((c) => c.ms),
+            ),
+            2,
+          )
+        : "";
       return `| ${operation} | ${fmt(mbps(bytes, mine.ms))} | ${peerName}${skipped} | ${theirs ? fmt(mbps(bytes, theirs.ms)) : ""} | ${ratio} | ${aim} | ${fmt(mine.cpu)} / ${theirs ? fmt(theirs.cpu) : "–"} |`;
     };
     const rows = [
-      ...depots.map((depot, d) => row(`upload: \`POST /add\` (curl -T), store ${depot.label}`, FILE_BYTES, writes.uploads[d]!, "nginx WebDAV `PUT` (curl -T; never syncs)", writes.puts, "≥ 0.8")),
-      row("download: `GET /data` (curl)", archiveSize, reads.gets, "nginx static `GET` of the same archive", reads.peerGets, "≥ 0.9"),
-      row(`download with \`Range\` (${rangeBytes / 1e6} MB from byte ${rangeStart})`, rangeBytes, reads.ranges, "nginx static `GET` with the same `Range`", reads.peerRanges, "≥ 0.9"),
+      ...depots.map((depot, d) =>
+        row(
+          `upload: \`POST /add\` (curl -T), store ${depot.label}`,
+          FILE_BYTES,
+          writes.uploads[d]!,
+          "nginx WebDAV `PUT` (curl -T; never syncs)",
+          writes.puts,
+          "≥ 0.8",
+        ),
+      ),
+      row(
+        "download: `GET /data` (curl)",
+        archiveSize,
+        reads.gets,
+        "nginx static `GET` of the same archive",
+        reads.peerGets,
+        "≥ 0.9",
+      ),
+      row(
+        `download with \`Range\` (${rangeBytes / 1e6} MB from byte ${rangeStart})`,
+        rangeBytes,
+        reads.ranges,
+        "nginx static `GET` with the same `Range`",
+        reads.peerRanges,
+        "≥ 0.9",
+      ),
     ];
     const shaMs = median(writes.shas);
     const commitRows = depots.map((depot, d) => {
       const commit = medianCost(writes.commits[d]!);
-      const ratio = pairedRatio(writes.commits[d]!.map((c) => c.ms), writes.shas);
+      const ratio = pairedRatio(
+        writes.commits[d]!.map((c) => c.ms),
+        writes.shas,
+      );
       return `| commit of the ${FILE_BYTES / MiB} MiB version (\`POST /commit\`), store ${depot.label} | ${fmt(commit.ms)} ms | one SHA-256 pass over the file | ${fmt(shaMs)} ms | ${fmt(ratio, 2)}× | ≤ 2× | ${fmt(commit.cpu)} |`;
     });
     const nginxNote = nginx

@@ -59,7 +59,13 @@ async function interleaved(targets: Target[], n: number): Promise<number[][]> {
 }
 
 /** Sequential latencies of `n` GETs (after `warm` warm-up ones), each expected to answer `status`. */
-async function latencies(urls: () => string, n: number, status: number, headers: Record<string, string> = {}, warm = 20): Promise<number[]> {
+async function latencies(
+  urls: () => string,
+  n: number,
+  status: number,
+  headers: Record<string, string> = {},
+  warm = 20,
+): Promise<number[]> {
   const out: number[] = [];
   for (let i = 0; i < n + warm; i++) {
     const start = performance.now();
@@ -73,7 +79,16 @@ async function latencies(urls: () => string, n: number, status: number, headers:
 
 /** A store wrapper counting writes, for the per-publish figures. */
 function counting(inner: PackageStore): { store: PackageStore; counts: Record<string, number> } {
-  const counts: Record<string, number> = { putRecord: 0, deleteRecord: 0, putBlob: 0, getRecord: 0, syncRecords: 0, lazyPut: 0, lazyDelete: 0, deferred: 0 };
+  const counts: Record<string, number> = {
+    putRecord: 0,
+    deleteRecord: 0,
+    putBlob: 0,
+    getRecord: 0,
+    syncRecords: 0,
+    lazyPut: 0,
+    lazyDelete: 0,
+    deferred: 0,
+  };
   const store = Object.create(inner) as PackageStore;
   for (const method of ["putRecord", "deleteRecord", "putBlob", "getRecord", "syncRecords"]) {
     const own = (inner as unknown as Record<string, ((...a: unknown[]) => unknown) | undefined>)[method];
@@ -90,9 +105,18 @@ function counting(inner: PackageStore): { store: PackageStore; counts: Record<st
       return fn(...args);
     };
   }
-  for (const method of ["getBlob", "statBlob", "deleteBlob", "listBlobs", "listRecords", "close", "signBlobUrl"] as const) {
+  for (const method of [
+    "getBlob",
+    "statBlob",
+    "deleteBlob",
+    "listBlobs",
+    "listRecords",
+    "close",
+    "signBlobUrl",
+  ] as const) {
     const fn = (inner as unknown as Record<string, unknown>)[method];
-    if (typeof fn === "function") (store as unknown as Record<string, unknown>)[method] = (fn as (...a: unknown[]) => unknown).bind(inner);
+    if (typeof fn === "function")
+      (store as unknown as Record<string, unknown>)[method] = (fn as (...a: unknown[]) => unknown).bind(inner);
   }
   return { store, counts };
 }
@@ -110,20 +134,28 @@ interface Backend {
 }
 
 async function seed(store: PackageStore, template: VersionRecord, from: number, to: number): Promise<void> {
-  await seedPackages(store, template, Array.from({ length: to - from }, (_, i) => name(from + i)));
+  await seedPackages(
+    store,
+    template,
+    Array.from({ length: to - from }, (_, i) => name(from + i)),
+  );
 }
 
 async function publishRate(depot: LiveDepot, concurrency: number, count: number, tag: string): Promise<number> {
   let next = 0;
   const start = performance.now();
-  await Promise.all(Array.from({ length: concurrency }, async () => {
-    while (next < count) {
-      const i = next++;
-      const response = await publish(depot.url, `rate-${tag}-${i}@1.0.0`, [{ type: "file", path: "f", body: `${tag} ${i}\n` }]);
-      if (response.status !== 201) throw new Error(`publish: ${response.status} ${await response.text()}`);
-      await response.arrayBuffer();
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < count) {
+        const i = next++;
+        const response = await publish(depot.url, `rate-${tag}-${i}@1.0.0`, [
+          { type: "file", path: "f", body: `${tag} ${i}\n` },
+        ]);
+        if (response.status !== 201) throw new Error(`publish: ${response.status} ${await response.text()}`);
+        await response.arrayBuffer();
+      }
+    }),
+  );
   return count / ((performance.now() - start) / 1000);
 }
 
@@ -136,7 +168,10 @@ async function measure(backend: Backend): Promise<string[]> {
     if (first.status !== 201) throw new Error(`template publish: ${first.status}`);
     const template = (await backend.serving.getRecord<VersionRecord>(keys.version(name(0), "1.0.0")))!.value;
     let seeded = 1;
-    const byLevel: Record<number, { version: number[]; data: number[]; none: number[]; seedS: number; seedRate: number }> = {};
+    const byLevel: Record<
+      number,
+      { version: number[]; data: number[]; none: number[]; seedS: number; seedRate: number }
+    > = {};
     for (const level of LEVELS) {
       const t0 = performance.now();
       await seed(backend.seeding, template, seeded, level);
@@ -158,7 +193,9 @@ async function measure(backend: Backend): Promise<string[]> {
         seedRate,
       };
       const m = byLevel[level]!;
-      console.error(`depot-scale ${backend.label} @${level}: version ${fmt(median(m.version))} ms, data ${fmt(median(m.data))} ms, no-store ${fmt(median(m.none))} ms, seeding ${fmt(seedRate, 0)}/s`);
+      console.error(
+        `depot-scale ${backend.label} @${level}: version ${fmt(median(m.version))} ms, data ${fmt(median(m.data))} ms, no-store ${fmt(median(m.none))} ms, seeding ${fmt(seedRate, 0)}/s`,
+      );
     }
     const base = byLevel[LEVELS[0]!]!;
     for (const level of LEVELS) {
@@ -191,7 +228,11 @@ async function measure(backend: Backend): Promise<string[]> {
     const [, page] = (await interleaved(
       [
         { url: () => `${depot.url}/-/no-such-route`, status: 404 },
-        { url: () => `${depot.url}/catalog?limit=1000&after=c${Math.floor(Math.random() * Math.max(1, seeded - 1000)).toString(36)}`, status: 200 },
+        {
+          url: () =>
+            `${depot.url}/catalog?limit=1000&after=c${Math.floor(Math.random() * Math.max(1, seeded - 1000)).toString(36)}`,
+          status: 200,
+        },
       ],
       100,
     )) as [number[], number[]];
@@ -201,7 +242,8 @@ async function measure(backend: Backend): Promise<string[]> {
       [`\`GET /catalog?since=\` (10 changes)`, since],
     ] as const;
     const catalog = catalogRows.map(
-      ([what, xs]) => `| ${backend.label} | ${what} | ${fmt(median(xs))} / ${fmt(p99(xs))} | ${fmt(median(none))} / ${fmt(p99(none))} | ${fmt(median(xs) / median(none))} |`,
+      ([what, xs]) =>
+        `| ${backend.label} | ${what} | ${fmt(median(xs))} / ${fmt(p99(xs))} | ${fmt(median(none))} / ${fmt(p99(none))} | ${fmt(median(xs) / median(none))} |`,
     );
     rows.push("\u0000", ...catalog);
   } finally {
@@ -212,7 +254,11 @@ async function measure(backend: Backend): Promise<string[]> {
   const fresh = await startDepot(store);
   try {
     const rates: string[] = [];
-    for (const [concurrency, count] of [[1, 20], [8, 80], [32, 128]] as const) {
+    for (const [concurrency, count] of [
+      [1, 20],
+      [8, 80],
+      [32, 128],
+    ] as const) {
       rates.push(`${concurrency}: ${fmt(await publishRate(fresh, concurrency, count, `c${concurrency}`), 1)}/s`);
     }
     const before = { ...counts };
@@ -223,10 +269,23 @@ async function measure(backend: Backend): Promise<string[]> {
     // blob for two fsyncs of its own instead), except deferred ones, which a request's one
     // syncRecords flushes together; concurrent writers share each flush, so the real count
     // is lower under concurrency: this is the most at concurrency 1.
-    const flushCount = per("putRecord") + per("putBlob") + per("deleteRecord") - per("lazyPut") - per("lazyDelete") - per("deferred") + per("syncRecords");
+    const flushCount =
+      per("putRecord") +
+      per("putBlob") +
+      per("deleteRecord") -
+      per("lazyPut") -
+      per("lazyDelete") -
+      per("deferred") +
+      per("syncRecords");
     const fsyncs = backend.flushesPerWrite > 0 ? ` (at most ${fmt(flushCount, 0)} WAL flushes waited for)` : "";
-    const deferred = per("deferred") > 0 ? `, ${fmt(per("deferred"), 1)} of the writes deferred to ${fmt(per("syncRecords"), 1)} syncRecords` : "";
-    rows.push("\u0001", `| ${backend.label} | ${rates.join(", ")} | ${fmt(per("putRecord"), 1)} record writes (${fmt(per("lazyPut"), 1)} lazy), ${fmt(per("deleteRecord"), 1)} deletes (${fmt(per("lazyDelete"), 1)} lazy), ${fmt(per("putBlob"), 1)} blob writes${deferred}${fsyncs}, ${fmt(per("getRecord"), 1)} record reads |`);
+    const deferred =
+      per("deferred") > 0
+        ? `, ${fmt(per("deferred"), 1)} of the writes deferred to ${fmt(per("syncRecords"), 1)} syncRecords`
+        : "";
+    rows.push(
+      "\u0001",
+      `| ${backend.label} | ${rates.join(", ")} | ${fmt(per("putRecord"), 1)} record writes (${fmt(per("lazyPut"), 1)} lazy), ${fmt(per("deleteRecord"), 1)} deletes (${fmt(per("lazyDelete"), 1)} lazy), ${fmt(per("putBlob"), 1)} blob writes${deferred}${fsyncs}, ${fmt(per("getRecord"), 1)} record reads |`,
+    );
   } finally {
     await fresh.close();
     await store.close?.();
@@ -264,7 +323,8 @@ async function pgBackend(): Promise<Backend> {
     });
   // s3rver removes a folder when its last object goes, racing uploads creating a file in it:
   // a resident object keeps each tmp/ folder alive.
-  for (const prefix of ["scale/", "publish/"]) await s3.client.send(new PutObjectCommand({ Bucket: s3.bucket, Key: `${prefix}tmp/.keep`, Body: "" }));
+  for (const prefix of ["scale/", "publish/"])
+    await s3.client.send(new PutObjectCommand({ Bucket: s3.bucket, Key: `${prefix}tmp/.keep`, Body: "" }));
   const serving = open(dbs[0]!, "scale/");
   // Seeding writes the same rows through its own pool with synchronous_commit off (the
   // counterpart of the fs store's fsync off for seeding): 4 commits per package would
@@ -304,10 +364,11 @@ export async function run(): Promise<string> {
       await backend.close();
     }
   }
-  const part = (i: number) => sections.flatMap((rows) => {
-    const cuts = [rows.indexOf("\u0000"), rows.indexOf("\u0001")];
-    return i === 0 ? rows.slice(0, cuts[0]) : i === 1 ? rows.slice(cuts[0]! + 1, cuts[1]) : rows.slice(cuts[1]! + 1);
-  });
+  const part = (i: number) =>
+    sections.flatMap((rows) => {
+      const cuts = [rows.indexOf("\u0000"), rows.indexOf("\u0001")];
+      return i === 0 ? rows.slice(0, cuts[0]) : i === 1 ? rows.slice(cuts[0]! + 1, cuts[1]) : rows.slice(cuts[1]! + 1);
+    });
   const minutes = (Date.now() - started.getTime()) / 60_000;
   return [
     "## Depot at scale",

@@ -17,7 +17,18 @@ import { MeterProvider, MetricReader } from "@opentelemetry/sdk-metrics";
 import { BatchSpanProcessor, TracerProvider } from "@opentelemetry/sdk-trace";
 import { DepotTelemetry } from "../src/depot/server/telemetry.js";
 import { SCRAPE_SECONDS, type SdkVariant } from "./telemetry-sdk.js";
-import { append, inRounds, median, pairHeader, pairRow, pairedSlices, startBenchServer, stop, type Mode, type Slice } from "./telemetry-pair.js";
+import {
+  append,
+  inRounds,
+  median,
+  pairHeader,
+  pairRow,
+  pairedSlices,
+  startBenchServer,
+  stop,
+  type Mode,
+  type Slice,
+} from "./telemetry-pair.js";
 
 const MiB = 2 ** 20;
 /** DEPOT_TELEMETRY_MIB, DEPOT_TELEMETRY_SMALL, DEPOT_TELEMETRY_SLICES, DEPOT_TELEMETRY_LARGE_SLICES and DEPOT_TELEMETRY_ROUNDS shrink a trial run; the report states what ran. */
@@ -39,7 +50,11 @@ const fmt = (n: number, digits = 0) => n.toFixed(digits);
 async function publish(url: string, name: string, bytes: number): Promise<void> {
   const opened = await fetch(`${url}/trans/${name}@1.0.0`, { method: "POST" });
   const { transaction } = (await opened.json()) as { transaction: string };
-  const added = await fetch(`${url}/add/${transaction}/file`, { method: "POST", headers: { "Pkg-Path": "payload.bin" }, body: randomBytes(bytes) });
+  const added = await fetch(`${url}/add/${transaction}/file`, {
+    method: "POST",
+    headers: { "Pkg-Path": "payload.bin" },
+    body: randomBytes(bytes),
+  });
   if (added.status !== 201) throw new Error(`add: ${added.status}`);
   const committed = await fetch(`${url}/commit/${transaction}`, { method: "POST" });
   if (committed.status !== 201) throw new Error(`commit: ${committed.status}`);
@@ -89,11 +104,20 @@ class PullReader extends MetricReader {
  */
 async function instrumentationCost(): Promise<{ noop: number; sdk: number }> {
   const meterProvider = new MeterProvider({ readers: [new PullReader()] });
-  const tracerProvider = new TracerProvider({ spanProcessors: [new BatchSpanProcessor({ exporter: { export: (_s, done) => done({ code: 0 }), shutdown: async () => undefined } })] });
+  const tracerProvider = new TracerProvider({
+    spanProcessors: [
+      new BatchSpanProcessor({
+        exporter: { export: (_s, done) => done({ code: 0 }), shutdown: async () => undefined },
+      }),
+    ],
+  });
   // Made once, as depot/store/metrics.ts makes them.
   const storeAttributes = ["getRecord", "getRecord", "openBlob"].map((operation) => ({ operation, outcome: "ok" }));
   const once = (t: DepotTelemetry) => {
-    const span = t.startSpan("depot.download", ROOT_CONTEXT, { "http.route": "/data/:pkg", "http.request.method": "GET" });
+    const span = t.startSpan("depot.download", ROOT_CONTEXT, {
+      "http.route": "/data/:pkg",
+      "http.request.method": "GET",
+    });
     if (span.isRecording()) span.setAttributes({ "depot.package": "small", "depot.version": "1.0.0" });
     for (const attributes of storeAttributes) t.storeDuration.record(0.0001, attributes);
     span.setAttribute("http.response.status_code", 200);
@@ -118,7 +142,10 @@ async function instrumentationCost(): Promise<{ noop: number; sdk: number }> {
     for (let r = 0; r < 5; r++) runs.push(await timed(t, 20_480));
     return median(runs);
   };
-  return { noop: await perCall(new DepotTelemetry()), sdk: await perCall(new DepotTelemetry({ meterProvider, tracerProvider })) };
+  return {
+    noop: await perCall(new DepotTelemetry()),
+    sdk: await perCall(new DepotTelemetry({ meterProvider, tracerProvider })),
+  };
 }
 
 /** The slices of one comparison: no provider against one SDK variant. */
@@ -131,19 +158,35 @@ interface Comparison {
 /** ROUNDS rounds of paired slices, the "on" server registering `variant`. */
 async function compare(dirs: Record<Mode, string>, variant: SdkVariant): Promise<Comparison> {
   const out: Comparison = { large: { off: [], on: [] }, small: { off: [], on: [] }, scrapes: [] };
-  await inRounds(ROUNDS, (mode) => startBenchServer(serverScript, [dirs[mode]], mode, variant), async (both) => {
-    for (const server of Object.values(both)) {
-      // Warm-up of both paths (JIT, file cache, sockets), light on the small one: garbage
-      // that thousands of small downloads leave (the SDK's retained spans, promoted) would
-      // be collected during the large slices and charged to them.
-      await smallDownloads(server.hello.url as string, 300);
-      for (let i = 0; i < 3; i++) await drain(await fetch(`${server.hello.url}/data/large@1.0.0`));
-    }
-    append(out.large, await pairedSlices(both, LARGE_SLICES, async (server) => ({ rate: await largeDownload(server.hello.url as string), units: LARGE_BYTES / MiB })));
-    for (const server of Object.values(both)) await smallDownloads(server.hello.url as string, 2000);
-    append(out.small, await pairedSlices(both, SLICES, async (server) => ({ rate: await smallDownloads(server.hello.url as string), units: SMALL_REQUESTS })));
-    out.scrapes.push(await both.on.scrape());
-  });
+  await inRounds(
+    ROUNDS,
+    (mode) => startBenchServer(serverScript, [dirs[mode]], mode, variant),
+    async (both) => {
+      for (const server of Object.values(both)) {
+        // Warm-up of both paths (JIT, file cache, sockets), light on the small one: garbage
+        // that thousands of small downloads leave (the SDK's retained spans, promoted) would
+        // be collected during the large slices and charged to them.
+        await smallDownloads(server.hello.url as string, 300);
+        for (let i = 0; i < 3; i++) await drain(await fetch(`${server.hello.url}/data/large@1.0.0`));
+      }
+      append(
+        out.large,
+        await pairedSlices(both, LARGE_SLICES, async (server) => ({
+          rate: await largeDownload(server.hello.url as string),
+          units: LARGE_BYTES / MiB,
+        })),
+      );
+      for (const server of Object.values(both)) await smallDownloads(server.hello.url as string, 2000);
+      append(
+        out.small,
+        await pairedSlices(both, SLICES, async (server) => ({
+          rate: await smallDownloads(server.hello.url as string),
+          units: SMALL_REQUESTS,
+        })),
+      );
+      out.scrapes.push(await both.on.scrape());
+    },
+  );
   return out;
 }
 
@@ -174,7 +217,8 @@ export async function run(): Promise<string> {
   const calls = await instrumentationCost();
   const serverPerRequest = perUnit(withTraces.small.off);
   const scrape = median([...metricsOnly.scrapes, ...withTraces.scrapes]);
-  const scrapeShare = (c: Comparison) => (scrape / (SCRAPE_SECONDS * median(c.small.on.map((s) => s.rate)) * perUnit(c.small.on))) * 100;
+  const scrapeShare = (c: Comparison) =>
+    (scrape / (SCRAPE_SECONDS * median(c.small.on.map((s) => s.rate)) * perUnit(c.small.on))) * 100;
   const mib = LARGE_BYTES / MiB;
   const rows = (c: Comparison) => [
     pairRow(`${mib} MiB archive`, "rate", c.large, "MB/s", 1, 0),

@@ -50,7 +50,11 @@ export async function measureTransaction(url: string, name: string, items: numbe
       const i = next++;
       // Ten files per directory, a hundred directories per level: paths like real trees.
       const p = `d${Math.floor(i / 1000)}/e${Math.floor(i / 10) % 100}/f${i}.txt`;
-      const r = await fetch(`${url}/add/${id}/file`, { method: "POST", headers: { "pkg-path": p }, body: `file ${i}\n` });
+      const r = await fetch(`${url}/add/${id}/file`, {
+        method: "POST",
+        headers: { "pkg-path": p },
+        body: `file ${i}\n`,
+      });
       if (r.status !== 201) throw new Error(`add ${p}: ${r.status} ${await r.text()}`);
       await r.arrayBuffer();
       finished[i] = performance.now();
@@ -93,7 +97,17 @@ export async function measureTransaction(url: string, name: string, items: numbe
   if (committed.status !== 201) throw new Error(`commit: ${committed.status} ${await committed.text()}`);
   await committed.arrayBuffer();
   const commitMs = performance.now() - c0;
-  return { items, addMs, firstTenthMs, lastTenthMs, summaryFirstPageMs, summaryFirstPageBytes, summaryWalkMs, summaryPages, commitMs };
+  return {
+    items,
+    addMs,
+    firstTenthMs,
+    lastTenthMs,
+    summaryFirstPageMs,
+    summaryFirstPageBytes,
+    summaryWalkMs,
+    summaryPages,
+    commitMs,
+  };
 }
 
 /**
@@ -164,7 +178,9 @@ interface PublishFigures {
 async function countFsyncs(pid: number, work: () => Promise<unknown>): Promise<number | undefined> {
   if (spawnSync("strace", ["-V"]).status !== 0) return undefined;
   const out = path.join(os.tmpdir(), `bench-strace-${process.pid}-${Date.now()}.txt`);
-  const tracer = spawn("strace", ["-c", "-f", "-e", "trace=fsync,fdatasync", "-o", out, "-p", String(pid)], { stdio: "ignore" });
+  const tracer = spawn("strace", ["-c", "-f", "-e", "trace=fsync,fdatasync", "-o", out, "-p", String(pid)], {
+    stdio: "ignore",
+  });
   // strace attaches to every thread before it counts; give it time, then check it still runs.
   await new Promise((resolve) => setTimeout(resolve, 1500));
   if (tracer.exitCode !== null) return undefined;
@@ -190,7 +206,12 @@ async function countFsyncs(pid: number, work: () => Promise<unknown>): Promise<n
 export async function measurePublishes(work: string): Promise<PublishFigures> {
   const synced = await startDepot(path.join(work, "publish-synced"));
   const unsynced = await startDepot(path.join(work, "publish-unsynced"), { noSync: true });
-  const round = async (depot: typeof synced, tag: string, concurrency: number, count: number): Promise<RoundFigures> => {
+  const round = async (
+    depot: typeof synced,
+    tag: string,
+    concurrency: number,
+    count: number,
+  ): Promise<RoundFigures> => {
     const cpu0 = await cpuMs(depot.child.pid!);
     const ms = await publishMany(depot.url, tag, concurrency, count);
     return { perSecond: count / (ms / 1000), cpuMsEach: ((await cpuMs(depot.child.pid!)) - cpu0) / count };
@@ -256,7 +277,9 @@ export async function run(): Promise<string> {
           `| ${r.concurrency} | ${f1(r.synced.perSecond)} | ${f1(r.synced.cpuMsEach)} ms | ${f1(r.unsynced.perSecond)} | ${f1(r.unsynced.cpuMsEach)} ms | ${(r.synced.perSecond / r.unsynced.perSecond).toFixed(2)} |`,
       ),
       "",
-      publishes.fsyncsEach === undefined ? "fsyncs per publish: not counted (no usable strace)." : `fsyncs per publish (server, concurrency 1): ${f1(publishes.fsyncsEach)}.`,
+      publishes.fsyncsEach === undefined
+        ? "fsyncs per publish: not counted (no usable strace)."
+        : `fsyncs per publish (server, concurrency 1): ${f1(publishes.fsyncsEach)}.`,
       "",
       "## Depot: one transaction of many items",
       "",

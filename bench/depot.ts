@@ -50,7 +50,6 @@ async function medianOf(runs: number, fn: () => Promise<unknown>, cleanup: () =>
 /** The peer of the download and catalog rows. */
 const NGINX: SystemPeer = { name: "nginx", bin: "/usr/sbin/nginx", aptPackage: "nginx", module: "depot" };
 
-
 /** A plain streaming GET to a file: the same loop for the depot and for nginx. */
 async function fetchToFile(url: string, file: string): Promise<number> {
   const response = await fetch(url);
@@ -79,7 +78,13 @@ async function restamp(file: string, n: number): Promise<void> {
 }
 
 /** Latencies (ms) of `n` sequential GETs, after `warm` unmeasured ones. */
-async function latencies(url: string, n: number, warm: number, headers: Record<string, string>, expect: number): Promise<number[]> {
+async function latencies(
+  url: string,
+  n: number,
+  warm: number,
+  headers: Record<string, string>,
+  expect: number,
+): Promise<number[]> {
   const out: number[] = [];
   for (let i = 0; i < n + warm; i++) {
     const start = performance.now();
@@ -109,7 +114,11 @@ export async function run(options: { installPeers?: boolean } = {}): Promise<str
 
     // cp of the same file on the same disk.
     const copy = path.join(work, "copy.bin");
-    const cpMs = await medianOf(3, () => run$("cp", [source, copy]), () => rm(copy, { force: true }));
+    const cpMs = await medianOf(
+      3,
+      () => run$("cp", [source, copy]),
+      () => rm(copy, { force: true }),
+    );
 
     // The depot: fs store (with fsync, its default), server in a child process.
     const depot = await startDepot(path.join(work, "store"));
@@ -120,7 +129,9 @@ export async function run(options: { installPeers?: boolean } = {}): Promise<str
     const uploads: number[] = [];
     for (let i = 0; i < 3; i++) {
       await restamp(source, i);
-      const opened = (await (await fetch(`${depot.url}/trans/rawup@1.0.${i}`, { method: "POST" })).json()) as { transaction: string };
+      const opened = (await (await fetch(`${depot.url}/trans/rawup@1.0.${i}`, { method: "POST" })).json()) as {
+        transaction: string;
+      };
       uploads.push(
         await timed(async () => {
           const response = await fetch(`${depot.url}/add/${opened.transaction}/file`, {
@@ -139,7 +150,9 @@ export async function run(options: { installPeers?: boolean } = {}): Promise<str
 
     // Publish end to end with the client: hash, by-reference probe, upload, commit (archive build).
     await restamp(source, 99);
-    const publishMs = await timed(() => client.publish({ name: "big", version: "1.0.0", items: [{ type: "file", path: "big.bin", file: source }] }));
+    const publishMs = await timed(() =>
+      client.publish({ name: "big", version: "1.0.0", items: [{ type: "file", path: "big.bin", file: source }] }),
+    );
     const info = (await client.versions("big")).versions[0]!;
 
     // Downloads: the depot's archive (256 MiB + 1.5 KiB of tar) and nginx serving the same archive bytes.
@@ -155,18 +168,41 @@ export async function run(options: { installPeers?: boolean } = {}): Promise<str
     const cpArchiveMs = await medianOf(3, () => run$("cp", [archive, out]), dropOut);
     await stop(depot.child);
 
-
     const bytes = FILE_BYTES;
     // Rows whose peer is nginx exist only when nginx ran.
-    const nginxRows = (nginxGetMs === null ? [] : [
-      ["download: `GET /data` to a file", mbps(info.size, depotGetMs), "nginx `GET` to a file (same loop)", mbps(info.size, nginxGetMs)],
-      ["download: `client.download` (SHA-256 verified)", mbps(info.size, clientGetMs), "nginx `GET` to a file (same loop)", mbps(info.size, nginxGetMs)],
-    ]) as Array<readonly [string, number, string, number]>;
+    const nginxRows = (
+      nginxGetMs === null
+        ? []
+        : [
+            [
+              "download: `GET /data` to a file",
+              mbps(info.size, depotGetMs),
+              "nginx `GET` to a file (same loop)",
+              mbps(info.size, nginxGetMs),
+            ],
+            [
+              "download: `client.download` (SHA-256 verified)",
+              mbps(info.size, clientGetMs),
+              "nginx `GET` to a file (same loop)",
+              mbps(info.size, nginxGetMs),
+            ],
+          ]
+    ) as Array<readonly [string, number, string, number]>;
     const rows = [
       ["upload: `POST /add` streamed (256 MiB)", mbps(bytes, uploadMs), "`cp` of the file", mbps(bytes, cpMs)],
-      ["publish: `client.publish` (hash + probe + upload + commit)", mbps(bytes, publishMs), "`cp` of the file", mbps(bytes, cpMs)],
+      [
+        "publish: `client.publish` (hash + probe + upload + commit)",
+        mbps(bytes, publishMs),
+        "`cp` of the file",
+        mbps(bytes, cpMs),
+      ],
       ...nginxRows,
-      ["download: `GET /data` to a file", mbps(info.size, depotGetMs), "`cp` of the archive", mbps(info.size, cpArchiveMs)],
+      [
+        "download: `GET /data` to a file",
+        mbps(info.size, depotGetMs),
+        "`cp` of the archive",
+        mbps(info.size, cpArchiveMs),
+      ],
     ] as const;
     return [
       "## Depot",
@@ -176,7 +212,9 @@ export async function run(options: { installPeers?: boolean } = {}): Promise<str
       "",
       "| operation | depot MB/s | peer | peer MB/s | ratio |",
       "|---|---:|---|---:|---:|",
-      ...rows.map(([op, ours, peer, theirs]) => `| ${op} | ${fmt(ours)} | ${peer} | ${fmt(theirs)} | ${fmt(ours / theirs, 2)} |`),
+      ...rows.map(
+        ([op, ours, peer, theirs]) => `| ${op} | ${fmt(ours)} | ${peer} | ${fmt(theirs)} | ${fmt(ours / theirs, 2)} |`,
+      ),
     ].join("\n");
   } finally {
     for (const child of children) await stop(child);

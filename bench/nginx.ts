@@ -28,7 +28,12 @@ export async function freePort(): Promise<number> {
  * Starts nginx (`bin`) with its prefix under `work`, serving `root`; with `dav`, `PUT`
  * under /dav/ lands in `root/dav` and its body temp files are on `root`'s disk too.
  */
-export async function startNginx(bin: string, work: string, root: string, options: { dav?: boolean } = {}): Promise<{ url: string; child: ChildProcess; version: string }> {
+export async function startNginx(
+  bin: string,
+  work: string,
+  root: string,
+  options: { dav?: boolean } = {},
+): Promise<{ url: string; child: ChildProcess; version: string }> {
   const port = await freePort();
   const prefix = path.join(work, "nginx");
   await mkdir(path.join(prefix, "logs"), { recursive: true });

@@ -13,12 +13,26 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 await writeReport({
   dir: here,
   // Add a module here when you add bench/<name>.ts.
-  modules: ["runner", "depot", "backends", "depot-transactions", "depot-bytes", "console", "depot-scale", "depot-telemetry", "runner-telemetry", "runner-fleet", "runner-follow"],
+  modules: [
+    "runner",
+    "depot",
+    "backends",
+    "depot-transactions",
+    "depot-bytes",
+    "console",
+    "depot-scale",
+    "depot-telemetry",
+    "runner-telemetry",
+    "runner-fleet",
+    "runner-follow",
+  ],
   only: process.argv.slice(2).filter((arg) => !arg.startsWith("--")),
   file: path.join(here, "..", "BENCHMARKS.md"),
   title: "Benchmarks",
   command: "npm run bench",
-  preamble: ["Every figure is from one run; each row names the peer measured in the same run, and ratios are ours ÷ peer."],
+  preamble: [
+    "Every figure is from one run; each row names the peer measured in the same run, and ratios are ours ÷ peer.",
+  ],
   options: { installPeers: process.argv.includes("--install-peers") },
 });
 

@@ -96,7 +96,13 @@ process.once("message", async (msg: { port: number; secret: string; jobs: Job[];
       last = performance.now();
       for (const a of agents) {
         if (elapsed < a.job.startMs) continue;
-        a.client ??= createRunnerClient({ endpoint, requestId: a.job.id, token: mintJobToken(msg.secret, a.job.id), onRetry: onRetry(a.job.rate), maxCallMs: MAX_CALL_MS });
+        a.client ??= createRunnerClient({
+          endpoint,
+          requestId: a.job.id,
+          token: mintJobToken(msg.secret, a.job.id),
+          onRetry: onRetry(a.job.rate),
+          maxCallMs: MAX_CALL_MS,
+        });
         a.due += (a.job.rate * TICK_MS) / 1000;
         while (a.due >= 1) {
           a.due -= 1;
@@ -123,5 +129,17 @@ process.once("message", async (msg: { port: number; secret: string; jobs: Job[];
   );
   const pings = probe.stop();
   const calls = agents.reduce((n, a) => n + (a.client?.stats.calls ?? 0), 0);
-  process.send?.({ sent: agents.map((a) => ({ id: a.job.id, lines: a.sent })), failed, calls, retries: Object.fromEntries(retries), lag, cpuMs: (process.cpuUsage().user + process.cpuUsage().system) / 1000, runQueueMs: runQueueMs(), pings }, () => process.exit(0));
+  process.send?.(
+    {
+      sent: agents.map((a) => ({ id: a.job.id, lines: a.sent })),
+      failed,
+      calls,
+      retries: Object.fromEntries(retries),
+      lag,
+      cpuMs: (process.cpuUsage().user + process.cpuUsage().system) / 1000,
+      runQueueMs: runQueueMs(),
+      pings,
+    },
+    () => process.exit(0),
+  );
 });

@@ -27,8 +27,13 @@ const pool = new pg.Pool({ connectionString: url, max: Number(process.env.BENCH_
 pool.on("error", () => undefined);
 // BENCH_FLEET_STORE=memory: the same run on the memory log store (is it the store or the rest?).
 // BENCH_FLEET_GROUP_STATEMENTS: the store's appends (and job-row reads) in flight at once (groupStatements; default the store's).
-const groupStatements = process.env.BENCH_FLEET_GROUP_STATEMENTS ? Number(process.env.BENCH_FLEET_GROUP_STATEMENTS) : undefined;
-const logs = process.env.BENCH_FLEET_STORE === "memory" ? createMemoryLogStore() : createPostgresLogStore({ pool, schema, groupStatements });
+const groupStatements = process.env.BENCH_FLEET_GROUP_STATEMENTS
+  ? Number(process.env.BENCH_FLEET_GROUP_STATEMENTS)
+  : undefined;
+const logs =
+  process.env.BENCH_FLEET_STORE === "memory"
+    ? createMemoryLogStore()
+    : createPostgresLogStore({ pool, schema, groupStatements });
 /** Store calls: count and time in them (BENCH_FLEET_DEBUG prints them at exit). */
 const calls: Record<string, { n: number; ms: number }> = {};
 if (process.env.BENCH_FLEET_DEBUG) {
@@ -90,7 +95,9 @@ let results = 0;
 const runner = createRunnerService(createMemoryQueue(), {
   logs,
   // BENCH_FLEET_QUEUED_BYTES: the server-wide budget of items not yet stored (limits.queuedBytes); default the service's.
-  limits: process.env.BENCH_FLEET_QUEUED_BYTES ? { queuedBytes: Number(process.env.BENCH_FLEET_QUEUED_BYTES) } : undefined,
+  limits: process.env.BENCH_FLEET_QUEUED_BYTES
+    ? { queuedBytes: Number(process.env.BENCH_FLEET_QUEUED_BYTES) }
+    : undefined,
   secret: process.env.BENCH_SECRET ?? "bench",
   onLog: (event) => {
     stored += event.lines.length;
@@ -136,7 +143,12 @@ function flowHeld(): { windows: number; widened: number } {
   for (const session of sessions) if ((session.localSettings.initialWindowSize ?? 65_535) > 65_535) widened++;
   return { windows, widened };
 }
-const server = await startRunnerServer(runner, { port: 0, ...(process.env.BENCH_FLEET_SERVER_KEEPALIVE ? { keepAliveMs: Number(process.env.BENCH_FLEET_SERVER_KEEPALIVE) } : {}) });
+const server = await startRunnerServer(runner, {
+  port: 0,
+  ...(process.env.BENCH_FLEET_SERVER_KEEPALIVE
+    ? { keepAliveMs: Number(process.env.BENCH_FLEET_SERVER_KEEPALIVE) }
+    : {}),
+});
 if (process.env.BENCH_FLEET_DEBUG) {
   const { monitorEventLoopDelay } = await import("node:perf_hooks");
   const h = monitorEventLoopDelay({ resolution: 10 });
@@ -146,7 +158,9 @@ if (process.env.BENCH_FLEET_DEBUG) {
   setInterval(() => {
     const c = process.cpuUsage(lastCpu);
     lastCpu = process.cpuUsage();
-    console.error(`dbg active ${runner.activeCalls} stored/s ${stored - lastStored} cpu ${((c.user + c.system) / 1e4).toFixed(0)}% loop p99 ${(h.percentile(99) / 1e6).toFixed(0)} ms max ${(h.max / 1e6).toFixed(0)} pool idle ${pool.idleCount}/${pool.totalCount} waiting ${pool.waitingCount}`);
+    console.error(
+      `dbg active ${runner.activeCalls} stored/s ${stored - lastStored} cpu ${((c.user + c.system) / 1e4).toFixed(0)}% loop p99 ${(h.percentile(99) / 1e6).toFixed(0)} ms max ${(h.max / 1e6).toFixed(0)} pool idle ${pool.idleCount}/${pool.totalCount} waiting ${pool.waitingCount}`,
+    );
     lastStored = stored;
     h.reset();
   }, 1000).unref();
@@ -176,7 +190,8 @@ function diagnosis(): Record<string, number> {
   }
   out.active = runner.activeCalls;
   // BENCH_FLEET_SMAPS=<prefix>: the whole memory map too, one file per diagnosis, to tell V8's pages from malloc's arenas.
-  if (process.env.BENCH_FLEET_SMAPS) writeFileSync(`${process.env.BENCH_FLEET_SMAPS}-${Date.now()}.smaps`, readFileSync("/proc/self/smaps", "utf8"));
+  if (process.env.BENCH_FLEET_SMAPS)
+    writeFileSync(`${process.env.BENCH_FLEET_SMAPS}-${Date.now()}.smaps`, readFileSync("/proc/self/smaps", "utf8"));
   return out;
 }
 
@@ -229,7 +244,9 @@ async function probeFollow(ids: string[]): Promise<number[]> {
   return times;
 }
 
-async function verify(expected: { id: string; lines: number }[]): Promise<{ jobs: number; whole: number; problems: string[] }> {
+async function verify(
+  expected: { id: string; lines: number }[],
+): Promise<{ jobs: number; whole: number; problems: string[] }> {
   const problems: string[] = [];
   let whole = 0;
   for (const { id, lines } of expected) {
@@ -238,7 +255,8 @@ async function verify(expected: { id: string; lines: number }[]): Promise<{ jobs
     let ok = state?.status === "finished" && state.committed === lines + 1 && got.length === lines;
     for (let i = 0; ok && i < got.length; i++) if (!got[i]!.line.startsWith(`${i} `)) ok = false;
     if (ok) whole++;
-    else if (problems.length < 5) problems.push(`${id}: status ${state?.status}, committed ${state?.committed}, read ${got.length}, sent ${lines}`);
+    else if (problems.length < 5)
+      problems.push(`${id}: status ${state?.status}, committed ${state?.committed}, read ${got.length}, sent ${lines}`);
   }
   return { jobs: expected.length, whole, problems };
 }
@@ -252,7 +270,11 @@ async function verify(expected: { id: string; lines: number }[]): Promise<{ jobs
 const allocProfile = process.env.BENCH_FLEET_ALLOC ? new Session() : null;
 if (allocProfile) {
   allocProfile.connect();
-  await allocProfile.post("HeapProfiler.startSampling", { samplingInterval: 16_384, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true });
+  await allocProfile.post("HeapProfiler.startSampling", {
+    samplingInterval: 16_384,
+    includeObjectsCollectedByMajorGC: true,
+    includeObjectsCollectedByMinorGC: true,
+  });
 }
 
 process.on("message", async (m: unknown) => {
@@ -261,7 +283,16 @@ process.on("message", async (m: unknown) => {
     const cpu = process.cpuUsage();
     // What the server holds unstored: entries queued for the store (the budget's count) and incomplete messages.
     const held = { backlog: backlogOf(runner)?.held ?? 0, reading: server.heldBytes, ...flowHeld() };
-    send({ rss: mem.rss, heap: mem.heapUsed, cpuMs: (cpu.user + cpu.system) / 1000, stored, results, active: runner.activeCalls, runQueueMs: runQueueMs(), held });
+    send({
+      rss: mem.rss,
+      heap: mem.heapUsed,
+      cpuMs: (cpu.user + cpu.system) / 1000,
+      stored,
+      results,
+      active: runner.activeCalls,
+      runQueueMs: runQueueMs(),
+      held,
+    });
     return;
   }
   if (m === "sampleGc") {
@@ -274,7 +305,14 @@ process.on("message", async (m: unknown) => {
     // marginal figure (runner-fleet.ts) shows which of them grow with the calls and which not.
     const spaces: Record<string, number> = { arrayBuffers: mem.arrayBuffers };
     for (const s of v8.getHeapSpaceStatistics()) spaces[s.space_name] = s.physical_space_size;
-    send({ rss: mem.rss, heap: mem.heapUsed, external: mem.external, active: runner.activeCalls, gc: gc !== undefined, spaces });
+    send({
+      rss: mem.rss,
+      heap: mem.heapUsed,
+      external: mem.external,
+      active: runner.activeCalls,
+      gc: gc !== undefined,
+      spaces,
+    });
     return;
   }
   if (m === "diag") {
@@ -305,7 +343,12 @@ process.on("message", async (m: unknown) => {
     await pool.end();
     process.exit(0);
   }
-  const msg = m as { follow?: string[]; probeFollow?: string[]; verify?: { id: string; lines: number }[]; delays?: boolean };
+  const msg = m as {
+    follow?: string[];
+    probeFollow?: string[];
+    verify?: { id: string; lines: number }[];
+    delays?: boolean;
+  };
   if (msg.follow) {
     for (const id of msg.follow) followers.push(follow(id).catch(() => void followErrors++));
     send({ following: msg.follow.length });
@@ -321,7 +364,10 @@ process.on("message", async (m: unknown) => {
       ...q(delays),
       followErrors,
       stored: { p50: storeDelays.quantile(0.5), p99: storeDelays.quantile(0.99) },
-      steady: { ...q(steadyDelays), stored: { p50: steadyStoreDelays.quantile(0.5), p99: steadyStoreDelays.quantile(0.99) } },
+      steady: {
+        ...q(steadyDelays),
+        stored: { p50: steadyStoreDelays.quantile(0.5), p99: steadyStoreDelays.quantile(0.99) },
+      },
     });
   } else if (msg.probeFollow) {
     send(await probeFollow(msg.probeFollow));

@@ -86,9 +86,24 @@ const offered = (mix: Mix, jobs: number) => jobs * (0.8 * mix.quiet + 0.15 * mix
 function child(file: string): ChildProcess {
   return fork(path.join(here, file), [], {
     // BENCH_FLEET_SERVER_FLAGS: extra Node/V8 flags for the server process only (e.g. --max-semi-space-size=2), to measure a deployment's setting; none by default.
-    execArgv: ["--import", "tsx", "--max-old-space-size=1024", ...(file.includes("server") ? ["--expose-gc", ...(process.env.BENCH_FLEET_SERVER_FLAGS?.split(" ").filter(Boolean) ?? [])] : []), ...(process.env.BENCH_FLEET_PROF && file.includes(process.env.BENCH_FLEET_PROF) ? ["--cpu-prof", "--cpu-prof-dir=/tmp/prof/fleet"] : [])],
+    execArgv: [
+      "--import",
+      "tsx",
+      "--max-old-space-size=1024",
+      ...(file.includes("server")
+        ? ["--expose-gc", ...(process.env.BENCH_FLEET_SERVER_FLAGS?.split(" ").filter(Boolean) ?? [])]
+        : []),
+      ...(process.env.BENCH_FLEET_PROF && file.includes(process.env.BENCH_FLEET_PROF)
+        ? ["--cpu-prof", "--cpu-prof-dir=/tmp/prof/fleet"]
+        : []),
+    ],
     // BENCH_FLEET_SERVER_ENV: extra environment for the server process only, "K=V K=V" (e.g. glibc's MALLOC_ARENA_MAX=2), to measure a host's setting; none by default.
-    env: { ...process.env, ...(file.includes("server") ? serverEnv() : {}), BENCH_SECRET: SECRET, BENCH_POSTGRES_URL: POSTGRES_URL },
+    env: {
+      ...process.env,
+      ...(file.includes("server") ? serverEnv() : {}),
+      BENCH_SECRET: SECRET,
+      BENCH_POSTGRES_URL: POSTGRES_URL,
+    },
     stdio: ["ignore", "inherit", "inherit", "ipc"],
   });
 }
@@ -153,7 +168,11 @@ function samplePostgres(): { stop(): Promise<PgActivity> } {
   let stopped = false;
   let commits0 = NaN;
   let t0 = 0;
-  const commits = async () => Number((await client.query("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")).rows[0]?.xact_commit);
+  const commits = async () =>
+    Number(
+      (await client.query("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")).rows[0]
+        ?.xact_commit,
+    );
   const loop = (async () => {
     await client.connect();
     commits0 = await commits();
@@ -165,7 +184,8 @@ function samplePostgres(): { stop(): Promise<PgActivity> } {
       );
       samples++;
       for (const r of rows) {
-        const key = r.state === "active" && r.wait && !r.wait.startsWith("Client/") ? `active: ${r.wait}` : (r.state ?? "?");
+        const key =
+          r.state === "active" && r.wait && !r.wait.startsWith("Client/") ? `active: ${r.wait}` : (r.state ?? "?");
         counts.set(key, (counts.get(key) ?? 0) + 1);
       }
       await new Promise((r) => setTimeout(r, 250));
@@ -221,7 +241,11 @@ interface FleetRun {
   seconds: number;
   lines: number;
   cpuPerMillion: number;
-  latency: Latency & { followErrors: number; stored: { p50: number; p99: number }; steady: Latency & { stored: { p50: number; p99: number } } };
+  latency: Latency & {
+    followErrors: number;
+    stored: { p50: number; p99: number };
+    steady: Latency & { stored: { p50: number; p99: number } };
+  };
   followProbe: number[];
   reports: AgentReport[];
   totalSent: number;
@@ -242,7 +266,11 @@ async function fleet(mix: Mix, jobCount: number, durationMs: number): Promise<Fl
   const server = child("runner-fleet-server.ts");
   const [{ port }] = (await once(server, "message")) as [{ port: number }];
   try {
-    const jobs = Array.from({ length: jobCount }, (_, i) => ({ id: randomUUID(), rate: rateOf(mix, i), startMs: Math.round((i / jobCount) * RAMP_MS) }));
+    const jobs = Array.from({ length: jobCount }, (_, i) => ({
+      id: randomUUID(),
+      rate: rateOf(mix, i),
+      startMs: Math.round((i / jobCount) * RAMP_MS),
+    }));
     await ask(server, { follow: jobs.filter((_, i) => i % FOLLOW_EVERY === 0).map((j) => j.id) });
     const base = await ask<Sample>(server, "sample");
     // Then memory by kind after a full GC with no agent yet: the marginal breakdown's "before"
@@ -299,10 +327,20 @@ async function fleet(mix: Mix, jobCount: number, durationMs: number): Promise<Fl
     // after a full GC. A pause of the server the bench makes, so outside the steady window's
     // latency (inside it, it was the p99 of some runs: 300 ms of lines held by the measuring).
     const live = await ask<LiveSample>(server, "sampleGc");
-    if (diagBase) printDiagnosis(mix, diagBase, { ...(await ask<Record<string, number>>(server, "diag")), jobs: jobCount });
-    if (process.env.BENCH_FLEET_SNAPSHOT) console.error("snapshot", await ask(server, { snapshot: `${process.env.BENCH_FLEET_SNAPSHOT}-${mix.name}.heapsnapshot` }));
+    if (diagBase)
+      printDiagnosis(mix, diagBase, { ...(await ask<Record<string, number>>(server, "diag")), jobs: jobCount });
+    if (process.env.BENCH_FLEET_SNAPSHOT)
+      console.error(
+        "snapshot",
+        await ask(server, { snapshot: `${process.env.BENCH_FLEET_SNAPSHOT}-${mix.name}.heapsnapshot` }),
+      );
     // One follow() at a time on live jobs (not the followed ones), while every job streams.
-    const followProbe = await ask<number[]>(server, { probeFollow: jobs.filter((_, i) => i % FOLLOW_EVERY === 1).slice(0, 20).map((j) => j.id) });
+    const followProbe = await ask<number[]>(server, {
+      probeFollow: jobs
+        .filter((_, i) => i % FOLLOW_EVERY === 1)
+        .slice(0, 20)
+        .map((j) => j.id),
+    });
     const reports = (await Promise.all(finished)).map(([r]) => r);
     const sent = reports.flatMap((r) => r.sent);
     const latency = await ask<FleetRun["latency"]>(server, { delays: true });
@@ -314,7 +352,12 @@ async function fleet(mix: Mix, jobCount: number, durationMs: number): Promise<Fl
       mix,
       open: { mean: activeSum / samples, most },
       window: { rss: windowRss, active: windowActive, backlog: windowBacklog, windows: windowHeld },
-      machine: { serverCpuMs: s1.cpuMs - s0.cpuMs, serverWaitMs: s1.runQueueMs - s0.runQueueMs, pressure, load: [load0, load1] },
+      machine: {
+        serverCpuMs: s1.cpuMs - s0.cpuMs,
+        serverWaitMs: s1.runQueueMs - s0.runQueueMs,
+        pressure,
+        load: [load0, load1],
+      },
       pg: pgSeen,
       live,
       baseLive,
@@ -346,7 +389,10 @@ function printDiagnosis(mix: Mix, before: Record<string, number>, now: Record<st
   const calls = Math.max(1, now.active ?? 1);
   const rows = Object.keys(now)
     .filter((k) => k !== "active" && k !== "jobs")
-    .map((k) => `  ${k.padEnd(34)} ${((now[k]! - (before[k] ?? 0)) / calls / 1024).toFixed(1).padStart(8)} KiB/call  (${(now[k]! / 2 ** 20).toFixed(1)} MiB)`);
+    .map(
+      (k) =>
+        `  ${k.padEnd(34)} ${((now[k]! - (before[k] ?? 0)) / calls / 1024).toFixed(1).padStart(8)} KiB/call  (${(now[k]! / 2 ** 20).toFixed(1)} MiB)`,
+    );
   console.error(`diag ${mix.name} (${now.jobs} jobs): ${calls} calls open, after a full GC\n${rows.join("\n")}`);
 }
 
@@ -396,10 +442,24 @@ const LIVE_KINDS: [string, (l: LiveSample) => number][] = [
   ["RSS", (l) => l.rss],
   ["V8 new space (young generation), committed", (l) => l.spaces.new_space ?? 0],
   ["V8 old space, committed", (l) => l.spaces.old_space ?? 0],
-  ["V8 large objects (old and new), committed", (l) => (l.spaces.large_object_space ?? 0) + (l.spaces.new_large_object_space ?? 0)],
-  ["V8 code and other spaces, committed", (l) => v8Committed(l) - (l.spaces.new_space ?? 0) - (l.spaces.old_space ?? 0) - (l.spaces.large_object_space ?? 0) - (l.spaces.new_large_object_space ?? 0)],
+  [
+    "V8 large objects (old and new), committed",
+    (l) => (l.spaces.large_object_space ?? 0) + (l.spaces.new_large_object_space ?? 0),
+  ],
+  [
+    "V8 code and other spaces, committed",
+    (l) =>
+      v8Committed(l) -
+      (l.spaces.new_space ?? 0) -
+      (l.spaces.old_space ?? 0) -
+      (l.spaces.large_object_space ?? 0) -
+      (l.spaces.new_large_object_space ?? 0),
+  ],
   ["array buffers (Node's count)", (l) => l.spaces.arrayBuffers ?? 0],
-  ["rest of RSS (native: nghttp2, sockets, malloc's heap; RSS − V8 − array buffers)", (l) => l.rss - v8Committed(l) - (l.spaces.arrayBuffers ?? 0)],
+  [
+    "rest of RSS (native: nghttp2, sockets, malloc's heap; RSS − V8 − array buffers)",
+    (l) => l.rss - v8Committed(l) - (l.spaces.arrayBuffers ?? 0),
+  ],
 ];
 
 function v8Committed(l: LiveSample): number {
@@ -475,7 +535,11 @@ function runRows(r: FleetRun, half?: FleetRun): string[] {
     `| lines/s offered (nominal; lines sent below) → stored (steady window, ${r.seconds.toFixed(1)} s) | ${fmt(offered(r.mix, r.jobs))} → ${fmt(r.lines / r.seconds)} |`,
     `| open calls over the window: mean / most | ${open.mean.toFixed(0)} / ${fmt(open.most.active)} of ${fmt(r.jobs)} |`,
     `| server RSS per open stream ((RSS − before) ÷ open calls, at the sample with the most open; the process's constant share included) | ${(perStream / 1024).toFixed(1)} KiB |`,
-    ...(half ? [`| server RSS per open stream, marginal (${fmt(half.jobs)} → ${fmt(r.jobs)} jobs, window medians: see below) | ${Number.isNaN(marginalPerStream(half, r)) ? "n/a (too few more calls open)" : `${(marginalPerStream(half, r) / 1024).toFixed(1)} KiB`} (aim ≤ 64 KiB) |`] : []),
+    ...(half
+      ? [
+          `| server RSS per open stream, marginal (${fmt(half.jobs)} → ${fmt(r.jobs)} jobs, window medians: see below) | ${Number.isNaN(marginalPerStream(half, r)) ? "n/a (too few more calls open)" : `${(marginalPerStream(half, r) / 1024).toFixed(1)} KiB`} (aim ≤ 64 KiB) |`,
+        ]
+      : []),
     // Every agent holds its connection for the whole run, open call or not.
     `| after a full GC with ${fmt(r.live.active)} calls open: (RSS − before) ÷ calls; live JS heap ÷ calls | ${((r.live.rss - base.rss) / Math.max(1, r.live.active) / 1024).toFixed(1)} KiB; ${((r.live.heap - base.heap) / Math.max(1, r.live.active) / 1024).toFixed(1)} KiB |`,
     `| server RSS per job connected ((peak − before) ÷ ${fmt(r.jobs)}) | ${((peak.rss - base.rss) / r.jobs / 1024).toFixed(1)} KiB |`,
@@ -513,12 +577,16 @@ export async function run(): Promise<string> {
     if (half) pairs.push({ half, full });
   }
   const halfOf = (r: FleetRun) => pairs.find((p) => p.full === r)?.half;
-  const store = process.env.BENCH_FLEET_STORE === "memory" ? "createMemoryLogStore (BENCH_FLEET_STORE=memory)" : `createPostgresLogStore on the local PostgreSQL, pool of ${process.env.BENCH_FLEET_POOL ?? 20}`;
+  const store =
+    process.env.BENCH_FLEET_STORE === "memory"
+      ? "createMemoryLogStore (BENCH_FLEET_STORE=memory)"
+      : `createPostgresLogStore on the local PostgreSQL, pool of ${process.env.BENCH_FLEET_POOL ?? 20}`;
   const calls = (x: FleetRun) => x.reports.reduce((n, y) => n + y.calls, 0);
   const costRows = (x: FleetRun) =>
-    `| ${fmt(x.jobs)} (${x.mix.name}) | ${fmt(x.lines / x.seconds)} | ${(x.cpuPerMillion).toFixed(1)} µs | ${x.latency.stored.p50.toFixed(1)} / ${x.latency.stored.p99.toFixed(1)} ms | ` +
+    `| ${fmt(x.jobs)} (${x.mix.name}) | ${fmt(x.lines / x.seconds)} | ${x.cpuPerMillion.toFixed(1)} µs | ${x.latency.stored.p50.toFixed(1)} / ${x.latency.stored.p99.toFixed(1)} ms | ` +
     `${median(x.followProbe).toFixed(1)} ms (${x.followProbe.length}) | ${fmt(calls(x))} over ${fmt(x.jobs)} jobs |`;
-  const mixText = (m: Mix) => `${m.name}: 80 % of the jobs at ${m.quiet} lines/s, 15 % at ${m.busy}, 5 % at ${m.burst}, ${fmt(offered(m, JOBS))} lines/s offered`;
+  const mixText = (m: Mix) =>
+    `${m.name}: 80 % of the jobs at ${m.quiet} lines/s, 15 % at ${m.busy}, 5 % at ${m.burst}, ${fmt(offered(m, JOBS))} lines/s offered`;
   return [
     "## Runner fleet: 1,000 concurrent jobs on PostgreSQL",
     "",
@@ -527,12 +595,17 @@ export async function run(): Promise<string> {
       `lines of 40–200 bytes carrying the agent's clock, then each job's end. The mixes, each its own run into a fresh server: ${runs.map((r) => mixText(r.mix)).join("; ")}. ` +
       `One server process (startRunnerServer, ${store}, memory queue, token check on${process.env.BENCH_FLEET_SERVER_FLAGS ? `, Node flags ${process.env.BENCH_FLEET_SERVER_FLAGS}` : ""}${process.env.BENCH_FLEET_SERVER_ENV ? `, environment ${process.env.BENCH_FLEET_SERVER_ENV}` : ""}). ` +
       `Every ${FOLLOW_EVERY}th job is followed with \`follow()\` in the server process from before its first line; latency is from the agent's write to that follower's delivery, counted in fixed buckets (0.1 ms below 100 ms, 1 ms above; a percentile is its bucket's upper edge) allocated before the agents start, so the measuring adds nothing to the server's RSS. ` +
-      "Rates, RSS and CPU are measured over the middle of the run (every job started), sampled each second; today's RSS per open stream divides the RSS growth by the calls open in the same sample, the marginal one compares the full run with a half one (see \"Per open stream\" below). " +
+      'Rates, RSS and CPU are measured over the middle of the run (every job started), sampled each second; today\'s RSS per open stream divides the RSS growth by the calls open in the same sample, the marginal one compares the full run with a half one (see "Per open stream" below). ' +
       "The aim's latency counts the lines written in that window, when all the jobs are open (it includes the calls' cuts, each at a random point of the last quarter of the client's 20 s `maxCallMs`); the row for every line adds the ramp (jobs starting, fewer streams), the ends and the bench's own full GC. " +
       "Memory after a full GC is sampled right after the window, the calls open (a pause of the server the bench makes: in the every-line latency, and in the steady one only for the lines written in the window's last milliseconds still in flight when it starts). " +
       "Where the time went is measured, not assumed: the server's and agents' time runnable but waiting for a CPU (Linux schedstat), the machine's CPU pressure (PSI), and PostgreSQL's backends of the bench's database sampled from pg_stat_activity every 250 ms (other work on the machine uses the same database: its idle connections are in the count). " +
       "Afterwards every job is read back from the store and checked line by line. Agents, server and PostgreSQL share the machine (2 cores) with other work: see the load average row.",
-    ...runs.flatMap((r) => ["", `### ${r.mix.name} mix (${fmt(offered(r.mix, r.jobs))} lines/s offered)`, "", ...runRows(r, halfOf(r))]),
+    ...runs.flatMap((r) => [
+      "",
+      `### ${r.mix.name} mix (${fmt(offered(r.mix, r.jobs))} lines/s offered)`,
+      "",
+      ...runRows(r, halfOf(r)),
+    ]),
     ...(pairs.length > 0 ? marginalRows(pairs) : []),
     ...(few
       ? [

@@ -94,7 +94,8 @@ async function fanout(
             await new Promise((r) => setTimeout(r, 50));
           }
         } else {
-          for (let i = 0; i < BURST_LINES; i++) client.log(`${now()} job ${j} line ${i} compiling src/module_${i % 97}.ts`);
+          for (let i = 0; i < BURST_LINES; i++)
+            client.log(`${now()} job ${j} line ${i} compiling src/module_${i % 97}.ts`);
         }
         await client.end({ exitCode: 0, success: true });
       } finally {
@@ -137,14 +138,44 @@ async function fanoutRows(): Promise<string[]> {
     recordStored = false;
     stored.sort((x, y) => x - y);
     const pacedPeer = await fanout(server.url, a, peer, true);
-    const row = (what: string, o: number, p: number, unit: string, f = fmt) => `| ${what} | ${f(o)} ${unit} | ${f(p)} ${unit} | ${(o / p).toFixed(2)} |`;
+    const row = (what: string, o: number, p: number, unit: string, f = fmt) =>
+      `| ${what} | ${f(o)} ${unit} | ${f(p)} ${unit} | ${(o / p).toFixed(2)} |`;
     return [
-      row(`lines delivered/s to ${JOBS * PER_JOB} followers (${JOBS} jobs × ${BURST_LINES} lines, as fast as written)`, burstOurs.deliveredPerSecond, burstPeer.deliveredPerSecond, "lines/s"),
+      row(
+        `lines delivered/s to ${JOBS * PER_JOB} followers (${JOBS} jobs × ${BURST_LINES} lines, as fast as written)`,
+        burstOurs.deliveredPerSecond,
+        burstPeer.deliveredPerSecond,
+        "lines/s",
+      ),
       `| latency p50 / p99 from the line's send to its append committed on A (the floor under every follower; same run as ours) | ${ms(quantile(stored, 0.5))} / ${ms(quantile(stored, 0.99))} ms | | |`,
-      row("latency p50, follower on the writing replica A", quantile(pacedOurs.latency.A, 0.5), quantile(pacedPeer.latency.A, 0.5), "ms", ms),
-      row("latency p99, follower on the writing replica A", quantile(pacedOurs.latency.A, 0.99), quantile(pacedPeer.latency.A, 0.99), "ms", ms),
-      row("latency p50, follower on replica B (across replicas)", quantile(pacedOurs.latency.B, 0.5), quantile(pacedPeer.latency.B, 0.5), "ms", ms),
-      row("latency p99, follower on replica B (across replicas)", quantile(pacedOurs.latency.B, 0.99), quantile(pacedPeer.latency.B, 0.99), "ms", ms),
+      row(
+        "latency p50, follower on the writing replica A",
+        quantile(pacedOurs.latency.A, 0.5),
+        quantile(pacedPeer.latency.A, 0.5),
+        "ms",
+        ms,
+      ),
+      row(
+        "latency p99, follower on the writing replica A",
+        quantile(pacedOurs.latency.A, 0.99),
+        quantile(pacedPeer.latency.A, 0.99),
+        "ms",
+        ms,
+      ),
+      row(
+        "latency p50, follower on replica B (across replicas)",
+        quantile(pacedOurs.latency.B, 0.5),
+        quantile(pacedPeer.latency.B, 0.5),
+        "ms",
+        ms,
+      ),
+      row(
+        "latency p99, follower on replica B (across replicas)",
+        quantile(pacedOurs.latency.B, 0.99),
+        quantile(pacedPeer.latency.B, 0.99),
+        "ms",
+        ms,
+      ),
     ];
   } finally {
     await server.close();
@@ -192,7 +223,7 @@ async function archiveRows(): Promise<string[]> {
     await live.finish(id, sampleJobResult({ requestId: id }), { at });
     // The peer: the same lines read back from PostgreSQL, page by page.
     let t = now();
-    for (let from = 0; from < at; ) from += (await live.read(id, from, 4096)).length;
+    for (let from = 0; from < at;) from += (await live.read(id, from, 4096)).length;
     const readSeconds = (now() - t) / 1000;
     const peerTail = now();
     await live.read(id, at - 100, 100);

@@ -14,7 +14,17 @@ import { fileURLToPath } from "node:url";
 import { createRunnerClient } from "../src/runner/client/runner-client.js";
 import { mintJobToken } from "../src/runner/protocol/token.js";
 import { SCRAPE_SECONDS, type SdkVariant } from "./telemetry-sdk.js";
-import { append, inRounds, median, pairHeader, pairRow, pairedSlices, startBenchServer, type Mode, type Slice } from "./telemetry-pair.js";
+import {
+  append,
+  inRounds,
+  median,
+  pairHeader,
+  pairRow,
+  pairedSlices,
+  startBenchServer,
+  type Mode,
+  type Slice,
+} from "./telemetry-pair.js";
 
 /** RUNNER_TELEMETRY_LINES, RUNNER_TELEMETRY_SLICES and RUNNER_TELEMETRY_ROUNDS shrink a trial run; the report states what ran. */
 const LINES = Number(process.env.RUNNER_TELEMETRY_LINES) || 100_000;
@@ -31,7 +41,11 @@ const fmt = (n: number, digits = 0) => n.toFixed(digits);
 /** One job of `lines` lines and its end through createRunnerClient; lines/s until the end is acknowledged. */
 async function job(port: number, lines: number): Promise<number> {
   const requestId = randomUUID();
-  const client = createRunnerClient({ endpoint: `http://127.0.0.1:${port}`, requestId, token: mintJobToken(SECRET, requestId) });
+  const client = createRunnerClient({
+    endpoint: `http://127.0.0.1:${port}`,
+    requestId,
+    token: mintJobToken(SECRET, requestId),
+  });
   const start = performance.now();
   for (let i = 0; i < lines; i++) {
     if (!client.log(LINE, i % 10 === 9)) await client.drained();
@@ -48,11 +62,21 @@ async function job(port: number, lines: number): Promise<number> {
 async function compare(variant: SdkVariant): Promise<{ slices: Record<Mode, Slice[]>; scrapes: number[] }> {
   const slices: Record<Mode, Slice[]> = { off: [], on: [] };
   const scrapes: number[] = [];
-  await inRounds(ROUNDS, (mode) => startBenchServer(serverScript, [SECRET], mode, variant), async (both) => {
-    for (const server of Object.values(both)) await job(server.hello.port as number, 20_000); // warm-up: JIT, sockets
-    append(slices, await pairedSlices(both, SLICES, async (server) => ({ rate: await job(server.hello.port as number, LINES), units: LINES })));
-    scrapes.push(await both.on.scrape());
-  });
+  await inRounds(
+    ROUNDS,
+    (mode) => startBenchServer(serverScript, [SECRET], mode, variant),
+    async (both) => {
+      for (const server of Object.values(both)) await job(server.hello.port as number, 20_000); // warm-up: JIT, sockets
+      append(
+        slices,
+        await pairedSlices(both, SLICES, async (server) => ({
+          rate: await job(server.hello.port as number, LINES),
+          units: LINES,
+        })),
+      );
+      scrapes.push(await both.on.scrape());
+    },
+  );
   return { slices, scrapes };
 }
 

@@ -89,7 +89,10 @@ function timed(logs: JobLogStore): JobLogStore {
 if (mode === "ours" || mode === "ours-connect") {
   const store = await logStore();
   store.logs = timed(store.logs);
-  const runner = createRunnerService(createMemoryQueue(), { logs: store.logs, secret: process.env.BENCH_SECRET ?? "bench" });
+  const runner = createRunnerService(createMemoryQueue(), {
+    logs: store.logs,
+    secret: process.env.BENCH_SECRET ?? "bench",
+  });
   // ours-connect: the same service with every call through connect-node (no gRPC fast path).
   const server = await startRunnerServer(runner, { port: 0, maxConcurrentStreams: 2000, fastPath: mode === "ours" });
   process.on("message", async (m) => {
@@ -134,7 +137,10 @@ if (mode === "ours" || mode === "ours-connect") {
   let active = 0;
   const server = new grpc.Server({ "grpc.max_concurrent_streams": 2000 });
   server.addService(pkg.runner.v1.Runner.service, {
-    StreamLogs(call: grpc.ServerReadableStream<{ log?: unknown; end?: unknown }, { ok: boolean }>, cb: grpc.sendUnaryData<{ ok: boolean }>) {
+    StreamLogs(
+      call: grpc.ServerReadableStream<{ log?: unknown; end?: unknown }, { ok: boolean }>,
+      cb: grpc.sendUnaryData<{ ok: boolean }>,
+    ) {
       active++;
       let lines = 0;
       call.on("data", (item) => {

@@ -48,7 +48,10 @@ interface Worker {
 
 type LogStoreKind = "memory" | "fs" | "pg";
 
-async function startWorker(mode: "ours" | "ours-connect" | "grpc-js" | "connect-min", logStore: LogStoreKind = "memory"): Promise<Worker> {
+async function startWorker(
+  mode: "ours" | "ours-connect" | "grpc-js" | "connect-min",
+  logStore: LogStoreKind = "memory",
+): Promise<Worker> {
   const child = fork(path.join(here, "runner-worker.ts"), [mode], {
     execArgv: ["--import", "tsx", "--expose-gc"],
     env: { ...process.env, BENCH_SECRET: SECRET, BENCH_LOG_STORE: logStore, BENCH_POSTGRES_URL: POSTGRES_URL },
@@ -105,13 +108,18 @@ async function connectRound(port: number): Promise<number> {
     }
     yield create(LogItemSchema, { requestId, event: { case: "end", value: { exitCode: 0, success: true } } });
   }
-  const ack = await client.streamLogs(items(), { headers: { authorization: `Bearer ${mintJobToken(SECRET, requestId)}` } });
+  const ack = await client.streamLogs(items(), {
+    headers: { authorization: `Bearer ${mintJobToken(SECRET, requestId)}` },
+  });
   if (!ack.ok) throw new Error("connect client: ack not ok");
   return n / ((performance.now() - t0) / 1000);
 }
 
 function grpcJsClient(port: number) {
-  const def = protoLoader.loadSync(path.join(here, "..", "proto", "runner", "v1", "runner.proto"), { defaults: true, oneofs: true });
+  const def = protoLoader.loadSync(path.join(here, "..", "proto", "runner", "v1", "runner.proto"), {
+    defaults: true,
+    oneofs: true,
+  });
   const pkg = grpc.loadPackageDefinition(def) as unknown as {
     runner: { v1: { Runner: grpc.ServiceClientConstructor } };
   };
@@ -140,7 +148,10 @@ async function grpcRound(port: number, lines = LINES): Promise<number> {
   for (let i = 0; i < lines; i++) {
     if (!call.write({ requestId, log: { line: LINE, stderr: i % 10 === 9 } })) await once(call, "drain");
   }
-  call.write({ requestId, end: { exitCode: 0, success: true, repoUrl: "https://example.com/r.git", commitSha: "abc" } });
+  call.write({
+    requestId,
+    end: { exitCode: 0, success: true, repoUrl: "https://example.com/r.git", commitSha: "abc" },
+  });
   call.end();
   if (!(await acked)) throw new Error("grpc-js: ack not ok");
   const rate = lines / ((performance.now() - t0) / 1000);
@@ -157,7 +168,11 @@ function printer(lines: number): { command: string; args: string[] } {
 /** End to end, ours: a child printing lines → runJob → createRunnerClient → the server; lines/s until the end is acknowledged. */
 async function oursJobRound(port: number, lines = LINES): Promise<number> {
   const requestId = randomUUID();
-  const client = createRunnerClient({ endpoint: `http://127.0.0.1:${port}`, requestId, token: mintJobToken(SECRET, requestId) });
+  const client = createRunnerClient({
+    endpoint: `http://127.0.0.1:${port}`,
+    requestId,
+    token: mintJobToken(SECRET, requestId),
+  });
   const t0 = performance.now();
   const code = await runJob(client, { ...printer(lines), repoUrl: "https://example.com/r.git", commitSha: "abc" });
   const seconds = (performance.now() - t0) / 1000;
@@ -183,7 +198,10 @@ async function grpcJobRound(port: number, lines = LINES): Promise<number> {
   child.stdout.on("data", (b: Buffer) => split.push(b));
   const [code] = (await once(child, "close")) as [number];
   split.end();
-  call.write({ requestId, end: { exitCode: code, success: code === 0, repoUrl: "https://example.com/r.git", commitSha: "abc" } });
+  call.write({
+    requestId,
+    end: { exitCode: code, success: code === 0, repoUrl: "https://example.com/r.git", commitSha: "abc" },
+  });
   call.end();
   if (!(await acked)) throw new Error("grpc-js: ack not ok");
   const rate = sent / ((performance.now() - t0) / 1000);
@@ -314,8 +332,11 @@ export async function run(): Promise<string> {
   const loadAtStart = os.loadavg()[0]!;
   const loadLine = () =>
     `Load average (1 min) at the start and end of this run: ${loadAtStart.toFixed(1)} / ${os.loadavg()[0]!.toFixed(1)} on ${os.cpus().length} cores` +
-    (Math.max(loadAtStart, os.loadavg()[0]!) > os.cpus().length ? " — measured under load (other work on the machine)." : ".");
-  if (process.env.BENCH_RUNNER_ONLY === "e2e") return ["## Runner: end to end only", ...(await endToEnd()), "", loadLine()].join("\n");
+    (Math.max(loadAtStart, os.loadavg()[0]!) > os.cpus().length
+      ? " — measured under load (other work on the machine)."
+      : ".");
+  if (process.env.BENCH_RUNNER_ONLY === "e2e")
+    return ["## Runner: end to end only", ...(await endToEnd()), "", loadLine()].join("\n");
   const ours: number[] = [];
   const peer: number[] = [];
   const connect: number[] = [];

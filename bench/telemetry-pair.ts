@@ -23,8 +23,17 @@ export interface BenchServer {
 }
 
 /** Starts `script` with `args` (and, for "on", the SDK `variant`: telemetry-sdk.ts) in its own process. */
-export async function startBenchServer(script: string, args: string[], mode: Mode, variant: SdkVariant = "traces"): Promise<BenchServer> {
-  const child = spawn(process.execPath, ["--import", "tsx", script, ...args, ...(mode === "on" ? [`--telemetry=${variant}`] : [])], { stdio: ["pipe", "pipe", "inherit"] });
+export async function startBenchServer(
+  script: string,
+  args: string[],
+  mode: Mode,
+  variant: SdkVariant = "traces",
+): Promise<BenchServer> {
+  const child = spawn(
+    process.execPath,
+    ["--import", "tsx", script, ...args, ...(mode === "on" ? [`--telemetry=${variant}`] : [])],
+    { stdio: ["pipe", "pipe", "inherit"] },
+  );
   const lines = createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
   const next = async () => {
     const line = await lines.next();
@@ -52,15 +61,23 @@ export interface Slice {
  * the same moment; each server's CPU time is its own). Returns each server's slices,
  * index-aligned (slice i of "off" is the peer of slice i of "on").
  */
-export async function pairedSlices(servers: Record<Mode, BenchServer>, slices: number, work: (server: BenchServer) => Promise<{ rate: number; units: number }>): Promise<Record<Mode, Slice[]>> {
+export async function pairedSlices(
+  servers: Record<Mode, BenchServer>,
+  slices: number,
+  work: (server: BenchServer) => Promise<{ rate: number; units: number }>,
+): Promise<Record<Mode, Slice[]>> {
   const out: Record<Mode, Slice[]> = { off: [], on: [] };
   const modes: Mode[] = ["off", "on"];
   for (let i = 0; i < slices; i++) {
     // Which one starts first alternates: the first has the machine to itself for a moment.
     const order = i % 2 === 0 ? modes : [...modes].reverse();
     const before = await Promise.all(order.map((mode) => servers[mode].cpu()));
-    const done = await Promise.all(order.map(async (mode) => ({ ...(await work(servers[mode])), after: await servers[mode].cpu() })));
-    order.forEach((mode, k) => out[mode].push({ rate: done[k]!.rate, units: done[k]!.units, cpu: done[k]!.after - before[k]! }));
+    const done = await Promise.all(
+      order.map(async (mode) => ({ ...(await work(servers[mode])), after: await servers[mode].cpu() })),
+    );
+    order.forEach((mode, k) =>
+      out[mode].push({ rate: done[k]!.rate, units: done[k]!.units, cpu: done[k]!.after - before[k]! }),
+    );
   }
   return out;
 }
@@ -75,11 +92,16 @@ export function append(all: Record<Mode, Slice[]>, more: Record<Mode, Slice[]>):
  * Runs `round` `rounds` times, each on a fresh pair of servers started by `start` (which
  * starts first alternates) and stopped afterwards.
  */
-export async function inRounds(rounds: number, start: (mode: Mode) => Promise<BenchServer>, round: (servers: Record<Mode, BenchServer>) => Promise<void>): Promise<void> {
+export async function inRounds(
+  rounds: number,
+  start: (mode: Mode) => Promise<BenchServer>,
+  round: (servers: Record<Mode, BenchServer>) => Promise<void>,
+): Promise<void> {
   for (let r = 0; r < rounds; r++) {
     const servers: Partial<Record<Mode, BenchServer>> = {};
     try {
-      for (const mode of r % 2 === 0 ? (["off", "on"] as const) : (["on", "off"] as const)) servers[mode] = await start(mode);
+      for (const mode of r % 2 === 0 ? (["off", "on"] as const) : (["on", "off"] as const))
+        servers[mode] = await start(mode);
       await round(servers as Record<Mode, BenchServer>);
     } finally {
       await Promise.all(Object.values(servers).map((server) => stop(server.child)));
@@ -100,19 +122,31 @@ const fmt = (n: number, digits: number) => n.toFixed(digits);
  * falls in, which a median would drop. Beside the cost, the median of the per-pair costs
  * and their middle half (25th–75th percentile): the noise of one slice in this run.
  */
-export function pairRow(what: string, kind: "rate" | "cpu", slices: Record<Mode, Slice[]>, unit: string, scale: number, digits: number): string {
+export function pairRow(
+  what: string,
+  kind: "rate" | "cpu",
+  slices: Record<Mode, Slice[]>,
+  unit: string,
+  scale: number,
+  digits: number,
+): string {
   const value = (s: Slice) => (kind === "rate" ? s.rate : s.cpu / s.units);
   const costOf = (ratio: number) => (kind === "rate" ? 1 - ratio : ratio - 1) * 100;
   const costs = slices.on.map((s, i) => costOf(value(s) / value(slices.off[i]!)));
-  const total = (mode: Mode) => slices[mode].reduce((a, s) => a + s.cpu, 0) / slices[mode].reduce((a, s) => a + s.units, 0);
+  const total = (mode: Mode) =>
+    slices[mode].reduce((a, s) => a + s.cpu, 0) / slices[mode].reduce((a, s) => a + s.units, 0);
   const figure = (mode: Mode) => (kind === "rate" ? median(slices[mode].map((s) => s.rate)) : total(mode));
   const [a, b] = [figure("off") * scale, figure("on") * scale];
-  const ratio = kind === "rate" ? median(slices.on.map((s, i) => s.rate / slices.off[i]!.rate)) : total("on") / total("off");
+  const ratio =
+    kind === "rate" ? median(slices.on.map((s, i) => s.rate / slices.off[i]!.rate)) : total("on") / total("off");
   const u = unit ? ` ${unit}` : "";
   return `| ${what} | ${fmt(a, digits)}${u} | ${fmt(b, digits)}${u} | ${fmt(ratio, 3)} | **${fmt(costOf(ratio), 1)} %** | ${fmt(median(costs), 1)} % (${fmt(quantile(costs, 0.25), 1)} … ${fmt(quantile(costs, 0.75), 1)} %) |`;
 }
 
 /** The header of a {@link pairRow} table. */
 export function pairHeader(first: string): string[] {
-  return [`| ${first} | no provider (peer) | with SDK | ratio (SDK ÷ none) | cost | per-pair cost: median (middle half) |`, "|---|---:|---:|---:|---:|---:|"];
+  return [
+    `| ${first} | no provider (peer) | with SDK | ratio (SDK ÷ none) | cost | per-pair cost: median (middle half) |`,
+    "|---|---:|---:|---:|---:|---:|",
+  ];
 }

@@ -18,7 +18,10 @@ import { createConsoleDemo, driveConsole } from "./shared/console-demo.js";
 import { closeHttpServer, serveOrDrive } from "./shared/lifecycle.js";
 
 const demo = await createConsoleDemo("/console");
-const consoleHandler = toNodeHandler((request: Request) => demo.console.fetch(request)) as (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+const consoleHandler = toNodeHandler((request: Request) => demo.console.fetch(request)) as (
+  req: IncomingMessage,
+  res: ServerResponse,
+) => Promise<void>;
 
 const app = express();
 app.get("/healthz", (_req, res) => {
@@ -36,7 +39,11 @@ const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 console.log(`console-express: listening on ${origin} (console at /console)`);
 console.log(`console-express: login URL ${origin}/console/?token=${demo.sessions.loginToken()}`);
 
-await serveOrDrive("console-express", async () => {
-  await closeHttpServer(server);
-  await demo.close();
-}, () => driveConsole(`${origin}/console`, demo, "console-express"));
+await serveOrDrive(
+  "console-express",
+  async () => {
+    await closeHttpServer(server);
+    await demo.close();
+  },
+  () => driveConsole(`${origin}/console`, demo, "console-express"),
+);

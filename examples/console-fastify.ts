@@ -17,7 +17,10 @@ import { createConsoleDemo, driveConsole } from "./shared/console-demo.js";
 import { serveOrDrive } from "./shared/lifecycle.js";
 
 const demo = await createConsoleDemo("/console");
-const consoleHandler = toNodeHandler((request: Request) => demo.console.fetch(request)) as (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+const consoleHandler = toNodeHandler((request: Request) => demo.console.fetch(request)) as (
+  req: IncomingMessage,
+  res: ServerResponse,
+) => Promise<void>;
 
 // forceCloseConnections: an open event stream (a browser on a running job's page) must not
 // hold app.close() until the job ends.
@@ -34,7 +37,11 @@ const origin = await app.listen({ host: "127.0.0.1", port: 0 });
 console.log(`console-fastify: listening on ${origin} (console at /console)`);
 console.log(`console-fastify: login URL ${origin}/console/?token=${demo.sessions.loginToken()}`);
 
-await serveOrDrive("console-fastify", async () => {
-  await app.close();
-  await demo.close();
-}, () => driveConsole(`${origin}/console`, demo, "console-fastify"));
+await serveOrDrive(
+  "console-fastify",
+  async () => {
+    await app.close();
+    await demo.close();
+  },
+  () => driveConsole(`${origin}/console`, demo, "console-fastify"),
+);

@@ -32,7 +32,11 @@ const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 console.log(`console-hono: listening on ${origin} (console at /console)`);
 console.log(`console-hono: login URL ${origin}/console/?token=${demo.sessions.loginToken()}`);
 
-await serveOrDrive("console-hono", async () => {
-  await closeHttpServer(server);
-  await demo.close();
-}, () => driveConsole(`${origin}/console`, demo, "console-hono"));
+await serveOrDrive(
+  "console-hono",
+  async () => {
+    await closeHttpServer(server);
+    await demo.close();
+  },
+  () => driveConsole(`${origin}/console`, demo, "console-hono"),
+);

@@ -18,7 +18,8 @@ import { createConsoleDemo, driveConsole } from "./shared/console-demo.js";
 import { closeHttpServer, serveOrDrive } from "./shared/lifecycle.js";
 
 const demo = await createConsoleDemo("/console");
-const toNode = (handler: (request: Request) => Promise<Response>) => toNodeHandler(handler) as (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+const toNode = (handler: (request: Request) => Promise<Response>) =>
+  toNodeHandler(handler) as (req: IncomingMessage, res: ServerResponse) => Promise<void>;
 const consoleHandler = toNode((request) => demo.console.fetch(request));
 const depotHandler = toNode((request) => demo.depot.fetch(request));
 
@@ -34,7 +35,11 @@ const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 console.log(`console-node-http: listening on ${origin} (console at /console)`);
 console.log(`console-node-http: login URL ${origin}/console/?token=${demo.sessions.loginToken()}`);
 
-await serveOrDrive("console-node-http", async () => {
-  await closeHttpServer(server);
-  await demo.close();
-}, () => driveConsole(`${origin}/console`, demo, "console-node-http"));
+await serveOrDrive(
+  "console-node-http",
+  async () => {
+    await closeHttpServer(server);
+    await demo.close();
+  },
+  () => driveConsole(`${origin}/console`, demo, "console-node-http"),
+);

@@ -53,7 +53,11 @@ async function shutdown(): Promise<void> {
 }
 
 await serveOrDrive("depot-express", shutdown, async () => {
-  const echo = await fetch(`${origin}/api/echo`, { method: "POST", headers: { "content-type": "application/json" }, body: '{"hi":1}' });
+  const echo = await fetch(`${origin}/api/echo`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: '{"hi":1}',
+  });
   console.log(`depot-express: POST /api/echo -> ${await echo.text()}`);
   await driveDepot(`${origin}/depot`, "depot-express");
 });

@@ -50,7 +50,11 @@ async function shutdown(): Promise<void> {
 }
 
 await serveOrDrive("depot-fastify", shutdown, async () => {
-  const echo = await fetch(`${origin}/api/echo`, { method: "POST", headers: { "content-type": "application/json" }, body: '{"hi":1}' });
+  const echo = await fetch(`${origin}/api/echo`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: '{"hi":1}',
+  });
   console.log(`depot-fastify: POST /api/echo -> ${await echo.text()}`);
   const head = await fetch(`${origin}/depot/catalog`, { method: "HEAD" });
   console.log(`depot-fastify: HEAD /depot/catalog -> ${head.status} etag ${head.headers.get("etag")}`);

@@ -70,7 +70,11 @@ const userData = renderCloudInit({
   repoUrl,
   commitSha,
   // The job: a few lines on stdout and stderr, then exit 0.
-  command: [process.execPath, "-e", "for (const s of ['checkout', 'build', 'test']) console.log('step ' + s); console.error('1 warning'); console.log('all green')"],
+  command: [
+    process.execPath,
+    "-e",
+    "for (const s of ['checkout', 'build', 'test']) console.log('step ' + s); console.error('1 warning'); console.log('all green')",
+  ],
   agentCommand: [process.execPath, "--import", "tsx", join(here, "orchestrator-loop", "vm-agent.ts")],
   configPath: join(vmRoot, "etc", "runner-depot", "job.json"),
 });

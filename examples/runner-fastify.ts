@@ -20,7 +20,6 @@ import { createMemoryQueue } from "../src/adapters/memory/index.js";
 import { createRunnerClient, createRunnerHandler, createRunnerService } from "../src/runner/index.js";
 import { getOverH2c, serveOrDrive, trackH2Sessions } from "./shared/lifecycle.js";
 
-
 const queue = createMemoryQueue();
 const runner = createRunnerService(queue);
 const runnerHandler = createRunnerHandler(runner);
@@ -34,7 +33,10 @@ await app.register(async (scope) => {
   scope.post("/runner.v1.Runner/*", (request, reply) => {
     reply.hijack();
     // Plugin scopes are typed with Fastify's default (HTTP/1) raw types; this server is HTTP/2.
-    runnerHandler.handler(request.raw as unknown as http2.Http2ServerRequest, reply.raw as unknown as http2.Http2ServerResponse);
+    runnerHandler.handler(
+      request.raw as unknown as http2.Http2ServerRequest,
+      reply.raw as unknown as http2.Http2ServerResponse,
+    );
   });
 });
 
@@ -61,5 +63,7 @@ await serveOrDrive("runner-fastify", shutdown, async () => {
   await client.close();
 
   const result = await queue.next();
-  console.log(`runner-fastify: result outcome=${result.outcome} exitCode=${result.exitCode} stdout=${result.lines.stdout} requestId=${result.requestId === requestId}`);
+  console.log(
+    `runner-fastify: result outcome=${result.outcome} exitCode=${result.exitCode} stdout=${result.lines.stdout} requestId=${result.requestId === requestId}`,
+  );
 });

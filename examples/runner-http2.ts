@@ -14,10 +14,12 @@ import { createMemoryQueue } from "../src/adapters/memory/index.js";
 import { createRunnerClient, createRunnerHandler, createRunnerService } from "../src/runner/index.js";
 import { getOverH2c, serveOrDrive, trackH2Sessions } from "./shared/lifecycle.js";
 
-
 const queue = createMemoryQueue();
 const runner = createRunnerService(queue, {
-  onEnd: (result) => console.log(`runner-http2: job ${result.requestId} ended, exit ${result.exitCode}, ${result.lines.stdout} stdout + ${result.lines.stderr} stderr lines`),
+  onEnd: (result) =>
+    console.log(
+      `runner-http2: job ${result.requestId} ended, exit ${result.exitCode}, ${result.lines.stdout} stdout + ${result.lines.stderr} stderr lines`,
+    ),
 });
 // Without requestPathPrefix the service answers at /runner.v1.Runner/StreamLogs, as gRPC clients expect.
 const runnerHandler = createRunnerHandler(runner);
@@ -63,5 +65,7 @@ await serveOrDrive("runner-http2", shutdown, async () => {
   const stored: string[] = [];
   for await (const line of runner.follow(requestId)) stored.push(`${line.stderr ? "err" : "out"}: ${line.line}`);
   console.log(`runner-http2: stored lines: ${JSON.stringify(stored)}`);
-  console.log(`runner-http2: result outcome=${result.outcome} success=${result.success} requestId=${result.requestId === requestId}`);
+  console.log(
+    `runner-http2: result outcome=${result.outcome} success=${result.success} requestId=${result.requestId === requestId}`,
+  );
 });

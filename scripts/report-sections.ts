@@ -55,7 +55,8 @@ export function parseSections(text: string): Map<string, string> {
 export async function writeReport(spec: ReportSpec): Promise<Map<string, string>> {
   const previous = existsSync(spec.file) ? parseSections(await readFile(spec.file, "utf8")) : new Map<string, string>();
   const unknown = spec.only.filter((name) => !spec.modules.includes(name));
-  if (unknown.length > 0) throw new Error(`unknown module(s): ${unknown.join(", ")}; known: ${spec.modules.join(", ")}`);
+  if (unknown.length > 0)
+    throw new Error(`unknown module(s): ${unknown.join(", ")}; known: ${spec.modules.join(", ")}`);
   const written = new Map<string, { text: string; date: string }>();
   for (const name of spec.modules) {
     if (spec.only.length > 0 && !spec.only.includes(name)) continue;

@@ -29,7 +29,11 @@ interface Publish {
 }
 
 function filesOf(name: string, version: string): Record<string, string> {
-  return { "bin/app": `${name} ${version} build\n`.repeat(40), "etc/conf": `version=${version}\n`, "doc/readme": `readme of ${name}@${version}` };
+  return {
+    "bin/app": `${name} ${version} build\n`.repeat(40),
+    "etc/conf": `version=${version}\n`,
+    "doc/readme": `readme of ${name}@${version}`,
+  };
 }
 
 async function commit(url: string, id: string): Promise<{ status: number; digest?: string } | null> {
@@ -101,7 +105,8 @@ async function prepare(url: string, name: string, version: string): Promise<Publ
   const id = await openTransaction(url, `${name}@${version}`);
   for (const [path, body] of Object.entries(filesOf(name, version))) {
     const response = await add(url, id, { type: "file", path, body });
-    if (response.status !== 201) throw new Error(`add ${path} to ${name}@${version}: ${response.status} ${await response.text()}`);
+    if (response.status !== 201)
+      throw new Error(`add ${path} to ${name}@${version}: ${response.status} ${await response.text()}`);
   }
   return { id, name, version };
 }
@@ -189,11 +194,28 @@ export async function run({ scale }: { scale: number }): Promise<string> {
     const feed = await changeFeed(url);
     const feedCount = new Map<string, number>();
     for (const c of feed) feedCount.set(`${c.name}@${c.version}`, (feedCount.get(`${c.name}@${c.version}`) ?? 0) + 1);
-    const feedWrong = [...new Set([...served.keys(), ...feedCount.keys()])].filter((spec) => !served.has(spec) || feedCount.get(spec) !== 1);
+    const feedWrong = [...new Set([...served.keys(), ...feedCount.keys()])].filter(
+      (spec) => !served.has(spec) || feedCount.get(spec) !== 1,
+    );
     const durationS = (Date.now() - started) / 1000;
-    const holds = torn.length === 0 && stuck.length === 0 && wrongDigest.length === 0 && feedWrong.length === 0 && served.size === committed;
-    const fmt = (o: Record<string, number>) => Object.entries(o).map(([k, v]) => `${k} ${v}`).join(", ") || "none";
-    const problems = [...torn.map((t) => `torn: ${t}`), ...stuck.map((s) => `stuck: ${s}`), ...wrongDigest.map((w) => `digest: ${w}`), ...feedWrong.map((f) => `feed: ${f} appears ${feedCount.get(f) ?? 0} times${served.has(f) ? "" : " but is not listed"}`)];
+    const holds =
+      torn.length === 0 &&
+      stuck.length === 0 &&
+      wrongDigest.length === 0 &&
+      feedWrong.length === 0 &&
+      served.size === committed;
+    const fmt = (o: Record<string, number>) =>
+      Object.entries(o)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(", ") || "none";
+    const problems = [
+      ...torn.map((t) => `torn: ${t}`),
+      ...stuck.map((s) => `stuck: ${s}`),
+      ...wrongDigest.map((w) => `digest: ${w}`),
+      ...feedWrong.map(
+        (f) => `feed: ${f} appears ${feedCount.get(f) ?? 0} times${served.has(f) ? "" : " but is not listed"}`,
+      ),
+    ];
 
     return [
       "## Depot: kill -9 during commits",
@@ -218,7 +240,12 @@ export async function run({ scale }: { scale: number }): Promise<string> {
       "",
       `States of killed transactions seen right after the restart: ${fmt(states)}. States of all ${publishes.length} transactions at the end: ${fmt(finalStates)}.`,
       "",
-      holds ? "Result: **held** (no torn version, nothing stuck, every committed digest served, each committed version once in the feed)." : `Result: **did not hold**:\n\n${problems.slice(0, 20).map((p) => `- ${p}`).join("\n")}`,
+      holds
+        ? "Result: **held** (no torn version, nothing stuck, every committed digest served, each committed version once in the feed)."
+        : `Result: **did not hold**:\n\n${problems
+            .slice(0, 20)
+            .map((p) => `- ${p}`)
+            .join("\n")}`,
     ].join("\n");
   } finally {
     await server?.kill();

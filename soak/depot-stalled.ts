@@ -42,8 +42,13 @@ const percentile = (xs: number[], p: number) => {
 };
 const fmt = (n: number, digits = 1) => n.toFixed(digits);
 
-async function startDepot(dir: string, options: ServerOptions): Promise<{ url: string; port: number; pid: number; child: ChildProcess }> {
-  const child = spawn(process.execPath, ["--import", "tsx", serverScript, dir, "--quiet", JSON.stringify(options)], { stdio: ["pipe", "pipe", "inherit"] });
+async function startDepot(
+  dir: string,
+  options: ServerOptions,
+): Promise<{ url: string; port: number; pid: number; child: ChildProcess }> {
+  const child = spawn(process.execPath, ["--import", "tsx", serverScript, dir, "--quiet", JSON.stringify(options)], {
+    stdio: ["pipe", "pipe", "inherit"],
+  });
   const line = await new Promise<string>((resolve, reject) => {
     createInterface({ input: child.stdout! }).once("line", resolve);
     child.once("exit", (code) => reject(new Error(`depot server exited with ${code}`)));
@@ -60,7 +65,11 @@ async function publish(url: string, name: string, version: string, body: Uint8Ar
   const opened = await fetch(`${url}/trans/${name}@${version}`, { method: "POST" });
   if (opened.status !== 201) throw new Error(`open: ${opened.status}`);
   const { transaction } = (await opened.json()) as { transaction: string };
-  const added = await fetch(`${url}/add/${transaction}/file`, { method: "POST", headers: { "Pkg-Path": "payload.bin" }, body: body as BodyInit });
+  const added = await fetch(`${url}/add/${transaction}/file`, {
+    method: "POST",
+    headers: { "Pkg-Path": "payload.bin" },
+    body: body as BodyInit,
+  });
   if (added.status !== 201) throw new Error(`add: ${added.status}`);
   await added.arrayBuffer();
   const committed = await fetch(`${url}/commit/${transaction}`, { method: "POST" });
@@ -103,7 +112,12 @@ async function mixedLoad(url: string, ms: number, tag: string): Promise<LoadResu
         if (pick < 7) await expect("GET /catalog", () => fetch(`${url}/catalog`), 200);
         else if (pick < 10) await expect("GET /version", () => fetch(`${url}/version/${pkg}`), 200);
         else if (pick < 14) await expect("GET /data", () => fetch(`${url}/data/${pkg}@1.0.0`), 200);
-        else if (pick < 17) await expect("GET /data + Range", () => fetch(`${url}/data/${pkg}@1.0.0`, { headers: { Range: "bytes=100-70000" } }), 206);
+        else if (pick < 17)
+          await expect(
+            "GET /data + Range",
+            () => fetch(`${url}/data/${pkg}@1.0.0`, { headers: { Range: "bytes=100-70000" } }),
+            206,
+          );
         else {
           const start = performance.now();
           const version = `1.0.${published++}`;
@@ -129,7 +143,11 @@ interface StallStats {
 }
 
 /** Keeps `count` hostile connections open until `stop()`, replacing each one the server cuts. */
-function holdStalled(port: number, count: number, transactions: string[]): { stats: StallStats; stop(): Promise<void>; ready: Promise<void> } {
+function holdStalled(
+  port: number,
+  count: number,
+  transactions: string[],
+): { stats: StallStats; stop(): Promise<void>; ready: Promise<void> } {
   const stats: StallStats = { opened: 0, cutWith408: 0, cutOther: 0, refused: 0 };
   const sockets = new Set<net.Socket>();
   let stopping = false;
@@ -151,7 +169,9 @@ function holdStalled(port: number, count: number, transactions: string[]): { sta
           }, 1000);
         } else if (kind === 2) {
           const id = transactions[slot % transactions.length]!;
-          socket.write(`POST /add/${id}/file HTTP/1.1\r\nHost: x\r\nPkg-Path: stalled-${slot}-${stats.opened}.bin\r\nContent-Length: 1000000\r\n\r\n`);
+          socket.write(
+            `POST /add/${id}/file HTTP/1.1\r\nHost: x\r\nPkg-Path: stalled-${slot}-${stats.opened}.bin\r\nContent-Length: 1000000\r\n\r\n`,
+          );
           socket.write(Buffer.alloc(20_000, 7));
         }
       });
@@ -167,7 +187,8 @@ function holdStalled(port: number, count: number, transactions: string[]): { sta
       });
     });
   const ready = (async () => {
-    for (let slot = 0; slot < count; slot += 50) await Promise.all(Array.from({ length: Math.min(50, count - slot) }, (_, i) => open(slot + i)));
+    for (let slot = 0; slot < count; slot += 50)
+      await Promise.all(Array.from({ length: Math.min(50, count - slot) }, (_, i) => open(slot + i)));
   })();
   return {
     stats,

@@ -18,7 +18,14 @@ if (!(scale > 0 && scale <= 1)) throw new Error("--scale takes a number in (0, 1
 const fresh = await writeReport({
   dir: here,
   // Add a module here when you add soak/<name>.ts.
-  modules: ["depot-commits", "depot-stalled", "runner-cuts", "runner-kill", "runner-rabbitmq-restart", "runner-slow-follower"],
+  modules: [
+    "depot-commits",
+    "depot-stalled",
+    "runner-cuts",
+    "runner-kill",
+    "runner-rabbitmq-restart",
+    "runner-slow-follower",
+  ],
   only: args.filter((arg, i) => !arg.startsWith("--") && args[i - 1] !== "--scale"),
   file: path.join(here, "..", "RELIABILITY.md"),
   title: "Reliability",
@@ -29,7 +36,9 @@ const fresh = await writeReport({
 
 // A soak is a check, not only a report: every module states **held** or **did not hold**
 // in its section, and CI's tenth fails on the latter (or on a section that states neither).
-const failed = [...fresh].filter(([, text]) => /did not hold/i.test(text) || !/\bheld\b/i.test(text)).map(([name]) => name);
+const failed = [...fresh]
+  .filter(([, text]) => /did not hold/i.test(text) || !/\bheld\b/i.test(text))
+  .map(([name]) => name);
 if (failed.length > 0) {
   console.error(`npm run soak: did not hold: ${failed.join(", ")} (see RELIABILITY.md)`);
   process.exitCode = 1;

@@ -12,7 +12,13 @@ import path from "node:path";
 import { createFsLogStore } from "../src/adapters/fs/index.js";
 import { createMemoryQueue } from "../src/adapters/memory/index.js";
 import { createPostgresLogStore } from "../src/adapters/postgres/index.js";
-import { createRunnerClient, createRunnerService, mintJobToken, startRunnerServer, type JobLogStore } from "../src/runner/index.js";
+import {
+  createRunnerClient,
+  createRunnerService,
+  mintJobToken,
+  startRunnerServer,
+  type JobLogStore,
+} from "../src/runner/index.js";
 import { createTestSchema, startTcpProxy } from "../test/fixtures/backends.js";
 
 const SECRET = "soak-cuts-secret";
@@ -67,7 +73,8 @@ async function cutsOn(store: string, logs: JobLogStore, targetCuts: number): Pro
     while (writing) {
       for (let i = 0; i < 20; i++) {
         written++;
-        if (!client.log(`line ${String(written).padStart(7, "0")} of the job`, written % 5 === 0)) await client.drained();
+        if (!client.log(`line ${String(written).padStart(7, "0")} of the job`, written % 5 === 0))
+          await client.drained();
       }
       await sleep(1);
     }
@@ -106,7 +113,7 @@ async function cutsOn(store: string, logs: JobLogStore, targetCuts: number): Pro
 
 async function readAll(logs: JobLogStore, id: string) {
   const out = [];
-  for (let from = 0; ; ) {
+  for (let from = 0; ;) {
     const page = await logs.read(id, from, 10_000);
     out.push(...page);
     from += page.length;
@@ -134,7 +141,9 @@ export async function run({ scale = 1 }: { scale?: number } = {}): Promise<strin
   } finally {
     await schema.drop();
   }
-  const held = rows.every((r) => r.lost === 0 && r.duplicated === 0 && r.outOfOrder === 0 && r.results === 1 && r.cuts === target);
+  const held = rows.every(
+    (r) => r.lost === 0 && r.duplicated === 0 && r.outOfOrder === 0 && r.results === 1 && r.cuts === target,
+  );
   return [
     "## Runner: random connection cuts during one job",
     "",
@@ -142,6 +151,9 @@ export async function run({ scale = 1 }: { scale?: number } = {}): Promise<strin
     "",
     "| log store | cuts | lines written | stored | lost | duplicated | out of order | results | calls | retries | seconds |",
     "|---|---|---|---|---|---|---|---|---|---|---|",
-    ...rows.map((r) => `| ${r.store} | ${r.cuts} | ${r.lines} | ${r.stored} | ${r.lost} | ${r.duplicated} | ${r.outOfOrder} | ${r.results} | ${r.calls} | ${r.retries} | ${r.seconds.toFixed(1)} |`),
+    ...rows.map(
+      (r) =>
+        `| ${r.store} | ${r.cuts} | ${r.lines} | ${r.stored} | ${r.lost} | ${r.duplicated} | ${r.outOfOrder} | ${r.results} | ${r.calls} | ${r.retries} | ${r.seconds.toFixed(1)} |`,
+    ),
   ].join("\n");
 }

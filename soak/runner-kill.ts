@@ -43,15 +43,34 @@ export async function run({ scale = 1 }: { scale?: number } = {}): Promise<strin
   const work = await mkdtemp(path.join(os.tmpdir(), "soak-kill-"));
   // Bundled once: a server restart then costs node's start-up, not a TypeScript loader's.
   // Inside the project, so its bare imports resolve to node_modules.
-  const bundle = path.join(here, "..", "node_modules", ".cache", "runner-depot-soak", `runner-server-${process.pid}.mjs`);
-  await build({ entryPoints: [path.join(here, "runner-server-child.ts")], bundle: true, platform: "node", format: "esm", outfile: bundle, packages: "external", absWorkingDir: path.join(here, ".."), logLevel: "silent" });
+  const bundle = path.join(
+    here,
+    "..",
+    "node_modules",
+    ".cache",
+    "runner-depot-soak",
+    `runner-server-${process.pid}.mjs`,
+  );
+  await build({
+    entryPoints: [path.join(here, "runner-server-child.ts")],
+    bundle: true,
+    platform: "node",
+    format: "esm",
+    outfile: bundle,
+    packages: "external",
+    absWorkingDir: path.join(here, ".."),
+    logLevel: "silent",
+  });
   const storeDir = path.join(work, "store");
   const resultsFile = path.join(work, "results.jsonl");
   const port = await freePort();
   let child: ChildProcess | null = null;
 
   async function startServer(): Promise<void> {
-    const proc = spawn(process.execPath, [bundle, storeDir, String(port), resultsFile, SECRET], { stdio: ["ignore", "pipe", "inherit"], cwd: path.join(here, "..") });
+    const proc = spawn(process.execPath, [bundle, storeDir, String(port), resultsFile, SECRET], {
+      stdio: ["ignore", "pipe", "inherit"],
+      cwd: path.join(here, ".."),
+    });
     child = proc;
     let out = "";
     proc.stdout!.on("data", (d: Buffer) => (out += d));
@@ -124,7 +143,10 @@ export async function run({ scale = 1 }: { scale?: number } = {}): Promise<strin
     else unequal.push(`${job.n}: ${stored.length}/${want.length} lines`);
   }
   await logs.close?.();
-  const published = (await readFile(resultsFile, "utf8")).split("\n").filter(Boolean).map((l) => JSON.parse(l) as JobResult);
+  const published = (await readFile(resultsFile, "utf8"))
+    .split("\n")
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as JobResult);
   const perJob = new Map<string, number>();
   for (const r of published) perJob.set(r.requestId, (perJob.get(r.requestId) ?? 0) + 1);
   const exactlyOne = jobs.filter((j) => perJob.get(j.id) === 1).length;
@@ -132,7 +154,14 @@ export async function run({ scale = 1 }: { scale?: number } = {}): Promise<strin
   const missing = jobs.filter((j) => !perJob.has(j.id)).length;
   const most = Math.max(0, ...perJob.values());
   // A repeated result must be the same result (the same end, published again).
-  const inconsistent = jobs.filter((j) => new Set(published.filter((r) => r.requestId === j.id).map((r) => `${r.exitCode}/${r.success}/${r.lines.stdout}/${r.lines.stderr}`)).size > 1).length;
+  const inconsistent = jobs.filter(
+    (j) =>
+      new Set(
+        published
+          .filter((r) => r.requestId === j.id)
+          .map((r) => `${r.exitCode}/${r.success}/${r.lines.stdout}/${r.lines.stderr}`),
+      ).size > 1,
+  ).length;
   const wrongOutcome = published.filter((r) => r.outcome !== "finished").length;
   const seconds = (Date.now() - started) / 1000;
   await rm(work, { recursive: true, force: true });

@@ -33,7 +33,10 @@ async function drainQueue(queue: string): Promise<Array<{ messageId: string; bod
     for (;;) {
       const msg = await channel.get(queue, { noAck: true });
       if (!msg) break;
-      out.push({ messageId: msg.properties.messageId as string, body: JSON.parse(msg.content.toString("utf8")) as JobResult });
+      out.push({
+        messageId: msg.properties.messageId as string,
+        body: JSON.parse(msg.content.toString("utf8")) as JobResult,
+      });
     }
     await channel.deleteQueue(queue);
   } finally {
@@ -136,7 +139,9 @@ export async function run({ scale = 1 }: { scale?: number } = {}): Promise<strin
   for (const m of messages) perJob.set(m.messageId, (perJob.get(m.messageId) ?? 0) + 1);
   const lost = jobs.filter((id) => !perJob.has(id)).length;
   const repeated = jobs.filter((id) => (perJob.get(id) ?? 0) > 1).length;
-  const wrong = messages.filter((m) => m.body.requestId !== m.messageId || m.body.lines.stdout !== 2 || m.body.lines.stderr !== 1).length;
+  const wrong = messages.filter(
+    (m) => m.body.requestId !== m.messageId || m.body.lines.stdout !== 2 || m.body.lines.stderr !== 1,
+  ).length;
   const held = outage !== null && lost === 0 && gaveUp === 0 && wrong === 0;
   return [
     "## Runner: a RabbitMQ restart during job ends",

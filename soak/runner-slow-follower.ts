@@ -20,7 +20,12 @@ export async function run({ scale }: { scale: number }): Promise<string> {
   // Buffers after two GCs (one GC leaves dead Buffers to V8's concurrent sweeper: +48 to
   // +64 MiB of garbage was counted that way at a tenth); measured so they grow by 0.2-1.1 MiB.
   const externalGrowth = r.peak.external - r.base.external;
-  const held = r.lines === r.writtenLines && r.bytes === r.writtenBytes && r.writtenLines - r.linesAtFast > Math.max(8192, r.writtenLines / 4) && heapGrowth < 32 * MiB && heapGrowth + externalGrowth < 48 * MiB;
+  const held =
+    r.lines === r.writtenLines &&
+    r.bytes === r.writtenBytes &&
+    r.writtenLines - r.linesAtFast > Math.max(8192, r.writtenLines / 4) &&
+    heapGrowth < 32 * MiB &&
+    heapGrowth + externalGrowth < 48 * MiB;
   const mib = (n: number) => (n / MiB).toFixed(1);
   return [
     "## Runner: a slow follower while a job writes 1 GiB",

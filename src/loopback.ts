@@ -19,7 +19,10 @@ LOOPBACK.addAddress("::1", "ipv6");
  * isLoopbackHost("0.0.0.0"); // false
  */
 export function isLoopbackHost(host: string): boolean {
-  const h = host.trim().replace(/^\[(.*)\]$/, "$1").toLowerCase();
+  const h = host
+    .trim()
+    .replace(/^\[(.*)\]$/, "$1")
+    .toLowerCase();
   if (h === "localhost") return true;
   const family = isIP(h);
   if (family === 4) return LOOPBACK.check(h, "ipv4");

@@ -44,6 +44,7 @@ export function parseTraceparent(value: string | null | undefined, tracestate?: 
     isRemote: true,
   };
   // The spec bounds tracestate to 512 characters; a longer one is dropped, not cut.
-  if (typeof tracestate === "string" && tracestate.length > 0 && tracestate.length <= MAX_TRACEPARENT) context.traceState = createTraceState(tracestate);
+  if (typeof tracestate === "string" && tracestate.length > 0 && tracestate.length <= MAX_TRACEPARENT)
+    context.traceState = createTraceState(tracestate);
   return context;
 }

@@ -25,8 +25,29 @@ let tlsUrl: string;
 beforeAll(async () => {
   await new Promise<void>((r) => silent.listen(0, "127.0.0.1", r));
   silentUrl = `http://127.0.0.1:${(silent.address() as AddressInfo).port}`;
-  execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1", "-keyout", "k.pem", "-out", "c.pem"], { cwd: dir, stdio: "pipe" });
-  tls = createTlsServer({ key: readFileSync(path.join(dir, "k.pem")), cert: readFileSync(path.join(dir, "c.pem")) }, (_q, r) => r.end("hi"));
+  execFileSync(
+    "openssl",
+    [
+      "req",
+      "-x509",
+      "-newkey",
+      "rsa:2048",
+      "-nodes",
+      "-days",
+      "1",
+      "-subj",
+      "/CN=127.0.0.1",
+      "-keyout",
+      "k.pem",
+      "-out",
+      "c.pem",
+    ],
+    { cwd: dir, stdio: "pipe" },
+  );
+  tls = createTlsServer(
+    { key: readFileSync(path.join(dir, "k.pem")), cert: readFileSync(path.join(dir, "c.pem")) },
+    (_q, r) => r.end("hi"),
+  );
   await new Promise<void>((r) => tls.listen(0, "127.0.0.1", r));
   tlsUrl = `https://127.0.0.1:${(tls.address() as AddressInfo).port}`;
 });
@@ -56,12 +77,16 @@ async function closedPort(): Promise<number> {
 
 describe("fetchFailureCause", () => {
   it("refused", async () => {
-    expect(await causeOf(`http://127.0.0.1:${await closedPort()}/`)).toBe("connection refused (ECONNREFUSED): nothing listens there");
+    expect(await causeOf(`http://127.0.0.1:${await closedPort()}/`)).toBe(
+      "connection refused (ECONNREFUSED): nothing listens there",
+    );
   });
 
   it("DNS", async () => {
     // .invalid never resolves (RFC 6761); offline resolvers say EAI_AGAIN instead of ENOTFOUND.
-    expect(await causeOf("http://no-such-host.invalid/")).toMatch(/^DNS lookup failed \((ENOTFOUND|EAI_AGAIN)\): no such host$/);
+    expect(await causeOf("http://no-such-host.invalid/")).toMatch(
+      /^DNS lookup failed \((ENOTFOUND|EAI_AGAIN)\): no such host$/,
+    );
   });
 
   it("TLS against a plain-HTTP port, and a certificate nobody vouches for", async () => {
@@ -69,7 +94,9 @@ describe("fetchFailureCause", () => {
       "TLS failed (ERR_SSL_WRONG_VERSION_NUMBER): the server does not speak TLS there (http:// rather than https://?)",
     );
     // Node 24 appends a hint (--use-system-ca) to the certificate message; Node 22 does not.
-    expect(await causeOf(`${tlsUrl}/`)).toMatch(/^TLS failed \(DEPTH_ZERO_SELF_SIGNED_CERT\): self-signed certificate($|; )/);
+    expect(await causeOf(`${tlsUrl}/`)).toMatch(
+      /^TLS failed \(DEPTH_ZERO_SELF_SIGNED_CERT\): self-signed certificate($|; )/,
+    );
   });
 
   it("timeout", async () => {

@@ -42,7 +42,9 @@ describe("launchJob", () => {
       commitSha: "abc123",
       command: ["make", "test"],
     });
-    const config = JSON.parse((parseYaml(userData) as { write_files: Array<{ content: string }> }).write_files[0]!.content) as {
+    const config = JSON.parse(
+      (parseYaml(userData) as { write_files: Array<{ content: string }> }).write_files[0]!.content,
+    ) as {
       requestId: string;
       token: string;
       command: string;
@@ -52,15 +54,25 @@ describe("launchJob", () => {
 
     async function* items(id: string): AsyncIterable<LogItem> {
       yield create(LogItemSchema, { requestId: id, event: { case: "log", value: { line: "ok", stderr: false } } });
-      yield create(LogItemSchema, { requestId: id, event: { case: "end", value: { exitCode: 0, success: true, repoUrl: "", commitSha: "" } } });
+      yield create(LogItemSchema, {
+        requestId: id,
+        event: { case: "end", value: { exitCode: 0, success: true, repoUrl: "", commitSha: "" } },
+      });
     }
     const ack = await client.streamLogs(items(requestId), { headers: { authorization: `Bearer ${config.token}` } });
     expect(ack.ok).toBe(true);
-    expect(await queue.next()).toMatchObject({ requestId, outcome: "finished", exitCode: 0, lines: { stdout: 1, stderr: 0 } });
+    expect(await queue.next()).toMatchObject({
+      requestId,
+      outcome: "finished",
+      exitCode: 0,
+      lines: { stdout: 1, stderr: 0 },
+    });
 
     // A job the host never launched is refused, even with a valid token for it.
     const stranger = "00000000-0000-4000-8000-000000000000";
-    const refused = await client.streamLogs(items(stranger), { headers: { authorization: `Bearer ${mintJobToken("host-secret", stranger)}` } }).catch((e: unknown) => e);
+    const refused = await client
+      .streamLogs(items(stranger), { headers: { authorization: `Bearer ${mintJobToken("host-secret", stranger)}` } })
+      .catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(ConnectError);
     expect((refused as ConnectError).code).toBe(Code.NotFound);
     expect(queue.results).toHaveLength(1);
@@ -77,7 +89,10 @@ describe("two tenants on one backing store", () => {
       depot.fetch(new Request(`http://depot.test${path}`, { method, ...init }));
 
     const opened = await (await call(acme, "POST", "/trans/tool@1.0.0")).json();
-    const added = await call(acme, "POST", `/add/${opened.transaction}/file`, { headers: { "Pkg-Path": "bin/tool" }, body: "#!/bin/sh\n" });
+    const added = await call(acme, "POST", `/add/${opened.transaction}/file`, {
+      headers: { "Pkg-Path": "bin/tool" },
+      body: "#!/bin/sh\n",
+    });
     expect(added.status).toBe(201);
     expect((await call(acme, "POST", `/commit/${opened.transaction}`)).status).toBe(201);
 

@@ -26,7 +26,12 @@ export interface LaunchedJob {
  * const { requestId, userData } = await launchJob(runner, secret, "https://ci.internal:50051", job);
  * await cloud.createVm({ userData });
  */
-export async function launchJob(runner: RunnerService, secret: string, endpoint: string, job: CiJob): Promise<LaunchedJob> {
+export async function launchJob(
+  runner: RunnerService,
+  secret: string,
+  endpoint: string,
+  job: CiJob,
+): Promise<LaunchedJob> {
   const requestId = randomUUID();
   await runner.expectJob(requestId, { repoUrl: job.repoUrl, commitSha: job.commitSha });
   const userData = renderCloudInit({

@@ -32,9 +32,13 @@ export async function createConsoleDemo(consoleBase: string): Promise<ConsoleDem
     { stored: [{ line: "warning: demo", stderr: true }], stderr: true, bytes: 13 },
   ]);
   // One package, published through the depot's own API (in-process requests).
-  const call = (path: string, init: RequestInit = {}) => depot.fetch(new Request(`http://demo/depot${path}`, { method: "POST", ...init }));
+  const call = (path: string, init: RequestInit = {}) =>
+    depot.fetch(new Request(`http://demo/depot${path}`, { method: "POST", ...init }));
   const opened = (await (await call("/trans/hello@1.0.0")).json()) as { transaction: string };
-  await call(`/add/${opened.transaction}/file`, { headers: { "Pkg-Path": "bin/hello", "Pkg-Mode": "0755" }, body: "#!/bin/sh\necho hello\n" });
+  await call(`/add/${opened.transaction}/file`, {
+    headers: { "Pkg-Path": "bin/hello", "Pkg-Mode": "0755" },
+    body: "#!/bin/sh\necho hello\n",
+  });
   await call(`/commit/${opened.transaction}`);
   return {
     runner,
@@ -58,8 +62,12 @@ export async function driveConsole(consoleUrl: string, demo: ConsoleDemo, label:
   console.log(`${label}: login -> ${login.status} ${login.headers.get("location")}`);
   const page = await fetch(`${consoleUrl}/jobs/${demo.jobId}`, { headers: { cookie } });
   console.log(`${label}: GET job page -> ${page.status} ${page.headers.get("content-type")}`);
-  const jobs = (await (await fetch(`${consoleUrl}/api/jobs`, { headers: { cookie } })).json()) as { jobs: Array<{ requestId: string; status: string }> };
-  console.log(`${label}: jobs ${jobs.jobs.map((j) => `${j.requestId === demo.jobId ? "demo" : "other"}:${j.status}`).join(",")}`);
+  const jobs = (await (await fetch(`${consoleUrl}/api/jobs`, { headers: { cookie } })).json()) as {
+    jobs: Array<{ requestId: string; status: string }>;
+  };
+  console.log(
+    `${label}: jobs ${jobs.jobs.map((j) => `${j.requestId === demo.jobId ? "demo" : "other"}:${j.status}`).join(",")}`,
+  );
   const events = await fetch(`${consoleUrl}/api/jobs/${demo.jobId}/events`, { headers: { cookie } });
   const csrf = /name="csrf-token" content="([^"]+)"/.exec(await page.text())![1]!;
   const reader = events.body!.getReader();
@@ -73,13 +81,20 @@ export async function driveConsole(consoleUrl: string, demo: ConsoleDemo, label:
     if (!cancelled && text.includes("event: lines")) {
       cancelled = true;
       const origin = new URL(consoleUrl).origin;
-      const cancel = await fetch(`${consoleUrl}/api/jobs/${demo.jobId}/cancel`, { method: "POST", headers: { cookie, origin, "x-csrf-token": csrf } });
+      const cancel = await fetch(`${consoleUrl}/api/jobs/${demo.jobId}/cancel`, {
+        method: "POST",
+        headers: { cookie, origin, "x-csrf-token": csrf },
+      });
       console.log(`${label}: cancel -> ${cancel.status}`);
     }
   }
-  const lines = [...text.matchAll(/^event: lines\nid: (\d+)\ndata: (.*)$/gm)].flatMap((m) => (JSON.parse(m[2]!) as { lines: Array<[string, number]> }).lines.map((l) => l[0]));
+  const lines = [...text.matchAll(/^event: lines\nid: (\d+)\ndata: (.*)$/gm)].flatMap((m) =>
+    (JSON.parse(m[2]!) as { lines: Array<[string, number]> }).lines.map((l) => l[0]),
+  );
   const end = /^event: end\nid: \d+\ndata: (.*)$/m.exec(text);
-  console.log(`${label}: streamed ${JSON.stringify(lines)} then end ${end ? (JSON.parse(end[1]!) as { outcome: string }).outcome : "missing"}`);
+  console.log(
+    `${label}: streamed ${JSON.stringify(lines)} then end ${end ? (JSON.parse(end[1]!) as { outcome: string }).outcome : "missing"}`,
+  );
   const packages = await fetch(`${consoleUrl}/api/packages`, { headers: { cookie } });
   console.log(`${label}: packages -> ${packages.status} ${JSON.stringify(await packages.json())}`);
   const refused = await fetch(`${consoleUrl}/api/jobs`);

@@ -25,7 +25,9 @@ export async function driveDepot(baseUrl: string, label: string): Promise<void> 
     attributes: { description: "Says hello" },
     license: { name: "MIT", text: "MIT License\n" },
   });
-  console.log(`${label}: published ${published.name}@${published.version} (${published.uploaded} files uploaded) -> ${published.url}`);
+  console.log(
+    `${label}: published ${published.name}@${published.version} (${published.uploaded} files uploaded) -> ${published.url}`,
+  );
 
   const catalog = await client.catalog();
   console.log(`${label}: GET ${baseUrl}/catalog -> ${JSON.stringify(catalog.packages)}`);

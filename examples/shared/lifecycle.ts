@@ -13,7 +13,11 @@ export function closeHttpServer(server: Server): Promise<void> {
 }
 
 /** Serves until a signal (`--serve`), or runs `drive` once; `shutdown` runs either way. */
-export async function serveOrDrive(label: string, shutdown: () => Promise<void>, drive: () => Promise<void>): Promise<void> {
+export async function serveOrDrive(
+  label: string,
+  shutdown: () => Promise<void>,
+  drive: () => Promise<void>,
+): Promise<void> {
   if (process.argv.includes("--serve")) {
     const stop = () => void shutdown().then(() => process.exit(0));
     process.once("SIGTERM", stop);

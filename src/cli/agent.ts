@@ -55,11 +55,14 @@ export const agentCommand: Command = {
     if (typeof values.token === "string") job.token = values.token;
     // A private CA comes from --ca, else from the job config cloud-init wrote.
     const ca = values.ca ? await readFile(String(values.ca)) : job.ca;
-    const tls = ca || values.cert ? {
-      ca,
-      cert: values.cert ? await readFile(String(values.cert)) : undefined,
-      key: values.key ? await readFile(String(values.key)) : undefined,
-    } : undefined;
+    const tls =
+      ca || values.cert
+        ? {
+            ca,
+            cert: values.cert ? await readFile(String(values.cert)) : undefined,
+            key: values.key ? await readFile(String(values.key)) : undefined,
+          }
+        : undefined;
     // Before anything runs: a wrong token must not cost the whole command (one short call).
     await checkBeforeRunning(job, tls, tokenSource(values, positionals));
     const client = createRunnerClient({
@@ -67,10 +70,13 @@ export const agentCommand: Command = {
       requestId: job.requestId,
       token: job.token,
       tls,
-      onRetry: (error, delayMs) => process.stderr.write(`runner-depot agent: ${error.message}; retrying in ${Math.round(delayMs)} ms\n`),
+      onRetry: (error, delayMs) =>
+        process.stderr.write(`runner-depot agent: ${error.message}; retrying in ${Math.round(delayMs)} ms\n`),
     });
     const stopped = client.onStop((stop) => {
-      process.stderr.write(`runner-depot agent: the orchestrator stopped the job (${stop.reason}${stop.error ? `: ${stop.error.message}` : ""})\n`);
+      process.stderr.write(
+        `runner-depot agent: the orchestrator stopped the job (${stop.reason}${stop.error ? `: ${stop.error.message}` : ""})\n`,
+      );
     });
     try {
       const exitCode = await runJob(client, {
@@ -80,7 +86,10 @@ export const agentCommand: Command = {
         env: job.env ? { ...process.env, ...job.env } : undefined,
         repoUrl: job.repoUrl,
         commitSha: job.commitSha,
-        onLine: values.quiet === true ? undefined : (line, stderr) => (stderr ? process.stderr : process.stdout).write(`${line}\n`),
+        onLine:
+          values.quiet === true
+            ? undefined
+            : (line, stderr) => (stderr ? process.stderr : process.stdout).write(`${line}\n`),
       });
       return exitCode;
     } finally {
@@ -100,13 +109,19 @@ function tokenSource(values: Record<string, unknown>, positionals: string[]): st
 }
 
 /** The credentials check: refusals and a job already over end the agent here, before spawning. */
-async function checkBeforeRunning(job: JobConfig, tls: Parameters<typeof checkJobCredentials>[0]["tls"], given: string): Promise<void> {
+async function checkBeforeRunning(
+  job: JobConfig,
+  tls: Parameters<typeof checkJobCredentials>[0]["tls"],
+  given: string,
+): Promise<void> {
   const check = await checkJobCredentials({ endpoint: job.endpoint, requestId: job.requestId, token: job.token, tls });
   const where = `the runner at ${job.endpoint}`;
   if (check.status === "ok") return;
   if (check.status === "unreachable") {
     // The VM may come up before the orchestrator answers: the client retries, and keeps the output meanwhile.
-    process.stderr.write(`runner-depot agent: cannot check the job's credentials with ${where} (${check.error.message}); running it anyway\n`);
+    process.stderr.write(
+      `runner-depot agent: cannot check the job's credentials with ${where} (${check.error.message}); running it anyway\n`,
+    );
     return;
   }
   if (check.status === "ended") {
@@ -120,7 +135,9 @@ async function checkBeforeRunning(job: JobConfig, tls: Parameters<typeof checkJo
     );
   }
   if (code === "NOT_FOUND") {
-    throw new CliError(`${where} does not know job ${job.requestId} (${message}); check --request-id and --endpoint; the command was not run`);
+    throw new CliError(
+      `${where} does not know job ${job.requestId} (${message}); check --request-id and --endpoint; the command was not run`,
+    );
   }
   throw new CliError(`${where} refused the job (${code}: ${message}); the command was not run`);
 }
@@ -130,14 +147,19 @@ async function jobFrom(values: Record<string, unknown>, positionals: string[]): 
     try {
       return await readJobConfig(typeof values.config === "string" ? values.config : undefined);
     } catch (error) {
-      throw new CliError(`${(error as Error).message}; pass --config <file>, or --endpoint, --request-id, --token and the command after --`, 2);
+      throw new CliError(
+        `${(error as Error).message}; pass --config <file>, or --endpoint, --request-id, --token and the command after --`,
+        2,
+      );
     }
   }
-  if (positionals.length === 0) throw new CliError("give the job's command after --, e.g. 'runner-depot agent … -- make test'", 2);
+  if (positionals.length === 0)
+    throw new CliError("give the job's command after --, e.g. 'runner-depot agent … -- make test'", 2);
   // An open server (no secret) needs no token; the server says UNAUTHENTICATED otherwise.
   const token = (typeof values.token === "string" ? values.token : process.env.RUNNER_DEPOT_JOB_TOKEN) ?? "";
   const requestId = requireString(values, "request-id", "the job's UUID from 'runner-depot job'");
-  if (!isRequestId(requestId)) throw new CliError(`--request-id must be a UUID (8-4-4-4-12 hex), got '${requestId}'`, 2);
+  if (!isRequestId(requestId))
+    throw new CliError(`--request-id must be a UUID (8-4-4-4-12 hex), got '${requestId}'`, 2);
   return {
     version: 1,
     endpoint: requireString(values, "endpoint", "the runner URL, e.g. http://127.0.0.1:50051"),

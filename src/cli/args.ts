@@ -30,7 +30,11 @@ export interface Command {
  * loaded on demand: `--version` or `agent` does not load the depot, the server or the
  * backends (seconds of start-up on a busy machine).
  */
-export async function runCli(argv: string[], commands: Record<string, () => Promise<Command>>, usage: string): Promise<number> {
+export async function runCli(
+  argv: string[],
+  commands: Record<string, () => Promise<Command>>,
+  usage: string,
+): Promise<number> {
   const [name, ...rest] = argv;
   if (!name) {
     // No command is a usage error: the text goes where errors go.
@@ -73,7 +77,10 @@ export async function runCli(argv: string[], commands: Record<string, () => Prom
 export function checkOptions(command: string, args: readonly string[], options: Command["options"]): void {
   const names = Object.keys(options);
   const byShort = new Map(Object.entries(options).flatMap(([long, o]) => (o.short ? [[o.short, long] as const] : [])));
-  const known = names.filter((n) => n !== "help").map((n) => `--${n}`).join(", ");
+  const known = names
+    .filter((n) => n !== "help")
+    .map((n) => `--${n}`)
+    .join(", ");
   const help = `run 'runner-depot ${command} --help'`;
   for (let i = 0; i < args.length; i++) {
     const arg = args[i]!;
@@ -86,18 +93,27 @@ export function checkOptions(command: string, args: readonly string[], options: 
       long = arg.slice(2, eq < 0 ? undefined : eq);
       inline = eq >= 0;
       if (!Object.hasOwn(options, long)) {
-        throw new CliError(`unknown option '--${long}' for 'runner-depot ${command}'; its options are ${known || "none"} (${help})`, 2);
+        throw new CliError(
+          `unknown option '--${long}' for 'runner-depot ${command}'; its options are ${known || "none"} (${help})`,
+          2,
+        );
       }
     } else {
       // Short options one at a time (-f, -h); no bundling.
       long = byShort.get(arg.slice(1, 2));
-      if (!long || arg.length > 2) throw new CliError(`unknown option '${arg}' for 'runner-depot ${command}'; its options are ${known || "none"} (${help})`, 2);
+      if (!long || arg.length > 2)
+        throw new CliError(
+          `unknown option '${arg}' for 'runner-depot ${command}'; its options are ${known || "none"} (${help})`,
+          2,
+        );
     }
     const option = options[long]!;
-    if (option.type === "boolean" && inline) throw new CliError(`--${long} is a switch and takes no value (${help})`, 2);
+    if (option.type === "boolean" && inline)
+      throw new CliError(`--${long} is a switch and takes no value (${help})`, 2);
     if (option.type === "string" && !inline) {
       const next = args[i + 1];
-      if (next === undefined || (next.startsWith("-") && next !== "-")) throw new CliError(`--${long} needs a value (${help})`, 2);
+      if (next === undefined || (next.startsWith("-") && next !== "-"))
+        throw new CliError(`--${long} needs a value (${help})`, 2);
       i++;
     }
   }
@@ -172,7 +188,8 @@ export function requireString(values: Record<string, unknown>, name: string, hin
 export function portOption(value: unknown, name: string, fallback: number): number {
   if (value === undefined) return fallback;
   const port = Number(value);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new CliError(`--${name} must be a port number (0-65535), got '${String(value)}'`, 2);
+  if (!Number.isInteger(port) || port < 0 || port > 65535)
+    throw new CliError(`--${name} must be a port number (0-65535), got '${String(value)}'`, 2);
   return port;
 }
 
@@ -187,8 +204,15 @@ export async function serverTarget(
   const dataDir = typeof values.data === "string" ? values.data : DEFAULT_DATA_DIR;
   const state = await readServeState(dataDir);
   const url = (typeof values.url === "string" ? values.url : undefined) ?? state?.[which];
-  if (!url) throw new CliError(`no server given: pass --url, or start 'runner-depot serve' here first (it writes ${dataDir}/serve.json)`, 2);
-  const token = (typeof values.token === "string" ? values.token : undefined) ?? process.env.RUNNER_DEPOT_TOKEN ?? state?.adminToken;
+  if (!url)
+    throw new CliError(
+      `no server given: pass --url, or start 'runner-depot serve' here first (it writes ${dataDir}/serve.json)`,
+      2,
+    );
+  const token =
+    (typeof values.token === "string" ? values.token : undefined) ??
+    process.env.RUNNER_DEPOT_TOKEN ??
+    state?.adminToken;
   return { url: url.replace(/\/$/, ""), token };
 }
 
@@ -201,7 +225,10 @@ export function answerTimeoutMs(env: NodeJS.ProcessEnv = process.env): number {
   if (raw === undefined || raw === "") return DEFAULT_TIMEOUT_S * 1000;
   const seconds = Number(raw);
   if (!/^\d+(\.\d+)?$/.test(raw.trim()) || !(seconds >= 0.1 && seconds <= 3600)) {
-    throw new CliError(`$RUNNER_DEPOT_TIMEOUT is seconds to wait for a server's answer, from 0.1 to 3600 (default ${DEFAULT_TIMEOUT_S}), not '${raw}'`, 2);
+    throw new CliError(
+      `$RUNNER_DEPOT_TIMEOUT is seconds to wait for a server's answer, from 0.1 to 3600 (default ${DEFAULT_TIMEOUT_S}), not '${raw}'`,
+      2,
+    );
   }
   return seconds * 1000;
 }
@@ -211,8 +238,13 @@ export async function importAdapter<T>(load: () => Promise<T>, peer: string): Pr
   try {
     return await load();
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "ERR_MODULE_NOT_FOUND" || (error as NodeJS.ErrnoException).code === "MODULE_NOT_FOUND") {
-      throw new CliError(`this backend needs the optional dependency ${peer}: run 'npm install ${peer}' next to runner-depot`);
+    if (
+      (error as NodeJS.ErrnoException).code === "ERR_MODULE_NOT_FOUND" ||
+      (error as NodeJS.ErrnoException).code === "MODULE_NOT_FOUND"
+    ) {
+      throw new CliError(
+        `this backend needs the optional dependency ${peer}: run 'npm install ${peer}' next to runner-depot`,
+      );
     }
     throw error;
   }

@@ -36,7 +36,10 @@ export async function controlRequest(
   const { url, token } = await serverTarget(values, "depotUrl");
   const response = await cliFetch(`${url}${pathAndQuery}`, {
     method,
-    headers: { ...(body === undefined ? {} : { "content-type": "application/json" }), ...(token ? { authorization: `Bearer ${token}` } : {}) },
+    headers: {
+      ...(body === undefined ? {} : { "content-type": "application/json" }),
+      ...(token ? { authorization: `Bearer ${token}` } : {}),
+    },
     body: body === undefined ? undefined : JSON.stringify(body),
   }).catch((error: Error) => {
     throw new CliError(`cannot reach ${url}: ${fetchFailureCause(error)}; is 'runner-depot serve' running?`);

@@ -47,10 +47,13 @@ export async function cancelJobRoute(runner: RunnerService, logs: JobLogStore, s
   // cancelJob on an ID never seen would still publish a result: refuse a typo instead.
   const state = await logs.get(requestId);
   if (!state) throw new RunnerDepotError("NOT_FOUND", `no job ${requestId}`);
-  const result = state.status === "open" ? await runner.cancelJob(requestId, "cancelled with runner-depot cancel") : null;
+  const result =
+    state.status === "open" ? await runner.cancelJob(requestId, "cancelled with runner-depot cancel") : null;
   if (!result) {
     const after = (await logs.get(requestId))?.result ?? state.result;
-    const how = after ? `${after.outcome}${after.outcome === "finished" ? `, exit code ${after.exitCode}` : ""}` : state.status;
+    const how = after
+      ? `${after.outcome}${after.outcome === "finished" ? `, exit code ${after.exitCode}` : ""}`
+      : state.status;
     throw new RunnerDepotError("FAILED_PRECONDITION", `job ${requestId} already ended (${how}); nothing to cancel`);
   }
   const answer: CancelJobResponse = { requestId, result };

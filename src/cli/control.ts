@@ -48,7 +48,10 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
     try {
       const given = Buffer.from(request.headers.get("authorization") ?? "");
       if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
-        throw new RunnerDepotError("UNAUTHENTICATED", "the control API needs the admin token (Authorization: Bearer …)");
+        throw new RunnerDepotError(
+          "UNAUTHENTICATED",
+          "the control API needs the admin token (Authorization: Bearer …)",
+        );
       }
       const url = new URL(request.url);
       if (request.method === "POST" && url.pathname === "/-/jobs") return await createJob(await request.json());
@@ -56,17 +59,25 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
       const cancel = /^\/-\/jobs\/([^/]+)\/cancel$/.exec(url.pathname);
       if (request.method === "POST" && cancel) return await cancelJobRoute(options.runner, options.logs, cancel[1]!);
       const match = /^\/-\/jobs\/([^/]+)\/log$/.exec(url.pathname);
-      if (request.method === "GET" && match) return await jobLog(match[1]!, url.searchParams.has("follow"), request.signal);
+      if (request.method === "GET" && match)
+        return await jobLog(match[1]!, url.searchParams.has("follow"), request.signal);
       throw new RunnerDepotError("NOT_FOUND", `no control route ${request.method} ${url.pathname}`);
     } catch (error) {
       const problem = RunnerDepotError.from(error).toProblem();
-      return Response.json(problem, { status: problem.status, headers: { "content-type": "application/problem+json" } });
+      return Response.json(problem, {
+        status: problem.status,
+        headers: { "content-type": "application/problem+json" },
+      });
     }
   };
 
   async function createJob(body: unknown): Promise<Response> {
     const job = body as Partial<CreateJobRequest>;
-    if (!Array.isArray(job.command) || job.command.length === 0 || !job.command.every((part) => typeof part === "string")) {
+    if (
+      !Array.isArray(job.command) ||
+      job.command.length === 0 ||
+      !job.command.every((part) => typeof part === "string")
+    ) {
       throw new RunnerDepotError("INVALID_ARGUMENT", "command must be a non-empty array of strings");
     }
     const requestId = uuidv4();
@@ -74,7 +85,14 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
     const repoUrl = job.repoUrl ?? "";
     const commitSha = job.commitSha ?? "";
     await options.runner.expectJob(requestId, { repoUrl, commitSha });
-    const userData = renderCloudInit({ endpoint: options.runnerUrl, requestId, token, repoUrl, commitSha, command: job.command });
+    const userData = renderCloudInit({
+      endpoint: options.runnerUrl,
+      requestId,
+      token,
+      repoUrl,
+      commitSha,
+      command: job.command,
+    });
     const answer: CreateJobResponse = { requestId, token, endpoint: options.runnerUrl, userData };
     return Response.json(answer, { status: 201 });
   }
@@ -90,7 +108,9 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
     const onAbort = () => stop.abort();
     signal.addEventListener("abort", onAbort, { once: true });
     // Follow: the fan-out's iterator. Otherwise: the store read a page at a time (O(page) a pull).
-    const lines: AsyncIterator<StoredLine> = follow ? runner.follow(requestId, { signal: stop.signal })[Symbol.asyncIterator]() : pages(logs, requestId);
+    const lines: AsyncIterator<StoredLine> = follow
+      ? runner.follow(requestId, { signal: stop.signal })[Symbol.asyncIterator]()
+      : pages(logs, requestId);
     let done = false;
     const release = () => {
       if (done) return;
@@ -140,7 +160,7 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
 
 /** The stored log a page at a time: one `logs.read` per PAGE_LINES lines, only when asked. */
 async function* pages(logs: JobLogStore, requestId: string): AsyncGenerator<StoredLine> {
-  for (let from = 0; ; ) {
+  for (let from = 0; ;) {
     const page = await logs.read(requestId, from, PAGE_LINES);
     yield* page;
     if (page.length < PAGE_LINES) return;

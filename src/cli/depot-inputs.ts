@@ -25,7 +25,10 @@ export function checkPublishName(name: string, what: string): string {
     );
   }
   if (name !== name.toLowerCase()) {
-    throw new CliError(`${what} '${name}' has upper-case letters; the depot keeps names lower-case, so write '${name.toLowerCase()}'`, 2);
+    throw new CliError(
+      `${what} '${name}' has upper-case letters; the depot keeps names lower-case, so write '${name.toLowerCase()}'`,
+      2,
+    );
   }
   return name;
 }
@@ -48,7 +51,11 @@ export function parsePublishSpec(spec: string): { name: string; version: string 
 export function parseRequires(list: readonly string[]): Requirement[] {
   return list.map((req) => {
     const at = req.indexOf("@", 1);
-    if (at < 0) throw new CliError(`--require '${req}' needs a range: name@range, e.g. ${req}@^1.0 (or ${req}@* for any version)`, 2);
+    if (at < 0)
+      throw new CliError(
+        `--require '${req}' needs a range: name@range, e.g. ${req}@^1.0 (or ${req}@* for any version)`,
+        2,
+      );
     const name = checkPublishName(req.slice(0, at), "--require");
     const raw = req.slice(at + 1);
     try {
@@ -77,7 +84,10 @@ export function checkInstallSpec(spec: string): void {
     parsePackageSpec(spec);
   } catch (error) {
     if (isRunnerDepotError(error) && error.code === "NAME_INVALID") {
-      throw new CliError(`'${spec}' is not a package name: ASCII letters, digits, '.', '_', '-', starting with a letter or digit`, 2);
+      throw new CliError(
+        `'${spec}' is not a package name: ASCII letters, digits, '.', '_', '-', starting with a letter or digit`,
+        2,
+      );
     }
     throw new CliError(`'${spec}' has no valid version or range: name, name@1.2.3 or name@^1.2`, 2);
   }
@@ -87,10 +97,12 @@ export function checkInstallSpec(spec: string): void {
 export async function checkSourceDir(dir: string): Promise<string> {
   const abs = path.resolve(dir);
   const st = await stat(abs).catch((error: NodeJS.ErrnoException) => {
-    if (error.code === "ENOENT" || error.code === "ENOTDIR") throw new CliError(`there is no directory ${dir} to publish`, 2);
+    if (error.code === "ENOENT" || error.code === "ENOTDIR")
+      throw new CliError(`there is no directory ${dir} to publish`, 2);
     throw new CliError(`cannot read ${dir}: ${error.code ?? error.message}`, 2);
   });
-  if (!st.isDirectory()) throw new CliError(`${dir} is a file; publish takes a directory (its files become the package)`, 2);
+  if (!st.isDirectory())
+    throw new CliError(`${dir} is a file; publish takes a directory (its files become the package)`, 2);
   return abs;
 }
 
@@ -109,7 +121,9 @@ export async function checkTargetDir(dir: string): Promise<string> {
     }
     if (!st.isDirectory()) {
       throw new CliError(
-        at === abs ? `${dir} is a file; install needs a directory to install into` : `cannot create ${dir}: ${at} is a file, not a directory`,
+        at === abs
+          ? `${dir} is a file; install needs a directory to install into`
+          : `cannot create ${dir}: ${at} is a file, not a directory`,
         2,
       );
     }

@@ -6,7 +6,14 @@ import { collectDirectory } from "../depot/client/depot-client.js";
 import { isRunnerDepotError } from "../errors.js";
 import { CliError, serverTarget, type Command } from "./args.js";
 import { cliFetch } from "./http.js";
-import { checkInstallSpec, checkSourceDir, checkTargetDir, parseAttributes, parsePublishSpec, parseRequires } from "./depot-inputs.js";
+import {
+  checkInstallSpec,
+  checkSourceDir,
+  checkTargetDir,
+  parseAttributes,
+  parsePublishSpec,
+  parseRequires,
+} from "./depot-inputs.js";
 import { createProgress, formatBytes, type Progress } from "./progress.js";
 
 const common = `  --url <url>        depot URL (default: from <data>/serve.json)
@@ -46,7 +53,8 @@ export const publishCommand: Command = {
   options: { ...clientOptions, require: { type: "string", multiple: true }, attr: { type: "string", multiple: true } },
   async run(values, positionals) {
     const [dir, spec] = positionals;
-    if (!dir || !spec || positionals.length > 2) throw new CliError("give a directory and name@version: 'runner-depot publish ./dist mypkg@1.0.0'", 2);
+    if (!dir || !spec || positionals.length > 2)
+      throw new CliError("give a directory and name@version: 'runner-depot publish ./dist mypkg@1.0.0'", 2);
     // Every input is checked before the first request: nothing half-uploaded on a typo.
     const { name, version } = parsePublishSpec(spec);
     const requires = parseRequires((values.require as string[] | undefined) ?? []);
@@ -57,17 +65,19 @@ export const publishCommand: Command = {
     const { items, bytes } = await publishItems(source);
     const progress = createProgress(`publish ${name}@${version}`);
     const count = countPublished(bytes);
-    const result = await client.publish({
-      name,
-      version,
-      items,
-      requires,
-      attributes,
-      onProgress: (p) => progress.update(count(p), count.total),
-    }).catch((error: Error) => {
-      progress.stop();
-      throw new CliError(`publish failed: ${error.message}`);
-    });
+    const result = await client
+      .publish({
+        name,
+        version,
+        items,
+        requires,
+        attributes,
+        onProgress: (p) => progress.update(count(p), count.total),
+      })
+      .catch((error: Error) => {
+        progress.stop();
+        throw new CliError(`publish failed: ${error.message}`);
+      });
     progress.stop(
       `published ${result.name}@${result.version} (${result.digest}); ${formatBytes(result.bytesSent)} sent, ${result.byReference} file(s) by reference\n${result.url}`,
     );
@@ -115,45 +125,57 @@ export const installCommand: Command = {
   options: { ...clientOptions, force: { type: "boolean" }, preserve: { type: "string" } },
   async run(values, positionals) {
     const [spec, dir] = positionals;
-    if (!spec || !dir || positionals.length > 2) throw new CliError("give a package and a directory: 'runner-depot install mypkg@^1 ./vendor'", 2);
+    if (!spec || !dir || positionals.length > 2)
+      throw new CliError("give a package and a directory: 'runner-depot install mypkg@^1 ./vendor'", 2);
     checkInstallSpec(spec);
     const preserve = values.preserve ?? "refuse";
-    if (preserve !== "refuse" && preserve !== "renameold") throw new CliError(`--preserve must be 'refuse' or 'renameold', got '${String(preserve)}'`, 2);
+    if (preserve !== "refuse" && preserve !== "renameold")
+      throw new CliError(`--preserve must be 'refuse' or 'renameold', got '${String(preserve)}'`, 2);
     const target = await checkTargetDir(dir);
     const { url, token } = await serverTarget(values, "depotUrl");
     const client = createDepotClient({ baseUrl: url, token, fetch: cliFetch });
     // One bar per package download, so rate and ETA are that download's own.
     let current: { key: string; progress: Progress } | undefined;
-    const result = await client.install(spec, target, {
-      force: values.force === true,
-      preserve,
-      onProgress: (event) => {
-        if (event.phase !== "download") return;
-        const key = `${event.name}@${event.version}${event.from ? ` (delta from ${event.from})` : ""}`;
-        if (current?.key !== key) {
-          current?.progress.stop();
-          current = { key, progress: createProgress(`install ${key}`) };
+    const result = await client
+      .install(spec, target, {
+        force: values.force === true,
+        preserve,
+        onProgress: (event) => {
+          if (event.phase !== "download") return;
+          const key = `${event.name}@${event.version}${event.from ? ` (delta from ${event.from})` : ""}`;
+          if (current?.key !== key) {
+            current?.progress.stop();
+            current = { key, progress: createProgress(`install ${key}`) };
+          }
+          current.progress.update(event.received, event.total);
+        },
+      })
+      .catch((error: Error) => {
+        current?.progress.stop();
+        if (isRunnerDepotError(error) && error.code === "CONFLICT" && Array.isArray(error.details.paths)) {
+          const paths = error.details.paths as string[];
+          const shown = paths
+            .slice(0, 5)
+            .map((p) => path.join(dir, p))
+            .join(", ");
+          throw new CliError(
+            `install refused: it would replace ${paths.length} file(s) you added or changed: ${shown}${paths.length > 5 ? ` and ${paths.length - 5} more` : ""}; nothing was changed. Move them away, or pass --preserve renameold to keep each as <file>.old`,
+          );
         }
-        current.progress.update(event.received, event.total);
-      },
-    }).catch((error: Error) => {
-      current?.progress.stop();
-      if (isRunnerDepotError(error) && error.code === "CONFLICT" && Array.isArray(error.details.paths)) {
-        const paths = error.details.paths as string[];
-        const shown = paths.slice(0, 5).map((p) => path.join(dir, p)).join(", ");
-        throw new CliError(
-          `install refused: it would replace ${paths.length} file(s) you added or changed: ${shown}${paths.length > 5 ? ` and ${paths.length - 5} more` : ""}; nothing was changed. Move them away, or pass --preserve renameold to keep each as <file>.old`,
-        );
-      }
-      throw new CliError(`install failed: ${error.message}`);
-    });
+        throw new CliError(`install failed: ${error.message}`);
+      });
     current?.progress.stop();
     for (const pkg of result.packages) {
       const how = pkg.from ? ` from ${pkg.from}${pkg.via ? ` via ${pkg.via}` : ""}` : "";
       process.stderr.write(`${pkg.action} ${pkg.name}@${pkg.version}${how} (${formatBytes(pkg.bytes)})\n`);
       if (pkg.kept && pkg.kept.length > 0) {
         const more = pkg.kept.length > 5 ? ` and ${pkg.kept.length - 5} more` : "";
-        process.stderr.write(`  kept your ${pkg.kept.slice(0, 5).map((p) => path.join(dir, p)).join(", ")}${more}\n`);
+        process.stderr.write(
+          `  kept your ${pkg.kept
+            .slice(0, 5)
+            .map((p) => path.join(dir, p))
+            .join(", ")}${more}\n`,
+        );
       }
     }
     return 0;

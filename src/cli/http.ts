@@ -25,12 +25,18 @@ export class AnswerTimeout extends Error {
  */
 export async function cliFetch(input: string | URL | Request, init: RequestInit = {}): Promise<Response> {
   const timeoutMs = answerTimeoutMs();
-  if (init.body instanceof ReadableStream || (init.body && typeof (init.body as unknown as AsyncIterable<unknown>)[Symbol.asyncIterator] === "function")) {
+  if (
+    init.body instanceof ReadableStream ||
+    (init.body && typeof (init.body as unknown as AsyncIterable<unknown>)[Symbol.asyncIterator] === "function")
+  ) {
     return fetch(input, init);
   }
   const controller = new AbortController();
   const seconds = timeoutMs / 1000;
-  const timer = setTimeout(() => controller.abort(new AnswerTimeout(`no answer within ${seconds} s ($RUNNER_DEPOT_TIMEOUT)`)), timeoutMs);
+  const timer = setTimeout(
+    () => controller.abort(new AnswerTimeout(`no answer within ${seconds} s ($RUNNER_DEPOT_TIMEOUT)`)),
+    timeoutMs,
+  );
   const signal = init.signal ? AbortSignal.any([init.signal, controller.signal]) : controller.signal;
   try {
     return await fetch(input, { ...init, signal });

@@ -29,7 +29,8 @@ export const jobCommand: Command = {
     json: { type: "boolean" },
   },
   async run(values, positionals) {
-    if (positionals.length === 0) throw new CliError("give the job's command after --, e.g. 'runner-depot job -- make test'", 2);
+    if (positionals.length === 0)
+      throw new CliError("give the job's command after --, e.g. 'runner-depot job -- make test'", 2);
     const { url, token } = await serverTarget(values, "depotUrl");
     const response = await cliFetch(`${url}/-/jobs`, {
       method: "POST",
@@ -47,7 +48,9 @@ export const jobCommand: Command = {
       process.stdout.write(`${JSON.stringify(job)}\n`);
     } else {
       process.stdout.write(job.userData.endsWith("\n") ? job.userData : `${job.userData}\n`);
-      process.stderr.write(`job ${job.requestId} created; follow it with 'runner-depot logs ${job.requestId} --follow'\n`);
+      process.stderr.write(
+        `job ${job.requestId} created; follow it with 'runner-depot logs ${job.requestId} --follow'\n`,
+      );
     }
     return 0;
   },

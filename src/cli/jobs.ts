@@ -47,7 +47,8 @@ function shortDuration(ms: number): string {
 
 /** The table: 79 columns wide at most (36 for the ID, the rest fixed). */
 export function formatJobTable(jobs: readonly JobSummary[], now = Date.now()): string {
-  const row = (cells: string[]) => `${cells[0]!.padEnd(36)} ${cells[1]!.padEnd(9)} ${cells[2]!.padEnd(9)} ${cells[3]!.padStart(4)} ${cells[4]!.padStart(7)} ${cells[5]!.padStart(8)}`.trimEnd();
+  const row = (cells: string[]) =>
+    `${cells[0]!.padEnd(36)} ${cells[1]!.padEnd(9)} ${cells[2]!.padEnd(9)} ${cells[3]!.padStart(4)} ${cells[4]!.padStart(7)} ${cells[5]!.padStart(8)}`.trimEnd();
   const lines = [row(["REQUEST ID", "STATE", "OUTCOME", "EXIT", "AGE", "DURATION"])];
   for (const job of jobs) {
     lines.push(
@@ -57,7 +58,11 @@ export function formatJobTable(jobs: readonly JobSummary[], now = Date.now()): s
         outcomeOf(job),
         job.exitCode === null ? "-" : String(job.exitCode),
         shortDuration(now - Date.parse(job.createdAt)),
-        job.durationMs === null ? "-" : job.durationMs < 10_000 ? `${(job.durationMs / 1000).toFixed(1)}s` : shortDuration(job.durationMs),
+        job.durationMs === null
+          ? "-"
+          : job.durationMs < 10_000
+            ? `${(job.durationMs / 1000).toFixed(1)}s`
+            : shortDuration(job.durationMs),
       ]),
     );
   }
@@ -66,28 +71,50 @@ export function formatJobTable(jobs: readonly JobSummary[], now = Date.now()): s
 
 export const jobsCommand: Command = {
   usage: jobsUsage,
-  options: { ...controlOptions, state: { type: "string" }, limit: { type: "string" }, cursor: { type: "string" }, json: { type: "boolean" } },
+  options: {
+    ...controlOptions,
+    state: { type: "string" },
+    limit: { type: "string" },
+    cursor: { type: "string" },
+    json: { type: "boolean" },
+  },
   async run(values, positionals) {
-    if (positionals.length > 0) throw new CliError(`'runner-depot jobs' takes no arguments, got '${positionals[0]}'; see 'runner-depot jobs --help'`, 2);
+    if (positionals.length > 0)
+      throw new CliError(
+        `'runner-depot jobs' takes no arguments, got '${positionals[0]}'; see 'runner-depot jobs --help'`,
+        2,
+      );
     const query = new URLSearchParams();
     if (typeof values.state === "string") {
       const states = values.state.split(",").map((s) => s.trim());
       const bad = states.find((s) => !(STATES as readonly string[]).includes(s));
-      if (bad !== undefined) throw new CliError(`--state '${bad}' is not a state: use ${STATES.join(", ")} (comma-separated)`, 2);
+      if (bad !== undefined)
+        throw new CliError(`--state '${bad}' is not a state: use ${STATES.join(", ")} (comma-separated)`, 2);
       query.set("status", states.join(","));
     }
     const limit = values.limit === undefined ? 20 : Number(values.limit);
-    if (!Number.isInteger(limit) || limit < 1 || limit > 500) throw new CliError(`--limit must be a whole number from 1 to 500, got '${String(values.limit)}'`, 2);
+    if (!Number.isInteger(limit) || limit < 1 || limit > 500)
+      throw new CliError(`--limit must be a whole number from 1 to 500, got '${String(values.limit)}'`, 2);
     query.set("limit", String(limit));
     if (typeof values.cursor === "string") query.set("cursor", values.cursor);
-    const response = await controlRequest(values, "GET", `/-/jobs?${query}`, undefined, "the server refused to list jobs");
+    const response = await controlRequest(
+      values,
+      "GET",
+      `/-/jobs?${query}`,
+      undefined,
+      "the server refused to list jobs",
+    );
     const page = (await response.json()) as JobPage;
     if (values.json) {
       process.stdout.write(`${JSON.stringify(page)}\n`);
       return 0;
     }
     if (page.jobs.length === 0) {
-      process.stderr.write(typeof values.cursor === "string" ? "no more jobs\n" : "no jobs yet; create one with 'runner-depot job -- <command>'\n");
+      process.stderr.write(
+        typeof values.cursor === "string"
+          ? "no more jobs\n"
+          : "no jobs yet; create one with 'runner-depot job -- <command>'\n",
+      );
       return 0;
     }
     process.stdout.write(`${formatJobTable(page.jobs)}\n`);
@@ -104,10 +131,19 @@ export const cancelCommand: Command = {
   options: { ...controlOptions },
   async run(values, positionals) {
     const [requestId] = positionals;
-    if (!requestId || positionals.length > 1) throw new CliError("give exactly one request ID: 'runner-depot cancel <requestId>' (see 'runner-depot jobs')", 2);
-    const response = await controlRequest(values, "POST", `/-/jobs/${encodeURIComponent(requestId)}/cancel`, undefined, "cannot cancel");
+    if (!requestId || positionals.length > 1)
+      throw new CliError("give exactly one request ID: 'runner-depot cancel <requestId>' (see 'runner-depot jobs')", 2);
+    const response = await controlRequest(
+      values,
+      "POST",
+      `/-/jobs/${encodeURIComponent(requestId)}/cancel`,
+      undefined,
+      "cannot cancel",
+    );
     const answer = (await response.json()) as CancelJobResponse;
-    process.stderr.write(`cancelled job ${answer.requestId}; its result was published with outcome '${answer.result.outcome}'\n`);
+    process.stderr.write(
+      `cancelled job ${answer.requestId}; its result was published with outcome '${answer.result.outcome}'\n`,
+    );
     return 0;
   },
 };

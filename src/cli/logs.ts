@@ -26,11 +26,15 @@ export const logsCommand: Command = {
   },
   async run(values, positionals) {
     const [requestId] = positionals;
-    if (!requestId || positionals.length > 1) throw new CliError("give exactly one request ID: 'runner-depot logs <requestId>'", 2);
+    if (!requestId || positionals.length > 1)
+      throw new CliError("give exactly one request ID: 'runner-depot logs <requestId>'", 2);
     const { url, token } = await serverTarget(values, "depotUrl");
-    const response = await cliFetch(`${url}/-/jobs/${encodeURIComponent(requestId)}/log${values.follow ? "?follow" : ""}`, {
-      headers: token ? { authorization: `Bearer ${token}` } : {},
-    }).catch((error: Error) => {
+    const response = await cliFetch(
+      `${url}/-/jobs/${encodeURIComponent(requestId)}/log${values.follow ? "?follow" : ""}`,
+      {
+        headers: token ? { authorization: `Bearer ${token}` } : {},
+      },
+    ).catch((error: Error) => {
       throw new CliError(`cannot reach ${url}: ${fetchFailureCause(error)}; is 'runner-depot serve' running?`);
     });
     if (!response.ok || !response.body) {

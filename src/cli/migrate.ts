@@ -20,13 +20,17 @@ export const migrateCommand: Command = {
   options: {},
   async run(_values, positionals) {
     const [data] = positionals;
-    if (!data || positionals.length > 1) throw new CliError("give exactly one folder: 'runner-depot migrate <data>'", 2);
+    if (!data || positionals.length > 1)
+      throw new CliError("give exactly one folder: 'runner-depot migrate <data>'", 2);
     const root = path.resolve(data);
     // serve keeps the depot's store in <data>/depot; a store folder holds records.db (or,
     // written before it, records/) itself.
     const isStore = (dir: string) => existsSync(path.join(dir, "records.db")) || existsSync(path.join(dir, "records"));
     const dir = isStore(path.join(root, "depot")) ? path.join(root, "depot") : root;
-    if (!isStore(dir)) throw new CliError(`no depot store in ${root} (expected ${path.join(root, "depot")} or a folder holding records.db or records/)`);
+    if (!isStore(dir))
+      throw new CliError(
+        `no depot store in ${root} (expected ${path.join(root, "depot")} or a folder holding records.db or records/)`,
+      );
     const store = createFsStore(dir);
     try {
       const report = await upgradeStore(store);
@@ -39,7 +43,8 @@ export const migrateCommand: Command = {
       );
       return 0;
     } catch (error) {
-      if (error instanceof RunnerDepotError && error.code === "STORE_FORMAT_UNSUPPORTED") throw new CliError(`${dir}: ${error.message}`);
+      if (error instanceof RunnerDepotError && error.code === "STORE_FORMAT_UNSUPPORTED")
+        throw new CliError(`${dir}: ${error.message}`);
       throw error;
     } finally {
       await store.close?.();

@@ -44,7 +44,13 @@ export function lineWidth(columns: number | undefined): number {
  * One progress line: `<title> [####-----]  42% 1.2 MiB/2.9 MiB 3.4 MiB/s ETA 0:01`,
  * exactly `width` characters or fewer (the title is shortened first, then the bar).
  */
-export function renderProgressLine(title: string, done: number, total: number | undefined, elapsedMs: number, width: number): string {
+export function renderProgressLine(
+  title: string,
+  done: number,
+  total: number | undefined,
+  elapsedMs: number,
+  width: number,
+): string {
   const rate = done / Math.max(elapsedMs / 1000, 0.001);
   const known = total !== undefined && total > 0;
   const fraction = known ? Math.min(1, done / total) : 0;
@@ -87,7 +93,13 @@ export function createProgress(
     const redrawMs = options.redrawMs ?? 100;
     const draw = () => {
       if (!latest) return;
-      const line = renderProgressLine(title, latest.done, latest.total, Date.now() - started, lineWidth(stream.columns));
+      const line = renderProgressLine(
+        title,
+        latest.done,
+        latest.total,
+        Date.now() - started,
+        lineWidth(stream.columns),
+      );
       // Carriage return, the line, then erase to the end of the line (a shorter redraw leaves no tail).
       stream.write(`\r${line}\x1b[K`);
       drawn = true;
@@ -110,7 +122,9 @@ export function createProgress(
     if (!latest) return;
     const { done, total } = latest;
     const rate = formatBytes(done / Math.max((Date.now() - started) / 1000, 0.001));
-    stream.write(`${title}: ${formatBytes(done)}${total !== undefined ? ` of ${formatBytes(total)}` : ""}, ${rate}/s\n`);
+    stream.write(
+      `${title}: ${formatBytes(done)}${total !== undefined ? ` of ${formatBytes(total)}` : ""}, ${rate}/s\n`,
+    );
     lastDraw = Date.now();
   };
   return {

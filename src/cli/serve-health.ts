@@ -64,13 +64,16 @@ export function createOperatorEndpoints(options: OperatorEndpointsOptions): Oper
   const expected = options.metricsToken === null ? null : hash(`Bearer ${options.metricsToken}`);
 
   async function probeAll(): Promise<Readiness> {
-    const results = await Promise.all(options.probes.map(async (probe) => [probe.name, await outcome(probe, timeoutMs)] as const));
+    const results = await Promise.all(
+      options.probes.map(async (probe) => [probe.name, await outcome(probe, timeoutMs)] as const),
+    );
     const checks = Object.fromEntries(results);
     const unreachable = results.filter(([, result]) => result !== "ok").map(([name]) => name);
     const status = draining ? "draining" : unreachable.length > 0 ? "unready" : "ready";
     // One line per change of state, not one per probe request.
     if (status !== lastStatus) {
-      const log = status === "ready" ? options.logger.info.bind(options.logger) : options.logger.warn.bind(options.logger);
+      const log =
+        status === "ready" ? options.logger.info.bind(options.logger) : options.logger.warn.bind(options.logger);
       log({ status, unreachable, checks }, "readiness changed");
       lastStatus = status;
     }
@@ -88,18 +91,36 @@ export function createOperatorEndpoints(options: OperatorEndpointsOptions): Oper
     if (expected !== null) {
       const given = request.headers.get("authorization");
       if (given === null || !timingSafeEqual(hash(given), expected)) {
-        return new Response(JSON.stringify({ status: 401, code: "UNAUTHENTICATED", title: "Unauthorized", detail: "GET /metrics needs the admin token" }), {
-          status: 401,
-          headers: { "Content-Type": "application/problem+json", "WWW-Authenticate": 'Bearer realm="runner-depot"', "Cache-Control": "no-store" },
-        });
+        return new Response(
+          JSON.stringify({
+            status: 401,
+            code: "UNAUTHENTICATED",
+            title: "Unauthorized",
+            detail: "GET /metrics needs the admin token",
+          }),
+          {
+            status: 401,
+            headers: {
+              "Content-Type": "application/problem+json",
+              "WWW-Authenticate": 'Bearer realm="runner-depot"',
+              "Cache-Control": "no-store",
+            },
+          },
+        );
       }
     }
-    return new Response(await options.metricsText(), { status: 200, headers: { "Content-Type": PROMETHEUS_TYPE, "Cache-Control": "no-store" } });
+    return new Response(await options.metricsText(), {
+      status: 200,
+      headers: { "Content-Type": PROMETHEUS_TYPE, "Cache-Control": "no-store" },
+    });
   }
 
   return {
     answer(request, pathname, answerOptions = {}) {
-      const known = pathname === "/healthz" || pathname === "/readyz" || (pathname === "/metrics" && answerOptions.metrics !== false);
+      const known =
+        pathname === "/healthz" ||
+        pathname === "/readyz" ||
+        (pathname === "/metrics" && answerOptions.metrics !== false);
       if (!known) return undefined;
       if (request.method !== "GET" && request.method !== "HEAD") {
         return Promise.resolve(new Response(null, { status: 405, headers: { Allow: "GET, HEAD" } }));
@@ -116,23 +137,32 @@ export function createOperatorEndpoints(options: OperatorEndpointsOptions): Oper
 }
 
 /** Serves only the operator endpoints (`--metrics-host/--metrics-port`), without auth. */
-export async function serveOperatorEndpoints(endpoints: OperatorEndpoints, host: string, port: number): Promise<{ url: string; server: Server; close(): Promise<void> }> {
-  const server = createServer({ requestTimeout: 10_000, headersTimeout: 5_000, maxHeaderSize: 16 * 1024 }, (req, res) => {
-    const pathname = new URL(req.url ?? "/", "http://operator.local").pathname;
-    const request = new Request(`http://operator.local${pathname}`, { method: req.method === "HEAD" ? "HEAD" : req.method === "GET" ? "GET" : "POST" });
-    const pending = endpoints.answer(request, pathname) ?? Promise.resolve(new Response(null, { status: 404 }));
-    void pending.then(
-      async (response) => {
-        const body = req.method === "HEAD" ? "" : await response.text();
-        res.writeHead(response.status, Object.fromEntries(response.headers));
-        res.end(body);
-      },
-      () => {
-        res.writeHead(500);
-        res.end();
-      },
-    );
-  });
+export async function serveOperatorEndpoints(
+  endpoints: OperatorEndpoints,
+  host: string,
+  port: number,
+): Promise<{ url: string; server: Server; close(): Promise<void> }> {
+  const server = createServer(
+    { requestTimeout: 10_000, headersTimeout: 5_000, maxHeaderSize: 16 * 1024 },
+    (req, res) => {
+      const pathname = new URL(req.url ?? "/", "http://operator.local").pathname;
+      const request = new Request(`http://operator.local${pathname}`, {
+        method: req.method === "HEAD" ? "HEAD" : req.method === "GET" ? "GET" : "POST",
+      });
+      const pending = endpoints.answer(request, pathname) ?? Promise.resolve(new Response(null, { status: 404 }));
+      void pending.then(
+        async (response) => {
+          const body = req.method === "HEAD" ? "" : await response.text();
+          res.writeHead(response.status, Object.fromEntries(response.headers));
+          res.end(body);
+        },
+        () => {
+          res.writeHead(500);
+          res.end();
+        },
+      );
+    },
+  );
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(port, host, () => resolve());
@@ -168,7 +198,10 @@ async function outcome(probe: Probe, timeoutMs: number): Promise<string> {
 }
 
 function jsonResponse(status: number, body: unknown): Response {
-  return new Response(JSON.stringify(body), { status, headers: { "Content-Type": "application/json", "Cache-Control": "no-store" } });
+  return new Response(JSON.stringify(body), {
+    status,
+    headers: { "Content-Type": "application/json", "Cache-Control": "no-store" },
+  });
 }
 
 function hash(text: string): Buffer {

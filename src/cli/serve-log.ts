@@ -11,7 +11,14 @@ import { CliError } from "./args.js";
 /** The levels `--log-level` takes (pino's names). */
 export const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const;
 
-const LEVEL_NAMES: Record<number, string> = { 10: "TRACE", 20: "DEBUG", 30: "INFO", 40: "WARN", 50: "ERROR", 60: "FATAL" };
+const LEVEL_NAMES: Record<number, string> = {
+  10: "TRACE",
+  20: "DEBUG",
+  30: "INFO",
+  40: "WARN",
+  50: "ERROR",
+  60: "FATAL",
+};
 /** Fields every pino line has, shown in the line's head rather than as key=value. */
 const HEAD_FIELDS = new Set(["level", "time", "msg", "pid", "hostname"]);
 
@@ -52,7 +59,10 @@ function show(value: unknown): string {
 }
 
 function escapeControls(text: string): string {
-  return text.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g, (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, "0")}`);
+  return text.replace(
+    /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g,
+    (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, "0")}`,
+  );
 }
 
 /** Options of {@link createServeLogger}. */
@@ -74,13 +84,18 @@ export interface ServeLoggerOptions {
  */
 export function createServeLogger(options: ServeLoggerOptions = {}): PinoLogger {
   const level = options.level ?? "info";
-  if (!(LOG_LEVELS as readonly string[]).includes(level)) throw new CliError(`--log-level must be one of ${LOG_LEVELS.join(", ")}`, 2);
+  if (!(LOG_LEVELS as readonly string[]).includes(level))
+    throw new CliError(`--log-level must be one of ${LOG_LEVELS.join(", ")}`, 2);
   const stream = options.stream ?? process.stderr;
   const format = options.format ?? (stream.isTTY ? "pretty" : "json");
   if (format !== "json" && format !== "pretty") throw new CliError("--log-format must be json or pretty", 2);
   // pino writes each line with one synchronous write() call on a plain destination object.
-  const destination = format === "json" ? stream : { write: (line: string) => stream.write(`${formatLogLine(line.trimEnd())}\n`) };
-  return pino({ level, base: { pid: process.pid }, serializers: { err: pino.stdSerializers.err } }, destination as NodeJS.WritableStream);
+  const destination =
+    format === "json" ? stream : { write: (line: string) => stream.write(`${formatLogLine(line.trimEnd())}\n`) };
+  return pino(
+    { level, base: { pid: process.pid }, serializers: { err: pino.stdSerializers.err } },
+    destination as NodeJS.WritableStream,
+  );
 }
 
 /**
@@ -117,7 +132,8 @@ export function gatedLogger(logger: Logger, gate: { quiet: boolean }): Logger {
  */
 export function logPackageWarnings(logger: Logger): () => void {
   const onWarning = (warning: Error & { code?: unknown }) => {
-    if (typeof warning.code === "string" && warning.code.startsWith("RUNNER_DEPOT_")) logger.warn({ code: warning.code }, warning.message);
+    if (typeof warning.code === "string" && warning.code.startsWith("RUNNER_DEPOT_"))
+      logger.warn({ code: warning.code }, warning.message);
   };
   process.on("warning", onWarning);
   return () => {

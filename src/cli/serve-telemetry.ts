@@ -48,17 +48,24 @@ export const PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8
  * const telemetry = startServeTelemetry();
  * const text = await telemetry.metricsText(); // "# HELP depot_requests_total …"
  */
-export function startServeTelemetry(env: NodeJS.ProcessEnv = process.env, options: ServeTelemetryOptions = {}): ServeTelemetry {
+export function startServeTelemetry(
+  env: NodeJS.ProcessEnv = process.env,
+  options: ServeTelemetryOptions = {},
+): ServeTelemetry {
   const resource = defaultResource()
     .merge(resourceFromAttributes({ "service.name": "runner-depot" }))
     .merge(detectResources({ detectors: [envDetector] }));
   const reader = new PrometheusExporter({ preventServerStart: true });
   const meterProvider = new MeterProvider({ resource, readers: [reader] });
   metrics.setGlobalMeterProvider(meterProvider);
-  propagation.setGlobalPropagator(new CompositePropagator({ propagators: [new W3CTraceContextPropagator(), new W3CBaggagePropagator()] }));
+  propagation.setGlobalPropagator(
+    new CompositePropagator({ propagators: [new W3CTraceContextPropagator(), new W3CBaggagePropagator()] }),
+  );
 
   const endpoint = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || env.OTEL_EXPORTER_OTLP_ENDPOINT;
-  const tracing = options.spanExporter !== undefined || (Boolean(endpoint) && env.OTEL_SDK_DISABLED !== "true" && env.OTEL_TRACES_EXPORTER !== "none");
+  const tracing =
+    options.spanExporter !== undefined ||
+    (Boolean(endpoint) && env.OTEL_SDK_DISABLED !== "true" && env.OTEL_TRACES_EXPORTER !== "none");
   let tracerProvider: TracerProvider | undefined;
   if (tracing) {
     // The processor's defaults (2,048 spans queued at most, a batch of 512 or every 5 s):

@@ -106,12 +106,16 @@ export const serveCommand: Command = {
     const lostAfter = values["lost-after"] === undefined ? 600 : Number(values["lost-after"]);
     if (!(lostAfter > 0)) throw new CliError("--lost-after must be a positive number of seconds", 2);
     const drainGrace = values["drain-grace"] === undefined ? 20 : Number(values["drain-grace"]);
-    if (!(drainGrace >= 0) || !Number.isFinite(drainGrace)) throw new CliError("--drain-grace must be a number of seconds (0 or more)", 2);
+    if (!(drainGrace >= 0) || !Number.isFinite(drainGrace))
+      throw new CliError("--drain-grace must be a number of seconds (0 or more)", 2);
     const drainDelay = values["drain-delay"] === undefined ? 0 : Number(values["drain-delay"]);
-    if (!(drainDelay >= 0) || !Number.isFinite(drainDelay)) throw new CliError("--drain-delay must be a number of seconds (0 or more)", 2);
-    const metricsPort = values["metrics-port"] === undefined ? undefined : portOption(values["metrics-port"], "metrics-port", 9464);
+    if (!(drainDelay >= 0) || !Number.isFinite(drainDelay))
+      throw new CliError("--drain-delay must be a number of seconds (0 or more)", 2);
+    const metricsPort =
+      values["metrics-port"] === undefined ? undefined : portOption(values["metrics-port"], "metrics-port", 9464);
     const metricsHost = typeof values["metrics-host"] === "string" ? values["metrics-host"] : "127.0.0.1";
-    if (values["metrics-host"] !== undefined && metricsPort === undefined) throw new CliError("--metrics-host goes with --metrics-port", 2);
+    if (values["metrics-host"] !== undefined && metricsPort === undefined)
+      throw new CliError("--metrics-host goes with --metrics-port", 2);
     checkMetricsHost(metricsHost, metricsPort, values["metrics-public"] === true);
     const gcInterval = secondsOption(values["gc-interval"], "gc-interval", 3600);
     const gcGrace = secondsOption(values["gc-grace"], "gc-grace", 3600);
@@ -125,7 +129,8 @@ export const serveCommand: Command = {
     );
     let serving = false;
     if (!!values["tls-cert"] !== !!values["tls-key"]) throw new CliError("--tls-cert and --tls-key go together", 2);
-    if (values["tls-client-ca"] && !values["tls-cert"]) throw new CliError("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is on top of TLS)", 2);
+    if (values["tls-client-ca"] && !values["tls-cert"])
+      throw new CliError("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is on top of TLS)", 2);
     // Beyond loopback, tokens travel on the wire: refuse plaintext unless asked for.
     // The depot port is plain HTTP (and the runner's too without --tls-cert).
     if (!isLoopbackHost(host) && values.insecure !== true) {
@@ -160,7 +165,12 @@ export const serveCommand: Command = {
       const store = await openPackageStore(values, dataDir);
       closers.push(async () => store.close?.());
 
-      const runner = createRunnerService(queue, { logs, secret, lostAfterMs: lostAfter * 1000, logger: logger.child({ component: "runner" }) });
+      const runner = createRunnerService(queue, {
+        logs,
+        secret,
+        lostAfterMs: lostAfter * 1000,
+        logger: logger.child({ component: "runner" }),
+      });
       closers.push(() => runner.close());
       const tls = values["tls-cert"]
         ? {
@@ -180,7 +190,8 @@ export const serveCommand: Command = {
         }),
       );
       closers.push(() => runnerServer.close());
-      const runnerUrl = typeof values["public-runner-url"] === "string" ? values["public-runner-url"] : runnerServer.url;
+      const runnerUrl =
+        typeof values["public-runner-url"] === "string" ? values["public-runner-url"] : runnerServer.url;
 
       // Reading the depot is open; publishing needs the admin token.
       const depot = createPackageRouter(store, {
@@ -219,7 +230,12 @@ export const serveCommand: Command = {
       );
       closers.push(() => depotServer.close());
       // The operator listener closes last, so probes see the drain.
-      const operatorServer = metricsPort === undefined ? undefined : await listening("metrics-port", metricsPort, () => serveOperatorEndpoints(operator, metricsHost, metricsPort));
+      const operatorServer =
+        metricsPort === undefined
+          ? undefined
+          : await listening("metrics-port", metricsPort, () =>
+              serveOperatorEndpoints(operator, metricsHost, metricsPort),
+            );
       if (operatorServer) closers.unshift(() => operatorServer.close());
 
       // The signals are ours before serve.json announces this server: a SIGTERM sent the
@@ -239,7 +255,14 @@ export const serveCommand: Command = {
       );
 
       logger.info(
-        { runnerUrl, depotUrl: depotServer.url, metricsUrl: operatorServer ? `${operatorServer.url}/metrics` : `${depotServer.url}/metrics`, traces: telemetry.tracesTo ?? "off", gcIntervalSeconds: gcInterval, data: dataDir },
+        {
+          runnerUrl,
+          depotUrl: depotServer.url,
+          metricsUrl: operatorServer ? `${operatorServer.url}/metrics` : `${depotServer.url}/metrics`,
+          traces: telemetry.tracesTo ?? "off",
+          gcIntervalSeconds: gcInterval,
+          data: dataDir,
+        },
         "runner-depot serving",
       );
 
@@ -266,7 +289,13 @@ export const serveCommand: Command = {
  * The drain: readiness turns false first, then each server stops taking work and gives
  * its calls in flight the grace time; the log names what was cut.
  */
-async function drain(logger: Logger, operator: OperatorEndpoints, signal: string, graceMs: number, servers: Array<[string, () => Promise<unknown>]>): Promise<void> {
+async function drain(
+  logger: Logger,
+  operator: OperatorEndpoints,
+  signal: string,
+  graceMs: number,
+  servers: Array<[string, () => Promise<unknown>]>,
+): Promise<void> {
   operator.drain();
   logger.info({ signal, graceMs }, "draining: readiness is false, servers stop accepting");
   const started = performance.now();
@@ -276,7 +305,11 @@ async function drain(logger: Logger, operator: OperatorEndpoints, signal: string
       // The depot names its cut requests (method, path, age); the runner its cut calls' request IDs (cutRequestIds).
       const cut = (report as { cut?: unknown } | undefined)?.cut;
       const count = Array.isArray(cut) ? cut.length : typeof cut === "number" ? cut : 0;
-      const fields = { server: name, ms: Math.round(performance.now() - started), ...(report && typeof report === "object" ? report : {}) };
+      const fields = {
+        server: name,
+        ms: Math.round(performance.now() - started),
+        ...(report && typeof report === "object" ? report : {}),
+      };
       if (count > 0) logger.warn(fields, `${name} drained: ${count} call(s) cut at the grace time`);
       else logger.info(fields, `${name} drained`);
     }),
@@ -286,7 +319,10 @@ async function drain(logger: Logger, operator: OperatorEndpoints, signal: string
 /** What `/readyz` checks: one cheap read per backend (a record and a blob stat, a job lookup, the broker channel). */
 function readinessProbes(store: PackageStore, logs: JobLogStore, queue: JobResultQueue): Probe[] {
   const probes: Probe[] = [
-    { name: "store", check: () => Promise.all([store.getRecord("format"), store.statBlob(`sha256:${"0".repeat(64)}`)]) },
+    {
+      name: "store",
+      check: () => Promise.all([store.getRecord("format"), store.statBlob(`sha256:${"0".repeat(64)}`)]),
+    },
     { name: "logStore", check: () => logs.get("00000000-0000-4000-8000-000000000000") },
   ];
   const ready = (queue as { ready?: (timeoutMs?: number) => Promise<void> }).ready;
@@ -299,7 +335,8 @@ const pause = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
 /** A number of seconds, 0 or more; `fallback` when the flag is absent. */
 function secondsOption(value: unknown, flag: string, fallback: number): number {
   const seconds = value === undefined ? fallback : Number(value);
-  if (!(seconds >= 0) || !Number.isFinite(seconds)) throw new CliError(`--${flag} must be a number of seconds (0 or more)`, 2);
+  if (!(seconds >= 0) || !Number.isFinite(seconds))
+    throw new CliError(`--${flag} must be a number of seconds (0 or more)`, 2);
   return seconds;
 }
 
@@ -365,9 +402,13 @@ async function openLogStore(values: Record<string, unknown>, dataDir: string): P
 async function openPackageStore(values: Record<string, unknown>, dataDir: string): Promise<PackageStore> {
   const fsStore = createFsStore(path.join(dataDir, "depot"));
   if (typeof values.postgres !== "string" && typeof values["s3-bucket"] !== "string") return fsStore;
-  let blobs: PackageStore | Awaited<ReturnType<typeof import("../adapters/s3/index.js")["createS3BlobStore"]>> = fsStore;
+  let blobs: PackageStore | Awaited<ReturnType<(typeof import("../adapters/s3/index.js"))["createS3BlobStore"]>> =
+    fsStore;
   if (typeof values["s3-bucket"] === "string") {
-    const { createS3BlobStore } = await importAdapter(() => import("../adapters/s3/index.js"), "@aws-sdk/client-s3 @aws-sdk/lib-storage @aws-sdk/s3-request-presigner");
+    const { createS3BlobStore } = await importAdapter(
+      () => import("../adapters/s3/index.js"),
+      "@aws-sdk/client-s3 @aws-sdk/lib-storage @aws-sdk/s3-request-presigner",
+    );
     blobs = createS3BlobStore({
       bucket: values["s3-bucket"],
       clientConfig: {
@@ -377,7 +418,8 @@ async function openPackageStore(values: Record<string, unknown>, dataDir: string
       },
     });
   }
-  let records: PackageStore | ReturnType<typeof import("../adapters/postgres/index.js")["createPostgresRecords"]> = fsStore;
+  let records: PackageStore | ReturnType<(typeof import("../adapters/postgres/index.js"))["createPostgresRecords"]> =
+    fsStore;
   if (typeof values.postgres === "string") {
     const { createPostgresRecords } = await importAdapter(() => import("../adapters/postgres/index.js"), "pg");
     records = createPostgresRecords({ connectionString: values.postgres, schema: postgresSchema(values) });

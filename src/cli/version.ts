@@ -16,7 +16,10 @@ export function packageVersion(from: string = path.dirname(fileURLToPath(import.
   let dir = from;
   for (let up = 0; up < 4; up++) {
     try {
-      const pkg = JSON.parse(readFileSync(path.join(dir, "package.json"), "utf8")) as { name?: string; version?: string };
+      const pkg = JSON.parse(readFileSync(path.join(dir, "package.json"), "utf8")) as {
+        name?: string;
+        version?: string;
+      };
       if (pkg.name === "runner-depot" && typeof pkg.version === "string") return pkg.version;
     } catch {
       // Not here: one folder up.

@@ -94,14 +94,19 @@ export function createConsole(options: ConsoleOptions = {}): Console {
   async function handle(request: Request): Promise<Response> {
     if (request.url.length > MAX_URL) throw new RunnerDepotError("INVALID_ARGUMENT", "URL too long");
     const url = new URL(request.url);
-    if (url.pathname !== base && !url.pathname.startsWith(`${base}/`)) throw new RunnerDepotError("NOT_FOUND", "not a console path");
+    if (url.pathname !== base && !url.pathname.startsWith(`${base}/`))
+      throw new RunnerDepotError("NOT_FOUND", "not a console path");
     const path = url.pathname.slice(base.length) || "/";
     const method = request.method;
 
     // The script and style hold no data: served to anyone (a login page needs the style).
     if (path === "/assets/console.js" || path === "/assets/console.css") {
       if (method !== "GET" && method !== "HEAD") return notAllowed("GET, HEAD");
-      return asset(path.endsWith(".js") ? CONSOLE_JS : CONSOLE_CSS, path.endsWith(".js") ? "text/javascript" : "text/css", url);
+      return asset(
+        path.endsWith(".js") ? CONSOLE_JS : CONSOLE_CSS,
+        path.endsWith(".js") ? "text/javascript" : "text/css",
+        url,
+      );
     }
     const isApi = path.startsWith("/api/");
 
@@ -112,14 +117,25 @@ export function createConsole(options: ConsoleOptions = {}): Console {
       session = sessions.session(cookie(request, sessions.cookieName) ?? "");
       if (!session) {
         if (isApi) throw new RunnerDepotError("UNAUTHENTICATED", "sign in to the console with its login URL");
-        return html({ page: "login", title: "Sign in", message: "Open the console with the one-time login URL that runner-depot serve printed at startup." }, 401);
+        return html(
+          {
+            page: "login",
+            title: "Sign in",
+            message: "Open the console with the one-time login URL that runner-depot serve printed at startup.",
+          },
+          401,
+        );
       }
     }
     const action = method === "POST" ? "cancel" : "read";
     if (options.authorize && !(await options.authorize(request, { action }))) {
       // Someone who may read but not cancel is known: 403; anyone else: 401.
-      const reader = session !== null || (action === "cancel" && (await options.authorize(request, { action: "read" })));
-      throw new RunnerDepotError(reader ? "PERMISSION_DENIED" : "UNAUTHENTICATED", action === "cancel" ? "not allowed to cancel jobs" : "not allowed to use the console");
+      const reader =
+        session !== null || (action === "cancel" && (await options.authorize(request, { action: "read" })));
+      throw new RunnerDepotError(
+        reader ? "PERMISSION_DENIED" : "UNAUTHENTICATED",
+        action === "cancel" ? "not allowed to cancel jobs" : "not allowed to use the console",
+      );
     }
     const csrf = session?.csrf ?? hostCsrf;
     if (method === "POST") checkCrossSite(request, url, csrf);
@@ -158,7 +174,8 @@ export function createConsole(options: ConsoleOptions = {}): Console {
     const pkg = /^\/packages\/([^/]+)$/.exec(path);
     if (pkg && packages) {
       const name = decodeURIComponent(pkg[1]!);
-      if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(name)) throw new RunnerDepotError("NAME_INVALID", "not a package name");
+      if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(name))
+        throw new RunnerDepotError("NAME_INVALID", "not a package name");
       return html({ page: "package", subject: name.toLowerCase(), title: name, csrf });
     }
     throw new RunnerDepotError("NOT_FOUND", "no such console page");
@@ -166,18 +183,31 @@ export function createConsole(options: ConsoleOptions = {}): Console {
 
   function html(spec: Omit<PageSpec, "base" | "assetVersion" | "csrf"> & { csrf?: string }, status = 200): Response {
     const body = renderPage({ ...spec, csrf: spec.csrf ?? "", base, assetVersion: ASSET_VERSION });
-    return new Response(body, { status, headers: { ...SECURITY_HEADERS, "content-type": "text/html; charset=utf-8", "cache-control": "no-store" } });
+    return new Response(body, {
+      status,
+      headers: { ...SECURITY_HEADERS, "content-type": "text/html; charset=utf-8", "cache-control": "no-store" },
+    });
   }
 
   /** `?token=`: a valid one opens a session and redirects to the bare URL; a used or unknown one gets 401. */
   function login(token: string, url: URL): Response {
     const opened = sessions!.redeem(token);
     if (!opened) {
-      return html({ page: "login", title: "Sign in", message: "This login URL has already been used or has expired. Restart runner-depot serve for a new one." }, 401);
+      return html(
+        {
+          page: "login",
+          title: "Sign in",
+          message: "This login URL has already been used or has expired. Restart runner-depot serve for a new one.",
+        },
+        401,
+      );
     }
     const secure = url.protocol === "https:" ? "; Secure" : "";
     const cookieValue = `${sessions!.cookieName}=${opened.id}; Path=${base || ""}/; HttpOnly; SameSite=Strict; Max-Age=${sessions!.maxAgeSeconds}${secure}`;
-    return new Response(null, { status: 303, headers: { ...SECURITY_HEADERS, location: url.pathname, "set-cookie": cookieValue, "cache-control": "no-store" } });
+    return new Response(null, {
+      status: 303,
+      headers: { ...SECURITY_HEADERS, location: url.pathname, "set-cookie": cookieValue, "cache-control": "no-store" },
+    });
   }
 
   /**
@@ -188,10 +218,12 @@ export function createConsole(options: ConsoleOptions = {}): Console {
   function checkCrossSite(request: Request, url: URL, csrf: string): void {
     const origin = request.headers.get("origin");
     const allowed = options.origins ?? [url.origin];
-    if (origin === null || !allowed.includes(origin)) throw new RunnerDepotError("PERMISSION_DENIED", "cross-site request refused (Origin)");
+    if (origin === null || !allowed.includes(origin))
+      throw new RunnerDepotError("PERMISSION_DENIED", "cross-site request refused (Origin)");
     const given = Buffer.from(request.headers.get("x-csrf-token") ?? "");
     const expected = Buffer.from(csrf);
-    if (given.length !== expected.length || !timingSafeEqual(given, expected)) throw new RunnerDepotError("PERMISSION_DENIED", "cross-site request refused (CSRF token)");
+    if (given.length !== expected.length || !timingSafeEqual(given, expected))
+      throw new RunnerDepotError("PERMISSION_DENIED", "cross-site request refused (CSRF token)");
   }
 
   return {
@@ -201,7 +233,8 @@ export function createConsole(options: ConsoleOptions = {}): Console {
         return await handle(request);
       } catch (error) {
         const response = problem(error);
-        if (response.status >= 500 && !(error instanceof RunnerDepotError)) (options.onError ?? ((e: unknown) => console.error("runner-depot console:", e)))(error, request);
+        if (response.status >= 500 && !(error instanceof RunnerDepotError))
+          (options.onError ?? ((e: unknown) => console.error("runner-depot console:", e)))(error, request);
         return response;
       }
     },

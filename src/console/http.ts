@@ -18,7 +18,12 @@ export const SECURITY_HEADERS: Readonly<Record<string, string>> = Object.freeze(
 export function json(body: unknown, status = 200, headers: Record<string, string> = {}): Response {
   return new Response(JSON.stringify(body), {
     status,
-    headers: { ...SECURITY_HEADERS, "content-type": "application/json; charset=utf-8", "cache-control": "no-store", ...headers },
+    headers: {
+      ...SECURITY_HEADERS,
+      "content-type": "application/json; charset=utf-8",
+      "cache-control": "no-store",
+      ...headers,
+    },
   });
 }
 
@@ -34,6 +39,7 @@ export function intParam(url: URL, name: string, fallback: number, min: number, 
   if (raw === null || raw === "") return fallback;
   if (!/^\d{1,15}$/.test(raw)) throw new RunnerDepotError("INVALID_ARGUMENT", `${name} must be a whole number`);
   const value = Number(raw);
-  if (value < min || value > max) throw new RunnerDepotError("INVALID_ARGUMENT", `${name} must be from ${min} to ${max}`);
+  if (value < min || value > max)
+    throw new RunnerDepotError("INVALID_ARGUMENT", `${name} must be from ${min} to ${max}`);
   return value;
 }

@@ -67,7 +67,9 @@ export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLim
       const status = url.searchParams.getAll("status").filter((s) => s !== "" && s !== "all") as JobStatus[];
       const cursor = url.searchParams.get("cursor") ?? undefined;
       const limit = intParam(url, "limit", 50, 1, 500);
-      return json(await runner.listJobs({ status: status.length ? status : undefined, cursor: cursor || undefined, limit }));
+      return json(
+        await runner.listJobs({ status: status.length ? status : undefined, cursor: cursor || undefined, limit }),
+      );
     },
 
     /** GET api/jobs/:id */
@@ -101,14 +103,17 @@ export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLim
       const header = request.headers.get("last-event-id");
       let from: number;
       if (header !== null && header !== "") {
-        if (!/^\d{1,15}$/.test(header)) throw new RunnerDepotError("INVALID_ARGUMENT", "Last-Event-ID must be a line position");
+        if (!/^\d{1,15}$/.test(header))
+          throw new RunnerDepotError("INVALID_ARGUMENT", "Last-Event-ID must be a line position");
         from = Number(header);
       } else {
         from = intParam(url, "from", 0, 0, Number.MAX_SAFE_INTEGER);
       }
       await known(id);
       if (streams >= limits.maxStreams) {
-        throw new RunnerDepotError("UNAVAILABLE", `${limits.maxStreams} log streams are open; try again later`, { details: { retryAfter: 5 } });
+        throw new RunnerDepotError("UNAVAILABLE", `${limits.maxStreams} log streams are open; try again later`, {
+          details: { retryAfter: 5 },
+        });
       }
       streams++;
       const stop = new AbortController();
@@ -145,7 +150,10 @@ export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLim
             pending = null;
             if (first.done) {
               const state = await logs.get(id);
-              if (state) controller.enqueue(encoder.encode(`event: end\nid: ${position}\ndata: ${JSON.stringify(summarizeJob(state))}\n\n`));
+              if (state)
+                controller.enqueue(
+                  encoder.encode(`event: end\nid: ${position}\ndata: ${JSON.stringify(summarizeJob(state))}\n\n`),
+                );
               controller.close();
               release();
               return;
@@ -159,7 +167,11 @@ export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLim
               batch.push(wire(more.value));
             }
             position += batch.length;
-            controller.enqueue(encoder.encode(`event: lines\nid: ${position}\ndata: ${JSON.stringify({ from: position - batch.length, lines: batch })}\n\n`));
+            controller.enqueue(
+              encoder.encode(
+                `event: lines\nid: ${position}\ndata: ${JSON.stringify({ from: position - batch.length, lines: batch })}\n\n`,
+              ),
+            );
           } catch (error) {
             release();
             controller.error(error);
@@ -210,7 +222,8 @@ export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLim
     /** POST api/jobs/:id/cancel */
     async cancel(id: string): Promise<Response> {
       const state = await known(id);
-      if (state.status !== "open") throw new RunnerDepotError("FAILED_PRECONDITION", `job ${id} has already ended (${state.status})`);
+      if (state.status !== "open")
+        throw new RunnerDepotError("FAILED_PRECONDITION", `job ${id} has already ended (${state.status})`);
       const result = await runner.cancelJob(id);
       return json({ cancelled: result !== null, result });
     },

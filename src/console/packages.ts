@@ -58,14 +58,19 @@ export function createPackageEndpoints(options: PackageEndpointOptions) {
   let building: Promise<DependantIndex> | null = null;
 
   async function call(path: string, origin: string, init: { method?: string } = {}): Promise<Response> {
-    const request = new Request(`${origin}${depotBase}${path}`, { method: init.method ?? "GET", headers: { ...depotHeaders }, redirect: "manual" });
+    const request = new Request(`${origin}${depotBase}${path}`, {
+      method: init.method ?? "GET",
+      headers: { ...depotHeaders },
+      redirect: "manual",
+    });
     return depot.fetch(request);
   }
 
   async function readJson<T>(response: Response): Promise<T> {
     if (!response.ok) {
       const body = (await response.json().catch(() => null)) as { code?: string; detail?: string } | null;
-      const code = body?.code && /^[A-Z_]+$/.test(body.code) ? body.code : response.status === 404 ? "NOT_FOUND" : "UNAVAILABLE";
+      const code =
+        body?.code && /^[A-Z_]+$/.test(body.code) ? body.code : response.status === 404 ? "NOT_FOUND" : "UNAVAILABLE";
       throw new RunnerDepotError(code as "NOT_FOUND", body?.detail ?? `depot answered ${response.status}`);
     }
     return (await response.json()) as T;
@@ -114,7 +119,9 @@ export function createPackageEndpoints(options: PackageEndpointOptions) {
     /** GET api/packages/:name — versions, the newest's requirements, dependants. */
     async get(rawName: string, url: URL): Promise<Response> {
       const name = parsePackageName(rawName);
-      const info = await readJson<{ name: string; latest: string; versions: unknown[] }>(await call(`/version/${encodeURIComponent(name)}`, url.origin));
+      const info = await readJson<{ name: string; latest: string; versions: unknown[] }>(
+        await call(`/version/${encodeURIComponent(name)}`, url.origin),
+      );
       const index = await dependantIndex(url.origin);
       return json({
         ...info,
@@ -128,9 +135,13 @@ export function createPackageEndpoints(options: PackageEndpointOptions) {
     async version(rawName: string, rawVersion: string, url: URL): Promise<Response> {
       const ref = parsePackageRef(`${rawName}@${rawVersion}`);
       const spec = `${ref.name}@${ref.version}`;
-      const depend = await readJson<{ requires: Array<{ name: string; range: string }> }>(await call(`/depend/${encodeURIComponent(spec)}`, url.origin));
+      const depend = await readJson<{ requires: Array<{ name: string; range: string }> }>(
+        await call(`/depend/${encodeURIComponent(spec)}`, url.origin),
+      );
       const manifest = await readManifest(spec, url.origin);
-      const items = manifest.items.slice(0, MAX_ITEMS).map((i) => ({ type: i.type, path: i.path, mode: i.mode, size: i.size, target: i.target }));
+      const items = manifest.items
+        .slice(0, MAX_ITEMS)
+        .map((i) => ({ type: i.type, path: i.path, mode: i.mode, size: i.size, target: i.target }));
       return json({
         name: ref.name,
         version: ref.version,
@@ -157,7 +168,9 @@ export function createPackageEndpoints(options: PackageEndpointOptions) {
       return await new Promise<PackageManifest>((resolve, reject) => {
         extract.once("entry", (header, stream) => {
           if (header.name !== ".pkg/manifest.json" || (header.size ?? 0) > MAX_MANIFEST_BYTES) {
-            reject(new RunnerDepotError("ARCHIVE_INVALID", "the archive does not start with a manifest of a readable size"));
+            reject(
+              new RunnerDepotError("ARCHIVE_INVALID", "the archive does not start with a manifest of a readable size"),
+            );
             return;
           }
           const parts: Buffer[] = [];
@@ -205,7 +218,9 @@ export function createPackageEndpoints(options: PackageEndpointOptions) {
             complete = false;
             break outer;
           }
-          const depend = await readJson<{ requires: Array<{ name: string }> }>(await call(`/depend/${encodeURIComponent(`${pkg}@${entry.latest}`)}`, origin)).catch(() => null);
+          const depend = await readJson<{ requires: Array<{ name: string }> }>(
+            await call(`/depend/${encodeURIComponent(`${pkg}@${entry.latest}`)}`, origin),
+          ).catch(() => null);
           for (const req of depend?.requires ?? []) {
             let set = byName.get(req.name);
             if (!set) byName.set(req.name, (set = new Set()));
@@ -232,10 +247,12 @@ export function encodeCursor(state: { d: string | null; n: string }): string {
 
 export function decodeCursor(raw: string | null): { d: string | null; n: string } {
   if (!raw) return { d: null, n: "" };
-  if (raw.length > 1024 || !/^[A-Za-z0-9_-]+$/.test(raw)) throw new RunnerDepotError("INVALID_ARGUMENT", "malformed catalog cursor");
+  if (raw.length > 1024 || !/^[A-Za-z0-9_-]+$/.test(raw))
+    throw new RunnerDepotError("INVALID_ARGUMENT", "malformed catalog cursor");
   try {
     const value = JSON.parse(Buffer.from(raw, "base64url").toString("utf8")) as { d?: unknown; n?: unknown };
-    if ((value.d === null || typeof value.d === "string") && typeof value.n === "string" && value.n.length <= 64) return { d: value.d, n: value.n };
+    if ((value.d === null || typeof value.d === "string") && typeof value.n === "string" && value.n.length <= 64)
+      return { d: value.d, n: value.n };
   } catch {
     // Falls through to the error below.
   }

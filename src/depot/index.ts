@@ -36,7 +36,14 @@ export type { ComposeStoreOptions } from "./store/compose.js";
 export { createDepotClient } from "./client/depot-client.js";
 export type * from "./client/types.js";
 export { readInstalled } from "./install/installer.js";
-export type { InstallOptions, InstallProgress, InstallAction, InstallResult, InstalledEntry, InstalledState } from "./install/installer.js";
+export type {
+  InstallOptions,
+  InstallProgress,
+  InstallAction,
+  InstallResult,
+  InstalledEntry,
+  InstalledState,
+} from "./install/installer.js";
 export { readInstallRecord } from "./install/preserve.js";
 export type { PreserveMode, InstallRecord, RecordItem } from "./install/preserve.js";
 export type { Requirement } from "./install/resolve.js";
@@ -48,7 +55,13 @@ export { createNodeHandler } from "./server/node-handler.js";
 export type { NodeHandler, NodeHandlerOptions, NodeFetchHandler } from "./server/node-handler.js";
 export { applyConnectionLimits, DEFAULT_CONNECTION_LIMITS } from "./server/connection-limits.js";
 export type { ConnectionLimits } from "./server/connection-limits.js";
-export type { PackageServer, ServePackageRouterOptions, FetchHandler, CloseOptions, CloseReport } from "./server/serve.js";
+export type {
+  PackageServer,
+  ServePackageRouterOptions,
+  FetchHandler,
+  CloseOptions,
+  CloseReport,
+} from "./server/serve.js";
 export type { DepotTelemetryOptions } from "./server/telemetry.js";
 export { silentLogger } from "../telemetry.js";
 export type { Logger, LogFn, TelemetryOptions } from "../telemetry.js";

@@ -35,8 +35,22 @@
 export type * from "./ports.js";
 export { silentLogger } from "../telemetry.js";
 export type { Logger, LogFn, TelemetryOptions } from "../telemetry.js";
-export { createRunnerService, COMMITTED_HEADER, REASON_HEADER, OFFSET_HEADER, DEFAULT_RUNNER_LIMITS } from "./service/runner-service.js";
-export type { RunnerService, RunnerServiceOptions, RunnerLimits, RunnerAuthorizeContext, PublishRetryOptions, EndedReason, ExpectJobInfo } from "./service/runner-service.js";
+export {
+  createRunnerService,
+  COMMITTED_HEADER,
+  REASON_HEADER,
+  OFFSET_HEADER,
+  DEFAULT_RUNNER_LIMITS,
+} from "./service/runner-service.js";
+export type {
+  RunnerService,
+  RunnerServiceOptions,
+  RunnerLimits,
+  RunnerAuthorizeContext,
+  PublishRetryOptions,
+  EndedReason,
+  ExpectJobInfo,
+} from "./service/runner-service.js";
 export { summarizeJob, MAX_JOB_PAGE, DEFAULT_JOB_PAGE } from "./service/job-list.js";
 export type { JobSummary, JobPage, ListJobsOptions } from "./service/job-list.js";
 export { createArchivingLogStore, archiveKey } from "./archive/archiving-store.js";
@@ -44,20 +58,43 @@ export { DEFAULT_FOLLOW_OPTIONS } from "./service/fanout.js";
 export type { FollowOptions } from "./service/fanout.js";
 export type { ArchivingLogStore, LogArchiveOptions } from "./archive/archiving-store.js";
 export { startRunnerServer } from "./server/start-server.js";
-export type { RunnerServer, RunnerServerSettings, RunnerTlsSettings, RunnerDrainOptions } from "./server/start-server.js";
+export type {
+  RunnerServer,
+  RunnerServerSettings,
+  RunnerTlsSettings,
+  RunnerDrainOptions,
+} from "./server/start-server.js";
 export { createRunnerHandler } from "./server/handler.js";
 export type { RunnerHandler, RunnerHandlerOptions, RunnerDrainReport } from "./server/handler.js";
 export { createRunnerHealth } from "./server/health.js";
 export type { RunnerHealth, RunnerHealthOptions, HealthStatus } from "./server/health.js";
-export { Health, HealthCheckRequestSchema, HealthCheckResponseSchema, HealthCheckResponse_ServingStatus, HealthListRequestSchema, HealthListResponseSchema } from "../gen/grpc/health/v1/health_pb.js";
-export type { HealthCheckRequest, HealthCheckResponse, HealthListRequest, HealthListResponse } from "../gen/grpc/health/v1/health_pb.js";
+export {
+  Health,
+  HealthCheckRequestSchema,
+  HealthCheckResponseSchema,
+  HealthCheckResponse_ServingStatus,
+  HealthListRequestSchema,
+  HealthListResponseSchema,
+} from "../gen/grpc/health/v1/health_pb.js";
+export type {
+  HealthCheckRequest,
+  HealthCheckResponse,
+  HealthListRequest,
+  HealthListResponse,
+} from "../gen/grpc/health/v1/health_pb.js";
 export { DEFAULT_READ_LIMITS } from "./server/read-budget.js";
 export type { RunnerReadLimits } from "./server/read-budget.js";
 export { mintJobToken, verifyJobToken } from "./protocol/token.js";
 export type { JobTokenSecret } from "./protocol/token.js";
 export { isRequestId, normalizeRequestId } from "./protocol/request-id.js";
 export { createRunnerClient } from "./client/runner-client.js";
-export type { RunnerClient, RunnerClientOptions, RunnerClientTlsOptions, RunnerClientStats, RunnerStop } from "./client/runner-client.js";
+export type {
+  RunnerClient,
+  RunnerClientOptions,
+  RunnerClientTlsOptions,
+  RunnerClientStats,
+  RunnerStop,
+} from "./client/runner-client.js";
 export { checkJobCredentials } from "./client/credentials-probe.js";
 export type { CredentialsCheckOptions, CredentialsCheckResult } from "./client/credentials-probe.js";
 export { runJob } from "./agent/run-job.js";

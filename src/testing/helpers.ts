@@ -51,7 +51,11 @@ export async function* chunked(bytes: Uint8Array, chunkSize = 64 * 1024): AsyncG
 }
 
 /** An async body that yields `before` bytes of `bytes` and then throws (a client that hung up). */
-export async function* brokenBody(bytes: Uint8Array, before: number, chunkSize = 64 * 1024): AsyncGenerator<Uint8Array> {
+export async function* brokenBody(
+  bytes: Uint8Array,
+  before: number,
+  chunkSize = 64 * 1024,
+): AsyncGenerator<Uint8Array> {
   for await (const chunk of chunked(bytes.subarray(0, before), chunkSize)) yield chunk;
   throw new Error("body broke off");
 }

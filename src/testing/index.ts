@@ -21,4 +21,13 @@ export { describeJobLogStore } from "./log-store-suite.js";
 export type { JobLogStoreSuiteOptions } from "./log-store-suite.js";
 export { describePackageStore } from "./package-store-suite.js";
 export type { PackageStoreSuiteOptions } from "./package-store-suite.js";
-export { sampleJobResult, logEntry, sha256Digest, patternBytes, chunked, brokenBody, collectBytes, collectAll } from "./helpers.js";
+export {
+  sampleJobResult,
+  logEntry,
+  sha256Digest,
+  patternBytes,
+  chunked,
+  brokenBody,
+  collectBytes,
+  collectAll,
+} from "./helpers.js";

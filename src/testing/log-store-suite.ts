@@ -106,7 +106,15 @@ export function describeJobLogStore<S extends JobLogStore>(
     it("lines round-trip byte for byte: unicode, ANSI escapes, carriage returns, NUL, empty", async () => {
       const store = await fresh();
       const id = randomUUID();
-      const texts = ["héllo ✓ 🚀", "\u001b[31mred\u001b[0m", "progress 10%\rprogress 100%", "a\u0000b", "", "\ufffd", "  trailing  "];
+      const texts = [
+        "héllo ✓ 🚀",
+        "\u001b[31mred\u001b[0m",
+        "progress 10%\rprogress 100%",
+        "a\u0000b",
+        "",
+        "\ufffd",
+        "  trailing  ",
+      ];
       await store.append(id, 0, lines(texts));
       expect((await store.read(id)).map((l) => l.line)).toEqual(texts);
     });
@@ -146,7 +154,12 @@ export function describeJobLogStore<S extends JobLogStore>(
         stderr: false,
         bytes: 10,
       };
-      const cap: LogEntry = { stored: [{ line: "[log capped]", stderr: true, marker: true }], stderr: true, bytes: 0, capped: true };
+      const cap: LogEntry = {
+        stored: [{ line: "[log capped]", stderr: true, marker: true }],
+        stderr: true,
+        bytes: 0,
+        capped: true,
+      };
       const dropped: LogEntry = { stored: [], stderr: false, bytes: 0 };
       const state = await store.append(id, 0, [logEntry("a"), cut, cap, dropped, dropped]);
       expect(state).toMatchObject({
@@ -210,8 +223,14 @@ export function describeJobLogStore<S extends JobLogStore>(
       const b = randomUUID();
       await store.append(a, 0, lines(["a"]));
       await store.open(b, { expect: true });
-      const cancelled = await store.finish(a, sampleJobResult({ requestId: a, outcome: "cancelled", exitCode: -1, success: false }));
-      const lost = await store.finish(b, sampleJobResult({ requestId: b, outcome: "lost", exitCode: -1, success: false, startedAt: null }));
+      const cancelled = await store.finish(
+        a,
+        sampleJobResult({ requestId: a, outcome: "cancelled", exitCode: -1, success: false }),
+      );
+      const lost = await store.finish(
+        b,
+        sampleJobResult({ requestId: b, outcome: "lost", exitCode: -1, success: false, startedAt: null }),
+      );
       expect(cancelled.state).toMatchObject({ status: "cancelled", committed: 1 });
       expect(lost.state).toMatchObject({ status: "lost", committed: 0 });
     });
@@ -223,7 +242,9 @@ export function describeJobLogStore<S extends JobLogStore>(
       const id = randomUUID();
       await store.append(id, 0, lines(["a"]));
       const results = Array.from({ length: 12 }, (_, i) => sampleJobResult({ requestId: id, exitCode: i }));
-      const outs = await Promise.all(results.map((r, i) => stores[i % stores.length]!.finish(id, r, { at: 1 }).catch((e) => e)));
+      const outs = await Promise.all(
+        results.map((r, i) => stores[i % stores.length]!.finish(id, r, { at: 1 }).catch((e) => e)),
+      );
       // A loser may see `first: false` or a FAILED_PRECONDITION (its `at` is stale now).
       const won = outs.filter((o) => !(o instanceof Error) && o.first);
       expect(won).toHaveLength(1);
@@ -243,7 +264,10 @@ export function describeJobLogStore<S extends JobLogStore>(
       expect((await failure(store.append(id, 2, lines(["late"])))).code).toBe("FAILED_PRECONDITION");
       const cancelled = randomUUID();
       await store.open(cancelled);
-      await store.finish(cancelled, sampleJobResult({ requestId: cancelled, outcome: "cancelled", exitCode: -1, success: false }));
+      await store.finish(
+        cancelled,
+        sampleJobResult({ requestId: cancelled, outcome: "cancelled", exitCode: -1, success: false }),
+      );
       expect((await failure(store.append(cancelled, 0, lines(["x"])))).code).toBe("FAILED_PRECONDITION");
       expect(await store.get(id)).toEqual(before);
       expect(await store.read(id)).toHaveLength(1);
@@ -259,7 +283,10 @@ export function describeJobLogStore<S extends JobLogStore>(
       await store.open(old, { now: t0 });
       await store.append(fresher, 0, lines(["a"]), new Date("2020-01-01T02:00:00.000Z"));
       await store.open(ended, { now: t0 });
-      await store.finish(ended, sampleJobResult({ requestId: ended, outcome: "cancelled", exitCode: -1, success: false }));
+      await store.finish(
+        ended,
+        sampleJobResult({ requestId: ended, outcome: "cancelled", exitCode: -1, success: false }),
+      );
       const stale = (await store.stale(new Date("2020-01-01T01:00:00.000Z"))).map((s: JobState) => s.requestId);
       expect(stale).toContain(old);
       expect(stale).not.toContain(fresher);
@@ -295,7 +322,10 @@ export function describeJobLogStore<S extends JobLogStore>(
       await store.open(ids[0]!, { now: at(1), expect: true, info: { repoUrl: "r0" } });
       await store.append(ids[1]!, 0, lines(["x"]), at(2));
       await store.open(ids[2]!, { now: at(3) });
-      await store.finish(ids[2]!, sampleJobResult({ requestId: ids[2]!, outcome: "cancelled", endedAt: at(30).toISOString() }));
+      await store.finish(
+        ids[2]!,
+        sampleJobResult({ requestId: ids[2]!, outcome: "cancelled", endedAt: at(30).toISOString() }),
+      );
       await store.open(ids[3]!, { now: at(4) });
       await store.open(ids[4]!, { now: at(5) });
       // Activity on an older job does not move it: the key is when it was created.
@@ -303,10 +333,19 @@ export function describeJobLogStore<S extends JobLogStore>(
       const top = { createdAt: "2100-01-01T00:00:00.000Z", requestId: "ffffffff-ffff-ffff-ffff-ffffffffffff" };
       const all = await store.list({ limit: 5, before: top });
       expect(all.map((s) => s.requestId)).toEqual([...ids].reverse());
-      expect(all[4]).toMatchObject({ requestId: ids[0], expected: true, info: { repoUrl: "r0" }, storedLines: 1, createdAt: at(1).toISOString() });
+      expect(all[4]).toMatchObject({
+        requestId: ids[0],
+        expected: true,
+        info: { repoUrl: "r0" },
+        storedLines: 1,
+        createdAt: at(1).toISOString(),
+      });
       const first = await store.list({ limit: 2, before: top });
       expect(first.map((s) => s.requestId)).toEqual([ids[4], ids[3]]);
-      const next = await store.list({ limit: 2, before: { createdAt: first[1]!.createdAt!, requestId: first[1]!.requestId } });
+      const next = await store.list({
+        limit: 2,
+        before: { createdAt: first[1]!.createdAt!, requestId: first[1]!.requestId },
+      });
       expect(next.map((s) => s.requestId)).toEqual([ids[2], ids[1]]);
       const cancelled = await store.list({ limit: 10, before: top, status: ["cancelled"] });
       expect(cancelled[0]).toMatchObject({ requestId: ids[2], status: "cancelled" });
@@ -342,7 +381,9 @@ export function describeJobLogStore<S extends JobLogStore>(
       if (options.reopen) stores.push(await again(store));
       const id = randomUUID();
       await store.open(id);
-      const batches = Array.from({ length: 6 }, (_, k) => lines(Array.from({ length: 200 }, (_, i) => `writer ${k} line ${i}`)));
+      const batches = Array.from({ length: 6 }, (_, k) =>
+        lines(Array.from({ length: 200 }, (_, i) => `writer ${k} line ${i}`)),
+      );
       await Promise.all(batches.map((b, k) => stores[k % stores.length]!.append(id, 0, b)));
       const state = await store.get(id);
       expect(state?.committed).toBe(200);
@@ -393,37 +434,40 @@ export function describeJobLogStore<S extends JobLogStore>(
     });
 
     const outage = options.outage;
-    if (outage) describe("backend outage", () => {
-      const { broken } = healAfterEach<S>((store) => outage.heal(store));
+    if (outage)
+      describe("backend outage", () => {
+        const { broken } = healAfterEach<S>((store) => outage.heal(store));
 
-      it("calls fail with an error while the backend is down, and nothing half-written remains", async () => {
-        const store = await fresh();
-        const id = randomUUID();
-        await store.append(id, 0, lines(["a"]));
-        broken(store);
-        await outage!.break(store);
-        await expect(store.append(id, 1, lines(["b", "c"]))).rejects.toBeInstanceOf(Error);
-        await expect(store.finish(id, sampleJobResult({ requestId: id }), { at: 1 })).rejects.toBeInstanceOf(Error);
-        await outage!.heal(store);
-        expect(await store.get(id)).toMatchObject({ status: "open", committed: 1 });
-        expect((await store.append(id, 1, lines(["b", "c"]))).committed).toBe(3);
-      });
+        it("calls fail with an error while the backend is down, and nothing half-written remains", async () => {
+          const store = await fresh();
+          const id = randomUUID();
+          await store.append(id, 0, lines(["a"]));
+          broken(store);
+          await outage!.break(store);
+          await expect(store.append(id, 1, lines(["b", "c"]))).rejects.toBeInstanceOf(Error);
+          await expect(store.finish(id, sampleJobResult({ requestId: id }), { at: 1 })).rejects.toBeInstanceOf(Error);
+          await outage!.heal(store);
+          expect(await store.get(id)).toMatchObject({ status: "open", committed: 1 });
+          expect((await store.append(id, 1, lines(["b", "c"]))).committed).toBe(3);
+        });
 
-      it("an outage in the middle of a large append leaves all of it or none of it", async () => {
-        const store = await fresh();
-        const id = randomUUID();
-        const n = options.manyLines ?? 20_000;
-        await store.open(id);
-        const pending = store.append(id, 0, lines(Array.from({ length: n }, (_, i) => `line ${i}`))).catch((e: unknown) => e);
-        broken(store);
-        await outage!.break(store);
-        await pending;
-        await outage!.heal(store);
-        const state = await store.get(id);
-        expect([0, n]).toContain(state?.committed);
-        expect(state?.storedLines).toBe(state?.committed);
-        expect(await store.read(id)).toHaveLength(state!.committed);
+        it("an outage in the middle of a large append leaves all of it or none of it", async () => {
+          const store = await fresh();
+          const id = randomUUID();
+          const n = options.manyLines ?? 20_000;
+          await store.open(id);
+          const pending = store
+            .append(id, 0, lines(Array.from({ length: n }, (_, i) => `line ${i}`)))
+            .catch((e: unknown) => e);
+          broken(store);
+          await outage!.break(store);
+          await pending;
+          await outage!.heal(store);
+          const state = await store.get(id);
+          expect([0, n]).toContain(state?.committed);
+          expect(state?.storedLines).toBe(state?.committed);
+          expect(await store.read(id)).toHaveLength(state!.committed);
+        });
       });
-    });
   });
 }

@@ -94,7 +94,10 @@ export function describeQueueAdapter<Q extends JobResultQueue>(
 
     withConsume("the published result reaches the backend unchanged", async () => {
       const queue = await fresh();
-      const result = sampleJobResult({ repoUrl: "https://git.example.com/ünïcødé/✓.git", lines: { stdout: 1200, stderr: 14 } });
+      const result = sampleJobResult({
+        repoUrl: "https://git.example.com/ünïcødé/✓.git",
+        lines: { stdout: 1200, stderr: 14 },
+      });
       await queue.publishJobResult(result);
       const all = await readUntil(queue, (m) => m.some((x) => x.body.requestId === result.requestId));
       const mine = all.filter((m) => m.body.requestId === result.requestId);
@@ -102,18 +105,21 @@ export function describeQueueAdapter<Q extends JobResultQueue>(
       expect(mine[0]!.body).toEqual(result);
     });
 
-    only(options.consume && options.properties)("messages carry messageId, content type, type and persistence", async () => {
-      const queue = await fresh();
-      const result = sampleJobResult();
-      await queue.publishJobResult(result);
-      const all = await readUntil(queue, (m) => m.some((x) => x.body.requestId === result.requestId));
-      expect(all.find((m) => m.body.requestId === result.requestId)).toMatchObject({
-        messageId: result.requestId,
-        contentType: "application/json",
-        type: "runner.v1.JobResult",
-        persistent: true,
-      });
-    });
+    only(options.consume && options.properties)(
+      "messages carry messageId, content type, type and persistence",
+      async () => {
+        const queue = await fresh();
+        const result = sampleJobResult();
+        await queue.publishJobResult(result);
+        const all = await readUntil(queue, (m) => m.some((x) => x.body.requestId === result.requestId));
+        expect(all.find((m) => m.body.requestId === result.requestId)).toMatchObject({
+          messageId: result.requestId,
+          contentType: "application/json",
+          type: "runner.v1.JobResult",
+          persistent: true,
+        });
+      },
+    );
 
     withConsume("every outcome round-trips, including null startedAt", async () => {
       const queue = await fresh();
@@ -139,75 +145,85 @@ export function describeQueueAdapter<Q extends JobResultQueue>(
       expect(got.size).toBe(n);
     });
 
-    withConsume("a duplicate publish resolves; both copies arrive, identical, with the same messageId (consumers dedupe)", async () => {
-      const queue = await fresh();
-      const result = sampleJobResult();
-      await queue.publishJobResult(result);
-      await queue.publishJobResult(result);
-      // The queue is a transport, not a deduplicator: what the service publishes twice arrives twice.
-      const all = await readUntil(queue, (m) => m.filter((x) => x.body.requestId === result.requestId).length >= 2);
-      const copies = all.filter((m) => m.body.requestId === result.requestId);
-      expect(copies).toHaveLength(2);
-      for (const copy of copies) expect(copy.body).toEqual(result);
-      if (options.properties) expect(new Set(copies.map((c) => c.messageId))).toEqual(new Set([result.requestId]));
-    });
+    withConsume(
+      "a duplicate publish resolves; both copies arrive, identical, with the same messageId (consumers dedupe)",
+      async () => {
+        const queue = await fresh();
+        const result = sampleJobResult();
+        await queue.publishJobResult(result);
+        await queue.publishJobResult(result);
+        // The queue is a transport, not a deduplicator: what the service publishes twice arrives twice.
+        const all = await readUntil(queue, (m) => m.filter((x) => x.body.requestId === result.requestId).length >= 2);
+        const copies = all.filter((m) => m.body.requestId === result.requestId);
+        expect(copies).toHaveLength(2);
+        for (const copy of copies) expect(copy.body).toEqual(result);
+        if (options.properties) expect(new Set(copies.map((c) => c.messageId))).toEqual(new Set([result.requestId]));
+      },
+    );
 
     const outage = options.outage;
-    if (outage) describe("backend outage", () => {
-      const broken = new Set<Q>();
-      async function breakIt(queue: Q): Promise<void> {
-        broken.add(queue);
-        await outage!.break(queue);
-      }
-      async function healIt(queue: Q): Promise<void> {
-        broken.delete(queue);
-        await outage!.heal(queue);
-      }
-      afterEach(async () => {
-        for (const queue of [...broken]) await healIt(queue);
-      });
-
-      only(!(outage?.retries === false))("a publish during an outage waits, retries and resolves once the backend is back", async () => {
-        const queue = await fresh();
-        await queue.publishJobResult(sampleJobResult()); // connected before the outage
-        await breakIt(queue);
-        const result = sampleJobResult();
-        const pending = queue.publishJobResult(result);
-        let settled = false;
-        pending.then(
-          () => (settled = true),
-          () => (settled = true),
-        );
-        await delay(200);
-        expect(settled).toBe(false);
-        await healIt(queue);
-        await expect(pending).resolves.toBeUndefined();
-        if (options.consume) {
-          const all = await readUntil(queue, (m) => m.some((x) => x.body.requestId === result.requestId));
-          expect(all.filter((m) => m.body.requestId === result.requestId).length).toBeGreaterThanOrEqual(1);
+    if (outage)
+      describe("backend outage", () => {
+        const broken = new Set<Q>();
+        async function breakIt(queue: Q): Promise<void> {
+          broken.add(queue);
+          await outage!.break(queue);
         }
-        // And the adapter keeps working afterwards.
-        await expect(queue.publishJobResult(sampleJobResult())).resolves.toBeUndefined();
-      });
-
-      only(outage?.impatient || outage?.retries === false)("a publish the backend never accepts rejects with UNAVAILABLE; the adapter recovers", async () => {
-        const queue = await fresh(outage!.impatient ?? factory);
-        await breakIt(queue);
-        const lost = sampleJobResult();
-        const error = await queue.publishJobResult(lost).then(
-          () => null,
-          (e: unknown) => e,
-        );
-        expect(error).toBeInstanceOf(RunnerDepotError);
-        expect((error as RunnerDepotError).code).toBe("UNAVAILABLE");
-        await healIt(queue);
-        const after = sampleJobResult();
-        await expect(queue.publishJobResult(after)).resolves.toBeUndefined();
-        if (options.consume) {
-          const all = await readUntil(queue, (m) => m.some((x) => x.body.requestId === after.requestId));
-          expect(all.some((m) => m.body.requestId === after.requestId)).toBe(true);
+        async function healIt(queue: Q): Promise<void> {
+          broken.delete(queue);
+          await outage!.heal(queue);
         }
+        afterEach(async () => {
+          for (const queue of [...broken]) await healIt(queue);
+        });
+
+        only(!(outage?.retries === false))(
+          "a publish during an outage waits, retries and resolves once the backend is back",
+          async () => {
+            const queue = await fresh();
+            await queue.publishJobResult(sampleJobResult()); // connected before the outage
+            await breakIt(queue);
+            const result = sampleJobResult();
+            const pending = queue.publishJobResult(result);
+            let settled = false;
+            pending.then(
+              () => (settled = true),
+              () => (settled = true),
+            );
+            await delay(200);
+            expect(settled).toBe(false);
+            await healIt(queue);
+            await expect(pending).resolves.toBeUndefined();
+            if (options.consume) {
+              const all = await readUntil(queue, (m) => m.some((x) => x.body.requestId === result.requestId));
+              expect(all.filter((m) => m.body.requestId === result.requestId).length).toBeGreaterThanOrEqual(1);
+            }
+            // And the adapter keeps working afterwards.
+            await expect(queue.publishJobResult(sampleJobResult())).resolves.toBeUndefined();
+          },
+        );
+
+        only(outage?.impatient || outage?.retries === false)(
+          "a publish the backend never accepts rejects with UNAVAILABLE; the adapter recovers",
+          async () => {
+            const queue = await fresh(outage!.impatient ?? factory);
+            await breakIt(queue);
+            const lost = sampleJobResult();
+            const error = await queue.publishJobResult(lost).then(
+              () => null,
+              (e: unknown) => e,
+            );
+            expect(error).toBeInstanceOf(RunnerDepotError);
+            expect((error as RunnerDepotError).code).toBe("UNAVAILABLE");
+            await healIt(queue);
+            const after = sampleJobResult();
+            await expect(queue.publishJobResult(after)).resolves.toBeUndefined();
+            if (options.consume) {
+              const all = await readUntil(queue, (m) => m.some((x) => x.body.requestId === after.requestId));
+              expect(all.some((m) => m.body.requestId === after.requestId)).toBe(true);
+            }
+          },
+        );
       });
-    });
   });
 }

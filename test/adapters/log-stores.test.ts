@@ -3,7 +3,17 @@
  * conformance suite, plus the filesystem store's own durability cases.
  */
 import { randomUUID } from "node:crypto";
-import { mkdtempSync, rmSync, readFileSync, appendFileSync, writeFileSync, readdirSync, readlinkSync, existsSync, mkdirSync } from "node:fs";
+import {
+  mkdtempSync,
+  rmSync,
+  readFileSync,
+  appendFileSync,
+  writeFileSync,
+  readdirSync,
+  readlinkSync,
+  existsSync,
+  mkdirSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { open } from "node:fs/promises";
 import { join } from "node:path";
@@ -57,7 +67,12 @@ describe("fs log store: durability on disk", () => {
     await a.append(id, 0, [logEntry("one"), logEntry("twø", true)]);
     await a.close?.();
     const b = createFsLogStore(dir);
-    expect(await b.get(id)).toMatchObject({ committed: 2, storedLines: 2, expected: true, info: { repoUrl: "https://git.example/x.git" } });
+    expect(await b.get(id)).toMatchObject({
+      committed: 2,
+      storedLines: 2,
+      expected: true,
+      info: { repoUrl: "https://git.example/x.git" },
+    });
     expect(await b.read(id)).toEqual([
       { line: "one", stderr: false },
       { line: "twø", stderr: true },
@@ -90,7 +105,10 @@ describe("fs log store: durability on disk", () => {
     const dir = freshDir();
     const store = createFsLogStore(dir);
     const id = randomUUID();
-    await store.append(id, 0, [logEntry("a\nb"), { stored: [{ line: "m", stderr: true, marker: true }], stderr: true, bytes: 0, capped: true }]);
+    await store.append(id, 0, [
+      logEntry("a\nb"),
+      { stored: [{ line: "m", stderr: true, marker: true }], stderr: true, bytes: 0, capped: true },
+    ]);
     await store.finish(id, sampleJobResult({ requestId: id }), { at: 2 });
     const state = JSON.parse(readFileSync(join(dir, "jobs", `${id}.json`), "utf8"));
     expect(state).toMatchObject({ requestId: id, status: "finished", committed: 3, logTruncated: true });
@@ -103,10 +121,18 @@ describe("fs log store: durability on disk", () => {
     const store = createFsLogStore(dir);
     const id = randomUUID();
     const texts = Array.from({ length: 3000 }, (_, i) => (i % 997 === 0 ? "é".repeat(300_000) : `line ${i}`));
-    await store.append(id, 0, texts.slice(0, 1000).map((t) => logEntry(t)));
+    await store.append(
+      id,
+      0,
+      texts.slice(0, 1000).map((t) => logEntry(t)),
+    );
     // The index is built by the first read, then kept current by later appends.
     expect((await store.read(id, 990, 5)).map((l) => l.line)).toEqual(texts.slice(990, 995));
-    await store.append(id, 1000, texts.slice(1000).map((t) => logEntry(t)));
+    await store.append(
+      id,
+      1000,
+      texts.slice(1000).map((t) => logEntry(t)),
+    );
     for (const from of [0, 255, 256, 257, 997, 1993, 2999]) {
       expect((await store.read(id, from, 3)).map((l) => l.line)).toEqual(texts.slice(from, from + 3));
     }
@@ -117,25 +143,28 @@ describe("fs log store: durability on disk", () => {
     await again.close?.();
   });
 
-  it.skipIf(!existsSync("/proc/self/fd"))("keeps appended jobs' log files open, at most MAX_OPEN_LOGS, none once finished or closed", async () => {
-    const dir = freshDir();
-    const store = createFsLogStore(dir);
-    const ids = Array.from({ length: MAX_OPEN_LOGS + 8 }, () => randomUUID());
-    for (const id of ids) await store.append(id, 0, [logEntry("first")]);
-    expect(openLogs(dir)).toBe(MAX_OPEN_LOGS);
-    // The first job's file was closed to stay within the bound: its next append opens it again.
-    await store.append(ids[0]!, 1, [logEntry("second")]);
-    expect((await store.read(ids[0]!)).map((l) => l.line)).toEqual(["first", "second"]);
-    expect(openLogs(dir)).toBe(MAX_OPEN_LOGS);
-    await store.finish(ids[0]!, sampleJobResult({ requestId: ids[0]! }), { at: 2 });
-    expect(openLogs(dir)).toBe(MAX_OPEN_LOGS - 1);
-    await store.close?.();
-    expect(openLogs(dir)).toBe(0);
-    const again = createFsLogStore(dir);
-    expect((await again.read(ids[0]!)).map((l) => l.line)).toEqual(["first", "second"]);
-    expect(await again.read(ids.at(-1)!)).toEqual([{ line: "first", stderr: false }]);
-    await again.close?.();
-  });
+  it.skipIf(!existsSync("/proc/self/fd"))(
+    "keeps appended jobs' log files open, at most MAX_OPEN_LOGS, none once finished or closed",
+    async () => {
+      const dir = freshDir();
+      const store = createFsLogStore(dir);
+      const ids = Array.from({ length: MAX_OPEN_LOGS + 8 }, () => randomUUID());
+      for (const id of ids) await store.append(id, 0, [logEntry("first")]);
+      expect(openLogs(dir)).toBe(MAX_OPEN_LOGS);
+      // The first job's file was closed to stay within the bound: its next append opens it again.
+      await store.append(ids[0]!, 1, [logEntry("second")]);
+      expect((await store.read(ids[0]!)).map((l) => l.line)).toEqual(["first", "second"]);
+      expect(openLogs(dir)).toBe(MAX_OPEN_LOGS);
+      await store.finish(ids[0]!, sampleJobResult({ requestId: ids[0]! }), { at: 2 });
+      expect(openLogs(dir)).toBe(MAX_OPEN_LOGS - 1);
+      await store.close?.();
+      expect(openLogs(dir)).toBe(0);
+      const again = createFsLogStore(dir);
+      expect((await again.read(ids[0]!)).map((l) => l.line)).toEqual(["first", "second"]);
+      expect(await again.read(ids.at(-1)!)).toEqual([{ line: "first", stderr: false }]);
+      await again.close?.();
+    },
+  );
 
   it("an append whose log write fails leaves the state file as it was and no temp file", async () => {
     const dir = freshDir();
@@ -145,7 +174,11 @@ describe("fs log store: durability on disk", () => {
     // A directory where the log file should be: opening it for writing fails (EISDIR).
     mkdirSync(join(dir, "jobs", `${id}.log`));
     await expect(store.append(id, 0, [logEntry("lost")])).rejects.toThrow();
-    expect(JSON.parse(readFileSync(join(dir, "jobs", `${id}.json`), "utf8"))).toMatchObject({ committed: 0, storedLines: 0, fileBytes: 0 });
+    expect(JSON.parse(readFileSync(join(dir, "jobs", `${id}.json`), "utf8"))).toMatchObject({
+      committed: 0,
+      storedLines: 0,
+      fileBytes: 0,
+    });
     expect(readdirSync(join(dir, "jobs")).filter((f) => f.endsWith(".tmp"))).toEqual([]);
     expect((await store.get(id))?.committed).toBe(0);
     rmSync(join(dir, "jobs", `${id}.log`), { recursive: true });
@@ -167,7 +200,8 @@ describe("fs log store: the rename of the state reaches the disk before an appen
     const store = createFsLogStore(dir);
     const ids = Array.from({ length: 8 }, () => randomUUID());
     for (const id of ids) await store.append(id, 0, [logEntry("first")]);
-    const committedOnDisk = (id: string) => (JSON.parse(readFileSync(join(dir, "jobs", `${id}.json`), "utf8")) as { committed: number }).committed;
+    const committedOnDisk = (id: string) =>
+      (JSON.parse(readFileSync(join(dir, "jobs", `${id}.json`), "utf8")) as { committed: number }).committed;
     // Directory fsyncs go through FileHandle#sync (the log and state files use fd calls):
     // hold them and count them.
     const probe = await open(join(dir, "jobs"), "r");
@@ -202,45 +236,54 @@ describe("fs log store: the rename of the state reaches the disk before an appen
 });
 
 describe("fs log store: open log files under concurrency (review)", () => {
-  it.skipIf(!existsSync("/proc/self/fd"))("a burst of appends to more jobs than MAX_OPEN_LOGS at once leaves at most MAX_OPEN_LOGS open", async () => {
-    const dir = freshDir();
-    const store = createFsLogStore(dir, { fsync: false });
-    const ids = Array.from({ length: MAX_OPEN_LOGS * 3 }, () => randomUUID());
-    for (const id of ids) await store.open(id, { expect: true });
-    // All at once: every append's write is in flight when the next one opens its file.
-    await Promise.all(ids.map((id) => store.append(id, 0, [logEntry("burst")])));
-    expect(openLogs(dir)).toBeLessThanOrEqual(MAX_OPEN_LOGS);
-    // And it stays bounded when the burst repeats.
-    await Promise.all(ids.map((id) => store.append(id, 1, [logEntry("again")])));
-    expect(openLogs(dir)).toBeLessThanOrEqual(MAX_OPEN_LOGS);
-    for (const id of ids) expect((await store.read(id)).map((l) => l.line)).toEqual(["burst", "again"]);
-    await store.close?.();
-    expect(openLogs(dir)).toBe(0);
-  });
-
-  it.skipIf(!existsSync("/proc/self/fd"))("close() racing an append never leaves a log file open nor resolves before the append's write", async () => {
-    for (let ticks = 0; ticks < 24; ticks++) {
+  it.skipIf(!existsSync("/proc/self/fd"))(
+    "a burst of appends to more jobs than MAX_OPEN_LOGS at once leaves at most MAX_OPEN_LOGS open",
+    async () => {
       const dir = freshDir();
       const store = createFsLogStore(dir, { fsync: false });
-      const id = randomUUID();
-      await store.append(id, 0, [logEntry("first")]);
-      let appended = false;
-      const append = store.append(id, 1, [logEntry("second")]).then(
-        () => (appended = true),
-        () => undefined,
-      );
-      for (let i = 0; i < ticks; i++) await Promise.resolve();
+      const ids = Array.from({ length: MAX_OPEN_LOGS * 3 }, () => randomUUID());
+      for (const id of ids) await store.open(id, { expect: true });
+      // All at once: every append's write is in flight when the next one opens its file.
+      await Promise.all(ids.map((id) => store.append(id, 0, [logEntry("burst")])));
+      expect(openLogs(dir)).toBeLessThanOrEqual(MAX_OPEN_LOGS);
+      // And it stays bounded when the burst repeats.
+      await Promise.all(ids.map((id) => store.append(id, 1, [logEntry("again")])));
+      expect(openLogs(dir)).toBeLessThanOrEqual(MAX_OPEN_LOGS);
+      for (const id of ids) expect((await store.read(id)).map((l) => l.line)).toEqual(["burst", "again"]);
       await store.close?.();
-      // What the directory says once close() resolved: an append it let in is written by then.
-      const stateAtClose = JSON.parse(readFileSync(join(dir, "jobs", `${id}.json`), "utf8")) as { storedLines: number };
-      await append;
-      if (appended) expect(stateAtClose.storedLines, `ticks ${ticks}: close resolved before the append it let in`).toBe(2);
-      expect(openLogs(dir), `ticks ${ticks}`).toBe(0);
-      const again = createFsLogStore(dir, { fsync: false });
-      expect((await again.read(id)).map((l) => l.line)).toEqual(appended ? ["first", "second"] : ["first"]);
-      await again.close?.();
-    }
-  });
+      expect(openLogs(dir)).toBe(0);
+    },
+  );
+
+  it.skipIf(!existsSync("/proc/self/fd"))(
+    "close() racing an append never leaves a log file open nor resolves before the append's write",
+    async () => {
+      for (let ticks = 0; ticks < 24; ticks++) {
+        const dir = freshDir();
+        const store = createFsLogStore(dir, { fsync: false });
+        const id = randomUUID();
+        await store.append(id, 0, [logEntry("first")]);
+        let appended = false;
+        const append = store.append(id, 1, [logEntry("second")]).then(
+          () => (appended = true),
+          () => undefined,
+        );
+        for (let i = 0; i < ticks; i++) await Promise.resolve();
+        await store.close?.();
+        // What the directory says once close() resolved: an append it let in is written by then.
+        const stateAtClose = JSON.parse(readFileSync(join(dir, "jobs", `${id}.json`), "utf8")) as {
+          storedLines: number;
+        };
+        await append;
+        if (appended)
+          expect(stateAtClose.storedLines, `ticks ${ticks}: close resolved before the append it let in`).toBe(2);
+        expect(openLogs(dir), `ticks ${ticks}`).toBe(0);
+        const again = createFsLogStore(dir, { fsync: false });
+        expect((await again.read(id)).map((l) => l.line)).toEqual(appended ? ["first", "second"] : ["first"]);
+        await again.close?.();
+      }
+    },
+  );
 });
 
 /** Polls `check` until it holds (20 s at most). */
@@ -365,48 +408,51 @@ describe("fs log store: prune's crash order (session 9 review)", () => {
   });
 });
 
-describe.skipIf(!existsSync("/proc/self/fd"))("fs log store: directories it creates reach the disk (session 9 review)", () => {
-  it("the first open fsyncs the parent of every directory it made; a later open only the jobs directory and its parent", async () => {
-    const parent = join(root, `nested-${n++}`);
-    const dir = join(parent, "logs");
-    const synced: string[] = [];
-    const undo = await replaceDirSync((original, path) => (synced.push(path), original()));
-    try {
-      const store = createFsLogStore(dir);
-      expect(await store.get(randomUUID())).toBeNull();
-      // `parent`, `logs` and `jobs` were made: root holds parent's entry, parent logs', logs jobs'.
-      // And jobs itself (review 2): what a process that died before its fsync renamed there.
-      expect(synced.sort()).toEqual([root, parent, dir, join(dir, "jobs")].sort());
-      await store.close?.();
-      synced.length = 0;
-      const again = createFsLogStore(dir);
-      expect(await again.get(randomUUID())).toBeNull();
-      // Made before, maybe by a process that died before its fsync: two fsyncs a store open.
-      expect(synced).toEqual([dir, join(dir, "jobs")]);
-      synced.length = 0;
-      // The first append syncs the jobs directory only (its first state, its rename).
-      await again.append(randomUUID(), 0, [logEntry("x")]);
-      expect(new Set(synced)).toEqual(new Set([join(dir, "jobs")]));
-      await again.close?.();
-    } finally {
-      undo();
-    }
-  });
+describe.skipIf(!existsSync("/proc/self/fd"))(
+  "fs log store: directories it creates reach the disk (session 9 review)",
+  () => {
+    it("the first open fsyncs the parent of every directory it made; a later open only the jobs directory and its parent", async () => {
+      const parent = join(root, `nested-${n++}`);
+      const dir = join(parent, "logs");
+      const synced: string[] = [];
+      const undo = await replaceDirSync((original, path) => (synced.push(path), original()));
+      try {
+        const store = createFsLogStore(dir);
+        expect(await store.get(randomUUID())).toBeNull();
+        // `parent`, `logs` and `jobs` were made: root holds parent's entry, parent logs', logs jobs'.
+        // And jobs itself (review 2): what a process that died before its fsync renamed there.
+        expect(synced.sort()).toEqual([root, parent, dir, join(dir, "jobs")].sort());
+        await store.close?.();
+        synced.length = 0;
+        const again = createFsLogStore(dir);
+        expect(await again.get(randomUUID())).toBeNull();
+        // Made before, maybe by a process that died before its fsync: two fsyncs a store open.
+        expect(synced).toEqual([dir, join(dir, "jobs")]);
+        synced.length = 0;
+        // The first append syncs the jobs directory only (its first state, its rename).
+        await again.append(randomUUID(), 0, [logEntry("x")]);
+        expect(new Set(synced)).toEqual(new Set([join(dir, "jobs")]));
+        await again.close?.();
+      } finally {
+        undo();
+      }
+    });
 
-  it("without fsync, no directory is synced", async () => {
-    const dir = freshDir();
-    let syncs = 0;
-    const undo = await replaceDirSync((original) => (syncs++, original()));
-    try {
-      const store = createFsLogStore(dir, { fsync: false });
-      await store.append(randomUUID(), 0, [logEntry("x")]);
-      await store.close?.();
-    } finally {
-      undo();
-    }
-    expect(syncs).toBe(0);
-  });
-});
+    it("without fsync, no directory is synced", async () => {
+      const dir = freshDir();
+      let syncs = 0;
+      const undo = await replaceDirSync((original) => (syncs++, original()));
+      try {
+        const store = createFsLogStore(dir, { fsync: false });
+        await store.append(randomUUID(), 0, [logEntry("x")]);
+        await store.close?.();
+      } finally {
+        undo();
+      }
+      expect(syncs).toBe(0);
+    });
+  },
+);
 
 describe("fs log store: a filesystem that cannot fsync a directory (session 9 review)", () => {
   it("EINVAL from the directory fsync: appends succeed, one warning, and no directory fsync is tried again", async () => {
@@ -420,7 +466,8 @@ describe("fs log store: a filesystem that cannot fsync a directory (session 9 re
     let tries = 0;
     const undo = await replaceDirSync(() => (tries++, Promise.reject(errno("EINVAL"))));
     try {
-      for (let at = 1; at <= 5; at++) expect((await store.append(id, at, [logEntry(`line ${at}`)])).committed).toBe(at + 1);
+      for (let at = 1; at <= 5; at++)
+        expect((await store.append(id, at, [logEntry(`line ${at}`)])).committed).toBe(at + 1);
       await new Promise((resolve) => setImmediate(resolve));
     } finally {
       undo();
@@ -429,7 +476,14 @@ describe("fs log store: a filesystem that cannot fsync a directory (session 9 re
     // The kept handle, then a fresh one (a closed handle of ours says EBADF too): refused twice, then never tried again.
     expect(tries).toBe(2);
     expect(warnings.map((w) => (w as NodeJS.ErrnoException).code)).toEqual(["RUNNER_DEPOT_DIR_FSYNC_UNSUPPORTED"]);
-    expect((await store.read(id)).map((l) => l.line)).toEqual(["before", "line 1", "line 2", "line 3", "line 4", "line 5"]);
+    expect((await store.read(id)).map((l) => l.line)).toEqual([
+      "before",
+      "line 1",
+      "line 2",
+      "line 3",
+      "line 4",
+      "line 5",
+    ]);
     await store.close?.();
     const again = createFsLogStore(dir);
     expect((await again.get(id))?.committed).toBe(6);

@@ -39,7 +39,11 @@ async function text(body: AsyncIterable<Uint8Array> | null): Promise<string | nu
 async function increment(store: PackageStore, key: string): Promise<void> {
   for (;;) {
     const current = await store.getRecord<{ n: number }>(key);
-    if ((await store.putRecord(key, { n: (current?.value.n ?? 0) + 1 }, { ifRevision: current?.revision ?? null })) !== null) return;
+    if (
+      (await store.putRecord(key, { n: (current?.value.n ?? 0) + 1 }, { ifRevision: current?.revision ?? null })) !==
+      null
+    )
+      return;
   }
 }
 
@@ -80,7 +84,9 @@ for (const [kind, make] of Object.entries(factories)) {
 
     it("refuses a digest mismatch or an oversized body and keeps nothing", async () => {
       const store = await make();
-      const mismatch = await store.putBlob(chunks("abc"), { expectedDigest: storeDigest("xyz") }).catch((e: unknown) => e);
+      const mismatch = await store
+        .putBlob(chunks("abc"), { expectedDigest: storeDigest("xyz") })
+        .catch((e: unknown) => e);
       expect(isRunnerDepotError(mismatch, "DIGEST_MISMATCH")).toBe(true);
       const tooLarge = await store.putBlob(chunks("12345", "67890"), { maxBytes: 8 }).catch((e: unknown) => e);
       expect(isRunnerDepotError(tooLarge, "TOO_LARGE")).toBe(true);
@@ -89,7 +95,9 @@ for (const [kind, make] of Object.entries(factories)) {
       const listed: string[] = [];
       for await (const d of store.listBlobs()) listed.push(d);
       expect(listed).toEqual([]);
-      expect((await store.putBlob(chunks("12345678"), { maxBytes: 8, expectedDigest: storeDigest("12345678") })).size).toBe(8);
+      expect(
+        (await store.putBlob(chunks("12345678"), { maxBytes: 8, expectedDigest: storeDigest("12345678") })).size,
+      ).toBe(8);
     });
 
     it("compare-and-swap: create-only, revision match, conditional delete", async () => {
@@ -112,7 +120,21 @@ for (const [kind, make] of Object.entries(factories)) {
 
     it("lists keys by prefix in byte order, paged, with awkward keys", async () => {
       const store = await make();
-      const keys = ["a", "a/b", "a/b/c", "a-c", "a.d", "a/é", "a/%41", "a/~x", "a/.hidden", "a/..", "b/x", "a/ünï/cödé", "a/" + "z".repeat(60)];
+      const keys = [
+        "a",
+        "a/b",
+        "a/b/c",
+        "a-c",
+        "a.d",
+        "a/é",
+        "a/%41",
+        "a/~x",
+        "a/.hidden",
+        "a/..",
+        "b/x",
+        "a/ünï/cödé",
+        "a/" + "z".repeat(60),
+      ];
       for (const k of keys) expect(await store.putRecord(k, { k }, { ifRevision: null })).not.toBeNull();
       for (const k of keys) expect((await store.getRecord<{ k: string }>(k))!.value.k).toBe(k);
       const bytes = (s: string) => Buffer.from(s);
@@ -137,21 +159,30 @@ for (const [kind, make] of Object.entries(factories)) {
       // order differs from their UTF-8 order), under a prefix of their own per run.
       const key = fc.string({ unit: "binary", maxLength: 12 }).filter(wellFormed);
       await fc.assert(
-        fc.asyncProperty(fc.uniqueArray(key, { maxLength: 25 }), fc.string({ unit: "binary", maxLength: 2 }).filter(wellFormed), fc.integer({ min: 1, max: 7 }), async (suffixes, sub, limit) => {
-          const base = `prop${round++}/`;
-          for (const suffix of suffixes) expect(await store.putRecord(base + suffix, 1, { ifRevision: null, lazy: true })).not.toBeNull();
-          const prefix = base + sub;
-          const expected = suffixes.map((k) => base + k).filter((k) => k.startsWith(prefix)).sort((x, y) => Buffer.compare(Buffer.from(x), Buffer.from(y)));
-          const seen: string[] = [];
-          let cursor: string | undefined;
-          do {
-            const page = await store.listRecords(prefix, { cursor, limit });
-            expect(page.keys.length).toBeLessThanOrEqual(limit);
-            seen.push(...page.keys);
-            cursor = page.cursor;
-          } while (cursor !== undefined);
-          expect(seen).toEqual(expected);
-        }),
+        fc.asyncProperty(
+          fc.uniqueArray(key, { maxLength: 25 }),
+          fc.string({ unit: "binary", maxLength: 2 }).filter(wellFormed),
+          fc.integer({ min: 1, max: 7 }),
+          async (suffixes, sub, limit) => {
+            const base = `prop${round++}/`;
+            for (const suffix of suffixes)
+              expect(await store.putRecord(base + suffix, 1, { ifRevision: null, lazy: true })).not.toBeNull();
+            const prefix = base + sub;
+            const expected = suffixes
+              .map((k) => base + k)
+              .filter((k) => k.startsWith(prefix))
+              .sort((x, y) => Buffer.compare(Buffer.from(x), Buffer.from(y)));
+            const seen: string[] = [];
+            let cursor: string | undefined;
+            do {
+              const page = await store.listRecords(prefix, { cursor, limit });
+              expect(page.keys.length).toBeLessThanOrEqual(limit);
+              seen.push(...page.keys);
+              cursor = page.cursor;
+            } while (cursor !== undefined);
+            expect(seen).toEqual(expected);
+          },
+        ),
         { numRuns: 60 },
       );
     });
@@ -166,7 +197,9 @@ for (const [kind, make] of Object.entries(factories)) {
 
 function run(args: string[]): Promise<{ code: number | null; out: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ["--import", "tsx", worker, ...args], { stdio: ["ignore", "pipe", "inherit"] });
+    const child = spawn(process.execPath, ["--import", "tsx", worker, ...args], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
     let out = "";
     child.stdout.on("data", (c: Buffer) => (out += c.toString()));
     child.on("exit", (code) => resolve({ code, out }));
@@ -227,7 +260,11 @@ describe("fs store across processes", () => {
     const tmp = await tempDir("depot-store-mp-");
     cleanups.push(tmp.cleanup);
     const store = createFsStore(tmp.dir);
-    const results = await Promise.all([run([tmp.dir, "cas", "shared/counter", "40"]), run([tmp.dir, "cas", "shared/counter", "40"]), Promise.all(Array.from({ length: 40 }, () => increment(store, "shared/counter")))]);
+    const results = await Promise.all([
+      run([tmp.dir, "cas", "shared/counter", "40"]),
+      run([tmp.dir, "cas", "shared/counter", "40"]),
+      Promise.all(Array.from({ length: 40 }, () => increment(store, "shared/counter"))),
+    ]);
     expect(results[0].code).toBe(0);
     expect(results[1].code).toBe(0);
     expect((await store.getRecord<{ n: number }>("shared/counter"))!.value.n).toBe(120);
@@ -311,7 +348,9 @@ describe("fs store across processes", () => {
     const { store, order, stopLog } = await storeWithFlushLog("depot-store-visible-");
     try {
       const [first, second] = await Promise.all([
-        store.putRecord("vis/k", 1, { ifRevision: null, onVisible: (applied) => order.push(`visible ${applied}`) }).then((r) => (order.push("resolved"), r)),
+        store
+          .putRecord("vis/k", 1, { ifRevision: null, onVisible: (applied) => order.push(`visible ${applied}`) })
+          .then((r) => (order.push("resolved"), r)),
         store.putRecord("vis/k", 2, { ifRevision: null, onVisible: (applied) => order.push(`visible ${applied}`) }),
       ]);
       expect(first).not.toBeNull();
@@ -332,7 +371,12 @@ describe("fs store across processes", () => {
       order.push("record");
       expect(await store.putRecord("defer/k", 2, { ifRevision: null, deferSync: true })).toBeNull();
       expect(await store.putRecord("defer/k", 3, { ifRevision: revision!, deferSync: true })).not.toBeNull();
-      const blob = await store.putBlob((async function* () { yield Buffer.from("small deferred blob"); })(), { deferSync: true });
+      const blob = await store.putBlob(
+        (async function* () {
+          yield Buffer.from("small deferred blob");
+        })(),
+        { deferSync: true },
+      );
       order.push("blob");
       expect(await store.statBlob(blob.digest)).toEqual({ size: 19 });
       expect((await store.getRecord("defer/k"))?.value).toBe(3);
@@ -360,7 +404,11 @@ describe("fs store across processes", () => {
     // below the store's own backstop, so only the worker can have copied it.
     const writeMany = async (tag: string) => {
       for (let round = 0; round < 30; round++) {
-        await Promise.all(Array.from({ length: 25 }, (_, i) => store.putRecord(`ckpt/${tag}/${round}/${i}`, value, { ifRevision: null })));
+        await Promise.all(
+          Array.from({ length: 25 }, (_, i) =>
+            store.putRecord(`ckpt/${tag}/${round}/${i}`, value, { ifRevision: null }),
+          ),
+        );
       }
     };
     await writeMany("a");
@@ -390,15 +438,26 @@ describe("fs store across processes", () => {
     const store = createFsStore(tmp.dir);
     const first = await store.putRecord("batch/k", { v: 0 }, { ifRevision: null });
     // Ten swaps from one revision, lazy and durable mixed, and ten creates of one key: one of each wins.
-    const swaps = await Promise.all(Array.from({ length: 10 }, (_, i) => store.putRecord("batch/k", { v: i + 1 }, { ifRevision: first, lazy: i % 2 === 0 })));
-    const creates = await Promise.all(Array.from({ length: 10 }, (_, i) => store.putRecord("batch/new", { v: i }, { ifRevision: null, lazy: i % 3 === 0 })));
+    const swaps = await Promise.all(
+      Array.from({ length: 10 }, (_, i) =>
+        store.putRecord("batch/k", { v: i + 1 }, { ifRevision: first, lazy: i % 2 === 0 }),
+      ),
+    );
+    const creates = await Promise.all(
+      Array.from({ length: 10 }, (_, i) =>
+        store.putRecord("batch/new", { v: i }, { ifRevision: null, lazy: i % 3 === 0 }),
+      ),
+    );
     expect(swaps.filter((r) => r !== null)).toHaveLength(1);
     expect(swaps[0]).not.toBeNull(); // in call order: the first swap saw `first`
     expect(creates.filter((r) => r !== null)).toHaveLength(1);
     expect(await store.getRecord("batch/k")).toEqual({ value: { v: 1 }, revision: swaps[0] });
     expect(await store.getRecord("batch/new")).toEqual({ value: { v: 0 }, revision: creates[0] });
     // A delete and a create of one key in one turn: applied in order.
-    const [deleted, recreated] = await Promise.all([store.deleteRecord("batch/new", { ifRevision: creates[0]! }), store.putRecord("batch/new", { v: "again" }, { ifRevision: null })]);
+    const [deleted, recreated] = await Promise.all([
+      store.deleteRecord("batch/new", { ifRevision: creates[0]! }),
+      store.putRecord("batch/new", { v: "again" }, { ifRevision: null }),
+    ]);
     expect(deleted).toBe(true);
     expect(recreated).not.toBeNull();
     expect((await store.getRecord<{ v: string }>("batch/new"))!.value.v).toBe("again");
@@ -420,7 +479,11 @@ describe("fs store across processes", () => {
     cleanups.push(tmp.cleanup);
     let acknowledged = 0;
     for (let round = 0; round < 3; round++) {
-      const child = spawn(process.execPath, ["--import", "tsx", worker, tmp.dir, "cas", "kill/counter", "100000", "acks"], { stdio: ["ignore", "pipe", "inherit"] });
+      const child = spawn(
+        process.execPath,
+        ["--import", "tsx", worker, tmp.dir, "cas", "kill/counter", "100000", "acks"],
+        { stdio: ["ignore", "pipe", "inherit"] },
+      );
       let out = "";
       await new Promise<void>((resolve) =>
         child.stdout.on("data", (c: Buffer) => {
@@ -445,7 +508,9 @@ describe("fs store across processes", () => {
     const tmp = await tempDir("depot-store-kill-");
     cleanups.push(tmp.cleanup);
     for (let round = 0; round < 3; round++) {
-      const child = spawn(process.execPath, ["--import", "tsx", worker, tmp.dir, "blobs"], { stdio: ["ignore", "pipe", "inherit"] });
+      const child = spawn(process.execPath, ["--import", "tsx", worker, tmp.dir, "blobs"], {
+        stdio: ["ignore", "pipe", "inherit"],
+      });
       await new Promise<void>((resolve) => child.stdout.once("data", () => resolve()));
       await new Promise((resolve) => setTimeout(resolve, 150 + Math.random() * 200));
       child.kill("SIGKILL");
@@ -462,8 +527,12 @@ describe("fs store across processes", () => {
     }
     expect(blobs).toBeGreaterThan(0);
     const { keys } = await store.listRecords("rec/");
-    for (const key of keys) expect(((await store.getRecord<{ filler: string }>(key))!.value.filler).length).toBeGreaterThanOrEqual(0);
+    for (const key of keys)
+      expect((await store.getRecord<{ filler: string }>(key))!.value.filler.length).toBeGreaterThanOrEqual(0);
     // A write lock dies with its process: the next writer is not blocked.
-    for (const key of keys) expect(await store.putRecord(key, { after: true }, { ifRevision: (await store.getRecord(key))!.revision })).not.toBeNull();
+    for (const key of keys)
+      expect(
+        await store.putRecord(key, { after: true }, { ifRevision: (await store.getRecord(key))!.revision }),
+      ).not.toBeNull();
   });
 });

@@ -33,7 +33,12 @@ afterAll(async () => {
 const prefixOf = new WeakMap<PackageStore, string>();
 function composed(prefix = `depot-${randomUUID()}/`): PackageStore {
   const store = composeStore({
-    blobs: createS3BlobStore({ bucket: s3.bucket, prefix, clientConfig: s3.clientConfig, partSizeBytes: 5 * 1024 * 1024 }),
+    blobs: createS3BlobStore({
+      bucket: s3.bucket,
+      prefix,
+      clientConfig: s3.clientConfig,
+      partSizeBytes: 5 * 1024 * 1024,
+    }),
     records: createPostgresRecords({ pool: db.pool, schema: db.schema }),
   });
   prefixOf.set(store, prefix);
@@ -71,7 +76,10 @@ describe("depot on S3 + PostgreSQL over HTTP", () => {
     expect(commit.status).toBe(201);
     const committed = (await commit.json()) as { digest: string };
 
-    const catalog = (await (await fetch(`${depot.url}/catalog`)).json()) as { packages: Record<string, { latest: string }>; count: number };
+    const catalog = (await (await fetch(`${depot.url}/catalog`)).json()) as {
+      packages: Record<string, { latest: string }>;
+      count: number;
+    };
     expect(catalog.packages.tool).toMatchObject({ latest: "1.0.0" });
     expect(await (await fetch(`${depot.url}/depend/tool`)).json()).toEqual({
       name: "tool",
@@ -92,7 +100,13 @@ describe("depot on S3 + PostgreSQL over HTTP", () => {
     expect(storeDigest(bytes)).toBe(committed.digest);
     expect(redirect.headers.get("repr-digest")).toBe(httpDigest(bytes));
     const entries = await parseTar(bytes);
-    expect(entries.map((e) => e.name)).toEqual([".pkg/manifest.json", "bin/tool", "share", "share/data.bin", "share/tool"]);
+    expect(entries.map((e) => e.name)).toEqual([
+      ".pkg/manifest.json",
+      "bin/tool",
+      "share",
+      "share/data.bin",
+      "share/tool",
+    ]);
     expect(Buffer.from(entries.find((e) => e.name === "share/data.bin")!.body).equals(big)).toBe(true);
 
     // A client that follows redirects gets the same bytes, and ranges work through it.
@@ -106,7 +120,11 @@ describe("depot on S3 + PostgreSQL over HTTP", () => {
   it("two transactions for one version: exactly one commit wins, the other gets 409", async () => {
     const ids = await Promise.all([0, 1, 2].map(() => openTransaction(depot.url, "raced@1.0.0")));
     for (const [i, id] of ids.entries()) {
-      const r = await fetch(`${depot.url}/add/${id}/file`, { method: "POST", headers: { "Pkg-Path": "who" }, body: `writer ${i}` });
+      const r = await fetch(`${depot.url}/add/${id}/file`, {
+        method: "POST",
+        headers: { "Pkg-Path": "who" },
+        body: `writer ${i}`,
+      });
       expect(r.status).toBe(201);
     }
     const commits = await Promise.all(ids.map((id) => fetch(`${depot.url}/commit/${id}`, { method: "POST" })));
@@ -118,7 +136,9 @@ describe("depot on S3 + PostgreSQL over HTTP", () => {
 
   it("concurrent publishes of different packages all reach the catalog (CAS on PostgreSQL)", async () => {
     const names = Array.from({ length: 8 }, (_, i) => `pkg${i}`);
-    const results = await Promise.all(names.map((n) => publish(depot.url, `${n}@1.0.0`, [{ type: "file", path: "a", body: n }])));
+    const results = await Promise.all(
+      names.map((n) => publish(depot.url, `${n}@1.0.0`, [{ type: "file", path: "a", body: n }])),
+    );
     expect(results.map((r) => r.status)).toEqual(names.map(() => 201));
     const catalog = (await (await fetch(`${depot.url}/catalog`)).json()) as { packages: Record<string, unknown> };
     for (const n of names) expect(catalog.packages[n]).toBeDefined();

@@ -11,7 +11,16 @@ import { createMemoryLogStore } from "../../src/adapters/memory/index.js";
 import { createRunnerService, startRunnerServer } from "../../src/runner/index.js";
 import { createRunnerClient } from "../../src/runner/client/runner-client.js";
 import type { JobResult } from "../../src/runner/ports.js";
-import { BROKER_CONTROL_MISSING, brokerConnections, createTestSchema, needs, RABBITMQ_URL, rabbitmqctl, startTcpProxy, acquireBrokerOutage } from "../fixtures/backends.js";
+import {
+  BROKER_CONTROL_MISSING,
+  brokerConnections,
+  createTestSchema,
+  needs,
+  RABBITMQ_URL,
+  rabbitmqctl,
+  startTcpProxy,
+  acquireBrokerOutage,
+} from "../fixtures/backends.js";
 
 needs("postgres", "rabbitmq");
 
@@ -56,7 +65,9 @@ async function waitFor(check: () => boolean | Promise<boolean>, what: string, tr
 }
 
 describe("runner on RabbitMQ: a broker restart loses no result", () => {
-  it("1 000 jobs end while RabbitMQ stops and starts: every result arrives, at most once more (default timeouts)", async ({ skip }) => {
+  it("1 000 jobs end while RabbitMQ stops and starts: every result arrives, at most once more (default timeouts)", async ({
+    skip,
+  }) => {
     skip(BROKER_CONTROL_MISSING !== null, BROKER_CONTROL_MISSING ?? undefined);
     const queueName = `rd-test-restart-${randomUUID()}`;
     const errors: unknown[] = [];
@@ -102,7 +113,9 @@ describe("runner on RabbitMQ: a broker restart loses no result", () => {
               // The service answers UNAVAILABLE 10 s after an end reached it; a loaded CI
               // machine stretches that, so the wait is generous (the test's own bound is 240 s).
               await waitFor(() => unavailable.count > 0, "a call to end UNAVAILABLE", 2400).catch((error: Error) => {
-                throw new Error(`${error.message}; ends in flight ${endsInFlight}, ended ${ended}, retries seen ${JSON.stringify([...retryCodes])}`);
+                throw new Error(
+                  `${error.message}; ends in flight ${endsInFlight}, ended ${ended}, retries seen ${JSON.stringify([...retryCodes])}`,
+                );
               });
             } finally {
               markDown();
@@ -130,7 +143,12 @@ describe("runner on RabbitMQ: a broker restart loses no result", () => {
           // machine, the run cannot end all its jobs before the stop takes effect (no end
           // would then meet the outage). Counted as in flight: they wait on the stopped broker.
           if (outage && jobs.length - i <= 40) await brokerDown;
-          await client.end({ exitCode: i % 7, success: i % 7 === 0, repoUrl: "https://git.example.com/app.git", commitSha: "abc123" });
+          await client.end({
+            exitCode: i % 7,
+            success: i % 7 === 0,
+            repoUrl: "https://git.example.com/app.git",
+            commitSha: "abc123",
+          });
           endsInFlight--;
         } finally {
           await client.close();
@@ -174,7 +192,9 @@ describe("runner on PostgreSQL: two servers share one log store", () => {
   it("a runner cut off mid-job resumes on the other server: no line lost or duplicated, one result", async () => {
     const db = await createTestSchema();
     const queueName = `rd-test-handover-${randomUUID()}`;
-    const queues = [0, 1].map(() => createRabbitMqQueue({ url: RABBITMQ_URL, queue: queueName, queueArguments: { "x-expires": 120_000 } }));
+    const queues = [0, 1].map(() =>
+      createRabbitMqQueue({ url: RABBITMQ_URL, queue: queueName, queueArguments: { "x-expires": 120_000 } }),
+    );
     const logs = [0, 1].map(() => createPostgresLogStore({ pool: db.pool, schema: db.schema }));
     const runners = [0, 1].map((i) => createRunnerService(queues[i]!, { logs: logs[i]! }));
     const servers = await Promise.all(runners.map((r) => startRunnerServer(r, { port: 0 })));
@@ -222,7 +242,11 @@ describe("runner on PostgreSQL: two servers share one log store", () => {
     try {
       const messages = (await drainQueue(queueName)).filter((m) => m.messageId === requestId);
       expect(messages).toHaveLength(1);
-      expect(messages[0]!.body).toMatchObject({ requestId, outcome: "finished", lines: { stdout: total - total / 5, stderr: total / 5 } });
+      expect(messages[0]!.body).toMatchObject({
+        requestId,
+        outcome: "finished",
+        lines: { stdout: total - total / 5, stderr: total / 5 },
+      });
     } finally {
       await db.drop();
     }

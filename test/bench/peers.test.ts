@@ -27,7 +27,11 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-const aptCalls = () => readFile(calls, "utf8").then((text) => text.trim().split("\n"), () => []);
+const aptCalls = () =>
+  readFile(calls, "utf8").then(
+    (text) => text.trim().split("\n"),
+    () => [],
+  );
 
 describe("bench peers", () => {
   it("a peer that is there is used as it is", async () => {
@@ -46,7 +50,10 @@ describe("bench peers", () => {
   it("with --install-peers apt-get installs it, and a package that does not provide the program is reported", async () => {
     const peer: SystemPeer = { name: "nginx", bin: join(dir, "no", "nginx"), aptPackage: "nginx", module: "depot" };
     expect(await peerMissing(peer, true)).toBe(`apt-get install nginx did not provide ${peer.bin}`);
-    expect(await aptCalls()).toEqual(["noninteractive update", "noninteractive install -y --no-install-recommends nginx"]);
+    expect(await aptCalls()).toEqual([
+      "noninteractive update",
+      "noninteractive install -y --no-install-recommends nginx",
+    ]);
   });
 });
 
@@ -57,7 +64,8 @@ describe("bench modules", () => {
     const offenders: string[] = [];
     for (const file of await readdir(benchDir)) {
       if (!file.endsWith(".ts") || file === "peers.ts") continue;
-      if (/apt-get["'`]?\s*,|["'`]apt-get["'`]|apt_install/.test(await readFile(new URL(file, benchDir), "utf8"))) offenders.push(file);
+      if (/apt-get["'`]?\s*,|["'`]apt-get["'`]|apt_install/.test(await readFile(new URL(file, benchDir), "utf8")))
+        offenders.push(file);
     }
     expect(offenders).toEqual([]);
   });

@@ -36,7 +36,19 @@ describe("agent --token with a value starting with '-'", () => {
     const runner = createRunnerService(queue, { secret });
     const server = await startRunnerServer(runner, { port: 0 });
     try {
-      const run = await cli(["agent", "--endpoint", server.url, "--request-id", id, "--token", token, "--", process.execPath, "-e", "console.log('hello from the job')"]);
+      const run = await cli([
+        "agent",
+        "--endpoint",
+        server.url,
+        "--request-id",
+        id,
+        "--token",
+        token,
+        "--",
+        process.execPath,
+        "-e",
+        "console.log('hello from the job')",
+      ]);
       expect(run.stderr).not.toMatch(/ambiguous/);
       expect(run.code).toBe(0);
       expect((await runner.logs.read(id)).map((l) => l.line)).toEqual(["hello from the job"]);
@@ -48,7 +60,11 @@ describe("agent --token with a value starting with '-'", () => {
   });
 
   it("binds only string options, short and long, and leaves '--', what follows it and the command's own options alone", () => {
-    const options = { token: { type: "string" as const, short: "t" }, endpoint: { type: "string" as const }, verbose: { type: "boolean" as const } };
+    const options = {
+      token: { type: "string" as const, short: "t" },
+      endpoint: { type: "string" as const },
+      verbose: { type: "boolean" as const },
+    };
     expect(bindDashValues(["--token", "-abc", "--verbose", "-t", "-x", "--", "--token", "-y"], options)).toEqual([
       "--token=-abc",
       "--verbose",
@@ -59,7 +75,11 @@ describe("agent --token with a value starting with '-'", () => {
     ]);
     // A forgotten value stays a usage error: neither '--' nor another option is swallowed.
     expect(bindDashValues(["--token", "--", "make"], options)).toEqual(["--token", "--", "make"]);
-    expect(bindDashValues(["--token", "--endpoint", "http://x"], options)).toEqual(["--token", "--endpoint", "http://x"]);
+    expect(bindDashValues(["--token", "--endpoint", "http://x"], options)).toEqual([
+      "--token",
+      "--endpoint",
+      "http://x",
+    ]);
     expect(bindDashValues(["--token", "--endpoint=http://x"], options)).toEqual(["--token", "--endpoint=http://x"]);
   });
 

@@ -45,7 +45,11 @@ function ptySpawnCommand(argv: string[], cwd: string, env: Record<string, string
   const PATH = `${path.dirname(process.execPath)}:${process.env.PATH ?? ""}`;
   // Without vitest's own variables, so a vitest started in the terminal is a run of its own.
   const base = Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("VITEST")));
-  return spawn("script", ["-qfec", command, "/dev/null"], { cwd, env: { ...base, PATH, ...env }, stdio: ["pipe", "pipe", "pipe"] });
+  return spawn("script", ["-qfec", command, "/dev/null"], {
+    cwd,
+    env: { ...base, PATH, ...env },
+    stdio: ["pipe", "pipe", "pipe"],
+  });
 }
 
 /** Runs the command built from the clone in the pseudo-terminal. */
@@ -65,7 +69,9 @@ function ptyRun(argv: string[], cwd: string, env: Record<string, string> = {}): 
   child.stderr.on("data", (d: Buffer) => (out += d));
   return new Promise((resolve, reject) => {
     child.on("error", reject);
-    child.on("close", (code) => resolve({ code, out: out.replace(/\r\n/g, "\n"), elapsedMs: performance.now() - started }));
+    child.on("close", (code) =>
+      resolve({ code, out: out.replace(/\r\n/g, "\n"), elapsedMs: performance.now() - started }),
+    );
   });
 }
 
@@ -124,7 +130,10 @@ describe("from a fresh clone", () => {
     const problems: string[] = [];
     let checked = 0;
     for (const doc of tracked) {
-      for (const { link, target, anchor, outside } of relativeLinks(doc, await readFile(path.join(clone, doc), "utf8"))) {
+      for (const { link, target, anchor, outside } of relativeLinks(
+        doc,
+        await readFile(path.join(clone, doc), "utf8"),
+      )) {
         checked++;
         if (outside) {
           problems.push(`${doc}: ${link} points outside the repository`);
@@ -132,14 +141,22 @@ describe("from a fresh clone", () => {
         }
         const found = await stat(path.join(clone, target)).catch(() => null);
         if (!found) problems.push(`${doc}: ${link} → ${target} is not in a fresh clone`);
-        else if (anchor && found.isFile() && target.endsWith(".md") && !anchorsOf(await readFile(path.join(clone, target), "utf8")).has(anchor)) {
+        else if (
+          anchor &&
+          found.isFile() &&
+          target.endsWith(".md") &&
+          !anchorsOf(await readFile(path.join(clone, target), "utf8")).has(anchor)
+        ) {
           problems.push(`${doc}: ${link} names no heading of ${target}`);
         }
       }
       // The README's own anchors (#running-the-tests, …) name its headings.
-      for (const link of markdownLinks(await readFile(path.join(clone, doc), "utf8")).filter((l) => l.startsWith("#"))) {
+      for (const link of markdownLinks(await readFile(path.join(clone, doc), "utf8")).filter((l) =>
+        l.startsWith("#"),
+      )) {
         checked++;
-        if (!anchorsOf(await readFile(path.join(clone, doc), "utf8")).has(link.slice(1))) problems.push(`${doc}: ${link} names no heading`);
+        if (!anchorsOf(await readFile(path.join(clone, doc), "utf8")).has(link.slice(1)))
+          problems.push(`${doc}: ${link} names no heading`);
       }
     }
     expect(problems).toEqual([]);
@@ -159,10 +176,18 @@ describe("from a fresh clone", () => {
     const run = await (SERVICES.rabbitmq.url === null ? nested() : withBrokerInUse(nested));
     expect(run.code, run.out).toBe(0);
     const said = (service: "PostgreSQL" | "RabbitMQ", url: string | null) =>
-      url === null ? new RegExp(`services: ${service}: SKIPPED: RUNNER_DEPOT_TEST_\\w+=skip`) : `services: ${service}: reachable: answered at ${redact(url)}`;
-    for (const [service, url] of [["PostgreSQL", SERVICES.postgres.url], ["RabbitMQ", SERVICES.rabbitmq.url]] as const) {
+      url === null
+        ? new RegExp(`services: ${service}: SKIPPED: RUNNER_DEPOT_TEST_\\w+=skip`)
+        : `services: ${service}: reachable: answered at ${redact(url)}`;
+    for (const [service, url] of [
+      ["PostgreSQL", SERVICES.postgres.url],
+      ["RabbitMQ", SERVICES.rabbitmq.url],
+    ] as const) {
       const expected = said(service, url);
-      const hits = typeof expected === "string" ? run.out.split(expected).length - 1 : (run.out.match(new RegExp(expected, "g")) ?? []).length;
+      const hits =
+        typeof expected === "string"
+          ? run.out.split(expected).length - 1
+          : (run.out.match(new RegExp(expected, "g")) ?? []).length;
       // Once before the tests, once more at the end of the summary.
       expect(hits, run.out).toBe(2);
     }
@@ -173,7 +198,10 @@ describe("from a fresh clone", () => {
     const run = await ptyRun(["npx", "tsx", "src/cli/main.ts", "--version"], clone);
     expect(run.code, run.out).toBe(0);
     // npx draws a braille spinner on a terminal while it resolves tsx: the screen keeps none of it.
-    const screen = run.out.replace(/\x1b\[[0-9;]*[A-Za-z]/g, "").replace(/[\u2800-\u28ff]/g, "").trim();
+    const screen = run.out
+      .replace(/\x1b\[[0-9;]*[A-Za-z]/g, "")
+      .replace(/[\u2800-\u28ff]/g, "")
+      .trim();
     expect(screen).toBe(`runner-depot ${version}`);
   });
 });
@@ -231,7 +259,10 @@ describe("the agent checks its credentials before running anything", () => {
     const command = [process.execPath, "-e", `require("fs").writeFileSync(${JSON.stringify(marker)}, "ran")`];
     const job = await createJob(command);
     const wrong = `${job.token.slice(0, -4)}AAAA`;
-    const run = await pty(["agent", "--endpoint", job.endpoint, "--request-id", job.requestId, "--token", wrong, "--", ...command], work);
+    const run = await pty(
+      ["agent", "--endpoint", job.endpoint, "--request-id", job.requestId, "--token", wrong, "--", ...command],
+      work,
+    );
     expect(run.code).toBe(1);
     expect(said(run)).toBe(
       `runner-depot: the runner at ${job.endpoint} refused the job's token (PERMISSION_DENIED: the token is not valid for this job); ` +
@@ -241,11 +272,17 @@ describe("the agent checks its credentials before running anything", () => {
     // Measured for the report. The bound only tells "at once" from retrying: a retrying agent
     // backs off until its 600 s deadline. 30 s leaves a loaded 2-core machine room for the
     // process start (10 s was within reach of a CI run at load 16+).
-    console.log(`agent with a wrong token: exit ${run.code} after ${Math.round(run.elapsedMs)} ms (process start included)`);
+    console.log(
+      `agent with a wrong token: exit ${run.code} after ${Math.round(run.elapsedMs)} ms (process start included)`,
+    );
     expect(run.elapsedMs).toBeLessThan(30_000);
 
     // Without any token (none given, none in the environment) the message says so.
-    const none = await pty(["agent", "--endpoint", job.endpoint, "--request-id", job.requestId, "--", ...command], work, { RUNNER_DEPOT_JOB_TOKEN: "" });
+    const none = await pty(
+      ["agent", "--endpoint", job.endpoint, "--request-id", job.requestId, "--", ...command],
+      work,
+      { RUNNER_DEPOT_JOB_TOKEN: "" },
+    );
     expect(none.code).toBe(1);
     expect(said(none)).toContain("refused the job's token (UNAUTHENTICATED:");
     expect(said(none)).toContain("--token or $RUNNER_DEPOT_JOB_TOKEN; the command was not run");
@@ -254,14 +291,36 @@ describe("the agent checks its credentials before running anything", () => {
 
   it("with the right token runs the command, prints its output here as it streams, and exits with its code", async () => {
     // exitCode rather than process.exit(): the latter may drop queued pipe writes on Node 24.
-    const command = [process.execPath, "-e", 'console.log("hello from the job"); console.error("a warning"); process.exitCode = 3'];
+    const command = [
+      process.execPath,
+      "-e",
+      'console.log("hello from the job"); console.error("a warning"); process.exitCode = 3',
+    ];
     const job = await createJob(command);
-    const run = await pty(["agent", "--endpoint", job.endpoint, "--request-id", job.requestId, "--", ...command], work, { RUNNER_DEPOT_JOB_TOKEN: job.token });
+    const run = await pty(
+      ["agent", "--endpoint", job.endpoint, "--request-id", job.requestId, "--", ...command],
+      work,
+      { RUNNER_DEPOT_JOB_TOKEN: job.token },
+    );
     expect(run.code, run.out).toBe(3);
     expect(run.out).toContain("hello from the job\n");
     expect(run.out).toContain("a warning\n");
     const quiet = await createJob(command);
-    const silent = await pty(["agent", "--quiet", "--endpoint", quiet.endpoint, "--request-id", quiet.requestId, "--token", quiet.token, "--", ...command], work);
+    const silent = await pty(
+      [
+        "agent",
+        "--quiet",
+        "--endpoint",
+        quiet.endpoint,
+        "--request-id",
+        quiet.requestId,
+        "--token",
+        quiet.token,
+        "--",
+        ...command,
+      ],
+      work,
+    );
     expect(silent.code).toBe(3);
     expect(silent.out).not.toContain("hello from the job");
 
@@ -280,7 +339,10 @@ describe("the agent checks its credentials before running anything", () => {
   it("cancel stops a running job's command; jobs shows it cancelled; a second cancel says it already ended", async () => {
     const command = [process.execPath, "-e", 'setInterval(() => console.log("tick"), 50)'];
     const job = await createJob(command);
-    const agent = ptySpawn(["agent", "--endpoint", job.endpoint, "--request-id", job.requestId, "--token", job.token, "--", ...command], work);
+    const agent = ptySpawn(
+      ["agent", "--endpoint", job.endpoint, "--request-id", job.requestId, "--token", job.token, "--", ...command],
+      work,
+    );
     let out = "";
     agent.stdout.on("data", (d: Buffer) => (out += d));
     const exited = new Promise<number | null>((r) => agent.once("close", r));
@@ -298,7 +360,9 @@ describe("the agent checks its credentials before running anything", () => {
     expect(list.out).toMatch(new RegExp(`^${job.requestId} cancelled cancelled   -1 `, "m"));
     const again = await pty(["cancel", job.requestId], work);
     expect(again.code).toBe(1);
-    expect(said(again)).toBe(`runner-depot: cannot cancel (409): job ${job.requestId} already ended (cancelled); nothing to cancel`);
+    expect(said(again)).toBe(
+      `runner-depot: cannot cancel (409): job ${job.requestId} already ended (cancelled); nothing to cancel`,
+    );
     const unknown = await pty(["cancel", "00000000-0000-4000-8000-000000000000"], work);
     expect(said(unknown)).toBe("runner-depot: cannot cancel (404): no job 00000000-0000-4000-8000-000000000000");
   });
@@ -341,7 +405,9 @@ describe("every error of item 6 says what to do (verbatim)", () => {
     );
     const dns = await pty(["install", "app", target, "--url", "http://no-such-host.invalid"], work);
     expect(dns.code).toBe(1);
-    expect(said(dns)).toBe(`runner-depot: install failed: cannot reach http://no-such-host.invalid/version/app: DNS lookup failed (${dnsCode}): no such host`);
+    expect(said(dns)).toBe(
+      `runner-depot: install failed: cannot reach http://no-such-host.invalid/version/app: DNS lookup failed (${dnsCode}): no such host`,
+    );
     // TLS: https:// to a server that speaks plain HTTP.
     const plain = createServer((_req, res) => res.end());
     await new Promise<void>((r) => plain.listen(0, "127.0.0.1", r));
@@ -363,10 +429,16 @@ describe("every error of item 6 says what to do (verbatim)", () => {
     silent.closeAllConnections();
     await new Promise((r) => silent.close(r));
     expect(slow.code).toBe(1);
-    expect(said(slow)).toBe(`runner-depot: install failed: cannot reach ${silentUrl}/version/app: timed out: no answer within 1 s ($RUNNER_DEPOT_TIMEOUT)`);
+    expect(said(slow)).toBe(
+      `runner-depot: install failed: cannot reach ${silentUrl}/version/app: timed out: no answer within 1 s ($RUNNER_DEPOT_TIMEOUT)`,
+    );
     expect(slowJob.code).toBe(1);
-    expect(said(slowJob)).toBe(`runner-depot: cannot reach ${silentUrl}: timed out: no answer within 1 s ($RUNNER_DEPOT_TIMEOUT); is 'runner-depot serve' running?`);
-    const badTimeout = await pty(["install", "app", target, "--url", silentUrl], work, { RUNNER_DEPOT_TIMEOUT: "soon" });
+    expect(said(slowJob)).toBe(
+      `runner-depot: cannot reach ${silentUrl}: timed out: no answer within 1 s ($RUNNER_DEPOT_TIMEOUT); is 'runner-depot serve' running?`,
+    );
+    const badTimeout = await pty(["install", "app", target, "--url", silentUrl], work, {
+      RUNNER_DEPOT_TIMEOUT: "soon",
+    });
     expect(badTimeout.code).toBe(2);
     expect(said(badTimeout)).toBe(
       "runner-depot: $RUNNER_DEPOT_TIMEOUT is seconds to wait for a server's answer, from 0.1 to 3600 (default 120), not 'soon'",
@@ -385,10 +457,14 @@ describe("every error of item 6 says what to do (verbatim)", () => {
     await writeFile(path.join(work, "a-file"), "x");
     const fileAsDir = await pty(["publish", "./a-file", "app@1.0.0", "--url", countingUrl], work);
     expect(fileAsDir.code).toBe(2);
-    expect(said(fileAsDir)).toBe("runner-depot: ./a-file is a file; publish takes a directory (its files become the package)");
+    expect(said(fileAsDir)).toBe(
+      "runner-depot: ./a-file is a file; publish takes a directory (its files become the package)",
+    );
     const under = await pty(["install", "app", "./a-file/vendor", "--url", countingUrl], work);
     expect(under.code).toBe(2);
-    expect(said(under)).toBe(`runner-depot: cannot create ./a-file/vendor: ${path.join(work, "a-file")} is a file, not a directory`);
+    expect(said(under)).toBe(
+      `runner-depot: cannot create ./a-file/vendor: ${path.join(work, "a-file")} is a file, not a directory`,
+    );
     expect(requests).toBe(0);
   });
 
@@ -398,19 +474,32 @@ describe("every error of item 6 says what to do (verbatim)", () => {
     await writeFile(path.join(src, "file"), "x");
     const upper = await pty(["publish", src, "Bad_Name@1.0.0", "--url", countingUrl], work);
     expect(upper.code).toBe(2);
-    expect(said(upper)).toBe("runner-depot: package name 'Bad_Name' has upper-case letters; the depot keeps names lower-case, so write 'bad_name'");
+    expect(said(upper)).toBe(
+      "runner-depot: package name 'Bad_Name' has upper-case letters; the depot keeps names lower-case, so write 'bad_name'",
+    );
     const bare = await pty(["publish", src, "good@1.0.0", "--require", "bad", "--url", countingUrl], work);
     expect(bare.code).toBe(2);
-    expect(said(bare)).toBe("runner-depot: --require 'bad' needs a range: name@range, e.g. bad@^1.0 (or bad@* for any version)");
-    const range = await pty(["publish", src, "good@1.0.0", "--require", "lib@^1.0", "--require", "other@>=>2", "--url", countingUrl], work);
+    expect(said(bare)).toBe(
+      "runner-depot: --require 'bad' needs a range: name@range, e.g. bad@^1.0 (or bad@* for any version)",
+    );
+    const range = await pty(
+      ["publish", src, "good@1.0.0", "--require", "lib@^1.0", "--require", "other@>=>2", "--url", countingUrl],
+      work,
+    );
     expect(range.code).toBe(2);
-    expect(said(range)).toBe("runner-depot: --require 'other@>=>2': '>=>2' is not a SemVer range (e.g. ^1.2, >=1.0.0 <2, 1.x, *)");
+    expect(said(range)).toBe(
+      "runner-depot: --require 'other@>=>2': '>=>2' is not a SemVer range (e.g. ^1.2, >=1.0.0 <2, 1.x, *)",
+    );
     const badVersion = await pty(["publish", src, "good@1.0", "--url", countingUrl], work);
     expect(badVersion.code).toBe(2);
-    expect(said(badVersion)).toBe("runner-depot: '1.0' in 'good@1.0' is not a version: SemVer 2.0.0 such as 1.2.3 or 1.2.3-rc.1");
+    expect(said(badVersion)).toBe(
+      "runner-depot: '1.0' in 'good@1.0' is not a version: SemVer 2.0.0 such as 1.2.3 or 1.2.3-rc.1",
+    );
     const badInstall = await pty(["install", "good@^^1", path.join(work, "v"), "--url", countingUrl], work);
     expect(badInstall.code).toBe(2);
-    expect(said(badInstall)).toBe("runner-depot: 'good@^^1' has no valid version or range: name, name@1.2.3 or name@^1.2");
+    expect(said(badInstall)).toBe(
+      "runner-depot: 'good@^^1' has no valid version or range: name, name@1.2.3 or name@^1.2",
+    );
     expect(requests).toBe(0);
   });
 
@@ -478,7 +567,9 @@ describe("installs never destroy, from the command line", () => {
 
     const kept = await pty(["install", "tool@2.0.0", vendor, "--preserve", "renameold"], work);
     expect(kept.code, kept.out).toBe(0);
-    expect(kept.out).toContain(`kept your ${path.join(vendor, "tool", "etc", "tool.conf.old")}, ${path.join(vendor, "tool", "notes.txt")}`);
+    expect(kept.out).toContain(
+      `kept your ${path.join(vendor, "tool", "etc", "tool.conf.old")}, ${path.join(vendor, "tool", "notes.txt")}`,
+    );
     expect(await readFile(path.join(vendor, "tool", "etc", "tool.conf"), "utf8")).toBe("level = 2\n");
     expect(await readFile(path.join(vendor, "tool", "etc", "tool.conf.old"), "utf8")).toBe("level = 1 # tuned\n");
     expect(await readFile(path.join(vendor, "tool", "notes.txt"), "utf8")).toBe("mine\n");
@@ -492,10 +583,15 @@ describe("installs never destroy, from the command line", () => {
     await writeFile(path.join(v3, "large.bin"), Buffer.alloc(4 * 1024 * 1024, 9));
     const run = await pty(["publish", v3, "tool@3.0.0"], work);
     expect(run.code, run.out).toBe(0);
-    const frames = run.out.split(/[\r\n]/).map((l) => l.replace(/\x1b\[K/g, "")).filter((l) => l.startsWith("publish tool@3.0.0"));
+    const frames = run.out
+      .split(/[\r\n]/)
+      .map((l) => l.replace(/\x1b\[K/g, ""))
+      .filter((l) => l.startsWith("publish tool@3.0.0"));
     expect(frames.length).toBeGreaterThan(0);
     for (const frame of frames) expect(frame.length).toBeLessThanOrEqual(80);
-    expect(frames.at(-1)).toMatch(/^publish tool@3\.0\.0 \[#+\] 100% 4\.0 MiB\/4\.0 MiB [\d.]+ (B|KiB|MiB|GiB)\/s ETA 0:00$/);
+    expect(frames.at(-1)).toMatch(
+      /^publish tool@3\.0\.0 \[#+\] 100% 4\.0 MiB\/4\.0 MiB [\d.]+ (B|KiB|MiB|GiB)\/s ETA 0:00$/,
+    );
   });
 
   it("progress bars count bytes, show rate and ETA, and fit 80 columns", async () => {
@@ -503,7 +599,10 @@ describe("installs never destroy, from the command line", () => {
     const run = await pty(["install", "tool@1.0.0", vendor], work);
     expect(run.code, run.out).toBe(0);
     // Every redraw is one screen line: split at carriage returns and line ends.
-    const frames = run.out.split(/[\r\n]/).map((l) => l.replace(/\x1b\[K/g, "")).filter((l) => l.startsWith("install tool@1.0.0"));
+    const frames = run.out
+      .split(/[\r\n]/)
+      .map((l) => l.replace(/\x1b\[K/g, ""))
+      .filter((l) => l.startsWith("install tool@1.0.0"));
     expect(frames.length).toBeGreaterThan(0);
     for (const frame of frames) expect(frame.length).toBeLessThanOrEqual(80);
     const last = frames.at(-1)!;

@@ -20,10 +20,14 @@ describe("serve: the console at /-/console/", () => {
   let loginUrl: string;
   beforeAll(async () => {
     work = await mkdtemp(path.join(os.tmpdir(), "console-serve-"));
-    serve = spawn(process.execPath, ["--import", tsx, main, "serve", "--runner-port", "0", "--depot-port", "0", "--data", path.join(work, "data")], {
-      cwd: work,
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    serve = spawn(
+      process.execPath,
+      ["--import", tsx, main, "serve", "--runner-port", "0", "--depot-port", "0", "--data", path.join(work, "data")],
+      {
+        cwd: work,
+        stdio: ["ignore", "pipe", "pipe"],
+      },
+    );
     let err = "";
     loginUrl = await new Promise<string>((resolve, reject) => {
       serve.stderr!.setEncoding("utf8").on("data", (d: string) => {

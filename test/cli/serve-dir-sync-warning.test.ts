@@ -46,17 +46,32 @@ describe.skipIf(process.platform !== "linux")("serve on a filesystem that cannot
     const patch = path.join(dir, "einval-dir-fsync.mjs");
     await writeFile(patch, PATCH);
     const { child, logs, exited } = spawnJsonLogged(
-      ["--import", pathToFileURL(patch).href, bundle.file, "serve", "--data", path.join(dir, "data"), "--runner-port", "0", "--depot-port", "0", "--log-format", "json"],
+      [
+        "--import",
+        pathToFileURL(patch).href,
+        bundle.file,
+        "serve",
+        "--data",
+        path.join(dir, "data"),
+        "--runner-port",
+        "0",
+        "--depot-port",
+        "0",
+        "--log-format",
+        "json",
+      ],
       { ...process.env, NODE_NO_WARNINGS: "1" },
     );
     try {
-      for (let i = 0; i < 600 && child.exitCode === null && !logs.some((l) => l.msg === "runner-depot serving"); i++) await pause(100);
+      for (let i = 0; i < 600 && child.exitCode === null && !logs.some((l) => l.msg === "runner-depot serving"); i++)
+        await pause(100);
       const serving = logs.find((l) => l.msg === "runner-depot serving");
       expect(serving, JSON.stringify(logs)).toBeDefined();
       // readiness probes both stores, which opens them: their directories are fsynced then.
       const ready = await fetch(`${String(serving!.depotUrl)}/readyz`);
       expect(ready.status).toBe(200);
-      for (let i = 0; i < 100 && !logs.some((l) => l.code === "RUNNER_DEPOT_DIR_FSYNC_UNSUPPORTED"); i++) await pause(50);
+      for (let i = 0; i < 100 && !logs.some((l) => l.code === "RUNNER_DEPOT_DIR_FSYNC_UNSUPPORTED"); i++)
+        await pause(50);
       const notice = logs.find((l) => l.code === "RUNNER_DEPOT_DIR_FSYNC_UNSUPPORTED");
       expect(notice, JSON.stringify(logs)).toMatchObject({ level: 40 });
       expect(String(notice!.msg)).toMatch(/fsync of the directory .* is not supported here \(EINVAL\)/);

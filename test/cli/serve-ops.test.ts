@@ -20,7 +20,15 @@ import ajv2020Module from "ajv/dist/2020.js";
 import { parse as parseYaml } from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bundleCli, spawnJsonLogged } from "../fixtures/cli-bundle.js";
-import { acquireBrokerUse, createTestSchema, needs, POSTGRES_URL, RABBITMQ_URL, startProxyFor, type TcpProxy } from "../fixtures/backends.js";
+import {
+  acquireBrokerUse,
+  createTestSchema,
+  needs,
+  POSTGRES_URL,
+  RABBITMQ_URL,
+  startProxyFor,
+  type TcpProxy,
+} from "../fixtures/backends.js";
 import { add, openTransaction } from "../fixtures/depot.js";
 import { createServer as createTcpServer, type AddressInfo } from "node:net";
 import { randomUUID } from "node:crypto";
@@ -39,7 +47,9 @@ const openapi = parseYaml(await readFile(new URL("../../openapi.yaml", import.me
 };
 const ajv = new ajv2020Module.default({ strict: false });
 const fitsReadiness = ajv.compile({ ...openapi.components.schemas.Readiness, additionalProperties: false });
-const fitsHealth = ajv.compile(openapi.paths["/healthz"]!.get.responses["200"]!.content["application/json"]!.schema as object);
+const fitsHealth = ajv.compile(
+  openapi.paths["/healthz"]!.get.responses["200"]!.content["application/json"]!.schema as object,
+);
 
 interface Serve {
   child: ChildProcess;
@@ -59,15 +69,36 @@ async function until(check: () => Promise<boolean> | boolean): Promise<void> {
 }
 
 async function startServe(cli: string, args: string[], dataDir: string): Promise<Serve> {
-  const { child, logs, exited } = spawnJsonLogged([cli, "serve", "--data", dataDir, "--runner-port", "0", "--depot-port", "0", "--log-format", "json", ...args]);
+  const { child, logs, exited } = spawnJsonLogged([
+    cli,
+    "serve",
+    "--data",
+    dataDir,
+    "--runner-port",
+    "0",
+    "--depot-port",
+    "0",
+    "--log-format",
+    "json",
+    ...args,
+  ]);
   await until(() => logs.some((l) => l.msg === "runner-depot serving") || child.exitCode !== null);
   const serving = logs.find((l) => l.msg === "runner-depot serving");
   if (!serving) throw new Error(`serve did not start: ${JSON.stringify(logs)}`);
   const state = JSON.parse(await readFile(path.join(dataDir, "serve.json"), "utf8")) as { adminToken: string };
-  return { child, logs, exited, depotUrl: String(serving.depotUrl), metricsUrl: String(serving.metricsUrl), adminToken: state.adminToken };
+  return {
+    child,
+    logs,
+    exited,
+    depotUrl: String(serving.depotUrl),
+    metricsUrl: String(serving.metricsUrl),
+    adminToken: state.adminToken,
+  };
 }
 
-async function readyz(base: string): Promise<{ status: number; body: { status: string; unreachable: string[]; checks: Record<string, string> } }> {
+async function readyz(
+  base: string,
+): Promise<{ status: number; body: { status: string; unreachable: string[]; checks: Record<string, string> } }> {
   const response = await fetch(`${base}/readyz`);
   const body = (await response.json()) as { status: string; unreachable: string[]; checks: Record<string, string> };
   expect(fitsReadiness(body), JSON.stringify(fitsReadiness.errors)).toBe(true);
@@ -96,7 +127,16 @@ describe("serve: metrics, health and readiness", () => {
     dataDir = await mkdtemp(path.join(tmpdir(), "serve-ops-"));
     serve = await startServe(
       bundle.file,
-      ["--postgres", postgres.url(POSTGRES_URL), "--postgres-schema", schema.schema, "--amqp", rabbit.url(RABBITMQ_URL), "--log-level", "debug"],
+      [
+        "--postgres",
+        postgres.url(POSTGRES_URL),
+        "--postgres-schema",
+        schema.schema,
+        "--amqp",
+        rabbit.url(RABBITMQ_URL),
+        "--log-level",
+        "debug",
+      ],
       dataDir,
     );
     // Up to the outage test's own bound (240 s) of waiting for the broker, then the start.
@@ -138,20 +178,37 @@ describe("serve: metrics, health and readiness", () => {
     const requests = family("depot_requests_total")!;
     expect(requests.type).toBe("COUNTER");
     const counted = requests.metrics
-      .map((m) => `${m.labels!.http_request_method} ${m.labels!.http_route} ${m.labels!.http_response_status_code} ${m.value}`)
+      .map(
+        (m) =>
+          `${m.labels!.http_request_method} ${m.labels!.http_route} ${m.labels!.http_response_status_code} ${m.value}`,
+      )
       .sort();
-    expect(counted).toEqual(["GET /catalog 200 2", "GET /data/:pkg 404 1", "POST /trans/:pkg 201 1", "POST /trans/:pkg 401 1"]);
+    expect(counted).toEqual([
+      "GET /catalog 200 2",
+      "GET /data/:pkg 404 1",
+      "POST /trans/:pkg 201 1",
+      "POST /trans/:pkg 401 1",
+    ]);
     expect(family("depot_transactions_open")?.metrics.map((m) => m.value)).toEqual(["1"]);
     expect(family("depot_request_duration")?.type).toBe("HISTOGRAM");
     expect(family("depot_store_duration")?.type).toBe("HISTOGRAM");
     // The auth refusal is a log line without the token.
     const refused = serve.logs.find((l) => l.msg === "auth refused");
-    expect(refused).toMatchObject({ level: 40, code: "UNAUTHENTICATED", action: "publish", name: "tool", component: "depot" });
+    expect(refused).toMatchObject({
+      level: 40,
+      code: "UNAUTHENTICATED",
+      action: "publish",
+      name: "tool",
+      component: "depot",
+    });
     expect(JSON.stringify(serve.logs)).not.toContain(serve.adminToken);
   });
 
   it("/readyz is 200, turns 503 naming PostgreSQL's users when it is cut off, and 200 when it is back", async () => {
-    expect(await readyz(serve.depotUrl)).toEqual({ status: 200, body: { status: "ready", unreachable: [], checks: { store: "ok", logStore: "ok", queue: "ok" } } });
+    expect(await readyz(serve.depotUrl)).toEqual({
+      status: 200,
+      body: { status: "ready", unreachable: [], checks: { store: "ok", logStore: "ok", queue: "ok" } },
+    });
     await postgres.break();
     let seen = await readyz(serve.depotUrl);
     await until(async () => (seen = await readyz(serve.depotUrl)).status === 503);
@@ -160,15 +217,27 @@ describe("serve: metrics, health and readiness", () => {
     expect(seen.body.checks.queue).toBe("ok");
     await postgres.heal();
     await until(async () => (seen = await readyz(serve.depotUrl)).status === 200);
-    expect(seen.body).toEqual({ status: "ready", unreachable: [], checks: { store: "ok", logStore: "ok", queue: "ok" } });
-    expect(serve.logs.filter((l) => l.msg === "readiness changed").map((l) => l.status)).toEqual(["ready", "unready", "ready"]);
+    expect(seen.body).toEqual({
+      status: "ready",
+      unreachable: [],
+      checks: { store: "ok", logStore: "ok", queue: "ok" },
+    });
+    expect(serve.logs.filter((l) => l.msg === "readiness changed").map((l) => l.status)).toEqual([
+      "ready",
+      "unready",
+      "ready",
+    ]);
   });
 
   it("/readyz turns 503 naming the queue when RabbitMQ is cut off, and 200 when it is back", async () => {
     await rabbit.break();
     let seen = await readyz(serve.depotUrl);
     await until(async () => (seen = await readyz(serve.depotUrl)).status === 503);
-    expect(seen.body).toMatchObject({ status: "unready", unreachable: ["queue"], checks: { store: "ok", logStore: "ok" } });
+    expect(seen.body).toMatchObject({
+      status: "unready",
+      unreachable: ["queue"],
+      checks: { store: "ok", logStore: "ok" },
+    });
     expect(seen.body.checks.queue).not.toBe("ok");
     await rabbit.heal();
     await until(async () => (seen = await readyz(serve.depotUrl)).status === 200);
@@ -177,12 +246,21 @@ describe("serve: metrics, health and readiness", () => {
 });
 
 /** A chunked upload the test holds open: `finish()` sends the rest and resolves with the status. */
-function heldUpload(url: string, token: string): { request: ClientRequest; started: Promise<void>; finish(): Promise<number>; outcome: Promise<number | string> } {
+function heldUpload(
+  url: string,
+  token: string,
+): { request: ClientRequest; started: Promise<void>; finish(): Promise<number>; outcome: Promise<number | string> } {
   const target = new URL(url);
   let resolveStatus!: (status: number | string) => void;
   const outcome = new Promise<number | string>((resolve) => (resolveStatus = resolve));
   const request = httpRequest(
-    { host: target.hostname, port: target.port, path: target.pathname, method: "POST", headers: { Authorization: `Bearer ${token}`, "Pkg-Path": "bin/tool", "Transfer-Encoding": "chunked" } },
+    {
+      host: target.hostname,
+      port: target.port,
+      path: target.pathname,
+      method: "POST",
+      headers: { Authorization: `Bearer ${token}`, "Pkg-Path": "bin/tool", "Transfer-Encoding": "chunked" },
+    },
     (response) => {
       response.resume();
       response.once("end", () => resolveStatus(response.statusCode ?? 0));
@@ -203,13 +281,30 @@ function heldUpload(url: string, token: string): { request: ClientRequest; start
 
 /** A grpc-js client of the standard grpc.health.v1 service (another implementation than ours). */
 function healthClient(runnerUrl: string): { check(): Promise<string>; close(): void } {
-  const definition = protoLoader.loadSync(fileURLToPath(new URL("../../proto/grpc/health/v1/health.proto", import.meta.url)), { keepCase: true, defaults: true, enums: String });
+  const definition = protoLoader.loadSync(
+    fileURLToPath(new URL("../../proto/grpc/health/v1/health.proto", import.meta.url)),
+    { keepCase: true, defaults: true, enums: String },
+  );
   const pkg = grpc.loadPackageDefinition(definition) as unknown as {
-    grpc: { health: { v1: { Health: new (address: string, credentials: grpc.ChannelCredentials) => grpc.Client & { Check(r: { service: string }, cb: (e: grpc.ServiceError | null, r?: { status: string }) => void): void } } } };
+    grpc: {
+      health: {
+        v1: {
+          Health: new (
+            address: string,
+            credentials: grpc.ChannelCredentials,
+          ) => grpc.Client & {
+            Check(r: { service: string }, cb: (e: grpc.ServiceError | null, r?: { status: string }) => void): void;
+          };
+        };
+      };
+    };
   };
   const client = new pkg.grpc.health.v1.Health(new URL(runnerUrl).host, grpc.credentials.createInsecure());
   return {
-    check: () => new Promise((resolve, reject) => client.Check({ service: "" }, (error, response) => (error ? reject(error) : resolve(response!.status)))),
+    check: () =>
+      new Promise((resolve, reject) =>
+        client.Check({ service: "" }, (error, response) => (error ? reject(error) : resolve(response!.status))),
+      ),
     close: () => client.close(),
   };
 }
@@ -227,7 +322,11 @@ describe("serve: drain on SIGTERM", () => {
       // The checks below must fit in the drain's windows on a loaded machine: three requests
       // to the child within --drain-delay, and the kept upload's end within --drain-grace
       // after it (4 s and 3 s left about a 2x margin at load 20).
-      const serve = await startServe(bundle.file, ["--metrics-port", "0", "--drain-grace", "8", "--drain-delay", "6", "--log-level", "debug"], dataDir);
+      const serve = await startServe(
+        bundle.file,
+        ["--metrics-port", "0", "--drain-grace", "8", "--drain-delay", "6", "--log-level", "debug"],
+        dataDir,
+      );
       const operator = serve.metricsUrl.replace(/\/metrics$/, "");
       expect((await readyz(operator)).status).toBe(200);
       const runnerUrl = String(serve.logs.find((l) => l.msg === "runner-depot serving")!.runnerUrl);
@@ -236,7 +335,10 @@ describe("serve: drain on SIGTERM", () => {
       // Without a token on the separate listener.
       expect((await fetch(serve.metricsUrl)).status).toBe(200);
       const auth = { Authorization: `Bearer ${serve.adminToken}` };
-      const kept = heldUpload(`${serve.depotUrl}/add/${await openTransaction(serve.depotUrl, "kept@1.0.0", auth)}/file`, serve.adminToken);
+      const kept = heldUpload(
+        `${serve.depotUrl}/add/${await openTransaction(serve.depotUrl, "kept@1.0.0", auth)}/file`,
+        serve.adminToken,
+      );
       const stuckId = await openTransaction(serve.depotUrl, "stuck@1.0.0", auth);
       const stuck = heldUpload(`${serve.depotUrl}/add/${stuckId}/file`, serve.adminToken);
       await Promise.all([kept.started, stuck.started]);
@@ -261,7 +363,12 @@ describe("serve: drain on SIGTERM", () => {
       expect(await health.check()).toBe("NOT_SERVING");
       health.close();
       // After the delay, new connections to the depot are refused.
-      await until(() => fetch(`${serve.depotUrl}/catalog`).then(() => false, () => true));
+      await until(() =>
+        fetch(`${serve.depotUrl}/catalog`).then(
+          () => false,
+          () => true,
+        ),
+      );
       // The first call finishes within the grace time; the second is left hanging.
       expect(await kept.finish()).toBe(201);
       expect(await serve.exited).toBe(0);
@@ -305,7 +412,12 @@ describe("serve: scheduled garbage collection", () => {
       await until(() => collected().some((l) => Number(l.deletedBlobs) > 0));
       const reclaimed = collected().reduce((sum, l) => sum + Number(l.reclaimedBytes), 0);
       expect(reclaimed).toBe(Buffer.byteLength(body));
-      expect(collected().find((l) => Number(l.deletedBlobs) > 0)).toMatchObject({ level: 30, component: "depot", deletedBlobs: 1, reclaimedBytes: Buffer.byteLength(body) });
+      expect(collected().find((l) => Number(l.deletedBlobs) > 0)).toMatchObject({
+        level: 30,
+        component: "depot",
+        deletedBlobs: 1,
+        reclaimedBytes: Buffer.byteLength(body),
+      });
       expect(serve.logs.some((l) => l.msg === "garbage collection failed")).toBe(false);
 
       const families = parsePrometheusTextFormat(await (await fetch(serve.metricsUrl, { headers: auth })).text());
@@ -349,8 +461,18 @@ describe("serve: the metrics listener beyond loopback", () => {
         expect(refused.stderr).toContain("pass --metrics-public");
       }
       const lonely = await run(bundle.file, [...base, "--metrics-public"]);
-      expect([lonely.code, lonely.stderr.trim()]).toEqual([2, "runner-depot: --metrics-public goes with --metrics-port"]);
-      const allowed = await run(bundle.file, [...base, "--metrics-port", port, "--metrics-host", "0.0.0.0", "--metrics-public"]);
+      expect([lonely.code, lonely.stderr.trim()]).toEqual([
+        2,
+        "runner-depot: --metrics-public goes with --metrics-port",
+      ]);
+      const allowed = await run(bundle.file, [
+        ...base,
+        "--metrics-port",
+        port,
+        "--metrics-host",
+        "0.0.0.0",
+        "--metrics-public",
+      ]);
       expect(allowed.code).toBe(1);
       expect(allowed.stderr).toContain(`port ${port} is in use; pass --metrics-port <port>`);
       expect(allowed.stderr).not.toContain("--metrics-public");

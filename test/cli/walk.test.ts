@@ -94,20 +94,32 @@ describe("runner-depot command", () => {
     expect(exposed.stderr).toMatch(/plain HTTP.*--insecure/);
     // The depot port is taken (by the walk's own server): serve closes what it opened and exits 1.
     const busyPort = new URL(state.depotUrl).port;
-    const busy = await cli(["serve", "--runner-port", "0", "--depot-port", busyPort, "--data", path.join(work, "busy")], work);
+    const busy = await cli(
+      ["serve", "--runner-port", "0", "--depot-port", busyPort, "--data", path.join(work, "busy")],
+      work,
+    );
     expect(busy.code).toBe(1);
-    expect(busy.stderr.trim()).toBe(`runner-depot: port ${busyPort} is in use; pass --depot-port <port> (0 picks a free one)`);
+    expect(busy.stderr.trim()).toBe(
+      `runner-depot: port ${busyPort} is in use; pass --depot-port <port> (0 picks a free one)`,
+    );
   });
 
   it("streams a job from `agent` into `logs --follow` and prints its result", async () => {
     // exitCode, not process.exit(): on Node 24 a child's stdout to its parent's pipe is
     // asynchronous, and process.exit() drops what is still queued (the job's own loss,
     // which no agent can read back; seen as the last 8 lines missing 1 run in 4).
-    const script = "for (let i = 0; i < 200; i++) (i % 10 === 9 ? console.error : console.log)('line ' + i); process.exitCode = 3";
-    const job = await cli(["job", "--repo", "https://example.test/repo.git", "--commit", "abc123", "--", process.execPath, "-e", script], work);
+    const script =
+      "for (let i = 0; i < 200; i++) (i % 10 === 9 ? console.error : console.log)('line ' + i); process.exitCode = 3";
+    const job = await cli(
+      ["job", "--repo", "https://example.test/repo.git", "--commit", "abc123", "--", process.execPath, "-e", script],
+      work,
+    );
     expect(job.code, job.stderr).toBe(0);
     expect(job.stdout.startsWith("#cloud-config\n")).toBe(true);
-    const userData = parse(job.stdout) as { write_files: Array<{ path: string; content: string; permissions: string }>; runcmd: string[][] };
+    const userData = parse(job.stdout) as {
+      write_files: Array<{ path: string; content: string; permissions: string }>;
+      runcmd: string[][];
+    };
     const config = JSON.parse(userData.write_files[0]!.content) as { requestId: string; endpoint: string };
     expect(userData.write_files[0]!.permissions).toBe("0600");
     expect(config.endpoint).toBe(state.runnerUrl);
@@ -122,17 +134,26 @@ describe("runner-depot command", () => {
 
     const logs = await follow;
     expect(logs.code).toBe(3);
-    const expectedOut = Array.from({ length: 200 }, (_, i) => i).filter((i) => i % 10 !== 9).map((i) => `line ${i}`);
+    const expectedOut = Array.from({ length: 200 }, (_, i) => i)
+      .filter((i) => i % 10 !== 9)
+      .map((i) => `line ${i}`);
     const expectedErr = Array.from({ length: 20 }, (_, k) => `line ${k * 10 + 9}`);
     expect(logs.stdout.trim().split("\n")).toEqual(expectedOut);
     const errLines = logs.stderr.trim().split("\n");
     expect(errLines.slice(0, -1)).toEqual(expectedErr);
-    expect(JSON.parse(errLines.at(-1)!)).toMatchObject({ requestId: config.requestId, outcome: "finished", exitCode: 3 });
+    expect(JSON.parse(errLines.at(-1)!)).toMatchObject({
+      requestId: config.requestId,
+      outcome: "finished",
+      exitCode: 3,
+    });
 
     // serve printed the job result as one JSON line.
     // Up to 60 s (a condition, not a time: 5 s was thin for a loaded machine's pipe and timers).
     for (let i = 0; i < 600 && !serveOut.includes(config.requestId); i++) await new Promise((r) => setTimeout(r, 100));
-    const results = serveOut.trim().split("\n").map((l) => JSON.parse(l) as Record<string, unknown>);
+    const results = serveOut
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
     const result = results.find((r) => r.requestId === config.requestId);
     expect(result).toMatchObject({
       outcome: "finished",
@@ -157,7 +178,10 @@ describe("runner-depot command", () => {
 
     const pubLib = await cli(["publish", lib, "libfoo@1.2.0"], work);
     expect(pubLib.code, pubLib.stderr).toBe(0);
-    const pubApp = await cli(["publish", app, "app@1.0.0", "--require", "libfoo@^1.0", "--attr", "description=demo"], work);
+    const pubApp = await cli(
+      ["publish", app, "app@1.0.0", "--require", "libfoo@^1.0", "--attr", "description=demo"],
+      work,
+    );
     expect(pubApp.code, pubApp.stderr).toBe(0);
     expect(pubApp.stderr).toContain("published app@1.0.0");
 

@@ -23,7 +23,14 @@ import { chromiumMissing, closeConsoleStack, launchChromium } from "../fixtures/
 import { createMemoryQueue, createMemoryStore, type MemoryQueue } from "../../src/adapters/memory/index.js";
 import { createConsole, createConsoleSessions, type ConsoleSessions } from "../../src/console/index.js";
 import { createPackageRouter } from "../../src/depot/index.js";
-import { createRunnerClient, createRunnerService, startRunnerServer, type RunnerClient, type RunnerServer, type RunnerService } from "../../src/runner/index.js";
+import {
+  createRunnerClient,
+  createRunnerService,
+  startRunnerServer,
+  type RunnerClient,
+  type RunnerServer,
+  type RunnerService,
+} from "../../src/runner/index.js";
 import { publish } from "../fixtures/depot.js";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
@@ -59,7 +66,13 @@ describe("web console in chromium", () => {
     // Packages: app@1.0.0 and app@1.1.0 (files, a link, a licence) requiring lib, which requires nothing.
     for (const [spec, additions] of [
       ["lib@2.0.0", [{ type: "file" as const, path: "lib/liblib.so", body: "ELF" }]],
-      ["app@1.0.0", [{ type: "file" as const, path: "bin/app", body: "#!/bin/sh\necho 1\n", mode: "0755" }, { type: "require" as const, requires: ["lib@^2"] }]],
+      [
+        "app@1.0.0",
+        [
+          { type: "file" as const, path: "bin/app", body: "#!/bin/sh\necho 1\n", mode: "0755" },
+          { type: "require" as const, requires: ["lib@^2"] },
+        ],
+      ],
       [
         "app@1.1.0",
         [
@@ -87,7 +100,9 @@ describe("web console in chromium", () => {
     await closeConsoleStack({ browser, httpServer, runnerServer, runner });
   });
 
-  it("the login URL works once, sets an HttpOnly SameSite=Strict cookie, and nothing works without the session", async ({ skip }) => {
+  it("the login URL works once, sets an HttpOnly SameSite=Strict cookie, and nothing works without the session", async ({
+    skip,
+  }) => {
     skip(chromiumMissing !== null, chromiumMissing ?? "");
     // Without a session: pages ask to sign in, the API answers 401.
     expect((await fetch(`${consoleUrl()}/`)).status).toBe(401);
@@ -116,10 +131,16 @@ describe("web console in chromium", () => {
     const id = randomUUID();
     await runner.expectJob(id);
     const cookie = `${cookies[0]!.name}=${cookies[0]!.value}`;
-    const noToken = await fetch(`${consoleUrl()}/api/jobs/${id}/cancel`, { method: "POST", headers: { cookie, origin } });
+    const noToken = await fetch(`${consoleUrl()}/api/jobs/${id}/cancel`, {
+      method: "POST",
+      headers: { cookie, origin },
+    });
     expect(noToken.status).toBe(403);
     const csrf = await page.locator('meta[name="csrf-token"]').getAttribute("content");
-    const crossSite = await fetch(`${consoleUrl()}/api/jobs/${id}/cancel`, { method: "POST", headers: { cookie, origin: "http://evil.example", "x-csrf-token": csrf! } });
+    const crossSite = await fetch(`${consoleUrl()}/api/jobs/${id}/cancel`, {
+      method: "POST",
+      headers: { cookie, origin: "http://evil.example", "x-csrf-token": csrf! },
+    });
     expect(crossSite.status).toBe(403);
     expect((await runner.logs.get(id))?.status).toBe("open");
     await runner.cancelJob(id);
@@ -148,17 +169,25 @@ describe("web console in chromium", () => {
   async function waitForLines(count: number): Promise<void> {
     await page
       .waitForFunction(
-      (n) => {
-        const log = document.getElementById("log");
-        const last = log?.querySelector(".row:last-child") as HTMLElement | null;
-        return log?.dataset.lines === String(n) && last?.dataset.line === String(n) && !log.querySelector(".row.pending");
-      },
+        (n) => {
+          const log = document.getElementById("log");
+          const last = log?.querySelector(".row:last-child") as HTMLElement | null;
+          return (
+            log?.dataset.lines === String(n) && last?.dataset.line === String(n) && !log.querySelector(".row.pending")
+          );
+        },
         count,
         { timeout: 15_000 },
       )
       .catch(async (error: unknown) => {
-        const state = await page.evaluate(() => ({ ...document.getElementById("log")?.dataset, status: document.querySelector(".status")?.textContent }));
-        throw new Error(`waiting for ${count} lines: ${JSON.stringify(state)} rows ${JSON.stringify((await rows()).slice(-3))}`, { cause: error });
+        const state = await page.evaluate(() => ({
+          ...document.getElementById("log")?.dataset,
+          status: document.querySelector(".status")?.textContent,
+        }));
+        throw new Error(
+          `waiting for ${count} lines: ${JSON.stringify(state)} rows ${JSON.stringify((await rows()).slice(-3))}`,
+          { cause: error },
+        );
       });
   }
 
@@ -168,7 +197,9 @@ describe("web console in chromium", () => {
     const total = Number(await page.locator("#log").getAttribute("data-lines"));
     for (let top = 0; ; top += 400) {
       await page.evaluate((y) => (document.getElementById("log")!.scrollTop = y), top);
-      await page.waitForFunction(() => !document.querySelector("#log .row.pending") && document.querySelectorAll("#log .row").length > 0);
+      await page.waitForFunction(
+        () => !document.querySelector("#log .row.pending") && document.querySelectorAll("#log .row").length > 0,
+      );
       await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
       for (const row of await rows()) seen.set(row.n, { text: row.text, err: row.err });
       if (seen.has(total)) break;
@@ -177,18 +208,28 @@ describe("web console in chromium", () => {
     return seen;
   }
 
-  it("a running job's lines appear live in order, survive a reload and a dropped connection, render ANSI; cancel ends it cancelled", async ({ skip }) => {
+  it("a running job's lines appear live in order, survive a reload and a dropped connection, render ANSI; cancel ends it cancelled", async ({
+    skip,
+  }) => {
     skip(chromiumMissing !== null, chromiumMissing ?? "");
     await signedIn();
     const id = randomUUID();
-    await runner.expectJob(id, { repoUrl: "https://git.example/team/app.git", commitSha: "0123456789abcdef0123456789abcdef01234567" });
+    await runner.expectJob(id, {
+      repoUrl: "https://git.example/team/app.git",
+      commitSha: "0123456789abcdef0123456789abcdef01234567",
+    });
     const client: RunnerClient = createRunnerClient({ endpoint: runnerServer.url, requestId: id, maxCallMs: 50 });
     const expected: Array<{ text: string; err: boolean }> = [];
     const send = async (count: number) => {
       for (let i = 0; i < count; i++) {
         const n = expected.length + 1;
         const err = n % 7 === 0;
-        const text = n === 3 ? "\u001b[1;31merror:\u001b[0m \u001b[32mcompiled\u001b[0m 3" : n === 5 ? "progress 10%\rprogress 100%" : `step ${n}${err ? " (stderr)" : ""}`;
+        const text =
+          n === 3
+            ? "\u001b[1;31merror:\u001b[0m \u001b[32mcompiled\u001b[0m 3"
+            : n === 5
+              ? "progress 10%\rprogress 100%"
+              : `step ${n}${err ? " (stderr)" : ""}`;
         client.log(text, err);
         expected.push({ text: n === 5 ? "progress 100%" : n === 3 ? "error: compiled 3" : text, err });
       }
@@ -252,17 +293,20 @@ describe("web console in chromium", () => {
     client.log("after the cancel");
     expect((await client.stopped).reason).toBe("cancelled");
     await client.close();
-
   });
 
-  it("a package page lists versions, files with modes and link targets, licences and dependencies with working links", async ({ skip }) => {
+  it("a package page lists versions, files with modes and link targets, licences and dependencies with working links", async ({
+    skip,
+  }) => {
     skip(chromiumMissing !== null, chromiumMissing ?? "");
     await signedIn();
     await page.goto(`${consoleUrl()}/packages/app`);
     await page.locator("#versions").waitFor();
     const versions = await page.locator("#versions tbody tr td:first-child").allTextContents();
     expect(versions).toEqual(["1.1.0", "1.0.0"]);
-    const files = await page.locator("#files tbody tr").evaluateAll((trs) => trs.map((tr) => [...tr.querySelectorAll("td")].map((td) => td.textContent)));
+    const files = await page
+      .locator("#files tbody tr")
+      .evaluateAll((trs) => trs.map((tr) => [...tr.querySelectorAll("td")].map((td) => td.textContent)));
     expect(files).toContainEqual(["file", "bin/app", "-rwxr-xr-x (0755)", "19 B", ""]);
     expect(files).toContainEqual(["link", "bin/app-latest", "lrwxrwxrwx (0777)", "—", "→ app"]);
     expect(files).toContainEqual(["dir", "share", "drwxr-xr-x (0755)", "—", ""]);
@@ -294,31 +338,53 @@ describe("web console in chromium", () => {
     // The catalog on the home page, filtered by name.
     await page.goto(`${consoleUrl()}/`);
     await page.getByLabel("Filter by name").fill("li");
-    await page.waitForFunction(() => [...document.querySelectorAll("#packages tbody a")].map((a) => a.textContent).join() === "lib");
+    await page.waitForFunction(
+      () => [...document.querySelectorAll("#packages tbody a")].map((a) => a.textContent).join() === "lib",
+    );
   });
 
-  it("axe-core finds no serious or critical violation on the home, job and package pages, at desktop and phone width", async ({ skip }) => {
+  it("axe-core finds no serious or critical violation on the home, job and package pages, at desktop and phone width", async ({
+    skip,
+  }) => {
     skip(chromiumMissing !== null, chromiumMissing ?? "");
     await signedIn();
     const id = randomUUID();
     await runner.expectJob(id);
-    await runner.logs.append(id, 0, [{ stored: [{ line: "\u001b[33mwarning\u001b[0m: x", stderr: true }], stderr: true, bytes: 10 }]);
+    await runner.logs.append(id, 0, [
+      { stored: [{ line: "\u001b[33mwarning\u001b[0m: x", stderr: true }], stderr: true, bytes: 10 },
+    ]);
     for (const width of [1100, 375]) {
       await page.setViewportSize({ width, height: 800 });
       for (const path of ["/", `/jobs/${id}`, "/packages/app"]) {
         await page.goto(`${consoleUrl()}${path}`);
         await page.locator("main h1").waitFor();
-        await page.waitForFunction(() => !document.querySelector(".loading") && !document.querySelector("#log .row.pending"));
+        await page.waitForFunction(
+          () => !document.querySelector(".loading") && !document.querySelector("#log .row.pending"),
+        );
         // Evaluated, not a script tag: the console's CSP rightly refuses inline scripts.
         await page.evaluate(AXE);
         const result = await page.evaluate(async () => {
-          const axe = (window as unknown as { axe: { run(ctx: Document, opts: object): Promise<{ violations: Array<{ id: string; impact: string; nodes: unknown[] }> }> } }).axe;
+          const axe = (
+            window as unknown as {
+              axe: {
+                run(
+                  ctx: Document,
+                  opts: object,
+                ): Promise<{ violations: Array<{ id: string; impact: string; nodes: unknown[] }> }>;
+              };
+            }
+          ).axe;
           return axe.run(document, { resultTypes: ["violations"] });
         });
         const serious = result.violations.filter((v) => v.impact === "serious" || v.impact === "critical");
-        expect(serious.map((v) => `${v.id} (${v.impact}, ${v.nodes.length} nodes)`), `${path} at ${width}px`).toEqual([]);
+        expect(
+          serious.map((v) => `${v.id} (${v.impact}, ${v.nodes.length} nodes)`),
+          `${path} at ${width}px`,
+        ).toEqual([]);
         // Readable at phone width: nothing wider than the screen but the scrolling log and tables.
-        const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+        const overflow = await page.evaluate(
+          () => document.documentElement.scrollWidth - document.documentElement.clientWidth,
+        );
         expect(overflow, `${path} at ${width}px scrolls sideways`).toBeLessThanOrEqual(0);
       }
     }

@@ -35,7 +35,10 @@ async function serve(handler: (request: Request) => Promise<Response>): Promise<
 }
 
 /** Reads SSE events from a response until `stop` says so (or the stream ends). */
-async function readEvents(response: Response, stop: (events: Array<{ event: string; id: string; data: string }>) => boolean) {
+async function readEvents(
+  response: Response,
+  stop: (events: Array<{ event: string; id: string; data: string }>) => boolean,
+) {
   const events: Array<{ event: string; id: string; data: string }> = [];
   const reader = response.body!.getReader();
   const decoder = new TextDecoder();
@@ -48,7 +51,12 @@ async function readEvents(response: Response, stop: (events: Array<{ event: stri
     while ((cut = buffer.indexOf("\n\n")) >= 0) {
       const block = buffer.slice(0, cut);
       buffer = buffer.slice(cut + 2);
-      const fields = Object.fromEntries(block.split("\n").filter((l) => !l.startsWith(":")).map((l) => [l.slice(0, l.indexOf(":")), l.slice(l.indexOf(":") + 2)]));
+      const fields = Object.fromEntries(
+        block
+          .split("\n")
+          .filter((l) => !l.startsWith(":"))
+          .map((l) => [l.slice(0, l.indexOf(":")), l.slice(l.indexOf(":") + 2)]),
+      );
       if (fields.event) events.push({ event: fields.event, id: fields.id ?? "", data: fields.data ?? "" });
       // Checked per event, so a test can stop exactly after the one it wants.
       if (stop(events)) {
@@ -61,7 +69,9 @@ async function readEvents(response: Response, stop: (events: Array<{ event: stri
 }
 
 const linesOf = (events: Array<{ event: string; data: string }>) =>
-  events.filter((e) => e.event === "lines").flatMap((e) => (JSON.parse(e.data) as { lines: Array<[string, number]> }).lines);
+  events
+    .filter((e) => e.event === "lines")
+    .flatMap((e) => (JSON.parse(e.data) as { lines: Array<[string, number]> }).lines);
 
 describe("console over HTTP: jobs", () => {
   let runner: RunnerService;
@@ -81,13 +91,21 @@ describe("console over HTTP: jobs", () => {
   async function job(lines: number): Promise<string> {
     const id = randomUUID();
     await runner.expectJob(id);
-    if (lines > 0) await runner.logs.append(id, 0, Array.from({ length: lines }, (_, i) => logEntry(`line ${i + 1}`, i % 3 === 2)));
+    if (lines > 0)
+      await runner.logs.append(
+        id,
+        0,
+        Array.from({ length: lines }, (_, i) => logEntry(`line ${i + 1}`, i % 3 === 2)),
+      );
     return id;
   }
 
   it("events: a reconnect with Last-Event-ID continues exactly after the last line received, live lines included", async () => {
     const id = await job(1200);
-    const first = await readEvents(await fetch(`${base}/api/jobs/${id}/events`), (e) => e.filter((x) => x.event === "lines").length >= 1);
+    const first = await readEvents(
+      await fetch(`${base}/api/jobs/${id}/events`),
+      (e) => e.filter((x) => x.event === "lines").length >= 1,
+    );
     const firstLines = linesOf(first);
     const lastId = first.filter((e) => e.event === "lines").at(-1)!.id;
     expect(Number(lastId)).toBe(firstLines.length);
@@ -117,18 +135,50 @@ describe("console over HTTP: jobs", () => {
 
   it("events of an ended job replay from ?from= and end; stderr and markers keep their flags", async () => {
     const id = randomUUID();
-    await runner.logs.append(id, 0, [logEntry("out"), logEntry("err", true), { stored: [{ line: "x".repeat(10) }, { line: "[runner-depot] line cut", marker: true }].map((l) => ({ stderr: false, ...l })), stderr: false, bytes: 10 }]);
+    await runner.logs.append(id, 0, [
+      logEntry("out"),
+      logEntry("err", true),
+      {
+        stored: [{ line: "x".repeat(10) }, { line: "[runner-depot] line cut", marker: true }].map((l) => ({
+          stderr: false,
+          ...l,
+        })),
+        stderr: false,
+        bytes: 10,
+      },
+    ]);
     await runner.cancelJob(id);
     const events = await readEvents(await fetch(`${base}/api/jobs/${id}/events?from=1`), () => false);
-    expect(linesOf(events)).toEqual([["err", 1], ["xxxxxxxxxx", 0], ["[runner-depot] line cut", 2]]);
+    expect(linesOf(events)).toEqual([
+      ["err", 1],
+      ["xxxxxxxxxx", 0],
+      ["[runner-depot] line cut", 2],
+    ]);
     expect(events.at(-1)!.event).toBe("end");
   });
 
   it("line windows: from and limit, bounded, errors with their codes", async () => {
     const id = await job(30);
-    const page = (await (await fetch(`${base}/api/jobs/${id}/lines?from=10&limit=5`)).json()) as { from: number; lines: Array<[string, number]> };
-    expect(page).toEqual({ from: 10, lines: [["line 11", 0], ["line 12", 1], ["line 13", 0], ["line 14", 0], ["line 15", 1]] });
-    for (const [query, status] of [["from=-1", 400], ["limit=0", 400], ["limit=2001", 400], ["from=abc", 400]] as const) {
+    const page = (await (await fetch(`${base}/api/jobs/${id}/lines?from=10&limit=5`)).json()) as {
+      from: number;
+      lines: Array<[string, number]>;
+    };
+    expect(page).toEqual({
+      from: 10,
+      lines: [
+        ["line 11", 0],
+        ["line 12", 1],
+        ["line 13", 0],
+        ["line 14", 0],
+        ["line 15", 1],
+      ],
+    });
+    for (const [query, status] of [
+      ["from=-1", 400],
+      ["limit=0", 400],
+      ["limit=2001", 400],
+      ["from=abc", 400],
+    ] as const) {
       const response = await fetch(`${base}/api/jobs/${id}/lines?${query}`);
       expect(response.status, query).toBe(status);
       expect(((await response.json()) as { code: string }).code).toBe("INVALID_ARGUMENT");
@@ -147,7 +197,9 @@ describe("console over HTTP: jobs", () => {
 
   it("the job list filters by state and pages; a bad cursor is 400", async () => {
     const id = await job(0);
-    const open = (await (await fetch(`${base}/api/jobs?status=open&limit=500`)).json()) as { jobs: Array<{ requestId: string; status: string }> };
+    const open = (await (await fetch(`${base}/api/jobs?status=open&limit=500`)).json()) as {
+      jobs: Array<{ requestId: string; status: string }>;
+    };
     expect(open.jobs.map((j) => j.requestId)).toContain(id);
     expect(open.jobs.every((j) => j.status === "open")).toBe(true);
     const first = (await (await fetch(`${base}/api/jobs?limit=1`)).json()) as { jobs: unknown[]; next: string };
@@ -210,17 +262,31 @@ describe("console over HTTP: access", () => {
   }
 
   it("host authorize: refused requests get 401; cancel needs the same origin and the page's CSRF token", async () => {
-    const url = await start({ authorize: (request, { action }) => request.headers.get("x-user") === "ops" && (action === "read" || request.headers.get("x-role") === "admin") });
+    const url = await start({
+      authorize: (request, { action }) =>
+        request.headers.get("x-user") === "ops" && (action === "read" || request.headers.get("x-role") === "admin"),
+    });
     expect((await fetch(`${url}/api/jobs`)).status).toBe(401);
     const page = await (await fetch(`${url}/`, { headers: { "x-user": "ops" } })).text();
     const csrf = /name="csrf-token" content="([^"]+)"/.exec(page)![1]!;
     const id = randomUUID();
     await runner.expectJob(id);
-    const cancel = (headers: Record<string, string>) => fetch(`${url}/api/jobs/${id}/cancel`, { method: "POST", headers: { "x-user": "ops", "x-role": "admin", ...headers } });
+    const cancel = (headers: Record<string, string>) =>
+      fetch(`${url}/api/jobs/${id}/cancel`, {
+        method: "POST",
+        headers: { "x-user": "ops", "x-role": "admin", ...headers },
+      });
     expect((await cancel({ "x-csrf-token": csrf })).status).toBe(403); // no Origin
     expect((await cancel({ origin: "http://127.0.0.1:1", "x-csrf-token": csrf })).status).toBe(403);
     expect((await cancel({ origin: url, "x-csrf-token": csrf.slice(1) + "A" })).status).toBe(403);
-    expect((await fetch(`${url}/api/jobs/${id}/cancel`, { method: "POST", headers: { "x-user": "ops", origin: url, "x-csrf-token": csrf } })).status).toBe(403); // read-only user
+    expect(
+      (
+        await fetch(`${url}/api/jobs/${id}/cancel`, {
+          method: "POST",
+          headers: { "x-user": "ops", origin: url, "x-csrf-token": csrf },
+        })
+      ).status,
+    ).toBe(403); // read-only user
     expect((await runner.logs.get(id))?.status).toBe("open");
     const ok = await cancel({ origin: url, "x-csrf-token": csrf });
     expect(ok.status).toBe(200);
@@ -238,12 +304,16 @@ describe("console over HTTP: access", () => {
     expect(login.status).toBe(303);
     expect(login.headers.get("location")).toMatch(/^\/c\/jobs\/[0-9a-f-]{36}$/);
     const setCookie = login.headers.get("set-cookie")!;
-    expect(setCookie).toMatch(/^runner_depot_console=[A-Za-z0-9_-]{43}; Path=\/c\/; HttpOnly; SameSite=Strict; Max-Age=\d+$/);
+    expect(setCookie).toMatch(
+      /^runner_depot_console=[A-Za-z0-9_-]{43}; Path=\/c\/; HttpOnly; SameSite=Strict; Max-Age=\d+$/,
+    );
     const cookie = setCookie.split(";")[0]!;
     expect((await fetch(`${url}/c/api/jobs`, { headers: { cookie } })).status).toBe(200);
     expect((await fetch(`${url}/c/?token=${token}`, { redirect: "manual" })).status).toBe(401);
     expect((await fetch(`${url}/c/?token=${"A".repeat(43)}`, { redirect: "manual" })).status).toBe(401);
-    expect((await fetch(`${url}/c/api/jobs`, { headers: { cookie: "runner_depot_console=" + "B".repeat(43) } })).status).toBe(401);
+    expect(
+      (await fetch(`${url}/c/api/jobs`, { headers: { cookie: "runner_depot_console=" + "B".repeat(43) } })).status,
+    ).toBe(401);
     // A token in an API URL is not a login.
     expect((await fetch(`${url}/c/api/jobs?token=${sessions.loginToken()}`)).status).toBe(401);
   });
@@ -275,7 +345,10 @@ describe("console over HTTP: packages", () => {
     depotServed = await serve((request) => depot.fetch(request));
     for (let i = 0; i < 12; i++) {
       const requires = i > 0 ? [{ type: "require" as const, requires: ["pkg-00@^1"] }] : [];
-      const response = await publish(depotServed.url, `pkg-${String(i).padStart(2, "0")}@1.0.0`, [{ type: "file", path: "f", body: `${i}` }, ...requires]);
+      const response = await publish(depotServed.url, `pkg-${String(i).padStart(2, "0")}@1.0.0`, [
+        { type: "file", path: "f", body: `${i}` },
+        ...requires,
+      ]);
       expect(response.status).toBe(201);
     }
     // The console over the real depot, which pages in creation order (Link: rel="next")…
@@ -288,18 +361,26 @@ describe("console over HTTP: packages", () => {
           const url = new URL(request.url);
           if (url.pathname !== "/catalog" || request.method !== "GET") return depot.fetch(request);
           // The whole catalog from the real depot (one page of up to 1,000), re-paged here by name.
-          const body = (await (await depot.fetch(new Request(`${url.origin}/catalog`))).json()) as { packages: Record<string, unknown> };
+          const body = (await (await depot.fetch(new Request(`${url.origin}/catalog`))).json()) as {
+            packages: Record<string, unknown>;
+          };
           const names = Object.keys(body.packages).sort();
           const after = url.searchParams.get("after") ?? "";
           const limit = 4;
           const slice = names.filter((n) => n > after).slice(0, limit);
           const headers = new Headers({ "content-type": "application/json" });
-          if (names.filter((n) => n > after).length > limit) headers.set("link", `</catalog?after=${slice.at(-1)}&limit=${limit}>; rel="next"`);
-          return new Response(JSON.stringify({ packages: Object.fromEntries(slice.map((n) => [n, body.packages[n]])) }), { headers });
+          if (names.filter((n) => n > after).length > limit)
+            headers.set("link", `</catalog?after=${slice.at(-1)}&limit=${limit}>; rel="next"`);
+          return new Response(
+            JSON.stringify({ packages: Object.fromEntries(slice.map((n) => [n, body.packages[n]])) }),
+            { headers },
+          );
         },
       },
     });
-    served = await serve((request) => (new URL(request.url).pathname.startsWith("/whole") ? whole.fetch(request) : paged.fetch(request)));
+    served = await serve((request) =>
+      new URL(request.url).pathname.startsWith("/whole") ? whole.fetch(request) : paged.fetch(request),
+    );
   });
   afterAll(async () => {
     await served.close();
@@ -330,14 +411,24 @@ describe("console over HTTP: packages", () => {
   });
 
   it("a package: versions, dependants (a bounded scan, said so), a version's files; unknown ones 404", async () => {
-    const pkg = (await (await fetch(`${served.url}/paged/api/packages/pkg-00`)).json()) as { latest: string; dependants: string[]; dependantsComplete: boolean };
+    const pkg = (await (await fetch(`${served.url}/paged/api/packages/pkg-00`)).json()) as {
+      latest: string;
+      dependants: string[];
+      dependantsComplete: boolean;
+    };
     expect(pkg.latest).toBe("1.0.0");
     expect(pkg.dependants).toEqual(Array.from({ length: 11 }, (_, i) => `pkg-${String(i + 1).padStart(2, "0")}`));
     expect(pkg.dependantsComplete).toBe(true);
-    const bounded = (await (await fetch(`${served.url}/whole/api/packages/pkg-00`)).json()) as { dependants: string[]; dependantsComplete: boolean };
+    const bounded = (await (await fetch(`${served.url}/whole/api/packages/pkg-00`)).json()) as {
+      dependants: string[];
+      dependantsComplete: boolean;
+    };
     expect(bounded.dependantsComplete).toBe(false);
     expect(bounded.dependants.length).toBeLessThan(11);
-    const version = (await (await fetch(`${served.url}/whole/api/packages/pkg-03/1.0.0`)).json()) as { requires: unknown[]; items: unknown[] };
+    const version = (await (await fetch(`${served.url}/whole/api/packages/pkg-03/1.0.0`)).json()) as {
+      requires: unknown[];
+      items: unknown[];
+    };
     expect(version.requires).toEqual([{ name: "pkg-00", range: "^1" }]);
     expect(version.items).toEqual([{ type: "file", path: "f", mode: 420, size: 1 }]);
     expect((await fetch(`${served.url}/whole/api/packages/nope`)).status).toBe(404);

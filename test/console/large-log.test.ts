@@ -23,8 +23,13 @@ import { chromiumMissing, closeConsoleStack, launchChromium } from "../fixtures/
 import { createFsLogStore } from "../../src/adapters/fs/index.js";
 import { createMemoryQueue } from "../../src/adapters/memory/index.js";
 import { createConsole, createConsoleSessions, type ConsoleSessions } from "../../src/console/index.js";
-import { createRunnerClient, createRunnerService, startRunnerServer, type RunnerServer, type RunnerService } from "../../src/runner/index.js";
-
+import {
+  createRunnerClient,
+  createRunnerService,
+  startRunnerServer,
+  type RunnerServer,
+  type RunnerService,
+} from "../../src/runner/index.js";
 
 const LINE_BYTES = 256;
 /** 256 MiB of 256-byte lines: exactly the service's default jobLogBytes. */
@@ -58,7 +63,9 @@ describe("the console's log viewer on a 256 MiB log, in chromium", () => {
     runnerServer = await startRunnerServer(runner, { host: "127.0.0.1", port: 0 });
     sessions = createConsoleSessions();
     const webConsole = createConsole({ runner, sessions, base: "/-/console" });
-    httpServer = http.createServer(toNodeHandler((request: Request) => webConsole.fetch(request)) as unknown as http.RequestListener);
+    httpServer = http.createServer(
+      toNodeHandler((request: Request) => webConsole.fetch(request)) as unknown as http.RequestListener,
+    );
     await new Promise<void>((resolve) => httpServer.listen(0, "127.0.0.1", resolve));
     origin = `http://127.0.0.1:${(httpServer.address() as AddressInfo).port}`;
 
@@ -71,7 +78,12 @@ describe("the console's log viewer on a 256 MiB log, in chromium", () => {
     await client.end({ exitCode: 0, success: true });
     await client.close();
     const stored = await runner.logs.get(id);
-    expect(stored).toMatchObject({ status: "finished", storedLines: STORED, storedBytes: LOG_BYTES, logTruncated: true });
+    expect(stored).toMatchObject({
+      status: "finished",
+      storedLines: STORED,
+      storedBytes: LOG_BYTES,
+      logTruncated: true,
+    });
 
     browser = await launchChromium();
     page = await (await browser.newContext({ viewport: { width: 1100, height: 800 } })).newPage();
@@ -91,7 +103,11 @@ describe("the console's log viewer on a 256 MiB log, in chromium", () => {
 
   /** The rows in the DOM: line number, text, stderr, marker; waits until none is pending. */
   async function settledRows(): Promise<Array<{ n: number; text: string; err: boolean; marker: boolean }>> {
-    await page.waitForFunction(() => document.querySelectorAll("#log .row").length > 0 && !document.querySelector("#log .row.pending"), undefined, { timeout: 30_000 });
+    await page.waitForFunction(
+      () => document.querySelectorAll("#log .row").length > 0 && !document.querySelector("#log .row.pending"),
+      undefined,
+      { timeout: 30_000 },
+    );
     await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
     await page.waitForFunction(() => !document.querySelector("#log .row.pending"), undefined, { timeout: 30_000 });
     return page.$$eval("#log .row", (els) =>
@@ -128,7 +144,9 @@ describe("the console's log viewer on a 256 MiB log, in chromium", () => {
   it("opens at the end, with the service's truncation marker shown as such", async ({ skip }) => {
     skip(chromiumMissing !== null, chromiumMissing ?? "");
     await page.goto(`${origin}/-/console/jobs/${id}`);
-    await page.waitForFunction((n) => document.getElementById("log")?.dataset.lines === String(n), STORED, { timeout: 60_000 });
+    await page.waitForFunction((n) => document.getElementById("log")?.dataset.lines === String(n), STORED, {
+      timeout: 60_000,
+    });
     const rows = await settledRows();
     expectRight(rows);
     const last = rows.at(-1)!;
@@ -140,7 +158,9 @@ describe("the console's log viewer on a 256 MiB log, in chromium", () => {
     expect(await page.locator(".summary").textContent()).toContain("(log truncated at its cap)");
   });
 
-  it("jumps to any line by its link and scrolls the whole log with a bounded DOM, bounded fetches and a small heap", async ({ skip }) => {
+  it("jumps to any line by its link and scrolls the whole log with a bounded DOM, bounded fetches and a small heap", async ({
+    skip,
+  }) => {
     skip(chromiumMissing !== null, chromiumMissing ?? "");
     // Line links: the first line, the middle, the last full line.
     for (const n of [1, FULL_LINES / 2 + 7, FULL_LINES]) {
@@ -175,7 +195,9 @@ describe("the console's log viewer on a 256 MiB log, in chromium", () => {
     for (const url of chunkRequests) expect(new URL(url).searchParams.get("limit")).toBe("500");
 
     // Small steps, as a wheel or the arrow keys make them: 200 frames of 60 px.
-    await page.evaluate(() => (document.getElementById("log")!.scrollTop = document.getElementById("log")!.scrollHeight / 3));
+    await page.evaluate(
+      () => (document.getElementById("log")!.scrollTop = document.getElementById("log")!.scrollHeight / 3),
+    );
     await settledRows();
     await page.locator("#log").focus();
     const stepFrames = await page.evaluate(

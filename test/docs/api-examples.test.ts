@@ -20,7 +20,12 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", ".
 /** The first ```ts block of a source file's leading doc comment, without the comment's `*` margin. */
 export function moduleExample(source: string): string | null {
   const comment = /^\/\*\*([\s\S]*?)\*\//.exec(source)?.[1] ?? "";
-  const block = /```ts\n([\s\S]*?)```/.exec(comment.split("\n").map((line) => line.replace(/^\s*\* ?/, "")).join("\n"));
+  const block = /```ts\n([\s\S]*?)```/.exec(
+    comment
+      .split("\n")
+      .map((line) => line.replace(/^\s*\* ?/, ""))
+      .join("\n"),
+  );
   return block ? block[1]! : null;
 }
 
@@ -57,13 +62,25 @@ describe("examples in the documentation", () => {
     await writeSourceTsconfig(
       dir,
       root,
-      { lib: ["ES2023", "DOM"], strict: true, noEmit: true, skipLibCheck: true, types: ["node"], typeRoots: [path.join(root, "node_modules/@types")] },
+      {
+        lib: ["ES2023", "DOM"],
+        strict: true,
+        noEmit: true,
+        skipLibCheck: true,
+        types: ["node"],
+        typeRoots: [path.join(root, "node_modules/@types")],
+      },
       { files },
     );
     const output = await new Promise<string>((resolve) => {
-      execFile(path.join(root, "node_modules/.bin/tsc"), ["-p", dir], { cwd: dir, maxBuffer: 8 * 1024 * 1024 }, (error, stdout, stderr) => {
-        resolve(error ? `${stdout}${stderr}` || String(error) : "");
-      });
+      execFile(
+        path.join(root, "node_modules/.bin/tsc"),
+        ["-p", dir],
+        { cwd: dir, maxBuffer: 8 * 1024 * 1024 },
+        (error, stdout, stderr) => {
+          resolve(error ? `${stdout}${stderr}` || String(error) : "");
+        },
+      );
     });
     expect(output).toBe("");
     expect(files.length).toBeGreaterThanOrEqual(12);
@@ -72,7 +89,8 @@ describe("examples in the documentation", () => {
   }, 240_000);
 
   it("the example extractor finds the block inside a doc comment", () => {
-    const source = '/**\n * Overview.\n *\n * @example\n * ```ts\n * const a = 1;\n *   indented();\n * ```\n */\nexport {};\n';
+    const source =
+      "/**\n * Overview.\n *\n * @example\n * ```ts\n * const a = 1;\n *   indented();\n * ```\n */\nexport {};\n";
     expect(moduleExample(source)).toBe("const a = 1;\n  indented();\n");
     expect(moduleExample("export {};\n")).toBeNull();
   });

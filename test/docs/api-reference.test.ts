@@ -15,7 +15,9 @@ const json = async <T>(file: string) => JSON.parse(await readFile(path.join(root
 describe("API reference", () => {
   it("every exported subpath is an entry point with its own module page, overview and example", async () => {
     const pkg = await json<{ exports: Record<string, unknown> }>("package.json");
-    const typedoc = await json<{ entryPoints: string[]; readme: string; treatWarningsAsErrors: boolean }>("typedoc.json");
+    const typedoc = await json<{ entryPoints: string[]; readme: string; treatWarningsAsErrors: boolean }>(
+      "typedoc.json",
+    );
     const subpaths = Object.keys(pkg.exports).filter((s) => s !== "./package.json");
     const entryOf = (subpath: string) => (subpath === "." ? "src/index.ts" : `src/${subpath.slice(2)}/index.ts`);
     expect([...typedoc.entryPoints].sort()).toEqual(subpaths.map(entryOf).sort());
@@ -30,7 +32,10 @@ describe("API reference", () => {
       // The example imports from the package by name, as a user's code would.
       expect(comment, entryOf(subpath)).toContain(`from "${name}"`);
       // An overview before the example: at least a few lines of prose.
-      const overview = comment.slice(0, comment.indexOf("@example")).replace(/^\s*\*\s?/gm, "").trim();
+      const overview = comment
+        .slice(0, comment.indexOf("@example"))
+        .replace(/^\s*\*\s?/gm, "")
+        .trim();
       expect(overview.length, entryOf(subpath)).toBeGreaterThan(150);
     }
   });

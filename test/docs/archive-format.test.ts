@@ -8,7 +8,12 @@
 import { createHash } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createMemoryStore } from "../../src/adapters/memory/index.js";
-import { createDepotClient, createPackageRouter, servePackageRouter, type PackageServer } from "../../src/depot/index.js";
+import {
+  createDepotClient,
+  createPackageRouter,
+  servePackageRouter,
+  type PackageServer,
+} from "../../src/depot/index.js";
 
 // ---- The document's byte format, written from its text -----------------------------------
 
@@ -25,7 +30,14 @@ function octalField(value: number, digits: number): string {
 }
 
 /** One ustar block (§7 "Header fields"), or null when the path or target does not fit. */
-function ustarBlock(name: string, type: "0" | "2" | "5" | "x", mode: number, size: number, mtime: number, target?: string): Buffer | null {
+function ustarBlock(
+  name: string,
+  type: "0" | "2" | "5" | "x",
+  mode: number,
+  size: number,
+  mtime: number,
+  target?: string,
+): Buffer | null {
   let rest = name;
   const moved: string[] = [];
   if (!/^[\x00-\x7f]*$/.test(name)) return null;
@@ -62,7 +74,8 @@ function ustarBlock(name: string, type: "0" | "2" | "5" | "x", mode: number, siz
 function paxRecord(key: string, value: string): string {
   const body = ` ${key}=${value}\n`;
   let length = Buffer.byteLength(body) + 1;
-  while (String(length).length + Buffer.byteLength(body) !== length) length = String(length).length + Buffer.byteLength(body);
+  while (String(length).length + Buffer.byteLength(body) !== length)
+    length = String(length).length + Buffer.byteLength(body);
   return `${length}${body}`;
 }
 
@@ -73,7 +86,9 @@ function docEntryBytes(entry: DocEntry, mtime: number): Buffer {
   const size = entry.type === "file" ? entry.data!.length : 0;
   let header = ustarBlock(entry.path, type, entry.mode, size, mtime, entry.target);
   if (header === null) {
-    const records = Buffer.from(paxRecord("path", entry.path) + (entry.target !== undefined ? paxRecord("linkpath", entry.target) : ""));
+    const records = Buffer.from(
+      paxRecord("path", entry.path) + (entry.target !== undefined ? paxRecord("linkpath", entry.target) : ""),
+    );
     const linkName = entry.target !== undefined ? "PaxHeader" : undefined;
     header = Buffer.concat([
       ustarBlock("PaxHeader", "x", entry.mode, records.length, mtime, linkName)!,
@@ -115,7 +130,12 @@ describe("docs/depot-api.md §7, reimplemented from its text", () => {
       version: "1.0.0+build.7",
       items: [
         { type: "dir", path: "d", mode: 0o750 },
-        ...Object.entries(files).map(([path, f]) => ({ type: "file" as const, path, mode: f.mode, content: f.content })),
+        ...Object.entries(files).map(([path, f]) => ({
+          type: "file" as const,
+          path,
+          mode: f.mode,
+          content: f.content,
+        })),
         ...Object.entries(links).map(([path, target]) => ({ type: "link" as const, path, target })),
       ],
       attributes: { zeta: "last", alpha: "first, with a comma" },
@@ -123,7 +143,9 @@ describe("docs/depot-api.md §7, reimplemented from its text", () => {
       license: { name: "MIT", text: "MIT licence text\n" },
     });
     const served = Buffer.from(await (await fetch(`${server.url}/data/spec-check@1.0.0`)).arrayBuffer());
-    const info = (await (await fetch(`${server.url}/version/spec-check@1.0.0`)).json()) as { versions: [{ publishedAt: string }] };
+    const info = (await (await fetch(`${server.url}/version/spec-check@1.0.0`)).json()) as {
+      versions: [{ publishedAt: string }];
+    };
     const publishedAt = info.versions[0].publishedAt;
     const mtime = Date.parse(publishedAt) / 1000;
     expect(Number.isInteger(mtime)).toBe(true);
@@ -131,7 +153,13 @@ describe("docs/depot-api.md §7, reimplemented from its text", () => {
     // The manifest, members in the documented order.
     const items = [
       { type: "dir", path: "d", mode: 0o750, size: 0 },
-      ...Object.entries(files).map(([path, f]) => ({ type: "file", path, mode: f.mode, size: Buffer.byteLength(f.content), digest: sha(f.content) })),
+      ...Object.entries(files).map(([path, f]) => ({
+        type: "file",
+        path,
+        mode: f.mode,
+        size: Buffer.byteLength(f.content),
+        digest: sha(f.content),
+      })),
       ...Object.entries(links).map(([path, target]) => ({ type: "link", path, mode: 0o777, size: 0, target })),
     ].sort((a, b) => utf8Order(a.path, b.path));
     const licenseText = "MIT licence text\n";
@@ -160,7 +188,10 @@ describe("docs/depot-api.md §7, reimplemented from its text", () => {
       { path: ".pkg/licenses/MIT", type: "file" as const, mode: 0o644, data: Buffer.from(licenseText) },
     ].sort((a, b) => utf8Order(a.path, b.path));
     const expected = Buffer.concat([
-      docEntryBytes({ path: ".pkg/manifest.json", type: "file", mode: 0o644, data: Buffer.from(JSON.stringify(manifest)) }, mtime),
+      docEntryBytes(
+        { path: ".pkg/manifest.json", type: "file", mode: 0o644, data: Buffer.from(JSON.stringify(manifest)) },
+        mtime,
+      ),
       ...entries.map((entry) => docEntryBytes(entry, mtime)),
       Buffer.alloc(1024),
     ]);

@@ -20,7 +20,9 @@ const TIMEOUT_MS = 45_000;
  * vitest), without colours, with this run's RabbitMQ for orchestrator-loop.
  */
 function childEnv(): NodeJS.ProcessEnv {
-  const env = Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("VITEST") && key !== "FORCE_COLOR"));
+  const env = Object.fromEntries(
+    Object.entries(process.env).filter(([key]) => !key.startsWith("VITEST") && key !== "FORCE_COLOR"),
+  );
   return { ...env, NO_COLOR: "1", AMQP_URL: RABBITMQ_URL };
 }
 
@@ -52,11 +54,17 @@ const tsx = (file: string, ...rest: string[]) => ["--import", "tsx", `examples/$
 
 /** Starts an example with --serve, waits for its "listening on <url>" line, lets `use` talk to it, then SIGTERMs it. */
 async function serveAndStop(file: string, use: (url: string) => Promise<void>): Promise<Run> {
-  const child = spawn(process.execPath, tsx(file, "--serve"), { cwd: ROOT, env: childEnv(), stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, tsx(file, "--serve"), {
+    cwd: ROOT,
+    env: childEnv(),
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   let stdout = "";
   let stderr = "";
   child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
-  const closed = new Promise<Run>((resolve) => child.once("close", (code, signal) => resolve({ code, signal, stdout, stderr })));
+  const closed = new Promise<Run>((resolve) =>
+    child.once("close", (code, signal) => resolve({ code, signal, stdout, stderr })),
+  );
   const timer = setTimeout(() => child.kill("SIGKILL"), TIMEOUT_MS);
   try {
     const url = await new Promise<string>((resolve, reject) => {
@@ -65,7 +73,9 @@ async function serveAndStop(file: string, use: (url: string) => Promise<void>): 
         const match = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(stdout);
         if (match) resolve(match[1]!);
       });
-      void closed.then((r) => reject(new Error(`${file} exited before listening: ${r.code}\n${r.stdout}\n${r.stderr}`)));
+      void closed.then((r) =>
+        reject(new Error(`${file} exited before listening: ${r.code}\n${r.stdout}\n${r.stderr}`)),
+      );
     });
     await use(url);
   } finally {
@@ -77,7 +87,10 @@ async function serveAndStop(file: string, use: (url: string) => Promise<void>): 
 }
 
 function expectClean(result: Run, name: string): void {
-  expect({ code: result.code, signal: result.signal }, `${name}\n--- stdout\n${result.stdout}\n--- stderr\n${result.stderr}`).toEqual({ code: 0, signal: null });
+  expect(
+    { code: result.code, signal: result.signal },
+    `${name}\n--- stdout\n${result.stdout}\n--- stderr\n${result.stderr}`,
+  ).toEqual({ code: 0, signal: null });
 }
 
 describe("examples answer their own requests and exit 0", () => {
@@ -91,8 +104,14 @@ describe("examples answer their own requests and exit 0", () => {
       const result = await run(tsx(name));
       expectClean(result, name);
       expect(result.stdout).toContain(`${prefix}: published hello@1.0.0`);
-      expect(result.stdout).toMatch(new RegExp(`${prefix}: GET http://127\\.0\\.0\\.1:\\d+/depot/data/hello@1\\.0\\.0 -> \\d+ bytes, sha256:[0-9a-f]{64} verified`));
-      expect(result.stdout).toContain(`${prefix}: manifest items dir:bin file:bin/hello link:bin/hi file:share/hello/data.bin`);
+      expect(result.stdout).toMatch(
+        new RegExp(
+          `${prefix}: GET http://127\\.0\\.0\\.1:\\d+/depot/data/hello@1\\.0\\.0 -> \\d+ bytes, sha256:[0-9a-f]{64} verified`,
+        ),
+      );
+      expect(result.stdout).toContain(
+        `${prefix}: manifest items dir:bin file:bin/hello link:bin/hi file:share/hello/data.bin`,
+      );
       expect(result.stdout).toContain(`${prefix}: done`);
     });
   }
@@ -106,8 +125,12 @@ describe("examples answer their own requests and exit 0", () => {
       expect(result.stdout).toContain(`${prefix}: GET job page -> 200 text/html; charset=utf-8`);
       expect(result.stdout).toContain(`${prefix}: jobs demo:open`);
       expect(result.stdout).toContain(`${prefix}: cancel -> 200`);
-      expect(result.stdout).toContain(`${prefix}: streamed ["\\u001b[32mbuilding\\u001b[0m","warning: demo"] then end cancelled`);
-      expect(result.stdout).toMatch(new RegExp(`${prefix}: packages -> 200 \\{"packages":\\[\\{"name":"hello","latest":"1\\.0\\.0"`));
+      expect(result.stdout).toContain(
+        `${prefix}: streamed ["\\u001b[32mbuilding\\u001b[0m","warning: demo"] then end cancelled`,
+      );
+      expect(result.stdout).toMatch(
+        new RegExp(`${prefix}: packages -> 200 \\{"packages":\\[\\{"name":"hello","latest":"1\\.0\\.0"`),
+      );
       expect(result.stdout).toContain(`${prefix}: without the session -> 401`);
       expect(result.stdout).toContain(`${prefix}: done`);
     });
@@ -117,7 +140,9 @@ describe("examples answer their own requests and exit 0", () => {
     const result = await run(tsx("runner-http2.ts"));
     expectClean(result, "runner-http2");
     expect(result.stdout).toContain('runner-http2: GET /healthz -> {"ok":true');
-    expect(result.stdout).toContain('runner-http2: stored lines: ["out: compiling…","err: warning: something mild","out: tests passed"]');
+    expect(result.stdout).toContain(
+      'runner-http2: stored lines: ["out: compiling…","err: warning: something mild","out: tests passed"]',
+    );
     expect(result.stdout).toContain("runner-http2: result outcome=finished success=true requestId=true");
   });
 
@@ -135,7 +160,9 @@ describe("examples answer their own requests and exit 0", () => {
     expectClean(result, "orchestrator-loop");
     expect(result.stdout).toMatch(/stdout\] step checkout\n/);
     expect(result.stdout).toMatch(/stderr\] 1 warning\n/);
-    expect(result.stdout).toMatch(/consumed runner\.v1\.JobResult messageId=[0-9a-f-]{36} persistent=true outcome=finished exitCode=0/);
+    expect(result.stdout).toMatch(
+      /consumed runner\.v1\.JobResult messageId=[0-9a-f-]{36} persistent=true outcome=finished exitCode=0/,
+    );
     expect(result.stdout).toContain('followed 5 lines; result finished success=true lines={"stdout":4,"stderr":1}');
     expect(result.stdout).toContain("VM exited 0");
     expect(result.stdout).toContain("vm-agent: job");
@@ -143,7 +170,12 @@ describe("examples answer their own requests and exit 0", () => {
   }, 300_000);
 
   it("host-unit-test (its own vitest root)", async () => {
-    const result = await run([fileURLToPath(new URL("../../node_modules/vitest/vitest.mjs", import.meta.url)), "run", "--root", "examples/host-unit-test"]);
+    const result = await run([
+      fileURLToPath(new URL("../../node_modules/vitest/vitest.mjs", import.meta.url)),
+      "run",
+      "--root",
+      "examples/host-unit-test",
+    ]);
     expectClean(result, "host-unit-test");
     expect(result.stdout).toMatch(/Tests\s+\d+ passed/);
     expect(result.stdout).not.toMatch(/failed/);

@@ -21,21 +21,27 @@ interface Lock {
 describe("Node versions", () => {
   it("engines names Node 22 and 24 and nothing older; the root of the lock file says the same", async () => {
     const range = (await json<{ engines: { node: string } }>("package.json")).engines.node;
-    for (const v of ["22.15.0", "22.23.3", "24.0.0", "24.21.0"]) expect(semver.satisfies(v, range), `${v} in ${range}`).toBe(true);
-    for (const v of ["20.19.5", "22.14.0", "21.7.3", "23.11.1"]) expect(semver.satisfies(v, range), `${v} in ${range}`).toBe(false);
+    for (const v of ["22.15.0", "22.23.3", "24.0.0", "24.21.0"])
+      expect(semver.satisfies(v, range), `${v} in ${range}`).toBe(true);
+    for (const v of ["20.19.5", "22.14.0", "21.7.3", "23.11.1"])
+      expect(semver.satisfies(v, range), `${v} in ${range}`).toBe(false);
     expect(((await json<Lock>("package-lock.json")).packages[""]!.engines as { node: string }).node).toBe(range);
   });
 
   it("every installed package accepts every Node version engines allows (no EBADENGINE from npm ci)", async () => {
     const range = (await json<{ engines: { node: string } }>("package.json")).engines.node;
     // The lowest of each supported major, the versions CI used last, and the one running this test.
-    const versions = ["22.15.0", "22.23.3", "24.0.0", "24.21.0", process.versions.node].filter((v) => semver.satisfies(v, range));
+    const versions = ["22.15.0", "22.23.3", "24.0.0", "24.21.0", process.versions.node].filter((v) =>
+      semver.satisfies(v, range),
+    );
     const lock = await json<Lock>("package-lock.json");
     const refused: string[] = [];
     for (const [name, entry] of Object.entries(lock.packages)) {
       const wanted = Array.isArray(entry.engines) ? undefined : entry.engines?.node;
       if (!name || !wanted) continue;
-      for (const v of versions) if (!semver.satisfies(v, wanted, { includePrerelease: true })) refused.push(`${name} wants node ${wanted}, not ${v}`);
+      for (const v of versions)
+        if (!semver.satisfies(v, wanted, { includePrerelease: true }))
+          refused.push(`${name} wants node ${wanted}, not ${v}`);
     }
     expect(refused).toEqual([]);
   });

@@ -123,7 +123,8 @@ async function call(
   );
   for (const name of Object.keys(init.headers ?? {})) {
     const lower = name.toLowerCase();
-    if (!STANDARD_REQUEST_HEADERS.has(lower) && !isExtensionHeader(lower)) expect(documentedHeaders.has(lower), `${op}: request header ${name} is not documented`).toBe(true);
+    if (!STANDARD_REQUEST_HEADERS.has(lower) && !isExtensionHeader(lower))
+      expect(documentedHeaders.has(lower), `${op}: request header ${name} is not documented`).toBe(true);
   }
   const response = await fetch(server.url + path, {
     method,
@@ -135,7 +136,10 @@ async function call(
   const bytes = Buffer.from(await response.arrayBuffer());
   const status = response.status;
   const documented = entry.op.responses[String(status)] as Json | undefined;
-  expect(documented, `${op} answered ${status}, which openapi.yaml does not document (body ${bytes.toString("utf8").slice(0, 300)})`).toBeDefined();
+  expect(
+    documented,
+    `${op} answered ${status}, which openapi.yaml does not document (body ${bytes.toString("utf8").slice(0, 300)})`,
+  ).toBeDefined();
   exercised.push({ op, path, method, status });
 
   for (const [name, header] of Object.entries((documented!.headers ?? {}) as Record<string, Json>)) {
@@ -155,7 +159,10 @@ async function call(
     expect(content, `${op} ${status}: a body came but none is documented`).toBeDefined();
     const type = (response.headers.get("content-type") ?? "").split(";")[0]!.trim();
     const media = content![type];
-    expect(media, `${op} ${status}: content-type ${type} not documented (${Object.keys(content!).join(", ")})`).toBeDefined();
+    expect(
+      media,
+      `${op} ${status}: content-type ${type} not documented (${Object.keys(content!).join(", ")})`,
+    ).toBeDefined();
     if (type.endsWith("json")) {
       json = JSON.parse(bytes.toString("utf8")) as Json;
       check(media!.schema, json, `${op} ${status} body`);
@@ -174,20 +181,33 @@ async function openTrans(server: PackageServer, spec: string, headers: Record<st
   return r.json!.transaction as string;
 }
 
-async function addFile(server: PackageServer, id: string, path: string, content: string, headers: Record<string, string> = {}) {
-  return call(server, "addItem", `/add/${id}/file`, { headers: { "Pkg-Path": encodeURIComponent(path), ...headers }, body: content });
+async function addFile(
+  server: PackageServer,
+  id: string,
+  path: string,
+  content: string,
+  headers: Record<string, string> = {},
+) {
+  return call(server, "addItem", `/add/${id}/file`, {
+    headers: { "Pkg-Path": encodeURIComponent(path), ...headers },
+    body: content,
+  });
 }
 
 async function publish(server: PackageServer, spec: string, files: Record<string, string>): Promise<Json> {
   const id = await openTrans(server, spec);
-  for (const [path, content] of Object.entries(files)) expect((await addFile(server, id, path, content)).status).toBe(201);
+  for (const [path, content] of Object.entries(files))
+    expect((await addFile(server, id, path, content)).status).toBe(201);
   const r = await call(server, "commitTransaction", `/commit/${id}`);
   expect(r.status).toBe(201);
   return r.json!;
 }
 
 async function serve(store: PackageStore, options: PackageRouterOptions = {}): Promise<PackageServer> {
-  const server = await servePackageRouter(createPackageRouter(store, { onError: () => {}, ...options }), { host: "127.0.0.1", port: 0 });
+  const server = await servePackageRouter(createPackageRouter(store, { onError: () => {}, ...options }), {
+    host: "127.0.0.1",
+    port: 0,
+  });
   servers.push(server);
   return server;
 }
@@ -222,15 +242,24 @@ beforeAll(async () => {
   openStore = await tempStore();
   open = await serve(openStore);
   auth = await serve(await tempStore(), {
-    authorize: bearerTokens({ "tok-writer": ["hello*", "bound*"], "tok-other": ["bound*"], "tok-reader": { read: ["*"] } }),
+    authorize: bearerTokens({
+      "tok-writer": ["hello*", "bound*"],
+      "tok-other": ["bound*"],
+      "tok-reader": { read: ["*"] },
+    }),
   });
-  limited = await serve(await tempStore(), { limits: { itemBytes: 16, items: 1, requires: 1, openTransactions: 1, headerBytes: 4096, versions: 1 } });
+  limited = await serve(await tempStore(), {
+    limits: { itemBytes: 16, items: 1, requires: 1, openTransactions: 1, headerBytes: 4096, versions: 1 },
+  });
   const closed = await tempStore();
   await closed.close?.();
   down = await serve(closed);
   s3 = await startS3();
   signing = await serve(
-    composeStore({ blobs: createS3BlobStore({ bucket: s3.bucket, prefix: "openapi/", clientConfig: s3.clientConfig }), records: await tempStore() }),
+    composeStore({
+      blobs: createS3BlobStore({ bucket: s3.bucket, prefix: "openapi/", clientConfig: s3.clientConfig }),
+      records: await tempStore(),
+    }),
   );
   const fine = await tempStore();
   broken = await serve({
@@ -265,16 +294,30 @@ describe("openapi.yaml", () => {
   it("the body check rejects an undocumented member, a missing one and a wrong type (the check can fail)", () => {
     const catalog = doc.components.schemas.Catalog as Json;
     check(catalog, { packages: {}, count: 0, position: 0, updatedAt: null }, "sane");
-    for (const wrong of [{ packages: {}, count: 0, updatedAt: null, extra: 1 }, { packages: {}, count: 0 }, { packages: {}, count: "0", updatedAt: null }]) {
+    for (const wrong of [
+      { packages: {}, count: 0, updatedAt: null, extra: 1 },
+      { packages: {}, count: 0 },
+      { packages: {}, count: "0", updatedAt: null },
+    ]) {
       expect(() => check(catalog, wrong, "wrong")).toThrow();
     }
   });
 
   it("the ErrorCode enum lists every code the depot's server side can throw", async () => {
     const files = [
-      ...["package/archive", "server/auth", "store/compose", "package/delta", "package/digest", "store/gc", "package/names", "package/paths", "store/records", "server/router", "transactions/lifecycle"].map(
-        (f) => `../../src/depot/${f}.ts`,
-      ),
+      ...[
+        "package/archive",
+        "server/auth",
+        "store/compose",
+        "package/delta",
+        "package/digest",
+        "store/gc",
+        "package/names",
+        "package/paths",
+        "store/records",
+        "server/router",
+        "transactions/lifecycle",
+      ].map((f) => `../../src/depot/${f}.ts`),
       ...["memory/store", "s3/blob-store", "postgres/records"].map((f) => `../../src/adapters/${f}.ts`),
       // Every file of the fs store (read from the folder, so a file added or removed there is
       // never missed); its log-* files are the runner's log store, which answers gRPC codes.
@@ -298,18 +341,50 @@ describe("openapi.yaml", () => {
 
   it("documents the nine paths of the interface, DELETE /trans/{id} and every header the contract names", () => {
     const paths = Object.keys(doc.paths as Json);
-    for (const p of ["/catalog", "/version/{pkg_name}", "/depend/{pkg_name}", "/data/{pkg_name}", "/data/{name}/{from}", "/data/{name}/{from}/{to}", "/trans/{ref}", "/add/{trans_id}/{type}", "/summary/{trans_id}", "/meta/{trans_id}/require", "/commit/{trans_id}"]) {
+    for (const p of [
+      "/catalog",
+      "/version/{pkg_name}",
+      "/depend/{pkg_name}",
+      "/data/{pkg_name}",
+      "/data/{name}/{from}",
+      "/data/{name}/{from}/{to}",
+      "/trans/{ref}",
+      "/add/{trans_id}/{type}",
+      "/summary/{trans_id}",
+      "/meta/{trans_id}/require",
+      "/commit/{trans_id}",
+    ]) {
       expect(paths).toContain(p);
     }
     expect(doc.paths["/trans/{ref}"].delete).toBeDefined();
     const text = JSON.stringify(doc);
-    for (const h of ["Pkg-Path", "Pkg-Mode", "Pkg-Target", "Pkg-License", "Pkg-Attr", "Pkg-Require", "Content-Digest", "Repr-Digest", "ETag", "If-None-Match", "Range", "Content-Range", "Cache-Control", "Location", "Retry-After", "WWW-Authenticate"]) {
+    for (const h of [
+      "Pkg-Path",
+      "Pkg-Mode",
+      "Pkg-Target",
+      "Pkg-License",
+      "Pkg-Attr",
+      "Pkg-Require",
+      "Content-Digest",
+      "Repr-Digest",
+      "ETag",
+      "If-None-Match",
+      "Range",
+      "Content-Range",
+      "Cache-Control",
+      "Location",
+      "Retry-After",
+      "WWW-Authenticate",
+    ]) {
       expect(text, h).toContain(`"${h}"`);
     }
     expect(doc.components.securitySchemes.bearer).toMatchObject({ type: "http", scheme: "bearer" });
     for (const [, { op }] of operations) {
       for (const [status, response] of Object.entries(op.responses as Record<string, Json>)) {
-        if (Number(status) >= 400) expect(Object.keys(response.content ?? {}), `${op.operationId} ${status}`).toEqual(["application/problem+json"]);
+        if (Number(status) >= 400)
+          expect(Object.keys(response.content ?? {}), `${op.operationId} ${status}`).toEqual([
+            "application/problem+json",
+          ]);
       }
     }
   });
@@ -349,17 +424,50 @@ describe("the depot as built answers as documented", () => {
         controller.close();
       },
     });
-    expect((await call(open, "addItem", `/add/${t1}/file`, { headers: { "Pkg-Path": "share/doc/README%20now.txt" }, body: streamed })).status).toBe(201);
-    expect((await call(open, "addItem", `/add/${t1}/dir`, { headers: { "Pkg-Path": "var/empty", "Pkg-Mode": "0700" } })).json).toMatchObject({ type: "dir", digest: null });
-    expect((await call(open, "addItem", `/add/${t1}/link`, { headers: { "Pkg-Path": "bin/hi", "Pkg-Target": "hello" } })).json).toMatchObject({ type: "link", target: "hello" });
-    expect((await call(open, "addItem", `/add/${t1}/license`, { headers: { "Pkg-License": "MIT" }, body: "MIT License\n" })).json).toMatchObject({ type: "license", license: "MIT" });
-    const set = await call(open, "addItem", `/add/${t1}/set`, { headers: { "Pkg-Attr": "description=Says%20hello, homepage=https%3A%2F%2Fexample.org" } });
-    expect(set.json).toEqual({ type: "set", attributes: { description: "Says hello", homepage: "https://example.org" } });
+    expect(
+      (
+        await call(open, "addItem", `/add/${t1}/file`, {
+          headers: { "Pkg-Path": "share/doc/README%20now.txt" },
+          body: streamed,
+        })
+      ).status,
+    ).toBe(201);
+    expect(
+      (await call(open, "addItem", `/add/${t1}/dir`, { headers: { "Pkg-Path": "var/empty", "Pkg-Mode": "0700" } }))
+        .json,
+    ).toMatchObject({ type: "dir", digest: null });
+    expect(
+      (await call(open, "addItem", `/add/${t1}/link`, { headers: { "Pkg-Path": "bin/hi", "Pkg-Target": "hello" } }))
+        .json,
+    ).toMatchObject({ type: "link", target: "hello" });
+    expect(
+      (await call(open, "addItem", `/add/${t1}/license`, { headers: { "Pkg-License": "MIT" }, body: "MIT License\n" }))
+        .json,
+    ).toMatchObject({ type: "license", license: "MIT" });
+    const set = await call(open, "addItem", `/add/${t1}/set`, {
+      headers: { "Pkg-Attr": "description=Says%20hello, homepage=https%3A%2F%2Fexample.org" },
+    });
+    expect(set.json).toEqual({
+      type: "set",
+      attributes: { description: "Says hello", homepage: "https://example.org" },
+    });
     // By reference: empty body, digest the store already holds.
-    expect((await call(open, "addItem", `/add/${t1}/file`, { headers: { "Pkg-Path": "bin/hello-copy", "Content-Digest": httpDigest(body) } })).json).toMatchObject({ size: body.length });
+    expect(
+      (
+        await call(open, "addItem", `/add/${t1}/file`, {
+          headers: { "Pkg-Path": "bin/hello-copy", "Content-Digest": httpDigest(body) },
+        })
+      ).json,
+    ).toMatchObject({ size: body.length });
 
     // Bad additions.
-    const bad = async (type: string, headers: Record<string, string>, content: string | null, status: number, code: string) => {
+    const bad = async (
+      type: string,
+      headers: Record<string, string>,
+      content: string | null,
+      status: number,
+      code: string,
+    ) => {
       const r = await call(open, "addItem", `/add/${t1}/${type}`, { headers, body: content });
       expect([r.status, r.json?.code]).toEqual([status, code]);
     };
@@ -369,22 +477,57 @@ describe("the depot as built answers as documented", () => {
     await bad("file", { "Pkg-Path": "bin/other", "Pkg-Mode": "9999" }, "x", 400, "HEADER_INVALID");
     await bad("file", {}, "x", 400, "HEADER_INVALID");
     await bad("socket", { "Pkg-Path": "run/s" }, null, 400, "TYPE_INVALID");
-    await bad("file", { "Pkg-Path": "bin/x", "Content-Digest": httpDigest("something else") }, "x", 400, "DIGEST_MISMATCH");
+    await bad(
+      "file",
+      { "Pkg-Path": "bin/x", "Content-Digest": httpDigest("something else") },
+      "x",
+      400,
+      "DIGEST_MISMATCH",
+    );
     await bad("link", { "Pkg-Path": "bin/out", "Pkg-Target": "..%2F..%2Fetc%2Fpasswd" }, null, 400, "PATH_INVALID");
     await bad("file", { "Pkg-Path": "bin/hello" }, "again", 409, "PATH_EXISTS");
-    await bad("file", { "Pkg-Path": "bin/ref", "Content-Digest": httpDigest("never stored") }, null, 409, "DIGEST_UNKNOWN");
-    const unknown = await call(open, "addItem", `/add/${randomUUID()}/file`, { headers: { "Pkg-Path": "a" }, body: "x" });
+    await bad(
+      "file",
+      { "Pkg-Path": "bin/ref", "Content-Digest": httpDigest("never stored") },
+      null,
+      409,
+      "DIGEST_UNKNOWN",
+    );
+    const unknown = await call(open, "addItem", `/add/${randomUUID()}/file`, {
+      headers: { "Pkg-Path": "a" },
+      body: "x",
+    });
     expect([unknown.status, unknown.json!.code]).toEqual([404, "TRANSACTION_NOT_FOUND"]);
 
-    const requires = await call(open, "addRequires", `/meta/${t1}/require`, { headers: { "Pkg-Require": "libfoo@%5E1.2, libbar" } });
+    const requires = await call(open, "addRequires", `/meta/${t1}/require`, {
+      headers: { "Pkg-Require": "libfoo@%5E1.2, libbar" },
+    });
     expect(requires.status).toBe(201);
-    expect(requires.json).toEqual({ requires: [{ name: "libbar", range: "*" }, { name: "libfoo", range: "^1.2" }] });
-    expect((await call(open, "addRequires", `/meta/${t1}/require`, { headers: { "Pkg-Require": "libfoo@>>>1" } })).json!.code).toBe("RANGE_INVALID");
-    expect((await call(open, "addRequires", `/meta/${t1}/require`, { headers: { "Pkg-Require": "hello@1" } })).status).toBe(422);
-    expect((await call(open, "addRequires", `/meta/${randomUUID()}/require`, { headers: { "Pkg-Require": "x" } })).status).toBe(404);
+    expect(requires.json).toEqual({
+      requires: [
+        { name: "libbar", range: "*" },
+        { name: "libfoo", range: "^1.2" },
+      ],
+    });
+    expect(
+      (await call(open, "addRequires", `/meta/${t1}/require`, { headers: { "Pkg-Require": "libfoo@>>>1" } })).json!
+        .code,
+    ).toBe("RANGE_INVALID");
+    expect(
+      (await call(open, "addRequires", `/meta/${t1}/require`, { headers: { "Pkg-Require": "hello@1" } })).status,
+    ).toBe(422);
+    expect(
+      (await call(open, "addRequires", `/meta/${randomUUID()}/require`, { headers: { "Pkg-Require": "x" } })).status,
+    ).toBe(404);
 
     const summary = await call(open, "getSummary", `/summary/${t1}`);
-    expect(summary.json).toMatchObject({ transaction: t1, name: "hello", version: "1.0.0", state: "open", problems: [] });
+    expect(summary.json).toMatchObject({
+      transaction: t1,
+      name: "hello",
+      version: "1.0.0",
+      state: "open",
+      problems: [],
+    });
     expect((await call(open, "getSummary", `/summary/${randomUUID()}`)).status).toBe(404);
     expect((await call(open, "headSummary", `/summary/${t1}`)).status).toBe(200);
     expect((await call(open, "headSummary", `/summary/${randomUUID()}`)).status).toBe(404);
@@ -400,7 +543,9 @@ describe("the depot as built answers as documented", () => {
     const committed = await call(open, "getSummary", `/summary/${t1}`);
     expect(committed.json).toMatchObject({ state: "committed", url: commit.json!.url, digest: commit.json!.digest });
     expect((await addFile(open, t1, "late", "x")).json!.code).toBe("TRANSACTION_COMMITTED");
-    expect((await call(open, "addRequires", `/meta/${t1}/require`, { headers: { "Pkg-Require": "x" } })).status).toBe(410);
+    expect((await call(open, "addRequires", `/meta/${t1}/require`, { headers: { "Pkg-Require": "x" } })).status).toBe(
+      410,
+    );
     expect((await call(open, "abandonTransaction", `/trans/${t1}`)).status).toBe(410);
   });
 
@@ -413,7 +558,10 @@ describe("the depot as built answers as documented", () => {
   it("commit: 422 lists every problem (content lost before commit), 409 for the loser of two transactions, abandon 204 then 410", async () => {
     // Content lost between add and commit (here: deleted from the store behind the depot's back).
     const lossy = await openTrans(open, "lossy@1.0.0");
-    const lost = [await addFile(open, lossy, "one", "first vanishing blob"), await addFile(open, lossy, "two", "second vanishing blob")];
+    const lost = [
+      await addFile(open, lossy, "one", "first vanishing blob"),
+      await addFile(open, lossy, "two", "second vanishing blob"),
+    ];
     for (const added of lost) await openStore.deleteBlob(added.json!.digest);
     const invalid = await call(open, "commitTransaction", `/commit/${lossy}`);
     expect([invalid.status, invalid.json!.code]).toEqual([422, "COMMIT_INVALID"]);
@@ -448,7 +596,9 @@ describe("the depot as built answers as documented", () => {
     const catalogTag = catalog.headers.get("etag")!;
     expect((await call(open, "getCatalog", "/catalog", { headers: { "If-None-Match": catalogTag } })).status).toBe(304);
     expect((await call(open, "headCatalog", "/catalog")).status).toBe(200);
-    expect((await call(open, "headCatalog", "/catalog", { headers: { "If-None-Match": catalogTag } })).status).toBe(304);
+    expect((await call(open, "headCatalog", "/catalog", { headers: { "If-None-Match": catalogTag } })).status).toBe(
+      304,
+    );
     // Pages and the change feed, as documented: Link to the next page, `since` answers changes only.
     const firstPage = await call(open, "getCatalog", "/catalog?limit=1");
     expect(Object.keys(firstPage.json!.packages)).toHaveLength(1);
@@ -456,26 +606,41 @@ describe("the depot as built answers as documented", () => {
     expect(next, "a next link on a full page").not.toBeNull();
     const secondPage = await call(open, "getCatalog", next![1]!);
     expect(secondPage.headers.get("link")).toBeNull();
-    expect(Object.keys({ ...firstPage.json!.packages, ...secondPage.json!.packages }).sort()).toEqual(Object.keys(catalog.json!.packages).sort());
+    expect(Object.keys({ ...firstPage.json!.packages, ...secondPage.json!.packages }).sort()).toEqual(
+      Object.keys(catalog.json!.packages).sort(),
+    );
     const position = catalog.json!.position as number;
     const since = await call(open, "getCatalog", `/catalog?since=${position - 1}`);
     expect(since.json!.changes).toEqual([{ position, name: "hello", version: "1.1.0" }]);
     expect(Object.keys(since.json!.packages)).toEqual(["hello"]);
     expect(since.json!.position).toBe(position);
-    for (const bad of ["?limit=0", "?limit=5001", "?after=nonsense", "?since=-1", "?since=1&after=c1", `?since=${position + 1}`]) {
+    for (const bad of [
+      "?limit=0",
+      "?limit=5001",
+      "?after=nonsense",
+      "?since=-1",
+      "?since=1&after=c1",
+      `?since=${position + 1}`,
+    ]) {
       expect((await call(open, "getCatalog", `/catalog${bad}`)).json!.code, bad).toBe("BAD_REQUEST");
     }
 
     const versions = await call(open, "getVersions", "/version/HELLO");
     expect(versions.json).toMatchObject({ name: "hello", latest: "1.1.0" });
     expect(versions.json!.versions.map((v: Json) => v.version)).toEqual(["1.0.0", "1.1.0"]);
-    expect(versions.json!.versions[0].attributes).toEqual({ description: "Says hello", homepage: "https://example.org" });
+    expect(versions.json!.versions[0].attributes).toEqual({
+      description: "Says hello",
+      homepage: "https://example.org",
+    });
     expect((await call(open, "getVersions", "/version/hello@9.9.9")).json!.code).toBe("VERSION_NOT_FOUND");
 
     expect((await call(open, "getDepends", "/depend/hello%401.0.0")).json).toEqual({
       name: "hello",
       version: "1.0.0",
-      requires: [{ name: "libbar", range: "*" }, { name: "libfoo", range: "^1.2" }],
+      requires: [
+        { name: "libbar", range: "*" },
+        { name: "libfoo", range: "^1.2" },
+      ],
     });
     expect((await call(open, "getDepends", "/depend/hello")).json!.version).toBe("1.1.0");
     expect((await call(open, "getDepends", "/depend/hello@9.9.9")).status).toBe(404);
@@ -511,11 +676,23 @@ describe("the depot as built answers as documented", () => {
     const part = await call(open, "getData", "/data/hello@1.0.0", { headers: { Range: "bytes=100-199" } });
     expect([part.status, part.bytes.equals(archive.subarray(100, 200))]).toEqual([206, true]);
     expect(part.headers.get("content-range")).toBe(`bytes 100-199/${archive.length}`);
-    expect((await call(open, "getData", "/data/hello@1.0.0", { headers: { Range: "bytes=-10", "If-Range": etag } })).bytes.equals(archive.subarray(-10))).toBe(true);
-    expect((await call(open, "getData", "/data/hello@1.0.0", { headers: { Range: "bytes=0-9", "If-Range": '"stale"' } })).status).toBe(200);
+    expect(
+      (
+        await call(open, "getData", "/data/hello@1.0.0", { headers: { Range: "bytes=-10", "If-Range": etag } })
+      ).bytes.equals(archive.subarray(-10)),
+    ).toBe(true);
+    expect(
+      (await call(open, "getData", "/data/hello@1.0.0", { headers: { Range: "bytes=0-9", "If-Range": '"stale"' } }))
+        .status,
+    ).toBe(200);
     expect((await call(open, "getData", "/data/hello@1.0.0", { headers: { "If-None-Match": etag } })).status).toBe(304);
-    const unsatisfiable = await call(open, "getData", "/data/hello@1.0.0", { headers: { Range: `bytes=${archive.length}-` } });
-    expect([unsatisfiable.status, unsatisfiable.headers.get("content-range")]).toEqual([416, `bytes */${archive.length}`]);
+    const unsatisfiable = await call(open, "getData", "/data/hello@1.0.0", {
+      headers: { Range: `bytes=${archive.length}-` },
+    });
+    expect([unsatisfiable.status, unsatisfiable.headers.get("content-range")]).toEqual([
+      416,
+      `bytes */${archive.length}`,
+    ]);
     expect((await call(open, "getData", "/data/hello")).headers.get("etag")).not.toBe(etag); // newest is 1.1.0
     expect((await call(open, "getData", "/data/hello@2.0.0")).status).toBe(404);
     expect((await call(open, "getData", "/data/hello@x")).status).toBe(400);
@@ -523,8 +700,12 @@ describe("the depot as built answers as documented", () => {
     const head = await call(open, "headData", "/data/hello@1.0.0");
     expect([head.status, head.headers.get("content-length")]).toEqual([200, String(archive.length)]);
     expect((await call(open, "headData", "/data/hello@1.0.0", { headers: { Range: "bytes=0-0" } })).status).toBe(206);
-    expect((await call(open, "headData", "/data/hello@1.0.0", { headers: { "If-None-Match": etag } })).status).toBe(304);
-    expect((await call(open, "headData", "/data/hello@1.0.0", { headers: { Range: `bytes=${archive.length}-` } })).status).toBe(416);
+    expect((await call(open, "headData", "/data/hello@1.0.0", { headers: { "If-None-Match": etag } })).status).toBe(
+      304,
+    );
+    expect(
+      (await call(open, "headData", "/data/hello@1.0.0", { headers: { Range: `bytes=${archive.length}-` } })).status,
+    ).toBe(416);
     expect((await call(open, "headData", "/data/nope")).status).toBe(404);
     expect((await call(open, "headData", "/data/-x")).status).toBe(400);
   });
@@ -532,7 +713,9 @@ describe("the depot as built answers as documented", () => {
   it("deltas: 307 to the newest, the delta archive, its ranges; 404 and 400", async () => {
     const redirect = await call(open, "getDeltaToNewest", "/data/hello/1.0.0");
     expect([redirect.status, redirect.headers.get("location")]).toEqual([307, "/data/hello/1.0.0/1.1.0"]);
-    expect((await call(open, "getDeltaToNewest", "/data/hello/1.1.0")).headers.get("location")).toBe("/data/hello/1.1.0/1.1.0");
+    expect((await call(open, "getDeltaToNewest", "/data/hello/1.1.0")).headers.get("location")).toBe(
+      "/data/hello/1.1.0/1.1.0",
+    );
     expect((await call(open, "getDeltaToNewest", "/data/hello/0.1.0")).status).toBe(404);
     expect((await call(open, "getDeltaToNewest", "/data/hello%401.0.0/1.0.0")).status).toBe(400);
     expect((await call(open, "headDeltaToNewest", "/data/hello/1.0.0")).status).toBe(307);
@@ -546,15 +729,27 @@ describe("the depot as built answers as documented", () => {
     expect(manifestText).toContain('"from":"1.0.0"');
     expect(manifestText).toContain('"removed"');
     expect((await call(open, "getDelta", "/data/hello/1.1.0/1.0.0")).status).toBe(200); // downwards
-    expect((await call(open, "getDelta", "/data/hello/1.0.0/1.1.0", { headers: { Range: "bytes=0-511" } })).status).toBe(206);
-    expect((await call(open, "getDelta", "/data/hello/1.0.0/1.1.0", { headers: { "If-None-Match": deltaEtag } })).status).toBe(304);
-    expect((await call(open, "getDelta", "/data/hello/1.0.0/1.1.0", { headers: { Range: "bytes=99999999-" } })).status).toBe(416);
+    expect(
+      (await call(open, "getDelta", "/data/hello/1.0.0/1.1.0", { headers: { Range: "bytes=0-511" } })).status,
+    ).toBe(206);
+    expect(
+      (await call(open, "getDelta", "/data/hello/1.0.0/1.1.0", { headers: { "If-None-Match": deltaEtag } })).status,
+    ).toBe(304);
+    expect(
+      (await call(open, "getDelta", "/data/hello/1.0.0/1.1.0", { headers: { Range: "bytes=99999999-" } })).status,
+    ).toBe(416);
     expect((await call(open, "getDelta", "/data/hello/1.0.0/3.0.0")).status).toBe(404);
     expect((await call(open, "getDelta", "/data/hello/1.0.0/x.y")).status).toBe(400);
     expect((await call(open, "headDelta", "/data/hello/1.0.0/1.1.0")).status).toBe(200);
-    expect((await call(open, "headDelta", "/data/hello/1.0.0/1.1.0", { headers: { Range: "bytes=0-0" } })).status).toBe(206);
-    expect((await call(open, "headDelta", "/data/hello/1.0.0/1.1.0", { headers: { "If-None-Match": deltaEtag } })).status).toBe(304);
-    expect((await call(open, "headDelta", "/data/hello/1.0.0/1.1.0", { headers: { Range: "bytes=99999999-" } })).status).toBe(416);
+    expect((await call(open, "headDelta", "/data/hello/1.0.0/1.1.0", { headers: { Range: "bytes=0-0" } })).status).toBe(
+      206,
+    );
+    expect(
+      (await call(open, "headDelta", "/data/hello/1.0.0/1.1.0", { headers: { "If-None-Match": deltaEtag } })).status,
+    ).toBe(304);
+    expect(
+      (await call(open, "headDelta", "/data/hello/1.0.0/1.1.0", { headers: { Range: "bytes=99999999-" } })).status,
+    ).toBe(416);
     expect((await call(open, "headDelta", "/data/hello/1.0.0/3.0.0")).status).toBe(404);
     expect((await call(open, "headDelta", "/data/hello/x/1.0.0")).status).toBe(400);
   });
@@ -568,7 +763,9 @@ describe("the depot as built answers as documented", () => {
     expect([tooMany.status, tooMany.json!.code]).toEqual([413, "TOO_MANY_ITEMS"]);
     const requires = await call(limited, "addRequires", `/meta/${id}/require`, { headers: { "Pkg-Require": "a, b" } });
     expect([requires.status, requires.json!.code]).toEqual([413, "TOO_MANY_ITEMS"]);
-    expect((await call(limited, "addRequires", `/meta/${id}/require`, { headers: { "Pkg-Require": "a" } })).status).toBe(201);
+    expect(
+      (await call(limited, "addRequires", `/meta/${id}/require`, { headers: { "Pkg-Require": "a" } })).status,
+    ).toBe(201);
 
     const busy = await call(limited, "openTransaction", "/trans/other@1.0.0");
     expect([busy.status, busy.json!.code]).toEqual([429, "TOO_MANY_TRANSACTIONS"]);
@@ -601,13 +798,17 @@ describe("the depot as built answers as documented", () => {
     expect(anonymous.headers.get("www-authenticate")).toMatch(/^Bearer realm=/);
     const wrong = await call(auth, "getCatalog", "/catalog", { headers: { Authorization: "Bearer nope" } });
     expect(wrong.headers.get("www-authenticate")).toContain('error="invalid_token"');
-    expect((await call(auth, "getCatalog", "/catalog", { headers: { Authorization: "Bearer tok-reader" } })).status).toBe(200);
+    expect(
+      (await call(auth, "getCatalog", "/catalog", { headers: { Authorization: "Bearer tok-reader" } })).status,
+    ).toBe(200);
 
     const reader = { Authorization: "Bearer tok-reader" };
     const writer = { Authorization: "Bearer tok-writer" };
     const other = { Authorization: "Bearer tok-other" };
     expect((await call(auth, "openTransaction", "/trans/hello@1.0.0")).status).toBe(401);
-    expect((await call(auth, "openTransaction", "/trans/hello@1.0.0", { headers: reader })).json!.code).toBe("PERMISSION_DENIED");
+    expect((await call(auth, "openTransaction", "/trans/hello@1.0.0", { headers: reader })).json!.code).toBe(
+      "PERMISSION_DENIED",
+    );
     expect((await call(auth, "openTransaction", "/trans/secret@1.0.0", { headers: writer })).status).toBe(403);
     const id = await openTrans(auth, "bound@1.0.0", writer);
     const foreign = [
@@ -621,7 +822,9 @@ describe("the depot as built answers as documented", () => {
       expect((await call(auth, op, path, { headers: { ...other, ...headers } })).status, op).toBe(403);
       expect((await call(auth, op, path, { headers })).status, op).toBe(401);
     }
-    expect((await call(auth, "addItem", `/add/${id}/file`, { headers: { ...writer, "Pkg-Path": "f" }, body: "f" })).status).toBe(201);
+    expect(
+      (await call(auth, "addItem", `/add/${id}/file`, { headers: { ...writer, "Pkg-Path": "f" }, body: "f" })).status,
+    ).toBe(201);
     expect((await call(auth, "commitTransaction", `/commit/${id}`, { headers: writer })).status).toBe(201);
     const reads = [
       ["getVersions", "/version/bound", 200],
@@ -639,7 +842,9 @@ describe("the depot as built answers as documented", () => {
     for (const [op, path, status] of reads) {
       expect((await call(auth, op, path)).status, op).toBe(401);
       expect((await call(auth, op, path, { headers: other })).status, op).toBe(status);
-      expect((await call(auth, op, path.replace("bound", "hello"), { headers: other })).status, op).toBe(op === "headCatalog" ? 200 : 403);
+      expect((await call(auth, op, path.replace("bound", "hello"), { headers: other })).status, op).toBe(
+        op === "headCatalog" ? 200 : 403,
+      );
     }
     expect((await call(auth, "getVersions", "/version/hello", { headers: other })).status).toBe(403);
   });
@@ -658,7 +863,11 @@ describe("the depot as built answers as documented", () => {
       expect(r.status, op).toBe(503);
       if (method !== "HEAD") expect(r.json!.code).toBe("STORE_UNAVAILABLE");
     }
-    for (const [op, path] of [["getCatalog", "/catalog"], ["addItem", `/add/${randomUUID()}/dir`], ["commitTransaction", `/commit/${randomUUID()}`]] as const) {
+    for (const [op, path] of [
+      ["getCatalog", "/catalog"],
+      ["addItem", `/add/${randomUUID()}/dir`],
+      ["commitTransaction", `/commit/${randomUUID()}`],
+    ] as const) {
       const r = await call(broken, op, path, { headers: op === "addItem" ? { "Pkg-Path": "x" } : {} });
       expect([r.status, r.json!.code]).toEqual([500, "INTERNAL"]);
       expect(JSON.stringify(r.json)).not.toContain("secret");
@@ -713,7 +922,10 @@ describe("the depot as built answers as documented", () => {
     expect(redirect.status).toBe(302);
     const object = await fetch(redirect.headers.get("location")!);
     const bytes = Buffer.from(await object.arrayBuffer());
-    expect([object.status, `sha-256=:${sha256(bytes).toString("base64")}:`]).toEqual([200, redirect.headers.get("repr-digest")]);
+    expect([object.status, `sha-256=:${sha256(bytes).toString("base64")}:`]).toEqual([
+      200,
+      redirect.headers.get("repr-digest"),
+    ]);
     expect((await call(signing, "headData", "/data/signed")).status).toBe(302);
     expect((await call(signing, "getDelta", "/data/signed/1.0.0/1.1.0")).status).toBe(302);
     expect((await call(signing, "headDelta", "/data/signed/1.0.0/1.1.0")).status).toBe(302);
@@ -734,7 +946,8 @@ describe("the depot as built answers as documented", () => {
     expect(missing, "documented but never provoked").toEqual([]);
     for (const key of Object.keys(NOT_EXERCISED)) {
       const [id, status] = key.split(" ");
-      if (operations.has(id!) && (operations.get(id!)!.op.responses as Json)[status!]) expect(seen.has(key), `${key} is listed as not exercised but was`).toBe(false);
+      if (operations.has(id!) && (operations.get(id!)!.op.responses as Json)[status!])
+        expect(seen.has(key), `${key} is listed as not exercised but was`).toBe(false);
     }
   });
 });

@@ -19,7 +19,10 @@ describe("README first screen", () => {
     const blocks = [...screen.matchAll(/^```(\w*)\n([\s\S]*?)^```$/gm)];
     expect(blocks).toHaveLength(1);
     expect(blocks[0]![1]).toBe("sh");
-    const commands = blocks[0]![2]!.trim().split("\n").map((line) => line.replace(/\s+#.*$/, ""));
+    const commands = blocks[0]![2]!
+      .trim()
+      .split("\n")
+      .map((line) => line.replace(/\s+#.*$/, ""));
     expect(commands).toEqual(["npm ci && npm start", "npm test"]);
     expect(blocks[0]![2]).toMatch(/^npm ci && npm start +# main job: .*embedded defaults$/m);
     expect(screen).toMatch(/`npm test` takes about \d+ minutes/);

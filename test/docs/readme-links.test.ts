@@ -16,11 +16,16 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", ".
 
 function packedFiles(): Promise<string[]> {
   return new Promise((resolve, reject) => {
-    execFile("npm", ["pack", "--dry-run", "--json", "--ignore-scripts"], { cwd: root, maxBuffer: 64 * 1024 * 1024 }, (error, stdout) => {
-      if (error) return reject(error);
-      const [report] = JSON.parse(stdout) as [{ files: { path: string }[] }];
-      resolve(report.files.map((f) => f.path));
-    });
+    execFile(
+      "npm",
+      ["pack", "--dry-run", "--json", "--ignore-scripts"],
+      { cwd: root, maxBuffer: 64 * 1024 * 1024 },
+      (error, stdout) => {
+        if (error) return reject(error);
+        const [report] = JSON.parse(stdout) as [{ files: { path: string }[] }];
+        resolve(report.files.map((f) => f.path));
+      },
+    );
   });
 }
 
@@ -33,12 +38,13 @@ describe("documentation links", () => {
   });
 
   it("the tarball ships the README, the licence, the protocol documents and openapi.yaml", () => {
-    for (const file of ["README.md", "LICENSE", "docs/runner-protocol.md", "docs/depot-api.md", "openapi.yaml"]) expect(packed).toContain(file);
+    for (const file of ["README.md", "LICENSE", "docs/runner-protocol.md", "docs/depot-api.md", "openapi.yaml"])
+      expect(packed).toContain(file);
   });
 
   it("finds links the way a Markdown renderer does", () => {
     const sample = [
-      "See [the spec](docs/a.md#limits) and ![logo](img/x.png \"Logo\").",
+      'See [the spec](docs/a.md#limits) and ![logo](img/x.png "Logo").',
       "`[not](a-link.md)`",
       "```",
       "[also not](b.md)",
@@ -64,7 +70,9 @@ describe("documentation links", () => {
         }
         const onDisk = await stat(path.join(root, target)).catch(() => null);
         if (!onDisk) problems.push(`${doc}: ${link} → ${target} does not exist in the repository`);
-        const inTarball = onDisk?.isDirectory() ? packed.some((f) => f.startsWith(`${target.replace(/\/$/, "")}/`)) : packed.includes(target);
+        const inTarball = onDisk?.isDirectory()
+          ? packed.some((f) => f.startsWith(`${target.replace(/\/$/, "")}/`))
+          : packed.includes(target);
         if (!inTarball) problems.push(`${doc}: ${link} → ${target} is not in the npm tarball (package.json "files")`);
         if (anchor && onDisk?.isFile() && target.endsWith(".md")) {
           const anchors = anchorsOf(await readFile(path.join(root, target), "utf8"));

@@ -28,7 +28,12 @@ function section(markdown: string, heading: string): string {
 /** Rows of the first Markdown table in `text`, as cell arrays (header and rule dropped). */
 function tableRows(text: string): string[][] {
   const rows = text.split("\n").filter((line) => line.startsWith("|"));
-  return rows.slice(2).map((row) => row.slice(1, -1).split(" | ").map((cell) => cell.trim()));
+  return rows.slice(2).map((row) =>
+    row
+      .slice(1, -1)
+      .split(" | ")
+      .map((cell) => cell.trim()),
+  );
 }
 
 describe("docs/runner-protocol.md", () => {
@@ -55,7 +60,12 @@ describe("docs/runner-protocol.md", () => {
     const runner = createRunnerService(queue, { logs, secret, limits: { lineBytes: 16, jobLogBytes: 40 } });
     const server = await startRunnerServer(runner, { port: 0 });
     const requestId = randomUUID();
-    const client = createRunnerClient({ endpoint: server.url, requestId, token: mintJobToken(secret, requestId), maxLineBytes: 1024 });
+    const client = createRunnerClient({
+      endpoint: server.url,
+      requestId,
+      token: mintJobToken(secret, requestId),
+      maxLineBytes: 1024,
+    });
     try {
       client.log("x".repeat(30)); // over the line limit: cut to 16 bytes + a marker
       client.log("y".repeat(16)); // 32 bytes stored so far
@@ -68,15 +78,29 @@ describe("docs/runner-protocol.md", () => {
       await runner.close();
     }
     const stored = await logs.read(requestId.toLowerCase());
-    expect(stored.map((l) => l.line)).toEqual(["x".repeat(16), expect.stringMatching(asPattern(templates[0]!)), "y".repeat(16), expect.stringMatching(asPattern(templates[1]!))]);
+    expect(stored.map((l) => l.line)).toEqual([
+      "x".repeat(16),
+      expect.stringMatching(asPattern(templates[0]!)),
+      "y".repeat(16),
+      expect.stringMatching(asPattern(templates[1]!)),
+    ]);
     expect(stored[1]!.line).toBe("[runner-depot] line truncated: 30 bytes, kept 16");
     expect(stored[3]).toMatchObject({ marker: true, stderr: true });
 
     // §8: the result's members are exactly the documented table's, with the documented values.
     const result = await queue.next();
-    const fields = tableRows(section(text, "8. The job result").split("```").at(-1)!).flatMap((row) => row[0]!.split(", ").map((f) => f.replace(/`/g, "")));
+    const fields = tableRows(section(text, "8. The job result").split("```").at(-1)!).flatMap((row) =>
+      row[0]!.split(", ").map((f) => f.replace(/`/g, "")),
+    );
     expect(Object.keys(result).sort()).toEqual([...fields].sort());
-    expect(result).toMatchObject({ requestId: requestId.toLowerCase(), outcome: "finished", exitCode: 3, success: false, logTruncated: true, lines: { stdout: 3, stderr: 1 } });
+    expect(result).toMatchObject({
+      requestId: requestId.toLowerCase(),
+      outcome: "finished",
+      exitCode: 3,
+      success: false,
+      logTruncated: true,
+      lines: { stdout: 3, stderr: 1 },
+    });
   });
 
   it("every status code the table names is a code the runner can send", async () => {
@@ -98,10 +122,14 @@ describe("docs/depot-api.md", () => {
         documented.set(name, Number(status));
       }
     }
-    for (const [code, status] of documented) expect([code, new RunnerDepotError(code as ErrorCode, "x").status]).toEqual([code, status]);
-    const openapi = parse(await readFile(path.join(root, "openapi.yaml"), "utf8")) as { components: { schemas: { ErrorCode: { enum: string[] } } } };
-    expect([...documented.keys()].sort(), "docs/depot-api.md §10 lists exactly the codes of openapi.yaml's ErrorCode: add a row for a new code").toEqual(
-      [...openapi.components.schemas.ErrorCode.enum].sort(),
-    );
+    for (const [code, status] of documented)
+      expect([code, new RunnerDepotError(code as ErrorCode, "x").status]).toEqual([code, status]);
+    const openapi = parse(await readFile(path.join(root, "openapi.yaml"), "utf8")) as {
+      components: { schemas: { ErrorCode: { enum: string[] } } };
+    };
+    expect(
+      [...documented.keys()].sort(),
+      "docs/depot-api.md §10 lists exactly the codes of openapi.yaml's ErrorCode: add a row for a new code",
+    ).toEqual([...openapi.components.schemas.ErrorCode.enum].sort());
   });
 });

@@ -22,7 +22,23 @@ const options: Command["options"] = {
 
 /** Arguments built from pieces a user (or a typo) would type. */
 const argArb = fc.oneof(
-  fc.constantFrom("--url", "--follow", "--require", "--help", "-f", "-h", "-fh", "-x", "--", "-", "--url=", "--follow=1", "--nope", "---url", "--=x"),
+  fc.constantFrom(
+    "--url",
+    "--follow",
+    "--require",
+    "--help",
+    "-f",
+    "-h",
+    "-fh",
+    "-x",
+    "--",
+    "-",
+    "--url=",
+    "--follow=1",
+    "--nope",
+    "---url",
+    "--=x",
+  ),
   fc.string({ maxLength: 12 }),
   fc.string({ maxLength: 8 }).map((s) => `--${s}`),
   fc.string({ maxLength: 8 }).map((s) => `-${s}`),
@@ -67,7 +83,10 @@ describe("fuzz: the command line", () => {
 
   it("publish specs and requirements are valid lower-case names with SemVer, or a one-line usage error", () => {
     for (const params of fuzzParams<[string, string[]]>("cli publish inputs")) {
-      const piece = fc.oneof(fc.string({ maxLength: 20 }), fc.constantFrom("lib@^1.0", "Bad_Name@1.0.0", "bad", "x@>=>2", "a@1.2.3", "a@", "@1.0.0", "a@*"));
+      const piece = fc.oneof(
+        fc.string({ maxLength: 20 }),
+        fc.constantFrom("lib@^1.0", "Bad_Name@1.0.0", "bad", "x@>=>2", "a@1.2.3", "a@", "@1.0.0", "a@*"),
+      );
       fc.assert(
         fc.property(piece, fc.array(piece, { maxLength: 3 }), (spec, requires) => {
           expectUsageError(() => {
@@ -89,7 +108,9 @@ describe("fuzz: the command line", () => {
   });
 
   it("a progress line never exceeds its width, has no line breaks, and always shows rate and ETA", () => {
-    for (const params of fuzzParams<[string, number, number | undefined, number, number | undefined]>("cli progress line")) {
+    for (const params of fuzzParams<[string, number, number | undefined, number, number | undefined]>(
+      "cli progress line",
+    )) {
       fc.assert(
         fc.property(
           fc.string({ maxLength: 120 }).map((s) => s.replace(/[\r\n]/g, " ")),
@@ -115,12 +136,23 @@ describe("fuzz: the command line", () => {
 describe("fuzz: install records", () => {
   it("parseInstallRecord returns a well-formed record or null for any text, never throws", () => {
     const item = fc.oneof(
-      fc.record({ path: fc.string({ maxLength: 10 }), type: fc.constantFrom("file", "dir", "link", "other"), sha256: fc.option(fc.string({ maxLength: 4 }), { nil: undefined }), target: fc.option(fc.string({ maxLength: 4 }), { nil: undefined }) }),
+      fc.record({
+        path: fc.string({ maxLength: 10 }),
+        type: fc.constantFrom("file", "dir", "link", "other"),
+        sha256: fc.option(fc.string({ maxLength: 4 }), { nil: undefined }),
+        target: fc.option(fc.string({ maxLength: 4 }), { nil: undefined }),
+      }),
       fc.anything(),
     );
     const text = fc.oneof(
       fc.string({ maxLength: 60 }),
-      fc.record({ name: fc.oneof(fc.string({ maxLength: 6 }), fc.anything()), version: fc.oneof(fc.constant("1.0.0"), fc.anything()), items: fc.oneof(fc.array(item, { maxLength: 4 }), fc.anything()) }).map((o) => JSON.stringify(o) ?? ""),
+      fc
+        .record({
+          name: fc.oneof(fc.string({ maxLength: 6 }), fc.anything()),
+          version: fc.oneof(fc.constant("1.0.0"), fc.anything()),
+          items: fc.oneof(fc.array(item, { maxLength: 4 }), fc.anything()),
+        })
+        .map((o) => JSON.stringify(o) ?? ""),
       fc.jsonValue().map((v) => JSON.stringify(v)),
     );
     for (const params of fuzzParams<[string]>("install record")) {

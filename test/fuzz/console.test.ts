@@ -8,7 +8,26 @@ import { fuzzParams } from "./settings.js";
 
 // Job output skewed toward what terminals see: escapes, CR, BS, tabs, digits, semicolons.
 const piece = fc.oneof(
-  fc.constantFrom("\u001b[", "\u001b]", "\u001b\\", "\u0007", "\r", "\b", "\t", ";", "m", "K", "G", "38;5;", "48;2;", "0", "1", "31", "255", "999999"),
+  fc.constantFrom(
+    "\u001b[",
+    "\u001b]",
+    "\u001b\\",
+    "\u0007",
+    "\r",
+    "\b",
+    "\t",
+    ";",
+    "m",
+    "K",
+    "G",
+    "38;5;",
+    "48;2;",
+    "0",
+    "1",
+    "31",
+    "255",
+    "999999",
+  ),
   fc.string({ maxLength: 8 }),
   fc.string({ unit: "binary", maxLength: 4 }),
 );
@@ -27,7 +46,8 @@ describe("fuzz: console", () => {
           for (const run of runs) {
             expect(run.text.length).toBeGreaterThan(0);
             expect(run.cls).toMatch(/^(a-[bdiusfg]\d*( |$))*$/);
-            for (const color of [run.fg, run.bg]) if (color !== undefined) expect(color).toMatch(/^rgb\(\d{1,3},\d{1,3},\d{1,3}\)$/);
+            for (const color of [run.fg, run.bg])
+              if (color !== undefined) expect(color).toMatch(/^rgb\(\d{1,3},\d{1,3},\d{1,3}\)$/);
           }
         }),
         params,
@@ -41,7 +61,11 @@ describe("fuzz: console", () => {
       fc.assert(
         fc.property(printable, (input) => {
           // Lone surrogates take a cell each: the text is the same code units.
-          expect(parseAnsiLine(input).map((r) => r.text).join("")).toBe(input);
+          expect(
+            parseAnsiLine(input)
+              .map((r) => r.text)
+              .join(""),
+          ).toBe(input);
         }),
         params,
       );
@@ -51,16 +75,22 @@ describe("fuzz: console", () => {
   it("the catalog cursor decodes any input to a state or INVALID_ARGUMENT, and round-trips", () => {
     for (const params of fuzzParams("console catalog cursor")) {
       fc.assert(
-        fc.property(fc.oneof(fc.string({ maxLength: 1200 }), fc.base64String({ maxLength: 200 }).map((s) => s.replace(/[+/=]/g, "_"))), (input) => {
-          try {
-            const state = decodeCursor(input);
-            expect(state.d === null || typeof state.d === "string").toBe(true);
-            expect(typeof state.n).toBe("string");
-          } catch (error) {
-            expect(error).toBeInstanceOf(RunnerDepotError);
-            expect((error as RunnerDepotError).code).toBe("INVALID_ARGUMENT");
-          }
-        }),
+        fc.property(
+          fc.oneof(
+            fc.string({ maxLength: 1200 }),
+            fc.base64String({ maxLength: 200 }).map((s) => s.replace(/[+/=]/g, "_")),
+          ),
+          (input) => {
+            try {
+              const state = decodeCursor(input);
+              expect(state.d === null || typeof state.d === "string").toBe(true);
+              expect(typeof state.n).toBe("string");
+            } catch (error) {
+              expect(error).toBeInstanceOf(RunnerDepotError);
+              expect((error as RunnerDepotError).code).toBe("INVALID_ARGUMENT");
+            }
+          },
+        ),
         params,
       );
       fc.assert(

@@ -11,14 +11,23 @@ import { dirname, join } from "node:path";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { createMemoryStore } from "../../src/adapters/memory/index.js";
-import { archiveLayout, commitArchive, readArchive, type ManifestItem, type PackageManifest } from "../../src/depot/package/archive.js";
+import {
+  archiveLayout,
+  commitArchive,
+  readArchive,
+  type ManifestItem,
+  type PackageManifest,
+} from "../../src/depot/package/archive.js";
 import { encodeTarHeader, type TarHeaderFields } from "../../src/depot/package/tar-header.js";
 import { referenceArchive } from "../fixtures/archive-reference.js";
 import { fuzzParams } from "./settings.js";
 
 const require = createRequire(import.meta.url);
 // tar-stream's own header encoder (not exported; loaded by file path) for fields too large to pack for real.
-const tarHeaders = require(join(dirname(require.resolve("tar-stream")), "headers.js")) as { encode(h: object): Buffer | null; encodePax(h: object): Buffer };
+const tarHeaders = require(join(dirname(require.resolve("tar-stream")), "headers.js")) as {
+  encode(h: object): Buffer | null;
+  encodePax(h: object): Buffer;
+};
 
 const segment = fc.oneof(
   fc.stringMatching(/^[a-z0-9._-]{1,12}$/),
@@ -26,23 +35,36 @@ const segment = fc.oneof(
   fc.stringMatching(/^[a-z]{60,120}$/),
 );
 const pathArb = fc.array(segment, { minLength: 1, maxLength: 6 }).map((parts) => parts.join("/"));
-const targetArb = fc.oneof(pathArb, fc.constant("../x"), fc.stringMatching(/^[a-z/]{90,130}$/).filter((s) => s.length > 0));
+const targetArb = fc.oneof(
+  pathArb,
+  fc.constant("../x"),
+  fc.stringMatching(/^[a-z/]{90,130}$/).filter((s) => s.length > 0),
+);
 
 interface Draft {
   item: ManifestItem;
   bytes?: Buffer;
 }
 const itemArb: fc.Arbitrary<Draft> = fc.oneof(
-  fc.record({ path: pathArb, mode: fc.integer({ min: 1, max: 0o777 }), bytes: fc.uint8Array({ maxLength: 1500 }) }).map(({ path, mode, bytes }) => ({
-    item: { type: "file" as const, path, mode, size: bytes.length, digest: "" },
-    bytes: Buffer.from(bytes),
-  })),
-  fc.record({ path: pathArb, mode: fc.integer({ min: 1, max: 0o777 }) }).map(({ path, mode }) => ({ item: { type: "dir" as const, path, mode, size: 0 } })),
-  fc.record({ path: pathArb, target: targetArb }).map(({ path, target }) => ({ item: { type: "link" as const, path, mode: 0o777, size: 0, target } })),
+  fc
+    .record({ path: pathArb, mode: fc.integer({ min: 1, max: 0o777 }), bytes: fc.uint8Array({ maxLength: 1500 }) })
+    .map(({ path, mode, bytes }) => ({
+      item: { type: "file" as const, path, mode, size: bytes.length, digest: "" },
+      bytes: Buffer.from(bytes),
+    })),
+  fc
+    .record({ path: pathArb, mode: fc.integer({ min: 1, max: 0o777 }) })
+    .map(({ path, mode }) => ({ item: { type: "dir" as const, path, mode, size: 0 } })),
+  fc
+    .record({ path: pathArb, target: targetArb })
+    .map(({ path, target }) => ({ item: { type: "link" as const, path, mode: 0o777, size: 0, target } })),
 );
 const caseArb = fc.record({
   drafts: fc.uniqueArray(itemArb, { maxLength: 8, selector: (d) => d.item.path }),
-  licenses: fc.uniqueArray(fc.record({ name: fc.stringMatching(/^[A-Za-z0-9.+-]{1,20}$/), text: fc.string({ maxLength: 200 }) }), { maxLength: 2, selector: (l) => l.name }),
+  licenses: fc.uniqueArray(
+    fc.record({ name: fc.stringMatching(/^[A-Za-z0-9.+-]{1,20}$/), text: fc.string({ maxLength: 200 }) }),
+    { maxLength: 2, selector: (l) => l.name },
+  ),
   mtime: fc.integer({ min: 0, max: 2 ** 34 }),
   attributes: fc.dictionary(fc.stringMatching(/^[a-z]{1,8}$/), fc.string({ maxLength: 40 }), { maxKeys: 3 }),
 });
@@ -64,7 +86,15 @@ async function materialise(input: Case) {
     const blob = await store.putBlob([Buffer.from(license.text)] as unknown as AsyncIterable<Uint8Array>);
     licenses.push({ name: license.name, path: `.pkg/licenses/${license.name}`, size: blob.size, digest: blob.digest });
   }
-  const manifest: PackageManifest = { name: "pkg", version: "1.0.0", publishedAt: new Date(0).toISOString(), attributes: input.attributes, requires: [], licenses, items };
+  const manifest: PackageManifest = {
+    name: "pkg",
+    version: "1.0.0",
+    publishedAt: new Date(0).toISOString(),
+    attributes: input.attributes,
+    requires: [],
+    licenses,
+    items,
+  };
   return { store, manifest };
 }
 
@@ -100,20 +130,26 @@ describe("archive assembly (fast-check)", () => {
   it("answers every Range with the same slice of the whole archive", async () => {
     for (const params of fuzzParams("archive ranges")) {
       await fc.assert(
-        fc.asyncProperty(caseArb, fc.array(fc.tuple(fc.nat(), fc.nat()), { minLength: 1, maxLength: 6 }), async (input, picks) => {
-          const { store, manifest } = await materialise(input);
-          const layout = archiveLayout(manifest, Buffer.from(JSON.stringify(manifest)), input.mtime);
-          const whole = await collect(readArchive(store, layout));
-          // Ranges anchored on part boundaries (tar headers, item bytes, padding, end blocks) and random ones.
-          const edges = layout.parts.flatMap((p) => [p.offset, p.offset + p.length - 1, p.offset + p.length]).filter((o) => o < whole.length);
-          for (const [a, b] of picks) {
-            const start = a % 2 === 0 ? edges[a % edges.length]! : a % whole.length;
-            const end = Math.min(whole.length - 1, b % 3 === 0 ? edges[b % edges.length]! : start + (b % 3000));
-            if (end < start) continue;
-            const slice = await collect(readArchive(store, layout, { start, end }));
-            expect(slice.equals(whole.subarray(start, end + 1))).toBe(true);
-          }
-        }),
+        fc.asyncProperty(
+          caseArb,
+          fc.array(fc.tuple(fc.nat(), fc.nat()), { minLength: 1, maxLength: 6 }),
+          async (input, picks) => {
+            const { store, manifest } = await materialise(input);
+            const layout = archiveLayout(manifest, Buffer.from(JSON.stringify(manifest)), input.mtime);
+            const whole = await collect(readArchive(store, layout));
+            // Ranges anchored on part boundaries (tar headers, item bytes, padding, end blocks) and random ones.
+            const edges = layout.parts
+              .flatMap((p) => [p.offset, p.offset + p.length - 1, p.offset + p.length])
+              .filter((o) => o < whole.length);
+            for (const [a, b] of picks) {
+              const start = a % 2 === 0 ? edges[a % edges.length]! : a % whole.length;
+              const end = Math.min(whole.length - 1, b % 3 === 0 ? edges[b % edges.length]! : start + (b % 3000));
+              if (end < start) continue;
+              const slice = await collect(readArchive(store, layout, { start, end }));
+              expect(slice.equals(whole.subarray(start, end + 1))).toBe(true);
+            }
+          },
+        ),
         { ...params, numRuns: Math.max(1, Math.round(params.numRuns! / 4)) },
       );
     }
@@ -152,7 +188,12 @@ describe("archive assembly (fast-check)", () => {
           const pax = tarHeaders.encodePax({ name: header.name, linkname: header.linkname });
           const paxHeader = { ...header, name: "PaxHeader", linkname: header.linkname && "PaxHeader" };
           const padding = Buffer.alloc((512 - (pax.length % 512)) % 512);
-          const expected = Buffer.concat([tarHeaders.encode({ ...paxHeader, size: pax.length, type: "pax-header" })!, pax, padding, tarHeaders.encode(paxHeader)!]);
+          const expected = Buffer.concat([
+            tarHeaders.encode({ ...paxHeader, size: pax.length, type: "pax-header" })!,
+            pax,
+            padding,
+            tarHeaders.encode(paxHeader)!,
+          ]);
           expect(ours.equals(expected)).toBe(true);
         }),
         params,

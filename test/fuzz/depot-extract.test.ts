@@ -32,7 +32,10 @@ interface Entry {
 
 async function pack(items: ManifestItem[], entries: Entry[], extra: Record<string, unknown>): Promise<Buffer> {
   const p = tar.pack();
-  p.entry({ name: ".pkg/manifest.json", mode: 0o644 }, JSON.stringify({ name: "pkg", version: "1.0.0", attributes: {}, requires: [], licenses: [], items, ...extra }));
+  p.entry(
+    { name: ".pkg/manifest.json", mode: 0o644 },
+    JSON.stringify({ name: "pkg", version: "1.0.0", attributes: {}, requires: [], licenses: [], items, ...extra }),
+  );
   for (const e of entries) {
     const header = { name: e.name, type: e.type, mode: 0o644, linkname: e.linkname };
     if (e.type === "file") p.entry(header, e.content);
@@ -51,7 +54,19 @@ const seg = fc.oneof(
 );
 const name = fc.oneof(
   { weight: 5, arbitrary: fc.array(seg, { minLength: 1, maxLength: 4 }).map((s) => s.join("/")) },
-  { weight: 1, arbitrary: fc.constantFrom("/etc/passwd", "/tmp/x", "a/../../x", "../outside", ".pkg/manifest.json", ".pkg/licenses/MIT", "a/", "a//b") },
+  {
+    weight: 1,
+    arbitrary: fc.constantFrom(
+      "/etc/passwd",
+      "/tmp/x",
+      "a/../../x",
+      "../outside",
+      ".pkg/manifest.json",
+      ".pkg/licenses/MIT",
+      "a/",
+      "a//b",
+    ),
+  },
 );
 const entryArb: fc.Arbitrary<Entry> = fc.record({
   name,
@@ -106,7 +121,10 @@ describe("installer tar extraction fuzz", () => {
   let n = 0;
   beforeAll(async () => {
     // tmpfs when there is one: thousands of small trees, made and removed.
-    const base = await stat("/dev/shm").then((st) => (st.isDirectory() ? "/dev/shm" : os.tmpdir()), () => os.tmpdir());
+    const base = await stat("/dev/shm").then(
+      (st) => (st.isDirectory() ? "/dev/shm" : os.tmpdir()),
+      () => os.tmpdir(),
+    );
     work = await mkdtemp(path.join(base, "fuzz-extract-"));
     sandbox = path.join(work, "sandbox");
     // Sentinels beside and above every target (<sandbox>/pkg/t<n>): anything written
@@ -118,56 +136,68 @@ describe("installer tar extraction fuzz", () => {
   });
   afterAll(() => rm(work, { recursive: true, force: true }));
 
-  it("never writes outside the target; only RunnerDepotErrors; links left inside resolve inside", async () => {
-    for (const params of fuzzParams("installer extraction")) {
-      await fc.assert(
-        fc.asyncProperty(caseArb, async (c) => {
-          // A fresh target beside the others, inside the shared sandbox whose sentinels
-          // (`baseline`) must never change.
-          const target = path.join(sandbox, "pkg", `t${n++}`);
-          await mkdir(target);
-          if (c.delta) {
-            // An installed tree to apply the delta onto, with a link that climbs to the root.
-            await mkdir(path.join(target, "a", "b"), { recursive: true });
-            await writeFile(path.join(target, "a", "f"), "old\n");
-            await symlink("../..", path.join(target, "a", "b", "up"));
-          }
-          const items = c.entries.map(itemOf).filter((i): i is ManifestItem => i !== null);
-          let bytes = await pack(items, c.entries, c.delta ? { from: "0.9.0", removed: c.removed } : {});
-          if (c.mutations.length > 0 || c.cut !== undefined || c.splice !== undefined) {
-            bytes = Buffer.from(bytes);
-            for (const [at, value] of c.mutations) bytes[at % bytes.length] = value;
-            if (c.splice) {
-              const [from, to, len] = c.splice;
-              bytes.copy(bytes, to % bytes.length, from % bytes.length, Math.min(bytes.length, (from % bytes.length) + len));
+  it(
+    "never writes outside the target; only RunnerDepotErrors; links left inside resolve inside",
+    async () => {
+      for (const params of fuzzParams("installer extraction")) {
+        await fc.assert(
+          fc.asyncProperty(caseArb, async (c) => {
+            // A fresh target beside the others, inside the shared sandbox whose sentinels
+            // (`baseline`) must never change.
+            const target = path.join(sandbox, "pkg", `t${n++}`);
+            await mkdir(target);
+            if (c.delta) {
+              // An installed tree to apply the delta onto, with a link that climbs to the root.
+              await mkdir(path.join(target, "a", "b"), { recursive: true });
+              await writeFile(path.join(target, "a", "f"), "old\n");
+              await symlink("../..", path.join(target, "a", "b", "up"));
             }
-            if (c.cut !== undefined) bytes = bytes.subarray(0, c.cut % (bytes.length + 1));
-          }
-
-          await extractPackage([bytes], target, { delta: c.delta }).catch((error: unknown) => {
-            expect(error, String((error as Error)?.stack)).toBeInstanceOf(RunnerDepotError);
-          });
-
-          expect(await snapshot(sandbox, target)).toEqual(baseline);
-          const realTarget = await realpath(target);
-          const links: string[] = [];
-          const walk = async (abs: string): Promise<void> => {
-            for (const e of await readdir(abs, { withFileTypes: true })) {
-              const child = path.join(abs, e.name);
-              if (e.isSymbolicLink()) links.push(child);
-              else if (e.isDirectory()) await walk(child);
+            const items = c.entries.map(itemOf).filter((i): i is ManifestItem => i !== null);
+            let bytes = await pack(items, c.entries, c.delta ? { from: "0.9.0", removed: c.removed } : {});
+            if (c.mutations.length > 0 || c.cut !== undefined || c.splice !== undefined) {
+              bytes = Buffer.from(bytes);
+              for (const [at, value] of c.mutations) bytes[at % bytes.length] = value;
+              if (c.splice) {
+                const [from, to, len] = c.splice;
+                bytes.copy(
+                  bytes,
+                  to % bytes.length,
+                  from % bytes.length,
+                  Math.min(bytes.length, (from % bytes.length) + len),
+                );
+              }
+              if (c.cut !== undefined) bytes = bytes.subarray(0, c.cut % (bytes.length + 1));
             }
-          };
-          await walk(target);
-          for (const link of links) {
-            const resolved = await realpath(link).catch(() => null);
-            if (resolved !== null) expect(resolved === realTarget || resolved.startsWith(`${realTarget}/`), `${link} → ${resolved}`).toBe(true);
-          }
-          expect((await lstat(target)).isDirectory()).toBe(true);
-          await rm(target, { recursive: true, force: true });
-        }),
-        params,
-      );
-    }
-  }, fuzzTimeout(300_000));
+
+            await extractPackage([bytes], target, { delta: c.delta }).catch((error: unknown) => {
+              expect(error, String((error as Error)?.stack)).toBeInstanceOf(RunnerDepotError);
+            });
+
+            expect(await snapshot(sandbox, target)).toEqual(baseline);
+            const realTarget = await realpath(target);
+            const links: string[] = [];
+            const walk = async (abs: string): Promise<void> => {
+              for (const e of await readdir(abs, { withFileTypes: true })) {
+                const child = path.join(abs, e.name);
+                if (e.isSymbolicLink()) links.push(child);
+                else if (e.isDirectory()) await walk(child);
+              }
+            };
+            await walk(target);
+            for (const link of links) {
+              const resolved = await realpath(link).catch(() => null);
+              if (resolved !== null)
+                expect(resolved === realTarget || resolved.startsWith(`${realTarget}/`), `${link} → ${resolved}`).toBe(
+                  true,
+                );
+            }
+            expect((await lstat(target)).isDirectory()).toBe(true);
+            await rm(target, { recursive: true, force: true });
+          }),
+          params,
+        );
+      }
+    },
+    fuzzTimeout(300_000),
+  );
 });

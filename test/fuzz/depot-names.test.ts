@@ -15,7 +15,13 @@ import semver from "semver";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseHttpDigest } from "../../src/depot/package/digest.js";
 import { belowOf, resolveLink, treeOf } from "../../src/depot/package/links.js";
-import { decodeSegment, parsePackageName, parsePackageRef, parseRange, parseVersion } from "../../src/depot/package/names.js";
+import {
+  decodeSegment,
+  parsePackageName,
+  parsePackageRef,
+  parseRange,
+  parseVersion,
+} from "../../src/depot/package/names.js";
 import { CONTROL_RE, MAX_PATH_BYTES, parseItemPath, parseLinkTarget } from "../../src/depot/package/paths.js";
 import { RunnerDepotError } from "../../src/errors.js";
 import { fuzzParams, fuzzTimeout } from "./settings.js";
@@ -34,7 +40,27 @@ const anyText = fc.oneof(
   fc.string({ maxLength: 80 }),
   fc.string({ unit: "binary", maxLength: 40 }),
   fc.stringMatching(/^[A-Za-z0-9._@%+-]{0,70}$/),
-  fc.constantFrom("", "a", "A-b.c_d", "-x", ".x", "a".repeat(64), "a".repeat(65), "constructor", "__proto__", "1.0.0", "v1.0.0", "=1.0.0", "01.0.0", "1.0.0-rc.1+b", "^1", ">=1 <2 || 3.x", "*", "%40", "x%401.0.0"),
+  fc.constantFrom(
+    "",
+    "a",
+    "A-b.c_d",
+    "-x",
+    ".x",
+    "a".repeat(64),
+    "a".repeat(65),
+    "constructor",
+    "__proto__",
+    "1.0.0",
+    "v1.0.0",
+    "=1.0.0",
+    "01.0.0",
+    "1.0.0-rc.1+b",
+    "^1",
+    ">=1 <2 || 3.x",
+    "*",
+    "%40",
+    "x%401.0.0",
+  ),
 );
 
 describe("names, versions, ranges and segments", () => {
@@ -58,7 +84,13 @@ describe("names, versions, ranges and segments", () => {
 
   it("parseVersion: canonical SemVer that parses to itself, or VERSION_INVALID", () => {
     const semverish = fc
-      .tuple(fc.nat(1000), fc.nat(1000), fc.nat(1000), fc.option(fc.stringMatching(/^[0-9A-Za-z-]{1,8}(\.[0-9A-Za-z-]{1,8}){0,2}$/)), fc.option(fc.stringMatching(/^[0-9A-Za-z-]{1,8}$/)))
+      .tuple(
+        fc.nat(1000),
+        fc.nat(1000),
+        fc.nat(1000),
+        fc.option(fc.stringMatching(/^[0-9A-Za-z-]{1,8}(\.[0-9A-Za-z-]{1,8}){0,2}$/)),
+        fc.option(fc.stringMatching(/^[0-9A-Za-z-]{1,8}$/)),
+      )
       .map(([a, b, c, pre, build]) => `${a}.${b}.${c}${pre ? `-${pre}` : ""}${build ? `+${build}` : ""}`);
     for (const params of fuzzParams("versions")) {
       fc.assert(
@@ -119,7 +151,13 @@ describe("names, versions, ranges and segments", () => {
     const b64 = fc.uint8Array({ minLength: 0, maxLength: 40 }).map((b) => Buffer.from(b).toString("base64"));
     const member = fc.oneof(
       b64.map((v) => `sha-256=:${v}:`),
-      fc.constantFrom("sha-512=:AAAA:", "sha-256", "sha-256=", "SHA-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=:", "x"),
+      fc.constantFrom(
+        "sha-512=:AAAA:",
+        "sha-256",
+        "sha-256=",
+        "SHA-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=:",
+        "x",
+      ),
       fc.string({ maxLength: 20 }),
     );
     for (const params of fuzzParams("content digests")) {
@@ -141,7 +179,10 @@ describe("names, versions, ranges and segments", () => {
 const seg = fc.oneof(
   { weight: 6, arbitrary: fc.constantFrom("a", "b", "c", "l", "m") },
   { weight: 3, arbitrary: fc.constant("..") },
-  { weight: 1, arbitrary: fc.constantFrom(".", "", ".pkg", ".PKG", "é", "e\u0301", "a\u0001", "x\u007f", "y\u0085", "\\") },
+  {
+    weight: 1,
+    arbitrary: fc.constantFrom(".", "", ".pkg", ".PKG", "é", "e\u0301", "a\u0001", "x\u007f", "y\u0085", "\\"),
+  },
   { weight: 1, arbitrary: fc.string({ maxLength: 6 }) },
 );
 const rawPath = fc.array(seg, { minLength: 1, maxLength: 6 }).map((s) => s.join("/"));
@@ -150,21 +191,29 @@ describe("Pkg-Path and link targets", () => {
   it("parseItemPath: a normalised relative path with no control character, or PATH_INVALID", () => {
     for (const params of fuzzParams("item paths")) {
       fc.assert(
-        fc.property(fc.oneof(rawPath, fc.string({ unit: "binary", maxLength: 60 }), fc.constant("/etc/passwd"), fc.constant("a/".repeat(2100))), (raw) => {
-          const r = outcome(() => parseItemPath(raw));
-          if (!r.ok) {
-            expect(r.code).toBe("PATH_INVALID");
-            return;
-          }
-          const p = r.value;
-          expect(p).toBe(p.normalize("NFC"));
-          expect(CONTROL_RE.test(p)).toBe(false);
-          expect(p.startsWith("/") || p.includes("\\") || p.includes("\0")).toBe(false);
-          expect(p.split("/").every((s) => s !== "" && s !== "." && s !== "..")).toBe(true);
-          expect(p.split("/")[0]!.toLowerCase()).not.toBe(".pkg");
-          expect(Buffer.byteLength(p)).toBeLessThanOrEqual(MAX_PATH_BYTES);
-          expect(parseItemPath(p)).toBe(p);
-        }),
+        fc.property(
+          fc.oneof(
+            rawPath,
+            fc.string({ unit: "binary", maxLength: 60 }),
+            fc.constant("/etc/passwd"),
+            fc.constant("a/".repeat(2100)),
+          ),
+          (raw) => {
+            const r = outcome(() => parseItemPath(raw));
+            if (!r.ok) {
+              expect(r.code).toBe("PATH_INVALID");
+              return;
+            }
+            const p = r.value;
+            expect(p).toBe(p.normalize("NFC"));
+            expect(CONTROL_RE.test(p)).toBe(false);
+            expect(p.startsWith("/") || p.includes("\\") || p.includes("\0")).toBe(false);
+            expect(p.split("/").every((s) => s !== "" && s !== "." && s !== "..")).toBe(true);
+            expect(p.split("/")[0]!.toLowerCase()).not.toBe(".pkg");
+            expect(Buffer.byteLength(p)).toBeLessThanOrEqual(MAX_PATH_BYTES);
+            expect(parseItemPath(p)).toBe(p);
+          },
+        ),
         params,
       );
     }
@@ -173,21 +222,25 @@ describe("Pkg-Path and link targets", () => {
   it("parseLinkTarget: relative, without control characters, lexically inside the root, or PATH_INVALID", () => {
     for (const params of fuzzParams("link targets")) {
       fc.assert(
-        fc.property(fc.array(fc.constantFrom("a", "b", "c"), { minLength: 1, maxLength: 4 }), rawPath, (link, target) => {
-          const linkPath = link.join("/");
-          const r = outcome(() => parseLinkTarget(linkPath, target));
-          if (!r.ok) {
-            expect(r.code).toBe("PATH_INVALID");
-            return;
-          }
-          expect(CONTROL_RE.test(r.value)).toBe(false);
-          // Lexically: never above the root.
-          let depth = link.length - 1;
-          for (const s of r.value.split("/")) {
-            depth += s === ".." ? -1 : 1;
-            expect(depth).toBeGreaterThanOrEqual(0);
-          }
-        }),
+        fc.property(
+          fc.array(fc.constantFrom("a", "b", "c"), { minLength: 1, maxLength: 4 }),
+          rawPath,
+          (link, target) => {
+            const linkPath = link.join("/");
+            const r = outcome(() => parseLinkTarget(linkPath, target));
+            if (!r.ok) {
+              expect(r.code).toBe("PATH_INVALID");
+              return;
+            }
+            expect(CONTROL_RE.test(r.value)).toBe(false);
+            // Lexically: never above the root.
+            let depth = link.length - 1;
+            for (const s of r.value.split("/")) {
+              depth += s === ".." ? -1 : 1;
+              expect(depth).toBeGreaterThanOrEqual(0);
+            }
+          },
+        ),
         params,
       );
     }
@@ -199,7 +252,10 @@ describe("link resolution against the kernel", () => {
   let n = 0;
   beforeAll(async () => {
     // tmpfs when there is one: thousands of small trees, made and removed.
-    const base = await stat("/dev/shm").then((st) => (st.isDirectory() ? "/dev/shm" : os.tmpdir()), () => os.tmpdir());
+    const base = await stat("/dev/shm").then(
+      (st) => (st.isDirectory() ? "/dev/shm" : os.tmpdir()),
+      () => os.tmpdir(),
+    );
     work = await mkdtemp(path.join(base, "fuzz-links-"));
     // Decoys outside every package (each sits at <work>/x/x/<n>), so a link that escapes
     // usually resolves to something real.
@@ -210,7 +266,12 @@ describe("link resolution against the kernel", () => {
 
   const name = fc.constantFrom("a", "b", "c", "l", "m");
   const relPath = fc.array(name, { minLength: 1, maxLength: 3 }).map((s) => s.join("/"));
-  const target = fc.array(fc.oneof({ weight: 3, arbitrary: name }, { weight: 2, arbitrary: fc.constant("..") }), { minLength: 1, maxLength: 7 }).map((s) => s.join("/"));
+  const target = fc
+    .array(fc.oneof({ weight: 3, arbitrary: name }, { weight: 2, arbitrary: fc.constant("..") }), {
+      minLength: 1,
+      maxLength: 7,
+    })
+    .map((s) => s.join("/"));
   const treeArb = fc.uniqueArray(
     fc.oneof(
       fc.record({ type: fc.constant("dir" as const), path: relPath }),
@@ -220,48 +281,65 @@ describe("link resolution against the kernel", () => {
     { maxLength: 8, selector: (i) => i.path },
   );
 
-  it("every link the resolver accepts resolves inside the package or not at all", async () => {
-    for (const params of fuzzParams("link resolution")) {
-      await fc.assert(
-        fc.asyncProperty(treeArb, async (items) => {
-          // A tree the server would hold: nothing below a file or a link.
-          const byPath = new Map(items.map((i) => [i.path, i]));
-          const valid = items.filter((i) => !i.path.split("/").slice(0, -1).some((_, k, all) => byPath.get(all.slice(0, k + 1).join("/"))?.type !== undefined && byPath.get(all.slice(0, k + 1).join("/"))!.type !== "dir"));
-          fc.pre(valid.some((i) => i.type === "link"));
-          const root = path.join(work, "x", "x", String(n++));
-          await mkdir(root, { recursive: true });
-          const lookup = treeOf(valid);
-          // Half the cases prune lookups below directories that hold no item, as the server does.
-          const below = n % 2 === 0 ? belowOf(valid) : undefined;
-          const accepted: string[] = [];
-          for (const item of valid) {
-            const full = path.join(root, item.path);
-            await mkdir(path.dirname(full), { recursive: true });
-            if (item.type === "dir") await mkdir(full, { recursive: true });
-            else if (item.type === "file") await writeFile(full, "x");
-            else await symlink(item.target, full);
-          }
-          for (const item of valid) {
-            if (item.type !== "link") continue;
-            const r = await resolveLink(item.path, item.target, lookup, below).then(
-              () => true,
-              (error: unknown) => {
-                expect(error).toBeInstanceOf(RunnerDepotError);
-                expect((error as RunnerDepotError).code).toBe("PATH_INVALID");
-                return false;
-              },
+  it(
+    "every link the resolver accepts resolves inside the package or not at all",
+    async () => {
+      for (const params of fuzzParams("link resolution")) {
+        await fc.assert(
+          fc.asyncProperty(treeArb, async (items) => {
+            // A tree the server would hold: nothing below a file or a link.
+            const byPath = new Map(items.map((i) => [i.path, i]));
+            const valid = items.filter(
+              (i) =>
+                !i.path
+                  .split("/")
+                  .slice(0, -1)
+                  .some(
+                    (_, k, all) =>
+                      byPath.get(all.slice(0, k + 1).join("/"))?.type !== undefined &&
+                      byPath.get(all.slice(0, k + 1).join("/"))!.type !== "dir",
+                  ),
             );
-            if (r) accepted.push(item.path);
-          }
-          const realRoot = await realpath(root);
-          for (const link of accepted) {
-            const resolved = await realpath(path.join(root, link)).catch(() => null);
-            if (resolved !== null) expect(resolved === realRoot || resolved.startsWith(`${realRoot}/`), `${link} → ${resolved}`).toBe(true);
-          }
-          await rm(root, { recursive: true, force: true });
-        }),
-        params,
-      );
-    }
-  }, fuzzTimeout(300_000));
+            fc.pre(valid.some((i) => i.type === "link"));
+            const root = path.join(work, "x", "x", String(n++));
+            await mkdir(root, { recursive: true });
+            const lookup = treeOf(valid);
+            // Half the cases prune lookups below directories that hold no item, as the server does.
+            const below = n % 2 === 0 ? belowOf(valid) : undefined;
+            const accepted: string[] = [];
+            for (const item of valid) {
+              const full = path.join(root, item.path);
+              await mkdir(path.dirname(full), { recursive: true });
+              if (item.type === "dir") await mkdir(full, { recursive: true });
+              else if (item.type === "file") await writeFile(full, "x");
+              else await symlink(item.target, full);
+            }
+            for (const item of valid) {
+              if (item.type !== "link") continue;
+              const r = await resolveLink(item.path, item.target, lookup, below).then(
+                () => true,
+                (error: unknown) => {
+                  expect(error).toBeInstanceOf(RunnerDepotError);
+                  expect((error as RunnerDepotError).code).toBe("PATH_INVALID");
+                  return false;
+                },
+              );
+              if (r) accepted.push(item.path);
+            }
+            const realRoot = await realpath(root);
+            for (const link of accepted) {
+              const resolved = await realpath(path.join(root, link)).catch(() => null);
+              if (resolved !== null)
+                expect(resolved === realRoot || resolved.startsWith(`${realRoot}/`), `${link} → ${resolved}`).toBe(
+                  true,
+                );
+            }
+            await rm(root, { recursive: true, force: true });
+          }),
+          params,
+        );
+      }
+    },
+    fuzzTimeout(300_000),
+  );
 });

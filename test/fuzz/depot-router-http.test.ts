@@ -20,7 +20,16 @@ import { createPackageRouter } from "../../src/depot/server/router.js";
 import { servePackageRouter, type PackageServer } from "../../src/depot/server/serve.js";
 import { silentLogger, type Logger } from "../../src/telemetry.js";
 import { tempDir } from "../fixtures/depot.js";
-import { authArb, DOCUMENTED_CODES, headerNameArb, headerValueArb, pathArb, queryArb, seedDepot, TOKEN } from "./depot-router-inputs.js";
+import {
+  authArb,
+  DOCUMENTED_CODES,
+  headerNameArb,
+  headerValueArb,
+  pathArb,
+  queryArb,
+  seedDepot,
+  TOKEN,
+} from "./depot-router-inputs.js";
 import { fuzzParams, fuzzTimeout } from "./settings.js";
 
 /** One parsed HTTP response. */
@@ -59,7 +68,13 @@ function exchange(port: number, request: Buffer, head: boolean): Promise<RawResp
       }
     });
     socket.on("error", () => undefined);
-    socket.on("close", () => finish(new Error(`connection closed before a whole response: ${JSON.stringify(data.toString("latin1").slice(0, 300))}`)));
+    socket.on("close", () =>
+      finish(
+        new Error(
+          `connection closed before a whole response: ${JSON.stringify(data.toString("latin1").slice(0, 300))}`,
+        ),
+      ),
+    );
   });
 }
 
@@ -76,7 +91,8 @@ function parseResponse(data: Buffer, head: boolean): { response: RawResponse; us
     headers.set(line.slice(0, colon).trim().toLowerCase(), line.slice(colon + 1).trim());
   }
   let at = end + 4;
-  if (status < 200 || head || status === 204 || status === 304) return { response: { status, headers, body: Buffer.alloc(0) }, used: at };
+  if (status < 200 || head || status === 204 || status === 304)
+    return { response: { status, headers, body: Buffer.alloc(0) }, used: at };
   if (headers.get("transfer-encoding")?.toLowerCase() === "chunked") {
     const parts: Buffer[] = [];
     for (;;) {
@@ -98,14 +114,47 @@ function parseResponse(data: Buffer, head: boolean): { response: RawResponse; us
 }
 
 /** Methods Node's parser knows (the router sees them), and tokens it refuses. */
-const METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "PROPFIND", "TRACE", "CONNECT", "QUERY", "SEARCH", "M-SEARCH", "PURGE"];
+const METHODS = [
+  "GET",
+  "HEAD",
+  "POST",
+  "PUT",
+  "PATCH",
+  "DELETE",
+  "OPTIONS",
+  "PROPFIND",
+  "TRACE",
+  "CONNECT",
+  "QUERY",
+  "SEARCH",
+  "M-SEARCH",
+  "PURGE",
+];
 const ODD_METHODS = ["TRACK", "get", "post", "FOO", "X"];
 const TARGET_FORMS = ["origin", "origin", "origin", "absolute", "asterisk", "double-slash"] as const;
 
 /** Header names and values as bytes may carry them: anything Node's parser may meet. */
 const junkHeader = fc.tuple(
-  fc.oneof(fc.constantFrom("expect", "upgrade", "connection", "host", "te", "trailer", "x-forwarded-for", "cookie", "accept-encoding", "if-modified-since"), fc.string({ unit: "binary-ascii", minLength: 1, maxLength: 12 })),
-  fc.oneof(fc.constantFrom("100-continue", "websocket", "upgrade", "keep-alive", "close", "h2c", "", "gzip, br"), fc.string({ unit: "binary-ascii", maxLength: 30 }), fc.string({ maxLength: 20 })),
+  fc.oneof(
+    fc.constantFrom(
+      "expect",
+      "upgrade",
+      "connection",
+      "host",
+      "te",
+      "trailer",
+      "x-forwarded-for",
+      "cookie",
+      "accept-encoding",
+      "if-modified-since",
+    ),
+    fc.string({ unit: "binary-ascii", minLength: 1, maxLength: 12 }),
+  ),
+  fc.oneof(
+    fc.constantFrom("100-continue", "websocket", "upgrade", "keep-alive", "close", "h2c", "", "gzip, br"),
+    fc.string({ unit: "binary-ascii", maxLength: 30 }),
+    fc.string({ maxLength: 20 }),
+  ),
 );
 
 const requestArb = fc.record({
@@ -120,7 +169,10 @@ const requestArb = fc.record({
   query: queryArb,
   headers: fc.array(fc.tuple(headerNameArb, headerValueArb), { maxLength: 6 }),
   // Raw junk in one case of four: most cases should reach the router, not Node's parser.
-  junk: fc.oneof({ weight: 3, arbitrary: fc.constant([] as Array<[string, string]>) }, { weight: 1, arbitrary: fc.array(junkHeader, { minLength: 1, maxLength: 3 }) }),
+  junk: fc.oneof(
+    { weight: 3, arbitrary: fc.constant([] as Array<[string, string]>) },
+    { weight: 1, arbitrary: fc.array(junkHeader, { minLength: 1, maxLength: 3 }) },
+  ),
   auth: authArb,
   body: fc.option(fc.oneof(fc.uint8Array({ maxLength: 64 }), fc.constant(new Uint8Array(5000))), { nil: undefined }),
   framing: fc.constantFrom("length", "length", "length", "chunked", "chunked", "bad-chunked"),
@@ -133,7 +185,14 @@ type FuzzRequest = typeof requestArb extends fc.Arbitrary<infer T> ? T : never;
 function encode(r: FuzzRequest, ids: readonly string[]): Buffer {
   const path = r.path.map((s) => (s === "<id>" ? ids[r.idIndex % ids.length]! : s)).join("/");
   const originForm = `/${path}${r.query ? `?${r.query}` : ""}`;
-  const target = r.form === "absolute" ? `http://depot.example${originForm}` : r.form === "asterisk" ? "*" : r.form === "double-slash" ? `/${originForm}` : originForm;
+  const target =
+    r.form === "absolute"
+      ? `http://depot.example${originForm}`
+      : r.form === "asterisk"
+        ? "*"
+        : r.form === "double-slash"
+          ? `/${originForm}`
+          : originForm;
   const lines = [`${r.method} ${target} HTTP/1.1`, "Host: depot.example"];
   // The depot's own headers with values a client can send (as the in-process target drops
   // what Headers refuses); the junk goes as it is, whatever Node's parser makes of it.
@@ -162,15 +221,25 @@ describe("depot router fuzz through real sockets (servePackageRouter)", () => {
   const errors: unknown[] = [];
   let cleanup: () => Promise<void> = async () => {};
   // Handler faults (servePackageRouter logs them as errors) fail the target too.
-  const collecting: Logger = { ...silentLogger, child: () => collecting, error: (fields: unknown) => void errors.push(fields) };
+  const collecting: Logger = {
+    ...silentLogger,
+    child: () => collecting,
+    error: (fields: unknown) => void errors.push(fields),
+  };
 
   beforeAll(async () => {
     const made = await tempDir();
     cleanup = made.cleanup;
     // The fs store takes upload bodies natively (Node streams), the memory store through
     // the portable path; the second router checks auth on a public-read depot.
-    const plain = createPackageRouter(createFsStore(made.dir, { unsafeNoSync: true }), { onError: (e) => errors.push(e), limits: { itemBytes: 4096, items: 200 } });
-    const authed = createPackageRouter(createMemoryStore(), { onError: (e) => errors.push(e), authorize: bearerTokens({ [TOKEN]: ["pkg*"] }, { publicRead: true }) });
+    const plain = createPackageRouter(createFsStore(made.dir, { unsafeNoSync: true }), {
+      onError: (e) => errors.push(e),
+      limits: { itemBytes: 4096, items: 200 },
+    });
+    const authed = createPackageRouter(createMemoryStore(), {
+      onError: (e) => errors.push(e),
+      authorize: bearerTokens({ [TOKEN]: ["pkg*"] }, { publicRead: true }),
+    });
     for (const router of [plain, authed]) {
       ids.push(await seedDepot((request) => router.fetch(request)));
       const deadlines = { headersTimeoutMs: 2_000, keepAliveTimeoutMs: 2_000, bodyIdleMs: 2_000, sendIdleMs: 2_000 };
@@ -183,26 +252,30 @@ describe("depot router fuzz through real sockets (servePackageRouter)", () => {
     expect(errors).toEqual([]);
   });
 
-  it("one whole answer per request, never a 5xx; every error a documented problem", async () => {
-    for (const params of fuzzParams<[FuzzRequest]>("depot router over HTTP")) {
-      await fc.assert(
-        fc.asyncProperty(requestArb, async (r) => {
-          const which = r.which ? 1 : 0;
-          const head = r.method === "HEAD";
-          const label = `${r.method} ${r.form} /${r.path.join("/")}`;
-          const response = await exchange(servers[which]!.port, encode(r, ids[which]!), head);
-          expect(response.status, label).toBeLessThan(500);
-          if (response.status >= 400) {
-            expect(response.headers.get("content-type"), label).toBe("application/problem+json");
-            if (!head) {
-              const problem = JSON.parse(response.body.toString("utf8")) as { code: string; status: number };
-              expect(DOCUMENTED_CODES.has(problem.code), `${label}: ${problem.code}`).toBe(true);
-              expect(problem.status, label).toBe(response.status);
+  it(
+    "one whole answer per request, never a 5xx; every error a documented problem",
+    async () => {
+      for (const params of fuzzParams<[FuzzRequest]>("depot router over HTTP")) {
+        await fc.assert(
+          fc.asyncProperty(requestArb, async (r) => {
+            const which = r.which ? 1 : 0;
+            const head = r.method === "HEAD";
+            const label = `${r.method} ${r.form} /${r.path.join("/")}`;
+            const response = await exchange(servers[which]!.port, encode(r, ids[which]!), head);
+            expect(response.status, label).toBeLessThan(500);
+            if (response.status >= 400) {
+              expect(response.headers.get("content-type"), label).toBe("application/problem+json");
+              if (!head) {
+                const problem = JSON.parse(response.body.toString("utf8")) as { code: string; status: number };
+                expect(DOCUMENTED_CODES.has(problem.code), `${label}: ${problem.code}`).toBe(true);
+                expect(problem.status, label).toBe(response.status);
+              }
             }
-          }
-        }),
-        params,
-      );
-    }
-  }, fuzzTimeout(300_000));
+          }),
+          params,
+        );
+      }
+    },
+    fuzzTimeout(300_000),
+  );
 });

@@ -12,7 +12,16 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createMemoryStore } from "../../src/adapters/memory/store.js";
 import { bearerTokens } from "../../src/depot/server/auth.js";
 import { createPackageRouter, type PackageRouter } from "../../src/depot/server/router.js";
-import { authArb, DOCUMENTED_CODES as DOCUMENTED, headerNameArb as headerName, headerValueArb as headerValue, queryArb, seedDepot, pathArb, TOKEN } from "./depot-router-inputs.js";
+import {
+  authArb,
+  DOCUMENTED_CODES as DOCUMENTED,
+  headerNameArb as headerName,
+  headerValueArb as headerValue,
+  queryArb,
+  seedDepot,
+  pathArb,
+  TOKEN,
+} from "./depot-router-inputs.js";
 import { fuzzParams, fuzzTimeout } from "./settings.js";
 
 describe("depot router fuzz", () => {
@@ -24,7 +33,10 @@ describe("depot router fuzz", () => {
   beforeAll(async () => {
     const store = createMemoryStore();
     router = createPackageRouter(store, { onError: (e) => errors.push(e), limits: { itemBytes: 4096, items: 200 } });
-    open = createPackageRouter(createMemoryStore(), { onError: (e) => errors.push(e), authorize: bearerTokens({ [TOKEN]: ["pkg*"] }, { publicRead: true }) });
+    open = createPackageRouter(createMemoryStore(), {
+      onError: (e) => errors.push(e),
+      authorize: bearerTokens({ [TOKEN]: ["pkg*"] }, { publicRead: true }),
+    });
     for (const r of [router, open]) ids.push(...(await seedDepot((request) => r.fetch(request))));
   });
   afterAll(() => {
@@ -42,38 +54,42 @@ describe("depot router fuzz", () => {
     which: fc.boolean(),
   });
 
-  it("never answers 5xx; every error is a documented problem", async () => {
-    for (const params of fuzzParams("depot router")) {
-      await fc.assert(
-        fc.asyncProperty(requestArb, async (r) => {
-          const headers = new Headers();
-          for (const [name, value] of r.headers) {
-            try {
-              headers.append(name, value);
-            } catch {
-              // Not a value HTTP can carry (a CR, a NUL): no client could send it either.
+  it(
+    "never answers 5xx; every error is a documented problem",
+    async () => {
+      for (const params of fuzzParams("depot router")) {
+        await fc.assert(
+          fc.asyncProperty(requestArb, async (r) => {
+            const headers = new Headers();
+            for (const [name, value] of r.headers) {
+              try {
+                headers.append(name, value);
+              } catch {
+                // Not a value HTTP can carry (a CR, a NUL): no client could send it either.
+              }
             }
-          }
-          if (r.auth) headers.set("authorization", r.auth);
-          const path = r.path.map((s) => (s === "<id>" ? ids[r.idIndex % ids.length]! : s)).join("/");
-          const url = `http://depot/${path}${r.query ? `?${r.query}` : ""}`;
-          const withBody = r.body !== undefined && r.method !== "GET" && r.method !== "HEAD";
-          const request = new Request(url, { method: r.method, headers, ...(withBody ? { body: r.body } : {}) });
-          const response = await (r.which ? open : router).fetch(request);
-          expect(response.status, `${r.method} ${url}`).toBeLessThan(500);
-          if (response.status >= 400) {
-            expect(response.headers.get("content-type"), `${r.method} ${url}`).toBe("application/problem+json");
-            if (r.method !== "HEAD") {
-              const problem = (await response.json()) as { code: string; status: number };
-              expect(DOCUMENTED.has(problem.code), `${r.method} ${url}: ${problem.code}`).toBe(true);
-              expect(problem.status).toBe(response.status);
+            if (r.auth) headers.set("authorization", r.auth);
+            const path = r.path.map((s) => (s === "<id>" ? ids[r.idIndex % ids.length]! : s)).join("/");
+            const url = `http://depot/${path}${r.query ? `?${r.query}` : ""}`;
+            const withBody = r.body !== undefined && r.method !== "GET" && r.method !== "HEAD";
+            const request = new Request(url, { method: r.method, headers, ...(withBody ? { body: r.body } : {}) });
+            const response = await (r.which ? open : router).fetch(request);
+            expect(response.status, `${r.method} ${url}`).toBeLessThan(500);
+            if (response.status >= 400) {
+              expect(response.headers.get("content-type"), `${r.method} ${url}`).toBe("application/problem+json");
+              if (r.method !== "HEAD") {
+                const problem = (await response.json()) as { code: string; status: number };
+                expect(DOCUMENTED.has(problem.code), `${r.method} ${url}: ${problem.code}`).toBe(true);
+                expect(problem.status).toBe(response.status);
+              }
+            } else {
+              await response.body?.cancel();
             }
-          } else {
-            await response.body?.cancel();
-          }
-        }),
-        params,
-      );
-    }
-  }, fuzzTimeout(120_000));
+          }),
+          params,
+        );
+      }
+    },
+    fuzzTimeout(120_000),
+  );
 });

@@ -7,7 +7,10 @@ import { fuzzParams } from "./settings.js";
 
 describe("fuzz: job cursor", () => {
   it("any input decodes to a valid key or throws INVALID_ARGUMENT, nothing else", () => {
-    const input = fc.oneof(fc.string({ maxLength: 300 }), fc.base64String({ maxLength: 120 }).map((s) => s.replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "")));
+    const input = fc.oneof(
+      fc.string({ maxLength: 300 }),
+      fc.base64String({ maxLength: 120 }).map((s) => s.replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "")),
+    );
     for (const params of fuzzParams("job cursor decode")) {
       fc.assert(
         fc.property(input, (text) => {
@@ -27,13 +30,18 @@ describe("fuzz: job cursor", () => {
 
   it("every key round-trips", () => {
     const key = fc.record({
-      createdAt: fc.date({ min: new Date(0), max: new Date("9999-12-31T23:59:59.999Z"), noInvalidDate: true }).map((d) => d.toISOString()),
+      createdAt: fc
+        .date({ min: new Date(0), max: new Date("9999-12-31T23:59:59.999Z"), noInvalidDate: true })
+        .map((d) => d.toISOString()),
       requestId: fc.uuid().map((u) => u.toLowerCase()),
     });
     for (const params of fuzzParams("job cursor round trip")) {
-      fc.assert(fc.property(key, (k) => {
-        expect(decodeJobCursor(encodeJobCursor(k))).toEqual(k);
-      }), params);
+      fc.assert(
+        fc.property(key, (k) => {
+          expect(decodeJobCursor(encodeJobCursor(k))).toEqual(k);
+        }),
+        params,
+      );
     }
   });
 });

@@ -32,10 +32,17 @@ function expectCorrupt(error: unknown) {
 const recordBytes = fc.oneof(
   fc.uint8Array({ maxLength: 512 }),
   fc.integer({ min: 0, max: CHUNK_TARGET_BYTES + 4096 }).map((n) => new Uint8Array(n)),
-  fc.tuple(fc.integer({ min: 0, max: 64 }), fc.uint8Array({ maxLength: 64 })).map(([n, tail]) => Buffer.concat([Buffer.alloc(n), tail])),
+  fc
+    .tuple(fc.integer({ min: 0, max: 64 }), fc.uint8Array({ maxLength: 64 }))
+    .map(([n, tail]) => Buffer.concat([Buffer.alloc(n), tail])),
 );
 /** Line counts an index may claim: small, near the bound, past it, absurd. */
-const claimed = fc.oneof(fc.integer({ min: -2, max: 600 }), fc.integer({ min: MAX_CHUNK_LINES - 2, max: MAX_CHUNK_LINES + 2 }), fc.constant(2 ** 32 - 1), fc.constant(Number.NaN));
+const claimed = fc.oneof(
+  fc.integer({ min: -2, max: 600 }),
+  fc.integer({ min: MAX_CHUNK_LINES - 2, max: MAX_CHUNK_LINES + 2 }),
+  fc.constant(2 ** 32 - 1),
+  fc.constant(Number.NaN),
+);
 
 describe("log archive decoders: lines per chunk are bounded", () => {
   it("an honest writer's worst chunk (empty lines) is at the bound and decodes", async () => {
@@ -53,15 +60,21 @@ describe("log archive decoders: lines per chunk are bounded", () => {
   it("a chunk of zero bytes claiming one line per byte (the 4.4 M-line bomb) is refused before it decodes", async () => {
     const bomb = gzipSync(Buffer.alloc(MAX_CHUNK_BYTES));
     expect(bomb.length).toBeLessThan(20_000);
-    await decodeChunk(bomb, MAX_CHUNK_BYTES).then(() => expect.unreachable(), (error: unknown) => {
-      expectCorrupt(error);
-      expect((error as Error).message).toContain(`a chunk of ${MAX_CHUNK_BYTES} lines`);
-    });
+    await decodeChunk(bomb, MAX_CHUNK_BYTES).then(
+      () => expect.unreachable(),
+      (error: unknown) => {
+        expectCorrupt(error);
+        expect((error as Error).message).toContain(`a chunk of ${MAX_CHUNK_BYTES} lines`);
+      },
+    );
     // At the bound, the records past the chunk target are refused: no chunk gives more than the bound.
-    await decodeChunk(bomb, MAX_CHUNK_LINES).then(() => expect.unreachable(), (error: unknown) => {
-      expectCorrupt(error);
-      expect((error as Error).message).toContain("past the chunk target");
-    });
+    await decodeChunk(bomb, MAX_CHUNK_LINES).then(
+      () => expect.unreachable(),
+      (error: unknown) => {
+        expectCorrupt(error);
+        expect((error as Error).message).toContain("past the chunk target");
+      },
+    );
   });
 
   it("decodeRecords on any bytes with any claimed count: exactly the claim (≤ the bound) or the corrupt error", () => {
@@ -107,32 +120,42 @@ describe("log archive decoders: lines per chunk are bounded", () => {
   it("decodeIndex with any per-chunk counts that add up: every accepted chunk is within the bound", () => {
     for (const params of fuzzParams("log archive index bound")) {
       fc.assert(
-        fc.property(fc.array(fc.tuple(fc.integer({ min: 1, max: 70_000 }), fc.oneof(fc.integer({ min: 0, max: 1000 }), fc.integer({ min: 0, max: 2 ** 32 - 1 }))), { minLength: 1, maxLength: 8 }), (entries) => {
-          const chunks = entries.length;
-          const tail = Buffer.alloc(tailBytes(chunks));
-          let offset = 0;
-          let lines = 0;
-          entries.forEach(([bytes, count], i) => {
-            tail.writeUInt32LE(bytes, i * INDEX_ENTRY_BYTES);
-            tail.writeUInt32LE(count, i * INDEX_ENTRY_BYTES + 4);
-            offset += bytes;
-            lines += count;
-          });
-          const t = chunks * INDEX_ENTRY_BYTES;
-          tail.write("RDLOGAR1", t, "latin1");
-          tail.writeUInt32LE(chunks, t + 8);
-          tail.writeDoubleLE(lines, t + 16);
-          tail.writeDoubleLE(offset, t + 24);
-          let index;
-          try {
-            index = decodeIndex(tail, offset + tail.length);
-          } catch (error) {
-            expectCorrupt(error);
-            return;
-          }
-          for (let c = 0; c < chunks; c++) expect(index.firsts[c + 1]! - index.firsts[c]!).toBeLessThanOrEqual(MAX_CHUNK_LINES);
-          expect(entries.every(([, count]) => count >= 1 && count <= MAX_CHUNK_LINES)).toBe(true);
-        }),
+        fc.property(
+          fc.array(
+            fc.tuple(
+              fc.integer({ min: 1, max: 70_000 }),
+              fc.oneof(fc.integer({ min: 0, max: 1000 }), fc.integer({ min: 0, max: 2 ** 32 - 1 })),
+            ),
+            { minLength: 1, maxLength: 8 },
+          ),
+          (entries) => {
+            const chunks = entries.length;
+            const tail = Buffer.alloc(tailBytes(chunks));
+            let offset = 0;
+            let lines = 0;
+            entries.forEach(([bytes, count], i) => {
+              tail.writeUInt32LE(bytes, i * INDEX_ENTRY_BYTES);
+              tail.writeUInt32LE(count, i * INDEX_ENTRY_BYTES + 4);
+              offset += bytes;
+              lines += count;
+            });
+            const t = chunks * INDEX_ENTRY_BYTES;
+            tail.write("RDLOGAR1", t, "latin1");
+            tail.writeUInt32LE(chunks, t + 8);
+            tail.writeDoubleLE(lines, t + 16);
+            tail.writeDoubleLE(offset, t + 24);
+            let index;
+            try {
+              index = decodeIndex(tail, offset + tail.length);
+            } catch (error) {
+              expectCorrupt(error);
+              return;
+            }
+            for (let c = 0; c < chunks; c++)
+              expect(index.firsts[c + 1]! - index.firsts[c]!).toBeLessThanOrEqual(MAX_CHUNK_LINES);
+            expect(entries.every(([, count]) => count >= 1 && count <= MAX_CHUNK_LINES)).toBe(true);
+          },
+        ),
         params,
       );
     }

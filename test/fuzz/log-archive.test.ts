@@ -7,7 +7,16 @@ import { gzipSync } from "node:zlib";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { RunnerDepotError } from "../../src/errors.js";
-import { ArchiveWriter, chunkOf, decodeChunk, decodeIndex, decodeRecords, decodeTrailer, tailBytes, TRAILER_BYTES } from "../../src/runner/archive/format.js";
+import {
+  ArchiveWriter,
+  chunkOf,
+  decodeChunk,
+  decodeIndex,
+  decodeRecords,
+  decodeTrailer,
+  tailBytes,
+  TRAILER_BYTES,
+} from "../../src/runner/archive/format.js";
 import { decodeLogEvent, encodeLogEvent } from "../../src/adapters/postgres/log-notify.js";
 import type { StoredLine } from "../../src/runner/ports.js";
 import { fuzzParams } from "./settings.js";
@@ -35,7 +44,12 @@ async function readAll(object: Buffer): Promise<StoredLine[]> {
   const out: StoredLine[] = [];
   for (let c = 0; c < chunks; c++) {
     expect(chunkOf(index, index.firsts[c]!)).toBe(c);
-    out.push(...(await decodeChunk(object.subarray(index.offsets[c]!, index.offsets[c + 1]!), index.firsts[c + 1]! - index.firsts[c]!)));
+    out.push(
+      ...(await decodeChunk(
+        object.subarray(index.offsets[c]!, index.offsets[c + 1]!),
+        index.firsts[c + 1]! - index.firsts[c]!,
+      )),
+    );
   }
   return out;
 }
@@ -49,7 +63,9 @@ describe("fuzz: log archive format", () => {
     // Long runs of lines so that several chunks (256 KiB each) are made in some cases.
     const lines = fc.oneof(
       fc.array(storedLine, { maxLength: 50 }),
-      fc.tuple(storedLine, fc.integer({ min: 1, max: 3000 })).map(([l, n]) => Array.from({ length: n }, (_, i) => ({ ...l, line: `${l.line}${i}`.repeat(12) }))),
+      fc
+        .tuple(storedLine, fc.integer({ min: 1, max: 3000 }))
+        .map(([l, n]) => Array.from({ length: n }, (_, i) => ({ ...l, line: `${l.line}${i}`.repeat(12) }))),
     );
     // Each case may build megabytes: a tenth of the usual runs.
     for (const params of fuzzParams("log archive round trip")) {
@@ -66,9 +82,13 @@ describe("fuzz: log archive format", () => {
     const objects = fc.oneof(
       fc.uint8Array({ maxLength: 400 }),
       // A valid object with bytes flipped, cut or appended.
-      fc.tuple(fc.array(storedLine, { minLength: 1, maxLength: 20 }), fc.array(fc.tuple(fc.nat(), fc.integer({ min: 0, max: 255 })), { maxLength: 4 }), fc.integer({ min: -40, max: 8 })).map(
-        ([lines, flips, cut]) => ({ lines, flips, cut }),
-      ),
+      fc
+        .tuple(
+          fc.array(storedLine, { minLength: 1, maxLength: 20 }),
+          fc.array(fc.tuple(fc.nat(), fc.integer({ min: 0, max: 255 })), { maxLength: 4 }),
+          fc.integer({ min: -40, max: 8 }),
+        )
+        .map(([lines, flips, cut]) => ({ lines, flips, cut })),
     );
     for (const params of fuzzParams("log archive decode")) {
       await fc.assert(
@@ -121,13 +141,19 @@ describe("fuzz: PostgreSQL log event payload", () => {
   it("any payload parses to a valid event or null; events round-trip", () => {
     for (const params of fuzzParams("log event payload")) {
       fc.assert(
-        fc.property(fc.oneof(fc.string({ maxLength: 120 }), fc.tuple(fc.nat(), fc.boolean(), fc.uuid()).map(([n, e, u]) => encodeLogEvent(u, n, e))), (payload) => {
-          const event = decodeLogEvent(payload);
-          if (event === null) return;
-          expect(event.requestId).toMatch(/^[0-9a-f-]{36}$/);
-          expect(Number.isSafeInteger(event.storedLines)).toBe(true);
-          expect(encodeLogEvent(event.requestId, event.storedLines, event.ended)).toBe(payload);
-        }),
+        fc.property(
+          fc.oneof(
+            fc.string({ maxLength: 120 }),
+            fc.tuple(fc.nat(), fc.boolean(), fc.uuid()).map(([n, e, u]) => encodeLogEvent(u, n, e)),
+          ),
+          (payload) => {
+            const event = decodeLogEvent(payload);
+            if (event === null) return;
+            expect(event.requestId).toMatch(/^[0-9a-f-]{36}$/);
+            expect(Number.isSafeInteger(event.storedLines)).toBe(true);
+            expect(encodeLogEvent(event.requestId, event.storedLines, event.ended)).toBe(payload);
+          },
+        ),
         params,
       );
       fc.assert(

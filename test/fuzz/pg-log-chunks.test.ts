@@ -46,7 +46,9 @@ describe("fuzz: PostgreSQL log chunks", () => {
     for (const params of fuzzParams("pg log chunks")) {
       fc.assert(
         fc.property(input, ({ lines, first, limits, from, limit }) => {
-          const stored: StoredLine[] = lines.map((l) => (l.marker ? { line: l.line, stderr: l.stderr, marker: true } : { line: l.line, stderr: l.stderr }));
+          const stored: StoredLine[] = lines.map((l) =>
+            l.marker ? { line: l.line, stderr: l.stderr, marker: true } : { line: l.line, stderr: l.stderr },
+          );
           const rows = rowsOf(stored, first, limits);
           // Every chunk keeps to its bounds unless one line alone is over them.
           for (const r of rows) {
@@ -58,8 +60,12 @@ describe("fuzz: PostgreSQL log chunks", () => {
           // The store's query: the chunk holding `from` and those after it, starting before from + limit.
           const at = first + from;
           const holding = Math.max(first, ...rows.map((r) => Number(r.first)).filter((f) => f <= at));
-          const picked = rows.filter((r) => Number(r.first) >= holding && (limit === undefined || Number(r.first) < at + limit));
-          const want = stored.slice(from, limit === undefined ? undefined : from + limit).map((l) => ({ ...l, line: Buffer.from(l.line, "utf8").toString("utf8") }));
+          const picked = rows.filter(
+            (r) => Number(r.first) >= holding && (limit === undefined || Number(r.first) < at + limit),
+          );
+          const want = stored
+            .slice(from, limit === undefined ? undefined : from + limit)
+            .map((l) => ({ ...l, line: Buffer.from(l.line, "utf8").toString("utf8") }));
           expect(decodeRows(picked, at, limit)).toEqual(want);
         }),
         params,

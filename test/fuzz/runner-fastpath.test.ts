@@ -15,15 +15,28 @@ import { toLogItem } from "../../src/runner/protocol/received-line.js";
 import { ENVELOPE_PREFIX, EnvelopeSplitter, EnvelopeTooLarge } from "../../src/runner/protocol/envelope-splitter.js";
 import { fuzzParams, fuzzTimeout } from "./settings.js";
 
-const text = fc.oneof(fc.string({ unit: "binary", maxLength: 40 }), fc.string({ unit: "grapheme-ascii", maxLength: 60 }), fc.constant(""), fc.constant("\ufeffbom"));
+const text = fc.oneof(
+  fc.string({ unit: "binary", maxLength: 40 }),
+  fc.string({ unit: "grapheme-ascii", maxLength: 60 }),
+  fc.constant(""),
+  fc.constant("\ufeffbom"),
+);
 
 const item: fc.Arbitrary<LogItem> = fc.oneof(
-  fc.record({ id: fc.oneof(fc.uuid(), text), line: text, stderr: fc.boolean() }).map(({ id, line, stderr }) =>
-    create(LogItemSchema, { requestId: id, event: { case: "log", value: { line, stderr } } }),
-  ),
-  fc.record({ id: fc.uuid(), exitCode: fc.integer({ min: -(2 ** 31), max: 2 ** 31 - 1 }), success: fc.boolean(), repoUrl: text, commitSha: text }).map(({ id, ...end }) =>
-    create(LogItemSchema, { requestId: id, event: { case: "end", value: end } }),
-  ),
+  fc
+    .record({ id: fc.oneof(fc.uuid(), text), line: text, stderr: fc.boolean() })
+    .map(({ id, line, stderr }) =>
+      create(LogItemSchema, { requestId: id, event: { case: "log", value: { line, stderr } } }),
+    ),
+  fc
+    .record({
+      id: fc.uuid(),
+      exitCode: fc.integer({ min: -(2 ** 31), max: 2 ** 31 - 1 }),
+      success: fc.boolean(),
+      repoUrl: text,
+      commitSha: text,
+    })
+    .map(({ id, ...end }) => create(LogItemSchema, { requestId: id, event: { case: "end", value: end } })),
   fc.uuid().map((id) => create(LogItemSchema, { requestId: id })),
 );
 
@@ -35,7 +48,10 @@ const payload: fc.Arbitrary<Uint8Array> = fc.oneof(
     arbitrary: fc
       .tuple(
         item.map((i) => toBinary(LogItemSchema, i)),
-        fc.array(fc.tuple(fc.nat(), fc.integer({ min: 0, max: 255 }), fc.constantFrom("flip", "insert", "remove")), { minLength: 1, maxLength: 4 }),
+        fc.array(fc.tuple(fc.nat(), fc.integer({ min: 0, max: 255 }), fc.constantFrom("flip", "insert", "remove")), {
+          minLength: 1,
+          maxLength: 4,
+        }),
       )
       .map(([bytes, edits]) => {
         const out = [...bytes];
@@ -50,18 +66,23 @@ const payload: fc.Arbitrary<Uint8Array> = fc.oneof(
   },
   { weight: 1, arbitrary: fc.uint8Array({ maxLength: 64 }) },
   // A valid item followed by an unknown field (numbers 4..) of some length.
-  { weight: 1, arbitrary: fc.tuple(item, fc.integer({ min: 4, max: 1000 }), fc.uint8Array({ maxLength: 50 })).map(([i, no, data]) => {
-    const tag = (no << 3) | 2;
-    const head: number[] = [];
-    for (let v = tag; ; v >>>= 7) {
-      if (v < 0x80) {
-        head.push(v);
-        break;
-      }
-      head.push((v & 0x7f) | 0x80);
-    }
-    return Uint8Array.from([...toBinary(LogItemSchema, i), ...head, data.length, ...data]);
-  }) },
+  {
+    weight: 1,
+    arbitrary: fc
+      .tuple(item, fc.integer({ min: 4, max: 1000 }), fc.uint8Array({ maxLength: 50 }))
+      .map(([i, no, data]) => {
+        const tag = (no << 3) | 2;
+        const head: number[] = [];
+        for (let v = tag; ; v >>>= 7) {
+          if (v < 0x80) {
+            head.push(v);
+            break;
+          }
+          head.push((v & 0x7f) | 0x80);
+        }
+        return Uint8Array.from([...toBinary(LogItemSchema, i), ...head, data.length, ...data]);
+      }),
+  },
 );
 
 const frames = fc.array(fc.tuple(payload, fc.constantFrom(0, 0, 0, 1, 0x80)), { maxLength: 8 });
@@ -75,18 +96,26 @@ function envelope(bytes: Uint8Array, flags: number): Buffer {
 }
 
 /** Feeds `wire` cut at `cuts` (sorted offsets); returns the envelopes, checking the memory bound after every read. */
-function split(wire: Buffer, cuts: number[], limits: { first: number; rest: number } = { first: 1 << 20, rest: 1 << 20 }): Buffer[] {
+function split(
+  wire: Buffer,
+  cuts: number[],
+  limits: { first: number; rest: number } = { first: 1 << 20, rest: 1 << 20 },
+): Buffer[] {
   const splitter = new EnvelopeSplitter(limits.first, limits.rest);
   const out: Buffer[] = [];
   let from = 0;
   for (const to of [...cuts, wire.length]) {
     // A copy, as a socket read would be a fresh buffer.
-    splitter.push(Buffer.from(wire.subarray(from, to)), (buf, start, end) => out.push(Buffer.from(buf.subarray(start, end))));
+    splitter.push(Buffer.from(wire.subarray(from, to)), (buf, start, end) =>
+      out.push(Buffer.from(buf.subarray(start, end))),
+    );
     from = to;
     // (Plain checks in the hot loop: expect() per read would dominate the run time.)
-    if (splitter.heldCapacity > Math.max(256, 2 * splitter.heldBytes)) throw new Error(`buffer ${splitter.heldCapacity} for ${splitter.heldBytes} bytes held`);
+    if (splitter.heldCapacity > Math.max(256, 2 * splitter.heldBytes))
+      throw new Error(`buffer ${splitter.heldCapacity} for ${splitter.heldBytes} bytes held`);
   }
-  if (splitter.heldBytes !== 0 || splitter.completed !== out.length) throw new Error(`${splitter.heldBytes} bytes left, ${splitter.completed} completed, ${out.length} emitted`);
+  if (splitter.heldBytes !== 0 || splitter.completed !== out.length)
+    throw new Error(`${splitter.heldBytes} bytes left, ${splitter.completed} completed, ${out.length} emitted`);
   return out;
 }
 
@@ -119,16 +148,27 @@ describe("fuzz: runner fast-path frame splitter and decoder (protobuf-es as orac
   it("random and mutated streams cut into random reads give back every frame, and each decodes as protobuf-es decodes it", () => {
     const wireAndCuts = frames.chain((fs) => {
       const wire = Buffer.concat(fs.map(([p, f]) => envelope(p, f)));
-      return fc.tuple(fc.constant(fs), fc.constant(wire), fc.uniqueArray(fc.integer({ min: 1, max: Math.max(1, wire.length - 1) }), { maxLength: 12 }));
+      return fc.tuple(
+        fc.constant(fs),
+        fc.constant(wire),
+        fc.uniqueArray(fc.integer({ min: 1, max: Math.max(1, wire.length - 1) }), { maxLength: 12 }),
+      );
     });
-    for (const params of fuzzParams<[[Array<[Uint8Array, number]>, Buffer, number[]]]>("runner fast-path splitter + decoder")) {
+    for (const params of fuzzParams<[[Array<[Uint8Array, number]>, Buffer, number[]]]>(
+      "runner fast-path splitter + decoder",
+    )) {
       fc.assert(
         fc.property(wireAndCuts, ([fs, wire, cuts]) => {
           const got = split(
             wire,
             cuts.filter((c) => c < wire.length).sort((a, b) => a - b),
           );
-          expect(sameFrames(got, fs.map(([p, f]) => envelope(p, f)))).toBe(true);
+          expect(
+            sameFrames(
+              got,
+              fs.map(([p, f]) => envelope(p, f)),
+            ),
+          ).toBe(true);
           for (const [p] of fs) checkDecode(p);
         }),
         params,
@@ -138,21 +178,31 @@ describe("fuzz: runner fast-path frame splitter and decoder (protobuf-es as orac
 
   // Each case is O(length²) (every cut of up to ~250 bytes): as many cases as the other
   // targets all the same (issue 9 asks for every split), so its timeout scales with FUZZ_RUNS.
-  it("every single cut of a stream, and one byte per read, give the same frames", () => {
-    const small = fc.array(fc.tuple(payload.filter((p) => p.length <= 80), fc.constantFrom(0, 1)), { maxLength: 3 });
-    for (const params of fuzzParams<[Array<[Uint8Array, number]>]>("runner fast-path splitter, every cut")) {
-      fc.assert(
-        fc.property(small, (fs) => {
-          const wire = Buffer.concat(fs.map(([p, f]) => envelope(p, f)));
-          const expected = fs.map(([p, f]) => envelope(p, f));
-          for (let cut = 1; cut < wire.length; cut++) if (!sameFrames(split(wire, [cut]), expected)) return false;
-          const bytewise = Array.from({ length: Math.max(0, wire.length - 1) }, (_, i) => i + 1);
-          return sameFrames(split(wire, bytewise), expected) && sameFrames(split(wire, []), expected);
-        }),
-        params,
+  it(
+    "every single cut of a stream, and one byte per read, give the same frames",
+    () => {
+      const small = fc.array(
+        fc.tuple(
+          payload.filter((p) => p.length <= 80),
+          fc.constantFrom(0, 1),
+        ),
+        { maxLength: 3 },
       );
-    }
-  }, fuzzTimeout(120_000));
+      for (const params of fuzzParams<[Array<[Uint8Array, number]>]>("runner fast-path splitter, every cut")) {
+        fc.assert(
+          fc.property(small, (fs) => {
+            const wire = Buffer.concat(fs.map(([p, f]) => envelope(p, f)));
+            const expected = fs.map(([p, f]) => envelope(p, f));
+            for (let cut = 1; cut < wire.length; cut++) if (!sameFrames(split(wire, [cut]), expected)) return false;
+            const bytewise = Array.from({ length: Math.max(0, wire.length - 1) }, (_, i) => i + 1);
+            return sameFrames(split(wire, bytewise), expected) && sameFrames(split(wire, []), expected);
+          }),
+          params,
+        );
+      }
+    },
+    fuzzTimeout(120_000),
+  );
 
   it("a prefix over the limit throws after the frames before it, however the bytes are cut; the first frame has its own limit", () => {
     for (const params of fuzzParams<[Array<Uint8Array>, number, number[]]>("runner fast-path splitter limits")) {
@@ -165,7 +215,9 @@ describe("fuzz: runner fast-path frame splitter and decoder (protobuf-es as orac
             const huge = Buffer.alloc(ENVELOPE_PREFIX + 3);
             huge.writeUInt32BE(announced, 1);
             const wire = Buffer.concat([...good.map((p) => envelope(p, 0)), huge]);
-            const cuts = [...new Set(rawCuts.map((c) => 1 + (c % Math.max(1, wire.length - 1))))].filter((c) => c < wire.length).sort((a, b) => a - b);
+            const cuts = [...new Set(rawCuts.map((c) => 1 + (c % Math.max(1, wire.length - 1))))]
+              .filter((c) => c < wire.length)
+              .sort((a, b) => a - b);
             const splitter = new EnvelopeSplitter(good[0]!.length, 30);
             const out: Buffer[] = [];
             let thrown: unknown = null;
@@ -193,34 +245,47 @@ describe("fuzz: runner fast-path frame splitter and decoder (protobuf-es as orac
     }
   });
 
-  it("items of a few request IDs (equal, or one byte apart) at any offset of their ArrayBuffer decode as protobuf-es does", () => {
-    // The decoder compares each item's ID with the last one's in aligned 32-bit words and
-    // checks lines for ASCII the same way: every alignment, hits and near misses.
-    const base = "0b6c6f0e-9f8e-4c4b-a0c1-2f3e4d5c6b7a";
-    const ids = fc.oneof(fc.constant(base), fc.nat({ max: base.length - 1 }).map((k) => base.slice(0, k) + (base[k] === "0" ? "1" : "0") + base.slice(k + 1)), fc.constant(base.slice(0, 35)));
-    const placed = fc.array(fc.tuple(ids, text, fc.boolean(), fc.nat({ max: 7 })), { minLength: 1, maxLength: 12 });
-    for (const params of fuzzParams("fast-path decoder at any alignment")) {
-      fc.assert(
-        fc.property(placed, (items) => {
-          for (const [id, line, stderr, offset] of items) {
-            const bytes = toBinary(LogItemSchema, create(LogItemSchema, { requestId: id, event: { case: "log", value: { line, stderr } } }));
-            const buf = Buffer.from(new ArrayBuffer(bytes.length + 16), offset, bytes.length + 8);
-            buf.set(bytes, 3);
-            const received = decodeReceivedLine(buf, 3, 3 + bytes.length);
-            let oracle: LogItem | null = null;
-            try {
-              oracle = fromBinary(LogItemSchema, bytes);
-            } catch {
-              expect(received).toBeNull();
-              continue;
-            }
-            // A canonical encoding of a log item is always the byte path's to take.
-            expect(received).not.toBeNull();
-            expect(toLogItem(received!)).toStrictEqual(oracle);
-          }
-        }),
-        params,
+  it(
+    "items of a few request IDs (equal, or one byte apart) at any offset of their ArrayBuffer decode as protobuf-es does",
+    () => {
+      // The decoder compares each item's ID with the last one's in aligned 32-bit words and
+      // checks lines for ASCII the same way: every alignment, hits and near misses.
+      const base = "0b6c6f0e-9f8e-4c4b-a0c1-2f3e4d5c6b7a";
+      const ids = fc.oneof(
+        fc.constant(base),
+        fc
+          .nat({ max: base.length - 1 })
+          .map((k) => base.slice(0, k) + (base[k] === "0" ? "1" : "0") + base.slice(k + 1)),
+        fc.constant(base.slice(0, 35)),
       );
-    }
-  }, fuzzTimeout(20_000));
+      const placed = fc.array(fc.tuple(ids, text, fc.boolean(), fc.nat({ max: 7 })), { minLength: 1, maxLength: 12 });
+      for (const params of fuzzParams("fast-path decoder at any alignment")) {
+        fc.assert(
+          fc.property(placed, (items) => {
+            for (const [id, line, stderr, offset] of items) {
+              const bytes = toBinary(
+                LogItemSchema,
+                create(LogItemSchema, { requestId: id, event: { case: "log", value: { line, stderr } } }),
+              );
+              const buf = Buffer.from(new ArrayBuffer(bytes.length + 16), offset, bytes.length + 8);
+              buf.set(bytes, 3);
+              const received = decodeReceivedLine(buf, 3, 3 + bytes.length);
+              let oracle: LogItem | null = null;
+              try {
+                oracle = fromBinary(LogItemSchema, bytes);
+              } catch {
+                expect(received).toBeNull();
+                continue;
+              }
+              // A canonical encoding of a log item is always the byte path's to take.
+              expect(received).not.toBeNull();
+              expect(toLogItem(received!)).toStrictEqual(oracle);
+            }
+          }),
+          params,
+        );
+      }
+    },
+    fuzzTimeout(20_000),
+  );
 });

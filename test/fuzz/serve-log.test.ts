@@ -29,13 +29,23 @@ describe("serve log formatter", () => {
     for (const raw of ["\u007f", "a\u0085b", "x\u2028y", "\u2029"]) {
       const formatted = formatLogLine(JSON.stringify({ level: 30, time: 0, msg: "m", field: raw }));
       expect(formatted).not.toMatch(CONTROL);
-      expect(formatted).toContain(`field=${JSON.stringify(raw).replace(/[\u2028\u2029\u007f-\u009f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`)}`);
+      expect(formatted).toContain(
+        `field=${JSON.stringify(raw).replace(/[\u2028\u2029\u007f-\u009f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`)}`,
+      );
     }
   });
 
   it("a pino record: level, message and each field shown on one line", () => {
-    const key = fc.string({ unit: "binary", minLength: 1, maxLength: 12 }).filter((k) => !["level", "time", "msg", "pid", "hostname", "__proto__"].includes(k));
-    const value = fc.oneof(fc.string({ unit: "binary", maxLength: 40 }), fc.integer(), fc.boolean(), fc.constant(null), fc.array(fc.string({ maxLength: 5 }), { maxLength: 3 }));
+    const key = fc
+      .string({ unit: "binary", minLength: 1, maxLength: 12 })
+      .filter((k) => !["level", "time", "msg", "pid", "hostname", "__proto__"].includes(k));
+    const value = fc.oneof(
+      fc.string({ unit: "binary", maxLength: 40 }),
+      fc.integer(),
+      fc.boolean(),
+      fc.constant(null),
+      fc.array(fc.string({ maxLength: 5 }), { maxLength: 3 }),
+    );
     const record = fc.record({
       level: fc.constantFrom(10, 20, 30, 40, 50, 60),
       time: fc.integer({ min: 0, max: 4_102_444_800_000 }),
@@ -53,7 +63,9 @@ describe("serve log formatter", () => {
           for (const [k, v] of Object.entries(fields)) {
             if (CONTROL.test(k)) continue;
             const plain = typeof v === "string" && /^[^\s"=\u0000-\u001f\u007f-\u009f\u2028\u2029]+$/.test(v);
-            expect(formatted).toContain(`${k}=${plain ? v : JSON.stringify(v).replace(/[\u2028\u2029\u007f-\u009f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`)}`);
+            expect(formatted).toContain(
+              `${k}=${plain ? v : JSON.stringify(v).replace(/[\u2028\u2029\u007f-\u009f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`)}`,
+            );
           }
         }),
         params,

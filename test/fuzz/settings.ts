@@ -35,7 +35,9 @@ export function fuzzParams<T>(target: string, extra: Parameters<T> = {}): Parame
   const pinned = process.env.FUZZ_SEED;
   if (pinned !== undefined && pinned !== "") return [{ ...extra, numRuns: runs, seed: Number(pinned) }];
   const random = (Math.random() * 2 ** 31) | 0;
-  console.log(`fuzz ${target}: ${runs} runs with seed ${FIXED_SEED}, then seed ${random} (FUZZ_SEED=${random} replays it)`);
+  console.log(
+    `fuzz ${target}: ${runs} runs with seed ${FIXED_SEED}, then seed ${random} (FUZZ_SEED=${random} replays it)`,
+  );
   return [
     { ...extra, numRuns: runs, seed: FIXED_SEED },
     { ...extra, numRuns: Math.max(1, Math.round(runs / 10)), seed: random },

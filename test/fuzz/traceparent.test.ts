@@ -10,7 +10,9 @@ describe("fuzz: traceparent", () => {
   it("any input parses to a valid span context or null, nothing else", () => {
     const input = fc.oneof(
       fc.string({ maxLength: 600 }),
-      fc.tuple(hex(2), hex(32), hex(16), hex(2), fc.string({ maxLength: 20 })).map(([v, t, s, f, rest]) => `${v}-${t}-${s}-${f}${rest}`),
+      fc
+        .tuple(hex(2), hex(32), hex(16), hex(2), fc.string({ maxLength: 20 }))
+        .map(([v, t, s, f, rest]) => `${v}-${t}-${s}-${f}${rest}`),
     );
     for (const params of fuzzParams("traceparent parse")) {
       fc.assert(
@@ -31,9 +33,7 @@ describe("fuzz: traceparent", () => {
   });
 
   it("every valid version-00 value round-trips", () => {
-    const valid = fc
-      .tuple(hex(32), hex(16), hex(2))
-      .filter(([t, s]) => !/^0+$/.test(t) && !/^0+$/.test(s));
+    const valid = fc.tuple(hex(32), hex(16), hex(2)).filter(([t, s]) => !/^0+$/.test(t) && !/^0+$/.test(s));
     for (const params of fuzzParams("traceparent round trip")) {
       fc.assert(
         fc.property(valid, ([traceId, spanId, flags]) => {

@@ -13,7 +13,11 @@ import { startHarness, storedTexts, type Harness } from "../fixtures/runner-serv
 const protoPath = fileURLToPath(new URL("../../proto/runner/v1/runner.proto", import.meta.url));
 const definition = protoLoader.loadSync(protoPath, { keepCase: true, defaults: true, oneofs: true });
 const pkg = grpc.loadPackageDefinition(definition) as unknown as {
-  runner: { v1: { Runner: new (address: string, credentials: grpc.ChannelCredentials) => grpc.Client & Record<string, Function> } };
+  runner: {
+    v1: {
+      Runner: new (address: string, credentials: grpc.ChannelCredentials) => grpc.Client & Record<string, Function>;
+    };
+  };
 };
 
 interface GrpcOutcome {
@@ -24,7 +28,11 @@ interface GrpcOutcome {
 }
 
 /** One StreamLogs call with grpc-js; resolves with the Ack (if any) and the final status metadata. */
-function stream(client: grpc.Client & Record<string, Function>, items: object[], metadata: Record<string, string> = {}): Promise<GrpcOutcome> {
+function stream(
+  client: grpc.Client & Record<string, Function>,
+  items: object[],
+  metadata: Record<string, string> = {},
+): Promise<GrpcOutcome> {
   return new Promise((resolve) => {
     const md = new grpc.Metadata();
     for (const [k, v] of Object.entries(metadata)) md.set(k, v);
@@ -37,7 +45,12 @@ function stream(client: grpc.Client & Record<string, Function>, items: object[],
     // grpc-js reports the trailers on the 'status' event.
     call.on("status", (status: grpc.StatusObject) => {
       setImmediate(() =>
-        resolve({ ok: ack?.ok ?? null, code: status.code, details: error?.details ?? status.details, trailers: status.metadata.getMap() }),
+        resolve({
+          ok: ack?.ok ?? null,
+          code: status.code,
+          details: error?.details ?? status.details,
+          trailers: status.metadata.getMap(),
+        }),
       );
     });
     for (const item of items) call.write(item);
@@ -63,13 +76,21 @@ describe("interop: @grpc/grpc-js client", () => {
     const items = [
       { request_id: id, log: { line: "hello", stderr: false } },
       { request_id: id, log: { line: "wörld ✓", stderr: true } },
-      { request_id: id, end: { exit_code: 2, success: false, repo_url: "https://git.example/x.git", commit_sha: "abc" } },
+      {
+        request_id: id,
+        end: { exit_code: 2, success: false, repo_url: "https://git.example/x.git", commit_sha: "abc" },
+      },
     ];
     const out = await stream(client, items, { authorization: `Bearer ${mintJobToken(secret, id)}` });
     expect(out).toMatchObject({ ok: true, code: grpc.status.OK });
     expect(out.trailers["runner-committed"]).toBe("3");
     expect(await storedTexts(h.logs, id)).toEqual(["hello", "wörld ✓"]);
-    expect(h.queue.results.find((r) => r.requestId === id)).toMatchObject({ exitCode: 2, success: false, repoUrl: "https://git.example/x.git", lines: { stdout: 1, stderr: 1 } });
+    expect(h.queue.results.find((r) => r.requestId === id)).toMatchObject({
+      exitCode: 2,
+      success: false,
+      repoUrl: "https://git.example/x.git",
+      lines: { stdout: 1, stderr: 1 },
+    });
   });
 
   it("sees error codes with runner-committed in the trailers, and ok=false with runner-reason", async () => {
@@ -79,7 +100,9 @@ describe("interop: @grpc/grpc-js client", () => {
     const gap = await stream(client, [{ request_id: id, log: { line: "z" } }], { ...auth, "runner-offset": "5" });
     expect(gap.code).toBe(grpc.status.FAILED_PRECONDITION);
     expect(gap.trailers["runner-committed"]).toBe("1");
-    const wrong = await stream(client, [{ request_id: id, log: { line: "z" } }], { authorization: `Bearer ${mintJobToken("nope", id)}` });
+    const wrong = await stream(client, [{ request_id: id, log: { line: "z" } }], {
+      authorization: `Bearer ${mintJobToken("nope", id)}`,
+    });
     expect(wrong.code).toBe(grpc.status.PERMISSION_DENIED);
     const missing = await stream(client, [{ request_id: id, log: { line: "z" } }]);
     expect(missing.code).toBe(grpc.status.UNAUTHENTICATED);

@@ -43,7 +43,9 @@ describe("embedded PostgreSQL: one PGlite session behind many connections", () =
     // Each is Parse/Bind/Describe/Execute/Sync on the unnamed portal: interleaved by
     // message, one connection's Execute would run another's portal.
     const answers = await Promise.all(
-      Array.from({ length: 200 }, (_, i) => pool.query<{ n: number; s: string }>("SELECT $1::int * 2 AS n, $2::text AS s", [i, `q${i}`])),
+      Array.from({ length: 200 }, (_, i) =>
+        pool.query<{ n: number; s: string }>("SELECT $1::int * 2 AS n, $2::text AS s", [i, `q${i}`]),
+      ),
     );
     expect(answers.map((r) => r.rows[0])).toEqual(Array.from({ length: 200 }, (_, i) => ({ n: i * 2, s: `q${i}` })));
   });
@@ -108,7 +110,9 @@ describe("embedded PostgreSQL: one PGlite session behind many connections", () =
         const client = await pool.connect();
         try {
           await client.query("BEGIN");
-          const { rows } = await client.query<{ v: number }>("SELECT v FROM embedded_probe WHERE k = $1 FOR UPDATE", [key]);
+          const { rows } = await client.query<{ v: number }>("SELECT v FROM embedded_probe WHERE k = $1 FOR UPDATE", [
+            key,
+          ]);
           const won = rows[0]!.v === 0;
           if (won) await client.query("UPDATE embedded_probe SET v = $2 WHERE k = $1", [key, i + 1]);
           await client.query("COMMIT");

@@ -43,7 +43,9 @@ interface Connection {
  * PGlite's version; `npm ci` clears it with node_modules.
  */
 const modules = new URL("../../node_modules/", import.meta.url);
-const pgliteVersion = (JSON.parse(await readFile(new URL("@electric-sql/pglite/package.json", modules), "utf8")) as { version: string }).version;
+const pgliteVersion = (
+  JSON.parse(await readFile(new URL("@electric-sql/pglite/package.json", modules), "utf8")) as { version: string }
+).version;
 const cache = join(fileURLToPath(new URL(".cache/runner-depot/", modules)), `pglite-${pgliteVersion}-initdb.tar.gz`);
 
 async function openDatabase(): Promise<PGlite> {

@@ -10,7 +10,14 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { POSTGRES_URL, RABBITMQ_URL, SERVICES, withBrokerInUse } from "../fixtures/backends.js";
 import { probePostgres, probeRabbitMq } from "./service-ways.js";
-import { decidePostgres, decideRabbitMq, DEFAULT_POSTGRES_URL, DEFAULT_RABBITMQ_URL, redact, startersFrom } from "./services.js";
+import {
+  decidePostgres,
+  decideRabbitMq,
+  DEFAULT_POSTGRES_URL,
+  DEFAULT_RABBITMQ_URL,
+  redact,
+  startersFrom,
+} from "./services.js";
 import type { RabbitMqStarter, ServiceWays, Started } from "./services.js";
 import { isCi, skipVerdict } from "./skip-summary.js";
 
@@ -24,17 +31,21 @@ function scripted(script: {
 }): ServiceWays & { calls: string[]; stopped: string[] } {
   const calls: string[] = [];
   const stopped: string[] = [];
-  const started = (url: string, control?: string[]): Started => ({ url, control, stop: async () => void stopped.push(url) });
+  const started = (url: string, control?: string[]): Started => ({
+    url,
+    control,
+    stop: async () => void stopped.push(url),
+  });
   return {
     calls,
     stopped,
     async probePostgres(url) {
       calls.push(`probe postgres ${url}`);
-      return script.postgres && url in script.postgres ? script.postgres[url] ?? null : "ECONNREFUSED";
+      return script.postgres && url in script.postgres ? (script.postgres[url] ?? null) : "ECONNREFUSED";
     },
     async probeRabbitMq(url) {
       calls.push(`probe rabbitmq ${url}`);
-      return script.rabbitmq && url in script.rabbitmq ? script.rabbitmq[url] ?? null : "ECONNREFUSED";
+      return script.rabbitmq && url in script.rabbitmq ? (script.rabbitmq[url] ?? null) : "ECONNREFUSED";
     },
     async startEmbeddedPostgres() {
       calls.push("start embedded");
@@ -43,7 +54,7 @@ function scripted(script: {
     },
     async canStart(starter) {
       calls.push(`can ${starter}`);
-      return script.can && starter in script.can ? script.can[starter] ?? null : null;
+      return script.can && starter in script.can ? (script.can[starter] ?? null) : null;
     },
     async startRabbitMq(starter) {
       calls.push(`start ${starter}`);
@@ -69,7 +80,11 @@ describe("PostgreSQL: the requested server when it answers, else an embedded one
   it("probes RUNNER_DEPOT_TEST_POSTGRES, and starts the embedded one when it does not answer", async () => {
     const ways = scripted({ postgres: { "postgres://db.example:5432/x": "ETIMEDOUT" } });
     const decision = await decidePostgres({ RUNNER_DEPOT_TEST_POSTGRES: "postgres://db.example:5432/x" }, ways);
-    expect(decision.choice).toMatchObject({ url: "postgres://postgres@127.0.0.1:40001/postgres", requested: "postgres://db.example:5432/x", how: "embedded" });
+    expect(decision.choice).toMatchObject({
+      url: "postgres://postgres@127.0.0.1:40001/postgres",
+      requested: "postgres://db.example:5432/x",
+      how: "embedded",
+    });
     expect(decision.choice.reason).toBe(
       "nothing usable at postgres://db.example:5432/x (ETIMEDOUT); started an embedded PostgreSQL (PGlite) at postgres://postgres@127.0.0.1:40001/postgres",
     );
@@ -83,7 +98,11 @@ describe("PostgreSQL: the requested server when it answers, else an embedded one
     expect((await decidePostgres({ RUNNER_DEPOT_TEST_POSTGRES: "embedded" }, embedded)).choice.how).toBe("embedded");
     expect(embedded.calls).toEqual(["start embedded"]);
     const skipped = scripted({});
-    expect((await decidePostgres({ RUNNER_DEPOT_TEST_POSTGRES: "skip" }, skipped)).choice).toMatchObject({ url: null, how: "unavailable", reason: "RUNNER_DEPOT_TEST_POSTGRES=skip" });
+    expect((await decidePostgres({ RUNNER_DEPOT_TEST_POSTGRES: "skip" }, skipped)).choice).toMatchObject({
+      url: null,
+      how: "unavailable",
+      reason: "RUNNER_DEPOT_TEST_POSTGRES=skip",
+    });
     expect(skipped.calls).toEqual([]);
   });
 
@@ -91,7 +110,9 @@ describe("PostgreSQL: the requested server when it answers, else an embedded one
     const ways = scripted({ embedded: new Error("embedded PostgreSQL exited with 1: out of memory\nstack") });
     const { choice } = await decidePostgres({}, ways);
     expect(choice).toMatchObject({ url: null, how: "unavailable" });
-    expect(choice.reason).toBe(`nothing usable at ${DEFAULT_POSTGRES_URL} (ECONNREFUSED); the embedded PostgreSQL did not start (embedded PostgreSQL exited with 1: out of memory)`);
+    expect(choice.reason).toBe(
+      `nothing usable at ${DEFAULT_POSTGRES_URL} (ECONNREFUSED); the embedded PostgreSQL did not start (embedded PostgreSQL exited with 1: out of memory)`,
+    );
   });
 });
 
@@ -99,18 +120,32 @@ describe("RabbitMQ: the requested broker when it answers, else one started, else
   it("uses the default URL when it answers, with rabbitmqctl when this machine reaches the node", async () => {
     const ways = scripted({ rabbitmq: { [DEFAULT_RABBITMQ_URL]: null } });
     const { choice } = await decideRabbitMq({}, ways);
-    expect(choice).toMatchObject({ url: DEFAULT_RABBITMQ_URL, how: "reachable", control: ["rabbitmqctl"], reason: "answered at amqp://guest:***@127.0.0.1:5672" });
+    expect(choice).toMatchObject({
+      url: DEFAULT_RABBITMQ_URL,
+      how: "reachable",
+      control: ["rabbitmqctl"],
+      reason: "answered at amqp://guest:***@127.0.0.1:5672",
+    });
     expect(ways.calls).toEqual([`probe rabbitmq ${DEFAULT_RABBITMQ_URL}`, "local control"]);
   });
 
   it("tries Docker first, then the Debian package, and says why each way was passed over", async () => {
     const ways = scripted({ can: { docker: "no Docker daemon (socket missing)" } });
     const decision = await decideRabbitMq({ RUNNER_DEPOT_TEST_RABBITMQ: "amqp://u:secret@127.0.0.1:1" }, ways);
-    expect(decision.choice).toMatchObject({ url: "amqp://guest:guest@127.0.0.1:40002", how: "rabbitmq-server", control: ["rabbitmq-server-ctl"] });
+    expect(decision.choice).toMatchObject({
+      url: "amqp://guest:guest@127.0.0.1:40002",
+      how: "rabbitmq-server",
+      control: ["rabbitmq-server-ctl"],
+    });
     expect(decision.choice.reason).toBe(
       "nothing at amqp://u:***@127.0.0.1:1 (ECONNREFUSED); docker: no Docker daemon (socket missing); started one with rabbitmq-server at amqp://guest:***@127.0.0.1:40002",
     );
-    expect(ways.calls).toEqual(["probe rabbitmq amqp://u:secret@127.0.0.1:1", "can docker", "can rabbitmq-server", "start rabbitmq-server"]);
+    expect(ways.calls).toEqual([
+      "probe rabbitmq amqp://u:secret@127.0.0.1:1",
+      "can docker",
+      "can rabbitmq-server",
+      "start rabbitmq-server",
+    ]);
     await decision.stop();
     expect(ways.stopped).toEqual(["amqp://guest:guest@127.0.0.1:40002"]);
   });
@@ -126,26 +161,37 @@ describe("RabbitMQ: the requested broker when it answers, else one started, else
     const ways = scripted({ can: { docker: "not installed", "rabbitmq-server": "needs root" } });
     const { choice } = await decideRabbitMq({}, ways);
     expect(choice).toMatchObject({ url: null, how: "unavailable", control: null });
-    expect(choice.reason).toBe("nothing at amqp://guest:***@127.0.0.1:5672 (ECONNREFUSED); docker: not installed; rabbitmq-server: needs root");
+    expect(choice.reason).toBe(
+      "nothing at amqp://guest:***@127.0.0.1:5672 (ECONNREFUSED); docker: not installed; rabbitmq-server: needs root",
+    );
   });
 
   it("RUNNER_DEPOT_TEST_RABBITMQ_START orders the ways or turns them off; `skip` tries nothing", async () => {
     const ordered = scripted({});
-    expect((await decideRabbitMq({ RUNNER_DEPOT_TEST_RABBITMQ_START: "rabbitmq-server, docker" }, ordered)).choice.how).toBe("rabbitmq-server");
+    expect(
+      (await decideRabbitMq({ RUNNER_DEPOT_TEST_RABBITMQ_START: "rabbitmq-server, docker" }, ordered)).choice.how,
+    ).toBe("rabbitmq-server");
     expect(ordered.calls).not.toContain("can docker");
     const none = scripted({});
     const { choice } = await decideRabbitMq({ RUNNER_DEPOT_TEST_RABBITMQ_START: "none" }, none);
-    expect(choice).toMatchObject({ how: "unavailable", reason: "nothing at amqp://guest:***@127.0.0.1:5672 (ECONNREFUSED); RUNNER_DEPOT_TEST_RABBITMQ_START=none" });
+    expect(choice).toMatchObject({
+      how: "unavailable",
+      reason: "nothing at amqp://guest:***@127.0.0.1:5672 (ECONNREFUSED); RUNNER_DEPOT_TEST_RABBITMQ_START=none",
+    });
     expect(none.calls).toEqual([`probe rabbitmq ${DEFAULT_RABBITMQ_URL}`]);
     const skip = scripted({});
-    expect((await decideRabbitMq({ RUNNER_DEPOT_TEST_RABBITMQ: "skip" }, skip)).choice.reason).toBe("RUNNER_DEPOT_TEST_RABBITMQ=skip");
+    expect((await decideRabbitMq({ RUNNER_DEPOT_TEST_RABBITMQ: "skip" }, skip)).choice.reason).toBe(
+      "RUNNER_DEPOT_TEST_RABBITMQ=skip",
+    );
     expect(skip.calls).toEqual([]);
     expect(() => startersFrom({ RUNNER_DEPOT_TEST_RABBITMQ_START: "docker,podman" })).toThrow('unknown way "podman"');
   });
 
   it("never prints a password", () => {
     expect(redact("amqp://guest:guest@127.0.0.1:5672")).toBe("amqp://guest:***@127.0.0.1:5672");
-    expect(redact("postgres://app:hunter2@db:5432/x?sslmode=require")).toBe("postgres://app:***@db:5432/x?sslmode=require");
+    expect(redact("postgres://app:hunter2@db:5432/x?sslmode=require")).toBe(
+      "postgres://app:***@db:5432/x?sslmode=require",
+    );
     expect(redact("not a url")).toBe("not a url");
   });
 });
@@ -159,7 +205,11 @@ describe("the summary: skipped tests grouped by reason; in CI any skip fails the
 
   it("outside CI: listed with their reasons, the run passes", () => {
     expect(skipVerdict(skipped, false)).toEqual({
-      lines: ["skipped: 3 tests", "  - RabbitMQ unavailable: x: test/a.test.ts (2)", "  - skipped in the code (it.skip / describe.skip / .todo): test/b.test.ts (1)"],
+      lines: [
+        "skipped: 3 tests",
+        "  - RabbitMQ unavailable: x: test/a.test.ts (2)",
+        "  - skipped in the code (it.skip / describe.skip / .todo): test/b.test.ts (1)",
+      ],
       fail: false,
     });
     expect(skipVerdict([], true)).toEqual({ lines: [], fail: false });
@@ -172,7 +222,13 @@ describe("the summary: skipped tests grouped by reason; in CI any skip fails the
   });
 
   it("CI counts as on for any value but empty, false and 0", () => {
-    expect([undefined, "", "false", "0", "FALSE"].map((CI) => isCi({ CI }))).toEqual([false, false, false, false, false]);
+    expect([undefined, "", "false", "0", "FALSE"].map((CI) => isCi({ CI }))).toEqual([
+      false,
+      false,
+      false,
+      false,
+      false,
+    ]);
     expect(["true", "1", "yes"].map((CI) => isCi({ CI }))).toEqual([true, true, true]);
   });
 });
@@ -228,7 +284,9 @@ describe("a whole run without RabbitMQ (nested vitest with the suite's setup and
       expect(run.stdout).toContain("services: RabbitMQ: SKIPPED: RUNNER_DEPOT_TEST_RABBITMQ=skip");
       expect(run.stdout).toMatch(/CHECK postgres=reachable/);
       expect(run.stdout).toMatch(/Tests\s+1 passed \| 2 skipped \(3\)/);
-      expect(run.stdout).toContain("skipped: 2 tests\n  - RabbitMQ unavailable: RUNNER_DEPOT_TEST_RABBITMQ=skip: test/setup/skip-project/rabbitmq.check.ts (2)");
+      expect(run.stdout).toContain(
+        "skipped: 2 tests\n  - RabbitMQ unavailable: RUNNER_DEPOT_TEST_RABBITMQ=skip: test/setup/skip-project/rabbitmq.check.ts (2)",
+      );
     }
     expect(local.code, local.stdout + local.stderr).toBe(0);
     expect(local.stdout).not.toContain("CI=true");
@@ -242,7 +300,9 @@ const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 
 /** Runs vitest on test/setup/skip-project with `env` over this environment minus vitest's own variables. */
 function nestedRun(env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const base = Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("VITEST") && key !== "FORCE_COLOR"));
+  const base = Object.fromEntries(
+    Object.entries(process.env).filter(([key]) => !key.startsWith("VITEST") && key !== "FORCE_COLOR"),
+  );
   const vitest = fileURLToPath(new URL("../../node_modules/vitest/vitest.mjs", import.meta.url));
   const child = spawn(process.execPath, [vitest, "run", "--config", "test/setup/skip-project/vitest.config.ts"], {
     cwd: ROOT,

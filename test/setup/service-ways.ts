@@ -117,7 +117,9 @@ export async function localControl(url: string): Promise<string[] | null> {
 /** A throw-away container with the official image, its port published on 127.0.0.1. */
 async function startDockerBroker(): Promise<Started> {
   const name = `runner-depot-test-rabbitmq-${randomUUID().slice(0, 8)}`;
-  await exec("docker", ["run", "-d", "--rm", "--name", name, "-p", "127.0.0.1::5672", "rabbitmq:3-alpine"], { timeout: BROKER_START_MS });
+  await exec("docker", ["run", "-d", "--rm", "--name", name, "-p", "127.0.0.1::5672", "rabbitmq:3-alpine"], {
+    timeout: BROKER_START_MS,
+  });
   const stop = async () => {
     await exec("docker", ["rm", "-f", name], { timeout: 60_000 }).catch(() => {});
   };
@@ -177,7 +179,9 @@ async function startDebianBroker(): Promise<Started> {
   try {
     await Promise.race([
       untilAnswers(url, BROKER_START_MS),
-      new Promise((_, reject) => child.once("exit", (code) => reject(new Error(`rabbitmq-server exited with ${code} (logs in ${dir}/log)`)))),
+      new Promise((_, reject) =>
+        child.once("exit", (code) => reject(new Error(`rabbitmq-server exited with ${code} (logs in ${dir}/log)`))),
+      ),
     ]);
     return { url, control, stop };
   } catch (error) {

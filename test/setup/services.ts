@@ -95,7 +95,10 @@ const nothingToStop = async () => {};
 export async function decidePostgres(env: NodeJS.ProcessEnv, ways: ServiceWays): Promise<OneDecision> {
   const requested = env.RUNNER_DEPOT_TEST_POSTGRES?.trim() || DEFAULT_POSTGRES_URL;
   if (requested === "skip") {
-    return { choice: { url: null, requested, how: "unavailable", reason: "RUNNER_DEPOT_TEST_POSTGRES=skip" }, stop: nothingToStop };
+    return {
+      choice: { url: null, requested, how: "unavailable", reason: "RUNNER_DEPOT_TEST_POSTGRES=skip" },
+      stop: nothingToStop,
+    };
   }
   let why: string;
   if (requested === "embedded") {
@@ -103,19 +106,32 @@ export async function decidePostgres(env: NodeJS.ProcessEnv, ways: ServiceWays):
   } else {
     const failure = await ways.probePostgres(requested);
     if (failure === null) {
-      return { choice: { url: requested, requested, how: "reachable", reason: `answered at ${redact(requested)}` }, stop: nothingToStop };
+      return {
+        choice: { url: requested, requested, how: "reachable", reason: `answered at ${redact(requested)}` },
+        stop: nothingToStop,
+      };
     }
     why = `nothing usable at ${redact(requested)} (${failure})`;
   }
   try {
     const started = await ways.startEmbeddedPostgres();
     return {
-      choice: { url: started.url, requested, how: "embedded", reason: `${why}; started an embedded PostgreSQL (PGlite) at ${redact(started.url)}` },
+      choice: {
+        url: started.url,
+        requested,
+        how: "embedded",
+        reason: `${why}; started an embedded PostgreSQL (PGlite) at ${redact(started.url)}`,
+      },
       stop: () => started.stop(),
     };
   } catch (error) {
     return {
-      choice: { url: null, requested, how: "unavailable", reason: `${why}; the embedded PostgreSQL did not start (${message(error)})` },
+      choice: {
+        url: null,
+        requested,
+        how: "unavailable",
+        reason: `${why}; the embedded PostgreSQL did not start (${message(error)})`,
+      },
       stop: nothingToStop,
     };
   }
@@ -124,12 +140,18 @@ export async function decidePostgres(env: NodeJS.ProcessEnv, ways: ServiceWays):
 export async function decideRabbitMq(env: NodeJS.ProcessEnv, ways: ServiceWays): Promise<OneDecision> {
   const requested = env.RUNNER_DEPOT_TEST_RABBITMQ?.trim() || DEFAULT_RABBITMQ_URL;
   if (requested === "skip") {
-    return { choice: { url: null, requested, how: "unavailable", reason: "RUNNER_DEPOT_TEST_RABBITMQ=skip", control: null }, stop: nothingToStop };
+    return {
+      choice: { url: null, requested, how: "unavailable", reason: "RUNNER_DEPOT_TEST_RABBITMQ=skip", control: null },
+      stop: nothingToStop,
+    };
   }
   const failure = await ways.probeRabbitMq(requested);
   if (failure === null) {
     const control = await ways.localControl(requested);
-    return { choice: { url: requested, requested, how: "reachable", reason: `answered at ${redact(requested)}`, control }, stop: nothingToStop };
+    return {
+      choice: { url: requested, requested, how: "reachable", reason: `answered at ${redact(requested)}`, control },
+      stop: nothingToStop,
+    };
   }
   const tried = [`nothing at ${redact(requested)} (${failure})`];
   for (const starter of startersFrom(env)) {
@@ -142,7 +164,13 @@ export async function decideRabbitMq(env: NodeJS.ProcessEnv, ways: ServiceWays):
       const started = await ways.startRabbitMq(starter);
       tried.push(`started one with ${starter} at ${redact(started.url)}`);
       return {
-        choice: { url: started.url, requested, how: starter, reason: tried.join("; "), control: started.control ?? null },
+        choice: {
+          url: started.url,
+          requested,
+          how: starter,
+          reason: tried.join("; "),
+          control: started.control ?? null,
+        },
         stop: () => started.stop(),
       };
     } catch (error) {
@@ -150,7 +178,10 @@ export async function decideRabbitMq(env: NodeJS.ProcessEnv, ways: ServiceWays):
     }
   }
   if (startersFrom(env).length === 0) tried.push("RUNNER_DEPOT_TEST_RABBITMQ_START=none");
-  return { choice: { url: null, requested, how: "unavailable", reason: tried.join("; "), control: null }, stop: nothingToStop };
+  return {
+    choice: { url: null, requested, how: "unavailable", reason: tried.join("; "), control: null },
+    stop: nothingToStop,
+  };
 }
 
 /** The starters to try, in order, from RUNNER_DEPOT_TEST_RABBITMQ_START. Unknown names are an error. */
@@ -158,10 +189,15 @@ export function startersFrom(env: NodeJS.ProcessEnv): RabbitMqStarter[] {
   const raw = env.RUNNER_DEPOT_TEST_RABBITMQ_START?.trim();
   if (!raw) return [...DEFAULT_RABBITMQ_START];
   if (raw === "none") return [];
-  const names = raw.split(",").map((s) => s.trim()).filter(Boolean);
+  const names = raw
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
   for (const name of names) {
     if (!(DEFAULT_RABBITMQ_START as readonly string[]).includes(name)) {
-      throw new Error(`RUNNER_DEPOT_TEST_RABBITMQ_START: unknown way "${name}" (use ${DEFAULT_RABBITMQ_START.join(", ")} or none)`);
+      throw new Error(
+        `RUNNER_DEPOT_TEST_RABBITMQ_START: unknown way "${name}" (use ${DEFAULT_RABBITMQ_START.join(", ")} or none)`,
+      );
     }
   }
   return names as RabbitMqStarter[];
@@ -176,7 +212,13 @@ export function servicesFromEnv(env: NodeJS.ProcessEnv): TestServices {
   const rabbitmq = env.RUNNER_DEPOT_TEST_RABBITMQ?.trim() || DEFAULT_RABBITMQ_URL;
   return {
     postgres: { url: postgres, requested: postgres, how: "reachable", reason: "from the environment (not probed)" },
-    rabbitmq: { url: rabbitmq, requested: rabbitmq, how: "reachable", reason: "from the environment (not probed)", control: ["rabbitmqctl"] },
+    rabbitmq: {
+      url: rabbitmq,
+      requested: rabbitmq,
+      how: "reachable",
+      reason: "from the environment (not probed)",
+      control: ["rabbitmqctl"],
+    },
   };
 }
 

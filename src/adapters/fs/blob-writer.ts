@@ -44,7 +44,12 @@ export type BlobWriteEvent = { type: "flush"; written: number };
  * settled when this returns or throws, so the caller may close the handle; the caller
  * syncs the file before renaming it. O(size) time, O(WRITE_BYTES) memory.
  */
-export async function writeBody(handle: FileHandle, body: AsyncIterable<Uint8Array>, opts: PutBlobOptions, sync: boolean): Promise<BlobInfo> {
+export async function writeBody(
+  handle: FileHandle,
+  body: AsyncIterable<Uint8Array>,
+  opts: PutBlobOptions,
+  sync: boolean,
+): Promise<BlobInfo> {
   const hash = createHash("sha256");
   const writer = new GatheringWriter(handle, sync);
   let size = 0;
@@ -120,7 +125,8 @@ class GatheringWriter {
     this.unflushed += bytes;
     if (!this.sync || this.unflushed < FLUSH_BYTES || this.flushing) return;
     this.unflushed = 0;
-    if (blobWriteChannel.hasSubscribers) blobWriteChannel.publish({ type: "flush", written: this.written } satisfies BlobWriteEvent);
+    if (blobWriteChannel.hasSubscribers)
+      blobWriteChannel.publish({ type: "flush", written: this.written } satisfies BlobWriteEvent);
     // A failed flush must fail the upload: a later fsync need not report the same error again.
     this.flushing = this.handle.datasync().then(
       () => {

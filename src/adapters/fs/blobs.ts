@@ -113,7 +113,12 @@ export function createFsBlobs(ctx: FsStoreContext, durable: DurableWrites, recor
       const handle = await openStoredBlob(digest);
       if (!handle) return null;
       // The open handle keeps the bytes readable even if the blob is collected meanwhile.
-      return handle.createReadStream({ start: range?.start, end: range?.end, autoClose: true, highWaterMark: READ_BYTES });
+      return handle.createReadStream({
+        start: range?.start,
+        end: range?.end,
+        autoClose: true,
+        highWaterMark: READ_BYTES,
+      });
     },
 
     async openBlob(digest: string): Promise<BlobReader | null> {
@@ -126,7 +131,8 @@ export function createFsBlobs(ctx: FsStoreContext, durable: DurableWrites, recor
         // pread(2) into the caller's buffer: no allocation per read, unlike a read stream.
         return {
           size,
-          read: async (buffer, offset, length, position) => (await handle.read(buffer, offset, length, position)).bytesRead,
+          read: async (buffer, offset, length, position) =>
+            (await handle.read(buffer, offset, length, position)).bytesRead,
           close: () => handle.close(),
         };
       } catch (error) {
@@ -140,7 +146,8 @@ export function createFsBlobs(ctx: FsStoreContext, durable: DurableWrites, recor
       await ctx.init();
       const path = blobPath(digest);
       if (!path) return null;
-      const found = (await records()).statements.blobSize.get(Buffer.from(digest.slice(7), "hex")) as { size: number } | undefined;
+      const found = (await records()).statements.blobSize.get(Buffer.from(digest.slice(7), "hex")) as
+        { size: number } | undefined;
       if (found) return { size: Number(found.size) };
       const info = statSync(path, { throwIfNoEntry: false }); // inline (durable.ts)
       return info ? { size: info.size } : null;
@@ -169,7 +176,8 @@ export function createFsBlobs(ctx: FsStoreContext, durable: DurableWrites, recor
         const names = await readdir(join(ctx.blobsDir, shard)).catch(() => [] as string[]);
         for (const name of names.sort()) {
           if (!BLOB_NAME_RE.test(name)) continue;
-          for (; !nextRow.done && nextRow.value <= name; nextRow = await rows.next()) if (nextRow.value < name) yield `sha256:${nextRow.value}`;
+          for (; !nextRow.done && nextRow.value <= name; nextRow = await rows.next())
+            if (nextRow.value < name) yield `sha256:${nextRow.value}`;
           yield `sha256:${name}`;
         }
       }
@@ -183,7 +191,8 @@ async function* rowDigests(db: RecordDb): AsyncGenerator<string> {
   let after: Uint8Array = Buffer.alloc(0);
   for (;;) {
     const page = db.statements.blobPage.all(after, ROW_PAGE) as Array<{ digest: Uint8Array }>;
-    for (const { digest } of page) yield Buffer.from(digest.buffer, digest.byteOffset, digest.byteLength).toString("hex");
+    for (const { digest } of page)
+      yield Buffer.from(digest.buffer, digest.byteOffset, digest.byteLength).toString("hex");
     if (page.length < ROW_PAGE) return;
     after = page.at(-1)!.digest;
   }

@@ -153,13 +153,17 @@ export function createCheckpointer(path: string, sync: boolean, healthy: () => b
   }
 
   function start(): Worker {
-    const started = new Worker(WORKER_SOURCE, { eval: true, workerData: { path, sync, restartWaitMs: RESTART_WAIT_MS } });
+    const started = new Worker(WORKER_SOURCE, {
+      eval: true,
+      workerData: { path, sync, restartWaitMs: RESTART_WAIT_MS },
+    });
     // The thread never keeps the process alive; the store's close ends it.
     started.unref();
     started.on("message", (report: Report) => {
       busy = false;
       if (!report.restarted) notBefore = Date.now() + RETRY_MS;
-      if (checkpointChannel.hasSubscribers) checkpointChannel.publish({ type: "checkpoint", db: path, copied: report.copied, restarted: report.restarted });
+      if (checkpointChannel.hasSubscribers)
+        checkpointChannel.publish({ type: "checkpoint", db: path, copied: report.copied, restarted: report.restarted });
     });
     exited = new Promise((resolve) => started.once("exit", () => resolve()));
     started.on("error", () => {

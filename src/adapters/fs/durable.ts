@@ -146,7 +146,9 @@ function syncEntries(path: string, first: string | undefined, syncDir: (dir: str
  */
 export function isDirSyncUnsupported(error: unknown): boolean {
   const code = (error as NodeJS.ErrnoException | null)?.code;
-  return code === "EINVAL" || code === "EBADF" || code === "EISDIR" || (code === "EPERM" && process.platform === "win32");
+  return (
+    code === "EINVAL" || code === "EBADF" || code === "EISDIR" || (code === "EPERM" && process.platform === "win32")
+  );
 }
 
 /**
@@ -155,7 +157,10 @@ export function isDirSyncUnsupported(error: unknown): boolean {
  * concurrent writers into one directory (a blob shard) share one fsync instead of one
  * each (group commit). At most two syncs per directory exist at once, however many writers wait: O(1) per call.
  */
-function createGroupFsync(ctx: DirSyncContext, syncDirNow: (path: string) => Promise<void>): (path: string) => Promise<void> {
+function createGroupFsync(
+  ctx: DirSyncContext,
+  syncDirNow: (path: string) => Promise<void>,
+): (path: string) => Promise<void> {
   const dirSyncs = new Map<string, { running: Promise<void>; queued?: Promise<void> }>();
 
   function fsyncDir(path: string): Promise<void> {
@@ -198,7 +203,10 @@ function createGroupFsync(ctx: DirSyncContext, syncDirNow: (path: string) => Pro
  * too); refused again, the owner's directory fsyncs are skipped from then on, with one
  * process warning. Any other error rejects the sync, every time.
  */
-function createDirSyncer(ctx: DirSyncContext): { sync(path: string, keep?: boolean): Promise<void>; close(): Promise<void> } {
+function createDirSyncer(ctx: DirSyncContext): {
+  sync(path: string, keep?: boolean): Promise<void>;
+  close(): Promise<void>;
+} {
   const dirHandles = new Map<string, Promise<FileHandle>>();
   /** Set once the filesystem refused a directory fsync as unsupported: no more are tried. */
   let unsupported = false;
@@ -252,9 +260,12 @@ function createDirSyncer(ctx: DirSyncContext): { sync(path: string, keep?: boole
       if (unsupported) return;
       unsupported = true;
       const code = (error as NodeJS.ErrnoException).code;
-      process.emitWarning(`fsync of the directory ${path} is not supported here (${code}): directory fsyncs are skipped from now on, so a rename or a new file may not survive a machine crash`, {
-        code: "RUNNER_DEPOT_DIR_FSYNC_UNSUPPORTED",
-      });
+      process.emitWarning(
+        `fsync of the directory ${path} is not supported here (${code}): directory fsyncs are skipped from now on, so a rename or a new file may not survive a machine crash`,
+        {
+          code: "RUNNER_DEPOT_DIR_FSYNC_UNSUPPORTED",
+        },
+      );
     }
   }
 

@@ -63,7 +63,10 @@ export function readLegacyRecord(file: string): LegacyRecord | null {
   }
   if (parsed !== null && typeof parsed === "object" && typeof parsed.revision === "string") return parsed;
   if (text === "" || text.startsWith(" ") || text.charCodeAt(0) === 0) return null;
-  throw new RunnerDepotError("INTERNAL", `A record file of the fs store is damaged (it is neither a record nor a torn lazy create): ${file}`);
+  throw new RunnerDepotError(
+    "INTERNAL",
+    `A record file of the fs store is damaged (it is neither a record nor a torn lazy create): ${file}`,
+  );
 }
 
 /**
@@ -130,11 +133,22 @@ export function readFormatUnderFence(recordsDir: string): { original: LegacyReco
  * Writes the fence whole and flushed (temp file, fsync, rename, directory fsync; inline:
  * twice per store), keeping `original`. `sync` false skips the fsyncs (unsafeNoSync).
  */
-export function writeFence(recordsDir: string, original: LegacyRecord | null, state: FenceState, sync: boolean, now: Date): void {
+export function writeFence(
+  recordsDir: string,
+  original: LegacyRecord | null,
+  state: FenceState,
+  sync: boolean,
+  now: Date,
+): void {
   const fence: FenceFile = {
     key: "format",
     revision: randomUUID(),
-    value: { format: FENCE_FORMAT, storeId: "records-in-records.db", createdAt: now.toISOString(), note: "records are in records.db; this directory needs a newer runner-depot" },
+    value: {
+      format: FENCE_FORMAT,
+      storeId: "records-in-records.db",
+      createdAt: now.toISOString(),
+      note: "records are in records.db; this directory needs a newer runner-depot",
+    },
     imported: original,
     state,
   };
@@ -142,7 +156,7 @@ export function writeFence(recordsDir: string, original: LegacyRecord | null, st
   const fd = openSync(tmp, "wx");
   try {
     const bytes = Buffer.from(JSON.stringify(fence));
-    for (let at = 0; at < bytes.length; ) at += writeSync(fd, bytes, at, bytes.length - at);
+    for (let at = 0; at < bytes.length;) at += writeSync(fd, bytes, at, bytes.length - at);
     if (sync) fsyncSync(fd);
   } finally {
     closeSync(fd);

@@ -21,7 +21,8 @@ const KEY = /^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/;
 const TMP = ".tmp";
 
 function pathOf(dir: string, key: string): string {
-  if (!KEY.test(key) || key.endsWith(TMP)) throw new RunnerDepotError("INVALID_ARGUMENT", `not an archive key: ${JSON.stringify(key.slice(0, 64))}`);
+  if (!KEY.test(key) || key.endsWith(TMP))
+    throw new RunnerDepotError("INVALID_ARGUMENT", `not an archive key: ${JSON.stringify(key.slice(0, 64))}`);
   return join(dir, key);
 }
 

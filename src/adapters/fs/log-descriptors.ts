@@ -48,7 +48,8 @@ export class OpenLogs {
     try {
       const fd = this.fdOf(handle, fresh);
       let written = 0;
-      while (written < bytes.length) written += (await writeAt(fd, bytes, written, bytes.length - written, at + written)).bytesWritten;
+      while (written < bytes.length)
+        written += (await writeAt(fd, bytes, written, bytes.length - written, at + written)).bytesWritten;
       if (sync) await syncData(fd);
     } catch (error) {
       // A failed write or sync: the next append opens the file anew.

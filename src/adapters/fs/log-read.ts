@@ -52,7 +52,13 @@ export function extendIndex(index: number[], offset: number, line: number, sizes
 }
 
 /** Up to `limit` lines from line `from` of the first `end` bytes of `path`, starting at `index`'s nearest offset. */
-export async function readLines(path: string, index: number[], end: number, from: number, limit: number): Promise<StoredLine[]> {
+export async function readLines(
+  path: string,
+  index: number[],
+  end: number,
+  from: number,
+  limit: number,
+): Promise<StoredLine[]> {
   const checkpoint = Math.floor(from / STRIDE);
   let line = checkpoint * STRIDE;
   let pos = index[checkpoint] ?? 0;

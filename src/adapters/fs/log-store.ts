@@ -29,7 +29,17 @@ import { mkdir, readdir, readFile, rm, truncate } from "node:fs/promises";
 import { promisify } from "node:util";
 import { join, resolve } from "node:path";
 import { RunnerDepotError } from "../../errors.js";
-import { applyAppend, applyArchived, applyFinish, applyOpen, cloneJobState, isArchivable, isPrunable, newEntries, newJobState } from "../../runner/service/job-state.js";
+import {
+  applyAppend,
+  applyArchived,
+  applyFinish,
+  applyOpen,
+  cloneJobState,
+  isArchivable,
+  isPrunable,
+  newEntries,
+  newJobState,
+} from "../../runner/service/job-state.js";
 import { JobListIndex } from "../../runner/service/job-list.js";
 import type { JobLogStore, JobState } from "../../runner/ports.js";
 import { normalizeRequestId } from "../../runner/protocol/request-id.js";
@@ -119,7 +129,13 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
 
   const logPath = (id: string) => join(jobsDir, `${id}.log`);
   const statePath = (id: string) => join(jobsDir, `${id}.json`);
-  const newJob = (id: string, state: Persisted): Job => ({ id, path: logPath(id), state, index: null, chain: Promise.resolve() });
+  const newJob = (id: string, state: Persisted): Job => ({
+    id,
+    path: logPath(id),
+    state,
+    index: null,
+    chain: Promise.resolve(),
+  });
   const closeLog = (job: Job) => backend.openLogs.close(job);
 
   function load(): Promise<void> {
@@ -231,7 +247,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
     try {
       fd = openSync(tmp, "w");
       const text = Buffer.from(JSON.stringify(state), "utf8");
-      for (let done = 0; done < text.length; ) done += writeSync(fd, text, done, text.length - done);
+      for (let done = 0; done < text.length;) done += writeSync(fd, text, done, text.length - done);
       const synced = sync ? syncAll(fd) : Promise.resolve();
       // Both settle before anything is closed or renamed (no promise left unobserved).
       const [log, own] = await Promise.allSettled([before, synced]);
@@ -360,7 +376,8 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       await load();
       const out: JobState[] = [];
       for (const job of jobs.values()) {
-        if (job.state.status === "open" && Date.parse(job.state.lastSeenAt) < before.getTime()) out.push(publicState(job.state));
+        if (job.state.status === "open" && Date.parse(job.state.lastSeenAt) < before.getTime())
+          out.push(publicState(job.state));
       }
       return out;
     },
@@ -410,7 +427,9 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       // group commit): O(due / PRUNE_GROUP) fsyncs, not one per job.
       for (let i = 0; i < due.length; i += PRUNE_GROUP) {
         const group = due.slice(i, i + PRUNE_GROUP);
-        const outcomes = await Promise.allSettled(group.map(([id, job]) => serial(id, () => pruneJob(id, job, before))));
+        const outcomes = await Promise.allSettled(
+          group.map(([id, job]) => serial(id, () => pruneJob(id, job, before))),
+        );
         for (const outcome of outcomes) {
           if (outcome.status === "rejected") throw outcome.reason;
           if (outcome.value) count++;

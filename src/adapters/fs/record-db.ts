@@ -105,12 +105,16 @@ export async function openRecordDb(path: string, options: { sync: boolean; lockT
     db.exec(`PRAGMA busy_timeout = ${BUSY_SPIN_MS}`);
     await retryBusy(options.lockTimeoutMs, () => {
       // WAL is a property of the file: set once, by whichever process opens it first.
-      if ((db.prepare("PRAGMA journal_mode").get() as { journal_mode: string }).journal_mode !== "wal") db.exec("PRAGMA journal_mode = WAL");
+      if ((db.prepare("PRAGMA journal_mode").get() as { journal_mode: string }).journal_mode !== "wal")
+        db.exec("PRAGMA journal_mode = WAL");
     });
     await inTransaction(db, options.lockTimeoutMs, () => {
       const version = (db.prepare("PRAGMA user_version").get() as { user_version: number }).user_version;
       if (version > RECORD_DB_VERSION) {
-        throw new RunnerDepotError("STORE_FORMAT_UNSUPPORTED", `${path} has record database version ${version}; this runner-depot reads version ${RECORD_DB_VERSION}. Upgrade runner-depot to serve it.`);
+        throw new RunnerDepotError(
+          "STORE_FORMAT_UNSUPPORTED",
+          `${path} has record database version ${version}; this runner-depot reads version ${RECORD_DB_VERSION}. Upgrade runner-depot to serve it.`,
+        );
       }
       // Keys as BLOBs of their UTF-8 bytes, so SQLite orders them by memcmp: the port's byte
       // order. WITHOUT ROWID: the key is the b-tree's key, one lookup per read. Small blobs
@@ -157,7 +161,13 @@ function prepare(db: DatabaseSync): PreparedRecords {
 }
 
 /** The group commit over one connection: a queue drained by one batch at a time. */
-function createBatcher(db: DatabaseSync, statements: PreparedRecords, wal: WalSync | undefined, checkpointer: Checkpointer, lockTimeoutMs: number): RecordDb {
+function createBatcher(
+  db: DatabaseSync,
+  statements: PreparedRecords,
+  wal: WalSync | undefined,
+  checkpointer: Checkpointer,
+  lockTimeoutMs: number,
+): RecordDb {
   let queue: Queued[] = [];
   let scheduled = false;
   let running: Promise<void> | undefined;
@@ -236,7 +246,13 @@ function createBatcher(db: DatabaseSync, statements: PreparedRecords, wal: WalSy
       const failure = wal?.failure();
       if (failure) return Promise.reject(failure);
       return new Promise<T>((resolve, reject) => {
-        queue.push({ work, durable, visible: visible as ((result: unknown) => void) | undefined, resolve: resolve as (value: unknown) => void, reject });
+        queue.push({
+          work,
+          durable,
+          visible: visible as ((result: unknown) => void) | undefined,
+          resolve: resolve as (value: unknown) => void,
+          reject,
+        });
         schedule();
       });
     },
@@ -309,7 +325,8 @@ async function retryBusy(lockTimeoutMs: number, attempt: () => void): Promise<vo
       return;
     } catch (error) {
       if (!isBusy(error)) throw error;
-      if (Date.now() > deadline) throw new RunnerDepotError("UNAVAILABLE", "Timed out waiting for the record database's write lock");
+      if (Date.now() > deadline)
+        throw new RunnerDepotError("UNAVAILABLE", "Timed out waiting for the record database's write lock");
     }
     await new Promise((resolve) => setTimeout(resolve, delay + Math.random() * delay));
     delay = Math.min(delay * 2, MAX_RETRY_DELAY_MS);

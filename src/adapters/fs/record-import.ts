@@ -19,13 +19,25 @@
 import { mkdirSync } from "node:fs";
 import { RunnerDepotError } from "../../errors.js";
 import type { RecordDb } from "./record-db.js";
-import { fencePath, legacyRecordFiles, readFormatUnderFence, readLegacyRecord, writeFence, type LegacyRecord } from "./legacy-records.js";
+import {
+  fencePath,
+  legacyRecordFiles,
+  readFormatUnderFence,
+  readLegacyRecord,
+  writeFence,
+  type LegacyRecord,
+} from "./legacy-records.js";
 
 /** The meta row that says the import ran (its value: when, and how many records). */
 const IMPORTED = "legacy-records-imported";
 
 /** Imports `recordsDir`'s files unless done before; the number imported, or null when it was done already. */
-export async function importLegacyRecords(db: RecordDb, recordsDir: string, sync: boolean, now: () => Date = () => new Date()): Promise<number | null> {
+export async function importLegacyRecords(
+  db: RecordDb,
+  recordsDir: string,
+  sync: boolean,
+  now: () => Date = () => new Date(),
+): Promise<number | null> {
   // Set when the fence still says `importing` (or is missing) after an import committed, by this open or an earlier one.
   let unmarked: { original: LegacyRecord | null } | undefined;
   const imported = await db.exclusive((conn) => {
@@ -45,7 +57,9 @@ export async function importLegacyRecords(db: RecordDb, recordsDir: string, sync
     if (fence === null) writeFence(recordsDir, original, "importing", sync, now());
     // A row already in the database (none, unless a record file was put back by hand
     // after an import) wins: it is the newer.
-    const insert = conn.prepare("INSERT INTO records (key, revision, value) VALUES (?, ?, ?) ON CONFLICT (key) DO NOTHING");
+    const insert = conn.prepare(
+      "INSERT INTO records (key, revision, value) VALUES (?, ?, ?) ON CONFLICT (key) DO NOTHING",
+    );
     let imported = 0;
     for (const { key, file } of legacyRecordFiles(recordsDir)) {
       const record = key === "format" ? original : readLegacyRecord(file);
@@ -53,7 +67,9 @@ export async function importLegacyRecords(db: RecordDb, recordsDir: string, sync
       insert.run(Buffer.from(key, "utf8"), record.revision, JSON.stringify(record.value ?? null));
       imported++;
     }
-    conn.prepare("INSERT INTO meta (name, value) VALUES (?, ?)").run(IMPORTED, JSON.stringify({ at: now().toISOString(), records: imported }));
+    conn
+      .prepare("INSERT INTO meta (name, value) VALUES (?, ?)")
+      .run(IMPORTED, JSON.stringify({ at: now().toISOString(), records: imported }));
     unmarked = { original };
     return imported;
   });

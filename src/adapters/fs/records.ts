@@ -47,9 +47,14 @@ export function createFsRecords(open: () => Promise<RecordDb>): FsRecords {
       // Told at the commit: one WAL keeps commits in order (WriteCondition.onVisible).
       const onVisible = cond.onVisible;
       const visible = onVisible && ((written: string | null) => onVisible(written !== null));
-      if (cond.ifRevision === null) return db.write((s) => (s.insert.run(bytes, revision, json).changes === 1 ? revision : null), durable, visible);
+      if (cond.ifRevision === null)
+        return db.write((s) => (s.insert.run(bytes, revision, json).changes === 1 ? revision : null), durable, visible);
       const ifRevision = cond.ifRevision;
-      return db.write((s) => (s.swap.run(revision, json, bytes, ifRevision).changes === 1 ? revision : null), durable, visible);
+      return db.write(
+        (s) => (s.swap.run(revision, json, bytes, ifRevision).changes === 1 ? revision : null),
+        durable,
+        visible,
+      );
     },
 
     async deleteRecord(key: string, cond?: WriteCondition) {
@@ -64,7 +69,11 @@ export function createFsRecords(open: () => Promise<RecordDb>): FsRecords {
     async listRecords(prefix: string, page: { cursor?: string; limit?: number } = {}) {
       const db = await open();
       // Bounded: at most MAX_PAGE keys a page (the depot's largest asks for fewer).
-      const asked = Number.isFinite(page.limit) ? Math.floor(page.limit!) : page.limit === undefined ? DEFAULT_PAGE : MAX_PAGE;
+      const asked = Number.isFinite(page.limit)
+        ? Math.floor(page.limit!)
+        : page.limit === undefined
+          ? DEFAULT_PAGE
+          : MAX_PAGE;
       const limit = Math.max(1, Math.min(asked, MAX_PAGE));
       const s = db.statements;
       const low = Buffer.from(prefix, "utf8");
@@ -80,7 +89,9 @@ export function createFsRecords(open: () => Promise<RecordDb>): FsRecords {
             ? s.listRange.all(low, high, limit + 1)
             : s.listRangeAfter.all(after, low, high, limit + 1)
       ) as Array<{ key: Uint8Array }>;
-      const keys = rows.slice(0, limit).map((r) => Buffer.from(r.key.buffer, r.key.byteOffset, r.key.byteLength).toString("utf8"));
+      const keys = rows
+        .slice(0, limit)
+        .map((r) => Buffer.from(r.key.buffer, r.key.byteOffset, r.key.byteLength).toString("utf8"));
       return rows.length > limit ? { keys, cursor: keys.at(-1)! } : { keys };
     },
   };
@@ -89,7 +100,8 @@ export function createFsRecords(open: () => Promise<RecordDb>): FsRecords {
 /** A key's UTF-8 bytes: what the table stores and orders. O(key length); BAD_REQUEST past MAX_KEY_BYTES. */
 function keyBytes(key: string): Buffer {
   const bytes = Buffer.from(key, "utf8");
-  if (bytes.length > MAX_KEY_BYTES) throw new RunnerDepotError("BAD_REQUEST", `Record key too long for the fs store: ${key.slice(0, 40)}…`);
+  if (bytes.length > MAX_KEY_BYTES)
+    throw new RunnerDepotError("BAD_REQUEST", `Record key too long for the fs store: ${key.slice(0, 40)}…`);
   return bytes;
 }
 

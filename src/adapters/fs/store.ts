@@ -84,16 +84,21 @@ export function createFsStore(dir: string, options: FsStoreOptions = {}): Packag
   const lockTimeoutMs = options.lockTimeoutMs ?? 30_000;
   let db: RecordDb | undefined;
   // The blobs directory is made through `durable` (its entry fsynced, durable.ts): bound late, setUp runs on first use.
-  const ctx = createContext(dir, sync, (path) => durable.ensureDir(path), async () => {
-    db = await openRecordDb(join(dir, "records.db"), { sync, lockTimeoutMs });
-    try {
-      await importLegacyRecords(db, join(dir, "records"), sync);
-    } catch (error) {
-      await db.close();
-      db = undefined;
-      throw error;
-    }
-  });
+  const ctx = createContext(
+    dir,
+    sync,
+    (path) => durable.ensureDir(path),
+    async () => {
+      db = await openRecordDb(join(dir, "records.db"), { sync, lockTimeoutMs });
+      try {
+        await importLegacyRecords(db, join(dir, "records"), sync);
+      } catch (error) {
+        await db.close();
+        db = undefined;
+        throw error;
+      }
+    },
+  );
   const durable = createDurableWrites(ctx);
   // After the first open, a call goes straight to the database: no promise hop.
   const records = async () => (db && !ctx.isClosed() ? db : (await ctx.init(), db!));
@@ -146,7 +151,12 @@ function createContext(
 }
 
 /** Creates the layout and removes orphans of killed writers: O(files in tmp/), once per store. */
-async function setUp(dir: string, blobsDir: string, tmpDir: string, makeDir: (path: string) => Promise<void>): Promise<void> {
+async function setUp(
+  dir: string,
+  blobsDir: string,
+  tmpDir: string,
+  makeDir: (path: string) => Promise<void>,
+): Promise<void> {
   // Blobs are renamed into shards below it: its entry (and its parents', when made) must be on disk.
   await makeDir(blobsDir);
   await mkdir(tmpDir, { recursive: true });

@@ -132,7 +132,9 @@ export function createWalSync(dbPath: string): WalSync {
     if (failed) throw failed;
     const fd = await descriptor();
     if (fd === null) return;
-    await flushing(new Promise<void>((resolve, reject) => fdatasync(fd, (error) => (error ? reject(error) : resolve()))));
+    await flushing(
+      new Promise<void>((resolve, reject) => fdatasync(fd, (error) => (error ? reject(error) : resolve()))),
+    );
     if (walFlushChannel.hasSubscribers) walFlushChannel.publish({ type: "flushed", wal: walPath });
   }
 

@@ -1,6 +1,16 @@
 /** In-memory JobLogStore: the default store of createRunnerService, for tests and embedding. */
 import { RunnerDepotError } from "../../errors.js";
-import { applyAppend, applyArchived, applyFinish, applyOpen, cloneJobState, isArchivable, isPrunable, newEntries, newJobState } from "../../runner/service/job-state.js";
+import {
+  applyAppend,
+  applyArchived,
+  applyFinish,
+  applyOpen,
+  cloneJobState,
+  isArchivable,
+  isPrunable,
+  newEntries,
+  newJobState,
+} from "../../runner/service/job-state.js";
 import { JobListIndex } from "../../runner/service/job-list.js";
 import type { JobLogStore, JobState, StoredLine } from "../../runner/ports.js";
 import { ReceivedLine, readsLineEntries } from "../../runner/protocol/received-line.js";
@@ -179,7 +189,8 @@ export function createMemoryLogStore(): JobLogStore {
       live();
       const out: JobState[] = [];
       for (const job of jobs.values()) {
-        if (job.state.status === "open" && Date.parse(job.state.lastSeenAt) < before.getTime()) out.push(cloneJobState(job.state));
+        if (job.state.status === "open" && Date.parse(job.state.lastSeenAt) < before.getTime())
+          out.push(cloneJobState(job.state));
       }
       return out;
     },

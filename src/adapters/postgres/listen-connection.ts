@@ -48,7 +48,11 @@ export interface ListenConnection {
  * await conn.open();
  * await conn.close();
  */
-export function createListenConnection(connect: () => Client, channel: string, hooks: ListenConnectionHooks): ListenConnection {
+export function createListenConnection(
+  connect: () => Client,
+  channel: string,
+  hooks: ListenConnectionHooks,
+): ListenConnection {
   const quoted = `"${channel.replace(/"/g, '""')}"`;
   const wantsListen = () => hooks.wantsListen?.() ?? true;
   let client: Client | null = null;

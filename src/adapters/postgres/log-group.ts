@@ -28,7 +28,10 @@ export interface GroupRunnerOptions<I> {
  * const get = createGroupRunner((ids: string[]) => selectMany(ids), { inFlight: 2, maxItems: 500 });
  * const state = await get("7f1c…");
  */
-export function createGroupRunner<I, O>(run: (items: I[]) => Promise<O[]>, options: GroupRunnerOptions<I>): (item: I) => Promise<O> {
+export function createGroupRunner<I, O>(
+  run: (items: I[]) => Promise<O[]>,
+  options: GroupRunnerOptions<I>,
+): (item: I) => Promise<O> {
   interface Waiting {
     item: I;
     resolve: (out: O) => void;
@@ -57,17 +60,19 @@ export function createGroupRunner<I, O>(run: (items: I[]) => Promise<O[]>, optio
       const group = take === queue.length ? queue : queue.slice(0, take);
       queue = take === queue.length ? [] : queue.slice(take);
       running++;
-      run(group.map((w) => w.item)).then(
-        (outs) => {
-          for (let i = 0; i < group.length; i++) group[i]!.resolve(outs[i]!);
-        },
-        (error: unknown) => {
-          for (const w of group) w.reject(error);
-        },
-      ).finally(() => {
-        running--;
-        dispatch();
-      });
+      run(group.map((w) => w.item))
+        .then(
+          (outs) => {
+            for (let i = 0; i < group.length; i++) group[i]!.resolve(outs[i]!);
+          },
+          (error: unknown) => {
+            for (const w of group) w.reject(error);
+          },
+        )
+        .finally(() => {
+          running--;
+          dispatch();
+        });
     }
   }
 

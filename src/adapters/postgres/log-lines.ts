@@ -82,7 +82,10 @@ export function encodeLines(
       bytes = grown;
     }
     // Received bytes are copied as they came (valid UTF-8, checked on arrival).
-    const end = received !== null ? pos + received.buf.copy(bytes, pos, received.start, received.end) : pos + bytes.write(l.line, pos, "utf8");
+    const end =
+      received !== null
+        ? pos + received.buf.copy(bytes, pos, received.start, received.end)
+        : pos + bytes.write(l.line, pos, "utf8");
     if (k > chunkLine && (k - chunkLine >= limits.lines || end - chunkByte > limits.bytes)) {
       cuts.push(chunkLine, k - chunkLine, chunkByte, pos - chunkByte);
       chunkLine = k;

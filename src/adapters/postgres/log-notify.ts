@@ -171,7 +171,10 @@ export function createPostgresLogNotifier(
     publish(requestId, storedLines, ended) {
       if (closed) return;
       const prior = pending.get(requestId);
-      pending.set(requestId, { lines: Math.max(storedLines, prior?.lines ?? 0), ended: ended || (prior?.ended ?? false) });
+      pending.set(requestId, {
+        lines: Math.max(storedLines, prior?.lines ?? 0),
+        ended: ended || (prior?.ended ?? false),
+      });
       schedule();
     },
     watch(listener) {

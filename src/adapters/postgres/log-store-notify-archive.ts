@@ -34,7 +34,9 @@ export function withPostgresLogExtras(
   const lines = `${db.schema}.job_lines`;
   const chunks = `${db.schema}.job_chunks`;
   // Its own connection, from the pool's settings: NOTIFYs never take a pool round trip.
-  const notifier = createPostgresLogNotifier(() => new pg.Client(db.pool.options), schemaName, { onError: options.onNotifyError });
+  const notifier = createPostgresLogNotifier(() => new pg.Client(db.pool.options), schemaName, {
+    onError: options.onNotifyError,
+  });
   const notify = options.notify !== false;
 
   return {
@@ -73,7 +75,10 @@ export function withPostgresLogExtras(
         const state = found.rows[0]?.state as JobState | undefined;
         if (!state) return null;
         if (!applyArchived(state, archived)) return state;
-        await client.query(`UPDATE ${jobs} SET state = $2, archived = true WHERE request_id = $1`, [requestId, JSON.stringify(state)]);
+        await client.query(`UPDATE ${jobs} SET state = $2, archived = true WHERE request_id = $1`, [
+          requestId,
+          JSON.stringify(state),
+        ]);
         // O(chunk rows of the job) on their (request_id, …) key; job_lines holds rows of
         // jobs stored before chunk rows existed.
         await client.query(`DELETE FROM ${chunks} WHERE request_id = $1`, [requestId]);

@@ -14,11 +14,35 @@
  */
 import type { PoolClient } from "pg";
 import { RunnerDepotError } from "../../errors.js";
-import { applyAppend, applyFinish, applyOpen, cloneJobState, newEntries, newJobState } from "../../runner/service/job-state.js";
+import {
+  applyAppend,
+  applyFinish,
+  applyOpen,
+  cloneJobState,
+  newEntries,
+  newJobState,
+} from "../../runner/service/job-state.js";
 import { createdAtOf } from "../../runner/service/job-list.js";
-import type { JobInfo, JobListQuery, JobLogStore, JobResult, JobState, LogEntry, StoredLine } from "../../runner/ports.js";
+import type {
+  JobInfo,
+  JobListQuery,
+  JobLogStore,
+  JobResult,
+  JobState,
+  LogEntry,
+  StoredLine,
+} from "../../runner/ports.js";
 import { createGroupRunner } from "./log-group.js";
-import { chunksFrom, decodeRows, encodeGroup, rawRows, encodeLines, intArray, MAX_STATEMENT_CHARS, statementCuts } from "./log-lines.js";
+import {
+  chunksFrom,
+  decodeRows,
+  encodeGroup,
+  rawRows,
+  encodeLines,
+  intArray,
+  MAX_STATEMENT_CHARS,
+  statementCuts,
+} from "./log-lines.js";
 import type { ChunkRow } from "./log-lines.js";
 import { inTransaction, openPostgres, unavailable } from "./schema.js";
 import type { PostgresOptions } from "./schema.js";
@@ -80,7 +104,6 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
 
   const tx = <T>(work: (client: PoolClient) => Promise<T>): Promise<T> => inTransaction(db, work);
 
-
   async function run<R>(sql: string, params: unknown[]): Promise<R[]> {
     try {
       await db.ready();
@@ -101,7 +124,9 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
 
   /** Locks the job's row; the state as stored (parsed here, so its exact text is known). */
   async function lock(client: PoolClient, requestId: string): Promise<JobState | null> {
-    const out = await client.query(`SELECT state::text AS text FROM ${jobs} WHERE request_id = $1 FOR UPDATE`, [requestId]);
+    const out = await client.query(`SELECT state::text AS text FROM ${jobs} WHERE request_id = $1 FOR UPDATE`, [
+      requestId,
+    ]);
     const text = out.rows[0]?.text as string | undefined;
     if (text === undefined) return null;
     const state = JSON.parse(text) as JobState;
@@ -149,12 +174,12 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
     let out;
     try {
       out = await db.pool.query(
-      // The states travel as two JSON arrays, not text[]: pg writes a text[] parameter as an
-      // array literal, two regex replaces and a copy per element (and did so twice a query),
-      // about a third of the fleet server's allocations (bench BENCH_FLEET_ALLOC); one
-      // JSON.stringify each is native and copies once. json_array_elements_text gives back
-      // the same strings.
-      `WITH i AS (
+        // The states travel as two JSON arrays, not text[]: pg writes a text[] parameter as an
+        // array literal, two regex replaces and a copy per element (and did so twice a query),
+        // about a third of the fleet server's allocations (bench BENCH_FLEET_ALLOC); one
+        // JSON.stringify each is native and copies once. json_array_elements_text gives back
+        // the same strings.
+        `WITH i AS (
          SELECT u.id, o.old, n.new, u.seen, u.k
          FROM unnest($1::text[], $4::timestamptz[]) WITH ORDINALITY AS u(id, seen, k)
          JOIN json_array_elements_text($2::json) WITH ORDINALITY AS o(old, k) ON o.k = u.k
@@ -174,17 +199,17 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
          FROM c JOIN i ON i.k = c.k JOIN upd ON upd.request_id = i.id
        )
        SELECT request_id FROM upd`,
-      [
-        group.map((g) => g.state.requestId),
-        JSON.stringify(group.map((g) => g.was.text)),
-        JSON.stringify(group.map((g) => g.text)),
-        group.map((g) => g.state.lastSeenAt),
-        batch.bytes,
-        batch.ends,
-        batch.flags,
-        batch.cuts,
-      ],
-    );
+        [
+          group.map((g) => g.state.requestId),
+          JSON.stringify(group.map((g) => g.was.text)),
+          JSON.stringify(group.map((g) => g.text)),
+          group.map((g) => g.state.lastSeenAt),
+          batch.bytes,
+          batch.ends,
+          batch.flags,
+          batch.cuts,
+        ],
+      );
     } catch (error) {
       // One job's bad row (a constraint) must not fail the others: each retries alone, under the lock.
       if (group.length > 1 && isStatementError(error)) return group.map(() => false);
@@ -201,8 +226,13 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
   /** Reads of job rows made meanwhile go in one statement (log-group.ts). O(jobs). */
   const groupGet = createGroupRunner(
     async (ids: string[]): Promise<(JobState | null)[]> => {
-      const out = await db.pool.query(`SELECT request_id, state::text AS text FROM ${jobs} WHERE request_id = ANY($1::text[])`, [ids]);
-      const texts = new Map<string, string>(out.rows.map((r: { request_id: string; text: string }) => [r.request_id, r.text]));
+      const out = await db.pool.query(
+        `SELECT request_id, state::text AS text FROM ${jobs} WHERE request_id = ANY($1::text[])`,
+        [ids],
+      );
+      const texts = new Map<string, string>(
+        out.rows.map((r: { request_id: string; text: string }) => [r.request_id, r.text]),
+      );
       return ids.map((id) => {
         const text = texts.get(id);
         if (text === undefined) return null;
@@ -241,7 +271,8 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
   function planAppend(requestId: string, at: number, entries: LogEntry[], now: Date) {
     const was = known.get(requestId);
     // The remembered row only ever says yes: a refusal (gap, closed job) is for the committed state to give.
-    if (!was || was.state.status !== "open" || !Number.isSafeInteger(at) || at < 0 || at > was.state.committed) return null;
+    if (!was || was.state.status !== "open" || !Number.isSafeInteger(at) || at < 0 || at > was.state.committed)
+      return null;
     const state = cloneJobState(was.state);
     const fresh = newEntries(state, at, entries);
     const first = state.storedLines;
@@ -262,11 +293,23 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
     return created;
   }
 
-  async function insertLines(client: PoolClient, requestId: string, first: number, stored: StoredLine[]): Promise<void> {
+  async function insertLines(
+    client: PoolClient,
+    requestId: string,
+    first: number,
+    stored: StoredLine[],
+  ): Promise<void> {
     let from = 0;
     for (const to of statementCuts(stored)) {
       const batch = encodeLines(stored, from, to);
-      await client.query(`${insertChunks} ${chunksFrom(1)}`, [requestId, first + from, batch.bytes, batch.ends, batch.flags, intArray(batch.cuts)]);
+      await client.query(`${insertChunks} ${chunksFrom(1)}`, [
+        requestId,
+        first + from,
+        batch.bytes,
+        batch.ends,
+        batch.flags,
+        intArray(batch.cuts),
+      ]);
       from = to;
     }
   }
@@ -293,142 +336,151 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
 
   // NOTIFY, watch and the archive steps live in adapters/postgres/log-store-notify-archive.ts.
   // Reads entries by their fields only: handed received lines as entries (runner/protocol/received-line.ts).
-  return readsLineEntries(withPostgresLogExtras(db, options.schema ?? "runner_depot", {
-    async open(requestId: string, openOptions: { expect?: boolean; info?: JobInfo; now?: Date } = {}) {
-      const now = openOptions.now ?? new Date();
-      const fresh = newJobState(requestId, now, openOptions.expect ?? false, openOptions.info);
-      // A new job is one INSERT on its own (one round trip); an existing one is locked and merged.
-      try {
-        await db.ready();
-        if (await insertJob(null, fresh)) return fresh;
-      } catch (error) {
-        throw unavailable(error);
-      }
-      return tx(async (client) => {
-        const state = await lock(client, requestId);
-        if (!state) throw new RunnerDepotError("INTERNAL", `job ${requestId} vanished`);
-        if (applyOpen(state, openOptions)) await saveJob(client, state);
-        return state;
-      });
-    },
-
-    async get(requestId: string) {
-      try {
-        await db.ready();
-        return await groupGet(requestId);
-      } catch (error) {
-        throw unavailable(error);
-      }
-    },
-
-    async append(requestId: string, at: number, entries: LogEntry[], now: Date = new Date()) {
-      const plan = planAppend(requestId, at, entries, now);
-      if (plan) {
-        try {
-          await db.ready();
-          if (!swapping.has(requestId)) {
-            swapping.add(requestId);
-            const swapped = await groupAppend({ ...plan, text: JSON.stringify(plan.state) }).finally(() => swapping.delete(requestId));
-            if (swapped) return cloneJobState(plan.state);
-          }
-        } catch (error) {
-          // The outcome is unknown (the statement may have committed): forget the row, so the
-          // next append reads it under the lock instead of swapping from a stale text.
-          known.delete(requestId);
-          throw unavailable(error);
-        }
-      }
-      return tx(async (client) => {
-        const state = await lockOrCreate(client, requestId, now);
-        const fresh = newEntries(state, at, entries);
-        const firstLine = state.storedLines;
-        const stored = applyAppend(state, fresh, now);
-        await insertLines(client, requestId, firstLine, stored);
-        await saveJob(client, state);
-        return state;
-      });
-    },
-
-    async finish(requestId: string, result: JobResult, finishOptions: { at?: number } = {}) {
-      const was = known.get(requestId);
-      if (was && (finishOptions.at === undefined || finishOptions.at === was.state.committed)) {
-        const state = cloneJobState(was.state);
-        if (applyFinish(state, result, finishOptions.at)) {
+  return readsLineEntries(
+    withPostgresLogExtras(
+      db,
+      options.schema ?? "runner_depot",
+      {
+        async open(requestId: string, openOptions: { expect?: boolean; info?: JobInfo; now?: Date } = {}) {
+          const now = openOptions.now ?? new Date();
+          const fresh = newJobState(requestId, now, openOptions.expect ?? false, openOptions.info);
+          // A new job is one INSERT on its own (one round trip); an existing one is locked and merged.
           try {
             await db.ready();
-            if (await swapFinish(was, state)) return { state: cloneJobState(state), first: true };
+            if (await insertJob(null, fresh)) return fresh;
           } catch (error) {
-            known.delete(requestId);
             throw unavailable(error);
           }
-        }
-      }
-      return tx(async (client) => {
-        const state = await lockOrCreate(client, requestId, new Date(result.endedAt));
-        const first = applyFinish(state, result, finishOptions.at);
-        if (first) await saveJob(client, state);
-        return { state, first };
-      });
-    },
+          return tx(async (client) => {
+            const state = await lock(client, requestId);
+            if (!state) throw new RunnerDepotError("INTERNAL", `job ${requestId} vanished`);
+            if (applyOpen(state, openOptions)) await saveJob(client, state);
+            return state;
+          });
+        },
 
-    async read(requestId: string, from = 0, limit?: number) {
-      return decodeRows(await readRows(requestId, from, limit), from, limit);
-    },
+        async get(requestId: string) {
+          try {
+            await db.ready();
+            return await groupGet(requestId);
+          } catch (error) {
+            throw unavailable(error);
+          }
+        },
 
-    async readRaw(requestId: string, from: number, limit: number) {
-      return rawRows(await readRows(requestId, from, limit), from, limit);
-    },
+        async append(requestId: string, at: number, entries: LogEntry[], now: Date = new Date()) {
+          const plan = planAppend(requestId, at, entries, now);
+          if (plan) {
+            try {
+              await db.ready();
+              if (!swapping.has(requestId)) {
+                swapping.add(requestId);
+                const swapped = await groupAppend({ ...plan, text: JSON.stringify(plan.state) }).finally(() =>
+                  swapping.delete(requestId),
+                );
+                if (swapped) return cloneJobState(plan.state);
+              }
+            } catch (error) {
+              // The outcome is unknown (the statement may have committed): forget the row, so the
+              // next append reads it under the lock instead of swapping from a stale text.
+              known.delete(requestId);
+              throw unavailable(error);
+            }
+          }
+          return tx(async (client) => {
+            const state = await lockOrCreate(client, requestId, now);
+            const fresh = newEntries(state, at, entries);
+            const firstLine = state.storedLines;
+            const stored = applyAppend(state, fresh, now);
+            await insertLines(client, requestId, firstLine, stored);
+            await saveJob(client, state);
+            return state;
+          });
+        },
 
-    async stale(before: Date) {
-      const rows = await run<{ state: JobState }>(
-        // The column is at most SEEN_STEP behind the state (never ahead): it narrows, the state decides.
-        `SELECT state FROM ${jobs} WHERE status = 'open' AND last_seen_at < $1 AND (state->>'lastSeenAt')::timestamptz < $1
+        async finish(requestId: string, result: JobResult, finishOptions: { at?: number } = {}) {
+          const was = known.get(requestId);
+          if (was && (finishOptions.at === undefined || finishOptions.at === was.state.committed)) {
+            const state = cloneJobState(was.state);
+            if (applyFinish(state, result, finishOptions.at)) {
+              try {
+                await db.ready();
+                if (await swapFinish(was, state)) return { state: cloneJobState(state), first: true };
+              } catch (error) {
+                known.delete(requestId);
+                throw unavailable(error);
+              }
+            }
+          }
+          return tx(async (client) => {
+            const state = await lockOrCreate(client, requestId, new Date(result.endedAt));
+            const first = applyFinish(state, result, finishOptions.at);
+            if (first) await saveJob(client, state);
+            return { state, first };
+          });
+        },
+
+        async read(requestId: string, from = 0, limit?: number) {
+          return decodeRows(await readRows(requestId, from, limit), from, limit);
+        },
+
+        async readRaw(requestId: string, from: number, limit: number) {
+          return rawRows(await readRows(requestId, from, limit), from, limit);
+        },
+
+        async stale(before: Date) {
+          const rows = await run<{ state: JobState }>(
+            // The column is at most SEEN_STEP behind the state (never ahead): it narrows, the state decides.
+            `SELECT state FROM ${jobs} WHERE status = 'open' AND last_seen_at < $1 AND (state->>'lastSeenAt')::timestamptz < $1
          ORDER BY last_seen_at`,
-        [before],
-      );
-      return rows.map((r) => r.state);
-    },
+            [before],
+          );
+          return rows.map((r) => r.state);
+        },
 
-    async list(query: JobListQuery) {
-      // O(limit) on the (status,) created_at, request_id indexes; the ORDER BY matches them.
-      const params: unknown[] = [query.limit];
-      const where: string[] = [];
-      if (query.status) {
-        params.push(query.status);
-        where.push(`status = ANY($${params.length}::text[])`);
-      }
-      if (query.before) {
-        params.push(query.before.createdAt, query.before.requestId);
-        where.push(`(created_at, request_id) < ($${params.length - 1}::timestamptz, $${params.length})`);
-      }
-      const rows = await run<{ state: JobState; created_at: Date }>(
-        `SELECT state, created_at FROM ${jobs} ${where.length ? `WHERE ${where.join(" AND ")}` : ""}
+        async list(query: JobListQuery) {
+          // O(limit) on the (status,) created_at, request_id indexes; the ORDER BY matches them.
+          const params: unknown[] = [query.limit];
+          const where: string[] = [];
+          if (query.status) {
+            params.push(query.status);
+            where.push(`status = ANY($${params.length}::text[])`);
+          }
+          if (query.before) {
+            params.push(query.before.createdAt, query.before.requestId);
+            where.push(`(created_at, request_id) < ($${params.length - 1}::timestamptz, $${params.length})`);
+          }
+          const rows = await run<{ state: JobState; created_at: Date }>(
+            `SELECT state, created_at FROM ${jobs} ${where.length ? `WHERE ${where.join(" AND ")}` : ""}
          ORDER BY created_at DESC, request_id DESC LIMIT $1`,
-        params,
-      );
-      // The column is the key (rows from before it existed have none in their JSON).
-      return rows.map((r) => ({ ...r.state, createdAt: r.created_at.toISOString() }));
-    },
+            params,
+          );
+          // The column is the key (rows from before it existed have none in their JSON).
+          return rows.map((r) => ({ ...r.state, createdAt: r.created_at.toISOString() }));
+        },
 
-    async prune(before: Date) {
-      return tx(async (client) => {
-        const out = await client.query(
-          `DELETE FROM ${jobs} WHERE status <> 'open' AND ended_at < $1 RETURNING request_id`,
-          [before],
-        );
-        const ids = out.rows.map((r: { request_id: string }) => r.request_id);
-        for (const id of ids) known.delete(id);
-        if (ids.length > 0) {
-          await client.query(`DELETE FROM ${chunks} WHERE request_id = ANY($1::text[])`, [ids]);
-          await client.query(`DELETE FROM ${lines} WHERE request_id = ANY($1::text[])`, [ids]);
-        }
-        return ids.length;
-      });
-    },
+        async prune(before: Date) {
+          return tx(async (client) => {
+            const out = await client.query(
+              `DELETE FROM ${jobs} WHERE status <> 'open' AND ended_at < $1 RETURNING request_id`,
+              [before],
+            );
+            const ids = out.rows.map((r: { request_id: string }) => r.request_id);
+            for (const id of ids) known.delete(id);
+            if (ids.length > 0) {
+              await client.query(`DELETE FROM ${chunks} WHERE request_id = ANY($1::text[])`, [ids]);
+              await client.query(`DELETE FROM ${lines} WHERE request_id = ANY($1::text[])`, [ids]);
+            }
+            return ids.length;
+          });
+        },
 
-    async close() {
-      known.clear();
-      await db.close();
-    },
-  }, options));
+        async close() {
+          known.clear();
+          await db.close();
+        },
+      },
+      options,
+    ),
+  );
 }

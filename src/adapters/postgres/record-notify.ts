@@ -34,7 +34,11 @@ export interface RecordWatch {
  * const watch = createRecordWatch(() => new pg.Client(pool.options), "runner_depot");
  * const stop = watch.watch((key) => console.log(key ?? "look again"));
  */
-export function createRecordWatch(connect: () => Client, schemaName: string, options: { reconnectMaxMs?: number } = {}): RecordWatch {
+export function createRecordWatch(
+  connect: () => Client,
+  schemaName: string,
+  options: { reconnectMaxMs?: number } = {},
+): RecordWatch {
   const listeners = new Set<(key: string | null) => void>();
 
   function emit(key: string | null) {

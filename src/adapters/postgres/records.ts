@@ -54,17 +54,26 @@ export function createPostgresRecords(options: PostgresRecordsOptions): RecordSt
 
   return {
     async getRecord<T = unknown>(key: string): Promise<StoredRecord<T> | null> {
-      const rows = await query<{ value: T; revision: string }>(`SELECT value, revision FROM ${t} WHERE key = $1`, [key]);
+      const rows = await query<{ value: T; revision: string }>(`SELECT value, revision FROM ${t} WHERE key = $1`, [
+        key,
+      ]);
       const row = rows[0];
       return row ? { value: row.value, revision: String(row.revision) } : null;
     },
 
-    async putRecord(key: string, value: unknown, cond: { ifRevision: string | null; announce?: boolean }): Promise<string | null> {
+    async putRecord(
+      key: string,
+      value: unknown,
+      cond: { ifRevision: string | null; announce?: boolean },
+    ): Promise<string | null> {
       // An announced write notifies in the same statement: delivered at its commit, only when it wrote.
       const announce = cond.announce === true && key.length <= MAX_ANNOUNCED_KEY;
       const wrap = (write: string, params: unknown[]) =>
         announce
-          ? { sql: `WITH w AS (${write}) SELECT revision, pg_notify($${params.length + 1}, $1) FROM w`, params: [...params, channel] }
+          ? {
+              sql: `WITH w AS (${write}) SELECT revision, pg_notify($${params.length + 1}, $1) FROM w`,
+              params: [...params, channel],
+            }
           : { sql: write, params };
       if (cond.ifRevision === null) {
         const { sql, params } = wrap(

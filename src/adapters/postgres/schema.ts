@@ -156,9 +156,7 @@ export function openPostgres(options: PostgresOptions): PostgresHandle {
   const schemaName = options.schema ?? "runner_depot";
   const schema = quoteSchema(schemaName);
   const owns = !options.pool;
-  const pool =
-    options.pool ??
-    new pg.Pool(options.poolConfig ?? { connectionString: options.connectionString });
+  const pool = options.pool ?? new pg.Pool(options.poolConfig ?? { connectionString: options.connectionString });
   // An idle client losing its connection emits 'error' on the pool: without a
   // listener the host process would crash on a database restart.
   if (owns) pool.on("error", () => {});
@@ -187,7 +185,10 @@ export function openPostgres(options: PostgresOptions): PostgresHandle {
 }
 
 /** Turns a database failure into UNAVAILABLE, keeping the cause; our own errors pass. */
-export function unavailable(error: unknown, code: "UNAVAILABLE" | "STORE_UNAVAILABLE" = "UNAVAILABLE"): RunnerDepotError {
+export function unavailable(
+  error: unknown,
+  code: "UNAVAILABLE" | "STORE_UNAVAILABLE" = "UNAVAILABLE",
+): RunnerDepotError {
   if (error instanceof RunnerDepotError) return error;
   const message = error instanceof Error ? error.message : String(error);
   return new RunnerDepotError(code, `PostgreSQL: ${message}`, { cause: error });

@@ -179,7 +179,14 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
       connecting.catch((error) => {
         failures++;
         lost = true;
-        logger.warn({ queue: queueName ?? exchange, attempt: failures, error: error instanceof Error ? error.message : String(error) }, "queue connect failed");
+        logger.warn(
+          {
+            queue: queueName ?? exchange,
+            attempt: failures,
+            error: error instanceof Error ? error.message : String(error),
+          },
+          "queue connect failed",
+        );
         onError(error);
         scheduleReconnect();
       });
@@ -300,7 +307,10 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
         }
         const left = deadline - Date.now();
         if (left <= 0) {
-          throw unavailable(`RabbitMQ did not accept the result of job ${result.requestId} within ${publishTimeoutMs} ms`, lastError);
+          throw unavailable(
+            `RabbitMQ did not accept the result of job ${result.requestId} within ${publishTimeoutMs} ms`,
+            lastError,
+          );
         }
         await pause(Math.min(left, backoff(attempt)));
       }

@@ -162,7 +162,10 @@ export function createS3BlobStore(options: S3BlobStoreOptions): BlobStore & { re
         digestHex = hash.digest("hex");
         // Failing here, before the stream ends, keeps the upload from completing.
         if (expectedHex && digestHex !== expectedHex) {
-          refusal = new RunnerDepotError("DIGEST_MISMATCH", `body hashes to sha256:${digestHex}, not ${expectedDigest}`);
+          refusal = new RunnerDepotError(
+            "DIGEST_MISMATCH",
+            `body hashes to sha256:${digestHex}, not ${expectedDigest}`,
+          );
           throw refusal;
         }
       }
@@ -215,7 +218,8 @@ export function createS3BlobStore(options: S3BlobStoreOptions): BlobStore & { re
         // `bytes=0-0` with the whole object): trim to what was asked for.
         const served = /^bytes (\d+)-(\d+)\//.exec(out.ContentRange ?? "");
         const from = served ? Number(served[1]) : 0;
-        if (from > range.start) throw new RunnerDepotError("STORE_UNAVAILABLE", `S3 served bytes from ${from}, not ${range.start}`);
+        if (from > range.start)
+          throw new RunnerDepotError("STORE_UNAVAILABLE", `S3 served bytes from ${from}, not ${range.start}`);
         const wanted = range.end - range.start + 1;
         const servedLength = out.ContentLength ?? -1;
         if (from === range.start && servedLength === wanted) return body;
@@ -223,7 +227,10 @@ export function createS3BlobStore(options: S3BlobStoreOptions): BlobStore & { re
       } catch (error) {
         if (isNotFound(error)) return null;
         if (errorName(error) === "InvalidRange") {
-          throw new RunnerDepotError("RANGE_NOT_SATISFIABLE", `range ${range?.start}-${range?.end} is outside the blob`);
+          throw new RunnerDepotError(
+            "RANGE_NOT_SATISFIABLE",
+            `range ${range?.start}-${range?.end} is outside the blob`,
+          );
         }
         throw storeError(error);
       }
@@ -247,7 +254,14 @@ export function createS3BlobStore(options: S3BlobStoreOptions): BlobStore & { re
       do {
         let out;
         try {
-          out = await client.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: base, ContinuationToken: token, MaxKeys: options.listPageSize }));
+          out = await client.send(
+            new ListObjectsV2Command({
+              Bucket: bucket,
+              Prefix: base,
+              ContinuationToken: token,
+              MaxKeys: options.listPageSize,
+            }),
+          );
         } catch (error) {
           throw storeError(error);
         }

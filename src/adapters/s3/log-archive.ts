@@ -4,7 +4,13 @@
  * logs, a multipart upload past one part), read with `Range` requests.
  */
 import { Readable } from "node:stream";
-import { DeleteObjectCommand, DeleteObjectsCommand, GetObjectCommand, ListObjectsV2Command, S3Client } from "@aws-sdk/client-s3";
+import {
+  DeleteObjectCommand,
+  DeleteObjectsCommand,
+  GetObjectCommand,
+  ListObjectsV2Command,
+  S3Client,
+} from "@aws-sdk/client-s3";
 import type { S3ClientConfig } from "@aws-sdk/client-s3";
 import { Upload } from "@aws-sdk/lib-storage";
 import { RunnerDepotError } from "../../errors.js";
@@ -67,7 +73,9 @@ export function createS3LogArchive(options: S3LogArchiveOptions): LogArchiveStor
       if (end <= start) return Buffer.alloc(0);
       let out;
       try {
-        out = await client.send(new GetObjectCommand({ Bucket: bucket, Key: prefix + key, Range: `bytes=${start}-${end - 1}` }));
+        out = await client.send(
+          new GetObjectCommand({ Bucket: bucket, Key: prefix + key, Range: `bytes=${start}-${end - 1}` }),
+        );
       } catch (error) {
         if (isNotFound(error)) return null;
         throw storeError(error);
@@ -81,7 +89,11 @@ export function createS3LogArchive(options: S3LogArchiveOptions): LogArchiveStor
       try {
         if (from > start) throw new RunnerDepotError("UNAVAILABLE", `S3 served bytes from ${from}, not ${start}`);
         const skip = start - from;
-        if (skip > MAX_RANGE_SKIP) throw new RunnerDepotError("UNAVAILABLE", `S3 ignored the Range of ${key}: it served from byte ${from}, ${skip} bytes before the ${start} asked for`);
+        if (skip > MAX_RANGE_SKIP)
+          throw new RunnerDepotError(
+            "UNAVAILABLE",
+            `S3 ignored the Range of ${key}: it served from byte ${from}, ${skip} bytes before the ${start} asked for`,
+          );
         return await takeRange(body, skip, end - start);
       } finally {
         body.destroy?.();
@@ -105,10 +117,19 @@ export function createS3LogArchive(options: S3LogArchiveOptions): LogArchiveStor
       let token: string | undefined;
       try {
         do {
-          const page = await client.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ContinuationToken: token }));
-          const old = (page.Contents ?? []).filter((o) => o.Key && o.LastModified && o.LastModified.getTime() < before.getTime());
+          const page = await client.send(
+            new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ContinuationToken: token }),
+          );
+          const old = (page.Contents ?? []).filter(
+            (o) => o.Key && o.LastModified && o.LastModified.getTime() < before.getTime(),
+          );
           if (old.length > 0) {
-            await client.send(new DeleteObjectsCommand({ Bucket: bucket, Delete: { Objects: old.map((o) => ({ Key: o.Key! })), Quiet: true } }));
+            await client.send(
+              new DeleteObjectsCommand({
+                Bucket: bucket,
+                Delete: { Objects: old.map((o) => ({ Key: o.Key! })), Quiet: true },
+              }),
+            );
             count += old.length;
           }
           token = page.IsTruncated ? page.NextContinuationToken : undefined;

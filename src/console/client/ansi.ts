@@ -103,7 +103,7 @@ export function parseAnsiLine(input: string): AnsiRun[] {
   }
 
   const n = input.length;
-  for (let i = 0; i < n; ) {
+  for (let i = 0; i < n;) {
     const code = input.charCodeAt(i);
     if (code === 0x1b) {
       const next = input[i + 1];
@@ -169,7 +169,12 @@ export function parseAnsiLine(input: string): AnsiRun[] {
       continue;
     }
     // Whole code points: a surrogate pair is one cell.
-    const wide = code >= 0xd800 && code <= 0xdbff && i + 1 < n && input.charCodeAt(i + 1) >= 0xdc00 && input.charCodeAt(i + 1) <= 0xdfff;
+    const wide =
+      code >= 0xd800 &&
+      code <= 0xdbff &&
+      i + 1 < n &&
+      input.charCodeAt(i + 1) >= 0xdc00 &&
+      input.charCodeAt(i + 1) <= 0xdfff;
     put(wide ? input.slice(i, i + 2) : input[i]!);
     i += wide ? 2 : 1;
   }
@@ -181,8 +186,8 @@ export function parseAnsiLine(input: string): AnsiRun[] {
   for (let c = 0; c < chars.length; c++) {
     const s = styles[c] ?? fresh();
     if (currentStyle !== s || current === null) {
-      const fgRaw = s.inv ? s.bg ?? 0 : s.fg;
-      const bgRaw = s.inv ? s.fg ?? 7 : s.bg;
+      const fgRaw = s.inv ? (s.bg ?? 0) : s.fg;
+      const bgRaw = s.inv ? (s.fg ?? 7) : s.bg;
       const cls: string[] = [];
       if (s.b) cls.push("a-b");
       if (s.d) cls.push("a-d");

@@ -29,7 +29,11 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
   const csrf = meta("csrf-token");
 
   type Child = Node | string | null | undefined | false;
-  function h<K extends keyof HTMLElementTagNameMap>(tag: K, attrs: Record<string, string | boolean | undefined> = {}, ...children: Child[]): HTMLElementTagNameMap[K] {
+  function h<K extends keyof HTMLElementTagNameMap>(
+    tag: K,
+    attrs: Record<string, string | boolean | undefined> = {},
+    ...children: Child[]
+  ): HTMLElementTagNameMap[K] {
     const el = document.createElement(tag);
     for (const [key, value] of Object.entries(attrs)) {
       if (value === undefined || value === false) continue;
@@ -49,12 +53,29 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
     return body as T;
   }
 
-  const fmtBytes = (n: number) => (n < 1024 ? `${n} B` : n < 1048576 ? `${(n / 1024).toFixed(1)} KiB` : n < 1073741824 ? `${(n / 1048576).toFixed(1)} MiB` : `${(n / 1073741824).toFixed(2)} GiB`);
-  const fmtTime = (iso: string | null | undefined) => (iso ? new Date(iso).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC") : "—");
+  const fmtBytes = (n: number) =>
+    n < 1024
+      ? `${n} B`
+      : n < 1048576
+        ? `${(n / 1024).toFixed(1)} KiB`
+        : n < 1073741824
+          ? `${(n / 1048576).toFixed(1)} MiB`
+          : `${(n / 1073741824).toFixed(2)} GiB`;
+  const fmtTime = (iso: string | null | undefined) =>
+    iso
+      ? new Date(iso)
+          .toISOString()
+          .replace("T", " ")
+          .replace(/\.\d+Z$/, " UTC")
+      : "—";
   function fmtDuration(ms: number | null): string {
     if (ms === null) return "—";
     const s = Math.round(ms / 1000);
-    return s < 60 ? `${s} s` : s < 3600 ? `${Math.floor(s / 60)} min ${s % 60} s` : `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+    return s < 60
+      ? `${s} s`
+      : s < 3600
+        ? `${Math.floor(s / 60)} min ${s % 60} s`
+        : `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
   }
   function fmtMode(type: string, mode: number): string {
     const bits = ["r", "w", "x"];
@@ -63,7 +84,11 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
     return `${out} (${mode.toString(8).padStart(4, "0")})`;
   }
   function errorBox(error: unknown): HTMLElement {
-    return h("p", { class: "error", role: "alert", text: `Error: ${error instanceof Error ? error.message : String(error)}` });
+    return h("p", {
+      class: "error",
+      role: "alert",
+      text: `Error: ${error instanceof Error ? error.message : String(error)}`,
+    });
   }
 
   /** A job as the console's API sends it: the runner's summary, plus whether it can be cancelled. */
@@ -82,12 +107,18 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
     main.replaceChildren(h("h1", { text: "runner-depot console" }));
     if (config.jobs) main.append(jobsSection());
     if (config.packages) main.append(packagesSection());
-    if (location.hash === "#packages" || location.hash === "#jobs") document.getElementById(location.hash.slice(1))?.scrollIntoView();
+    if (location.hash === "#packages" || location.hash === "#jobs")
+      document.getElementById(location.hash.slice(1))?.scrollIntoView();
   }
 
   function jobsSection(): HTMLElement {
-    const select = h("select", { id: "job-state" },
-      ...["all", "open", "finished", "cancelled", "lost"].map((s) => h("option", { value: s, text: s === "open" ? "running" : s })));
+    const select = h(
+      "select",
+      { id: "job-state" },
+      ...["all", "open", "finished", "cancelled", "lost"].map((s) =>
+        h("option", { value: s, text: s === "open" ? "running" : s }),
+      ),
+    );
     const body = h("tbody");
     const more = h("button", { type: "button", text: "Load more", hidden: true });
     const status = h("p", { class: "status muted", role: "status" });
@@ -104,16 +135,30 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
         if (cursor) q.set("cursor", cursor);
         const page = await api<{ jobs: JobSummary[]; next: string | null }>(`/jobs?${q}`);
         for (const job of page.jobs) {
-          body.append(h("tr", {},
-            h("td", {}, h("a", { href: `${base}/jobs/${job.requestId}`, class: "mono", text: job.requestId.slice(0, 8), "aria-label": `Job ${job.requestId}` })),
-            h("td", {}, stateBadge(job)),
-            h("td", { text: job.outcome ?? "—" }),
-            h("td", { class: "num", text: job.exitCode === null ? "—" : String(job.exitCode) }),
-            h("td", { class: "num", text: fmtDuration(job.durationMs) }),
-            h("td", { class: "num", text: `${job.lines.stdout} / ${job.lines.stderr}` }),
-            h("td", { class: "hide-narrow", text: job.repoUrl || "—" }),
-            h("td", { class: "mono hide-narrow", text: job.commitSha ? job.commitSha.slice(0, 12) : "—" }),
-            h("td", { class: "hide-narrow", text: fmtTime(job.startedAt ?? job.createdAt) })));
+          body.append(
+            h(
+              "tr",
+              {},
+              h(
+                "td",
+                {},
+                h("a", {
+                  href: `${base}/jobs/${job.requestId}`,
+                  class: "mono",
+                  text: job.requestId.slice(0, 8),
+                  "aria-label": `Job ${job.requestId}`,
+                }),
+              ),
+              h("td", {}, stateBadge(job)),
+              h("td", { text: job.outcome ?? "—" }),
+              h("td", { class: "num", text: job.exitCode === null ? "—" : String(job.exitCode) }),
+              h("td", { class: "num", text: fmtDuration(job.durationMs) }),
+              h("td", { class: "num", text: `${job.lines.stdout} / ${job.lines.stderr}` }),
+              h("td", { class: "hide-narrow", text: job.repoUrl || "—" }),
+              h("td", { class: "mono hide-narrow", text: job.commitSha ? job.commitSha.slice(0, 12) : "—" }),
+              h("td", { class: "hide-narrow", text: fmtTime(job.startedAt ?? job.createdAt) }),
+            ),
+          );
         }
         cursor = page.next;
         more.hidden = cursor === null;
@@ -125,15 +170,49 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
     select.addEventListener("change", () => void load(true));
     more.addEventListener("click", () => void load(false));
     void load(true);
-    return h("section", { id: "jobs", "aria-labelledby": "jobs-title" },
+    return h(
+      "section",
+      { id: "jobs", "aria-labelledby": "jobs-title" },
       h("h2", { id: "jobs-title", text: "Jobs" }),
       h("div", { class: "toolbar" }, h("label", { for: "job-state", text: "State" }), select),
-      h("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-label": "Jobs table" }, h("table", {},
-        h("caption", { class: "visually-hidden", text: "Recent jobs, newest first" }),
-        h("thead", {}, h("tr", {}, ...["Job", "State", "Outcome", "Exit", "Duration", "Lines out / err", "Repository", "Commit", "Started"].map((t, i) =>
-          h("th", { scope: "col", class: [3, 4, 5].includes(i) ? "num" : i >= 6 ? "hide-narrow" : undefined, text: t })))),
-        body)),
-      status, more);
+      h(
+        "div",
+        { class: "table-wrap", tabindex: "0", role: "region", "aria-label": "Jobs table" },
+        h(
+          "table",
+          {},
+          h("caption", { class: "visually-hidden", text: "Recent jobs, newest first" }),
+          h(
+            "thead",
+            {},
+            h(
+              "tr",
+              {},
+              ...[
+                "Job",
+                "State",
+                "Outcome",
+                "Exit",
+                "Duration",
+                "Lines out / err",
+                "Repository",
+                "Commit",
+                "Started",
+              ].map((t, i) =>
+                h("th", {
+                  scope: "col",
+                  class: [3, 4, 5].includes(i) ? "num" : i >= 6 ? "hide-narrow" : undefined,
+                  text: t,
+                }),
+              ),
+            ),
+          ),
+          body,
+        ),
+      ),
+      status,
+      more,
+    );
   }
 
   function packagesSection(): HTMLElement {
@@ -151,19 +230,32 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
         const q = new URLSearchParams({ limit: "50" });
         if (input.value.trim()) q.set("q", input.value.trim());
         if (cursor) q.set("cursor", cursor);
-        const page = await api<{ packages: Array<{ name: string; latest: string; versions: string[]; updatedAt?: string }>; next: string | null }>(`/packages?${q}`);
+        const page = await api<{
+          packages: Array<{ name: string; latest: string; versions: string[]; updatedAt?: string }>;
+          next: string | null;
+        }>(`/packages?${q}`);
         if (mine !== generation) return;
         if (reset) body.replaceChildren();
         for (const pkg of page.packages) {
-          body.append(h("tr", {},
-            h("td", {}, h("a", { href: `${base}/packages/${encodeURIComponent(pkg.name)}`, text: pkg.name })),
-            h("td", { class: "mono", text: pkg.latest }),
-            h("td", { class: "num", text: String(pkg.versions.length) }),
-            h("td", { class: "hide-narrow", text: fmtTime(pkg.updatedAt) })));
+          body.append(
+            h(
+              "tr",
+              {},
+              h("td", {}, h("a", { href: `${base}/packages/${encodeURIComponent(pkg.name)}`, text: pkg.name })),
+              h("td", { class: "mono", text: pkg.latest }),
+              h("td", { class: "num", text: String(pkg.versions.length) }),
+              h("td", { class: "hide-narrow", text: fmtTime(pkg.updatedAt) }),
+            ),
+          );
         }
         cursor = page.next;
         more.hidden = cursor === null;
-        status.textContent = body.children.length === 0 ? (cursor ? "No match yet; load more to keep looking." : "No packages.") : `${body.children.length} packages shown.`;
+        status.textContent =
+          body.children.length === 0
+            ? cursor
+              ? "No match yet; load more to keep looking."
+              : "No packages."
+            : `${body.children.length} packages shown.`;
       } catch (error) {
         status.replaceChildren(errorBox(error));
       }
@@ -175,15 +267,36 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
     });
     more.addEventListener("click", () => void load(false));
     void load(true);
-    return h("section", { id: "packages", "aria-labelledby": "packages-title" },
+    return h(
+      "section",
+      { id: "packages", "aria-labelledby": "packages-title" },
       h("h2", { id: "packages-title", text: "Packages" }),
       h("div", { class: "toolbar" }, h("label", { for: "pkg-filter", text: "Filter by name" }), input),
-      h("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-label": "Packages table" }, h("table", {},
-        h("caption", { class: "visually-hidden", text: "Package catalog" }),
-        h("thead", {}, h("tr", {}, h("th", { scope: "col", text: "Name" }), h("th", { scope: "col", text: "Latest" }),
-          h("th", { scope: "col", class: "num", text: "Versions" }), h("th", { scope: "col", class: "hide-narrow", text: "Updated" }))),
-        body)),
-      status, more);
+      h(
+        "div",
+        { class: "table-wrap", tabindex: "0", role: "region", "aria-label": "Packages table" },
+        h(
+          "table",
+          {},
+          h("caption", { class: "visually-hidden", text: "Package catalog" }),
+          h(
+            "thead",
+            {},
+            h(
+              "tr",
+              {},
+              h("th", { scope: "col", text: "Name" }),
+              h("th", { scope: "col", text: "Latest" }),
+              h("th", { scope: "col", class: "num", text: "Versions" }),
+              h("th", { scope: "col", class: "hide-narrow", text: "Updated" }),
+            ),
+          ),
+          body,
+        ),
+      ),
+      status,
+      more,
+    );
   }
 
   // ---------------------------------------------------------------- job page
@@ -200,7 +313,10 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
         ["Outcome", job.outcome ?? "—"],
         ["Exit code", job.exitCode === null ? "—" : String(job.exitCode)],
         ["Duration", fmtDuration(job.durationMs)],
-        ["Lines", `${job.lines.stdout} stdout, ${job.lines.stderr} stderr${job.logTruncated ? " (log truncated at its cap)" : ""}`],
+        [
+          "Lines",
+          `${job.lines.stdout} stdout, ${job.lines.stderr} stderr${job.logTruncated ? " (log truncated at its cap)" : ""}`,
+        ],
         ["Repository", job.repoUrl || "—"],
         ["Commit", job.commitSha || "—"],
         ["Started", fmtTime(job.startedAt)],
@@ -212,7 +328,13 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
     showSummary();
 
     // The viewer: a scrolling viewport, a spacer as tall as the log, and the visible rows.
-    const viewport = h("div", { class: "log-viewport", tabindex: "0", role: "region", "aria-label": "Job log", id: "log" });
+    const viewport = h("div", {
+      class: "log-viewport",
+      tabindex: "0",
+      role: "region",
+      "aria-label": "Job log",
+      id: "log",
+    });
     const spacer = h("div", { class: "log-spacer" });
     const rows = h("div", { class: "log-rows" });
     viewport.append(spacer, rows);
@@ -265,12 +387,21 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
         const c = Math.floor(n / CHUNK);
         const have = chunks.get(c);
         if (!have || have.length < Math.min(CHUNK, total - c * CHUNK)) void fetchChunk(c);
-        return h("div", { class: "row pending", "data-line": String(number) }, ln, h("span", { class: "stream" }), h("span", { class: "text", text: "…" }));
+        return h(
+          "div",
+          { class: "row pending", "data-line": String(number) },
+          ln,
+          h("span", { class: "stream" }),
+          h("span", { class: "text", text: "…" }),
+        );
       }
       const [text, flags] = line;
       const err = (flags & 1) !== 0;
       const marker = (flags & 2) !== 0;
-      const row = h("div", { class: `row${err ? " err" : ""}${marker ? " marker" : ""}${target === number ? " target" : ""}`, "data-line": String(number) });
+      const row = h("div", {
+        class: `row${err ? " err" : ""}${marker ? " marker" : ""}${target === number ? " target" : ""}`,
+        "data-line": String(number),
+      });
       const body = h("span", { class: "text" });
       if (marker) body.append(h("span", { class: "visually-hidden", text: "Note from runner-depot: " }));
       for (const run of parseAnsi(text)) {
@@ -320,11 +451,15 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
       draw();
     }
 
-    viewport.addEventListener("scroll", () => {
-      // Scrolling up stops following; coming back to the end resumes it.
-      if (job.status === "open") follow.checked = atBottom();
-      draw();
-    }, { passive: true });
+    viewport.addEventListener(
+      "scroll",
+      () => {
+        // Scrolling up stops following; coming back to the end resumes it.
+        if (job.status === "open") follow.checked = atBottom();
+        draw();
+      },
+      { passive: true },
+    );
     window.addEventListener("resize", draw);
     window.addEventListener("hashchange", () => {
       const m = /^#L(\d+)$/.exec(location.hash);
@@ -358,7 +493,8 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
 
     function describe(): void {
       if (job.status === "open") status.textContent = `Live: ${total} lines so far.`;
-      else status.textContent = `Ended (${job.outcome ?? job.status}${job.exitCode !== null ? `, exit code ${job.exitCode}` : ""}): ${total} lines.`;
+      else
+        status.textContent = `Ended (${job.outcome ?? job.status}${job.exitCode !== null ? `, exit code ${job.exitCode}` : ""}): ${total} lines.`;
     }
 
     cancel.addEventListener("click", async () => {
@@ -378,10 +514,18 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
     main.replaceChildren(
       h("h1", {}, "Job ", h("span", { class: "mono", text: id })),
       summary,
-      h("div", { class: "toolbar" },
-        h("a", { class: "button", href: `${base}/api/jobs/${id}/raw`, download: `job-${id}.log`, text: "Download raw log" }),
+      h(
+        "div",
+        { class: "toolbar" },
+        h("a", {
+          class: "button",
+          href: `${base}/api/jobs/${id}/raw`,
+          download: `job-${id}.log`,
+          text: "Download raw log",
+        }),
         cancel,
-        h("span", {}, follow, " ", h("label", { for: "follow", text: "Follow the end of the log" }))),
+        h("span", {}, follow, " ", h("label", { for: "follow", text: "Follow the end of the log" })),
+      ),
       status,
       viewport,
     );
@@ -432,7 +576,14 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
 
   async function renderPackage(name: string): Promise<void> {
     document.title = `${name} · runner-depot`;
-    const info = await api<{ name: string; latest: string; versions: VersionEntry[]; dependants: string[]; dependantsComplete: boolean; depotUrl: string }>(`/packages/${encodeURIComponent(name)}`);
+    const info = await api<{
+      name: string;
+      latest: string;
+      versions: VersionEntry[];
+      dependants: string[];
+      dependantsComplete: boolean;
+      depotUrl: string;
+    }>(`/packages/${encodeURIComponent(name)}`);
     const wanted = new URLSearchParams(location.search).get("version");
     const selected = info.versions.some((v) => v.version === wanted) ? wanted! : info.latest;
     const detail = await api<{
@@ -466,59 +617,159 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
       return h("div", { class: "install" }, h("pre", { "aria-label": label, tabindex: "0" }, code), button);
     }
 
-    const versions = h("tbody", {}, ...[...info.versions].reverse().map((v) =>
-      h("tr", {},
-        h("td", {}, v.version === selected
-          ? h("strong", { class: "mono", text: v.version, "aria-current": "true" })
-          : h("a", { class: "mono", href: `${base}/packages/${encodeURIComponent(name)}?version=${encodeURIComponent(v.version)}`, text: v.version })),
-        h("td", { text: fmtTime(v.publishedAt) }),
-        h("td", { class: "num", text: fmtBytes(v.size) }),
-        h("td", { class: "num", text: String(v.itemCount) }),
-        h("td", { class: "hide-narrow", text: Object.entries(v.attributes).map(([k, val]) => `${k}=${val}`).join(", ") || "—" }))));
+    const versions = h(
+      "tbody",
+      {},
+      ...[...info.versions].reverse().map((v) =>
+        h(
+          "tr",
+          {},
+          h(
+            "td",
+            {},
+            v.version === selected
+              ? h("strong", { class: "mono", text: v.version, "aria-current": "true" })
+              : h("a", {
+                  class: "mono",
+                  href: `${base}/packages/${encodeURIComponent(name)}?version=${encodeURIComponent(v.version)}`,
+                  text: v.version,
+                }),
+          ),
+          h("td", { text: fmtTime(v.publishedAt) }),
+          h("td", { class: "num", text: fmtBytes(v.size) }),
+          h("td", { class: "num", text: String(v.itemCount) }),
+          h("td", {
+            class: "hide-narrow",
+            text:
+              Object.entries(v.attributes)
+                .map(([k, val]) => `${k}=${val}`)
+                .join(", ") || "—",
+          }),
+        ),
+      ),
+    );
 
-    const files = h("tbody", {}, ...detail.items.map((item) =>
-      h("tr", {},
-        h("td", { text: item.type }),
-        h("td", { class: "mono", text: item.path }),
-        h("td", { class: "mono", text: fmtMode(item.type, item.mode) }),
-        h("td", { class: "num", text: item.type === "file" ? fmtBytes(item.size) : "—" }),
-        h("td", { class: "mono", text: item.type === "link" ? `→ ${item.target ?? ""}` : "" }))));
+    const files = h(
+      "tbody",
+      {},
+      ...detail.items.map((item) =>
+        h(
+          "tr",
+          {},
+          h("td", { text: item.type }),
+          h("td", { class: "mono", text: item.path }),
+          h("td", { class: "mono", text: fmtMode(item.type, item.mode) }),
+          h("td", { class: "num", text: item.type === "file" ? fmtBytes(item.size) : "—" }),
+          h("td", { class: "mono", text: item.type === "link" ? `→ ${item.target ?? ""}` : "" }),
+        ),
+      ),
+    );
 
     const spec = `${name}@${selected}`;
     main.replaceChildren(
       h("h1", {}, name, " ", h("span", { class: "muted mono", text: selected })),
-      h("dl", { class: "summary" },
-        h("dt", { text: "Latest" }), h("dd", { class: "mono", text: info.latest }),
-        h("dt", { text: "Published" }), h("dd", { text: fmtTime(detail.publishedAt) }),
-        h("dt", { text: "Licences" }), h("dd", { text: detail.licenses.map((l) => l.name).join(", ") || "none declared" }),
-        ...Object.entries(detail.attributes).flatMap(([k, v]) => [h("dt", { text: k }), h("dd", { text: v })])),
-      h("section", { "aria-labelledby": "install-title" },
+      h(
+        "dl",
+        { class: "summary" },
+        h("dt", { text: "Latest" }),
+        h("dd", { class: "mono", text: info.latest }),
+        h("dt", { text: "Published" }),
+        h("dd", { text: fmtTime(detail.publishedAt) }),
+        h("dt", { text: "Licences" }),
+        h("dd", { text: detail.licenses.map((l) => l.name).join(", ") || "none declared" }),
+        ...Object.entries(detail.attributes).flatMap(([k, v]) => [h("dt", { text: k }), h("dd", { text: v })]),
+      ),
+      h(
+        "section",
+        { "aria-labelledby": "install-title" },
         h("h2", { id: "install-title", text: "Install" }),
         copyBlock("runner-depot command", `runner-depot install ${spec} ./packages --url ${info.depotUrl}`),
-        copyBlock("archive download with curl", `curl -fL -o ${name}-${selected}.tar ${info.depotUrl}/data/${spec}`)),
-      h("section", { "aria-labelledby": "deps-title" },
+        copyBlock("archive download with curl", `curl -fL -o ${name}-${selected}.tar ${info.depotUrl}/data/${spec}`),
+      ),
+      h(
+        "section",
+        { "aria-labelledby": "deps-title" },
         h("h2", { id: "deps-title", text: `Dependencies of ${selected}` }),
-        detail.requires.length === 0 ? h("p", { class: "muted", text: "None." })
-          : h("ul", { id: "dependencies" }, ...detail.requires.map((r) => h("li", {}, pkgLink(r.name), " ", h("span", { class: "mono", text: r.range }))))),
-      h("section", { "aria-labelledby": "rdeps-title" },
+        detail.requires.length === 0
+          ? h("p", { class: "muted", text: "None." })
+          : h(
+              "ul",
+              { id: "dependencies" },
+              ...detail.requires.map((r) =>
+                h("li", {}, pkgLink(r.name), " ", h("span", { class: "mono", text: r.range })),
+              ),
+            ),
+      ),
+      h(
+        "section",
+        { "aria-labelledby": "rdeps-title" },
         h("h2", { id: "rdeps-title", text: "Dependants" }),
-        info.dependants.length === 0 ? h("p", { class: "muted", text: "No package's newest version requires this one." })
+        info.dependants.length === 0
+          ? h("p", { class: "muted", text: "No package's newest version requires this one." })
           : h("ul", { id: "dependants" }, ...info.dependants.map((n) => h("li", {}, pkgLink(n)))),
-        info.dependantsComplete ? null : h("p", { class: "muted", text: "Only part of the catalog was searched for dependants." })),
-      h("section", { "aria-labelledby": "versions-title" },
+        info.dependantsComplete
+          ? null
+          : h("p", { class: "muted", text: "Only part of the catalog was searched for dependants." }),
+      ),
+      h(
+        "section",
+        { "aria-labelledby": "versions-title" },
         h("h2", { id: "versions-title", text: "Versions" }),
-        h("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-label": "Versions table" }, h("table", { id: "versions" },
-          h("caption", { class: "visually-hidden", text: "Versions, newest first" }),
-          h("thead", {}, h("tr", {}, ...["Version", "Published", "Size", "Items", "Attributes"].map((t, i) =>
-            h("th", { scope: "col", class: i === 2 || i === 3 ? "num" : i === 4 ? "hide-narrow" : undefined, text: t })))),
-          versions))),
-      h("section", { "aria-labelledby": "files-title" },
+        h(
+          "div",
+          { class: "table-wrap", tabindex: "0", role: "region", "aria-label": "Versions table" },
+          h(
+            "table",
+            { id: "versions" },
+            h("caption", { class: "visually-hidden", text: "Versions, newest first" }),
+            h(
+              "thead",
+              {},
+              h(
+                "tr",
+                {},
+                ...["Version", "Published", "Size", "Items", "Attributes"].map((t, i) =>
+                  h("th", {
+                    scope: "col",
+                    class: i === 2 || i === 3 ? "num" : i === 4 ? "hide-narrow" : undefined,
+                    text: t,
+                  }),
+                ),
+              ),
+            ),
+            versions,
+          ),
+        ),
+      ),
+      h(
+        "section",
+        { "aria-labelledby": "files-title" },
         h("h2", { id: "files-title", text: `Files of ${selected}` }),
-        detail.itemCount > detail.items.length ? h("p", { class: "muted", text: `Showing the first ${detail.items.length} of ${detail.itemCount} items.` }) : null,
-        h("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-label": "Files table" }, h("table", { id: "files" },
-          h("caption", { class: "visually-hidden", text: `Files of ${spec}` }),
-          h("thead", {}, h("tr", {}, ...["Type", "Path", "Mode", "Size", "Link target"].map((t, i) => h("th", { scope: "col", class: i === 3 ? "num" : undefined, text: t })))),
-          files))),
+        detail.itemCount > detail.items.length
+          ? h("p", { class: "muted", text: `Showing the first ${detail.items.length} of ${detail.itemCount} items.` })
+          : null,
+        h(
+          "div",
+          { class: "table-wrap", tabindex: "0", role: "region", "aria-label": "Files table" },
+          h(
+            "table",
+            { id: "files" },
+            h("caption", { class: "visually-hidden", text: `Files of ${spec}` }),
+            h(
+              "thead",
+              {},
+              h(
+                "tr",
+                {},
+                ...["Type", "Path", "Mode", "Size", "Link target"].map((t, i) =>
+                  h("th", { scope: "col", class: i === 3 ? "num" : undefined, text: t }),
+                ),
+              ),
+            ),
+            files,
+          ),
+        ),
+      ),
     );
   }
 

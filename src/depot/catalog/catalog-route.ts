@@ -32,7 +32,8 @@ export const CATALOG_PAGE_MAX = 5000;
 export type { CatalogPackage };
 
 /** A parsed catalog query. */
-export type CatalogQuery = { kind: "page"; limit: number; after: number } | { kind: "since"; limit: number; since: number };
+export type CatalogQuery =
+  { kind: "page"; limit: number; after: number } | { kind: "since"; limit: number; since: number };
 
 /** Parses `limit`, `after` and `since`; BAD_REQUEST for anything malformed. */
 export function parseCatalogQuery(params: URLSearchParams): CatalogQuery {
@@ -51,9 +52,11 @@ export function parseCatalogQuery(params: URLSearchParams): CatalogQuery {
   }
   const since = one("since");
   const after = one("after");
-  if (since !== undefined && after !== undefined) throw new RunnerDepotError("BAD_REQUEST", "Give either since or after, not both");
+  if (since !== undefined && after !== undefined)
+    throw new RunnerDepotError("BAD_REQUEST", "Give either since or after, not both");
   if (since !== undefined) {
-    if (!/^[0-9]{1,15}$/.test(since)) throw new RunnerDepotError("BAD_REQUEST", "since must be a position: a whole number from a catalog answer");
+    if (!/^[0-9]{1,15}$/.test(since))
+      throw new RunnerDepotError("BAD_REQUEST", "since must be a position: a whole number from a catalog answer");
     return { kind: "since", limit, since: Number(since) };
   }
   return { kind: "page", limit, after: after === undefined ? 0 : decodeCursor(after) };
@@ -67,7 +70,8 @@ export function encodeCursor(position: number): string {
 function decodeCursor(text: string): number {
   const match = /^c([0-9a-z]{1,11})$/.exec(text);
   const position = match ? Number.parseInt(match[1]!, 36) : Number.NaN;
-  if (!Number.isSafeInteger(position)) throw new RunnerDepotError("BAD_REQUEST", "after is not a cursor from a catalog answer's next link");
+  if (!Number.isSafeInteger(position))
+    throw new RunnerDepotError("BAD_REQUEST", "after is not a cursor from a catalog answer's next link");
   return position;
 }
 
@@ -146,9 +150,16 @@ async function pagedPackages(store: PackageStore, after: number, want: number, h
 }
 
 /** The changes after `since`: O(changes) entries (held after the first read) and the named packages' states (held while no later entry names them). */
-async function answerSince(store: PackageStore, query: { limit: number; since: number }, head: number): Promise<CatalogAnswer> {
+async function answerSince(
+  store: PackageStore,
+  query: { limit: number; since: number },
+  head: number,
+): Promise<CatalogAnswer> {
   if (query.since > head) {
-    throw new RunnerDepotError("BAD_REQUEST", `since=${query.since} is past this depot's newest position ${head}; start over without since`);
+    throw new RunnerDepotError(
+      "BAD_REQUEST",
+      `since=${query.since} is past this depot's newest position ${head}; start over without since`,
+    );
   }
   const { entries, scannedTo } = await readChanges(store, query.since, head, { limit: query.limit });
   const newest = new Map<string, number>();
@@ -165,4 +176,3 @@ async function answerSince(store: PackageStore, query: { limit: number; since: n
 async function updatedAt(store: PackageStore, position: number): Promise<string | null> {
   return position === 0 ? null : ((await readChange(store, position))?.at ?? null);
 }
-

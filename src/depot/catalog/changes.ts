@@ -106,7 +106,9 @@ export function positionOfKey(key: string): number | null {
 }
 
 async function exists(store: PackageStore, position: number): Promise<boolean> {
-  return position === 0 || cached(store, position) !== undefined || (await store.getRecord(changeKey(position))) !== null;
+  return (
+    position === 0 || cached(store, position) !== undefined || (await store.getRecord(changeKey(position))) !== null
+  );
 }
 
 /**
@@ -154,12 +156,22 @@ const appending = new WeakMap<PackageStore, Promise<unknown>>();
  * With `writes` the entry is one of a request's ordered writes (depot/transactions/ordered-writes.ts): the
  * promise resolves once the entry is visible, and the request flushes before it answers.
  */
-export function appendChange(store: PackageStore, entry: Omit<ChangeEntry, "position">, writes?: OrderedWrites): Promise<number> {
+export function appendChange(
+  store: PackageStore,
+  entry: Omit<ChangeEntry, "position">,
+  writes?: OrderedWrites,
+): Promise<number> {
   const previous = appending.get(store) ?? Promise.resolve();
   let visible!: () => void;
   const seen = new Promise<void>((resolve) => (visible = resolve));
   const run = previous.then(() => appendNow(store, entry, visible, writes));
-  const tail = Promise.race([seen, run.then(() => undefined, () => undefined)]);
+  const tail = Promise.race([
+    seen,
+    run.then(
+      () => undefined,
+      () => undefined,
+    ),
+  ]);
   appending.set(store, tail);
   void tail.then(() => {
     if (appending.get(store) === tail) appending.delete(store);
@@ -167,15 +179,32 @@ export function appendChange(store: PackageStore, entry: Omit<ChangeEntry, "posi
   return run;
 }
 
-async function appendNow(store: PackageStore, entry: Omit<ChangeEntry, "position">, visible: () => void, writes: OrderedWrites | undefined): Promise<number> {
+async function appendNow(
+  store: PackageStore,
+  entry: Omit<ChangeEntry, "position">,
+  visible: () => void,
+  writes: OrderedWrites | undefined,
+): Promise<number> {
   let position = (await changeHead(store)) + 1;
   for (;;) {
-    const written: ChangeEntry = { position, name: entry.name, version: entry.version, first: entry.first, at: entry.at };
+    const written: ChangeEntry = {
+      position,
+      name: entry.name,
+      version: entry.version,
+      first: entry.first,
+      at: entry.at,
+    };
     // Announced: routers in other processes move their catalog head on it (depot/catalog/head.ts).
     const onVisible = (applied: boolean) => {
       if (applied) visible();
     };
-    if ((await store.putRecord(changeKey(position), written, durableCondition(writes, { ifRevision: null, announce: true, onVisible }))) !== null) {
+    if (
+      (await store.putRecord(
+        changeKey(position),
+        written,
+        durableCondition(writes, { ifRevision: null, announce: true, onVisible }),
+      )) !== null
+    ) {
       if (position > (knownHeads.get(store) ?? 0)) knownHeads.set(store, position);
       remember(cacheOf(store).loose, position, written, LOOSE_CACHE);
       return position;
@@ -209,7 +238,11 @@ export async function readShard(store: PackageStore, shard: number): Promise<Cha
   let entries = (await store.getRecord<PackRecord>(packKey(shard)))?.value.entries;
   if (!entries) {
     const { first, last } = shardOf(shard * SHARD);
-    const read = await mapLimit(Array.from({ length: last - first + 1 }, (_, i) => first + i), 32, (p) => readChange(store, p));
+    const read = await mapLimit(
+      Array.from({ length: last - first + 1 }, (_, i) => first + i),
+      32,
+      (p) => readChange(store, p),
+    );
     if (read.some((e) => e === null)) throw new Error(`change sequence shard ${shard} is not full`);
     entries = read as ChangeEntry[];
     await store.putRecord(packKey(shard), { shard, entries } satisfies PackRecord, { ifRevision: null, lazy: true });
@@ -281,7 +314,12 @@ export async function readChanges(
  * first; O(entries appended since then). Crash recovery uses it so that a commit that died
  * after appending is not appended twice.
  */
-export async function findRecentChange(store: PackageStore, name: string, version: string, sinceMs: number): Promise<number | null> {
+export async function findRecentChange(
+  store: PackageStore,
+  name: string,
+  version: string,
+  sinceMs: number,
+): Promise<number | null> {
   let position = await changeHead(store);
   while (position > 0) {
     const batch = Array.from({ length: Math.min(64, position) }, (_, i) => position - i);

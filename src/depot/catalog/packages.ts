@@ -113,7 +113,13 @@ export async function readPackage(store: PackageStore, name: string): Promise<Pa
  * this call appended, or null when it appended none (callers compact a shard it completed:
  * depot/catalog/pages.ts). `options.sequenced` runs beside the claim's drop (step 5 beside step 4).
  */
-export async function publishVersion(store: PackageStore, name: string, version: string, now: Date, options: PublishOptions = {}): Promise<number | null> {
+export async function publishVersion(
+  store: PackageStore,
+  name: string,
+  version: string,
+  now: Date,
+  options: PublishOptions = {},
+): Promise<number | null> {
   const claim = startAttempt();
   try {
     const { value, changed, takeoverFrom } = await claimSequencing(store, name, version, now, claim, options);
@@ -124,8 +130,16 @@ export async function publishVersion(store: PackageStore, name: string, version:
       return null;
     }
     const record = value!;
-    const appended = takeoverFrom !== undefined && (await findRecentChange(store, name, version, takeoverFrom - CLOCK_MARGIN_MS)) !== null;
-    const position = appended ? null : await appendChange(store, { name, version, first: record.firstVersion === version, at: now.toISOString() }, options.writes);
+    const appended =
+      takeoverFrom !== undefined &&
+      (await findRecentChange(store, name, version, takeoverFrom - CLOCK_MARGIN_MS)) !== null;
+    const position = appended
+      ? null
+      : await appendChange(
+          store,
+          { name, version, first: record.firstVersion === version, at: now.toISOString() },
+          options.writes,
+        );
     // The listing and the entry on stable storage before the claim goes (see PublishOptions.writes).
     await options.writes?.durable();
     // Lazy: a claim a machine crash keeps is a dead claim, taken over as above (the scan
@@ -161,7 +175,14 @@ export async function publishVersion(store: PackageStore, name: string, version:
  * The wait ends early, with 409 CONFLICT, when the caller's client is gone (checked at
  * each poll) or when `options.waits` already holds its most waits.
  */
-async function claimSequencing(store: PackageStore, name: string, version: string, now: Date, claim: string, options: PublishOptions) {
+async function claimSequencing(
+  store: PackageStore,
+  name: string,
+  version: string,
+  now: Date,
+  claim: string,
+  options: PublishOptions,
+) {
   const { writes, waits, clientGone } = options;
   const nowMs = now.getTime();
   const started = Date.now();
@@ -172,44 +193,57 @@ async function claimSequencing(store: PackageStore, name: string, version: strin
       const checkedAt = nowMs + (Date.now() - started);
       let takeoverFrom: number | undefined;
       let heldByLive = false;
-      const { value, changed } = await updateRecord<PackageRecord>(store, packageKey(name), (current) => {
-        takeoverFrom = undefined;
-        heldByLive = false;
-        const existing = current?.value;
-        const mine: SequencingClaim = { claim, at: nowMs };
-        if (existing?.versions.includes(version)) {
-          const pending = existing.pending?.[version];
-          if (!pending) return undefined; // sequenced already
-          if (attemptAlive(pending.claim, pending.at, checkedAt)) {
-            heldByLive = true;
-            return undefined;
+      const { value, changed } = await updateRecord<PackageRecord>(
+        store,
+        packageKey(name),
+        (current) => {
+          takeoverFrom = undefined;
+          heldByLive = false;
+          const existing = current?.value;
+          const mine: SequencingClaim = { claim, at: nowMs };
+          if (existing?.versions.includes(version)) {
+            const pending = existing.pending?.[version];
+            if (!pending) return undefined; // sequenced already
+            if (attemptAlive(pending.claim, pending.at, checkedAt)) {
+              heldByLive = true;
+              return undefined;
+            }
+            takeoverFrom = pending.since ?? pending.at;
+            return { ...existing, pending: { ...existing.pending, [version]: { ...mine, since: takeoverFrom } } };
           }
-          takeoverFrom = pending.since ?? pending.at;
-          return { ...existing, pending: { ...existing.pending, [version]: { ...mine, since: takeoverFrom } } };
-        }
-        const versions = sortVersions([...(existing?.versions ?? []), version]);
-        return {
-          name,
-          versions,
-          latest: newestVersion(versions)!,
-          firstVersion: existing?.firstVersion ?? version,
-          createdAt: existing?.createdAt ?? now.toISOString(),
-          updatedAt: now.toISOString(),
-          pending: { ...existing?.pending, [version]: mine },
-        };
-      }, { guess: true, writes });
+          const versions = sortVersions([...(existing?.versions ?? []), version]);
+          return {
+            name,
+            versions,
+            latest: newestVersion(versions)!,
+            firstVersion: existing?.firstVersion ?? version,
+            createdAt: existing?.createdAt ?? now.toISOString(),
+            updatedAt: now.toISOString(),
+            pending: { ...existing?.pending, [version]: mine },
+          };
+        },
+        { guess: true, writes },
+      );
       if (!heldByLive) return { value, changed, takeoverFrom };
       if (Date.now() - started >= SEQUENCING_WAIT_MS) {
         throw new RunnerDepotError("CONFLICT", `${name}@${version} is being sequenced by another attempt; retry`);
       }
       if (waits && !waiting) {
-        if (waits.active >= waits.max) throw new RunnerDepotError("CONFLICT", `${name}@${version} is being sequenced by another attempt, and this server waits for ${waits.max} such claims already; retry`);
+        if (waits.active >= waits.max)
+          throw new RunnerDepotError(
+            "CONFLICT",
+            `${name}@${version} is being sequenced by another attempt, and this server waits for ${waits.max} such claims already; retry`,
+          );
         waits.active++;
         waiting = true;
       }
       await new Promise((resolve) => setTimeout(resolve, pause));
       // Nobody would read the answer: stop re-reading (the claim's holder, or a later retry, sequences it).
-      if (clientGone?.()) throw new RunnerDepotError("CONFLICT", `${name}@${version} is being sequenced by another attempt, and the client waiting for it is gone`);
+      if (clientGone?.())
+        throw new RunnerDepotError(
+          "CONFLICT",
+          `${name}@${version} is being sequenced by another attempt, and the client waiting for it is gone`,
+        );
     }
   } finally {
     if (waiting) waits!.active--;

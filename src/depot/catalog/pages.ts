@@ -91,11 +91,21 @@ async function buildPage(store: PackageStore, shard: number, head: number): Prom
   const packages: PagedPackage[] = [];
   firsts.forEach((e, i) => {
     const record = records[i];
-    if (record) packages.push({ position: e.position, name: e.name, pkg: { latest: record.latest, versions: record.versions, updatedAt: record.updatedAt } });
+    if (record)
+      packages.push({
+        position: e.position,
+        name: e.name,
+        pkg: { latest: record.latest, versions: record.versions, updatedAt: record.updatedAt },
+      });
   });
   const page: PageRecord = { shard, builtAt: head, packages };
   // Lazy: a page lost in a machine crash is rebuilt by the next reader. A newer one stays.
-  await updateRecord<PageRecord>(store, pageKey(shard), (current) => (current && current.value.builtAt >= head ? undefined : page), { lazy: true });
+  await updateRecord<PageRecord>(
+    store,
+    pageKey(shard),
+    (current) => (current && current.value.builtAt >= head ? undefined : page),
+    { lazy: true },
+  );
   remember(heldOf(store).pages, shard, page, PAGE_CACHE);
   return page;
 }
@@ -117,7 +127,12 @@ export async function pageAt(store: PackageStore, shard: number, head: number): 
     page = await bringForward(store, page, head);
     if (head - (held.stored.get(shard) ?? 0) > REWRITE_AFTER) {
       const written = page;
-      await updateRecord<PageRecord>(store, pageKey(shard), (current) => (current && current.value.builtAt >= head ? undefined : written), { lazy: true });
+      await updateRecord<PageRecord>(
+        store,
+        pageKey(shard),
+        (current) => (current && current.value.builtAt >= head ? undefined : written),
+        { lazy: true },
+      );
       held.stored.set(shard, head);
     }
   }
@@ -135,7 +150,8 @@ async function bringForward(store: PackageStore, page: PageRecord, head: number)
   const packages = [...page.packages];
   const apply = (entry: ChangeEntry) => {
     const i = at.get(entry.name);
-    if (i !== undefined && entry.position > page.builtAt && !entry.first) packages[i] = { ...packages[i]!, pkg: withVersion(packages[i]!.pkg, entry) };
+    if (i !== undefined && entry.position > page.builtAt && !entry.first)
+      packages[i] = { ...packages[i]!, pkg: withVersion(packages[i]!.pkg, entry) };
   };
   let next = page.builtAt + 1;
   while (next <= head) {
@@ -163,7 +179,11 @@ function withVersion(pkg: CatalogPackage, entry: ChangeEntry): CatalogPackage {
  * state read at or after that position serves, else the package record is read (and held).
  * O(names not held) reads.
  */
-export async function packageStates(store: PackageStore, names: Map<string, number>, head: number): Promise<Map<string, CatalogPackage>> {
+export async function packageStates(
+  store: PackageStore,
+  names: Map<string, number>,
+  head: number,
+): Promise<Map<string, CatalogPackage>> {
   const held = heldOf(store).packages;
   const out = new Map<string, CatalogPackage>();
   const missing: string[] = [];

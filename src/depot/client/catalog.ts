@@ -29,7 +29,10 @@ export function createCatalogReader(connection: DepotConnection): () => Promise<
    * GETs a catalog URL and every page its `Link: rel="next"` chain leads to (at most
    * 100,000 pages); null on a 304 to `etag`. The ETag is the first answer's.
    */
-  const catalogPages = async (relative: string, etag?: string): Promise<{ etag: string | null; pages: CatalogPage[] } | null> => {
+  const catalogPages = async (
+    relative: string,
+    etag?: string,
+  ): Promise<{ etag: string | null; pages: CatalogPage[] } | null> => {
     const pages: CatalogPage[] = [];
     let firstEtag: string | null = null;
     let next: string | null = url(relative);
@@ -57,7 +60,12 @@ export function createCatalogReader(connection: DepotConnection): () => Promise<
       const packages: Catalog["packages"] = { ...cachedCatalog.body.packages };
       for (const page of since.pages) Object.assign(packages, page.packages);
       const last = since.pages.at(-1)!;
-      const body: Catalog = { packages, count: Object.keys(packages).length, position: last.position, updatedAt: last.updatedAt ?? cachedCatalog.body.updatedAt };
+      const body: Catalog = {
+        packages,
+        count: Object.keys(packages).length,
+        position: last.position,
+        updatedAt: last.updatedAt ?? cachedCatalog.body.updatedAt,
+      };
       cachedCatalog = since.etag ? { etag: since.etag, body } : null;
       return body;
     }
@@ -67,7 +75,12 @@ export function createCatalogReader(connection: DepotConnection): () => Promise<
     for (const page of walk.pages) Object.assign(packages, page.packages);
     // The first page's position: changes made during the walk come with the next `since`.
     const first = walk.pages[0]!;
-    const body: Catalog = { packages, count: Object.keys(packages).length, position: first.position, updatedAt: first.updatedAt };
+    const body: Catalog = {
+      packages,
+      count: Object.keys(packages).length,
+      position: first.position,
+      updatedAt: first.updatedAt,
+    };
     cachedCatalog = walk.etag ? { etag: walk.etag, body } : null;
     return body;
   };

@@ -53,7 +53,9 @@ export function createDepotConnection(options: DepotClientOptions): DepotConnect
     } catch (cause) {
       if (cause instanceof RunnerDepotError) throw cause;
       // Undici says only "fetch failed": name the URL and why (refused, DNS, TLS, timeout).
-      throw new RunnerDepotError("UNAVAILABLE", `cannot reach ${url(relative)}: ${fetchFailureCause(cause)}`, { cause });
+      throw new RunnerDepotError("UNAVAILABLE", `cannot reach ${url(relative)}: ${fetchFailureCause(cause)}`, {
+        cause,
+      });
     }
   };
   const json = async <T>(method: string, relative: string, init?: RequestInit): Promise<T> => {

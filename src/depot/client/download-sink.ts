@@ -105,6 +105,9 @@ export function overrun(target: string, got: number, bound: number, opts: Downlo
   return new Overrun(
     capped
       ? new RunnerDepotError("TOO_LARGE", `GET ${target}: the body goes past ${bound} bytes (at least ${got}); stopped`)
-      : new RunnerDepotError("DIGEST_MISMATCH", `GET ${target}: the body goes past the ${bound} bytes announced (at least ${got}); stopped`),
+      : new RunnerDepotError(
+          "DIGEST_MISMATCH",
+          `GET ${target}: the body goes past the ${bound} bytes announced (at least ${got}); stopped`,
+        ),
   );
 }

@@ -20,7 +20,11 @@ const RETRY_STATUS = new Set([502, 503, 504]);
  * @example
  * const got = await downloadArchive(createDepotConnection({ baseUrl }), "toolchain@1.4.0", { to: "./toolchain.tar" });
  */
-export async function downloadArchive(connection: DepotConnection, spec: string, opts: DownloadOptions = {}): Promise<DownloadResult> {
+export async function downloadArchive(
+  connection: DepotConnection,
+  spec: string,
+  opts: DownloadOptions = {},
+): Promise<DownloadResult> {
   const { url, headersWith, fetch: fetchImpl, retries, sleep } = connection;
   const { name, version } = versionPart(spec);
   const relative = dataPath(name, version, opts.from);
@@ -58,7 +62,9 @@ export async function downloadArchive(connection: DepotConnection, spec: string,
       if (response.status !== 200 && response.status !== 206) {
         throw await errorFromResponse(response, `GET ${target}`);
       }
-      const repr = response.headers.get("repr-digest") ?? (response.status === 200 ? response.headers.get("content-digest") : null);
+      const repr =
+        response.headers.get("repr-digest") ??
+        (response.status === 200 ? response.headers.get("content-digest") : null);
       const reprHex = repr ? digestToHex(repr) : null;
       const thisEtag = response.headers.get("etag");
       // Follow redirects once, then stick to the immutable URL for resumption.
@@ -69,7 +75,10 @@ export async function downloadArchive(connection: DepotConnection, spec: string,
         const changed = (etag && thisEtag && thisEtag !== etag) || (expected && reprHex && reprHex !== expected);
         if (!m || Number(m[1]) !== received || changed) {
           await response.body?.cancel();
-          throw new RunnerDepotError("UNAVAILABLE", `GET ${target}: the server resumed at the wrong place or with another representation`);
+          throw new RunnerDepotError(
+            "UNAVAILABLE",
+            `GET ${target}: the server resumed at the wrong place or with another representation`,
+          );
         }
         if (m[3] !== "*") total = Number(m[3]);
       } else {
@@ -80,7 +89,10 @@ export async function downloadArchive(connection: DepotConnection, spec: string,
       if (restart) {
         if (!sink.restart) {
           await response.body?.cancel();
-          throw new RunnerDepotError("UNAVAILABLE", `GET ${target}: the server restarted the transfer and the target stream cannot rewind`);
+          throw new RunnerDepotError(
+            "UNAVAILABLE",
+            `GET ${target}: the server restarted the transfer and the target stream cannot rewind`,
+          );
         }
         await sink.restart();
         hash = createHash("sha256");
@@ -97,7 +109,10 @@ export async function downloadArchive(connection: DepotConnection, spec: string,
       const bound = Math.min(opts.expectedSize ?? Infinity, total ?? Infinity, opts.maxBytes ?? Infinity);
       if (opts.expectedSize !== undefined && total !== undefined && total !== opts.expectedSize) {
         await response.body?.cancel();
-        throw new RunnerDepotError("DIGEST_MISMATCH", `GET ${target}: the server announces ${total} bytes, the archive has ${opts.expectedSize}`);
+        throw new RunnerDepotError(
+          "DIGEST_MISMATCH",
+          `GET ${target}: the server announces ${total} bytes, the archive has ${opts.expectedSize}`,
+        );
       }
       try {
         if (response.body) {
@@ -116,7 +131,11 @@ export async function downloadArchive(connection: DepotConnection, spec: string,
         }
         if (received > before) idle = 0;
         if (idle++ >= retries) {
-          throw new RunnerDepotError("UNAVAILABLE", `GET ${target}: transfer broken at ${received} bytes: ${(cause as Error).message}`, { cause });
+          throw new RunnerDepotError(
+            "UNAVAILABLE",
+            `GET ${target}: transfer broken at ${received} bytes: ${(cause as Error).message}`,
+            { cause },
+          );
         }
         await sleep(0);
         continue;
@@ -134,7 +153,14 @@ export async function downloadArchive(connection: DepotConnection, spec: string,
     const hex = hash.digest("hex");
     verify(target, hex, expected, received, total);
     const written = await sink.finish();
-    return { url: target, digest: hexToDigest(hex), size: received, etag, resumes, ...(written ? { path: written } : {}) };
+    return {
+      url: target,
+      digest: hexToDigest(hex),
+      size: received,
+      etag,
+      resumes,
+      ...(written ? { path: written } : {}),
+    };
   } catch (error) {
     await sink.abort();
     throw error;
@@ -149,14 +175,27 @@ function dataPath(name: string, version: string | undefined, from: string | unde
 }
 
 /** Refuses (DIGEST_MISMATCH) a finished transfer whose bytes are not the ones announced. */
-function verify(target: string, hex: string, expected: string | null, received: number, total: number | undefined): void {
+function verify(
+  target: string,
+  hex: string,
+  expected: string | null,
+  received: number,
+  total: number | undefined,
+): void {
   if (!expected) {
-    throw new RunnerDepotError("DIGEST_MISMATCH", `GET ${target}: the server sent no Repr-Digest to verify the download against`);
+    throw new RunnerDepotError(
+      "DIGEST_MISMATCH",
+      `GET ${target}: the server sent no Repr-Digest to verify the download against`,
+    );
   }
   if (hex !== expected) {
-    throw new RunnerDepotError("DIGEST_MISMATCH", `GET ${target}: received sha256:${hex}, the server announced sha256:${expected}`, {
-      details: { expected: hexToDigest(expected), actual: hexToDigest(hex) },
-    });
+    throw new RunnerDepotError(
+      "DIGEST_MISMATCH",
+      `GET ${target}: received sha256:${hex}, the server announced sha256:${expected}`,
+      {
+        details: { expected: hexToDigest(expected), actual: hexToDigest(hex) },
+      },
+    );
   }
   if (total !== undefined && received !== total) {
     throw new RunnerDepotError("DIGEST_MISMATCH", `GET ${target}: received ${received} bytes, expected ${total}`);

@@ -88,7 +88,9 @@ export async function errorFromResponse(response: Response, what: string): Promi
   }
   const serverCode = typeof problem.code === "string" ? problem.code : undefined;
   const code =
-    asErrorCode(serverCode) ?? STATUS_CODES[response.status] ?? (response.status >= 500 ? "UNAVAILABLE" : "BAD_REQUEST");
+    asErrorCode(serverCode) ??
+    STATUS_CODES[response.status] ??
+    (response.status >= 500 ? "UNAVAILABLE" : "BAD_REQUEST");
   let detail = typeof problem.detail === "string" ? problem.detail : response.statusText || `HTTP ${response.status}`;
   // A failed commit lists every problem: name them in the message, not only in details.
   if (Array.isArray(problem.problems) && problem.problems.length > 0) {

@@ -78,10 +78,14 @@ export async function publishVersion(connection: DepotConnection, p: PublishOpti
           }
         }
         if (!done) {
-          const counted = Readable.toWeb(Readable.from(countBytes(source(), (n) => {
-            bytesSent += n;
-            progress(finished, item.path);
-          }))) as ReadableStream<Uint8Array>;
+          const counted = Readable.toWeb(
+            Readable.from(
+              countBytes(source(), (n) => {
+                bytesSent += n;
+                progress(finished, item.path);
+              }),
+            ),
+          ) as ReadableStream<Uint8Array>;
           await expectOk(await add("file", headers, size === 0 ? new Uint8Array(0) : counted), `add file ${item.path}`);
           uploaded++;
         }
@@ -101,13 +105,24 @@ export async function publishVersion(connection: DepotConnection, p: PublishOpti
         }
       }
     };
-    const results = await Promise.allSettled(Array.from({ length: Math.max(1, Math.min(p.concurrency ?? 4, items.length)) }, worker));
+    const results = await Promise.allSettled(
+      Array.from({ length: Math.max(1, Math.min(p.concurrency ?? 4, items.length)) }, worker),
+    );
     const rejected = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
     if (rejected) throw rejected.reason;
     await addMetadata(connection, t, p, add);
     const done = await commitWithRetry(connection, t, `${name}@${version}`);
     // The depot answers a URL relative to itself unless it knows its public URL.
-    return { url: new URL(done.url, url(`commit/${t}`)).href, name: done.name, version: done.version, digest: done.digest, transaction: id, bytesSent, byReference, uploaded };
+    return {
+      url: new URL(done.url, url(`commit/${t}`)).href,
+      name: done.name,
+      version: done.version,
+      digest: done.digest,
+      transaction: id,
+      bytesSent,
+      byReference,
+      uploaded,
+    };
   } catch (error) {
     // Abandon: the depot frees the transaction and its uncommitted blobs.
     await call("DELETE", `trans/${t}`)
@@ -128,7 +143,8 @@ async function addMetadata(connection: DepotConnection, t: string, p: PublishOpt
   if (attributes.length > 0) {
     const headers = new Headers();
     for (const [key, value] of attributes) {
-      if (!/^[A-Za-z0-9._-]+$/.test(key)) throw new RunnerDepotError("HEADER_INVALID", `attribute name ${JSON.stringify(key)} is not a token`);
+      if (!/^[A-Za-z0-9._-]+$/.test(key))
+        throw new RunnerDepotError("HEADER_INVALID", `attribute name ${JSON.stringify(key)} is not a token`);
       headers.append("pkg-attr", `${key}=${encodeHeaderValue(value)}`);
     }
     await expectOk(await add("set", headers), "set attributes");

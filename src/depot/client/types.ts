@@ -100,7 +100,13 @@ export interface DownloadResult {
 
 /** A file, directory or link to publish. */
 export type PublishItem =
-  | { type: "file"; path: string; mode?: number; /** read from this file on disk */ file?: string; /** or these bytes */ content?: Uint8Array | string }
+  | {
+      type: "file";
+      path: string;
+      mode?: number;
+      /** read from this file on disk */ file?: string;
+      /** or these bytes */ content?: Uint8Array | string;
+    }
   | { type: "dir"; path: string; mode?: number }
   | { type: "link"; path: string; target: string };
 

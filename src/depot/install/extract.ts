@@ -111,7 +111,13 @@ function parseManifest(bytes: Buffer, options: ExtractOptions): PackageManifest 
     throw new RunnerDepotError("ARCHIVE_INVALID", "the manifest is not JSON", { cause });
   }
   const m = parsed as PackageManifest;
-  if (!m || typeof m !== "object" || typeof m.name !== "string" || typeof m.version !== "string" || !Array.isArray(m.items)) {
+  if (
+    !m ||
+    typeof m !== "object" ||
+    typeof m.name !== "string" ||
+    typeof m.version !== "string" ||
+    !Array.isArray(m.items)
+  ) {
     throw invalid("the manifest lacks name, version or items");
   }
   const seen = new Set<string>();
@@ -133,11 +139,18 @@ function parseManifest(bytes: Buffer, options: ExtractOptions): PackageManifest 
     if (!Array.isArray(m.licenses)) throw invalid("the manifest's licenses is not a list");
     for (const l of m.licenses) {
       // The server's licence-name rule: a token, so never a path of its own.
-      const name = typeof l?.path === "string" && l.path.startsWith(`${LICENSES_DIR}/`) ? l.path.slice(LICENSES_DIR.length + 1) : "";
+      const name =
+        typeof l?.path === "string" && l.path.startsWith(`${LICENSES_DIR}/`)
+          ? l.path.slice(LICENSES_DIR.length + 1)
+          : "";
       if (!isLicenseName(name)) {
-        throw new RunnerDepotError("PATH_INVALID", `licence path ${JSON.stringify(l?.path)} is not .pkg/licenses/<name>`);
+        throw new RunnerDepotError(
+          "PATH_INVALID",
+          `licence path ${JSON.stringify(l?.path)} is not .pkg/licenses/<name>`,
+        );
       }
-      if (typeof l.digest !== "string" || digestToHex(l.digest) === null) throw invalid(`licence ${l.path} has no usable digest`);
+      if (typeof l.digest !== "string" || digestToHex(l.digest) === null)
+        throw invalid(`licence ${l.path} has no usable digest`);
     }
   }
   if (m.removed !== undefined) {
@@ -199,7 +212,10 @@ function entryType(header: tar.Header): ManifestItem["type"] {
     case "symlink":
       return "link";
     default:
-      throw new RunnerDepotError("TYPE_INVALID", `archive entry ${header.name} has the unsupported type ${String(header.type)}`);
+      throw new RunnerDepotError(
+        "TYPE_INVALID",
+        `archive entry ${header.name} has the unsupported type ${String(header.type)}`,
+      );
   }
 }
 
@@ -221,7 +237,8 @@ async function withEntries<T>(
   stopEarly = false,
 ): Promise<T> {
   const extract = tar.extract();
-  const input = source instanceof Readable ? source : Readable.from(source as AsyncIterable<Uint8Array> | Iterable<Uint8Array>);
+  const input =
+    source instanceof Readable ? source : Readable.from(source as AsyncIterable<Uint8Array> | Iterable<Uint8Array>);
   const piping = pipeline(input, extract).then(
     () => null,
     (error: unknown) => error,
@@ -235,14 +252,21 @@ async function withEntries<T>(
       return result;
     }
     const error = await piping;
-    if (error) throw new RunnerDepotError("ARCHIVE_INVALID", `the archive is malformed: ${String((error as Error).message ?? error)}`, { cause: error });
+    if (error)
+      throw new RunnerDepotError(
+        "ARCHIVE_INVALID",
+        `the archive is malformed: ${String((error as Error).message ?? error)}`,
+        { cause: error },
+      );
     return result;
   } catch (error) {
     input.destroy();
     extract.destroy();
     await piping;
     if (error instanceof RunnerDepotError) throw error;
-    throw new RunnerDepotError("ARCHIVE_INVALID", `the archive is malformed: ${(error as Error).message}`, { cause: error });
+    throw new RunnerDepotError("ARCHIVE_INVALID", `the archive is malformed: ${(error as Error).message}`, {
+      cause: error,
+    });
   }
 }
 
@@ -253,14 +277,20 @@ async function firstManifest(entries: TarEntries, options: ExtractOptions): Prom
   if (entry.header.name !== MANIFEST_PATH || entryType(entry.header) !== "file") {
     throw invalid(`the archive's first entry is ${entry.header.name}, not ${MANIFEST_PATH}`);
   }
-  return parseManifest(await readAll(entry as unknown as AsyncIterable<Uint8Array>, options.maxManifestBytes ?? 64 * 2 ** 20), options);
+  return parseManifest(
+    await readAll(entry as unknown as AsyncIterable<Uint8Array>, options.maxManifestBytes ?? 64 * 2 ** 20),
+    options,
+  );
 }
 
 /**
  * Reads only the manifest (the first entry) of an archive; the rest of the stream is
  * not consumed, so a ranged download of the archive's head is enough.
  */
-export async function readPackageManifest(source: ArchiveSource, options: ExtractOptions = {}): Promise<PackageManifest> {
+export async function readPackageManifest(
+  source: ArchiveSource,
+  options: ExtractOptions = {},
+): Promise<PackageManifest> {
   return withEntries(source, (entries) => firstManifest(entries, options), true);
 }
 
@@ -271,7 +301,11 @@ export async function readPackageManifest(source: ArchiveSource, options: Extrac
  * @example
  * const manifest = await extractPackage(createReadStream("app-1.0.0.tar"), "/opt/pkgs/app");
  */
-export async function extractPackage(source: ArchiveSource, dir: string, options: ExtractOptions = {}): Promise<PackageManifest> {
+export async function extractPackage(
+  source: ArchiveSource,
+  dir: string,
+  options: ExtractOptions = {},
+): Promise<PackageManifest> {
   const root = path.resolve(dir);
   await mkdir(root, { recursive: true });
   if (!options.delta && (await readdir(root)).length > 0) {
@@ -307,11 +341,15 @@ export async function extractPackage(source: ArchiveSource, dir: string, options
       if (header.name.startsWith(".pkg/")) {
         // Licence texts live in the reserved prefix: check them, keep them out of the tree.
         const license = licenses.get(header.name);
-        if (!license || type !== "file") throw new RunnerDepotError("PATH_INVALID", `archive entry ${header.name} is in the reserved .pkg/ prefix`);
+        if (!license || type !== "file")
+          throw new RunnerDepotError("PATH_INVALID", `archive entry ${header.name} is in the reserved .pkg/ prefix`);
         licenses.delete(header.name);
         const { hex, size } = await sha256OfStream(entry as unknown as AsyncIterable<Uint8Array>);
         if (hex !== digestToHex(license.digest) || size !== license.size) {
-          throw new RunnerDepotError("DIGEST_MISMATCH", `${header.name}: got sha256:${hex}, the manifest says ${license.digest}`);
+          throw new RunnerDepotError(
+            "DIGEST_MISMATCH",
+            `${header.name}: got sha256:${hex}, the manifest says ${license.digest}`,
+          );
         }
         continue;
       }
@@ -342,7 +380,11 @@ export async function extractPackage(source: ArchiveSource, dir: string, options
         const hash = createHash("sha256");
         let size = 0;
         // O_EXCL | O_NOFOLLOW: never write through a link planted at this path.
-        const fh = await open(full, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
+        const fh = await open(
+          full,
+          constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
+          0o600,
+        );
         try {
           for await (const chunk of entry as unknown as AsyncIterable<Buffer>) {
             hash.update(chunk);
@@ -365,7 +407,8 @@ export async function extractPackage(source: ArchiveSource, dir: string, options
         entry.resume();
         if (type === "link") {
           const target = checkLinkTarget(rel, header.linkname);
-          if (item.target !== target) throw invalid(`link ${rel} → ${target}, the manifest says → ${String(item.target)}`);
+          if (item.target !== target)
+            throw invalid(`link ${rel} → ${target}, the manifest says → ${String(item.target)}`);
           await symlink(target, full);
         } else {
           if (!existing) await mkdir(full, { mode: 0o700 });
@@ -395,8 +438,11 @@ export async function extractPackage(source: ArchiveSource, dir: string, options
 async function checkLinkChains(manifest: PackageManifest, root: string, delta: boolean): Promise<void> {
   const listed = treeOf(manifest.items);
   const removed = new Set(delta ? (manifest.removed ?? []) : []);
-  const isRemoved = (p: string) => removed.has(p) || p.split("/").some((_, i, all) => removed.has(all.slice(0, i).join("/")));
-  const lookup: TreeLookup = delta ? async (p) => listed(p) ?? (isRemoved(p) ? undefined : await installedEntry(root, p)) : listed;
+  const isRemoved = (p: string) =>
+    removed.has(p) || p.split("/").some((_, i, all) => removed.has(all.slice(0, i).join("/")));
+  const lookup: TreeLookup = delta
+    ? async (p) => listed(p) ?? (isRemoved(p) ? undefined : await installedEntry(root, p))
+    : listed;
   for (const item of manifest.items) {
     if (item.type === "link") await resolveLink(item.path, checkLinkTarget(item.path, item.target), lookup);
   }
@@ -440,7 +486,11 @@ export interface VerifyTreeOptions {
  * permission bits and link targets; directories only as listed or as parents of items.
  * Throws DIGEST_MISMATCH listing the differences.
  */
-export async function verifyPackageTree(dir: string, items: readonly ManifestItem[], options: VerifyTreeOptions = {}): Promise<void> {
+export async function verifyPackageTree(
+  dir: string,
+  items: readonly ManifestItem[],
+  options: VerifyTreeOptions = {},
+): Promise<void> {
   const root = path.resolve(dir);
   const wanted = new Map(items.map((i) => [i.path, i]));
   const needed = new Set<string>();
@@ -477,7 +527,8 @@ export async function verifyPackageTree(dir: string, items: readonly ManifestIte
       }
       if (item.type === "link") {
         const target = await readlink(child);
-        if (target !== item.target) problems.push(`${childRel}: links to ${target}, the manifest says ${String(item.target)}`);
+        if (target !== item.target)
+          problems.push(`${childRel}: links to ${target}, the manifest says ${String(item.target)}`);
         continue;
       }
       const mode = modeOf(item.mode, item.type === "dir" ? 0o755 : 0o644);

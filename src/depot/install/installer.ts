@@ -60,7 +60,9 @@ export interface InstalledState {
  */
 export async function readInstalled(targetDir: string): Promise<InstalledState> {
   try {
-    const parsed = JSON.parse(await readFile(path.join(targetDir, STATE_DIR, "installed.json"), "utf8")) as InstalledState;
+    const parsed = JSON.parse(
+      await readFile(path.join(targetDir, STATE_DIR, "installed.json"), "utf8"),
+    ) as InstalledState;
     // Null-prototype, so a package called `constructor` is looked up as itself.
     const packages = emptyRecord<InstalledEntry>();
     for (const [name, entry] of Object.entries(parsed.packages ?? {})) setOwn(packages, name, entry);
@@ -166,7 +168,11 @@ export async function installPackage(
       const entry = (await versionInfo(pkg.name))?.get(pkg.version);
       const expectedHex = entry?.digest ? digestToHex(entry.digest) : null;
       // The name becomes a directory under the target: never trust the depot with it.
-      if (!isPackageName(pkg.name)) throw new RunnerDepotError("NAME_INVALID", `the depot named an invalid package ${JSON.stringify(pkg.name.slice(0, 80))}`);
+      if (!isPackageName(pkg.name))
+        throw new RunnerDepotError(
+          "NAME_INVALID",
+          `the depot named an invalid package ${JSON.stringify(pkg.name.slice(0, 80))}`,
+        );
       const current = own(installed.packages, pkg.name);
       const same = current && semver.eq(current.version, pkg.version) && digestToHex(current.digest) === expectedHex;
       if (same && !options.force) {
@@ -178,7 +184,13 @@ export async function installPackage(
       const action: InstallAction = {
         name: pkg.name,
         version: pkg.version,
-        action: !current ? "installed" : same ? "reinstalled" : semver.gt(pkg.version, current.version) ? "upgraded" : "downgraded",
+        action: !current
+          ? "installed"
+          : same
+            ? "reinstalled"
+            : semver.gt(pkg.version, current.version)
+              ? "upgraded"
+              : "downgraded",
         ...(current && !same ? { from: current.version } : {}),
         bytes: 0,
       };
@@ -187,7 +199,10 @@ export async function installPackage(
       const record = await readInstallRecord(stateDir, pkg.name);
       let vouched = record?.items ?? null;
       if (!record && current) {
-        vouched = await client.manifest(`${pkg.name}@${current.version}`).then((m) => recordItems(m.items), () => null);
+        vouched = await client.manifest(`${pkg.name}@${current.version}`).then(
+          (m) => recordItems(m.items),
+          () => null,
+        );
       }
       const userEntries = await findUserEntries(live, vouched);
       let digest = "";
@@ -195,7 +210,13 @@ export async function installPackage(
       let viaDelta = false;
       if (current && !same && options.delta !== false) {
         try {
-          await cp(live, stageDir, { recursive: true, verbatimSymlinks: true, preserveTimestamps: true, errorOnExist: true, force: false });
+          await cp(live, stageDir, {
+            recursive: true,
+            verbatimSymlinks: true,
+            preserveTimestamps: true,
+            errorOnExist: true,
+            force: false,
+          });
           // The delta applies to what the install wrote; the user's entries are carried over later.
           for (const entry of userEntries) await rm(path.join(stageDir, entry.path), { recursive: true, force: true });
           const file = path.join(work, `${pkg.name}.delta.tar`);
@@ -204,7 +225,15 @@ export async function installPackage(
             to: file,
             // Nothing announces a delta's size: it holds at most the new version's bytes and its removals.
             ...(typeof entry?.size === "number" ? { maxBytes: entry.size + 64 * 2 ** 20 } : {}),
-            onProgress: (p) => emit({ phase: "download", name: pkg.name, version: pkg.version, from: current.version, received: p.received, total: p.total }),
+            onProgress: (p) =>
+              emit({
+                phase: "download",
+                name: pkg.name,
+                version: pkg.version,
+                from: current.version,
+                received: p.received,
+                total: p.total,
+              }),
           });
           action.bytes += got.size;
           await extractPackage(createReadStream(file), stageDir, {
@@ -215,7 +244,10 @@ export async function installPackage(
           // The delta holds only what changed: check the result against the full manifest.
           const full = await client.manifest(`${pkg.name}@${pkg.version}`);
           if (entry && typeof entry.itemCount === "number" && full.items.length !== entry.itemCount) {
-            throw new RunnerDepotError("ARCHIVE_INVALID", `the manifest of ${pkg.name}@${pkg.version} lists ${full.items.length} items, /version says ${entry.itemCount}`);
+            throw new RunnerDepotError(
+              "ARCHIVE_INVALID",
+              `the manifest of ${pkg.name}@${pkg.version} lists ${full.items.length} items, /version says ${entry.itemCount}`,
+            );
           }
           await verifyPackageTree(stageDir, full.items, { prune: true });
           items = recordItems(full.items);
@@ -223,7 +255,13 @@ export async function installPackage(
           viaDelta = true;
         } catch (error) {
           // Local edits or a bad delta: fall back to the whole archive.
-          emit({ phase: "fallback", name: pkg.name, version: pkg.version, from: current.version, reason: (error as Error).message });
+          emit({
+            phase: "fallback",
+            name: pkg.name,
+            version: pkg.version,
+            from: current.version,
+            reason: (error as Error).message,
+          });
           await rm(stageDir, { recursive: true, force: true });
         }
       }
@@ -233,13 +271,19 @@ export async function installPackage(
           to: file,
           // /version announced the size: not a byte past it is written.
           ...(typeof entry?.size === "number" ? { expectedSize: entry.size } : {}),
-          onProgress: (p) => emit({ phase: "download", name: pkg.name, version: pkg.version, received: p.received, total: p.total }),
+          onProgress: (p) =>
+            emit({ phase: "download", name: pkg.name, version: pkg.version, received: p.received, total: p.total }),
         });
         action.bytes += got.size;
         if (expectedHex && digestToHex(got.digest) !== expectedHex) {
-          throw new RunnerDepotError("DIGEST_MISMATCH", `${pkg.name}@${pkg.version}: the archive is ${got.digest}, /version says ${entry!.digest}`);
+          throw new RunnerDepotError(
+            "DIGEST_MISMATCH",
+            `${pkg.name}@${pkg.version}: the archive is ${got.digest}, /version says ${entry!.digest}`,
+          );
         }
-        const manifest = await extractPackage(createReadStream(file), stageDir, { expect: { name: pkg.name, version: pkg.version } });
+        const manifest = await extractPackage(createReadStream(file), stageDir, {
+          expect: { name: pkg.name, version: pkg.version },
+        });
         await rm(file, { force: true });
         items = recordItems(manifest.items);
         digest = got.digest;
@@ -264,7 +308,11 @@ export async function installPackage(
 }
 
 /** Decides where every user entry goes, for all packages, before anything moves; refuses on conflicts. */
-async function planAll(target: string, staged: readonly Staged[], mode: PreserveMode): Promise<Map<Staged, PreservePlan>> {
+async function planAll(
+  target: string,
+  staged: readonly Staged[],
+  mode: PreserveMode,
+): Promise<Map<Staged, PreservePlan>> {
   const plans = new Map<Staged, PreservePlan>();
   const conflicts: Array<UserEntry & { pkg: string }> = [];
   for (const s of staged) {
@@ -318,10 +366,14 @@ async function swapIn(
       for (const undo of undos.reverse()) await undo();
     } catch (rollback) {
       // The user's entries may sit in the staging area: keep it rather than delete them.
-      throw new RunnerDepotError("INTERNAL", `the install failed (${(error as Error).message}) and so did putting things back (${(rollback as Error).message}); nothing was deleted: see ${work}`, {
-        cause: error,
-        details: { keep: work },
-      });
+      throw new RunnerDepotError(
+        "INTERNAL",
+        `the install failed (${(error as Error).message}) and so did putting things back (${(rollback as Error).message}); nothing was deleted: see ${work}`,
+        {
+          cause: error,
+          details: { keep: work },
+        },
+      );
     }
     throw error;
   }

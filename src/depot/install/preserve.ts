@@ -142,7 +142,8 @@ async function kindOf(p: string): Promise<Kind | null> {
     const st = await lstat(p);
     return st.isDirectory() ? "dir" : st.isSymbolicLink() ? "link" : st.isFile() ? "file" : "other";
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "ENOENT" || (error as NodeJS.ErrnoException).code === "ENOTDIR") return null;
+    if ((error as NodeJS.ErrnoException).code === "ENOENT" || (error as NodeJS.ErrnoException).code === "ENOTDIR")
+      return null;
     throw error;
   }
 }
@@ -182,8 +183,10 @@ export async function findUserEntries(live: string, items: readonly RecordItem[]
         continue;
       }
       if (kind === "dir") await walk(p);
-      else if (kind === "link" && (await readlink(abs)) !== record.target) found.push({ path: p, type: kind, why: "changed" });
-      else if (kind === "file" && (await sha256(abs)) !== record.sha256) found.push({ path: p, type: kind, why: "changed" });
+      else if (kind === "link" && (await readlink(abs)) !== record.target)
+        found.push({ path: p, type: kind, why: "changed" });
+      else if (kind === "file" && (await sha256(abs)) !== record.sha256)
+        found.push({ path: p, type: kind, why: "changed" });
     }
   };
   await walk("");
@@ -219,7 +222,12 @@ async function placeable(stage: string, rel: string): Promise<boolean> {
  * const plan = await planPreserve(live, stage, await findUserEntries(live, record?.items ?? null), "refuse");
  * if (plan.conflicts.length > 0) throw preserveConflict(target, name, plan.conflicts);
  */
-export async function planPreserve(live: string, stage: string, entries: readonly UserEntry[], mode: PreserveMode): Promise<PreservePlan> {
+export async function planPreserve(
+  live: string,
+  stage: string,
+  entries: readonly UserEntry[],
+  mode: PreserveMode,
+): Promise<PreservePlan> {
   const plan: PreservePlan = { moves: [], conflicts: [] };
   const claimed = new Set<string>();
   const visit = async (entry: UserEntry): Promise<void> => {
@@ -242,7 +250,12 @@ export async function planPreserve(live: string, stage: string, entries: readonl
     if (mode === "renameold" && (await placeable(stage, entry.path))) {
       for (let n = 0; ; n++) {
         const rel = `${entry.path}.old${n === 0 ? "" : `.${n}`}`;
-        if (claimed.has(rel) || (await kindOf(path.join(stage, rel))) !== null || (await kindOf(path.join(live, rel))) !== null) continue;
+        if (
+          claimed.has(rel) ||
+          (await kindOf(path.join(stage, rel))) !== null ||
+          (await kindOf(path.join(live, rel))) !== null
+        )
+          continue;
         claimed.add(rel);
         plan.moves.push({ from: liveAbs, to: path.join(stage, rel) });
         return;
@@ -255,7 +268,10 @@ export async function planPreserve(live: string, stage: string, entries: readonl
 }
 
 /** The CONFLICT an install refuses with: names the paths (under the target) and the option that keeps them. */
-export function preserveConflict(target: string, conflicts: ReadonlyArray<UserEntry & { pkg: string }>): RunnerDepotError {
+export function preserveConflict(
+  target: string,
+  conflicts: ReadonlyArray<UserEntry & { pkg: string }>,
+): RunnerDepotError {
   const paths = conflicts.map((c) => `${c.pkg}/${c.path}`);
   const shown = conflicts
     .slice(0, 10)

@@ -114,11 +114,17 @@ export async function resolveDependencies(
         reqs.map((r) => {
           const range = r.range === "" ? "*" : r.range;
           if (semver.validRange(range) === null) {
-            throw new RunnerDepotError("RANGE_INVALID", `${key} requires ${r.name} with an invalid range ${JSON.stringify(range)}`);
+            throw new RunnerDepotError(
+              "RANGE_INVALID",
+              `${key} requires ${r.name} with an invalid range ${JSON.stringify(range)}`,
+            );
           }
           // The depot's answer is not trusted: a name becomes a directory of the install.
           if (typeof r.name !== "string" || !NAME_RE.test(r.name.toLowerCase())) {
-            throw new RunnerDepotError("NAME_INVALID", `${key} requires an invalid package name ${JSON.stringify(String(r.name).slice(0, 80))}`);
+            throw new RunnerDepotError(
+              "NAME_INVALID",
+              `${key} requires an invalid package name ${JSON.stringify(String(r.name).slice(0, 80))}`,
+            );
           }
           return { name: r.name.toLowerCase(), range };
         }),
@@ -145,9 +151,13 @@ export async function resolveDependencies(
     if (cs.length === 1) {
       const c = cs[0]!;
       if (c.by.length === 0) {
-        return new RunnerDepotError("VERSION_NOT_FOUND", `no version of ${name} matches ${c.range}; available: ${list}`, {
-          details,
-        });
+        return new RunnerDepotError(
+          "VERSION_NOT_FOUND",
+          `no version of ${name} matches ${c.range}; available: ${list}`,
+          {
+            details,
+          },
+        );
       }
       const who = c.by.length > 0 ? ` (required by ${chain(c.by)})` : "";
       return new RunnerDepotError(
@@ -181,7 +191,10 @@ export async function resolveDependencies(
         }),
       );
     }
-    const candidates = satisfyingVersions(all, cs.map((c) => c.range));
+    const candidates = satisfyingVersions(
+      all,
+      cs.map((c) => c.range),
+    );
     if (candidates.length === 0) return fail(await unsatisfied(name, cs));
     const pathTo = cs[0]!.by;
     for (const version of candidates) {

@@ -66,7 +66,6 @@ export interface PackageManifest {
   removed?: string[];
 }
 
-
 /**
  * One contiguous part of an assembled archive. `header` parts are re-encoded when read
  * (so a layout of 100,000 items holds no header bytes), `blob` parts are read from the
@@ -100,12 +99,29 @@ interface Entry {
 export function archiveLayout(manifest: PackageManifest, manifestJson: Buffer, mtime: number): ArchiveLayout {
   const entries: Entry[] = [];
   for (const item of manifest.items) {
-    if (item.type === "dir") entries.push({ path: item.path, fields: { name: item.path, type: "directory", mode: item.mode, size: 0, mtime } });
-    else if (item.type === "link") entries.push({ path: item.path, fields: { name: item.path, type: "symlink", mode: item.mode, size: 0, mtime, linkname: item.target! } });
-    else entries.push({ path: item.path, fields: { name: item.path, type: "file", mode: item.mode, size: item.size, mtime }, digest: item.digest! });
+    if (item.type === "dir")
+      entries.push({
+        path: item.path,
+        fields: { name: item.path, type: "directory", mode: item.mode, size: 0, mtime },
+      });
+    else if (item.type === "link")
+      entries.push({
+        path: item.path,
+        fields: { name: item.path, type: "symlink", mode: item.mode, size: 0, mtime, linkname: item.target! },
+      });
+    else
+      entries.push({
+        path: item.path,
+        fields: { name: item.path, type: "file", mode: item.mode, size: item.size, mtime },
+        digest: item.digest!,
+      });
   }
   for (const license of manifest.licenses) {
-    entries.push({ path: license.path, fields: { name: license.path, type: "file", mode: 0o644, size: license.size, mtime }, digest: license.digest });
+    entries.push({
+      path: license.path,
+      fields: { name: license.path, type: "file", mode: 0o644, size: license.size, mtime },
+      digest: license.digest,
+    });
   }
   entries.sort((a, b) => compareUtf8(a.path, b.path));
 
@@ -121,10 +137,16 @@ export function archiveLayout(manifest: PackageManifest, manifestJson: Buffer, m
     if (content) push(content);
     push({ kind: "zeros", length: paddingAfter(content?.length ?? 0) });
   };
-  pushEntry({ name: MANIFEST_PATH, type: "file", mode: 0o644, size: manifestJson.length, mtime }, { kind: "bytes", bytes: manifestJson, length: manifestJson.length });
+  pushEntry(
+    { name: MANIFEST_PATH, type: "file", mode: 0o644, size: manifestJson.length, mtime },
+    { kind: "bytes", bytes: manifestJson, length: manifestJson.length },
+  );
   for (const entry of entries) {
     const size = entry.fields.type === "file" ? entry.fields.size : 0;
-    pushEntry(entry.fields, entry.digest !== undefined && size > 0 ? { kind: "blob", digest: entry.digest, length: size } : null);
+    pushEntry(
+      entry.fields,
+      entry.digest !== undefined && size > 0 ? { kind: "blob", digest: entry.digest, length: size } : null,
+    );
   }
   push({ kind: "zeros", length: END_OF_ARCHIVE_BYTES });
   return { size: offset, parts };
@@ -156,7 +178,12 @@ export interface ReadArchiveOptions {
  * store: finding the first part is a binary search, O(log parts); the rest reads only
  * the bytes asked for. Throws MissingContentError when an item's blob is gone.
  */
-export async function* readArchive(store: PackageStore, layout: ArchiveLayout, range?: ByteRange, options: ReadArchiveOptions = {}): AsyncGenerator<Uint8Array> {
+export async function* readArchive(
+  store: PackageStore,
+  layout: ArchiveLayout,
+  range?: ByteRange,
+  options: ReadArchiveOptions = {},
+): AsyncGenerator<Uint8Array> {
   const start = range?.start ?? 0;
   const end = Math.min(range?.end ?? layout.size - 1, layout.size - 1);
   if (start > end) return;
@@ -168,7 +195,8 @@ export async function* readArchive(store: PackageStore, layout: ArchiveLayout, r
     if (part.kind === "header") yield encodeTarHeader(part.fields).subarray(from, to + 1);
     else if (part.kind === "bytes") yield part.bytes.subarray(from, to + 1);
     else if (part.kind === "zeros") {
-      for (let at = from; at <= to; at += ZERO_CHUNK.length) yield ZERO_CHUNK.subarray(0, Math.min(ZERO_CHUNK.length, to + 1 - at));
+      for (let at = from; at <= to; at += ZERO_CHUNK.length)
+        yield ZERO_CHUNK.subarray(0, Math.min(ZERO_CHUNK.length, to + 1 - at));
     } else if (options.borrow && store.openBlob) {
       const reader = await store.openBlob(part.digest);
       if (!reader) throw new MissingContentError(part.digest);
@@ -205,7 +233,12 @@ function firstPartAt(parts: ArchivePart[], offset: number): number {
  * @example
  * const { digest, size } = await commitArchive(store, manifest, mtime); // sha256:… of the tar
  */
-export async function commitArchive(store: PackageStore, manifest: PackageManifest, mtime: number, manifestJson?: Buffer): Promise<BlobInfo> {
+export async function commitArchive(
+  store: PackageStore,
+  manifest: PackageManifest,
+  mtime: number,
+  manifestJson?: Buffer,
+): Promise<BlobInfo> {
   const json = manifestJson ?? Buffer.from(JSON.stringify(manifest), "utf8");
   const layout = archiveLayout(manifest, json, mtime);
   try {
@@ -220,7 +253,11 @@ export async function commitArchive(store: PackageStore, manifest: PackageManife
     return { digest: `sha256:${hash.digest("hex")}`, size };
   } catch (error) {
     if (error instanceof MissingContentError) {
-      throw new RunnerDepotError("COMMIT_INVALID", `Content ${error.digest} of an item is no longer stored; add it again`, { cause: error });
+      throw new RunnerDepotError(
+        "COMMIT_INVALID",
+        `Content ${error.digest} of an item is no longer stored; add it again`,
+        { cause: error },
+      );
     }
     throw error;
   }

@@ -36,7 +36,10 @@ export function parseHttpDigest(header: string | null): string | undefined {
     const match = /^:([A-Za-z0-9+/]+={0,2}):$/.exec(member.slice(eq + 1).trim());
     const bytes = match ? Buffer.from(match[1]!, "base64") : undefined;
     if (!bytes || bytes.length !== 32) {
-      throw new RunnerDepotError("HEADER_INVALID", "Content-Digest: the sha-256 member must be sha-256=:<base64 of 32 bytes>:");
+      throw new RunnerDepotError(
+        "HEADER_INVALID",
+        "Content-Digest: the sha-256 member must be sha-256=:<base64 of 32 bytes>:",
+      );
     }
     const digest = `sha256:${bytes.toString("hex")}`;
     if (found !== undefined && found !== digest) {

@@ -38,9 +38,17 @@ export type BelowLookup = (dir: string) => boolean | Promise<boolean>;
  * const tree = new Map([["a/up", { type: "link", target: "../.." }]]);
  * await resolveLink("passwd", "a/up/etc/passwd", (p) => tree.get(p)); // throws PATH_INVALID
  */
-export async function resolveLink(linkPath: string, target: string, lookup: TreeLookup, below?: BelowLookup): Promise<string> {
+export async function resolveLink(
+  linkPath: string,
+  target: string,
+  lookup: TreeLookup,
+  below?: BelowLookup,
+): Promise<string> {
   const refuse = (why: string): never => {
-    throw new RunnerDepotError("PATH_INVALID", `Link target ${JSON.stringify(target.slice(0, 200))} of ${JSON.stringify(linkPath.slice(0, 200))} ${why}`);
+    throw new RunnerDepotError(
+      "PATH_INVALID",
+      `Link target ${JSON.stringify(target.slice(0, 200))} of ${JSON.stringify(linkPath.slice(0, 200))} ${why}`,
+    );
   };
   // Each link's own target is validated by the lexical rule first (relative, normalised).
   parseLinkTarget(linkPath, target);
@@ -74,13 +82,15 @@ export async function resolveLink(linkPath: string, target: string, lookup: Tree
       if (++hops > MAX_LINK_HOPS) refuse(`follows more than ${MAX_LINK_HOPS} links (a cycle?)`);
       // The link's own target replaces it, relative to the link's directory (unchanged).
       const next = entry.target;
-      if (next.length === 0 || next.startsWith("/")) refuse(`passes through the link ${JSON.stringify(candidate)}, whose target is absolute or empty`);
+      if (next.length === 0 || next.startsWith("/"))
+        refuse(`passes through the link ${JSON.stringify(candidate)}, whose target is absolute or empty`);
       for (const s of next.split("/").reverse()) if (s !== "" && s !== ".") pending.push(s);
       continue;
     }
     dir.push(segment);
   }
-  if (dir.length > 0 && dir[0]!.toLowerCase() === RESERVED_PREFIX) refuse(`points into the reserved '${RESERVED_PREFIX}/' directory through its links`);
+  if (dir.length > 0 && dir[0]!.toLowerCase() === RESERVED_PREFIX)
+    refuse(`points into the reserved '${RESERVED_PREFIX}/' directory through its links`);
   return dir.join("/");
 }
 

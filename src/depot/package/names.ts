@@ -48,7 +48,10 @@ export function isPackageName(raw: string): boolean {
  */
 export function parseVersion(raw: string): string {
   if (raw.length > MAX_VERSION_LENGTH || !SEMVER_RE.test(raw)) {
-    throw new RunnerDepotError("VERSION_INVALID", `Invalid version ${JSON.stringify(raw.slice(0, 80))}: expected SemVer 2.0.0 such as 1.2.3 or 1.2.3-rc.1`);
+    throw new RunnerDepotError(
+      "VERSION_INVALID",
+      `Invalid version ${JSON.stringify(raw.slice(0, 80))}: expected SemVer 2.0.0 such as 1.2.3 or 1.2.3-rc.1`,
+    );
   }
   const parsed = semver.parse(raw);
   if (!parsed) throw new RunnerDepotError("VERSION_INVALID", `Invalid version ${JSON.stringify(raw)}`);
@@ -59,7 +62,11 @@ export function parseVersion(raw: string): string {
 export function parseRange(raw: string): string {
   const range = raw.trim() === "" ? "*" : raw.trim();
   // semver takes a tab or a line break as a separator; a stored range holds none (C0, DEL, C1).
-  if (range.length > MAX_RANGE_LENGTH || /[\u0000-\u001f\u007f-\u009f]/.test(range) || semver.validRange(range) === null) {
+  if (
+    range.length > MAX_RANGE_LENGTH ||
+    /[\u0000-\u001f\u007f-\u009f]/.test(range) ||
+    semver.validRange(range) === null
+  ) {
     throw new RunnerDepotError("RANGE_INVALID", `Invalid version range ${JSON.stringify(range.slice(0, 80))}`);
   }
   return range;

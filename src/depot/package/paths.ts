@@ -31,7 +31,8 @@ function checkSegments(what: string, raw: string, allowDotDot: boolean): string[
     if (segment === "") invalid(what, raw, "has an empty segment");
     if (segment === ".") invalid(what, raw, "has a '.' segment (paths must be normalised)");
     if (segment === ".." && !allowDotDot) invalid(what, raw, "has a '..' segment");
-    if (Buffer.byteLength(segment) > MAX_SEGMENT_BYTES) invalid(what, raw, `has a segment longer than ${MAX_SEGMENT_BYTES} bytes`);
+    if (Buffer.byteLength(segment) > MAX_SEGMENT_BYTES)
+      invalid(what, raw, `has a segment longer than ${MAX_SEGMENT_BYTES} bytes`);
   }
   return segments;
 }
@@ -45,7 +46,8 @@ function checkSegments(what: string, raw: string, allowDotDot: boolean): string[
 export function parseItemPath(raw: string, what = "Path"): string {
   const path = raw.normalize("NFC");
   const segments = checkSegments(what, path, false);
-  if (segments[0]!.toLowerCase() === RESERVED_PREFIX) invalid(what, path, `uses the reserved '${RESERVED_PREFIX}/' prefix`);
+  if (segments[0]!.toLowerCase() === RESERVED_PREFIX)
+    invalid(what, path, `uses the reserved '${RESERVED_PREFIX}/' prefix`);
   return path;
 }
 

@@ -52,7 +52,12 @@ export function encodeTarHeader(fields: TarHeaderFields): Buffer {
   const plain = encodeBlock({ ...fields, mode, size, type: fields.type });
   if (plain) return plain;
   const pax = encodePaxRecords(fields.name, fields.linkname);
-  const paxFields = { name: "PaxHeader", mode, mtime: fields.mtime, linkname: fields.linkname ? "PaxHeader" : undefined };
+  const paxFields = {
+    name: "PaxHeader",
+    mode,
+    mtime: fields.mtime,
+    linkname: fields.linkname ? "PaxHeader" : undefined,
+  };
   const first = encodeBlock({ ...paxFields, size: pax.length, type: "pax-header" })!;
   const last = encodeBlock({ ...paxFields, size, type: fields.type })!;
   return Buffer.concat([first, pax, Buffer.alloc(paddingAfter(pax.length)), last]);

@@ -33,13 +33,19 @@ export interface RouterAccess {
  * const access = createRouterAccess({ store, log, base: "/depot", authorize: bearerTokens({ [token]: ["*"] }) });
  * const principal = await access.principalOf(request, "publish", "toolchain");
  */
-export function createRouterAccess(settings: { store: PackageStore; log: Logger; base: string; authorize: Authorize | undefined }): RouterAccess {
+export function createRouterAccess(settings: {
+  store: PackageStore;
+  log: Logger;
+  base: string;
+  authorize: Authorize | undefined;
+}): RouterAccess {
   const { store, log, base, authorize } = settings;
 
   async function authorized(request: Request, action: DepotAction, name?: string): Promise<string> {
     if (!authorize) return "anonymous";
     const verdict = await authorize(request, { action, name });
-    if (verdict === false) throw new RunnerDepotError("PERMISSION_DENIED", `Not allowed to ${action}${name ? ` ${name}` : ""}`);
+    if (verdict === false)
+      throw new RunnerDepotError("PERMISSION_DENIED", `Not allowed to ${action}${name ? ` ${name}` : ""}`);
     return typeof verdict === "string" ? verdict : "anonymous";
   }
 
@@ -53,7 +59,10 @@ export function createRouterAccess(settings: { store: PackageStore; log: Logger;
       return await authorized(request, action, name);
     } catch (error) {
       if (error instanceof RunnerDepotError && (error.status === 401 || error.status === 403)) {
-        log.warn({ action, name, code: error.code, method: request.method, route: routeOf(request as IRequest, base) }, "auth refused");
+        log.warn(
+          { action, name, code: error.code, method: request.method, route: routeOf(request as IRequest, base) },
+          "auth refused",
+        );
       }
       throw error;
     }
@@ -87,12 +96,16 @@ export function createRouterAccess(settings: { store: PackageStore; log: Logger;
   }
 
   /** Published versions of one package: its record read once, then each version's. */
-  async function publishedVersions(name: string, versions: ReadonlyArray<string | undefined>): Promise<VersionRecord[]> {
+  async function publishedVersions(
+    name: string,
+    versions: ReadonlyArray<string | undefined>,
+  ): Promise<VersionRecord[]> {
     const listed = await visiblePackage(name);
     return Promise.all(
       versions.map(async (version) => {
         const wanted = version ?? listed.latest;
-        if (!listed.versions.includes(wanted)) throw new RunnerDepotError("VERSION_NOT_FOUND", `No version ${wanted} of ${name}`);
+        if (!listed.versions.includes(wanted))
+          throw new RunnerDepotError("VERSION_NOT_FOUND", `No version ${wanted} of ${name}`);
         const record = await store.getRecord<VersionRecord>(keys.version(name, wanted));
         if (!record) throw new RunnerDepotError("VERSION_NOT_FOUND", `No version ${wanted} of ${name}`);
         return record.value;

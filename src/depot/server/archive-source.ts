@@ -4,7 +4,13 @@
  * download or Range costs O(log parts) to position instead of O(items) to lay out.
  */
 import { RunnerDepotError } from "../../errors.js";
-import { archiveLayout, commitArchive, readArchive, type ArchiveLayout, type PackageManifest } from "../package/archive.js";
+import {
+  archiveLayout,
+  commitArchive,
+  readArchive,
+  type ArchiveLayout,
+  type PackageManifest,
+} from "../package/archive.js";
 import type { ByteSource } from "./blob-response.js";
 import { deltaManifest } from "../package/delta.js";
 import type { PackageStore } from "../ports.js";
@@ -28,7 +34,10 @@ export interface ArchiveSources {
 }
 
 /** Reads a stored manifest: its exact bytes (the archive's first entry) and its value. */
-export async function readManifest(store: PackageStore, digest: string): Promise<{ json: Buffer; manifest: PackageManifest }> {
+export async function readManifest(
+  store: PackageStore,
+  digest: string,
+): Promise<{ json: Buffer; manifest: PackageManifest }> {
   const body = await store.getBlob(digest);
   if (!body) throw new RunnerDepotError("INTERNAL", `Manifest blob ${digest} is missing`);
   const chunks: Buffer[] = [];
@@ -66,7 +75,10 @@ export function createArchiveSources(store: PackageStore, settings: ArchiveSourc
     return cache.put(key, archiveLayout(manifest, json, version.mtime));
   }
 
-  async function deltaLayout(from: VersionRecord, to: VersionRecord): Promise<{ layout: ArchiveLayout; manifest: PackageManifest; json: Buffer }> {
+  async function deltaLayout(
+    from: VersionRecord,
+    to: VersionRecord,
+  ): Promise<{ layout: ArchiveLayout; manifest: PackageManifest; json: Buffer }> {
     const [a, b] = await Promise.all([readManifest(store, from.manifest), readManifest(store, to.manifest)]);
     const manifest = deltaManifest(a.manifest, b.manifest);
     const json = Buffer.from(JSON.stringify(manifest), "utf8");
@@ -90,7 +102,8 @@ export function createArchiveSources(store: PackageStore, settings: ArchiveSourc
         const info = await commitArchive(store, manifest, to.mtime, json);
         const record: DeltaRecord = { digest: info.digest, size: info.size, builtAt: settings.now().toISOString() };
         // Deterministic bytes: a concurrent builder elsewhere found the same digest; keep theirs.
-        if ((await store.putRecord(key, record, { ifRevision: null })) === null) return (await store.getRecord<DeltaRecord>(key))?.value ?? record;
+        if ((await store.putRecord(key, record, { ifRevision: null })) === null)
+          return (await store.getRecord<DeltaRecord>(key))?.value ?? record;
         return record;
       })().finally(() => deltaBuilds.delete(key));
       deltaBuilds.set(key, building);
@@ -106,7 +119,11 @@ export function createArchiveSources(store: PackageStore, settings: ArchiveSourc
       const record = await deltaRecord(from, to);
       const key = deltaKey(from, to);
       const layout = cache.get(key) ?? cache.put(key, (await deltaLayout(from, to)).layout);
-      if (layout.size !== record.size) throw new RunnerDepotError("INTERNAL", `Delta ${from.name} ${from.version}→${to.version} lays out to ${layout.size} bytes, its record says ${record.size}`);
+      if (layout.size !== record.size)
+        throw new RunnerDepotError(
+          "INTERNAL",
+          `Delta ${from.name} ${from.version}→${to.version} lays out to ${layout.size} bytes, its record says ${record.size}`,
+        );
       return source(record.digest, layout, `${from.name}-${from.version}-to-${to.version}.tar`);
     },
   };

@@ -83,7 +83,9 @@ export function bearerTokens(tokens: Record<string, TokenScopes>, options: Beare
     const header = request.headers.get("authorization");
     if (header === null) {
       if (options.publicRead && action === "read") return "anonymous";
-      throw new RunnerDepotError("UNAUTHENTICATED", "This depot needs a bearer token", { details: { wwwAuthenticate: `Bearer realm="${realm}"` } });
+      throw new RunnerDepotError("UNAUTHENTICATED", "This depot needs a bearer token", {
+        details: { wwwAuthenticate: `Bearer realm="${realm}"` },
+      });
     }
     const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
     const grant = match ? grants.get(hashToken(match[1]!)) : undefined;
@@ -98,7 +100,10 @@ export function bearerTokens(tokens: Record<string, TokenScopes>, options: Beare
     const publicRead = options.publicRead === true && action === "read";
     const allowed = publicRead || (name === undefined ? patterns.length > 0 : patterns.some((p) => p.test(name)));
     if (!allowed) {
-      throw new RunnerDepotError("PERMISSION_DENIED", `This token may not ${action} ${name === undefined ? "here" : JSON.stringify(name)}`);
+      throw new RunnerDepotError(
+        "PERMISSION_DENIED",
+        `This token may not ${action} ${name === undefined ? "here" : JSON.stringify(name)}`,
+      );
     }
     return grant.principal;
   };

@@ -68,14 +68,24 @@ export async function serveBytes(request: Request, source: ByteSource, filename:
   };
   if (matchesEtag(request.headers.get("if-none-match"), etag)) return new Response(null, { status: 304, headers });
   const url = (await source.signedUrl?.()) ?? null;
-  if (url) return new Response(null, { status: 302, headers: { ...headers, Location: url, "Cache-Control": "no-store" } });
+  if (url)
+    return new Response(null, { status: 302, headers: { ...headers, Location: url, "Cache-Control": "no-store" } });
   const ifRange = request.headers.get("if-range");
-  const range = ifRange !== null && ifRange.trim() !== etag ? ({ kind: "full" } as RangeAnswer) : parseRangeHeader(request.headers.get("range"), size);
+  const range =
+    ifRange !== null && ifRange.trim() !== etag
+      ? ({ kind: "full" } as RangeAnswer)
+      : parseRangeHeader(request.headers.get("range"), size);
   if (range.kind === "unsatisfiable") {
     const problem = new RunnerDepotError("RANGE_NOT_SATISFIABLE", `The archive has ${size} bytes`).toProblem();
     return new Response(JSON.stringify(problem), {
       status: 416,
-      headers: { "Content-Type": "application/problem+json", "Content-Range": `bytes */${size}`, "Repr-Digest": reprDigest, ETag: etag, "Accept-Ranges": "bytes" },
+      headers: {
+        "Content-Type": "application/problem+json",
+        "Content-Range": `bytes */${size}`,
+        "Repr-Digest": reprDigest,
+        ETag: etag,
+        "Accept-Ranges": "bytes",
+      },
     });
   }
   headers["Content-Type"] = "application/x-tar";
@@ -102,4 +112,3 @@ export async function serveBytes(request: Request, source: ByteSource, filename:
     () => source.read(bytes, { borrow: true }),
   );
 }
-

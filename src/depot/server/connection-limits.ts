@@ -54,13 +54,21 @@ export function applyConnectionLimits(server: Server, limits: ConnectionLimits =
   server.headersTimeout = headersTimeoutMs;
   server.keepAliveTimeout = keepAliveTimeoutMs;
   // Node checks header deadlines on this interval; keep it well under the deadline.
-  (server as Server & { connectionsCheckingInterval?: number }).connectionsCheckingInterval = Math.min(30_000, Math.max(50, headersTimeoutMs / 4));
+  (server as Server & { connectionsCheckingInterval?: number }).connectionsCheckingInterval = Math.min(
+    30_000,
+    Math.max(50, headersTimeoutMs / 4),
+  );
   let open = 0;
   // Runs before Node's own connection listener, so a refused socket is never parsed.
   server.prependListener("connection", (socket: Socket) => {
     if (open >= maxConnections) {
       refused.add(socket);
-      const body = JSON.stringify(new RunnerDepotError("TOO_MANY_CONNECTIONS", `The server holds ${maxConnections} connections; retry shortly`).toProblem());
+      const body = JSON.stringify(
+        new RunnerDepotError(
+          "TOO_MANY_CONNECTIONS",
+          `The server holds ${maxConnections} connections; retry shortly`,
+        ).toProblem(),
+      );
       socket.on("error", () => undefined);
       socket.end(
         `HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
@@ -82,9 +90,14 @@ export function applyConnectionLimits(server: Server, limits: ConnectionLimits =
     if (server.listenerCount("connect") > 1) return;
     if (refused.has(socket)) return socket.destroy();
     socket.on("error", () => undefined);
-    const failure = new RunnerDepotError("METHOD_NOT_ALLOWED", `CONNECT ${(req.url ?? "").slice(0, 100)} is not served here`);
+    const failure = new RunnerDepotError(
+      "METHOD_NOT_ALLOWED",
+      `CONNECT ${(req.url ?? "").slice(0, 100)} is not served here`,
+    );
     const body = JSON.stringify(failure.toProblem());
-    socket.end(`HTTP/1.1 405 Method Not Allowed\r\nAllow: \r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+    socket.end(
+      `HTTP/1.1 405 Method Not Allowed\r\nAllow: \r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    );
   });
   server.on("clientError", (error: NodeJS.ErrnoException, socket) => {
     if (!socket.writable || refused.has(socket as Socket)) return socket.destroy();
@@ -94,11 +107,24 @@ export function applyConnectionLimits(server: Server, limits: ConnectionLimits =
     if (error.code === "ERR_HTTP_REQUEST_TIMEOUT" && (socket as Socket).bytesWritten > 0) return socket.destroy();
     const [status, text, failure] =
       error.code === "HPE_HEADER_OVERFLOW"
-        ? [431, "Request Header Fields Too Large", new RunnerDepotError("HEADERS_TOO_LARGE", "Request headers are too large")]
+        ? [
+            431,
+            "Request Header Fields Too Large",
+            new RunnerDepotError("HEADERS_TOO_LARGE", "Request headers are too large"),
+          ]
         : error.code === "ERR_HTTP_REQUEST_TIMEOUT"
-          ? [408, "Request Timeout", new RunnerDepotError("REQUEST_TIMEOUT", `The request headers did not arrive within ${headersTimeoutMs} ms`)]
+          ? [
+              408,
+              "Request Timeout",
+              new RunnerDepotError(
+                "REQUEST_TIMEOUT",
+                `The request headers did not arrive within ${headersTimeoutMs} ms`,
+              ),
+            ]
           : [400, "Bad Request", new RunnerDepotError("BAD_REQUEST", "Malformed HTTP request")];
     const body = JSON.stringify(failure.toProblem());
-    socket.end(`HTTP/1.1 ${status} ${text}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+    socket.end(
+      `HTTP/1.1 ${status} ${text}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    );
   });
 }

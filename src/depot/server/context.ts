@@ -37,7 +37,11 @@ export interface RouterContext extends RouterAccess {
 }
 
 /** Registers a GET handler and the same handler for HEAD (RFC 9110: HEAD wherever GET works). */
-export function getAndHead(router: RouterType<IRequest, []>, path: string, handler: (request: IRequest) => Promise<Response>): void {
+export function getAndHead(
+  router: RouterType<IRequest, []>,
+  path: string,
+  handler: (request: IRequest) => Promise<Response>,
+): void {
   router.get(path, handler);
   router.head(path, handler);
 }

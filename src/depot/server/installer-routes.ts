@@ -19,20 +19,28 @@ import { getAndHead, type RouterContext } from "./context.js";
 
 /** Registers the installer routes (GET and HEAD each) on `context.router`. */
 export function registerInstallerRoutes(context: RouterContext): void {
-  const { router, store, base, telemetry, archives, principalOf, visiblePackage, publishedVersion, publishedVersions } = context;
+  const { router, store, base, telemetry, archives, principalOf, visiblePackage, publishedVersion, publishedVersions } =
+    context;
 
   const catalogHandler = async (request: IRequest) => {
     await principalOf(request, "read");
     const query = parseCatalogQuery(new URL(request.url).searchParams);
     const { storeId } = await context.storeFormat();
     // The ETag is the sequence head, held in memory (depot/catalog/head.ts): a 304 reads nothing.
-    const head = await catalogHead(store, context.now, catalogFloor(query, request.headers.get("if-none-match"), storeId));
+    const head = await catalogHead(
+      store,
+      context.now,
+      catalogFloor(query, request.headers.get("if-none-match"), storeId),
+    );
     const etag = catalogEtag(storeId, head);
     const headers: Record<string, string> = { ETag: etag, "Cache-Control": "no-cache" };
     if (matchesEtag(request.headers.get("if-none-match"), etag)) return new Response(null, { status: 304, headers });
     const answer = await answerCatalog(store, query, head);
     if (answer.next) headers.Link = `<${base}/catalog?${answer.next}>; rel="next"`;
-    return new Response(JSON.stringify(answer.body), { status: 200, headers: { ...headers, "Content-Type": "application/json" } });
+    return new Response(JSON.stringify(answer.body), {
+      status: 200,
+      headers: { ...headers, "Content-Type": "application/json" },
+    });
   };
   getAndHead(router, "/catalog", catalogHandler);
 
@@ -41,11 +49,19 @@ export function registerInstallerRoutes(context: RouterContext): void {
     await principalOf(request, "read", ref.name);
     const listed = await visiblePackage(ref.name);
     const wanted = ref.version ? [ref.version] : listed.versions;
-    if (ref.version && !listed.versions.includes(ref.version)) throw new RunnerDepotError("VERSION_NOT_FOUND", `No version ${ref.version} of ${ref.name}`);
+    if (ref.version && !listed.versions.includes(ref.version))
+      throw new RunnerDepotError("VERSION_NOT_FOUND", `No version ${ref.version} of ${ref.name}`);
     const records = await Promise.all(wanted.map((v) => store.getRecord<VersionRecord>(keys.version(ref.name, v))));
     const versions = records
       .filter((r) => r !== null)
-      .map(({ value: v }) => ({ version: v.version, publishedAt: v.publishedAt, digest: v.digest, size: v.size, itemCount: v.itemCount, attributes: v.attributes }));
+      .map(({ value: v }) => ({
+        version: v.version,
+        publishedAt: v.publishedAt,
+        digest: v.digest,
+        size: v.size,
+        itemCount: v.itemCount,
+        attributes: v.attributes,
+      }));
     return json(200, { name: ref.name, latest: listed.latest, versions });
   });
 
@@ -72,8 +88,12 @@ export function registerInstallerRoutes(context: RouterContext): void {
     await principalOf(request, "read", name);
     const from = parseVersion(decodeSegment(request.params.from!));
     const listed = await visiblePackage(name);
-    if (!listed.versions.includes(from)) throw new RunnerDepotError("VERSION_NOT_FOUND", `No version ${from} of ${name}`);
-    return new Response(null, { status: 307, headers: { Location: `${base}/data/${name}/${from}/${listed.latest}`, "Cache-Control": "no-cache" } });
+    if (!listed.versions.includes(from))
+      throw new RunnerDepotError("VERSION_NOT_FOUND", `No version ${from} of ${name}`);
+    return new Response(null, {
+      status: 307,
+      headers: { Location: `${base}/data/${name}/${from}/${listed.latest}`, "Cache-Control": "no-cache" },
+    });
   };
   getAndHead(router, "/data/:pkg/:from", deltaRedirect);
 
@@ -84,7 +104,8 @@ export function registerInstallerRoutes(context: RouterContext): void {
       const fromVersion = parseVersion(decodeSegment(request.params.from!));
       const toVersion = parseVersion(decodeSegment(request.params.to!));
       const [from, to] = (await publishedVersions(name, [fromVersion, toVersion])) as [VersionRecord, VersionRecord];
-      if (span.isRecording()) span.setAttributes({ "depot.package": name, "depot.version": to.version, "depot.from_version": from.version });
+      if (span.isRecording())
+        span.setAttributes({ "depot.package": name, "depot.version": to.version, "depot.from_version": from.version });
       return { source: await archives.delta(from, to), filename: `${name}-${from.version}-to-${to.version}.tar` };
     });
 
@@ -93,16 +114,26 @@ export function registerInstallerRoutes(context: RouterContext): void {
    * context) that ends when the body has been read to its end or cut, or at once when
    * the answer has no body (HEAD, 304, a redirect, 416). Bytes sent count once per body.
    */
-  async function download(request: IRequest, load: (span: Span) => Promise<{ source: ByteSource; filename: string }>): Promise<Response> {
+  async function download(
+    request: IRequest,
+    load: (span: Span) => Promise<{ source: ByteSource; filename: string }>,
+  ): Promise<Response> {
     const route = routeOf(request, base);
-    const span = telemetry.startSpan("depot.download", traceContextOf(request.headers), { "http.route": route, "http.request.method": request.method });
+    const span = telemetry.startSpan("depot.download", traceContextOf(request.headers), {
+      "http.route": route,
+      "http.request.method": request.method,
+    });
     try {
       const { source, filename } = await load(span);
-      const response = await serveBytes(request, countedSource(source, (bytes) => {
-        telemetry.bytesSent(bytes);
-        span.setAttribute("depot.bytes_sent", bytes);
-        span.end();
-      }), filename);
+      const response = await serveBytes(
+        request,
+        countedSource(source, (bytes) => {
+          telemetry.bytesSent(bytes);
+          span.setAttribute("depot.bytes_sent", bytes);
+          span.end();
+        }),
+        filename,
+      );
       span.setAttribute("http.response.status_code", response.status);
       if (response.body === null || (response.status !== 200 && response.status !== 206)) span.end();
       return response;
@@ -119,7 +150,10 @@ function countedSource(source: ByteSource, done: (bytes: number) => void): ByteS
   let reported = false;
   // `options` passes through: a Node host asks for borrowed chunks (depot/store/blob-chunks.ts), and
   // dropping it would put every download back on the allocating read stream.
-  async function* read(range?: Parameters<ByteSource["read"]>[0], options?: Parameters<ByteSource["read"]>[1]): AsyncGenerator<Uint8Array> {
+  async function* read(
+    range?: Parameters<ByteSource["read"]>[0],
+    options?: Parameters<ByteSource["read"]>[1],
+  ): AsyncGenerator<Uint8Array> {
     let bytes = 0;
     try {
       for await (const chunk of source.read(range, options)) {
@@ -141,6 +175,7 @@ function countedSource(source: ByteSource, done: (bytes: number) => void): ByteS
 /** The package segment of a delta path: a plain name, no `@version`. */
 function parsePlainName(segment: string): string {
   const decoded = decodeSegment(segment);
-  if (decoded.includes("@")) throw new RunnerDepotError("BAD_REQUEST", "Delta paths take a plain package name: /data/<name>/<from>[/<to>]");
+  if (decoded.includes("@"))
+    throw new RunnerDepotError("BAD_REQUEST", "Delta paths take a plain package name: /data/<name>/<from>[/<to>]");
   return parsePackageName(decoded);
 }

@@ -53,9 +53,15 @@ export function createNodeHandler(router: NodeFetchHandler, options: NodeHandler
     const body = hasBody(req) ? guardBody(req, bodyIdleMs) : undefined;
     let response: Response;
     try {
-      response = FETCH_FORBIDDEN_METHODS.has((req.method ?? "").toUpperCase()) ? await refuseMethod(router, req) : await router.fetch(toRequest(req, body, res));
+      response = FETCH_FORBIDDEN_METHODS.has((req.method ?? "").toUpperCase())
+        ? await refuseMethod(router, req)
+        : await router.fetch(toRequest(req, body, res));
     } catch (error) {
-      response = problem(error instanceof RunnerDepotError ? error : new RunnerDepotError("INTERNAL", "internal error", { cause: error }));
+      response = problem(
+        error instanceof RunnerDepotError
+          ? error
+          : new RunnerDepotError("INTERNAL", "internal error", { cause: error }),
+      );
       if (!(error instanceof RunnerDepotError)) onError(error);
     } finally {
       body?.stop();
@@ -89,14 +95,28 @@ async function refuseMethod(router: NodeFetchHandler, req: IncomingMessage): Pro
   if (probe.status !== 405) return probe;
   await probe.body?.cancel();
   const allow = probe.headers.get("allow") ?? "";
-  const response = problem(new RunnerDepotError("METHOD_NOT_ALLOWED", `${(req.method ?? "").slice(0, 20)} is not allowed here; allowed: ${allow}`, { details: { allow } }));
+  const response = problem(
+    new RunnerDepotError(
+      "METHOD_NOT_ALLOWED",
+      `${(req.method ?? "").slice(0, 20)} is not allowed here; allowed: ${allow}`,
+      { details: { allow } },
+    ),
+  );
   response.headers.set("Allow", allow);
   return response;
 }
 
 /** The parts of a request toRequest reads. */
-function pick(req: IncomingMessage): Pick<IncomingMessage, "url" | "headers" | "rawHeaders" | "method"> & { originalUrl?: string } {
-  return { url: req.url, headers: req.headers, rawHeaders: req.rawHeaders, method: req.method, originalUrl: (req as IncomingMessage & { originalUrl?: string }).originalUrl };
+function pick(
+  req: IncomingMessage,
+): Pick<IncomingMessage, "url" | "headers" | "rawHeaders" | "method"> & { originalUrl?: string } {
+  return {
+    url: req.url,
+    headers: req.headers,
+    rawHeaders: req.rawHeaders,
+    method: req.method,
+    originalUrl: (req as IncomingMessage & { originalUrl?: string }).originalUrl,
+  };
 }
 
 /** The origin requests are resolved against when the Host header is not a usable authority. */
@@ -109,7 +129,10 @@ const FALLBACK_ORIGIN = "http://localhost";
  * live sequencing claim, packages.ts) poll whether the client is still there.
  */
 function toRequest(req: IncomingMessage, body: GuardedBody | undefined, res?: ServerResponse): Request {
-  const url = requestUrl((req as IncomingMessage & { originalUrl?: string }).originalUrl ?? req.url ?? "/", req.headers.host);
+  const url = requestUrl(
+    (req as IncomingMessage & { originalUrl?: string }).originalUrl ?? req.url ?? "/",
+    req.headers.host,
+  );
   const headers = new Headers();
   const raw = req.rawHeaders;
   for (let i = 0; i + 1 < raw.length; i += 2) {
@@ -207,7 +230,12 @@ function guardBody(req: IncomingMessage, idleMs: number): GuardedBody {
   return { chunks: chunks(), stop };
 }
 
-async function writeResponse(req: IncomingMessage, res: ServerResponse, response: Response, sendIdleMs: number): Promise<void> {
+async function writeResponse(
+  req: IncomingMessage,
+  res: ServerResponse,
+  response: Response,
+  sendIdleMs: number,
+): Promise<void> {
   const headers: Record<string, string | string[]> = {};
   response.headers.forEach((value, name) => {
     if (name !== "set-cookie") headers[name] = value;
@@ -244,7 +272,13 @@ async function writeResponse(req: IncomingMessage, res: ServerResponse, response
 function written(res: ServerResponse, chunk: Uint8Array, idleMs: number): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     let settled = false;
-    const timer = idleMs > 0 ? setTimeout(() => done(new RunnerDepotError("REQUEST_TIMEOUT", "The client stopped reading the response")), idleMs) : undefined;
+    const timer =
+      idleMs > 0
+        ? setTimeout(
+            () => done(new RunnerDepotError("REQUEST_TIMEOUT", "The client stopped reading the response")),
+            idleMs,
+          )
+        : undefined;
     const onClose = () => done(Object.assign(new Error("client went away"), { code: "ECONNRESET" }));
     function done(error?: Error | null): void {
       if (settled) return;
@@ -265,7 +299,13 @@ function written(res: ServerResponse, chunk: Uint8Array, idleMs: number): Promis
 /** Waits for `drain`; a client that reads nothing for `idleMs` (or leaves) ends the response. */
 function drained(res: ServerResponse, idleMs: number): Promise<void> {
   return new Promise<void>((resolve, reject) => {
-    const timer = idleMs > 0 ? setTimeout(() => done(new RunnerDepotError("REQUEST_TIMEOUT", "The client stopped reading the response")), idleMs) : undefined;
+    const timer =
+      idleMs > 0
+        ? setTimeout(
+            () => done(new RunnerDepotError("REQUEST_TIMEOUT", "The client stopped reading the response")),
+            idleMs,
+          )
+        : undefined;
     const onDrain = () => done();
     const onClose = () => done(Object.assign(new Error("client went away"), { code: "ECONNRESET" }));
     function done(error?: Error): void {
@@ -280,13 +320,21 @@ function drained(res: ServerResponse, idleMs: number): Promise<void> {
   });
 }
 
-
 function problem(error: RunnerDepotError): Response {
   const { wwwAuthenticate: _w, allow: _a, ...body } = error.toProblem() as Record<string, unknown>;
-  return new Response(JSON.stringify(body), { status: error.status, headers: { "Content-Type": "application/problem+json", "Cache-Control": "no-store" } });
+  return new Response(JSON.stringify(body), {
+    status: error.status,
+    headers: { "Content-Type": "application/problem+json", "Cache-Control": "no-store" },
+  });
 }
 
 function isDisconnect(error: unknown): boolean {
   const code = (error as { code?: unknown } | null)?.code;
-  return code === "ECONNRESET" || code === "EPIPE" || code === "ERR_STREAM_DESTROYED" || code === "ERR_STREAM_PREMATURE_CLOSE" || code === "REQUEST_TIMEOUT";
+  return (
+    code === "ECONNRESET" ||
+    code === "EPIPE" ||
+    code === "ERR_STREAM_DESTROYED" ||
+    code === "ERR_STREAM_PREMATURE_CLOSE" ||
+    code === "REQUEST_TIMEOUT"
+  );
 }

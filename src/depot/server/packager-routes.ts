@@ -24,16 +24,34 @@ import { uploadBody } from "../transactions/upload-body.js";
 
 /** Registers the packager routes on `context.router`. */
 export function registerPackagerRoutes(context: RouterContext): void {
-  const { router, store, base, now, telemetry, log, transactions, additions, commits, linkTo, principalOf, referenceAccess } = context;
+  const {
+    router,
+    store,
+    base,
+    now,
+    telemetry,
+    log,
+    transactions,
+    additions,
+    commits,
+    linkTo,
+    principalOf,
+    referenceAccess,
+  } = context;
 
   router.post("/trans/:pkg", async (request) => {
     const ref = parsePackageRef(request.params.pkg!);
-    if (ref.version === undefined) throw new RunnerDepotError("VERSION_INVALID", "POST /trans/<name>@<version> needs the version");
+    if (ref.version === undefined)
+      throw new RunnerDepotError("VERSION_INVALID", "POST /trans/<name>@<version> needs the version");
     const principal = await principalOf(request, "publish", ref.name);
     const trans = await transactions.open(ref.name, ref.version, principal);
     telemetry.transactionDelta(1);
     log.info({ transaction: trans.id, name: trans.name, version: trans.version }, "transaction opened");
-    return json(201, { transaction: trans.id, expiresAt: transactions.expiresAt(trans).toISOString() }, { Location: `${base}/summary/${trans.id}` });
+    return json(
+      201,
+      { transaction: trans.id, expiresAt: transactions.expiresAt(trans).toISOString() },
+      { Location: `${base}/summary/${trans.id}` },
+    );
   });
 
   /** Loads a transaction on behalf of the request's principal. */
@@ -46,7 +64,8 @@ export function registerPackagerRoutes(context: RouterContext): void {
     let trans = await transactions.read(id);
     const principal = await principalOf(request, "publish", transactions.isGone(trans) ? undefined : trans.name);
     // A commit whose process died is settled now, not after its lease (depot/transactions/recovery.ts).
-    if (trans.state === "committing" && trans.principal === principal) trans = (await recoverCommit(store, transactions, trans.id, now)) ?? trans;
+    if (trans.state === "committing" && trans.principal === principal)
+      trans = (await recoverCommit(store, transactions, trans.id, now)) ?? trans;
     const active = trans.state === "open" || trans.state === "committing";
     try {
       return await transactions.check(trans, principal, allowCommitted);
@@ -74,7 +93,10 @@ export function registerPackagerRoutes(context: RouterContext): void {
   router.post("/add/:id/:type", async (request) => {
     const type = request.params.type!;
     if (!["file", "dir", "link", "license", "set"].includes(type)) {
-      throw new RunnerDepotError("TYPE_INVALID", `Unknown item type ${JSON.stringify(type.slice(0, 40))}: file, dir, link, license or set`);
+      throw new RunnerDepotError(
+        "TYPE_INVALID",
+        `Unknown item type ${JSON.stringify(type.slice(0, 40))}: file, dir, link, license or set`,
+      );
     }
     const trans = await transactionFor(request);
     const headers = request.headers;
@@ -84,7 +106,14 @@ export function registerPackagerRoutes(context: RouterContext): void {
         const path = parseItemPath(single(headers, "pkg-path", true));
         const mode = parseMode(headers.get("pkg-mode"), 0o644);
         const digest = parseHttpDigest(headers.get("content-digest"));
-        result = await additions.addFile(trans, path, mode, await uploadBody(request, countIn(request)), digest, referenceAccess(request));
+        result = await additions.addFile(
+          trans,
+          path,
+          mode,
+          await uploadBody(request, countIn(request)),
+          digest,
+          referenceAccess(request),
+        );
         break;
       }
       case "dir": {
@@ -102,10 +131,19 @@ export function registerPackagerRoutes(context: RouterContext): void {
       case "license": {
         const license = single(headers, "pkg-license", false);
         if (!isLicenseName(license)) {
-          throw new RunnerDepotError("HEADER_INVALID", `Pkg-License ${JSON.stringify(license.slice(0, 80))} is not a licence name (letters, digits, '.', '+', '-')`);
+          throw new RunnerDepotError(
+            "HEADER_INVALID",
+            `Pkg-License ${JSON.stringify(license.slice(0, 80))} is not a licence name (letters, digits, '.', '+', '-')`,
+          );
         }
         const digest = parseHttpDigest(headers.get("content-digest"));
-        result = await additions.addLicense(trans, license, await uploadBody(request, countIn(request)), digest, referenceAccess(request));
+        result = await additions.addLicense(
+          trans,
+          license,
+          await uploadBody(request, countIn(request)),
+          digest,
+          referenceAccess(request),
+        );
         break;
       }
       default: {
@@ -185,11 +223,18 @@ export function registerPackagerRoutes(context: RouterContext): void {
       const { result, first } = await commits.commit(trans, { clientGone: () => clientGone(request) });
       outcome = first ? "published" : "repeated";
       if (first) telemetry.transactionDelta(-1);
-      log.info({ transaction: id, name: result.name, version: result.version, digest: result.digest }, first ? "version published" : "commit repeated");
+      log.info(
+        { transaction: id, name: result.name, version: result.version, digest: result.digest },
+        first ? "version published" : "commit repeated",
+      );
       span.setAttribute("depot.digest", result.digest);
       span.end();
       const url = linkTo(result.location);
-      return json(first ? 201 : 200, { url, name: result.name, version: result.version, digest: result.digest }, { Location: `${base}${result.location}` });
+      return json(
+        first ? 201 : 200,
+        { url, name: result.name, version: result.version, digest: result.digest },
+        { Location: `${base}${result.location}` },
+      );
     } catch (error) {
       if (error instanceof RunnerDepotError && error.status < 500) {
         outcome = "refused";

@@ -24,16 +24,28 @@ const TRANSIENT_CODES = new Set([
 
 /** A JSON answer that no cache keeps. */
 export function json(status: number, body: unknown, headers: Record<string, string> = {}): Response {
-  return new Response(JSON.stringify(body), { status, headers: { "Content-Type": "application/json", "Cache-Control": "no-store", ...headers } });
+  return new Response(JSON.stringify(body), {
+    status,
+    headers: { "Content-Type": "application/json", "Cache-Control": "no-store", ...headers },
+  });
 }
 
 /** Maps anything thrown to a problem+json response; a 500 never carries internals. */
-export function problemResponse(reason: unknown, request: Request, onError: (error: unknown, request: Request) => void): Response {
+export function problemResponse(
+  reason: unknown,
+  request: Request,
+  onError: (error: unknown, request: Request) => void,
+): Response {
   let error: RunnerDepotError;
   if (reason instanceof RunnerDepotError) {
-    error = reason.code === "UNAVAILABLE" ? new RunnerDepotError("STORE_UNAVAILABLE", "The package store is unavailable; retry later", { cause: reason }) : reason;
+    error =
+      reason.code === "UNAVAILABLE"
+        ? new RunnerDepotError("STORE_UNAVAILABLE", "The package store is unavailable; retry later", { cause: reason })
+        : reason;
   } else if (isTransient(reason)) {
-    error = new RunnerDepotError("STORE_UNAVAILABLE", "The package store is unavailable; retry later", { cause: reason });
+    error = new RunnerDepotError("STORE_UNAVAILABLE", "The package store is unavailable; retry later", {
+      cause: reason,
+    });
   } else {
     error = new RunnerDepotError("INTERNAL", "internal error", { cause: reason });
   }
@@ -42,7 +54,8 @@ export function problemResponse(reason: unknown, request: Request, onError: (err
   const { wwwAuthenticate, allow, ...problem } = error.toProblem() as Record<string, unknown>;
   const headers: Record<string, string> = { "Content-Type": "application/problem+json", "Cache-Control": "no-store" };
   if (error.status === 405 && typeof allow === "string") headers.Allow = allow;
-  if (error.status === 401) headers["WWW-Authenticate"] = typeof wwwAuthenticate === "string" ? wwwAuthenticate : 'Bearer realm="runner-depot"';
+  if (error.status === 401)
+    headers["WWW-Authenticate"] = typeof wwwAuthenticate === "string" ? wwwAuthenticate : 'Bearer realm="runner-depot"';
   if (typeof problem.retryAfter === "number") headers["Retry-After"] = String(problem.retryAfter);
   if (error.code === "STORE_UNAVAILABLE") headers["Retry-After"] = "5";
   return new Response(JSON.stringify(problem), { status: error.status, headers });

@@ -32,7 +32,8 @@ export function single(headers: Headers, name: string, encoded: boolean): string
   const values = list(headers, name);
   const pretty = name.replace(/(^|-)([a-z])/g, (m) => m.toUpperCase());
   if (values.length === 0) throw new RunnerDepotError("HEADER_INVALID", `${pretty} is required`);
-  if (values.length > 1) throw new RunnerDepotError("HEADER_INVALID", `${pretty} takes one value (percent-encode commas)`);
+  if (values.length > 1)
+    throw new RunnerDepotError("HEADER_INVALID", `${pretty} takes one value (percent-encode commas)`);
   return encoded ? decodeHeader(values[0]!, pretty) : values[0]!;
 }
 
@@ -41,7 +42,10 @@ export function parseMode(raw: string | null, fallback: number): number {
   if (raw === null) return fallback;
   const text = raw.trim();
   if (!/^0?[0-7]{1,3}$/.test(text) || Number.parseInt(text, 8) === 0) {
-    throw new RunnerDepotError("HEADER_INVALID", `Pkg-Mode ${JSON.stringify(text.slice(0, 20))} must be octal permission bits between 0001 and 0777`);
+    throw new RunnerDepotError(
+      "HEADER_INVALID",
+      `Pkg-Mode ${JSON.stringify(text.slice(0, 20))} must be octal permission bits between 0001 and 0777`,
+    );
   }
   return Number.parseInt(text, 8);
 }
@@ -55,14 +59,21 @@ export function parseAttributes(headers: Headers): Record<string, string> {
     const eq = value.indexOf("=");
     const key = eq === -1 ? value : value.slice(0, eq);
     if (eq === -1 || !/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(key)) {
-      throw new RunnerDepotError("HEADER_INVALID", `Pkg-Attr ${JSON.stringify(value.slice(0, 80))} is not key=value (key: letters, digits, '.', '_', '-')`);
+      throw new RunnerDepotError(
+        "HEADER_INVALID",
+        `Pkg-Attr ${JSON.stringify(value.slice(0, 80))} is not key=value (key: letters, digits, '.', '_', '-')`,
+      );
     }
     const decoded = decodeHeader(value.slice(eq + 1), "Pkg-Attr");
     // Free text may hold tabs and line breaks; no other control character (C0, DEL, C1).
     if (/[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f]/.test(decoded)) {
-      throw new RunnerDepotError("HEADER_INVALID", `Pkg-Attr ${key} holds a control character (only tab, CR and LF are allowed)`);
+      throw new RunnerDepotError(
+        "HEADER_INVALID",
+        `Pkg-Attr ${key} holds a control character (only tab, CR and LF are allowed)`,
+      );
     }
-    if (Buffer.byteLength(decoded) > 4096) throw new RunnerDepotError("HEADER_INVALID", `Pkg-Attr ${key} is longer than 4096 bytes`);
+    if (Buffer.byteLength(decoded) > 4096)
+      throw new RunnerDepotError("HEADER_INVALID", `Pkg-Attr ${key} is longer than 4096 bytes`);
     setOwn(attributes, key, decoded);
   }
   return attributes;
@@ -71,7 +82,8 @@ export function parseAttributes(headers: Headers): Record<string, string> {
 /** The Pkg-Require values of `POST /meta/<id>/require`: name@range each, the range optional. */
 export function parseRequirements(headers: Headers): Requirement[] {
   const values = list(headers, "pkg-require");
-  if (values.length === 0) throw new RunnerDepotError("HEADER_INVALID", "POST /meta/<id>/require needs Pkg-Require: name@range");
+  if (values.length === 0)
+    throw new RunnerDepotError("HEADER_INVALID", "POST /meta/<id>/require needs Pkg-Require: name@range");
   return values.map((value) => {
     const decoded = decodeHeader(value, "Pkg-Require");
     const at = decoded.indexOf("@");

@@ -100,7 +100,8 @@ export function createPackageRouter(rawStore: PackageStore, options: PackageRout
   const onError =
     options.onError ??
     (options.logger
-      ? (error: unknown, request: Request) => log.error({ err: error, method: request.method, route: routeOf(request as IRequest, base) }, "internal error")
+      ? (error: unknown, request: Request) =>
+          log.error({ err: error, method: request.method, route: routeOf(request as IRequest, base) }, "internal error")
       : (error: unknown) => console.error("runner-depot: internal error", error));
   const transactions = new Transactions(store, {
     limits,
@@ -121,7 +122,10 @@ export function createPackageRouter(rawStore: PackageStore, options: PackageRout
           bytes += name.length + value.length + 4;
         });
         if (bytes > limits.headerBytes) {
-          throw new RunnerDepotError("HEADERS_TOO_LARGE", `Request headers are ${bytes} bytes; at most ${limits.headerBytes} are accepted`);
+          throw new RunnerDepotError(
+            "HEADERS_TOO_LARGE",
+            `Request headers are ${bytes} bytes; at most ${limits.headerBytes} are accepted`,
+          );
         }
       },
       async () => {
@@ -142,7 +146,8 @@ export function createPackageRouter(rawStore: PackageStore, options: PackageRout
     catch: (error: unknown, request: IRequest) => problemResponse(error, request, onError),
     finally: [
       // Requests outside `base` match no route at all.
-      (response: unknown, request: IRequest) => response ?? problemResponse(new RunnerDepotError("NOT_FOUND", "No such resource"), request, onError),
+      (response: unknown, request: IRequest) =>
+        response ?? problemResponse(new RunnerDepotError("NOT_FOUND", "No such resource"), request, onError),
       // HEAD answers what GET would, without the body (JSON and problem bodies are small).
       async (response: Response, request: IRequest) => {
         if (request.method !== "HEAD" || response.body === null) return response;
@@ -195,7 +200,8 @@ export function createPackageRouter(rawStore: PackageStore, options: PackageRout
         graceMs: options.gcGraceMs ?? 3600_000,
         retainMs: options.transactionRetainMs ?? 7 * 24 * 3600_000,
         // The same line as an expiry a request finds, so every expiry is one line.
-        onExpired: (trans) => log.info({ transaction: trans.id, name: trans.name, version: trans.version }, "transaction expired"),
+        onExpired: (trans) =>
+          log.info({ transaction: trans.id, name: trans.name, version: trans.version }, "transaction expired"),
       });
       telemetry.reclaimed(report.deletedBlobs, report.reclaimedBytes);
       telemetry.transactionDelta(-report.expired);
@@ -227,7 +233,11 @@ function registerFallback(router: RouterType<IRequest, []>): void {
     const allowed = new Set(routes.filter(([, pattern]) => pattern.test(pathname)).map(([method]) => method));
     if (allowed.size === 0) throw new RunnerDepotError("NOT_FOUND", "No such resource");
     const allow = ALLOW_ORDER.filter((m) => allowed.has(m)).join(", ");
-    throw new RunnerDepotError("METHOD_NOT_ALLOWED", `${request.method.slice(0, 20)} is not allowed here; allowed: ${allow}`, { details: { allow } });
+    throw new RunnerDepotError(
+      "METHOD_NOT_ALLOWED",
+      `${request.method.slice(0, 20)} is not allowed here; allowed: ${allow}`,
+      { details: { allow } },
+    );
   });
 }
 
@@ -239,7 +249,9 @@ function parsePublicUrl(raw: string): string {
   } catch (cause) {
     throw new RunnerDepotError("BAD_REQUEST", `publicUrl ${JSON.stringify(raw)} is not an absolute URL`, { cause });
   }
-  if (url.protocol !== "http:" && url.protocol !== "https:") throw new RunnerDepotError("BAD_REQUEST", `publicUrl must be http or https, not ${url.protocol}`);
-  if (url.search !== "" || url.hash !== "") throw new RunnerDepotError("BAD_REQUEST", "publicUrl takes no query or fragment");
+  if (url.protocol !== "http:" && url.protocol !== "https:")
+    throw new RunnerDepotError("BAD_REQUEST", `publicUrl must be http or https, not ${url.protocol}`);
+  if (url.search !== "" || url.hash !== "")
+    throw new RunnerDepotError("BAD_REQUEST", "publicUrl takes no query or fragment");
   return url.href.replace(/\/+$/, "");
 }

@@ -7,7 +7,12 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net";
 import { RunnerDepotError } from "../../errors.js";
 import { isLoopbackHost } from "../../loopback.js";
-import { applyConnectionLimits, DEFAULT_CONNECTION_LIMITS, isRefusedConnection, type ConnectionLimits } from "./connection-limits.js";
+import {
+  applyConnectionLimits,
+  DEFAULT_CONNECTION_LIMITS,
+  isRefusedConnection,
+  type ConnectionLimits,
+} from "./connection-limits.js";
 import { createNodeHandler, type NodeHandlerOptions } from "./node-handler.js";
 import type { MeterProvider, ObservableResult } from "@opentelemetry/api";
 import { meterOf, silentLogger, type Logger } from "../../telemetry.js";
@@ -29,7 +34,8 @@ export interface FetchHandler {
  * "Configuration"; docs/decisions/depot-server.md) default to values that hold against
  * idle and stalled clients while a slow but moving upload still completes.
  */
-export interface ServePackageRouterOptions extends ConnectionLimits, Pick<NodeHandlerOptions, "bodyIdleMs" | "sendIdleMs"> {
+export interface ServePackageRouterOptions
+  extends ConnectionLimits, Pick<NodeHandlerOptions, "bodyIdleMs" | "sendIdleMs"> {
   /** Interface to bind (default 127.0.0.1). */
   host?: string;
   /** Port (default 0: the OS picks). */
@@ -87,7 +93,10 @@ export interface PackageServer {
  * const server = await servePackageRouter(createPackageRouter(createFsStore(dir)), { port: 8080 });
  * console.log(server.url); // http://127.0.0.1:8080
  */
-export async function servePackageRouter(router: FetchHandler, options: ServePackageRouterOptions = {}): Promise<PackageServer> {
+export async function servePackageRouter(
+  router: FetchHandler,
+  options: ServePackageRouterOptions = {},
+): Promise<PackageServer> {
   const host = options.host ?? "127.0.0.1";
   if (router.isOpen !== false && !isLoopbackHost(host) && !options.insecure) {
     throw new RunnerDepotError(
@@ -105,7 +114,10 @@ export async function servePackageRouter(router: FetchHandler, options: ServePac
   const inFlight = new Map<IncomingMessage, number>();
   // Observed at a scrape from inFlight (O(1)), not counted per request: the SDK's record
   // path (a clock read, an attributes hash) would run twice on every request.
-  const active = meterOf(options.meterProvider).createObservableUpDownCounter("depot.requests.active", { unit: "{request}", description: "Requests in flight on the depot port" });
+  const active = meterOf(options.meterProvider).createObservableUpDownCounter("depot.requests.active", {
+    unit: "{request}",
+    description: "Requests in flight on the depot port",
+  });
   const observeActive = (result: ObservableResult) => result.observe(inFlight.size);
   active.addCallback(observeActive);
   let draining = false;
@@ -166,7 +178,11 @@ export async function servePackageRouter(router: FetchHandler, options: ServePac
       });
     }
     const at = performance.now();
-    const cut = [...inFlight].map(([req, since]) => ({ method: req.method ?? "?", path: pathOnly(req.url), ms: Math.round(at - since) }));
+    const cut = [...inFlight].map(([req, since]) => ({
+      method: req.method ?? "?",
+      path: pathOnly(req.url),
+      ms: Math.round(at - since),
+    }));
     server.closeAllConnections();
     await closed;
     active.removeCallback(observeActive);
@@ -195,8 +211,15 @@ export async function servePackageRouter(router: FetchHandler, options: ServePac
 
 /** A request that arrives on a kept-alive connection during a close: 503, and the connection closes. */
 function refuseWhileDraining(res: ServerResponse): void {
-  const body = JSON.stringify(new RunnerDepotError("UNAVAILABLE", "The depot is shutting down; retry on another instance").toProblem());
-  res.writeHead(503, { "Content-Type": "application/problem+json", "Retry-After": "1", Connection: "close", "Cache-Control": "no-store" });
+  const body = JSON.stringify(
+    new RunnerDepotError("UNAVAILABLE", "The depot is shutting down; retry on another instance").toProblem(),
+  );
+  res.writeHead(503, {
+    "Content-Type": "application/problem+json",
+    "Retry-After": "1",
+    Connection: "close",
+    "Cache-Control": "no-store",
+  });
   res.end(body);
 }
 

@@ -45,25 +45,52 @@ export class DepotTelemetry {
     const meter = meterOf(options.meterProvider);
     const seconds = { unit: "s", advice: { explicitBucketBoundaries: SECONDS_BUCKETS } };
     // Counted here and observed at collection (below): one SDK record per request instead of two.
-    this.requests = meter.createObservableCounter("depot.requests", { unit: "{request}", description: "Requests answered, by route, method and status" });
+    this.requests = meter.createObservableCounter("depot.requests", {
+      unit: "{request}",
+      description: "Requests answered, by route, method and status",
+    });
     this.requests.addCallback((result) => {
       for (const series of this.requestSeries.values()) result.observe(series.count, series.attributes);
       if (this.overflowSeries.count > 0) result.observe(this.overflowSeries.count, this.overflowSeries.attributes);
     });
-    this.requestDuration = meter.createHistogram("depot.request.duration", { ...seconds, description: "Time to the response head, by route, method and status" });
-    this.bytesIn = meter.createCounter("depot.bytes.in", { unit: "By", description: "Upload body bytes read (files and licences)" });
-    this.bytesOut = meter.createCounter("depot.bytes.out", { unit: "By", description: "Archive and delta body bytes sent" });
-    this.commitDuration = meter.createHistogram("depot.commit.duration", { ...seconds, description: "Commit latency, by outcome" });
-    this.publishes = meter.createCounter("depot.publishes", { unit: "{version}", description: "Versions published (first commits)" });
+    this.requestDuration = meter.createHistogram("depot.request.duration", {
+      ...seconds,
+      description: "Time to the response head, by route, method and status",
+    });
+    this.bytesIn = meter.createCounter("depot.bytes.in", {
+      unit: "By",
+      description: "Upload body bytes read (files and licences)",
+    });
+    this.bytesOut = meter.createCounter("depot.bytes.out", {
+      unit: "By",
+      description: "Archive and delta body bytes sent",
+    });
+    this.commitDuration = meter.createHistogram("depot.commit.duration", {
+      ...seconds,
+      description: "Commit latency, by outcome",
+    });
+    this.publishes = meter.createCounter("depot.publishes", {
+      unit: "{version}",
+      description: "Versions published (first commits)",
+    });
     // An observable gauge answered from the store (a cached count: depot/transactions/open-count.ts), so the
     // value is the depot's, whichever replica is scraped and across restarts.
     this.transactionsOpen = meter.createObservableGauge("depot.transactions.open", {
       unit: "{transaction}",
       description: "Transactions open or committing, depot-wide (read from the store, cached)",
     });
-    this.gcReclaimed = meter.createCounter("depot.gc.reclaimed", { unit: "By", description: "Blob bytes deleted by garbage collection" });
-    this.gcBlobs = meter.createCounter("depot.gc.deleted_blobs", { unit: "{blob}", description: "Blobs deleted by garbage collection" });
-    this.storeDuration = meter.createHistogram("depot.store.duration", { ...seconds, description: "Store operation latency, by operation and outcome" });
+    this.gcReclaimed = meter.createCounter("depot.gc.reclaimed", {
+      unit: "By",
+      description: "Blob bytes deleted by garbage collection",
+    });
+    this.gcBlobs = meter.createCounter("depot.gc.deleted_blobs", {
+      unit: "{blob}",
+      description: "Blobs deleted by garbage collection",
+    });
+    this.storeDuration = meter.createHistogram("depot.store.duration", {
+      ...seconds,
+      description: "Store operation latency, by operation and outcome",
+    });
   }
 
   /**
@@ -87,13 +114,20 @@ export class DepotTelemetry {
    * for the same case (`otel.metric.overflow`).
    */
   private readonly requestSeries = new Map<string, RequestSeries>();
-  private readonly overflowSeries: RequestSeries = { attributes: Object.freeze({ "otel.metric.overflow": true }), count: 0 };
+  private readonly overflowSeries: RequestSeries = {
+    attributes: Object.freeze({ "otel.metric.overflow": true }),
+    count: 0,
+  };
 
   private seriesOf(route: string, method: string, status: number): RequestSeries {
     const key = `${status} ${method} ${route}`;
     const known = this.requestSeries.get(key);
     if (known !== undefined) return known;
-    const attributes = Object.freeze({ "http.route": route, "http.request.method": method, "http.response.status_code": status });
+    const attributes = Object.freeze({
+      "http.route": route,
+      "http.request.method": method,
+      "http.response.status_code": status,
+    });
     if (this.requestSeries.size >= 512) {
       this.overflowSeries.count++;
       return { attributes, count: 0 };
@@ -151,4 +185,3 @@ export function failSpan(span: Span, error: unknown): void {
   span.setStatus({ code: SpanStatusCode.ERROR, message: typeof code === "string" ? code : "error" });
   span.end();
 }
-

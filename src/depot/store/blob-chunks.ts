@@ -57,7 +57,12 @@ export function isBorrowed(chunk: Uint8Array): boolean {
  *   await reader!.close();
  * }
  */
-export async function* readBorrowed(reader: BlobReader, from: number, to: number, digest: string): AsyncGenerator<Uint8Array> {
+export async function* readBorrowed(
+  reader: BlobReader,
+  from: number,
+  to: number,
+  digest: string,
+): AsyncGenerator<Uint8Array> {
   if (from > to) return;
   if (reader.size <= to) throw short(digest, reader.size, to);
   const buffers = [take(), take()];
@@ -93,5 +98,8 @@ export async function* readBorrowed(reader: BlobReader, from: number, to: number
 }
 
 function short(digest: string, size: number, to: number): RunnerDepotError {
-  return new RunnerDepotError("INTERNAL", `Blob ${digest} has ${size} bytes, fewer than the ${to + 1} its manifest names`);
+  return new RunnerDepotError(
+    "INTERNAL",
+    `Blob ${digest} has ${size} bytes, fewer than the ${to + 1} its manifest names`,
+  );
 }

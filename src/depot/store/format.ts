@@ -67,7 +67,11 @@ export async function openStoreFormat(store: PackageStore, now: () => Date = () 
       continue;
     }
     await upgradeStore(store, now);
-    if (attempt > 3000) throw new RunnerDepotError("STORE_UNAVAILABLE", "Another process has been upgrading the store for 10 minutes; retry later");
+    if (attempt > 3000)
+      throw new RunnerDepotError(
+        "STORE_UNAVAILABLE",
+        "Another process has been upgrading the store for 10 minutes; retry later",
+      );
   }
 }
 
@@ -116,7 +120,17 @@ export async function upgradeStore(store: PackageStore, now: () => Date = () => 
       await compactAfter(store, await publishVersion(store, v.name, v.version, at));
     }
     const at = now().toISOString();
-    await store.putRecord(keys.format, { format: STORE_FORMAT, storeId: randomUUID(), createdAt: at, upgradedFrom: 1, upgradedAt: at } satisfies FormatRecord, { ifRevision: null });
+    await store.putRecord(
+      keys.format,
+      {
+        format: STORE_FORMAT,
+        storeId: randomUUID(),
+        createdAt: at,
+        upgradedFrom: 1,
+        upgradedAt: at,
+      } satisfies FormatRecord,
+      { ifRevision: null },
+    );
     return { from: 1, to: STORE_FORMAT, versions: versions.length };
   } finally {
     await store.deleteRecord(CLAIM_KEY).catch(() => undefined);
@@ -151,7 +165,9 @@ async function format1Versions(store: PackageStore): Promise<VersionRecord[]> {
     const record = (await store.getRecord<VersionRecord>(key))?.value;
     if (record) found.push(record);
   }
-  return found.sort((a, b) => a.publishedAt.localeCompare(b.publishedAt) || a.name.localeCompare(b.name) || orderOf(a, b));
+  return found.sort(
+    (a, b) => a.publishedAt.localeCompare(b.publishedAt) || a.name.localeCompare(b.name) || orderOf(a, b),
+  );
 }
 
 function orderOf(a: VersionRecord, b: VersionRecord): number {

@@ -62,8 +62,19 @@ export async function readJsonBlob<T>(store: PackageStore, digest: string): Prom
  * published version, kept delta or live transaction, once they have stayed unreferenced
  * for `graceMs` (so a blob uploaded while this runs is never taken).
  */
-export async function collectGarbage(store: PackageStore, transactions: Transactions, settings: GarbageSettings): Promise<GarbageReport> {
-  const report: GarbageReport = { recovered: 0, expired: 0, forgotten: 0, deletedBlobs: 0, reclaimedBytes: 0, pendingBlobs: 0 };
+export async function collectGarbage(
+  store: PackageStore,
+  transactions: Transactions,
+  settings: GarbageSettings,
+): Promise<GarbageReport> {
+  const report: GarbageReport = {
+    recovered: 0,
+    expired: 0,
+    forgotten: 0,
+    deletedBlobs: 0,
+    reclaimedBytes: 0,
+    pendingBlobs: 0,
+  };
   report.recovered = await recoverDeadCommits(store, transactions, settings.now);
 
   // Snapshot the blobs first: anything stored after this point is not a candidate.

@@ -15,7 +15,19 @@ import type { PackageStore } from "../ports.js";
  * opened reader. syncRecords (optional: the fs store's flush before a request answers,
  * depot/transactions/ordered-writes.ts) is timed like a write.
  */
-const TIMED = new Set(["putBlob", "getBlob", "openBlob", "statBlob", "deleteBlob", "signBlobUrl", "getRecord", "putRecord", "deleteRecord", "listRecords", "syncRecords"]);
+const TIMED = new Set([
+  "putBlob",
+  "getBlob",
+  "openBlob",
+  "statBlob",
+  "deleteBlob",
+  "signBlobUrl",
+  "getRecord",
+  "putRecord",
+  "deleteRecord",
+  "listRecords",
+  "syncRecords",
+]);
 
 /**
  * Wraps `store` so every timed operation records its latency with `operation` and
@@ -38,7 +50,11 @@ export function timeStore(store: PackageStore, histogram: Histogram): PackageSto
 /** Every method name of `store`: own properties and its prototype chain's, Object's excluded. */
 function methodNames(store: object): Set<string> {
   const names = new Set<string>();
-  for (let o: object | null = store; o !== null && o !== Object.prototype; o = Object.getPrototypeOf(o) as object | null) {
+  for (
+    let o: object | null = store;
+    o !== null && o !== Object.prototype;
+    o = Object.getPrototypeOf(o) as object | null
+  ) {
     for (const name of Object.getOwnPropertyNames(o)) {
       if (name === "constructor" || names.has(name)) continue;
       const descriptor = Object.getOwnPropertyDescriptor(o, name);

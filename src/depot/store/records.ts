@@ -208,7 +208,11 @@ export async function updateRecord<T>(
       next = undefined; // judged again on a fresh read below
     }
     if (next !== undefined) {
-      const revision = await store.putRecord(key, next, durableCondition(options.writes, { ifRevision: guess.revision, lazy: options.lazy, losable: options.losable }));
+      const revision = await store.putRecord(
+        key,
+        next,
+        durableCondition(options.writes, { ifRevision: guess.revision, lazy: options.lazy, losable: options.losable }),
+      );
       if (revision !== null) {
         noteRecord(store, key, { value: next, revision });
         return { value: next, changed: true };
@@ -220,7 +224,15 @@ export async function updateRecord<T>(
     if (options.guess) noteRecord(store, key, current);
     const next = change(current);
     if (next === undefined) return { value: current?.value, changed: false };
-    const revision = await store.putRecord(key, next, durableCondition(options.writes, { ifRevision: current?.revision ?? null, lazy: options.lazy, losable: options.losable }));
+    const revision = await store.putRecord(
+      key,
+      next,
+      durableCondition(options.writes, {
+        ifRevision: current?.revision ?? null,
+        lazy: options.lazy,
+        losable: options.losable,
+      }),
+    );
     if (revision !== null) {
       if (options.guess) noteRecord(store, key, { value: next, revision });
       return { value: next, changed: true };

@@ -9,7 +9,15 @@ import { EMPTY_DIGEST } from "../package/digest.js";
 import { ancestorsOf, parseLinkTarget } from "../package/paths.js";
 import type { BlobInfo, PackageStore } from "../ports.js";
 import { resolveLink, type TreeEntry } from "../package/links.js";
-import { keys, mapLimit, own, setOwn, updateRecord, type ItemRecord, type TransactionRecord } from "../store/records.js";
+import {
+  keys,
+  mapLimit,
+  own,
+  setOwn,
+  updateRecord,
+  type ItemRecord,
+  type TransactionRecord,
+} from "../store/records.js";
 import { OrderedWrites } from "./ordered-writes.js";
 import { mayReference, noteUpload } from "./references.js";
 import type { AddResult, Transactions, TransactionSettings } from "./lifecycle.js";
@@ -56,14 +64,22 @@ export class Additions {
     if (await this.store.getRecord(keys.item(trans.id, path))) {
       throw new RunnerDepotError("PATH_EXISTS", `${JSON.stringify(path)} was already added to this transaction`);
     }
-    const ancestors = await mapLimit(ancestorsOf(path), 16, (a) => this.store.getRecord<ItemRecord>(keys.item(trans.id, a)));
+    const ancestors = await mapLimit(ancestorsOf(path), 16, (a) =>
+      this.store.getRecord<ItemRecord>(keys.item(trans.id, a)),
+    );
     for (const ancestor of ancestors) {
       if (ancestor && ancestor.value.type !== "dir") {
-        throw new RunnerDepotError("PATH_INVALID", `${JSON.stringify(path)} would lie below the ${ancestor.value.type} ${JSON.stringify(ancestor.value.path)}`);
+        throw new RunnerDepotError(
+          "PATH_INVALID",
+          `${JSON.stringify(path)} would lie below the ${ancestor.value.type} ${JSON.stringify(ancestor.value.path)}`,
+        );
       }
     }
     if (type !== "dir" && (await this.store.getRecord(keys.dirMark(trans.id, path)))) {
-      throw new RunnerDepotError("PATH_INVALID", `Items already lie below ${JSON.stringify(path)}, so it cannot be a ${type}`);
+      throw new RunnerDepotError(
+        "PATH_INVALID",
+        `Items already lie below ${JSON.stringify(path)}, so it cannot be a ${type}`,
+      );
     }
   }
 
@@ -80,11 +96,18 @@ export class Additions {
    * of the transaction record — concurrent additions are counted together
    * ({@link Transactions.reserve}), so they no longer contend on it one by one.
    */
-  private async record(trans: TransactionRecord, item: ItemRecord, writes = new OrderedWrites(this.store)): Promise<void> {
+  private async record(
+    trans: TransactionRecord,
+    item: ItemRecord,
+    writes = new OrderedWrites(this.store),
+  ): Promise<void> {
     const key = keys.item(trans.id, item.path);
     // Lazy: the confirmation below replaces it durably before the 201, and a `pending` one a
     // machine crash keeps or loses was never answered 201 (the commit rejects it).
-    const revision = await this.store.putRecord(key, { ...item, state: "pending" } satisfies ItemRecord, { ifRevision: null, lazy: true });
+    const revision = await this.store.putRecord(key, { ...item, state: "pending" } satisfies ItemRecord, {
+      ifRevision: null,
+      lazy: true,
+    });
     if (revision === null) {
       throw new RunnerDepotError("PATH_EXISTS", `${JSON.stringify(item.path)} was already added to this transaction`);
     }
@@ -94,11 +117,18 @@ export class Additions {
         const mark = keys.dirMark(trans.id, a);
         // Lazy: a marker only refuses early what the commit's validation refuses anyway (an
         // item below a file or link), so losing one in a machine crash loses no rule.
-        if (!(await this.store.getRecord(mark))) await this.store.putRecord(mark, { path: a }, { ifRevision: null, lazy: true });
+        if (!(await this.store.getRecord(mark)))
+          await this.store.putRecord(mark, { path: a }, { ifRevision: null, lazy: true });
       });
       const counted = await this.transactions.reserve(trans.id, item.size);
       // Visible is enough to go on; flushed at the end, before the 201 (depot/transactions/ordered-writes.ts).
-      if ((await this.store.putRecord(key, { ...item, state: "added" } satisfies ItemRecord, writes.record({ ifRevision: revision }))) === null) {
+      if (
+        (await this.store.putRecord(
+          key,
+          { ...item, state: "added" } satisfies ItemRecord,
+          writes.record({ ifRevision: revision }),
+        )) === null
+      ) {
         // A commit rejected the item. Take the reservation back unless a commit attempt
         // started since it was made: that attempt recounts from the items it settled.
         await updateRecord<TransactionRecord>(this.store, keys.trans(trans.id), (current) =>
@@ -140,7 +170,14 @@ export class Additions {
    * only when the transaction's principal could read those bytes already (see
    * depot/transactions/references.ts); otherwise exactly the answer unknown content gets.
    */
-  private async upload(trans: TransactionRecord, body: UploadBody, expectedDigest: string | undefined, what: string, access: ReferenceAccess, writes?: OrderedWrites): Promise<BlobInfo> {
+  private async upload(
+    trans: TransactionRecord,
+    body: UploadBody,
+    expectedDigest: string | undefined,
+    what: string,
+    access: ReferenceAccess,
+    writes?: OrderedWrites,
+  ): Promise<BlobInfo> {
     const maxBytes = this.settings.limits.itemBytes;
     if (body.length !== undefined && body.length > maxBytes) {
       throw new RunnerDepotError("TOO_LARGE", `${what} is ${body.length} bytes; at most ${maxBytes} are accepted`);
@@ -148,8 +185,13 @@ export class Additions {
     if (body.empty && expectedDigest !== undefined && expectedDigest !== EMPTY_DIGEST) {
       const allowed = await mayReference(this.store, expectedDigest, trans.principal, access.mayRead);
       const stat = allowed ? await this.store.statBlob(expectedDigest) : null;
-      if (!stat) throw new RunnerDepotError("DIGEST_UNKNOWN", `The depot holds no content with digest ${expectedDigest}; send the bytes`);
-      if (stat.size > maxBytes) throw new RunnerDepotError("TOO_LARGE", `${what} is ${stat.size} bytes; at most ${maxBytes} are accepted`);
+      if (!stat)
+        throw new RunnerDepotError(
+          "DIGEST_UNKNOWN",
+          `The depot holds no content with digest ${expectedDigest}; send the bytes`,
+        );
+      if (stat.size > maxBytes)
+        throw new RunnerDepotError("TOO_LARGE", `${what} is ${stat.size} bytes; at most ${maxBytes} are accepted`);
       return { digest: expectedDigest, size: stat.size };
     }
     let blob: BlobInfo;
@@ -170,7 +212,14 @@ export class Additions {
   }
 
   /** Adds a file. */
-  async addFile(trans: TransactionRecord, path: string, mode: number, body: UploadBody, expectedDigest: string | undefined, access: ReferenceAccess): Promise<AddResult> {
+  async addFile(
+    trans: TransactionRecord,
+    path: string,
+    mode: number,
+    body: UploadBody,
+    expectedDigest: string | undefined,
+    access: ReferenceAccess,
+  ): Promise<AddResult> {
     await this.checkPlacement(trans, "file", path);
     // The blob and the confirmed item share one flush, before the 201 (depot/transactions/ordered-writes.ts).
     const writes = new OrderedWrites(this.store);
@@ -196,7 +245,12 @@ export class Additions {
   async addLink(trans: TransactionRecord, path: string, rawTarget: string): Promise<AddResult> {
     const target = parseLinkTarget(path, rawTarget);
     await this.checkPlacement(trans, "link", path);
-    await resolveLink(path, target, (p) => (p === path ? { type: "link", target } : this.entryAt(trans, p)), (dir) => this.holdsItems(trans, dir));
+    await resolveLink(
+      path,
+      target,
+      (p) => (p === path ? { type: "link", target } : this.entryAt(trans, p)),
+      (dir) => this.holdsItems(trans, dir),
+    );
     const item: ItemRecord = { type: "link", path, mode: 0o777, size: 0, target };
     await this.record(trans, item);
     return { ...item, digest: null };
@@ -215,7 +269,13 @@ export class Additions {
   }
 
   /** Adds a licence text. */
-  async addLicense(trans: TransactionRecord, license: string, body: UploadBody, expectedDigest: string | undefined, access: ReferenceAccess): Promise<AddResult> {
+  async addLicense(
+    trans: TransactionRecord,
+    license: string,
+    body: UploadBody,
+    expectedDigest: string | undefined,
+    access: ReferenceAccess,
+  ): Promise<AddResult> {
     const path = `${LICENSES_DIR}/${license}`;
     if (own(trans.licenses, license)) throw new RunnerDepotError("PATH_EXISTS", `Licence ${license} was already added`);
     if (trans.itemCount >= this.settings.limits.items) {

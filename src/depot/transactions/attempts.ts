@@ -62,5 +62,7 @@ function safeDecode(text: string): string {
 
 /** The attempts of a `commitAttempts` map (id → start, ms) that may still be running at `nowMs`. */
 export function liveAttempts(attempts: Record<string, number> | undefined, nowMs: number): Record<string, number> {
-  return Object.fromEntries(Object.entries(attempts ?? {}).filter(([id, startedAt]) => attemptAlive(id, startedAt, nowMs)));
+  return Object.fromEntries(
+    Object.entries(attempts ?? {}).filter(([id, startedAt]) => attemptAlive(id, startedAt, nowMs)),
+  );
 }

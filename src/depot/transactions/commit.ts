@@ -4,7 +4,13 @@
  */
 import { RunnerDepotError } from "../../errors.js";
 import { endAttempt, liveAttempts, startAttempt } from "./attempts.js";
-import { commitArchive, LICENSES_DIR, type ManifestItem, type ManifestLicense, type PackageManifest } from "../package/archive.js";
+import {
+  commitArchive,
+  LICENSES_DIR,
+  type ManifestItem,
+  type ManifestLicense,
+  type PackageManifest,
+} from "../package/archive.js";
 import { belowOf, resolveLink, treeOf, type BelowLookup, type TreeLookup } from "../package/links.js";
 import { compactAfter } from "../catalog/pages.js";
 import { OrderedWrites } from "./ordered-writes.js";
@@ -76,13 +82,18 @@ export class Commits {
           await this.store.deleteRecord(key, { ifRevision: current.revision });
           return undefined;
         }
-        const rejected = await this.store.putRecord(key, { ...current.value, state: "rejected" } satisfies ItemRecord, { ifRevision: current.revision });
+        const rejected = await this.store.putRecord(key, { ...current.value, state: "rejected" } satisfies ItemRecord, {
+          ifRevision: current.revision,
+        });
         if (rejected !== null) {
           await this.store.deleteRecord(key, { ifRevision: rejected });
           return undefined;
         }
       }
-      throw new RunnerDepotError("CONFLICT", `Too much contention on the items of transaction ${trans.id}; retry the commit`);
+      throw new RunnerDepotError(
+        "CONFLICT",
+        `Too much contention on the items of transaction ${trans.id}; retry the commit`,
+      );
     });
     return items.filter((i): i is ItemRecord => i !== undefined).sort((a, b) => compareUtf8(a.path, b.path));
   }
@@ -94,7 +105,11 @@ export class Commits {
    * themselves, the whole tree at commit); `licenses: false` skips the licences (a
    * summary page after the first). O(items × depth) lookups plus one stat per file.
    */
-  async validate(trans: TransactionRecord, items: ItemRecord[], options: { tree?: TreeLookup; below?: BelowLookup; licenses?: boolean } = {}): Promise<CommitProblem[]> {
+  async validate(
+    trans: TransactionRecord,
+    items: ItemRecord[],
+    options: { tree?: TreeLookup; below?: BelowLookup; licenses?: boolean } = {},
+  ): Promise<CommitProblem[]> {
     const problems: CommitProblem[] = [];
     // No items is fine: a meta-package may carry only requirements.
     const tree = options.tree ?? treeOf(items);
@@ -103,7 +118,11 @@ export class Commits {
       for (const ancestor of ancestorsOf(item.path)) {
         const above = await tree(ancestor);
         if (above && above.type !== "dir") {
-          problems.push({ code: "PATH_INVALID", path: item.path, detail: `${item.path} lies below the ${above.type} ${ancestor}` });
+          problems.push({
+            code: "PATH_INVALID",
+            path: item.path,
+            detail: `${item.path} lies below the ${above.type} ${ancestor}`,
+          });
         }
       }
       if (item.type === "link") {
@@ -116,12 +135,20 @@ export class Commits {
     }
     const blobs = [
       ...items.filter((i) => i.type === "file").map((i) => ({ path: i.path, digest: i.digest!, size: i.size })),
-      ...(options.licenses === false ? [] : Object.entries(trans.licenses)).map(([name, l]) => ({ path: `${LICENSES_DIR}/${name}`, digest: l.digest, size: l.size })),
+      ...(options.licenses === false ? [] : Object.entries(trans.licenses)).map(([name, l]) => ({
+        path: `${LICENSES_DIR}/${name}`,
+        digest: l.digest,
+        size: l.size,
+      })),
     ];
     const stats = await mapLimit(blobs, 32, (b) => this.store.statBlob(b.digest));
     blobs.forEach((b, i) => {
       if (stats[i]?.size !== b.size) {
-        problems.push({ code: "CONTENT_MISSING", path: b.path, detail: `The content of ${b.path} (${b.digest}) is no longer stored; add it again` });
+        problems.push({
+          code: "CONTENT_MISSING",
+          path: b.path,
+          detail: `The content of ${b.path} (${b.digest}) is no longer stored; add it again`,
+        });
       }
     });
     return problems;
@@ -156,7 +183,10 @@ export class Commits {
    * `options.clientGone` says whether the client asking has hung up: a wait for another
    * attempt's sequencing claim then stops at its next poll (packages.ts).
    */
-  async commit(trans: TransactionRecord, options: { clientGone?: () => boolean } = {}): Promise<{ result: CommitResult; first: boolean }> {
+  async commit(
+    trans: TransactionRecord,
+    options: { clientGone?: () => boolean } = {},
+  ): Promise<{ result: CommitResult; first: boolean }> {
     if (trans.state === "committed") return { result: trans.result!, first: false };
     // The attempt id names this process, so a restart knows at once that it died (depot/transactions/attempts.ts).
     const attempt = startAttempt();
@@ -172,19 +202,38 @@ export class Commits {
     }
   }
 
-  private async attemptCommit(trans: TransactionRecord, attempt: string, writes: OrderedWrites, clientGone: (() => boolean) | undefined): Promise<{ result: CommitResult; first: boolean }> {
-    const { value: committing } = await updateRecord<TransactionRecord>(this.store, keys.trans(trans.id), (current) => {
-      if (!current) throw new RunnerDepotError("TRANSACTION_NOT_FOUND", `No transaction ${trans.id}`);
-      const t = current.value;
-      if (t.state === "committed") return undefined;
-      if (t.state !== "open" && t.state !== "committing") throw new RunnerDepotError("TRANSACTION_GONE", `Transaction ${trans.id} is ${t.state}`);
-      const nowMs = this.settings.now().getTime();
-      // A retry of an interrupted commit keeps its commit time, so it rebuilds the same bytes.
-      const commitTime = t.state === "committing" && t.commitTime !== undefined ? t.commitTime : Math.floor(nowMs / 1000);
-      const commitAttempts = { ...this.liveAttempts(t), [attempt]: nowMs };
-      const commitEpoch = (t.commitEpoch ?? 0) + 1;
-      return { ...t, state: "committing", commitTime, commitAttempts, commitEpoch, touchedAt: new Date(nowMs).toISOString() };
-    }, { guess: true, writes });
+  private async attemptCommit(
+    trans: TransactionRecord,
+    attempt: string,
+    writes: OrderedWrites,
+    clientGone: (() => boolean) | undefined,
+  ): Promise<{ result: CommitResult; first: boolean }> {
+    const { value: committing } = await updateRecord<TransactionRecord>(
+      this.store,
+      keys.trans(trans.id),
+      (current) => {
+        if (!current) throw new RunnerDepotError("TRANSACTION_NOT_FOUND", `No transaction ${trans.id}`);
+        const t = current.value;
+        if (t.state === "committed") return undefined;
+        if (t.state !== "open" && t.state !== "committing")
+          throw new RunnerDepotError("TRANSACTION_GONE", `Transaction ${trans.id} is ${t.state}`);
+        const nowMs = this.settings.now().getTime();
+        // A retry of an interrupted commit keeps its commit time, so it rebuilds the same bytes.
+        const commitTime =
+          t.state === "committing" && t.commitTime !== undefined ? t.commitTime : Math.floor(nowMs / 1000);
+        const commitAttempts = { ...this.liveAttempts(t), [attempt]: nowMs };
+        const commitEpoch = (t.commitEpoch ?? 0) + 1;
+        return {
+          ...t,
+          state: "committing",
+          commitTime,
+          commitAttempts,
+          commitEpoch,
+          touchedAt: new Date(nowMs).toISOString(),
+        };
+      },
+      { guess: true, writes },
+    );
     if (committing!.state === "committed") return { result: committing!.result!, first: false };
     const t = committing!;
     let settled: ItemRecord[] | undefined;
@@ -199,15 +248,21 @@ export class Commits {
       // (reopened, an abandon or expiry left it visible and out of the feed for good).
       // Left `committing` with no live attempt, recovery rolls it forward at its next
       // request, gc or restart (depot/transactions/recovery.ts); a retried commit does too, since commitTime is kept.
-      await updateRecord<TransactionRecord>(this.store, keys.trans(t.id), (current) => {
-        if (current?.value.state !== "committing") return undefined;
-        const others = this.liveAttempts(current.value);
-        delete others[attempt];
-        if (Object.keys(others).length > 0 || progress.versionWritten) return { ...current.value, commitAttempts: others };
-        const reopened: TransactionRecord = { ...current.value, state: "open" };
-        delete reopened.commitAttempts;
-        return settled ? { ...reopened, ...totals(reopened, settled) } : reopened;
-      }, { guess: true }).catch(() => undefined);
+      await updateRecord<TransactionRecord>(
+        this.store,
+        keys.trans(t.id),
+        (current) => {
+          if (current?.value.state !== "committing") return undefined;
+          const others = this.liveAttempts(current.value);
+          delete others[attempt];
+          if (Object.keys(others).length > 0 || progress.versionWritten)
+            return { ...current.value, commitAttempts: others };
+          const reopened: TransactionRecord = { ...current.value, state: "open" };
+          delete reopened.commitAttempts;
+          return settled ? { ...reopened, ...totals(reopened, settled) } : reopened;
+        },
+        { guess: true },
+      ).catch(() => undefined);
       throw error;
     }
   }
@@ -217,10 +272,18 @@ export class Commits {
     return liveAttempts(t.commitAttempts, this.settings.now().getTime());
   }
 
-  private async build(t: TransactionRecord, items: ItemRecord[], writes: OrderedWrites, clientGone: (() => boolean) | undefined, progress: { versionWritten: boolean }): Promise<CommitResult> {
+  private async build(
+    t: TransactionRecord,
+    items: ItemRecord[],
+    writes: OrderedWrites,
+    clientGone: (() => boolean) | undefined,
+    progress: { versionWritten: boolean },
+  ): Promise<CommitResult> {
     const problems = await this.validate(t, items);
     if (problems.length > 0) {
-      throw new RunnerDepotError("COMMIT_INVALID", `${problems.length} problem(s) stop this commit`, { details: { problems } });
+      throw new RunnerDepotError("COMMIT_INVALID", `${problems.length} problem(s) stop this commit`, {
+        details: { problems },
+      });
     }
     // The package's room for one more version (DepotLimits.versions) is read beside the
     // version record, and only matters when this commit would write it.
@@ -238,7 +301,10 @@ export class Commits {
     if (!existing && room !== undefined) throw room;
     const counted = totals(t, items); // O(items): once, for this check and the committed record
     if (!existing && counted.itemCount > this.settings.limits.items) {
-      throw new RunnerDepotError("TOO_MANY_ITEMS", `Transaction ${t.id} holds ${counted.itemCount} items and licences; at most ${this.settings.limits.items} are accepted (abandon it)`);
+      throw new RunnerDepotError(
+        "TOO_MANY_ITEMS",
+        `Transaction ${t.id} holds ${counted.itemCount} items and licences; at most ${this.settings.limits.items} are accepted (abandon it)`,
+      );
     }
     const mtime = t.commitTime!;
     const publishedAt = new Date(mtime * 1000).toISOString();
@@ -262,7 +328,10 @@ export class Commits {
       // record below needs both. A row is flushed with the commit's other writes, a file
       // before its put resolves (depot/transactions/ordered-writes.ts). A crash between them leaves at most
       // an unreferenced blob, which garbage collection takes.
-      const [manifestBlob, archive] = await Promise.all([this.store.putBlob(once(manifestJson), writes.blob()), commitArchive(this.store, manifest, mtime, manifestJson)]);
+      const [manifestBlob, archive] = await Promise.all([
+        this.store.putBlob(once(manifestJson), writes.blob()),
+        commitArchive(this.store, manifest, mtime, manifestJson),
+      ]);
       version = {
         name: t.name,
         version: t.version,
@@ -276,7 +345,10 @@ export class Commits {
         requires: t.requires,
         transaction: t.id,
       };
-      if ((await this.store.putRecord(keys.version(t.name, t.version), version, writes.record({ ifRevision: null }))) === null) {
+      if (
+        (await this.store.putRecord(keys.version(t.name, t.version), version, writes.record({ ifRevision: null }))) ===
+        null
+      ) {
         const winner = await this.store.getRecord<VersionRecord>(keys.version(t.name, t.version));
         if (winner?.value.transaction !== t.id) {
           throw new RunnerDepotError("VERSION_EXISTS", `${t.name}@${t.version} was published by another transaction`);
@@ -299,15 +371,29 @@ export class Commits {
     // Written beside the drop of the sequencing claim (both lazy; packages.ts).
     let done: TransactionRecord | undefined;
     const markCommitted = async () => {
-      ({ value: done } = await updateRecord<TransactionRecord>(this.store, keys.trans(t.id), (current) =>
-        current && current.value.state !== "committed"
-          ? { ...withoutAttempts(current.value), ...counted, state: "committed", result, finishedAt: this.settings.now().toISOString() }
-          : undefined,
+      ({ value: done } = await updateRecord<TransactionRecord>(
+        this.store,
+        keys.trans(t.id),
+        (current) =>
+          current && current.value.state !== "committed"
+            ? {
+                ...withoutAttempts(current.value),
+                ...counted,
+                state: "committed",
+                result,
+                finishedAt: this.settings.now().toISOString(),
+              }
+            : undefined,
         { guess: true, lazy: true },
       ));
     };
     // Visible in its package's record, then one position in the change sequence (packages.ts).
-    const position = await publishVersion(this.store, t.name, t.version, this.settings.now(), { sequenced: markCommitted, writes, clientGone, waits: this.claimWaits });
+    const position = await publishVersion(this.store, t.name, t.version, this.settings.now(), {
+      sequenced: markCommitted,
+      writes,
+      clientGone,
+      waits: this.claimWaits,
+    });
     // After the answer: readers of this package may now add its bytes by reference
     // (depot/transactions/references.ts: one create-only write per distinct digest, about 10 ms each on the fs
     // store with fsync, so 10,000 items would add a minute to the commit), and the working
@@ -315,7 +401,11 @@ export class Commits {
     // reference answers DIGEST_UNKNOWN and the client sends the bytes; a crash loses only
     // that (the safe direction), and garbage collection drops a finished transaction's
     // records after its retention.
-    const digests = [version.digest, ...licenses.map((l) => l.digest), ...items.flatMap((i) => (i.digest ? [i.digest] : []))];
+    const digests = [
+      version.digest,
+      ...licenses.map((l) => l.digest),
+      ...items.flatMap((i) => (i.digest ? [i.digest] : [])),
+    ];
     // And when this commit filled a shard of the change sequence, its pack and catalog page
     // are written (depot/catalog/pages.ts), so a catalog page never reads 1,000 packages one by one.
     const later = notePublished(this.store, t.name, digests)

@@ -9,7 +9,16 @@ import type { Requirement } from "../package/archive.js";
 import { compareUtf8 } from "../package/paths.js";
 import type { PackageStore } from "../ports.js";
 import { readPackage } from "../catalog/packages.js";
-import { allKeys, keys, mapLimit, noteRecord, updateRecord, WHOLE_LISTING, type ItemRecord, type TransactionRecord } from "../store/records.js";
+import {
+  allKeys,
+  keys,
+  mapLimit,
+  noteRecord,
+  updateRecord,
+  WHOLE_LISTING,
+  type ItemRecord,
+  type TransactionRecord,
+} from "../store/records.js";
 import { Slots } from "./slots.js";
 
 /** Limits of the depot (each enforced with 413, 429 or 431). */
@@ -101,7 +110,10 @@ export class Transactions {
   }
 
   expired(trans: TransactionRecord): boolean {
-    return (trans.state === "open" || trans.state === "committing") && this.settings.now().getTime() >= this.expiresAt(trans).getTime();
+    return (
+      (trans.state === "open" || trans.state === "committing") &&
+      this.settings.now().getTime() >= this.expiresAt(trans).getTime()
+    );
   }
 
   /** Transactions open or committing now, depot-wide (all principals and processes); see Slots.countLive for the cost. */
@@ -112,7 +124,10 @@ export class Transactions {
   /** Opens a transaction for `name@version`; VERSION_EXISTS, TOO_MANY_VERSIONS, TOO_MANY_TRANSACTIONS. */
   async open(name: string, version: string, principal: string): Promise<TransactionRecord> {
     // Both reads at once: the package record costs no extra round trip.
-    const [existing] = await Promise.all([this.store.getRecord(keys.version(name, version)), this.checkVersionRoom(name, version)]);
+    const [existing] = await Promise.all([
+      this.store.getRecord(keys.version(name, version)),
+      this.checkVersionRoom(name, version),
+    ]);
     if (existing) {
       throw new RunnerDepotError("VERSION_EXISTS", `${name}@${version} is already published`);
     }
@@ -158,7 +173,8 @@ export class Transactions {
   /** A transaction record as stored, whatever its state; TRANSACTION_NOT_FOUND when none. */
   async read(id: string): Promise<TransactionRecord> {
     const record = UUID_RE.test(id) ? await this.store.getRecord<TransactionRecord>(keys.trans(id)) : null;
-    if (!record) throw new RunnerDepotError("TRANSACTION_NOT_FOUND", `No transaction ${JSON.stringify(id.slice(0, 64))}`);
+    if (!record)
+      throw new RunnerDepotError("TRANSACTION_NOT_FOUND", `No transaction ${JSON.stringify(id.slice(0, 64))}`);
     // The request's own update of it (an addition's count, the commit) swaps on this read.
     noteRecord(this.store, keys.trans(id), record);
     return record.value;
@@ -170,19 +186,29 @@ export class Transactions {
   }
 
   /** {@link load}'s checks on a record already read. */
-  async check(trans: TransactionRecord, principal: string | undefined, allowCommitted = false): Promise<TransactionRecord> {
+  async check(
+    trans: TransactionRecord,
+    principal: string | undefined,
+    allowCommitted = false,
+  ): Promise<TransactionRecord> {
     const id = trans.id;
     if (principal !== undefined && trans.principal !== principal) {
       throw new RunnerDepotError("PERMISSION_DENIED", "This transaction belongs to another principal");
     }
     if (this.expired(trans)) {
       await this.finish(trans.id, "expired").catch(() => undefined);
-      throw new RunnerDepotError("TRANSACTION_EXPIRED", `Transaction ${id} expired at ${this.expiresAt(trans).toISOString()}`);
+      throw new RunnerDepotError(
+        "TRANSACTION_EXPIRED",
+        `Transaction ${id} expired at ${this.expiresAt(trans).toISOString()}`,
+      );
     }
     switch (trans.state) {
       case "committed":
         if (allowCommitted) return trans;
-        throw new RunnerDepotError("TRANSACTION_COMMITTED", `Transaction ${id} is committed; only GET /summary and a repeated commit answer`);
+        throw new RunnerDepotError(
+          "TRANSACTION_COMMITTED",
+          `Transaction ${id} is committed; only GET /summary and a repeated commit answer`,
+        );
       case "abandoned":
         throw new RunnerDepotError("TRANSACTION_GONE", `Transaction ${id} was abandoned`);
       case "expired":
@@ -201,17 +227,29 @@ export class Transactions {
    * transaction may be lost whole in a machine crash, so the fs store writes it without a
    * flush (lost, the record reads as absent: the transaction is gone, answering 404).
    */
-  async mutate(id: string, change: (trans: TransactionRecord) => void, options: { lazy?: boolean } = {}): Promise<TransactionRecord> {
-    const { value } = await updateRecord<TransactionRecord>(this.store, keys.trans(id), (current) => {
-      if (!current) throw new RunnerDepotError("TRANSACTION_NOT_FOUND", `No transaction ${id}`);
-      const trans = current.value;
-      if (trans.state === "committing") throw new RunnerDepotError("CONFLICT", `Transaction ${id} is being committed`);
-      if (trans.state === "committed") throw new RunnerDepotError("TRANSACTION_COMMITTED", `Transaction ${id} is committed`);
-      if (trans.state !== "open") throw new RunnerDepotError("TRANSACTION_GONE", `Transaction ${id} is ${trans.state}`);
-      change(trans);
-      trans.touchedAt = this.settings.now().toISOString();
-      return trans;
-    }, { guess: true, lazy: options.lazy, losable: options.lazy });
+  async mutate(
+    id: string,
+    change: (trans: TransactionRecord) => void,
+    options: { lazy?: boolean } = {},
+  ): Promise<TransactionRecord> {
+    const { value } = await updateRecord<TransactionRecord>(
+      this.store,
+      keys.trans(id),
+      (current) => {
+        if (!current) throw new RunnerDepotError("TRANSACTION_NOT_FOUND", `No transaction ${id}`);
+        const trans = current.value;
+        if (trans.state === "committing")
+          throw new RunnerDepotError("CONFLICT", `Transaction ${id} is being committed`);
+        if (trans.state === "committed")
+          throw new RunnerDepotError("TRANSACTION_COMMITTED", `Transaction ${id} is committed`);
+        if (trans.state !== "open")
+          throw new RunnerDepotError("TRANSACTION_GONE", `Transaction ${id} is ${trans.state}`);
+        change(trans);
+        trans.touchedAt = this.settings.now().toISOString();
+        return trans;
+      },
+      { guess: true, lazy: options.lazy, losable: options.lazy },
+    );
     return value!;
   }
 
@@ -248,16 +286,23 @@ export class Transactions {
         let refused: Array<RunnerDepotError | null> = [];
         try {
           // `change` may run again after a lost race: it judges the batch from scratch each time.
-          const written = await this.mutate(id, (t) => {
-            refused = batch.map((r) => {
-              if (t.itemCount >= this.settings.limits.items) {
-                return new RunnerDepotError("TOO_MANY_ITEMS", `A transaction holds at most ${this.settings.limits.items} items`);
-              }
-              t.itemCount += 1;
-              t.bytes += r.size;
-              return null;
-            });
-          }, { lazy: true });
+          const written = await this.mutate(
+            id,
+            (t) => {
+              refused = batch.map((r) => {
+                if (t.itemCount >= this.settings.limits.items) {
+                  return new RunnerDepotError(
+                    "TOO_MANY_ITEMS",
+                    `A transaction holds at most ${this.settings.limits.items} items`,
+                  );
+                }
+                t.itemCount += 1;
+                t.bytes += r.size;
+                return null;
+              });
+            },
+            { lazy: true },
+          );
           batch.forEach((r, i) => (refused[i] ? r.reject(refused[i]) : r.resolve(written)));
         } catch (error) {
           for (const r of batch) r.reject(error);
@@ -288,7 +333,10 @@ export class Transactions {
   async checkVersionRoom(name: string, version: string): Promise<void> {
     const versions = (await readPackage(this.store, name))?.versions;
     if (versions && versions.length >= this.settings.limits.versions && !versions.includes(version)) {
-      throw new RunnerDepotError("TOO_MANY_VERSIONS", `${name} holds ${versions.length} versions; at most ${this.settings.limits.versions} are accepted`);
+      throw new RunnerDepotError(
+        "TOO_MANY_VERSIONS",
+        `${name} holds ${versions.length} versions; at most ${this.settings.limits.versions} are accepted`,
+      );
     }
   }
 
@@ -297,7 +345,10 @@ export class Transactions {
     const next = await this.mutate(trans.id, (t) => {
       const merged = { ...t.attributes, ...attributes };
       if (Object.keys(merged).length > this.settings.limits.attributes) {
-        throw new RunnerDepotError("TOO_MANY_ITEMS", `A transaction holds at most ${this.settings.limits.attributes} attributes`);
+        throw new RunnerDepotError(
+          "TOO_MANY_ITEMS",
+          `A transaction holds at most ${this.settings.limits.attributes} attributes`,
+        );
       }
       t.attributes = merged;
     });
@@ -313,7 +364,10 @@ export class Transactions {
       const byName = new Map(t.requires.map((r) => [r.name, r]));
       for (const r of requires) byName.set(r.name, r);
       if (byName.size > this.settings.limits.requires) {
-        throw new RunnerDepotError("TOO_MANY_ITEMS", `A transaction holds at most ${this.settings.limits.requires} requirements`);
+        throw new RunnerDepotError(
+          "TOO_MANY_ITEMS",
+          `A transaction holds at most ${this.settings.limits.requires} requirements`,
+        );
       }
       t.requires = [...byName.values()].sort((a, b) => compareUtf8(a.name, b.name));
     });
@@ -322,16 +376,22 @@ export class Transactions {
 
   /** Abandons a transaction: 204 semantics, its blobs left to garbage collection. */
   async abandon(trans: TransactionRecord): Promise<void> {
-    if (trans.state === "committing") throw new RunnerDepotError("CONFLICT", `Transaction ${trans.id} is being committed`);
+    if (trans.state === "committing")
+      throw new RunnerDepotError("CONFLICT", `Transaction ${trans.id} is being committed`);
     await this.finish(trans.id, "abandoned");
   }
 
   /** Moves an open transaction to a final state and drops its working records. */
   async finish(id: string, state: "abandoned" | "expired"): Promise<void> {
-    const { value } = await updateRecord<TransactionRecord>(this.store, keys.trans(id), (current) => {
-      if (!current || (current.value.state !== "open" && current.value.state !== "committing")) return undefined;
-      return { ...current.value, state, finishedAt: this.settings.now().toISOString() };
-    }, { guess: true });
+    const { value } = await updateRecord<TransactionRecord>(
+      this.store,
+      keys.trans(id),
+      (current) => {
+        if (!current || (current.value.state !== "open" && current.value.state !== "committing")) return undefined;
+        return { ...current.value, state, finishedAt: this.settings.now().toISOString() };
+      },
+      { guess: true },
+    );
     if (value) await this.dropWorkingRecords(value);
   }
 
@@ -366,7 +426,10 @@ export class Transactions {
     const found: string[] = [];
     for await (const key of allKeys(this.store, keys.items(trans.id), WHOLE_LISTING)) found.push(key);
     const items = await mapLimit(found, 32, async (key) => (await this.store.getRecord<ItemRecord>(key))?.value);
-    return items.filter((i): i is ItemRecord => i !== undefined && (i.state ?? "added") === "added").map(withoutState).sort((a, b) => compareUtf8(a.path, b.path));
+    return items
+      .filter((i): i is ItemRecord => i !== undefined && (i.state ?? "added") === "added")
+      .map(withoutState)
+      .sort((a, b) => compareUtf8(a.path, b.path));
   }
 }
 

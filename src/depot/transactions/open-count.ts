@@ -50,7 +50,10 @@ export class CachedOpenCount {
         this.refreshing = null;
       });
       let timer: NodeJS.Timeout | undefined;
-      await Promise.race([this.refreshing, new Promise<void>((resolve) => (timer = setTimeout(resolve, REFRESH_WAIT_MS)))]);
+      await Promise.race([
+        this.refreshing,
+        new Promise<void>((resolve) => (timer = setTimeout(resolve, REFRESH_WAIT_MS))),
+      ]);
       clearTimeout(timer);
     }
     return this.base === null ? null : Math.max(0, this.base + this.delta);

@@ -24,7 +24,8 @@ import { allKeys, mapLimit } from "../store/records.js";
 /** Names checked per reference at most: the packages holding one digest, first in key order. */
 export const MAX_REFERENCE_NAMES = 64;
 
-const principalHash = (principal: string) => createHash("sha256").update(`principal:${principal}`).digest("hex").slice(0, 32);
+const principalHash = (principal: string) =>
+  createHash("sha256").update(`principal:${principal}`).digest("hex").slice(0, 32);
 
 /** Record keys of the reference index. */
 export const referenceKeys = {
@@ -51,7 +52,9 @@ export async function noteUpload(store: PackageStore, digest: string, principal:
  * write per distinct digest (a no-op for bytes published under this name before).
  */
 export async function notePublished(store: PackageStore, name: string, digests: Iterable<string>): Promise<void> {
-  await mapLimit([...new Set(digests)], 32, (digest) => store.putRecord(referenceKeys.published(digest, name), {}, { ifRevision: null, lazy: true }));
+  await mapLimit([...new Set(digests)], 32, (digest) =>
+    store.putRecord(referenceKeys.published(digest, name), {}, { ifRevision: null, lazy: true }),
+  );
 }
 
 /**

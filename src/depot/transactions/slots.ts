@@ -77,7 +77,11 @@ export class Slots {
     let live = 0;
     for await (const key of allKeys(this.store, keys.allSlots)) {
       const ids = (await this.store.getRecord<SlotRecord>(key))?.value.ids ?? [];
-      const records = await mapLimit(ids, 16, async (id) => (await this.store.getRecord<TransactionRecord>(keys.trans(id)))?.value);
+      const records = await mapLimit(
+        ids,
+        16,
+        async (id) => (await this.store.getRecord<TransactionRecord>(keys.trans(id)))?.value,
+      );
       for (const trans of records) if (trans && this.policy.holds(trans)) live++;
     }
     return live;
@@ -135,7 +139,11 @@ export class Slots {
       const listed = (current?.value.ids ?? []).filter((i) => !dead.has(i) && !released.has(i));
       const live: TransactionRecord[] = [];
       if (takes) {
-        const records = await mapLimit(listed, 16, async (i) => (await this.store.getRecord<TransactionRecord>(keys.trans(i)))?.value);
+        const records = await mapLimit(
+          listed,
+          16,
+          async (i) => (await this.store.getRecord<TransactionRecord>(keys.trans(i)))?.value,
+        );
         records.forEach((trans, i) => {
           if (trans && this.policy.holds(trans)) live.push(trans);
           else dead.add(listed[i]!);
@@ -148,11 +156,17 @@ export class Slots {
         ids.push(change.id);
         return null;
       });
-      const unchanged = current !== null && ids.length === current.value.ids.length && ids.every((id, i) => id === current.value.ids[i]);
+      const unchanged =
+        current !== null &&
+        ids.length === current.value.ids.length &&
+        ids.every((id, i) => id === current.value.ids[i]);
       if (fromGuess && (unchanged || refused.some((r) => r !== null))) continue;
       if (unchanged || (current === null && ids.length === 0)) return refused;
       // Only releases: lazy, since a slot a machine crash keeps is dropped by the next take.
-      const written = await this.store.putRecord(key, { ids } satisfies SlotRecord, { ifRevision: current?.revision ?? null, lazy: !takes });
+      const written = await this.store.putRecord(key, { ids } satisfies SlotRecord, {
+        ifRevision: current?.revision ?? null,
+        lazy: !takes,
+      });
       if (written !== null) {
         noteRecord(this.store, key, { value: { ids }, revision: written });
         return refused;
@@ -167,8 +181,12 @@ export class Slots {
     // No live one listed: this batch's own takes filled the slots (retry after a second).
     const soonest = live.length > 0 ? Math.min(...live.map((t) => this.policy.expiresAt(t).getTime())) : 0;
     const retryAfter = Math.max(1, Math.ceil((soonest - this.policy.now().getTime()) / 1000));
-    return new RunnerDepotError("TOO_MANY_TRANSACTIONS", `At most ${limit} open transactions per principal; commit or abandon one`, {
-      details: { retryAfter },
-    });
+    return new RunnerDepotError(
+      "TOO_MANY_TRANSACTIONS",
+      `At most ${limit} open transactions per principal; commit or abandon one`,
+      {
+        details: { retryAfter },
+      },
+    );
   }
 }

@@ -47,12 +47,19 @@ export function summaryPage(request: Request): SummaryPage {
  * added (`pending`) are not shown, so a page may hold fewer than `limit`.
  * O(limit) record reads plus one key listing.
  */
-export async function summaryItems(store: PackageStore, trans: TransactionRecord, page: SummaryPage): Promise<{ items: ItemRecord[]; next: string | null }> {
+export async function summaryItems(
+  store: PackageStore,
+  trans: TransactionRecord,
+  page: SummaryPage,
+): Promise<{ items: ItemRecord[]; next: string | null }> {
   const prefix = keys.items(trans.id);
   if (page.after !== undefined && !/^[0-9a-f]{64}$/.test(page.after)) {
     throw new RunnerDepotError("BAD_REQUEST", "after is not a cursor of this transaction's summary");
   }
-  const listed = await store.listRecords(prefix, { cursor: page.after === undefined ? undefined : prefix + page.after, limit: page.limit });
+  const listed = await store.listRecords(prefix, {
+    cursor: page.after === undefined ? undefined : prefix + page.after,
+    limit: page.limit,
+  });
   const records = await mapLimit(listed.keys, 32, async (key) => (await store.getRecord<ItemRecord>(key))?.value);
   const items = records
     .filter((i): i is ItemRecord => i !== undefined && (i.state ?? "added") === "added")

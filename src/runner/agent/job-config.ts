@@ -47,7 +47,11 @@ export async function readJobConfig(path: string = DEFAULT_JOB_CONFIG_PATH): Pro
     text = await readFile(path, "utf8");
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
-    throw new RunnerDepotError(code === "ENOENT" ? "NOT_FOUND" : "INVALID_ARGUMENT", `job config ${path}: cannot read it (${code ?? String(e)})`, { cause: e });
+    throw new RunnerDepotError(
+      code === "ENOENT" ? "NOT_FOUND" : "INVALID_ARGUMENT",
+      `job config ${path}: cannot read it (${code ?? String(e)})`,
+      { cause: e },
+    );
   }
   let value: unknown;
   try {
@@ -76,7 +80,8 @@ export function validateJobConfig(value: unknown, where: string): JobConfig {
   } catch {
     throw bad(`endpoint is not a URL: ${JSON.stringify(v.endpoint)}`);
   }
-  if (url.protocol !== "http:" && url.protocol !== "https:") throw bad(`endpoint must be http:// or https://, got ${url.protocol}`);
+  if (url.protocol !== "http:" && url.protocol !== "https:")
+    throw bad(`endpoint must be http:// or https://, got ${url.protocol}`);
   str("requestId", true);
   if (!isRequestId(v.requestId as string)) throw bad(`requestId is not a UUID: ${JSON.stringify(v.requestId)}`);
   str("token", true);
@@ -84,11 +89,13 @@ export function validateJobConfig(value: unknown, where: string): JobConfig {
   str("commitSha", true);
   str("command", true);
   if ((v.command as string).length === 0) throw bad("command is empty");
-  if (!Array.isArray(v.args) || !v.args.every((a) => typeof a === "string")) throw bad("args must be an array of strings");
+  if (!Array.isArray(v.args) || !v.args.every((a) => typeof a === "string"))
+    throw bad("args must be an array of strings");
   str("cwd", false);
   str("ca", false);
   if (v.env !== undefined) {
-    if (typeof v.env !== "object" || v.env === null || Array.isArray(v.env)) throw bad("env must be an object of strings");
+    if (typeof v.env !== "object" || v.env === null || Array.isArray(v.env))
+      throw bad("env must be an object of strings");
     for (const [k, x] of Object.entries(v.env)) if (typeof x !== "string") throw bad(`env.${k} must be a string`);
   }
   return { ...(v as unknown as JobConfig), requestId: (v.requestId as string).toLowerCase() };

@@ -68,7 +68,12 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
   if (spawned !== null) {
     // The job could not start: say why in its log and report it as failed, as a shell would (127).
     client.log(`runner-depot: cannot start ${options.command}: ${spawned.message}`, true);
-    await client.end({ exitCode: 127, success: false, repoUrl: options.repoUrl ?? "", commitSha: options.commitSha ?? "" });
+    await client.end({
+      exitCode: 127,
+      success: false,
+      repoUrl: options.repoUrl ?? "",
+      commitSha: options.commitSha ?? "",
+    });
     return 127;
   }
 
@@ -88,27 +93,38 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
   };
   // Lines that are valid UTF-8 within the limit go to the client as bytes (no string per
   // line) unless the caller wants every line as text.
-  const logUtf8 = options.onLine === undefined && client.logUtf8 !== undefined ? client.logUtf8.bind(client) : undefined;
-  const out = createLineSplitter((line) => {
-    if (stop !== null) return;
-    options.onLine?.(line, false);
-    pauseForSpool(client.log(line, false));
-  }, {
-    maxLineBytes,
-    onBytes: logUtf8 && ((buf, start, end) => {
-      if (stop === null) pauseForSpool(logUtf8(buf, start, end, false));
-    }),
-  });
-  const err = createLineSplitter((line) => {
-    if (stop !== null) return;
-    options.onLine?.(line, true);
-    pauseForSpool(client.log(line, true));
-  }, {
-    maxLineBytes,
-    onBytes: logUtf8 && ((buf, start, end) => {
-      if (stop === null) pauseForSpool(logUtf8(buf, start, end, true));
-    }),
-  });
+  const logUtf8 =
+    options.onLine === undefined && client.logUtf8 !== undefined ? client.logUtf8.bind(client) : undefined;
+  const out = createLineSplitter(
+    (line) => {
+      if (stop !== null) return;
+      options.onLine?.(line, false);
+      pauseForSpool(client.log(line, false));
+    },
+    {
+      maxLineBytes,
+      onBytes:
+        logUtf8 &&
+        ((buf, start, end) => {
+          if (stop === null) pauseForSpool(logUtf8(buf, start, end, false));
+        }),
+    },
+  );
+  const err = createLineSplitter(
+    (line) => {
+      if (stop !== null) return;
+      options.onLine?.(line, true);
+      pauseForSpool(client.log(line, true));
+    },
+    {
+      maxLineBytes,
+      onBytes:
+        logUtf8 &&
+        ((buf, start, end) => {
+          if (stop === null) pauseForSpool(logUtf8(buf, start, end, true));
+        }),
+    },
+  );
   child.stdout!.on("data", (b: Buffer) => out.push(b));
   child.stdout!.on("end", () => out.end());
   child.stderr!.on("data", (b: Buffer) => err.push(b));
@@ -141,7 +157,8 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
     clearTimeout(killTimer);
     const stopped = stop as RunnerStop | null;
     if (stopped !== null) {
-      if (stopped.reason === "failed") throw stopped.error ?? new RunnerDepotError("UNAVAILABLE", "the runner client gave up");
+      if (stopped.reason === "failed")
+        throw stopped.error ?? new RunnerDepotError("UNAVAILABLE", "the runner client gave up");
       return exitCode;
     }
     try {

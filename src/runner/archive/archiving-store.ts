@@ -338,7 +338,10 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
       if (archive.prune && now - lastArchivePrune >= (options.archivePruneIntervalMs ?? 3_600_000)) {
         lastArchivePrune = now;
         const retention = options.archiveRetentionMs;
-        const cutoff = retention === undefined || retention === false ? before : new Date(Math.max(before.getTime(), now - retention));
+        const cutoff =
+          retention === undefined || retention === false
+            ? before
+            : new Date(Math.max(before.getTime(), now - retention));
         await archive.prune(cutoff);
       }
       return live.prune ? live.prune(before) : 0;

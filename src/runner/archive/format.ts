@@ -119,7 +119,11 @@ export class ArchiveWriter {
    */
   addBytes(text: Buffer, start: number, end: number, flags: number): Promise<Buffer> | null {
     const size = end - start;
-    if (size > MAX_LINE_BYTES) throw new RunnerDepotError("RESOURCE_EXHAUSTED", `log archive: a line of ${size} bytes is over ${MAX_LINE_BYTES}`);
+    if (size > MAX_LINE_BYTES)
+      throw new RunnerDepotError(
+        "RESOURCE_EXHAUSTED",
+        `log archive: a line of ${size} bytes is over ${MAX_LINE_BYTES}`,
+      );
     if (this.record.length - this.recordUsed < size + 10) {
       // Records are written into a shared block (one allocation per 64 KiB, not per line).
       this.record = Buffer.allocUnsafe(Math.max(RECORD_BLOCK, size + 10));
@@ -140,7 +144,8 @@ export class ArchiveWriter {
    * order; the caller writes them in the order they were closed.
    */
   private close(): Promise<Buffer> {
-    if (this.entries.length / 2 >= MAX_CHUNKS) return Promise.reject(new RunnerDepotError("RESOURCE_EXHAUSTED", "log archive: too many chunks"));
+    if (this.entries.length / 2 >= MAX_CHUNKS)
+      return Promise.reject(new RunnerDepotError("RESOURCE_EXHAUSTED", "log archive: too many chunks"));
     const raw = Buffer.concat(this.parts, this.partBytes);
     this.rawBytes += raw.length;
     this.parts = [];
@@ -271,14 +276,19 @@ export async function decodeChunk(packed: Uint8Array, expected: number): Promise
   try {
     raw = await gunzipAsync(packed, { maxOutputLength: MAX_CHUNK_BYTES });
   } catch (error) {
-    throw new RunnerDepotError("INTERNAL", `corrupt log archive: chunk does not inflate (${(error as Error).message})`, { cause: error });
+    throw new RunnerDepotError(
+      "INTERNAL",
+      `corrupt log archive: chunk does not inflate (${(error as Error).message})`,
+      { cause: error },
+    );
   }
   return decodeRecords(raw, expected);
 }
 
 /** A chunk's line count as the index gives it: 1 … MAX_CHUNK_LINES, else corrupt. */
 function checkExpected(expected: number): void {
-  if (!Number.isSafeInteger(expected) || expected < 1 || expected > MAX_CHUNK_LINES) throw corrupt(`a chunk of ${expected} lines`);
+  if (!Number.isSafeInteger(expected) || expected < 1 || expected > MAX_CHUNK_LINES)
+    throw corrupt(`a chunk of ${expected} lines`);
 }
 
 /**

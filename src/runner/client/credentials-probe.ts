@@ -61,10 +61,17 @@ export async function checkJobCredentials(options: CredentialsCheckOptions): Pro
   frame.writeUInt32BE(message.byteLength, 1);
   frame.set(message, 5);
 
-  const session = http2.connect(url.origin, { ...(url.protocol === "https:" ? options.tls : {}), settings: { enablePush: false } });
+  const session = http2.connect(url.origin, {
+    ...(url.protocol === "https:" ? options.tls : {}),
+    settings: { enablePush: false },
+  });
   session.on("error", () => {});
   try {
-    const answer = await new Promise<{ headers: http2.IncomingHttpHeaders; trailers: http2.IncomingHttpHeaders; data: Buffer }>((resolve, reject) => {
+    const answer = await new Promise<{
+      headers: http2.IncomingHttpHeaders;
+      trailers: http2.IncomingHttpHeaders;
+      data: Buffer;
+    }>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
       session.once("error", (error) => {
         clearTimeout(timer);
@@ -86,7 +93,8 @@ export async function checkJobCredentials(options: CredentialsCheckOptions): Pro
       stream.on("data", (d: Buffer) => {
         // An Ack is a few bytes: a server sending more is not answering this call.
         bytes += d.length;
-        if (bytes > MAX_ANSWER_BYTES) stream.destroy(new Error(`the answer is over ${MAX_ANSWER_BYTES} bytes; not a runner.v1 server`));
+        if (bytes > MAX_ANSWER_BYTES)
+          stream.destroy(new Error(`the answer is over ${MAX_ANSWER_BYTES} bytes; not a runner.v1 server`));
         else chunks.push(d);
       });
       stream.on("error", (error) => {
@@ -116,7 +124,11 @@ function header(h: http2.IncomingHttpHeaders, name: string): string | undefined 
   return Array.isArray(v) ? v[0] : v;
 }
 
-function outcome(headers: http2.IncomingHttpHeaders, trailers: http2.IncomingHttpHeaders, data: Buffer): CredentialsCheckResult {
+function outcome(
+  headers: http2.IncomingHttpHeaders,
+  trailers: http2.IncomingHttpHeaders,
+  data: Buffer,
+): CredentialsCheckResult {
   const status = header(trailers, "grpc-status") ?? header(headers, "grpc-status");
   const committedText = header(trailers, "runner-committed") ?? header(headers, "runner-committed");
   const committed = committedText !== undefined && /^\d+$/.test(committedText) ? Number(committedText) : undefined;
@@ -124,7 +136,12 @@ function outcome(headers: http2.IncomingHttpHeaders, trailers: http2.IncomingHtt
     const http = Number(header(headers, ":status") ?? 0);
     const error = new RunnerDepotError("UNAVAILABLE", `not a gRPC answer (HTTP ${http})`);
     // A 404 is a server without runner.v1: refused for good, as the runner client does.
-    return http === 404 ? { status: "refused", error: new RunnerDepotError("NOT_FOUND", "no runner.v1 service at this endpoint (HTTP 404)") } : { status: "unreachable", error };
+    return http === 404
+      ? {
+          status: "refused",
+          error: new RunnerDepotError("NOT_FOUND", "no runner.v1 service at this endpoint (HTTP 404)"),
+        }
+      : { status: "unreachable", error };
   }
   if (status === "0") {
     const ok = data.length >= 5 ? fromBinary(AckSchema, data.subarray(5, 5 + data.readUInt32BE(1))).ok : false;
@@ -143,7 +160,14 @@ function outcome(headers: http2.IncomingHttpHeaders, trailers: http2.IncomingHtt
   // shows the server got that far (a request ID refused before it is not given one).
   if (code === Code.InvalidArgument && committed !== undefined) return { status: "ok", committed };
   const error = RunnerDepotError.from(new ConnectError(text, code));
-  if (code === Code.Unavailable || code === Code.DeadlineExceeded || code === Code.ResourceExhausted || code === Code.Internal || code === Code.Unknown || code === Code.Aborted) {
+  if (
+    code === Code.Unavailable ||
+    code === Code.DeadlineExceeded ||
+    code === Code.ResourceExhausted ||
+    code === Code.Internal ||
+    code === Code.Unknown ||
+    code === Code.Aborted
+  ) {
     return { status: "unreachable", error };
   }
   return { status: "refused", error };

@@ -44,13 +44,18 @@ export function readOutcome(c: CallResponse): CallOutcome {
   const reason = header(t, "runner-reason") ?? header(h, "runner-reason");
   const base = { committed: committedNum, reason };
   if (status === undefined) {
-    if (c.timedOut) return { ...base, code: Code.DeadlineExceeded, error: rpcError("no response in time", Code.DeadlineExceeded) };
+    if (c.timedOut)
+      return { ...base, code: Code.DeadlineExceeded, error: rpcError("no response in time", Code.DeadlineExceeded) };
     const httpStatus = Number(h[":status"] ?? 200);
     if (httpStatus !== 200) {
       const code = httpToCode(httpStatus);
       return { ...base, code, error: rpcError(`HTTP ${httpStatus}`, code) };
     }
-    return { ...base, code: Code.Unavailable, error: networkError(c.error ?? new Error("stream closed without a status")) };
+    return {
+      ...base,
+      code: Code.Unavailable,
+      error: networkError(c.error ?? new Error("stream closed without a status")),
+    };
   }
   const code = Number(status) as Code;
   if (code !== GRPC_OK) {
@@ -61,14 +66,21 @@ export function readOutcome(c: CallResponse): CallOutcome {
     const ack = parseAck(Buffer.concat(c.data), header(h, "grpc-encoding"));
     return { ...base, code, ok: ack };
   } catch (e) {
-    return { ...base, code: Code.Internal, error: new RunnerDepotError("INTERNAL", `bad Ack: ${String(e)}`, { cause: e }) };
+    return {
+      ...base,
+      code: Code.Internal,
+      error: new RunnerDepotError("INTERNAL", `bad Ack: ${String(e)}`, { cause: e }),
+    };
   }
 }
 
 /** A failure to connect or a broken stream: UNAVAILABLE, always retried. */
 export function networkError(cause: unknown): RunnerDepotError {
   const message = cause instanceof Error ? cause.message : String(cause);
-  return new RunnerDepotError("UNAVAILABLE", `network error: ${message}`, { cause, details: { grpcCode: Code.Unavailable } });
+  return new RunnerDepotError("UNAVAILABLE", `network error: ${message}`, {
+    cause,
+    details: { grpcCode: Code.Unavailable },
+  });
 }
 
 function header(h: http2.IncomingHttpHeaders, name: string): string | undefined {

@@ -58,8 +58,15 @@ export interface CallLoop {
  * loop.append("hello", false);
  * loop.schedule();
  */
-export function createCallLoop(settings: CallSettings, st: ClientState, spool: Spool, enc: LogItemEncoder, sessions: ClientSessions): CallLoop {
-  const { maxCallBytes, maxCallMs, deadlineMs, backoffInitial, backoffMax, highWater, responseTimeoutMs, baseHeaders } = settings;
+export function createCallLoop(
+  settings: CallSettings,
+  st: ClientState,
+  spool: Spool,
+  enc: LogItemEncoder,
+  sessions: ClientSessions,
+): CallLoop {
+  const { maxCallBytes, maxCallMs, deadlineMs, backoffInitial, backoffMax, highWater, responseTimeoutMs, baseHeaders } =
+    settings;
   const stats = st.stats;
   let scheduled = false;
   let attempts = 0;
@@ -276,7 +283,10 @@ export function createCallLoop(settings: CallSettings, st: ClientState, spool: S
     if (st.retryTimer !== null) clearTimeout(st.retryTimer);
     st.retryTimer = null;
     const err =
-      s.error ?? new RunnerDepotError("ABORTED", `the orchestrator stopped the job (${s.reason})`, { details: { reason: s.reason } });
+      s.error ??
+      new RunnerDepotError("ABORTED", `the orchestrator stopped the job (${s.reason})`, {
+        details: { reason: s.reason },
+      });
     rejectAll(err);
     st.stopInfo = s;
     stopResolve(s);

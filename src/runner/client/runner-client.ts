@@ -24,7 +24,13 @@ import { DEFAULT_MAX_LINE_BYTES, splitUtf8 } from "../agent/line-splitter.js";
 import { createSpool } from "./spool.js";
 import { isRequestId } from "../protocol/request-id.js";
 
-export type { RunnerClient, RunnerClientOptions, RunnerClientStats, RunnerClientTlsOptions, RunnerStop } from "./types.js";
+export type {
+  RunnerClient,
+  RunnerClientOptions,
+  RunnerClientStats,
+  RunnerClientTlsOptions,
+  RunnerStop,
+} from "./types.js";
 
 const PATH = "/runner.v1.Runner/StreamLogs";
 /**
@@ -151,7 +157,8 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
     logUtf8(src, start, end, stderr = false) {
       const bytes = end - start;
       // Over the (possibly lowered) line limit, or not open: the string path's rules.
-      if (bytes > st.maxLineBytes || st.state !== "open") return client.log(Buffer.from(src.buffer, src.byteOffset, src.byteLength).toString("utf8", start, end), stderr);
+      if (bytes > st.maxLineBytes || st.state !== "open")
+        return client.log(Buffer.from(src.buffer, src.byteOffset, src.byteLength).toString("utf8", start, end), stderr);
       if (stderr) stats.lines.stderr++;
       else stats.lines.stdout++;
       wSrc = src;
@@ -183,7 +190,8 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
       return done;
     },
     flush() {
-      if (st.state === "stopped" || st.state === "closed") return Promise.reject(new RunnerDepotError("ABORTED", `the client is ${st.state}`));
+      if (st.state === "stopped" || st.state === "closed")
+        return Promise.reject(new RunnerDepotError("ABORTED", `the client is ${st.state}`));
       const to = spool.end;
       if (st.committed >= to) return Promise.resolve();
       st.flushing = true;

@@ -19,7 +19,12 @@ export function appendLine(spool: Spool, enc: LogItemEncoder, line: string, stde
  * the job end's new offset (null when it was not queued) and where each old item boundary
  * now lands: re-splitting renumbers every unacknowledged item.
  */
-export function resplitFrom(spool: Spool, enc: LogItemEncoder, from: number, maxLineBytes: number): { endOffset: number | null; boundary: Map<number, number> } {
+export function resplitFrom(
+  spool: Spool,
+  enc: LogItemEncoder,
+  from: number,
+  maxLineBytes: number,
+): { endOffset: number | null; boundary: Map<number, number> } {
   const frames = spool.frames(from);
   spool.truncate(from);
   let endOffset: number | null = null;
@@ -28,7 +33,8 @@ export function resplitFrom(spool: Spool, enc: LogItemEncoder, from: number, max
   for (const f of frames) {
     const item = fromBinary(LogItemSchema, f.subarray(5));
     if (item.event.case === "log") {
-      for (const piece of splitUtf8(item.event.value.line, maxLineBytes)) appendLine(spool, enc, piece, item.event.value.stderr);
+      for (const piece of splitUtf8(item.event.value.line, maxLineBytes))
+        appendLine(spool, enc, piece, item.event.value.stderr);
     } else if (item.event.case === "end") {
       const frame = f;
       endOffset = spool.append(frame.length, (buf, pos) => pos + frame.copy(buf, pos));

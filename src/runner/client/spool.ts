@@ -87,7 +87,13 @@ class PackedSpool implements Spool {
     const chunks = this.chunks;
     let tail = chunks[chunks.length - 1];
     if (tail === undefined || tail.sealed || tail.buf.length - tail.used < size) {
-      tail = { buf: Buffer.allocUnsafe(Math.max(this.chunkBytes, size)), used: 0, first: this.next, ends: [], sealed: false };
+      tail = {
+        buf: Buffer.allocUnsafe(Math.max(this.chunkBytes, size)),
+        used: 0,
+        first: this.next,
+        ends: [],
+        sealed: false,
+      };
       chunks.push(tail);
     }
     const pos = write(tail.buf, tail.used);

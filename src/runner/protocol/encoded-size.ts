@@ -45,7 +45,11 @@ export function encodedSize(item: LogItem, lineBytes: number): number {
     return logItemSize(item.requestId, lineBytes, item.event.value.stderr);
   } else if (item.event.case === "end") {
     const end = item.event.value;
-    inner = (end.exitCode !== 0 ? 1 + varintSize(end.exitCode) : 0) + (end.success ? 2 : 0) + stringField(end.repoUrl) + stringField(end.commitSha);
+    inner =
+      (end.exitCode !== 0 ? 1 + varintSize(end.exitCode) : 0) +
+      (end.success ? 2 : 0) +
+      stringField(end.repoUrl) +
+      stringField(end.commitSha);
   } else {
     return size;
   }

@@ -66,8 +66,7 @@ function writeString(buf: Buffer, pos: number, s: string, bytes: number): number
 export function createLogItemEncoder(requestId: string): LogItemEncoder {
   const id = Buffer.from(requestId, "utf8");
   // Field 1 (request_id), wire type 2; empty strings are omitted under proto3 rules.
-  const idField =
-    id.length === 0 ? Buffer.alloc(0) : Buffer.concat([Buffer.from([0x0a]), varintBytes(id.length), id]);
+  const idField = id.length === 0 ? Buffer.alloc(0) : Buffer.concat([Buffer.from([0x0a]), varintBytes(id.length), id]);
   const idLen = idField.length;
 
   function chunkSize(lineBytes: number, stderr: boolean): number {

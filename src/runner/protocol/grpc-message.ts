@@ -42,7 +42,10 @@ export function respecGrpcMessage(value: string): string {
  * @example
  * specGrpcMessages(res); // before connect writes the response
  */
-export function specGrpcMessages(res: { writeHead: (...args: never[]) => unknown; addTrailers: (headers: never) => void }): void {
+export function specGrpcMessages(res: {
+  writeHead: (...args: never[]) => unknown;
+  addTrailers: (headers: never) => void;
+}): void {
   const target = res as unknown as {
     writeHead: (...args: unknown[]) => unknown;
     addTrailers: (headers: Record<string, unknown>) => void;

@@ -63,7 +63,9 @@ export class ReceivedLine implements StoredLine, LogEntry {
  * follower may keep or serialise, without a view of the request's buffer.
  */
 export function plainLine(line: StoredLine): StoredLine {
-  return line.marker ? { line: line.line, stderr: line.stderr, marker: true } : { line: line.line, stderr: line.stderr };
+  return line.marker
+    ? { line: line.line, stderr: line.stderr, marker: true }
+    : { line: line.line, stderr: line.stderr };
 }
 
 /** Appends plain copies ({@link plainLine}) of the lines `entry` stores to `out`. O(lines + bytes). */
@@ -102,7 +104,10 @@ export function readsLineEntries(store: JobLogStore): JobLogStore {
 
 /** Whether `store` itself carries {@link READS_LINE_ENTRIES} (not through its prototype chain). O(1). */
 export function isMarkedReadsLineEntries(store: JobLogStore): boolean {
-  return Object.prototype.hasOwnProperty.call(store, READS_LINE_ENTRIES) && (store as { [READS_LINE_ENTRIES]?: boolean })[READS_LINE_ENTRIES] === true;
+  return (
+    Object.prototype.hasOwnProperty.call(store, READS_LINE_ENTRIES) &&
+    (store as { [READS_LINE_ENTRIES]?: boolean })[READS_LINE_ENTRIES] === true
+  );
 }
 
 /**

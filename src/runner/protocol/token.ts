@@ -22,7 +22,11 @@ export function mintJobToken(secret: JobTokenSecret, requestId: string): string 
  * True when `token` is the job's token under any of the secrets (several allow key
  * rotation). Compared in constant time; only the token's length may leak.
  */
-export function verifyJobToken(secrets: JobTokenSecret | readonly JobTokenSecret[], requestId: string, token: string): boolean {
+export function verifyJobToken(
+  secrets: JobTokenSecret | readonly JobTokenSecret[],
+  requestId: string,
+  token: string,
+): boolean {
   const list = Array.isArray(secrets) ? (secrets as readonly JobTokenSecret[]) : [secrets as JobTokenSecret];
   const given = Buffer.from(token, "utf8");
   let ok = false;

@@ -27,11 +27,21 @@ export function readErrorOf(error: unknown, messageBytes: number): RunnerDepotEr
   const text = error.rawMessage;
   if (error.code === Code.Internal) {
     const parse = /^parse (?:binary|json): (.*)$/s.exec(text);
-    if (parse) return new RunnerDepotError("INVALID_ARGUMENT", `not a valid runner.v1.LogItem: ${oneLine(parse[1]!)}`, { cause: error });
+    if (parse)
+      return new RunnerDepotError("INVALID_ARGUMENT", `not a valid runner.v1.LogItem: ${oneLine(parse[1]!)}`, {
+        cause: error,
+      });
     if (text.startsWith("received compressed envelope")) {
-      return new RunnerDepotError("INVALID_ARGUMENT", "a message is flagged compressed but the call names no encoding (grpc-encoding)", { cause: error });
+      return new RunnerDepotError(
+        "INVALID_ARGUMENT",
+        "a message is flagged compressed but the call names no encoding (grpc-encoding)",
+        { cause: error },
+      );
     }
-    if (text === "decompression failed") return new RunnerDepotError("INVALID_ARGUMENT", "a compressed message could not be decompressed", { cause: error });
+    if (text === "decompression failed")
+      return new RunnerDepotError("INVALID_ARGUMENT", "a compressed message could not be decompressed", {
+        cause: error,
+      });
   }
   if (error.code === Code.Canceled) {
     // The client reset its stream: as when the call's signal aborts (not a fault of ours).
@@ -39,7 +49,11 @@ export function readErrorOf(error: unknown, messageBytes: number): RunnerDepotEr
   }
   if (error.code === Code.ResourceExhausted && /readMaxBytes/.test(text)) {
     // connect's words name its option; ours name the limit and what to do.
-    return new RunnerDepotError("RESOURCE_EXHAUSTED", `a message is over the ${messageBytes}-byte limit; split the line`, { cause: error });
+    return new RunnerDepotError(
+      "RESOURCE_EXHAUSTED",
+      `a message is over the ${messageBytes}-byte limit; split the line`,
+      { cause: error },
+    );
   }
   return RunnerDepotError.from(new ConnectError(oneLine(text), error.code, error.metadata, undefined, error));
 }

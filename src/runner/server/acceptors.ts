@@ -58,7 +58,10 @@ export interface AcceptorOptions {
  * const h2 = http2.createServer();
  * const acceptors = await listenAcceptors({ host: "127.0.0.1", port: 0, count: 8, backlog: 4096 }, (s) => h2.emit("connection", s));
  */
-export async function listenAcceptors(options: AcceptorOptions, onConnection: (socket: net.Socket) => void): Promise<Acceptors> {
+export async function listenAcceptors(
+  options: AcceptorOptions,
+  onConnection: (socket: net.Socket) => void,
+): Promise<Acceptors> {
   if (!Number.isInteger(options.count) || options.count < 1 || options.count > MAX_ACCEPTORS) {
     throw new RangeError(`acceptors must be an integer from 1 to ${MAX_ACCEPTORS}, got ${options.count}`);
   }
@@ -71,10 +74,15 @@ export async function listenAcceptors(options: AcceptorOptions, onConnection: (s
     // EADDRINUSE as with one socket: bind it plainly first (it fails if anyone holds it), then
     // let go and bind the group. (Between the two, another process could take the port: with a
     // plain socket the group's first bind fails the same way; with SO_REUSEPORT it is joined.)
-    const probe = await listenOne({ host: options.host, port: options.port, backlog: 1, reusePort: false }, (s) => s.destroy());
+    const probe = await listenOne({ host: options.host, port: options.port, backlog: 1, reusePort: false }, (s) =>
+      s.destroy(),
+    );
     await new Promise<void>((resolve) => probe.close(() => resolve()));
   }
-  const first = await listenOne({ host: options.host, port: options.port, backlog: options.backlog, reusePort }, onConnection);
+  const first = await listenOne(
+    { host: options.host, port: options.port, backlog: options.backlog, reusePort },
+    onConnection,
+  );
   servers.push(first);
   const port = (first.address() as AddressInfo).port;
   for (let i = 1; i < wanted; i++) {
@@ -88,7 +96,8 @@ export async function listenAcceptors(options: AcceptorOptions, onConnection: (s
   return {
     port,
     count: servers.length,
-    close: () => Promise.all(servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve())))).then(() => undefined),
+    close: () =>
+      Promise.all(servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve())))).then(() => undefined),
   };
 }
 

@@ -9,27 +9,35 @@ import type { CallItem, ReceivedLine } from "../protocol/received-line.js";
  * Context value a server sets so a call ends UNAVAILABLE (with `runner-committed`)
  * when the server shuts down; see startRunnerServer.
  */
-export const kShutdownSignal = createContextKey<AbortSignal | undefined>(undefined, { description: "runner shutdown signal" });
+export const kShutdownSignal = createContextKey<AbortSignal | undefined>(undefined, {
+  description: "runner shutdown signal",
+});
 
 /**
  * Context value a server sets to learn when a call has passed authentication (after its
  * first item): until then it reads the call's first message only, within a small limit.
  */
-export const kCallAuthenticated = createContextKey<(() => void) | undefined>(undefined, { description: "runner call authenticated" });
+export const kCallAuthenticated = createContextKey<(() => void) | undefined>(undefined, {
+  description: "runner call authenticated",
+});
 
 /**
  * Context value a server sets so the idle sweep can tell a call the server itself holds
  * back (its reader paused behind the store backlog, runner/service/store-backlog.ts) from a silent one:
  * true while this call's reader waits for the backlog to drain.
  */
-export const kCallHeldBack = createContextKey<(() => boolean) | undefined>(undefined, { description: "runner call held back" });
+export const kCallHeldBack = createContextKey<(() => boolean) | undefined>(undefined, {
+  description: "runner call held back",
+});
 
 /**
  * Context value a server sets to learn which job a call writes to, once the call has
  * passed authentication (never before: an unauthenticated caller's claim names nothing).
  * A drain names the calls it cut by these request IDs.
  */
-export const kCallJob = createContextKey<((requestId: string) => void) | undefined>(undefined, { description: "runner call job" });
+export const kCallJob = createContextKey<((requestId: string) => void) | undefined>(undefined, {
+  description: "runner call job",
+});
 
 /** Context value a server sets to use its own message limit instead of the service's. */
 export const kMessageBytes = createContextKey<number | undefined>(undefined, { description: "runner message limit" });

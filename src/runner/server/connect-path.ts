@@ -9,7 +9,12 @@
  */
 import type * as http2 from "node:http2";
 import { Code, ConnectError, createConnectRouter, type ContextValues } from "@connectrpc/connect";
-import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
+import {
+  compressionBrotli,
+  compressionGzip,
+  universalRequestFromNodeRequest,
+  universalResponseToNodeResponse,
+} from "@connectrpc/connect-node";
 import { Runner } from "../../gen/runner/v1/runner_pb.js";
 import type { ReadBudget } from "./read-budget.js";
 import { ConnectBody, RequestReader } from "./request-reader.js";
@@ -47,10 +52,16 @@ function namesCompression(headers: http2.IncomingHttpHeaders): boolean {
  * const connectPath = createConnectPath(runner, { messageBytes, budget: createReadBudget(), contextValues: () => createContextValues() });
  * http2.createServer(connectPath);
  */
-export function createConnectPath(runner: RunnerService, options: ConnectPathOptions): (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void {
+export function createConnectPath(
+  runner: RunnerService,
+  options: ConnectPathOptions,
+): (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void {
   // connect's readMaxBytes applies to decompressed messages; uncompressed ones are refused
   // on their prefix by the reader, with the same limit.
-  const router = createConnectRouter({ readMaxBytes: options.messageBytes, acceptCompression: [compressionGzip, compressionBrotli] });
+  const router = createConnectRouter({
+    readMaxBytes: options.messageBytes,
+    acceptCompression: [compressionGzip, compressionBrotli],
+  });
   router.service(Runner, runner);
   if (options.health) router.service(Health, options.health);
   const prefix = options.requestPathPrefix ?? "";
@@ -74,7 +85,16 @@ export function createConnectPath(runner: RunnerService, options: ConnectPathOpt
       return;
     }
     const body = new ConnectBody();
-    const reader = new RequestReader(req, { messageBytes: options.messageBytes, budget: options.budget, compressed: namesCompression(req.headers), backlog: options.backlog }, body);
+    const reader = new RequestReader(
+      req,
+      {
+        messageBytes: options.messageBytes,
+        budget: options.budget,
+        compressed: namesCompression(req.headers),
+        backlog: options.backlog,
+      },
+      body,
+    );
     body.attach(reader);
     values.set(kCallAuthenticated, () => reader.authenticated());
     values.set(kCallHeldBack, () => reader.heldBack());
@@ -85,7 +105,8 @@ export function createConnectPath(runner: RunnerService, options: ConnectPathOpt
       .then((uRes) => universalResponseToNodeResponse(uRes, res))
       .catch((reason: unknown) => {
         // As connectNodeAdapter: a call the client aborted is not worth a word.
-        if (ConnectError.from(reason).code !== Code.Aborted) console.error(`handler for rpc ${uHandler.method.name} of ${uHandler.service.typeName} failed`, reason);
+        if (ConnectError.from(reason).code !== Code.Aborted)
+          console.error(`handler for rpc ${uHandler.method.name} of ${uHandler.service.typeName} failed`, reason);
       })
       .finally(() => reader.close());
   };

@@ -15,7 +15,16 @@ import * as http2 from "node:http2";
 import { create, isMessage, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ContextValues, type HandlerContext } from "@connectrpc/connect";
 import { compressionNegotiate, createMethodSerializationLookup, encodeEnvelope } from "@connectrpc/connect/protocol";
-import { contentTypeProto, grpcStatusOk, headerAcceptEncoding, headerContentType, headerEncoding, headerGrpcMessage, headerGrpcStatus, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+import {
+  contentTypeProto,
+  grpcStatusOk,
+  headerAcceptEncoding,
+  headerContentType,
+  headerEncoding,
+  headerGrpcMessage,
+  headerGrpcStatus,
+  setTrailerStatus,
+} from "@connectrpc/connect/protocol-grpc";
 import { compressionBrotli, compressionGzip, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import { AckSchema, Runner, type LogItem } from "../../gen/runner/v1/runner_pb.js";
 import { decodeReceivedLine } from "../protocol/decoder.js";
@@ -25,7 +34,13 @@ import { respecGrpcMessage } from "../protocol/grpc-message.js";
 import type { ReadBudget } from "./read-budget.js";
 import { ReceivedLine, toLogItem, type CallItem } from "../protocol/received-line.js";
 import { RequestReader, type EnvelopeSink, type RequestBody } from "./request-reader.js";
-import { kCallAuthenticated, kCallHeldBack, kItemBatches, type ItemBatchSource, type RunnerService } from "../service/runner-service.js";
+import {
+  kCallAuthenticated,
+  kCallHeldBack,
+  kItemBatches,
+  type ItemBatchSource,
+  type RunnerService,
+} from "../service/runner-service.js";
 import { readErrorOf } from "../protocol/wire-errors.js";
 import type { StoreBacklog } from "../service/store-backlog.js";
 
@@ -70,9 +85,15 @@ type Respond = (header: Headers, body: Uint8Array | null, trailer: Headers) => P
  * const fast = createStreamLogsFastPath(runner, { messageBytes, budget: createReadBudget(), contextValues: () => createContextValues() });
  * server.on("request", (req, res) => fast.request(req, res) || adapter(req, res));
  */
-export function createStreamLogsFastPath(runner: RunnerService, options: StreamLogsFastPathOptions): StreamLogsFastPath {
+export function createStreamLogsFastPath(
+  runner: RunnerService,
+  options: StreamLogsFastPathOptions,
+): StreamLogsFastPath {
   const path = `${options.requestPathPrefix ?? ""}/${Runner.typeName}/${method.name}`;
-  const parse = createMethodSerializationLookup(method, undefined, undefined, { readMaxBytes: options.messageBytes, writeMaxBytes: 0xffffffff }).getI(true);
+  const parse = createMethodSerializationLookup(method, undefined, undefined, {
+    readMaxBytes: options.messageBytes,
+    writeMaxBytes: 0xffffffff,
+  }).getI(true);
 
   /** True when the headers make a call this path serves. O(headers). */
   function takes(methodName: string | undefined, url: string | undefined, headers: http2.IncomingHttpHeaders): boolean {
@@ -91,11 +112,20 @@ export function createStreamLogsFastPath(runner: RunnerService, options: StreamL
 
   /** Serves one call whose body is `body` and whose response goes to `respond`. */
   function serve(body: RequestBody, context: FastContext, respond: Respond): void {
-    const compression = compressionNegotiate(ACCEPT_COMPRESSION, context.header(headerEncoding), context.header(headerAcceptEncoding), headerAcceptEncoding);
+    const compression = compressionNegotiate(
+      ACCEPT_COMPRESSION,
+      context.header(headerEncoding),
+      context.header(headerAcceptEncoding),
+      headerAcceptEncoding,
+    );
     if (compression.response) context.encoding = compression.response.name;
 
     const items = new ItemQueue((bytes) => parse.parse(bytes));
-    const reader = new RequestReader(body, { messageBytes: options.messageBytes, budget: options.budget, compressed: false, backlog: options.backlog }, items);
+    const reader = new RequestReader(
+      body,
+      { messageBytes: options.messageBytes, budget: options.budget, compressed: false, backlog: options.backlog },
+      items,
+    );
     items.reader = reader;
     // The service says when the call is authenticated: only then may it send on.
     context.values.set(kCallAuthenticated, () => reader.authenticated());
@@ -109,7 +139,12 @@ export function createStreamLogsFastPath(runner: RunnerService, options: StreamL
         ack = encodeEnvelope(0, toBinary(AckSchema, isMessage(answer, AckSchema) ? answer : create(AckSchema, answer)));
       } catch (error) {
         failure = error;
-        setTrailerStatus(context.responseTrailer, error instanceof ConnectError ? error : new ConnectError("internal error", Code.Internal, undefined, undefined, error));
+        setTrailerStatus(
+          context.responseTrailer,
+          error instanceof ConnectError
+            ? error
+            : new ConnectError("internal error", Code.Internal, undefined, undefined, error),
+        );
       } finally {
         context.abort(failure);
         // Whatever the client still sends is discarded; the handler resets the stream after the trailers.
@@ -130,7 +165,9 @@ export function createStreamLogsFastPath(runner: RunnerService, options: StreamL
       if (!("stream" in req) || !takes(req.method, req.url, req.headers)) return false;
       const context = createFastContext(req, req.headers, options.contextValues(res));
       if (context === null) return false;
-      serve(req, context, (header, body, trailer) => universalResponseToNodeResponse({ status: 200, header, body: iterate(body), trailer }, res));
+      serve(req, context, (header, body, trailer) =>
+        universalResponseToNodeResponse({ status: 200, header, body: iterate(body), trailer }, res),
+      );
       return true;
     },
     stream(stream, headers) {
@@ -149,7 +186,12 @@ export function createStreamLogsFastPath(runner: RunnerService, options: StreamL
  * HEADERS frame that ends the stream, sent on 'wantTrailers'; cancelled if the client has
  * not let it out within ANSWER_DRAIN_MS. A stream already gone gets nothing. O(headers).
  */
-function respondOnStream(stream: http2.ServerHttp2Stream, header: Headers, body: Uint8Array | null, trailer: Headers): Promise<void> {
+function respondOnStream(
+  stream: http2.ServerHttp2Stream,
+  header: Headers,
+  body: Uint8Array | null,
+  trailer: Headers,
+): Promise<void> {
   if (stream.destroyed || stream.closed) return Promise.resolve();
   const head: http2.OutgoingHttpHeaders = { ":status": 200 };
   header.forEach((value, name) => (head[name] = value));
@@ -242,7 +284,11 @@ class FastContext implements HandlerContext {
   }
 
   get responseHeader(): Headers {
-    this.responseHeaders ??= new Headers(this.encoding === null ? { [headerContentType]: contentTypeProto } : { [headerContentType]: contentTypeProto, [headerEncoding]: this.encoding });
+    this.responseHeaders ??= new Headers(
+      this.encoding === null
+        ? { [headerContentType]: contentTypeProto }
+        : { [headerContentType]: contentTypeProto, [headerEncoding]: this.encoding },
+    );
     return this.responseHeaders;
   }
 
@@ -260,7 +306,8 @@ class FastContext implements HandlerContext {
     name = name.toLowerCase();
     let out: string | null = null;
     const metadata = this.metadata;
-    for (let i = 0; i < metadata.length; i += 2) if (metadata[i] === name) out = out === null ? metadata[i + 1]! : `${out}, ${metadata[i + 1]}`;
+    for (let i = 0; i < metadata.length; i += 2)
+      if (metadata[i] === name) out = out === null ? metadata[i + 1]! : `${out}, ${metadata[i + 1]}`;
     return out;
   }
 
@@ -284,13 +331,22 @@ const CALL_ENDED = new DOMException("This operation was aborted", "AbortError");
  * The call's {@link FastContext}, or null when the authority makes no URL (connect then
  * answers the request its own way). O(headers).
  */
-function createFastContext(body: RequestBody, nodeHeaders: http2.IncomingHttpHeaders, values: ContextValues): FastContext | null {
+function createFastContext(
+  body: RequestBody,
+  nodeHeaders: http2.IncomingHttpHeaders,
+  values: ContextValues,
+): FastContext | null {
   const raw = !(body instanceof http2.Http2ServerRequest);
   const authority = nodeHeaders[":authority"] ?? nodeHeaders.host;
   let url: string;
   try {
-    const encrypted = raw ? body.session?.encrypted === true : "encrypted" in body.socket && (body.socket as { encrypted?: boolean }).encrypted;
-    url = new URL((nodeHeaders[":path"] as string | undefined) ?? "", `${encrypted ? "https" : "http"}://${authority}`).toString();
+    const encrypted = raw
+      ? body.session?.encrypted === true
+      : "encrypted" in body.socket && (body.socket as { encrypted?: boolean }).encrypted;
+    url = new URL(
+      (nodeHeaders[":path"] as string | undefined) ?? "",
+      `${encrypted ? "https" : "http"}://${authority}`,
+    ).toString();
   } catch {
     return null;
   }

@@ -66,7 +66,12 @@ export interface RunnerHandler {
    * them, made as Node's 'request' event would make them, and goes to `handler`.
    * startRunnerServer mounts this one.
    */
-  stream: (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, flags: number, rawHeaders: string[]) => void;
+  stream: (
+    stream: http2.ServerHttp2Stream,
+    headers: http2.IncomingHttpHeaders,
+    flags: number,
+    rawHeaders: string[],
+  ) => void;
   /**
    * Lets calls in flight run for `graceMs`, then ends them UNAVAILABLE (with
    * `runner-committed`) and resolves once their responses are out (or given up on).
@@ -113,7 +118,14 @@ export function createRunnerHandler(runner: RunnerService, options: RunnerHandle
       });
   const health = options.health === false ? null : (options.health ?? createRunnerHealth());
   // The service's store backlog, when it is runner-depot's own (runner/service/store-backlog.ts).
-  const paths = { messageBytes, budget, requestPathPrefix: options.requestPathPrefix, contextValues, health, backlog: backlogOf(runner) };
+  const paths = {
+    messageBytes,
+    budget,
+    requestPathPrefix: options.requestPathPrefix,
+    contextValues,
+    health,
+    backlog: backlogOf(runner),
+  };
   const connectPath = createConnectPath(runner, paths);
   // connect-node's per-message pipeline caps a stream at ~120k items/s; plain gRPC
   // StreamLogs calls skip it (same service, same response writer).
@@ -178,7 +190,12 @@ export function createRunnerHandler(runner: RunnerService, options: RunnerHandle
     if (active.size === 0) for (const wake of idle) wake();
   }
 
-  const streamHandler = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, _flags: number, rawHeaders: string[]) => {
+  const streamHandler = (
+    stream: http2.ServerHttp2Stream,
+    headers: http2.IncomingHttpHeaders,
+    _flags: number,
+    rawHeaders: string[],
+  ) => {
     // A request with an `expect` header goes the compatibility way, which answers it first
     // (100 Continue, or 417) as the 'request' entry does; the fast path would ignore it.
     if (fastPath !== null && headers.expect === undefined && fastPath.stream(stream, headers)) {

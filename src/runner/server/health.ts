@@ -6,7 +6,12 @@
  */
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
-import { Health, HealthCheckResponse_ServingStatus as Status, HealthCheckResponseSchema, type HealthCheckResponse } from "../../gen/grpc/health/v1/health_pb.js";
+import {
+  Health,
+  HealthCheckResponse_ServingStatus as Status,
+  HealthCheckResponseSchema,
+  type HealthCheckResponse,
+} from "../../gen/grpc/health/v1/health_pb.js";
 import { Runner } from "../../gen/runner/v1/runner_pb.js";
 
 /** The status a runner server reports. */
@@ -53,18 +58,22 @@ export function createRunnerHealth(options: RunnerHealthOptions = {}): RunnerHea
     for (const wake of [...wakes]) wake();
   };
   const answer = (known: boolean): HealthCheckResponse =>
-    create(HealthCheckResponseSchema, { status: !known ? Status.SERVICE_UNKNOWN : status === "SERVING" ? Status.SERVING : Status.NOT_SERVING });
+    create(HealthCheckResponseSchema, {
+      status: !known ? Status.SERVICE_UNKNOWN : status === "SERVING" ? Status.SERVING : Status.NOT_SERVING,
+    });
 
   return {
     check(request) {
-      if (!services.has(request.service)) throw new ConnectError(`unknown service ${JSON.stringify(request.service.slice(0, 200))}`, Code.NotFound);
+      if (!services.has(request.service))
+        throw new ConnectError(`unknown service ${JSON.stringify(request.service.slice(0, 200))}`, Code.NotFound);
       return answer(true);
     },
     list() {
       return { statuses: Object.fromEntries([...services].map((name) => [name, answer(true)])) };
     },
     async *watch(request, ctx) {
-      if (watchers >= maxWatchers) throw new ConnectError(`over ${maxWatchers} health Watch calls open`, Code.ResourceExhausted);
+      if (watchers >= maxWatchers)
+        throw new ConnectError(`over ${maxWatchers} health Watch calls open`, Code.ResourceExhausted);
       watchers++;
       const known = services.has(request.service);
       let wake: (() => void) | null = null;

@@ -132,7 +132,10 @@ export class RequestReader implements BacklogWaiter {
     private readonly options: RequestReaderOptions,
     private readonly sink: EnvelopeSink,
   ) {
-    this.splitter = new EnvelopeSplitter(Math.min(options.budget.limits.firstMessageBytes, options.messageBytes), options.messageBytes);
+    this.splitter = new EnvelopeSplitter(
+      Math.min(options.budget.limits.firstMessageBytes, options.messageBytes),
+      options.messageBytes,
+    );
     this.connection = connectionOf(req);
     this.stream = streamOf(req);
     this.pauseBytes = options.pauseBytes ?? DEFAULT_PAUSE_BYTES;
@@ -154,7 +157,6 @@ export class RequestReader implements BacklogWaiter {
     this.closed = true;
     this.account();
   }
-
 
   /** The service has authenticated the call: later messages may use the full limit and reading goes on. */
   authenticated(): void {
@@ -197,7 +199,10 @@ export class RequestReader implements BacklogWaiter {
     try {
       this.splitter.push(chunk, (buf, start, end) => {
         if ((buf[start]! & 1) === 1 && !this.options.compressed) {
-          throw new ConnectError("a message is flagged compressed but the call names no encoding (grpc-encoding)", Code.InvalidArgument);
+          throw new ConnectError(
+            "a message is flagged compressed but the call names no encoding (grpc-encoding)",
+            Code.InvalidArgument,
+          );
         }
         this.setQueued(this.queued + end - start);
         this.sink.envelope(buf, start, end);
@@ -290,7 +295,10 @@ export class RequestReader implements BacklogWaiter {
     const ms = this.options.budget.limits.firstMessageMs;
     this.firstTimer = setTimeout(() => {
       this.firstTimer = null;
-      if (this.splitter.completed === 0) this.fail(new ConnectError(`the first message did not arrive within ${ms} ms of its start`, Code.DeadlineExceeded));
+      if (this.splitter.completed === 0)
+        this.fail(
+          new ConnectError(`the first message did not arrive within ${ms} ms of its start`, Code.DeadlineExceeded),
+        );
     }, ms);
     this.firstTimer.unref?.();
   }
@@ -301,7 +309,9 @@ export class RequestReader implements BacklogWaiter {
   }
 
   private mustPause(): boolean {
-    return this.queued >= this.pauseBytes || (!this.isAuthenticated && this.splitter.completed > 0) || this.backlogHolds();
+    return (
+      this.queued >= this.pauseBytes || (!this.isAuthenticated && this.splitter.completed > 0) || this.backlogHolds()
+    );
   }
 
   private maybeResume(): void {
@@ -331,8 +341,14 @@ export class RequestReader implements BacklogWaiter {
     }
     const limits = this.options.budget.limits;
     return refusal === "connection"
-      ? new ConnectError(`this connection holds over ${limits.connectionBytes} bytes of unfinished requests; retry the call later`, Code.Unavailable)
-      : new ConnectError(`the server holds over ${limits.serverBytes} bytes of unfinished requests; retry the call later`, Code.Unavailable);
+      ? new ConnectError(
+          `this connection holds over ${limits.connectionBytes} bytes of unfinished requests; retry the call later`,
+          Code.Unavailable,
+        )
+      : new ConnectError(
+          `the server holds over ${limits.serverBytes} bytes of unfinished requests; retry the call later`,
+          Code.Unavailable,
+        );
   }
 }
 
@@ -353,7 +369,13 @@ function toWireError(error: unknown): ConnectError {
     );
   }
   if (error instanceof ConnectError) return error;
-  return new ConnectError(error instanceof Error ? error.message : String(error), Code.Internal, undefined, undefined, error);
+  return new ConnectError(
+    error instanceof Error ? error.message : String(error),
+    Code.Internal,
+    undefined,
+    undefined,
+    error,
+  );
 }
 
 /**

@@ -29,7 +29,6 @@ export interface RunnerTlsSettings {
   requestCert?: boolean;
 }
 
-
 function onStreamClose(this: CountedStream): void {
   this[kSessionInfo].streams--;
 }
@@ -132,7 +131,10 @@ export interface RunnerServer {
  * // …
  * await server.close();
  */
-export async function startRunnerServer(runner: RunnerService, settings: RunnerServerSettings = {}): Promise<RunnerServer> {
+export async function startRunnerServer(
+  runner: RunnerService,
+  settings: RunnerServerSettings = {},
+): Promise<RunnerServer> {
   const host = settings.host ?? "127.0.0.1";
   const tls = settings.tls;
   // The contract's rule, literally: mutual TLS is transport security, but a service without
@@ -170,7 +172,11 @@ export async function startRunnerServer(runner: RunnerService, settings: RunnerS
   // Widened windows, bounded server-wide by the store backlog's budget (runner/server/flow-window.ts); a
   // service that is not runner-depot's own gets the default budget's bound and no backlog check.
   const backlog = backlogOf(runner);
-  const wide: WideWindows = { count: 0, max: wideWindowSessions(backlog?.limit ?? DEFAULT_RUNNER_LIMITS.queuedBytes), backlog };
+  const wide: WideWindows = {
+    count: 0,
+    max: wideWindowSessions(backlog?.limit ?? DEFAULT_RUNNER_LIMITS.queuedBytes),
+    backlog,
+  };
   const keepAliveMs = settings.keepAliveMs ?? 30_000;
   const keepAliveTimeoutMs = settings.keepAliveTimeoutMs ?? 10_000;
   // Listeners shared by every session and stream (found through `sessions` and a symbol on
@@ -273,7 +279,10 @@ export async function startRunnerServer(runner: RunnerService, settings: RunnerS
 
   async function drainServer(options: RunnerDrainOptions): Promise<RunnerDrainReport> {
     runnerHandler.health?.setStatus("NOT_SERVING");
-    logger.info({ activeCalls: runnerHandler.activeRequests, notServingMs: options.notServingMs ?? 0 }, "drain started");
+    logger.info(
+      { activeCalls: runnerHandler.activeRequests, notServingMs: options.notServingMs ?? 0 },
+      "drain started",
+    );
     if ((options.notServingMs ?? 0) > 0) {
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, options.notServingMs);

@@ -1,7 +1,12 @@
 /** The runner service's options resolved once: defaults filled in, values checked. */
 import type { JobTokenSecret } from "../protocol/token.js";
 import { stripUndefined } from "./options.js";
-import { DEFAULT_RUNNER_LIMITS, type PublishRetryOptions, type RunnerLimits, type RunnerServiceOptions } from "./contract.js";
+import {
+  DEFAULT_RUNNER_LIMITS,
+  type PublishRetryOptions,
+  type RunnerLimits,
+  type RunnerServiceOptions,
+} from "./contract.js";
 
 /** Options after defaults; what the rest of the service reads. */
 export interface RunnerConfig {
@@ -32,7 +37,12 @@ export function resolveConfig(options: RunnerServiceOptions): RunnerConfig {
   };
   const lostAfterMs = options.lostAfterMs ?? 600_000;
   const retentionMs = options.retentionMs === false ? false : Math.max(options.retentionMs ?? 86_400_000, lostAfterMs);
-  const secrets = options.secret === undefined ? null : Array.isArray(options.secret) ? (options.secret as JobTokenSecret[]) : [options.secret as JobTokenSecret];
+  const secrets =
+    options.secret === undefined
+      ? null
+      : Array.isArray(options.secret)
+        ? (options.secret as JobTokenSecret[])
+        : [options.secret as JobTokenSecret];
   if (secrets && secrets.length === 0) throw new RangeError("secret: give at least one key");
   return {
     limits,
@@ -45,4 +55,3 @@ export function resolveConfig(options: RunnerServiceOptions): RunnerConfig {
     acceptsAnyCaller: !secrets && !options.authorize,
   };
 }
-

@@ -37,7 +37,12 @@ export interface FollowOptions {
 }
 
 /** The default bounds; `pollMs` here is the one without a store `watch`. */
-export const DEFAULT_FOLLOW_OPTIONS: Readonly<FollowOptions> = Object.freeze({ bufferLines: 4096, bufferBytes: 1024 * 1024, pollMs: 1000, eventIntervalMs: 100 });
+export const DEFAULT_FOLLOW_OPTIONS: Readonly<FollowOptions> = Object.freeze({
+  bufferLines: 4096,
+  bufferBytes: 1024 * 1024,
+  pollMs: 1000,
+  eventIntervalMs: 100,
+});
 
 /** Rough retained size of a line in the ring (string + object). */
 const lineCost = (line: StoredLine) => line.line.length + 48;
@@ -109,7 +114,11 @@ export class JobTail {
       this.lines.push(Object.freeze(line));
       this.bytes += lineCost(line);
     }
-    while (this.lines.length - this.head > options.bufferLines || (this.bytes > options.bufferBytes && this.lines.length - this.head > 1)) this.dropFirst();
+    while (
+      this.lines.length - this.head > options.bufferLines ||
+      (this.bytes > options.bufferBytes && this.lines.length - this.head > 1)
+    )
+      this.dropFirst();
     this.trim();
   }
 
@@ -197,7 +206,8 @@ export class LogFanout {
       tail = new JobTail(id);
       this.tails.set(id, tail);
       // One subscription per process, whatever the number of followers.
-      if (!this.unwatch && this.logs.watch && !this.closed) this.unwatch = this.logs.watch((event) => this.onEvent(event));
+      if (!this.unwatch && this.logs.watch && !this.closed)
+        this.unwatch = this.logs.watch((event) => this.onEvent(event));
       const t = tail;
       t.timer = setInterval(() => {
         t.stale = true;
@@ -345,4 +355,3 @@ export class LogFanout {
     }
   }
 }
-

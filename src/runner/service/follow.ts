@@ -17,7 +17,12 @@ const PAGE_BYTES = 512 * 1024;
  * Memory per follower: one page (at most FOLLOW_PAGE lines, about PAGE_BYTES); the ring
  * is per job and shared. A slow consumer only delays its own reads.
  */
-export async function* followJob(core: RunnerCore, id: string, from: number, signal?: AbortSignal): AsyncGenerator<StoredLine> {
+export async function* followJob(
+  core: RunnerCore,
+  id: string,
+  from: number,
+  signal?: AbortSignal,
+): AsyncGenerator<StoredLine> {
   const fanout = core.fanout;
   const tail = fanout.attach(id);
   let position = from;
@@ -78,7 +83,8 @@ export async function* followJob(core: RunnerCore, id: string, from: number, sig
       // Anchored at most at what is known: a follower asking for a far-future `from` must not
       // park the shared ring where no line will reach it (every other follower would then
       // read the store itself). An empty ring left ahead of the known end moves back.
-      if (tail.start < 0 || (tail.end === tail.start && tail.start > tail.known)) tail.reset(Math.min(position, tail.known));
+      if (tail.start < 0 || (tail.end === tail.start && tail.start > tail.known))
+        tail.reset(Math.min(position, tail.known));
       await waitFor(tail, state ? null : Math.max(1, appearBy - Date.now()), (w) => (wake = w));
       wake = null;
     }

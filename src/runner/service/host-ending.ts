@@ -13,7 +13,12 @@ import { publishPersistent, recordAccepted } from "./result-publish.js";
  * Resolves with the result, or null when the job had already ended (or, with
  * `mustBeStale`, spoke after that time).
  */
-export function endFromHost(core: RunnerCore, id: string, outcome: "cancelled" | "lost", mustBeStale?: Date): Promise<JobResult | null> {
+export function endFromHost(
+  core: RunnerCore,
+  id: string,
+  outcome: "cancelled" | "lost",
+  mustBeStale?: Date,
+): Promise<JobResult | null> {
   let marked = false;
   const work = (async () => {
     try {

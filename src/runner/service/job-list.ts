@@ -117,7 +117,8 @@ export function toJobListQuery(options: ListJobsOptions): JobListQuery & { pageS
   if (options.status !== undefined) {
     const given = typeof options.status === "string" ? [options.status] : [...options.status];
     for (const s of given) {
-      if (!STATUSES.includes(s)) throw new RunnerDepotError("INVALID_ARGUMENT", `status must be one of ${STATUSES.join(", ")}`);
+      if (!STATUSES.includes(s))
+        throw new RunnerDepotError("INVALID_ARGUMENT", `status must be one of ${STATUSES.join(", ")}`);
     }
     status = [...new Set(given)];
     if (status.length === 0 || status.length === STATUSES.length) status = undefined;
@@ -134,9 +135,17 @@ export function encodeJobCursor(state: Pick<JobSummary, "createdAt" | "requestId
 /** Parses a cursor; anything but one this module made is INVALID_ARGUMENT. */
 export function decodeJobCursor(cursor: string): { createdAt: string; requestId: string } {
   // Bounded before decoding: a cursor is 62 bytes of base64url.
-  if (cursor.length > 128 || !/^[A-Za-z0-9_-]+$/.test(cursor)) throw new RunnerDepotError("INVALID_ARGUMENT", "malformed job cursor");
+  if (cursor.length > 128 || !/^[A-Za-z0-9_-]+$/.test(cursor))
+    throw new RunnerDepotError("INVALID_ARGUMENT", "malformed job cursor");
   const [createdAt, requestId, extra] = Buffer.from(cursor, "base64url").toString("utf8").split("|");
-  if (extra !== undefined || !createdAt || !requestId || !ISO.test(createdAt) || !UUID.test(requestId) || Number.isNaN(Date.parse(createdAt))) {
+  if (
+    extra !== undefined ||
+    !createdAt ||
+    !requestId ||
+    !ISO.test(createdAt) ||
+    !UUID.test(requestId) ||
+    Number.isNaN(Date.parse(createdAt))
+  ) {
     throw new RunnerDepotError("INVALID_ARGUMENT", "malformed job cursor");
   }
   return { createdAt, requestId };

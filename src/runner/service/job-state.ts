@@ -139,9 +139,13 @@ export function isPrunable(state: JobState, before: Date): boolean {
  */
 export function applyArchived(state: JobState, archived: ArchivedLog): boolean {
   if (state.archived) return false;
-  if (state.status === "open") throw new RunnerDepotError("FAILED_PRECONDITION", `job ${state.requestId} is still open`);
+  if (state.status === "open")
+    throw new RunnerDepotError("FAILED_PRECONDITION", `job ${state.requestId} is still open`);
   if (archived.lines !== state.storedLines) {
-    throw new RunnerDepotError("FAILED_PRECONDITION", `the archive holds ${archived.lines} lines, the job ${state.storedLines}`);
+    throw new RunnerDepotError(
+      "FAILED_PRECONDITION",
+      `the archive holds ${archived.lines} lines, the job ${state.storedLines}`,
+    );
   }
   state.archived = { ...archived };
   return true;
@@ -149,5 +153,10 @@ export function applyArchived(state: JobState, archived: ArchivedLog): boolean {
 
 /** True when an ended job's lines are still in the store and its result is older than `before` (archive sweep). */
 export function isArchivable(state: JobState, before: Date): boolean {
-  return state.status !== "open" && !state.archived && state.result !== null && Date.parse(state.result.endedAt) < before.getTime();
+  return (
+    state.status !== "open" &&
+    !state.archived &&
+    state.result !== null &&
+    Date.parse(state.result.endedAt) < before.getTime()
+  );
 }

@@ -99,7 +99,12 @@ export function uErr(code: ConstructorParameters<typeof RunnerDepotError>[0], me
 }
 
 /** Creates the service's shared state. */
-export function createRunnerCore(queue: JobResultQueue, logs: JobLogStore, options: RunnerServiceOptions, config: RunnerConfig): RunnerCore {
+export function createRunnerCore(
+  queue: JobResultQueue,
+  logs: JobLogStore,
+  options: RunnerServiceOptions,
+  config: RunnerConfig,
+): RunnerCore {
   const calls = new Set<IdleCall>();
   const backlog = new StoreBacklog(config.limits.queuedBytes);
   const core: RunnerCore = {

@@ -17,14 +17,31 @@ import { sleep } from "./timing.js";
  * results for one job. An accepted result is recorded by whoever waits for it, or in the
  * background when nobody does (the call that started it may have answered UNAVAILABLE).
  */
-export function startAttempt(core: RunnerCore, id: string, result: JobResult, at: number | undefined, parent?: Context): PublishAttempt {
-  const attempt: PublishAttempt = { result, at, settled: null as unknown as Promise<boolean>, error: undefined, timedOut: false, recorded: null };
+export function startAttempt(
+  core: RunnerCore,
+  id: string,
+  result: JobResult,
+  at: number | undefined,
+  parent?: Context,
+): PublishAttempt {
+  const attempt: PublishAttempt = {
+    result,
+    at,
+    settled: null as unknown as Promise<boolean>,
+    error: undefined,
+    timedOut: false,
+    recorded: null,
+  };
   const span = core.telemetry.startPublish(parent, id, result.outcome);
   const start = performance.now();
   const published = Promise.resolve().then(() => core.queue.publishJobResult(result));
   attempt.settled = settleWithin(core, id, attempt, published);
   void attempt.settled.then((accepted) => {
-    core.telemetry.endPublish(span, accepted ? "accepted" : attempt.timedOut ? "timeout" : "refused", secondsSince(start));
+    core.telemetry.endPublish(
+      span,
+      accepted ? "accepted" : attempt.timedOut ? "timeout" : "refused",
+      secondsSince(start),
+    );
   });
   core.inFlight.set(id, attempt);
   core.track(
@@ -41,14 +58,22 @@ export function startAttempt(core: RunnerCore, id: string, result: JobResult, at
 }
 
 /** True when `published` resolves before the attempt timeout; false (with attempt.error) otherwise. */
-function settleWithin(core: RunnerCore, id: string, attempt: PublishAttempt, published: Promise<void>): Promise<boolean> {
+function settleWithin(
+  core: RunnerCore,
+  id: string,
+  attempt: PublishAttempt,
+  published: Promise<void>,
+): Promise<boolean> {
   const { attemptTimeoutMs } = core.config.retry;
   return new Promise<boolean>((resolve) => {
     let givenUp = false;
     const timer = setTimeout(() => {
       givenUp = true;
       attempt.timedOut = true;
-      attempt.error = new RunnerDepotError("UNAVAILABLE", `the queue did not answer the publish of job ${id}'s result within ${attemptTimeoutMs} ms; the attempt was given up on`);
+      attempt.error = new RunnerDepotError(
+        "UNAVAILABLE",
+        `the queue did not answer the publish of job ${id}'s result within ${attemptTimeoutMs} ms; the attempt was given up on`,
+      );
       core.report(attempt.error);
       resolve(false);
     }, attemptTimeoutMs);
@@ -57,7 +82,13 @@ function settleWithin(core: RunnerCore, id: string, attempt: PublishAttempt, pub
       () => {
         clearTimeout(timer);
         // Past the attempt limit a new attempt may already have published: say so.
-        if (givenUp) core.report(new RunnerDepotError("INTERNAL", `the queue accepted job ${id}'s result after the attempt was given up on; it may have been published twice`));
+        if (givenUp)
+          core.report(
+            new RunnerDepotError(
+              "INTERNAL",
+              `the queue accepted job ${id}'s result after the attempt was given up on; it may have been published twice`,
+            ),
+          );
         resolve(true);
       },
       (error: unknown) => {
@@ -70,10 +101,18 @@ function settleWithin(core: RunnerCore, id: string, attempt: PublishAttempt, pub
 }
 
 /** Records an accepted result once (call it under the job's lock); the job's publish is then over. */
-export function recordAccepted(core: RunnerCore, id: string, attempt: PublishAttempt): Promise<{ state: JobState; first: boolean }> {
+export function recordAccepted(
+  core: RunnerCore,
+  id: string,
+  attempt: PublishAttempt,
+): Promise<{ state: JobState; first: boolean }> {
   if (attempt.recorded) return attempt.recorded;
   const recording = (async () => {
-    const finished = await core.logs.finish(id, attempt.result, attempt.at === undefined ? undefined : { at: attempt.at });
+    const finished = await core.logs.finish(
+      id,
+      attempt.result,
+      attempt.at === undefined ? undefined : { at: attempt.at },
+    );
     if (core.inFlight.get(id) === attempt) core.inFlight.delete(id);
     core.notify(id);
     if (finished.first) {
@@ -102,11 +141,19 @@ export async function publishPersistent(core: RunnerCore, id: string, result: Jo
     const attempt = startAttempt(core, id, result, undefined);
     if (await attempt.settled) return attempt;
     if (core.closed) {
-      telemetry.logger.error({ requestId: id, outcome: result.outcome, attempts, error: errorText(attempt.error) }, "result publish given up");
-      throw new RunnerDepotError("UNAVAILABLE", `result of job ${id} not published before close`, { cause: attempt.error });
+      telemetry.logger.error(
+        { requestId: id, outcome: result.outcome, attempts, error: errorText(attempt.error) },
+        "result publish given up",
+      );
+      throw new RunnerDepotError("UNAVAILABLE", `result of job ${id} not published before close`, {
+        cause: attempt.error,
+      });
     }
     const wait = Math.min(delay, retry.maxDelayMs);
-    telemetry.logger.warn({ requestId: id, outcome: result.outcome, attempt: attempts, delayMs: wait, error: errorText(attempt.error) }, "result publish failed, retrying");
+    telemetry.logger.warn(
+      { requestId: id, outcome: result.outcome, attempt: attempts, delayMs: wait, error: errorText(attempt.error) },
+      "result publish failed, retrying",
+    );
     await sleep(wait);
     delay *= 2;
   }

@@ -37,7 +37,15 @@ export {
   type ExpectJobInfo,
   type RunnerService,
 } from "./contract.js";
-export { kShutdownSignal, kCallAuthenticated, kCallHeldBack, kCallJob, kMessageBytes, kItemBatches, type ItemBatchSource } from "../server/call-context.js";
+export {
+  kShutdownSignal,
+  kCallAuthenticated,
+  kCallHeldBack,
+  kCallJob,
+  kMessageBytes,
+  kItemBatches,
+  type ItemBatchSource,
+} from "../server/call-context.js";
 
 /**
  * Creates the orchestrator's runner service.

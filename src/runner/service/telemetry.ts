@@ -3,14 +3,26 @@
  * attributes: docs/decisions/operations.md. Instruments are created once per service;
  * without a registered provider each is the API's no-op.
  */
-import { SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Counter, type Histogram, type Span, type Tracer, type UpDownCounter } from "@opentelemetry/api";
+import {
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Attributes,
+  type Context,
+  type Counter,
+  type Histogram,
+  type Span,
+  type Tracer,
+  type UpDownCounter,
+} from "@opentelemetry/api";
 import { meterOf, silentLogger, tracerOf, type Logger, type TelemetryOptions } from "../../telemetry.js";
 
 /** Seconds buckets from 1 ms to 60 s (the SDK's defaults are for milliseconds). */
 const SECONDS_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
 /** Why an item ended its call unstored (`runner.reason`). */
-export type RefusalReason = "message_too_large" | "invalid_item" | "offset_gap" | "job_ended" | "unauthorized" | "unknown_job";
+export type RefusalReason =
+  "message_too_large" | "invalid_item" | "offset_gap" | "job_ended" | "unauthorized" | "unknown_job";
 
 /** How one publish attempt came out (`runner.publish.result`). */
 export type PublishResult = "accepted" | "refused" | "timeout";
@@ -65,24 +77,65 @@ export class RunnerTelemetry {
     this.tracer = tracerOf(options.tracerProvider);
     const meter = meterOf(options.meterProvider);
     const seconds = { unit: "s", advice: { explicitBucketBoundaries: SECONDS_BUCKETS } };
-    this.linesIngested = meter.createCounter("runner.lines.ingested", { unit: "{line}", description: "New log lines accepted into a job (resends not counted)" });
-    this.bytesIngested = meter.createCounter("runner.bytes.ingested", { unit: "By", description: "UTF-8 bytes of the new log lines as received" });
-    this.itemsRefused = meter.createCounter("runner.items.refused", { unit: "{item}", description: "Items that ended their call unstored, by reason" });
-    this.streamsOpen = meter.createUpDownCounter("runner.streams.open", { unit: "{stream}", description: "StreamLogs calls in progress" });
-    this.calls = meter.createCounter("runner.calls", { unit: "{call}", description: "StreamLogs calls answered, by gRPC code" });
-    this.resumes = meter.createCounter("runner.resumes", { unit: "{call}", description: "Calls that joined a job with items already stored" });
-    this.jobsEnded = meter.createCounter("runner.jobs.ended", { unit: "{job}", description: "Job results recorded, by outcome" });
-    this.publishDuration = meter.createHistogram("runner.queue.publish.duration", { ...seconds, description: "One queue publish attempt of a job result, by result" });
-    this.publishRetries = meter.createCounter("runner.queue.publish.retries", { unit: "{attempt}", description: "Publish attempts after a job's first" });
-    this.lostSweeps = meter.createCounter("runner.lost.sweeps", { unit: "{sweep}", description: "Lost-job sweeps run" });
-    this.appendDuration = meter.createHistogram("runner.log_store.append.duration", { ...seconds, description: "One JobLogStore.append (a batch of lines)" });
+    this.linesIngested = meter.createCounter("runner.lines.ingested", {
+      unit: "{line}",
+      description: "New log lines accepted into a job (resends not counted)",
+    });
+    this.bytesIngested = meter.createCounter("runner.bytes.ingested", {
+      unit: "By",
+      description: "UTF-8 bytes of the new log lines as received",
+    });
+    this.itemsRefused = meter.createCounter("runner.items.refused", {
+      unit: "{item}",
+      description: "Items that ended their call unstored, by reason",
+    });
+    this.streamsOpen = meter.createUpDownCounter("runner.streams.open", {
+      unit: "{stream}",
+      description: "StreamLogs calls in progress",
+    });
+    this.calls = meter.createCounter("runner.calls", {
+      unit: "{call}",
+      description: "StreamLogs calls answered, by gRPC code",
+    });
+    this.resumes = meter.createCounter("runner.resumes", {
+      unit: "{call}",
+      description: "Calls that joined a job with items already stored",
+    });
+    this.jobsEnded = meter.createCounter("runner.jobs.ended", {
+      unit: "{job}",
+      description: "Job results recorded, by outcome",
+    });
+    this.publishDuration = meter.createHistogram("runner.queue.publish.duration", {
+      ...seconds,
+      description: "One queue publish attempt of a job result, by result",
+    });
+    this.publishRetries = meter.createCounter("runner.queue.publish.retries", {
+      unit: "{attempt}",
+      description: "Publish attempts after a job's first",
+    });
+    this.lostSweeps = meter.createCounter("runner.lost.sweeps", {
+      unit: "{sweep}",
+      description: "Lost-job sweeps run",
+    });
+    this.appendDuration = meter.createHistogram("runner.log_store.append.duration", {
+      ...seconds,
+      description: "One JobLogStore.append (a batch of lines)",
+    });
   }
 
   /** Starts the SERVER span of a StreamLogs call under the caller's trace context (see {@link childContext} for its children's parent). */
   startCall(parent: Context, protocol: string): Span {
     return this.tracer.startSpan(
       "runner.v1.Runner/StreamLogs",
-      { kind: SpanKind.SERVER, attributes: { "rpc.system": "grpc", "rpc.service": "runner.v1.Runner", "rpc.method": "StreamLogs", "runner.protocol": protocol } },
+      {
+        kind: SpanKind.SERVER,
+        attributes: {
+          "rpc.system": "grpc",
+          "rpc.service": "runner.v1.Runner",
+          "rpc.method": "StreamLogs",
+          "runner.protocol": protocol,
+        },
+      },
       parent,
     );
   }
@@ -113,7 +166,11 @@ export class RunnerTelemetry {
 
   /** Starts the PRODUCER span of one queue publish. */
   startPublish(parent: Context | undefined, requestId: string, outcome: string): Span {
-    return this.tracer.startSpan("runner.queue.publish", { kind: SpanKind.PRODUCER, attributes: { "runner.request_id": requestId, "runner.outcome": outcome } }, parent);
+    return this.tracer.startSpan(
+      "runner.queue.publish",
+      { kind: SpanKind.PRODUCER, attributes: { "runner.request_id": requestId, "runner.outcome": outcome } },
+      parent,
+    );
   }
 
   /** Ends a publish attempt's span and records its duration. */

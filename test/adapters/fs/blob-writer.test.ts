@@ -50,7 +50,7 @@ function pattern(size: number): { chunk(from: number, to: number): Buffer; diges
   for (let offset = 0; offset < size; offset += MiB) hash.update(at(offset).subarray(0, Math.min(MiB, size - offset)));
   return {
     /** A copy of bytes [from, to): from and to within one MiB block, or to at its end. */
-    chunk: (from, to) => Buffer.from(at(from).subarray(from % MiB, from % MiB + (to - from))),
+    chunk: (from, to) => Buffer.from(at(from).subarray(from % MiB, (from % MiB) + (to - from))),
     digest: `sha256:${hash.digest("hex")}`,
   };
 }
@@ -82,7 +82,11 @@ describe("fs store uploads", () => {
     const random = () => (seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31;
     const sizes = [0, 1, MiB - 1, MiB, MiB + 1, 9 * MiB + 12_345, 17 * MiB];
     for (const size of sizes) {
-      for (const chunking of [() => 1 + Math.floor(random() * 200_000), () => MiB, () => 1 + Math.floor(random() * 3000)]) {
+      for (const chunking of [
+        () => 1 + Math.floor(random() * 200_000),
+        () => MiB,
+        () => 1 + Math.floor(random() * 3000),
+      ]) {
         const upload = body(size, chunking);
         const info = await store.putBlob(upload.chunks);
         expect(info).toEqual({ digest: upload.digest, size });
@@ -176,7 +180,8 @@ describe("fs store uploads", () => {
       );
       // The whole body is taken while the first flush is still held: only one was started.
       for (let waited = 0; upload.sent() < size; waited += 20) {
-        if (waited > 60_000) throw new Error(`the body stalled at ${upload.sent()} of ${size} bytes behind a held flush`);
+        if (waited > 60_000)
+          throw new Error(`the body stalled at ${upload.sent()} of ${size} bytes behind a held flush`);
         await new Promise((r) => setTimeout(r, 20));
       }
       expect(started).toBe(1);
@@ -206,7 +211,9 @@ describe("fs store uploads", () => {
       throw new Error("client went away");
     }
     await expect(store.putBlob(failing())).rejects.toThrow("client went away");
-    await expect(store.putBlob(body(12 * MiB, () => MiB).chunks, { maxBytes: 10 * MiB })).rejects.toMatchObject({ code: "TOO_LARGE" });
+    await expect(store.putBlob(body(12 * MiB, () => MiB).chunks, { maxBytes: 10 * MiB })).rejects.toMatchObject({
+      code: "TOO_LARGE",
+    });
     expect(await readdir(path.join(tmp, "store", "tmp"))).toEqual([]);
     const upload = body(3 * MiB + 5, () => 65_536);
     expect((await store.putBlob(upload.chunks)).digest).toBe(upload.digest);
@@ -223,15 +230,20 @@ describe("fs store uploads", () => {
       const upload = body(size, () => 256 * 1024);
       // Streamed with backpressure (node:http), so the events below happen during the upload.
       const answer = await new Promise<{ status: number; text: string }>((resolve, reject) => {
-        const request = http.request(`${server.url}/add/${transaction}/file`, { method: "POST", headers: { "Pkg-Path": "big.bin", "Content-Length": String(size) } }, (response) => {
-          let text = "";
-          response.setEncoding("utf8");
-          response.on("data", (part: string) => (text += part));
-          response.on("end", () => resolve({ status: response.statusCode ?? 0, text }));
-        });
+        const request = http.request(
+          `${server.url}/add/${transaction}/file`,
+          { method: "POST", headers: { "Pkg-Path": "big.bin", "Content-Length": String(size) } },
+          (response) => {
+            let text = "";
+            response.setEncoding("utf8");
+            response.on("data", (part: string) => (text += part));
+            response.on("end", () => resolve({ status: response.statusCode ?? 0, text }));
+          },
+        );
         request.on("error", reject);
         void (async () => {
-          for await (const chunk of upload.chunks) if (!request.write(chunk)) await new Promise((r) => request.once("drain", r));
+          for await (const chunk of upload.chunks)
+            if (!request.write(chunk)) await new Promise((r) => request.once("drain", r));
           request.end();
         })().catch(reject);
       });

@@ -32,7 +32,9 @@ afterEach(async () => {
   await rm(tmp, { recursive: true, force: true });
 });
 
-async function start(options: Parameters<typeof createPackageRouter>[1] = {}): Promise<{ url: string; router: ReturnType<typeof createPackageRouter> }> {
+async function start(
+  options: Parameters<typeof createPackageRouter>[1] = {},
+): Promise<{ url: string; router: ReturnType<typeof createPackageRouter> }> {
   const router = createPackageRouter(store, options);
   server = await servePackageRouter(router, { host: "127.0.0.1", port: 0 });
   return { url: server.url, router };
@@ -56,7 +58,13 @@ describe("after a machine crash", () => {
     expect((await addFile(url, id, "d")).status).toBe(413);
     // The crash rolled the lazily written count back (the rename of its last swaps lost).
     const current = (await store.getRecord<TransactionRecord>(keys.trans(id)))!;
-    expect(await store.putRecord(keys.trans(id), { ...current.value, itemCount: 0, bytes: 0 }, { ifRevision: current.revision })).not.toBeNull();
+    expect(
+      await store.putRecord(
+        keys.trans(id),
+        { ...current.value, itemCount: 0, bytes: 0 },
+        { ifRevision: current.revision },
+      ),
+    ).not.toBeNull();
     for (const file of ["d", "e"]) expect((await addFile(url, id, file)).status).toBe(201);
 
     const commit = await fetch(`${url}/commit/${id}`, { method: "POST" });
@@ -64,7 +72,10 @@ describe("after a machine crash", () => {
     expect(await commit.json()).toMatchObject({ code: "TOO_MANY_ITEMS" });
     expect((await fetch(`${url}/version/counted`)).status).toBe(404);
     // Back to open with the count recounted, so no addition passes the limit again.
-    const summary = (await (await fetch(`${url}/summary/${id}`)).json()) as { state: string; totals: { items: number } };
+    const summary = (await (await fetch(`${url}/summary/${id}`)).json()) as {
+      state: string;
+      totals: { items: number };
+    };
     expect(summary).toMatchObject({ state: "open", totals: { items: 5 } });
     expect((await addFile(url, id, "f")).status).toBe(413);
     expect((await fetch(`${url}/trans/${id}`, { method: "DELETE" })).status).toBe(204);

@@ -114,7 +114,8 @@ describe("fs package store: the same rule for its blob directories (session 9 re
       synced.length = 0;
       // Another blob into the same shard: its rename only.
       const sameShard = big(4);
-      for (let i = 0; !createHash("sha256").update(sameShard).digest("hex").startsWith(digest.slice(7, 9)); i++) sameShard.writeUInt32BE(i, 0);
+      for (let i = 0; !createHash("sha256").update(sameShard).digest("hex").startsWith(digest.slice(7, 9)); i++)
+        sameShard.writeUInt32BE(i, 0);
       await store.putBlob(body(sameShard));
       expect(synced).toEqual([shard]);
     } finally {

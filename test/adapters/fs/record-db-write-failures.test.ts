@@ -37,11 +37,15 @@ describe("fs store record batches", () => {
     expect(outcomes.map((o) => o.status)).toEqual(["fulfilled", "rejected", "fulfilled", "fulfilled"]);
     expect((outcomes[1] as PromiseRejectedResult).reason.message).toMatch(/NOT NULL/);
     // In call order: the create won, the second create of "a" lost, the swap from r1 won.
-    expect(outcomes.filter((o) => o.status === "fulfilled").map((o) => Number((o as PromiseFulfilledResult<unknown>).value))).toEqual([1, 0, 1]);
+    expect(
+      outcomes.filter((o) => o.status === "fulfilled").map((o) => Number((o as PromiseFulfilledResult<unknown>).value)),
+    ).toEqual([1, 0, 1]);
     expect(db.statements.get.get(key("a"))).toEqual({ revision: "r3", value: '"a3"' });
     expect(db.statements.get.get(key("b"))).toBeUndefined();
     // Every write failing: each answers its error, none hangs.
-    const all = await Promise.allSettled(Array.from({ length: 5 }, (_, i) => db.write((s) => s.insert.run(key(`n${i}`), null, "1"), true)));
+    const all = await Promise.allSettled(
+      Array.from({ length: 5 }, (_, i) => db.write((s) => s.insert.run(key(`n${i}`), null, "1"), true)),
+    );
     expect(all.every((o) => o.status === "rejected")).toBe(true);
     expect(await db.write((s) => s.insert.run(key("after"), "r", "1").changes, true)).toBe(1);
     await db.close();
@@ -107,7 +111,9 @@ describe("fs store on a disk that fails its writes", () => {
     disk.fill();
     // Big enough values that the WAL's pages must reach the device at the flush.
     const big = "y".repeat(256 * 1024);
-    const failed = await Promise.allSettled([0, 1, 2].map((i) => store.putRecord(`during/${i}`, { big, i }, { ifRevision: null })));
+    const failed = await Promise.allSettled(
+      [0, 1, 2].map((i) => store.putRecord(`during/${i}`, { big, i }, { ifRevision: null })),
+    );
     expect(failed.every((o) => o.status === "rejected")).toBe(true);
     for (const o of failed) expect(isRunnerDepotError((o as PromiseRejectedResult).reason, "UNAVAILABLE")).toBe(true);
     disk.free();
@@ -116,7 +122,9 @@ describe("fs store on a disk that fails its writes", () => {
     const after = await store.putRecord("after", { v: 2 }, { ifRevision: null }).catch((e: unknown) => e);
     expect(isRunnerDepotError(after, "UNAVAILABLE")).toBe(true);
     expect((after as Error).message).toMatch(/flush/);
-    const lazy = await store.putRecord("after/lazy", { v: 3 }, { ifRevision: null, lazy: true }).catch((e: unknown) => e);
+    const lazy = await store
+      .putRecord("after/lazy", { v: 3 }, { ifRevision: null, lazy: true })
+      .catch((e: unknown) => e);
     expect(isRunnerDepotError(lazy, "UNAVAILABLE")).toBe(true);
     const blob = await store
       .putBlob(
@@ -131,7 +139,12 @@ describe("fs store on a disk that fails its writes", () => {
     // Opened again in this process: still refused (a new descriptor would not see the error).
     const again = createFsStore(join(disk.mnt, "store"));
     expect(await again.getRecord("before")).toEqual({ value: { v: 1 }, revision: first });
-    expect(isRunnerDepotError(await again.putRecord("again", 1, { ifRevision: null }).catch((e: unknown) => e), "UNAVAILABLE")).toBe(true);
+    expect(
+      isRunnerDepotError(
+        await again.putRecord("again", 1, { ifRevision: null }).catch((e: unknown) => e),
+        "UNAVAILABLE",
+      ),
+    ).toBe(true);
     await again.close?.();
     writeFileSync(join(disk.mnt, "probe"), "the mount still works");
   });

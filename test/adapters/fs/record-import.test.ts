@@ -45,7 +45,11 @@ async function dump(store: PackageStore): Promise<Map<string, { value: unknown; 
 }
 
 /** A store as the file layout (format 2) left it: `records` written one file per key, plus `blobsFrom`'s blobs. */
-async function writeFileLayout(dir: string, records: Map<string, { value: unknown; revision: string }>, blobsFrom: string): Promise<void> {
+async function writeFileLayout(
+  dir: string,
+  records: Map<string, { value: unknown; revision: string }>,
+  blobsFrom: string,
+): Promise<void> {
   await cp(join(blobsFrom, "blobs"), join(dir, "blobs"), { recursive: true });
   for (const [key, { value, revision }] of records) {
     const file = recordFile(join(dir, "records"), key);
@@ -95,7 +99,9 @@ describe("fs store written one file per record", () => {
       expect(await dump(store)).toEqual(today);
       expect(await store.getRecord("titem/lost/0123")).toBeNull();
       for (const [spec, { digest, bytes }] of Object.entries(expected.versions)) {
-        const info = (await (await fetch(`${depot.url}/version/${spec}`)).json()) as { versions: Array<{ digest: string }> };
+        const info = (await (await fetch(`${depot.url}/version/${spec}`)).json()) as {
+          versions: Array<{ digest: string }>;
+        };
         expect(info.versions[0]!.digest, spec).toBe(digest);
         const data = await fetch(`${depot.url}/data/${spec}`);
         expect(storeDigest(new Uint8Array(await data.arrayBuffer())), spec).toBe(bytes);
@@ -113,9 +119,15 @@ describe("fs store written one file per record", () => {
         return record && { value: record.value, revision: record.revision };
       },
     } as unknown as PackageStore;
-    await expect(openStoreFormat(fileReader)).rejects.toMatchObject({ code: "STORE_FORMAT_UNSUPPORTED", message: expect.stringContaining(`format ${STORE_FORMAT + 1}`) });
+    await expect(openStoreFormat(fileReader)).rejects.toMatchObject({
+      code: "STORE_FORMAT_UNSUPPORTED",
+      message: expect.stringContaining(`format ${STORE_FORMAT + 1}`),
+    });
     // Reopened, it is not imported again (a record file changed now is ignored).
-    await writeFile(recordFile(join(tmp.dir, "records"), "catalog"), JSON.stringify({ key: "catalog", revision: "hand-made", value: {} }));
+    await writeFile(
+      recordFile(join(tmp.dir, "records"), "catalog"),
+      JSON.stringify({ key: "catalog", revision: "hand-made", value: {} }),
+    );
     const again = createFsStore(tmp.dir);
     expect(await dump(again)).toEqual(today);
     await again.close?.();
@@ -143,7 +155,9 @@ describe("fs store written one file per record", () => {
     await expect(store.getRecord("format")).rejects.toMatchObject({ code: "INTERNAL" });
     await expect(store.listRecords("")).rejects.toMatchObject({ code: "INTERNAL" });
     // The fence is in place already and keeps the original `format` record for the retry.
-    expect((readLegacyRecord(join(tmp.dir, "records", "format~"))!.value as FormatRecord).format).toBeGreaterThan(STORE_FORMAT);
+    expect((readLegacyRecord(join(tmp.dir, "records", "format~"))!.value as FormatRecord).format).toBeGreaterThan(
+      STORE_FORMAT,
+    );
     await writeFile(file, text);
     expect(await dump(store)).toEqual(today);
     await store.close?.();
@@ -198,7 +212,9 @@ describe("fs store written one file per record", () => {
       [1, 2, 3].map(
         (n) =>
           new Promise<number | null>((resolve) => {
-            const child = spawn(process.execPath, ["--import", "tsx", worker, tmp.dir, "cas", `opened/${n}`, "3"], { stdio: ["ignore", "ignore", "inherit"] });
+            const child = spawn(process.execPath, ["--import", "tsx", worker, tmp.dir, "cas", `opened/${n}`, "3"], {
+              stdio: ["ignore", "ignore", "inherit"],
+            });
             child.on("exit", resolve);
           }),
       ),

@@ -53,7 +53,8 @@ function recordEvents() {
   };
 }
 
-const about = (id: string, storedLines: number) => (e: JobLogEvent) => e !== null && e.requestId === id && e.storedLines === storedLines;
+const about = (id: string, storedLines: number) => (e: JobLogEvent) =>
+  e !== null && e.requestId === id && e.storedLines === storedLines;
 
 /**
  * Runs `body` on a fresh schema that store B watches (B listens before `body` starts).
@@ -62,7 +63,11 @@ const about = (id: string, storedLines: number) => (e: JobLogEvent) => e !== nul
  * heard every event sent before the call.
  */
 async function withWatcher(
-  body: (t: { heard: ReturnType<typeof recordEvents>; writer: () => JobLogStore; allSentHeard: () => Promise<void> }) => Promise<void>,
+  body: (t: {
+    heard: ReturnType<typeof recordEvents>;
+    writer: () => JobLogStore;
+    allSentHeard: () => Promise<void>;
+  }) => Promise<void>,
 ): Promise<void> {
   const db = await createTestSchema();
   const stores: JobLogStore[] = [];

@@ -15,7 +15,12 @@ import { createMemoryQueue } from "../../../src/adapters/memory/index.js";
 import { createPostgresLogStore } from "../../../src/adapters/postgres/index.js";
 import { channelOf } from "../../../src/adapters/postgres/log-notify.js";
 import { createRunnerClient } from "../../../src/runner/client/runner-client.js";
-import { createRunnerService, startRunnerServer, type RunnerServer, type RunnerService } from "../../../src/runner/index.js";
+import {
+  createRunnerService,
+  startRunnerServer,
+  type RunnerServer,
+  type RunnerService,
+} from "../../../src/runner/index.js";
 import { countingReads, drainLines } from "../../fixtures/log-reads.js";
 import { listeningSessions } from "../../fixtures/pg-listen.js";
 import { createTestSchema, needs, POSTGRES_URL } from "../../fixtures/backends.js";
@@ -40,7 +45,9 @@ describe("follow() under a forged NOTIFY storm (PostgreSQL log store)", () => {
     // Nothing below may wait past the watchdog: it aborts the followers, and every wait is
     // raced against the abort, so the finally block always runs and closes everything.
     const watchdog = setTimeout(() => stop.abort(new Error("watchdog: the storm test took over 90 s")), 90_000);
-    const aborted = new Promise<never>((_, reject) => stop.signal.addEventListener("abort", () => reject(stop.signal.reason as Error), { once: true }));
+    const aborted = new Promise<never>((_, reject) =>
+      stop.signal.addEventListener("abort", () => reject(stop.signal.reason as Error), { once: true }),
+    );
     aborted.catch(() => {});
     const bounded = <T>(work: Promise<T>): Promise<T> => Promise.race([work, aborted]);
     let replicaA: RunnerService | undefined;
@@ -52,7 +59,10 @@ describe("follow() under a forged NOTIFY storm (PostgreSQL log store)", () => {
       await bounded(Promise.all(forgers.map((forger) => forger.connect())));
       // Polls so rare that only events (and the fills they cause) read the store on B.
       replicaA = createRunnerService(createMemoryQueue(), { logs: a });
-      replicaB = createRunnerService(createMemoryQueue(), { logs: b.store, follow: { pollMs: 600_000, eventIntervalMs: INTERVAL_MS } });
+      replicaB = createRunnerService(createMemoryQueue(), {
+        logs: b.store,
+        follow: { pollMs: 600_000, eventIntervalMs: INTERVAL_MS },
+      });
       serverA = await startRunnerServer(replicaA, { port: 0 });
       const id = randomUUID();
       await replicaA.expectJob(id);
@@ -83,17 +93,19 @@ describe("follow() under a forged NOTIFY storm (PostgreSQL log store)", () => {
       const started = performance.now();
       // Well-formed payloads: counts far past the end, ends that never happened, small counts;
       // one statement each, queued on each session, so they arrive one by one.
-      await bounded(Promise.all(
-        forgers.map((forger, f) =>
-          Promise.all(
-            Array.from({ length: PER_FORGER }, (_, k) => {
-              const n = f * PER_FORGER + k;
-              const payload = k % 3 === 0 ? `${1e12 + n} 0 ${id}` : k % 3 === 1 ? `${n} 1 ${id}` : `${k} 0 ${id}`;
-              return forger.query(`SELECT pg_notify($1, $2)`, [channel, payload]);
-            }),
+      await bounded(
+        Promise.all(
+          forgers.map((forger, f) =>
+            Promise.all(
+              Array.from({ length: PER_FORGER }, (_, k) => {
+                const n = f * PER_FORGER + k;
+                const payload = k % 3 === 0 ? `${1e12 + n} 0 ${id}` : k % 3 === 1 ? `${n} 1 ${id}` : `${k} 0 ${id}`;
+                return forger.query(`SELECT pg_notify($1, $2)`, [channel, payload]);
+              }),
+            ),
           ),
         ),
-      ));
+      );
       // Let the last notifications be delivered and their held events applied.
       await new Promise((r) => setTimeout(r, 2 * INTERVAL_MS));
       const elapsed = performance.now() - started;
@@ -116,7 +128,9 @@ describe("follow() under a forged NOTIFY storm (PostgreSQL log store)", () => {
       // without the limit the storm costs a read per event (641), several times this bound
       // even for a storm a loaded machine stretches to seconds.
       const bound = 5 * wakes + LINES / 10;
-      console.log(`${EVENTS} forged events in ${Math.round(elapsed)} ms: ${stormReads} store reads on replica B (bound ${bound})`);
+      console.log(
+        `${EVENTS} forged events in ${Math.round(elapsed)} ms: ${stormReads} store reads on replica B (bound ${bound})`,
+      );
       // The bound follows the storm's measured length: a loaded machine stretches the storm and
       // so allows more wakes (a fixed EVENTS / 20 failed once at load 23 with 167 reads for 3,000
       // events). Without the rate limit the same storm costs a read per event (641 seen here).

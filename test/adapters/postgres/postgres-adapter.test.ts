@@ -68,8 +68,24 @@ describe("postgres adapters: extra cases", () => {
         `CREATE TABLE ${s}.jobs (request_id text PRIMARY KEY, status text NOT NULL, last_seen_at timestamptz NOT NULL, ended_at timestamptz, state json NOT NULL)`,
       );
       const id = "0b6f0c9e-4a8e-4c41-9d7e-1f1f1f1f1f1f";
-      const oldState = { requestId: id, status: "open", committed: 0, storedLines: 0, storedBytes: 0, lines: { stdout: 0, stderr: 0 }, logTruncated: false, expected: true, info: {}, startedAt: null, lastSeenAt: "2024-01-01T00:00:00.000Z", result: null };
-      await other.pool.query(`INSERT INTO ${s}.jobs (request_id, status, last_seen_at, state) VALUES ($1, 'open', $2, $3)`, [id, oldState.lastSeenAt, JSON.stringify(oldState)]);
+      const oldState = {
+        requestId: id,
+        status: "open",
+        committed: 0,
+        storedLines: 0,
+        storedBytes: 0,
+        lines: { stdout: 0, stderr: 0 },
+        logTruncated: false,
+        expected: true,
+        info: {},
+        startedAt: null,
+        lastSeenAt: "2024-01-01T00:00:00.000Z",
+        result: null,
+      };
+      await other.pool.query(
+        `INSERT INTO ${s}.jobs (request_id, status, last_seen_at, state) VALUES ($1, 'open', $2, $3)`,
+        [id, oldState.lastSeenAt, JSON.stringify(oldState)],
+      );
       const logs = createPostgresLogStore({ pool: other.pool, schema: other.schema });
       const fresh = "1b6f0c9e-4a8e-4c41-9d7e-1f1f1f1f1f1f";
       await logs.open(fresh);
@@ -82,7 +98,9 @@ describe("postgres adapters: extra cases", () => {
   });
 
   it("refuses a schema name that is not a plain identifier", () => {
-    expect(() => createPostgresRecords({ connectionString: POSTGRES_URL, schema: 'x"; DROP TABLE y; --' })).toThrow(/schema/);
+    expect(() => createPostgresRecords({ connectionString: POSTGRES_URL, schema: 'x"; DROP TABLE y; --' })).toThrow(
+      /schema/,
+    );
   });
 
   it("a job of 100 000 lines is stored and read back in order", async () => {
@@ -98,12 +116,17 @@ describe("postgres adapters: extra cases", () => {
       { line: `line ${n - 2} of a long build log`, stderr: false },
       { line: `line ${n - 1} of a long build log`, stderr: false },
     ]);
-    const count = await db.pool.query(`SELECT sum(count)::int AS n, count(*)::int AS rows FROM "${db.schema}".job_chunks WHERE request_id = $1`, [id]);
+    const count = await db.pool.query(
+      `SELECT sum(count)::int AS n, count(*)::int AS rows FROM "${db.schema}".job_chunks WHERE request_id = $1`,
+      [id],
+    );
     // Lines go in chunk rows of up to 4096 lines: 100 000 lines take a few dozen rows, not 100 000.
     expect(count.rows[0].n).toBe(n);
     expect(count.rows[0].rows).toBeLessThanOrEqual(Math.ceil(n / 4096) + 4);
     // A window in the middle of a chunk starts at the right line.
-    expect((await logs.read(id, 50_001, 3)).map((l) => l.line)).toEqual([50_001, 50_002, 50_003].map((i) => `line ${i} of a long build log`));
+    expect((await logs.read(id, 50_001, 3)).map((l) => l.line)).toEqual(
+      [50_001, 50_002, 50_003].map((i) => `line ${i} of a long build log`),
+    );
     await logs.close?.();
   });
 
@@ -129,10 +152,14 @@ describe("postgres adapters: extra cases", () => {
       { line: "new two", stderr: true },
     ]);
     expect((await logs.read(id, 1, 2)).map((l) => l.line)).toEqual(["old marker", "new one"]);
-    await logs.finish(id, sampleJobResult({ requestId: id, endedAt: new Date(Date.now() - 60_000).toISOString() }), { at: 4 });
+    await logs.finish(id, sampleJobResult({ requestId: id, endedAt: new Date(Date.now() - 60_000).toISOString() }), {
+      at: 4,
+    });
     expect(await logs.prune!(new Date())).toBeGreaterThanOrEqual(1);
     for (const table of ["job_lines", "job_chunks"]) {
-      const left = await db.pool.query(`SELECT count(*)::int AS n FROM "${db.schema}".${table} WHERE request_id = $1`, [id]);
+      const left = await db.pool.query(`SELECT count(*)::int AS n FROM "${db.schema}".${table} WHERE request_id = $1`, [
+        id,
+      ]);
       expect(left.rows[0].n).toBe(0);
     }
     await logs.close?.();
@@ -161,7 +188,13 @@ describe("postgres adapters: extra cases", () => {
     await expect(a.append(id, 40, items(40, 51))).rejects.toMatchObject({ code: "FAILED_PRECONDITION" });
     expect((await a.finish(id, sampleJobResult({ requestId: id, outcome: "lost" }))).first).toBe(false);
     const state = await a.get(id);
-    expect(state).toMatchObject({ status: "finished", committed: 51, storedLines: 50, expected: true, info: { repoUrl: "https://git.example/r.git" } });
+    expect(state).toMatchObject({
+      status: "finished",
+      committed: 51,
+      storedLines: 50,
+      expected: true,
+      info: { repoUrl: "https://git.example/r.git" },
+    });
     expect(state!.lines).toEqual({ stdout: 33, stderr: 17 });
     expect(await a.read(id)).toEqual(items(0, 50).map((e) => e.stored[0]));
     await a.close?.();
@@ -177,7 +210,10 @@ describe("postgres adapters: extra cases", () => {
     pool.query = ((...args: unknown[]) => (queries++, query(...args))) as typeof pool.query;
     const connect = pool.connect.bind(pool) as (...args: unknown[]) => unknown;
     // pool.query checks out with a callback; a transaction awaits connect() with none.
-    pool.connect = ((...args: unknown[]) => (args.length === 0 && checkouts++, connect(...args))) as typeof pool.connect;
+    pool.connect = ((...args: unknown[]) => (
+      args.length === 0 && checkouts++,
+      connect(...args)
+    )) as typeof pool.connect;
     const logs = createPostgresLogStore({ pool, schema: db.schema });
     const id = crypto.randomUUID();
     try {
@@ -186,13 +222,24 @@ describe("postgres adapters: extra cases", () => {
       queries = 0;
       checkouts = 0;
       for (let at = 1; at < 101; at += 10) {
-        await logs.append(id, at, Array.from({ length: 10 }, (_, k) => logEntry(`line ${at + k}`, k === 0)));
+        await logs.append(
+          id,
+          at,
+          Array.from({ length: 10 }, (_, k) => logEntry(`line ${at + k}`, k === 0)),
+        );
       }
       expect({ queries, checkouts }).toEqual({ queries: 10, checkouts: 0 });
       const done = await logs.finish(id, sampleJobResult({ requestId: id }), { at: 101 });
       expect(done.first).toBe(true);
       expect({ queries, checkouts }).toEqual({ queries: 11, checkouts: 0 });
-      expect((await logs.read(id, 95)).map((l) => l.line)).toEqual(["line 95", "line 96", "line 97", "line 98", "line 99", "line 100"]);
+      expect((await logs.read(id, 95)).map((l) => l.line)).toEqual([
+        "line 95",
+        "line 96",
+        "line 97",
+        "line 98",
+        "line 99",
+        "line 100",
+      ]);
     } finally {
       await logs.close?.();
       await pool.end();
@@ -211,21 +258,34 @@ describe("postgres adapters: extra cases", () => {
       for (const id of ids) await logs.open(id);
       // Job states carrying quotes, backslashes, braces, commas and non-ASCII travel as JSON
       // arrays in the group statement; each must compare equal to its stored row.
-      const odd = { repoUrl: 'https://example.com/"a\\b",{c}', commitSha: "é 😀 \\n \" ' \u00e9", note: ["x,y", "{z}", "\\"] };
+      const odd = {
+        repoUrl: 'https://example.com/"a\\b",{c}',
+        commitSha: "é 😀 \\n \" ' \u00e9",
+        note: ["x,y", "{z}", "\\"],
+      };
       for (const id of ids.slice(0, 10)) await logs.open(id, { expect: true, info: odd });
       queries = 0;
       for (let round = 0; round < 3; round++) {
-        await Promise.all(ids.map((id, j) => logs.append(id, round * 2, [logEntry(`${j} r${round} a`), logEntry(`${j} r${round} b`, true)])));
+        await Promise.all(
+          ids.map((id, j) =>
+            logs.append(id, round * 2, [logEntry(`${j} r${round} a`), logEntry(`${j} r${round} b`, true)]),
+          ),
+        );
       }
       // 180 appends; at most 2 statements in flight, so the rest wait and share.
       expect(queries).toBeLessThan(60);
       for (const [j, id] of ids.entries()) {
-        expect((await logs.read(id)).map((l) => l.line)).toEqual([0, 1, 2].flatMap((r) => [`${j} r${r} a`, `${j} r${r} b`]));
+        expect((await logs.read(id)).map((l) => l.line)).toEqual(
+          [0, 1, 2].flatMap((r) => [`${j} r${r} a`, `${j} r${r} b`]),
+        );
       }
       for (const id of ids.slice(0, 10)) expect(await logs.get(id)).toMatchObject({ committed: 6, info: odd });
       // A chunk already at the position the next append of ids[0] takes (a row no release writes):
       // that job's append fails, the others in the same group are stored.
-      await pool.query(`INSERT INTO "${db.schema}".job_chunks (request_id, first, count, bytes, ends, flags) VALUES ($1, 6, 1, '\\x41', '\\x00000001', '\\x00')`, [ids[0]]);
+      await pool.query(
+        `INSERT INTO "${db.schema}".job_chunks (request_id, first, count, bytes, ends, flags) VALUES ($1, 6, 1, '\\x41', '\\x00000001', '\\x00')`,
+        [ids[0]],
+      );
       const results = await Promise.allSettled(ids.map((id) => logs.append(id, 6, [logEntry("last")])));
       expect(results[0]!.status).toBe("rejected");
       expect(results.slice(1).every((r) => r.status === "fulfilled")).toBe(true);
@@ -254,7 +314,10 @@ describe("postgres adapters: extra cases", () => {
       // The backend sends its counters when it next goes idle; force that flush, then read.
       await pool.query("SELECT pg_stat_force_next_flush()");
       await pool.query("SELECT 1");
-      const stats = await other.pool.query(`SELECT n_tup_upd::int AS upd, n_tup_hot_upd::int AS hot FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'jobs'`, [other.schema]);
+      const stats = await other.pool.query(
+        `SELECT n_tup_upd::int AS upd, n_tup_hot_upd::int AS hot FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'jobs'`,
+        [other.schema],
+      );
       expect(stats.rows[0]).toEqual({ upd: 10, hot: 10 });
       expect((await logs.read(id)).map((l) => l.line)).toEqual(Array.from({ length: 10 }, (_, k) => `line ${k}`));
     } finally {
@@ -278,12 +341,20 @@ describe("postgres adapters: extra cases", () => {
       await logs.close?.();
       // Back to the earlier layout: no column, the expression index, one job archived in its state only.
       await other.pool.query(`ALTER TABLE ${s}.jobs DROP COLUMN archived`);
-      await other.pool.query(`CREATE INDEX jobs_unarchived ON ${s}.jobs (ended_at) WHERE status <> 'open' AND (state->>'archived') IS NULL`);
-      await other.pool.query(`UPDATE ${s}.jobs SET state = (state::jsonb || '{"archived": {"key": "k"}}')::json WHERE request_id = $1`, [archived]);
+      await other.pool.query(
+        `CREATE INDEX jobs_unarchived ON ${s}.jobs (ended_at) WHERE status <> 'open' AND (state->>'archived') IS NULL`,
+      );
+      await other.pool.query(
+        `UPDATE ${s}.jobs SET state = (state::jsonb || '{"archived": {"key": "k"}}')::json WHERE request_id = $1`,
+        [archived],
+      );
       const again = createPostgresLogStore({ pool: other.pool, schema: other.schema });
       const due = await again.archivable!(new Date("2031-01-01T00:00:00.000Z"), 10);
       expect(due.map((j) => j.requestId)).toEqual([kept]);
-      const indexes = await other.pool.query(`SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'jobs' ORDER BY 1`, [other.schema]);
+      const indexes = await other.pool.query(
+        `SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'jobs' ORDER BY 1`,
+        [other.schema],
+      );
       expect(indexes.rows.map((r) => r.indexname)).toContain("jobs_to_archive");
       expect(indexes.rows.map((r) => r.indexname)).not.toContain("jobs_unarchived");
       await again.close?.();
@@ -301,7 +372,8 @@ describe("postgres adapters: extra cases", () => {
     await logs.append(id, 1, [logEntry("b")], new Date(t + 5_000)); // the column stays at t (open)
     const column = await db.pool.query(`SELECT last_seen_at FROM "${db.schema}".jobs WHERE request_id = $1`, [id]);
     expect((column.rows[0].last_seen_at as Date).getTime()).toBe(t);
-    const staleIds = async (ms: number) => (await logs.stale(new Date(t + ms))).map((s) => s.requestId).filter((x) => x === id);
+    const staleIds = async (ms: number) =>
+      (await logs.stale(new Date(t + ms))).map((s) => s.requestId).filter((x) => x === id);
     expect(await staleIds(3_000)).toEqual([]);
     expect(await staleIds(5_001)).toEqual([id]);
     await logs.append(id, 2, [logEntry("c")], new Date(t + 12_000)); // a step: the column follows

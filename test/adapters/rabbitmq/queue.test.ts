@@ -78,7 +78,13 @@ describe("rabbitmq queue: extra cases", () => {
   it("declares a durable queue and binds it to a named exchange with the routing key", async () => {
     const queue = `rd-test-${randomUUID()}`;
     const exchange = `rd-test-x-${randomUUID()}`;
-    const adapter = createRabbitMqQueue({ url: RABBITMQ_URL, exchange, routingKey: "job.results", queue, queueArguments: { "x-expires": 60_000 } });
+    const adapter = createRabbitMqQueue({
+      url: RABBITMQ_URL,
+      exchange,
+      routingKey: "job.results",
+      queue,
+      queueArguments: { "x-expires": 60_000 },
+    });
     try {
       const result = sampleJobResult();
       await adapter.publishJobResult(result);
@@ -96,7 +102,13 @@ describe("rabbitmq queue: extra cases", () => {
 
   it("an unroutable result is not taken as accepted: UNAVAILABLE after the bound", async () => {
     const exchange = `rd-test-x-${randomUUID()}`;
-    const adapter = createRabbitMqQueue({ url: RABBITMQ_URL, exchange, queue: null, routingKey: "nowhere", publishTimeoutMs: 800 });
+    const adapter = createRabbitMqQueue({
+      url: RABBITMQ_URL,
+      exchange,
+      queue: null,
+      routingKey: "nowhere",
+      publishTimeoutMs: 800,
+    });
     try {
       await expect(adapter.publishJobResult(sampleJobResult())).rejects.toMatchObject({ code: "UNAVAILABLE" });
     } finally {
@@ -154,7 +166,12 @@ describe("rabbitmq queue: extra cases", () => {
       { level: "debug" },
       new Writable({
         write(chunk: Buffer, _encoding, done) {
-          lines.push(...chunk.toString("utf8").split("\n").filter((l) => l.length > 0));
+          lines.push(
+            ...chunk
+              .toString("utf8")
+              .split("\n")
+              .filter((l) => l.length > 0),
+          );
           done();
         },
       }),
@@ -176,13 +193,30 @@ describe("rabbitmq queue: extra cases", () => {
       expect(adapter.connected).toBe(true);
 
       const events = parsed();
-      expect(events.map((l) => l.msg)).toEqual(["queue connection lost", ...events.slice(1, -1).map(() => "queue connect failed"), "queue reconnected"]);
+      expect(events.map((l) => l.msg)).toEqual([
+        "queue connection lost",
+        ...events.slice(1, -1).map(() => "queue connect failed"),
+        "queue reconnected",
+      ]);
       const failed = events.slice(1, -1);
       expect(failed.length).toBeGreaterThanOrEqual(1);
-      failed.forEach((l, i) => expect(l).toMatchObject({ level: 40, queue, attempt: i + 1, error: expect.any(String) }));
+      failed.forEach((l, i) =>
+        expect(l).toMatchObject({ level: 40, queue, attempt: i + 1, error: expect.any(String) }),
+      );
       expect(events.at(-1)).toMatchObject({ level: 40, queue, attempts: failed.length + 1 });
       // Only these fields: never the URL (a connect error's message names host and port, not the URL).
-      for (const l of events) expect(Object.keys(l).filter((k) => !["level", "time", "pid", "hostname", "msg"].includes(k)).sort()).toEqual(l.msg === "queue connect failed" ? ["attempt", "error", "queue"] : l.msg === "queue reconnected" ? ["attempts", "queue"] : ["queue"]);
+      for (const l of events)
+        expect(
+          Object.keys(l)
+            .filter((k) => !["level", "time", "pid", "hostname", "msg"].includes(k))
+            .sort(),
+        ).toEqual(
+          l.msg === "queue connect failed"
+            ? ["attempt", "error", "queue"]
+            : l.msg === "queue reconnected"
+              ? ["attempts", "queue"]
+              : ["queue"],
+        );
       const url = new URL(RABBITMQ_URL);
       const all = lines.join("\n");
       expect(all).not.toContain(`${url.username}:${url.password}@`);

@@ -53,7 +53,12 @@ describe("S3 log archive: an endpoint that ignores Range", () => {
   const archive = () =>
     createS3LogArchive({
       bucket: "b",
-      clientConfig: { endpoint, region: "us-east-1", forcePathStyle: true, credentials: { accessKeyId: "x", secretAccessKey: "y" } },
+      clientConfig: {
+        endpoint,
+        region: "us-east-1",
+        forcePathStyle: true,
+        credentials: { accessKeyId: "x", secretAccessKey: "y" },
+      },
     });
 
   it("a head read takes the asked bytes and stops reading the body", async () => {

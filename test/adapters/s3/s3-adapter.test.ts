@@ -5,7 +5,14 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createS3BlobStore } from "../../../src/adapters/s3/index.js";
 import { composeStore } from "../../../src/depot/store/compose.js";
 import { createMemoryStore } from "../../../src/adapters/memory/store.js";
-import { chunked, collectAll, collectBytes, describePackageStore, patternBytes, sha256Digest } from "../../../src/testing/index.js";
+import {
+  chunked,
+  collectAll,
+  collectBytes,
+  describePackageStore,
+  patternBytes,
+  sha256Digest,
+} from "../../../src/testing/index.js";
 import { fixtureFor, startS3, startS3Child, startTcpProxy } from "../../fixtures/backends.js";
 import type { S3Fixture, TcpProxy } from "../../fixtures/backends.js";
 
@@ -28,7 +35,12 @@ afterAll(async () => {
 const prefixes = new WeakMap<object, string>();
 function s3Store(prefix = `t-${randomUUID()}/`) {
   // Blobs through the proxy (so the outage case can cut S3 off); records are not S3's job.
-  const blobs = createS3BlobStore({ bucket: s3.bucket, prefix, clientConfig: viaProxy.clientConfig, partSizeBytes: 5 * 1024 * 1024 });
+  const blobs = createS3BlobStore({
+    bucket: s3.bucket,
+    prefix,
+    clientConfig: viaProxy.clientConfig,
+    partSizeBytes: 5 * 1024 * 1024,
+  });
   const store = composeStore({ blobs, records: createMemoryStore() });
   prefixes.set(store, prefix);
   return store;
@@ -47,7 +59,9 @@ describe("s3 blob store: extra cases", () => {
     const blobs = createS3BlobStore({ bucket: s3.bucket, prefix, client: s3.client });
     const bytes = patternBytes(6 * 1024 * 1024, 9);
     const { digest } = await blobs.putBlob(chunked(bytes));
-    await expect(blobs.putBlob(chunked(Buffer.from("x")), { maxBytes: 0 })).rejects.toMatchObject({ code: "TOO_LARGE" });
+    await expect(blobs.putBlob(chunked(Buffer.from("x")), { maxBytes: 0 })).rejects.toMatchObject({
+      code: "TOO_LARGE",
+    });
     const listed = await s3.client.send(new ListObjectsV2Command({ Bucket: s3.bucket, Prefix: prefix }));
     expect((listed.Contents ?? []).map((o) => o.Key)).toEqual([`${prefix}sha256/${digest.slice(7)}`]);
     await blobs.close?.();

@@ -2,7 +2,10 @@
 import { describe, expect, it } from "vitest";
 import { parseAnsiLine } from "../../../src/console/client/ansi.js";
 
-const text = (line: string) => parseAnsiLine(line).map((r) => r.text).join("");
+const text = (line: string) =>
+  parseAnsiLine(line)
+    .map((r) => r.text)
+    .join("");
 
 describe("parseAnsiLine", () => {
   it("SGR colours and styles become classes; reset ends them", () => {

@@ -11,11 +11,28 @@ import { createFsStore } from "../../../src/adapters/fs/store.js";
 import { createMemoryStore } from "../../../src/adapters/memory/store.js";
 import { STORE_FORMAT, upgradeStore, type FormatRecord } from "../../../src/depot/store/format.js";
 import type { PackageStore } from "../../../src/depot/ports.js";
-import { concurrentCommitsLandOnceInOrder, pagedWalkWhileCommitsLand, walkChanges, type SinceAnswer } from "../../fixtures/catalog-feed.js";
-import { add, openTransaction, publish, startDepot, storeDigest, tempDir, type LiveDepot } from "../../fixtures/depot.js";
+import {
+  concurrentCommitsLandOnceInOrder,
+  pagedWalkWhileCommitsLand,
+  walkChanges,
+  type SinceAnswer,
+} from "../../fixtures/catalog-feed.js";
+import {
+  add,
+  openTransaction,
+  publish,
+  startDepot,
+  storeDigest,
+  tempDir,
+  type LiveDepot,
+} from "../../fixtures/depot.js";
 import { bundleDepotServer, spawnDepot, type DepotProcess } from "../../fixtures/depot-process.js";
 
-async function expectProblem(response: Response | Promise<Response>, status: number, code: string): Promise<Record<string, unknown>> {
+async function expectProblem(
+  response: Response | Promise<Response>,
+  status: number,
+  code: string,
+): Promise<Record<string, unknown>> {
   const r = await response;
   expect(r.headers.get("content-type")).toBe("application/problem+json");
   const body = (await r.json()) as Record<string, unknown>;
@@ -60,7 +77,9 @@ describe("change sequence and paged catalog (fs store)", () => {
     const id = await openTransaction(depot.url, "abandoned@1.0.0");
     expect((await fetch(`${depot.url}/trans/${id}`, { method: "DELETE" })).status).toBe(204);
     for (const query of ["", "?limit=3", "?since=1"]) {
-      expect((await fetch(`${depot.url}/catalog${query}`, { headers: { "If-None-Match": etag } })).status, query).toBe(304);
+      expect((await fetch(`${depot.url}/catalog${query}`, { headers: { "If-None-Match": etag } })).status, query).toBe(
+        304,
+      );
     }
     expect((await publish(depot.url, "fifty-1@1.0.1", [{ type: "file", path: "f", body: "x" }])).status).toBe(201);
     const after = await fetch(`${depot.url}/catalog?limit=1`, { headers: { "If-None-Match": etag } });
@@ -70,7 +89,9 @@ describe("change sequence and paged catalog (fs store)", () => {
     // since = the old head: exactly the one change, with the package's current versions.
     const since = (await (await fetch(`${depot.url}/catalog?since=${body.position - 1}`)).json()) as SinceAnswer;
     expect(since.changes).toEqual([{ position: body.position, name: "fifty-1", version: "1.0.1" }]);
-    expect(since.packages).toEqual({ "fifty-1": expect.objectContaining({ latest: "1.0.1", versions: ["1.0.0", "1.0.1"] }) });
+    expect(since.packages).toEqual({
+      "fifty-1": expect.objectContaining({ latest: "1.0.1", versions: ["1.0.0", "1.0.1"] }),
+    });
   });
 
   it("a repeated commit of the same transaction appends nothing", async () => {
@@ -146,7 +167,10 @@ describe("a commit whose process was killed (fs store, child process)", () => {
   it("killed before its version record: on restart the transaction is open again at once (DELETE 204, no lease wait)", async () => {
     const id = await commitThatDies("early@1.0.0", "version/");
     server = await spawnDepot(dir, 0, bundle);
-    const summary = (await (await fetch(`${server.url}/summary/${id}`)).json()) as { state: string; totals: { items: number } };
+    const summary = (await (await fetch(`${server.url}/summary/${id}`)).json()) as {
+      state: string;
+      totals: { items: number };
+    };
     expect(summary).toMatchObject({ state: "open", totals: { items: 1 } });
     expect((await add(server.url, id, { type: "file", path: "more", body: "m" })).status).toBe(201);
     expect((await fetch(`${server.url}/trans/${id}`, { method: "DELETE" })).status).toBe(204);
@@ -171,7 +195,8 @@ describe("a commit whose process was killed (fs store, child process)", () => {
 async function readSlots(dir: string): Promise<string[][]> {
   const store = createFsStore(dir);
   const out: string[][] = [];
-  for (const key of (await store.listRecords("slots/")).keys) out.push((await store.getRecord<{ ids: string[] }>(key))!.value.ids);
+  for (const key of (await store.listRecords("slots/")).keys)
+    out.push((await store.getRecord<{ ids: string[] }>(key))!.value.ids);
   await store.close?.();
   return out;
 }
@@ -192,7 +217,9 @@ describe("store format", () => {
     const depot = await startDepot(store);
     try {
       for (const [spec, { digest, bytes }] of Object.entries(expected.versions)) {
-        const info = (await (await fetch(`${depot.url}/version/${spec}`)).json()) as { versions: Array<{ digest: string }> };
+        const info = (await (await fetch(`${depot.url}/version/${spec}`)).json()) as {
+          versions: Array<{ digest: string }>;
+        };
         expect(info.versions[0]!.digest, spec).toBe(digest);
         const data = await fetch(`${depot.url}/data/${spec}`);
         expect(data.status, spec).toBe(200);
@@ -213,8 +240,12 @@ describe("store format", () => {
       const format = (await store.getRecord<FormatRecord>("format"))!.value;
       expect(format).toMatchObject({ format: STORE_FORMAT, upgradedFrom: 1 });
       // Publishing goes on where it left off.
-      expect((await publish(depot.url, "tools@1.2.0", [{ type: "file", path: "README", body: "1.2\n" }])).status).toBe(201);
-      expect((await walkChanges(depot.url, changes.length, 10)).changes).toEqual([{ position: changes.length + 1, name: "tools", version: "1.2.0" }]);
+      expect((await publish(depot.url, "tools@1.2.0", [{ type: "file", path: "README", body: "1.2\n" }])).status).toBe(
+        201,
+      );
+      expect((await walkChanges(depot.url, changes.length, 10)).changes).toEqual([
+        { position: changes.length + 1, name: "tools", version: "1.2.0" },
+      ]);
     } finally {
       await depot.close();
       await store.close?.();
@@ -242,7 +273,13 @@ describe("store format", () => {
     const depot = await startDepot(inner);
     try {
       const { changes } = await walkChanges(depot.url, 0, 100);
-      expect(changes.map((c) => `${c.name}@${c.version}`).sort()).toEqual(["app@2.0.0", "lib@0.1.0", "meta@1.0.0", "tools@1.0.0", "tools@1.1.0"]);
+      expect(changes.map((c) => `${c.name}@${c.version}`).sort()).toEqual([
+        "app@2.0.0",
+        "lib@0.1.0",
+        "meta@1.0.0",
+        "tools@1.0.0",
+        "tools@1.1.0",
+      ]);
     } finally {
       await depot.close();
       await inner.close?.();
@@ -254,16 +291,21 @@ describe("store format", () => {
     cleanups.push(tmp.cleanup);
     await cp(join(fixture, "store"), join(tmp.dir, "depot"), { recursive: true });
     const cli = join(import.meta.dirname, "..", "..", "..", "src", "cli", "main.ts");
-    const run = (...args: string[]) => execFileP(process.execPath, ["--import", "tsx", cli, ...args], { encoding: "utf8" });
+    const run = (...args: string[]) =>
+      execFileP(process.execPath, ["--import", "tsx", cli, ...args], { encoding: "utf8" });
     const first = await run("migrate", tmp.dir);
     expect(first.stdout).toContain(`upgraded from store format 1 to ${STORE_FORMAT} (5 versions listed and sequenced)`);
     expect((await run("migrate", tmp.dir)).stdout).toContain(`already store format ${STORE_FORMAT}; nothing to do`);
     const store = createFsStore(join(tmp.dir, "depot"));
     const depot = await startDepot(store);
     try {
-      const expected = JSON.parse(await readFile(join(fixture, "expected.json"), "utf8")) as { versions: Record<string, { bytes: string }> };
+      const expected = JSON.parse(await readFile(join(fixture, "expected.json"), "utf8")) as {
+        versions: Record<string, { bytes: string }>;
+      };
       for (const [spec, { bytes }] of Object.entries(expected.versions)) {
-        expect(storeDigest(new Uint8Array(await (await fetch(`${depot.url}/data/${spec}`)).arrayBuffer())), spec).toBe(bytes);
+        expect(storeDigest(new Uint8Array(await (await fetch(`${depot.url}/data/${spec}`)).arrayBuffer())), spec).toBe(
+          bytes,
+        );
       }
     } finally {
       await depot.close();
@@ -274,14 +316,21 @@ describe("store format", () => {
     const format = (await newer.getRecord<FormatRecord>("format"))!;
     await newer.putRecord("format", { ...format.value, format: STORE_FORMAT + 1 }, { ifRevision: format.revision });
     await newer.close?.();
-    const refused = await run("migrate", tmp.dir).then(() => null, (error: { code: number; stderr: string }) => error);
+    const refused = await run("migrate", tmp.dir).then(
+      () => null,
+      (error: { code: number; stderr: string }) => error,
+    );
     expect(refused?.code).toBe(1);
     expect(refused?.stderr).toContain(`format ${STORE_FORMAT + 1}`);
   });
 
   it("a store of a newer format is refused with a clear error, before anything is read or written", async () => {
     const store = createMemoryStore();
-    await store.putRecord("format", { format: STORE_FORMAT + 1, storeId: "x", createdAt: new Date().toISOString() }, { ifRevision: null });
+    await store.putRecord(
+      "format",
+      { format: STORE_FORMAT + 1, storeId: "x", createdAt: new Date().toISOString() },
+      { ifRevision: null },
+    );
     const depot = await startDepot(store);
     try {
       const problem = await expectProblem(fetch(`${depot.url}/catalog`), 503, "STORE_FORMAT_UNSUPPORTED");

@@ -45,7 +45,12 @@ describe("change sequence and paged catalog (PostgreSQL records + S3 blobs)", ()
   });
 
   it("commits of 50 different packages at concurrency 16 (spread over two routers) all land, each exactly once in the feed, in one order", async () => {
-    await concurrentCommitsLandOnceInOrder(depots.map((d) => d.url), "pg", 50, 16);
+    await concurrentCommitsLandOnceInOrder(
+      depots.map((d) => d.url),
+      "pg",
+      50,
+      16,
+    );
     // 15 s in CI (s3rver and PostgreSQL under load), a quarter of the default 60 s.
   }, 180_000);
 

@@ -46,10 +46,18 @@ async function published(url: string, spec: string): Promise<void> {
   expect(response.status).toBe(201);
 }
 
-async function catalog(url: string, query = "", etag?: string): Promise<{ status: number; etag: string; body: { position?: number; packages?: Record<string, unknown> } }> {
+async function catalog(
+  url: string,
+  query = "",
+  etag?: string,
+): Promise<{ status: number; etag: string; body: { position?: number; packages?: Record<string, unknown> } }> {
   const response = await fetch(`${url}/catalog${query}`, { headers: etag ? { "if-none-match": etag } : {} });
   const text = await response.text();
-  return { status: response.status, etag: response.headers.get("etag")!, body: text ? (JSON.parse(text) as { position?: number }) : {} };
+  return {
+    status: response.status,
+    etag: response.headers.get("etag")!,
+    body: text ? (JSON.parse(text) as { position?: number }) : {},
+  };
 }
 
 describe("catalog head held in memory", () => {
@@ -103,76 +111,86 @@ describe("catalog head held in memory", () => {
     expect(Object.keys(since.body.packages!)).toEqual(["fs-three"]);
   });
 
-  it.runIf(needs("postgres"))("PostgreSQL records: the other router hears the commit through LISTEN/NOTIFY, without its clock moving, and its 304s read nothing", async () => {
-    const db = await createTestSchema();
-    cleanups.push(() => db.drop());
-    const blobs = createMemoryStore();
-    const open = () => {
-      const records = createPostgresRecords({ pool: db.pool, schema: db.schema });
-      cleanups.push(() => records.close?.() ?? Promise.resolve());
-      return composeStore({ blobs, records });
-    };
-    const a = await live(open());
-    const { store, reads } = countingReads(open());
-    // Wait until the store's LISTEN connection is up (a watcher's second "look again"): its
-    // coming up tells B's head to look again, and under load that could land inside the
-    // quiet check below (a CI run saw one read there). Once it listens, B subscribing gets
-    // only the immediate "look again", which B's first probe answers.
-    await new Promise<void>((resolve) => {
-      let nulls = 0;
-      store.watchRecords!((key) => {
-        if (key === null && ++nulls === 2) resolve();
+  it.runIf(needs("postgres"))(
+    "PostgreSQL records: the other router hears the commit through LISTEN/NOTIFY, without its clock moving, and its 304s read nothing",
+    async () => {
+      const db = await createTestSchema();
+      cleanups.push(() => db.drop());
+      const blobs = createMemoryStore();
+      const open = () => {
+        const records = createPostgresRecords({ pool: db.pool, schema: db.schema });
+        cleanups.push(() => records.close?.() ?? Promise.resolve());
+        return composeStore({ blobs, records });
+      };
+      const a = await live(open());
+      const { store, reads } = countingReads(open());
+      // Wait until the store's LISTEN connection is up (a watcher's second "look again"): its
+      // coming up tells B's head to look again, and under load that could land inside the
+      // quiet check below (a CI run saw one read there). Once it listens, B subscribing gets
+      // only the immediate "look again", which B's first probe answers.
+      await new Promise<void>((resolve) => {
+        let nulls = 0;
+        store.watchRecords!((key) => {
+          if (key === null && ++nulls === 2) resolve();
+        });
       });
-    });
-    const frozen = new Date("2026-01-01T00:00:00Z");
-    const b = await live(store, { now: () => frozen });
-    await published(a.url, "pg-one@1.0.0");
-    let seen = await catalog(b.url);
-    expect(seen.body.position).toBe(1);
-    // Once B's listening connection is up (and B probed once after it), 304s read nothing.
-    for (let i = 0, quietInARow = 0; i < 200 && quietInARow < 3; i++) {
-      const before = reads();
+      const frozen = new Date("2026-01-01T00:00:00Z");
+      const b = await live(store, { now: () => frozen });
+      await published(a.url, "pg-one@1.0.0");
+      let seen = await catalog(b.url);
+      expect(seen.body.position).toBe(1);
+      // Once B's listening connection is up (and B probed once after it), 304s read nothing.
+      for (let i = 0, quietInARow = 0; i < 200 && quietInARow < 3; i++) {
+        const before = reads();
+        expect((await catalog(b.url, "", seen.etag)).status).toBe(304);
+        quietInARow = reads() === before ? quietInARow + 1 : 0;
+        await new Promise((resolve) => setTimeout(resolve, 25));
+      }
+      const quiet = reads();
       expect((await catalog(b.url, "", seen.etag)).status).toBe(304);
-      quietInARow = reads() === before ? quietInARow + 1 : 0;
-      await new Promise((resolve) => setTimeout(resolve, 25));
-    }
-    const quiet = reads();
-    expect((await catalog(b.url, "", seen.etag)).status).toBe(304);
-    expect(reads()).toBe(quiet);
+      expect(reads()).toBe(quiet);
 
-    await published(a.url, "pg-two@1.0.0");
-    // Until B heard the NOTIFY (up to 30 s: 400 tries of 10 ms was thin on a loaded machine).
-    for (const until = Date.now() + 30_000; Date.now() < until && seen.body.position === 1; ) {
-      const next = await catalog(b.url, "", seen.etag);
-      if (next.status === 200) seen = next;
-      else await new Promise((resolve) => setTimeout(resolve, 10));
-    }
-    expect(seen.body.position).toBe(2);
-    expect(Object.keys(seen.body.packages!)).toEqual(["pg-one", "pg-two"]);
-  });
+      await published(a.url, "pg-two@1.0.0");
+      // Until B heard the NOTIFY (up to 30 s: 400 tries of 10 ms was thin on a loaded machine).
+      for (const until = Date.now() + 30_000; Date.now() < until && seen.body.position === 1;) {
+        const next = await catalog(b.url, "", seen.etag);
+        if (next.status === 200) seen = next;
+        else await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      expect(seen.body.position).toBe(2);
+      expect(Object.keys(seen.body.packages!)).toEqual(["pg-one", "pg-two"]);
+    },
+  );
 
-  it.runIf(needs("postgres"))("PostgreSQL records: watchRecords reports announced writes of another store instance after a null, and no other write", async () => {
-    const db = await createTestSchema();
-    cleanups.push(() => db.drop());
-    const writer = createPostgresRecords({ pool: db.pool, schema: db.schema });
-    const watcher = createPostgresRecords({ pool: db.pool, schema: db.schema });
-    cleanups.push(() => writer.close!(), () => watcher.close!());
-    const heard: Array<string | null> = [];
-    let listening!: () => void;
-    const up = new Promise<void>((resolve) => (listening = resolve));
-    const stop = watcher.watchRecords!((key) => {
-      heard.push(key);
-      if (key === null && heard.length >= 2) listening(); // the first null is at once, the second once it listens
-    });
-    await up;
-    expect(await writer.putRecord("quiet/1", { n: 1 }, { ifRevision: null })).not.toBeNull();
-    expect(await writer.putRecord("loud/1", { n: 1 }, { ifRevision: null, announce: true })).not.toBeNull();
-    // A lost create-only race writes nothing and announces nothing.
-    expect(await writer.putRecord("loud/1", { n: 2 }, { ifRevision: null, announce: true })).toBeNull();
-    const revision = await writer.putRecord("loud/2", { n: 1 }, { ifRevision: null });
-    expect(await writer.putRecord("loud/2", { n: 2 }, { ifRevision: revision, announce: true })).not.toBeNull();
-    for (const until = Date.now() + 30_000; Date.now() < until && heard.filter((k) => k !== null).length < 2; ) await new Promise((resolve) => setTimeout(resolve, 10));
-    expect(heard).toEqual([null, null, "loud/1", "loud/2"]);
-    stop();
-  });
+  it.runIf(needs("postgres"))(
+    "PostgreSQL records: watchRecords reports announced writes of another store instance after a null, and no other write",
+    async () => {
+      const db = await createTestSchema();
+      cleanups.push(() => db.drop());
+      const writer = createPostgresRecords({ pool: db.pool, schema: db.schema });
+      const watcher = createPostgresRecords({ pool: db.pool, schema: db.schema });
+      cleanups.push(
+        () => writer.close!(),
+        () => watcher.close!(),
+      );
+      const heard: Array<string | null> = [];
+      let listening!: () => void;
+      const up = new Promise<void>((resolve) => (listening = resolve));
+      const stop = watcher.watchRecords!((key) => {
+        heard.push(key);
+        if (key === null && heard.length >= 2) listening(); // the first null is at once, the second once it listens
+      });
+      await up;
+      expect(await writer.putRecord("quiet/1", { n: 1 }, { ifRevision: null })).not.toBeNull();
+      expect(await writer.putRecord("loud/1", { n: 1 }, { ifRevision: null, announce: true })).not.toBeNull();
+      // A lost create-only race writes nothing and announces nothing.
+      expect(await writer.putRecord("loud/1", { n: 2 }, { ifRevision: null, announce: true })).toBeNull();
+      const revision = await writer.putRecord("loud/2", { n: 1 }, { ifRevision: null });
+      expect(await writer.putRecord("loud/2", { n: 2 }, { ifRevision: revision, announce: true })).not.toBeNull();
+      for (const until = Date.now() + 30_000; Date.now() < until && heard.filter((k) => k !== null).length < 2;)
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      expect(heard).toEqual([null, null, "loud/1", "loud/2"]);
+      stop();
+    },
+  );
 });

@@ -46,7 +46,10 @@ describe("versions per package (limits.versions)", () => {
     for (const n of [1, 2, 3]) expect((await publish(depot.url, `full@${long(n)}`, [file])).status).toBe(201);
     const refused = await fetch(`${depot.url}/trans/full@4.0.0`, { method: "POST" });
     expect(await problem(refused)).toEqual([413, "TOO_MANY_VERSIONS"]);
-    expect(await problem(await fetch(`${depot.url}/trans/full@${long(2)}`, { method: "POST" }))).toEqual([409, "VERSION_EXISTS"]);
+    expect(await problem(await fetch(`${depot.url}/trans/full@${long(2)}`, { method: "POST" }))).toEqual([
+      409,
+      "VERSION_EXISTS",
+    ]);
     // Another package is not concerned.
     expect((await publish(depot.url, "other@1.0.0", [file])).status).toBe(201);
     // The package record is O(limit × version length): 3 × (128 + 3) bytes of versions plus a fixed part.
@@ -68,7 +71,9 @@ describe("versions per package (limits.versions)", () => {
     const summary = (await (await fetch(`${depot.url}/summary/${third}`)).json()) as { state: string };
     expect(summary.state).toBe("open");
     expect((await fetch(`${depot.url}/trans/${third}`, { method: "DELETE" })).status).toBe(204);
-    const feed = (await (await fetch(`${depot.url}/catalog?since=0`)).json()) as { changes: Array<{ name: string; version: string }> };
+    const feed = (await (await fetch(`${depot.url}/catalog?since=0`)).json()) as {
+      changes: Array<{ name: string; version: string }>;
+    };
     expect(feed.changes.filter((c) => c.name === "late").map((c) => c.version)).toEqual(["1.0.0", "2.0.0"]);
   }, 30_000);
 });

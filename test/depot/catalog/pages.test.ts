@@ -23,7 +23,10 @@ interface Page {
 }
 
 /** Every page of the catalog, `limit` a page, following `Link: rel="next"`. */
-async function walk(url: string, limit: number): Promise<{ names: string[]; packages: Page["packages"]; pages: number }> {
+async function walk(
+  url: string,
+  limit: number,
+): Promise<{ names: string[]; packages: Page["packages"]; pages: number }> {
   const names: string[] = [];
   const packages: Page["packages"] = {};
   let next: string | null = `${url}/catalog?limit=${limit}`;
@@ -81,7 +84,11 @@ describe("catalog page records (fs store, 2,300 packages: two full shards and on
     const first = await publish(depot.url, `${name(0)}@1.0.0`, [{ type: "file", path: "hello", body: "hello\n" }]);
     expect(first.status).toBe(201);
     const template = (await store.getRecord<VersionRecord>(keys.version(name(0), "1.0.0")))!.value;
-    await seedPackages(store, template, Array.from({ length: TOTAL - 1 }, (_, i) => name(i + 1)));
+    await seedPackages(
+      store,
+      template,
+      Array.from({ length: TOTAL - 1 }, (_, i) => name(i + 1)),
+    );
   }, 300_000);
 
   it("packs and pages each full shard when it fills, and not the one filling", async () => {
@@ -95,7 +102,9 @@ describe("catalog page records (fs store, 2,300 packages: two full shards and on
 
   it("a walk from another process's view lists every package once, in creation order, with versions committed after its page was built", async () => {
     // A new version of a package in shard 0 and a package created in the filling shard.
-    expect((await publish(depot.url, `${name(5)}@2.0.0`, [{ type: "file", path: "v2", body: "two\n" }])).status).toBe(201);
+    expect((await publish(depot.url, `${name(5)}@2.0.0`, [{ type: "file", path: "v2", body: "two\n" }])).status).toBe(
+      201,
+    );
     expect((await publish(depot.url, `late@1.0.0`, [{ type: "file", path: "l", body: "late\n" }])).status).toBe(201);
     const reader = await freshReader();
     const { names, packages, pages } = await walk(reader.url, 700);
@@ -111,7 +120,9 @@ describe("catalog page records (fs store, 2,300 packages: two full shards and on
     expect(again.packages[name(5)]!.latest).toBe("2.0.0");
     // since: only the two changes, with their packages' current state.
     const head = TOTAL;
-    const since = (await (await fetch(`${reader.url}/catalog?since=${head}`)).json()) as Page & { changes: Array<{ name: string; version: string }> };
+    const since = (await (await fetch(`${reader.url}/catalog?since=${head}`)).json()) as Page & {
+      changes: Array<{ name: string; version: string }>;
+    };
     expect(since.changes.map((c) => `${c.name}@${c.version}`)).toEqual([`${name(5)}@2.0.0`, "late@1.0.0"]);
     expect(since.packages[name(5)]!.versions).toEqual(["1.0.0", "2.0.0"]);
   });

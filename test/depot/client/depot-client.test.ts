@@ -9,7 +9,13 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createDepotClient } from "../../../src/depot/client/depot-client.js";
 import { readInstalled } from "../../../src/depot/install/installer.js";
-import { corruptingFetch, cuttingFetch, loggingFetch, snapshotTree, startDepot } from "../../fixtures/depot-client-harness.js";
+import {
+  corruptingFetch,
+  cuttingFetch,
+  loggingFetch,
+  snapshotTree,
+  startDepot,
+} from "../../fixtures/depot-client-harness.js";
 import { failure } from "../../fixtures/errors.js";
 
 type Depot = Awaited<ReturnType<typeof startDepot>>;
@@ -21,7 +27,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await depot?.close();
 });
-
 
 const sha = (b: Uint8Array | string) => createHash("sha256").update(b).digest("hex");
 // The depot refuses a package without items (COMMIT_INVALID, EMPTY).
@@ -56,7 +61,12 @@ describe("publish and install", () => {
     await writeFile(path.join(libSrc, "lib.txt"), "the library");
     const client = createDepotClient({ baseUrl: depot.url });
 
-    const lib = await client.publish({ name: "lib", version: "1.2.0", dir: libSrc, attributes: { description: "a lib, with commas = fine" } });
+    const lib = await client.publish({
+      name: "lib",
+      version: "1.2.0",
+      dir: libSrc,
+      attributes: { description: "a lib, with commas = fine" },
+    });
     const app = await client.publish({
       name: "app",
       version: "1.0.0",
@@ -115,7 +125,8 @@ describe("publish and install", () => {
     // What reached the store's putBlob during the second publish: of the package's files,
     // only the new one (the rest is the archive and the manifest the server builds).
     const fileDigests = new Set<string>();
-    for (const [, node] of Object.entries(await snapshotTree(src))) if (node.type === "file") fileDigests.add(`sha256:${node.sha256}`);
+    for (const [, node] of Object.entries(await snapshotTree(src)))
+      if (node.type === "file") fileDigests.add(`sha256:${node.sha256}`);
     const filePuts = depot.store.puts.slice(putsBefore).filter((p) => fileDigests.has(p.digest) && p.bytes > 0);
     expect(filePuts).toEqual([{ digest: `sha256:${sha(added)}`, bytes: added.length }]);
   });
@@ -129,7 +140,10 @@ describe("publish and install", () => {
     const second = await client.catalog();
     expect(second).toEqual(first);
     const catalogCalls = log.filter((r) => new URL(r.url).pathname.endsWith("/catalog"));
-    expect(catalogCalls.map((r) => [new URL(r.url).search, r.status])).toEqual([["", 200], [`?since=${first.position}`, 304]]);
+    expect(catalogCalls.map((r) => [new URL(r.url).search, r.status])).toEqual([
+      ["", 200],
+      [`?since=${first.position}`, 304],
+    ]);
     expect(catalogCalls[1]!.headers["if-none-match"]).toBeTruthy();
 
     await client.publish({ name: "fresh", version: "0.1.0", items: [{ type: "file", path: "f", content: "f" }] });
@@ -147,7 +161,12 @@ describe("publish and install", () => {
     // A fetch that asks for pages of 2, as a depot with a small default would answer.
     const paged: typeof globalThis.fetch = (input, init) => {
       const target = new URL(String(input instanceof Request ? input.url : input));
-      if (target.pathname.endsWith("/catalog") && !target.searchParams.has("limit") && !target.searchParams.has("since")) target.searchParams.set("limit", "2");
+      if (
+        target.pathname.endsWith("/catalog") &&
+        !target.searchParams.has("limit") &&
+        !target.searchParams.has("since")
+      )
+        target.searchParams.set("limit", "2");
       return fetch(target.href, init);
     };
     const whole = await createDepotClient({ baseUrl: depot.url }).catalog();
@@ -167,7 +186,14 @@ describe("publish and install", () => {
     expect(exists.status).toBe(409);
 
     const bad = await failure(
-      client.publish({ name: "badpath", version: "1.0.0", items: [{ type: "file", path: "ok", content: "ok" }, { type: "file", path: "../escape", content: "x" }] }),
+      client.publish({
+        name: "badpath",
+        version: "1.0.0",
+        items: [
+          { type: "file", path: "ok", content: "ok" },
+          { type: "file", path: "../escape", content: "x" },
+        ],
+      }),
     );
     expect(bad.code).toBe("PATH_INVALID");
     expect(bad.status).toBe(400);
@@ -185,7 +211,11 @@ describe("download", () => {
   beforeAll(async () => {
     const client = createDepotClient({ baseUrl: depot.url });
     // Incompressible, several MiB, so a cut lands mid-transfer.
-    await client.publish({ name: "blob", version: "1.0.0", items: [{ type: "file", path: "big.bin", content: randomBytes(3 * 2 ** 20) }] });
+    await client.publish({
+      name: "blob",
+      version: "1.0.0",
+      items: [{ type: "file", path: "big.bin", content: randomBytes(3 * 2 ** 20) }],
+    });
     spec = "blob@1.0.0";
     const out = path.join(await depot.tempDir("dl"), "whole.tar");
     const whole = await client.download(spec, { to: out });
@@ -215,7 +245,12 @@ describe("download", () => {
   }
 
   it("gives up after the retries and removes the partial file", async () => {
-    const client = createDepotClient({ baseUrl: depot.url, fetch: cuttingFetch({ afterBytes: 0, breaks: 100, mode: "error" }), retries: 2, retryDelayMs: 1 });
+    const client = createDepotClient({
+      baseUrl: depot.url,
+      fetch: cuttingFetch({ afterBytes: 0, breaks: 100, mode: "error" }),
+      retries: 2,
+      retryDelayMs: 1,
+    });
     const dir = await depot.tempDir("dl");
     const error = await failure(client.download(spec, { to: path.join(dir, "x.tar") }));
     expect(error.code).toBe("UNAVAILABLE");
@@ -266,7 +301,12 @@ describe("install failures", () => {
     await client.publish({ name: "conf-c", version: "2.0.0", items: readme() });
     await client.publish({ name: "conf-a", version: "1.0.0", items: readme(), requires: { "conf-c": "^1" } });
     await client.publish({ name: "conf-b", version: "1.0.0", items: readme(), requires: { "conf-c": "^2" } });
-    await client.publish({ name: "conf-app", version: "1.0.0", items: readme(), requires: { "conf-a": "*", "conf-b": "*" } });
+    await client.publish({
+      name: "conf-app",
+      version: "1.0.0",
+      items: readme(),
+      requires: { "conf-a": "*", "conf-b": "*" },
+    });
     const error = await failure(client.install("conf-app", await depot.tempDir("conf")));
     expect(error.code).toBe("DEPENDENCY_CONFLICT");
     expect(error.message).toContain("^1 (required by conf-app@1.0.0 → conf-a@1.0.0)");
@@ -293,10 +333,28 @@ describe("install failures", () => {
 
   it("keeps the previous install when a later package fails to verify", async () => {
     const good = createDepotClient({ baseUrl: depot.url });
-    await good.publish({ name: "keep-dep", version: "1.0.0", items: [{ type: "file", path: "dep.txt", content: "dep v1" }] });
-    await good.publish({ name: "keep-dep", version: "1.1.0", items: [{ type: "file", path: "dep.txt", content: "dep v1.1" }] });
-    await good.publish({ name: "keep", version: "1.0.0", items: [{ type: "file", path: "k.txt", content: "k1" }], requires: { "keep-dep": "1.0.0" } });
-    await good.publish({ name: "keep", version: "2.0.0", items: [{ type: "file", path: "k.txt", content: "k2".repeat(1000) }], requires: { "keep-dep": "^1.1.0" } });
+    await good.publish({
+      name: "keep-dep",
+      version: "1.0.0",
+      items: [{ type: "file", path: "dep.txt", content: "dep v1" }],
+    });
+    await good.publish({
+      name: "keep-dep",
+      version: "1.1.0",
+      items: [{ type: "file", path: "dep.txt", content: "dep v1.1" }],
+    });
+    await good.publish({
+      name: "keep",
+      version: "1.0.0",
+      items: [{ type: "file", path: "k.txt", content: "k1" }],
+      requires: { "keep-dep": "1.0.0" },
+    });
+    await good.publish({
+      name: "keep",
+      version: "2.0.0",
+      items: [{ type: "file", path: "k.txt", content: "k2".repeat(1000) }],
+      requires: { "keep-dep": "^1.1.0" },
+    });
     const target = await depot.tempDir("keep");
     await good.install("keep@1.0.0", target);
     const before = await snapshotTree(target);

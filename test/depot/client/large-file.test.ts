@@ -35,9 +35,19 @@ async function memory(field: "VmRSS" | "VmHWM"): Promise<number> {
 
 beforeAll(async () => {
   tmp = await mkdtemp(path.join(os.tmpdir(), "depot-large-"));
-  child = spawn(process.execPath, ["--import", "tsx", path.join(here, "..", "..", "fixtures", "depot-client-server.ts"), path.join(tmp, "store"), "--unsafe-no-sync"], {
-    stdio: ["pipe", "pipe", "inherit"],
-  });
+  child = spawn(
+    process.execPath,
+    [
+      "--import",
+      "tsx",
+      path.join(here, "..", "..", "fixtures", "depot-client-server.ts"),
+      path.join(tmp, "store"),
+      "--unsafe-no-sync",
+    ],
+    {
+      stdio: ["pipe", "pipe", "inherit"],
+    },
+  );
   const first = await new Promise<string>((resolve, reject) => {
     const lines = createInterface({ input: child!.stdout! });
     lines.once("line", resolve);
@@ -55,7 +65,11 @@ describe("a 1 GiB package", () => {
   it("publishes and downloads with matching digests and under 192 MiB of server memory growth", async () => {
     const client = createDepotClient({ baseUrl: url });
     // Warm the server's code paths first, so the baseline is not its cold start.
-    await client.publish({ name: "warm", version: "1.0.0", items: [{ type: "file", path: "w", content: randomBytes(4 * MiB) }] });
+    await client.publish({
+      name: "warm",
+      version: "1.0.0",
+      items: [{ type: "file", path: "w", content: randomBytes(4 * MiB) }],
+    });
     await client.download("warm@1.0.0", { to: path.join(tmp, "warm.tar") });
     const baseline = await memory("VmRSS");
 
@@ -72,7 +86,11 @@ describe("a 1 GiB package", () => {
     await fh.close();
     const sourceDigest = `sha256:${hash.digest("hex")}`;
 
-    const published = await client.publish({ name: "huge", version: "1.0.0", items: [{ type: "file", path: "big.bin", file: source, mode: 0o644 }] });
+    const published = await client.publish({
+      name: "huge",
+      version: "1.0.0",
+      items: [{ type: "file", path: "big.bin", file: source, mode: 0o644 }],
+    });
     expect(published.bytesSent).toBe(GiB);
     await rm(source);
 
@@ -94,12 +112,16 @@ describe("a 1 GiB package", () => {
     }
     expect(found["big.bin"]).toBe(sourceDigest);
     const manifest = await client.manifest("huge@1.0.0");
-    expect(manifest.items).toEqual([expect.objectContaining({ type: "file", path: "big.bin", size: GiB, digest: sourceDigest })]);
+    expect(manifest.items).toEqual([
+      expect.objectContaining({ type: "file", path: "big.bin", size: GiB, digest: sourceDigest }),
+    ]);
     await rm(archive);
 
     const peak = await memory("VmHWM");
     const growth = peak - baseline;
-    console.log(`depot-large: server RSS baseline ${(baseline / MiB).toFixed(1)} MiB, peak ${(peak / MiB).toFixed(1)} MiB, growth ${(growth / MiB).toFixed(1)} MiB`);
+    console.log(
+      `depot-large: server RSS baseline ${(baseline / MiB).toFixed(1)} MiB, peak ${(peak / MiB).toFixed(1)} MiB, growth ${(growth / MiB).toFixed(1)} MiB`,
+    );
     // CI runs saw +30, +50 and +74 MiB: peak RSS counts garbage not yet collected (less idle
     // time for GC on a loaded machine) and pages the allocator keeps, so 100 MiB was within
     // reach. A server that held the file would add a GiB; 192 MiB is still far from that.

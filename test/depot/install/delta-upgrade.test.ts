@@ -57,7 +57,13 @@ describe("delta upgrades", () => {
     const watching = createDepotClient({ baseUrl: depot.url, fetch });
     const result = await watching.install("hundred@1.1.0", target);
     const action = result.packages[0]!;
-    expect(action).toMatchObject({ name: "hundred", version: "1.1.0", action: "upgraded", from: "1.0.0", via: "delta" });
+    expect(action).toMatchObject({
+      name: "hundred",
+      version: "1.1.0",
+      action: "upgraded",
+      from: "1.0.0",
+      via: "delta",
+    });
 
     const whole = (await client.versions("hundred")).versions.find((v) => v.version === "1.1.0")!;
     expect(whole.size).toBeGreaterThan(1_000_000);
@@ -65,7 +71,9 @@ describe("delta upgrades", () => {
     // The delta URL was fetched, and the only whole-archive request was the ranged manifest read.
     const data = log.filter((r) => r.url.includes("/data/"));
     expect(data.some((r) => r.url.endsWith("/data/hundred/1.0.0/1.1.0") && r.status === 200)).toBe(true);
-    expect(data.filter((r) => /\/data\/hundred@/.test(r.url)).every((r) => r.status === 206 && r.headers.range)).toBe(true);
+    expect(data.filter((r) => /\/data\/hundred@/.test(r.url)).every((r) => r.status === 206 && r.headers.range)).toBe(
+      true,
+    );
 
     expect(await snapshotTree(path.join(target, "hundred"))).toEqual(await freshInstall("hundred@1.1.0"));
   });
@@ -85,7 +93,10 @@ describe("delta upgrades", () => {
   it("follows the redirect of /data/<name>/<from> to the newest version", async () => {
     const out = path.join(await depot.tempDir("dl"), "delta.tar");
     const { fetch, log } = loggingFetch();
-    const result = await createDepotClient({ baseUrl: depot.url, fetch }).download("hundred", { from: "1.0.0", to: out });
+    const result = await createDepotClient({ baseUrl: depot.url, fetch }).download("hundred", {
+      from: "1.0.0",
+      to: out,
+    });
     expect(result.url).toMatch(/\/data\/hundred\/1\.0\.0\/1\.2\.0$/);
     expect(log[0]!.url).toMatch(/\/data\/hundred\/1\.0\.0$/);
   });
@@ -96,10 +107,15 @@ describe("delta upgrades", () => {
     await writeFile(path.join(target, "hundred", "dir7/file7.bin"), "local edit");
     const events: InstallProgress[] = [];
     // The edit is the user's: kept as .old (by default the install would refuse; see depot-install-preserve).
-    const result = await client.install("hundred@1.1.0", target, { onProgress: (e) => events.push(e), preserve: "renameold" });
+    const result = await client.install("hundred@1.1.0", target, {
+      onProgress: (e) => events.push(e),
+      preserve: "renameold",
+    });
     expect(result.packages[0]).toMatchObject({ action: "upgraded", via: "full", kept: ["hundred/dir7/file7.bin.old"] });
     const fallback = events.find((e) => e.phase === "fallback");
     expect(fallback && "reason" in fallback ? fallback.reason : "").toContain("dir7/file7.bin");
-    expect(await snapshotTree(path.join(target, "hundred"), { skip: ["dir7/file7.bin.old"] })).toEqual(await freshInstall("hundred@1.1.0"));
+    expect(await snapshotTree(path.join(target, "hundred"), { skip: ["dir7/file7.bin.old"] })).toEqual(
+      await freshInstall("hundred@1.1.0"),
+    );
   });
 });

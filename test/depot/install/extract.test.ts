@@ -29,7 +29,11 @@ interface Entry {
 }
 
 /** Builds a tar the way an attacker could: any header, any order, manifest first. */
-async function archive(manifest: Partial<PackageManifest> & { items: ManifestItem[] }, entries: Entry[], opts: { raw?: boolean } = {}) {
+async function archive(
+  manifest: Partial<PackageManifest> & { items: ManifestItem[] },
+  entries: Entry[],
+  opts: { raw?: boolean } = {},
+) {
   const pack = tar.pack();
   const m = { name: "pkg", version: "1.0.0", attributes: {}, requires: [], ...manifest };
   if (!opts.raw) pack.entry({ name: ".pkg/manifest.json", mode: 0o644 }, JSON.stringify(m));
@@ -44,8 +48,13 @@ async function archive(manifest: Partial<PackageManifest> & { items: ManifestIte
   return Buffer.concat(chunks);
 }
 
-const file = (p: string, content: string, mode = 0o644): ManifestItem => ({ type: "file", path: p, mode, size: Buffer.byteLength(content), digest: sha(content) });
-
+const file = (p: string, content: string, mode = 0o644): ManifestItem => ({
+  type: "file",
+  path: p,
+  mode,
+  size: Buffer.byteLength(content),
+  digest: sha(content),
+});
 
 let tmp: string;
 let target: string;
@@ -90,7 +99,10 @@ describe("extractPackage", () => {
   });
 
   it("refuses an entry with .. and writes nothing outside", async () => {
-    const tarball = await archive({ items: [file("ok", "ok")] }, [{ name: "../escaped", content: "pwned" }, { name: "ok", content: "ok" }]);
+    const tarball = await archive({ items: [file("ok", "ok")] }, [
+      { name: "../escaped", content: "pwned" },
+      { name: "ok", content: "ok" },
+    ]);
     const error = await failure(extractPackage([tarball], target));
     expect(error.code).toBe("PATH_INVALID");
     expect(error.message).toContain("'..' segment");
@@ -115,20 +127,28 @@ describe("extractPackage", () => {
   it("refuses what the server would refuse: .pkg in any case, a link into .pkg/, a licence name that is a path", async () => {
     for (const [items, entries] of [
       [[file(".PKG/evil", "x")], [{ name: ".PKG/evil", content: "x" }]],
-      [[{ type: "link", path: "peek", target: ".pkg/manifest.json" }], [{ name: "peek", type: "symlink", linkname: ".pkg/manifest.json" }]],
+      [
+        [{ type: "link", path: "peek", target: ".pkg/manifest.json" }],
+        [{ name: "peek", type: "symlink", linkname: ".pkg/manifest.json" }],
+      ],
     ] as Array<[ManifestItem[], Entry[]]>) {
       const dir = path.join(tmp, `t-${Math.random()}`);
       expect((await failure(extractPackage([await archive({ items }, entries)], dir))).code).toBe("PATH_INVALID");
       expect(existsSync(path.join(dir, items[0]!.path))).toBe(false);
     }
-    const licence = await archive({ items: [], licenses: [{ name: "x", path: ".pkg/licenses/a/b", size: 1, digest: sha("x") }] }, [{ name: ".pkg/licenses/a/b", content: "x" }]);
+    const licence = await archive(
+      { items: [], licenses: [{ name: "x", path: ".pkg/licenses/a/b", size: 1, digest: sha("x") }] },
+      [{ name: ".pkg/licenses/a/b", content: "x" }],
+    );
     expect((await failure(extractPackage([licence], path.join(tmp, "lic")))).code).toBe("PATH_INVALID");
   });
 
   it("refuses a link whose target resolves outside", async () => {
     for (const linkname of ["../../etc", "/etc/passwd", "a/../../.."]) {
       const dir = path.join(tmp, `t-${Math.random()}`);
-      const tarball = await archive({ items: [{ type: "link", path: "sub/evil", target: "a" }] }, [{ name: "sub/evil", type: "symlink", linkname }]);
+      const tarball = await archive({ items: [{ type: "link", path: "sub/evil", target: "a" }] }, [
+        { name: "sub/evil", type: "symlink", linkname },
+      ]);
       const error = await failure(extractPackage([tarball], dir));
       expect(error.code).toBe("PATH_INVALID");
       expect(existsSync(path.join(dir, "sub/evil"))).toBe(false);
@@ -139,17 +159,22 @@ describe("extractPackage", () => {
     // A link that escapes, then a file written through it.
     const victim = path.join(tmp, "victim");
     await mkdir(victim);
-    const escaping = await archive({ items: [{ type: "link", path: "evil", target: "../../victim" }, file("evil/x", "pwned")] }, [
-      { name: "evil", type: "symlink", linkname: "../../victim" },
-      { name: "evil/x", content: "pwned" },
-    ]);
+    const escaping = await archive(
+      { items: [{ type: "link", path: "evil", target: "../../victim" }, file("evil/x", "pwned")] },
+      [
+        { name: "evil", type: "symlink", linkname: "../../victim" },
+        { name: "evil/x", content: "pwned" },
+      ],
+    );
     expect((await failure(extractPackage([escaping], target))).code).toBe("PATH_INVALID");
     expect(existsSync(path.join(victim, "x"))).toBe(false);
 
     // A link inside the package, then a file through it (the manifest agrees, to get past it).
     const dir2 = path.join(tmp, "t2");
     const inside = await archive(
-      { items: [{ type: "dir", path: "real" }, { type: "link", path: "lnk", target: "real" }, file("lnk/x", "through")] },
+      {
+        items: [{ type: "dir", path: "real" }, { type: "link", path: "lnk", target: "real" }, file("lnk/x", "through")],
+      },
       [
         { name: "lnk", type: "symlink", linkname: "real" },
         { name: "real/", type: "directory" },
@@ -165,7 +190,10 @@ describe("extractPackage", () => {
   it("refuses hard links, devices and fifos", async () => {
     for (const type of ["link", "character-device", "fifo"] as const) {
       const dir = path.join(tmp, `t-${type}`);
-      const tarball = await archive({ items: [file("a", "a")] }, [{ name: "a", content: "a" }, { name: "b", type, linkname: "a" }]);
+      const tarball = await archive({ items: [file("a", "a")] }, [
+        { name: "a", content: "a" },
+        { name: "b", type, linkname: "a" },
+      ]);
       const error = await failure(extractPackage([tarball], dir));
       expect(error.code).toBe("TYPE_INVALID");
     }
@@ -182,8 +210,13 @@ describe("extractPackage", () => {
     const extra = await archive({ items: [] }, [{ name: "stowaway", content: "x" }]);
     expect((await failure(extractPackage([extra], path.join(tmp, "e1")))).message).toContain("not in the manifest");
     const missing = await archive({ items: [file("a", "a")] }, []);
-    expect((await failure(extractPackage([missing], path.join(tmp, "e2")))).message).toContain("missing from the archive");
-    const twice = await archive({ items: [file("a", "a")] }, [{ name: "a", content: "a" }, { name: "a", content: "a" }]);
+    expect((await failure(extractPackage([missing], path.join(tmp, "e2")))).message).toContain(
+      "missing from the archive",
+    );
+    const twice = await archive({ items: [file("a", "a")] }, [
+      { name: "a", content: "a" },
+      { name: "a", content: "a" },
+    ]);
     expect((await failure(extractPackage([twice], path.join(tmp, "e3")))).code).toBe("ARCHIVE_INVALID");
   });
 
@@ -199,7 +232,10 @@ describe("extractPackage", () => {
 
   it("checks licence texts in .pkg/licenses/ against the manifest and keeps them out of the tree", async () => {
     const licenses = [{ name: "MIT", path: ".pkg/licenses/MIT", size: 8, digest: sha("MIT text") }];
-    const good = await archive({ items: [file("a", "a")], licenses }, [{ name: ".pkg/licenses/MIT", content: "MIT text" }, { name: "a", content: "a" }]);
+    const good = await archive({ items: [file("a", "a")], licenses }, [
+      { name: ".pkg/licenses/MIT", content: "MIT text" },
+      { name: "a", content: "a" },
+    ]);
     await extractPackage([good], path.join(tmp, "l1"));
     await verifyPackageTree(path.join(tmp, "l1"), [file("a", "a")]);
     const tampered = await archive({ items: [], licenses }, [{ name: ".pkg/licenses/MIT", content: "GPL text" }]);
@@ -211,7 +247,9 @@ describe("extractPackage", () => {
   });
 
   it("refuses a manifest larger than maxManifestBytes", async () => {
-    const tarball = await archive({ items: [file("a", "a")], attributes: { padding: "x".repeat(5000) } }, [{ name: "a", content: "a" }]);
+    const tarball = await archive({ items: [file("a", "a")], attributes: { padding: "x".repeat(5000) } }, [
+      { name: "a", content: "a" },
+    ]);
     const error = await failure(extractPackage([tarball], target, { maxManifestBytes: 4096 }));
     expect(error.code).toBe("ARCHIVE_INVALID");
     expect(error.message).toContain("larger than 4096 bytes");
@@ -245,14 +283,16 @@ describe("deltas and tree verification", () => {
 
   async function installV1() {
     await extractPackage(
-      [await archive({ items: v1 }, [
-        { name: "current", type: "symlink", linkname: "d/keep" },
-        { name: "d/", type: "directory" },
-        { name: "d/change", content: "old" },
-        { name: "d/keep", content: "keep" },
-        { name: "gone/deep", content: "bye" },
-        { name: "script", content: "run" },
-      ])],
+      [
+        await archive({ items: v1 }, [
+          { name: "current", type: "symlink", linkname: "d/keep" },
+          { name: "d/", type: "directory" },
+          { name: "d/change", content: "old" },
+          { name: "d/keep", content: "keep" },
+          { name: "gone/deep", content: "bye" },
+          { name: "script", content: "run" },
+        ]),
+      ],
       target,
     );
   }
@@ -284,7 +324,9 @@ describe("deltas and tree verification", () => {
     expect((await failure(extractPackage([delta], target, { delta: true }))).code).toBe("PATH_INVALID");
     expect(existsSync(path.join(outside, "precious"))).toBe(true);
     const wrongBase = await archive({ version: "2.0.0", from: "0.9.0", items: [] }, []);
-    expect((await failure(extractPackage([wrongBase], target, { delta: true, expect: { from: "1.0.0" } }))).code).toBe("ARCHIVE_INVALID");
+    expect((await failure(extractPackage([wrongBase], target, { delta: true, expect: { from: "1.0.0" } }))).code).toBe(
+      "ARCHIVE_INVALID",
+    );
   });
 
   it("never writes through a link planted where a delta puts a file", async () => {
@@ -293,7 +335,9 @@ describe("deltas and tree verification", () => {
     await writeFile(outside, "original");
     await rm(path.join(target, "d/change"));
     await symlink(outside, path.join(target, "d/change"));
-    const delta = await archive({ version: "2.0.0", from: "1.0.0", items: [file("d/change", "new!")] }, [{ name: "d/change", content: "new!" }]);
+    const delta = await archive({ version: "2.0.0", from: "1.0.0", items: [file("d/change", "new!")] }, [
+      { name: "d/change", content: "new!" },
+    ]);
     await extractPackage([delta], target, { delta: true });
     expect(await readFile(outside, "utf8")).toBe("original");
     expect((await lstat(path.join(target, "d/change"))).isFile()).toBe(true);
@@ -322,7 +366,23 @@ describe("deltas and tree verification", () => {
 describe("path rules and digests", () => {
   it("accepts normal paths and refuses the rest", () => {
     expect(checkPackagePath("a/b.c/d")).toBe("a/b.c/d");
-    for (const bad of ["", "/a", "a//b", "a/./b", "..", "a/..", "a\\b", "a\0b", ".pkg/x", ".pkg", "a/", ".PKG/x", ".Pkg", "x".repeat(256), `${"a/".repeat(2048)}b`]) {
+    for (const bad of [
+      "",
+      "/a",
+      "a//b",
+      "a/./b",
+      "..",
+      "a/..",
+      "a\\b",
+      "a\0b",
+      ".pkg/x",
+      ".pkg",
+      "a/",
+      ".PKG/x",
+      ".Pkg",
+      "x".repeat(256),
+      `${"a/".repeat(2048)}b`,
+    ]) {
       expect(() => checkPackagePath(bad), bad).toThrow(RunnerDepotError);
     }
     // Paths the server would store (NFC) pass; another normalisation form is not what it stores.

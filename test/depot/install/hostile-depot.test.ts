@@ -30,7 +30,10 @@ const ATTACK: ManifestItem[] = [
 /** A deterministic-enough archive with the manifest first and the items as listed. */
 async function archiveOf(items: ManifestItem[], extra: Record<string, unknown> = {}): Promise<Buffer> {
   const pack = tar.pack();
-  pack.entry({ name: ".pkg/manifest.json", mode: 0o644 }, JSON.stringify({ name: "evil", version: "1.0.0", attributes: {}, requires: [], licenses: [], items, ...extra }));
+  pack.entry(
+    { name: ".pkg/manifest.json", mode: 0o644 },
+    JSON.stringify({ name: "evil", version: "1.0.0", attributes: {}, requires: [], licenses: [], items, ...extra }),
+  );
   for (const item of items) {
     if (item.type === "link") pack.entry({ name: item.path, type: "symlink", linkname: item.target, mode: 0o777 });
     else if (item.type === "dir") pack.entry({ name: `${item.path}/`, type: "directory", mode: 0o755 });
@@ -63,7 +66,11 @@ interface Hostile {
 }
 
 /** A depot that announces `size` for evil@1.0.0 and answers /data with `data`. */
-async function hostileDepot(size: number, digest: string, data: (res: import("node:http").ServerResponse, sent: { bytes: number }) => void): Promise<Hostile> {
+async function hostileDepot(
+  size: number,
+  digest: string,
+  data: (res: import("node:http").ServerResponse, sent: { bytes: number }) => void,
+): Promise<Hostile> {
   const sent = { bytes: 0 };
   const server = createServer((req, res) => {
     const json = (body: unknown) => {
@@ -71,7 +78,13 @@ async function hostileDepot(size: number, digest: string, data: (res: import("no
       res.end(JSON.stringify(body));
     };
     if (req.url === "/version/evil") {
-      return json({ name: "evil", latest: "1.0.0", versions: [{ version: "1.0.0", publishedAt: "2026-01-01T00:00:00Z", digest, size, itemCount: 2, attributes: {} }] });
+      return json({
+        name: "evil",
+        latest: "1.0.0",
+        versions: [
+          { version: "1.0.0", publishedAt: "2026-01-01T00:00:00Z", digest, size, itemCount: 2, attributes: {} },
+        ],
+      });
     }
     if (req.url === "/depend/evil@1.0.0") return json({ name: "evil", version: "1.0.0", requires: [] });
     if (req.url === "/data/evil@1.0.0") return data(res, sent);
@@ -112,14 +125,20 @@ describe("link chains out of the package, at the installer (issue 9, depot 2)", 
     expect((await tree(target)).includes("passwd")).toBe(false);
     // The tree check the installer runs after a delta refuses such a tree too.
     await symlink(PASSWD_TARGET, path.join(target, "passwd"));
-    const verify = await failure(verifyPackageTree(target, [...ATTACK, ...["a", "a/b", "a/b/c"].map((p) => ({ type: "dir" as const, path: p }))]));
+    const verify = await failure(
+      verifyPackageTree(target, [...ATTACK, ...["a", "a/b", "a/b/c"].map((p) => ({ type: "dir" as const, path: p }))]),
+    );
     expect(verify.message).toMatch(/passwd: .*leaves the package root/);
   });
 
   it("installPackage from a hostile depot refuses, and the target holds nothing of the package", async () => {
     const bytes = await archiveOf(ATTACK);
     const depot = await hostileDepot(bytes.length, `sha256:${sha(bytes).digest("hex")}`, (res) => {
-      res.writeHead(200, { "content-type": "application/x-tar", "content-length": String(bytes.length), "repr-digest": reprDigest(bytes) });
+      res.writeHead(200, {
+        "content-type": "application/x-tar",
+        "content-length": String(bytes.length),
+        "repr-digest": reprDigest(bytes),
+      });
       res.end(bytes);
     });
     try {
@@ -144,7 +163,10 @@ describe("downloads stop at the announced size (issue 9, depot 4)", () => {
   beforeAll(async () => {
     // Chunked, no Content-Length: streams up to 64 MiB unless the client goes away.
     chunked = await hostileDepot(ANNOUNCED, `sha256:${"0".repeat(64)}`, (res, sent) => {
-      res.writeHead(200, { "content-type": "application/x-tar", "repr-digest": `sha-256=:${Buffer.alloc(32).toString("base64")}:` });
+      res.writeHead(200, {
+        "content-type": "application/x-tar",
+        "repr-digest": `sha-256=:${Buffer.alloc(32).toString("base64")}:`,
+      });
       let mine = 0; // per response: each test gets its own flood
       const pump = () => {
         while (mine < 64 * 2 ** 20 && !res.destroyed) {
@@ -159,7 +181,9 @@ describe("downloads stop at the announced size (issue 9, depot 4)", () => {
     });
     // Content-Length 10 KB, then a megabyte more on the same socket.
     overlong = await hostileDepot(ANNOUNCED, `sha256:${"0".repeat(64)}`, (res, sent) => {
-      res.socket!.write(`HTTP/1.1 200 OK\r\ncontent-type: application/x-tar\r\ncontent-length: ${ANNOUNCED}\r\nrepr-digest: sha-256=:${Buffer.alloc(32).toString("base64")}:\r\n\r\n`);
+      res.socket!.write(
+        `HTTP/1.1 200 OK\r\ncontent-type: application/x-tar\r\ncontent-length: ${ANNOUNCED}\r\nrepr-digest: sha-256=:${Buffer.alloc(32).toString("base64")}:\r\n\r\n`,
+      );
       for (let i = 0; i < 16; i++) {
         sent.bytes += CHUNK.length;
         res.socket!.write(CHUNK);
@@ -188,7 +212,9 @@ describe("downloads stop at the announced size (issue 9, depot 4)", () => {
 
   it("client.download with the announced size writes at most that many bytes of a chunked flood", async () => {
     const { sink, written } = counting();
-    const error = await failure(createDepotClient({ baseUrl: chunked.url }).download("evil@1.0.0", { to: sink, expectedSize: ANNOUNCED }));
+    const error = await failure(
+      createDepotClient({ baseUrl: chunked.url }).download("evil@1.0.0", { to: sink, expectedSize: ANNOUNCED }),
+    );
     expect(error.code).toBe("DIGEST_MISMATCH");
     expect(error.message).toMatch(/past the 10240 bytes announced/);
     expect(written()).toBeLessThanOrEqual(ANNOUNCED);
@@ -197,7 +223,11 @@ describe("downloads stop at the announced size (issue 9, depot 4)", () => {
   it("the installer passes /version's size: the archive file never grows past it", async () => {
     const events: InstallProgress[] = [];
     const target = path.join(tmp.dir, "vendor");
-    const error = await failure(installPackage(createDepotClient({ baseUrl: chunked.url }), "evil", target, { onProgress: (e) => events.push(e) }));
+    const error = await failure(
+      installPackage(createDepotClient({ baseUrl: chunked.url }), "evil", target, {
+        onProgress: (e) => events.push(e),
+      }),
+    );
     expect(error.code).toBe("DIGEST_MISMATCH");
     const received = events.flatMap((e) => (e.phase === "download" ? [e.received] : []));
     expect(Math.max(0, ...received)).toBeLessThanOrEqual(ANNOUNCED);
@@ -213,7 +243,9 @@ describe("downloads stop at the announced size (issue 9, depot 4)", () => {
 
   it("a cap (maxBytes) for what nothing announces stops a flood with TOO_LARGE", async () => {
     const { sink, written } = counting();
-    const error = await failure(createDepotClient({ baseUrl: chunked.url }).download("evil@1.0.0", { to: sink, maxBytes: 100_000 }));
+    const error = await failure(
+      createDepotClient({ baseUrl: chunked.url }).download("evil@1.0.0", { to: sink, maxBytes: 100_000 }),
+    );
     expect(error.code).toBe("TOO_LARGE");
     expect(written()).toBeLessThanOrEqual(100_000);
   });

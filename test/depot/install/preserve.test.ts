@@ -118,7 +118,9 @@ describe("upgrade over a user's edits", () => {
     expect(error.message).toContain("app/etc/app.conf (changed since installed)");
     expect(await readFile(path.join(target, "app", "etc", "app.conf"), "utf8")).toBe("color = red\n");
     expect(await readFile(path.join(target, "app", "README"), "utf8")).toBe("version one\n");
-    expect(JSON.parse(await readFile(path.join(target, ".runner-depot", "installed.json"), "utf8")).packages.app.version).toBe("1.0.0");
+    expect(
+      JSON.parse(await readFile(path.join(target, ".runner-depot", "installed.json"), "utf8")).packages.app.version,
+    ).toBe("1.0.0");
 
     const result = await client.install("app@2.0.0", target, { preserve: "renameold" });
     expect(result.packages[0]).toMatchObject({ action: "upgraded", from: "1.0.0" });

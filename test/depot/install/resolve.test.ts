@@ -1,5 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { parsePackageSpec, resolveDependencies, satisfyingVersions, type DependencySource } from "../../../src/depot/install/resolve.js";
+import {
+  parsePackageSpec,
+  resolveDependencies,
+  satisfyingVersions,
+  type DependencySource,
+} from "../../../src/depot/install/resolve.js";
 import { failure } from "../../fixtures/errors.js";
 
 /** A depot described as `{ name: { version: { dep: range } } }`; counts lookups. */
@@ -17,7 +22,6 @@ function fixture(graph: Record<string, Record<string, Record<string, string>>>) 
   };
   return { source, calls };
 }
-
 
 const pick = (r: { packages: Array<{ name: string; version: string }> }) =>
   Object.fromEntries(r.packages.map((p) => [p.name, p.version]));
@@ -47,7 +51,12 @@ describe("resolveDependencies", () => {
       b: { "1.0.0": { c: "^1.0.0" } },
       c: { "1.0.0": {}, "2.0.0": {} },
     });
-    expect(pick(await resolveDependencies(source, "app"))).toEqual({ app: "1.0.0", a: "1.0.0", b: "1.0.0", c: "1.0.0" });
+    expect(pick(await resolveDependencies(source, "app"))).toEqual({
+      app: "1.0.0",
+      a: "1.0.0",
+      b: "1.0.0",
+      c: "1.0.0",
+    });
   });
 
   it("honours an exact root version and a root range", async () => {
@@ -81,7 +90,9 @@ describe("resolveDependencies", () => {
     });
     const error = await failure(resolveDependencies(source, "app"));
     expect(error.code).toBe("DEPENDENCY_CONFLICT");
-    expect(error.message).toMatch(/no single version of c satisfies 1\.0\.0 \(required by app@1\.0\.0\) and >=2\.0\.0 \(required by app@1\.0\.0 → b@1\.0\.0\)/);
+    expect(error.message).toMatch(
+      /no single version of c satisfies 1\.0\.0 \(required by app@1\.0\.0\) and >=2\.0\.0 \(required by app@1\.0\.0 → b@1\.0\.0\)/,
+    );
   });
 
   it("reports a cycle with its path", async () => {
@@ -132,7 +143,12 @@ describe("resolveDependencies", () => {
   it("gives up after maxSteps candidates", async () => {
     // Every version of a needs a c that b forbids: a search through all of them.
     const versions = Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`1.${i}.0`, { c: "^2" }]));
-    const { source } = fixture({ app: { "1.0.0": { b: "*", a: "*" } }, a: versions, b: { "1.0.0": { c: "^1" } }, c: { "1.0.0": {}, "2.0.0": {} } });
+    const { source } = fixture({
+      app: { "1.0.0": { b: "*", a: "*" } },
+      a: versions,
+      b: { "1.0.0": { c: "^1" } },
+      c: { "1.0.0": {}, "2.0.0": {} },
+    });
     const error = await failure(resolveDependencies(source, "app", { maxSteps: 10 }));
     expect(error.code).toBe("DEPENDENCY_CONFLICT");
   });

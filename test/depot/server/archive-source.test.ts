@@ -14,7 +14,16 @@ import { createFsStore } from "../../../src/adapters/fs/index.js";
 import type { PackageManifest } from "../../../src/depot/package/archive.js";
 import type { PackageStore } from "../../../src/depot/ports.js";
 import { referenceArchive } from "../../fixtures/archive-reference.js";
-import { add, openTransaction, parseTar, publish, startDepot, storeDigest, tempDir, type LiveDepot } from "../../fixtures/depot.js";
+import {
+  add,
+  openTransaction,
+  parseTar,
+  publish,
+  startDepot,
+  storeDigest,
+  tempDir,
+  type LiveDepot,
+} from "../../fixtures/depot.js";
 
 /** The bytes of every stored blob (files and the fs store's small-blob rows alike). */
 async function blobBytes(store: PackageStore): Promise<number> {
@@ -23,7 +32,10 @@ async function blobBytes(store: PackageStore): Promise<number> {
   return total;
 }
 
-async function download(url: string, headers: Record<string, string> = {}): Promise<{ status: number; bytes: Buffer; headers: Headers }> {
+async function download(
+  url: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; bytes: Buffer; headers: Headers }> {
   const response = await fetch(url, { headers });
   return { status: response.status, bytes: Buffer.from(await response.arrayBuffer()), headers: response.headers };
 }
@@ -80,7 +92,9 @@ describe("archives assembled from stored items (fs store, real HTTP)", () => {
     // Bigger than loopback socket buffers absorb, so writes to a paused client queue up
     // while the server reads on: a reused buffer refilled too early would show in the bytes.
     const big = randomBytes(12 * 1024 * 1024 + 5);
-    expect((await publish(depot.url, "large@1.0.0", [{ type: "file", path: "large.bin", body: big }])).status).toBe(201);
+    expect((await publish(depot.url, "large@1.0.0", [{ type: "file", path: "large.bin", body: big }])).status).toBe(
+      201,
+    );
     const url = `${depot.url}/data/large@1.0.0`;
     const full = await download(url);
     const digest = storeDigest(full.bytes);
@@ -138,7 +152,9 @@ describe("archives assembled from stored items (fs store, real HTTP)", () => {
     };
     for (const [start, end] of fixed) await check(start, end);
     await fc.assert(
-      fc.asyncProperty(fc.nat({ max: size - 1 }), fc.nat({ max: 70_000 }), async (start, length) => check(start, Math.min(size - 1, start + length))),
+      fc.asyncProperty(fc.nat({ max: size - 1 }), fc.nat({ max: 70_000 }), async (start, length) =>
+        check(start, Math.min(size - 1, start + length)),
+      ),
       { numRuns: 40, seed: 8 },
     );
     const suffix = await download(`${depot.url}/data/alpha@1.0.0`, { Range: "bytes=-700" });
@@ -156,9 +172,16 @@ describe("archives assembled from stored items (fs store, real HTTP)", () => {
     const manifest = JSON.parse(entries[0]!.body.toString()) as PackageManifest;
     expect(manifest.from).toBe("1.0.0");
     expect(manifest.items.map((i) => i.path)).toEqual(["VERSION"]); // big.bin and the dir are unchanged
-    const expected = await referenceArchive(manifest, Math.floor(entries[0]!.mtime), (digest) => store.getBlob(digest), entries[0]!.body);
+    const expected = await referenceArchive(
+      manifest,
+      Math.floor(entries[0]!.mtime),
+      (digest) => store.getBlob(digest),
+      entries[0]!.body,
+    );
     expect(got.bytes.equals(expected)).toBe(true);
-    expect(got.headers.get("repr-digest")).toBe(`sha-256=:${Buffer.from(storeDigest(expected).slice(7), "hex").toString("base64")}:`);
+    expect(got.headers.get("repr-digest")).toBe(
+      `sha-256=:${Buffer.from(storeDigest(expected).slice(7), "hex").toString("base64")}:`,
+    );
     const again = await download(`${depot.url}/data/beta/1.0.0/2.0.0`, { Range: "bytes=1000-1600" });
     expect(again.bytes.equals(got.bytes.subarray(1000, 1601))).toBe(true);
   });
@@ -166,7 +189,11 @@ describe("archives assembled from stored items (fs store, real HTTP)", () => {
   it("collects blobs nothing references and keeps the items of published versions", async () => {
     const before = await download(`${depot.url}/data/gamma@2.0.0`);
     // An archive blob as an older depot stored it, and the bytes of an abandoned upload.
-    const legacy = await store.putBlob((async function* () { yield before.bytes; })());
+    const legacy = await store.putBlob(
+      (async function* () {
+        yield before.bytes;
+      })(),
+    );
     const orphan = randomBytes(4096);
     const id = await openTransaction(depot.url, "delta-orphan@1.0.0");
     expect((await add(depot.url, id, { type: "file", path: "x", body: orphan })).status).toBe(201);
@@ -181,7 +208,9 @@ describe("archives assembled from stored items (fs store, real HTTP)", () => {
     for (const name of ["alpha", "beta", "gamma"]) {
       for (const version of ["1.0.0", "1.1.0", "2.0.0"]) {
         const got = await download(`${depot.url}/data/${name}@${version}`);
-        const info = (await (await fetch(`${depot.url}/version/${name}@${version}`)).json()) as { versions: Array<{ digest: string }> };
+        const info = (await (await fetch(`${depot.url}/version/${name}@${version}`)).json()) as {
+          versions: Array<{ digest: string }>;
+        };
         expect(storeDigest(got.bytes)).toBe(info.versions[0]!.digest);
       }
     }

@@ -12,12 +12,28 @@ import { createFsStore } from "../../../src/adapters/fs/store.js";
 import { createMemoryStore } from "../../../src/adapters/memory/store.js";
 import { bearerTokens } from "../../../src/depot/server/auth.js";
 import { createDepotClient } from "../../../src/depot/client/depot-client.js";
-import { add, httpDigest, openTransaction, publish, startDepot, storeDigest, tempDir, type LiveDepot } from "../../fixtures/depot.js";
+import {
+  add,
+  httpDigest,
+  openTransaction,
+  publish,
+  startDepot,
+  storeDigest,
+  tempDir,
+  type LiveDepot,
+} from "../../fixtures/depot.js";
 
-async function problem(response: Response | Promise<Response>, status: number, code: string): Promise<Record<string, unknown>> {
+async function problem(
+  response: Response | Promise<Response>,
+  status: number,
+  code: string,
+): Promise<Record<string, unknown>> {
   const r = await response;
   const text = await r.text();
-  expect({ status: r.status, type: r.headers.get("content-type") }, text).toEqual({ status, type: "application/problem+json" });
+  expect({ status: r.status, type: r.headers.get("content-type") }, text).toEqual({
+    status,
+    type: "application/problem+json",
+  });
   const body = JSON.parse(text) as Record<string, unknown>;
   expect(body.code, text).toBe(code);
   return body;
@@ -38,7 +54,11 @@ describe("link chains (issue 9, depot 2)", () => {
     const id = await openTransaction(depot.url, "chain@1.0.0");
     // Alone, the first link points at the package root: fine.
     expect((await add(depot.url, id, { type: "link", path: UP, target: UP_TARGET })).status).toBe(201);
-    const refused = await problem(add(depot.url, id, { type: "link", path: "passwd", target: PASSWD_TARGET }), 400, "PATH_INVALID");
+    const refused = await problem(
+      add(depot.url, id, { type: "link", path: "passwd", target: PASSWD_TARGET }),
+      400,
+      "PATH_INVALID",
+    );
     expect(refused.detail).toMatch(/leaves the package root/);
     const commit = await fetch(`${depot.url}/commit/${id}`, { method: "POST" });
     expect(commit.status).toBe(201);
@@ -51,11 +71,17 @@ describe("link chains (issue 9, depot 2)", () => {
     // Without `up` known as a link, passwd's target stays lexically inside: accepted for now.
     expect((await add(depot.url, id, { type: "link", path: "passwd", target: PASSWD_TARGET })).status).toBe(201);
     expect((await add(depot.url, id, { type: "link", path: UP, target: UP_TARGET })).status).toBe(201);
-    const summary = (await (await fetch(`${depot.url}/summary/${id}`)).json()) as { problems: Array<{ code: string; path: string }> };
+    const summary = (await (await fetch(`${depot.url}/summary/${id}`)).json()) as {
+      problems: Array<{ code: string; path: string }>;
+    };
     expect(summary.problems).toEqual([expect.objectContaining({ code: "PATH_INVALID", path: "passwd" })]);
     const refused = await problem(fetch(`${depot.url}/commit/${id}`, { method: "POST" }), 422, "COMMIT_INVALID");
     expect(refused.problems).toEqual([expect.objectContaining({ code: "PATH_INVALID", path: "passwd" })]);
-    expect((await fetch(`${depot.url}/version/chain`).then((r) => r.json())).versions.map((v: { version: string }) => v.version)).toEqual(["1.0.0"]);
+    expect(
+      (await fetch(`${depot.url}/version/chain`).then((r) => r.json())).versions.map(
+        (v: { version: string }) => v.version,
+      ),
+    ).toEqual(["1.0.0"]);
   });
 
   it("refuses a cycle and a chain into .pkg/, accepts chains that stay inside", async () => {
@@ -63,11 +89,19 @@ describe("link chains (issue 9, depot 2)", () => {
     expect((await add(depot.url, id, { type: "link", path: "x", target: "y" })).status).toBe(201);
     await problem(add(depot.url, id, { type: "link", path: "y", target: "x" }), 400, "PATH_INVALID");
     expect((await add(depot.url, id, { type: "link", path: "d/top", target: ".." })).status).toBe(201);
-    await problem(add(depot.url, id, { type: "link", path: "meta", target: "d/top/.pkg/manifest.json" }), 400, "PATH_INVALID");
+    await problem(
+      add(depot.url, id, { type: "link", path: "meta", target: "d/top/.pkg/manifest.json" }),
+      400,
+      "PATH_INVALID",
+    );
     expect((await add(depot.url, id, { type: "file", path: "lib/v2/tool", body: "tool\n" })).status).toBe(201);
     expect((await add(depot.url, id, { type: "link", path: "lib/current", target: "v2" })).status).toBe(201);
-    expect((await add(depot.url, id, { type: "link", path: "bin/tool", target: "../lib/current/tool" })).status).toBe(201);
-    expect((await add(depot.url, id, { type: "link", path: "bin/up", target: "../d/top/lib/current/../v2/tool" })).status).toBe(201);
+    expect((await add(depot.url, id, { type: "link", path: "bin/tool", target: "../lib/current/tool" })).status).toBe(
+      201,
+    );
+    expect(
+      (await add(depot.url, id, { type: "link", path: "bin/up", target: "../d/top/lib/current/../v2/tool" })).status,
+    ).toBe(201);
     // x → y stays dangling (y was refused): harmless, published.
     expect((await fetch(`${depot.url}/commit/${id}`, { method: "POST" })).status).toBe(201);
   });
@@ -109,7 +143,9 @@ describe("upload by reference (issue 9, depot 3)", () => {
     depot = await startDepot(createMemoryStore(), { authorize: bearerTokens(tokens) });
     publicDepot = await startDepot(createMemoryStore(), { authorize: bearerTokens(tokens, { publicRead: true }) });
     for (const d of [depot, publicDepot]) {
-      expect((await publish(d.url, "secret@1.0.0", [{ type: "file", path: "key", body: secretBytes }], as(admin))).status).toBe(201);
+      expect(
+        (await publish(d.url, "secret@1.0.0", [{ type: "file", path: "key", body: secretBytes }], as(admin))).status,
+      ).toBe(201);
     }
   });
   afterAll(async () => {
@@ -119,7 +155,10 @@ describe("upload by reference (issue 9, depot 3)", () => {
 
   /** An empty-body file addition by reference. */
   const reference = (d: LiveDepot, id: string, digest: string, token: string, path = "ref") =>
-    fetch(`${d.url}/add/${id}/file`, { method: "POST", headers: { ...as(token), "pkg-path": path, "content-digest": digest } });
+    fetch(`${d.url}/add/${id}/file`, {
+      method: "POST",
+      headers: { ...as(token), "pkg-path": path, "content-digest": digest },
+    });
   /**
    * The index of published bytes is written just after a commit answers, so a reader's
    * reference may take a few tries; each refused one must answer exactly like unknown content.
@@ -129,44 +168,72 @@ describe("upload by reference (issue 9, depot 3)", () => {
     for (let attempt = 0; attempt < 2000; attempt++) {
       const r = await send();
       if (r.status === 201) return 201;
-      expect({ status: r.status, code: ((await r.json()) as { code: string }).code }).toEqual({ status: 409, code: "DIGEST_UNKNOWN" });
+      expect({ status: r.status, code: ((await r.json()) as { code: string }).code }).toEqual({
+        status: 409,
+        code: "DIGEST_UNKNOWN",
+      });
       await new Promise((resolve) => setTimeout(resolve, 10));
     }
     return 409;
   }
 
   /** The answer's body with the digest it names replaced, so two answers compare whole. */
-  const normalised = async (r: Response) => ({ status: r.status, type: r.headers.get("content-type"), body: (await r.text()).replace(/sha256:[0-9a-f]{64}/g, "<digest>") });
+  const normalised = async (r: Response) => ({
+    status: r.status,
+    type: r.headers.get("content-type"),
+    body: (await r.text()).replace(/sha256:[0-9a-f]{64}/g, "<digest>"),
+  });
 
   it("answers a foreign private package's item and archive digests exactly as unknown content, and copies nothing", async () => {
-    const archiveDigest = ((await (await fetch(`${depot.url}/version/secret@1.0.0`, { headers: as(admin) })).json()) as { versions: Array<{ digest: string }> }).versions[0]!.digest;
+    const archiveDigest = (
+      (await (await fetch(`${depot.url}/version/secret@1.0.0`, { headers: as(admin) })).json()) as {
+        versions: Array<{ digest: string }>;
+      }
+    ).versions[0]!.digest;
     const id = await openTransaction(depot.url, "foo-evil@1.0.0", as(foo));
     const unknown = await normalised(await reference(depot, id, httpDigest(randomBytes(32)), foo, "unknown"));
     expect(unknown.status).toBe(409);
     expect(JSON.parse(unknown.body).code).toBe("DIGEST_UNKNOWN");
     const item = await normalised(await reference(depot, id, httpDigest(secretBytes), foo, "item"));
-    const archive = await normalised(await reference(depot, id, `sha-256=:${Buffer.from(archiveDigest.slice(7), "hex").toString("base64")}:`, foo, "archive"));
+    const archive = await normalised(
+      await reference(
+        depot,
+        id,
+        `sha-256=:${Buffer.from(archiveDigest.slice(7), "hex").toString("base64")}:`,
+        foo,
+        "archive",
+      ),
+    );
     expect(item).toEqual(unknown);
     expect(archive).toEqual(unknown);
-    const summary = (await (await fetch(`${depot.url}/summary/${id}`, { headers: as(foo) })).json()) as { items: unknown[] };
+    const summary = (await (await fetch(`${depot.url}/summary/${id}`, { headers: as(foo) })).json()) as {
+      items: unknown[];
+    };
     expect(summary.items).toEqual([]);
   });
 
   it("does not reveal bytes sitting in another principal's open transaction either", async () => {
     const adminTx = await openTransaction(depot.url, "secret@2.0.0", as(admin));
-    expect((await add(depot.url, adminTx, { type: "file", path: "next", body: pendingBytes }, as(admin))).status).toBe(201);
+    expect((await add(depot.url, adminTx, { type: "file", path: "next", body: pendingBytes }, as(admin))).status).toBe(
+      201,
+    );
     const id = await openTransaction(depot.url, "foo-evil@2.0.0", as(foo));
     await problem(reference(depot, id, httpDigest(pendingBytes), foo), 409, "DIGEST_UNKNOWN");
     // The uploader itself may reference what it sent, in another transaction.
     const again = await openTransaction(depot.url, "secret@3.0.0", as(admin));
     const own = await reference(depot, again, httpDigest(pendingBytes), admin);
     expect(own.status).toBe(201);
-    expect(await own.json()).toMatchObject({ digest: storeDigest(pendingBytes), size: Buffer.byteLength(pendingBytes) });
+    expect(await own.json()).toMatchObject({
+      digest: storeDigest(pendingBytes),
+      size: Buffer.byteLength(pendingBytes),
+    });
   });
 
   it("accepts references to bytes the principal uploaded itself or may read", async () => {
     const mine = `foo's own bytes ${randomBytes(8).toString("hex")}`;
-    expect((await publish(depot.url, "foo-lib@1.0.0", [{ type: "file", path: "lib", body: mine }], as(foo))).status).toBe(201);
+    expect(
+      (await publish(depot.url, "foo-lib@1.0.0", [{ type: "file", path: "lib", body: mine }], as(foo))).status,
+    ).toBe(201);
     const id = await openTransaction(depot.url, "foo-lib@1.1.0", as(foo));
     expect((await reference(depot, id, httpDigest(mine), foo)).status).toBe(201);
     // The admin may read secret, so it may reference its bytes (it uploaded them too).
@@ -182,7 +249,9 @@ describe("upload by reference (issue 9, depot 3)", () => {
     const fsDepot = await startDepot(store, { authorize: bearerTokens({ [admin]: ["*"], [foo]: ["foo-*"] }) });
     try {
       const bytes = `noted bytes ${randomBytes(8).toString("hex")}`;
-      expect((await publish(fsDepot.url, "foo-noted@1.0.0", [{ type: "file", path: "f", body: bytes }], as(foo))).status).toBe(201);
+      expect(
+        (await publish(fsDepot.url, "foo-noted@1.0.0", [{ type: "file", path: "f", body: bytes }], as(foo))).status,
+      ).toBe(201);
       const digest = storeDigest(bytes);
       const prefix = `bref/${digest}/`;
       // The package's note is written just after the commit answers.
@@ -227,7 +296,13 @@ describe("a scoped token on a public-read depot (issue 9, depot 6)", () => {
     open = await startDepot(createMemoryStore(), { authorize: bearerTokens(tokens, { publicRead: true }) });
     closed = await startDepot(createMemoryStore(), { authorize: bearerTokens(tokens) });
     for (const d of [open, closed]) {
-      expect((await publish(d.url, "bar@1.0.0", [{ type: "file", path: "bar.txt", body: "bar\n" }], { authorization: `Bearer ${admin}` })).status).toBe(201);
+      expect(
+        (
+          await publish(d.url, "bar@1.0.0", [{ type: "file", path: "bar.txt", body: "bar\n" }], {
+            authorization: `Bearer ${admin}`,
+          })
+        ).status,
+      ).toBe(201);
     }
   });
   afterAll(async () => {
@@ -251,16 +326,29 @@ describe("a scoped token on a public-read depot (issue 9, depot 6)", () => {
     }
     // Publishing stays scoped, and a token that is not valid is still refused.
     await problem(fetch(`${open.url}/trans/bar@2.0.0`, { method: "POST", headers }), 403, "PERMISSION_DENIED");
-    await problem(fetch(`${open.url}/version/bar`, { headers: { authorization: "Bearer not-a-token" } }), 401, "UNAUTHENTICATED");
+    await problem(
+      fetch(`${open.url}/version/bar`, { headers: { authorization: "Bearer not-a-token" } }),
+      401,
+      "UNAUTHENTICATED",
+    );
   });
 
   it("without public read the scope still limits reading", async () => {
-    await problem(fetch(`${closed.url}/version/bar`, { headers: { authorization: `Bearer ${foo}` } }), 403, "PERMISSION_DENIED");
+    await problem(
+      fetch(`${closed.url}/version/bar`, { headers: { authorization: `Bearer ${foo}` } }),
+      403,
+      "PERMISSION_DENIED",
+    );
   });
 });
 
 /** A raw HTTP/1.1 request (node:http), so that `Host` can be whatever an attacker sends. */
-function rawRequest(url: string, method: string, path: string, headers: Record<string, string>): Promise<{ status: number; body: string; headers: Record<string, unknown> }> {
+function rawRequest(
+  url: string,
+  method: string,
+  path: string,
+  headers: Record<string, string>,
+): Promise<{ status: number; body: string; headers: Record<string, unknown> }> {
   const { hostname, port } = new URL(url);
   return new Promise((resolve, reject) => {
     const req = httpRequest({ host: hostname, port, method, path, headers }, (res) => {
@@ -289,16 +377,46 @@ describe("smaller holes (issue 9, depot 8)", () => {
   it("refuses C0, DEL and C1 control characters in Pkg-Path and Pkg-Target, and accepts U+00A0", async () => {
     const id = await openTransaction(depot.url, "controls@1.0.0");
     for (const encoded of ["a%01b", "tab%09", "nl%0A", "del%7F", "c1%C2%80", "c1%C2%9F", "esc%1B%5B31m"]) {
-      const file = await fetch(`${depot.url}/add/${id}/file`, { method: "POST", headers: { "pkg-path": encoded }, body: "x" });
+      const file = await fetch(`${depot.url}/add/${id}/file`, {
+        method: "POST",
+        headers: { "pkg-path": encoded },
+        body: "x",
+      });
       await problem(file, 400, "PATH_INVALID");
-      const link = await fetch(`${depot.url}/add/${id}/link`, { method: "POST", headers: { "pkg-path": "l", "pkg-target": encoded } });
+      const link = await fetch(`${depot.url}/add/${id}/link`, {
+        method: "POST",
+        headers: { "pkg-path": "l", "pkg-target": encoded },
+      });
       await problem(link, 400, "PATH_INVALID");
     }
-    await problem(fetch(`${depot.url}/add/${id}/set`, { method: "POST", headers: { "pkg-attr": "description=bell%07" } }), 400, "HEADER_INVALID");
-    expect((await fetch(`${depot.url}/add/${id}/set`, { method: "POST", headers: { "pkg-attr": "description=two%0Alines%09tab" } })).status).toBe(201);
+    await problem(
+      fetch(`${depot.url}/add/${id}/set`, { method: "POST", headers: { "pkg-attr": "description=bell%07" } }),
+      400,
+      "HEADER_INVALID",
+    );
+    expect(
+      (
+        await fetch(`${depot.url}/add/${id}/set`, {
+          method: "POST",
+          headers: { "pkg-attr": "description=two%0Alines%09tab" },
+        })
+      ).status,
+    ).toBe(201);
     // semver would read a tab as a separator: a range with one is refused.
-    await problem(fetch(`${depot.url}/meta/${id}/require`, { method: "POST", headers: { "pkg-require": "libfoo@%3E%3D1%09%3C2" } }), 400, "RANGE_INVALID");
-    expect((await fetch(`${depot.url}/add/${id}/file`, { method: "POST", headers: { "pkg-path": "nbsp%C2%A0ok" }, body: "x" })).status).toBe(201);
+    await problem(
+      fetch(`${depot.url}/meta/${id}/require`, { method: "POST", headers: { "pkg-require": "libfoo@%3E%3D1%09%3C2" } }),
+      400,
+      "RANGE_INVALID",
+    );
+    expect(
+      (
+        await fetch(`${depot.url}/add/${id}/file`, {
+          method: "POST",
+          headers: { "pkg-path": "nbsp%C2%A0ok" },
+          body: "x",
+        })
+      ).status,
+    ).toBe(201);
   });
 
   it("never reflects the Host header into commit and summary URLs; a configured publicUrl is used instead", async () => {
@@ -313,10 +431,16 @@ describe("smaller holes (issue 9, depot 8)", () => {
       expect(JSON.parse(commit.body).url).toBe(expected);
       const summary = await rawRequest(d.url, "GET", `/summary/${id}`, { host: "evil.example" });
       expect(JSON.parse(summary.body).url).toBe(expected);
-      expect(commit.body + summary.body + JSON.stringify(commit.headers) + JSON.stringify(summary.headers)).not.toContain("evil.example");
+      expect(
+        commit.body + summary.body + JSON.stringify(commit.headers) + JSON.stringify(summary.headers),
+      ).not.toContain("evil.example");
     }
     // The client still hands back an absolute URL, resolved against the depot it talks to.
-    const published = await createDepotClient({ baseUrl: depot.url }).publish({ name: "viaclient", version: "1.0.0", items: [{ type: "file", path: "f", content: "f" }] });
+    const published = await createDepotClient({ baseUrl: depot.url }).publish({
+      name: "viaclient",
+      version: "1.0.0",
+      items: [{ type: "file", path: "f", content: "f" }],
+    });
     expect(published.url).toBe(`${depot.url}/data/viaclient@1.0.0`);
   });
 
@@ -324,12 +448,24 @@ describe("smaller holes (issue 9, depot 8)", () => {
     const id = await openTransaction(depot.url, "digests@1.0.0");
     const body = "content\n";
     const other = httpDigest("something else");
-    for (const header of [`${httpDigest(body)}, ${other}`, `${other}, ${httpDigest(body)}`, `sha-256=:${Buffer.alloc(32).toString("base64")}:, ${httpDigest(body)}`]) {
-      const r = await fetch(`${depot.url}/add/${id}/file`, { method: "POST", headers: { "pkg-path": "f", "content-digest": header }, body });
+    for (const header of [
+      `${httpDigest(body)}, ${other}`,
+      `${other}, ${httpDigest(body)}`,
+      `sha-256=:${Buffer.alloc(32).toString("base64")}:, ${httpDigest(body)}`,
+    ]) {
+      const r = await fetch(`${depot.url}/add/${id}/file`, {
+        method: "POST",
+        headers: { "pkg-path": "f", "content-digest": header },
+        body,
+      });
       const refused = await problem(r, 400, "HEADER_INVALID");
       expect(refused.detail).toMatch(/two different sha-256/);
     }
-    const same = await fetch(`${depot.url}/add/${id}/file`, { method: "POST", headers: { "pkg-path": "f", "content-digest": `${httpDigest(body)}, sha-512=:AAAA:, ${httpDigest(body)}` }, body });
+    const same = await fetch(`${depot.url}/add/${id}/file`, {
+      method: "POST",
+      headers: { "pkg-path": "f", "content-digest": `${httpDigest(body)}, sha-512=:AAAA:, ${httpDigest(body)}` },
+      body,
+    });
     expect(same.status).toBe(201);
   });
 });

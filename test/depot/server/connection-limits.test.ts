@@ -54,7 +54,13 @@ describe("connection bounds (servePackageRouter, real sockets)", () => {
   beforeAll(async () => {
     ({ dir, cleanup } = await tempDir());
     router = createPackageRouter(createFsStore(dir, { unsafeNoSync: true }), { onError: () => undefined });
-    server = await servePackageRouter(router, { headersTimeoutMs: 400, keepAliveTimeoutMs: 300, bodyIdleMs: 1000, sendIdleMs: 400, maxConnections: 6 });
+    server = await servePackageRouter(router, {
+      headersTimeoutMs: 400,
+      keepAliveTimeoutMs: 300,
+      bodyIdleMs: 1000,
+      sendIdleMs: 400,
+      maxConnections: 6,
+    });
   });
   afterAll(async () => {
     await server.close();
@@ -121,7 +127,9 @@ describe("connection bounds (servePackageRouter, real sockets)", () => {
       const socket = await open(slow);
       const replied = untilClosed(socket);
       const chunks = 26;
-      socket.write(`POST /add/${id}/file HTTP/1.1\r\nHost: x\r\nPkg-Path: slow.bin\r\nContent-Length: ${chunks * 1000}\r\nConnection: close\r\n\r\n`);
+      socket.write(
+        `POST /add/${id}/file HTTP/1.1\r\nHost: x\r\nPkg-Path: slow.bin\r\nContent-Length: ${chunks * 1000}\r\nConnection: close\r\n\r\n`,
+      );
       const started = Date.now();
       for (let i = 0; i < chunks; i++) {
         socket.write(Buffer.alloc(1000, i));
@@ -142,16 +150,26 @@ describe("connection bounds (servePackageRouter, real sockets)", () => {
     // Published through the router's portable fetch (no socket: this server's deadlines are tiny).
     const opened = await router.fetch(new Request("http://depot.test/trans/huge@1.0.0", { method: "POST" }));
     const { transaction } = (await opened.json()) as { transaction: string };
-    const added = await router.fetch(new Request(`http://depot.test/add/${transaction}/file`, { method: "POST", headers: { "Pkg-Path": "huge.bin" }, body: big }));
+    const added = await router.fetch(
+      new Request(`http://depot.test/add/${transaction}/file`, {
+        method: "POST",
+        headers: { "Pkg-Path": "huge.bin" },
+        body: big,
+      }),
+    );
     expect(added.status).toBe(201);
-    expect((await router.fetch(new Request(`http://depot.test/commit/${transaction}`, { method: "POST" }))).status).toBe(201);
+    expect(
+      (await router.fetch(new Request(`http://depot.test/commit/${transaction}`, { method: "POST" }))).status,
+    ).toBe(201);
     const socket = await open(server);
     socket.write("GET /data/huge@1.0.0 HTTP/1.1\r\nHost: x\r\n\r\n");
     socket.pause(); // read nothing
     let connections = 1;
     for (let i = 0; i < 100 && connections > 0; i++) {
       await sleep(100);
-      connections = await new Promise<number>((resolve, reject) => server.server.getConnections((e, n) => (e ? reject(e) : resolve(n))));
+      connections = await new Promise<number>((resolve, reject) =>
+        server.server.getConnections((e, n) => (e ? reject(e) : resolve(n))),
+      );
     }
     expect(connections).toBe(0);
     socket.destroy();
@@ -162,7 +180,8 @@ describe("connection bounds (servePackageRouter, real sockets)", () => {
     // 400 ms a loaded machine could see the first held connection cut (408) before the
     // seventh connects, which then is let in instead of refused.
     const capped = await servePackageRouter(router, { maxConnections: 6 });
-    const connections = () => new Promise<number>((resolve, reject) => capped.server.getConnections((e, n) => (e ? reject(e) : resolve(n))));
+    const connections = () =>
+      new Promise<number>((resolve, reject) => capped.server.getConnections((e, n) => (e ? reject(e) : resolve(n))));
     try {
       // Connections that have sent part of their headers: open, not yet a request.
       const held: Socket[] = [];

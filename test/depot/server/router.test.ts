@@ -13,7 +13,18 @@ import { createPackageRouter } from "../../../src/depot/server/router.js";
 import { servePackageRouter } from "../../../src/depot/server/serve.js";
 import { isLoopbackHost } from "../../../src/loopback.js";
 import { RunnerDepotError } from "../../../src/errors.js";
-import { add, httpDigest, openTransaction, parseTar, publish, startDepot, storeDigest, tempDir, type Addition, type LiveDepot } from "../../fixtures/depot.js";
+import {
+  add,
+  httpDigest,
+  openTransaction,
+  parseTar,
+  publish,
+  startDepot,
+  storeDigest,
+  tempDir,
+  type Addition,
+  type LiveDepot,
+} from "../../fixtures/depot.js";
 
 const FULL: Addition[] = [
   { type: "file", path: "bin/tool", body: "#!/bin/sh\necho hi\n", mode: "0755" },
@@ -35,7 +46,11 @@ async function problem(response: Response): Promise<Record<string, unknown>> {
   return body;
 }
 
-async function expectProblem(response: Response | Promise<Response>, status: number, code: string): Promise<Record<string, unknown>> {
+async function expectProblem(
+  response: Response | Promise<Response>,
+  status: number,
+  code: string,
+): Promise<Record<string, unknown>> {
   const r = await response;
   const body = await problem(r);
   expect({ status: r.status, code: body.code }).toEqual({ status, code });
@@ -69,11 +84,18 @@ for (const kind of ["memory", "fs"] as const) {
       const committed = (await commit.json()) as { url: string; name: string; version: string; digest: string };
       expect(committed).toMatchObject({ url: "/data/tool@1.0.0", name: "tool", version: "1.0.0" });
 
-      const catalog = (await (await fetch(`${depot.url}/catalog`)).json()) as { packages: Record<string, { latest: string; versions: string[] }>; count: number };
+      const catalog = (await (await fetch(`${depot.url}/catalog`)).json()) as {
+        packages: Record<string, { latest: string; versions: string[] }>;
+        count: number;
+      };
       expect(catalog.count).toBe(1);
       expect(catalog.packages.tool).toMatchObject({ latest: "1.0.0", versions: ["1.0.0"] });
 
-      const version = (await (await fetch(`${depot.url}/version/TOOL`)).json()) as { name: string; latest: string; versions: Array<Record<string, unknown>> };
+      const version = (await (await fetch(`${depot.url}/version/TOOL`)).json()) as {
+        name: string;
+        latest: string;
+        versions: Array<Record<string, unknown>>;
+      };
       expect(version.name).toBe("tool");
       expect(version.versions).toHaveLength(1);
       expect(version.versions[0]).toMatchObject({
@@ -84,7 +106,14 @@ for (const kind of ["memory", "fs"] as const) {
       });
 
       const depend = await (await fetch(`${depot.url}/depend/tool%401.0.0`)).json();
-      expect(depend).toEqual({ name: "tool", version: "1.0.0", requires: [{ name: "libbar", range: "*" }, { name: "libfoo", range: "^1.2.0" }] });
+      expect(depend).toEqual({
+        name: "tool",
+        version: "1.0.0",
+        requires: [
+          { name: "libbar", range: "*" },
+          { name: "libfoo", range: "^1.2.0" },
+        ],
+      });
 
       const data = await fetch(`${depot.url}/data/tool`);
       expect(data.status).toBe(200);
@@ -98,10 +127,24 @@ for (const kind of ["memory", "fs"] as const) {
       expect(data.headers.get("accept-ranges")).toBe("bytes");
 
       const entries = await parseTar(bytes);
-      expect(entries.map((e) => e.name)).toEqual([".pkg/manifest.json", ".pkg/licenses/MIT", "bin/tool", "share", "share/doc/read me.txt", "share/tool"]);
+      expect(entries.map((e) => e.name)).toEqual([
+        ".pkg/manifest.json",
+        ".pkg/licenses/MIT",
+        "bin/tool",
+        "share",
+        "share/doc/read me.txt",
+        "share/tool",
+      ]);
       const mtime = entries[0]!.mtime;
       expect(Number.isInteger(mtime)).toBe(true);
-      for (const e of entries) expect({ mtime: e.mtime, uid: e.uid, gid: e.gid, uname: e.uname, gname: e.gname }).toEqual({ mtime, uid: 0, gid: 0, uname: "", gname: "" });
+      for (const e of entries)
+        expect({ mtime: e.mtime, uid: e.uid, gid: e.gid, uname: e.uname, gname: e.gname }).toEqual({
+          mtime,
+          uid: 0,
+          gid: 0,
+          uname: "",
+          gname: "",
+        });
       const byName = new Map(entries.map((e) => [e.name, e]));
       expect(byName.get("bin/tool")!.body.toString()).toBe("#!/bin/sh\necho hi\n");
       expect(byName.get("bin/tool")!.mode).toBe(0o755);
@@ -115,13 +158,29 @@ for (const kind of ["memory", "fs"] as const) {
         name: "tool",
         version: "1.0.0",
         attributes: { description: "A tool, with commas", homepage: "https://example.test/t" },
-        requires: [{ name: "libbar", range: "*" }, { name: "libfoo", range: "^1.2.0" }],
-        licenses: [{ name: "MIT", path: ".pkg/licenses/MIT", size: Buffer.byteLength("Permission is hereby granted…"), digest: storeDigest("Permission is hereby granted…") }],
+        requires: [
+          { name: "libbar", range: "*" },
+          { name: "libfoo", range: "^1.2.0" },
+        ],
+        licenses: [
+          {
+            name: "MIT",
+            path: ".pkg/licenses/MIT",
+            size: Buffer.byteLength("Permission is hereby granted…"),
+            digest: storeDigest("Permission is hereby granted…"),
+          },
+        ],
       });
       expect(manifest.items).toEqual([
         { type: "file", path: "bin/tool", mode: 0o755, size: 18, digest: storeDigest("#!/bin/sh\necho hi\n") },
         { type: "dir", path: "share", mode: 0o750, size: 0 },
-        { type: "file", path: "share/doc/read me.txt", mode: 0o644, size: Buffer.byteLength("héllo wörld"), digest: storeDigest("héllo wörld") },
+        {
+          type: "file",
+          path: "share/doc/read me.txt",
+          mode: 0o644,
+          size: Buffer.byteLength("héllo wörld"),
+          digest: storeDigest("héllo wörld"),
+        },
         { type: "link", path: "share/tool", mode: 0o777, size: 0, target: "../bin/tool" },
       ]);
 
@@ -138,17 +197,26 @@ for (const kind of ["memory", "fs"] as const) {
       expect((await publish(depot.url, "Multi@1.0.0", [{ type: "file", path: "a", body: "1" }])).status).toBe(201);
       expect((await publish(depot.url, "MULTI@1.1.0", [{ type: "file", path: "a", body: "2" }])).status).toBe(201);
       expect((await publish(depot.url, "multi@2.0.0-rc.1", [{ type: "file", path: "a", body: "3" }])).status).toBe(201);
-      const v = (await (await fetch(`${depot.url}/version/multi`)).json()) as { latest: string; versions: Array<{ version: string }> };
+      const v = (await (await fetch(`${depot.url}/version/multi`)).json()) as {
+        latest: string;
+        versions: Array<{ version: string }>;
+      };
       expect(v.latest).toBe("1.1.0");
       expect(v.versions.map((x) => x.version)).toEqual(["1.0.0", "1.1.0", "2.0.0-rc.1"]);
       expect(((await (await fetch(`${depot.url}/depend/multi`)).json()) as { version: string }).version).toBe("1.1.0");
       // Build metadata does not make a new version.
       await expectProblem(fetch(`${depot.url}/trans/multi@1.0.0+build.7`, { method: "POST" }), 409, "VERSION_EXISTS");
-      expect(((await (await fetch(`${depot.url}/depend/multi@1.0.0+other`)).json()) as { version: string }).version).toBe("1.0.0");
+      expect(
+        ((await (await fetch(`${depot.url}/depend/multi@1.0.0+other`)).json()) as { version: string }).version,
+      ).toBe("1.0.0");
       // Only prereleases: the highest prerelease is the newest.
-      expect((await publish(depot.url, "pre@0.1.0-alpha.1", [{ type: "file", path: "a", body: "x" }])).status).toBe(201);
+      expect((await publish(depot.url, "pre@0.1.0-alpha.1", [{ type: "file", path: "a", body: "x" }])).status).toBe(
+        201,
+      );
       expect((await publish(depot.url, "pre@0.1.0-beta", [{ type: "file", path: "a", body: "y" }])).status).toBe(201);
-      expect(((await (await fetch(`${depot.url}/version/pre`)).json()) as { latest: string }).latest).toBe("0.1.0-beta");
+      expect(((await (await fetch(`${depot.url}/version/pre`)).json()) as { latest: string }).latest).toBe(
+        "0.1.0-beta",
+      );
     });
   });
 }
@@ -179,13 +247,45 @@ describe("errors, limits and HTTP semantics (memory store)", () => {
     await expectProblem(add(depot.url, id, { type: "require", requires: ["Bad Name@1"] }), 400, "NAME_INVALID");
     await expectProblem(fetch(`${depot.url}/add/${id}/socket`, { method: "POST" }), 400, "TYPE_INVALID");
     await expectProblem(fetch(`${depot.url}/add/${id}/file`, { method: "POST", body: "x" }), 400, "HEADER_INVALID");
-    await expectProblem(fetch(`${depot.url}/add/${id}/file`, { method: "POST", headers: { "Pkg-Path": "a", "Pkg-Mode": "9" }, body: "x" }), 400, "HEADER_INVALID");
-    await expectProblem(fetch(`${depot.url}/add/${id}/file`, { method: "POST", headers: { "Pkg-Path": "a%E0%A4%A", "Pkg-Mode": "644" }, body: "x" }), 400, "HEADER_INVALID");
-    await expectProblem(fetch(`${depot.url}/add/${id}/set`, { method: "POST", headers: { "Pkg-Attr": "no-equals-sign" } }), 400, "HEADER_INVALID");
-    await expectProblem(fetch(`${depot.url}/add/${id}/license`, { method: "POST", headers: { "Pkg-License": "MIT License" }, body: "x" }), 400, "HEADER_INVALID");
-    await expectProblem(fetch(`${depot.url}/add/${id}/dir`, { method: "POST", headers: { "Pkg-Path": "d" }, body: "not empty" }), 400, "BAD_REQUEST");
     await expectProblem(
-      fetch(`${depot.url}/add/${id}/file`, { method: "POST", headers: { "Pkg-Path": "a", "Content-Digest": httpDigest("something else") }, body: "the bytes" }),
+      fetch(`${depot.url}/add/${id}/file`, {
+        method: "POST",
+        headers: { "Pkg-Path": "a", "Pkg-Mode": "9" },
+        body: "x",
+      }),
+      400,
+      "HEADER_INVALID",
+    );
+    await expectProblem(
+      fetch(`${depot.url}/add/${id}/file`, {
+        method: "POST",
+        headers: { "Pkg-Path": "a%E0%A4%A", "Pkg-Mode": "644" },
+        body: "x",
+      }),
+      400,
+      "HEADER_INVALID",
+    );
+    await expectProblem(
+      fetch(`${depot.url}/add/${id}/set`, { method: "POST", headers: { "Pkg-Attr": "no-equals-sign" } }),
+      400,
+      "HEADER_INVALID",
+    );
+    await expectProblem(
+      fetch(`${depot.url}/add/${id}/license`, { method: "POST", headers: { "Pkg-License": "MIT License" }, body: "x" }),
+      400,
+      "HEADER_INVALID",
+    );
+    await expectProblem(
+      fetch(`${depot.url}/add/${id}/dir`, { method: "POST", headers: { "Pkg-Path": "d" }, body: "not empty" }),
+      400,
+      "BAD_REQUEST",
+    );
+    await expectProblem(
+      fetch(`${depot.url}/add/${id}/file`, {
+        method: "POST",
+        headers: { "Pkg-Path": "a", "Content-Digest": httpDigest("something else") },
+        body: "the bytes",
+      }),
       400,
       "DIGEST_MISMATCH",
     );
@@ -197,8 +297,21 @@ describe("errors, limits and HTTP semantics (memory store)", () => {
 
   it("400 PATH_INVALID for every kind of bad path, and 409 PATH_EXISTS for a repeated one", async () => {
     const id = await openTransaction(depot.url, "paths@1.0.0");
-    const file = (path: string) => fetch(`${depot.url}/add/${id}/file`, { method: "POST", headers: { "Pkg-Path": path }, body: "x" });
-    for (const bad of ["..%2Fetc%2Fpasswd", "a/../../b", "%2Fetc%2Fpasswd", "a%00b", "a%5Cb", "a//b", "a/", "./a", ".pkg/manifest.json", ".PKG/x", ".pkg"]) {
+    const file = (path: string) =>
+      fetch(`${depot.url}/add/${id}/file`, { method: "POST", headers: { "Pkg-Path": path }, body: "x" });
+    for (const bad of [
+      "..%2Fetc%2Fpasswd",
+      "a/../../b",
+      "%2Fetc%2Fpasswd",
+      "a%00b",
+      "a%5Cb",
+      "a//b",
+      "a/",
+      "./a",
+      ".pkg/manifest.json",
+      ".PKG/x",
+      ".pkg",
+    ]) {
       const body = await expectProblem(file(bad), 400, "PATH_INVALID");
       expect(typeof body.detail).toBe("string");
     }
@@ -216,24 +329,39 @@ describe("errors, limits and HTTP semantics (memory store)", () => {
     await expectProblem(file("a"), 400, "PATH_INVALID");
     await expectProblem(link("a", "f"), 400, "PATH_INVALID");
     await expectProblem(file("f"), 409, "PATH_EXISTS");
-    await expectProblem(fetch(`${depot.url}/add/${id}/dir`, { method: "POST", headers: { "Pkg-Path": "f" } }), 409, "PATH_EXISTS");
+    await expectProblem(
+      fetch(`${depot.url}/add/${id}/dir`, { method: "POST", headers: { "Pkg-Path": "f" } }),
+      409,
+      "PATH_EXISTS",
+    );
     const summary = (await (await fetch(`${depot.url}/summary/${id}`)).json()) as { items: Array<{ path: string }> };
     expect(summary.items.map((i) => i.path)).toEqual(["a/b/ok", "f"]);
   });
 
   it("409: existing version, repeated path, unknown digest by reference; a known digest is taken by reference", async () => {
-    expect((await publish(depot.url, "conflict@1.0.0", [{ type: "file", path: "x", body: "shared content" }])).status).toBe(201);
+    expect(
+      (await publish(depot.url, "conflict@1.0.0", [{ type: "file", path: "x", body: "shared content" }])).status,
+    ).toBe(201);
     await expectProblem(fetch(`${depot.url}/trans/conflict@1.0.0`, { method: "POST" }), 409, "VERSION_EXISTS");
     const id = await openTransaction(depot.url, "conflict@1.1.0");
     await expectProblem(
-      fetch(`${depot.url}/add/${id}/file`, { method: "POST", headers: { "Pkg-Path": "y", "Content-Digest": httpDigest("never uploaded") } }),
+      fetch(`${depot.url}/add/${id}/file`, {
+        method: "POST",
+        headers: { "Pkg-Path": "y", "Content-Digest": httpDigest("never uploaded") },
+      }),
       409,
       "DIGEST_UNKNOWN",
     );
-    const byRef = await fetch(`${depot.url}/add/${id}/file`, { method: "POST", headers: { "Pkg-Path": "y", "Content-Digest": httpDigest("shared content") } });
+    const byRef = await fetch(`${depot.url}/add/${id}/file`, {
+      method: "POST",
+      headers: { "Pkg-Path": "y", "Content-Digest": httpDigest("shared content") },
+    });
     expect(byRef.status).toBe(201);
     expect(await byRef.json()).toMatchObject({ path: "y", size: 14, digest: storeDigest("shared content") });
-    const empty = await fetch(`${depot.url}/add/${id}/file`, { method: "POST", headers: { "Pkg-Path": "empty", "Content-Digest": httpDigest("") } });
+    const empty = await fetch(`${depot.url}/add/${id}/file`, {
+      method: "POST",
+      headers: { "Pkg-Path": "empty", "Content-Digest": httpDigest("") },
+    });
     expect(await empty.json()).toMatchObject({ size: 0, digest: storeDigest("") });
     await expectProblem(add(depot.url, id, { type: "file", path: "y", body: "again" }), 409, "PATH_EXISTS");
     expect((await fetch(`${depot.url}/commit/${id}`, { method: "POST" })).status).toBe(201);
@@ -248,10 +376,18 @@ describe("errors, limits and HTTP semantics (memory store)", () => {
     await expectProblem(fetch(`${depot.url}/depend/conflict@9.9.9`), 404, "VERSION_NOT_FOUND");
     await expectProblem(fetch(`${depot.url}/data/conflict/9.9.9`), 404, "VERSION_NOT_FOUND");
     await expectProblem(fetch(`${depot.url}/data/conflict/1.0.0/9.9.9`), 404, "VERSION_NOT_FOUND");
-    await expectProblem(fetch(`${depot.url}/summary/00000000-0000-4000-8000-000000000000`), 404, "TRANSACTION_NOT_FOUND");
+    await expectProblem(
+      fetch(`${depot.url}/summary/00000000-0000-4000-8000-000000000000`),
+      404,
+      "TRANSACTION_NOT_FOUND",
+    );
     await expectProblem(fetch(`${depot.url}/commit/not-a-uuid`, { method: "POST" }), 404, "TRANSACTION_NOT_FOUND");
     await expectProblem(fetch(`${depot.url}/nowhere`), 404, "NOT_FOUND");
-    await expectProblem(fetch(`${depot.url}/meta/00000000-0000-4000-8000-000000000000/provide`, { method: "POST" }), 404, "NOT_FOUND");
+    await expectProblem(
+      fetch(`${depot.url}/meta/00000000-0000-4000-8000-000000000000/provide`, { method: "POST" }),
+      404,
+      "NOT_FOUND",
+    );
   });
 
   it("410: abandoned, expired (idle and absolute) and committed transactions", async () => {
@@ -306,7 +442,12 @@ describe("errors, limits and HTTP semantics (memory store)", () => {
       },
     });
     await expectProblem(
-      fetch(`${depot.url}/add/${id}/file`, { method: "POST", headers: { "Pkg-Path": "streamed" }, body: stream, duplex: "half" } as RequestInit),
+      fetch(`${depot.url}/add/${id}/file`, {
+        method: "POST",
+        headers: { "Pkg-Path": "streamed" },
+        body: stream,
+        duplex: "half",
+      } as RequestInit),
       413,
       "TOO_LARGE",
     );
@@ -322,13 +463,16 @@ describe("errors, limits and HTTP semantics (memory store)", () => {
     await expectProblem(add(depot.url, id, { type: "require", requires: ["r4"] }), 413, "TOO_MANY_ITEMS");
     expect((await add(depot.url, id, { type: "set", attrs: { a: "1", b: "2", c: "3" } })).status).toBe(201);
     await expectProblem(add(depot.url, id, { type: "set", attrs: { d: "4" } }), 413, "TOO_MANY_ITEMS");
-    const summary = (await (await fetch(`${depot.url}/summary/${id}`)).json()) as { totals: { items: number; bytes: number } };
+    const summary = (await (await fetch(`${depot.url}/summary/${id}`)).json()) as {
+      totals: { items: number; bytes: number };
+    };
     expect(summary.totals).toEqual({ items: 5, bytes: 1024 });
   });
 
   it("422: commit lists every problem; a self dependency is refused", async () => {
     const id = await openTransaction(depot.url, "bad@1.0.1");
-    for (const path of ["one", "two", "three"]) expect((await add(depot.url, id, { type: "file", path, body: `content of ${path}` })).status).toBe(201);
+    for (const path of ["one", "two", "three"])
+      expect((await add(depot.url, id, { type: "file", path, body: `content of ${path}` })).status).toBe(201);
     // Content lost behind the transaction's back (a store operator, a failed disk).
     await store.deleteBlob(storeDigest("content of one"));
     await store.deleteBlob(storeDigest("content of three"));
@@ -337,12 +481,23 @@ describe("errors, limits and HTTP semantics (memory store)", () => {
       expect.objectContaining({ code: "CONTENT_MISSING", path: "one" }),
       expect.objectContaining({ code: "CONTENT_MISSING", path: "three" }),
     ]);
-    const summary = (await (await fetch(`${depot.url}/summary/${id}`)).json()) as { state: string; problems: unknown[] };
+    const summary = (await (await fetch(`${depot.url}/summary/${id}`)).json()) as {
+      state: string;
+      problems: unknown[];
+    };
     expect(summary.state).toBe("open");
     expect(summary.problems).toHaveLength(2);
     // Fixing the problems lets the same transaction commit.
-    await fetch(`${depot.url}/add/${id}/file`, { method: "POST", headers: { "Pkg-Path": "four" }, body: "content of one" });
-    await fetch(`${depot.url}/add/${id}/file`, { method: "POST", headers: { "Pkg-Path": "five" }, body: "content of three" });
+    await fetch(`${depot.url}/add/${id}/file`, {
+      method: "POST",
+      headers: { "Pkg-Path": "four" },
+      body: "content of one",
+    });
+    await fetch(`${depot.url}/add/${id}/file`, {
+      method: "POST",
+      headers: { "Pkg-Path": "five" },
+      body: "content of three",
+    });
     expect((await fetch(`${depot.url}/commit/${id}`, { method: "POST" })).status).toBe(201);
     await expectProblem(fetch(`${depot.url}/data/bad@1.0.0`), 404, "VERSION_NOT_FOUND");
     expect((await fetch(`${depot.url}/data/bad@1.0.1`)).status).toBe(200);
@@ -356,7 +511,10 @@ describe("errors, limits and HTTP semantics (memory store)", () => {
     expect(commit.status).toBe(201);
     const entries = await parseTar(new Uint8Array(await (await fetch(`${depot.url}/data/meta`)).arrayBuffer()));
     expect(entries.map((e) => e.name)).toEqual([".pkg/manifest.json"]);
-    expect(JSON.parse(entries[0]!.body.toString())).toMatchObject({ items: [], requires: [{ name: "conflict", range: "^1" }] });
+    expect(JSON.parse(entries[0]!.body.toString())).toMatchObject({
+      items: [],
+      requires: [{ name: "conflict", range: "^1" }],
+    });
   });
 
   it("304 on an unchanged catalog; a new ETag after a publish", async () => {
@@ -404,12 +562,24 @@ describe("errors, limits and HTTP semantics (memory store)", () => {
     const beyond = await fetch(`${depot.url}/data/etagged`, { headers: { Range: `bytes=${size}-` } });
     await expectProblem(beyond, 416, "RANGE_NOT_SATISFIABLE");
     expect(beyond.headers.get("content-range")).toBe(`bytes */${size}`);
-    await expectProblem(fetch(`${depot.url}/data/etagged`, { headers: { Range: "bytes=-0" } }), 416, "RANGE_NOT_SATISFIABLE");
+    await expectProblem(
+      fetch(`${depot.url}/data/etagged`, { headers: { Range: "bytes=-0" } }),
+      416,
+      "RANGE_NOT_SATISFIABLE",
+    );
   });
 
   it("431: headers over the router's limit, and over node's own limit", async () => {
-    await expectProblem(fetch(`${depot.url}/catalog`, { headers: { "X-Padding": "p".repeat(9 * 1024) } }), 431, "HEADERS_TOO_LARGE");
-    await expectProblem(fetch(`${depot.url}/catalog`, { headers: { "X-Padding": "p".repeat(80 * 1024) } }), 431, "HEADERS_TOO_LARGE");
+    await expectProblem(
+      fetch(`${depot.url}/catalog`, { headers: { "X-Padding": "p".repeat(9 * 1024) } }),
+      431,
+      "HEADERS_TOO_LARGE",
+    );
+    await expectProblem(
+      fetch(`${depot.url}/catalog`, { headers: { "X-Padding": "p".repeat(80 * 1024) } }),
+      431,
+      "HEADERS_TOO_LARGE",
+    );
     expect((await fetch(`${depot.url}/catalog`)).status).toBe(200);
   });
 });
@@ -442,14 +612,22 @@ describe("open transactions per principal (429)", () => {
     const store = createFsStore(tmp.dir);
     const depot = await startDepot(store, { limits: { openTransactions: 10 } });
     try {
-      const opens = await Promise.all(Array.from({ length: 24 }, (_, i) => fetch(`${depot.url}/trans/burst@1.0.${i}`, { method: "POST" })));
+      const opens = await Promise.all(
+        Array.from({ length: 24 }, (_, i) => fetch(`${depot.url}/trans/burst@1.0.${i}`, { method: "POST" })),
+      );
       const taken = opens.filter((r) => r.status === 201);
       expect(taken).toHaveLength(10);
       expect(opens.filter((r) => r.status === 429)).toHaveLength(14);
       const ids = await Promise.all(taken.map(async (r) => ((await r.json()) as { transaction: string }).transaction));
       for (const r of opens.filter((r) => r.status !== 201)) await r.arrayBuffer();
-      expect((await Promise.all(ids.map((id) => fetch(`${depot.url}/trans/${id}`, { method: "DELETE" })))).map((r) => r.status)).toEqual(ids.map(() => 204));
-      const again = await Promise.all(Array.from({ length: 10 }, (_, i) => fetch(`${depot.url}/trans/again@1.0.${i}`, { method: "POST" })));
+      expect(
+        (await Promise.all(ids.map((id) => fetch(`${depot.url}/trans/${id}`, { method: "DELETE" })))).map(
+          (r) => r.status,
+        ),
+      ).toEqual(ids.map(() => 204));
+      const again = await Promise.all(
+        Array.from({ length: 10 }, (_, i) => fetch(`${depot.url}/trans/again@1.0.${i}`, { method: "POST" })),
+      );
       expect(again.map((r) => r.status)).toEqual(again.map(() => 201));
       for (const r of again) await r.arrayBuffer();
       await expectProblem(fetch(`${depot.url}/trans/again@2.0.0`, { method: "POST" }), 429, "TOO_MANY_TRANSACTIONS");
@@ -480,17 +658,37 @@ describe("authentication (bearerTokens)", () => {
     await expectProblem(fetch(`${depot.url}/trans/app@1.0.0`, { method: "POST" }), 401, "UNAUTHENTICATED");
 
     const team = { Authorization: "Bearer team" };
-    await expectProblem(fetch(`${depot.url}/trans/app@1.0.0`, { method: "POST", headers: team }), 403, "PERMISSION_DENIED");
-    await expectProblem(fetch(`${depot.url}/trans/team-app@1.0.0`, { method: "POST", headers: { Authorization: "Bearer reader" } }), 403, "PERMISSION_DENIED");
+    await expectProblem(
+      fetch(`${depot.url}/trans/app@1.0.0`, { method: "POST", headers: team }),
+      403,
+      "PERMISSION_DENIED",
+    );
+    await expectProblem(
+      fetch(`${depot.url}/trans/team-app@1.0.0`, { method: "POST", headers: { Authorization: "Bearer reader" } }),
+      403,
+      "PERMISSION_DENIED",
+    );
     const id = await openTransaction(depot.url, "Team-App@1.0.0", team);
-    await expectProblem(add(depot.url, id, { type: "file", path: "a", body: "a" }, { Authorization: "Bearer admin" }), 403, "PERMISSION_DENIED");
+    await expectProblem(
+      add(depot.url, id, { type: "file", path: "a", body: "a" }, { Authorization: "Bearer admin" }),
+      403,
+      "PERMISSION_DENIED",
+    );
     await expectProblem(add(depot.url, id, { type: "file", path: "a", body: "a" }), 401, "UNAUTHENTICATED");
     expect((await add(depot.url, id, { type: "file", path: "a", body: "a" }, team)).status).toBe(201);
     expect((await fetch(`${depot.url}/commit/${id}`, { method: "POST", headers: team })).status).toBe(201);
 
-    expect((await fetch(`${depot.url}/data/team-app`, { headers: { Authorization: "Bearer reader" } })).status).toBe(200);
+    expect((await fetch(`${depot.url}/data/team-app`, { headers: { Authorization: "Bearer reader" } })).status).toBe(
+      200,
+    );
     expect((await fetch(`${depot.url}/catalog`, { headers: team })).status).toBe(200);
-    expect((await publish(depot.url, "app@1.0.0", [{ type: "file", path: "a", body: "a" }], { Authorization: "Bearer admin" })).status).toBe(201);
+    expect(
+      (
+        await publish(depot.url, "app@1.0.0", [{ type: "file", path: "a", body: "a" }], {
+          Authorization: "Bearer admin",
+        })
+      ).status,
+    ).toBe(201);
     await expectProblem(fetch(`${depot.url}/data/app`, { headers: team }), 403, "PERMISSION_DENIED");
   });
 });
@@ -502,7 +700,10 @@ describe("store failures", () => {
   }
 
   it("503 STORE_UNAVAILABLE with Retry-After when the store is down", async () => {
-    for (const error of [() => new RunnerDepotError("UNAVAILABLE", "pg: connection refused"), () => Object.assign(new Error("connect ECONNREFUSED 10.0.0.1:5432"), { code: "ECONNREFUSED" })]) {
+    for (const error of [
+      () => new RunnerDepotError("UNAVAILABLE", "pg: connection refused"),
+      () => Object.assign(new Error("connect ECONNREFUSED 10.0.0.1:5432"), { code: "ECONNREFUSED" }),
+    ]) {
       const depot = await startDepot(failing(error));
       try {
         const response = await fetch(`${depot.url}/catalog`);
@@ -517,7 +718,10 @@ describe("store failures", () => {
 
   it("500 never leaks internals, and reports them to onError", async () => {
     const seen: unknown[] = [];
-    const router = createPackageRouter(failing(() => new Error("secret /srv/depot/records/catalog~ is corrupt")), { onError: (e) => seen.push(e) });
+    const router = createPackageRouter(
+      failing(() => new Error("secret /srv/depot/records/catalog~ is corrupt")),
+      { onError: (e) => seen.push(e) },
+    );
     const server = await servePackageRouter(router);
     try {
       const response = await fetch(`${server.url}/catalog`);
@@ -543,8 +747,22 @@ describe("deltas", () => {
     const inner = createMemoryStore();
     const counting: PackageStore = { ...inner, putBlob: (body, opts) => (putBlobs++, inner.putBlob(body, opts)) };
     depot = await startDepot(counting);
-    expect((await publish(depot.url, "big@1.0.0", [...files("original 42"), { type: "file", path: "old-only", body: "gone later" }])).status).toBe(201);
-    expect((await publish(depot.url, "big@1.1.0", [...files("changed 42"), { type: "link", path: "new-link", target: "lib/file-000.txt" }])).status).toBe(201);
+    expect(
+      (
+        await publish(depot.url, "big@1.0.0", [
+          ...files("original 42"),
+          { type: "file", path: "old-only", body: "gone later" },
+        ])
+      ).status,
+    ).toBe(201);
+    expect(
+      (
+        await publish(depot.url, "big@1.1.0", [
+          ...files("changed 42"),
+          { type: "link", path: "new-link", target: "lib/file-000.txt" },
+        ])
+      ).status,
+    ).toBe(201);
   });
   afterAll(() => depot.close());
 
@@ -584,7 +802,11 @@ describe("deltas", () => {
     expect(JSON.parse(empty[0]!.body.toString())).toMatchObject({ items: [], removed: [], from: "1.1.0" });
     const down = await parseTar(new Uint8Array(await (await fetch(`${depot.url}/data/big/1.1.0/1.0.0`)).arrayBuffer()));
     expect(down.map((e) => e.name)).toEqual([".pkg/manifest.json", "lib/file-042.txt", "old-only"]);
-    expect(JSON.parse(down[0]!.body.toString())).toMatchObject({ from: "1.1.0", version: "1.0.0", removed: ["new-link"] });
+    expect(JSON.parse(down[0]!.body.toString())).toMatchObject({
+      from: "1.1.0",
+      version: "1.0.0",
+      removed: ["new-link"],
+    });
     await expectProblem(fetch(`${depot.url}/data/big@1.0.0/1.1.0`), 400, "BAD_REQUEST");
   });
 });
@@ -627,7 +849,12 @@ describe("streaming, mounting and serving", () => {
           controller.enqueue(chunk);
         },
       });
-      const response = await fetch(`${depot.url}/add/${id}/file`, { method: "POST", headers: { "Pkg-Path": "s" }, body, duplex: "half" } as RequestInit);
+      const response = await fetch(`${depot.url}/add/${id}/file`, {
+        method: "POST",
+        headers: { "Pkg-Path": "s" },
+        body,
+        duplex: "half",
+      } as RequestInit);
       expect(response.status).toBe(201);
       expect(((await response.json()) as { size: number }).size).toBe(8 * 64 * 1024);
     } finally {
@@ -656,8 +883,28 @@ describe("streaming, mounting and serving", () => {
     const open = createPackageRouter(createMemoryStore());
     await expect(servePackageRouter(open, { host: "0.0.0.0" })).rejects.toThrow(/insecure/);
     await expect(servePackageRouter(open, { host: "192.168.1.10" })).rejects.toThrow(/open depot/);
-    for (const host of ["127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost", "::ffff:127.0.0.1", "::ffff:127.0.0.2", "[::ffff:7f00:2]"]) expect(isLoopbackHost(host), host).toBe(true);
-    for (const host of ["0.0.0.0", "::", "10.0.0.1", "128.0.0.1", "::ffff:10.0.0.1", "example.com", "127.0.0.1.example.com", "::ffff:127.evil"]) expect(isLoopbackHost(host), host).toBe(false);
+    for (const host of [
+      "127.0.0.1",
+      "127.8.9.10",
+      "::1",
+      "[::1]",
+      "localhost",
+      "::ffff:127.0.0.1",
+      "::ffff:127.0.0.2",
+      "[::ffff:7f00:2]",
+    ])
+      expect(isLoopbackHost(host), host).toBe(true);
+    for (const host of [
+      "0.0.0.0",
+      "::",
+      "10.0.0.1",
+      "128.0.0.1",
+      "::ffff:10.0.0.1",
+      "example.com",
+      "127.0.0.1.example.com",
+      "::ffff:127.evil",
+    ])
+      expect(isLoopbackHost(host), host).toBe(false);
     const local = await servePackageRouter(open, { host: "localhost" });
     expect((await fetch(`${local.url}/catalog`)).status).toBe(200);
     await local.close();
@@ -715,7 +962,9 @@ describe("garbage collection", () => {
       // slot write, which saw it committed and dropped it, reached the disk.
       const stored = (await store.getRecord<Record<string, unknown>>(`trans/${id}`))!;
       const { result: _result, finishedAt: _finishedAt, ...committing } = stored.value;
-      expect(await store.putRecord(`trans/${id}`, { ...committing, state: "committing" }, { ifRevision: stored.revision })).not.toBeNull();
+      expect(
+        await store.putRecord(`trans/${id}`, { ...committing, state: "committing" }, { ifRevision: stored.revision }),
+      ).not.toBeNull();
       for (const slotKey of (await store.listRecords("slots/")).keys) {
         const slot = (await store.getRecord<{ ids: string[] }>(slotKey))!;
         await store.putRecord(slotKey, { ids: slot.value.ids.filter((i) => i !== id) }, { ifRevision: slot.revision });
@@ -725,7 +974,9 @@ describe("garbage collection", () => {
       // The version was published (201): its transaction says so, not 410 TRANSACTION_EXPIRED.
       const summary = await fetch(`${depot.url}/summary/${id}`);
       expect(summary.status).toBe(200);
-      expect((await store.getRecord<{ state: string; result?: { location: string } }>(`trans/${id}`))!.value).toMatchObject({ state: "committed", result: { location: "/data/crashed@1.0.0" } });
+      expect(
+        (await store.getRecord<{ state: string; result?: { location: string } }>(`trans/${id}`))!.value,
+      ).toMatchObject({ state: "committed", result: { location: "/data/crashed@1.0.0" } });
       expect(answered.url).toMatch(/\/data\/crashed@1\.0\.0$/);
       expect((await fetch(`${depot.url}/data/crashed`)).status).toBe(200);
     } finally {
@@ -736,9 +987,15 @@ describe("garbage collection", () => {
   it("collects blobs of abandoned and expired transactions after the grace period, keeps published ones", async () => {
     let clock = Date.parse("2030-01-01T00:00:00Z");
     const store = createMemoryStore();
-    const depot = await startDepot(store, { now: () => new Date(clock), gcGraceMs: 60_000, transactionRetainMs: 3600_000 });
+    const depot = await startDepot(store, {
+      now: () => new Date(clock),
+      gcGraceMs: 60_000,
+      transactionRetainMs: 3600_000,
+    });
     try {
-      expect((await publish(depot.url, "kept@1.0.0", [{ type: "file", path: "a", body: "published bytes" }])).status).toBe(201);
+      expect(
+        (await publish(depot.url, "kept@1.0.0", [{ type: "file", path: "a", body: "published bytes" }])).status,
+      ).toBe(201);
       const abandoned = await openTransaction(depot.url, "kept@2.0.0");
       await add(depot.url, abandoned, { type: "file", path: "a", body: "abandoned bytes" });
       await fetch(`${depot.url}/trans/${abandoned}`, { method: "DELETE" });

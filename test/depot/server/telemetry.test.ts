@@ -17,14 +17,17 @@ import { add, openTransaction, tempDir } from "../../fixtures/depot.js";
 import { captureLogs, MemoryReader, metricsOf } from "../../fixtures/telemetry-reader.js";
 
 /** Every data point of a metric as `{ attributes, value }` (a histogram's value: its count). */
-function points(metric: MetricData | undefined): Array<{ attributes: Record<string, unknown>; value: number; sum?: number }> {
+function points(
+  metric: MetricData | undefined,
+): Array<{ attributes: Record<string, unknown>; value: number; sum?: number }> {
   if (!metric) return [];
   return metric.dataPoints.map((p) => {
     const v = p.value as number | { count: number; sum?: number };
-    return typeof v === "number" ? { attributes: p.attributes, value: v } : { attributes: p.attributes, value: v.count, sum: v.sum };
+    return typeof v === "number"
+      ? { attributes: p.attributes, value: v }
+      : { attributes: p.attributes, value: v.count, sum: v.sum };
   });
 }
-
 
 const TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT = "00f067aa0ba902b7";
@@ -43,7 +46,12 @@ describe("depot metrics, spans and logs after real traffic", () => {
   beforeAll(async () => {
     const tmp = await tempDir();
     cleanup = tmp.cleanup;
-    router = createPackageRouter(createFsStore(tmp.dir), { meterProvider, tracerProvider, logger: logs.logger, gcGraceMs: 0 });
+    router = createPackageRouter(createFsStore(tmp.dir), {
+      meterProvider,
+      tracerProvider,
+      logger: logs.logger,
+      gcGraceMs: 0,
+    });
     server = await servePackageRouter(router);
   });
   afterAll(async () => {
@@ -70,16 +78,27 @@ describe("depot metrics, spans and logs after real traffic", () => {
 
     const found = await metricsOf(reader);
     const requests = points(found.get("depot.requests"))
-      .map((p) => `${String(p.attributes["http.request.method"])} ${String(p.attributes["http.route"])} ${String(p.attributes["http.response.status_code"])} ×${p.value}`)
+      .map(
+        (p) =>
+          `${String(p.attributes["http.request.method"])} ${String(p.attributes["http.route"])} ${String(p.attributes["http.response.status_code"])} ×${p.value}`,
+      )
       .sort();
-    expect(requests).toEqual(["GET /data/:pkg 200 ×1", "GET /data/:pkg 404 ×1", "POST /add/:id/:type 201 ×1", "POST /commit/:id 201 ×1", "POST /trans/:pkg 201 ×1"]);
+    expect(requests).toEqual([
+      "GET /data/:pkg 200 ×1",
+      "GET /data/:pkg 404 ×1",
+      "POST /add/:id/:type 201 ×1",
+      "POST /commit/:id 201 ×1",
+      "POST /trans/:pkg 201 ×1",
+    ]);
     // The duration histogram counts the same requests.
     expect(points(found.get("depot.request.duration")).reduce((n, p) => n + p.value, 0)).toBe(5);
     expect(points(found.get("depot.bytes.in"))).toEqual([{ attributes: {}, value: Buffer.byteLength(FILE) }]);
     expect(points(found.get("depot.bytes.out"))).toEqual([{ attributes: {}, value: archive.byteLength }]);
     expect(archive.byteLength).toBeGreaterThan(Buffer.byteLength(FILE));
     expect(points(found.get("depot.publishes"))).toEqual([{ attributes: {}, value: 1 }]);
-    expect(points(found.get("depot.commit.duration")).map((p) => [p.attributes, p.value])).toEqual([[{ outcome: "published" }, 1]]);
+    expect(points(found.get("depot.commit.duration")).map((p) => [p.attributes, p.value])).toEqual([
+      [{ outcome: "published" }, 1],
+    ]);
     expect(points(found.get("depot.transactions.open"))).toEqual([{ attributes: {}, value: 0 }]);
     // Store latency: the operations a publish and a download need, all ok, each timed.
     const store = points(found.get("depot.store.duration"));
@@ -94,8 +113,14 @@ describe("depot metrics, spans and logs after real traffic", () => {
     const commitSpan = byName.get("depot.commit")!;
     expect(commitSpan.spanContext().traceId).toBe(TRACE_ID);
     expect(commitSpan.parentSpanContext?.spanId).toBe(PARENT);
-    expect(commitSpan.attributes).toMatchObject({ "depot.package": "tool", "depot.version": "1.0.0", "depot.transaction": id });
-    const served = finished.find((s) => s.name === "depot.download" && s.attributes["http.response.status_code"] === 200)!;
+    expect(commitSpan.attributes).toMatchObject({
+      "depot.package": "tool",
+      "depot.version": "1.0.0",
+      "depot.transaction": id,
+    });
+    const served = finished.find(
+      (s) => s.name === "depot.download" && s.attributes["http.response.status_code"] === 200,
+    )!;
     expect(served.spanContext().traceId).toBe(TRACE_ID);
     expect(served.parentSpanContext?.spanId).toBe(PARENT);
     expect(served.attributes["depot.bytes_sent"]).toBe(archive.byteLength);
@@ -120,8 +145,17 @@ describe("depot metrics, spans and logs after real traffic", () => {
     expect(points(found.get("depot.gc.deleted_blobs"))).toEqual([{ attributes: {}, value: 1 }]);
     expect(points(found.get("depot.transactions.open"))).toEqual([{ attributes: {}, value: 0 }]);
     const lines = logs.parsed();
-    expect(lines.find((l) => l.msg === "transaction abandoned")).toMatchObject({ level: 30, transaction: id, name: "tool", version: "2.0.0" });
-    expect(lines.find((l) => l.msg === "garbage collected")).toMatchObject({ level: 30, deletedBlobs: 1, reclaimedBytes: Buffer.byteLength(body) });
+    expect(lines.find((l) => l.msg === "transaction abandoned")).toMatchObject({
+      level: 30,
+      transaction: id,
+      name: "tool",
+      version: "2.0.0",
+    });
+    expect(lines.find((l) => l.msg === "garbage collected")).toMatchObject({
+      level: 30,
+      deletedBlobs: 1,
+      reclaimedBytes: Buffer.byteLength(body),
+    });
   });
 });
 
@@ -134,8 +168,15 @@ describe("depot.transactions.open is the depot's count, read from the store", ()
     const replica = (extra: Parameters<typeof createPackageRouter>[1] = {}) => {
       const reader = new MemoryReader();
       providers.push(new MeterProvider({ readers: [reader] }));
-      const router = createPackageRouter(createFsStore(tmp.dir), { authorize, meterProvider: providers.at(-1), ...extra });
-      return { router, open: async () => points((await metricsOf(reader)).get("depot.transactions.open")).map((p) => p.value) };
+      const router = createPackageRouter(createFsStore(tmp.dir), {
+        authorize,
+        meterProvider: providers.at(-1),
+        ...extra,
+      });
+      return {
+        router,
+        open: async () => points((await metricsOf(reader)).get("depot.transactions.open")).map((p) => p.value),
+      };
     };
     const a = replica();
     const server = await servePackageRouter(a.router);
@@ -167,7 +208,11 @@ describe("the cached open-transaction count", () => {
     let stored = 5;
     let reads = 0;
     let clock = 0;
-    const count = new CachedOpenCount(async () => (reads++, stored), 30_000, () => clock);
+    const count = new CachedOpenCount(
+      async () => (reads++, stored),
+      30_000,
+      () => clock,
+    );
     expect(await count.read()).toBe(5);
     count.add(1);
     stored = 9; // another replica opened some: not seen until the count is stale
@@ -177,7 +222,13 @@ describe("the cached open-transaction count", () => {
     expect(await count.read()).toBe(9);
     expect(reads).toBe(2);
     // The store unreachable at a refresh: the last count stands, the next scrape retries.
-    const failing = new CachedOpenCount(async () => { throw new Error("store down"); }, 30_000, () => clock);
+    const failing = new CachedOpenCount(
+      async () => {
+        throw new Error("store down");
+      },
+      30_000,
+      () => clock,
+    );
     expect(await failing.read()).toBeNull();
   });
 });
@@ -206,8 +257,18 @@ describe("depot log events of the transaction lifecycle", () => {
 
       const parsed = logs.parsed();
       const byMsg = (msg: string) => parsed.filter((l) => l.msg === msg);
-      expect(byMsg("version published")).toEqual([expect.objectContaining({ level: 30, transaction: done, name: "lib", version: "1.0.0", digest: expect.stringMatching(/^sha256:/) })]);
-      expect(byMsg("commit repeated")).toEqual([expect.objectContaining({ level: 30, transaction: done, name: "lib", version: "1.0.0" })]);
+      expect(byMsg("version published")).toEqual([
+        expect.objectContaining({
+          level: 30,
+          transaction: done,
+          name: "lib",
+          version: "1.0.0",
+          digest: expect.stringMatching(/^sha256:/),
+        }),
+      ]);
+      expect(byMsg("commit repeated")).toEqual([
+        expect.objectContaining({ level: 30, transaction: done, name: "lib", version: "1.0.0" }),
+      ]);
       expect(byMsg("commit refused").map((l) => [l.level, l.transaction, l.code])).toEqual([
         [30, abandoned, "TRANSACTION_GONE"],
         [30, byRequest, "TRANSACTION_EXPIRED"],
@@ -215,10 +276,12 @@ describe("depot log events of the transaction lifecycle", () => {
       // The request's expiry first, then garbage collection's, one line each.
       const expired = byMsg("transaction expired").map((l) => [l.level, l.transaction, l.version]);
       expect(expired[0]).toEqual([30, byRequest, "2.0.0"]);
-      expect(expired.slice(1).sort()).toEqual([
-        [30, byGc[0], "3.0.0"],
-        [30, byGc[1], "4.0.0"],
-      ].sort());
+      expect(expired.slice(1).sort()).toEqual(
+        [
+          [30, byGc[0], "3.0.0"],
+          [30, byGc[1], "4.0.0"],
+        ].sort(),
+      );
       expect(byMsg("garbage collected")).toEqual([expect.objectContaining({ level: 30, expired: 2 })]);
     } finally {
       await server.close();
@@ -242,7 +305,9 @@ describe("a failed garbage collection", () => {
     try {
       await expect(router.collectGarbage()).rejects.toThrow("blob listing failed");
       const failed = logs.parsed().filter((l) => l.msg === "garbage collection failed");
-      expect(failed).toEqual([expect.objectContaining({ level: 50, err: expect.objectContaining({ message: "blob listing failed" }) })]);
+      expect(failed).toEqual([
+        expect.objectContaining({ level: 50, err: expect.objectContaining({ message: "blob listing failed" }) }),
+      ]);
       expect(logs.parsed().some((l) => l.msg === "garbage collected")).toBe(false);
     } finally {
       await tmp.cleanup();
@@ -263,9 +328,25 @@ describe("auth refusals are logged without the token", () => {
     const server = await servePackageRouter(router, { logger: logs.logger });
     try {
       const wrong = "wrong-token-9d8c7b6a5f4e";
-      expect((await fetch(`${server.url}/trans/tool@1.0.0`, { method: "POST", headers: { Authorization: `Bearer ${wrong}` } })).status).toBe(401);
-      expect((await fetch(`${server.url}/trans/tool@1.0.0`, { method: "POST", headers: { Authorization: `Bearer ${reader}` } })).status).toBe(403);
-      expect((await fetch(`${server.url}/catalog`, { headers: { Authorization: `Bearer ${writer}` } })).status).toBe(200);
+      expect(
+        (
+          await fetch(`${server.url}/trans/tool@1.0.0`, {
+            method: "POST",
+            headers: { Authorization: `Bearer ${wrong}` },
+          })
+        ).status,
+      ).toBe(401);
+      expect(
+        (
+          await fetch(`${server.url}/trans/tool@1.0.0`, {
+            method: "POST",
+            headers: { Authorization: `Bearer ${reader}` },
+          })
+        ).status,
+      ).toBe(403);
+      expect((await fetch(`${server.url}/catalog`, { headers: { Authorization: `Bearer ${writer}` } })).status).toBe(
+        200,
+      );
       const refusals = logs.parsed().filter((l) => l.msg === "auth refused");
       expect(refusals.map((l) => [l.level, l.code, l.action, l.name, l.route])).toEqual([
         [40, "UNAUTHENTICATED", "publish", "tool", "/trans/:pkg"],
@@ -274,7 +355,8 @@ describe("auth refusals are logged without the token", () => {
       // Every line, including the debug request lines and the server's own.
       const text = logs.lines.join("\n");
       expect(logs.lines.length).toBeGreaterThanOrEqual(5);
-      for (const secret of [writer, reader, wrong, "Bearer", "authorization"]) expect(text.toLowerCase()).not.toContain(secret.toLowerCase());
+      for (const secret of [writer, reader, wrong, "Bearer", "authorization"])
+        expect(text.toLowerCase()).not.toContain(secret.toLowerCase());
     } finally {
       await server.close();
       await tmp.cleanup();
@@ -300,7 +382,8 @@ describe("the library takes no OpenTelemetry SDK and no pino", () => {
     expect(api).toBeGreaterThan(3);
     // And the CLI's SDK users are the two serve modules.
     const cliUsers = [];
-    for (const file of files.filter((f) => f.startsWith("cli/"))) if (sdk.test(await readFile(new URL(file, root), "utf8"))) cliUsers.push(file);
+    for (const file of files.filter((f) => f.startsWith("cli/")))
+      if (sdk.test(await readFile(new URL(file, root), "utf8"))) cliUsers.push(file);
     expect(cliUsers.sort()).toEqual(["cli/serve-log.ts", "cli/serve-telemetry.ts"]);
   });
 });

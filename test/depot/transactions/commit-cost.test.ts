@@ -18,7 +18,11 @@ import { add, openTransaction, startDepot, tempDir, type LiveDepot } from "../..
 const N = 300;
 
 /** A store whose calls are counted per method while `on` is set. */
-function countingStore(store: PackageStore): { store: PackageStore; counts: Map<string, number>; setOn(on: boolean): void } {
+function countingStore(store: PackageStore): {
+  store: PackageStore;
+  counts: Map<string, number>;
+  setOn(on: boolean): void;
+} {
   const counts = new Map<string, number>();
   let on = false;
   const wrapped = new Proxy(store, {

@@ -10,12 +10,18 @@ import { bundleDepotServer, spawnDepot, type DepotProcess } from "../../fixtures
 const ROUNDS = 20;
 
 function filesOf(round: number): Record<string, string> {
-  return { "bin/app": `app build ${round}\n`.repeat(50), "etc/conf": `round=${round}\n`, "doc/readme": `readme ${round}` };
+  return {
+    "bin/app": `app build ${round}\n`.repeat(50),
+    "etc/conf": `round=${round}\n`,
+    "doc/readme": `readme ${round}`,
+  };
 }
 
 /** Checks every version: listed in the catalog ⇔ served whole with the right content. */
 async function verify(url: string, rounds: number): Promise<number> {
-  const catalog = (await (await fetch(`${url}/catalog`)).json()) as { packages: Record<string, { versions: string[] }> };
+  const catalog = (await (await fetch(`${url}/catalog`)).json()) as {
+    packages: Record<string, { versions: string[] }>;
+  };
   const listed = new Set(catalog.packages.crashy?.versions ?? []);
   let present = 0;
   for (let round = 0; round < rounds; round++) {
@@ -29,10 +35,14 @@ async function verify(url: string, rounds: number): Promise<number> {
     present++;
     expect(data.status).toBe(200);
     const bytes = new Uint8Array(await data.arrayBuffer());
-    const info = (await (await fetch(`${url}/version/crashy@${version}`)).json()) as { versions: Array<{ digest: string; size: number }> };
+    const info = (await (await fetch(`${url}/version/crashy@${version}`)).json()) as {
+      versions: Array<{ digest: string; size: number }>;
+    };
     expect(info.versions[0]).toMatchObject({ digest: storeDigest(bytes), size: bytes.length });
     const entries = await parseTar(bytes);
-    const files = Object.fromEntries(entries.filter((e) => e.type === "file" && !e.name.startsWith(".pkg/")).map((e) => [e.name, e.body.toString()]));
+    const files = Object.fromEntries(
+      entries.filter((e) => e.type === "file" && !e.name.startsWith(".pkg/")).map((e) => [e.name, e.body.toString()]),
+    );
     expect(files).toEqual(filesOf(round));
   }
   return present;
@@ -94,7 +104,9 @@ describe("SIGKILL during commit (fs store)", () => {
     }
     expect(acknowledged.size).toBe(ROUNDS);
     // Most kills should land inside the commit; report the split for the record.
-    console.log(`crash test: ${outcomes.during} kills before the answer (transaction state seen after restart: ${JSON.stringify(states)}), ${outcomes.before} after it`);
+    console.log(
+      `crash test: ${outcomes.during} kills before the answer (transaction state seen after restart: ${JSON.stringify(states)}), ${outcomes.before} after it`,
+    );
     // A restart settles a dead commit itself (rolled forward, or reopened): never still `committing`.
     expect(states.committing ?? 0).toBe(0);
   }, 180_000); // 21 restarts with every store call jittered: about 50 s, more on a loaded machine

@@ -9,23 +9,44 @@ import { afterAll, describe, expect, it } from "vitest";
 import { createFsStore } from "../../../src/adapters/fs/store.js";
 import { createMemoryStore } from "../../../src/adapters/memory/store.js";
 import type { PackageStore } from "../../../src/depot/ports.js";
-import { add, openTransaction, parseTar, startDepot, storeDigest, tempDir, type Addition } from "../../fixtures/depot.js";
+import {
+  add,
+  openTransaction,
+  parseTar,
+  startDepot,
+  storeDigest,
+  tempDir,
+  type Addition,
+} from "../../fixtures/depot.js";
 
 /** What one addition puts into the package, so its presence can be checked in the manifest. */
-type Expect = { kind: "item"; path: string } | { kind: "license"; name: string } | { kind: "attr"; key: string } | { kind: "require"; name: string };
+type Expect =
+  | { kind: "item"; path: string }
+  | { kind: "license"; name: string }
+  | { kind: "attr"; key: string }
+  | { kind: "require"; name: string };
 
 function additionFor(round: number, i: number): { addition: Addition; expect: Expect } {
   switch (i % 10) {
     case 0:
-      return { addition: { type: "require", requires: [`dep-${i}@^1`] }, expect: { kind: "require", name: `dep-${i}` } };
+      return {
+        addition: { type: "require", requires: [`dep-${i}@^1`] },
+        expect: { kind: "require", name: `dep-${i}` },
+      };
     case 1:
       return { addition: { type: "set", attrs: { [`k${i}`]: `v${i}` } }, expect: { kind: "attr", key: `k${i}` } };
     case 2:
-      return { addition: { type: "license", name: `L-${i}`, body: `licence ${i}` }, expect: { kind: "license", name: `L-${i}` } };
+      return {
+        addition: { type: "license", name: `L-${i}`, body: `licence ${i}` },
+        expect: { kind: "license", name: `L-${i}` },
+      };
     case 3:
       return { addition: { type: "dir", path: `d/${i}` }, expect: { kind: "item", path: `d/${i}` } };
     default:
-      return { addition: { type: "file", path: `f/${i}`, body: `round ${round} file ${i}\n` }, expect: { kind: "item", path: `f/${i}` } };
+      return {
+        addition: { type: "file", path: `f/${i}`, body: `round ${round} file ${i}\n` },
+        expect: { kind: "item", path: `f/${i}` },
+      };
   }
 }
 
@@ -50,7 +71,12 @@ function present(manifest: Manifest, e: Expect): boolean {
 }
 
 /** One round: `count` additions fired at once, the commit sent once `commitAfter` of them have answered. */
-async function round(url: string, n: number, count: number, commitAfter: number): Promise<{ accepted: number; refused: number }> {
+async function round(
+  url: string,
+  n: number,
+  count: number,
+  commitAfter: number,
+): Promise<{ accepted: number; refused: number }> {
   const id = await openTransaction(url, `racy@1.0.${n}`);
   let answered = 0;
   let release!: () => void;
@@ -151,12 +177,17 @@ async function reopenRound(url: string, count: number, round = 0): Promise<numbe
   expect(commit.status).toBe(409);
   expect(((await commit.json()) as { code: string }).code).toBe("VERSION_EXISTS");
   const results = await answers;
-  const summary = (await (await fetch(`${url}/summary/${id}`)).json()) as Manifest & { state: string; totals: { items: number } };
+  const summary = (await (await fetch(`${url}/summary/${id}`)).json()) as Manifest & {
+    state: string;
+    totals: { items: number };
+  };
   expect(summary.state).toBe("open");
   const wrong: string[] = [];
   for (const r of results) {
-    if (!((r.status === 201) || (r.status === 409 && r.code === "CONFLICT"))) wrong.push(`unexpected ${r.status} ${r.code}: ${JSON.stringify(r.expect)}`);
-    if ((r.status === 201) !== present(summary, r.expect)) wrong.push(`${r.status} ${r.code}, in transaction: ${!(r.status === 201)}: ${JSON.stringify(r.expect)}`);
+    if (!(r.status === 201 || (r.status === 409 && r.code === "CONFLICT")))
+      wrong.push(`unexpected ${r.status} ${r.code}: ${JSON.stringify(r.expect)}`);
+    if ((r.status === 201) !== present(summary, r.expect))
+      wrong.push(`${r.status} ${r.code}, in transaction: ${!(r.status === 201)}: ${JSON.stringify(r.expect)}`);
   }
   expect(wrong).toEqual([]);
   const accepted = results.filter((r) => r.status === 201 && (r.expect.kind === "item" || r.expect.kind === "license"));
@@ -170,7 +201,9 @@ async function reopenRound(url: string, count: number, round = 0): Promise<numbe
   }
   const after = (await (await fetch(`${url}/summary/${id}`)).json()) as Manifest & { totals: { items: number } };
   for (const r of results) expect(present(after, r.expect), JSON.stringify(r.expect)).toBe(true);
-  expect(after.totals.items).toBe(additions.filter((a) => a.expect.kind === "item" || a.expect.kind === "license").length);
+  expect(after.totals.items).toBe(
+    additions.filter((a) => a.expect.kind === "item" || a.expect.kind === "license").length,
+  );
   expect((await fetch(`${url}/trans/${id}`, { method: "DELETE" })).status).toBe(204);
   return refused.length;
 }
@@ -196,7 +229,10 @@ function jittery(store: PackageStore): PackageStore {
   return Object.assign(Object.create(store) as PackageStore, {
     getRecord: async (...args: Parameters<PackageStore["getRecord"]>) => (await turn(), store.getRecord(...args)),
     putRecord: async (...args: Parameters<PackageStore["putRecord"]>) => (await turn(), store.putRecord(...args)),
-    deleteRecord: async (...args: Parameters<PackageStore["deleteRecord"]>) => (await turn(), store.deleteRecord(...args)),
+    deleteRecord: async (...args: Parameters<PackageStore["deleteRecord"]>) => (
+      await turn(),
+      store.deleteRecord(...args)
+    ),
     listRecords: async (...args: Parameters<PackageStore["listRecords"]>) => (await turn(), store.listRecords(...args)),
   });
 }
@@ -216,29 +252,49 @@ describe("additions racing their transaction's commit", () => {
     return depot.url;
   }
 
-  it("memory store, 200 additions × 6 rounds: 201 ⇔ in the package, 409/410 ⇔ not", async () => {
-    await rounds(await serve(createMemoryStore()), 6, 200);
-  }, RACE_TIMEOUT_MS);
+  it(
+    "memory store, 200 additions × 6 rounds: 201 ⇔ in the package, 409/410 ⇔ not",
+    async () => {
+      await rounds(await serve(createMemoryStore()), 6, 200);
+    },
+    RACE_TIMEOUT_MS,
+  );
 
-  it("memory store with record operations spread over event-loop turns: the same", async () => {
-    await rounds(await serve(jittery(createMemoryStore())), 6, 200);
-  }, RACE_TIMEOUT_MS);
+  it(
+    "memory store with record operations spread over event-loop turns: the same",
+    async () => {
+      await rounds(await serve(jittery(createMemoryStore())), 6, 200);
+    },
+    RACE_TIMEOUT_MS,
+  );
 
-  it("a commit that fails while additions race it reopens with exactly the accepted ones (memory, spread turns)", async () => {
-    expect(await reopenUntilRaced(await serve(jittery(createMemoryStore())), 200)).toBeGreaterThan(0);
-  }, RACE_TIMEOUT_MS);
+  it(
+    "a commit that fails while additions race it reopens with exactly the accepted ones (memory, spread turns)",
+    async () => {
+      expect(await reopenUntilRaced(await serve(jittery(createMemoryStore())), 200)).toBeGreaterThan(0);
+    },
+    RACE_TIMEOUT_MS,
+  );
 
-  it("a commit that fails while additions race it reopens with exactly the accepted ones (fs store)", async () => {
-    const tmp = await tempDir("depot-commit-reopen-");
-    cleanups.push(tmp.cleanup);
-    expect(await reopenUntilRaced(await serve(createFsStore(tmp.dir)), 80)).toBeGreaterThan(0);
-  }, RACE_TIMEOUT_MS);
+  it(
+    "a commit that fails while additions race it reopens with exactly the accepted ones (fs store)",
+    async () => {
+      const tmp = await tempDir("depot-commit-reopen-");
+      cleanups.push(tmp.cleanup);
+      expect(await reopenUntilRaced(await serve(createFsStore(tmp.dir)), 80)).toBeGreaterThan(0);
+    },
+    RACE_TIMEOUT_MS,
+  );
 
-  it("fs store, 80 additions × 4 rounds: 201 ⇔ in the package, 409/410 ⇔ not", async () => {
-    const tmp = await tempDir("depot-commit-race-");
-    cleanups.push(tmp.cleanup);
-    // Fewer additions: every one of them contends for the transaction record, whose
-    // compare-and-swap on the fs store fsyncs, so 200 at once take ~15 s here.
-    await rounds(await serve(createFsStore(tmp.dir)), 4, 80);
-  }, RACE_TIMEOUT_MS);
+  it(
+    "fs store, 80 additions × 4 rounds: 201 ⇔ in the package, 409/410 ⇔ not",
+    async () => {
+      const tmp = await tempDir("depot-commit-race-");
+      cleanups.push(tmp.cleanup);
+      // Fewer additions: every one of them contends for the transaction record, whose
+      // compare-and-swap on the fs store fsyncs, so 200 at once take ~15 s here.
+      await rounds(await serve(createFsStore(tmp.dir)), 4, 80);
+    },
+    RACE_TIMEOUT_MS,
+  );
 });

@@ -153,7 +153,9 @@ describe("the depot client's commit and a live sequencing claim", () => {
       commits++;
       if (commits === 1) {
         // The first commit reaches the server and holds at its change append; its answer is lost.
-        lostAnswer = fetch(input, init).then((r) => r.body?.cancel()).catch(() => undefined);
+        lostAnswer = fetch(input, init)
+          .then((r) => r.body?.cancel())
+          .catch(() => undefined);
         await held.atAppend;
         throw new TypeError("fetch failed");
       }
@@ -165,7 +167,11 @@ describe("the depot client's commit and a live sequencing claim", () => {
       return response;
     };
     const client = createDepotClient({ baseUrl: depot.url, fetch: fetchThrough, retryDelayMs: 10 });
-    const done = await client.publish({ name: "held", version: "1.0.0", items: [{ type: "file", path: "a.txt", content: "a\n" }] });
+    const done = await client.publish({
+      name: "held",
+      version: "1.0.0",
+      items: [{ type: "file", path: "a.txt", content: "a\n" }],
+    });
     await lostAnswer;
     expect(done.version).toBe("1.0.0");
     expect(conflicts).toEqual([2]);
@@ -201,7 +207,9 @@ describe("a retried commit waiting for a live claim (Session 9)", () => {
   it("stops re-reading the package record once its client hangs up; the transaction stays committing, and a later retry commits one change entry", async () => {
     const { depot, held, id, first } = await heldCommit("depot-retry-gone-");
     const hangUp = new AbortController();
-    const retry = fetch(`${depot.url}/commit/${id}`, { method: "POST", signal: hangUp.signal }).catch((error: unknown) => error);
+    const retry = fetch(`${depot.url}/commit/${id}`, { method: "POST", signal: hangUp.signal }).catch(
+      (error: unknown) => error,
+    );
     await until(() => held.pkgReads() >= 3); // polling
     hangUp.abort();
     expect(await retry).toMatchObject({ name: "AbortError" });
@@ -247,7 +255,9 @@ describe("a commit that dies after its version record is written (Session 9 revi
   // `committing` instead, recovery rolls it forward (its next request, gc, a restart).
   async function listed(url: string): Promise<string[]> {
     const response = await fetch(`${url}/version/held`);
-    return response.status === 200 ? ((await response.json()) as { versions: Array<{ version: string }> }).versions.map((v) => v.version) : [];
+    return response.status === 200
+      ? ((await response.json()) as { versions: Array<{ version: string }> }).versions.map((v) => v.version)
+      : [];
   }
 
   it("no retry: the client's abandon finds it rolled forward (410), never a listed version missing from the feed", async () => {
@@ -264,7 +274,9 @@ describe("a commit that dies after its version record is written (Session 9 revi
   it("a retry whose client hung up no longer takes the claim over; the transaction still ends committed with one change entry", async () => {
     const { depot, held, id, first } = await heldCommit("depot-dies-after-gone-");
     const hangUp = new AbortController();
-    const retry = fetch(`${depot.url}/commit/${id}`, { method: "POST", signal: hangUp.signal }).catch((error: unknown) => error);
+    const retry = fetch(`${depot.url}/commit/${id}`, { method: "POST", signal: hangUp.signal }).catch(
+      (error: unknown) => error,
+    );
     await until(() => held.pkgReads() >= 3);
     hangUp.abort();
     await retry;

@@ -63,7 +63,11 @@ async function serve(prefix: string): Promise<{ store: PackageStore; depot: Live
   const tmp = await tempDir(prefix);
   const store = createFsStore(tmp.dir);
   const depot = await startDepot(store);
-  cleanups.push(tmp.cleanup, () => store.close?.(), () => depot.close());
+  cleanups.push(
+    tmp.cleanup,
+    () => store.close?.(),
+    () => depot.close(),
+  );
   return { store, depot, dir: tmp.dir };
 }
 
@@ -73,7 +77,8 @@ async function open(url: string, spec: string): Promise<string> {
   return ((await opened.json()) as { transaction: string }).transaction;
 }
 
-const addFile = (url: string, id: string, body: string) => fetch(`${url}/add/${id}/file`, { method: "POST", headers: { "Pkg-Path": "f" }, body });
+const addFile = (url: string, id: string, body: string) =>
+  fetch(`${url}/add/${id}/file`, { method: "POST", headers: { "Pkg-Path": "f" }, body });
 
 /** A request whose settling is observed without awaiting it. */
 function watch(request: Promise<Response>): { answered(): boolean; response: Promise<Response> } {
@@ -84,55 +89,66 @@ function watch(request: Promise<Response>): { answered(): boolean; response: Pro
 }
 
 describe("ordered writes on the fs store (one flush per request)", () => {
-  it("an addition and a commit answer only after their flush, and go on while it is held", { timeout: 120_000 }, async () => {
-    const { store, depot } = await serve("ordered-held-");
-    const id = await open(depot.url, "held@1.0.0");
+  it(
+    "an addition and a commit answer only after their flush, and go on while it is held",
+    { timeout: 120_000 },
+    async () => {
+      const { store, depot } = await serve("ordered-held-");
+      const id = await open(depot.url, "held@1.0.0");
 
-    // The addition: its blob and its confirmed item become visible with the flush held.
-    let hold = holdFlushes();
-    const added = watch(addFile(depot.url, id, "held bytes\n"));
-    await until(
-      async () => (await store.getRecord<ItemRecord>(keys.item(id, "f")))?.value.state === "added" && hold.held() > 0,
-      "the item never became `added` while the WAL flush was held (each write waited for its own flush)",
-    );
-    // A round trip through the same server: the addition had every chance to answer.
-    expect((await fetch(`${depot.url}/summary/${id}`)).status).toBe(200);
-    expect(added.answered()).toBe(false);
-    hold.release();
-    expect((await added.response).status).toBe(201);
-    restoreFdatasync();
+      // The addition: its blob and its confirmed item become visible with the flush held.
+      let hold = holdFlushes();
+      const added = watch(addFile(depot.url, id, "held bytes\n"));
+      await until(
+        async () => (await store.getRecord<ItemRecord>(keys.item(id, "f")))?.value.state === "added" && hold.held() > 0,
+        "the item never became `added` while the WAL flush was held (each write waited for its own flush)",
+      );
+      // A round trip through the same server: the addition had every chance to answer.
+      expect((await fetch(`${depot.url}/summary/${id}`)).status).toBe(200);
+      expect(added.answered()).toBe(false);
+      hold.release();
+      expect((await added.response).status).toBe(201);
+      restoreFdatasync();
 
-    // The commit: the version listed and its change entry written, all with the flush held.
-    hold = holdFlushes();
-    const committed = watch(fetch(`${depot.url}/commit/${id}`, { method: "POST" }));
-    await until(
-      async () => (await store.getRecord<PackageRecord>(packageKey("held")))?.value.versions.includes("1.0.0") === true && (await store.getRecord(changeKey(1))) !== null && hold.held() > 0,
-      "the version and its change entry never became visible while the WAL flush was held",
-    );
-    const during = (await (await fetch(`${depot.url}/summary/${id}`)).json()) as { state: string };
-    // `committed` is written after the flush: a reader that sees it may rely on the version being durable.
-    expect(during.state).toBe("committing");
-    expect(committed.answered()).toBe(false);
-    hold.release();
-    expect((await committed.response).status).toBe(201);
-    const after = (await (await fetch(`${depot.url}/summary/${id}`)).json()) as { state: string };
-    expect(after.state).toBe("committed");
-  });
+      // The commit: the version listed and its change entry written, all with the flush held.
+      hold = holdFlushes();
+      const committed = watch(fetch(`${depot.url}/commit/${id}`, { method: "POST" }));
+      await until(
+        async () =>
+          (await store.getRecord<PackageRecord>(packageKey("held")))?.value.versions.includes("1.0.0") === true &&
+          (await store.getRecord(changeKey(1))) !== null &&
+          hold.held() > 0,
+        "the version and its change entry never became visible while the WAL flush was held",
+      );
+      const during = (await (await fetch(`${depot.url}/summary/${id}`)).json()) as { state: string };
+      // `committed` is written after the flush: a reader that sees it may rely on the version being durable.
+      expect(during.state).toBe("committing");
+      expect(committed.answered()).toBe(false);
+      hold.release();
+      expect((await committed.response).status).toBe(201);
+      const after = (await (await fetch(`${depot.url}/summary/${id}`)).json()) as { state: string };
+      expect(after.state).toBe("committed");
+    },
+  );
 
-  it("after a failed WAL flush no request is acknowledged, even once the disk writes again", { timeout: 120_000 }, async () => {
-    const { depot } = await serve("ordered-eio-");
-    const id = await open(depot.url, "eio@1.0.0");
-    fs.fdatasync = ((_fd: number, callback: (error: NodeJS.ErrnoException | null) => void) => {
-      setImmediate(() => callback(Object.assign(new Error("EIO: i/o error, fdatasync"), { code: "EIO" })));
-    }) as typeof fs.fdatasync;
-    syncBuiltinESMExports();
-    const added = await addFile(depot.url, id, "lost bytes\n");
-    expect(added.status).toBe(503);
-    restoreFdatasync();
-    // The disk writes again: nothing after the failed flush is acknowledged all the same.
-    expect((await fetch(`${depot.url}/commit/${id}`, { method: "POST" })).status).toBe(503);
-    expect((await fetch(`${depot.url}/trans/eio2@1.0.0`, { method: "POST" })).status).toBe(503);
-  });
+  it(
+    "after a failed WAL flush no request is acknowledged, even once the disk writes again",
+    { timeout: 120_000 },
+    async () => {
+      const { depot } = await serve("ordered-eio-");
+      const id = await open(depot.url, "eio@1.0.0");
+      fs.fdatasync = ((_fd: number, callback: (error: NodeJS.ErrnoException | null) => void) => {
+        setImmediate(() => callback(Object.assign(new Error("EIO: i/o error, fdatasync"), { code: "EIO" })));
+      }) as typeof fs.fdatasync;
+      syncBuiltinESMExports();
+      const added = await addFile(depot.url, id, "lost bytes\n");
+      expect(added.status).toBe(503);
+      restoreFdatasync();
+      // The disk writes again: nothing after the failed flush is acknowledged all the same.
+      expect((await fetch(`${depot.url}/commit/${id}`, { method: "POST" })).status).toBe(503);
+      expect((await fetch(`${depot.url}/trans/eio2@1.0.0`, { method: "POST" })).status).toBe(503);
+    },
+  );
 
   it("a one-file publish costs at most three WAL flushes, one per request", { timeout: 120_000 }, async () => {
     const { depot, dir } = await serve("ordered-count-");

@@ -72,7 +72,11 @@ describe("summary pages", () => {
   it("refuses a bad limit or cursor with 400 BAD_REQUEST", async () => {
     for (const query of ["limit=0", "limit=10001", "limit=abc", "after=zz", `after=${"g".repeat(64)}`, "after=12"]) {
       const r = await fetch(`${depot.url}/summary/${id}?${query}`);
-      expect({ query, status: r.status, code: ((await r.json()) as { code: string }).code }).toEqual({ query, status: 400, code: "BAD_REQUEST" });
+      expect({ query, status: r.status, code: ((await r.json()) as { code: string }).code }).toEqual({
+        query,
+        status: 400,
+        code: "BAD_REQUEST",
+      });
     }
   });
 

@@ -32,18 +32,26 @@ async function race(urls: string[]): Promise<void> {
   const winner = winners[0]!;
 
   for (const url of urls) {
-    const catalog = (await (await fetch(`${url}/catalog`)).json()) as { packages: Record<string, { versions: string[] }> };
+    const catalog = (await (await fetch(`${url}/catalog`)).json()) as {
+      packages: Record<string, { versions: string[] }>;
+    };
     expect(catalog.packages.racer!.versions).toEqual(["1.0.0"]);
     const version = (await (await fetch(`${url}/version/racer`)).json()) as { versions: Array<{ digest: string }> };
     expect(version.versions).toHaveLength(1);
     expect(version.versions[0]!.digest).toBe(winner.body.digest);
-    expect(await (await fetch(`${url}/depend/racer`)).json()).toEqual({ name: "racer", version: "1.0.0", requires: [{ name: `dep-${winner.i}`, range: "^1" }] });
+    expect(await (await fetch(`${url}/depend/racer`)).json()).toEqual({
+      name: "racer",
+      version: "1.0.0",
+      requires: [{ name: `dep-${winner.i}`, range: "^1" }],
+    });
     const bytes = new Uint8Array(await (await fetch(`${url}/data/racer@1.0.0`)).arrayBuffer());
     expect(storeDigest(bytes)).toBe(winner.body.digest);
     const entries = await parseTar(bytes);
     expect(entries.find((e) => e.name === "who")!.body.toString()).toBe(`contender ${winner.i}`);
     // The winner's transaction answers its summary; a loser stays open and may be abandoned.
-    expect(((await (await fetch(`${winner.url}/summary/${winner.id}`)).json()) as { state: string }).state).toBe("committed");
+    expect(((await (await fetch(`${winner.url}/summary/${winner.id}`)).json()) as { state: string }).state).toBe(
+      "committed",
+    );
   }
   const loser = losers[0]!;
   expect(((await (await fetch(`${loser.url}/summary/${loser.id}`)).json()) as { state: string }).state).toBe("open");

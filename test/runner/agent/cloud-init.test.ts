@@ -6,7 +6,12 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { isRunnerDepotError } from "../../../src/errors.js";
-import { DEFAULT_JOB_CONFIG_PATH, readJobConfig, renderCloudInit, type JobConfig } from "../../../src/runner/agent/cloud-init.js";
+import {
+  DEFAULT_JOB_CONFIG_PATH,
+  readJobConfig,
+  renderCloudInit,
+  type JobConfig,
+} from "../../../src/runner/agent/cloud-init.js";
 import { mintJobToken } from "../../../src/runner/protocol/token.js";
 
 let dir: string;
@@ -60,7 +65,14 @@ describe("renderCloudInit", () => {
   });
 
   it("takes an argv command, a custom agent command and config path", () => {
-    const doc = parse(render({ command: ["npm", "test"], args: ["--", "--ci"], agentCommand: ["/opt/agent/bin/agent", "run"], configPath: "/run/job.json" })) as {
+    const doc = parse(
+      render({
+        command: ["npm", "test"],
+        args: ["--", "--ci"],
+        agentCommand: ["/opt/agent/bin/agent", "run"],
+        configPath: "/run/job.json",
+      }),
+    ) as {
       write_files: Array<Record<string, string>>;
       runcmd: string[][];
     };
@@ -72,7 +84,13 @@ describe("renderCloudInit", () => {
   });
 
   it("refuses bad input at render time with INVALID_ARGUMENT", () => {
-    for (const bad of [{ requestId: "not-a-uuid" }, { endpoint: "ftp://x" }, { endpoint: "no url" }, { command: [] as string[] }, { command: "" }]) {
+    for (const bad of [
+      { requestId: "not-a-uuid" },
+      { endpoint: "ftp://x" },
+      { endpoint: "no url" },
+      { command: [] as string[] },
+      { command: "" },
+    ]) {
       let error: unknown;
       try {
         render(bad);
@@ -87,7 +105,9 @@ describe("renderCloudInit", () => {
 describe("readJobConfig", () => {
   it("round-trips the rendered config through a file", async () => {
     const ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
-    const doc = parse(render({ command: ["make"], env: { A: "1" }, ca })) as { write_files: Array<Record<string, string>> };
+    const doc = parse(render({ command: ["make"], env: { A: "1" }, ca })) as {
+      write_files: Array<Record<string, string>>;
+    };
     const file = path.join(dir, "job.json");
     await writeFile(file, doc.write_files[0]!.content!, { mode: 0o600 });
     const config = await readJobConfig(file);
@@ -108,14 +128,55 @@ describe("readJobConfig", () => {
       [JSON.stringify({ version: 1, endpoint: "x" }), /endpoint is not a URL/],
       [JSON.stringify({ version: 1, endpoint: "http://h:1", requestId: "nope" }), /requestId is not a UUID/],
       [JSON.stringify({ version: 1, endpoint: "http://h:1", requestId, token: 5 }), /token must be a string/],
-      [JSON.stringify({ version: 1, endpoint: "http://h:1", requestId, token: "", repoUrl: "", commitSha: "", command: "x", args: [1] }), /args must be an array of strings/],
-      [JSON.stringify({ version: 1, endpoint: "http://h:1", requestId, token: "", repoUrl: "", commitSha: "", command: "x", args: [], env: { A: 1 } }), /env.A must be a string/],
-      [JSON.stringify({ version: 1, endpoint: "http://h:1", requestId, token: "", repoUrl: "", commitSha: "", command: "x", args: [], ca: 7 }), /ca must be a string/],
+      [
+        JSON.stringify({
+          version: 1,
+          endpoint: "http://h:1",
+          requestId,
+          token: "",
+          repoUrl: "",
+          commitSha: "",
+          command: "x",
+          args: [1],
+        }),
+        /args must be an array of strings/,
+      ],
+      [
+        JSON.stringify({
+          version: 1,
+          endpoint: "http://h:1",
+          requestId,
+          token: "",
+          repoUrl: "",
+          commitSha: "",
+          command: "x",
+          args: [],
+          env: { A: 1 },
+        }),
+        /env.A must be a string/,
+      ],
+      [
+        JSON.stringify({
+          version: 1,
+          endpoint: "http://h:1",
+          requestId,
+          token: "",
+          repoUrl: "",
+          commitSha: "",
+          command: "x",
+          args: [],
+          ca: 7,
+        }),
+        /ca must be a string/,
+      ],
     ];
     for (const [content, message] of cases) {
       const file = path.join(dir, `bad-${randomUUID()}.json`);
       await writeFile(file, content);
-      await expect(readJobConfig(file)).rejects.toMatchObject({ code: "INVALID_ARGUMENT", message: expect.stringMatching(message) });
+      await expect(readJobConfig(file)).rejects.toMatchObject({
+        code: "INVALID_ARGUMENT",
+        message: expect.stringMatching(message),
+      });
     }
   });
 });

@@ -13,7 +13,11 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createFsLogStore } from "../../../src/adapters/fs/index.js";
 import { createMemoryQueue, type MemoryQueue } from "../../../src/adapters/memory/index.js";
 import { runJob } from "../../../src/runner/agent/run-job.js";
-import { createRunnerClient, type RunnerClient, type RunnerClientOptions } from "../../../src/runner/client/runner-client.js";
+import {
+  createRunnerClient,
+  type RunnerClient,
+  type RunnerClientOptions,
+} from "../../../src/runner/client/runner-client.js";
 import { createLogItemEncoder, utf8Length } from "../../../src/runner/protocol/encoder.js";
 import type { JobLogStore, StoredLine } from "../../../src/runner/ports.js";
 import { createRunnerService, type RunnerService } from "../../../src/runner/service/runner-service.js";
@@ -88,7 +92,11 @@ function expectedLines(count: number, tail: boolean) {
 }
 
 async function stored(requestId: string): Promise<StoredLine[]> {
-  return (await logs.read(requestId, 0, Number.MAX_SAFE_INTEGER)).map((l) => ({ line: l.line, stderr: l.stderr, ...(l.marker ? { marker: true } : {}) }));
+  return (await logs.read(requestId, 0, Number.MAX_SAFE_INTEGER)).map((l) => ({
+    line: l.line,
+    stderr: l.stderr,
+    ...(l.marker ? { marker: true } : {}),
+  }));
 }
 
 function resultsOf(requestId: string) {
@@ -168,7 +176,12 @@ describe("runJob through a real server", () => {
       expect(log.filter((l) => l.stderr)).toEqual(err);
       const results = resultsOf(requestId);
       expect(results).toHaveLength(1);
-      expect(results[0]).toMatchObject({ outcome: "finished", exitCode: 0, success: true, lines: { stdout: out.length, stderr: err.length } });
+      expect(results[0]).toMatchObject({
+        outcome: "finished",
+        exitCode: 0,
+        success: true,
+        lines: { stdout: out.length, stderr: err.length },
+      });
     } finally {
       await proxy.close();
     }
@@ -218,7 +231,11 @@ describe("runJob through a real server", () => {
     const log = await stored(requestId);
     const outLines = log.filter((l) => !l.stderr).map((l) => l.line);
     const errLines = log.filter((l) => l.stderr).map((l) => l.line);
-    expect(outLines).toEqual([decode([0x66, 0x6f, 0xff, 0xfe, 0x6f]), decode([0xe2, 0x82, 0x21]), decode([0xc3, 0x28])]);
+    expect(outLines).toEqual([
+      decode([0x66, 0x6f, 0xff, 0xfe, 0x6f]),
+      decode([0xe2, 0x82, 0x21]),
+      decode([0xc3, 0x28]),
+    ]);
     expect(outLines[0]).toBe("fo\ufffd\ufffdo");
     expect(errLines).toEqual(["ok", decode([0xed, 0xa0, 0x80])]);
     for (const l of log) expect(Buffer.from(l.line, "utf8").toString("utf8")).toBe(l.line);
@@ -254,8 +271,14 @@ describe("runJob through a real server", () => {
 
   it("kills the job and rejects when the client gives up (wrong token: PERMISSION_DENIED)", async () => {
     const requestId = randomUUID();
-    const client = createRunnerClient({ endpoint: server.url, requestId, token: mintJobToken("other-secret", requestId) });
-    await expect(runJob(client, { command: process.execPath, args: [BEHAVE_FIXTURE, "slow"], killGraceMs: 5000 })).rejects.toMatchObject({
+    const client = createRunnerClient({
+      endpoint: server.url,
+      requestId,
+      token: mintJobToken("other-secret", requestId),
+    });
+    await expect(
+      runJob(client, { command: process.execPath, args: [BEHAVE_FIXTURE, "slow"], killGraceMs: 5000 }),
+    ).rejects.toMatchObject({
       code: "PERMISSION_DENIED",
     });
     await client.close();

@@ -18,7 +18,11 @@ import { createFsLogArchive } from "../../../src/adapters/fs/log-archive.js";
 import { createS3LogArchive } from "../../../src/adapters/s3/log-archive.js";
 import { createRunnerService, startRunnerServer } from "../../../src/runner/index.js";
 import { createRunnerClient } from "../../../src/runner/client/runner-client.js";
-import { archiveKey, createArchivingLogStore, type ArchivingLogStore } from "../../../src/runner/archive/archiving-store.js";
+import {
+  archiveKey,
+  createArchivingLogStore,
+  type ArchivingLogStore,
+} from "../../../src/runner/archive/archiving-store.js";
 import type { JobLogStore, LogArchiveStore, StoredLine } from "../../../src/runner/ports.js";
 import { READS_LINE_ENTRIES } from "../../../src/runner/protocol/received-line.js";
 import { collectAll, sampleJobResult, logEntry } from "../../../src/testing/helpers.js";
@@ -97,7 +101,9 @@ describe("log archive: PostgreSQL log store → S3 (s3rver)", () => {
   });
 
   it("a finished job moves to one object: follow() yields the same lines, the rows leave PostgreSQL, a tail is Range reads", async () => {
-    const { wrapped: archive, stats } = counting(createS3LogArchive({ bucket: s3.bucket, prefix: "logs/", client: s3.client }));
+    const { wrapped: archive, stats } = counting(
+      createS3LogArchive({ bucket: s3.bucket, prefix: "logs/", client: s3.client }),
+    );
     const live = createPostgresLogStore({ pool: db.pool, schema: db.schema });
     const logs = createArchivingLogStore(live, { archive });
     // It hands entries through to this package's store, so it keeps that store's mark (runner/protocol/received-line.ts).
@@ -112,14 +118,22 @@ describe("log archive: PostgreSQL log store → S3 (s3rver)", () => {
       const followed = await liveFollow;
       expect(followed).toHaveLength(20_002);
       // The client sends the 70 KiB line in two parts (its own split, under the line limit).
-      expect(followed.filter((l) => l.line.startsWith("LLLL")).map((l) => l.line.length).reduce((a, b) => a + b)).toBe(70 * 1024);
+      expect(
+        followed
+          .filter((l) => l.line.startsWith("LLLL"))
+          .map((l) => l.line.length)
+          .reduce((a, b) => a + b),
+      ).toBe(70 * 1024);
       expect(followed.filter((l) => l.stderr)).toHaveLength(4_000);
 
       await until(async () => (await logs.get(id))?.archived !== undefined, "the job to be archived");
       const state = (await logs.get(id))!;
       expect(state.archived).toMatchObject({ lines: 20_002 });
       for (const table of ["job_lines", "job_chunks"]) {
-        const rows = await db.pool.query(`SELECT count(*)::int AS n FROM "${db.schema}".${table} WHERE request_id = $1`, [id]);
+        const rows = await db.pool.query(
+          `SELECT count(*)::int AS n FROM "${db.schema}".${table} WHERE request_id = $1`,
+          [id],
+        );
         expect(rows.rows[0].n).toBe(0);
       }
       const head = await s3.client.send(new HeadObjectCommand({ Bucket: s3.bucket, Key: `logs/${archiveKey(id)}` }));
@@ -132,11 +146,15 @@ describe("log archive: PostgreSQL log store → S3 (s3rver)", () => {
 
       // The console (over real HTTP) reads the archived job through the runner: a window, the raw log.
       const web = createConsole({ runner });
-      const console_ = http.createServer(toNodeHandler((request: Request) => web.fetch(request)) as unknown as http.RequestListener);
+      const console_ = http.createServer(
+        toNodeHandler((request: Request) => web.fetch(request)) as unknown as http.RequestListener,
+      );
       await new Promise<void>((resolve) => console_.listen(0, "127.0.0.1", resolve));
       try {
         const base = `http://127.0.0.1:${(console_.address() as AddressInfo).port}`;
-        const window = (await (await fetch(`${base}/api/jobs/${id}/lines?from=19990&limit=5`)).json()) as { lines: Array<[string, number]> };
+        const window = (await (await fetch(`${base}/api/jobs/${id}/lines?from=19990&limit=5`)).json()) as {
+          lines: Array<[string, number]>;
+        };
         expect(window.lines.map(([text]) => text)).toEqual(followed.slice(19_990, 19_995).map((l) => l.line));
         const raw = await (await fetch(`${base}/api/jobs/${id}/raw`)).text();
         expect(raw).toBe(followed.map((l) => `${l.line}\n`).join(""));
@@ -192,7 +210,10 @@ describe("log archive: PostgreSQL log store → S3 (s3rver)", () => {
     }
     expect(typeof live.readRaw).toBe("function");
     const viaRaw = createArchivingLogStore(live, { archive: memoryArchive, keepLiveMs: 3_600_000 });
-    const viaLines = createArchivingLogStore({ ...live, readRaw: undefined }, { archive: memoryArchive, keepLiveMs: 3_600_000 });
+    const viaLines = createArchivingLogStore(
+      { ...live, readRaw: undefined },
+      { archive: memoryArchive, keepLiveMs: 3_600_000 },
+    );
     try {
       const a = await viaRaw.archiveJob(raw);
       const b = await viaLines.archiveJob(decoded);
@@ -210,13 +231,20 @@ describe("log archive: PostgreSQL log store → S3 (s3rver)", () => {
     const live = createPostgresLogStore({ pool: db.pool, schema: db.schema });
     const id = randomUUID();
     await live.append(id, 0, [logEntry("one"), logEntry("two", true)]);
-    await live.finish(id, sampleJobResult({ requestId: id, endedAt: new Date(Date.now() - 60_000).toISOString() }), { at: 2 });
-    expect(await live.archivable!(new Date(), 1000)).toEqual(expect.arrayContaining([expect.objectContaining({ requestId: id })]));
+    await live.finish(id, sampleJobResult({ requestId: id, endedAt: new Date(Date.now() - 60_000).toISOString() }), {
+      at: 2,
+    });
+    expect(await live.archivable!(new Date(), 1000)).toEqual(
+      expect.arrayContaining([expect.objectContaining({ requestId: id })]),
+    );
     const archive = createS3LogArchive({ bucket: s3.bucket, prefix: "sweep/", client: s3.client });
     const logs: ArchivingLogStore = createArchivingLogStore(live, { archive, sweepIntervalMs: 50 });
     try {
       await until(async () => (await logs.get(id))?.archived !== undefined, "the sweep to archive the job");
-      expect(await logs.read(id)).toEqual([{ line: "one", stderr: false }, { line: "two", stderr: true }]);
+      expect(await logs.read(id)).toEqual([
+        { line: "one", stderr: false },
+        { line: "two", stderr: true },
+      ]);
       expect((await live.archivable!(new Date(), 1000)).some((s) => s.requestId === id)).toBe(false);
       // Retention: the job ended a minute ago; a cutoff after it forgets job and object.
       expect(await logs.prune!(new Date())).toBeGreaterThanOrEqual(1);
@@ -232,7 +260,10 @@ describe("log archive: fs log store → fs archive (the embedded default)", () =
   it("archives at the end, reads back after a restart, and a missing object reads as no lines", async () => {
     const dir = await mkdtemp(join(tmpdir(), "rd-archive-"));
     try {
-      const open = () => createArchivingLogStore(createFsLogStore(join(dir, "logs")), { archive: createFsLogArchive(join(dir, "archive")) });
+      const open = () =>
+        createArchivingLogStore(createFsLogStore(join(dir, "logs")), {
+          archive: createFsLogArchive(join(dir, "archive")),
+        });
       let logs = open();
       const runner = createRunnerService(createMemoryQueue(), { logs });
       const server = await startRunnerServer(runner, { port: 0 });

@@ -52,7 +52,10 @@ describe("LogItem encoder (byte for byte against protobuf-es toBinary)", () => {
   for (const stderr of [false, true]) {
     for (const line of lines) {
       it(`log line ${JSON.stringify(line.slice(0, 24))}… (${line.length} chars) stderr=${stderr}`, () => {
-        const expected = toBinary(LogItemSchema, create(LogItemSchema, { requestId: ID, event: { case: "log", value: { line, stderr } } }));
+        const expected = toBinary(
+          LogItemSchema,
+          create(LogItemSchema, { requestId: ID, event: { case: "log", value: { line, stderr } } }),
+        );
         expectFrameOf(logFrame(ID, line, stderr), expected);
       });
     }
@@ -75,7 +78,10 @@ describe("LogItem encoder (byte for byte against protobuf-es toBinary)", () => {
   });
 
   it("an empty request ID is omitted like protobuf-es does", () => {
-    const expected = toBinary(LogItemSchema, create(LogItemSchema, { requestId: "", event: { case: "log", value: { line: "x", stderr: true } } }));
+    const expected = toBinary(
+      LogItemSchema,
+      create(LogItemSchema, { requestId: "", event: { case: "log", value: { line: "x", stderr: true } } }),
+    );
     expectFrameOf(logFrame("", "x", true), expected);
   });
 
@@ -91,7 +97,10 @@ describe("LogItem encoder (byte for byte against protobuf-es toBinary)", () => {
   ];
   for (const end of ends) {
     it(`job end ${JSON.stringify(end).slice(0, 80)}`, () => {
-      const expected = toBinary(LogItemSchema, create(LogItemSchema, { requestId: ID, event: { case: "end", value: end } }));
+      const expected = toBinary(
+        LogItemSchema,
+        create(LogItemSchema, { requestId: ID, event: { case: "end", value: end } }),
+      );
       expectFrameOf(createLogItemEncoder(ID).endFrame(end), expected);
       const back = fromBinary(LogItemSchema, expected);
       expect(back.event.case).toBe("end");
@@ -112,7 +121,11 @@ describe("encoder: no global lookups per line", () => {
     const out = Buffer.alloc(200 * 1000);
     const original = Object.getOwnPropertyDescriptor(globalThis, "Buffer")!;
     let reads = 0;
-    Object.defineProperty(globalThis, "Buffer", { configurable: true, enumerable: false, get: () => (reads++, original.get ? original.get.call(globalThis) : original.value) });
+    Object.defineProperty(globalThis, "Buffer", {
+      configurable: true,
+      enumerable: false,
+      get: () => (reads++, original.get ? original.get.call(globalThis) : original.value),
+    });
     let pos = 0;
     try {
       for (let i = 0; i < 1000; i++) pos = enc.writeLogFrameBytes(out, pos, src, 0, 99, i % 10 === 9);
@@ -120,7 +133,9 @@ describe("encoder: no global lookups per line", () => {
       Object.defineProperty(globalThis, "Buffer", original);
     }
     expect(reads).toBe(0);
-    expect(fromBinary(LogItemSchema, out.subarray(FRAME_PREFIX_BYTES, out.readUInt32BE(1) + FRAME_PREFIX_BYTES)).event.value).toMatchObject({ line: "x".repeat(99) });
+    expect(
+      fromBinary(LogItemSchema, out.subarray(FRAME_PREFIX_BYTES, out.readUInt32BE(1) + FRAME_PREFIX_BYTES)).event.value,
+    ).toMatchObject({ line: "x".repeat(99) });
   });
 });
 
@@ -197,7 +212,11 @@ describe("spool", () => {
       "for (const s of [a, b]) { s.append(3, (buf, pos) => pos + 3); s.drop(1); }",
       "console.log(JSON.stringify([%HasFastProperties(a), %HasFastProperties(b), %HaveSameMap(a, b)]));",
     ].join("\n");
-    const out = execFileSync(process.execPath, ["--allow-natives-syntax", "--import", "tsx", "--input-type=module", "-e", script], { encoding: "utf8" });
+    const out = execFileSync(
+      process.execPath,
+      ["--allow-natives-syntax", "--import", "tsx", "--input-type=module", "-e", script],
+      { encoding: "utf8" },
+    );
     expect(JSON.parse(out)).toEqual([true, true, true]);
   });
 
@@ -232,7 +251,9 @@ describe("spool", () => {
     expect(spool.has(16)).toBe(false);
     expect(spool.has(17)).toBe(true);
     expect(spool.has(30)).toBe(true);
-    expect(text(spool.slice(17, 1 << 20).buffers)).toBe(Array.from({ length: 13 }, (_, i) => `item-${i + 17};`).join(""));
+    expect(text(spool.slice(17, 1 << 20).buffers)).toBe(
+      Array.from({ length: 13 }, (_, i) => `item-${i + 17};`).join(""),
+    );
     expect(spool.slice(3, 100).buffers).toEqual([]);
     spool.drop(30);
     expect(spool.bytes).toBe(0);

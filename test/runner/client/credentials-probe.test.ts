@@ -25,11 +25,17 @@ describe("checkJobCredentials", () => {
     const id = randomUUID();
     await h.runner.expectJob(id);
     const token = mintJobToken(secret, id);
-    expect(await checkJobCredentials({ endpoint: h.server.url, requestId: id, token })).toEqual({ status: "ok", committed: 0 });
+    expect(await checkJobCredentials({ endpoint: h.server.url, requestId: id, token })).toEqual({
+      status: "ok",
+      committed: 0,
+    });
     expect(await h.logs.get(id)).toMatchObject({ committed: 0, storedLines: 0, status: "open" });
     expect(await send(h.client, [line(id, "a"), line(id, "b")], { token })).toMatchObject({ ok: true, committed: "2" });
     // Mid-job the check reports what the server holds, and the next call continues from there.
-    expect(await checkJobCredentials({ endpoint: h.server.url, requestId: id.toUpperCase(), token })).toEqual({ status: "ok", committed: 2 });
+    expect(await checkJobCredentials({ endpoint: h.server.url, requestId: id.toUpperCase(), token })).toEqual({
+      status: "ok",
+      committed: 2,
+    });
     expect(await send(h.client, [line(id, "c")], { token, offset: 2 })).toMatchObject({ ok: true, committed: "3" });
     expect((await h.logs.read(id)).map((l) => l.line)).toEqual(["a", "b", "c"]);
   });
@@ -37,27 +43,42 @@ describe("checkJobCredentials", () => {
   it("refuses a wrong token (PERMISSION_DENIED) and a missing one (UNAUTHENTICATED)", async () => {
     const id = randomUUID();
     await h.runner.expectJob(id);
-    const wrong = await checkJobCredentials({ endpoint: h.server.url, requestId: id, token: mintJobToken("another secret", id) });
+    const wrong = await checkJobCredentials({
+      endpoint: h.server.url,
+      requestId: id,
+      token: mintJobToken("another secret", id),
+    });
     expect(wrong.status).toBe("refused");
     expect(wrong.status === "refused" && wrong.error.code).toBe("PERMISSION_DENIED");
     const missing = await checkJobCredentials({ endpoint: h.server.url, requestId: id });
     expect(missing.status === "refused" && missing.error.code).toBe("UNAUTHENTICATED");
     // A token of another job is wrong for this one.
-    const other = await checkJobCredentials({ endpoint: h.server.url, requestId: id, token: mintJobToken(secret, randomUUID()) });
+    const other = await checkJobCredentials({
+      endpoint: h.server.url,
+      requestId: id,
+      token: mintJobToken(secret, randomUUID()),
+    });
     expect(other.status === "refused" && other.error.code).toBe("PERMISSION_DENIED");
     expect(await h.logs.get(id)).toMatchObject({ committed: 0, storedLines: 0 });
   });
 
   it("refuses a job the server does not expect (NOT_FOUND under requireKnownJobs)", async () => {
     const id = randomUUID();
-    const unknown = await checkJobCredentials({ endpoint: h.server.url, requestId: id, token: mintJobToken(secret, id) });
+    const unknown = await checkJobCredentials({
+      endpoint: h.server.url,
+      requestId: id,
+      token: mintJobToken(secret, id),
+    });
     expect(unknown.status === "refused" && unknown.error.code).toBe("NOT_FOUND");
   });
 
   it("passes on an open server without a token", async () => {
     const open = await startHarness({ memoryStore: true });
     try {
-      expect(await checkJobCredentials({ endpoint: open.server.url, requestId: randomUUID() })).toEqual({ status: "ok", committed: 0 });
+      expect(await checkJobCredentials({ endpoint: open.server.url, requestId: randomUUID() })).toEqual({
+        status: "ok",
+        committed: 0,
+      });
     } finally {
       await open.close();
     }
@@ -68,8 +89,14 @@ describe("checkJobCredentials", () => {
     await new Promise<void>((r) => probe.listen(0, "127.0.0.1", r));
     const port = (probe.address() as { port: number }).port;
     await new Promise((r) => probe.close(r));
-    const result = await checkJobCredentials({ endpoint: `http://127.0.0.1:${port}`, requestId: randomUUID(), token: "t" });
+    const result = await checkJobCredentials({
+      endpoint: `http://127.0.0.1:${port}`,
+      requestId: randomUUID(),
+      token: "t",
+    });
     expect(result.status).toBe("unreachable");
-    expect(result.status === "unreachable" && result.error.message).toBe(`cannot reach http://127.0.0.1:${port}: connection refused (ECONNREFUSED): nothing listens there`);
+    expect(result.status === "unreachable" && result.error.message).toBe(
+      `cannot reach http://127.0.0.1:${port}: connection refused (ECONNREFUSED): nothing listens there`,
+    );
   });
 });

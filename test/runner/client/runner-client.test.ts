@@ -16,8 +16,16 @@ import { createMemoryQueue, type MemoryQueue } from "../../../src/adapters/memor
 import { isRunnerDepotError } from "../../../src/errors.js";
 import { createRunnerClient, type RunnerClientOptions } from "../../../src/runner/client/runner-client.js";
 import type { JobLogStore, StoredLine } from "../../../src/runner/ports.js";
-import { createRunnerService, type RunnerService, type RunnerServiceOptions } from "../../../src/runner/service/runner-service.js";
-import { startRunnerServer, type RunnerServer, type RunnerServerSettings } from "../../../src/runner/server/start-server.js";
+import {
+  createRunnerService,
+  type RunnerService,
+  type RunnerServiceOptions,
+} from "../../../src/runner/service/runner-service.js";
+import {
+  startRunnerServer,
+  type RunnerServer,
+  type RunnerServerSettings,
+} from "../../../src/runner/server/start-server.js";
 import { mintJobToken } from "../../../src/runner/protocol/token.js";
 
 const SECRET = "client-test-secret";
@@ -27,7 +35,9 @@ interface Harness {
   runner: RunnerService;
   server: RunnerServer;
   logs: JobLogStore;
-  client(extra?: Partial<RunnerClientOptions> & { requestId?: string }): ReturnType<typeof createRunnerClient> & { requestId: string };
+  client(
+    extra?: Partial<RunnerClientOptions> & { requestId?: string },
+  ): ReturnType<typeof createRunnerClient> & { requestId: string };
   stored(requestId: string): Promise<StoredLine[]>;
   close(): Promise<void>;
 }
@@ -50,12 +60,21 @@ async function startHarness(options: RunnerServiceOptions = {}, settings: Runner
     logs,
     client(extra = {}) {
       const requestId = extra.requestId ?? randomUUID();
-      const c = createRunnerClient({ endpoint: server.url, requestId, token: mintJobToken(SECRET, requestId), ...extra });
+      const c = createRunnerClient({
+        endpoint: server.url,
+        requestId,
+        token: mintJobToken(SECRET, requestId),
+        ...extra,
+      });
       clients.push(c);
       return Object.assign(c, { requestId });
     },
     async stored(requestId) {
-      return (await logs.read(requestId, 0, Number.MAX_SAFE_INTEGER)).map((l) => ({ line: l.line, stderr: l.stderr, ...(l.marker ? { marker: true } : {}) }));
+      return (await logs.read(requestId, 0, Number.MAX_SAFE_INTEGER)).map((l) => ({
+        line: l.line,
+        stderr: l.stderr,
+        ...(l.marker ? { marker: true } : {}),
+      }));
     },
     async close() {
       for (const c of clients) await c.close();
@@ -77,7 +96,10 @@ describe("createRunnerClient: the happy path", () => {
     // Each call costs both sides a stream, a token check and an answer (~1 ms of CPU a side
     // on the e2e bench), so the default cut is 4 MiB; it still bounds a replay.
     const line = "x".repeat(99);
-    for (const [lines, calls] of [[20_000, 1], [36_000, 2]] as const) {
+    for (const [lines, calls] of [
+      [20_000, 1],
+      [36_000, 2],
+    ] as const) {
       const client = h.client();
       for (let i = 0; i < lines; i++) client.log(line);
       await client.flush();
@@ -324,7 +346,11 @@ describe("createRunnerClient: the status-code table", () => {
     const proxy = await startSwitchProxy(a.server.port);
     try {
       const requestId = randomUUID();
-      const client = createRunnerClient({ endpoint: `http://127.0.0.1:${proxy.port}`, requestId, token: mintJobToken(SECRET, requestId) });
+      const client = createRunnerClient({
+        endpoint: `http://127.0.0.1:${proxy.port}`,
+        requestId,
+        token: mintJobToken(SECRET, requestId),
+      });
       client.log("stored on A");
       await client.flush();
       proxy.switchTo(b.server.port);
@@ -467,7 +493,11 @@ describe("createRunnerClient: server restart and TLS", () => {
       await client.end({ exitCode: 0, success: true });
       expect(await tlsH.stored(client.requestId)).toEqual([{ line: "over TLS", stderr: false }]);
 
-      const anonymous = tlsH.client({ tls: { ca: server.cert }, deadlineMs: 200, backoff: { initialMs: 10, maxMs: 20 } });
+      const anonymous = tlsH.client({
+        tls: { ca: server.cert },
+        deadlineMs: 200,
+        backoff: { initialMs: 10, maxMs: 20 },
+      });
       anonymous.log("no certificate");
       await expect(anonymous.flush()).rejects.toMatchObject({ code: "UNAVAILABLE" });
       expect(await tlsH.logs.get(anonymous.requestId)).toBeNull();
@@ -480,10 +510,29 @@ describe("createRunnerClient: server restart and TLS", () => {
 async function selfSigned(dir: string, name: string, san: string) {
   const key = path.join(dir, `${name}.key`);
   const cert = path.join(dir, `${name}.crt`);
-  execFileSync("openssl", [
-    "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-    "-keyout", key, "-out", cert, "-days", "1", "-subj", `/CN=${name}`, "-addext", san,
-  ], { stdio: "ignore" });
+  execFileSync(
+    "openssl",
+    [
+      "req",
+      "-x509",
+      "-newkey",
+      "ec",
+      "-pkeyopt",
+      "ec_paramgen_curve:prime256v1",
+      "-nodes",
+      "-keyout",
+      key,
+      "-out",
+      cert,
+      "-days",
+      "1",
+      "-subj",
+      `/CN=${name}`,
+      "-addext",
+      san,
+    ],
+    { stdio: "ignore" },
+  );
   return { key: await readFile(key), cert: await readFile(cert) };
 }
 

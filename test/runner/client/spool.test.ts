@@ -28,56 +28,67 @@ describe("spool: a property against a model", () => {
       fc.record({ k: fc.constant("frames" as const), at: fc.nat(60) }),
     );
     fc.assert(
-      fc.property(fc.integer({ min: 8, max: 128 }), fc.nat(5), fc.array(op, { maxLength: 80 }), (chunkBytes, start0, ops) => {
-        const spool = createSpool({ chunkBytes, start: start0 });
-        let start = start0;
-        let stamp = 0;
-        const items: Buffer[] = []; // items[o - start0]
-        const inFlight: { bufs: Buffer[]; copy: Buffer }[] = [];
-        for (const raw of ops) {
-          // Offsets relative to what is held (one below start to two past end), so most ops hit it.
-          const o = raw.k === "append" ? raw : { ...raw, at: Math.max(0, start - 1 + (raw.at % (start0 + items.length - start + 4))) };
-          if (o.k === "append") {
-            const b = Buffer.alloc(o.size, ++stamp % 251);
-            const off = spool.append(b.length, (buf, pos) => pos + b.copy(buf, pos));
-            expect(off).toBe(start0 + items.length);
-            items.push(b);
-          } else if (o.k === "drop") {
-            spool.drop(o.at);
-            if (o.at > start) start = Math.min(o.at, start0 + items.length);
-          } else if (o.k === "truncate") {
-            const to = Math.max(o.at, start);
-            spool.truncate(to);
-            if (to < start0 + items.length) items.length = to - start0;
-          } else if (o.k === "slice") {
-            const s = spool.slice(o.at, o.max);
-            const end = start0 + items.length;
-            if (o.at < start || o.at >= end) {
-              expect(s).toEqual({ buffers: [], bytes: 0, to: o.at });
+      fc.property(
+        fc.integer({ min: 8, max: 128 }),
+        fc.nat(5),
+        fc.array(op, { maxLength: 80 }),
+        (chunkBytes, start0, ops) => {
+          const spool = createSpool({ chunkBytes, start: start0 });
+          let start = start0;
+          let stamp = 0;
+          const items: Buffer[] = []; // items[o - start0]
+          const inFlight: { bufs: Buffer[]; copy: Buffer }[] = [];
+          for (const raw of ops) {
+            // Offsets relative to what is held (one below start to two past end), so most ops hit it.
+            const o =
+              raw.k === "append"
+                ? raw
+                : { ...raw, at: Math.max(0, start - 1 + (raw.at % (start0 + items.length - start + 4))) };
+            if (o.k === "append") {
+              const b = Buffer.alloc(o.size, ++stamp % 251);
+              const off = spool.append(b.length, (buf, pos) => pos + b.copy(buf, pos));
+              expect(off).toBe(start0 + items.length);
+              items.push(b);
+            } else if (o.k === "drop") {
+              spool.drop(o.at);
+              if (o.at > start) start = Math.min(o.at, start0 + items.length);
+            } else if (o.k === "truncate") {
+              const to = Math.max(o.at, start);
+              spool.truncate(to);
+              if (to < start0 + items.length) items.length = to - start0;
+            } else if (o.k === "slice") {
+              const s = spool.slice(o.at, o.max);
+              const end = start0 + items.length;
+              if (o.at < start || o.at >= end) {
+                expect(s).toEqual({ buffers: [], bytes: 0, to: o.at });
+              } else {
+                expect(s.to).toBeGreaterThan(o.at);
+                const want = Buffer.concat(items.slice(o.at - start0, s.to - start0));
+                expect(Buffer.concat(s.buffers)).toEqual(want);
+                expect(s.bytes).toBe(want.length);
+                if (s.to - o.at > 1) expect(s.bytes).toBeLessThanOrEqual(o.max);
+                if (s.to < end) expect(s.bytes + items[s.to - start0]!.length).toBeGreaterThan(o.max);
+                inFlight.push({ bufs: s.buffers, copy: Buffer.from(want) });
+              }
             } else {
-              expect(s.to).toBeGreaterThan(o.at);
-              const want = Buffer.concat(items.slice(o.at - start0, s.to - start0));
-              expect(Buffer.concat(s.buffers)).toEqual(want);
-              expect(s.bytes).toBe(want.length);
-              if (s.to - o.at > 1) expect(s.bytes).toBeLessThanOrEqual(o.max);
-              if (s.to < end) expect(s.bytes + items[s.to - start0]!.length).toBeGreaterThan(o.max);
-              inFlight.push({ bufs: s.buffers, copy: Buffer.from(want) });
+              const fr = spool.frames(o.at);
+              expect(fr.map((b) => b.toString("hex"))).toEqual(
+                items.slice(Math.max(o.at, start) - start0).map((b) => b.toString("hex")),
+              );
             }
-          } else {
-            const fr = spool.frames(o.at);
-            expect(fr.map((b) => b.toString("hex"))).toEqual(items.slice(Math.max(o.at, start) - start0).map((b) => b.toString("hex")));
+            expect(spool.start).toBe(start);
+            expect(spool.end).toBe(start0 + items.length);
+            const heldSize = items.slice(start - start0).reduce((n, b) => n + b.length, 0);
+            expect(spool.bytes).toBeGreaterThanOrEqual(heldSize);
+            // Whole chunks are held, so items before start may count, but never a truncated one.
+            expect(spool.bytes).toBeLessThanOrEqual(items.reduce((n, b) => n + b.length, 0));
+            if (start === start0 + items.length && o.k === "drop" && o.at >= start) expect(spool.bytes).toBe(0);
+            for (let x = start - 1; x <= start0 + items.length + 1; x++)
+              expect(spool.has(x)).toBe(x >= start && x <= start0 + items.length);
+            for (const f of inFlight) expect(Buffer.concat(f.bufs)).toEqual(f.copy);
           }
-          expect(spool.start).toBe(start);
-          expect(spool.end).toBe(start0 + items.length);
-          const heldSize = items.slice(start - start0).reduce((n, b) => n + b.length, 0);
-          expect(spool.bytes).toBeGreaterThanOrEqual(heldSize);
-          // Whole chunks are held, so items before start may count, but never a truncated one.
-          expect(spool.bytes).toBeLessThanOrEqual(items.reduce((n, b) => n + b.length, 0));
-          if (start === start0 + items.length && o.k === "drop" && o.at >= start) expect(spool.bytes).toBe(0);
-          for (let x = start - 1; x <= start0 + items.length + 1; x++) expect(spool.has(x)).toBe(x >= start && x <= start0 + items.length);
-          for (const f of inFlight) expect(Buffer.concat(f.bufs)).toEqual(f.copy);
-        }
-      }),
+        },
+      ),
       { numRuns: 3000 },
     );
   });

@@ -27,7 +27,24 @@ function scanFreshChunk(scan: (buf: Buffer) => unknown): { chunk: WeakRef<Buffer
 
 describe("runner byte scans", () => {
   it("agrees with JSON.stringify for every single character at every position and length", () => {
-    const specials = ['"', "\\", "\u0000", "\u0001", "\u001f", " ", "\u007f", "é", "€", "😀", "\u2028", "\ufffd", "x", "\t", "\n", "/"];
+    const specials = [
+      '"',
+      "\\",
+      "\u0000",
+      "\u0001",
+      "\u001f",
+      " ",
+      "\u007f",
+      "é",
+      "€",
+      "😀",
+      "\u2028",
+      "\ufffd",
+      "x",
+      "\t",
+      "\n",
+      "/",
+    ];
     for (const ch of specials) {
       for (let len = 0; len < 12; len++) {
         for (let at = 0; at <= len; at++) {
@@ -36,7 +53,9 @@ describe("runner byte scans", () => {
           // At an offset inside a larger buffer, as a request chunk holds lines.
           for (const pad of [0, 1, 2, 3]) {
             const buf = Buffer.concat([Buffer.alloc(pad, 0x22), body, Buffer.from([0x5c, 0x00, 0x80])]);
-            expect(isPlainJsonText(buf, pad, pad + body.length), JSON.stringify(text)).toBe(JSON.stringify(text) === `"${text}"`);
+            expect(isPlainJsonText(buf, pad, pad + body.length), JSON.stringify(text)).toBe(
+              JSON.stringify(text) === `"${text}"`,
+            );
           }
         }
       }
@@ -117,7 +136,9 @@ describe("runner byte scans", () => {
             new Uint8Array(backing).fill(0xc3);
             buf.fill(0x41, start, start + len);
             if (at >= 0) buf[start + at] = 0x80;
-            expect(isAsciiRange(buf, start, start + len), `offset ${offset} start ${start} len ${len} at ${at}`).toBe(at < 0);
+            expect(isAsciiRange(buf, start, start + len), `offset ${offset} start ${start} len ${len} at ${at}`).toBe(
+              at < 0,
+            );
           }
         }
       }

@@ -12,7 +12,9 @@ import { toLogItem } from "../../../src/runner/protocol/received-line.js";
 const ID = "0b6c6f0e-9f8e-4c4b-a0c1-2f3e4d5c6b7a";
 
 function logBytes(requestId: string, line: string, stderr: boolean): Buffer {
-  return Buffer.from(toBinary(LogItemSchema, create(LogItemSchema, { requestId, event: { case: "log", value: { line, stderr } } })));
+  return Buffer.from(
+    toBinary(LogItemSchema, create(LogItemSchema, { requestId, event: { case: "log", value: { line, stderr } } })),
+  );
 }
 
 /** Decodes `bytes` placed at an offset inside a larger buffer, as the fast path sees frames. */
@@ -57,13 +59,23 @@ describe("fast-path LogItem decoder", () => {
   it("accepts fields in another order and an explicit stderr=false, as fromBinary reads them", () => {
     const inner = Buffer.from([0x10, 0x00, 0x0a, 0x02, 0x68, 0x69]); // stderr=false, then line "hi"
     const idBytes = Buffer.from(ID);
-    const bytes = Buffer.concat([Buffer.from([0x12, inner.length]), inner, Buffer.from([0x0a, idBytes.length]), idBytes]);
+    const bytes = Buffer.concat([
+      Buffer.from([0x12, inner.length]),
+      inner,
+      Buffer.from([0x0a, idBytes.length]),
+      idBytes,
+    ]);
     expect(decodeAt(bytes)).toStrictEqual(fromBinary(LogItemSchema, bytes));
     expect(decodeAt(bytes)!.event).toMatchObject({ case: "log", value: { line: "hi", stderr: false } });
   });
 
   it("declines what it does not handle plainly (the general parser takes those)", () => {
-    const end = Buffer.from(toBinary(LogItemSchema, create(LogItemSchema, { requestId: ID, event: { case: "end", value: { exitCode: -1, success: false } } })));
+    const end = Buffer.from(
+      toBinary(
+        LogItemSchema,
+        create(LogItemSchema, { requestId: ID, event: { case: "end", value: { exitCode: -1, success: false } } }),
+      ),
+    );
     const empty = Buffer.from(toBinary(LogItemSchema, create(LogItemSchema, { requestId: ID })));
     const unknownField = Buffer.concat([logBytes(ID, "a", false), Buffer.from([0x20, 0x01])]);
     const twoLogs = Buffer.concat([logBytes("", "a", false), logBytes("", "b", false)]);
@@ -72,7 +84,17 @@ describe("fast-path LogItem decoder", () => {
     const nonMinimalLength = Buffer.from([0x12, 0x05, 0x0a, 0x82, 0x00, 0x68, 0x69]); // valid: length 2 written in two bytes
     const truncated = logBytes(ID, "hello", false).subarray(0, 20);
     const boolTwo = Buffer.from([0x12, 0x02, 0x10, 0x02]);
-    for (const bytes of [end, empty, unknownField, twoLogs, invalidUtf8, realReplacementChar, nonMinimalLength, truncated, boolTwo]) {
+    for (const bytes of [
+      end,
+      empty,
+      unknownField,
+      twoLogs,
+      invalidUtf8,
+      realReplacementChar,
+      nonMinimalLength,
+      truncated,
+      boolTwo,
+    ]) {
       expect(decodeAt(bytes)).toBeNull();
     }
     // What the general parser makes of them is protobuf-es's business: e.g. invalid UTF-8 is refused.
@@ -90,7 +112,12 @@ describe("fast-path LogItem decoder", () => {
       const bytes = Buffer.from(logBytes(i % 2 ? ID : "", "line " + i, i % 3 === 0));
       const op = rand() % 3;
       const at = rand() % bytes.length;
-      const mutated = op === 0 ? (bytes.writeUInt8(rand() % 256, at), bytes) : op === 1 ? Buffer.concat([bytes.subarray(0, at), bytes.subarray(at + 1)]) : Buffer.concat([bytes.subarray(0, at), Buffer.from([rand() % 256]), bytes.subarray(at)]);
+      const mutated =
+        op === 0
+          ? (bytes.writeUInt8(rand() % 256, at), bytes)
+          : op === 1
+            ? Buffer.concat([bytes.subarray(0, at), bytes.subarray(at + 1)])
+            : Buffer.concat([bytes.subarray(0, at), Buffer.from([rand() % 256]), bytes.subarray(at)]);
       const fast = decodeAt(mutated);
       if (fast === null) continue;
       expect(fast).toStrictEqual(fromBinary(LogItemSchema, mutated));
@@ -108,7 +135,16 @@ function receivedAt(bytes: Buffer) {
 }
 
 describe("fast-path received-line decoder (the line kept as bytes)", () => {
-  const lines = ["", "x".repeat(99), "x".repeat(128), "x".repeat(70_000), "héllo wörld € 😀", "\ufeffbom", "a\ufffdb", "tab\tand\0nul"];
+  const lines = [
+    "",
+    "x".repeat(99),
+    "x".repeat(128),
+    "x".repeat(70_000),
+    "héllo wörld € 😀",
+    "\ufeffbom",
+    "a\ufffdb",
+    "tab\tand\0nul",
+  ];
 
   it("stands for exactly what fromBinary returns, and keeps the line as a range of the frame's buffer", () => {
     for (const id of [ID, ID.toUpperCase(), ""]) {
@@ -142,9 +178,15 @@ describe("fast-path received-line decoder (the line kept as bytes)", () => {
       expect(() => fromBinary(LogItemSchema, bytes)).toThrow(/utf-8/i);
       expect(receivedAt(bytes).line).toBeNull();
     }
-    const end = Buffer.from(toBinary(LogItemSchema, create(LogItemSchema, { requestId: ID, event: { case: "end", value: { exitCode: 1, success: false } } })));
+    const end = Buffer.from(
+      toBinary(
+        LogItemSchema,
+        create(LogItemSchema, { requestId: ID, event: { case: "end", value: { exitCode: 1, success: false } } }),
+      ),
+    );
     const unknownField = Buffer.concat([logBytes(ID, "a", false), Buffer.from([0x20, 0x01])]);
-    for (const bytes of [end, unknownField, Buffer.from([0x12, 0x02, 0x10, 0x02])]) expect(receivedAt(bytes).line).toBeNull();
+    for (const bytes of [end, unknownField, Buffer.from([0x12, 0x02, 0x10, 0x02])])
+      expect(receivedAt(bytes).line).toBeNull();
   });
 
   it("random mutations: whenever either decoder decodes, the received line agrees with fromBinary, and it declines nothing the message decoder takes", () => {
@@ -155,7 +197,12 @@ describe("fast-path received-line decoder (the line kept as bytes)", () => {
       const bytes = Buffer.from(logBytes(i % 2 ? ID : "", i % 5 === 0 ? "é line " + i : "line " + i, i % 3 === 0));
       const op = rand() % 3;
       const at = rand() % bytes.length;
-      const mutated = op === 0 ? (bytes.writeUInt8(rand() % 256, at), bytes) : op === 1 ? Buffer.concat([bytes.subarray(0, at), bytes.subarray(at + 1)]) : Buffer.concat([bytes.subarray(0, at), Buffer.from([rand() % 256]), bytes.subarray(at)]);
+      const mutated =
+        op === 0
+          ? (bytes.writeUInt8(rand() % 256, at), bytes)
+          : op === 1
+            ? Buffer.concat([bytes.subarray(0, at), bytes.subarray(at + 1)])
+            : Buffer.concat([bytes.subarray(0, at), Buffer.from([rand() % 256]), bytes.subarray(at)]);
       const { item } = receivedAt(mutated);
       if (decodeAt(mutated) !== null) expect(item).not.toBeNull();
       if (item === null) continue;

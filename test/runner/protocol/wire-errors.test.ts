@@ -6,7 +6,12 @@
 import { randomUUID } from "node:crypto";
 import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createRunnerService, startRunnerServer, type RunnerServer, type RunnerService } from "../../../src/runner/index.js";
+import {
+  createRunnerService,
+  startRunnerServer,
+  type RunnerServer,
+  type RunnerService,
+} from "../../../src/runner/index.js";
 import { createMemoryQueue } from "../../../src/adapters/memory/index.js";
 import { line, until } from "../../fixtures/runner-service.js";
 import { connect, frame, openCall, PROTOCOLS } from "../../fixtures/runner-raw-calls.js";
@@ -21,12 +26,32 @@ function rawFrame(payload: number[], flags = 0): Buffer {
 }
 
 const CASES: Array<{ name: string; bytes: (id: string) => Buffer; code: Code; text: RegExp }> = [
-  { name: "a compressed flag without an encoding", bytes: (id) => Buffer.from(frame(line(id, "zipped?")).map((b, i) => (i === 0 ? 1 : b))), code: Code.InvalidArgument, text: /flagged compressed but the call names no encoding/ },
+  {
+    name: "a compressed flag without an encoding",
+    bytes: (id) => Buffer.from(frame(line(id, "zipped?")).map((b, i) => (i === 0 ? 1 : b))),
+    code: Code.InvalidArgument,
+    text: /flagged compressed but the call names no encoding/,
+  },
   // request_id (field 1, length-delimited) whose length varint never ends.
-  { name: "a truncated varint", bytes: () => rawFrame([0x0a, 0x80]), code: Code.InvalidArgument, text: /^not a valid runner\.v1\.LogItem: / },
+  {
+    name: "a truncated varint",
+    bytes: () => rawFrame([0x0a, 0x80]),
+    code: Code.InvalidArgument,
+    text: /^not a valid runner\.v1\.LogItem: /,
+  },
   // log (field 2, a message) sent as a varint.
-  { name: "a wrong wire type", bytes: () => rawFrame([0x12 & ~0x07, 0x01]), code: Code.InvalidArgument, text: /^not a valid runner\.v1\.LogItem: / },
-  { name: "invalid UTF-8", bytes: () => rawFrame([0x12, 0x04, 0x0a, 0x02, 0xff, 0x41]), code: Code.InvalidArgument, text: /^not a valid runner\.v1\.LogItem: / },
+  {
+    name: "a wrong wire type",
+    bytes: () => rawFrame([0x12 & ~0x07, 0x01]),
+    code: Code.InvalidArgument,
+    text: /^not a valid runner\.v1\.LogItem: /,
+  },
+  {
+    name: "invalid UTF-8",
+    bytes: () => rawFrame([0x12, 0x04, 0x0a, 0x02, 0xff, 0x41]),
+    code: Code.InvalidArgument,
+    text: /^not a valid runner\.v1\.LogItem: /,
+  },
 ];
 
 /** A frame of `item` followed by an unknown field (number 15, length-delimited) of `size` bytes. */
@@ -138,4 +163,3 @@ describe("runner wire errors (issue 9, runner 4)", () => {
     });
   }
 });
-

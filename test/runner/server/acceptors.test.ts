@@ -32,7 +32,9 @@ async function acceptedPerTurn(accepted: () => number, total: number): Promise<n
 
 /** Opens `n` TCP connections, then blocks the event loop so the kernel queues them unaccepted. */
 async function backlog(port: number, n: number): Promise<net.Socket[]> {
-  const sockets = Array.from({ length: n }, () => net.connect({ host: "127.0.0.1", port }).on("error", () => undefined));
+  const sockets = Array.from({ length: n }, () =>
+    net.connect({ host: "127.0.0.1", port }).on("error", () => undefined),
+  );
   // Let the connect() calls go out; the kernel completes loopback handshakes on its own.
   await new Promise((r) => setImmediate(r));
   await new Promise((r) => setImmediate(r));
@@ -44,27 +46,30 @@ async function backlog(port: number, n: number): Promise<net.Socket[]> {
 }
 
 describe("runner server acceptors", () => {
-  it.runIf(linux)("a busy loop accepts several queued connections per turn with several sockets (one per turn with one)", async () => {
-    for (const count of [1, 8]) {
-      let accepted = 0;
-      const held: net.Socket[] = [];
-      const acceptors = await listenAcceptors({ host: "127.0.0.1", port: 0, count, backlog: 512 }, (s) => {
-        accepted++;
-        held.push(s);
-      });
-      const clients = await backlog(acceptors.port, 64);
-      try {
-        expect(acceptors.count).toBe(count);
-        const turns = await acceptedPerTurn(() => accepted, 64);
-        expect(accepted).toBe(64);
-        if (count === 1) expect(Math.max(...turns)).toBe(1);
-        else expect(Math.max(...turns)).toBeGreaterThan(1);
-      } finally {
-        for (const s of [...clients, ...held]) s.destroy();
-        await acceptors.close();
+  it.runIf(linux)(
+    "a busy loop accepts several queued connections per turn with several sockets (one per turn with one)",
+    async () => {
+      for (const count of [1, 8]) {
+        let accepted = 0;
+        const held: net.Socket[] = [];
+        const acceptors = await listenAcceptors({ host: "127.0.0.1", port: 0, count, backlog: 512 }, (s) => {
+          accepted++;
+          held.push(s);
+        });
+        const clients = await backlog(acceptors.port, 64);
+        try {
+          expect(acceptors.count).toBe(count);
+          const turns = await acceptedPerTurn(() => accepted, 64);
+          expect(accepted).toBe(64);
+          if (count === 1) expect(Math.max(...turns)).toBe(1);
+          else expect(Math.max(...turns)).toBeGreaterThan(1);
+        } finally {
+          for (const s of [...clients, ...held]) s.destroy();
+          await acceptors.close();
+        }
       }
-    }
-  });
+    },
+  );
 
   it("many agents at once on one server: every line of every job stored, one result each", async () => {
     const secret = "acceptors-secret";
@@ -72,10 +77,16 @@ describe("runner server acceptors", () => {
     const runner = createRunnerService(queue, { secret });
     const server = await startRunnerServer(runner, { port: 0, acceptors: 4 });
     const jobs = Array.from({ length: 60 }, () => randomUUID());
-    const clients = jobs.map((id) => createRunnerClient({ endpoint: server.url, requestId: id, token: mintJobToken(secret, id) }));
+    const clients = jobs.map((id) =>
+      createRunnerClient({ endpoint: server.url, requestId: id, token: mintJobToken(secret, id) }),
+    );
     try {
       for (let i = 0; i < 20; i++) for (const [k, c] of clients.entries()) c.log(`${jobs[k]} line ${i}`);
-      await Promise.all(clients.map((c) => c.end({ exitCode: 0, success: true, repoUrl: "https://example.com/r.git", commitSha: "abc" })));
+      await Promise.all(
+        clients.map((c) =>
+          c.end({ exitCode: 0, success: true, repoUrl: "https://example.com/r.git", commitSha: "abc" }),
+        ),
+      );
       await until(() => queue.results.length === jobs.length, "a result per job");
       for (const id of jobs) {
         const lines = await runner.logs.read(id, 0);
@@ -102,7 +113,9 @@ describe("runner server acceptors", () => {
     await runner.close();
     // Every listening socket is closed: the port can be bound again, without SO_REUSEPORT.
     const again = net.createServer();
-    await new Promise<void>((resolve, reject) => again.once("error", reject).listen({ host: "127.0.0.1", port: server.port }, () => resolve()));
+    await new Promise<void>((resolve, reject) =>
+      again.once("error", reject).listen({ host: "127.0.0.1", port: server.port }, () => resolve()),
+    );
     await new Promise<void>((resolve) => again.close(() => resolve()));
   });
 
@@ -117,24 +130,32 @@ describe("runner server acceptors", () => {
     }
   });
 
-  it.runIf(linux)("a port held by another runner server is refused (EADDRINUSE), not shared through SO_REUSEPORT", async () => {
-    const runner = createRunnerService(createMemoryQueue());
-    const server = await startRunnerServer(runner, { port: 0 });
-    try {
-      await expect(startRunnerServer(runner, { port: server.port })).rejects.toMatchObject({ code: "EADDRINUSE" });
-    } finally {
+  it.runIf(linux)(
+    "a port held by another runner server is refused (EADDRINUSE), not shared through SO_REUSEPORT",
+    async () => {
+      const runner = createRunnerService(createMemoryQueue());
+      const server = await startRunnerServer(runner, { port: 0 });
+      try {
+        await expect(startRunnerServer(runner, { port: server.port })).rejects.toMatchObject({ code: "EADDRINUSE" });
+      } finally {
+        await server.close();
+        await runner.close();
+      }
+    },
+  );
+
+  it.runIf(linux)(
+    "eight sockets are all closed by close(): the port can be bound again without SO_REUSEPORT",
+    async () => {
+      const runner = createRunnerService(createMemoryQueue());
+      const server = await startRunnerServer(runner, { port: 0 });
       await server.close();
       await runner.close();
-    }
-  });
-
-  it.runIf(linux)("eight sockets are all closed by close(): the port can be bound again without SO_REUSEPORT", async () => {
-    const runner = createRunnerService(createMemoryQueue());
-    const server = await startRunnerServer(runner, { port: 0 });
-    await server.close();
-    await runner.close();
-    const again = net.createServer();
-    await new Promise<void>((resolve, reject) => again.once("error", reject).listen({ host: "127.0.0.1", port: server.port }, () => resolve()));
-    await new Promise<void>((resolve) => again.close(() => resolve()));
-  });
+      const again = net.createServer();
+      await new Promise<void>((resolve, reject) =>
+        again.once("error", reject).listen({ host: "127.0.0.1", port: server.port }, () => resolve()),
+      );
+      await new Promise<void>((resolve) => again.close(() => resolve()));
+    },
+  );
 });

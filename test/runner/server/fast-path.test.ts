@@ -10,10 +10,21 @@ import { randomUUID } from "node:crypto";
 import type { AddressInfo } from "node:net";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { createClient, createContextValues } from "@connectrpc/connect";
-import { compressionGzip, createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import {
+  compressionGzip,
+  createConnectTransport,
+  createGrpcTransport,
+  createGrpcWebTransport,
+} from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LogItemSchema, Runner, type LogItem } from "../../../src/gen/runner/v1/runner_pb.js";
-import { createRunnerHandler, createRunnerService, startRunnerServer, type RunnerServer, type RunnerService } from "../../../src/runner/index.js";
+import {
+  createRunnerHandler,
+  createRunnerService,
+  startRunnerServer,
+  type RunnerServer,
+  type RunnerService,
+} from "../../../src/runner/index.js";
 import { createStreamLogsFastPath } from "../../../src/runner/server/fast-path.js";
 import { kMessageBytes, kShutdownSignal } from "../../../src/runner/service/runner-service.js";
 import { createReadBudget } from "../../../src/runner/server/read-budget.js";
@@ -53,7 +64,13 @@ async function rawCall(url: string, steps: Step[], headers: Record<string, strin
   const session = http2.connect(url);
   session.on("error", () => undefined);
   try {
-    const req = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers", ...headers });
+    const req = session.request({
+      ":method": "POST",
+      ":path": PATH,
+      "content-type": "application/grpc",
+      te: "trailers",
+      ...headers,
+    });
     req.on("error", () => undefined);
     let responseHeaders: http2.IncomingHttpHeaders = {};
     let trailers: http2.IncomingHttpHeaders | null = null;
@@ -73,7 +90,12 @@ async function rawCall(url: string, steps: Step[], headers: Record<string, strin
     }
     if (!req.closed && !req.destroyed) req.end();
     await closed;
-    return { status: Number(responseHeaders[":status"]), headers: clean(responseHeaders), trailers: trailers && clean(trailers), body: Buffer.concat(chunks) };
+    return {
+      status: Number(responseHeaders[":status"]),
+      headers: clean(responseHeaders),
+      trailers: trailers && clean(trailers),
+      body: Buffer.concat(chunks),
+    };
   } finally {
     session.destroy();
   }
@@ -81,7 +103,8 @@ async function rawCall(url: string, steps: Step[], headers: Record<string, strin
 
 function clean(h: http2.IncomingHttpHeaders): Record<string, string> {
   const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(h)) if (k !== "date" && v !== undefined) out[k] = Array.isArray(v) ? v.join(", ") : String(v);
+  for (const [k, v] of Object.entries(h))
+    if (k !== "date" && v !== undefined) out[k] = Array.isArray(v) ? v.join(", ") : String(v);
   return out;
 }
 
@@ -123,7 +146,10 @@ describe("runner gRPC fast path vs connect path: same scenario, same answer", ()
   it("frames split across DATA frames at odd places: every item stored once, same response on both paths", async () => {
     const results = await both(sides, async (side) => {
       const id = randomUUID();
-      const body = Buffer.concat([...Array.from({ length: 20 }, (_, i) => frame(line(id, `line ${i} ${"é".repeat(i)}`, i % 3 === 0))), frame(end(id, 3, false))]);
+      const body = Buffer.concat([
+        ...Array.from({ length: 20 }, (_, i) => frame(line(id, `line ${i} ${"é".repeat(i)}`, i % 3 === 0))),
+        frame(end(id, 3, false)),
+      ]);
       // Cut inside a prefix, inside a message, and one byte at a time for a stretch.
       const cuts = [2, 3, 9, 40, 41, 42, 43, 44, 45, 120, body.length - 1];
       const steps: Buffer[] = [];
@@ -142,7 +168,12 @@ describe("runner gRPC fast path vs connect path: same scenario, same answer", ()
     expect(fast!.wire.body).toEqual(Buffer.from([0, 0, 0, 0, 2, 0x08, 0x01])); // Ack { ok: true }
     expect(fast!.stored).toHaveLength(20);
     expect(fast!.stored[4]).toBe(`O:line 4 ${"é".repeat(4)}`);
-    expect(fast!.result).toMatchObject({ outcome: "finished", exitCode: 3, success: false, lines: { stdout: 13, stderr: 7 } });
+    expect(fast!.result).toMatchObject({
+      outcome: "finished",
+      exitCode: 3,
+      success: false,
+      lines: { stdout: 13, stderr: 7 },
+    });
     expect(fast!.wire).toEqual(slow!.wire);
     expect(fast!.stored).toEqual(slow!.stored);
   });
@@ -164,18 +195,39 @@ describe("runner gRPC fast path vs connect path: same scenario, same answer", ()
 
   it("a client that accepts compressed responses (grpc-accept-encoding, as connect-node's and grpc-js's clients send) gets the same negotiated grpc-encoding on both paths", async () => {
     for (const accept of ["gzip", "br, gzip", "identity, deflate, gzip"]) {
-      const [fast, slow] = await both(sides, (side) => rawCall(side.server.url, [frame(line(randomUUID(), "a"))], { "grpc-accept-encoding": accept }));
-      expect(fast!.headers, accept).toEqual({ ":status": "200", "content-type": "application/grpc+proto", "grpc-encoding": accept.split(", ").find((n) => n !== "identity" && n !== "deflate") });
+      const [fast, slow] = await both(sides, (side) =>
+        rawCall(side.server.url, [frame(line(randomUUID(), "a"))], { "grpc-accept-encoding": accept }),
+      );
+      expect(fast!.headers, accept).toEqual({
+        ":status": "200",
+        "content-type": "application/grpc+proto",
+        "grpc-encoding": accept.split(", ").find((n) => n !== "identity" && n !== "deflate"),
+      });
       expect(fast!.trailers, accept).toMatchObject({ "grpc-status": "0", "runner-committed": "1" });
       expect(fast, accept).toEqual(slow);
     }
   });
 
   it("errors carry runner-committed (gap, mixed IDs, empty item, item after end) and are the same on both paths", async () => {
-    const scenarios: Array<{ name: string; build: (id: string) => { items: LogItem[]; offset?: number }; status: string; committed: string }> = [
+    const scenarios: Array<{
+      name: string;
+      build: (id: string) => { items: LogItem[]; offset?: number };
+      status: string;
+      committed: string;
+    }> = [
       { name: "gap", build: (id) => ({ items: [line(id, "x")], offset: 5 }), status: "9", committed: "1" },
-      { name: "mixed", build: (id) => ({ items: [line(id, "x"), line(randomUUID(), "y")] }), status: "3", committed: "2" },
-      { name: "empty", build: (id) => ({ items: [line(id, "x"), create(LogItemSchema, { requestId: id })] }), status: "3", committed: "2" },
+      {
+        name: "mixed",
+        build: (id) => ({ items: [line(id, "x"), line(randomUUID(), "y")] }),
+        status: "3",
+        committed: "2",
+      },
+      {
+        name: "empty",
+        build: (id) => ({ items: [line(id, "x"), create(LogItemSchema, { requestId: id })] }),
+        status: "3",
+        committed: "2",
+      },
       { name: "after end", build: (id) => ({ items: [end(id), line(id, "late")] }), status: "3", committed: "2" },
     ];
     for (const s of scenarios) {
@@ -184,7 +236,9 @@ describe("runner gRPC fast path vs connect path: same scenario, same answer", ()
         // One stored item first, so the job is known and committed says 1 before the call.
         await rawCall(side.server.url, [frame(line(id, "first"))]);
         const { items, offset } = s.build(id);
-        const wire = await rawCall(side.server.url, [Buffer.concat(items.map((i) => frame(i)))], { "runner-offset": String(offset ?? 1) });
+        const wire = await rawCall(side.server.url, [Buffer.concat(items.map((i) => frame(i)))], {
+          "runner-offset": String(offset ?? 1),
+        });
         return { wire, stored: (await side.logs.read(id)).map((l) => l.line) };
       });
       expect(fast!.wire.trailers, s.name).toMatchObject({ "grpc-status": s.status, "runner-committed": s.committed });
@@ -216,7 +270,14 @@ describe("runner gRPC fast path vs connect path: same scenario, same answer", ()
   it("a message over messageBytes but within the wire limit: RESOURCE_EXHAUSTED after the items before it (even in the same DATA frame)", async () => {
     const [fast, slow] = await both(sides, async (side) => {
       const id = randomUUID();
-      const wire = await rawCall(side.server.url, [Buffer.concat([frame(line(id, "a")), frame(line(id, "b")), frame(line(id, "z".repeat(3000))), frame(line(id, "c"))])]);
+      const wire = await rawCall(side.server.url, [
+        Buffer.concat([
+          frame(line(id, "a")),
+          frame(line(id, "b")),
+          frame(line(id, "z".repeat(3000))),
+          frame(line(id, "c")),
+        ]),
+      ]);
       return { wire, stored: (await side.logs.read(id)).map((l) => l.line) };
     });
     expect(fast!.wire.trailers).toMatchObject({ "grpc-status": "8", "runner-committed": "2" });
@@ -229,12 +290,20 @@ describe("runner gRPC fast path vs connect path: same scenario, same answer", ()
     const cases: Array<{ name: string; tail: (id: string) => Buffer; status: string }> = [
       { name: "incomplete", tail: (id) => frame(line(id, "cut")).subarray(0, 9), status: "3" },
       { name: "compressed flag", tail: (id) => frame(line(id, "zipped?"), 1), status: "3" },
-      { name: "invalid utf-8", tail: () => Buffer.from([0, 0, 0, 0, 6, 0x12, 0x04, 0x0a, 0x02, 0xff, 0x41]), status: "3" },
+      {
+        name: "invalid utf-8",
+        tail: () => Buffer.from([0, 0, 0, 0, 6, 0x12, 0x04, 0x0a, 0x02, 0xff, 0x41]),
+        status: "3",
+      },
     ];
     for (const c of cases) {
       const [fast, slow] = await both(sides, async (side) => {
         const id = randomUUID();
-        const wire = await rawCall(side.server.url, [frame(line(id, "kept")), { waitFor: async () => (await side.logs.get(id))?.committed === 1 }, c.tail(id)]);
+        const wire = await rawCall(side.server.url, [
+          frame(line(id, "kept")),
+          { waitFor: async () => (await side.logs.get(id))?.committed === 1 },
+          c.tail(id),
+        ]);
         return { wire, stored: (await side.logs.read(id)).map((l) => l.line) };
       });
       expect(fast!.wire.trailers, c.name).toMatchObject({ "grpc-status": c.status, "runner-committed": "1" });
@@ -263,7 +332,12 @@ describe("runner gRPC fast path vs connect path: same scenario, same answer", ()
       const id = randomUUID();
       const session = http2.connect(side.server.url);
       session.on("error", () => undefined);
-      const older = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers" });
+      const older = session.request({
+        ":method": "POST",
+        ":path": PATH,
+        "content-type": "application/grpc",
+        te: "trailers",
+      });
       older.on("error", () => undefined);
       let trailers: http2.IncomingHttpHeaders | null = null;
       older.on("trailers", (t) => (trailers = t));
@@ -273,7 +347,12 @@ describe("runner gRPC fast path vs connect path: same scenario, same answer", ()
       const newer = await rawCall(side.server.url, [frame(line(id, "new"))], { "runner-offset": "1" });
       const rst = await closed;
       session.destroy();
-      return { trailers: clean(trailers ?? {}), rst, newer: newer.trailers, stored: (await side.logs.read(id)).map((l) => l.line) };
+      return {
+        trailers: clean(trailers ?? {}),
+        rst,
+        newer: newer.trailers,
+        stored: (await side.logs.read(id)).map((l) => l.line),
+      };
     });
     const [fast, slow] = outcomes;
     expect(fast!.trailers).toMatchObject({ "grpc-status": "10", "runner-committed": "1" });
@@ -293,7 +372,11 @@ describe("runner gRPC fast path vs connect path: same scenario, same answer", ()
     };
     for (const [name, transport] of Object.entries(transports)) {
       const id = randomUUID();
-      const out = await send(createClient(Runner, transport), [line(id, `via ${name}`), line(id, "x".repeat(5000).slice(0, 1500)), end(id)]);
+      const out = await send(createClient(Runner, transport), [
+        line(id, `via ${name}`),
+        line(id, "x".repeat(5000).slice(0, 1500)),
+        end(id),
+      ]);
       expect(out, name).toMatchObject({ ok: true, committed: "3" });
       expect((await side.logs.read(id))[0]!.line).toBe(`via ${name}`);
     }
@@ -334,13 +417,22 @@ describe("runner gRPC fast path: the raw-stream entry and the request entry", ()
       for (const host of hosts) {
         const id = randomUUID();
         const ok = await rawCall(host.url, [frame(line(id, "a")), frame(line(id, "b")), frame(end(id))]);
-        const error = await rawCall(host.url, [Buffer.concat([frame(line(randomUUID(), "a")), frame(line(randomUUID(), "other job"))])]);
+        const error = await rawCall(host.url, [
+          Buffer.concat([frame(line(randomUUID(), "a")), frame(line(randomUUID(), "other job"))]),
+        ]);
         // The call ends (item after the end) while the client keeps its side open: trailers, then the reset.
-        const early = await rawCall(host.url, [frame(line(id, "x")), { waitFor: async () => host.runnerHandler.activeRequests === 0 }], { "runner-offset": "3" });
+        const early = await rawCall(
+          host.url,
+          [frame(line(id, "x")), { waitFor: async () => host.runnerHandler.activeRequests === 0 }],
+          { "runner-offset": "3" },
+        );
         expect((await host.logs.read(id)).map((l) => l.line)).toEqual(["a", "b"]);
         // Connect protocol (connect-node's path) and health on the same listener.
         const connectId = randomUUID();
-        const out = await send(createClient(Runner, createConnectTransport({ baseUrl: host.url, httpVersion: "2" })), [line(connectId, "via connect"), end(connectId)]);
+        const out = await send(createClient(Runner, createConnectTransport({ baseUrl: host.url, httpVersion: "2" })), [
+          line(connectId, "via connect"),
+          end(connectId),
+        ]);
         expect(out).toMatchObject({ ok: true, committed: "2" });
         await until(async () => host.runnerHandler.activeRequests === 0, "no call in flight");
         wires.push({ ok, error, early });
@@ -348,7 +440,11 @@ describe("runner gRPC fast path: the raw-stream entry and the request entry", ()
       const [viaRequest, viaStream] = wires;
       expect(viaStream!.ok.trailers).toMatchObject({ "grpc-status": "0", "runner-committed": "3" });
       expect(viaStream!.error.trailers!["grpc-status"]).toBe("3");
-      expect(viaStream!.early.trailers).toMatchObject({ "grpc-status": "0", "runner-committed": "3", "runner-reason": "ended" });
+      expect(viaStream!.early.trailers).toMatchObject({
+        "grpc-status": "0",
+        "runner-committed": "3",
+        "runner-reason": "ended",
+      });
       expect(viaStream).toEqual(viaRequest);
     } finally {
       for (const host of hosts) await host.close();
@@ -365,7 +461,13 @@ describe("runner gRPC fast path: the raw-stream entry and the request entry", ()
           session.on("error", () => undefined);
           try {
             const events: string[] = [];
-            const req = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers", expect: expectation });
+            const req = session.request({
+              ":method": "POST",
+              ":path": PATH,
+              "content-type": "application/grpc",
+              te: "trailers",
+              expect: expectation,
+            });
             req.on("error", () => undefined);
             req.on("continue", () => events.push("continue"));
             req.on("response", (h) => events.push(`status ${h[":status"]}`));
@@ -384,7 +486,10 @@ describe("runner gRPC fast path: the raw-stream entry and the request entry", ()
         seen.push(outcomes);
       }
       const [viaRequest, viaStream] = seen;
-      expect(viaStream).toEqual({ "100-continue": ["continue", "status 200", "grpc-status 0"], "something-else": ["status 417"] });
+      expect(viaStream).toEqual({
+        "100-continue": ["continue", "status 200", "grpc-status 0"],
+        "something-else": ["status 417"],
+      });
       expect(viaStream).toEqual(viaRequest);
     } finally {
       for (const host of hosts) await host.close();
@@ -401,11 +506,23 @@ describe("runner gRPC fast path: the raw-stream entry and the request entry", ()
           session.on("error", () => undefined);
           try {
             const streams = Array.from({ length: 5 }, () => {
-              const req = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers", authorization: "Bearer made-up" }, { endStream: true });
+              const req = session.request(
+                {
+                  ":method": "POST",
+                  ":path": PATH,
+                  "content-type": "application/grpc",
+                  te: "trailers",
+                  authorization: "Bearer made-up",
+                },
+                { endStream: true },
+              );
               req.on("error", () => undefined);
               return new Promise<number>((resolve) => req.once("close", () => resolve(req.rstCode ?? -1)));
             });
-            const codes = await Promise.race([Promise.all(streams), new Promise<null>((resolve) => setTimeout(resolve, 30_000, null))]);
+            const codes = await Promise.race([
+              Promise.all(streams),
+              new Promise<null>((resolve) => setTimeout(resolve, 30_000, null)),
+            ]);
             await until(async () => host.runnerHandler.activeRequests === 0, "no call in flight");
             return codes;
           } finally {
@@ -434,7 +551,10 @@ describe("runner gRPC fast path: routing and back-pressure", () => {
     const taken: Array<[string, boolean]> = [];
     const server = http2.createServer((req, res) => {
       const took = fast.request(req, res);
-      taken.push([`${req.headers["content-type"]} ${req.headers["grpc-encoding"] ?? ""} ${req.headers["grpc-timeout"] ?? ""}`.trim(), took]);
+      taken.push([
+        `${req.headers["content-type"]} ${req.headers["grpc-encoding"] ?? ""} ${req.headers["grpc-timeout"] ?? ""}`.trim(),
+        took,
+      ]);
       if (!took) connectOnly.handler(req, res);
     });
     const sessions = new Set<http2.ServerHttp2Session>();
@@ -444,7 +564,11 @@ describe("runner gRPC fast path: routing and back-pressure", () => {
     try {
       const cases = [
         { name: "grpc", transport: createGrpcTransport({ baseUrl: url }), fast: true },
-        { name: "grpc gzip", transport: createGrpcTransport({ baseUrl: url, sendCompression: compressionGzip }), fast: false },
+        {
+          name: "grpc gzip",
+          transport: createGrpcTransport({ baseUrl: url, sendCompression: compressionGzip }),
+          fast: false,
+        },
         { name: "connect", transport: createConnectTransport({ baseUrl: url, httpVersion: "2" }), fast: false },
         { name: "grpc-web", transport: createGrpcWebTransport({ baseUrl: url, httpVersion: "2" }), fast: false },
       ];
@@ -453,12 +577,18 @@ describe("runner gRPC fast path: routing and back-pressure", () => {
         taken.length = 0;
         const out = await send(createClient(Runner, c.transport), [line(id, c.name), end(id)]);
         expect(out, c.name).toMatchObject({ ok: true, committed: "2" });
-        expect(taken.map(([, t]) => t), c.name).toEqual([c.fast]);
+        expect(
+          taken.map(([, t]) => t),
+          c.name,
+        ).toEqual([c.fast]);
       }
       // A call with a deadline (grpc-timeout) goes to connect, which turns it into a deadline.
       taken.length = 0;
       const id = randomUUID();
-      const out = await send(createClient(Runner, createGrpcTransport({ baseUrl: url, defaultTimeoutMs: 30_000 })), [line(id, "deadline"), end(id)]);
+      const out = await send(createClient(Runner, createGrpcTransport({ baseUrl: url, defaultTimeoutMs: 30_000 })), [
+        line(id, "deadline"),
+        end(id),
+      ]);
       expect(out).toMatchObject({ ok: true, committed: "2" });
       expect(taken).toEqual([[expect.stringContaining("application/grpc"), false]]);
       // A raw request with plain application/grpc takes the fast path; another path does not.
@@ -500,7 +630,12 @@ describe("runner gRPC fast path: routing and back-pressure", () => {
       const body = Buffer.concat(frames);
       const session = http2.connect(server.url);
       session.on("error", () => undefined);
-      const req = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers" });
+      const req = session.request({
+        ":method": "POST",
+        ":path": PATH,
+        "content-type": "application/grpc",
+        te: "trailers",
+      });
       let trailers: http2.IncomingHttpHeaders | null = null;
       req.on("trailers", (t) => (trailers = t));
       req.on("data", () => undefined);
@@ -519,7 +654,9 @@ describe("runner gRPC fast path: routing and back-pressure", () => {
       const stored = await inner.read(id);
       expect(stored).toHaveLength(n);
       expect(stored[12_345]!.line).toBe(`line 12345 ${"x".repeat(60)}`);
-      expect(queue.results.find((r) => r.requestId === id)).toMatchObject({ lines: { stdout: n - Math.ceil(n / 7), stderr: Math.ceil(n / 7) } });
+      expect(queue.results.find((r) => r.requestId === id)).toMatchObject({
+        lines: { stdout: n - Math.ceil(n / 7), stderr: Math.ceil(n / 7) },
+      });
     } finally {
       await server.close();
       await runner.close();
@@ -528,63 +665,87 @@ describe("runner gRPC fast path: routing and back-pressure", () => {
 });
 
 describe("runner gRPC fast path: lines kept as bytes from the frame to the log store", () => {
-  it.each(["memory", "fs", "pg"] as const)("%s store: every line reads back as sent (non-ASCII, a literal U+FFFD, JSON escapes, empty, across the memory store's blocks); an over-long one is cut with its marker; onLog and follow() get plain objects", async (kind) => {
-    if (kind === "pg" && !needs("postgres")) return;
-    const queue = createMemoryQueue();
-    const dir = kind === "fs" ? await mkdtemp(path.join(os.tmpdir(), "rd-fastpath-bytes-")) : "";
-    const db = kind === "pg" ? await createTestSchema() : null;
-    const logs = kind === "fs" ? createFsLogStore(dir) : db !== null ? createPostgresLogStore({ pool: db.pool, schema: db.schema }) : createMemoryLogStore();
-    const hooked: unknown[] = [];
-    const runner = createRunnerService(queue, { logs, limits: { lineBytes: 1000 }, onLog: (e) => hooked.push(...e.lines) });
-    const server = await startRunnerServer(runner, { port: 0 });
-    try {
-      const id = randomUUID();
-      const texts = Array.from({ length: 3000 }, (_, i) =>
-        i % 7 === 0 ? "" : i % 7 === 1 ? `é€😀 ${i}` : i % 7 === 2 ? `a\ufffdb ${i}` : i % 7 === 3 ? `say "hi" \\ tab\there \u0001 \u007f ${i}` : `${"x".repeat(i % 900)} ${i}`,
-      );
-      texts[1500] = "y".repeat(1500); // over the 1,000-byte line limit
-      const followed: unknown[] = [];
-      const stop = new AbortController();
-      const following = (async () => {
-        for await (const l of runner.follow(id, { signal: stop.signal })) followed.push(l);
-      })().catch(() => undefined);
-      const body = Buffer.concat([...texts.map((t, i) => frame(line(id, t, i % 5 === 0))), frame(end(id, 0, true))]);
-      // 64 KiB writes: lines cut across DATA frames and request chunks, as a client sends them.
-      const steps: Buffer[] = [];
-      for (let at = 0; at < body.length; at += 65_536) steps.push(body.subarray(at, at + 65_536));
-      const wire = await rawCall(server.url, steps);
-      expect(wire.trailers).toMatchObject({ "grpc-status": "0", "runner-committed": String(texts.length + 1) });
+  it.each(["memory", "fs", "pg"] as const)(
+    "%s store: every line reads back as sent (non-ASCII, a literal U+FFFD, JSON escapes, empty, across the memory store's blocks); an over-long one is cut with its marker; onLog and follow() get plain objects",
+    async (kind) => {
+      if (kind === "pg" && !needs("postgres")) return;
+      const queue = createMemoryQueue();
+      const dir = kind === "fs" ? await mkdtemp(path.join(os.tmpdir(), "rd-fastpath-bytes-")) : "";
+      const db = kind === "pg" ? await createTestSchema() : null;
+      const logs =
+        kind === "fs"
+          ? createFsLogStore(dir)
+          : db !== null
+            ? createPostgresLogStore({ pool: db.pool, schema: db.schema })
+            : createMemoryLogStore();
+      const hooked: unknown[] = [];
+      const runner = createRunnerService(queue, {
+        logs,
+        limits: { lineBytes: 1000 },
+        onLog: (e) => hooked.push(...e.lines),
+      });
+      const server = await startRunnerServer(runner, { port: 0 });
+      try {
+        const id = randomUUID();
+        const texts = Array.from({ length: 3000 }, (_, i) =>
+          i % 7 === 0
+            ? ""
+            : i % 7 === 1
+              ? `é€😀 ${i}`
+              : i % 7 === 2
+                ? `a\ufffdb ${i}`
+                : i % 7 === 3
+                  ? `say "hi" \\ tab\there \u0001 \u007f ${i}`
+                  : `${"x".repeat(i % 900)} ${i}`,
+        );
+        texts[1500] = "y".repeat(1500); // over the 1,000-byte line limit
+        const followed: unknown[] = [];
+        const stop = new AbortController();
+        const following = (async () => {
+          for await (const l of runner.follow(id, { signal: stop.signal })) followed.push(l);
+        })().catch(() => undefined);
+        const body = Buffer.concat([...texts.map((t, i) => frame(line(id, t, i % 5 === 0))), frame(end(id, 0, true))]);
+        // 64 KiB writes: lines cut across DATA frames and request chunks, as a client sends them.
+        const steps: Buffer[] = [];
+        for (let at = 0; at < body.length; at += 65_536) steps.push(body.subarray(at, at + 65_536));
+        const wire = await rawCall(server.url, steps);
+        expect(wire.trailers).toMatchObject({ "grpc-status": "0", "runner-committed": String(texts.length + 1) });
 
-      const expected = texts.flatMap((t, i) =>
-        i === 1500
-          ? [{ line: "y".repeat(1000), stderr: true }, { line: "[runner-depot] line truncated: 1500 bytes, kept 1000", stderr: true, marker: true }]
-          : [{ line: t, stderr: i % 5 === 0 }],
-      );
-      expect(await logs.read(id)).toEqual(expected);
-      if (kind === "fs") {
-        // A second store on the directory reads the file itself: the records are the format's.
-        const reopened = createFsLogStore(dir);
-        expect(await reopened.read(id, 0, 50)).toEqual(expected.slice(0, 50));
+        const expected = texts.flatMap((t, i) =>
+          i === 1500
+            ? [
+                { line: "y".repeat(1000), stderr: true },
+                { line: "[runner-depot] line truncated: 1500 bytes, kept 1000", stderr: true, marker: true },
+              ]
+            : [{ line: t, stderr: i % 5 === 0 }],
+        );
+        expect(await logs.read(id)).toEqual(expected);
+        if (kind === "fs") {
+          // A second store on the directory reads the file itself: the records are the format's.
+          const reopened = createFsLogStore(dir);
+          expect(await reopened.read(id, 0, 50)).toEqual(expected.slice(0, 50));
+        }
+        // A window in the middle reads the same lines (the store finds the block holding `from`).
+        expect(await logs.read(id, 2345, 10)).toEqual(expected.slice(2345, 2355));
+        expect(hooked).toEqual(expected);
+        await until(() => followed.length === expected.length, "the follower's lines");
+        expect(followed).toEqual(expected);
+        // Plain objects: nothing handed out is a view of a request buffer.
+        for (const l of [...hooked, ...followed]) expect(Object.getPrototypeOf(l)).toBe(Object.prototype);
+        stop.abort();
+        await following;
+      } finally {
+        await server.close();
+        await runner.close();
+        if (dir) await rm(dir, { recursive: true, force: true });
+        if (db !== null) {
+          await logs.close?.();
+          await db.drop();
+        }
       }
-      // A window in the middle reads the same lines (the store finds the block holding `from`).
-      expect(await logs.read(id, 2345, 10)).toEqual(expected.slice(2345, 2355));
-      expect(hooked).toEqual(expected);
-      await until(() => followed.length === expected.length, "the follower's lines");
-      expect(followed).toEqual(expected);
-      // Plain objects: nothing handed out is a view of a request buffer.
-      for (const l of [...hooked, ...followed]) expect(Object.getPrototypeOf(l)).toBe(Object.prototype);
-      stop.abort();
-      await following;
-    } finally {
-      await server.close();
-      await runner.close();
-      if (dir) await rm(dir, { recursive: true, force: true });
-      if (db !== null) {
-        await logs.close?.();
-        await db.drop();
-      }
-    }
-  }, 60_000);
+    },
+    60_000,
+  );
 });
 
 describe("runner server: HTTP/2 windows of a busy connection", () => {
@@ -602,17 +763,30 @@ describe("runner server: HTTP/2 windows of a busy connection", () => {
       // Other calls open on the same connection, sending nothing yet (as calls waiting for
       // a slow authorize hook would hold their bytes).
       for (let i = 0; i < idleStreams; i++) {
-        const idle = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers" });
+        const idle = session.request({
+          ":method": "POST",
+          ":path": PATH,
+          "content-type": "application/grpc",
+          te: "trailers",
+        });
         idle.on("error", () => undefined);
       }
       const id = randomUUID();
-      const req = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers" });
+      const req = session.request({
+        ":method": "POST",
+        ":path": PATH,
+        "content-type": "application/grpc",
+        te: "trailers",
+      });
       req.on("error", () => undefined);
       let trailers: http2.IncomingHttpHeaders | null = null;
       req.on("trailers", (t) => (trailers = t));
       req.resume();
       const closed = new Promise<void>((resolve) => req.once("close", resolve));
-      const body = Buffer.concat([...Array.from({ length: lines }, (_, i) => frame(line(id, `${"x".repeat(90)} ${i}`))), frame(end(id))]);
+      const body = Buffer.concat([
+        ...Array.from({ length: lines }, (_, i) => frame(line(id, `${"x".repeat(90)} ${i}`))),
+        frame(end(id)),
+      ]);
       for (let at = 0; at < body.length; at += 65_536) {
         if (!req.write(body.subarray(at, at + 65_536))) await new Promise((r) => req.once("drain", r));
       }
@@ -674,14 +848,22 @@ describe("runner server: HTTP/2 windows of a busy connection", () => {
 
   it("a Health call (no credential) that receives 512 KiB does not widen its connection's windows", async () => {
     // A secret: StreamLogs calls need a token; Health calls are read on without one.
-    const runner = createRunnerService(createMemoryQueue(), { logs: createMemoryLogStore(), secret: "windows-secret-0123456789abcdef0123" });
+    const runner = createRunnerService(createMemoryQueue(), {
+      logs: createMemoryLogStore(),
+      secret: "windows-secret-0123456789abcdef0123",
+    });
     const server = await startRunnerServer(runner, { port: 0 });
     const session = http2.connect(server.url);
     session.on("error", () => undefined);
     const announced: number[] = [];
     session.on("remoteSettings", (s) => announced.push(s.initialWindowSize ?? 65_535));
     try {
-      const req = session.request({ ":method": "POST", ":path": "/grpc.health.v1.Health/Check", "content-type": "application/grpc", te: "trailers" });
+      const req = session.request({
+        ":method": "POST",
+        ":path": "/grpc.health.v1.Health/Check",
+        "content-type": "application/grpc",
+        te: "trailers",
+      });
       req.on("error", () => undefined);
       let trailers: http2.IncomingHttpHeaders | null = null;
       req.on("trailers", (t) => (trailers = t));
@@ -751,16 +933,27 @@ describe("runner gRPC fast path: entries as a store reads them", () => {
       const logs: JobLogStore = {
         ...inner,
         async append(requestId, at, entries, now) {
-          for (const e of entries) seen.push({ stored: e.stored.map((l) => ({ line: l.line, stderr: l.stderr, marker: l.marker === true })), stderr: e.stderr, bytes: e.bytes, capped: e.capped === true });
+          for (const e of entries)
+            seen.push({
+              stored: e.stored.map((l) => ({ line: l.line, stderr: l.stderr, marker: l.marker === true })),
+              stderr: e.stderr,
+              bytes: e.bytes,
+              capped: e.capped === true,
+            });
           return inner.append(requestId, at, entries, now);
         },
       };
-      const runner = createRunnerService(createMemoryQueue(), { logs, limits: { messageBytes: 2048, lineBytes: 8, jobLogBytes: 24, idleMs: 5000 } });
+      const runner = createRunnerService(createMemoryQueue(), {
+        logs,
+        limits: { messageBytes: 2048, lineBytes: 8, jobLogBytes: 24, idleMs: 5000 },
+      });
       const server = await startRunnerServer(runner, { port: 0, fastPath });
       try {
         const id = randomUUID();
         const texts = ["plain", "é!", "a line over eight bytes", "err", "12345678", "past the cap"];
-        const wire = await rawCall(server.url, [Buffer.concat([...texts.map((t, i) => frame(line(id, t, i === 3))), frame(end(id))])]);
+        const wire = await rawCall(server.url, [
+          Buffer.concat([...texts.map((t, i) => frame(line(id, t, i === 3))), frame(end(id))]),
+        ]);
         outcomes.push({ wire, seen, read: await logs.read(id) });
       } finally {
         await server.close();
@@ -770,8 +963,18 @@ describe("runner gRPC fast path: entries as a store reads them", () => {
     const [fast, slow] = outcomes;
     expect(fast!.wire.trailers).toMatchObject({ "grpc-status": "0", "runner-committed": "7" });
     expect(fast!.seen).toHaveLength(6);
-    expect(fast!.seen[0]).toEqual({ stored: [{ line: "plain", stderr: false, marker: false }], stderr: false, bytes: 5, capped: false });
-    expect(fast!.seen[3]).toEqual({ stored: [{ line: "err", stderr: true, marker: false }], stderr: true, bytes: 3, capped: false });
+    expect(fast!.seen[0]).toEqual({
+      stored: [{ line: "plain", stderr: false, marker: false }],
+      stderr: false,
+      bytes: 5,
+      capped: false,
+    });
+    expect(fast!.seen[3]).toEqual({
+      stored: [{ line: "err", stderr: true, marker: false }],
+      stderr: true,
+      bytes: 3,
+      capped: false,
+    });
     expect((fast!.seen[2] as { stored: unknown[] }).stored).toHaveLength(2);
     expect(fast!.seen.some((e) => (e as { capped: boolean }).capped)).toBe(true);
     expect(fast!.seen).toEqual(slow!.seen);
@@ -785,7 +988,9 @@ describe("runner gRPC fast path: entries as a store reads them", () => {
     try {
       const id = randomUUID();
       const texts = ["plain", "é!", "on stderr", "last"];
-      const wire = await rawCall(server.url, [Buffer.concat([...texts.map((t, i) => frame(line(id, t, i === 2))), frame(end(id))])]);
+      const wire = await rawCall(server.url, [
+        Buffer.concat([...texts.map((t, i) => frame(line(id, t, i === 2))), frame(end(id))]),
+      ]);
       expect(wire.trailers).toMatchObject({ "grpc-status": "0", "runner-committed": "5" });
       expect(await logs.read(id)).toEqual(texts.map((t, i) => ({ line: t, stderr: i === 2 })));
       return texts;

@@ -33,7 +33,12 @@ function open(url: string): Conn {
   const session = connect(url);
   const windows: number[] = [];
   session.on("remoteSettings", (s) => windows.push(s.initialWindowSize ?? NARROW));
-  const call = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers" });
+  const call = session.request({
+    ":method": "POST",
+    ":path": PATH,
+    "content-type": "application/grpc",
+    te: "trailers",
+  });
   call.on("error", () => undefined);
   call.resume();
   return { session, call, id: randomUUID(), windows };
@@ -115,7 +120,10 @@ describe("runner server: a server-wide bound on widened windows", () => {
 
   it("no connection widens while the store backlog is over its budget; it does once the store has drained", async () => {
     const store = holdableStore();
-    const runner = createRunnerService(createMemoryQueue(), { logs: store.logs, limits: { queuedBytes: BUDGET, idleMs: 60_000 } });
+    const runner = createRunnerService(createMemoryQueue(), {
+      logs: store.logs,
+      limits: { queuedBytes: BUDGET, idleMs: 60_000 },
+    });
     const backlog = backlogOf(runner)!;
     const server = await startRunnerServer(runner, { port: 0 });
     const conns = [open(server.url), open(server.url)];
@@ -129,7 +137,10 @@ describe("runner server: a server-wide bound on widened windows", () => {
       const body = lines(late, 0, Math.ceil(BUSY_CALL_BYTES / 100) + 2000);
       await write(late, body.subarray(0, BUSY_CALL_BYTES - 1));
       await ping(late);
-      await until(async () => (await stored(store.logs, late)) > 0 && backlog.held === 0, "the late call's lines stored");
+      await until(
+        async () => (await stored(store.logs, late)) > 0 && backlog.held === 0,
+        "the late call's lines stored",
+      );
 
       // The store stops; the loud call fills the backlog past its budget and is paused.
       store.hold(true);

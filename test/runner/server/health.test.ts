@@ -20,7 +20,10 @@ import { controlledStream, line, send, startHarness, until, type Harness } from 
 const protoPath = fileURLToPath(new URL("../../../proto/grpc/health/v1/health.proto", import.meta.url));
 const definition = protoLoader.loadSync(protoPath, { keepCase: true, defaults: true, enums: String });
 type HealthClient = grpc.Client & {
-  Check(request: { service: string }, callback: (error: grpc.ServiceError | null, response?: { status: string }) => void): void;
+  Check(
+    request: { service: string },
+    callback: (error: grpc.ServiceError | null, response?: { status: string }) => void,
+  ): void;
   Watch(request: { service: string }): grpc.ClientReadableStream<{ status: string }>;
 };
 const pkg = grpc.loadPackageDefinition(definition) as unknown as {
@@ -28,7 +31,9 @@ const pkg = grpc.loadPackageDefinition(definition) as unknown as {
 };
 
 function check(client: HealthClient, service = ""): Promise<string> {
-  return new Promise((resolve, reject) => client.Check({ service }, (error, response) => (error ? reject(error) : resolve(response!.status))));
+  return new Promise((resolve, reject) =>
+    client.Check({ service }, (error, response) => (error ? reject(error) : resolve(response!.status))),
+  );
 }
 
 /** A Watch call whose statuses pile up in `seen`; `ended` resolves with its final gRPC code. */
@@ -119,7 +124,11 @@ describe("gRPC health checking with grpc-js", () => {
     expect(await pending).toMatchObject({ code: "Unavailable", committed: "1" });
     expect(watcher.seen).toEqual(["SERVING", "NOT_SERVING"]);
     expect(await watcher.ended).toBe(grpc.status.OK);
-    const parsed = lines.join("").trim().split("\n").map((l) => JSON.parse(l) as Record<string, unknown>);
+    const parsed = lines
+      .join("")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
     expect(parsed.find((l) => l.msg === "drain started")).toMatchObject({ level: 30, activeCalls: 2, notServingMs: 0 });
     expect(parsed.find((l) => l.msg === "drain finished")).toMatchObject({ inFlight: 2, cut: 1, cutRequestIds: [id] });
     stream.close();
@@ -130,7 +139,10 @@ describe("gRPC health checking with grpc-js", () => {
     const runnerHandler = createRunnerHandler(runner);
     const server = http2.createServer(runnerHandler.handler);
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-    const own = new pkg.grpc.health.v1.Health(`127.0.0.1:${(server.address() as AddressInfo).port}`, grpc.credentials.createInsecure());
+    const own = new pkg.grpc.health.v1.Health(
+      `127.0.0.1:${(server.address() as AddressInfo).port}`,
+      grpc.credentials.createInsecure(),
+    );
     try {
       expect(await check(own)).toBe("SERVING");
       runnerHandler.health!.setStatus("NOT_SERVING");

@@ -11,11 +11,26 @@ import { Code, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Runner } from "../../../src/gen/runner/v1/runner_pb.js";
-import { createRunnerService, mintJobToken, startRunnerServer, type RunnerServer, type RunnerService, type RunnerReadLimits } from "../../../src/runner/index.js";
+import {
+  createRunnerService,
+  mintJobToken,
+  startRunnerServer,
+  type RunnerServer,
+  type RunnerService,
+  type RunnerReadLimits,
+} from "../../../src/runner/index.js";
 import { createMemoryQueue } from "../../../src/adapters/memory/index.js";
 import { startFrameSplittingProxy, type FrameSplittingProxy } from "../../fixtures/h2-frame-splitter-proxy.js";
 import { end, line, send, until } from "../../fixtures/runner-service.js";
-import { connect, frame, openCall, prefix, settledStatuses, type RawCall, type Status } from "../../fixtures/runner-raw-calls.js";
+import {
+  connect,
+  frame,
+  openCall,
+  prefix,
+  settledStatuses,
+  type RawCall,
+  type Status,
+} from "../../fixtures/runner-raw-calls.js";
 
 const MiB = 1024 * 1024;
 
@@ -25,11 +40,15 @@ const PROTOCOLS = ["grpc", "grpc with grpc-timeout", "grpc-web", "connect"];
 async function normalCallServed(server: RunnerServer): Promise<boolean> {
   const id = randomUUID();
   const transport = createGrpcTransport({ baseUrl: server.url });
-  const out = await send(createClient(Runner, transport), [line(id, "hello"), line(id, "world"), end(id)], { token: mintJobToken(SECRET, id) });
+  const out = await send(createClient(Runner, transport), [line(id, "hello"), line(id, "world"), end(id)], {
+    token: mintJobToken(SECRET, id),
+  });
   return out.ok === true && out.committed === "3";
 }
 
-async function startServer(readLimits: Partial<RunnerReadLimits> = {}): Promise<{ runner: RunnerService; server: RunnerServer; close(): Promise<void> }> {
+async function startServer(
+  readLimits: Partial<RunnerReadLimits> = {},
+): Promise<{ runner: RunnerService; server: RunnerServer; close(): Promise<void> }> {
   const runner = createRunnerService(createMemoryQueue(), { secret: SECRET, onError: (e) => errors.push(e) });
   const server = await startRunnerServer(runner, { port: 0, maxConcurrentStreams: 2000, readLimits });
   return {
@@ -168,7 +187,9 @@ describe("runner read bounds: many streams with unfinished messages (issue 9, ru
       expect(ended.filter((st) => st.code !== null && st.code !== Code.Unavailable)).toEqual([]);
       const unavailable = ended.filter((st) => st.code === Code.Unavailable);
       expect(unavailable.length).toBeGreaterThan(0);
-      expect(unavailable[0]!.message).toMatch(/this connection holds over 524288 bytes of unfinished requests; retry the call later/);
+      expect(unavailable[0]!.message).toMatch(
+        /this connection holds over 524288 bytes of unfinished requests; retry the call later/,
+      );
       expect(peak).toBeLessThanOrEqual(MiB / 2);
       expect(s.server.heldBytes).toBeLessThanOrEqual(MiB / 2);
       expect(await normalCallServed(s.server)).toBe(true);
@@ -192,9 +213,18 @@ describe("runner read bounds: many streams with unfinished messages (issue 9, ru
         }
       }
       // 180 × 16 KiB = 2.8 MiB wanted; 2 MiB allowed.
-      await until(async () => (await settledStatuses(calls)).filter((st) => st?.code === Code.Unavailable).length >= 180 - 127, "the calls over the server cap refused");
+      await until(
+        async () => (await settledStatuses(calls)).filter((st) => st?.code === Code.Unavailable).length >= 180 - 127,
+        "the calls over the server cap refused",
+      );
       const settled = await settledStatuses(calls);
-      expect(settled.some((st) => st?.code === Code.Unavailable && /the server holds over 2097152 bytes of unfinished requests/.test(st.message))).toBe(true);
+      expect(
+        settled.some(
+          (st) =>
+            st?.code === Code.Unavailable &&
+            /the server holds over 2097152 bytes of unfinished requests/.test(st.message),
+        ),
+      ).toBe(true);
       expect(s.server.heldBytes).toBeLessThanOrEqual(2 * MiB);
       // Whole messages hold nothing: a normal call is still served with the server full.
       expect(await normalCallServed(s.server)).toBe(true);
@@ -222,7 +252,9 @@ describe("runner read bounds: before authentication", () => {
       const id = randomUUID();
       const call = openCall(session, "grpc", "any-token");
       // The first item, then 4 MiB of further items while the hook has not answered.
-      const more = Buffer.concat(Array.from({ length: 4096 }, (_, i) => frame(line(id, `line ${i} `.padEnd(1000, "x")))));
+      const more = Buffer.concat(
+        Array.from({ length: 4096 }, (_, i) => frame(line(id, `line ${i} `.padEnd(1000, "x")))),
+      );
       call.stream.write(Buffer.concat([frame(line(id, "first")), more]));
       call.stream.end();
       await until(() => asked, "the authorize hook called");
@@ -269,7 +301,6 @@ describe("runner read bounds: before authentication", () => {
 afterAll(() => {
   expect(errors).toEqual([]);
 });
-
 
 describe("runner read bounds: what connect's envelope reader is fed", () => {
   it("an envelope arriving one byte per read reaches connect as one chunk (its reader never re-sums a list of chunks), and the reader holds one buffer", async () => {

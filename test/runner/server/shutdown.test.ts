@@ -86,7 +86,10 @@ describe("runner server shutdown", () => {
     const sessions = new Set<http2.ServerHttp2Session>();
     server.on("session", (session) => sessions.add(session));
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-    const client = createClient(Runner, createGrpcTransport({ baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}` }));
+    const client = createClient(
+      Runner,
+      createGrpcTransport({ baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}` }),
+    );
     try {
       const calls = Array.from({ length: 30 }, (_, i) => {
         const id = randomUUID();
@@ -96,7 +99,10 @@ describe("runner server shutdown", () => {
         return { id, stream, outcome };
       });
       await until(() => runner.activeCalls === 30, "30 calls open");
-      await until(async () => (await Promise.all(calls.map((c) => logs.get(c.id)))).every((s) => s?.committed === 1), "every call stored its first line");
+      await until(
+        async () => (await Promise.all(calls.map((c) => logs.get(c.id)))).every((s) => s?.committed === 1),
+        "every call stored its first line",
+      );
       expect(getEventListeners(shutdown.signal, "abort").length).toBe(1);
       shutdown.abort();
       const outcomes: Outcome[] = await Promise.all(calls.map((c) => c.outcome));
@@ -153,8 +159,10 @@ describe("runner server shutdown", () => {
     await expect(startRunnerServer(open, { host: "192.0.2.10", port: 0 })).rejects.toThrow(/refusing to listen/);
     const guarded = createRunnerService(createMemoryQueue(), { secret: "k" });
     expect(guarded.acceptsAnyCaller).toBe(false);
-    for (const host of ["127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost", "::ffff:127.0.0.1"]) expect(isLoopbackHost(host)).toBe(true);
-    for (const host of ["0.0.0.0", "::", "10.0.0.1", "example.com", "128.0.0.1"]) expect(isLoopbackHost(host)).toBe(false);
+    for (const host of ["127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost", "::ffff:127.0.0.1"])
+      expect(isLoopbackHost(host)).toBe(true);
+    for (const host of ["0.0.0.0", "::", "10.0.0.1", "example.com", "128.0.0.1"])
+      expect(isLoopbackHost(host)).toBe(false);
     await open.close();
     await guarded.close();
   });

@@ -9,7 +9,12 @@ import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { describe, expect, it } from "vitest";
 import { Runner } from "../../../src/gen/runner/v1/runner_pb.js";
-import { createRunnerClient, createRunnerHandler, createRunnerService, startRunnerServer } from "../../../src/runner/index.js";
+import {
+  createRunnerClient,
+  createRunnerHandler,
+  createRunnerService,
+  startRunnerServer,
+} from "../../../src/runner/index.js";
 import { createMemoryQueue } from "../../../src/adapters/memory/index.js";
 import { controlledStream, end, line, send, until } from "../../fixtures/runner-service.js";
 
@@ -46,7 +51,8 @@ describe("runner server settings", () => {
         stream.push(line(id, "held"));
         return send(client, stream.items);
       });
-      for (const { id } of held) await until(async () => (await runner.logs.get(id))?.committed === 1, "held call stored");
+      for (const { id } of held)
+        await until(async () => (await runner.logs.get(id))?.committed === 1, "held call stored");
       // A third call's stream waits in the client: its item cannot reach the server yet.
       const third = randomUUID();
       const thirdCall = send(client, [line(third, "queued"), end(third)]);

@@ -22,15 +22,65 @@ function openssl(...args: string[]) {
 }
 
 function makePki() {
-  openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca", "-keyout", "ca.key", "-out", "ca.crt");
+  openssl(
+    "req",
+    "-x509",
+    "-newkey",
+    "rsa:2048",
+    "-nodes",
+    "-days",
+    "1",
+    "-subj",
+    "/CN=test-ca",
+    "-keyout",
+    "ca.key",
+    "-out",
+    "ca.crt",
+  );
   writeFileSync(file("server.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n");
   writeFileSync(file("client.ext"), "extendedKeyUsage=clientAuth\n");
-  for (const [name, cn] of [["server", "127.0.0.1"], ["client", "runner-vm"]] as const) {
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", `/CN=${cn}`, "-keyout", `${name}.key`, "-out", `${name}.csr`);
-    openssl("x509", "-req", "-in", `${name}.csr`, "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "1", "-extfile", `${name}.ext`, "-out", `${name}.crt`);
+  for (const [name, cn] of [
+    ["server", "127.0.0.1"],
+    ["client", "runner-vm"],
+  ] as const) {
+    openssl(
+      "req",
+      "-newkey",
+      "rsa:2048",
+      "-nodes",
+      "-subj",
+      `/CN=${cn}`,
+      "-keyout",
+      `${name}.key`,
+      "-out",
+      `${name}.csr`,
+    );
+    openssl(
+      "x509",
+      "-req",
+      "-in",
+      `${name}.csr`,
+      "-CA",
+      "ca.crt",
+      "-CAkey",
+      "ca.key",
+      "-CAcreateserial",
+      "-days",
+      "1",
+      "-extfile",
+      `${name}.ext`,
+      "-out",
+      `${name}.crt`,
+    );
   }
   const read = (name: string) => readFileSync(file(name));
-  return { ca: read("ca.crt"), serverCert: read("server.crt"), serverKey: read("server.key"), clientCert: read("client.crt"), clientKey: read("client.key") };
+  return {
+    ca: read("ca.crt"),
+    serverCert: read("server.crt"),
+    serverKey: read("server.key"),
+    clientCert: read("client.crt"),
+    clientKey: read("client.key"),
+  };
 }
 
 describe("runner server over TLS", () => {
@@ -60,14 +110,21 @@ describe("runner server over TLS", () => {
     const open = createRunnerService(createMemoryQueue());
     const tls = { cert: pki.serverCert, key: pki.serverKey, ca: pki.ca };
     // Refused before anything is bound (no non-loopback socket is ever opened here).
-    await expect(startRunnerServer(open, { host: "0.0.0.0", port: 0, tls })).rejects.toThrow(/refusing to listen on 0\.0\.0\.0.*mutual TLS alone/);
-    await expect(startRunnerServer(open, { host: "192.0.2.10", port: 0, tls: { ...tls, requestCert: true } })).rejects.toThrow(/refusing to listen/);
+    await expect(startRunnerServer(open, { host: "0.0.0.0", port: 0, tls })).rejects.toThrow(
+      /refusing to listen on 0\.0\.0\.0.*mutual TLS alone/,
+    );
+    await expect(
+      startRunnerServer(open, { host: "192.0.2.10", port: 0, tls: { ...tls, requestCert: true } }),
+    ).rejects.toThrow(/refusing to listen/);
     // On loopback the same settings listen.
     const server = await startRunnerServer(open, { host: "127.0.0.1", port: 0, tls });
     try {
       const client = createClient(
         Runner,
-        createGrpcTransport({ baseUrl: server.url, nodeOptions: { ca: pki.ca, cert: pki.clientCert, key: pki.clientKey } }),
+        createGrpcTransport({
+          baseUrl: server.url,
+          nodeOptions: { ca: pki.ca, cert: pki.clientCert, key: pki.clientKey },
+        }),
       );
       const id = randomUUID();
       expect(await send(client, [line(id, "on loopback"), end(id)])).toMatchObject({ ok: true, committed: "2" });
@@ -81,7 +138,10 @@ describe("runner server over TLS", () => {
     let server: RunnerServer;
     const runner = createRunnerService(createMemoryQueue());
     beforeAll(async () => {
-      server = await startRunnerServer(runner, { port: 0, tls: { cert: pki.serverCert, key: pki.serverKey, ca: pki.ca } });
+      server = await startRunnerServer(runner, {
+        port: 0,
+        tls: { cert: pki.serverCert, key: pki.serverKey, ca: pki.ca },
+      });
     });
     afterAll(async () => {
       await server.close();
@@ -91,7 +151,10 @@ describe("runner server over TLS", () => {
     it("a client with a certificate the CA signed connects and streams", async () => {
       const client = createClient(
         Runner,
-        createGrpcTransport({ baseUrl: server.url, nodeOptions: { ca: pki.ca, cert: pki.clientCert, key: pki.clientKey } }),
+        createGrpcTransport({
+          baseUrl: server.url,
+          nodeOptions: { ca: pki.ca, cert: pki.clientCert, key: pki.clientKey },
+        }),
       );
       const id = randomUUID();
       expect(await send(client, [line(id, "hello"), end(id)])).toMatchObject({ ok: true, committed: "2" });
@@ -107,10 +170,27 @@ describe("runner server over TLS", () => {
     });
 
     it("a client with a certificate from another CA is refused", async () => {
-      openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=rogue", "-keyout", "rogue.key", "-out", "rogue.crt");
+      openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=rogue",
+        "-keyout",
+        "rogue.key",
+        "-out",
+        "rogue.crt",
+      );
       const client = createClient(
         Runner,
-        createGrpcTransport({ baseUrl: server.url, nodeOptions: { ca: pki.ca, cert: readFileSync(file("rogue.crt")), key: readFileSync(file("rogue.key")) } }),
+        createGrpcTransport({
+          baseUrl: server.url,
+          nodeOptions: { ca: pki.ca, cert: readFileSync(file("rogue.crt")), key: readFileSync(file("rogue.key")) },
+        }),
       );
       const id = randomUUID();
       expect((await send(client, [line(id, "rogue")])).ok).toBeNull();

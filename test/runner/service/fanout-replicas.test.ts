@@ -36,7 +36,11 @@ describe("follow() fan-out across two replicas on PostgreSQL", () => {
       // Registered first, so followers find the jobs and wait at their (empty) live end.
       for (const id of jobs) await replicaA.expectJob(id);
       const followers = jobs.flatMap((id) =>
-        Array.from({ length: FOLLOWERS_PER_JOB }, (_, k) => ({ id, onB: k % 2 === 1, lines: drainLines((k % 2 === 1 ? replicaB : replicaA).follow(id)) })),
+        Array.from({ length: FOLLOWERS_PER_JOB }, (_, k) => ({
+          id,
+          onB: k % 2 === 1,
+          lines: drainLines((k % 2 === 1 ? replicaB : replicaA).follow(id)),
+        })),
       );
       // Both replicas LISTEN (B's followers subscribed it; A's too), one session each.
       expect(await listeningSessions(db.pool, channelOf(db.schema), 2)).toBe(2);
@@ -63,9 +67,9 @@ describe("follow() fan-out across two replicas on PostgreSQL", () => {
       });
       // Replica B's 500 followers cost a read per change of a job on B, shared: without the
       // fan-out each follower would read for itself (at least 500 × 3 reads).
-      console.log(`replica B: ${b.reads()} store reads for ${JOBS * FOLLOWERS_PER_JOB / 2} followers`);
+      console.log(`replica B: ${b.reads()} store reads for ${(JOBS * FOLLOWERS_PER_JOB) / 2} followers`);
       expect(b.reads()).toBeLessThan(JOBS * 6);
-      expect(followers.filter((f) => f.onB)).toHaveLength(JOBS * FOLLOWERS_PER_JOB / 2);
+      expect(followers.filter((f) => f.onB)).toHaveLength((JOBS * FOLLOWERS_PER_JOB) / 2);
     } finally {
       await serverA.close();
       await replicaA.close();

@@ -42,7 +42,10 @@ describe("follow(): a far-future from does not anchor the shared ring", () => {
       const followers = Array.from({ length: FOLLOWERS }, () => drain(runner.follow(id)));
       await new Promise((r) => setTimeout(r, 200)); // they wait at the live end too
       base = counted.reads();
-      const entries: LogEntry[] = Array.from({ length: LINES }, (_, i) => ({ stored: [{ line: `line ${i}`, stderr: false }] }) as LogEntry);
+      const entries: LogEntry[] = Array.from(
+        { length: LINES },
+        (_, i) => ({ stored: [{ line: `line ${i}`, stderr: false }] }) as LogEntry,
+      );
       await fsStore.append(id, 0, entries);
       await runner.cancelJob(id);
       const counts = await Promise.all(followers);

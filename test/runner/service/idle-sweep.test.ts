@@ -21,7 +21,10 @@ const openCall = (url: string) => openLogCall(url, "started");
 
 describe("runner idle limit: one sweep for every call", () => {
   it(`${CALLS} open calls add no timer, and each is ended DEADLINE_EXCEEDED after ${IDLE_MS} ms without an item`, async () => {
-    const runner = createRunnerService(createMemoryQueue(), { logs: createMemoryLogStore(), limits: { idleMs: IDLE_MS } });
+    const runner = createRunnerService(createMemoryQueue(), {
+      logs: createMemoryLogStore(),
+      limits: { idleMs: IDLE_MS },
+    });
     const server = await startRunnerServer(runner, { port: 0 });
     const calls: ReturnType<typeof openCall>[] = [];
     try {

@@ -20,7 +20,9 @@ describe("RunnerService.listJobs (fs log store, real gRPC)", () => {
     const tick = () => new Promise((r) => setTimeout(r, 3));
     await h.runner.expectJob(ids[0]!, { repoUrl: "https://git.example/a.git", commitSha: "aaa" });
     await tick();
-    expect((await send(h.client, [line(ids[0]!, "one"), line(ids[0]!, "two", true), end(ids[0]!, 3, false, "", "abc")])).ok).toBe(true);
+    expect(
+      (await send(h.client, [line(ids[0]!, "one"), line(ids[0]!, "two", true), end(ids[0]!, 3, false, "", "abc")])).ok,
+    ).toBe(true);
     await h.runner.expectJob(ids[1]!);
     await h.runner.cancelJob(ids[1]!);
     await tick();
@@ -51,10 +53,30 @@ describe("RunnerService.listJobs (fs log store, real gRPC)", () => {
     });
     expect(finished!.durationMs).toBeGreaterThanOrEqual(0);
     expect(finished!.endedAt).toMatch(/Z$/);
-    expect(cancelled).toMatchObject({ status: "cancelled", outcome: "cancelled", exitCode: -1, durationMs: null, storedLines: 0 });
-    expect(running).toMatchObject({ status: "open", outcome: null, exitCode: null, endedAt: null, durationMs: null, storedLines: 1, expected: false });
+    expect(cancelled).toMatchObject({
+      status: "cancelled",
+      outcome: "cancelled",
+      exitCode: -1,
+      durationMs: null,
+      storedLines: 0,
+    });
+    expect(running).toMatchObject({
+      status: "open",
+      outcome: null,
+      exitCode: null,
+      endedAt: null,
+      durationMs: null,
+      storedLines: 1,
+      expected: false,
+    });
     expect(running!.startedAt).toMatch(/Z$/);
-    expect(registered).toMatchObject({ status: "open", repoUrl: "https://git.example/d.git", commitSha: "", startedAt: null, storedLines: 0 });
+    expect(registered).toMatchObject({
+      status: "open",
+      repoUrl: "https://git.example/d.git",
+      commitSha: "",
+      startedAt: null,
+      storedLines: 0,
+    });
   });
 
   it("pages with a cursor: every job exactly once, in order", async () => {
@@ -74,12 +96,22 @@ describe("RunnerService.listJobs (fs log store, real gRPC)", () => {
 
   it("filters by one state or several", async () => {
     expect((await h.runner.listJobs({ status: "open" })).jobs.map((j) => j.requestId)).toEqual([ids[3], ids[2]]);
-    expect((await h.runner.listJobs({ status: ["cancelled", "finished"] })).jobs.map((j) => j.requestId)).toEqual([ids[1], ids[0]]);
+    expect((await h.runner.listJobs({ status: ["cancelled", "finished"] })).jobs.map((j) => j.requestId)).toEqual([
+      ids[1],
+      ids[0],
+    ]);
     expect((await h.runner.listJobs({ status: "lost" })).jobs).toEqual([]);
   });
 
   it("refuses a bad limit, state or cursor with INVALID_ARGUMENT", async () => {
-    for (const options of [{ limit: 0 }, { limit: 501 }, { limit: 1.5 }, { status: "running" as never }, { cursor: "nope!" }, { cursor: "x".repeat(200) }]) {
+    for (const options of [
+      { limit: 0 },
+      { limit: 501 },
+      { limit: 1.5 },
+      { status: "running" as never },
+      { cursor: "nope!" },
+      { cursor: "x".repeat(200) },
+    ]) {
       const error = await h.runner.listJobs(options).catch((e: unknown) => e);
       expect(error, JSON.stringify(options)).toBeInstanceOf(RunnerDepotError);
       expect((error as RunnerDepotError).code).toBe("INVALID_ARGUMENT");

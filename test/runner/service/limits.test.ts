@@ -5,7 +5,16 @@
  */
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { controlledStream, end, line, send, startHarness, storedTexts, until, type Harness } from "../../fixtures/runner-service.js";
+import {
+  controlledStream,
+  end,
+  line,
+  send,
+  startHarness,
+  storedTexts,
+  until,
+  type Harness,
+} from "../../fixtures/runner-service.js";
 import { cutUtf8 } from "../../../src/runner/agent/line-splitter.js";
 import { connect, frame, openCall } from "../../fixtures/runner-raw-calls.js";
 
@@ -31,7 +40,10 @@ describe("runner limits", () => {
     expect(out).toMatchObject({ code: "ResourceExhausted", committed: "2" });
     expect(await storedTexts(h.logs, id)).toEqual(["a", "b"]);
     // The agent splits the line and goes on from committed.
-    expect(await send(h.client, [line(id, "x".repeat(10)), end(id)], { offset: 2 })).toMatchObject({ ok: true, committed: "4" });
+    expect(await send(h.client, [line(id, "x".repeat(10)), end(id)], { offset: 2 })).toMatchObject({
+      ok: true,
+      committed: "4",
+    });
   });
 
   it("RESOURCE_EXHAUSTED with committed also for a message far over the limit (refused by the wire decoder)", async () => {
@@ -78,18 +90,27 @@ describe("runner limits", () => {
     const items = Array.from({ length: 8 }, (_, i) => line(id, `line-${String(i).padStart(5, "0")}`, i === 7));
     expect(await send(h.client, items)).toMatchObject({ ok: true, committed: "8" });
     // A later call of the same job: still counted, still not stored, no second marker.
-    expect(await send(h.client, [line(id, "more-stdout"), line(id, "more-stderr", true), end(id, 0)], { offset: 8 })).toMatchObject({
+    expect(
+      await send(h.client, [line(id, "more-stdout"), line(id, "more-stderr", true), end(id, 0)], { offset: 8 }),
+    ).toMatchObject({
       ok: true,
       committed: "11",
     });
     const stored = await h.logs.read(id);
-    expect(stored.filter((l) => !l.marker).map((l) => l.line)).toEqual(Array.from({ length: 6 }, (_, i) => `line-0000${i}`));
+    expect(stored.filter((l) => !l.marker).map((l) => l.line)).toEqual(
+      Array.from({ length: 6 }, (_, i) => `line-0000${i}`),
+    );
     expect(stored.filter((l) => l.marker)).toHaveLength(1);
     expect(stored.at(-1)!.line).toContain("log truncated");
     const state = await h.logs.get(id);
     expect(state).toMatchObject({ storedBytes: 60, logTruncated: true, committed: 11 });
     const result = h.queue.results.find((r) => r.requestId === id)!;
-    expect(result).toMatchObject({ outcome: "finished", success: true, logTruncated: true, lines: { stdout: 8, stderr: 2 } });
+    expect(result).toMatchObject({
+      outcome: "finished",
+      success: true,
+      logTruncated: true,
+      lines: { stdout: 8, stderr: 2 },
+    });
   });
 
   it("DEADLINE_EXCEEDED when no item arrives for idleMs; what came before is stored and committed", async () => {

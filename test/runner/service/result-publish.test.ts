@@ -9,7 +9,13 @@ import { createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { describe, expect, it } from "vitest";
 import { Runner } from "../../../src/gen/runner/v1/runner_pb.js";
-import { createRunnerService, startRunnerServer, type RunnerServer, type RunnerService, type RunnerServiceOptions } from "../../../src/runner/index.js";
+import {
+  createRunnerService,
+  startRunnerServer,
+  type RunnerServer,
+  type RunnerService,
+  type RunnerServiceOptions,
+} from "../../../src/runner/index.js";
 import { RunnerDepotError } from "../../../src/errors.js";
 import type { JobResult, JobResultQueue } from "../../../src/runner/ports.js";
 import { empty, end, line, send, startHarness, until } from "../../fixtures/runner-service.js";
@@ -65,7 +71,11 @@ interface Setup {
 async function setup(queue: JobResultQueue, options: RunnerServiceOptions = {}): Promise<Setup> {
   const errors: unknown[] = [];
   const ended: JobResult[] = [];
-  const runner = createRunnerService(queue, { onError: (e) => errors.push(e), onEnd: (r) => ended.push(r), ...options });
+  const runner = createRunnerService(queue, {
+    onError: (e) => errors.push(e),
+    onEnd: (r) => ended.push(r),
+    ...options,
+  });
   const server = await startRunnerServer(runner, { port: 0 });
   const client = createClient(Runner, createGrpcTransport({ baseUrl: server.url }));
   return {
@@ -113,19 +123,43 @@ describe("one publish in flight per job", () => {
     const s = await setup(queue, { publishRetry: FAST_BOUND });
     try {
       const id = randomUUID();
-      expect(await send(s.client, [line(id, "a"), end(id, 4, false, "r", "c")])).toMatchObject({ code: "Unavailable", committed: "1" });
-      expect(await send(s.client, [end(id, 4, false, "r", "c")], { offset: 1 })).toMatchObject({ code: "Unavailable", committed: "1" });
+      expect(await send(s.client, [line(id, "a"), end(id, 4, false, "r", "c")])).toMatchObject({
+        code: "Unavailable",
+        committed: "1",
+      });
+      expect(await send(s.client, [end(id, 4, false, "r", "c")], { offset: 1 })).toMatchObject({
+        code: "Unavailable",
+        committed: "1",
+      });
       // A log item where the end was sent waits for the end's publish too, and stores nothing.
-      expect(await send(s.client, [line(id, "b")], { offset: 1 })).toMatchObject({ code: "Unavailable", committed: "1" });
+      expect(await send(s.client, [line(id, "b")], { offset: 1 })).toMatchObject({
+        code: "Unavailable",
+        committed: "1",
+      });
       expect(queue.attempts).toBe(1);
       first.accept();
-      await until(async () => (await s.runner.logs.get(id))?.status === "finished", "the accepted end recorded in the background");
+      await until(
+        async () => (await s.runner.logs.get(id))?.status === "finished",
+        "the accepted end recorded in the background",
+      );
       expect(await s.runner.logs.get(id)).toMatchObject({ committed: 2 });
-      expect(await send(s.client, [end(id, 4, false, "r", "c")], { offset: 1 })).toMatchObject({ ok: true, committed: "2" });
-      expect(await send(s.client, [line(id, "b")], { offset: 2 })).toMatchObject({ ok: false, reason: "ended", committed: "2" });
+      expect(await send(s.client, [end(id, 4, false, "r", "c")], { offset: 1 })).toMatchObject({
+        ok: true,
+        committed: "2",
+      });
+      expect(await send(s.client, [line(id, "b")], { offset: 2 })).toMatchObject({
+        ok: false,
+        reason: "ended",
+        committed: "2",
+      });
       expect(queue.attempts).toBe(1);
       expect(queue.accepted).toHaveLength(1);
-      expect(queue.accepted[0]).toMatchObject({ requestId: id, outcome: "finished", exitCode: 4, lines: { stdout: 1, stderr: 0 } });
+      expect(queue.accepted[0]).toMatchObject({
+        requestId: id,
+        outcome: "finished",
+        exitCode: 4,
+        lines: { stdout: 1, stderr: 0 },
+      });
       expect((await s.runner.logs.read(id)).map((l) => l.line)).toEqual(["a"]);
       expect(s.ended).toHaveLength(1);
     } finally {
@@ -158,7 +192,11 @@ describe("one publish in flight per job", () => {
       expect(await send(s.client, [line(id, "a"), end(id, 0)])).toMatchObject({ code: "Unavailable", committed: "1" });
       const cancelled = s.runner.cancelJob(id);
       // The orchestrator no longer wants the job: the runner is told so at once.
-      expect(await send(s.client, [end(id, 0)], { offset: 1 })).toMatchObject({ ok: false, reason: "cancelled", committed: "1" });
+      expect(await send(s.client, [end(id, 0)], { offset: 1 })).toMatchObject({
+        ok: false,
+        reason: "cancelled",
+        committed: "1",
+      });
       expect(queue.attempts).toBe(1);
       first.accept();
       expect(await cancelled).toBeNull();
@@ -179,10 +217,19 @@ describe("one publish in flight per job", () => {
       expect(await send(s.client, [line(id, "a"), end(id, 0)])).toMatchObject({ code: "Unavailable", committed: "1" });
       const cancelled = s.runner.cancelJob(id);
       first.refuse(new Error("broker said no"));
-      expect(await cancelled).toMatchObject({ requestId: id, outcome: "cancelled", exitCode: -1, lines: { stdout: 1, stderr: 0 } });
+      expect(await cancelled).toMatchObject({
+        requestId: id,
+        outcome: "cancelled",
+        exitCode: -1,
+        lines: { stdout: 1, stderr: 0 },
+      });
       expect(queue.attempts).toBe(2);
       expect(queue.accepted.map((r) => r.outcome)).toEqual(["cancelled"]);
-      expect(await send(s.client, [end(id, 0)], { offset: 1 })).toMatchObject({ ok: false, reason: "cancelled", committed: "1" });
+      expect(await send(s.client, [end(id, 0)], { offset: 1 })).toMatchObject({
+        ok: false,
+        reason: "cancelled",
+        committed: "1",
+      });
       expect(s.ended.map((r) => r.outcome)).toEqual(["cancelled"]);
     } finally {
       await s.close();
@@ -216,12 +263,19 @@ describe("close() is bounded", () => {
     const queue = scriptedQueue(() => new Promise<void>(() => {}));
     // The attempt limit far above closeTimeoutMs: the one attempt must still be in flight at
     // close() (with 400 ms, a loaded machine's slow call below let it expire first and retry).
-    const s = await setup(queue, { closeTimeoutMs: 200, publishRetry: { attemptTimeoutMs: 2_000, initialDelayMs: 10, maxDelayMs: 20 } });
+    const s = await setup(queue, {
+      closeTimeoutMs: 200,
+      publishRetry: { attemptTimeoutMs: 2_000, initialDelayMs: 10, maxDelayMs: 20 },
+    });
     const id = randomUUID();
     expect(await send(s.client, [line(id, "a")])).toMatchObject({ ok: true, committed: "1" });
     const cancelled = s.runner.cancelJob(id);
     cancelled.catch(() => undefined);
-    expect(await send(s.client, [line(id, "b")], { offset: 1 })).toMatchObject({ ok: false, reason: "cancelled", committed: "1" });
+    expect(await send(s.client, [line(id, "b")], { offset: 1 })).toMatchObject({
+      ok: false,
+      reason: "cancelled",
+      committed: "1",
+    });
     await s.server.close();
     await s.runner.close();
     expect(s.errors.map(String).join("\n")).toMatch(new RegExp(`unfinished.*${id}`));
@@ -236,19 +290,36 @@ describe("close() is bounded", () => {
 
 describe("check order while a job is being cancelled or declared lost", () => {
   it("cancelled (result still being published): malformed offset, empty item and oversized item are refused before ok = false", async () => {
-    const h = await startHarness({ memoryStore: true, limits: { messageBytes: 4096 }, publishRetry: { initialDelayMs: 5, maxDelayMs: 20 } });
+    const h = await startHarness({
+      memoryStore: true,
+      limits: { messageBytes: 4096 },
+      publishRetry: { initialDelayMs: 5, maxDelayMs: 20 },
+    });
     try {
       const id = randomUUID();
       expect(await send(h.client, [line(id, "a")])).toMatchObject({ ok: true, committed: "1" });
       h.queue.down = true;
       const cancelled = h.runner.cancelJob(id);
       await until(() => h.queue.attempts >= 1, "the cancel publishing");
-      expect(await send(h.client, [line(id, "b")], { offset: "x1" })).toMatchObject({ code: "InvalidArgument", committed: "1" });
-      expect(await send(h.client, [empty(id)], { offset: 1 })).toMatchObject({ code: "InvalidArgument", committed: "1" });
+      expect(await send(h.client, [line(id, "b")], { offset: "x1" })).toMatchObject({
+        code: "InvalidArgument",
+        committed: "1",
+      });
+      expect(await send(h.client, [empty(id)], { offset: 1 })).toMatchObject({
+        code: "InvalidArgument",
+        committed: "1",
+      });
       // An oversized first message is refused on its frame prefix, before it is decoded (it
       // is read unauthenticated): no job is known yet, so no runner-committed.
-      expect(await send(h.client, [line(id, "x".repeat(5000))], { offset: 1 })).toMatchObject({ code: "ResourceExhausted", committed: null });
-      expect(await send(h.client, [line(id, "b")], { offset: 1 })).toMatchObject({ ok: false, reason: "cancelled", committed: "1" });
+      expect(await send(h.client, [line(id, "x".repeat(5000))], { offset: 1 })).toMatchObject({
+        code: "ResourceExhausted",
+        committed: null,
+      });
+      expect(await send(h.client, [line(id, "b")], { offset: 1 })).toMatchObject({
+        ok: false,
+        reason: "cancelled",
+        committed: "1",
+      });
       h.queue.down = false;
       expect(await cancelled).toMatchObject({ outcome: "cancelled" });
       expect((await h.logs.read(id)).map((l) => l.line)).toEqual(["a"]);
@@ -260,15 +331,30 @@ describe("check order while a job is being cancelled or declared lost", () => {
   });
 
   it("lost (result still being published): malformed offset and empty item are refused before ok = false", async () => {
-    const h = await startHarness({ memoryStore: true, lostAfterMs: 100, sweepIntervalMs: 20, publishRetry: { initialDelayMs: 5, maxDelayMs: 20 } });
+    const h = await startHarness({
+      memoryStore: true,
+      lostAfterMs: 100,
+      sweepIntervalMs: 20,
+      publishRetry: { initialDelayMs: 5, maxDelayMs: 20 },
+    });
     try {
       const id = randomUUID();
       h.queue.down = true;
       expect(await send(h.client, [line(id, "a")])).toMatchObject({ ok: true, committed: "1" });
       await until(() => h.queue.attempts >= 1, "the lost result publishing");
-      expect(await send(h.client, [line(id, "b")], { offset: "-1" })).toMatchObject({ code: "InvalidArgument", committed: "1" });
-      expect(await send(h.client, [empty(id)], { offset: 1 })).toMatchObject({ code: "InvalidArgument", committed: "1" });
-      expect(await send(h.client, [line(id, "b")], { offset: 1 })).toMatchObject({ ok: false, reason: "lost", committed: "1" });
+      expect(await send(h.client, [line(id, "b")], { offset: "-1" })).toMatchObject({
+        code: "InvalidArgument",
+        committed: "1",
+      });
+      expect(await send(h.client, [empty(id)], { offset: 1 })).toMatchObject({
+        code: "InvalidArgument",
+        committed: "1",
+      });
+      expect(await send(h.client, [line(id, "b")], { offset: 1 })).toMatchObject({
+        ok: false,
+        reason: "lost",
+        committed: "1",
+      });
       h.queue.down = false;
       expect(await h.queue.next()).toMatchObject({ requestId: id, outcome: "lost" });
       expect(h.queue.results).toHaveLength(1);

@@ -10,7 +10,17 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LogItemSchema, Runner } from "../../../src/gen/runner/v1/runner_pb.js";
 import { mintJobToken } from "../../../src/runner/index.js";
 import type { JobResult } from "../../../src/runner/ports.js";
-import { controlledStream, empty, end, line, send, startHarness, storedTexts, until, type Harness } from "../../fixtures/runner-service.js";
+import {
+  controlledStream,
+  empty,
+  end,
+  line,
+  send,
+  startHarness,
+  storedTexts,
+  until,
+  type Harness,
+} from "../../fixtures/runner-service.js";
 
 const lines = (id: string, from: number, to: number, stderr = false) =>
   Array.from({ length: to - from }, (_, i) => line(id, `line ${from + i}`, stderr));
@@ -30,7 +40,12 @@ describe("runner service over gRPC (open service, fs log store)", () => {
   it("happy path: lines stored in order in the fs store, result on the queue, Ack ok, runner-committed", async () => {
     const id = randomUUID();
     await h.runner.expectJob(id, { repoUrl: "https://git.example/app.git" });
-    const items = [...lines(id, 0, 500), line(id, "oops", true), ...lines(id, 501, 1000), end(id, 3, false, "", "abc123")];
+    const items = [
+      ...lines(id, 0, 500),
+      line(id, "oops", true),
+      ...lines(id, 501, 1000),
+      end(id, 3, false, "", "abc123"),
+    ];
     const out = await send(h.client, items);
     expect(out).toMatchObject({ ok: true, code: null, committed: "1001", reason: null });
     expect(await storedTexts(h.logs, id)).toEqual([...texts(0, 500), "oops", ...texts(501, 1000)]);
@@ -148,7 +163,10 @@ describe("runner service over gRPC (open service, fs log store)", () => {
     expect(await storedTexts(h.logs, id)).toEqual(texts(0, 3));
     // An unknown job with an offset: a gap too, and the job is not created.
     const fresh = randomUUID();
-    expect(await send(h.client, [line(fresh, "x")], { offset: 2 })).toMatchObject({ code: "FailedPrecondition", committed: "0" });
+    expect(await send(h.client, [line(fresh, "x")], { offset: 2 })).toMatchObject({
+      code: "FailedPrecondition",
+      committed: "0",
+    });
     expect(await h.logs.get(fresh)).toBeNull();
   });
 
@@ -175,10 +193,22 @@ describe("runner service over gRPC (open service, fs log store)", () => {
   it("ok = false, reason ended: a new item or an offset past the end of an ended job; nothing stored", async () => {
     const id = randomUUID();
     await send(h.client, [line(id, "a"), end(id)]);
-    expect(await send(h.client, [line(id, "more")], { offset: 2 })).toMatchObject({ ok: false, reason: "ended", committed: "2" });
+    expect(await send(h.client, [line(id, "more")], { offset: 2 })).toMatchObject({
+      ok: false,
+      reason: "ended",
+      committed: "2",
+    });
     // Item 1 was the end (a duplicate); item 2 is new.
-    expect(await send(h.client, [line(id, "dup"), line(id, "more")], { offset: 1 })).toMatchObject({ ok: false, reason: "ended", committed: "2" });
-    expect(await send(h.client, [line(id, "x")], { offset: 9 })).toMatchObject({ ok: false, reason: "ended", committed: "2" });
+    expect(await send(h.client, [line(id, "dup"), line(id, "more")], { offset: 1 })).toMatchObject({
+      ok: false,
+      reason: "ended",
+      committed: "2",
+    });
+    expect(await send(h.client, [line(id, "x")], { offset: 9 })).toMatchObject({
+      ok: false,
+      reason: "ended",
+      committed: "2",
+    });
     expect(await storedTexts(h.logs, id)).toEqual(["a"]);
     expect(h.queue.results.filter((r) => r.requestId === id)).toHaveLength(1);
   });
@@ -212,7 +242,15 @@ describe("runner service over gRPC (open service, fs log store)", () => {
   it("cancelJob on an ID never seen still publishes a result (startedAt null, empty repo)", async () => {
     const id = randomUUID();
     const result = await h.runner.cancelJob(id);
-    expect(result).toMatchObject({ requestId: id, outcome: "cancelled", exitCode: -1, success: false, repoUrl: "", commitSha: "", startedAt: null });
+    expect(result).toMatchObject({
+      requestId: id,
+      outcome: "cancelled",
+      exitCode: -1,
+      success: false,
+      repoUrl: "",
+      commitSha: "",
+      startedAt: null,
+    });
     expect(h.queue.results.filter((r) => r.requestId === id)).toHaveLength(1);
   });
 
@@ -290,9 +328,16 @@ describe("runner service over gRPC (open service, fs log store)", () => {
     const client = createClient(Runner, createConnectTransport({ baseUrl: h.server.url, httpVersion: "2" }));
     const id = randomUUID();
     expect(await send(client, [line(id, "a"), line(id, "b")])).toMatchObject({ ok: true, committed: "2" });
-    expect(await send(client, [line(id, "z")], { offset: 7 })).toMatchObject({ code: "FailedPrecondition", committed: "2" });
+    expect(await send(client, [line(id, "z")], { offset: 7 })).toMatchObject({
+      code: "FailedPrecondition",
+      committed: "2",
+    });
     expect(await send(client, [line(id, "c"), end(id)], { offset: 2 })).toMatchObject({ ok: true, committed: "4" });
-    expect(await send(client, [line(id, "d")], { offset: 4 })).toMatchObject({ ok: false, reason: "ended", committed: "4" });
+    expect(await send(client, [line(id, "d")], { offset: 4 })).toMatchObject({
+      ok: false,
+      reason: "ended",
+      committed: "4",
+    });
   });
 
   it("the trailer appears exactly once in gRPC error trailers (not doubled)", async () => {
@@ -316,7 +361,12 @@ describe("runner service: tokens", () => {
   it("mintJobToken is base64url HMAC-SHA256 over the lower-case ID, without padding", async () => {
     const { createHmac } = await import("node:crypto");
     const id = "ABCDEF01-2345-6789-ABCD-EF0123456789";
-    const expected = createHmac("sha256", Buffer.from(secret)).update(id.toLowerCase()).digest("base64").replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+    const expected = createHmac("sha256", Buffer.from(secret))
+      .update(id.toLowerCase())
+      .digest("base64")
+      .replace(/\+/g, "-")
+      .replace(/\//g, "_")
+      .replace(/=+$/, "");
     expect(mintJobToken(secret, id)).toBe(expected);
     expect(mintJobToken(new TextEncoder().encode(secret), id)).toBe(expected);
     expect(mintJobToken(secret, id)).not.toMatch(/[=+/]/);
@@ -324,7 +374,9 @@ describe("runner service: tokens", () => {
 
   it("the right token streams; an upper-case ID with the lower-case token too", async () => {
     const id = randomUUID();
-    expect(await send(h.client, [line(id.toUpperCase(), "a"), end(id)], { token: mintJobToken(secret, id) })).toMatchObject({ ok: true, committed: "2" });
+    expect(
+      await send(h.client, [line(id.toUpperCase(), "a"), end(id)], { token: mintJobToken(secret, id) }),
+    ).toMatchObject({ ok: true, committed: "2" });
   });
 
   it.each([
@@ -341,7 +393,9 @@ describe("runner service: tokens", () => {
 
   it("PERMISSION_DENIED for a token of another job or another secret; nothing stored", async () => {
     const id = randomUUID();
-    expect((await send(h.client, [line(id, "a")], { token: mintJobToken(secret, randomUUID()) })).code).toBe("PermissionDenied");
+    expect((await send(h.client, [line(id, "a")], { token: mintJobToken(secret, randomUUID()) })).code).toBe(
+      "PermissionDenied",
+    );
     expect((await send(h.client, [line(id, "a")], { token: mintJobToken("other", id) })).code).toBe("PermissionDenied");
     expect((await send(h.client, [line(id, "a")], { token: "short" })).code).toBe("PermissionDenied");
     expect(await h.logs.get(id)).toBeNull();
@@ -349,7 +403,9 @@ describe("runner service: tokens", () => {
 
   it("check order: a malformed token beats a bad UUID; a bad UUID beats a wrong token", async () => {
     expect((await send(h.client, [line("nope", "a")])).code).toBe("Unauthenticated");
-    expect((await send(h.client, [line("nope", "a")], { token: mintJobToken(secret, randomUUID()) })).code).toBe("InvalidArgument");
+    expect((await send(h.client, [line("nope", "a")], { token: mintJobToken(secret, randomUUID()) })).code).toBe(
+      "InvalidArgument",
+    );
   });
 
   it("a newer call with a wrong token does not abort the job's call in flight", async () => {
@@ -359,7 +415,9 @@ describe("runner service: tokens", () => {
     const pending = send(h.client, stream.items, { token });
     stream.push(line(id, "a"));
     await until(async () => (await h.logs.get(id))?.committed === 1, "line stored");
-    expect((await send(h.client, [line(id, "evil")], { token: mintJobToken(secret, randomUUID()) })).code).toBe("PermissionDenied");
+    expect((await send(h.client, [line(id, "evil")], { token: mintJobToken(secret, randomUUID()) })).code).toBe(
+      "PermissionDenied",
+    );
     stream.push(line(id, "b"));
     stream.close();
     expect(await pending).toMatchObject({ ok: true, committed: "2" });
@@ -378,8 +436,13 @@ describe("runner service: authorize hook, known jobs, lost jobs", () => {
     });
     try {
       const id = randomUUID();
-      expect(await send(h.client, [line(id, "a")], { headers: { "x-fleet": "blue" } })).toMatchObject({ ok: true, committed: "1" });
-      expect((await send(h.client, [line(id, "b")], { headers: { "x-fleet": "red" }, offset: 1 })).code).toBe("PermissionDenied");
+      expect(await send(h.client, [line(id, "a")], { headers: { "x-fleet": "blue" } })).toMatchObject({
+        ok: true,
+        committed: "1",
+      });
+      expect((await send(h.client, [line(id, "b")], { headers: { "x-fleet": "red" }, offset: 1 })).code).toBe(
+        "PermissionDenied",
+      );
       expect(seen).toEqual([id, id]);
       expect(h.runner.acceptsAnyCaller).toBe(false);
     } finally {
@@ -409,10 +472,25 @@ describe("runner service: authorize hook, known jobs, lost jobs", () => {
       await send(h.client, [line(talking, "a", true)]);
       const results: JobResult[] = [await h.queue.next(), await h.queue.next()];
       const byId = (x: string) => results.find((r) => r.requestId === x)!;
-      expect(byId(quiet)).toMatchObject({ outcome: "lost", exitCode: -1, success: false, repoUrl: "https://git.example/q.git", startedAt: null });
-      expect(byId(talking)).toMatchObject({ outcome: "lost", exitCode: -1, success: false, lines: { stdout: 0, stderr: 1 } });
+      expect(byId(quiet)).toMatchObject({
+        outcome: "lost",
+        exitCode: -1,
+        success: false,
+        repoUrl: "https://git.example/q.git",
+        startedAt: null,
+      });
+      expect(byId(talking)).toMatchObject({
+        outcome: "lost",
+        exitCode: -1,
+        success: false,
+        lines: { stdout: 0, stderr: 1 },
+      });
       expect(byId(talking).startedAt).not.toBeNull();
-      expect(await send(h.client, [line(talking, "b")], { offset: 1 })).toMatchObject({ ok: false, reason: "lost", committed: "1" });
+      expect(await send(h.client, [line(talking, "b")], { offset: 1 })).toMatchObject({
+        ok: false,
+        reason: "lost",
+        committed: "1",
+      });
       expect(await send(h.client, [end(quiet)])).toMatchObject({ ok: false, reason: "lost", committed: "0" });
       expect(h.queue.results).toHaveLength(2);
     } finally {
@@ -472,7 +550,13 @@ describe("runner service: authorize hook, known jobs, lost jobs", () => {
     const h = await startHarness({ memoryStore: true });
     try {
       const id = randomUUID();
-      const items = [line(id, "a"), create(LogItemSchema, { requestId: id.toUpperCase(), event: { case: "log", value: { line: "b", stderr: false } } })];
+      const items = [
+        line(id, "a"),
+        create(LogItemSchema, {
+          requestId: id.toUpperCase(),
+          event: { case: "log", value: { line: "b", stderr: false } },
+        }),
+      ];
       expect(await send(h.client, items)).toMatchObject({ ok: true, committed: "2" });
     } finally {
       await h.close();

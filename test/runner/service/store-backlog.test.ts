@@ -13,7 +13,12 @@ import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { describe, expect, it } from "vitest";
 import { Runner, type LogItem } from "../../../src/gen/runner/v1/runner_pb.js";
-import { createRunnerService, mintJobToken, startRunnerServer, type RunnerServiceOptions } from "../../../src/runner/index.js";
+import {
+  createRunnerService,
+  mintJobToken,
+  startRunnerServer,
+  type RunnerServiceOptions,
+} from "../../../src/runner/index.js";
 import { createMemoryLogStore, createMemoryQueue } from "../../../src/adapters/memory/index.js";
 import type { JobLogStore } from "../../../src/runner/ports.js";
 import { backlogOf } from "../../../src/runner/service/store-backlog.js";
@@ -82,7 +87,11 @@ function gatedStore(closed = true): { logs: JobLogStore; open(): void; close(): 
  * A runner service on `logs` with `secret` and `limits`, served on 127.0.0.1, with its
  * backlog; `stop()` opens the store's gate, drops the client sessions, closes both.
  */
-async function backlogServer(store: { logs: JobLogStore; open(): void }, secret: string, limits?: RunnerServiceOptions["limits"]) {
+async function backlogServer(
+  store: { logs: JobLogStore; open(): void },
+  secret: string,
+  limits?: RunnerServiceOptions["limits"],
+) {
   const runner = createRunnerService(createMemoryQueue(), { logs: store.logs, secret, limits });
   const backlog = backlogOf(runner)!;
   const server = await startRunnerServer(runner, { port: 0 });
@@ -101,7 +110,12 @@ async function backlogServer(store: { logs: JobLogStore; open(): void }, secret:
  * waits until the backlog holds its reader back (the store is stalled). `finish()` opens the
  * store, ends the job and checks that every line was stored once.
  */
-async function holdLoudCall(session: http2.ClientHttp2Session, secret: string, store: { open(): void }, backlog: { waiting: number }) {
+async function holdLoudCall(
+  session: http2.ClientHttp2Session,
+  secret: string,
+  store: { open(): void },
+  backlog: { waiting: number },
+) {
   const id = randomUUID();
   const held = openCall(session, "grpc", mintJobToken(secret, id));
   held.stream.write(Buffer.concat(Array.from({ length: 2000 }, (_, i) => frame(line(id, `${i} ${"x".repeat(90)}`)))));
@@ -135,7 +149,14 @@ async function fleetRun(queuedBytes: number) {
       }),
     );
     const stored = await Promise.all(jobs.map(async (id) => (await store.logs.read(id)).map((l) => l.line)));
-    return { outcomes, stored, peak: backlog.peak, held: backlog.held, results: queue.results.length, expected: Array.from({ length: LINES }, (_, i) => text(i)) };
+    return {
+      outcomes,
+      stored,
+      peak: backlog.peak,
+      held: backlog.held,
+      results: queue.results.length,
+      expected: Array.from({ length: LINES }, (_, i) => text(i)),
+    };
   } finally {
     store.stop();
     await server.close();
@@ -164,7 +185,10 @@ describe("runner store backlog: a server-wide budget for entries queued for the 
   it("while the backlog holds calls back, a call that has not passed authentication (made-up token, no item) still ends at the idle limit", async () => {
     const secret = "backlog-idle-secret-0123456789abcdef";
     const store = gatedStore();
-    const { backlog, server, sessions, stop } = await backlogServer(store, secret, { queuedBytes: 64 * 1024, idleMs: 1000 });
+    const { backlog, server, sessions, stop } = await backlogServer(store, secret, {
+      queuedBytes: 64 * 1024,
+      idleMs: 1000,
+    });
     sessions.push(connect(server.url), connect(server.url));
     try {
       // A job's call fills the budget behind the closed store: its reader is paused (held back).
@@ -172,7 +196,10 @@ describe("runner store backlog: a server-wide budget for entries queued for the 
       // A caller with a made-up (well-formed) token that sends nothing: the backlog holds
       // nothing of it, so its wait is its own silence and the idle limit applies.
       const stranger = openCall(sessions[1]!, "grpc", "made-up-token");
-      const status = await Promise.race([stranger.status, new Promise<null>((resolve) => setTimeout(resolve, 15_000, null))]);
+      const status = await Promise.race([
+        stranger.status,
+        new Promise<null>((resolve) => setTimeout(resolve, 15_000, null)),
+      ]);
       expect(status).toMatchObject({ code: 4 });
       expect(status!.committed).toBeUndefined();
       expect(backlog.waiting).toBeGreaterThan(0);
@@ -186,7 +213,10 @@ describe("runner store backlog: a server-wide budget for entries queued for the 
   it("while the backlog holds one job's call back, another job's call that passed authentication before and then went silent still ends at the idle limit (the hold is per call)", async () => {
     const secret = "backlog-silent-secret-0123456789abcd";
     const store = gatedStore(false);
-    const { backlog, server, sessions, stop } = await backlogServer(store, secret, { queuedBytes: 64 * 1024, idleMs: 3000 });
+    const { backlog, server, sessions, stop } = await backlogServer(store, secret, {
+      queuedBytes: 64 * 1024,
+      idleMs: 3000,
+    });
     sessions.push(connect(server.url), connect(server.url));
     try {
       // A job's call authenticates and stores a line while the store keeps up, then sends nothing.
@@ -198,7 +228,10 @@ describe("runner store backlog: a server-wide budget for entries queued for the 
       store.close();
       const held = await holdLoudCall(sessions[0]!, secret, store, backlog);
       // The quiet call is not held (nothing of it is waiting to be read): its silence is its own.
-      const status = await Promise.race([quiet.status, new Promise<null>((resolve) => setTimeout(resolve, 20_000, null))]);
+      const status = await Promise.race([
+        quiet.status,
+        new Promise<null>((resolve) => setTimeout(resolve, 20_000, null)),
+      ]);
       expect(status).toMatchObject({ code: 4, committed: "1" });
       expect(backlog.waiting).toBeGreaterThan(0);
       await held.finish();
@@ -227,7 +260,10 @@ describe("runner store backlog: a server-wide budget for entries queued for the 
         await until(() => call.stream.writableLength < body.length - 256 * 1024, `call ${k} read on`);
         if (previous !== null) {
           // The newer call took the job: the older one answers now, though the store is stalled.
-          const status = await Promise.race([previous.status, new Promise<null>((resolve) => setTimeout(resolve, 15_000, null))]);
+          const status = await Promise.race([
+            previous.status,
+            new Promise<null>((resolve) => setTimeout(resolve, 15_000, null)),
+          ]);
           expect(status, `call ${k}`).toMatchObject({ code: 10 });
         }
         previous = call;

@@ -31,7 +31,6 @@ function valueOf(metrics: Map<string, MetricData>, name: string, match: Record<s
   return total;
 }
 
-
 /** The fs log store, with its appends counted (the histogram must see each one). */
 function countingStore(dir: string): { store: JobLogStore; appends: () => number } {
   const base = createFsLogStore(dir);
@@ -85,20 +84,47 @@ describe("runner metrics, spans and logs after real traffic", () => {
 
     // A job of 1,000 lines and its end, in one call carrying the caller's trace context.
     const a = [...Array.from({ length: 1000 }, (_, i) => lineOf(jobA, `line ${i} of job A — ünïcode`)), end(jobA, 0)];
-    expect(await send(h.client, a, { token: token(jobA), headers: { traceparent: `00-${TRACE_ID}-${PARENT}-01` } })).toMatchObject({ ok: true, committed: "1001" });
+    expect(
+      await send(h.client, a, { token: token(jobA), headers: { traceparent: `00-${TRACE_ID}-${PARENT}-01` } }),
+    ).toMatchObject({ ok: true, committed: "1001" });
 
     // A resume: 10 lines, the call ends without the end; the next call resends 8 and 9 (not counted again) and adds 5.
-    expect(await send(h.client, Array.from({ length: 10 }, (_, i) => lineOf(jobB, `b${i}`)), { token: token(jobB) })).toMatchObject({ ok: true, committed: "10" });
-    const resumed = [line(jobB, "b8"), line(jobB, "b9"), ...Array.from({ length: 5 }, (_, i) => lineOf(jobB, `b${10 + i}`)), end(jobB, 1)];
-    expect(await send(h.client, resumed, { token: token(jobB), offset: 8 })).toMatchObject({ ok: true, committed: "16" });
+    expect(
+      await send(
+        h.client,
+        Array.from({ length: 10 }, (_, i) => lineOf(jobB, `b${i}`)),
+        { token: token(jobB) },
+      ),
+    ).toMatchObject({ ok: true, committed: "10" });
+    const resumed = [
+      line(jobB, "b8"),
+      line(jobB, "b9"),
+      ...Array.from({ length: 5 }, (_, i) => lineOf(jobB, `b${10 + i}`)),
+      end(jobB, 1),
+    ];
+    expect(await send(h.client, resumed, { token: token(jobB), offset: 8 })).toMatchObject({
+      ok: true,
+      committed: "16",
+    });
 
     // A cancel: 3 lines stored, the host cancels, the runner's next call gets ok = false.
-    expect(await send(h.client, [0, 1, 2].map((i) => lineOf(jobC, `c${i}`)), { token: token(jobC) })).toMatchObject({ ok: true, committed: "3" });
+    expect(
+      await send(
+        h.client,
+        [0, 1, 2].map((i) => lineOf(jobC, `c${i}`)),
+        { token: token(jobC) },
+      ),
+    ).toMatchObject({ ok: true, committed: "3" });
     expect(await h.runner.cancelJob(jobC)).toMatchObject({ outcome: "cancelled" });
-    expect(await send(h.client, [line(jobC, "c3")], { token: token(jobC), offset: 3 })).toMatchObject({ ok: false, reason: "cancelled" });
+    expect(await send(h.client, [line(jobC, "c3")], { token: token(jobC), offset: 3 })).toMatchObject({
+      ok: false,
+      reason: "cancelled",
+    });
 
     // Refused callers: a token of another job, and no token at all.
-    expect(await send(h.client, [line(jobD, "d0")], { token: token(jobA) })).toMatchObject({ code: "PermissionDenied" });
+    expect(await send(h.client, [line(jobD, "d0")], { token: token(jobA) })).toMatchObject({
+      code: "PermissionDenied",
+    });
     expect(await send(h.client, [line(jobD, "d0")])).toMatchObject({ code: "Unauthenticated" });
   }, 60_000);
 
@@ -151,7 +177,12 @@ describe("runner metrics, spans and logs after real traffic", () => {
     const first = calls.find((s) => s.attributes["runner.request_id"] === jobA)!;
     expect(first.spanContext().traceId).toBe(TRACE_ID);
     expect(first.parentSpanContext?.spanId).toBe(PARENT);
-    expect(first.attributes).toMatchObject({ "rpc.system": "grpc", "rpc.method": "StreamLogs", "rpc.grpc.status_code": 0, "runner.committed": 1001 });
+    expect(first.attributes).toMatchObject({
+      "rpc.system": "grpc",
+      "rpc.method": "StreamLogs",
+      "rpc.grpc.status_code": 0,
+      "runner.committed": 1001,
+    });
     const publish = done.find((s) => s.name === "runner.queue.publish" && s.attributes["runner.request_id"] === jobA)!;
     expect(publish.parentSpanContext?.spanId).toBe(first.spanContext().spanId);
     expect(publish.attributes["runner.publish.result"]).toBe("accepted");
@@ -169,18 +200,45 @@ describe("runner metrics, spans and logs after real traffic", () => {
       expect.objectContaining({ code: "OK", ok: true, offset: 0, committed: 1001, items: 1001 }),
     ]);
     // A call's start names its job, the offset it resumes at and what the server had stored.
-    expect(byMsg("call started").find((l) => l.requestId === jobA)).toMatchObject({ level: 20, offset: 0, committed: 0, protocol: "grpc" });
-    expect(byMsg("call started").filter((l) => l.requestId === jobB).map((l) => [l.offset, l.committed])).toEqual([
+    expect(byMsg("call started").find((l) => l.requestId === jobA)).toMatchObject({
+      level: 20,
+      offset: 0,
+      committed: 0,
+      protocol: "grpc",
+    });
+    expect(
+      byMsg("call started")
+        .filter((l) => l.requestId === jobB)
+        .map((l) => [l.offset, l.committed]),
+    ).toEqual([
       [0, 0],
       [8, 10],
     ]);
-    expect(byMsg("call resumed").find((l) => l.requestId === jobB)).toMatchObject({ level: 30, offset: 8, committed: 10 });
-    expect(byMsg("call ended").find((l) => l.requestId === jobB && l.committed === 16)).toMatchObject({ code: "OK", ok: true, offset: 8 });
+    expect(byMsg("call resumed").find((l) => l.requestId === jobB)).toMatchObject({
+      level: 30,
+      offset: 8,
+      committed: 10,
+    });
+    expect(byMsg("call ended").find((l) => l.requestId === jobB && l.committed === 16)).toMatchObject({
+      code: "OK",
+      ok: true,
+      offset: 8,
+    });
     expect(byMsg("call resumed").map((l) => l.requestId)).toContain(jobB);
-    expect(byMsg("call ended").find((l) => l.requestId === jobC && l.ok === false)).toMatchObject({ reason: "cancelled" });
+    expect(byMsg("call ended").find((l) => l.requestId === jobC && l.ok === false)).toMatchObject({
+      reason: "cancelled",
+    });
     expect(byMsg("job cancelled")).toEqual([expect.objectContaining({ requestId: jobC, lines: 3 })]);
-    expect(byMsg("job ended").map((l) => l.outcome).sort()).toEqual(["cancelled", "finished", "finished"]);
-    expect(byMsg("call refused").map((l) => l.code).sort()).toEqual(["PERMISSION_DENIED", "UNAUTHENTICATED"]);
+    expect(
+      byMsg("job ended")
+        .map((l) => l.outcome)
+        .sort(),
+    ).toEqual(["cancelled", "finished", "finished"]);
+    expect(
+      byMsg("call refused")
+        .map((l) => l.code)
+        .sort(),
+    ).toEqual(["PERMISSION_DENIED", "UNAUTHENTICATED"]);
     expect(byMsg("call refused").find((l) => l.code === "PERMISSION_DENIED")).toMatchObject({ requestId: jobD });
     const all = logs.lines.join("\n");
     expect(tokens.length).toBeGreaterThan(3);
@@ -219,7 +277,11 @@ describe("runner telemetry: result publish retries and give-ups", () => {
     const logs = captureLogs();
     // A 2 s publish bound: the first job's one retry must fit in it, which 300 ms did not
     // guarantee on a loaded machine (the retry waits on a timer).
-    const h = await startHarness({ logger: logs.logger, meterProvider, publishRetry: { initialDelayMs: 10, maxDelayMs: 20, maxMs: 2_000 } });
+    const h = await startHarness({
+      logger: logs.logger,
+      meterProvider,
+      publishRetry: { initialDelayMs: 10, maxDelayMs: 20, maxMs: 2_000 },
+    });
     try {
       // The queue refuses once: the end is retried and accepted within the call.
       const retried = randomUUID();
@@ -233,15 +295,28 @@ describe("runner telemetry: result publish retries and give-ups", () => {
 
       const parsed = logs.parsed();
       const retries = parsed.filter((l) => l.msg === "result publish failed, retrying");
-      expect(retries.find((l) => l.requestId === retried)).toMatchObject({ level: 40, outcome: "finished", attempt: 1, delayMs: 10, error: "queue refused the publish" });
+      expect(retries.find((l) => l.requestId === retried)).toMatchObject({
+        level: 40,
+        outcome: "finished",
+        attempt: 1,
+        delayMs: 10,
+        error: "queue refused the publish",
+      });
       expect(retries.filter((l) => l.requestId === retried)).toHaveLength(1);
       expect(retries.filter((l) => l.requestId === refused).length).toBeGreaterThanOrEqual(1);
       const givenUp = parsed.filter((l) => l.msg === "result publish given up");
-      expect(givenUp).toEqual([expect.objectContaining({ level: 50, requestId: refused, outcome: "finished", error: "queue is down" })]);
+      expect(givenUp).toEqual([
+        expect.objectContaining({ level: 50, requestId: refused, outcome: "finished", error: "queue is down" }),
+      ]);
       expect(givenUp[0]!.attempts).toBe(retries.filter((l) => l.requestId === refused).length + 1);
-      expect(parsed.find((l) => l.msg === "job ended" && l.requestId === retried)).toMatchObject({ outcome: "finished", exitCode: 0 });
+      expect(parsed.find((l) => l.msg === "job ended" && l.requestId === retried)).toMatchObject({
+        outcome: "finished",
+        exitCode: 0,
+      });
       const m = await metricsOf(reader);
-      expect(valueOf(m, "runner.queue.publish.retries")).toBe(1 + retries.filter((l) => l.requestId === refused).length);
+      expect(valueOf(m, "runner.queue.publish.retries")).toBe(
+        1 + retries.filter((l) => l.requestId === refused).length,
+      );
     } finally {
       await h.close();
       await meterProvider.shutdown();
@@ -254,11 +329,19 @@ describe("runner telemetry: the RabbitMQ queue's connection events", () => {
     const { createRabbitMqQueue } = await import("../../../src/adapters/rabbitmq/index.js");
     const logs = captureLogs();
     // A port nothing listens on: every connect fails at once.
-    const queue = createRabbitMqQueue({ url: "amqp://someone:hunter2-password@127.0.0.1:1", logger: logs.logger, reconnectDelayMs: { initial: 10, max: 20 } });
+    const queue = createRabbitMqQueue({
+      url: "amqp://someone:hunter2-password@127.0.0.1:1",
+      logger: logs.logger,
+      reconnectDelayMs: { initial: 10, max: 20 },
+    });
     try {
       await expect(queue.ready(300)).rejects.toThrow();
       await until(() => logs.parsed().some((l) => l.msg === "queue connect failed"), "a connect failure logged");
-      expect(logs.parsed().find((l) => l.msg === "queue connect failed")).toMatchObject({ queue: "runner.job-results", attempt: 1, level: 40 });
+      expect(logs.parsed().find((l) => l.msg === "queue connect failed")).toMatchObject({
+        queue: "runner.job-results",
+        attempt: 1,
+        level: 40,
+      });
       expect(logs.lines.join("\n")).not.toContain("hunter2");
     } finally {
       await queue.close();

@@ -47,7 +47,9 @@ export async function authenticate(core: RunnerCore, ctx: HandlerContext, id: st
       });
     } catch (error) {
       if (error instanceof RunnerDepotError || error instanceof ConnectError) throw error;
-      throw new RunnerDepotError("PERMISSION_DENIED", error instanceof Error ? error.message : "not authorized", { cause: error });
+      throw new RunnerDepotError("PERMISSION_DENIED", error instanceof Error ? error.message : "not authorized", {
+        cause: error,
+      });
     }
     return;
   }

@@ -41,16 +41,25 @@ export async function publishEnd(core: RunnerCore, call: CallHandle, end: JobEnd
     if (accepted === true) {
       const finished = await recordAccepted(core, call.id, attempt);
       call.state = finished.state;
-      if (finished.state.status !== "finished") throw new EndedSignal(finished.state.status === "open" ? "ended" : finished.state.status);
+      if (finished.state.status !== "finished")
+        throw new EndedSignal(finished.state.status === "open" ? "ended" : finished.state.status);
       return;
     }
     const wait = Math.min(delay, retry.maxDelayMs);
     if (accepted === TIMED_OUT || Date.now() - start + wait >= retry.maxMs || core.closeController.signal.aborted) {
       // A publish still in flight stays the job's: the replayed end waits for it.
-      telemetry.logger.error({ requestId: call.id, outcome: "finished", attempts, error: errorText(attempt.error ?? "no answer yet") }, "result publish given up");
-      throw new RunnerDepotError("UNAVAILABLE", "the job-result queue is unavailable; retry the call later", { cause: attempt.error });
+      telemetry.logger.error(
+        { requestId: call.id, outcome: "finished", attempts, error: errorText(attempt.error ?? "no answer yet") },
+        "result publish given up",
+      );
+      throw new RunnerDepotError("UNAVAILABLE", "the job-result queue is unavailable; retry the call later", {
+        cause: attempt.error,
+      });
     }
-    telemetry.logger.warn({ requestId: call.id, outcome: "finished", attempt: attempts, delayMs: wait, error: errorText(attempt.error) }, "result publish failed, retrying");
+    telemetry.logger.warn(
+      { requestId: call.id, outcome: "finished", attempt: attempts, delayMs: wait, error: errorText(attempt.error) },
+      "result publish failed, retrying",
+    );
     await call.guard(sleep(wait * (0.5 + Math.random() / 2)));
     delay *= 2;
   }
@@ -63,7 +72,8 @@ export async function publishEnd(core: RunnerCore, call: CallHandle, end: JobEnd
  */
 export async function settlePendingPublish(core: RunnerCore, call: CallHandle, attempt: PublishAttempt): Promise<void> {
   const accepted = await call.guard(within(attempt.settled, core.config.retry.maxMs));
-  if (accepted === TIMED_OUT) throw new RunnerDepotError("UNAVAILABLE", "the job's result is still being published; retry the call later");
+  if (accepted === TIMED_OUT)
+    throw new RunnerDepotError("UNAVAILABLE", "the job's result is still being published; retry the call later");
   if (accepted) {
     const state = (await recordAccepted(core, call.id, attempt)).state;
     call.state = state;

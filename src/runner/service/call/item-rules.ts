@@ -17,7 +17,10 @@ import { ReceivedLine, type CallItem } from "../../protocol/received-line.js";
 const MARKER_PREFIX = "[runner-depot]";
 
 function tooLarge(size: number, maxBytes: number): RunnerDepotError {
-  return new RunnerDepotError("RESOURCE_EXHAUSTED", `a message of ${size} bytes is over the ${maxBytes}-byte limit; split the line`);
+  return new RunnerDepotError(
+    "RESOURCE_EXHAUSTED",
+    `a message of ${size} bytes is over the ${maxBytes}-byte limit; split the line`,
+  );
 }
 
 /**
@@ -31,8 +34,12 @@ export function processItem(core: RunnerCore, call: CallRun, item: CallItem): Pr
   const event = received === null ? (item as LogItem).event : null;
   const kind = received !== null ? "log" : event!.case;
   // The line's UTF-8 size serves both the message limit and the line limit.
-  const lineBytes = received !== null ? received.bytes : event!.case === "log" ? Buffer.byteLength(event!.value.line, "utf8") : 0;
-  const size = received !== null ? logItemSize(received.requestId, lineBytes, received.stderr) : encodedSize(item as LogItem, lineBytes);
+  const lineBytes =
+    received !== null ? received.bytes : event!.case === "log" ? Buffer.byteLength(event!.value.line, "utf8") : 0;
+  const size =
+    received !== null
+      ? logItemSize(received.requestId, lineBytes, received.stderr)
+      : encodedSize(item as LogItem, lineBytes);
   if (size > call.maxBytes) throw tooLarge(size, call.maxBytes);
   // The same text as the first item's needs no case folding.
   if (index > 0 && item.requestId !== call.rawId && item.requestId.toLowerCase() !== call.id) {
@@ -54,7 +61,10 @@ export function processItem(core: RunnerCore, call: CallRun, item: CallItem): Pr
   }
   if (index === 0) {
     if (pos > call.committed) {
-      throw new RunnerDepotError("FAILED_PRECONDITION", `offset ${pos} is past the ${call.committed} items stored; resend from ${call.committed}`);
+      throw new RunnerDepotError(
+        "FAILED_PRECONDITION",
+        `offset ${pos} is past the ${call.committed} items stored; resend from ${call.committed}`,
+      );
     }
     call.nextPos = call.committed;
     call.storedBytes = call.state?.storedBytes ?? 0;
@@ -69,7 +79,11 @@ export function processItem(core: RunnerCore, call: CallRun, item: CallItem): Pr
   if (kind === "log") {
     call.pendingReceivedBytes += lineBytes;
     const log = event?.case === "log" ? event.value : null;
-    return call.enqueue(log === null ? receivedEntry(core, call, received!, lineBytes) : entryFor(core, call, log.line, log.stderr, lineBytes));
+    return call.enqueue(
+      log === null
+        ? receivedEntry(core, call, received!, lineBytes)
+        : entryFor(core, call, log.line, log.stderr, lineBytes),
+    );
   }
   call.endSeen = true;
   return processEnd(core, call, event!.value as JobEnd);

@@ -60,7 +60,12 @@ export function reportCallEnd(core: RunnerCore, call: CallRun, code: number): vo
   const refusal = refusalOf(call, code);
   if (refusal) telemetry.refused(refusal);
   const requestId = call.id || call.claimedId || undefined;
-  if (call.span) telemetry.endCall(call.span, code, { "runner.request_id": requestId ?? "", "runner.offset": call.offset, "runner.committed": call.committed });
+  if (call.span)
+    telemetry.endCall(call.span, code, {
+      "runner.request_id": requestId ?? "",
+      "runner.offset": call.offset,
+      "runner.committed": call.committed,
+    });
   if (REFUSALS.has(code)) {
     telemetry.logger.warn({ requestId, code: grpcCodeName(code) }, "call refused");
     return;

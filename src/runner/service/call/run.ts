@@ -84,7 +84,9 @@ export class CallRun implements CallHandle {
 
   /** The context of the call's span (parent of the publish spans), made when asked. */
   get traceContext(): Context | undefined {
-    return this.span && this.parentContext ? this.core.telemetry.childContext(this.parentContext, this.span) : undefined;
+    return this.span && this.parentContext
+      ? this.core.telemetry.childContext(this.parentContext, this.span)
+      : undefined;
   }
 
   get committed(): number {
@@ -211,6 +213,9 @@ export class CallRun implements CallHandle {
     const core = this.core;
     // A job being cancelled or declared lost stores nothing more, and its publish may
     // hold the lock for long: read it without the lock.
-    this.state = unlocked || core.ending.has(this.id) ? await core.logs.get(this.id) : await core.locked(this.id, () => core.logs.get(this.id));
+    this.state =
+      unlocked || core.ending.has(this.id)
+        ? await core.logs.get(this.id)
+        : await core.locked(this.id, () => core.logs.get(this.id));
   }
 }

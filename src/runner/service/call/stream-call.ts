@@ -21,7 +21,11 @@ import { toResponseError } from "./response-error.js";
 import { reportCallEnd, reportCallOpen, reportCallStart } from "./report.js";
 
 /** Serves one StreamLogs call. */
-export async function streamLogs(core: RunnerCore, requests: AsyncIterable<LogItem>, ctx: HandlerContext): Promise<Ack> {
+export async function streamLogs(
+  core: RunnerCore,
+  requests: AsyncIterable<LogItem>,
+  ctx: HandlerContext,
+): Promise<Ack> {
   const call = new CallRun(core, ctx);
   core.calls.add(call);
   core.idle.watch();
@@ -35,7 +39,8 @@ export async function streamLogs(core: RunnerCore, requests: AsyncIterable<LogIt
   try {
     const ack = await runCall(core, call, it);
     // Success: the trailer says where the job stands (an accepted end included).
-    if (call.id && !ctx.responseTrailer.has(COMMITTED_HEADER)) ctx.responseTrailer.set(COMMITTED_HEADER, String(call.committed));
+    if (call.id && !ctx.responseTrailer.has(COMMITTED_HEADER))
+      ctx.responseTrailer.set(COMMITTED_HEADER, String(call.committed));
     return ack;
   } catch (error) {
     const answer = await toResponseError(core, call, error);
@@ -69,7 +74,8 @@ async function runCall(core: RunnerCore, call: CallRun, it: ItemReader): Promise
   }
   const id = normalizeRequestId(first.requestId);
   call.claimedId = id ?? first.requestId.slice(0, 64);
-  if (id === null) throw uErr("INVALID_ARGUMENT", `request_id is not a UUID: ${JSON.stringify(first.requestId.slice(0, 64))}`);
+  if (id === null)
+    throw uErr("INVALID_ARGUMENT", `request_id is not a UUID: ${JSON.stringify(first.requestId.slice(0, 64))}`);
   await authenticate(core, call.ctx, id);
   if (core.options.requireKnownJobs) {
     const known = await core.logs.get(id);
@@ -124,9 +130,13 @@ function watchShutdown(signal: AbortSignal, call: CallRun): Set<CallRun> {
     const created = new Set<CallRun>();
     calls = created;
     shutdownCalls.set(signal, created);
-    signal.addEventListener("abort", () => {
-      for (const c of created) stopForShutdown(c);
-    }, { once: true });
+    signal.addEventListener(
+      "abort",
+      () => {
+        for (const c of created) stopForShutdown(c);
+      },
+      { once: true },
+    );
   }
   calls.add(call);
   if (signal.aborted) stopForShutdown(call);
@@ -139,7 +149,8 @@ function watchShutdown(signal: AbortSignal, call: CallRun): Set<CallRun> {
  * protocol says (§2, §9); anything else is the client going away.
  */
 function whySignalAborted(reason: unknown) {
-  if (reason instanceof ConnectError && reason.code === Code.DeadlineExceeded) return uErr("DEADLINE_EXCEEDED", "the call's deadline (grpc-timeout) passed");
+  if (reason instanceof ConnectError && reason.code === Code.DeadlineExceeded)
+    return uErr("DEADLINE_EXCEEDED", "the call's deadline (grpc-timeout) passed");
   return uErr("UNAVAILABLE", "the call was cancelled by the client");
 }
 
