@@ -17,7 +17,8 @@ if (!(scale > 0 && scale <= 1)) throw new Error("--scale takes a number in (0, 1
 
 const fresh = await writeReport({
   dir: here,
-  // Add a module here when you add soak/<name>.ts.
+  // Add a module here when you add soak/<name>.ts. A name with no file keeps its section as
+  // written by hand: the attack tables (runner-attacks, depot-attacks) are kept that way.
   modules: [
     "depot-commits",
     "depot-stalled",
@@ -25,6 +26,8 @@ const fresh = await writeReport({
     "runner-kill",
     "runner-rabbitmq-restart",
     "runner-slow-follower",
+    "runner-attacks",
+    "depot-attacks",
   ],
   only: args.filter((arg, i) => !arg.startsWith("--") && args[i - 1] !== "--scale"),
   file: path.join(here, "..", "RELIABILITY.md"),

@@ -328,7 +328,7 @@ describe("openapi.yaml", () => {
     const thrown = new Set<string>();
     for (const file of files) {
       const text = await readFile(fileURLToPath(new URL(file, import.meta.url)), "utf8");
-      for (const match of text.matchAll(/RunnerDepotError\("([A-Z_]+)"/g)) thrown.add(match[1]!);
+      for (const match of text.matchAll(/RunnerDepotError\(\s*"([A-Z_]+)"/g)) thrown.add(match[1]!);
     }
     // The router answers a store's UNAVAILABLE as STORE_UNAVAILABLE; INVALID_ARGUMENT is a
     // listRecords argument check the router never trips.
