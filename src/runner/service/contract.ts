@@ -122,7 +122,10 @@ export interface RunnerServiceOptions extends TelemetryOptions {
   onEnd?: (result: JobResult) => void;
   /** Called with failures nobody else sees (a hook that threw, a background publish that failed). */
   onError?: (error: unknown) => void;
-  /** `close()` waits at most this long for background publishes (unfinished ones are reported through onError); default 5 000. */
+  /**
+   * `close()` waits at most this long for background publishes (unfinished ones are reported through onError); default
+   * 5 000.
+   */
   closeTimeoutMs?: number;
 }
 
@@ -133,7 +136,10 @@ export type ExpectJobInfo = JobInfo;
 export interface RunnerService extends ServiceImpl<typeof Runner> {
   /** Registers a job the host launched (`requireKnownJobs`, lost detection, result info). */
   expectJob(requestId: string, info?: ExpectJobInfo): Promise<JobState>;
-  /** Cancels a job: its result is published at once with outcome `cancelled`; resolves with it (null when it had already ended). */
+  /**
+   * Cancels a job: its result is published at once with outcome `cancelled`; resolves with it (null when it had already
+   * ended).
+   */
   cancelJob(requestId: string, reason?: string): Promise<JobResult | null>;
   /**
    * Stored lines of a job: the ones so far, then new ones until the job ends. A job the
@@ -149,7 +155,10 @@ export interface RunnerService extends ServiceImpl<typeof Runner> {
    * `list`; INVALID_ARGUMENT for a bad limit, status or cursor.
    */
   listJobs(options?: ListJobsOptions): Promise<JobPage>;
-  /** Stops the lost-job timer and waits for background publishes, at most `closeTimeoutMs` (unfinished ones go to onError). */
+  /**
+   * Stops the lost-job timer and waits for background publishes, at most `closeTimeoutMs` (unfinished ones go to
+   * onError).
+   */
   close(): Promise<void>;
   /** True when the service has neither a secret nor an authorize hook. */
   readonly acceptsAnyCaller: boolean;
