@@ -1,11 +1,9 @@
 /**
- * Job-log change events between replicas sharing one PostgreSQL: after an append or a
- * finish commits, the replica sends `NOTIFY` (coalesced: one statement per event-loop
- * turn for every job that changed in it) on its own connection, which also `LISTEN`s
- * for all of the replica's followers: one connection per replica, none per follower. A notification carries no lines, only where the
- * job stands, so followers read the lines themselves (once per replica, see
- * src/runner/service/fanout.ts) and a lost notification costs latency, never data. The
- * connection, its LISTEN and its reconnects are listen-connection.ts, shared with the records store.
+ * Job-log change events between replicas sharing one PostgreSQL: after an append or a finish commits, the
+ * replica sends `NOTIFY` (coalesced: one statement per event-loop turn for every job that changed in it) on
+ * its own connection, which also `LISTEN`s for all of the replica's followers: one connection per replica,
+ * none per follower.
+ * Why: docs/decisions/runner-throughput.md, "log-notify.ts: design notes".
  */
 import type { Client } from "pg";
 import type { JobLogEvent } from "../../runner/ports.js";
