@@ -41,7 +41,9 @@ export interface PutBlobOptions {
 export interface BlobReader {
   /** The blob's length in bytes. */
   readonly size: number;
-  /** Reads up to `length` bytes at `position` into `buffer` from `offset`; resolves to the count read (0 at the end). */
+  /**
+   * Reads up to `length` bytes at `position` into `buffer` from `offset`; resolves to the count read (0 at the end).
+   */
   read(buffer: Uint8Array, offset: number, length: number, position: number): Promise<number>;
   close(): Promise<void>;
 }

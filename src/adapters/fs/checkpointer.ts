@@ -36,7 +36,9 @@ const MX_FRAME_OFFSET = 16;
 
 /** The checkpointer of one store's database (see {@link createCheckpointer}). */
 export interface Checkpointer {
-  /** Called after each commit: asks the worker for a checkpoint once the WAL holds CHECKPOINT_FRAMES. O(1): one pread. */
+  /**
+   * Called after each commit: asks the worker for a checkpoint once the WAL holds CHECKPOINT_FRAMES. O(1): one pread.
+   */
   committed(): void;
   /** Lets a checkpoint in progress end, then closes the worker's connection and the thread. */
   close(): Promise<void>;

@@ -89,7 +89,9 @@ export function legacyRecordFiles(recordsDir: string): Array<{ key: string; file
   return found;
 }
 
-/** The key segment a file or directory name stands for (`%` is the empty segment); null for a name no key encodes to. */
+/**
+ * The key segment a file or directory name stands for (`%` is the empty segment); null for a name no key encodes to.
+ */
 function decodeSegment(name: string): string | null {
   if (name === "%") return "";
   try {

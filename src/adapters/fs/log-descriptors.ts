@@ -42,7 +42,9 @@ export class OpenLogs {
   /** Handles whose file is open, least recently appended first (Map order). */
   private readonly open = new Map<string, LogHandle>();
 
-  /** Writes `bytes` at `at` in the handle's file (created when `fresh`) and, with `sync`, datasyncs it: two pool trips. */
+  /**
+   * Writes `bytes` at `at` in the handle's file (created when `fresh`) and, with `sync`, datasyncs it: two pool trips.
+   */
   async write(handle: LogHandle, bytes: Buffer, at: number, sync: boolean, fresh: boolean): Promise<void> {
     handle.writing = true;
     try {

@@ -41,7 +41,9 @@ export interface FsStoreOptions {
   unsafeNoSync?: boolean;
 }
 
-/** Temp files older than this are removed at start as orphans of killed writers; younger ones may be a live process's. */
+/**
+ * Temp files older than this are removed at start as orphans of killed writers; younger ones may be a live process's.
+ */
 const ORPHAN_AGE_MS = 3_600_000;
 
 /**

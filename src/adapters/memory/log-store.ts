@@ -37,7 +37,9 @@ interface Job {
 
 const STDERR = 1;
 const MARKER = 2;
-/** First block of a job; each next one doubles, up to MAX_BLOCK (so a short job costs little, a long one few blocks). */
+/**
+ * First block of a job; each next one doubles, up to MAX_BLOCK (so a short job costs little, a long one few blocks).
+ */
 const FIRST_BLOCK = 4096;
 const MAX_BLOCK = 1024 * 1024;
 

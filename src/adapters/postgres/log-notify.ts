@@ -41,7 +41,9 @@ const CLOSE_FLUSH_MS = 5_000;
 
 const PAYLOAD = /^(\d{1,15}) ([01]) ([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/;
 
-/** Parses a payload; anything else on the channel (another program's NOTIFY) is null. O(payload), bounded by the regex. */
+/**
+ * Parses a payload; anything else on the channel (another program's NOTIFY) is null. O(payload), bounded by the regex.
+ */
 export function decodeLogEvent(payload: string): { requestId: string; storedLines: number; ended: boolean } | null {
   if (payload.length > 80) return null;
   const m = PAYLOAD.exec(payload);

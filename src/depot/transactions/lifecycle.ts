@@ -113,7 +113,9 @@ export class Transactions {
     );
   }
 
-  /** Transactions open or committing now, depot-wide (all principals and processes); see Slots.countLive for the cost. */
+  /**
+   * Transactions open or committing now, depot-wide (all principals and processes); see Slots.countLive for the cost.
+   */
   countOpen(): Promise<number> {
     return this.slots.countLive();
   }

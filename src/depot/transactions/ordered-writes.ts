@@ -35,7 +35,9 @@ export class OrderedWrites {
     return { ...cond, deferSync: true };
   }
 
-  /** The options for a blob put of this request (see PutBlobOptions.deferSync: files stay durable when they resolve). */
+  /**
+   * The options for a blob put of this request (see PutBlobOptions.deferSync: files stay durable when they resolve).
+   */
   blob(options: PutBlobOptions = {}): PutBlobOptions {
     if (!this.defers) return options;
     this.deferred = true;

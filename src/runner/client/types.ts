@@ -44,7 +44,9 @@ export interface RunnerClientOptions {
   maxCallMs?: number;
   /** Longer lines are split at a UTF-8 boundary. Default 64 KiB (the contract's limit). */
   maxLineBytes?: number;
-  /** Give up when calls have kept failing for this long (since the first failure after a success). Default 10 minutes. */
+  /**
+   * Give up when calls have kept failing for this long (since the first failure after a success). Default 10 minutes.
+   */
   deadlineMs?: number;
   /** Jittered exponential back-off between retries. Default 100 ms doubling to 10 s. */
   backoff?: { initialMs?: number; maxMs?: number };

@@ -29,7 +29,9 @@ export interface ConnectPathOptions {
   budget: ReadBudget;
   /** Path prefix the service is mounted under; default none. */
   requestPathPrefix?: string;
-  /** The service's store backlog (runner/service/store-backlog.ts): authenticated calls pause while it is over budget. */
+  /**
+   * The service's store backlog (runner/service/store-backlog.ts): authenticated calls pause while it is over budget.
+   */
   backlog?: StoreBacklog;
   /** Context values of each call (`call`: its key, the response). */
   contextValues: (call: object) => ContextValues;

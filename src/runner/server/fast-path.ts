@@ -46,7 +46,9 @@ export interface StreamLogsFastPathOptions {
   budget: ReadBudget;
   /** Path prefix the service is mounted under; default none. */
   requestPathPrefix?: string;
-  /** The service's store backlog (runner/service/store-backlog.ts): authenticated calls pause while it is over budget. */
+  /**
+   * The service's store backlog (runner/service/store-backlog.ts): authenticated calls pause while it is over budget.
+   */
   backlog?: StoreBacklog;
   /**
    * Context values of each call (the same as given to connect); `call` is the call's key (its response, or its stream

@@ -30,7 +30,9 @@ export function readerOf(requests: AsyncIterable<LogItem>): ItemReader {
   };
 }
 
-/** An empty batch: a used-up one is let go (its items may hold request chunks, see runner/protocol/received-line.ts). */
+/**
+ * An empty batch: a used-up one is let go (its items may hold request chunks, see runner/protocol/received-line.ts).
+ */
 const NO_ITEMS: readonly CallItem[] = [];
 
 /** Puts `item`, the last one read, back: the next read returns it again. O(1) after a read. */

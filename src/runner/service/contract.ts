@@ -89,7 +89,9 @@ export interface PublishRetryOptions {
 export interface RunnerServiceOptions extends TelemetryOptions {
   /** Where logs and job state live; default createMemoryLogStore(). */
   logs?: JobLogStore;
-  /** Per-job token key (several: any of them, for key rotation). Without it and without `authorize`, anyone may call. */
+  /**
+   * Per-job token key (several: any of them, for key rotation). Without it and without `authorize`, anyone may call.
+   */
   secret?: JobTokenSecret | readonly JobTokenSecret[];
   /** Replaces the token check: return to allow, throw (RunnerDepotError or ConnectError) to refuse. */
   authorize?: (ctx: RunnerAuthorizeContext) => void | Promise<void>;
@@ -99,7 +101,9 @@ export interface RunnerServiceOptions extends TelemetryOptions {
   lostAfterMs?: number;
   /** How often stale jobs are looked for; default min(lostAfterMs / 4, 30 000). */
   sweepIntervalMs?: number;
-  /** Ended jobs are forgotten this long after their end (at least lostAfterMs); false keeps them; default 86 400 000. */
+  /**
+   * Ended jobs are forgotten this long after their end (at least lostAfterMs); false keeps them; default 86 400 000.
+   */
   retentionMs?: number | false;
   /** Limits; unset members keep the contract's defaults. */
   limits?: Partial<RunnerLimits>;
