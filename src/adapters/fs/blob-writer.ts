@@ -1,7 +1,7 @@
 /**
  * Writing an upload's bytes into a blob's temp file (blobs.ts `putBlob`): hashed, bounded,
  * and flushed to disk while it arrives.
- * Why: docs/decisions/depot-publish-durability.md, "blob-writer.ts: design notes".
+ * Why: docs/decisions/depot-publish-durability.md, "blob-writer.ts: hashing and gathering upload chunks".
  */
 import { createHash } from "node:crypto";
 import diagnostics_channel from "node:diagnostics_channel";

@@ -1,7 +1,7 @@
 /**
  * Blobs of the fs store, content-addressed and immutable once stored: a body up to SMALL_BLOB_BYTES is a row
  * of records.db (small-blobs.ts), a larger one the file `blobs/sha256/<2 hex>/<64 hex>`.
- * Why: docs/decisions/depot-publish-durability.md, "blobs.ts: design notes".
+ * Why: docs/decisions/depot-publish-durability.md, "blobs.ts: small blobs as rows, large ones as files".
  */
 import { createHash } from "node:crypto";
 import { renameSync, statSync } from "node:fs";

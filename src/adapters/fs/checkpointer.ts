@@ -1,7 +1,7 @@
 /**
  * Checkpoints of records.db's write-ahead log on a worker thread with its own connection,
  * instead of inside a commit on the event loop.
- * Why: docs/decisions/depot-publish-durability.md, "checkpointer.ts: design notes".
+ * Why: docs/decisions/depot-publish-durability.md, "checkpointer.ts: why checkpoints run in a worker".
  */
 import diagnostics_channel from "node:diagnostics_channel";
 import { closeSync, openSync, readSync } from "node:fs";

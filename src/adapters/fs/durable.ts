@@ -3,7 +3,7 @@
  * directory handles kept open, and mkdir -p remembered per store (a directory's entry fsynced in its parent
  * the first time). A filesystem that cannot fsync a directory at all is tolerated; a failed fsync is not
  * (`isDirSyncUnsupported`). Records live in records.db (record-db.ts), which flushes through SQLite's WAL.
- * Why: docs/decisions/depot-publish-durability.md, "durable.ts: design notes".
+ * Why: docs/decisions/depot-publish-durability.md, "durable.ts: group-committed directory fsyncs".
  */
 import { constants as fsConstants, mkdirSync } from "node:fs";
 import { mkdir, open, type FileHandle } from "node:fs/promises";

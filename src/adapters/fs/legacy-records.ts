@@ -4,7 +4,7 @@
  * `/`-separated key segment percent-encoded and the last one suffixed `~` (`a/b` is `records/a/b~`). This
  * file only reads them, once, to import them (record-import.ts); nothing writes them any more but the fence
  * below.
- * Why: docs/decisions/depot-publish-durability.md, "legacy-records.ts: design notes".
+ * Why: docs/decisions/depot-publish-durability.md, "legacy-records.ts: the record files of the old layout".
  */
 import { randomUUID } from "node:crypto";
 import { closeSync, fsyncSync, openSync, readdirSync, readFileSync, renameSync, writeSync } from "node:fs";

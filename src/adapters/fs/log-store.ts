@@ -3,7 +3,7 @@
  * positional write per append and synced once; the state file is replaced atomically (write, fsync, rename),
  * and it says how many bytes of the log file are valid, so a crash between the two leaves the job consistent.
  * One process owns a directory at a time (several replicas: use the PostgreSQL store).
- * Why: docs/decisions/runner-server.md, "log-store.ts: design notes".
+ * Why: docs/decisions/runner-server.md, "log-store.ts (fs): a log file and a state file per job".
  */
 import { closeSync, fsync, openSync, renameSync, writeSync } from "node:fs";
 import { mkdir, readdir, readFile, rm, truncate } from "node:fs/promises";

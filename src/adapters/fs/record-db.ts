@@ -1,7 +1,7 @@
 /**
  * The fs store's record database: `<dir>/records.db`, one SQLite database in WAL mode
  * opened through `node:sqlite` (sqlite.ts), shared by every process that opens the store.
- * Why: docs/decisions/depot-publish-durability.md, "record-db.ts: design notes".
+ * Why: docs/decisions/depot-publish-durability.md, "record-db.ts: group commit and its costs".
  */
 import { RunnerDepotError } from "../../errors.js";
 import type { DatabaseSync, StatementSync } from "node:sqlite";

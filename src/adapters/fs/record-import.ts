@@ -1,7 +1,7 @@
 /**
  * The one-time import of a store's record files (legacy-records.ts) into `records.db`,
  * on the store's first open by this code.
- * Why: docs/decisions/depot-publish-durability.md, "record-import.ts: design notes".
+ * Why: docs/decisions/depot-publish-durability.md, "record-import.ts: importing the old layout once".
  */
 import { mkdirSync } from "node:fs";
 import { RunnerDepotError } from "../../errors.js";

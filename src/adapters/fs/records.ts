@@ -1,7 +1,7 @@
 /**
  * Records of the fs store: rows of `<dir>/records.db` (record-db.ts), `(key BLOB,
  * revision, value JSON)`, with compare-and-swap on the revision.
- * Why: docs/decisions/depot-publish-durability.md, "records.ts: design notes".
+ * Why: docs/decisions/depot-publish-durability.md, "records.ts: the cost of each record operation".
  */
 import { randomUUID } from "node:crypto";
 import type { PackageStore, StoredRecord, WriteCondition } from "../../depot/ports.js";

@@ -3,7 +3,7 @@
  * digest → bytes) instead of files. A one-file publish stores two such blobs (the file and the manifest); as
  * files each cost a temp file, an fsync, a rename and a directory fsync, as rows they join the records' group
  * commit and its one WAL flush (docs/decisions/depot-publish-durability.md, "Records in SQLite").
- * Why: docs/decisions/depot-publish-durability.md, "small-blobs.ts: design notes".
+ * Why: docs/decisions/depot-publish-durability.md, "small-blobs.ts: why small blobs are rows".
  */
 import type { BlobReader, ByteRange } from "../../depot/ports.js";
 import { RunnerDepotError } from "../../errors.js";

@@ -2,7 +2,7 @@
  * Loads `node:sqlite` (built into Node ≥ 22.13) the first time an fs store opens its record
  * database, not when the package is imported: a program that never opens an fs store (a
  * runner, a depot on PostgreSQL) never loads it.
- * Why: docs/decisions/depot-publish-durability.md, "sqlite.ts: design notes".
+ * Why: docs/decisions/depot-publish-durability.md, "sqlite.ts: loading node:sqlite without its warning".
  */
 import type * as Sqlite from "node:sqlite";
 

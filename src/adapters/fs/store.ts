@@ -3,7 +3,7 @@
  * one file per concern: blobs.ts (with durable.ts) and records.ts (over record-db.ts, with
  * record-import.ts for stores written before the database), which share a
  * {@link FsStoreContext} made here.
- * Why: docs/decisions/depot-publish-durability.md, "store.ts: design notes".
+ * Why: docs/decisions/depot-publish-durability.md, "store.ts: the fs store's layout".
  */
 import { randomUUID } from "node:crypto";
 import { mkdir, readdir, rm, stat } from "node:fs/promises";

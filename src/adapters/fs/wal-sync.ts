@@ -1,7 +1,7 @@
 /**
  * The flush of records.db's write-ahead log for durable record writes, on libuv's thread
  * pool instead of inside the commit.
- * Why: docs/decisions/depot-publish-durability.md, "wal-sync.ts: design notes".
+ * Why: docs/decisions/depot-publish-durability.md, "wal-sync.ts: flushing the WAL off the event loop".
  */
 import { closeSync, constants as fsConstants, fdatasync, fsync, openSync, statSync } from "node:fs";
 import diagnostics_channel from "node:diagnostics_channel";

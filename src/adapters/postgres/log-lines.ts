@@ -3,7 +3,7 @@
  * CHUNK_LINES lines / CHUNK_BYTES bytes, holding the lines' UTF-8 bytes back to back (`bytes`),
  * where each line ends in it (`ends`, uint32 big-endian, one per line) and a flag byte per
  * line (`flags`: bit 0 stderr, bit 1 marker).
- * Why: docs/decisions/runner-throughput.md, "log-lines.ts: design notes".
+ * Why: docs/decisions/runner-throughput.md, "log-lines.ts: why chunks and not a row per line".
  */
 import type { RawLinePage, StoredLine } from "../../runner/ports.js";
 import { ReceivedLine } from "../../runner/protocol/received-line.js";

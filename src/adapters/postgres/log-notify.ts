@@ -3,7 +3,7 @@
  * replica sends `NOTIFY` (coalesced: one statement per event-loop turn for every job that changed in it) on
  * its own connection, which also `LISTEN`s for all of the replica's followers: one connection per replica,
  * none per follower.
- * Why: docs/decisions/runner-throughput.md, "log-notify.ts: design notes".
+ * Why: docs/decisions/runner-throughput.md, "log-notify.ts: one notifying connection per replica".
  */
 import type { Client } from "pg";
 import type { JobLogEvent } from "../../runner/ports.js";

@@ -2,7 +2,7 @@
  * Runner job logs on PostgreSQL, shared by several orchestrator replicas. A job is a row
  * in `jobs` (its state as JSON, plus the columns the lost-job and retention queries
  * need); its lines are rows of `job_lines`.
- * Why: docs/decisions/runner-throughput.md, "log-store.ts: design notes".
+ * Why: docs/decisions/runner-throughput.md, "log-store.ts (PostgreSQL): one statement per append".
  */
 import type { PoolClient } from "pg";
 import { RunnerDepotError } from "../../errors.js";

@@ -1,7 +1,7 @@
 /**
  * Announced depot record writes between processes sharing one PostgreSQL schema (see
  * `WriteCondition.announce` and `RecordStore.watchRecords` in src/depot/ports.ts).
- * Why: docs/decisions/backends.md, "record-notify.ts: design notes".
+ * Why: docs/decisions/backends.md, "record-notify.ts: why the write itself notifies".
  */
 import type { Client } from "pg";
 import { createListenConnection } from "./listen-connection.js";

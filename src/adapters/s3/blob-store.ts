@@ -2,7 +2,7 @@
  * Depot blobs on S3 (or anything speaking its API: MinIO, Ceph, s3rver). Objects are
  * content-addressed at `<prefix>sha256/<hex>`. A body is streamed through a SHA-256
  * hasher into a multipart upload, so nothing is buffered beyond the upload's parts.
- * Why: docs/decisions/backends.md, "blob-store.ts: design notes".
+ * Why: docs/decisions/backends.md, "blob-store.ts: how S3 uploads stay content-addressed".
  */
 import { createHash, randomUUID } from "node:crypto";
 import { Readable } from "node:stream";

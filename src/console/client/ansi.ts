@@ -3,7 +3,7 @@
  * runs; a carriage return moves back to the line's start and later text overwrites earlier text, as a
  * terminal shows a progress line; backspace moves back one cell; ESC [ K erases to the end; other escape
  * sequences (cursor moves, OSC titles and links) and control characters are dropped, never shown raw.
- * Why: docs/decisions/console.md, "ansi.ts: design notes".
+ * Why: docs/decisions/console.md, "ansi.ts: rendering lines as a terminal shows them".
  */
 
 /** A run of text in one style: CSS classes and, for 256-colour and true-colour, CSS colours. */

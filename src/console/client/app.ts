@@ -3,7 +3,7 @@
  * console.js. It must use nothing from outside its own body except the ANSI renderer it
  * is given and the browser's globals. It builds the DOM with textContent only (log lines
  * and package data never become HTML).
- * Why: docs/decisions/console.md, "app.ts: design notes".
+ * Why: docs/decisions/console.md, "app.ts: why the log viewer is virtualised".
  */
 import type { AnsiRun } from "./ansi.js";
 // Types only: erased from the function text script.ts ships.

@@ -1,7 +1,7 @@
 /**
  * `GET /catalog`: pages of packages and the change feed, answered from the change
  * sequence (depot/catalog/changes.ts) and the per-package records (packages.ts).
- * Why: docs/decisions/depot-catalog.md, "catalog-route.ts: design notes".
+ * Why: docs/decisions/depot-catalog.md, "catalog-route.ts: the catalog routes and their cost".
  */
 import { RunnerDepotError } from "../../errors.js";
 import { packageStates, pageAt, type CatalogPackage, type PagedPackage } from "./pages.js";

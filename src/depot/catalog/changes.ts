@@ -1,7 +1,7 @@
 /**
  * The depot's change sequence: one totally ordered, dense log of published versions
  * (positions 1, 2, 3, … with no holes), kept as create-only records on any RecordStore.
- * Why: docs/decisions/depot-catalog.md, "changes.ts: design notes".
+ * Why: docs/decisions/depot-catalog.md, "changes.ts: why the change sequence is records".
  */
 import { durableCondition, type OrderedWrites } from "../transactions/ordered-writes.js";
 import type { PackageStore } from "../ports.js";

@@ -1,7 +1,7 @@
 /**
  * The change-sequence head the catalog's ETag, 304 and `since` answers are made from,
  * held in memory so that those answers read nothing from the store.
- * Why: docs/decisions/depot-catalog.md, "head.ts: design notes".
+ * Why: docs/decisions/depot-catalog.md, "head.ts: how current the held head is".
  */
 import { changeHead, knownHead, noteHead, positionOfKey } from "./changes.js";
 import type { PackageStore } from "../ports.js";

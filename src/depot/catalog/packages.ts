@@ -3,7 +3,7 @@
  * version is visible exactly when it is listed there. A commit lists it by compare-and-swap on that record
  * alone, then appends it to the change sequence (depot/catalog/changes.ts), so commits of different packages
  * never touch the same record, and every read of one package costs O(1) in the number of packages held.
- * Why: docs/decisions/depot-catalog.md, "packages.ts: design notes".
+ * Why: docs/decisions/depot-catalog.md, "packages.ts: per-package visibility".
  */
 import { RunnerDepotError } from "../../errors.js";
 import { attemptAlive, endAttempt, startAttempt } from "../transactions/attempts.js";
@@ -65,10 +65,9 @@ export interface PublishOptions {
 
 /**
  * A bound on how many publishes of one router wait for another attempt's live claim at
- * once. A wait re-reads the package record every 5–100 ms for up to 30 s, and a claim of a
- * crashed replica stays live for its lease (depot/transactions/attempts.ts, 10 minutes), so a packager could
- * otherwise keep many such loops polling. Past `max`, a publish that meets a live claim
- * answers 409 CONFLICT at once ("retry"), as one that waited its 30 s would. O(1).
+ * once. Past `max`, a publish that meets a live claim answers 409 CONFLICT at once
+ * ("retry"), as one that waited its 30 s would. O(1).
+ * Why: docs/decisions/depot-catalog.md, "packages.ts: ClaimWaits".
  *
  * @example
  * const waits = new ClaimWaits(32);

@@ -2,7 +2,7 @@
  * What makes a catalog page cheap at any number of packages: the package states of each
  * full shard of the change sequence kept in one record, and a per-process cache of package
  * states checked against the sequence.
- * Why: docs/decisions/depot-catalog.md, "pages.ts: design notes".
+ * Why: docs/decisions/depot-catalog.md, "pages.ts: catalog pages per shard".
  */
 import { readChanges, readShard, readShardUpdates, shardOf, SHARD, type ChangeEntry } from "./changes.js";
 import { newestVersion, sortVersions } from "../package/names.js";

@@ -3,7 +3,7 @@
  * verified downloads, deltas) and the packager API (transactional publish that sends a file's bytes only when
  * the depot does not hold them yet). Web-standard `fetch` only, so any `fetch` (a proxy, a test double,
  * undici with a dispatcher) can be passed in.
- * Why: docs/decisions/depot-client.md, "depot-client.ts: design notes".
+ * Why: docs/decisions/depot-client.md, "depot-client.ts: the installer and packager client".
  */
 import { Readable } from "node:stream";
 import { errorFromResponse } from "./http.js";

@@ -1,6 +1,6 @@
 /**
  * Installs never destroy (docs/decisions/install-preserve.md).
- * Why: docs/decisions/install-preserve.md, "preserve.ts: design notes".
+ * Why: docs/decisions/install-preserve.md, "preserve.ts: how installs keep the user's files".
  */
 import { randomUUID } from "node:crypto";
 import { createReadStream } from "node:fs";

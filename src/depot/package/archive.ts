@@ -2,7 +2,7 @@
  * The deterministic package archive: a POSIX tar whose first entry is
  * `.pkg/manifest.json`, then every entry in UTF-8 byte order of its path, all with the
  * same mtime, uid/gid 0 and no user or group names.
- * Why: docs/decisions/depot-archives.md, "archive.ts: design notes".
+ * Why: docs/decisions/depot-archives.md, "archive.ts: archives assembled from parts at read time".
  */
 import { createHash } from "node:crypto";
 import { RunnerDepotError } from "../../errors.js";

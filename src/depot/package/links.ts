@@ -3,7 +3,7 @@
  * through is followed, the way the kernel would follow them after installation. A target is checked against
  * the whole chain, not alone: with `a/b/up → ../..` in the package, `passwd → a/b/up/../etc/passwd` is
  * lexically inside the root but resolves to `../etc/passwd` — outside.
- * Why: docs/decisions/depot-server.md, "links.ts: design notes".
+ * Why: docs/decisions/depot-server.md, "links.ts: resolving a link through the package's links".
  */
 import { RunnerDepotError } from "../../errors.js";
 import { RESERVED_PREFIX, parseLinkTarget } from "./paths.js";

@@ -3,7 +3,7 @@
  * pack.js `_encode`/`_encodePax`), so an archive assembled from parts at read time has the same bytes, and
  * therefore the same digest, as the tar-stream archives published before (test/depot-archive-assembly.test.ts
  * checks this against tar-stream itself for random manifests).
- * Why: docs/decisions/depot-archives.md, "tar-header.ts: design notes".
+ * Why: docs/decisions/depot-archives.md, "tar-header.ts: the same header bytes as tar-stream".
  */
 
 /** One tar entry's header fields (the depot writes uid/gid 0 and no user or group names). */

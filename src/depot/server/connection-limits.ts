@@ -1,7 +1,7 @@
 /**
  * Bounds on a node:http server's connections (issue 9 depot item 1): without them a thousand idle TCP
  * connections exhaust the file descriptors and every client is refused.
- * Why: docs/decisions/depot-server.md, "connection-limits.ts: design notes".
+ * Why: docs/decisions/depot-server.md, "connection-limits.ts: bounds on node:http connections".
  */
 import type { IncomingMessage, Server } from "node:http";
 import type { Socket } from "node:net";

@@ -1,7 +1,7 @@
 /**
  * A side channel between the depot router and a Node host handler (depot/server/node-handler.ts), so bytes
  * move between the socket and the store as Node Buffers, without a Web-stream conversion per chunk.
- * Why: docs/decisions/depot-server.md, "native-body.ts: design notes".
+ * Why: docs/decisions/depot-server.md, "native-body.ts: Node buffers past the Web router".
  */
 
 /**

@@ -3,7 +3,7 @@
  * Buffers: an upload is read straight from the IncomingMessage into the store's putBlob, and a download is
  * written from the store's stream (the fs store's file stream) to the ServerResponse with backpressure, with
  * no Web-stream conversion per chunk (depot/server/native-body.ts).
- * Why: docs/decisions/depot-server.md, "node-handler.ts: design notes".
+ * Why: docs/decisions/depot-server.md, "node-handler.ts: blob bytes without Web streams".
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { RunnerDepotError } from "../../errors.js";

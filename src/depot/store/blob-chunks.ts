@@ -3,7 +3,7 @@
  * fresh Buffer for every chunk; at 256 MiB per download or commit that garbage, not the copying, was the
  * largest cost after the kernel's own copies (the `--cpu-prof` of the bench server showed the garbage
  * collector ahead of hashing).
- * Why: docs/decisions/depot-archives.md, "blob-chunks.ts: design notes".
+ * Why: docs/decisions/depot-archives.md, "blob-chunks.ts: blob reads without garbage per chunk".
  */
 import { RunnerDepotError } from "../../errors.js";
 import type { BlobReader } from "../ports.js";

@@ -1,6 +1,6 @@
 /**
  * The store's format version and the upgrade of older stores.
- * Why: docs/decisions/depot-catalog.md, "format.ts: design notes".
+ * Why: docs/decisions/depot-catalog.md, "format.ts: store formats and their upgrade".
  */
 import { randomUUID } from "node:crypto";
 import { RunnerDepotError } from "../../errors.js";

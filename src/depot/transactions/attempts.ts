@@ -1,6 +1,6 @@
 /**
  * Commit attempts and whether the process running one is still alive.
- * Why: docs/decisions/depot-catalog.md, "attempts.ts: design notes".
+ * Why: docs/decisions/depot-catalog.md, "attempts.ts: telling dead commit attempts".
  */
 import { randomUUID } from "node:crypto";
 import { hostname } from "node:os";

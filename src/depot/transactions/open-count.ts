@@ -1,7 +1,7 @@
 /**
  * The depot-wide count of open transactions behind the `depot.transactions.open` gauge:
  * a cached count, so a scrape costs O(1) and never a walk of the store.
- * Why: docs/decisions/depot-server.md, "open-count.ts: design notes".
+ * Why: docs/decisions/depot-server.md, "open-count.ts: how the open count is read".
  */
 
 /** Default age past which a scrape refreshes the count from the store: 30 s. */

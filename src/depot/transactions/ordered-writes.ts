@@ -2,7 +2,7 @@
  * The writes of one request, flushed once before it answers, on a store that can
  * (RecordStore.syncRecords: the fs store); on any other store each write is durable when it
  * resolves, as before.
- * Why: docs/decisions/depot-publish-durability.md, "ordered-writes.ts: design notes".
+ * Why: docs/decisions/depot-publish-durability.md, "ordered-writes.ts: why one flush per request is safe".
  */
 import type { PackageStore, PutBlobOptions, WriteCondition } from "../ports.js";
 

@@ -3,7 +3,7 @@
  * live attempt (depot/transactions/attempts.ts) is settled at once instead of after the attempt lease: when
  * its version record exists the commit is rolled forward (listed, sequenced exactly once, the transaction
  * `committed`, its slot freed); otherwise it goes back to `open` so the client may add, retry or abandon.
- * Why: docs/decisions/depot-catalog.md, "recovery.ts: design notes".
+ * Why: docs/decisions/depot-catalog.md, "recovery.ts: recovering commits whose process died".
  */
 import { compactAfter } from "../catalog/pages.js";
 import { publishVersion } from "../catalog/packages.js";

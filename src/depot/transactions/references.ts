@@ -3,7 +3,7 @@
  * those bytes already — it uploaded them itself, or they are in a published package it may read. Anyone else
  * gets the answer unknown content gets (409 DIGEST_UNKNOWN, same body), so a reference reveals nothing about
  * what the depot holds and never copies another publisher's private bytes.
- * Why: docs/decisions/depot-server.md, "references.ts: design notes".
+ * Why: docs/decisions/depot-server.md, "references.ts: who may add content by reference".
  */
 import { createHash } from "node:crypto";
 import type { PackageStore } from "../ports.js";

@@ -2,7 +2,7 @@
  * The open-transaction slots of each principal: one record, `slots/<principal hash>`,
  * listing the ids of its open transactions, changed only by compare-and-swap, so the
  * limit is exact across routers and processes wherever the store's compare-and-swap is.
- * Why: docs/decisions/depot-catalog.md, "slots.ts: design notes".
+ * Why: docs/decisions/depot-catalog.md, "slots.ts: open-transaction slots per principal".
  */
 import { RunnerDepotError } from "../../errors.js";
 import type { PackageStore } from "../ports.js";

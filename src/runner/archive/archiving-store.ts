@@ -3,7 +3,7 @@
  * live store (PostgreSQL, fs) into one compressed, indexed object in a {@link LogArchiveStore} (S3, a
  * directory) and reads them back from there, so the live store holds the lines of live jobs only while
  * `read`, `follow()` and the console see no difference.
- * Why: docs/decisions/log-archive.md, "archiving-store.ts: design notes".
+ * Why: docs/decisions/log-archive.md, "archiving-store.ts: moving ended logs to the archive".
  */
 import { RunnerDepotError } from "../../errors.js";
 import { ArchiveWriter, chunkOf, decodeChunk, decodeIndex, tailBytes, type ArchiveIndex } from "./format.js";

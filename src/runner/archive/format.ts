@@ -4,7 +4,7 @@
  * knows the object's size fetches the trailer and the index with one Range read, then only the chunk(s)
  * holding the lines it wants: reading the tail of a 256 MiB log costs two small reads, never the whole
  * object.
- * Why: docs/decisions/log-archive.md, "format.ts: design notes".
+ * Why: docs/decisions/log-archive.md, "format.ts: the archived log format".
  */
 import { promisify } from "node:util";
 import { gunzip, gzip } from "node:zlib";

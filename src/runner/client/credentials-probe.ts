@@ -2,7 +2,7 @@
  * The credentials check (docs/decisions/runner-client.md, "Credentials check"): one
  * short StreamLogs call whose only item is `LogItem{request_id}` with no event, so a
  * wrong token or an unknown job is known before the job's command is spawned.
- * Why: docs/decisions/runner-client.md, "credentials-probe.ts: design notes".
+ * Why: docs/decisions/runner-client.md, "credentials-probe.ts: checking credentials with the protocol's own call".
  */
 import http2 from "node:http2";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";

@@ -3,7 +3,7 @@
  * unacknowledged item in a spool, cuts its stream into short client-streaming calls,
  * and replays from the server's `runner-committed` after any failure, so no line is
  * lost or duplicated.
- * Why: docs/decisions/runner-client.md, "runner-client.ts: design notes".
+ * Why: docs/decisions/runner-client.md, "runner-client.ts: why gRPC straight on node:http2".
  */
 import http2 from "node:http2";
 import { RunnerDepotError } from "../../errors.js";

@@ -1,7 +1,7 @@
 /**
  * Splits a request body into length-prefixed envelopes (gRPC, gRPC-web and Connect
  * streaming share the format: 1 flag byte, a 4-byte big-endian length, the message).
- * Why: docs/decisions/runner-server.md, "envelope-splitter.ts: design notes".
+ * Why: docs/decisions/runner-server.md, "envelope-splitter.ts: why not connect's envelope reader".
  */
 
 /** Bytes of an envelope prefix: flags (1) and length (4). */

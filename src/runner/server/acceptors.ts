@@ -1,9 +1,7 @@
 /**
  * The listening sockets of a runner server. Node's event loop (libuv ≥ 1.49, Node 22) accepts ONE connection
- * per listening socket per loop turn. A server busy storing a thousand jobs' lines has long turns (every
- * readable connection is read and its items handled in the same turn), so with one listening socket it
- * accepted ~5–10 connections a second while ~900 agents waited in the kernel's accept queue (`ss -ltn`:
- * Why: docs/decisions/runner-throughput.md, "acceptors.ts: design notes".
+ * per listening socket per loop turn, so a busy server listens on several sockets.
+ * Why: docs/decisions/runner-throughput.md, "acceptors.ts: why several listening sockets".
  */
 import net from "node:net";
 import type { AddressInfo } from "node:net";

@@ -1,6 +1,6 @@
 /**
  * A bound on how long a stream may stay open once its answer is written.
- * Why: docs/decisions/runner-server.md, "answer-drain.ts: design notes".
+ * Why: docs/decisions/runner-server.md, "answer-drain.ts: why answered streams are cut".
  */
 import * as http2 from "node:http2";
 

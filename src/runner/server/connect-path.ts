@@ -3,7 +3,7 @@
  * gRPC-web, JSON, compressed requests, calls with a deadline) is served by connect's own protocol handlers,
  * but its body is read by a RequestReader and handed to connect as whole envelopes
  * (runner/server/request-reader.ts).
- * Why: docs/decisions/runner-server.md, "connect-path.ts: design notes".
+ * Why: docs/decisions/runner-server.md, "connect-path.ts: connect's handlers fed whole envelopes".
  */
 import type * as http2 from "node:http2";
 import { Code, ConnectError, createConnectRouter, type ContextValues } from "@connectrpc/connect";

@@ -3,7 +3,7 @@
  * `/runner.v1.Runner/StreamLogs` are read straight off the HTTP/2 stream (startRunnerServer: the raw stream,
  * no compatibility-layer request and response) or request (a host's own server), split into frames and
  * decoded here, and handed to the same service implementation in batches.
- * Why: docs/decisions/runner-fastpath.md, "fast-path.ts: design notes".
+ * Why: docs/decisions/runner-fastpath.md, "fast-path.ts: the gRPC fast path".
  */
 import * as http2 from "node:http2";
 import { create, isMessage, toBinary } from "@bufbuild/protobuf";

@@ -2,7 +2,7 @@
  * Reads the body of one runner call off its HTTP/2 request, for both ways a call is served: the gRPC fast
  * path (which decodes the envelopes itself) and connect-node (which is fed whole envelopes, see
  * {@link ConnectBody}).
- * Why: docs/decisions/runner-fleet-memory.md, "request-reader.ts: design notes".
+ * Why: docs/decisions/runner-fleet-memory.md, "request-reader.ts: the bounds that hold before authentication".
  */
 import * as http2 from "node:http2";
 import { Code, ConnectError } from "@connectrpc/connect";

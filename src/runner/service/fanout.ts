@@ -4,7 +4,7 @@
  * ring: lines this replica stored go in without a read; lines another replica stored (heard through the
  * store's `watch`, e.g. PostgreSQL LISTEN/NOTIFY, or found by the tail's poll) are read once per replica and
  * shared.
- * Why: docs/decisions/log-archive.md, "fanout.ts: design notes".
+ * Why: docs/decisions/log-archive.md, "fanout.ts: one tail per followed job".
  */
 import type { JobLogEvent, JobLogStore, JobState, LogEntry, StoredLine } from "../ports.js";
 import { stripUndefined } from "./options.js";

@@ -4,7 +4,7 @@
  * call (re-armed as items came) cost every open stream a Timeout, its closure and a timer list entry; 1,000
  * open streams are a 1,000-entry loop once a second instead. A call is ended between `idleMs` and `idleMs` +
  * one tick after its wait began.
- * Why: docs/decisions/runner-server.md, "idle-sweep.ts: design notes".
+ * Why: docs/decisions/runner-server.md, "idle-sweep.ts: one timer for every call's idle limit".
  */
 import { RunnerDepotError } from "../../errors.js";
 

@@ -2,7 +2,7 @@
  * The orchestrator side of runner.v1: a connect-es ServiceImpl of `Runner` that stores
  * log items through a JobLogStore and hands each job's result to a JobResultQueue,
  * following docs/runner-protocol.md rule by rule.
- * Why: docs/decisions/runner-server.md, "runner-service.ts: design notes".
+ * Why: docs/decisions/runner-server.md, "runner-service.ts: where each concern lives".
  */
 import { RunnerDepotError } from "../../errors.js";
 import { createMemoryLogStore } from "../../adapters/memory/log-store.js";

@@ -3,7 +3,7 @@
  * Each call queues what it received while its store append is in flight; a store that lags (PostgreSQL under
  * the heavy fleet mix) let every call hold its own backlog, up to the per-call cap (8,192 items / 8 MiB,
  * runner/service/call/run.ts), so memory grew with the number of busy calls.
- * Why: docs/decisions/runner-store-backlog.md, "store-backlog.ts: design notes".
+ * Why: docs/decisions/runner-store-backlog.md, "store-backlog.ts: the server-wide store backlog budget".
  */
 
 /** What waits for the backlog to drain (a paused request reader). */
