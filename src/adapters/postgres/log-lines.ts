@@ -40,8 +40,14 @@ export function intArray(numbers: readonly number[]): string {
  *
  * @example
  * const batch = encodeLines([{ line: "hello", stderr: false }], 0, 1);
- * await pool.query(`INSERT INTO job_chunks … ${chunksFrom(1)}`, [id, first, batch.bytes, batch.ends, batch.flags,
- *   intArray(batch.cuts)]);
+ * await pool.query(`INSERT INTO job_chunks … ${chunksFrom(1)}`, [
+ *   id,
+ *   first,
+ *   batch.bytes,
+ *   batch.ends,
+ *   batch.flags,
+ *   intArray(batch.cuts),
+ * ]);
  */
 export function encodeLines(
   lines: readonly StoredLine[],

@@ -26,8 +26,11 @@ interface Committed {
  * Publishes a version through a transaction; abandons it on any failure.
  *
  * @example
- * const result = await publishVersion(createDepotConnection({ baseUrl, token }), { name: "tool", version: "1.0.0",
- *   dir: "./build" });
+ * const result = await publishVersion(createDepotConnection({ baseUrl, token }), {
+ *   name: "tool",
+ *   version: "1.0.0",
+ *   dir: "./build",
+ * });
  */
 export async function publishVersion(connection: DepotConnection, p: PublishOptions): Promise<PublishResult> {
   const { call, json, url } = connection;

@@ -80,8 +80,12 @@ export type AddResult = Record<string, unknown>;
  * The transaction lifecycle the router drives.
  *
  * @example
- * const transactions = new Transactions(store, { limits: DEFAULT_LIMITS, idleMs: 86_400_000, maxAgeMs: 604_800_000,
- *   now: () => new Date() });
+ * const transactions = new Transactions(store, {
+ *   limits: DEFAULT_LIMITS,
+ *   idleMs: 86_400_000,
+ *   maxAgeMs: 604_800_000,
+ *   now: () => new Date(),
+ * });
  * const trans = await transactions.open("app", "1.0.0", "anonymous");
  */
 export class Transactions {

@@ -42,7 +42,8 @@ export interface AcceptorOptions {
  * @example
  * const h2 = http2.createServer();
  * const acceptors = await listenAcceptors({ host: "127.0.0.1", port: 0, count: 8, backlog: 4096 }, (s) =>
- *   h2.emit("connection", s));
+ *   h2.emit("connection", s),
+ * );
  */
 export async function listenAcceptors(
   options: AcceptorOptions,

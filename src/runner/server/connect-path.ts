@@ -49,8 +49,11 @@ function namesCompression(headers: http2.IncomingHttpHeaders): boolean {
  * Creates the connect-node request handler of a runner service.
  *
  * @example
- * const connectPath = createConnectPath(runner, { messageBytes, budget: createReadBudget(), contextValues: () =>
- *   createContextValues() });
+ * const connectPath = createConnectPath(runner, {
+ *   messageBytes,
+ *   budget: createReadBudget(),
+ *   contextValues: () => createContextValues(),
+ * });
  * http2.createServer(connectPath);
  */
 export function createConnectPath(

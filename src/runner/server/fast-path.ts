@@ -81,8 +81,11 @@ type Respond = (header: Headers, body: Uint8Array | null, trailer: Headers) => P
  * Creates the fast path (see {@link StreamLogsFastPath}).
  *
  * @example
- * const fast = createStreamLogsFastPath(runner, { messageBytes, budget: createReadBudget(), contextValues: () =>
- *   createContextValues() });
+ * const fast = createStreamLogsFastPath(runner, {
+ *   messageBytes,
+ *   budget: createReadBudget(),
+ *   contextValues: () => createContextValues(),
+ * });
  * server.on("request", (req, res) => fast.request(req, res) || adapter(req, res));
  */
 export function createStreamLogsFastPath(
