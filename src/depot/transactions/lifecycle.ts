@@ -36,8 +36,8 @@ export interface DepotLimits {
   /** Attributes of one transaction. Default 1,000. */
   attributes: number;
   /**
-   * Versions of one package. Default 4,000. Past about 4,090 a page of such packages can no longer be stored or
-   * read (RangeError: Invalid string length).
+   * Versions of one package. Default 4,000: past about 4,090 versions of up to 128 characters, a catalog page
+   * can no longer be stored or read (RangeError: Invalid string length).
    * Why: docs/decisions/depot-server.md, "lifecycle.ts: DepotLimits.versions".
    */
   versions: number;
