@@ -1,4 +1,7 @@
-/** `runner-depot agent`: the VM side — reads the job config (or flags), runs the command, streams it, exits with its exit code. */
+/**
+ * `runner-depot agent`: the VM side — reads the job config (or flags), runs the command, streams it, exits with its
+ * exit code.
+ */
 import { readFile } from "node:fs/promises";
 // The agent's modules one by one, not the runner barrel: the barrel's service, server and
 // telemetry modules run code when loaded, so importing it cost the agent 1.7–3.6 s of

@@ -1,13 +1,10 @@
 /**
- * The command's requests to a server are bounded in time: a server that accepts the
- * connection and never answers (a hung process, a half-open proxy) would otherwise hold
- * `install`, `job` or `jobs` for undici's own 300 s headers timeout. `cliFetch` gives up
- * when the answer has not begun within `$RUNNER_DEPOT_TIMEOUT` seconds (default 120, read
- * and checked by args.ts: a commit of a package of many GiB is hashed before its answer).
- *
- * Only the wait for the answer's headers is bounded, never a body: `logs --follow` and a
- * large download run as long as they run. A request that streams a body (a publish
- * upload) has no bound either: its answer begins only after its last byte.
+ * The command's requests to a server are bounded in time: a server that accepts the connection and never
+ * answers (a hung process, a half-open proxy) would otherwise hold `install`, `job` or `jobs` for undici's
+ * own 300 s headers timeout. `cliFetch` gives up when the answer has not begun within `$RUNNER_DEPOT_TIMEOUT`
+ * seconds (default 120, read and checked by args.ts: a commit of a package of many GiB is hashed before its
+ * answer).
+ * Why: docs/decisions/depot-client.md, "http.ts: why CLI requests are bounded in time".
  */
 import { answerTimeoutMs } from "./args.js";
 

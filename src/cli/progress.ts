@@ -35,7 +35,10 @@ export function formatEta(seconds: number): string {
   return `${Math.floor(s / 60)}:${two(s % 60)}`;
 }
 
-/** Widest line the bar draws: the terminal's width, at most 80, minus one (no auto-wrap in the last column); 30 at least. */
+/**
+ * Widest line the bar draws: the terminal's width, at most 80, minus one (no auto-wrap in the last column); 30 at
+ * least.
+ */
 export function lineWidth(columns: number | undefined): number {
   return Math.max(30, Math.min(columns && columns > 0 ? columns : 80, 80) - 1);
 }

@@ -53,7 +53,12 @@ const PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8";
  * `timeoutMs`.
  *
  * @example
- * const ops = createOperatorEndpoints({ probes: [{ name: "store", check: () => store.getRecord("format") }], metricsText, metricsToken: adminToken, logger });
+ * const ops = createOperatorEndpoints({
+ *   probes: [{ name: "store", check: () => store.getRecord("format") }],
+ *   metricsText,
+ *   metricsToken: adminToken,
+ *   logger,
+ * });
  * const answer = ops.answer(request, new URL(request.url).pathname); // undefined for other paths
  */
 export function createOperatorEndpoints(options: OperatorEndpointsOptions): OperatorEndpoints {

@@ -20,7 +20,8 @@
  * const web = createConsole({ runner, depot, sessions, base: "/console" });
  * // Serve both from one fetch handler; open the printed link once to get a session cookie.
  * const server = await servePackageRouter({
- *   fetch: (request) => (new URL(request.url).pathname.startsWith("/console/") ? web.fetch(request) : depot.fetch(request)),
+ *   fetch: (request) =>
+ *     new URL(request.url).pathname.startsWith("/console/") ? web.fetch(request) : depot.fetch(request),
  * }, { port: 8080 });
  * console.log(`${server.url}/console/?token=${sessions.loginToken()}`);
  * ```

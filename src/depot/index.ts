@@ -20,7 +20,9 @@
  * import { createFsStore } from "runner-depot/adapters/fs";
  *
  * const token = process.env.DEPOT_TOKEN!;
- * const depot = createPackageRouter(createFsStore("./depot"), { authorize: bearerTokens({ [token]: ["*"] }, { publicRead: true }) });
+ * const depot = createPackageRouter(createFsStore("./depot"), {
+ *   authorize: bearerTokens({ [token]: ["*"] }, { publicRead: true }),
+ * });
  * const server = await servePackageRouter(depot, { port: 8080 });
  *
  * const client = createDepotClient({ baseUrl: server.url, token });

@@ -41,7 +41,9 @@ export interface PutBlobOptions {
 export interface BlobReader {
   /** The blob's length in bytes. */
   readonly size: number;
-  /** Reads up to `length` bytes at `position` into `buffer` from `offset`; resolves to the count read (0 at the end). */
+  /**
+   * Reads up to `length` bytes at `position` into `buffer` from `offset`; resolves to the count read (0 at the end).
+   */
   read(buffer: Uint8Array, offset: number, length: number, position: number): Promise<number>;
   close(): Promise<void>;
 }
@@ -107,16 +109,14 @@ export interface WriteCondition {
    */
   announce?: boolean;
   /**
-   * Called at most once, with whether the write was applied, as soon as its outcome is
-   * visible to every reader of the store, which may be before it is on stable storage (the
-   * fs store answers a durable write after its commit's WAL flush, and calls this at the
-   * commit). A store calling it promises that what a machine crash keeps is a prefix of its
-   * writes in the order they became visible (the fs store: one WAL, replayed in order up to
-   * its first torn frame), so a write made after this call can never survive a crash
-   * without this one. Stores whose writes are durable when visible (PostgreSQL, memory) do
-   * not call it; callers then go on at the promise's resolution. The depot uses it to start
-   * the next append of its change sequence without waiting for the previous one's flush
-   * (depot/catalog/changes.ts).
+   * Called at most once, with whether the write was applied, as soon as its outcome is visible to every reader
+   * of the store, which may be before it is on stable storage (the fs store answers a durable write after its
+   * commit's WAL flush, and calls this at the commit). A store calling it promises that what a machine crash
+   * keeps is a prefix of its writes in the order they became visible (the fs store: one WAL, replayed in order
+   * up to its first torn frame), so a write made after this call can never survive a crash without this one.
+   * Stores whose writes are durable when visible (PostgreSQL, memory) do not call it; callers then go on at the
+   * promise's resolution.
+   * Why: docs/decisions/depot-publish-durability.md, "ports.ts: WriteCondition.onVisible".
    */
   onVisible?: (applied: boolean) => void;
   /**
@@ -143,24 +143,19 @@ export interface RecordStore {
   /** Keys starting with `prefix`, in byte order, paged. */
   listRecords(prefix: string, page?: { cursor?: string; limit?: number }): Promise<{ keys: string[]; cursor?: string }>;
   /**
-   * Optional: calls `listener(key)` after each `announce` write (see
-   * {@link WriteCondition.announce}) by any process sharing the store, once it is
-   * readable. `listener(null)` means "writes may have been missed; look again": it is
-   * called when the watch starts listening and whenever it loses and regains its feed, and
-   * from one `null` until the next every announced write is reported. So a depot keeps what
-   * it derives from those writes (the catalog head) in memory. Returns an unsubscribe.
+   * Optional: calls `listener(key)` after each `announce` write (see {@link WriteCondition.announce}) by any
+   * process sharing the store, once it is readable. `listener(null)` means "writes may have been missed; look
+   * again": it is called when the watch starts listening and whenever it loses and regains its feed, and from
+   * one `null` until the next every announced write is reported. Returns an unsubscribe.
+   * Why: docs/decisions/depot-publish-durability.md, "ports.ts: RecordStore.watchRecords".
    */
   watchRecords?(listener: (key: string | null) => void): () => void;
   /**
-   * Optional: resolves once every write of this store that was visible when it was called
-   * (its own, other callers', lazy and `deferSync` ones alike) is on stable storage; rejects
-   * when that cannot be promised (the fs store after a failed flush, which also fails every
-   * later write). Offered only by a store that keeps, after a machine crash, a prefix of its
-   * writes in the order they became visible (see {@link WriteCondition.onVisible}): so a
-   * caller may write the steps of one operation with `deferSync`, each once the previous one
-   * is visible, and call this once before it answers; a crash before then keeps a prefix of
-   * those steps, as a crash between two durable writes would. The fs store offers it (one
-   * WAL flush, shared by every caller meanwhile); stores durable when visible need not.
+   * Optional: resolves once every write of this store that was visible when it was called (its own, other
+   * callers', lazy and `deferSync` ones alike) is on stable storage; rejects when that cannot be promised (the
+   * fs store after a failed flush, which also fails every later write). The fs store offers it (one WAL flush,
+   * shared by every caller meanwhile); stores durable when visible need not.
+   * Why: docs/decisions/depot-publish-durability.md, "ports.ts: RecordStore.syncRecords".
    */
   syncRecords?(): Promise<void>;
   close?(): Promise<void>;

@@ -26,7 +26,12 @@
  *
  * const requestId = crypto.randomUUID();
  * await runner.expectJob(requestId);
- * const userData = renderCloudInit({ endpoint: server.url, requestId, token: mintJobToken(secret, requestId), command: ["make", "test"] });
+ * const userData = renderCloudInit({
+ *   endpoint: server.url,
+ *   requestId,
+ *   token: mintJobToken(secret, requestId),
+ *   command: ["make", "test"],
+ * });
  * for await (const line of runner.follow(requestId)) console.log(line.line);
  * ```
  *

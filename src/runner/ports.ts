@@ -50,12 +50,10 @@ export interface StoredLine {
 }
 
 /**
- * What one runner item leaves in the store. Offsets count runner items, so an item
- * always advances the count by one, whatever it stores: its line (possibly cut), a
- * marker after it, or nothing at all once the job's log is capped. A store may serialise
- * or clone its entries. (This package's own stores are marked `READS_LINE_ENTRIES`,
- * runner/protocol/received-line.ts: they are handed a line the gRPC fast path stores whole as its own
- * entry, with no entry object or array per line.)
+ * What one runner item leaves in the store. Offsets count runner items, so an item always advances the count by
+ * one, whatever it stores: its line (possibly cut), a marker after it, or nothing at all once the job's log is
+ * capped. A store may serialise or clone its entries.
+ * Why: docs/decisions/runner-server.md, "ports.ts: LogEntry".
  */
 export interface LogEntry {
   /** Lines to store for this item, in order (0 to 3). */

@@ -1,17 +1,7 @@
 /**
  * Writing an upload's bytes into a blob's temp file (blobs.ts `putBlob`): hashed, bounded,
  * and flushed to disk while it arrives.
- *
- * Socket chunks (often 16–64 KiB) are hashed as they come and gathered into writes of up
- * to WRITE_BYTES, one `writev` per MiB, with one write in flight while the next MiB is
- * read and hashed, so the disk and the socket work at the same time. Memory per upload is
- * O(WRITE_BYTES) whatever its size.
- *
- * With sync on, a background `fdatasync` is started every FLUSH_BYTES written, never more
- * than one at a time and never waited for while the body arrives (a flush still running
- * when the next FLUSH_BYTES are written is simply not followed by another until it ends),
- * so the disk writes while the socket reads and the fsync before the rename finds only the
- * tail.
+ * Why: docs/decisions/depot-publish-durability.md, "blob-writer.ts: hashing and gathering upload chunks".
  */
 import { createHash } from "node:crypto";
 import diagnostics_channel from "node:diagnostics_channel";

@@ -1,12 +1,7 @@
 /**
- * Blobs of the fs store, content-addressed and immutable once stored: a body up to
- * SMALL_BLOB_BYTES is a row of records.db (small-blobs.ts), a larger one the file
- * `blobs/sha256/<2 hex>/<64 hex>`. An upload's first bytes are gathered in memory; a body
- * that ends within them is hashed and inserted (a durable write of the records' group
- * commit); a larger one is written to `tmp/`, hashed as it arrives (blob-writer.ts),
- * synced and renamed to its digest's name. Either way a blob appears whole or not at all.
- * Reads look for the row first (one primary-key lookup), then the file, so blobs stored
- * as files before rows existed (any size) keep working.
+ * Blobs of the fs store, content-addressed and immutable once stored: a body up to SMALL_BLOB_BYTES is a row
+ * of records.db (small-blobs.ts), a larger one the file `blobs/sha256/<2 hex>/<64 hex>`.
+ * Why: docs/decisions/depot-publish-durability.md, "blobs.ts: small blobs as rows, large ones as files".
  */
 import { createHash } from "node:crypto";
 import { renameSync, statSync } from "node:fs";

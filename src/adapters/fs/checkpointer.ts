@@ -1,36 +1,7 @@
 /**
  * Checkpoints of records.db's write-ahead log on a worker thread with its own connection,
  * instead of inside a commit on the event loop.
- *
- * SQLite's automatic checkpoint runs in the commit that takes the WAL past 1,000 pages:
- * it copies every page the WAL holds into the database file and (at `synchronous=NORMAL`)
- * fsyncs the WAL before and the database after, all on the committing thread. For the fs
- * store that was the event loop, every ~18 publishes at concurrency 8 (the WAL grows by
- * ~27 pages a publish), for the length of a copy and two flushes. Here the store's own
- * connection commits with the automatic checkpoint pushed out to BACKSTOP_PAGES (a bound
- * on the WAL's growth should this worker fail or fall behind), and after each commit
- * reads the WAL's frame count from the WAL index (`<db>-shm`, one 24-byte pread, below);
- * past CHECKPOINT_FRAMES it asks the worker for a checkpoint: a PASSIVE one, which takes
- * no lock (commits go on meanwhile) and copies what it finds, then a RESTART one, which
- * holds the write lock while it copies the few frames committed during the first and
- * flushes (commits wait for it on timers, record-db.ts, a few ms; the event loop runs on),
- * so the next commit writes the WAL from its start again, as after an automatic
- * checkpoint. A PASSIVE checkpoint alone never finds the moment when the WAL is copied
- * whole and no commit came since, under steady commits: the file would grow to the
- * backstop. The cadence is SQLite's own (1,000 frames); a first version checkpointed on a
- * 200 ms timer instead, which copied and flushed the database up to 3× as often at low
- * rates and measured slower at concurrency 1 and 8.
- *
- * Guarantees are SQLite's own: a checkpoint never changes what a reader sees or what
- * survives a crash (the WAL is flushed before any page is copied, the database before the
- * WAL may be reused), whichever connection runs it; with `synchronous=OFF`
- * (`unsafeNoSync`) it flushes nothing, like every other write of such a store. No
- * checkpoint starts after a failed WAL flush: it could copy WAL pages the kernel dropped
- * (read back stale from the disk) into the database.
- *
- * A store that never commits never starts the worker; an idle one leaves it asleep (no
- * timers, no polling). Costs: one thread and one connection per open store; per commit one
- * pread of the WAL index, O(1).
+ * Why: docs/decisions/depot-publish-durability.md, "checkpointer.ts: why checkpoints run in a worker".
  */
 import diagnostics_channel from "node:diagnostics_channel";
 import { closeSync, openSync, readSync } from "node:fs";
@@ -65,17 +36,18 @@ const MX_FRAME_OFFSET = 16;
 
 /** The checkpointer of one store's database (see {@link createCheckpointer}). */
 export interface Checkpointer {
-  /** Called after each commit: asks the worker for a checkpoint once the WAL holds CHECKPOINT_FRAMES. O(1): one pread. */
+  /**
+   * Called after each commit: asks the worker for a checkpoint once the WAL holds CHECKPOINT_FRAMES. O(1): one pread.
+   */
   committed(): void;
   /** Lets a checkpoint in progress end, then closes the worker's connection and the thread. */
   close(): Promise<void>;
 }
 
 /**
- * The worker's program (plain JavaScript, run with `eval`: no file to resolve next to the
- * built or the TypeScript sources). It loads node:sqlite without its ExperimentalWarning
- * (as sqlite.ts does), opens the database, and on each "checkpoint" runs a PASSIVE
- * checkpoint and then a RESTART one, and answers what it did. "close" closes.
+ * The worker's program (plain JavaScript, run with `eval`: no file to resolve next to the built or the TypeScript
+ * sources).
+ * Why: docs/decisions/depot-publish-durability.md, "checkpointer.ts: WORKER_SOURCE".
  */
 const WORKER_SOURCE = `
 const { parentPort, workerData } = require("node:worker_threads");

@@ -1,15 +1,9 @@
 /**
- * Durable blob writes of the fs store: directory fsyncs shared by concurrent writers
- * (group commit) over directory handles kept open, and mkdir -p remembered per store (a
- * directory's entry fsynced in its parent the first time). A filesystem that cannot fsync
- * a directory at all is tolerated; a failed fsync is not (`isDirSyncUnsupported`).
- * Records live in records.db (record-db.ts), which flushes through SQLite's WAL.
- *
- * A blob's own file is written, synced and renamed by blobs.ts; what it needs here is the
- * fsync of the shard directory it was renamed into, which concurrent uploads into one
- * shard share. The mkdir runs inline (a thread-pool round trip costs more CPU than the
- * call, decisions/depot-publish-durability.md); the fsyncs, which wait for the disk, run
- * on libuv's thread pool.
+ * Durable blob writes of the fs store: directory fsyncs shared by concurrent writers (group commit) over
+ * directory handles kept open, and mkdir -p remembered per store (a directory's entry fsynced in its parent
+ * the first time). A filesystem that cannot fsync a directory at all is tolerated; a failed fsync is not
+ * (`isDirSyncUnsupported`). Records live in records.db (record-db.ts), which flushes through SQLite's WAL.
+ * Why: docs/decisions/depot-publish-durability.md, "durable.ts: group-committed directory fsyncs".
  */
 import { constants as fsConstants, mkdirSync } from "node:fs";
 import { mkdir, open, type FileHandle } from "node:fs/promises";
@@ -35,7 +29,10 @@ export interface DurableWrites {
 export function createDurableWrites(ctx: FsStoreContext): DurableWrites {
   const dirs = createDirectorySync(ctx);
 
-  /** Blob shard directories known to exist (and, with sync, their entries on disk): a write skips its mkdir (directories are never removed while open). O(1). */
+  /**
+   * Blob shard directories known to exist (and, with sync, their entries on disk): a write skips its mkdir (directories
+   * are never removed while open). O(1).
+   */
   const madeDirs = new Set<string>();
   /** The first write into a shard this store makes: later writers into it wait for its entry's fsync. */
   const making = new Map<string, Promise<void>>();
@@ -117,10 +114,9 @@ export function createDirectorySync(ctx: DirSyncContext): DirectorySync {
 }
 
 /**
- * Fsyncs the directories holding the entries of `path` and of every directory mkdir -p
- * made above it (`first`, what mkdir returned: the topmost it made; undefined when it made
- * none), deepest first. The parent of `path` is synced even when nothing was made: a
- * process that made it may have died before its fsync. O(directories made + 1) fsyncs.
+ * Fsyncs the directories holding the entries of `path` and of every directory mkdir -p made above it (`first`,
+ * what mkdir returned: the topmost it made; undefined when it made none), deepest first.
+ * Why: docs/decisions/depot-publish-durability.md, "durable.ts: syncEntries".
  */
 function syncEntries(path: string, first: string | undefined, syncDir: (dir: string) => Promise<void>): Promise<void> {
   const parents: string[] = [];
@@ -152,10 +148,8 @@ export function isDirSyncUnsupported(error: unknown): boolean {
 }
 
 /**
- * Directory fsyncs in flight, per directory. A caller needs a sync that starts after its
- * rename, so it joins the queued one (or queues one) behind a sync already running:
- * concurrent writers into one directory (a blob shard) share one fsync instead of one
- * each (group commit). At most two syncs per directory exist at once, however many writers wait: O(1) per call.
+ * Directory fsyncs in flight, per directory.
+ * Why: docs/decisions/depot-publish-durability.md, "durable.ts: createGroupFsync".
  */
 function createGroupFsync(
   ctx: DirSyncContext,
@@ -192,16 +186,9 @@ function createGroupFsync(
 }
 
 /**
- * Open handles of recently synced directories (most recent last), so a directory fsync
- * is one call, not open, fsync and close: the blob shards recently
- * written stay open. At most
- * DIR_HANDLES; the least recently used is evicted in O(1) (a Map keeps insertion order,
- * and a use re-inserts). FileHandle.close waits for a sync still running on the handle.
- *
- * A sync the filesystem refuses as unsupported ({@link isDirSyncUnsupported}) is tried
- * once more on a fresh descriptor (a FileHandle of ours closed under a sync says EBADF
- * too); refused again, the owner's directory fsyncs are skipped from then on, with one
- * process warning. Any other error rejects the sync, every time.
+ * Open handles of recently synced directories (most recent last), so a directory fsync is one call, not open,
+ * fsync and close: the blob shards recently written stay open.
+ * Why: docs/decisions/depot-publish-durability.md, "durable.ts: createDirSyncer".
  */
 function createDirSyncer(ctx: DirSyncContext): {
   sync(path: string, keep?: boolean): Promise<void>;

@@ -1,21 +1,10 @@
 /**
- * The record files of stores written before records moved into `records.db` (runner-depot
- * 0.1.0 up to store format 2's file layout): one JSON file `{ key, revision, value }` per
- * key under `records/`, each `/`-separated key segment percent-encoded and the last one
- * suffixed `~` (`a/b` is `records/a/b~`). This file only reads them, once, to import them
- * (record-import.ts); nothing writes them any more but the fence below.
- *
- * The fence: `records/format~` is rewritten as a `format` record of format
- * {@link FENCE_FORMAT}, above any format the file-layout code reads, so a runner-depot
- * from before the database refuses the directory ("The store has format 3; this
- * runner-depot reads format 2 and older. Upgrade runner-depot to serve it.") instead of
- * seeing no records and starting a new, empty store beside the database. The fence keeps
- * the `format` record it replaced (`imported`), so an import killed after the fence was
- * written still imports the original, and says how far the move went (`state`):
- * `importing` from before the import's transaction, `imported` once it committed. So an
- * open that finds no import in records.db tells a killed import (run it again) from a
- * records.db removed or replaced after the move (refused: importing the files again would
- * serve the store as it was before the upgrade, an empty records.db a new empty store).
+ * The record files of stores written before records moved into `records.db` (runner-depot 0.1.0 up to store
+ * format 2's file layout): one JSON file `{ key, revision, value }` per key under `records/`, each
+ * `/`-separated key segment percent-encoded and the last one suffixed `~` (`a/b` is `records/a/b~`). This
+ * file only reads them, once, to import them (record-import.ts); nothing writes them any more but the fence
+ * below.
+ * Why: docs/decisions/depot-publish-durability.md, "legacy-records.ts: the record files of the old layout".
  */
 import { randomUUID } from "node:crypto";
 import { closeSync, fsyncSync, openSync, readdirSync, readFileSync, renameSync, writeSync } from "node:fs";
@@ -100,7 +89,9 @@ export function legacyRecordFiles(recordsDir: string): Array<{ key: string; file
   return found;
 }
 
-/** The key segment a file or directory name stands for (`%` is the empty segment); null for a name no key encodes to. */
+/**
+ * The key segment a file or directory name stands for (`%` is the empty segment); null for a name no key encodes to.
+ */
 function decodeSegment(name: string): string | null {
   if (name === "%") return "";
   try {

@@ -42,7 +42,9 @@ export class OpenLogs {
   /** Handles whose file is open, least recently appended first (Map order). */
   private readonly open = new Map<string, LogHandle>();
 
-  /** Writes `bytes` at `at` in the handle's file (created when `fresh`) and, with `sync`, datasyncs it: two pool trips. */
+  /**
+   * Writes `bytes` at `at` in the handle's file (created when `fresh`) and, with `sync`, datasyncs it: two pool trips.
+   */
   async write(handle: LogHandle, bytes: Buffer, at: number, sync: boolean, fresh: boolean): Promise<void> {
     handle.writing = true;
     try {
@@ -94,10 +96,8 @@ export class OpenLogs {
   }
 
   /**
-   * Closes the least recently appended files not being written until at most
-   * MAX_OPEN_LOGS are open. Run when a file is opened and when a write ends: a burst of
-   * appends to more jobs at once holds one each while written, and without the second run
-   * they all stayed open after it. O(files walked past: those being written).
+   * Closes the least recently appended files not being written until at most MAX_OPEN_LOGS are open.
+   * Why: docs/decisions/runner-server.md, "log-descriptors.ts: OpenLogs.trim".
    */
   private trim(): void {
     for (const other of this.open.values()) {

@@ -42,7 +42,10 @@ export async function scanIndex(path: string, total: number): Promise<number[]> 
   return index;
 }
 
-/** Adds the offsets of an append's records (their sizes, from `offset`, the first being line `line`) to `index`. O(records). */
+/**
+ * Adds the offsets of an append's records (their sizes, from `offset`, the first being line `line`) to `index`.
+ * O(records).
+ */
 export function extendIndex(index: number[], offset: number, line: number, sizes: Uint32Array): void {
   for (const size of sizes) {
     if (line % STRIDE === 0) index.push(offset);

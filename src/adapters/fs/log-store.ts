@@ -1,28 +1,9 @@
 /**
- * Filesystem JobLogStore: one append-only log file and one state file per job.
- * Lines are written in one positional write per append and synced once; the state
- * file is replaced atomically (write, fsync, rename), and it says how many bytes of
- * the log file are valid, so a crash between the two leaves the job consistent.
+ * Filesystem JobLogStore: one append-only log file and one state file per job. Lines are written in one
+ * positional write per append and synced once; the state file is replaced atomically (write, fsync, rename),
+ * and it says how many bytes of the log file are valid, so a crash between the two leaves the job consistent.
  * One process owns a directory at a time (several replicas: use the PostgreSQL store).
- *
- * An append costs three trips through libuv's thread pool (the log's write, then its
- * datasync, while the state file's fsync runs beside it; after the rename, the jobs
- * directory's fsync, shared by concurrent appends), not one per file operation:
- * each trip is a wake-up of a pool thread and of the event loop, and on a loaded machine
- * each waits for a CPU (docs/decisions/runner-throughput.md, session 8). The log file of
- * a job being appended to stays open (at most {@link MAX_OPEN_LOGS} per directory), and
- * the cheap calls (open, the state's small write, close, rename) are made inline.
- *
- * Directories: at every open, the jobs directory's entry is fsynced in its parent (and the
- * parents of any directory mkdir -p made), and the jobs directory itself (a process that
- * died before its fsync may have renamed a state there); a filesystem that cannot fsync a
- * directory is tolerated, any other fsync failure fails the operation (durable.ts), and a
- * failed open is tried again by the next call. prune() removes a state durably before its
- * log, and an open removes a log no state names.
- *
- * Beside this file (the jobs, their states and their order): the record format
- * (log-records.ts), reading a log through its sparse index (log-read.ts) and the log files
- * kept open between appends (log-descriptors.ts).
+ * Why: docs/decisions/runner-server.md, "log-store.ts (fs): a log file and a state file per job".
  */
 import { closeSync, fsync, openSync, renameSync, writeSync } from "node:fs";
 import { mkdir, readdir, readFile, rm, truncate } from "node:fs/promises";
@@ -235,10 +216,8 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
   }
 
   /**
-   * Replaces the job's state file with `state` once `before` (the log's write and sync)
-   * has succeeded: the temp file is written inline (small), synced on the pool while
-   * `before` runs, then renamed over the old one. Nothing is renamed when either fails.
-   * O(state size); two pool trips, the fsync and the directory's (none without fsync).
+   * Replaces the job's state file with `state` once `before` (the log's write and sync) has succeeded.
+   * Why: docs/decisions/runner-server.md, "log-store.ts: createFsLogStore.commitState".
    */
   async function commitState(state: Persisted, before: Promise<void>): Promise<void> {
     const target = statePath(state.requestId);
@@ -270,12 +249,8 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
   }
 
   /**
-   * Removes a prunable job: its state file, then (once that removal is on disk) its log
-   * file. A crash before the directory's fsync leaves the job whole or gone with an orphan
-   * log; after it, an orphan log at most: load() removes an orphan log. Never a state
-   * naming a log that is gone (the other order, or both unlinks under one fsync, could
-   * leave that). A failure leaves the job held, and the next prune() tries again. Two pool
-   * trips (the fsync is shared) and two unlinks.
+   * Removes a prunable job: its state file, then (once that removal is on disk) its log file.
+   * Why: docs/decisions/runner-server.md, "log-store.ts: createFsLogStore.pruneJob".
    */
   async function pruneJob(id: string, job: Job, before: Date): Promise<boolean> {
     if (!isPrunable(job.state, before) || jobs.get(id) !== job) return false;

@@ -1,26 +1,7 @@
 /**
  * The fs store's record database: `<dir>/records.db`, one SQLite database in WAL mode
  * opened through `node:sqlite` (sqlite.ts), shared by every process that opens the store.
- *
- * - Writes queued in one turn of the event loop share one transaction and one commit
- *   (group commit, {@link RecordDb.write}); each keeps its own compare-and-swap outcome,
- *   since the batch applies them in call order inside the transaction. Commits run with
- *   `synchronous=NORMAL` (the WAL written, not flushed); a durable write's promise resolves
- *   after a flush of the WAL that started after its commit (wal-sync.ts: fdatasync on the
- *   thread pool, shared by every batch committed meanwhile). A lazy write resolves at its
- *   commit: a machine crash may lose it whole, never tear it, and the next flush covers it
- *   too. `unsafeNoSync` commits with `OFF` and never flushes.
- * - Processes are arbitrated by SQLite's own locks: a batch takes the write lock with
- *   BEGIN IMMEDIATE. SQLite's busy handler sleeps on the calling thread, so it waits at most
- *   BUSY_SPIN_MS there; past that the batch waits on timers (the event loop runs meanwhile)
- *   and retries until `lockTimeoutMs`, then fails UNAVAILABLE, as a held record lock did.
- * - A kill -9 loses nothing committed: SQLite rolls the WAL forward (or back) on the next
- *   open, in whichever process opens first.
- *
- * Every SQLite call of the store runs on the event loop's thread: a point read is
- * microseconds, a commit of a batch tens of microseconds plus O(log records) per write;
- * what waits for the disk runs elsewhere: the WAL's flush on libuv's pool, checkpoints on a
- * worker thread with its own connection (checkpointer.ts).
+ * Why: docs/decisions/depot-publish-durability.md, "record-db.ts: group commit and its costs".
  */
 import { RunnerDepotError } from "../../errors.js";
 import type { DatabaseSync, StatementSync } from "node:sqlite";

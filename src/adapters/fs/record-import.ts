@@ -1,20 +1,7 @@
 /**
  * The one-time import of a store's record files (legacy-records.ts) into `records.db`,
  * on the store's first open by this code.
- *
- * It runs in one write transaction of the database, so it is exclusive across processes
- * (the others wait for the write lock, then find it done) and resumable: a kill rolls the
- * whole import back and the next open runs it again. Before it reads any record it puts
- * the fence in place (legacy-records.ts), so code that reads record files refuses the
- * directory from then on. A torn lazy record reads as absent, as it did; a damaged durable
- * one stops the import with INTERNAL (nothing imported, the store does not open) rather
- * than losing a record. The record files are left as they were (nothing reads them; an
- * operator may remove them, keeping `records/format~`). Once the import committed the
- * fence says so (`imported`, legacy-records.ts); an open that then finds no import in
- * records.db (the file removed, or replaced by a copy from before the upgrade) fails
- * INTERNAL instead of importing the old files again or starting an empty store.
- *
- * O(record files) once per store; afterwards O(1) per open (one meta lookup).
+ * Why: docs/decisions/depot-publish-durability.md, "record-import.ts: importing the old layout once".
  */
 import { mkdirSync } from "node:fs";
 import { RunnerDepotError } from "../../errors.js";
@@ -38,7 +25,8 @@ export async function importLegacyRecords(
   sync: boolean,
   now: () => Date = () => new Date(),
 ): Promise<number | null> {
-  // Set when the fence still says `importing` (or is missing) after an import committed, by this open or an earlier one.
+  // Set when the fence still says `importing` (or is missing) after an import committed, by this open or an earlier
+  // one.
   let unmarked: { original: LegacyRecord | null } | undefined;
   const imported = await db.exclusive((conn) => {
     // Also for a new store: the fence keeps older code from starting an empty store here.

@@ -1,16 +1,7 @@
 /**
  * Records of the fs store: rows of `<dir>/records.db` (record-db.ts), `(key BLOB,
  * revision, value JSON)`, with compare-and-swap on the revision.
- *
- * - getRecord: one primary-key lookup, O(log records), inline (microseconds).
- * - putRecord / deleteRecord: queued into the next group commit (record-db.ts); inside it
- *   one INSERT … ON CONFLICT DO NOTHING (create-only), UPDATE … WHERE revision = ?
- *   (swap) or DELETE, O(log records) each; the outcome is the row count it changed.
- * - listRecords: one range scan of the key index, O(log records + page).
- *
- * A write is whole or absent after any crash (SQLite's WAL), so a lazy or losable write
- * is never torn: `lazy` (and `deferSync`, whose caller calls syncRecords later) only lets
- * its batch commit without an fsync (record-db.ts).
+ * Why: docs/decisions/depot-publish-durability.md, "records.ts: the cost of each record operation".
  */
 import { randomUUID } from "node:crypto";
 import type { PackageStore, StoredRecord, WriteCondition } from "../../depot/ports.js";

@@ -1,13 +1,9 @@
 /**
- * Small blobs of the fs store: bodies up to {@link SMALL_BLOB_BYTES} are rows of
- * records.db (`small_blobs`, digest → bytes) instead of files. A one-file publish stores
- * two such blobs (the file and the manifest); as files each cost a temp file, an fsync, a
- * rename and a directory fsync, as rows they join the records' group commit and its one
- * WAL flush (docs/decisions/depot-publish-durability.md, "Records in SQLite").
- *
- * What this file gives blobs.ts: the first bytes of an upload gathered to tell a small
- * body from a large one, and readers over a row's bytes. Every call is O(blob size) at
- * most, and a row is at most SMALL_BLOB_BYTES.
+ * Small blobs of the fs store: bodies up to {@link SMALL_BLOB_BYTES} are rows of records.db (`small_blobs`,
+ * digest → bytes) instead of files. A one-file publish stores two such blobs (the file and the manifest); as
+ * files each cost a temp file, an fsync, a rename and a directory fsync, as rows they join the records' group
+ * commit and its one WAL flush (docs/decisions/depot-publish-durability.md, "Records in SQLite").
+ * Why: docs/decisions/depot-publish-durability.md, "small-blobs.ts: why small blobs are rows".
  */
 import type { BlobReader, ByteRange } from "../../depot/ports.js";
 import { RunnerDepotError } from "../../errors.js";

@@ -2,12 +2,7 @@
  * Loads `node:sqlite` (built into Node ≥ 22.13) the first time an fs store opens its record
  * database, not when the package is imported: a program that never opens an fs store (a
  * runner, a depot on PostgreSQL) never loads it.
- *
- * The module is marked experimental and Node prints an ExperimentalWarning when it loads.
- * The fs store uses a small, stable part of it (DatabaseSync, prepare, run/get/all, exec),
- * pinned by the engines range and the tests, so the warning says nothing an operator can act
- * on; it is kept off stderr by filtering that one warning during the load (docs/decisions/
- * depot-publish-durability.md, "Records in SQLite"). Every other warning passes through.
+ * Why: docs/decisions/depot-publish-durability.md, "sqlite.ts: loading node:sqlite without its warning".
  */
 import type * as Sqlite from "node:sqlite";
 

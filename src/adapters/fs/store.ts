@@ -3,26 +3,7 @@
  * one file per concern: blobs.ts (with durable.ts) and records.ts (over record-db.ts, with
  * record-import.ts for stores written before the database), which share a
  * {@link FsStoreContext} made here.
- *
- * Layout under `dir`:
- * - `blobs/sha256/<2 hex>/<64 hex>`: content-addressed blobs larger than 16 KiB (and any
- *   stored before small ones became rows), immutable once renamed in;
- * - `records.db` (with SQLite's `records.db-wal` and `records.db-shm`): every record, one
- *   row per key, compare-and-swap on its revision (records.ts), and blobs up to 16 KiB
- *   (small-blobs.ts);
- * - `records/format~`: a fence that makes runner-depot versions from before the database
- *   refuse the directory (legacy-records.ts), beside the record files such a version
- *   wrote, imported once and then left as they were;
- * - `tmp/`: blob files being written; a kill leaves at most an orphan here, never a torn blob.
- *
- * Guarantees: every blob and record appears whole or not at all. A large blob is written
- * to `tmp/`, fsynced, renamed, and its directory fsynced; a record or small blob is a row
- * committed through SQLite's WAL, flushed (fdatasync, wal-sync.ts) before the write's
- * promise resolves, except writes the depot marks lazy, which skip the flush (a machine
- * crash may lose them whole, never tear them). Compare-and-swap is exact between concurrent calls in one
- * process (a batch applies them in call order) and between processes sharing `dir` on one
- * host (SQLite's write lock; WAL needs shared memory, so not across hosts on a network
- * filesystem). A kill -9 loses nothing acknowledged.
+ * Why: docs/decisions/depot-publish-durability.md, "store.ts: the fs store's layout".
  */
 import { randomUUID } from "node:crypto";
 import { mkdir, readdir, rm, stat } from "node:fs/promises";
@@ -40,17 +21,16 @@ import { createFsRecords } from "./records.js";
 export interface FsStoreOptions {
   /**
    * Ignored; still accepted so a host that passes it keeps working (no error, no warning).
-   * It set when the per-file record lock of the layout before records.db counted as left
-   * by a dead process and was broken. Records are now rows of one SQLite database, whose
-   * write lock dies with its process, so nothing is ever stale; the one lock wait left is
-   * bounded by {@link FsStoreOptions.lockTimeoutMs}. Lock files of the old layout are
-   * skipped by the import (legacy-records.ts), never honoured.
+   * Why: docs/decisions/depot-publish-durability.md, "store.ts: FsStoreOptions.staleLockMs".
    *
    * @deprecated No effect since records moved into records.db; will be removed in a
    * future major version. Use `lockTimeoutMs` to bound waits for another process's lock.
    */
   staleLockMs?: number;
-  /** How long a write waits for the record database's write lock (held by another process) before failing UNAVAILABLE (default 30 s; a commit lasts a millisecond or so). */
+  /**
+   * How long a write waits for the record database's write lock (held by another process) before failing UNAVAILABLE
+   * (default 30 s; a commit lasts a millisecond or so).
+   */
   lockTimeoutMs?: number;
   /**
    * Skip fsync (tests on tmpfs only; a crash may then lose acknowledged writes). Never in a
@@ -61,7 +41,9 @@ export interface FsStoreOptions {
   unsafeNoSync?: boolean;
 }
 
-/** Temp files older than this are removed at start as orphans of killed writers; younger ones may be a live process's. */
+/**
+ * Temp files older than this are removed at start as orphans of killed writers; younger ones may be a live process's.
+ */
 const ORPHAN_AGE_MS = 3_600_000;
 
 /**

@@ -1,35 +1,7 @@
 /**
  * The flush of records.db's write-ahead log for durable record writes, on libuv's thread
  * pool instead of inside the commit.
- *
- * SQLite's `synchronous=FULL` fsyncs the WAL inside COMMIT, on the calling thread: the
- * event loop. With the store's commits at `synchronous=NORMAL` (the WAL written, not
- * flushed) the store flushes the WAL itself: `fdatasync` of the same file through its
- * own descriptor, on the pool, and a durable write's promise resolves after a flush that
- * started after its commit. The WAL only grows by appended frames until a checkpoint,
- * and a checkpoint in NORMAL mode flushes the WAL before it copies and the database after,
- * so one flush of the file covers every commit before it (lazy ones too): concurrent
- * batches share it (at most one running and one queued, as directory fsyncs do in
- * durable.ts; the queued one starts two turns of the event loop after the running one
- * ends, so the next writes of the requests that one answered join it). Meanwhile the event loop serves other requests and commits more batches.
- *
- * As with FULL's flush, a commit is on stable storage before its promise resolves; unlike
- * it, other readers may see the commit during the flush (the file layout's records were
- * readable between their rename and their directory's fsync alike).
- *
- * SQLite deletes the WAL only when the last connection closes, and this store's stays
- * open, so the file stays one inode; still, each flush checks the path's inode (one
- * inline stat) and reopens when it changed. A WAL file this store has not flushed before
- * gets its directory fsynced once too, so its name survives a crash with its content.
- *
- * A failed flush (EIO, ENOSPC from the device) fails every write waiting on it, and every
- * later one: the kernel may have dropped the WAL pages it could not write (marking them
- * clean), so a later fdatasync can succeed without them, and since WAL frames are
- * checksummed in a chain, recovery after a crash stops at the first lost frame and drops
- * every commit after it too. Measured on a loop-mounted ext4 whose backing file ran out
- * of space: three writes failed ENOSPC, the next three resolved after a clean flush, and a
- * copy of the disk then held none of the six. So the flusher stays failed ({@link WalSync.failure})
- * and the store refuses writes until a restarted process opens it again.
+ * Why: docs/decisions/depot-publish-durability.md, "wal-sync.ts: flushing the WAL off the event loop".
  */
 import { closeSync, constants as fsConstants, fdatasync, fsync, openSync, statSync } from "node:fs";
 import diagnostics_channel from "node:diagnostics_channel";
@@ -102,10 +74,9 @@ export function createWalSync(dbPath: string): WalSync {
   }
 
   /**
-   * The WAL's descriptor, (re)opened when the path names another inode; a new one's
-   * directory is flushed first (every flush of that inode waits for it). Null without a
-   * WAL: nothing was committed into one since the last connection checkpointed and
-   * removed it, so there is nothing to flush.
+   * The WAL's descriptor, (re)opened when the path names another inode; a new one's directory is flushed first
+   * (every flush of that inode waits for it).
+   * Why: docs/decisions/depot-publish-durability.md, "wal-sync.ts: createWalSync.descriptor".
    */
   async function descriptor(): Promise<number | null> {
     const ino = statSync(walPath, { throwIfNoEntry: false })?.ino;
@@ -152,14 +123,8 @@ export function createWalSync(dbPath: string): WalSync {
         queued = undefined;
         launch().then(next.resolve, next.reject);
       };
-      // The queued flush starts two turns of the event loop later, not at once: the writes
-      // the ended flush answered go on to their requests' next writes, whose batch commits
-      // in the next turn (record-db.ts) and so joins this flush instead of waiting behind it.
-      // Only when a flush was queued, so a lone writer (concurrency 1) never waits for it.
-      // Measured at concurrency 8 with fsync (01:03–01:07 UTC, load 2–5): more publishes/s
-      // in 8 of 9 pairs (e.g. 207.7 → 220.8, 211.3 → 218.9, 204.3 → 210.7/s) and 0.4 ms less
-      // server CPU per publish in the quiet ones; concurrency 1 unchanged (58.0 / 60.6 →
-      // 55.5 / 61.0/s); a 1 ms timer instead was no better.
+      // The queued flush starts two turns of the event loop later, not at once.
+      // Why: docs/decisions/depot-publish-durability.md, "wal-sync.ts: inside createWalSync.launch".
       setImmediate(() => setImmediate(go));
     });
   }

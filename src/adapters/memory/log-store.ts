@@ -16,12 +16,9 @@ import type { JobLogStore, JobState, StoredLine } from "../../runner/ports.js";
 import { ReceivedLine, readsLineEntries } from "../../runner/protocol/received-line.js";
 
 /**
- * A job and its lines, kept as bytes: the lines' UTF-8 back to back in blocks, and per
- * line its end offset in its block and a flag byte (bit 0 stderr, bit 1 marker), in
- * typed arrays. A long log is then a few large buffers outside the JS heap, which the
- * garbage collector neither copies nor scans (a string per line survived every
- * scavenge: the largest cost of a busy job). Strings are made only for the lines a read
- * returns; a line the fast path received as bytes is copied as it came, never decoded.
+ * A job and its lines, kept as bytes: the lines' UTF-8 back to back in blocks, and per line its end offset in its
+ * block and a flag byte (bit 0 stderr, bit 1 marker), in typed arrays.
+ * Why: docs/decisions/runner-server.md, "log-store.ts: Job".
  */
 interface Job {
   state: JobState;
@@ -40,7 +37,9 @@ interface Job {
 
 const STDERR = 1;
 const MARKER = 2;
-/** First block of a job; each next one doubles, up to MAX_BLOCK (so a short job costs little, a long one few blocks). */
+/**
+ * First block of a job; each next one doubles, up to MAX_BLOCK (so a short job costs little, a long one few blocks).
+ */
 const FIRST_BLOCK = 4096;
 const MAX_BLOCK = 1024 * 1024;
 
@@ -92,7 +91,10 @@ function keep(job: Job, lines: readonly StoredLine[]): void {
   }
 }
 
-/** The stored lines `[from, to)` as the port's objects (marker only when set, as the service writes it). O(lines + bytes). */
+/**
+ * The stored lines `[from, to)` as the port's objects (marker only when set, as the service writes it). O(lines +
+ * bytes).
+ */
 function linesOf(job: Job, from: number, to: number): StoredLine[] {
   const out: StoredLine[] = [];
   if (from >= to) return out;

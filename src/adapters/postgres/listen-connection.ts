@@ -32,7 +32,9 @@ export interface ListenConnection {
   open(): Promise<void>;
   /** Makes a connected client LISTEN now (once per connection), or connects. */
   listen(): void;
-  /** Stops retrying, waits for a connect in flight, runs `beforeEnd` on a live client, then ends it. Twice is harmless. */
+  /**
+   * Stops retrying, waits for a connect in flight, runs `beforeEnd` on a live client, then ends it. Twice is harmless.
+   */
   close(beforeEnd?: (client: Client) => Promise<void>): Promise<void>;
 }
 

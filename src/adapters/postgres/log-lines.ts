@@ -3,16 +3,7 @@
  * CHUNK_LINES lines / CHUNK_BYTES bytes, holding the lines' UTF-8 bytes back to back (`bytes`),
  * where each line ends in it (`ends`, uint32 big-endian, one per line) and a flag byte per
  * line (`flags`: bit 0 stderr, bit 1 marker).
- *
- * Why chunks and not a row per line: PostgreSQL's cost per row (tuple header, primary-key
- * entry, WAL record) capped the row-per-line table at about 25k lines/s on the bench machine,
- * whatever the client did; a chunk row carries thousands of lines for about the cost of one
- * (docs/decisions/runner-throughput.md has the figures).
- *
- * A batch travels as three binary `bytea` parameters plus an `int[]` of chunk cuts, and the
- * server cuts it into rows itself (`substring` on an in-memory parameter), so a batch is one
- * statement whatever its size. node-postgres sends a `Buffer` byte for byte; a `bytea[]` would
- * go as a hex-escaped text literal (twice the bytes, a regex pass per line).
+ * Why: docs/decisions/runner-throughput.md, "log-lines.ts: why chunks and not a row per line".
  */
 import type { RawLinePage, StoredLine } from "../../runner/ports.js";
 import { ReceivedLine } from "../../runner/protocol/received-line.js";
@@ -49,7 +40,14 @@ export function intArray(numbers: readonly number[]): string {
  *
  * @example
  * const batch = encodeLines([{ line: "hello", stderr: false }], 0, 1);
- * await pool.query(`INSERT INTO job_chunks … ${chunksFrom(1)}`, [id, first, batch.bytes, batch.ends, batch.flags, intArray(batch.cuts)]);
+ * await pool.query(`INSERT INTO job_chunks … ${chunksFrom(1)}`, [
+ *   id,
+ *   first,
+ *   batch.bytes,
+ *   batch.ends,
+ *   batch.flags,
+ *   intArray(batch.cuts),
+ * ]);
  */
 export function encodeLines(
   lines: readonly StoredLine[],
@@ -120,7 +118,10 @@ export interface EncodedGroup {
   bytes: Buffer;
   ends: Buffer;
   flags: Buffer;
-  /** bigint[] literal, six numbers per chunk: job number (1-based), first position, first line index, line count, first byte, byte count. */
+  /**
+   * bigint[] literal, six numbers per chunk: job number (1-based), first position, first line index, line count, first
+   * byte, byte count.
+   */
   cuts: string;
 }
 

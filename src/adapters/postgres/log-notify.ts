@@ -1,11 +1,9 @@
 /**
- * Job-log change events between replicas sharing one PostgreSQL: after an append or a
- * finish commits, the replica sends `NOTIFY` (coalesced: one statement per event-loop
- * turn for every job that changed in it) on its own connection, which also `LISTEN`s
- * for all of the replica's followers: one connection per replica, none per follower. A notification carries no lines, only where the
- * job stands, so followers read the lines themselves (once per replica, see
- * src/runner/service/fanout.ts) and a lost notification costs latency, never data. The
- * connection, its LISTEN and its reconnects are listen-connection.ts, shared with the records store.
+ * Job-log change events between replicas sharing one PostgreSQL: after an append or a finish commits, the
+ * replica sends `NOTIFY` (coalesced: one statement per event-loop turn for every job that changed in it) on
+ * its own connection, which also `LISTEN`s for all of the replica's followers: one connection per replica,
+ * none per follower.
+ * Why: docs/decisions/runner-throughput.md, "log-notify.ts: one notifying connection per replica".
  */
 import type { Client } from "pg";
 import type { JobLogEvent } from "../../runner/ports.js";
@@ -43,7 +41,9 @@ const CLOSE_FLUSH_MS = 5_000;
 
 const PAYLOAD = /^(\d{1,15}) ([01]) ([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/;
 
-/** Parses a payload; anything else on the channel (another program's NOTIFY) is null. O(payload), bounded by the regex. */
+/**
+ * Parses a payload; anything else on the channel (another program's NOTIFY) is null. O(payload), bounded by the regex.
+ */
 export function decodeLogEvent(payload: string): { requestId: string; storedLines: number; ended: boolean } | null {
   if (payload.length > 80) return null;
   const m = PAYLOAD.exec(payload);

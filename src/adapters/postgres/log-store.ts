@@ -2,15 +2,7 @@
  * Runner job logs on PostgreSQL, shared by several orchestrator replicas. A job is a row
  * in `jobs` (its state as JSON, plus the columns the lost-job and retention queries
  * need); its lines are rows of `job_lines`.
- *
- * An append is one statement, so one round trip: a compare-and-swap UPDATE of the job row
- * (it takes the row lock and succeeds only if the row still holds exactly the state this
- * store last wrote or read) joined to the INSERT of the batch's lines, which runs only when
- * the UPDATE did. The rules (overlap skipped, gap and closed job refused) are applied in JS
- * to that known state, the same functions every store uses. When the row changed under us
- * (another replica, a host's expectJob) or this store never saw the job, the swap matches
- * nothing and the append runs the locking transaction instead (SELECT … FOR UPDATE, rules
- * on the committed state, lines, job row), so two replicas can never interleave.
+ * Why: docs/decisions/runner-throughput.md, "log-store.ts (PostgreSQL): one statement per append".
  */
 import type { PoolClient } from "pg";
 import { RunnerDepotError } from "../../errors.js";
@@ -50,10 +42,8 @@ import { withPostgresLogExtras, type PostgresLogExtrasOptions } from "./log-stor
 import { readsLineEntries } from "../../runner/protocol/received-line.js";
 
 /**
- * The `last_seen_at` column moves only in steps of this much: it is indexed (the lost-job
- * query), and an UPDATE that changes no indexed column is a HOT update (no index entries
- * written), which is most of an append's cost on the job row. The state's `lastSeenAt` stays
- * exact; `stale()` uses the column to find candidates and the state to decide.
+ * The `last_seen_at` column moves only in steps of this much.
+ * Why: docs/decisions/runner-throughput.md, "log-store.ts: SEEN_STEP".
  */
 const SEEN_STEP = "10 seconds";
 
@@ -315,10 +305,8 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
   }
 
   /**
-   * The rows holding lines `from` … `from + limit - 1`. O(log rows + chunks touched): the chunk
-   * holding `from` (the newest starting at or before it) and those after it up to the limit,
-   * plus rows of the row-per-line table of earlier releases (a job that spans the upgrade has
-   * both, at different positions).
+   * The rows holding lines `from` … `from + limit - 1`.
+   * Why: docs/decisions/runner-throughput.md, "log-store.ts: createPostgresLogStore.readRows".
    */
   function readRows(requestId: string, from: number, limit: number | undefined): Promise<ChunkRow[]> {
     const to = limit === undefined ? null : from + limit;

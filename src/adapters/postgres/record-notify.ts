@@ -1,14 +1,7 @@
 /**
  * Announced depot record writes between processes sharing one PostgreSQL schema (see
  * `WriteCondition.announce` and `RecordStore.watchRecords` in src/depot/ports.ts).
- *
- * The write itself sends the notification: `pg_notify` runs in the same statement as the
- * INSERT, so PostgreSQL delivers it when that statement commits, after the row is readable,
- * and never for a write that failed. Each records store LISTENs on ONE connection of its own
- * (made from the pool's settings, not taken from it), opened by the first watcher; a lost
- * connection tells the watchers `null` ("look again"), is reopened with backoff, and tells
- * them `null` again once it listens, so no announced write is missed without a `null`
- * between. The connection itself is listen-connection.ts, shared with the log store.
+ * Why: docs/decisions/backends.md, "record-notify.ts: why the write itself notifies".
  */
 import type { Client } from "pg";
 import { createListenConnection } from "./listen-connection.js";

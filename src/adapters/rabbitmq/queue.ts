@@ -33,13 +33,10 @@ export interface RabbitMqQueueOptions {
   /** Extra `x-…` arguments for the declared queue (e.g. `x-queue-type: quorum`). */
   queueArguments?: Record<string, unknown>;
   /**
-   * How long one publish keeps retrying through an outage before UNAVAILABLE; default 8 000.
-   * Keep it below the runner service's publish bound (`publishRetry.maxMs`, default 10 000):
-   * then a publish settles inside the call that made it and the service can still retry or
-   * answer UNAVAILABLE with a definite outcome. (A longer value never doubles a result, since
-   * the service keeps one publish per job in flight and a replayed end waits for it, but
-   * calls then end UNAVAILABLE while the adapter is still trying.) It must also stay below
-   * the service's `publishRetry.attemptTimeoutMs` (default 30 000).
+   * How long one publish keeps retrying through an outage before UNAVAILABLE; default 8 000. Keep it below the
+   * runner service's publish bound (`publishRetry.maxMs`, default 10 000): then a publish settles inside the
+   * call that made it and the service can still retry or answer UNAVAILABLE with a definite outcome.
+   * Why: docs/decisions/backends.md, "queue.ts: RabbitMqQueueOptions.publishTimeoutMs".
    */
   publishTimeoutMs?: number;
   /** Reconnect back-off: first delay and cap, in ms; default 100 and 5 000. */

@@ -2,12 +2,7 @@
  * Depot blobs on S3 (or anything speaking its API: MinIO, Ceph, s3rver). Objects are
  * content-addressed at `<prefix>sha256/<hex>`. A body is streamed through a SHA-256
  * hasher into a multipart upload, so nothing is buffered beyond the upload's parts.
- *
- * Nothing that failed its digest or size check ever appears under a content address:
- * with a known digest the upload goes straight to its final key and the body stream
- * fails before the upload completes when the bytes disagree (S3 never shows an
- * incomplete multipart upload); without one it goes to `<prefix>tmp/<uuid>` and is
- * copied to its address once the hash is known, then the temporary object is removed.
+ * Why: docs/decisions/backends.md, "blob-store.ts: how S3 uploads stay content-addressed".
  */
 import { createHash, randomUUID } from "node:crypto";
 import { Readable } from "node:stream";

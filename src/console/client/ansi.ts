@@ -1,19 +1,17 @@
 /**
- * The log viewer's line renderer: a terminal's view of one stored line. SGR escapes
- * (ESC [ … m) become styled runs; a carriage return moves back to the line's start and
- * later text overwrites earlier text, as a terminal shows a progress line; backspace
- * moves back one cell; ESC [ K erases to the end; other escape sequences (cursor moves,
- * OSC titles and links) and control characters are dropped, never shown raw.
- *
- * Self-contained on purpose: the console ships this function's source text to the
- * browser (see script.ts), so it may use nothing outside its own body. O(length of the
- * line) time and memory.
+ * The log viewer's line renderer: a terminal's view of one stored line. SGR escapes (ESC [ … m) become styled
+ * runs; a carriage return moves back to the line's start and later text overwrites earlier text, as a
+ * terminal shows a progress line; backspace moves back one cell; ESC [ K erases to the end; other escape
+ * sequences (cursor moves, OSC titles and links) and control characters are dropped, never shown raw.
+ * Why: docs/decisions/console.md, "ansi.ts: rendering lines as a terminal shows them".
  */
 
 /** A run of text in one style: CSS classes and, for 256-colour and true-colour, CSS colours. */
 export interface AnsiRun {
   text: string;
-  /** Space-separated classes: a-b bold, a-d dim, a-i italic, a-u underline, a-s strike, a-f<n> / a-g<n> colours 0–15. */
+  /**
+   * Space-separated classes: a-b bold, a-d dim, a-i italic, a-u underline, a-s strike, a-f<n> / a-g<n> colours 0–15.
+   */
   cls: string;
   fg?: string;
   bg?: string;

@@ -3,10 +3,7 @@
  * console.js. It must use nothing from outside its own body except the ANSI renderer it
  * is given and the browser's globals. It builds the DOM with textContent only (log lines
  * and package data never become HTML).
- *
- * The log viewer is virtualised: only the rows on screen exist in the DOM, lines are
- * fetched in chunks as they scroll into view (at most CACHE_CHUNKS chunks are kept), and
- * the live tail arrives over Server-Sent Events that resume with Last-Event-ID.
+ * Why: docs/decisions/console.md, "app.ts: why the log viewer is virtualised".
  */
 import type { AnsiRun } from "./ansi.js";
 // Types only: erased from the function text script.ts ships.

@@ -1,22 +1,7 @@
 /**
  * `GET /catalog`: pages of packages and the change feed, answered from the change
  * sequence (depot/catalog/changes.ts) and the per-package records (packages.ts).
- *
- * - `GET /catalog[?limit=N][&after=CURSOR]`: packages in the order they were created, a
- *   page at a time (default {@link CATALOG_PAGE_DEFAULT}, at most {@link CATALOG_PAGE_MAX}),
- *   with `Link: <…>; rel="next"` while more remain. A package is listed at the position of
- *   its first version, which never moves, so a walk sees every package that existed when it
- *   started exactly once, however many commits land meanwhile. Served from the page
- *   records of full shards (depot/catalog/pages.ts): O(1) reads per 1,000 packages plus the
- *   changes since those pages were built, in packs of 1,000.
- * - `GET /catalog?since=P[&limit=N]`: the packages changed after position P (each with its
- *   current `latest` and `versions`), the changes themselves, and `position` to resume
- *   from: O(changes), like CouchDB's `_changes` or pkg5's update logs; entries and package
- *   states this process holds cost no read, so a poll of a few recent changes reads
- *   nothing (the head is held too: depot/catalog/head.ts).
- * Both answer a strong ETag made of the store id and the sequence head, so `If-None-Match`
- * answers 304 from the head this process holds (depot/catalog/head.ts), without reading any
- * package or, most of the time, anything at all.
+ * Why: docs/decisions/depot-catalog.md, "catalog-route.ts: the catalog routes and their cost".
  */
 import { RunnerDepotError } from "../../errors.js";
 import { packageStates, pageAt, type CatalogPackage, type PagedPackage } from "./pages.js";
@@ -117,12 +102,8 @@ export async function answerCatalog(store: PackageStore, query: CatalogQuery, he
 }
 
 /**
- * Up to `want` packages created after position `after`, ascending. Full shards come from
- * their page records (depot/catalog/pages.ts: one read each, brought to the head from the
- * entries since they were built); the shard still filling from its entries (held after
- * the first read) and the package states (held, checked against the entries). So a page
- * of 1,000 costs O(1) page reads + O(changes since those pages were built / 1,000) pack
- * reads, and nothing once held.
+ * Up to `want` packages created after position `after`, ascending.
+ * Why: docs/decisions/depot-catalog.md, "catalog-route.ts: pagedPackages".
  */
 async function pagedPackages(store: PackageStore, after: number, want: number, head: number): Promise<PagedPackage[]> {
   const found: PagedPackage[] = [];
@@ -149,7 +130,10 @@ async function pagedPackages(store: PackageStore, after: number, want: number, h
   return found;
 }
 
-/** The changes after `since`: O(changes) entries (held after the first read) and the named packages' states (held while no later entry names them). */
+/**
+ * The changes after `since`: O(changes) entries (held after the first read) and the named packages' states (held while
+ * no later entry names them).
+ */
 async function answerSince(
   store: PackageStore,
   query: { limit: number; since: number },

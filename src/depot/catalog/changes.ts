@@ -1,24 +1,7 @@
 /**
  * The depot's change sequence: one totally ordered, dense log of published versions
  * (positions 1, 2, 3, … with no holes), kept as create-only records on any RecordStore.
- *
- * Why records and not a store method: compare-and-swap is all a store promises, and a
- * create-only record per position is enough for a total order. Position p is created only
- * by a writer that saw p − 1 exist (it probed it, or lost the race to create it), and a
- * record appears whole or not at all, so the set of positions is always 1..head. Writers
- * of different packages never rewrite a shared record: an append that loses position p
- * (another commit took it) simply takes p + 1. On PostgreSQL the unique key of the
- * records table decides each position, so the sequence is PostgreSQL's.
- *
- * Entries never change once written, so this process keeps the ones it read or wrote
- * (bounded, below), and a full shard of SHARD positions is also kept as one `seqpack/<shard>`
- * record of all its entries, written once by whoever first reads the whole shard (or
- * compacts it: depot/catalog/pages.ts). A pack is a copy: positions stay the arbiter.
- *
- * Costs: head() is one read when nothing changed since this process last looked
- * (O(log changes) when other processes appended); reading k entries is O(k / SHARD) reads
- * of packs plus at most SHARD − 1 single reads for the shard still filling, and no read at
- * all for entries this process holds.
+ * Why: docs/decisions/depot-catalog.md, "changes.ts: why the change sequence is records".
  */
 import { durableCondition, type OrderedWrites } from "../transactions/ordered-writes.js";
 import type { PackageStore } from "../ports.js";
@@ -136,25 +119,11 @@ export async function changeHead(store: PackageStore): Promise<number> {
 const appending = new WeakMap<PackageStore, Promise<unknown>>();
 
 /**
- * Appends an entry and returns its position. Not idempotent: callers decide who appends
- * (see packages.ts). Appends of one process run one at a time: concurrent ones would all
- * race for the same next position and retry past each other (O(concurrency²) create
- * attempts), where in turn each takes the next position at its first try. Other
- * processes still race by create-only writes. O(1) store calls when this process
- * appended last.
- *
- * The next append starts when this one's entry is visible, not when it is durable, on a
- * store that tells (WriteCondition.onVisible: the fs store, at its commit, before the
- * WAL flush). That is safe because such a store keeps, after a crash, a prefix of its
- * writes in visibility order: entry p + 1 can never survive without entry p, so the
- * sequence stays dense (1..head) after any crash, and the promise of each append still
- * resolves only once its own entry is durable (without `writes`, below). On a store that does not tell (PostgreSQL:
- * durable when visible) the next append starts at the resolution, as before. Without
- * this the appends of a process were capped at one per WAL flush (one flush running and
- * one queued: an append waited 1–2 flushes).
+ * Appends an entry and returns its position. Not idempotent: callers decide who appends (see packages.ts).
  *
  * With `writes` the entry is one of a request's ordered writes (depot/transactions/ordered-writes.ts): the
  * promise resolves once the entry is visible, and the request flushes before it answers.
+ * Why: docs/decisions/depot-catalog.md, "changes.ts: appendChange".
  */
 export function appendChange(
   store: PackageStore,

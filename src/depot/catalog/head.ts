@@ -1,21 +1,7 @@
 /**
  * The change-sequence head the catalog's ETag, 304 and `since` answers are made from,
  * held in memory so that those answers read nothing from the store.
- *
- * How current the held head is:
- * - this process's own appends move it at once (depot/catalog/changes.ts);
- * - a store that offers `watchRecords` (PostgreSQL: LISTEN/NOTIFY, one listening
- *   connection per store) reports every other process's append as it commits, so while
- *   its feed is up the head is read from memory only; from a lost feed until the first
- *   head probe after it came back, every request probes (one read, as before);
- * - any other store (fs) is probed again once the held head is older than
- *   {@link HEAD_STALE_MS}: a request finding it older than half of that answers from
- *   memory and starts one probe in the background, a request finding it older than the
- *   whole waits for a probe. So another process's commit shows within HEAD_STALE_MS plus
- *   one probe, and a steadily polled router never waits.
- * A request that names a position past the held head (`since`, or an `If-None-Match` tag
- * from another router) always probes first, so a client never sees a router go backwards
- * from what another one told it.
+ * Why: docs/decisions/depot-catalog.md, "head.ts: how current the held head is".
  */
 import { changeHead, knownHead, noteHead, positionOfKey } from "./changes.js";
 import type { PackageStore } from "../ports.js";

@@ -1,23 +1,9 @@
 /**
- * Per-package visibility. Each package has one record, `pkg/<name>`, listing its published
- * versions; a version is visible exactly when it is listed there. A commit lists it by
- * compare-and-swap on that record alone, then appends it to the change sequence
- * (depot/catalog/changes.ts), so commits of different packages never touch the same record, and every
- * read of one package costs O(1) in the number of packages held.
- *
- * Order of a commit's writes and what a crash between them leaves:
- * 1. `version/<name>/<version>` create-only (the arbiter: first commit wins);
- * 2. `pkg/<name>` compare-and-swap listing the version (visible from here on) with a
- *    sequencing claim `pending[version]` naming the claimant (depot/transactions/attempts.ts);
- * 3. the change entry (the feed and the catalog's ETag move on);
- * 4. `pkg/<name>` compare-and-swap dropping the claim;
- * 5. the transaction record `committed`.
- * Whoever publishes the version again (a retried commit, recovery after a kill) finds
- * either no claim (it was sequenced: nothing to do), a live claim (someone is sequencing
- * it now: wait until it is dropped or dead, bounded), or a dead one: it takes the claim
- * over by compare-and-swap and appends only when no entry for the version was appended
- * since the dead claim was made. So each version enters the sequence exactly once, and
- * no publish returns (nor marks its transaction `committed`) before the entry exists.
+ * Per-package visibility. Each package has one record, `pkg/<name>`, listing its published versions; a
+ * version is visible exactly when it is listed there. A commit lists it by compare-and-swap on that record
+ * alone, then appends it to the change sequence (depot/catalog/changes.ts), so commits of different packages
+ * never touch the same record, and every read of one package costs O(1) in the number of packages held.
+ * Why: docs/decisions/depot-catalog.md, "packages.ts: per-package visibility".
  */
 import { RunnerDepotError } from "../../errors.js";
 import { attemptAlive, endAttempt, startAttempt } from "../transactions/attempts.js";
@@ -79,10 +65,9 @@ export interface PublishOptions {
 
 /**
  * A bound on how many publishes of one router wait for another attempt's live claim at
- * once. A wait re-reads the package record every 5–100 ms for up to 30 s, and a claim of a
- * crashed replica stays live for its lease (depot/transactions/attempts.ts, 10 minutes), so a packager could
- * otherwise keep many such loops polling. Past `max`, a publish that meets a live claim
- * answers 409 CONFLICT at once ("retry"), as one that waited its 30 s would. O(1).
+ * once. Past `max`, a publish that meets a live claim answers 409 CONFLICT at once
+ * ("retry"), as one that waited its 30 s would. O(1).
+ * Why: docs/decisions/depot-catalog.md, "packages.ts: ClaimWaits".
  *
  * @example
  * const waits = new ClaimWaits(32);
@@ -166,14 +151,8 @@ export async function publishVersion(
 }
 
 /**
- * Step 2, or the claim taken over from a dead claimant. A live claim of another attempt
- * is waited for (polled, up to SEQUENCING_WAIT_MS) until it is dropped (sequenced) or
- * dead (taken over): the caller's `sequenced` work (a transaction `committed`) must not
- * run while the entry may still be missing, since nothing else would take over the claim
- * should its holder die before appending (recovery only settles `committing`
- * transactions). O(versions of this package) per read; reads fall back to every 100 ms.
- * The wait ends early, with 409 CONFLICT, when the caller's client is gone (checked at
- * each poll) or when `options.waits` already holds its most waits.
+ * Step 2, or the claim taken over from a dead claimant.
+ * Why: docs/decisions/depot-catalog.md, "packages.ts: claimSequencing".
  */
 async function claimSequencing(
   store: PackageStore,

@@ -2,23 +2,7 @@
  * What makes a catalog page cheap at any number of packages: the package states of each
  * full shard of the change sequence kept in one record, and a per-process cache of package
  * states checked against the sequence.
- *
- * A `catpage/<shard>` record lists the packages whose first version's entry lies in that
- * shard (positions shard × 1,000 … + 999), with their `latest`, `versions` and
- * `updatedAt` as of `builtAt`: the page holds every version sequenced up to that position.
- * It is written when the shard fills (the commit that appends its last position, after
- * answering: `compactAfter`), or by the first reader that finds it missing. A reader
- * brings it to the head by applying the entries appended since `builtAt` (entries say
- * which version of which package became visible; only later versions matter, since a
- * package's first entry lies in its own shard), and stores it again when it moved by more
- * than {@link REWRITE_AFTER} positions; a missing page is rebuilt from the package
- * records. So a page of 1,000 packages costs one record read plus one pack read per 1,000
- * changes since it was built (none once this process holds those packs' update entries),
- * not 1,000 package reads.
- *
- * Correctness rests on the commit order (packages.ts): a version is listed in `pkg/<name>`
- * before its entry is appended, so a package record read after the head was seen at h
- * lists every version whose entry is at or below h.
+ * Why: docs/decisions/depot-catalog.md, "pages.ts: catalog pages per shard".
  */
 import { readChanges, readShard, readShardUpdates, shardOf, SHARD, type ChangeEntry } from "./changes.js";
 import { newestVersion, sortVersions } from "../package/names.js";
@@ -84,7 +68,10 @@ export async function compactAfter(store: PackageStore, position: number | null)
   await buildPage(store, shard, position);
 }
 
-/** Builds a full shard's page from its entries and the package records; `head` was seen before. O(packages created in the shard) reads. */
+/**
+ * Builds a full shard's page from its entries and the package records; `head` was seen before. O(packages created in
+ * the shard) reads.
+ */
 async function buildPage(store: PackageStore, shard: number, head: number): Promise<PageRecord> {
   const firsts = (await readShard(store, shard)).filter((e) => e.first);
   const records = await mapLimit(firsts, 32, (e) => readPackage(store, e.name));

@@ -1,13 +1,9 @@
 /**
- * The depot's HTTP client: the installer API (catalog with ETag caching, versions,
- * depends, resumable verified downloads, deltas) and the packager API (transactional
- * publish that sends a file's bytes only when the depot does not hold them yet).
- * Web-standard `fetch` only, so any `fetch` (a proxy, a test double, undici with a
- * dispatcher) can be passed in.
- *
- * This file assembles the client; each part lives in a file of its own: the connection
- * (depot/client/connection.ts), the catalog (depot/client/catalog.ts), downloads (depot/client/download.ts),
- * publishing (depot/client/publish.ts) and the types (client-types.ts).
+ * The depot's HTTP client: the installer API (catalog with ETag caching, versions, depends, resumable
+ * verified downloads, deltas) and the packager API (transactional publish that sends a file's bytes only when
+ * the depot does not hold them yet). Web-standard `fetch` only, so any `fetch` (a proxy, a test double,
+ * undici with a dispatcher) can be passed in.
+ * Why: docs/decisions/depot-client.md, "depot-client.ts: the installer and packager client".
  */
 import { Readable } from "node:stream";
 import { errorFromResponse } from "./http.js";

@@ -26,7 +26,11 @@ interface Committed {
  * Publishes a version through a transaction; abandons it on any failure.
  *
  * @example
- * const result = await publishVersion(createDepotConnection({ baseUrl, token }), { name: "tool", version: "1.0.0", dir: "./build" });
+ * const result = await publishVersion(createDepotConnection({ baseUrl, token }), {
+ *   name: "tool",
+ *   version: "1.0.0",
+ *   dir: "./build",
+ * });
  */
 export async function publishVersion(connection: DepotConnection, p: PublishOptions): Promise<PublishResult> {
   const { call, json, url } = connection;
@@ -160,11 +164,8 @@ async function addMetadata(connection: DepotConnection, t: string, p: PublishOpt
 }
 
 /**
- * Commits transaction `t`. A repeated commit answers 200 with the same body, so a lost answer is retried (twice).
- * A 409 CONFLICT says "retry the commit": a retried commit that met the lost attempt's live
- * sequencing claim (the depot waits up to 30 s for it), or contention on the items. The
- * publish may well be going through, so it is committed again (up to `retries` times)
- * rather than reported failed (and abandoned).
+ * Commits transaction `t`.
+ * Why: docs/decisions/depot-client.md, "publish.ts: commitWithRetry".
  */
 async function commitWithRetry(connection: DepotConnection, t: string, what: string): Promise<Committed> {
   const { call, sleep, retries } = connection;

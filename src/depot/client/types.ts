@@ -16,7 +16,10 @@ export interface DepotClientOptions {
   token?: string;
   /** The `fetch` to use (default: the global one). */
   fetch?: typeof fetch;
-  /** How many times a broken download is resumed without progress, or a commit answered 409 CONFLICT ("retry") is sent again, before giving up. Default 5. */
+  /**
+   * How many times a broken download is resumed without progress, or a commit answered 409 CONFLICT ("retry") is sent
+   * again, before giving up. Default 5.
+   */
   retries?: number;
   /** First retry delay in ms, doubled per retry up to 2 s. Default 100. */
   retryDelayMs?: number;
@@ -80,7 +83,10 @@ export interface DownloadOptions {
    * given, a body is never read past its `Content-Length` or `Content-Range`.
    */
   expectedSize?: number;
-  /** Refuse (TOO_LARGE) a body longer than this many bytes, written up to it at most (a delta, whose size nothing announces). */
+  /**
+   * Refuse (TOO_LARGE) a body longer than this many bytes, written up to it at most (a delta, whose size nothing
+   * announces).
+   */
   maxBytes?: number;
 }
 

@@ -430,10 +430,9 @@ export async function extractPackage(
 }
 
 /**
- * Refuses (PATH_INVALID) a manifest with a link whose chain through the package's links
- * leaves the root (depot/package/links.ts, the server's own rule). A whole package is checked against
- * its manifest alone; a delta against its items over what is installed in `root`, less
- * `removed` (the tree it will produce), read from disk without following any link.
+ * Refuses (PATH_INVALID) a manifest with a link whose chain through the package's links leaves the root
+ * (depot/package/links.ts, the server's own rule).
+ * Why: docs/decisions/depot-client.md, "extract.ts: checkLinkChains".
  */
 async function checkLinkChains(manifest: PackageManifest, root: string, delta: boolean): Promise<void> {
   const listed = treeOf(manifest.items);

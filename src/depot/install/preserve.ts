@@ -1,17 +1,6 @@
 /**
- * Installs never destroy (docs/decisions/install-preserve.md). Each install records
- * what it wrote into a package's folder (paths, types, SHA-256 of files, link targets)
- * in `<target>/.runner-depot/records/<name>.json`. Before the staged package replaces
- * the live folder, every live entry the record does not vouch for — a file the install
- * did not write, or one that changed since — is "the user's":
- *
- * - the new version has nothing at that path: the entry is carried over, kept as is;
- * - the new version holds the same bytes (or link target) there: nothing is lost;
- * - otherwise it conflicts: the install refuses before touching anything (CONFLICT
- *   naming the paths), or with `preserve: "renameold"` keeps it as `<path>.old`
- *   (pkg5's `preserve=renameold`).
- *
- * Cost: O(entries + bytes of the package's live files), each hashed once.
+ * Installs never destroy (docs/decisions/install-preserve.md).
+ * Why: docs/decisions/install-preserve.md, "preserve.ts: how installs keep the user's files".
  */
 import { randomUUID } from "node:crypto";
 import { createReadStream } from "node:fs";

@@ -2,12 +2,7 @@
  * The deterministic package archive: a POSIX tar whose first entry is
  * `.pkg/manifest.json`, then every entry in UTF-8 byte order of its path, all with the
  * same mtime, uid/gid 0 and no user or group names.
- *
- * No archive is stored: an item's bytes are kept once, by digest, and the archive is
- * assembled at read time from its parts (tar headers, the manifest, item blobs, padding,
- * the end blocks), so a Range maps onto the parts without reading what lies before it.
- * The bytes are exactly those tar-stream's `pack()` wrote when archives were stored
- * (depot/package/tar-header.ts), so published digests never change. docs/decisions/depot-archives.md.
+ * Why: docs/decisions/depot-archives.md, "archive.ts: archives assembled from parts at read time".
  */
 import { createHash } from "node:crypto";
 import { RunnerDepotError } from "../../errors.js";

@@ -1,11 +1,9 @@
 /**
- * Link resolution inside a package: where a link's target leads once every link of the
- * package it passes through is followed, the way the kernel would follow them after
- * installation. A target is checked against the whole chain, not alone: with
- * `a/b/up → ../..` in the package, `passwd → a/b/up/../etc/passwd` is lexically inside
- * the root but resolves to `../etc/passwd` — outside. The server applies this at every
- * link addition (against the items added so far) and again at commit (against the whole
- * tree); the installer applies it to a manifest before it writes anything.
+ * Link resolution inside a package: where a link's target leads once every link of the package it passes
+ * through is followed, the way the kernel would follow them after installation. A target is checked against
+ * the whole chain, not alone: with `a/b/up → ../..` in the package, `passwd → a/b/up/../etc/passwd` is
+ * lexically inside the root but resolves to `../etc/passwd` — outside.
+ * Why: docs/decisions/depot-server.md, "links.ts: resolving a link through the package's links".
  */
 import { RunnerDepotError } from "../../errors.js";
 import { RESERVED_PREFIX, parseLinkTarget } from "./paths.js";

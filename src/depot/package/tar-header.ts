@@ -1,15 +1,9 @@
 /**
- * Tar header blocks exactly as tar-stream 3.2's `pack()` writes them (headers.js `encode`
- * and `encodePax`, pack.js `_encode`/`_encodePax`), so an archive assembled from parts at
- * read time has the same bytes, and therefore the same digest, as the tar-stream archives
- * published before (test/depot-archive-assembly.test.ts checks this against tar-stream
- * itself for random manifests). Every quirk is kept on purpose:
- * - a ustar header when the name is ASCII and fits (up to 100 bytes of name plus a 155-byte
- *   prefix split at a '/') and the link target has at most 100 bytes; otherwise a PAX
- *   header named `PaxHeader` carrying `path=` (and `linkpath=`), then a ustar header with
- *   the name `PaxHeader` (tar-stream writes that, and readers take the PAX path);
- * - directories get no trailing '/' (tar-stream's check looks at a field it never sets);
- * - octal fields that overflow become all sevens; sizes past 8 GiB use base-256.
+ * Tar header blocks exactly as tar-stream 3.2's `pack()` writes them (headers.js `encode` and `encodePax`,
+ * pack.js `_encode`/`_encodePax`), so an archive assembled from parts at read time has the same bytes, and
+ * therefore the same digest, as the tar-stream archives published before (test/depot-archive-assembly.test.ts
+ * checks this against tar-stream itself for random manifests).
+ * Why: docs/decisions/depot-archives.md, "tar-header.ts: the same header bytes as tar-stream".
  */
 
 /** One tar entry's header fields (the depot writes uid/gid 0 and no user or group names). */

@@ -103,7 +103,8 @@ export async function serveBytes(request: Request, source: ByteSource, filename:
     headers["Content-Digest"] = reprDigest;
   }
   if (head || size === 0) return new Response(null, { status, headers });
-  // The Web body gets chunks of its own; a Node host waits for each borrowed chunk's write (depot/server/node-handler.ts).
+  // The Web body gets chunks of its own; a Node host waits for each borrowed chunk's write
+  // (depot/server/node-handler.ts).
   return setNativeResponseBody(
     new Response(
       lazyWebStream(() => source.read(bytes)),

@@ -1,15 +1,7 @@
 /**
- * Bounds on a node:http server's connections (issue 9 depot item 1): without them a
- * thousand idle TCP connections exhaust the file descriptors and every client is refused.
- * Every phase of a connection gets a deadline, and the number of connections a cap:
- * - headers: the request line and headers must arrive within `headersTimeoutMs` of the
- *   connection (or of the previous response); Node answers 408 and closes;
- * - idle keep-alive: a connection with no request for `keepAliveTimeoutMs` is closed;
- * - the body and the response are bounded by the node handler (`bodyIdleMs`, `sendIdleMs`);
- * - connections over `maxConnections` get one `503 TOO_MANY_CONNECTIONS` (problem+json,
- *   `Retry-After: 1`) and are closed, before anything is read from them.
- * There is no whole-request deadline (`requestTimeout: 0`): a slow but moving 2 GiB upload
- * completes.
+ * Bounds on a node:http server's connections (issue 9 depot item 1): without them a thousand idle TCP
+ * connections exhaust the file descriptors and every client is refused.
+ * Why: docs/decisions/depot-server.md, "connection-limits.ts: bounds on node:http connections".
  */
 import type { IncomingMessage, Server } from "node:http";
 import type { Socket } from "node:net";
@@ -21,7 +13,10 @@ export interface ConnectionLimits {
   headersTimeoutMs?: number;
   /** An idle keep-alive connection is closed after this, ms (default 5,000). */
   keepAliveTimeoutMs?: number;
-  /** Open connections at most; more are refused with 503 (default 2,000; keep it below the process's file-descriptor limit). */
+  /**
+   * Open connections at most; more are refused with 503 (default 2,000; keep it below the process's file-descriptor
+   * limit).
+   */
   maxConnections?: number;
 }
 
@@ -41,7 +36,8 @@ export function isRefusedConnection(socket: Socket): boolean {
 
 /**
  * Applies connection bounds to a node:http server (one the host created, e.g. Express's
- * or Fastify's), before it listens (Node reads its header-check interval then), and answers its client errors with problem+json
+ * or Fastify's), before it listens (Node reads its header-check interval then), and answers its client errors with
+ * problem+json
  * (431 for oversized headers, 408 for headers too slow, 400 otherwise).
  *
  * @example

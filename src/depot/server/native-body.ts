@@ -1,11 +1,7 @@
 /**
- * A side channel between the depot router and a Node host handler (depot/server/node-handler.ts), so
- * bytes move between the socket and the store as Node Buffers, without a Web-stream
- * conversion per chunk. Both ends stay standard: the Request and Response still carry
- * Web-stream bodies for every other host (Bun, Deno, workers, a wrapping fetch handler);
- * these maps only let a Node host skip them when it created the Request itself and the
- * Response reaches it unchanged. The same way, the host notes its response on the Request,
- * so a long wait can tell that the client hung up ({@link clientGone}).
+ * A side channel between the depot router and a Node host handler (depot/server/node-handler.ts), so bytes
+ * move between the socket and the store as Node Buffers, without a Web-stream conversion per chunk.
+ * Why: docs/decisions/depot-server.md, "native-body.ts: Node buffers past the Web router".
  */
 
 /**

@@ -1,15 +1,9 @@
 /**
- * The depot router as a node:http request listener (also for Express and Fastify), moving
- * blob bytes as Node Buffers: an upload is read straight from the IncomingMessage into the
- * store's putBlob, and a download is written from the store's stream (the fs store's file
- * stream) to the ServerResponse with backpressure, with no Web-stream conversion per
- * chunk (depot/server/native-body.ts). Everything else goes through the router's portable
- * `fetch(Request)`, which stays the path for Bun, Deno and workers.
- *
- * It also bounds the phases it owns: a request body that makes no progress for
- * `bodyIdleMs` is answered 408 (the upload's temp file is removed by the store as the
- * body iteration fails) and a response the client stops reading for `sendIdleMs` is cut.
- * Headers, keep-alive and the connection cap belong to the server (depot/server/connection-limits.ts).
+ * The depot router as a node:http request listener (also for Express and Fastify), moving blob bytes as Node
+ * Buffers: an upload is read straight from the IncomingMessage into the store's putBlob, and a download is
+ * written from the store's stream (the fs store's file stream) to the ServerResponse with backpressure, with
+ * no Web-stream conversion per chunk (depot/server/native-body.ts).
+ * Why: docs/decisions/depot-server.md, "node-handler.ts: blob bytes without Web streams".
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { RunnerDepotError } from "../../errors.js";
@@ -24,7 +18,10 @@ export interface NodeFetchHandler {
 
 /** Options of {@link createNodeHandler}. */
 export interface NodeHandlerOptions {
-  /** A request body that receives no byte for this long is answered 408 `REQUEST_TIMEOUT`, ms (default 30,000; 0: never). A slow but moving upload is never cut. */
+  /**
+   * A request body that receives no byte for this long is answered 408 `REQUEST_TIMEOUT`, ms (default 30,000; 0:
+   * never). A slow but moving upload is never cut.
+   */
   bodyIdleMs?: number;
   /** A response the client reads nothing of for this long is cut, ms (default 60,000; 0: never). */
   sendIdleMs?: number;
@@ -123,10 +120,8 @@ function pick(
 const FALLBACK_ORIGIN = "http://localhost";
 
 /**
- * The Request the router sees. Its signal does not follow the socket (an AbortController and a socket
- * listener per request cost every request); instead the response is noted on it
- * (depot/server/native-body.ts `clientGone`), so the few waits that can last long (a commit meeting a
- * live sequencing claim, packages.ts) poll whether the client is still there.
+ * The Request the router sees.
+ * Why: docs/decisions/depot-server.md, "node-handler.ts: toRequest".
  */
 function toRequest(req: IncomingMessage, body: GuardedBody | undefined, res?: ServerResponse): Request {
   const url = requestUrl(
@@ -264,10 +259,9 @@ async function writeResponse(
 }
 
 /**
- * Writes `chunk` and waits until the socket has handed it to the kernel (its write
- * callback), so the buffer may be reused. A client that reads nothing for `idleMs` (or
- * leaves) ends the response; the response is destroyed before this rejects, so a buffer
- * refilled afterwards can never reach the client.
+ * Writes `chunk` and waits until the socket has handed it to the kernel (its write callback), so the buffer may
+ * be reused.
+ * Why: docs/decisions/depot-server.md, "node-handler.ts: written".
  */
 function written(res: ServerResponse, chunk: Uint8Array, idleMs: number): Promise<void> {
   return new Promise<void>((resolve, reject) => {

@@ -55,7 +55,9 @@ export interface PackageRouterOptions extends DepotTelemetryOptions {
   publicUrl?: string;
   /** The clock (tests). */
   now?: () => Date;
-  /** Called with every unexpected (500) error; default: the `logger`'s error line, or console.error without a logger. */
+  /**
+   * Called with every unexpected (500) error; default: the `logger`'s error line, or console.error without a logger.
+   */
   onError?: (error: unknown, request: Request) => void;
 }
 

@@ -106,12 +106,9 @@ export class DepotTelemetry {
   }
 
   /**
-   * One series per (route, method, status), its frozen attributes object reused on every
-   * request: no allocation per call on the hot path. Routes, methods and statuses are
-   * bounded sets (matched patterns, ALLOW_ORDER or `_OTHER`, the codes the router
-   * answers); the cap is a guard only: past it, a request's duration keeps its own
-   * attributes (a fresh object) and its count goes to the overflow series the SDK uses
-   * for the same case (`otel.metric.overflow`).
+   * One series per (route, method, status), its frozen attributes object reused on every request: no allocation
+   * per call on the hot path.
+   * Why: docs/decisions/operations.md, "telemetry.ts: DepotTelemetry.requestSeries".
    */
   private readonly requestSeries = new Map<string, RequestSeries>();
   private readonly overflowSeries: RequestSeries = {

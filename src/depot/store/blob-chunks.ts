@@ -1,17 +1,9 @@
 /**
- * Reading a blob's bytes without allocating per chunk. A read stream (the fs store's
- * `getBlob`) allocates a fresh Buffer for every chunk; at 256 MiB per download or commit
- * that garbage, not the copying, was the largest cost after the kernel's own copies (the
- * `--cpu-prof` of the bench server showed the garbage collector ahead of hashing). Here a
- * blob is read with `openBlob` into two buffers taken from a small shared pool: while the
- * consumer handles one chunk, the next is read into the other, so disk reads overlap
- * hashing or socket writes.
- *
- * Chunks read this way are *borrowed*: one is valid only until the consumer asks for the
- * next one. A consumer that keeps a chunk after that (a socket write still in flight)
- * must wait for it first; {@link isBorrowed} tells such chunks apart. The portable fetch
- * path never asks for borrowed chunks (a Web stream's reader may keep every chunk).
- * docs/decisions/depot-archives.md.
+ * Reading a blob's bytes without allocating per chunk. A read stream (the fs store's `getBlob`) allocates a
+ * fresh Buffer for every chunk; at 256 MiB per download or commit that garbage, not the copying, was the
+ * largest cost after the kernel's own copies (the `--cpu-prof` of the bench server showed the garbage
+ * collector ahead of hashing).
+ * Why: docs/decisions/depot-archives.md, "blob-chunks.ts: blob reads without garbage per chunk".
  */
 import { RunnerDepotError } from "../../errors.js";
 import type { BlobReader } from "../ports.js";

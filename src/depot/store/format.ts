@@ -1,16 +1,6 @@
 /**
  * The store's format version and the upgrade of older stores.
- *
- * Format 1 is the layout of runner-depot 0.1.0: one depot-wide `catalog` record listed
- * every package's versions. Format 2 lists each package in its own `pkg/<name>` record
- * and keeps the change sequence (`seq/…`, depot/catalog/changes.ts). The `format` record says which a
- * store holds; a store without it is format 1 when it holds anything, else new.
- *
- * Upgrading 1 → 2 copies the catalog's listing into package records and appends every
- * version to the sequence in publishing order; version records, manifests and blobs are
- * not touched, so every version keeps its digest. It is resumable (a killed upgrade
- * runs again; publishing a version is idempotent) and runs once across processes (a `format/upgrading`
- * claim). A store of a newer format than this code is refused.
+ * Why: docs/decisions/depot-catalog.md, "format.ts: store formats and their upgrade".
  */
 import { randomUUID } from "node:crypto";
 import { RunnerDepotError } from "../../errors.js";

@@ -9,11 +9,8 @@ import type { Histogram } from "@opentelemetry/api";
 import type { PackageStore } from "../ports.js";
 
 /**
- * The timed operations: everything on the port that returns a promise. listBlobs (an
- * iterable) is not timed. openBlob (optional on the port: the fs store's borrowed reads,
- * which a Node host's downloads use instead of getBlob) is timed like getBlob, to the
- * opened reader. syncRecords (optional: the fs store's flush before a request answers,
- * depot/transactions/ordered-writes.ts) is timed like a write.
+ * The timed operations: everything on the port that returns a promise.
+ * Why: docs/decisions/depot-publish-durability.md, "metrics.ts: TIMED".
  */
 const TIMED = new Set([
   "putBlob",

@@ -67,7 +67,10 @@ export interface TransactionRecord {
    * `committing` for the whole run of whichever attempt publishes.
    */
   commitAttempts?: Record<string, number>;
-  /** Commit attempts started so far: `itemCount` is recounted only by an attempt, so an addition can tell whether its reservation was recounted since it made it. */
+  /**
+   * Commit attempts started so far: `itemCount` is recounted only by an attempt, so an addition can tell whether its
+   * reservation was recounted since it made it.
+   */
   commitEpoch?: number;
   result?: CommitResult;
   finishedAt?: string;
@@ -173,7 +176,10 @@ export function noteRecord(store: PackageStore, key: string, record: StoredRecor
   else held.delete(key);
 }
 
-/** The record as this process last noted it ({@link noteRecord}), or undefined: only ever a first try at a compare-and-swap. */
+/**
+ * The record as this process last noted it ({@link noteRecord}), or undefined: only ever a first try at a
+ * compare-and-swap.
+ */
 export function guessedRecord<T>(store: PackageStore, key: string): StoredRecord<T> | undefined {
   const held = guesses.get(store)?.get(key);
   return held ? { value: JSON.parse(held.json) as T, revision: held.revision } : undefined;

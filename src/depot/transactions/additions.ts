@@ -84,17 +84,8 @@ export class Additions {
   }
 
   /**
-   * Stores an item: a `pending` record (create-only, so PATH_EXISTS on a race), the count on
-   * the transaction record (which must still be `open`: 409 CONFLICT while a commit runs,
-   * 410 once committed; TOO_MANY_ITEMS), then `pending → added` by compare-and-swap, which
-   * a running commit may have beaten by turning the record `rejected` (409). Any failure
-   * withdraws the record. Why no interleaving with a commit publishes a refused item or
-   * drops an accepted one: see {@link Commits.commit} in depot/transactions/commit.ts.
-   *
-   * Cost per item, whatever the transaction holds: two writes of its own record, at most
-   * one create-only write per new ancestor directory, and a share of one compare-and-swap
-   * of the transaction record — concurrent additions are counted together
-   * ({@link Transactions.reserve}), so they no longer contend on it one by one.
+   * Stores an item: a `pending` record (create-only, so PATH_EXISTS on a race).
+   * Why: docs/decisions/depot-server.md, "additions.ts: Additions.record".
    */
   private async record(
     trans: TransactionRecord,

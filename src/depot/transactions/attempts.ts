@@ -1,13 +1,6 @@
 /**
  * Commit attempts and whether the process running one is still alive.
- *
- * A commit marks its transaction `committing` under an attempt id; a process killed during
- * the commit leaves that mark behind. The id names its owner (host, pid and this process's
- * incarnation), so a restarted depot knows at once which marks are dead instead of waiting
- * for the attempt lease: an attempt of this incarnation is alive exactly while it runs
- * here; one from this host is dead when its pid is gone or is now another incarnation
- * (a restarted container often gets the same pid back); another host's attempt is judged
- * by the lease alone.
+ * Why: docs/decisions/depot-catalog.md, "attempts.ts: telling dead commit attempts".
  */
 import { randomUUID } from "node:crypto";
 import { hostname } from "node:os";

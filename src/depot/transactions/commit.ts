@@ -59,11 +59,8 @@ export class Commits {
   }
 
   /**
-   * The items a commit publishes, read after its transaction went `committing`: every
-   * `added` record, while each `pending` one (an addition still in flight) is turned
-   * `rejected` by compare-and-swap, so its addition can no longer confirm it (it answers
-   * 409 and withdraws the record); when the addition confirmed first, the record is
-   * re-read and taken. Rejected records are deleted so the path is free if the commit fails.
+   * The items a commit publishes, read after its transaction went `committing`.
+   * Why: docs/decisions/depot-catalog.md, "commit.ts: Commits.settle".
    */
   private async settle(trans: TransactionRecord): Promise<ItemRecord[]> {
     // Cost O(items log items): one listing of the keys (WHOLE_LISTING: one walk on the fs
@@ -159,29 +156,9 @@ export class Commits {
    * arbiter: first commit wins), then publishes it in the catalog. `first` is false when
    * this answers a repeated commit.
    *
-   * Additions racing the commit. The commit first moves the transaction to `committing`
-   * by compare-and-swap (time C), and only then reads the item list and settles it (see
-   * {@link Commits.settle}). An addition writes its item `pending` (W), counts it on the
-   * transaction record, which must be `open` (M), and confirms it `pending → added` (F),
-   * answering 201 only after F succeeded. Attributes, requirements and licences are a
-   * single compare-and-swap on the transaction record (which must be `open`) and are
-   * taken from the record this commit's own compare-and-swap wrote, so they are in the
-   * package exactly when they were applied before C, and refused (409) after it.
-   * - 201 ⇒ published: M saw `open`, and the state stays `committing` from C until the
-   *   publishing attempt ends (a failed attempt reopens only when no other attempt is
-   *   live), so M came before C, hence W before C and before the list is read: the commit
-   *   sees the record. Either it reads `added` and takes it, or it reads `pending` and
-   *   its CAS to `rejected` races F on the same revision; F won (it answered 201), so the
-   *   commit's CAS fails, it re-reads `added` and takes it.
-   * - 409/410 ⇒ not published: the addition failed at M (its record was never `added`) or
-   *   at F (a commit made it `rejected` or it was deleted); either way it never became
-   *   `added`, and a commit takes only `added` records. The addition then withdraws it.
-   * A reservation counted at M whose item was then rejected is taken back: by the commit,
-   * which recounts `itemCount` from what it settled when it reopens or finishes, or, when
-   * M came after that recount (the transaction had reopened), by the addition itself.
-   *
    * `options.clientGone` says whether the client asking has hung up: a wait for another
    * attempt's sequencing claim then stops at its next poll (packages.ts).
+   * Why: docs/decisions/depot-catalog.md, "commit.ts: additions racing the commit".
    */
   async commit(
     trans: TransactionRecord,
@@ -242,12 +219,9 @@ export class Commits {
       settled = await this.settle(t);
       return { result: await this.build(t, settled, writes, clientGone, progress), first: true };
     } catch (error) {
-      // Back to open so the client can fix problems (or abandon), unless another attempt
-      // is still running (it decides) or this transaction's version record is written: the
-      // version is then listed, and only rolling forward puts it in the change sequence
-      // (reopened, an abandon or expiry left it visible and out of the feed for good).
-      // Left `committing` with no live attempt, recovery rolls it forward at its next
-      // request, gc or restart (depot/transactions/recovery.ts); a retried commit does too, since commitTime is kept.
+      // Back to open so the client can fix problems (or abandon), unless another attempt is still running (it
+      // decides) or this transaction's version record is written.
+      // Why: docs/decisions/depot-catalog.md, "commit.ts: inside Commits.attemptCommit".
       await updateRecord<TransactionRecord>(
         this.store,
         keys.trans(t.id),
@@ -267,7 +241,10 @@ export class Commits {
     }
   }
 
-  /** The commit attempts of a transaction that may still be running (depot/transactions/attempts.ts tells dead ones at once). */
+  /**
+   * The commit attempts of a transaction that may still be running (depot/transactions/attempts.ts tells dead ones at
+   * once).
+   */
   private liveAttempts(t: TransactionRecord): Record<string, number> {
     return liveAttempts(t.commitAttempts, this.settings.now().getTime());
   }
@@ -394,13 +371,8 @@ export class Commits {
       clientGone,
       waits: this.claimWaits,
     });
-    // After the answer: readers of this package may now add its bytes by reference
-    // (depot/transactions/references.ts: one create-only write per distinct digest, about 10 ms each on the fs
-    // store with fsync, so 10,000 items would add a minute to the commit), and the working
-    // records (one per item and directory) go. Until the index is written a reader's
-    // reference answers DIGEST_UNKNOWN and the client sends the bytes; a crash loses only
-    // that (the safe direction), and garbage collection drops a finished transaction's
-    // records after its retention.
+    // After the answer: readers of this package may now add its bytes by reference.
+    // Why: docs/decisions/depot-catalog.md, "commit.ts: inside Commits.build".
     const digests = [
       version.digest,
       ...licenses.map((l) => l.digest),

@@ -36,13 +36,9 @@ export interface DepotLimits {
   /** Attributes of one transaction. Default 1,000. */
   attributes: number;
   /**
-   * Versions of one package. Default 4,000. The only record a client grows without another
-   * bound is a package's (`pkg/<name>`, one entry per version) and the catalog page holding
-   * it (`catpage/<shard>`, up to 1,000 packages' version lists). Every record passes through
-   * one JavaScript string as JSON, which V8 caps at 2^29 - 24 (~537 M) characters, below the
-   * 1 GB SQLite and PostgreSQL hold: 4,000 versions of up to 128 characters keep a page at
-   * ~524 M (docs/decisions/depot-server.md, "Session 9"). Past about 4,090 a page of such
-   * packages can no longer be stored or read (RangeError: Invalid string length).
+   * Versions of one package. Default 4,000: past about 4,090 versions of up to 128 characters, a catalog page
+   * can no longer be stored or read (RangeError: Invalid string length).
+   * Why: docs/decisions/depot-server.md, "lifecycle.ts: DepotLimits.versions".
    */
   versions: number;
 }
@@ -84,7 +80,12 @@ export type AddResult = Record<string, unknown>;
  * The transaction lifecycle the router drives.
  *
  * @example
- * const transactions = new Transactions(store, { limits: DEFAULT_LIMITS, idleMs: 86_400_000, maxAgeMs: 604_800_000, now: () => new Date() });
+ * const transactions = new Transactions(store, {
+ *   limits: DEFAULT_LIMITS,
+ *   idleMs: 86_400_000,
+ *   maxAgeMs: 604_800_000,
+ *   now: () => new Date(),
+ * });
  * const trans = await transactions.open("app", "1.0.0", "anonymous");
  */
 export class Transactions {
@@ -116,7 +117,9 @@ export class Transactions {
     );
   }
 
-  /** Transactions open or committing now, depot-wide (all principals and processes); see Slots.countLive for the cost. */
+  /**
+   * Transactions open or committing now, depot-wide (all principals and processes); see Slots.countLive for the cost.
+   */
   countOpen(): Promise<number> {
     return this.slots.countLive();
   }
@@ -220,12 +223,7 @@ export class Transactions {
 
   /**
    * Applies `change` to an open transaction (and touches it); 410/409 when it left `open`.
-   * `lazy` for a change a machine crash may lose (an item count, which the commit recounts
-   * from the items it settles; a touch); never for what the package takes from the record
-   * (attributes, requirements, licences), which must hold once answered. A lazy change is
-   * also `losable`: the record it writes is `open` (checked above), and an open
-   * transaction may be lost whole in a machine crash, so the fs store writes it without a
-   * flush (lost, the record reads as absent: the transaction is gone, answering 404).
+   * Why: docs/decisions/depot-server.md, "lifecycle.ts: Transactions.mutate".
    */
   async mutate(
     id: string,
@@ -259,13 +257,9 @@ export class Transactions {
   private readonly counting = new Set<string>();
 
   /**
-   * Counts one item on the transaction record (which must still be `open`; TOO_MANY_ITEMS
-   * past the limit) and touches it; resolves with the record as written. Additions that
-   * arrive while a count is being written wait and are counted together by the next
-   * compare-and-swap, so C concurrent additions cost about one CAS per round rather than C
-   * CASes retrying against each other (what made 10,000 additions take minutes). The
-   * limit stays exact: each waiter is judged in turn against the record being written.
-   * Within one process; several processes still arbitrate by the store's CAS.
+   * Counts one item on the transaction record (which must still be `open`; TOO_MANY_ITEMS past the limit) and
+   * touches it; resolves with the record as written.
+   * Why: docs/decisions/depot-server.md, "lifecycle.ts: Transactions.reserve".
    */
   reserve(id: string, size: number): Promise<TransactionRecord> {
     return new Promise<TransactionRecord>((resolve, reject) => {

@@ -1,13 +1,7 @@
 /**
  * The depot-wide count of open transactions behind the `depot.transactions.open` gauge:
  * a cached count, so a scrape costs O(1) and never a walk of the store.
- *
- * The count is read from the store (every principal's slots, so every replica's opens and
- * those from before a restart count) at most once per `maxAgeMs`, when a scrape finds it
- * older; in between, this process's own opens and finishes move it at once. So one
- * process's changes show exactly on the next scrape, and other processes' within
- * `maxAgeMs`. The store read costs O(principals + open transactions) record reads
- * (Slots.countLive), never the retained finished transactions.
+ * Why: docs/decisions/depot-server.md, "open-count.ts: how the open count is read".
  */
 
 /** Default age past which a scrape refreshes the count from the store: 30 s. */

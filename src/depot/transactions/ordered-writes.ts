@@ -2,24 +2,7 @@
  * The writes of one request, flushed once before it answers, on a store that can
  * (RecordStore.syncRecords: the fs store); on any other store each write is durable when it
  * resolves, as before.
- *
- * Why this is safe. A store offering syncRecords keeps, after a machine crash, a prefix of
- * its writes in the order they became visible (the fs store: one WAL, replayed in order up
- * to its first torn frame; a failed flush fails every later write). The depot issues each
- * step of a request once the previous one is visible, which is also all its control flow
- * needs (a compare-and-swap's outcome is known at its commit). So a crash before the
- * request's flush keeps the steps up to some point, exactly the states a crash between two
- * durable writes left when each step waited for its own flush; and the request answers only
- * after syncRecords resolved, which covers every write visible when it was called: its
- * own, and those of others it read and built on. Blobs kept outside that order (files) are
- * made durable before their put resolves, as before (PutBlobOptions.deferSync).
- *
- * A write whose visible state others take as "done" without a write of their own (a
- * transaction `committed`, a sequencing claim dropped: packages.ts) is written after the
- * flush, so such a state still implies what came before it is durable.
- *
- * Cost: O(1) per write; one flush per request instead of one per durable write (a one-file
- * publish: 3 instead of 8), shared by every request flushing meanwhile.
+ * Why: docs/decisions/depot-publish-durability.md, "ordered-writes.ts: why one flush per request is safe".
  */
 import type { PackageStore, PutBlobOptions, WriteCondition } from "../ports.js";
 
@@ -52,7 +35,9 @@ export class OrderedWrites {
     return { ...cond, deferSync: true };
   }
 
-  /** The options for a blob put of this request (see PutBlobOptions.deferSync: files stay durable when they resolve). */
+  /**
+   * The options for a blob put of this request (see PutBlobOptions.deferSync: files stay durable when they resolve).
+   */
   blob(options: PutBlobOptions = {}): PutBlobOptions {
     if (!this.defers) return options;
     this.deferred = true;

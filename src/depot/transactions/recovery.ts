@@ -1,12 +1,9 @@
 /**
- * Recovery of commits whose process died (issue 9, depot item 5). A transaction left
- * `committing` with no live attempt (depot/transactions/attempts.ts) is settled at once instead of after the
- * attempt lease: when its version record exists the commit is rolled forward (listed,
- * sequenced exactly once, the transaction `committed`, its slot freed); otherwise it
- * goes back to `open` so the client may add, retry or abandon.
- *
- * Found on open by walking the open-transaction slots (O(principals + live transactions),
- * not O(packages)), and on demand whenever a request loads such a transaction.
+ * Recovery of commits whose process died (issue 9, depot item 5). A transaction left `committing` with no
+ * live attempt (depot/transactions/attempts.ts) is settled at once instead of after the attempt lease: when
+ * its version record exists the commit is rolled forward (listed, sequenced exactly once, the transaction
+ * `committed`, its slot freed); otherwise it goes back to `open` so the client may add, retry or abandon.
+ * Why: docs/decisions/depot-catalog.md, "recovery.ts: recovering commits whose process died".
  */
 import { compactAfter } from "../catalog/pages.js";
 import { publishVersion } from "../catalog/packages.js";

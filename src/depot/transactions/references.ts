@@ -1,21 +1,9 @@
 /**
- * Who may add content by reference (an empty body with a `Content-Digest`): only a
- * principal that could read those bytes already — it uploaded them itself, or they are
- * in a published package it may read. Anyone else gets the answer unknown content gets
- * (409 DIGEST_UNKNOWN, same body), so a reference reveals nothing about what the depot
- * holds and never copies another publisher's private bytes.
- *
- * Two small index records per digest, both create-only and idempotent:
- * - `bref/<digest>/u.<principal hash>`: the principal sent these bytes (written by upload);
- * - `bref/<digest>/p.<name>`: a published version of `name` holds them (written after
- *   a commit's version record; lost in a crash only in the safe direction: a reference
- *   is then refused and the bytes are simply sent again).
- * Both sit one key level below the digest, so the fs store makes one directory per
- * digest, not three as in the earlier layout (`bref/<digest>/u/…`, `…/p/…`): a directory
- * costs an inode and a block, and a publish notes two or three digests. Notes in the
- * earlier layout are still read, so a store written before keeps its references; an older
- * depot reading the new layout only refuses references (the safe direction).
- * Garbage collection drops a digest's records with its blob.
+ * Who may add content by reference (an empty body with a `Content-Digest`): only a principal that could read
+ * those bytes already — it uploaded them itself, or they are in a published package it may read. Anyone else
+ * gets the answer unknown content gets (409 DIGEST_UNKNOWN, same body), so a reference reveals nothing about
+ * what the depot holds and never copies another publisher's private bytes.
+ * Why: docs/decisions/depot-server.md, "references.ts: who may add content by reference".
  */
 import { createHash } from "node:crypto";
 import type { PackageStore } from "../ports.js";

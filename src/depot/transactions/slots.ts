@@ -2,14 +2,7 @@
  * The open-transaction slots of each principal: one record, `slots/<principal hash>`,
  * listing the ids of its open transactions, changed only by compare-and-swap, so the
  * limit is exact across routers and processes wherever the store's compare-and-swap is.
- *
- * A principal that publishes many packages at once (a CI job) opens and finishes many
- * transactions concurrently, and each would rewrite this one record, retrying against the
- * others. So the takes and releases that arrive while a change is being written wait and
- * are applied together by the next compare-and-swap: C concurrent opens cost about one
- * read of the listed transactions and one write per round, not C of each retrying (the
- * same batching as {@link Transactions.reserve}). Within one process; several processes
- * still arbitrate by the store's compare-and-swap.
+ * Why: docs/decisions/depot-catalog.md, "slots.ts: open-transaction slots per principal".
  */
 import { RunnerDepotError } from "../../errors.js";
 import type { PackageStore } from "../ports.js";

@@ -1,13 +1,9 @@
 /**
- * Log archiving (docs/decisions/log-archive.md): a JobLogStore that moves each ended job's
- * lines from the live store (PostgreSQL, fs) into one compressed, indexed object in a
- * {@link LogArchiveStore} (S3, a directory) and reads them back from there, so the live
- * store holds the lines of live jobs only while `read`, `follow()` and the console see no
- * difference. GitLab's incremental logging (live trace chunks in Redis, the finished
- * trace in object storage) is the model.
- *
- * Give the service the archiving store instead of the live one:
- * `createRunnerService(queue, { logs: createArchivingLogStore(live, { archive }) })`.
+ * Log archiving (docs/decisions/log-archive.md): a JobLogStore that moves each ended job's lines from the
+ * live store (PostgreSQL, fs) into one compressed, indexed object in a {@link LogArchiveStore} (S3, a
+ * directory) and reads them back from there, so the live store holds the lines of live jobs only while
+ * `read`, `follow()` and the console see no difference.
+ * Why: docs/decisions/log-archive.md, "archiving-store.ts: moving ended logs to the archive".
  */
 import { RunnerDepotError } from "../../errors.js";
 import { ArchiveWriter, chunkOf, decodeChunk, decodeIndex, tailBytes, type ArchiveIndex } from "./format.js";
@@ -59,11 +55,8 @@ export function archiveKey(requestId: string): string {
 }
 
 /**
- * Bytes of line text read from the live store per page while archiving (a target: the page
- * size in lines is set from the job's average line and then from the bytes of the previous
- * page, between ARCHIVE_PAGE_MIN and ARCHIVE_PAGE_MAX lines). Pages of 2,048 lines fetched
- * each 4,096-line chunk row of PostgreSQL twice; 4 MiB pages took archiving from 4–7 to
- * 13–19 MB/s (docs/decisions/log-archive.md).
+ * Bytes of line text read from the live store per page while archiving.
+ * Why: docs/decisions/log-archive.md, "archiving-store.ts: ARCHIVE_PAGE_BYTES".
  */
 const ARCHIVE_PAGE_BYTES = 4 * 1024 * 1024;
 const ARCHIVE_PAGE_MIN = 64;

@@ -1,17 +1,10 @@
 /**
- * The archived job log format (docs/decisions/log-archive.md): one object per job, made of
- * independently gzip-compressed chunks of lines, then an index of the chunks, then a
- * fixed 32-byte trailer. A reader that knows the object's size fetches the trailer and the
- * index with one Range read, then only the chunk(s) holding the lines it wants: reading
- * the tail of a 256 MiB log costs two small reads, never the whole object.
- *
- * ```
- * chunk 0 … chunk n-1   gzip members; each inflates to records of lines
- * index                 n × (u32 compressed bytes, u32 lines), little-endian
- * trailer               "RDLOGAR1", u32 n, u32 0, f64 total lines, f64 index offset
- * ```
- * A record is a LEB128 varint `bytes << 2 | marker << 1 | stderr`, then the line's UTF-8
- * bytes. Gzip's CRC-32 and size check every chunk as it is inflated.
+ * The archived job log format (docs/decisions/log-archive.md): one object per job, made of independently
+ * gzip-compressed chunks of lines, then an index of the chunks, then a fixed 32-byte trailer. A reader that
+ * knows the object's size fetches the trailer and the index with one Range read, then only the chunk(s)
+ * holding the lines it wants: reading the tail of a 256 MiB log costs two small reads, never the whole
+ * object.
+ * Why: docs/decisions/log-archive.md, "format.ts: the archived log format".
  */
 import { promisify } from "node:util";
 import { gunzip, gzip } from "node:zlib";

@@ -2,15 +2,7 @@
  * The credentials check (docs/decisions/runner-client.md, "Credentials check"): one
  * short StreamLogs call whose only item is `LogItem{request_id}` with no event, so a
  * wrong token or an unknown job is known before the job's command is spawned.
- *
- * runner.v1 is fixed and has no other method, so the check uses the protocol's own
- * check order (docs/runner-protocol.md, "Check order"): a missing token →
- * UNAUTHENTICATED, a wrong one → PERMISSION_DENIED, an unknown job (requireKnownJobs)
- * → NOT_FOUND, and only then an item without an event → INVALID_ARGUMENT, with
- * `runner-committed` (the job is known by then). So INVALID_ARGUMENT carrying
- * `runner-committed` means "these credentials pass", from any conforming server,
- * without a server change; the server stores nothing for it. One HTTP/2 request of one
- * frame; O(1) on both sides.
+ * Why: docs/decisions/runner-client.md, "credentials-probe.ts: checking credentials with the protocol's own call".
  */
 import http2 from "node:http2";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";

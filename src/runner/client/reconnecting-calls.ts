@@ -24,12 +24,9 @@ const GIVE_UP = new Set<Code>([
   Code.Unimplemented,
 ]);
 /**
- * How long a call runs before it is cut: `maxCallMs` less up to a quarter of it, at random.
- * Agents that started together (a fleet after an outage: their reconnects are jittered but
- * land within seconds) would otherwise cut their calls in lockstep for the rest of their jobs,
- * every cut an Ack, a stream set-up and a state read on the server at the same moment, and a
- * line written at a cut waits for all of that (runner-fleet-memory.md, session 9). Never
- * longer than `maxCallMs`, so it stays below the server's idle limit.
+ * How long a call runs before it is cut: `maxCallMs` less up to a quarter of it, at random. Never longer than
+ * `maxCallMs`, so it stays below the server's idle limit.
+ * Why: docs/decisions/runner-client.md, "reconnecting-calls.ts: callLength".
  */
 export function callLength(maxCallMs: number): number {
   return maxCallMs - Math.floor(Math.random() * (maxCallMs / 4));

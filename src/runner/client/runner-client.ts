@@ -3,15 +3,7 @@
  * unacknowledged item in a spool, cuts its stream into short client-streaming calls,
  * and replays from the server's `runner-committed` after any failure, so no line is
  * lost or duplicated.
- *
- * It speaks gRPC over HTTP/2 directly on node:http2 instead of through a connect-es
- * transport: the transport serialises and writes one message at a time, which caps a
- * single stream at about 20–30k lines/s, while this client encodes each item once
- * into packed frames (see runner/protocol/encoder.ts, runner/client/spool.ts) and writes them in 64 KiB slices.
- *
- * This file is the client's API over its parts: the connection (runner/client/session.ts), the
- * call loop (runner/client/reconnecting-calls.ts, with runner/client/outcome.ts and runner/client/spool-items.ts) and their
- * shared state (runner/client/state.ts). The public types are in client-types.ts.
+ * Why: docs/decisions/runner-client.md, "runner-client.ts: why gRPC straight on node:http2".
  */
 import http2 from "node:http2";
 import { RunnerDepotError } from "../../errors.js";

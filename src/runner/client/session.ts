@@ -34,7 +34,10 @@ export interface ClientSessionSettings {
  * The sessions of one client to `url`'s origin.
  *
  * @example
- * const sessions = createClientSessions(parseEndpoint("http://10.0.0.1:50051"), { connectTimeoutMs: 10_000, keepaliveMs: 20_000 });
+ * const sessions = createClientSessions(parseEndpoint("http://10.0.0.1:50051"), {
+ *   connectTimeoutMs: 10_000,
+ *   keepaliveMs: 20_000,
+ * });
  * const stream = sessions.get().request({ ":method": "POST", ":path": "/runner.v1.Runner/StreamLogs" });
  */
 export function createClientSessions(url: URL, settings: ClientSessionSettings): ClientSessions {

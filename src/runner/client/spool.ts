@@ -45,10 +45,9 @@ export function createSpool(options: SpoolOptions = {}): Spool {
 }
 
 /**
- * The spool as a class: `append`, `end` and `bytes` are read for every line, and an object
- * literal with getters (what this was) is kept in dictionary mode by V8, so each of those
- * reads was a hash lookup through the generic load IC (~5 % of the agent's main thread on
- * the e2e bench). A class's instances share one map and its prototype's accessors.
+ * The spool as a class: `append`, `end` and `bytes` are read for every line, and an object literal with getters
+ * (what this was) is kept in dictionary mode by V8.
+ * Why: docs/decisions/runner-client.md, "spool.ts: PackedSpool".
  */
 class PackedSpool implements Spool {
   private readonly chunks: Chunk[] = [];

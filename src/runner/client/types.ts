@@ -30,20 +30,23 @@ export interface RunnerClientOptions {
   token?: string;
   /** TLS settings for `https://` endpoints. */
   tls?: RunnerClientTlsOptions;
-  /** Cut a call after about this many bytes of frames (what a broken connection can make the agent replay). Default 4 MiB. */
+  /**
+   * Cut a call after about this many bytes of frames (what a broken connection can make the agent replay). Default 4
+   * MiB.
+   */
   maxCallBytes?: number;
   /**
-   * Cut a call at most this long after it started: at a random point of its last quarter, so
-   * agents that started together do not cut in step. Default 20 000 ms. Each call costs both sides
-   * HTTP/2 stream set-up, a token check and an answer, and lines logged while a cut call
-   * waits for its answer wait with it, so calls are long; `maxCallBytes` still bounds what
-   * a call leaves unacknowledged (the replay after a broken connection). Keep it below the
-   * server's idle limit (`limits.idleMs`, 60 s): a silent job's call is cut by this timer.
+   * Cut a call at most this long after it started: at a random point of its last quarter, so agents that
+   * started together do not cut in step. Default 20 000 ms. Keep it below the server's idle limit
+   * (`limits.idleMs`, 60 s): a silent job's call is cut by this timer.
+   * Why: docs/decisions/runner-client.md, "types.ts: RunnerClientOptions.maxCallMs".
    */
   maxCallMs?: number;
   /** Longer lines are split at a UTF-8 boundary. Default 64 KiB (the contract's limit). */
   maxLineBytes?: number;
-  /** Give up when calls have kept failing for this long (since the first failure after a success). Default 10 minutes. */
+  /**
+   * Give up when calls have kept failing for this long (since the first failure after a success). Default 10 minutes.
+   */
   deadlineMs?: number;
   /** Jittered exponential back-off between retries. Default 100 ms doubling to 10 s. */
   backoff?: { initialMs?: number; maxMs?: number };

@@ -102,11 +102,8 @@ export function decodeLogItem(buf: Buffer, start: number, end: number): LogItem 
 }
 
 /**
- * True when `buf[start, end)` is valid UTF-8 (the check protobuf-es makes). An ASCII line
- * (most) is known valid from a pass over the bytes in place; only a line with other bytes
- * gets Node's native check, on a view. The view per line was ~20 % of what the server
- * allocated a line; a 99-byte line measured ~75 ns this way, ~120 ns with the view alone
- * (a loop of lines in one chunk, GC included). O(bytes).
+ * True when `buf[start, end)` is valid UTF-8 (the check protobuf-es makes).
+ * Why: docs/decisions/runner-fastpath.md, "decoder.ts: validUtf8".
  */
 function validUtf8(buf: Buffer, start: number, end: number): boolean {
   return start === end || isAsciiRange(buf, start, end) || isUtf8(buf.subarray(start, end));

@@ -1,14 +1,7 @@
 /**
  * Splits a request body into length-prefixed envelopes (gRPC, gRPC-web and Connect
  * streaming share the format: 1 flag byte, a 4-byte big-endian length, the message).
- *
- * Why not connect's own envelope reader: it keeps every received chunk in a list and
- * re-sums the list on every chunk (quadratic in the number of chunks), and it allocates
- * the announced size as soon as a prefix arrives (a 5-byte prefix reserves up to the read
- * limit). This splitter is linear in bytes: envelopes wholly inside a chunk are handed on
- * as views of that chunk (no copy); only the bytes of an envelope spread over several
- * chunks are copied, once, into one buffer that grows with what has arrived (doubling,
- * so at most twice the bytes held), never to the announced size up front.
+ * Why: docs/decisions/runner-server.md, "envelope-splitter.ts: why not connect's envelope reader".
  */
 
 /** Bytes of an envelope prefix: flags (1) and length (4). */

@@ -25,7 +25,10 @@ export function encodeGrpcMessage(text: string): string {
   return out + bytes.toString("latin1", plain);
 }
 
-/** Re-encodes a `grpc-message` connect wrote (encodeURIComponent) in the spec's form; other values are left alone. O(length). */
+/**
+ * Re-encodes a `grpc-message` connect wrote (encodeURIComponent) in the spec's form; other values are left alone.
+ * O(length).
+ */
 export function respecGrpcMessage(value: string): string {
   let text: string;
   try {

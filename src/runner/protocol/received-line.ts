@@ -17,7 +17,10 @@ import type { JobLogStore, LogEntry, StoredLine } from "../ports.js";
 export class ReceivedLine implements StoredLine, LogEntry {
   /** The decoded text, once asked for. */
   private text: string | null = null;
-  /** As an entry: never the item where the log reached its cap (a line past it is stored as a marker entry). Type only, no field. */
+  /**
+   * As an entry: never the item where the log reached its cap (a line past it is stored as a marker entry). Type only,
+   * no field.
+   */
   declare readonly capped?: boolean;
 
   /**
@@ -80,14 +83,11 @@ export function storedCount(entry: LogEntry): number {
 }
 
 /**
- * Marks a log store whose `append` reads entries through the port's fields only (`stored`,
- * `stderr`, `bytes`, `capped`) and never serialises, clones or keeps an entry object whole:
- * the service then hands it a line stored whole as its own entry ({@link ReceivedLine}), with
- * no entry object or array per line. This package's memory, fs and PostgreSQL stores carry
- * it. Any other store gets plain entries (`{ stored: [line], stderr, bytes }`), as before:
- * a store written against the port may JSON.stringify or structuredClone its entries (a
- * write-behind queue, say), and a received line serialises as a line, not as an entry, so
- * it would lose `stored` there. `Symbol.for`, so the ESM and CommonJS builds agree.
+ * Marks a log store whose `append` reads entries through the port's fields only (`stored`, `stderr`, `bytes`,
+ * `capped`) and never serialises, clones or keeps an entry object whole: the service then hands it a line
+ * stored whole as its own entry ({@link ReceivedLine}), with no entry object or array per line. This package's
+ * memory, fs and PostgreSQL stores carry it.
+ * Why: docs/decisions/runner-fastpath.md, "received-line.ts: READS_LINE_ENTRIES".
  */
 export const READS_LINE_ENTRIES: unique symbol = Symbol.for("runner-depot.logStore.readsLineEntries") as never;
 

@@ -1,32 +1,17 @@
 /**
- * The listening sockets of a runner server. Node's event loop (libuv ≥ 1.49, Node 22) accepts
- * ONE connection per listening socket per loop turn. A server busy storing a thousand jobs'
- * lines has long turns (every readable connection is read and its items handled in the same
- * turn), so with one listening socket it accepted ~5–10 connections a second while ~900 agents
- * waited in the kernel's accept queue (`ss -ltn`: Recv-Q 900 of 4,096) for tens of seconds.
- * Their TCP connect had succeeded, so they wrote into sockets nobody read, their keep-alive
- * pings went unanswered, and they reconnected to the back of the queue (measured in the fleet
- * bench: 606–2,800 "keep-alive ping unanswered" retries, 7–360 of 1,000 calls open).
- *
- * So the server listens on `count` sockets bound to the same port with SO_REUSEPORT (Linux
- * ≥ 3.9; Node ≥ 22.12): the kernel spreads new connections over them, and each turn accepts
- * up to `count`. Every accepted socket is handed to the one HTTP/2 server (`emit("connection")`),
- * so sessions, keep-alive and shutdown are the same as with one socket. Where SO_REUSEPORT is
- * missing the extra sockets fail to bind and the server keeps the ones it has (at least one).
- * SO_REUSEPORT would let another process of the same user bind the port too; a port somebody
- * holds is refused (EADDRINUSE) before the group is bound. That check cannot close the group:
- * while it listens, any process with the same effective uid in this network namespace that binds
- * the port with SO_REUSEPORT joins it and receives a share of new connections (the kernel allows
- * it, Node offers no way to refuse it), and one that does so between the check and the group's
- * bind is not refused either. So on a host where other code runs as this user (host-network
- * containers sharing a uid included), `acceptors: 1` binds one plain socket, which nobody can join.
+ * The listening sockets of a runner server. Node's event loop (libuv ≥ 1.49, Node 22) accepts ONE connection
+ * per listening socket per loop turn, so a busy server listens on several sockets.
+ * Why: docs/decisions/runner-throughput.md, "acceptors.ts: why several listening sockets".
  */
 import net from "node:net";
 import type { AddressInfo } from "node:net";
 
 /** Default listening sockets on Linux (elsewhere 1). */
 export const DEFAULT_ACCEPTORS = 8;
-/** The most listening sockets a server takes: each is a file descriptor, and more gain nothing on any core count this runs on. */
+/**
+ * The most listening sockets a server takes: each is a file descriptor, and more gain nothing on any core count this
+ * runs on.
+ */
 export const MAX_ACCEPTORS = 64;
 
 /** The listening sockets of one server. */
@@ -56,7 +41,9 @@ export interface AcceptorOptions {
  *
  * @example
  * const h2 = http2.createServer();
- * const acceptors = await listenAcceptors({ host: "127.0.0.1", port: 0, count: 8, backlog: 4096 }, (s) => h2.emit("connection", s));
+ * const acceptors = await listenAcceptors({ host: "127.0.0.1", port: 0, count: 8, backlog: 4096 }, (s) =>
+ *   h2.emit("connection", s),
+ * );
  */
 export async function listenAcceptors(
   options: AcceptorOptions,

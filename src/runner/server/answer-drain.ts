@@ -1,11 +1,6 @@
 /**
- * A bound on how long a stream may stay open once its answer is written. The last frames
- * (the Ack's DATA, then the trailers) leave only as the client's flow-control window lets
- * them: a client that announces a window of 0, or never reads, kept every answered stream
- * open for the life of its connection (up to its 1,000 streams, with a made-up token: a call
- * with zero items is answered ok), and on the raw stream entry each counted as a call in
- * flight that held a shutdown up. Such a stream is cancelled {@link ANSWER_DRAIN_MS} after
- * its answer was written.
+ * A bound on how long a stream may stay open once its answer is written.
+ * Why: docs/decisions/runner-server.md, "answer-drain.ts: why answered streams are cut".
  */
 import * as http2 from "node:http2";
 

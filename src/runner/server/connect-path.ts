@@ -1,11 +1,9 @@
 /**
- * The connect-node side of createRunnerHandler: every call the gRPC fast path does not
- * take (Connect, gRPC-web, JSON, compressed requests, calls with a deadline) is served by
- * connect's own protocol handlers, but its body is read by a RequestReader and handed to
- * connect as whole envelopes (runner/server/request-reader.ts). So connect's envelope reader never
- * holds a partial envelope (no up-front allocation of an announced size, no re-summing
- * of thousands of small chunks), and these calls get the same bounds as the fast path.
- * This replaces `connectNodeAdapter`, which reads the Node request itself.
+ * The connect-node side of createRunnerHandler: every call the gRPC fast path does not take (Connect,
+ * gRPC-web, JSON, compressed requests, calls with a deadline) is served by connect's own protocol handlers,
+ * but its body is read by a RequestReader and handed to connect as whole envelopes
+ * (runner/server/request-reader.ts).
+ * Why: docs/decisions/runner-server.md, "connect-path.ts: connect's handlers fed whole envelopes".
  */
 import type * as http2 from "node:http2";
 import { Code, ConnectError, createConnectRouter, type ContextValues } from "@connectrpc/connect";
@@ -31,7 +29,9 @@ export interface ConnectPathOptions {
   budget: ReadBudget;
   /** Path prefix the service is mounted under; default none. */
   requestPathPrefix?: string;
-  /** The service's store backlog (runner/service/store-backlog.ts): authenticated calls pause while it is over budget. */
+  /**
+   * The service's store backlog (runner/service/store-backlog.ts): authenticated calls pause while it is over budget.
+   */
   backlog?: StoreBacklog;
   /** Context values of each call (`call`: its key, the response). */
   contextValues: (call: object) => ContextValues;
@@ -49,7 +49,11 @@ function namesCompression(headers: http2.IncomingHttpHeaders): boolean {
  * Creates the connect-node request handler of a runner service.
  *
  * @example
- * const connectPath = createConnectPath(runner, { messageBytes, budget: createReadBudget(), contextValues: () => createContextValues() });
+ * const connectPath = createConnectPath(runner, {
+ *   messageBytes,
+ *   budget: createReadBudget(),
+ *   contextValues: () => createContextValues(),
+ * });
  * http2.createServer(connectPath);
  */
 export function createConnectPath(

@@ -1,15 +1,9 @@
 /**
  * The gRPC fast path of createRunnerHandler: plain (uncompressed, binary) gRPC calls of
- * `/runner.v1.Runner/StreamLogs` are read straight off the HTTP/2 stream (startRunnerServer:
- * the raw stream, no compatibility-layer request and response) or request (a host's own
- * server), split into frames and decoded here, and handed to the same service
- * implementation in batches. Around the items is connect's own code or its equivalent
- * (a handler context with connect's fields, connect's compression negotiation and trailer
- * status; connect-node's response writer on a request, the
- * same frames written straight on a raw stream), so the response is the one the connect
- * path would write. Other protocols, compressed requests and calls with a deadline go
- * through connect-node, whose body is fed by the same RequestReader (runner/server/request-reader.ts), so
- * every call is read within the same bounds.
+ * `/runner.v1.Runner/StreamLogs` are read straight off the HTTP/2 stream (startRunnerServer: the raw stream,
+ * no compatibility-layer request and response) or request (a host's own server), split into frames and
+ * decoded here, and handed to the same service implementation in batches.
+ * Why: docs/decisions/runner-fastpath.md, "fast-path.ts: the gRPC fast path".
  */
 import * as http2 from "node:http2";
 import { create, isMessage, toBinary } from "@bufbuild/protobuf";
@@ -52,9 +46,14 @@ export interface StreamLogsFastPathOptions {
   budget: ReadBudget;
   /** Path prefix the service is mounted under; default none. */
   requestPathPrefix?: string;
-  /** The service's store backlog (runner/service/store-backlog.ts): authenticated calls pause while it is over budget. */
+  /**
+   * The service's store backlog (runner/service/store-backlog.ts): authenticated calls pause while it is over budget.
+   */
   backlog?: StoreBacklog;
-  /** Context values of each call (the same as given to connect); `call` is the call's key (its response, or its stream on the raw path). */
+  /**
+   * Context values of each call (the same as given to connect); `call` is the call's key (its response, or its stream
+   * on the raw path).
+   */
   contextValues: (call: object) => ContextValues;
 }
 
@@ -82,7 +81,11 @@ type Respond = (header: Headers, body: Uint8Array | null, trailer: Headers) => P
  * Creates the fast path (see {@link StreamLogsFastPath}).
  *
  * @example
- * const fast = createStreamLogsFastPath(runner, { messageBytes, budget: createReadBudget(), contextValues: () => createContextValues() });
+ * const fast = createStreamLogsFastPath(runner, {
+ *   messageBytes,
+ *   budget: createReadBudget(),
+ *   contextValues: () => createContextValues(),
+ * });
  * server.on("request", (req, res) => fast.request(req, res) || adapter(req, res));
  */
 export function createStreamLogsFastPath(
@@ -151,7 +154,8 @@ export function createStreamLogsFastPath(
         items.clear();
         reader.close();
       }
-      // grpc-message in the spec's percent-encoding (runner/protocol/grpc-message.ts): connect's setTrailerStatus wrote encodeURIComponent's.
+      // grpc-message in the spec's percent-encoding (runner/protocol/grpc-message.ts): connect's setTrailerStatus wrote
+      // encodeURIComponent's.
       const message = context.responseTrailer.get(headerGrpcMessage);
       if (message !== null) context.responseTrailer.set(headerGrpcMessage, respecGrpcMessage(message));
       await respond(context.responseHeader, ack, context.responseTrailer);
@@ -181,10 +185,8 @@ export function createStreamLogsFastPath(
 }
 
 /**
- * Writes a response on a raw stream as Http2ServerResponse writes connect's (the same
- * frames): HEADERS (status 200, a date), the Ack's DATA if any, then the trailers in a
- * HEADERS frame that ends the stream, sent on 'wantTrailers'; cancelled if the client has
- * not let it out within ANSWER_DRAIN_MS. A stream already gone gets nothing. O(headers).
+ * Writes a response on a raw stream as Http2ServerResponse writes connect's (the same frames).
+ * Why: docs/decisions/runner-fastpath.md, "fast-path.ts: respondOnStream".
  */
 function respondOnStream(
   stream: http2.ServerHttp2Stream,
@@ -216,15 +218,8 @@ function respondOnStream(
 const noTimeout = () => undefined;
 
 /**
- * The HandlerContext connect's gRPC handler would build for a call without `grpc-timeout`,
- * built in one step: connect makes a universal request first (an unused body generator, an
- * AbortController and a copy of the headers) and then the context (two more AbortControllers,
- * linked, and a second copy of the headers), about 3 KiB a call that every open stream kept.
- * Same fields and values, but the Headers are made when asked for: `requestHeader` anew on
- * each read from a flat copy of the metadata (the service reads it when the call starts; a
- * Headers of ~10 entries is ~1 KiB an open call kept), the response's headers and trailers
- * on first use (at the end). The constants are on the prototype. `signal` aborts when the body closes (with connect's reason
- * for an HTTP/2 reset code) or on `abort()`.
+ * The HandlerContext connect's gRPC handler would build for a call without `grpc-timeout`, built in one step.
+ * Why: docs/decisions/runner-fastpath.md, "fast-path.ts: FastContext".
  */
 class FastContext implements HandlerContext {
   /** The negotiated response compression (grpc-encoding), if any. */
@@ -359,7 +354,10 @@ function createFastContext(
   return context;
 }
 
-/** What connect-node makes of an HTTP/2 reset code (connectErrorFromH2ResetCode, not exported): undefined for NO_ERROR and STREAM_CLOSED. */
+/**
+ * What connect-node makes of an HTTP/2 reset code (connectErrorFromH2ResetCode, not exported): undefined for NO_ERROR
+ * and STREAM_CLOSED.
+ */
 function resetReason(rstCode: number | undefined): ConnectError | undefined {
   const reset = rstCode === undefined ? undefined : RESETS[rstCode];
   if (reset === undefined) return undefined;

@@ -177,11 +177,7 @@ export function createRunnerHandler(runner: RunnerService, options: RunnerHandle
 
   /**
    * A call served raw ends when its trailers are asked for or when its stream closes first.
-   * The fast path sends the trailers in its own 'wantTrailers' listener, which runs after
-   * this one, and Node submits them to nghttp2 in a setImmediate of sendTrailers': the
-   * reset's setImmediate must be queued after that one (from a nextTick), or it would find
-   * nothing queued and cut the trailers off. One listener for every stream (`this` is the
-   * stream): no closure per call.
+   * Why: docs/decisions/runner-server.md, "handler.ts: inside createRunnerHandler".
    */
   function endRawCall(this: http2.ServerHttp2Stream): void {
     if (!active.delete(this)) return;
@@ -285,10 +281,9 @@ function resetSoon(stream: http2.Http2Stream): void {
 }
 
 /**
- * Resets a stream whose response is out with NO_ERROR, once its last frames have left the
- * session: nghttp2 drops frames still queued for a stream it resets. A busy session
- * (hundreds of calls answered at once) can take a while: polls for up to about 2 s
- * (`tries`), then resets anyway.
+ * Resets a stream whose response is out with NO_ERROR, once its last frames have left the session: nghttp2 drops
+ * frames still queued for a stream it resets.
+ * Why: docs/decisions/runner-server.md, "handler.ts: resetStream".
  */
 function resetStream(stream: http2.Http2Stream, tries: number): void {
   if (stream.destroyed || stream.closed) return;

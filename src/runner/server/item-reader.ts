@@ -30,7 +30,9 @@ export function readerOf(requests: AsyncIterable<LogItem>): ItemReader {
   };
 }
 
-/** An empty batch: a used-up one is let go (its items may hold request chunks, see runner/protocol/received-line.ts). */
+/**
+ * An empty batch: a used-up one is let go (its items may hold request chunks, see runner/protocol/received-line.ts).
+ */
 const NO_ITEMS: readonly CallItem[] = [];
 
 /** Puts `item`, the last one read, back: the next read returns it again. O(1) after a read. */
@@ -48,12 +50,9 @@ export function takeItem(it: ItemReader): CallItem | undefined {
 }
 
 /**
- * Waits for the next batch: true once there is one (read it with {@link takeItem}), false at
- * the end of the request stream. It settles with a boolean, not the first item, on purpose:
- * an async frame suspended at an await may keep in a register the last promise it awaited
- * (V8 does not clear it), and a promise settled with an item pins that item and its request
- * chunk (runner/protocol/received-line.ts) for as long as the call then stays idle: one line and its chunk
- * per idle call in the fleet bench's heap snapshot (processItems' frame), 3.5 KiB a call.
+ * Waits for the next batch: true once there is one (read it with {@link takeItem}), false at the end of the
+ * request stream.
+ * Why: docs/decisions/runner-fleet-memory.md, "item-reader.ts: refill".
  */
 export async function refill(call: CallRun, it: ItemReader): Promise<boolean> {
   // Not kept while the call waits: an idle stream would pin its last request chunk.

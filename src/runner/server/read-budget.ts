@@ -40,7 +40,9 @@ export type BudgetRefusal = "connection" | "server";
 
 /** Shared byte accounting of one server; a connection is any object standing for it (its HTTP/2 session). */
 export interface ReadBudget {
-  /** Changes what one call on `connection` holds by `delta` bytes; refuses (changing nothing) a growth past a cap. O(1). */
+  /**
+   * Changes what one call on `connection` holds by `delta` bytes; refuses (changing nothing) a growth past a cap. O(1).
+   */
   adjust(connection: object, delta: number): BudgetRefusal | null;
   /** Bytes held by the calls of the server. */
   readonly serverHeld: number;

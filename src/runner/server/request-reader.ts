@@ -1,19 +1,8 @@
 /**
- * Reads the body of one runner call off its HTTP/2 request, for both ways a call is
- * served: the gRPC fast path (which decodes the envelopes itself) and connect-node
- * (which is fed whole envelopes, see {@link ConnectBody}). This is where the bounds that
- * hold before a call is authenticated are enforced:
- * - the first message may be at most `firstMessageBytes` (it is read before the token can
- *   be checked, since the request ID arrives with it); later ones `messageBytes`; both are
- *   checked on the 5-byte prefix, before the message is buffered;
- * - until the service says the call is authenticated, reading pauses after the first
- *   message (HTTP/2 flow control holds the rest back); once the first message has started
- *   it must be complete within `firstMessageMs`;
- * - the bytes of messages that have not fully arrived count against the connection's and
- *   the server's {@link ReadBudget}; crossing a cap ends the call UNAVAILABLE and frees
- *   them (complete messages are not counted: they go to the service at once, and past
- *   `pauseBytes` waiting for it the request is paused, so flow control holds the rest);
- * - the work is linear in the bytes received (see runner/protocol/envelope-splitter.ts).
+ * Reads the body of one runner call off its HTTP/2 request, for both ways a call is served: the gRPC fast
+ * path (which decodes the envelopes itself) and connect-node (which is fed whole envelopes, see
+ * {@link ConnectBody}).
+ * Why: docs/decisions/runner-fleet-memory.md, "request-reader.ts: the bounds that hold before authentication".
  */
 import * as http2 from "node:http2";
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -49,12 +38,8 @@ export interface EnvelopeSink {
 
 const DEFAULT_PAUSE_BYTES = 1024 * 1024;
 /**
- * A chunk is a view of the connection's whole socket read, which may hold other streams'
- * frames too; a line the fast path keeps as bytes (runner/protocol/received-line.ts) keeps that whole
- * buffer alive until it is stored. A chunk viewing a buffer more than this many times its
- * own size is copied first (O(chunk)), so what a call's unstored lines pin stays within
- * this factor of the bytes its bounds count (the call's 8 MiB queue, the 1 MiB before
- * reading pauses). A busy stream's 16 KiB DATA frames in a 64 KiB read are not copied.
+ * A chunk is a view of the connection's whole socket read, which may hold other streams' frames too.
+ * Why: docs/decisions/runner-fleet-memory.md, "request-reader.ts: MAX_VIEW_RATIO".
  */
 const MAX_VIEW_RATIO = 8;
 
@@ -231,10 +216,8 @@ export class RequestReader implements BacklogWaiter {
   }
 
   /**
-   * Complete envelopes handed to the sink and not yet taken: they count in the store backlog
-   * too, so that a reader resumed with a window's worth of chunks buffered (all delivered in
-   * one synchronous run, before the service can queue any of them) pauses after the chunk
-   * that crosses the budget, not after the whole window. O(1).
+   * Complete envelopes handed to the sink and not yet taken.
+   * Why: docs/decisions/runner-fleet-memory.md, "request-reader.ts: RequestReader.setQueued".
    */
   private setQueued(bytes: number): void {
     const backlog = this.options.backlog;

@@ -99,7 +99,10 @@ export interface RunnerServer {
   url: string;
   /** The port listened on. */
   port: number;
-  /** Bytes of request messages not yet fully arrived, held in memory right now (what RunnerReadLimits caps); for metrics and tests. */
+  /**
+   * Bytes of request messages not yet fully arrived, held in memory right now (what RunnerReadLimits caps); for metrics
+   * and tests.
+   */
   readonly heldBytes: number;
   /** Graceful shutdown: idle connections cut at once, calls in flight get the grace time. Never hangs. */
   close(): Promise<void>;

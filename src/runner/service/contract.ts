@@ -89,7 +89,9 @@ export interface PublishRetryOptions {
 export interface RunnerServiceOptions extends TelemetryOptions {
   /** Where logs and job state live; default createMemoryLogStore(). */
   logs?: JobLogStore;
-  /** Per-job token key (several: any of them, for key rotation). Without it and without `authorize`, anyone may call. */
+  /**
+   * Per-job token key (several: any of them, for key rotation). Without it and without `authorize`, anyone may call.
+   */
   secret?: JobTokenSecret | readonly JobTokenSecret[];
   /** Replaces the token check: return to allow, throw (RunnerDepotError or ConnectError) to refuse. */
   authorize?: (ctx: RunnerAuthorizeContext) => void | Promise<void>;
@@ -99,7 +101,9 @@ export interface RunnerServiceOptions extends TelemetryOptions {
   lostAfterMs?: number;
   /** How often stale jobs are looked for; default min(lostAfterMs / 4, 30 000). */
   sweepIntervalMs?: number;
-  /** Ended jobs are forgotten this long after their end (at least lostAfterMs); false keeps them; default 86 400 000. */
+  /**
+   * Ended jobs are forgotten this long after their end (at least lostAfterMs); false keeps them; default 86 400 000.
+   */
   retentionMs?: number | false;
   /** Limits; unset members keep the contract's defaults. */
   limits?: Partial<RunnerLimits>;
@@ -122,7 +126,10 @@ export interface RunnerServiceOptions extends TelemetryOptions {
   onEnd?: (result: JobResult) => void;
   /** Called with failures nobody else sees (a hook that threw, a background publish that failed). */
   onError?: (error: unknown) => void;
-  /** `close()` waits at most this long for background publishes (unfinished ones are reported through onError); default 5 000. */
+  /**
+   * `close()` waits at most this long for background publishes (unfinished ones are reported through onError); default
+   * 5 000.
+   */
   closeTimeoutMs?: number;
 }
 
@@ -133,7 +140,10 @@ export type ExpectJobInfo = JobInfo;
 export interface RunnerService extends ServiceImpl<typeof Runner> {
   /** Registers a job the host launched (`requireKnownJobs`, lost detection, result info). */
   expectJob(requestId: string, info?: ExpectJobInfo): Promise<JobState>;
-  /** Cancels a job: its result is published at once with outcome `cancelled`; resolves with it (null when it had already ended). */
+  /**
+   * Cancels a job: its result is published at once with outcome `cancelled`; resolves with it (null when it had already
+   * ended).
+   */
   cancelJob(requestId: string, reason?: string): Promise<JobResult | null>;
   /**
    * Stored lines of a job: the ones so far, then new ones until the job ends. A job the
@@ -149,7 +159,10 @@ export interface RunnerService extends ServiceImpl<typeof Runner> {
    * `list`; INVALID_ARGUMENT for a bad limit, status or cursor.
    */
   listJobs(options?: ListJobsOptions): Promise<JobPage>;
-  /** Stops the lost-job timer and waits for background publishes, at most `closeTimeoutMs` (unfinished ones go to onError). */
+  /**
+   * Stops the lost-job timer and waits for background publishes, at most `closeTimeoutMs` (unfinished ones go to
+   * onError).
+   */
   close(): Promise<void>;
   /** True when the service has neither a secret nor an authorize hook. */
   readonly acceptsAnyCaller: boolean;

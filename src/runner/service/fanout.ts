@@ -1,13 +1,10 @@
 /**
- * Fan-out of a job's new lines to every follower of it in this process (1,000 followers
- * on 100 jobs is 100 tails, not 1,000 readers). Per followed job one {@link JobTail}
- * keeps the most recent lines in a bounded ring: lines this replica stored go in without a
- * read; lines another replica stored (heard through the store's `watch`, e.g. PostgreSQL
- * LISTEN/NOTIFY, or found by the tail's poll) are read once per replica and shared.
- *
- * A follower pulls: it holds only its position and the page it is yielding. One that falls
- * behind the ring reads the store by offset (catch-up) until it is back in the ring, so a
- * slow follower costs the store reads it needs and never memory beyond one page.
+ * Fan-out of a job's new lines to every follower of it in this process (1,000 followers on 100 jobs is 100
+ * tails, not 1,000 readers). Per followed job one {@link JobTail} keeps the most recent lines in a bounded
+ * ring: lines this replica stored go in without a read; lines another replica stored (heard through the
+ * store's `watch`, e.g. PostgreSQL LISTEN/NOTIFY, or found by the tail's poll) are read once per replica and
+ * shared.
+ * Why: docs/decisions/log-archive.md, "fanout.ts: one tail per followed job".
  */
 import type { JobLogEvent, JobLogStore, JobState, LogEntry, StoredLine } from "../ports.js";
 import { stripUndefined } from "./options.js";
@@ -15,7 +12,10 @@ import { pushPlain, storedCount } from "../protocol/received-line.js";
 
 /** Bounds of the fan-out (RunnerServiceOptions.follow). */
 export interface FollowOptions {
-  /** Most lines kept per followed job for followers at the live end (lines every follower has passed are dropped sooner); default 4 096. */
+  /**
+   * Most lines kept per followed job for followers at the live end (lines every follower has passed are dropped
+   * sooner); default 4 096.
+   */
   bufferLines: number;
   /** UTF-16 code units (about bytes) kept per followed job; default 1 MiB. */
   bufferBytes: number;
@@ -26,12 +26,10 @@ export interface FollowOptions {
    */
   pollMs: number;
   /**
-   * Events of the store's `watch` wake a followed job's followers at most once per this many
-   * ms; events meanwhile are merged and applied when the interval ends (the first one after a
-   * quiet interval is applied at once). Anyone who can NOTIFY on the PostgreSQL channel can
-   * send events, so this bounds the store reads a storm of them causes per followed job: at
-   * most one wake per interval, each costing at most one page read and one state read.
-   * Default 100; it is also the most an event is delayed while events keep coming.
+   * Events of the store's `watch` wake a followed job's followers at most once per this many ms; events
+   * meanwhile are merged and applied when the interval ends (the first one after a quiet interval is applied at
+   * once). Default 100; it is also the most an event is delayed while events keep coming.
+   * Why: docs/decisions/log-archive.md, "fanout.ts: FollowOptions.eventIntervalMs".
    */
   eventIntervalMs: number;
 }
@@ -59,10 +57,8 @@ export class JobTail {
   /** Followers attached. */
   followers = 0;
   /**
-   * The followers' positions. The ring keeps no line every one of them has passed: at the
-   * live end followers keep up, so a ring of 4 096 lines a job was mostly lines nobody would
-   * read again (in the fleet bench, the most memory of a loud job). A follower that joins
-   * later reads those lines from the store, as one behind the ring always did.
+   * The followers' positions.
+   * Why: docs/decisions/log-archive.md, "fanout.ts: JobTail.cursors".
    */
   private readonly cursors = new Set<FollowCursor>();
   /** The ring: `lines[i]` is line `start + i` (`head` lines at the front are dropped ones). */
@@ -131,7 +127,10 @@ export class JobTail {
     this.cursors.delete(cursor);
   }
 
-  /** Drops the ring lines every follower has passed (call after a cursor moved on). O(followers of the job) plus the lines dropped. */
+  /**
+   * Drops the ring lines every follower has passed (call after a cursor moved on). O(followers of the job) plus the
+   * lines dropped.
+   */
   trim(): void {
     if (this.start < 0 || this.cursors.size === 0) return;
     let min = Number.POSITIVE_INFINITY;

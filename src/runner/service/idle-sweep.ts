@@ -1,15 +1,10 @@
 /**
- * The idle limit of every StreamLogs call of a service on one timer: a sweep every
- * {@link idleTickMs} over the calls in progress ends those that have waited for their next
- * item for `idleMs` or more. A timer per call (re-armed as items came) cost every open
- * stream a Timeout, its closure and a timer list entry; 1,000 open streams are a 1,000-entry
- * loop once a second instead. A call is ended between `idleMs` and `idleMs` + one tick
- * after its wait began. While the server itself holds a call back (its reader paused behind
- * the store backlog, runner/service/store-backlog.ts), that call's wait is not the agent's silence: its wait
- * counts from the last sweep that saw it held, if later. Per call, not server-wide: a call
- * the backlog does not hold (a silent one, which sent nothing to be paused on, or one with
- * a made-up token, whose first message is read regardless) keeps its idle limit however long
- * the store lags.
+ * The idle limit of every StreamLogs call of a service on one timer: a sweep every {@link idleTickMs} over
+ * the calls in progress ends those that have waited for their next item for `idleMs` or more. A timer per
+ * call (re-armed as items came) cost every open stream a Timeout, its closure and a timer list entry; 1,000
+ * open streams are a 1,000-entry loop once a second instead. A call is ended between `idleMs` and `idleMs` +
+ * one tick after its wait began.
+ * Why: docs/decisions/runner-server.md, "idle-sweep.ts: one timer for every call's idle limit".
  */
 import { RunnerDepotError } from "../../errors.js";
 

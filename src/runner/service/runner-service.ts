@@ -2,12 +2,7 @@
  * The orchestrator side of runner.v1: a connect-es ServiceImpl of `Runner` that stores
  * log items through a JobLogStore and hands each job's result to a JobResultQueue,
  * following docs/runner-protocol.md rule by rule.
- *
- * This file assembles the service; each concern lives in its own file: the public
- * contract (runner/service/contract.ts), the shared state (runner/service/job-table.ts), one call
- * (runner/service/call/stream-call.ts, runner/service/call/run.ts, runner/service/call/auth.ts, runner/server/item-reader.ts, runner/service/call/item-rules.ts), results
- * (runner/service/result-publish.ts, runner/service/call/end-item.ts, runner/service/host-ending.ts, runner/service/lost-sweep.ts), answers
- * (runner/service/call/ended-answer.ts, runner/service/call/response-error.ts) and runner/service/follow.ts.
+ * Why: docs/decisions/runner-server.md, "runner-service.ts: where each concern lives".
  */
 import { RunnerDepotError } from "../../errors.js";
 import { createMemoryLogStore } from "../../adapters/memory/log-store.js";

@@ -1,13 +1,9 @@
 /**
- * The server-wide budget for log entries queued for the store and not yet stored (issue 13,
- * fleet memory). Each call queues what it received while its store append is in flight; a
- * store that lags (PostgreSQL under the heavy fleet mix) let every call hold its own backlog,
- * up to the per-call cap (8,192 items / 8 MiB, runner/service/call/run.ts), so memory grew with the number
- * of busy calls. With this budget, once the service holds more than `limit` queued bytes
- * the transport stops reading authenticated calls (runner/server/request-reader.ts pauses them: HTTP/2
- * flow control holds the rest back in the agents' spools) until the store has drained below
- * three quarters of it. What the server holds unstored is then about `limit` plus one read
- * chunk and one flow-control window per call, whatever the number of calls.
+ * The server-wide budget for log entries queued for the store and not yet stored (issue 13, fleet memory).
+ * Each call queues what it received while its store append is in flight; a store that lags (PostgreSQL under
+ * the heavy fleet mix) let every call hold its own backlog, up to the per-call cap (8,192 items / 8 MiB,
+ * runner/service/call/run.ts), so memory grew with the number of busy calls.
+ * Why: docs/decisions/runner-store-backlog.md, "store-backlog.ts: the server-wide store backlog budget".
  */
 
 /** What waits for the backlog to drain (a paused request reader). */

@@ -123,7 +123,10 @@ export class RunnerTelemetry {
     });
   }
 
-  /** Starts the SERVER span of a StreamLogs call under the caller's trace context (see {@link childContext} for its children's parent). */
+  /**
+   * Starts the SERVER span of a StreamLogs call under the caller's trace context (see {@link childContext} for its
+   * children's parent).
+   */
   startCall(parent: Context, protocol: string): Span {
     return this.tracer.startSpan(
       "runner.v1.Runner/StreamLogs",

@@ -57,7 +57,10 @@ export class CallRun implements CallHandle {
   stopError: RunnerDepotError | null = null;
   /** Rejecters of the waits in progress; a stop rejects them all. */
   private readonly interrupters = new Set<(error: unknown) => void>();
-  /** When the call started waiting for its next item (0: not waiting); the idle sweep (runner/service/idle-sweep.ts) reads it. */
+  /**
+   * When the call started waiting for its next item (0: not waiting); the idle sweep (runner/service/idle-sweep.ts)
+   * reads it.
+   */
   waitingSince = 0;
   /** The last sweep (Date.now()) that saw this call held back by the server; 0 never (runner/service/idle-sweep.ts). */
   heldAt = 0;

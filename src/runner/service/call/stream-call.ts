@@ -112,10 +112,8 @@ async function runCall(core: RunnerCore, call: CallRun, it: ItemReader): Promise
 }
 
 /**
- * The calls in flight under each shutdown signal, with ONE abort listener per signal: every
- * call of a server shares its signal, and an EventTarget's add/removeEventListener walk its
- * listener list (the duplicate check), so a listener per call cost O(open calls) at each call's
- * start and end (~2 % of the fleet bench server's CPU at 1,000 open calls). O(1) per call.
+ * The calls in flight under each shutdown signal, with ONE abort listener per signal.
+ * Why: docs/decisions/runner-fleet-memory.md, "stream-call.ts: shutdownCalls".
  */
 const shutdownCalls = new WeakMap<AbortSignal, Set<CallRun>>();
 
