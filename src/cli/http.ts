@@ -5,9 +5,10 @@
  * when the answer has not begun within `$RUNNER_DEPOT_TIMEOUT` seconds (default 120, read
  * and checked by args.ts: a commit of a package of many GiB is hashed before its answer).
  *
- * Only the wait for the answer's headers is bounded, never a body: `logs --follow` and a
- * large download run as long as they run. A request that streams a body (a publish
- * upload) has no bound either: its answer begins only after its last byte.
+ * Here only the wait for the answer's headers is bounded: `logs --follow` runs as long as it
+ * runs. `install` bounds its bodies through the depot client (idle time between chunks, and
+ * a JSON answer in all, at the same timeout). A request that streams a body (a publish
+ * upload) has no bound: its answer begins only after its last byte.
  */
 import { answerTimeoutMs } from "./args.js";
 
