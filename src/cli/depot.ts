@@ -4,7 +4,7 @@ import { lstat } from "node:fs/promises";
 import { createDepotClient, type PublishItem, type PublishProgress } from "../depot/index.js";
 import { collectDirectory } from "../depot/client/depot-client.js";
 import { isRunnerDepotError } from "../errors.js";
-import { CliError, serverTarget, type Command } from "./args.js";
+import { answerTimeoutMs, CliError, serverTarget, type Command } from "./args.js";
 import { cliFetch } from "./http.js";
 import {
   checkInstallSpec,
@@ -133,7 +133,15 @@ export const installCommand: Command = {
       throw new CliError(`--preserve must be 'refuse' or 'renameold', got '${String(preserve)}'`, 2);
     const target = await checkTargetDir(dir);
     const { url, token } = await serverTarget(values, "depotUrl");
-    const client = createDepotClient({ baseUrl: url, token, fetch: cliFetch });
+    // $RUNNER_DEPOT_TIMEOUT bounds the bodies too: the idle time between chunks, and a JSON answer in all.
+    const timeout = answerTimeoutMs();
+    const client = createDepotClient({
+      baseUrl: url,
+      token,
+      fetch: cliFetch,
+      idleTimeoutMs: timeout,
+      jsonTimeoutMs: timeout,
+    });
     // One bar per package download, so rate and ETA are that download's own.
     let current: { key: string; progress: Progress } | undefined;
     const result = await client

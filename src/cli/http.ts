@@ -4,6 +4,7 @@
  * own 300 s headers timeout. `cliFetch` gives up when the answer has not begun within `$RUNNER_DEPOT_TIMEOUT`
  * seconds (default 120, read and checked by args.ts: a commit of a package of many GiB is hashed before its
  * answer).
+ * Only the headers' wait is bounded here; `install` bounds its bodies through the depot client.
  * Why: docs/decisions/depot-client.md, "http.ts: why CLI requests are bounded in time".
  */
 import { answerTimeoutMs } from "./args.js";

@@ -20,6 +20,16 @@ export const checkpointChannel = diagnostics_channel.channel("runner-depot:fs-ch
 const CHECKPOINT_FRAMES = 1000;
 /** The least time between the end of a checkpoint whose RESTART found the lock taken and the next try. */
 const RETRY_MS = 50;
+/** The longest wait between tries, reached by doubling while a reader keeps the WAL from being reset. */
+const MAX_RETRY_MS = 5_000;
+/**
+ * WAL frames (4 KiB pages; 64,000 ≈ 256 MiB) past which writes are refused (STORE_UNAVAILABLE)
+ * until a checkpoint resets the WAL: only another process's long read transaction keeps it
+ * from being reset (docs/decisions/depot-publish-durability.md, "An outside reader").
+ */
+export const WAL_CAP_FRAMES = 64_000;
+/** The least time between two warnings that a reader blocks the checkpoints. */
+const WARN_EVERY_MS = 60_000;
 /** How long a RESTART checkpoint waits for the write lock and for readers (SQLite's busy handler, on the worker). */
 const RESTART_WAIT_MS = 200;
 /**
@@ -40,6 +50,12 @@ export interface Checkpointer {
    * Called after each commit: asks the worker for a checkpoint once the WAL holds CHECKPOINT_FRAMES. O(1): one pread.
    */
   committed(): void;
+  /**
+   * Null, or why a write is refused: the WAL holds more than the cap and no checkpoint has
+   * reset it since (a reader holds it). Asks for a checkpoint then, so the refusals end
+   * once the reader does. O(1): one pread.
+   */
+  refusal(): string | null;
   /** Lets a checkpoint in progress end, then closes the worker's connection and the thread. */
   close(): Promise<void>;
 }
@@ -69,11 +85,18 @@ parentPort.on("message", (message) => {
     parentPort.close();
     return;
   }
-  let report = { copied: 0, restarted: false };
+  let report = { copied: 0, restarted: false, pinned: false, frames: 0 };
   try {
-    report.copied = passive.get().checkpointed;
-    const last = restart.get();
-    report = { copied: last.checkpointed, restarted: last.busy === 0 };
+    const first = passive.get();
+    report.copied = first.checkpointed;
+    report.frames = first.log;
+    // A reader on an older snapshot keeps frames from being copied: a RESTART would hold
+    // the write lock waiting for it (commits stall) and fail anyway.
+    if (first.checkpointed < first.log) report.pinned = true;
+    else {
+      const last = restart.get();
+      report = { copied: last.checkpointed, restarted: last.busy === 0, pinned: false, frames: last.log };
+    }
   } catch {
     // An I/O error: the next commit past the threshold tries again, and the store's own
     // connection checkpoints past the backstop.
@@ -88,6 +111,10 @@ interface Report {
   copied: number;
   /** Whether the WAL is to be written from its start again. */
   restarted: boolean;
+  /** Whether a reader's older snapshot kept frames from being copied (no RESTART was tried). */
+  pinned: boolean;
+  /** Frames in the WAL. */
+  frames: number;
 }
 
 /**
@@ -102,7 +129,12 @@ interface Report {
  * await checkpointer.close();
  * ```
  */
-export function createCheckpointer(path: string, sync: boolean, healthy: () => boolean): Checkpointer {
+export function createCheckpointer(
+  path: string,
+  sync: boolean,
+  healthy: () => boolean,
+  capFrames = WAL_CAP_FRAMES,
+): Checkpointer {
   let worker: Worker | undefined;
   let exited: Promise<void> | undefined;
   /** A checkpoint asked of the worker and not answered yet. */
@@ -111,6 +143,11 @@ export function createCheckpointer(path: string, sync: boolean, healthy: () => b
   let notBefore = 0;
   let closed = false;
   let shm: number | undefined;
+  /** Tries in a row that did not reset the WAL: the wait before the next doubles with each. */
+  let failures = 0;
+  /** A RESTART succeeded and no commit came since: the WAL index still counts the old frames. */
+  let reset = false;
+  let warnedAt = -Infinity;
   const header = Buffer.alloc(MX_FRAME_OFFSET + 4);
 
   /** The WAL's frames since its start, from the WAL index; 0 when there is none. One pread. */
@@ -133,7 +170,20 @@ export function createCheckpointer(path: string, sync: boolean, healthy: () => b
     started.unref();
     started.on("message", (report: Report) => {
       busy = false;
-      if (!report.restarted) notBefore = Date.now() + RETRY_MS;
+      if (report.restarted) {
+        failures = 0;
+        reset = true;
+      } else {
+        notBefore = Date.now() + Math.min(MAX_RETRY_MS, RETRY_MS * 2 ** failures++);
+      }
+      if (report.pinned && Date.now() - warnedAt >= WARN_EVERY_MS) {
+        warnedAt = Date.now();
+        const mib = ((report.frames * 4096) / 2 ** 20).toFixed(0);
+        process.emitWarning(
+          `${path}: another connection's read transaction (a backup, an sqlite3 shell?) keeps the WAL from being checkpointed; it holds ${report.frames} frames (~${mib} MiB) and writes are refused past ${capFrames} until that transaction ends`,
+          { code: "RUNNER_DEPOT_FS_CHECKPOINT_BLOCKED" },
+        );
+      }
       if (checkpointChannel.hasSubscribers)
         checkpointChannel.publish({ type: "checkpoint", db: path, copied: report.copied, restarted: report.restarted });
     });
@@ -148,12 +198,24 @@ export function createCheckpointer(path: string, sync: boolean, healthy: () => b
     return started;
   }
 
+  function ask(frames: number): void {
+    if (closed || busy || Date.now() < notBefore || frames < CHECKPOINT_FRAMES || !healthy()) return;
+    worker ??= start();
+    busy = true;
+    worker.postMessage("checkpoint");
+  }
+
   return {
     committed() {
-      if (closed || busy || Date.now() < notBefore || walFrames() < CHECKPOINT_FRAMES || !healthy()) return;
-      worker ??= start();
-      busy = true;
-      worker.postMessage("checkpoint");
+      reset = false;
+      ask(walFrames());
+    },
+    refusal() {
+      if (reset) return null;
+      const frames = walFrames();
+      if (frames <= capFrames) return null;
+      ask(frames);
+      return `the record database's WAL holds ${frames} frames, past its cap of ${capFrames}: another connection's read transaction on ${path} (a backup, an sqlite3 shell?) keeps it from being checkpointed; writes resume once it ends`;
     },
     async close() {
       if (closed) return;

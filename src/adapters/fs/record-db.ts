@@ -79,7 +79,10 @@ interface Queued {
  * await db.close();
  * ```
  */
-export async function openRecordDb(path: string, options: { sync: boolean; lockTimeoutMs: number }): Promise<RecordDb> {
+export async function openRecordDb(
+  path: string,
+  options: { sync: boolean; lockTimeoutMs: number; walCapFrames?: number },
+): Promise<RecordDb> {
   const { DatabaseSync } = loadSqlite();
   const db = new DatabaseSync(path);
   try {
@@ -117,7 +120,7 @@ export async function openRecordDb(path: string, options: { sync: boolean; lockT
   db.exec(`PRAGMA synchronous = ${options.sync ? "NORMAL" : "OFF"}; PRAGMA wal_autocheckpoint = ${BACKSTOP_PAGES}`);
   const statements = prepare(db);
   const wal = options.sync ? createWalSync(path) : undefined;
-  const checkpointer = createCheckpointer(path, options.sync, () => wal?.failure() === undefined);
+  const checkpointer = createCheckpointer(path, options.sync, () => wal?.failure() === undefined, options.walCapFrames);
   return createBatcher(db, statements, wal, checkpointer, options.lockTimeoutMs);
 }
 
@@ -226,6 +229,9 @@ function createBatcher(
       // A failed WAL flush: what is committed from now on would sit behind frames the disk may not hold (wal-sync.ts).
       const failure = wal?.failure();
       if (failure) return Promise.reject(failure);
+      // Past the WAL's cap (an outside reader blocks its checkpoints): refused, not grown without end.
+      const refused = checkpointer.refusal();
+      if (refused) return Promise.reject(new RunnerDepotError("STORE_UNAVAILABLE", refused));
       return new Promise<T>((resolve, reject) => {
         queue.push({
           work,

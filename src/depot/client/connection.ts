@@ -6,6 +6,7 @@
 import { RunnerDepotError } from "../../errors.js";
 import { fetchFailureCause } from "../../fetch-failure.js";
 import { errorFromResponse } from "./http.js";
+import { DEFAULT_LIMITS, readBounded, readJson, timedChunks } from "./body.js";
 import type { DepotClientOptions } from "./types.js";
 import { parsePackageSpec } from "../install/resolve.js";
 
@@ -27,6 +28,27 @@ export interface DepotConnection {
   json<T>(method: string, relative: string, init?: RequestInit): Promise<T>;
   /** Waits before retry `attempt`: the first delay doubled per attempt, at most 2 s. */
   sleep(attempt: number): Promise<unknown>;
+  /** The bounds on every answer this client reads (the options', or the defaults). */
+  readonly limits: ConnectionLimits;
+  /** A non-2xx answer's error, its body read within the bounds. */
+  error(response: Response, what: string): Promise<RunnerDepotError>;
+  /** A 2xx answer's JSON body, read within `maxJsonBytes` and the time bounds. */
+  readJson<T>(response: Response, what: string): Promise<T>;
+  /** A body's bytes, at most `maxBytes` (else TOO_LARGE), within the time bounds. */
+  readBytes(response: Response, what: string, maxBytes: number): Promise<Buffer>;
+  /** Whether the wait for an answer's headers is this connection's to bound (no `fetch` of the caller's). */
+  readonly boundsHeaders: boolean;
+  /** A streamed body's chunks, each within `idleTimeoutMs` of the last. */
+  chunks(body: ReadableStream<Uint8Array>, what: string): AsyncIterable<Uint8Array>;
+}
+
+/** The bounds of {@link DepotClientOptions}, defaults applied. */
+export interface ConnectionLimits {
+  idleTimeoutMs: number;
+  jsonTimeoutMs: number;
+  maxJsonBytes: number;
+  maxCatalogPages: number;
+  maxCatalogBytes: number;
 }
 
 /**
@@ -40,6 +62,14 @@ export function createDepotConnection(options: DepotClientOptions): DepotConnect
   const base = String(options.baseUrl).replace(/\/*$/, "/");
   const fetchImpl = options.fetch ?? globalThis.fetch;
   const retryDelayMs = options.retryDelayMs ?? 100;
+  const limits: ConnectionLimits = {
+    idleTimeoutMs: options.idleTimeoutMs ?? DEFAULT_LIMITS.idleTimeoutMs,
+    jsonTimeoutMs: options.jsonTimeoutMs ?? DEFAULT_LIMITS.jsonTimeoutMs,
+    maxJsonBytes: options.maxJsonBytes ?? DEFAULT_LIMITS.maxJsonBytes,
+    maxCatalogPages: options.maxCatalogPages ?? DEFAULT_LIMITS.maxCatalogPages,
+    maxCatalogBytes: options.maxCatalogBytes ?? DEFAULT_LIMITS.maxCatalogBytes,
+  };
+  const timing = { idleMs: limits.idleTimeoutMs, totalMs: limits.jsonTimeoutMs };
 
   const url = (relative: string) => new URL(relative, base).href;
   const headersWith = (extra?: HeadersInit) => {
@@ -48,25 +78,67 @@ export function createDepotConnection(options: DepotClientOptions): DepotConnect
     return h;
   };
   const call = async (method: string, relative: string, init: RequestInit = {}): Promise<Response> => {
+    // A GET's answer must begin within the idle bound; a POST's may wait on the server's work (a commit hashes).
+    // A `fetch` of the caller's bounds its own wait (the CLI's names $RUNNER_DEPOT_TIMEOUT).
+    const bounded = (method === "GET" || method === "HEAD") && options.fetch === undefined;
+    const controller = new AbortController();
+    const timer = bounded
+      ? setTimeout(
+          () =>
+            controller.abort(
+              new RunnerDepotError(
+                "DEADLINE_EXCEEDED",
+                `${method} ${url(relative)}: no answer within ${limits.idleTimeoutMs / 1000} s`,
+              ),
+            ),
+          limits.idleTimeoutMs,
+        )
+      : undefined;
+    const signal = !bounded
+      ? init.signal
+      : init.signal
+        ? AbortSignal.any([init.signal, controller.signal])
+        : controller.signal;
     try {
-      return await fetchImpl(url(relative), { ...init, method, headers: headersWith(init.headers) });
+      return await fetchImpl(url(relative), { ...init, method, headers: headersWith(init.headers), signal });
     } catch (cause) {
+      if (controller.signal.aborted) throw controller.signal.reason as RunnerDepotError;
       if (cause instanceof RunnerDepotError) throw cause;
       // Undici says only "fetch failed": name the URL and why (refused, DNS, TLS, timeout).
       throw new RunnerDepotError("UNAVAILABLE", `cannot reach ${url(relative)}: ${fetchFailureCause(cause)}`, {
         cause,
       });
+    } finally {
+      clearTimeout(timer);
     }
   };
+  const error = (response: Response, what: string) => errorFromResponse(response, what, timing);
+  const readJsonBody = <T>(response: Response, what: string) =>
+    readJson<T>(response, what, { maxBytes: limits.maxJsonBytes, ...timing });
   const json = async <T>(method: string, relative: string, init?: RequestInit): Promise<T> => {
     const response = await call(method, relative, init);
-    if (!response.ok) throw await errorFromResponse(response, `${method} /${relative}`);
-    return (await response.json()) as T;
+    if (!response.ok) throw await error(response, `${method} /${relative}`);
+    return readJsonBody<T>(response, `${method} /${relative}`);
   };
   const sleep = (attempt: number) =>
     new Promise((resolve) => setTimeout(resolve, Math.min(2000, retryDelayMs * 2 ** attempt)));
 
-  return { base, fetch: fetchImpl, retries: options.retries ?? 5, url, headersWith, call, json, sleep };
+  return {
+    base,
+    fetch: fetchImpl,
+    retries: options.retries ?? 5,
+    url,
+    headersWith,
+    call,
+    json,
+    sleep,
+    limits,
+    boundsHeaders: options.fetch === undefined,
+    error,
+    readJson: readJsonBody,
+    readBytes: async (response, what, maxBytes) => (await readBounded(response, what, { maxBytes, ...timing })).bytes,
+    chunks: (body, what) => timedChunks(body, what, { idleMs: limits.idleTimeoutMs }),
+  };
 }
 
 /** `name` or `name@version` (an exact version, never a range), split. */

@@ -6,7 +6,6 @@
  * Why: docs/decisions/depot-client.md, "depot-client.ts: the installer and packager client".
  */
 import { Readable } from "node:stream";
-import { errorFromResponse } from "./http.js";
 import { createCatalogReader } from "./catalog.js";
 import { createDepotConnection, seg, specPath, versionPart } from "./connection.js";
 import { downloadArchive } from "./download.js";
@@ -49,15 +48,18 @@ export function createDepotClient(options: DepotClientOptions): DepotClient {
       const relative = `data/${specPath(name, version)}`;
       // The manifest is the archive's first entry: its head is usually enough.
       const head = await call("GET", relative, { headers: { range: "bytes=0-65535" } });
-      if (!head.ok) throw await errorFromResponse(head, `GET /${relative}`);
+      if (!head.ok) throw await connection.error(head, `GET /${relative}`);
+      // Each chunk within the idle bound; the manifest's own size is bounded by readPackageManifest.
+      const body = (response: Response) =>
+        Readable.from(connection.chunks(response.body ?? new ReadableStream(), `GET /${relative}`));
       try {
-        return await readPackageManifest(Readable.fromWeb(head.body as never));
+        return await readPackageManifest(body(head));
       } catch (error) {
         if (head.status !== 206) throw error;
       }
       const whole = await call("GET", relative);
-      if (!whole.ok) throw await errorFromResponse(whole, `GET /${relative}`);
-      return readPackageManifest(Readable.fromWeb(whole.body as never));
+      if (!whole.ok) throw await connection.error(whole, `GET /${relative}`);
+      return readPackageManifest(body(whole));
     },
 
     download(spec, opts = {}) {

@@ -6,7 +6,7 @@
 import { createHash } from "node:crypto";
 import { RunnerDepotError } from "../../errors.js";
 import { fetchFailureCause } from "../../fetch-failure.js";
-import { digestToHex, errorFromResponse, hexToDigest } from "./http.js";
+import { digestToHex, hexToDigest } from "./http.js";
 import { seg, specPath, versionPart, type DepotConnection } from "./connection.js";
 import type { DownloadOptions, DownloadResult } from "./types.js";
 import { openSink, overrun, Overrun } from "./download-sink.js";
@@ -25,7 +25,7 @@ export async function downloadArchive(
   spec: string,
   opts: DownloadOptions = {},
 ): Promise<DownloadResult> {
-  const { url, headersWith, fetch: fetchImpl, retries, sleep } = connection;
+  const { url, headersWith, fetch: fetchImpl, retries, sleep, limits } = connection;
   const { name, version } = versionPart(spec);
   const relative = dataPath(name, version, opts.from);
   const sink = await openSink(opts.to, `${name}-${version ?? "latest"}`);
@@ -45,14 +45,20 @@ export async function downloadArchive(
         if (etag) headers.set("if-range", etag);
       }
       let response: Response;
+      // The answer must begin within the idle bound, like each chunk after it.
+      const answer = new AbortController();
+      const timer = connection.boundsHeaders ? setTimeout(() => answer.abort(), limits.idleTimeoutMs) : undefined;
+      const signal = opts.signal ? AbortSignal.any([opts.signal, answer.signal]) : answer.signal;
       try {
-        response = await fetchImpl(target, { headers, redirect: "follow", signal: opts.signal });
+        response = await fetchImpl(target, { headers, redirect: "follow", signal });
       } catch (cause) {
         if (opts.signal?.aborted || idle++ >= retries) {
           throw new RunnerDepotError("UNAVAILABLE", `cannot reach ${target}: ${fetchFailureCause(cause)}`, { cause });
         }
         await sleep(idle);
         continue;
+      } finally {
+        clearTimeout(timer);
       }
       if (RETRY_STATUS.has(response.status) && idle++ < retries) {
         await response.body?.cancel();
@@ -60,7 +66,7 @@ export async function downloadArchive(
         continue;
       }
       if (response.status !== 200 && response.status !== 206) {
-        throw await errorFromResponse(response, `GET ${target}`);
+        throw await connection.error(response, `GET ${target}`);
       }
       const repr =
         response.headers.get("repr-digest") ??
@@ -116,7 +122,7 @@ export async function downloadArchive(
       }
       try {
         if (response.body) {
-          for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
+          for await (const chunk of connection.chunks(response.body, `GET ${target}`)) {
             if (received + chunk.byteLength > bound) throw overrun(target, received + chunk.byteLength, bound, opts);
             hash.update(chunk);
             await sink.write(chunk);

@@ -5,6 +5,7 @@
 import { createHash } from "node:crypto";
 import { RunnerDepotError, type ErrorCode } from "../../errors.js";
 import { parseHttpDigest, toHttpDigest } from "../package/digest.js";
+import { DEFAULT_LIMITS, readBounded } from "./body.js";
 
 /** SHA-256 as lower-case hex from any notation the depot uses: `sha256:<hex>` or `sha-256=:<base64>:`. */
 export function digestToHex(value: string): string | null {
@@ -75,11 +76,22 @@ const STATUS_CODES: Record<number, ErrorCode> = {
 
 /**
  * Turns a non-2xx response into a RunnerDepotError carrying the server's problem
- * `code`, status and extra members (e.g. `problems` of a failed commit).
+ * `code`, status and extra members (e.g. `problems` of a failed commit). At most
+ * 64 KiB of the body is read, within `timing` (a longer or stalled one keeps the status only).
  */
-export async function errorFromResponse(response: Response, what: string): Promise<RunnerDepotError> {
+export async function errorFromResponse(
+  response: Response,
+  what: string,
+  timing: { idleMs: number; totalMs: number } = {
+    idleMs: DEFAULT_LIMITS.idleTimeoutMs,
+    totalMs: DEFAULT_LIMITS.jsonTimeoutMs,
+  },
+): Promise<RunnerDepotError> {
   let problem: Record<string, unknown> = {};
-  const text = await response.text().catch(() => "");
+  const read = await readBounded(response, what, { maxBytes: DEFAULT_LIMITS.maxErrorBytes, ...timing }, true).catch(
+    () => null,
+  );
+  const text = read && !read.truncated ? read.bytes.toString("utf8") : "";
   try {
     const parsed: unknown = JSON.parse(text);
     if (parsed && typeof parsed === "object") problem = parsed as Record<string, unknown>;

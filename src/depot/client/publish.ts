@@ -181,12 +181,12 @@ async function commitWithRetry(connection: DepotConnection, t: string, what: str
       continue;
     }
     if (!response.ok) {
-      const error = await errorFromResponse(response, `commit ${what}`);
+      const error = await connection.error(response, `commit ${what}`);
       if (error.code !== "CONFLICT" || conflicts >= retries) throw error;
       await sleep(conflicts++);
       continue;
     }
-    committed = (await response.json()) as typeof committed;
+    committed = await connection.readJson<Committed>(response, `commit ${what}`);
   }
   return committed as Committed;
 }

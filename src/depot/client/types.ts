@@ -23,6 +23,21 @@ export interface DepotClientOptions {
   retries?: number;
   /** First retry delay in ms, doubled per retry up to 2 s. Default 100. */
   retryDelayMs?: number;
+  /**
+   * The longest wait, in ms, for each next chunk of any body the client reads (JSON,
+   * errors, archives), and with the global `fetch` for a GET's answer to begin (a `fetch`
+   * of your own bounds its own wait): past it the read fails with DEADLINE_EXCEEDED (a
+   * download resumes, as after any break, up to `retries` times). Default 30,000.
+   */
+  idleTimeoutMs?: number;
+  /** The longest a JSON or error body may take in all, in ms. Default 120,000. */
+  jsonTimeoutMs?: number;
+  /** Refuse (TOO_LARGE) a JSON answer (one catalog page, `/version`, `/depend`) of more decoded bytes. Default 32 MiB. */
+  maxJsonBytes?: number;
+  /** `catalog()` refuses (TOO_LARGE) a walk of more pages than this. Default 10,000. */
+  maxCatalogPages?: number;
+  /** `catalog()` refuses (TOO_LARGE) a walk whose pages total more decoded bytes. Default 128 MiB. */
+  maxCatalogBytes?: number;
 }
 
 /** `GET /catalog`, every page merged. */

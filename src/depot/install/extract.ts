@@ -183,12 +183,25 @@ async function lstatOrNull(p: string) {
   }
 }
 
-/** Creates the parents of `rel` under `root`, refusing any that is a link or a file. */
-async function ensureParents(root: string, rel: string, create: boolean): Promise<boolean> {
-  const segments = rel.split("/").slice(0, -1);
-  let current = root;
+/**
+ * Creates the parents of `rel` under `root`, refusing any that is a link or a file.
+ * `known` holds the directories (relative) this extraction already created or checked:
+ * the walk starts below the deepest of them, so each path component is checked once and
+ * an archive of deep paths costs time linear in their length (issue 30, item 5).
+ */
+async function ensureParents(root: string, rel: string, create: boolean, known?: Set<string>): Promise<boolean> {
+  const parent = rel.lastIndexOf("/");
+  if (parent < 0) return true;
+  // The deepest ancestor already checked (paths are checked clean: no `.`, `..` or empty segment).
+  let from = parent;
+  while (from > 0 && !known?.has(rel.slice(0, from))) from = rel.lastIndexOf("/", from - 1);
+  if (from === parent) return true;
+  const segments = rel.slice(from < 0 ? 0 : from + 1, parent).split("/");
+  let current = from < 0 ? root : `${root}${path.sep}${rel.slice(0, from)}`;
+  let done = from < 0 ? "" : rel.slice(0, from);
   for (const segment of segments) {
-    current = path.join(current, segment);
+    current = `${current}${path.sep}${segment}`;
+    done = done === "" ? segment : `${done}/${segment}`;
     const st = await lstatOrNull(current);
     if (st === null) {
       if (!create) return false;
@@ -198,6 +211,7 @@ async function ensureParents(root: string, rel: string, create: boolean): Promis
     } else if (!st.isDirectory()) {
       throw new RunnerDepotError("PATH_INVALID", `${rel} passes through the file ${path.relative(root, current)}`);
     }
+    known?.add(done);
   }
   return true;
 }
@@ -317,6 +331,7 @@ export async function extractPackage(
     const licenses = new Map((manifest.licenses ?? []).map((l) => [l.path, l]));
     const done = new Set<string>();
     const dirModes: Array<[string, number]> = [];
+    const knownDirs = new Set<string>();
     let written = 0;
 
     // Before anything is written: no link may lead out through the package's links.
@@ -362,8 +377,8 @@ export async function extractPackage(
       pending.delete(rel);
       done.add(rel);
 
-      await ensureParents(root, rel, true);
-      const full = path.join(root, rel);
+      await ensureParents(root, rel, true, knownDirs);
+      const full = `${root}${path.sep}${rel}`;
       const existing = await lstatOrNull(full);
       if (existing) {
         if (type === "dir" && existing.isDirectory()) {
@@ -372,8 +387,10 @@ export async function extractPackage(
           throw invalid(`the archive entry ${rel} collides with an earlier one`);
         } else {
           await rm(full, { recursive: true, force: true });
+          knownDirs.clear(); // what was checked below it is gone
         }
       }
+      if (type === "dir") knownDirs.add(rel);
 
       if (type === "file") {
         const expected = digestToHex(item.digest!)!;

@@ -148,10 +148,13 @@ export async function findUserEntries(live: string, items: readonly RecordItem[]
   if ((await kindOf(live)) !== "dir") return [];
   const tracked = new Map((items ?? []).map((i) => [i.path, i]));
   // Directories the record implies as parents of its items.
+  // Deepest first, stopping at a parent already walked up from: linear in the paths' length.
+  const walked = new Set<string>();
   for (const item of items ?? []) {
-    const parts = item.path.split("/");
-    for (let i = 1; i < parts.length; i++) {
-      const dir = parts.slice(0, i).join("/");
+    for (let end = item.path.lastIndexOf("/"); end > 0; end = item.path.lastIndexOf("/", end - 1)) {
+      const dir = item.path.slice(0, end);
+      if (walked.has(dir)) break;
+      walked.add(dir);
       if (!tracked.has(dir)) tracked.set(dir, { path: dir, type: "dir" });
     }
   }

@@ -7,6 +7,7 @@
  */
 import semver from "semver";
 import { RunnerDepotError } from "../../errors.js";
+import { candidates, indexVersions, type VersionIndex } from "./candidates.js";
 
 /** One `requires` entry of a package version. */
 export interface Requirement {
@@ -100,6 +101,7 @@ export async function resolveDependencies(
   const root = parsePackageSpec(spec);
   const maxSteps = options.maxSteps ?? 10_000;
   const versionCache = new Map<string, Promise<string[] | null>>();
+  const indexCache = new Map<string, VersionIndex>();
   const requireCache = new Map<string, Promise<Requirement[]>>();
   const versionsOf = (name: string) => {
     let p = versionCache.get(name);
@@ -139,8 +141,9 @@ export async function resolveDependencies(
   const order: string[] = [root.name];
   let firstFailure: RunnerDepotError | null = null;
   let steps = 0;
-  const fail = (error: RunnerDepotError) => {
-    firstFailure ??= error;
+  // Only the first failure is reported: later ones are not built (each lists every version).
+  const fail = async (error: () => RunnerDepotError | Promise<RunnerDepotError>) => {
+    firstFailure ??= await error();
     return false;
   };
 
@@ -182,22 +185,25 @@ export async function resolveDependencies(
     if (all === null || all.length === 0) {
       const c = cs[0]!;
       if (c.by.length === 0) {
-        return fail(new RunnerDepotError("PACKAGE_NOT_FOUND", `package ${name} is not in the depot`));
+        return fail(() => new RunnerDepotError("PACKAGE_NOT_FOUND", `package ${name} is not in the depot`));
       }
       const who = c.by.length > 0 ? ` (required as ${c.range} by ${chain(c.by)})` : "";
       return fail(
-        new RunnerDepotError("DEPENDENCY_UNRESOLVED", `package ${name} is not in the depot${who}`, {
-          details: { package: name, constraints: cs.map((x) => ({ range: x.range, path: x.by })) },
-        }),
+        () =>
+          new RunnerDepotError("DEPENDENCY_UNRESOLVED", `package ${name} is not in the depot${who}`, {
+            details: { package: name, constraints: cs.map((x) => ({ range: x.range, path: x.by })) },
+          }),
       );
     }
-    const candidates = satisfyingVersions(
-      all,
-      cs.map((c) => c.range),
-    );
-    if (candidates.length === 0) return fail(await unsatisfied(name, cs));
+    // Sorted once per package; each step then costs O(log versions), not O(versions).
+    let index = indexCache.get(name);
+    if (!index) indexCache.set(name, (index = indexVersions(all)));
+    const ranges = cs.map((c) => c.range);
+    const constraintsHere = [...cs];
     const pathTo = cs[0]!.by;
-    for (const version of candidates) {
+    let tried = 0;
+    for (const version of candidates(index, ranges)) {
+      tried++;
       if (++steps > maxSteps) {
         throw (
           firstFailure ??
@@ -210,8 +216,8 @@ export async function resolveDependencies(
       for (const r of requires) {
         const other = chosen.get(r.name) ?? (r.name === name ? { version } : undefined);
         if (other && !satisfyingVersions([other.version], [r.range]).length) {
-          const existing = constraints.get(r.name) ?? [];
-          fail(await unsatisfied(r.name, [...existing, { range: r.range, by: here }]));
+          const existing = [...(constraints.get(r.name) ?? [])];
+          await fail(() => unsatisfied(r.name, [...existing, { range: r.range, by: here }]));
           ok = false;
           break;
         }
@@ -236,6 +242,7 @@ export async function resolveDependencies(
         if (constraints.get(n)!.length === 0) constraints.delete(n);
       }
     }
+    if (tried === 0) return fail(() => unsatisfied(name, constraintsHere));
     return false;
   };
 
