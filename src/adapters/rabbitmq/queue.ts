@@ -17,8 +17,14 @@ export const JOB_RESULT_MESSAGE_TYPE = "runner.v1.JobResult";
 
 /** Options of {@link createRabbitMqQueue}. */
 export interface RabbitMqQueueOptions {
-  /** AMQP URL, e.g. `amqp://guest:guest@127.0.0.1:5672`; `?heartbeat=N` is honoured. */
+  /** AMQP URL, e.g. `amqp://guest:guest@127.0.0.1:5672`; its `?heartbeat=N` wins over `heartbeatSeconds`. */
   url: string;
+  /**
+   * AMQP heartbeat asked of the broker, in seconds; default 5. A connection that hears
+   * nothing for two of them (a stalled broker, a link that drops bytes) is closed and
+   * replaced. 0 turns heartbeats off (a dead connection is then never noticed).
+   */
+  heartbeatSeconds?: number;
   /** Exchange to publish to; default `""` (the default exchange, routed by queue name). */
   exchange?: string;
   /** Type of `exchange` when the adapter declares it; default `direct`. */
@@ -84,6 +90,7 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
   const maxDelay = options.reconnectDelayMs?.max ?? 5_000;
   const connectTimeoutMs = options.connectTimeoutMs ?? 5_000;
   const onError = options.onError ?? (() => {});
+  const url = withHeartbeat(options.url, options.heartbeatSeconds ?? 5);
   const logger = options.logger ?? silentLogger;
   // Set once a connection was lost: the next successful connect is a reconnect.
   let lost = false;
@@ -101,6 +108,9 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
   let waiters: Array<() => void> = [];
   // messageId → messages the broker returned as unroutable, not yet matched to a confirm.
   const returned = new Map<string, number>();
+  // messageId → the publish of that result awaiting its confirm: a retry of the same result
+  // while its channel lives waits for that confirm instead of sending a second copy.
+  const unconfirmed = new Map<string, { channel: ConfirmChannel; same: string; confirmed: Promise<void> }>();
 
   function backoff(attempt: number): number {
     const base = Math.min(maxDelay, initialDelay * 2 ** Math.min(attempt, 16));
@@ -114,7 +124,7 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
   }
 
   async function connect(): Promise<ConfirmChannel> {
-    const m = await amqp.connect(options.url, { timeout: connectTimeoutMs });
+    const m = await amqp.connect(url, { timeout: connectTimeoutMs });
     // Listeners first: an 'error' without a listener would crash the host process.
     m.on("error", (error: unknown) => onError(error));
     m.on("close", () => {
@@ -222,6 +232,24 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
     });
   }
 
+  /**
+   * Publishes on `ch` unless the same result already waits for its confirm there (a publish
+   * that timed out on a stalled broker): then its confirm is the answer. A result made again
+   * for a replayed end differs in its times only, so `same` leaves them out. O(1).
+   */
+  function sendOnce(ch: ConfirmChannel, body: Buffer, same: string, props: Options.Publish): Promise<void> {
+    const id = props.messageId ?? "";
+    const pending = unconfirmed.get(id);
+    if (pending && pending.channel === ch && pending.same === same) return pending.confirmed;
+    const entry = { channel: ch, same, confirmed: publishOnce(ch, body, props) };
+    unconfirmed.set(id, entry);
+    const forget = () => {
+      if (unconfirmed.get(id) === entry) unconfirmed.delete(id);
+    };
+    entry.confirmed.then(forget, forget);
+    return entry.confirmed;
+  }
+
   /** Waits until a channel is open, the deadline passes, or `ms` elapse. */
   function pause(ms: number): Promise<void> {
     return new Promise((resolve) => {
@@ -282,6 +310,7 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
 
     async publishJobResult(result: JobResult) {
       const body = Buffer.from(JSON.stringify(result), "utf8");
+      const same = JSON.stringify({ ...result, startedAt: undefined, endedAt: undefined });
       const props: Options.Publish = {
         persistent: true,
         mandatory: true,
@@ -298,9 +327,9 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
         if (closed) throw unavailable("queue closed", lastError);
         try {
           const ch = await withDeadline(getChannel(), deadline);
-          // A confirm lost with its connection is retried: delivery is at least once,
-          // consumers deduplicate on messageId.
-          await withDeadline(publishOnce(ch, body, props), deadline);
+          // A confirm lost with its connection is retried on the next one: delivery is at
+          // least once, at most one copy per connection; consumers deduplicate on messageId.
+          await withDeadline(sendOnce(ch, body, same, props), deadline);
           return;
         } catch (error) {
           lastError = error;
@@ -329,6 +358,19 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
       if (m) await m.close().catch(() => {});
     },
   };
+}
+
+/** The URL with `heartbeat=seconds` unless it names its own. */
+function withHeartbeat(url: string, seconds: number): string {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return url; // amqplib reports a bad URL on connect, without echoing credentials here
+  }
+  if (parsed.searchParams.has("heartbeat")) return url;
+  parsed.searchParams.set("heartbeat", String(seconds));
+  return parsed.toString();
 }
 
 function unavailable(message: string, cause?: unknown): RunnerDepotError {
