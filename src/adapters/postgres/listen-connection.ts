@@ -23,7 +23,7 @@ export interface ListenConnectionHooks {
   /** The longest wait between reconnect attempts; default 5 s. */
   reconnectMaxMs?: number;
   /**
-   * How often a connected client is asked `SELECT 1`, and how long it has to answer before
+   * How often a connected client is pinged (`SELECT 1`, or its LISTEN again), and how long it has to answer before
    * it counts as lost; default 15 s and 10 s. A LISTEN connection only ever reads: without
    * this, a link that drops bytes would leave it silent, and its watchers unwarned, for good.
    */
@@ -115,7 +115,9 @@ export function createListenConnection(
           onLost(new Error(`PostgreSQL LISTEN connection: no answer in ${pingTimeout} ms`));
       }, pingTimeout);
       deadline.unref?.();
-      c.query("SELECT 1").then(
+      // LISTEN again when listening: a no-op for the server, and the session's last query
+      // (pg_stat_activity) stays the LISTEN that monitoring looks for.
+      c.query(listening ? `LISTEN ${quoted}` : "SELECT 1").then(
         () => {
           answered = true;
           clearTimeout(deadline);
