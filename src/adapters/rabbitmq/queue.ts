@@ -110,7 +110,10 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
   const returned = new Map<string, number>();
   // messageId → the publish of that result awaiting its confirm: a retry of the same result
   // while its channel lives waits for that confirm instead of sending a second copy.
-  const unconfirmed = new Map<string, { channel: ConfirmChannel; same: string; confirmed: Promise<void> }>();
+  const unconfirmed = new Map<string, Unconfirmed>();
+  // messageId → a result confirmed after its caller was told UNAVAILABLE: the caller's retry
+  // of that result is answered by this confirm, never published again. Oldest dropped first.
+  const lateConfirmed = new Map<string, string>();
 
   function backoff(attempt: number): number {
     const base = Math.min(maxDelay, initialDelay * 2 ** Math.min(attempt, 16));
@@ -241,12 +244,18 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
     const id = props.messageId ?? "";
     const pending = unconfirmed.get(id);
     if (pending && pending.channel === ch && pending.same === same) return pending.confirmed;
-    const entry = { channel: ch, same, confirmed: publishOnce(ch, body, props) };
+    const entry: Unconfirmed = { channel: ch, same, confirmed: publishOnce(ch, body, props), abandoned: false };
     unconfirmed.set(id, entry);
     const forget = () => {
       if (unconfirmed.get(id) === entry) unconfirmed.delete(id);
     };
-    entry.confirmed.then(forget, forget);
+    entry.confirmed.then(() => {
+      forget();
+      if (!entry.abandoned) return;
+      lateConfirmed.delete(id);
+      if (lateConfirmed.size >= MAX_LATE_CONFIRMED) lateConfirmed.delete(lateConfirmed.keys().next().value!);
+      lateConfirmed.set(id, same);
+    }, forget);
     return entry.confirmed;
   }
 
@@ -321,6 +330,11 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
         timestamp: Math.floor(Date.now() / 1000),
         appId: "runner-depot",
       };
+      const id = result.requestId;
+      if (lateConfirmed.get(id) === same) {
+        lateConfirmed.delete(id);
+        return; // the broker confirmed it after the earlier call had given up
+      }
       const deadline = Date.now() + publishTimeoutMs;
       let lastError: unknown;
       for (let attempt = 0; ; attempt++) {
@@ -336,6 +350,9 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
         }
         const left = deadline - Date.now();
         if (left <= 0) {
+          // Still awaiting its confirm: a late one answers this result's retry (lateConfirmed).
+          const pending = unconfirmed.get(id);
+          if (pending && pending.same === same) pending.abandoned = true;
           throw unavailable(
             `RabbitMQ did not accept the result of job ${result.requestId} within ${publishTimeoutMs} ms`,
             lastError,
@@ -359,6 +376,19 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
     },
   };
 }
+
+/** A result sent on a channel and not yet confirmed. */
+interface Unconfirmed {
+  channel: ConfirmChannel;
+  /** The result without its times (a replayed end's result differs in them only). */
+  same: string;
+  confirmed: Promise<void>;
+  /** Its caller was answered UNAVAILABLE while it waited. */
+  abandoned: boolean;
+}
+
+/** Results confirmed late remembered at most (a few hundred bytes each). */
+const MAX_LATE_CONFIRMED = 10_000;
 
 /** The URL with `heartbeat=seconds` unless it names its own. */
 function withHeartbeat(url: string, seconds: number): string {

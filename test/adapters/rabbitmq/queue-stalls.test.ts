@@ -104,6 +104,31 @@ describe("rabbitmq queue: a stalled or black-holed broker", () => {
     }
   }, 120_000);
 
+  it("a result retried after the stalled broker confirmed it late is not sent again", async () => {
+    const queue = `rd-test-${randomUUID()}`;
+    const adapter = make(queue, { heartbeatSeconds: 20 });
+    try {
+      await adapter.ready();
+      const results = Array.from({ length: 5 }, () => sampleJobResult());
+      proxy.mode("pause");
+      const during = await Promise.allSettled(results.map((r) => adapter.publishJobResult(r)));
+      expect(during.map((o) => (o.status === "fulfilled" ? "ok" : code(o.reason)))).toEqual(
+        results.map(() => "UNAVAILABLE"),
+      );
+      proxy.mode("pass");
+      // The broker confirms the first copies now, before the callers retry (their back-off).
+      await eventually(() => false, 1_000);
+      await Promise.all(results.map((r) => adapter.publishJobResult({ ...r, endedAt: new Date().toISOString() })));
+
+      await sleep(500);
+      const got = counts(await drainIds(queue));
+      expect(Object.fromEntries(got)).toEqual(Object.fromEntries(results.map((r) => [r.requestId, 1])));
+    } finally {
+      proxy.mode("pass");
+      await adapter.close();
+    }
+  }, 120_000);
+
   it("a link that drops bytes is noticed by the default heartbeat, and publishing recovers", async () => {
     const queue = `rd-test-${randomUUID()}`;
     const adapter = make(queue);
