@@ -149,7 +149,9 @@ async function soak(scale: number): Promise<string> {
         if (k % 10 === 0) await sleep(50);
       }
       await client.end({ exitCode: 0, success: true });
+      // An agent's acked position shows at its call's end: the job's end is its last ack.
       job.acked = job.written;
+      lastAckAt = Date.now();
       job.ended = true;
     } catch {
       gaveUp++;
