@@ -22,6 +22,7 @@ const fresh = await writeReport({
   modules: [
     "depot-commits",
     "depot-stalled",
+    "runner-backend-stalls",
     "runner-cuts",
     "runner-kill",
     "runner-rabbitmq-restart",

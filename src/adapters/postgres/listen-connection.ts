@@ -22,6 +22,12 @@ export interface ListenConnectionHooks {
   onError?(error: unknown): void;
   /** The longest wait between reconnect attempts; default 5 s. */
   reconnectMaxMs?: number;
+  /**
+   * How often a connected client is pinged (`SELECT 1`, or its LISTEN again), and how long it has to answer before
+   * it counts as lost; default 15 s and 10 s. A LISTEN connection only ever reads: without
+   * this, a link that drops bytes would leave it silent, and its watchers unwarned, for good.
+   */
+  pingMs?: { every?: number; timeout?: number };
 }
 
 /** The owner's handle on the connection. */
@@ -30,6 +36,8 @@ export interface ListenConnection {
   client(): Client | null;
   /** Connects (and LISTENs) unless connected or connecting; never rejects. */
   open(): Promise<void>;
+  /** Drops `c` as lost (its owner saw it time out) and reconnects; nothing if it is no longer current. */
+  lost(c: Client, error: unknown): void;
   /** Makes a connected client LISTEN now (once per connection), or connects. */
   listen(): void;
   /**
@@ -63,6 +71,9 @@ export function createListenConnection(
   let retryTimer: NodeJS.Timeout | null = null;
   let delay = 100;
   let closed = false;
+  let pingTimer: NodeJS.Timeout | null = null;
+  const pingEvery = hooks.pingMs?.every ?? 15_000;
+  const pingTimeout = hooks.pingMs?.timeout ?? 10_000;
 
   function report(error: unknown) {
     try {
@@ -89,7 +100,39 @@ export function createListenConnection(
     const old = client;
     client = null;
     listening = false;
+    if (pingTimer) clearTimeout(pingTimer);
+    pingTimer = null;
     if (old) discard(old);
+  }
+
+  /** Pings `c` every pingEvery; no answer within pingTimeout (or an error) loses it. */
+  function schedulePing(c: Client) {
+    if (pingTimer) clearTimeout(pingTimer);
+    pingTimer = setTimeout(() => {
+      pingTimer = null;
+      if (client !== c || closed) return;
+      let answered = false;
+      const deadline = setTimeout(() => {
+        if (!answered && client === c)
+          onLost(new Error(`PostgreSQL LISTEN connection: no answer in ${pingTimeout} ms`));
+      }, pingTimeout);
+      deadline.unref?.();
+      // LISTEN again when listening: a no-op for the server, and the session's last query
+      // (pg_stat_activity) stays the LISTEN that monitoring looks for.
+      c.query(listening ? `LISTEN ${quoted}` : "SELECT 1").then(
+        () => {
+          answered = true;
+          clearTimeout(deadline);
+          if (client === c) schedulePing(c);
+        },
+        (error: unknown) => {
+          answered = true;
+          clearTimeout(deadline);
+          if (client === c) onLost(error);
+        },
+      );
+    }, pingEvery);
+    pingTimer.unref?.();
   }
 
   function onLost(error: unknown) {
@@ -128,6 +171,7 @@ export function createListenConnection(
         // (e.g. the last NOTIFYs) and ends it.
         if (closed) return;
         await listenOn(c);
+        schedulePing(c);
         delay = 100;
         if (!closed) hooks.onConnected();
       } catch (error) {
@@ -145,6 +189,9 @@ export function createListenConnection(
   return {
     client: () => client,
     open,
+    lost(c, error) {
+      if (client === c) onLost(error);
+    },
     listen() {
       if (client) void listenOn(client).catch(onLost);
       else void open();

@@ -8,6 +8,7 @@
 import type { Client } from "pg";
 import type { JobLogEvent } from "../../runner/ports.js";
 import { createListenConnection } from "./listen-connection.js";
+import { isConnectionFailure } from "./schema.js";
 
 /** One replica's end of the notification channel. */
 export interface PostgresLogNotifier {
@@ -131,8 +132,10 @@ export function createPostgresLogNotifier(
       try {
         await client.query(`SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, [channel, payloads]);
       } catch (error) {
-        // Followers elsewhere fall back to their poll: late, not lost.
+        // Followers elsewhere fall back to their poll: late, not lost. A timed-out or broken
+        // connection is dropped and reopened, not used again.
         report(error);
+        if (isConnectionFailure(error)) connection.lost(client, error);
       }
     })();
     sending = statement;

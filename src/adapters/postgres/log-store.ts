@@ -36,7 +36,7 @@ import {
   statementCuts,
 } from "./log-lines.js";
 import type { ChunkRow } from "./log-lines.js";
-import { inTransaction, openPostgres, unavailable } from "./schema.js";
+import { inTransaction, isStatementError, openPostgres, unavailable } from "./schema.js";
 import type { PostgresOptions } from "./schema.js";
 import { withPostgresLogExtras, type PostgresLogExtrasOptions } from "./log-store-notify-archive.js";
 import { readsLineEntries } from "../../runner/protocol/received-line.js";
@@ -49,12 +49,6 @@ const SEEN_STEP = "10 seconds";
 
 function coarseSeen(value: string): string {
   return `CASE WHEN ${value} >= j.last_seen_at + interval '${SEEN_STEP}' OR ${value} < j.last_seen_at THEN ${value} ELSE j.last_seen_at END`;
-}
-
-/** A statement the server refused (an SQLSTATE), as opposed to a lost connection or a server going down. */
-function isStatementError(error: unknown): boolean {
-  const code = (error as { code?: unknown }).code;
-  return typeof code === "string" && /^[0-9A-Z]{5}$/.test(code) && !/^(08|53|57|58)/.test(code);
 }
 
 /** Options of {@link createPostgresLogStore}. */

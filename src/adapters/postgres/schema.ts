@@ -13,12 +13,54 @@ export interface PostgresOptions {
   pool?: Pool;
   /** Or a connection string for a pool the adapter creates and ends on close. */
   connectionString?: string;
-  /** Or a full pool configuration. */
+  /**
+   * Or a full pool configuration. Timeouts it leaves out get the defaults of
+   * {@link POSTGRES_TIMEOUTS} (a pool the host gives should set its own).
+   */
   poolConfig?: PoolConfig;
   /** Schema holding the tables; default `runner_depot`. Created when missing. */
   schema?: string;
   /** Create the tables on first use; default true. Set false when `migrate()` runs at deploy time. */
   autoMigrate?: boolean;
+}
+
+/**
+ * Timeouts of a pool the adapter creates (and of its LISTEN connection): a database that
+ * stops answering costs a call at most about connect + query time, then UNAVAILABLE, and a
+ * connection that timed out is destroyed, never reused. docs/decisions/backends.md has the
+ * figures behind them.
+ */
+export const POSTGRES_TIMEOUTS = {
+  /** A new connection (TCP and startup) or a wait for a pooled one. */
+  connectionTimeoutMillis: 5_000,
+  /** Client side: a statement with no answer by then fails and its connection is destroyed. */
+  query_timeout: 10_000,
+  /** Server side: the server cancels a statement running longer (the connection stays good). */
+  statement_timeout: 8_000,
+  /** Server side: a transaction whose client went silent is rolled back, its row locks freed. */
+  idle_in_transaction_session_timeout: 30_000,
+  /** TCP keepalive, so a half-open idle connection is found out by the kernel too. */
+  keepAlive: true,
+  keepAliveInitialDelayMillis: 10_000,
+} as const satisfies PoolConfig;
+
+/** The pool configuration of a pool the adapter creates: the host's settings over the timeouts. */
+export function poolConfigOf(options: PostgresOptions): PoolConfig {
+  return { ...POSTGRES_TIMEOUTS, ...(options.poolConfig ?? { connectionString: options.connectionString }) };
+}
+
+/**
+ * A failure that leaves the connection's state unknown (a timeout, a lost or reset socket),
+ * as opposed to a statement the server refused (an SQLSTATE outside the connection classes).
+ */
+export function isConnectionFailure(error: unknown): boolean {
+  return !(error instanceof RunnerDepotError) && !isStatementError(error);
+}
+
+/** A statement the server refused (an SQLSTATE), as opposed to a lost connection or a server going down. */
+export function isStatementError(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === "string" && /^[0-9A-Z]{5}$/.test(code) && !/^(08|53|57|58)/.test(code);
 }
 
 const IDENT = /^[a-z_][a-z0-9_]{0,62}$/;
@@ -156,7 +198,7 @@ export function openPostgres(options: PostgresOptions): PostgresHandle {
   const schemaName = options.schema ?? "runner_depot";
   const schema = quoteSchema(schemaName);
   const owns = !options.pool;
-  const pool = options.pool ?? new pg.Pool(options.poolConfig ?? { connectionString: options.connectionString });
+  const pool = options.pool ?? new pg.Pool(poolConfigOf(options));
   // An idle client losing its connection emits 'error' on the pool: without a
   // listener the host process would crash on a database restart.
   if (owns) pool.on("error", () => {});
@@ -218,9 +260,13 @@ export async function inTransaction<T>(db: PostgresHandle, work: (client: PoolCl
     await client.query("COMMIT");
     return out;
   } catch (error) {
-    await client.query("ROLLBACK").catch(() => {
-      broken = true;
-    });
+    // A connection that timed out or broke has a statement still pending: no ROLLBACK to
+    // queue behind it, the connection is destroyed (the server rolls back when it goes).
+    if (isConnectionFailure(error)) broken = true;
+    else
+      await client.query("ROLLBACK").catch(() => {
+        broken = true;
+      });
     throw unavailable(error);
   } finally {
     client.removeListener("error", onError);

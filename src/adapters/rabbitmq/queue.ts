@@ -17,8 +17,14 @@ export const JOB_RESULT_MESSAGE_TYPE = "runner.v1.JobResult";
 
 /** Options of {@link createRabbitMqQueue}. */
 export interface RabbitMqQueueOptions {
-  /** AMQP URL, e.g. `amqp://guest:guest@127.0.0.1:5672`; `?heartbeat=N` is honoured. */
+  /** AMQP URL, e.g. `amqp://guest:guest@127.0.0.1:5672`; its `?heartbeat=N` wins over `heartbeatSeconds`. */
   url: string;
+  /**
+   * AMQP heartbeat asked of the broker, in seconds; default 5. A connection that hears
+   * nothing for two of them (a stalled broker, a link that drops bytes) is closed and
+   * replaced. 0 turns heartbeats off (a dead connection is then never noticed).
+   */
+  heartbeatSeconds?: number;
   /** Exchange to publish to; default `""` (the default exchange, routed by queue name). */
   exchange?: string;
   /** Type of `exchange` when the adapter declares it; default `direct`. */
@@ -81,6 +87,7 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
   const maxDelay = options.reconnectDelayMs?.max ?? 5_000;
   const connectTimeoutMs = options.connectTimeoutMs ?? 5_000;
   const onError = options.onError ?? (() => {});
+  const url = withHeartbeat(options.url, options.heartbeatSeconds ?? 5);
   const logger = options.logger ?? silentLogger;
   // Set once a connection was lost: the next successful connect is a reconnect.
   let lost = false;
@@ -98,6 +105,12 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
   let waiters: Array<() => void> = [];
   // messageId → messages the broker returned as unroutable, not yet matched to a confirm.
   const returned = new Map<string, number>();
+  // messageId → the publish of that result awaiting its confirm: a retry of the same result
+  // while its channel lives waits for that confirm instead of sending a second copy.
+  const unconfirmed = new Map<string, Unconfirmed>();
+  // messageId → a result confirmed after its caller was told UNAVAILABLE: the caller's retry
+  // of that result is answered by this confirm, never published again. Oldest dropped first.
+  const lateConfirmed = new Map<string, string>();
 
   function backoff(attempt: number): number {
     const base = Math.min(maxDelay, initialDelay * 2 ** Math.min(attempt, 16));
@@ -111,7 +124,7 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
   }
 
   async function connect(): Promise<ConfirmChannel> {
-    const m = await amqp.connect(options.url, { timeout: connectTimeoutMs });
+    const m = await amqp.connect(url, { timeout: connectTimeoutMs });
     // Listeners first: an 'error' without a listener would crash the host process.
     m.on("error", (error: unknown) => onError(error));
     m.on("close", () => {
@@ -219,6 +232,30 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
     });
   }
 
+  /**
+   * Publishes on `ch` unless the same result already waits for its confirm there (a publish
+   * that timed out on a stalled broker): then its confirm is the answer. A result made again
+   * for a replayed end differs in its times only, so `same` leaves them out. O(1).
+   */
+  function sendOnce(ch: ConfirmChannel, body: Buffer, same: string, props: Options.Publish): Promise<void> {
+    const id = props.messageId ?? "";
+    const pending = unconfirmed.get(id);
+    if (pending && pending.channel === ch && pending.same === same) return pending.confirmed;
+    const entry: Unconfirmed = { channel: ch, same, confirmed: publishOnce(ch, body, props), abandoned: false };
+    unconfirmed.set(id, entry);
+    const forget = () => {
+      if (unconfirmed.get(id) === entry) unconfirmed.delete(id);
+    };
+    entry.confirmed.then(() => {
+      forget();
+      if (!entry.abandoned) return;
+      lateConfirmed.delete(id);
+      if (lateConfirmed.size >= MAX_LATE_CONFIRMED) lateConfirmed.delete(lateConfirmed.keys().next().value!);
+      lateConfirmed.set(id, same);
+    }, forget);
+    return entry.confirmed;
+  }
+
   /** Waits until a channel is open, the deadline passes, or `ms` elapse. */
   function pause(ms: number): Promise<void> {
     return new Promise((resolve) => {
@@ -279,6 +316,7 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
 
     async publishJobResult(result: JobResult) {
       const body = Buffer.from(JSON.stringify(result), "utf8");
+      const same = JSON.stringify({ ...result, startedAt: undefined, endedAt: undefined });
       const props: Options.Publish = {
         persistent: true,
         mandatory: true,
@@ -289,21 +327,29 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
         timestamp: Math.floor(Date.now() / 1000),
         appId: "runner-depot",
       };
+      const id = result.requestId;
+      if (lateConfirmed.get(id) === same) {
+        lateConfirmed.delete(id);
+        return; // the broker confirmed it after the earlier call had given up
+      }
       const deadline = Date.now() + publishTimeoutMs;
       let lastError: unknown;
       for (let attempt = 0; ; attempt++) {
         if (closed) throw unavailable("queue closed", lastError);
         try {
           const ch = await withDeadline(getChannel(), deadline);
-          // A confirm lost with its connection is retried: delivery is at least once,
-          // consumers deduplicate on messageId.
-          await withDeadline(publishOnce(ch, body, props), deadline);
+          // A confirm lost with its connection is retried on the next one: delivery is at
+          // least once, at most one copy per connection; consumers deduplicate on messageId.
+          await withDeadline(sendOnce(ch, body, same, props), deadline);
           return;
         } catch (error) {
           lastError = error;
         }
         const left = deadline - Date.now();
         if (left <= 0) {
+          // Still awaiting its confirm: a late one answers this result's retry (lateConfirmed).
+          const pending = unconfirmed.get(id);
+          if (pending && pending.same === same) pending.abandoned = true;
           throw unavailable(
             `RabbitMQ did not accept the result of job ${result.requestId} within ${publishTimeoutMs} ms`,
             lastError,
@@ -326,6 +372,32 @@ export function createRabbitMqQueue(options: RabbitMqQueueOptions): RabbitMqQueu
       if (m) await m.close().catch(() => {});
     },
   };
+}
+
+/** A result sent on a channel and not yet confirmed. */
+interface Unconfirmed {
+  channel: ConfirmChannel;
+  /** The result without its times (a replayed end's result differs in them only). */
+  same: string;
+  confirmed: Promise<void>;
+  /** Its caller was answered UNAVAILABLE while it waited. */
+  abandoned: boolean;
+}
+
+/** Results confirmed late remembered at most (a few hundred bytes each). */
+const MAX_LATE_CONFIRMED = 10_000;
+
+/** The URL with `heartbeat=seconds` unless it names its own. */
+function withHeartbeat(url: string, seconds: number): string {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return url; // amqplib reports a bad URL on connect, without echoing credentials here
+  }
+  if (parsed.searchParams.has("heartbeat")) return url;
+  parsed.searchParams.set("heartbeat", String(seconds));
+  return parsed.toString();
 }
 
 function unavailable(message: string, cause?: unknown): RunnerDepotError {
