@@ -51,6 +51,11 @@ export interface RunnerClientOptions {
   highWaterMarkBytes?: number;
   /** A call whose response takes longer after the request ended is cancelled and retried. Default 60 s. */
   responseTimeoutMs?: number;
+  /**
+   * A call that cannot write for this long (the server stopped reading: its flow-control
+   * window stays shut) is cancelled and retried; at most `deadlineMs`. Default 60 s.
+   */
+  stallTimeoutMs?: number;
   /** Connecting longer than this counts as a network error. Default 10 s. */
   connectTimeoutMs?: number;
   /** HTTP/2 PING interval while a call is open; an unanswered ping drops the connection. Default 20 s. */
