@@ -43,7 +43,10 @@ export interface RunnerClientOptions {
   maxCallMs?: number;
   /** Longer lines are split at a UTF-8 boundary. Default 64 KiB (the contract's limit). */
   maxLineBytes?: number;
-  /** Give up when calls have kept failing for this long (since the first failure after a success). Default 10 minutes. */
+  /**
+   * Give up when calls have kept failing for this long (since the last progress of the first
+   * call that failed after a success); a call started while failing is cancelled at it. Default 10 minutes.
+   */
   deadlineMs?: number;
   /** Jittered exponential back-off between retries. Default 100 ms doubling to 10 s. */
   backoff?: { initialMs?: number; maxMs?: number };
