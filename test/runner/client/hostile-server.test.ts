@@ -183,12 +183,13 @@ describe("a runner-committed beyond what was sent (item 10)", () => {
 });
 
 describe("a TLS certificate the client cannot trust (item 10)", () => {
-  for (const [what, san, trust, tlsError] of [
-    ["an unknown CA (self-signed, no tls.ca)", "IP:127.0.0.1", false, "DEPTH_ZERO_SELF_SIGNED_CERT"],
-    ["a host name the certificate does not name", "DNS:other.example", true, "ERR_TLS_CERT_ALTNAME_INVALID"],
+  for (const [what, san, trust, expired, tlsError] of [
+    ["an unknown CA (self-signed, no tls.ca)", "IP:127.0.0.1", false, false, "DEPTH_ZERO_SELF_SIGNED_CERT"],
+    ["a host name the certificate does not name", "DNS:other.example", true, false, "ERR_TLS_CERT_ALTNAME_INVALID"],
+    ["an expired certificate", "IP:127.0.0.1", true, true, "CERT_HAS_EXPIRED"],
   ] as const) {
     it(`${what}: fails at once, without retrying, and says why`, async () => {
-      const cert = await selfSignedCertificate("runner", san);
+      const cert = await selfSignedCertificate("runner", san, { expired });
       const server = await hostile({ kind: "lying-committed", committed: "0" }, cert);
       const retries: string[] = [];
       const client = track(
