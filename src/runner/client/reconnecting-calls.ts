@@ -138,12 +138,11 @@ export function createCallLoop(
     }, callLength(maxCallMs));
     // While calls keep failing, none may outlive the deadline (a server that stalls every call).
     if (failingSince !== null) {
-      const last = lastError;
       c.deadlineTimer = setTimeout(
-        () =>
-          last === null
-            ? abandon(c, Code.DeadlineExceeded, `no progress for the deadline (${deadlineMs} ms)`)
-            : abandon(c, last.details.grpcCode as Code, last.message),
+        () => {
+          c.pastDeadline = true;
+          abandon(c, Code.DeadlineExceeded, `no progress for the deadline (${deadlineMs} ms)`);
+        },
         failingSince + deadlineMs - Date.now(),
       );
     }
@@ -252,6 +251,11 @@ export function createCallLoop(
       }
     }
     const error = outcome.error ?? new RunnerDepotError("INTERNAL", "call ended without a status");
+    // Cut by the deadline: give up with what made the calls fail, not with the cut itself.
+    if (c.pastDeadline === true) {
+      fail(lastError ?? error);
+      return;
+    }
     if (outcome.permanent === true) {
       fail(error);
       return;

@@ -27,6 +27,8 @@ export interface Call extends CallResponse {
   stallTimer?: NodeJS.Timeout;
   /** A call started while calls keep failing is abandoned when the retry deadline passes. */
   deadlineTimer?: NodeJS.Timeout;
+  /** The deadline timer fired: the call ends the client with the last failed call's error. */
+  pastDeadline?: boolean;
 }
 
 /** Clears every timer of a call (it closed, or the client did). */
