@@ -87,6 +87,31 @@ describe("an answer streamed without end (item 2)", () => {
   });
 });
 
+describe("a compressed Ack that inflates far beyond an Ack (item 2)", () => {
+  it("refuses it as a bad Ack (INTERNAL, retried) instead of inflating it", async () => {
+    const inflatedBytes = 32 * 1024 * 1024;
+    const server = await hostile({ kind: "ack-bomb", committed: "0", inflatedBytes });
+    const retries: string[] = [];
+    const client = track(
+      createRunnerClient({
+        endpoint: server.url,
+        requestId: randomUUID(),
+        deadlineMs: 3_000,
+        backoff: { initialMs: 10, maxMs: 50 },
+        onRetry: (e) => retries.push(`${e.code}: ${e.message}`),
+      }),
+    );
+    client.log("x");
+    const flushed = await settled(client.flush(), 30_000);
+    console.log(`ack-bomb: ${inflatedBytes} bytes inflated from a ${server.answerBytes[0]}-byte answer`);
+    // Before: each answer inflated to 32 MiB and decoded as Ack ok = true, so every call
+    // "succeeded" and the client called again at once, for ever: flush() never settled.
+    expect(server.answerBytes[0]).toBeLessThan(MAX_ANSWER_BYTES);
+    expect(flushed).toMatchObject({ error: { code: "INTERNAL" } });
+    expect(retries[0]).toMatch(/^INTERNAL: bad Ack: .*(maxOutputLength|larger than)/);
+  });
+});
+
 describe("a server that accepts the call and stops reading (item 5)", () => {
   it("abandons the stalled call and honours the deadline: end() settles DEADLINE_EXCEEDED", async () => {
     const server = await hostile({ kind: "stall" });
