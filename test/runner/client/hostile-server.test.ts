@@ -4,11 +4,13 @@
  * `runner-committed` beyond what was sent, and TLS certificates that cannot be trusted.
  */
 import { randomUUID } from "node:crypto";
+import type http2 from "node:http2";
+import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
 import { checkJobCredentials } from "../../../src/runner/client/credentials-probe.js";
 import { createRunnerClient, type RunnerClient } from "../../../src/runner/client/runner-client.js";
 import { runJob } from "../../../src/runner/agent/run-job.js";
-import { MAX_ANSWER_BYTES } from "../../../src/runner/client/outcome.js";
+import { MAX_ANSWER_BYTES, readOutcome } from "../../../src/runner/client/outcome.js";
 import { selfSignedCertificate, startHostileServer, type HostileServer } from "../../fixtures/hostile-runner-server.js";
 
 const open: Array<{ close(): Promise<void> }> = [];
@@ -188,6 +190,34 @@ describe("a runner-committed beyond what was sent (item 10)", () => {
     expect(retries[0]).toMatch(/INTERNAL: runner-committed 999999999 is beyond the 3 items sent/);
     expect(client.stats.committed).toBe(0);
     expect(server.calls).toBeGreaterThan(1);
+  });
+
+  it("whatever runner-committed and status an answer carries, the outcome never reports more than was sent", () => {
+    const digits = fc.stringMatching(/^\d{1,25}$/);
+    fc.assert(
+      fc.property(
+        fc.oneof(digits, fc.string({ maxLength: 30 })),
+        fc.constantFrom("0", "1", "3", "9", "13", undefined),
+        fc.boolean(),
+        fc.nat({ max: 2 ** 40 }),
+        (committed, status, inTrailers, sent) => {
+          const fields = { "runner-committed": committed, ...(status === undefined ? {} : { "grpc-status": status }) };
+          const outcome = readOutcome(
+            {
+              headers: { ":status": "200", ...(inTrailers ? {} : fields) } as http2.IncomingHttpHeaders,
+              trailers: inTrailers ? fields : undefined,
+              data: [Buffer.from([0, 0, 0, 0, 2, 0x08, 0x01])],
+            },
+            sent,
+          );
+          if (outcome.committed !== undefined) expect(outcome.committed).toBeLessThanOrEqual(sent);
+          if (/^\d+$/.test(committed) && Number(committed) > sent) {
+            expect([outcome.code, outcome.committed, outcome.ok]).toEqual([13, undefined, undefined]);
+          }
+        },
+      ),
+      { numRuns: 2000 },
+    );
   });
 
   it("an over-long runner-committed is shown cut short, and is refused the same way", async () => {
