@@ -131,6 +131,9 @@ async function checkBeforeRunning(
     throw new CliError(`job ${job.requestId} is already over on ${where} (${check.reason}); the command was not run`);
   }
   const { code, message } = check.error;
+  if (check.error.details.tlsError !== undefined) {
+    throw new CliError(`cannot connect to ${where} securely: ${message}; the command was not run`);
+  }
   if (code === "UNAUTHENTICATED" || code === "PERMISSION_DENIED") {
     const fix = given === "no token" ? "no token was given" : `${given} was refused`;
     throw new CliError(

@@ -11,6 +11,7 @@ import { RunnerDepotError } from "../../errors.js";
 import { fetchFailureCause } from "../../fetch-failure.js";
 import { AckSchema, LogItemSchema } from "../../gen/runner/v1/runner_pb.js";
 import type { RunnerClientTlsOptions } from "./runner-client.js";
+import { certificateError, certificateRefused } from "./tls-errors.js";
 
 /** Largest answer body read (an Ack frame is 7 bytes). */
 const MAX_ANSWER_BYTES = 64 * 1024;
@@ -102,6 +103,9 @@ export async function checkJobCredentials(options: CredentialsCheckOptions): Pro
     return outcome(answer.headers, answer.trailers, answer.data);
   } catch (error) {
     const cause = error as Error;
+    // A certificate the agent cannot trust will not become trusted by waiting: refused, not unreachable.
+    const tls = certificateError(cause);
+    if (tls !== undefined) return { status: "refused", error: certificateRefused(tls) };
     return {
       status: "unreachable",
       error: new RunnerDepotError("UNAVAILABLE", `cannot reach ${url.origin}: ${fetchFailureCause(cause)}`, { cause }),

@@ -2,8 +2,8 @@
  * How a `StreamLogs` call ended, read on the client side: gRPC status and message,
  * `runner-committed` and `runner-reason` from the trailers (or a trailers-only answer),
  * the Ack, or what stands in for a status when there is none (an HTTP error from a proxy,
- * a broken stream, no answer in time). Every failure becomes a RunnerDepotError with its
- * gRPC code in `details.grpcCode`.
+ * a broken stream, no answer in time, an answer the client cut off). Every failure becomes a
+ * RunnerDepotError with its gRPC code in `details.grpcCode`.
  */
 import type http2 from "node:http2";
 import { gunzipSync, inflateSync } from "node:zlib";
@@ -11,9 +11,18 @@ import { fromBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { RunnerDepotError } from "../../errors.js";
 import { AckSchema } from "../../gen/runner/v1/runner_pb.js";
+import { certificateError, certificateRefused } from "./tls-errors.js";
 
 /** grpc-status 0 (connect-es has no `Code.OK`: it never reports success as a code). */
 export const GRPC_OK = 0 as Code;
+
+/**
+ * Most bytes of an answer body the client keeps (an Ack frame is 7 bytes): a server that
+ * sends more is not answering the call, and the call fails INTERNAL (docs/runner-protocol.md §9).
+ */
+export const MAX_ANSWER_BYTES = 64 * 1024;
+/** Most bytes a compressed Ack may inflate to (an Ack is 2 bytes), so a small answer cannot be a zip bomb. */
+const MAX_ACK_BYTES = 1024;
 
 /** What a finished call left behind: its response head, trailers, body and stream error. */
 export interface CallResponse {
@@ -21,8 +30,8 @@ export interface CallResponse {
   trailers?: http2.IncomingHttpHeaders;
   data: Buffer[];
   error?: Error;
-  /** The client cancelled it after waiting responseTimeoutMs for an answer. */
-  timedOut?: boolean;
+  /** Why the client cancelled it itself (no answer in time, no write progress, an answer over the cap). */
+  failure?: { code: Code; message: string };
 }
 
 /** A call's outcome: `ok` is the Ack's (status OK), `error` set for anything else. */
@@ -32,20 +41,32 @@ export interface CallOutcome {
   committed?: number;
   reason?: string;
   error?: RunnerDepotError;
+  /** Retrying cannot help whatever the code says (a server certificate the client cannot trust). */
+  permanent?: boolean;
 }
 
-/** Reads the outcome of a closed call. */
-export function readOutcome(c: CallResponse): CallOutcome {
+/**
+ * Reads the outcome of a closed call. `sent`: how many items the client has written in
+ * all (the highest offset of any call); a `runner-committed` beyond it is a lie, read as a
+ * protocol error (INTERNAL, retried) and never applied.
+ */
+export function readOutcome(c: CallResponse, sent: number): CallOutcome {
   const h = c.headers ?? {};
   const t = c.trailers ?? {};
   const status = header(t, "grpc-status") ?? header(h, "grpc-status");
   const committedText = header(t, "runner-committed") ?? header(h, "runner-committed");
   const committedNum = committedText !== undefined && /^\d+$/.test(committedText) ? Number(committedText) : undefined;
+  if (committedNum !== undefined && committedNum > sent) {
+    const message = `runner-committed ${committedText!.slice(0, 20)} is beyond the ${sent} items sent: not a conforming runner.v1 answer`;
+    return { code: Code.Internal, error: rpcError(message, Code.Internal) };
+  }
   const reason = header(t, "runner-reason") ?? header(h, "runner-reason");
   const base = { committed: committedNum, reason };
+  if (c.failure !== undefined)
+    return { ...base, code: c.failure.code, error: rpcError(c.failure.message, c.failure.code) };
   if (status === undefined) {
-    if (c.timedOut)
-      return { ...base, code: Code.DeadlineExceeded, error: rpcError("no response in time", Code.DeadlineExceeded) };
+    const tls = certificateError(c.error);
+    if (tls !== undefined) return { code: Code.Unavailable, error: certificateRefused(tls), permanent: true };
     const httpStatus = Number(h[":status"] ?? 200);
     if (httpStatus !== 200) {
       const code = httpToCode(httpStatus);
@@ -132,8 +153,8 @@ function parseAck(body: Buffer, encoding: string | undefined): boolean {
   if (body.length < 5 + len) throw new Error("truncated response message");
   let msg: Buffer = body.subarray(5, 5 + len);
   if ((body[0]! & 1) === 1) {
-    if (encoding === "gzip") msg = gunzipSync(msg);
-    else if (encoding === "deflate") msg = inflateSync(msg);
+    if (encoding === "gzip") msg = gunzipSync(msg, { maxOutputLength: MAX_ACK_BYTES });
+    else if (encoding === "deflate") msg = inflateSync(msg, { maxOutputLength: MAX_ACK_BYTES });
     else throw new Error(`unsupported grpc-encoding ${encoding}`);
   }
   return fromBinary(AckSchema, msg).ok;

@@ -7,10 +7,10 @@
 import http2 from "node:http2";
 import { Code } from "@connectrpc/connect";
 import { RunnerDepotError } from "../../errors.js";
-import { GRPC_OK, networkError, readOutcome } from "./outcome.js";
+import { GRPC_OK, MAX_ANSWER_BYTES, networkError, readOutcome } from "./outcome.js";
 import type { ClientSessions } from "./session.js";
 import { appendLine, resplitFrom } from "./spool-items.js";
-import type { Call, CallSettings, ClientState } from "./state.js";
+import { clearCallTimers, type Call, type CallSettings, type ClientState } from "./state.js";
 import type { RunnerStop } from "./types.js";
 import type { LogItemEncoder } from "../protocol/encoder.js";
 import type { Spool } from "./spool.js";
@@ -62,13 +62,27 @@ export function createCallLoop(
   enc: LogItemEncoder,
   sessions: ClientSessions,
 ): CallLoop {
-  const { maxCallBytes, maxCallMs, deadlineMs, backoffInitial, backoffMax, highWater, responseTimeoutMs, baseHeaders } =
-    settings;
+  const {
+    maxCallBytes,
+    maxCallMs,
+    deadlineMs,
+    backoffInitial,
+    backoffMax,
+    highWater,
+    responseTimeoutMs,
+    stallTimeoutMs,
+    baseHeaders,
+  } = settings;
   const stats = st.stats;
   let scheduled = false;
   let attempts = 0;
-  /** When the current run of failures began (null while calls succeed). */
+  /**
+   * When the current run of failures began (null while calls succeed): the last moment the
+   * first failed call made progress, so time spent stalled counts towards the deadline.
+   */
   let failingSince: number | null = null;
+  /** The error of the last failed call, which a call cut by the deadline ends with. */
+  let lastError: RunnerDepotError | null = null;
   let stopResolve!: (s: RunnerStop) => void;
   const stopped = new Promise<RunnerStop>((r) => (stopResolve = r));
 
@@ -96,7 +110,7 @@ export function createCallLoop(
       req = s.request({ ...baseHeaders, "runner-offset": String(st.committed) });
     } catch (e) {
       sessions.discard();
-      retry(networkError(e));
+      retry(networkError(e), Date.now());
       return;
     }
     stats.calls++;
@@ -110,6 +124,8 @@ export function createCallLoop(
       ending: false,
       waitingDrain: false,
       cut: false,
+      progressAt: Date.now(),
+      answerBytes: 0,
       data: [],
     };
     st.call = c;
@@ -117,8 +133,23 @@ export function createCallLoop(
       c.cut = true;
       pump();
     }, callLength(maxCallMs));
+    // While calls keep failing, none may outlive the deadline (a server that stalls every call).
+    if (failingSince !== null) {
+      c.deadlineTimer = setTimeout(
+        () => {
+          c.pastDeadline = true;
+          abandon(c, Code.DeadlineExceeded, `no progress for the deadline (${deadlineMs} ms)`);
+        },
+        failingSince + deadlineMs - Date.now(),
+      );
+    }
     req.on("response", (h) => (c.headers = h));
-    req.on("data", (d: Buffer) => c.data.push(d));
+    req.on("data", (d: Buffer) => {
+      // An Ack is 7 bytes; a server streaming more would hold the agent's memory (issue 31 item 2).
+      c.answerBytes += d.length;
+      if (c.answerBytes <= MAX_ANSWER_BYTES) c.data.push(d);
+      else abandon(c, Code.Internal, `the answer is over ${MAX_ANSWER_BYTES} bytes: not a runner.v1 Ack`);
+    });
     req.on("trailers", (t) => (c.trailers = t));
     req.on("error", (e) => (c.error ??= e));
     req.on("end", () => {
@@ -136,16 +167,26 @@ export function createCallLoop(
   function pump(): void {
     const c = st.call;
     if (c === null || c.ending || c.waitingDrain) return;
-    while (c.sentTo < spool.end && c.bytes < maxCallBytes) {
+    // A cut call writes nothing more, so its length stays bounded even while writes are slow.
+    while (!c.cut && c.sentTo < spool.end && c.bytes < maxCallBytes) {
       const slice = spool.slice(c.sentTo, Math.min(maxCallBytes - c.bytes, 256 * 1024));
       if (slice.to === c.sentTo) break;
       let ok = true;
       for (const b of slice.buffers) ok = c.req.write(b);
       c.bytes += slice.bytes;
       c.sentTo = slice.to;
+      if (c.sentTo > st.sent) st.sent = c.sentTo;
       if (!ok) {
         c.waitingDrain = true;
+        // A server that stops reading (its window stays shut) while it answers PINGs would hold the call forever.
+        const stallMs = Math.min(stallTimeoutMs, deadlineMs);
+        c.stallTimer = setTimeout(
+          () => abandon(c, Code.DeadlineExceeded, `no write progress for ${stallMs} ms: the server stopped reading`),
+          stallMs,
+        );
         c.req.once("drain", () => {
+          clearTimeout(c.stallTimer);
+          c.progressAt = Date.now();
           c.waitingDrain = false;
           pump();
         });
@@ -156,28 +197,31 @@ export function createCallLoop(
     const allSent = c.sentTo >= spool.end;
     // Over the high-water mark only an Ack frees the spool: end the call now rather than at maxCallMs.
     const pressure = st.drainWaiters.length > 0 || spool.bytes >= highWater;
-    if (endSent || c.bytes >= maxCallBytes || (allSent && (c.cut || st.flushing || pressure))) endCall(c);
+    if (endSent || c.bytes >= maxCallBytes || c.cut || (allSent && (st.flushing || pressure))) endCall(c);
   }
 
   function endCall(c: Call): void {
     c.ending = true;
     clearTimeout(c.timer);
-    c.req.end();
-    c.timer = setTimeout(() => {
-      c.timedOut = true;
-      c.req.close(http2.constants.NGHTTP2_CANCEL);
-    }, responseTimeoutMs);
+    c.req.end(() => (c.progressAt = Date.now()));
+    c.timer = setTimeout(() => abandon(c, Code.DeadlineExceeded, "no response in time"), responseTimeoutMs);
+  }
+
+  /** Cancels a call the client gives up on itself; it then closes with `failure` as its outcome. */
+  function abandon(c: Call, code: Code, message: string): void {
+    c.failure ??= { code, message };
+    c.req.close(http2.constants.NGHTTP2_CANCEL);
   }
 
   function onCallClosed(c: Call): void {
     if (st.call !== c) return;
     st.call = null;
-    clearTimeout(c.timer);
+    clearCallTimers(c);
     sessions.stopKeepalive();
     // An idle connection must not keep the agent's process alive.
     if (!c.session.destroyed) c.session.unref();
     if (st.state === "closed") return;
-    const outcome = readOutcome(c);
+    const outcome = readOutcome(c, st.sent);
     const M = outcome.committed;
     if (M !== undefined && M >= spool.start) {
       st.committed = Math.min(M, spool.end);
@@ -193,6 +237,7 @@ export function createCallLoop(
       if (outcome.ok === true) {
         attempts = 0;
         failingSince = null;
+        lastError = null;
         if (st.endOffset !== null && st.committed > st.endOffset) {
           st.state = "ended";
           settleWaiters();
@@ -203,9 +248,18 @@ export function createCallLoop(
       }
     }
     const error = outcome.error ?? new RunnerDepotError("INTERNAL", "call ended without a status");
+    // Cut by the deadline: give up with what made the calls fail, not with the cut itself.
+    if (c.pastDeadline === true) {
+      fail(lastError ?? error);
+      return;
+    }
+    if (outcome.permanent === true) {
+      fail(error);
+      return;
+    }
     if (outcome.code === Code.FailedPrecondition) {
       if (M !== undefined && spool.has(M)) {
-        retry(error, attempts === 0);
+        retry(error, c.progressAt, attempts === 0);
         return;
       }
       fail(error);
@@ -213,7 +267,7 @@ export function createCallLoop(
     }
     if (outcome.code === Code.ResourceExhausted) {
       if (resplit()) {
-        retry(error, true);
+        retry(error, c.progressAt, true);
         return;
       }
       fail(error);
@@ -223,13 +277,15 @@ export function createCallLoop(
       fail(error);
       return;
     }
-    retry(error);
+    retry(error, c.progressAt);
   }
 
-  function retry(error: RunnerDepotError, immediate = false): void {
+  /** Retries after `error` unless calls have failed for the deadline; `since`: the failed call's last progress. */
+  function retry(error: RunnerDepotError, since: number, immediate = false): void {
     const now = Date.now();
-    failingSince ??= now;
-    if (now - failingSince > deadlineMs) {
+    failingSince ??= since;
+    lastError = error;
+    if (now - failingSince >= deadlineMs) {
       fail(error);
       return;
     }

@@ -9,7 +9,7 @@ import http2 from "node:http2";
 import { RunnerDepotError } from "../../errors.js";
 import { createCallLoop } from "./reconnecting-calls.js";
 import { createClientSessions, parseEndpoint } from "./session.js";
-import type { ClientState } from "./state.js";
+import { clearCallTimers, type ClientState } from "./state.js";
 import type { RunnerClient, RunnerClientOptions } from "./types.js";
 import { createLogItemEncoder, utf8Length } from "../protocol/encoder.js";
 import { DEFAULT_MAX_LINE_BYTES, splitUtf8 } from "../agent/line-splitter.js";
@@ -68,6 +68,7 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
   const st: ClientState = {
     state: "open",
     committed: 0,
+    sent: 0,
     endOffset: null,
     call: null,
     retryTimer: null,
@@ -101,6 +102,7 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
       backoffMax: options.backoff?.maxMs ?? 10_000,
       highWater,
       responseTimeoutMs: options.responseTimeoutMs ?? 60_000,
+      stallTimeoutMs: options.stallTimeoutMs ?? 60_000,
       baseHeaders,
       onRetry: options.onRetry,
     },
@@ -221,7 +223,7 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
       const c = st.call;
       st.call = null;
       if (c !== null) {
-        clearTimeout(c.timer);
+        clearCallTimers(c);
         c.req.close(http2.constants.NGHTTP2_CANCEL);
       }
       await sessions.close();

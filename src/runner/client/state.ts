@@ -17,7 +17,25 @@ export interface Call extends CallResponse {
   ending: boolean;
   waitingDrain: boolean;
   cut: boolean;
+  /** When the server last took bytes of this call (its start, a drain, the request's end flushed). */
+  progressAt: number;
+  /** Bytes of answer body received. */
+  answerBytes: number;
+  /** The cut timer, then the response timer once the request ended. */
   timer?: NodeJS.Timeout;
+  /** Runs while a write waits for 'drain': no write progress for stallTimeoutMs abandons the call. */
+  stallTimer?: NodeJS.Timeout;
+  /** A call started while calls keep failing is abandoned when the retry deadline passes. */
+  deadlineTimer?: NodeJS.Timeout;
+  /** The deadline timer fired: the call ends the client with the last failed call's error. */
+  pastDeadline?: boolean;
+}
+
+/** Clears every timer of a call (it closed, or the client did). */
+export function clearCallTimers(c: Call): void {
+  clearTimeout(c.timer);
+  clearTimeout(c.stallTimer);
+  clearTimeout(c.deadlineTimer);
 }
 
 /** A promise of end() or flush(), settled once everything before `to` is committed. */
@@ -32,6 +50,8 @@ export interface ClientState {
   state: "open" | "ending" | "ended" | "stopped" | "closed";
   /** Items before this offset are stored by the orchestrator. */
   committed: number;
+  /** The highest offset any call has written up to: a `runner-committed` past it is a lie. */
+  sent: number;
   /** The offset of the job-end item, once queued. */
   endOffset: number | null;
   call: Call | null;
@@ -56,6 +76,7 @@ export interface CallSettings {
   backoffMax: number;
   highWater: number;
   responseTimeoutMs: number;
+  stallTimeoutMs: number;
   baseHeaders: http2.OutgoingHttpHeaders;
   onRetry?: (error: RunnerDepotError, delayMs: number) => void;
 }

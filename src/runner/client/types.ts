@@ -45,7 +45,8 @@ export interface RunnerClientOptions {
   /** Longer lines are split at a UTF-8 boundary. Default 64 KiB (the contract's limit). */
   maxLineBytes?: number;
   /**
-   * Give up when calls have kept failing for this long (since the first failure after a success). Default 10 minutes.
+   * Give up when calls have kept failing for this long (since the last progress of the first
+   * call that failed after a success); a call started while failing is cancelled at it. Default 10 minutes.
    */
   deadlineMs?: number;
   /** Jittered exponential back-off between retries. Default 100 ms doubling to 10 s. */
@@ -54,6 +55,11 @@ export interface RunnerClientOptions {
   highWaterMarkBytes?: number;
   /** A call whose response takes longer after the request ended is cancelled and retried. Default 60 s. */
   responseTimeoutMs?: number;
+  /**
+   * A call that cannot write for this long (the server stopped reading: its flow-control
+   * window stays shut) is cancelled and retried; at most `deadlineMs`. Default 60 s.
+   */
+  stallTimeoutMs?: number;
   /** Connecting longer than this counts as a network error. Default 10 s. */
   connectTimeoutMs?: number;
   /** HTTP/2 PING interval while a call is open; an unanswered ping drops the connection. Default 20 s. */
