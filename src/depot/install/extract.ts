@@ -15,15 +15,12 @@ import { pipeline } from "node:stream/promises";
 import semver from "semver";
 import tar from "tar-stream";
 import { RunnerDepotError } from "../../errors.js";
-import { LICENSES_DIR } from "../package/archive.js";
+import { LICENSES_DIR, MANIFEST_PATH } from "../package/archive.js";
 import { digestToHex, sha256OfStream } from "../client/http.js";
 import { resolveLink, treeOf, type TreeEntry, type TreeLookup } from "../package/links.js";
 import { isLicenseName } from "../package/names.js";
 import { checkStoredItemPath, checkStoredLinkTarget } from "../package/paths.js";
 import type { Requirement } from "./resolve.js";
-
-/** The path of the manifest, always the archive's first entry. */
-export const MANIFEST_PATH = ".pkg/manifest.json";
 
 /** One item of a package manifest. */
 export interface ManifestItem {
