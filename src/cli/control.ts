@@ -7,7 +7,8 @@
 import { timingSafeEqual } from "node:crypto";
 import { v4 as uuidv4 } from "uuid";
 import { RunnerDepotError } from "../errors.js";
-import { mintJobToken, normalizeRequestId, renderCloudInit, type RunnerService } from "../runner/index.js";
+import { mintJobToken, renderCloudInit, type RunnerService } from "../runner/index.js";
+import { normalizeRequestId } from "../runner/protocol/request-id.js";
 import type { JobLogStore, StoredLine } from "../runner/ports.js";
 import { cancelJobRoute, listJobsRoute } from "./control-jobs.js";
 
