@@ -217,7 +217,7 @@ export async function serverTarget(
 }
 
 /** Default seconds the command waits for a server's answer to begin (src/cli/http.ts). */
-export const DEFAULT_TIMEOUT_S = 120;
+const DEFAULT_TIMEOUT_S = 120;
 
 /** `$RUNNER_DEPOT_TIMEOUT` in milliseconds; a usage error (exit 2) when it is not 0.1–3600 seconds. */
 export function answerTimeoutMs(env: NodeJS.ProcessEnv = process.env): number {

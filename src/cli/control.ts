@@ -18,7 +18,7 @@ const PAGE_LINES = 1000;
 const PULL_CHARS = 64 * 1024;
 
 /** What the control API needs from `serve`. */
-export interface ControlApiOptions {
+interface ControlApiOptions {
   runner: RunnerService;
   logs: JobLogStore;
   secret: string;
@@ -28,7 +28,7 @@ export interface ControlApiOptions {
 }
 
 /** The body of `POST /-/jobs`. */
-export interface CreateJobRequest {
+interface CreateJobRequest {
   command: string[];
   repoUrl?: string;
   commitSha?: string;

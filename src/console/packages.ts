@@ -19,7 +19,7 @@ export interface ConsoleDepot {
 }
 
 /** Options of the package endpoints. */
-export interface PackageEndpointOptions {
+interface PackageEndpointOptions {
   depot: ConsoleDepot;
   /** The path the depot router answers under (its `base`), e.g. "" or "/depot". */
   depotBase: string;

@@ -51,7 +51,7 @@ export interface PackageManifest {
 }
 
 /** Options of {@link extractPackage}. */
-export interface ExtractOptions {
+interface ExtractOptions {
   /**
    * Apply a delta onto the existing contents of the directory: delete `removed`,
    * replace changed items. Without it the directory must be empty.
@@ -93,7 +93,7 @@ export function checkLinkTarget(linkPath: string, target: unknown): string {
 }
 
 /** Permission bits of a manifest mode (number or octal string); setuid, setgid and sticky are dropped. */
-export function modeOf(mode: number | string | undefined, fallback: number): number {
+function modeOf(mode: number | string | undefined, fallback: number): number {
   if (mode === undefined || mode === null) return fallback;
   const n = typeof mode === "number" ? mode : Number.parseInt(mode, 8);
   if (!Number.isInteger(n) || n < 0) throw invalid(`invalid mode ${JSON.stringify(mode)}`);
@@ -473,7 +473,7 @@ async function fileSha256(p: string): Promise<{ hex: string; size: number }> {
 }
 
 /** Options of {@link verifyPackageTree}. */
-export interface VerifyTreeOptions {
+interface VerifyTreeOptions {
   /** First delete empty directories that neither the manifest nor any item below needs. */
   prune?: boolean;
 }

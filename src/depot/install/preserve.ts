@@ -55,7 +55,7 @@ export interface UserEntry {
 }
 
 /** A move of a user's entry from the live folder into the staged one. */
-export interface CarryMove {
+interface CarryMove {
   from: string;
   to: string;
 }

@@ -31,7 +31,7 @@ const GIVE_UP = new Set<Code>([
  * line written at a cut waits for all of that (runner-fleet-memory.md, session 9). Never
  * longer than `maxCallMs`, so it stays below the server's idle limit.
  */
-export function callLength(maxCallMs: number): number {
+function callLength(maxCallMs: number): number {
   return maxCallMs - Math.floor(Math.random() * (maxCallMs / 4));
 }
 
@@ -39,7 +39,7 @@ export function callLength(maxCallMs: number): number {
 const MIN_SPLIT_BYTES = 1024;
 
 /** What the client's API drives the loop with. */
-export interface CallLoop {
+interface CallLoop {
   /** Writes soon (after the current burst of log() calls): into the open call, or a new one. */
   schedule(): void;
   /** Appends one log line (within the line limit) to the spool. */

@@ -21,7 +21,7 @@ export interface Call extends CallResponse {
 }
 
 /** A promise of end() or flush(), settled once everything before `to` is committed. */
-export interface Waiter {
+interface Waiter {
   to: number;
   resolve: () => void;
   reject: (e: unknown) => void;

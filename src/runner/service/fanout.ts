@@ -37,7 +37,7 @@ export interface FollowOptions {
 }
 
 /** The default bounds; `pollMs` here is the one without a store `watch`. */
-export const DEFAULT_FOLLOW_OPTIONS: Readonly<FollowOptions> = Object.freeze({
+const DEFAULT_FOLLOW_OPTIONS: Readonly<FollowOptions> = Object.freeze({
   bufferLines: 4096,
   bufferBytes: 1024 * 1024,
   pollMs: 1000,
@@ -48,7 +48,7 @@ export const DEFAULT_FOLLOW_OPTIONS: Readonly<FollowOptions> = Object.freeze({
 const lineCost = (line: StoredLine) => line.line.length + 48;
 
 /** Where one follower of a job is: the position of the next line it will yield. */
-export interface FollowCursor {
+interface FollowCursor {
   position: number;
 }
 
