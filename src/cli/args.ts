@@ -216,7 +216,7 @@ export async function serverTarget(
   return { url: url.replace(/\/$/, ""), token };
 }
 
-/** Default seconds the command waits for a server's answer to begin (src/cli/http.ts). */
+/** Default seconds the command waits for a server's answer to begin (src/cli/timed-fetch.ts). */
 const DEFAULT_TIMEOUT_S = 120;
 
 /** `$RUNNER_DEPOT_TIMEOUT` in milliseconds; a usage error (exit 2) when it is not 0.1–3600 seconds. */

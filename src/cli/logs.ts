@@ -1,7 +1,7 @@
 /** `runner-depot logs <requestId> [--follow]`: prints a job's stored log, stdout lines to stdout and stderr lines to stderr. */
 import type { JobResult, StoredLine } from "../runner/ports.js";
 import { fetchFailureCause } from "../fetch-failure.js";
-import { cliFetch } from "./http.js";
+import { cliFetch } from "./timed-fetch.js";
 import { CliError, serverTarget, type Command } from "./args.js";
 
 const usage = `Usage: runner-depot logs <requestId> [options]

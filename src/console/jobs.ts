@@ -12,7 +12,7 @@ import { summarizeJob } from "../runner/service/job-list.js";
 import type { RunnerService } from "../runner/service/runner-service.js";
 import type { JobStatus, StoredLine } from "../runner/ports.js";
 import { normalizeRequestId } from "../runner/protocol/request-id.js";
-import { intParam, json, SECURITY_HEADERS } from "./http.js";
+import { intParam, json, SECURITY_HEADERS } from "./responses.js";
 
 /** Bit flags of a line on the wire: [text, flags]. */
 const LINE_STDERR = 1;

@@ -10,7 +10,7 @@
  * slow follower costs the store reads it needs and never memory beyond one page.
  */
 import type { JobLogEvent, JobLogStore, JobState, LogEntry, StoredLine } from "../ports.js";
-import { stripUndefined } from "./options.js";
+import { stripUndefined } from "./strip-undefined.js";
 import { pushPlain, storedCount } from "../protocol/received-line.js";
 
 /** Bounds of the fan-out (RunnerServiceOptions.follow). */
