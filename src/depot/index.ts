@@ -44,7 +44,7 @@ export type {
   InstalledEntry,
   InstalledState,
 } from "./install/installer.js";
-export type { PreserveMode, InstallRecord, RecordItem } from "./install/preserve.js";
+export type { PreserveMode } from "./install/preserve.js";
 export type { Requirement } from "./install/resolve.js";
 export type { ManifestItem, PackageManifest } from "./install/extract.js";
 export { createPackageRouter } from "./server/router.js";
@@ -61,7 +61,6 @@ export type {
   CloseOptions,
   CloseReport,
 } from "./server/serve.js";
-export type { DepotTelemetryOptions } from "./server/telemetry.js";
 export { silentLogger } from "../telemetry.js";
 export type { Logger, LogFn, TelemetryOptions } from "../telemetry.js";
 export { bearerTokens } from "./server/auth.js";

@@ -60,7 +60,6 @@ export type {
   RunnerLimits,
   RunnerAuthorizeContext,
   PublishRetryOptions,
-  EndedReason,
   ExpectJobInfo,
 } from "./service/runner-service.js";
 export type { JobSummary, JobPage, ListJobsOptions } from "./service/job-list.js";

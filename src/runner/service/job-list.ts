@@ -50,7 +50,7 @@ export interface JobSummary {
 export interface ListJobsOptions {
   /** Only jobs in these states (one or several); default all. */
   status?: JobStatus | readonly JobStatus[];
-  /** Page size, 1 to {@link MAX_JOB_PAGE}; default 50. */
+  /** Page size, 1 to 500; default 50. */
   limit?: number;
   /** The `next` of the previous page. */
   cursor?: string;
