@@ -39,7 +39,7 @@ export interface RecordItem {
 }
 
 /** `<target>/.runner-depot/records/<name>.json`: what the install of a package wrote. */
-export interface InstallRecord {
+interface InstallRecord {
   name: string;
   version: string;
   items: RecordItem[];
