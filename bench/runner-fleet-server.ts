@@ -18,7 +18,7 @@ import { createMemoryQueue } from "../src/adapters/memory/queue.js";
 import { createMemoryLogStore } from "../src/adapters/memory/log-store.js";
 import { createPostgresLogStore } from "../src/adapters/postgres/log-store.js";
 import { startRunnerServer } from "../src/runner/server/start-server.js";
-import { createRunnerService } from "../src/runner/service/runner-service.js";
+import { createRunnerService } from "../src/runner/index.js";
 import { backlogOf } from "../src/runner/service/store-backlog.js";
 
 const url = process.env.BENCH_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test";

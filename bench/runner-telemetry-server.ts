@@ -9,7 +9,7 @@
 import { createMemoryLogStore } from "../src/adapters/memory/log-store.js";
 import { createMemoryQueue } from "../src/adapters/memory/queue.js";
 import { startRunnerServer } from "../src/runner/server/start-server.js";
-import { createRunnerService } from "../src/runner/service/runner-service.js";
+import { createRunnerService } from "../src/runner/index.js";
 import { answerBench, registerTelemetrySdk, sdkVariantOf } from "./telemetry-sdk.js";
 
 const secret = process.argv[2]!;

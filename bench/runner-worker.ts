@@ -24,7 +24,7 @@ import { createPostgresLogStore } from "../src/adapters/postgres/log-store.js";
 import { createMemoryQueue } from "../src/adapters/memory/queue.js";
 import { AckSchema, Runner } from "../src/gen/runner/v1/runner_pb.js";
 import { startRunnerServer } from "../src/runner/server/start-server.js";
-import { createRunnerService } from "../src/runner/service/runner-service.js";
+import { createRunnerService } from "../src/runner/index.js";
 import type { JobLogStore } from "../src/runner/ports.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));

@@ -66,7 +66,7 @@ export interface TelemetryOptions {
 }
 
 /** The instrumentation scope of every meter and tracer of the library. */
-export const INSTRUMENTATION_SCOPE = "runner-depot";
+const INSTRUMENTATION_SCOPE = "runner-depot";
 
 /** The library's meter: from `provider`, else the global provider. Create instruments from it once, not per call. */
 export function meterOf(provider?: MeterProvider): Meter {

@@ -216,8 +216,8 @@ export async function serverTarget(
   return { url: url.replace(/\/$/, ""), token };
 }
 
-/** Default seconds the command waits for a server's answer to begin (src/cli/http.ts). */
-export const DEFAULT_TIMEOUT_S = 120;
+/** Default seconds the command waits for a server's answer to begin (src/cli/timed-fetch.ts). */
+const DEFAULT_TIMEOUT_S = 120;
 
 /** `$RUNNER_DEPOT_TIMEOUT` in milliseconds; a usage error (exit 2) when it is not 0.1–3600 seconds. */
 export function answerTimeoutMs(env: NodeJS.ProcessEnv = process.env): number {

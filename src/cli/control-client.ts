@@ -4,7 +4,7 @@
  * line saying what to do when the server cannot be reached or refuses.
  */
 import { fetchFailureCause } from "../fetch-failure.js";
-import { cliFetch } from "./http.js";
+import { cliFetch } from "./timed-fetch.js";
 import { CliError, serverTarget } from "./args.js";
 
 /** Options every control command takes. */

@@ -4,7 +4,8 @@
  * `POST /-/jobs/<id>/cancel`. The admin token is checked by the caller (control.ts).
  */
 import { RunnerDepotError } from "../errors.js";
-import { normalizeRequestId, type JobPage, type RunnerService } from "../runner/index.js";
+import type { JobPage, RunnerService } from "../runner/index.js";
+import { normalizeRequestId } from "../runner/protocol/request-id.js";
 import type { JobLogStore, JobResult, JobStatus } from "../runner/ports.js";
 
 /** The answer of `POST /-/jobs/<id>/cancel`. */

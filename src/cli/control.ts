@@ -7,7 +7,8 @@
 import { timingSafeEqual } from "node:crypto";
 import { v4 as uuidv4 } from "uuid";
 import { RunnerDepotError } from "../errors.js";
-import { mintJobToken, normalizeRequestId, renderCloudInit, type RunnerService } from "../runner/index.js";
+import { mintJobToken, renderCloudInit, type RunnerService } from "../runner/index.js";
+import { normalizeRequestId } from "../runner/protocol/request-id.js";
 import type { JobLogStore, StoredLine } from "../runner/ports.js";
 import { cancelJobRoute, listJobsRoute } from "./control-jobs.js";
 
@@ -17,7 +18,7 @@ const PAGE_LINES = 1000;
 const PULL_CHARS = 64 * 1024;
 
 /** What the control API needs from `serve`. */
-export interface ControlApiOptions {
+interface ControlApiOptions {
   runner: RunnerService;
   logs: JobLogStore;
   secret: string;
@@ -27,7 +28,7 @@ export interface ControlApiOptions {
 }
 
 /** The body of `POST /-/jobs`. */
-export interface CreateJobRequest {
+interface CreateJobRequest {
   command: string[];
   repoUrl?: string;
   commitSha?: string;

@@ -11,13 +11,13 @@ import { parsePackageSpec } from "../depot/install/resolve.js";
 import { CliError } from "./args.js";
 
 /** A dependency as `publish` sends it. */
-export interface Requirement {
+interface Requirement {
   name: string;
   range: string;
 }
 
 /** Checks a package name for publishing: valid and already lower-case (the depot stores names lower-case). */
-export function checkPublishName(name: string, what: string): string {
+function checkPublishName(name: string, what: string): string {
   if (!isPackageName(name)) {
     throw new CliError(
       `${what} '${name}' is not a package name: ASCII letters, digits, '.', '_', '-', starting with a letter or digit, at most 64 characters`,

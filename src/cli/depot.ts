@@ -5,7 +5,7 @@ import { createDepotClient, type PublishItem, type PublishProgress } from "../de
 import { collectDirectory } from "../depot/client/depot-client.js";
 import { isRunnerDepotError } from "../errors.js";
 import { answerTimeoutMs, CliError, serverTarget, type Command } from "./args.js";
-import { cliFetch } from "./http.js";
+import { cliFetch } from "./timed-fetch.js";
 import {
   checkInstallSpec,
   checkSourceDir,

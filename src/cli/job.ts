@@ -1,6 +1,6 @@
 /** `runner-depot job`: creates a job on a running server and prints the VM's cloud-init user data. */
 import { fetchFailureCause } from "../fetch-failure.js";
-import { cliFetch } from "./http.js";
+import { cliFetch } from "./timed-fetch.js";
 import { CliError, serverTarget, type Command } from "./args.js";
 import type { CreateJobResponse } from "./control.js";
 

@@ -46,7 +46,7 @@ function shortDuration(ms: number): string {
 }
 
 /** The table: 79 columns wide at most (36 for the ID, the rest fixed). */
-export function formatJobTable(jobs: readonly JobSummary[], now = Date.now()): string {
+function formatJobTable(jobs: readonly JobSummary[], now = Date.now()): string {
   const row = (cells: string[]) =>
     `${cells[0]!.padEnd(36)} ${cells[1]!.padEnd(9)} ${cells[2]!.padEnd(9)} ${cells[3]!.padStart(4)} ${cells[4]!.padStart(7)} ${cells[5]!.padStart(8)}`.trimEnd();
   const lines = [row(["REQUEST ID", "STATE", "OUTCOME", "EXIT", "AGE", "DURATION"])];

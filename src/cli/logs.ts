@@ -4,7 +4,7 @@
  */
 import type { JobResult, StoredLine } from "../runner/ports.js";
 import { fetchFailureCause } from "../fetch-failure.js";
-import { cliFetch } from "./http.js";
+import { cliFetch } from "./timed-fetch.js";
 import { CliError, serverTarget, type Command } from "./args.js";
 
 const usage = `Usage: runner-depot logs <requestId> [options]

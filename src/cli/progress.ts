@@ -26,7 +26,7 @@ export function formatBytes(bytes: number): string {
 }
 
 /** Seconds as m:ss (h:mm:ss past an hour, `>99h` past 99 hours); `--:--` when unknown. */
-export function formatEta(seconds: number): string {
+function formatEta(seconds: number): string {
   if (!Number.isFinite(seconds) || seconds < 0) return "--:--";
   const s = Math.round(seconds);
   if (s >= 100 * 3600) return ">99h";

@@ -5,7 +5,7 @@
  */
 
 /** A running schedule: `stop()` cancels the next run and waits for one in progress. */
-export interface GarbageSchedule {
+interface GarbageSchedule {
   stop(): Promise<void>;
 }
 

@@ -16,7 +16,7 @@ export interface Probe {
 }
 
 /** What `/readyz` answers. */
-export interface Readiness {
+interface Readiness {
   status: "ready" | "unready" | "draining";
   /** `ok`, or why not (an error code, never a message that could carry a URL). */
   checks: Record<string, string>;
@@ -25,7 +25,7 @@ export interface Readiness {
 }
 
 /** Options of {@link createOperatorEndpoints}. */
-export interface OperatorEndpointsOptions {
+interface OperatorEndpointsOptions {
   probes: Probe[];
   /** A probe slower than this counts as unreachable, ms (default 2,000). */
   timeoutMs?: number;

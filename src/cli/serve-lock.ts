@@ -11,10 +11,10 @@ import path from "node:path";
 import { CliError, readServeState } from "./args.js";
 
 /** The lock file's name inside the data folder. */
-export const SERVE_LOCK = "serve.lock";
+const SERVE_LOCK = "serve.lock";
 
 /** True when a process with this PID exists (EPERM: it exists but is not ours). */
-export function pidAlive(pid: number): boolean {
+function pidAlive(pid: number): boolean {
   if (!Number.isInteger(pid) || pid <= 0) return false;
   try {
     process.kill(pid, 0);

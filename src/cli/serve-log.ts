@@ -9,7 +9,7 @@ import type { Logger } from "../telemetry.js";
 import { CliError } from "./args.js";
 
 /** The levels `--log-level` takes (pino's names). */
-export const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const;
+const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const;
 
 const LEVEL_NAMES: Record<number, string> = {
   10: "TRACE",
@@ -66,7 +66,7 @@ function escapeControls(text: string): string {
 }
 
 /** Options of {@link createServeLogger}. */
-export interface ServeLoggerOptions {
+interface ServeLoggerOptions {
   /** `--log-level`; default info. */
   level?: string;
   /** `--log-format`: json, or pretty (readable); default pretty on a terminal, else json. */

@@ -14,7 +14,7 @@ import { MeterProvider } from "@opentelemetry/sdk-metrics";
 import { BatchSpanProcessor, TracerProvider, type SpanExporter } from "@opentelemetry/sdk-trace";
 
 /** The SDK as serve runs it. */
-export interface ServeTelemetry {
+interface ServeTelemetry {
   /** Every registered metric in the Prometheus text exposition format (0.0.4). */
   metricsText(): Promise<string>;
   /** Where traces go, or null when no OTLP endpoint is configured. */
@@ -24,16 +24,13 @@ export interface ServeTelemetry {
 }
 
 /** What a host of {@link startServeTelemetry} other than serve may change. */
-export interface ServeTelemetryOptions {
+interface ServeTelemetryOptions {
   /**
    * Batch spans to this exporter instead of OTLP, whatever the environment says (the
    * telemetry benchmarks: serve's own providers, with spans dropped in-process).
    */
   spanExporter?: SpanExporter;
 }
-
-/** Content-Type of {@link ServeTelemetry.metricsText}. */
-export const PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8";
 
 /**
  * Registers a meter provider (read by GET /metrics), the W3C trace-context and baggage

@@ -8,7 +8,7 @@ import { RunnerDepotError } from "../errors.js";
 import type { RunnerService } from "../runner/service/runner-service.js";
 import { CONSOLE_CSS } from "./client/styles.js";
 import { CONSOLE_JS } from "./client/script.js";
-import { json, problem, SECURITY_HEADERS } from "./http.js";
+import { json, problem, SECURITY_HEADERS } from "./responses.js";
 import { createJobEndpoints, jobId } from "./jobs.js";
 import { createPackageEndpoints, type ConsoleDepot } from "./packages.js";
 import { renderPage, type PageSpec } from "./page.js";

@@ -12,11 +12,11 @@ import { summarizeJob } from "../runner/service/job-list.js";
 import type { RunnerService } from "../runner/service/runner-service.js";
 import type { JobStatus, StoredLine } from "../runner/ports.js";
 import { normalizeRequestId } from "../runner/protocol/request-id.js";
-import { intParam, json, SECURITY_HEADERS } from "./http.js";
+import { intParam, json, SECURITY_HEADERS } from "./responses.js";
 
 /** Bit flags of a line on the wire: [text, flags]. */
-export const LINE_STDERR = 1;
-export const LINE_MARKER = 2;
+const LINE_STDERR = 1;
+const LINE_MARKER = 2;
 
 /** Lines per window request, and the bytes after which a window is cut short. */
 const MAX_WINDOW = 2000;
@@ -27,7 +27,7 @@ const EVENT_LINES = 500;
 const KEEPALIVE_MS = 15_000;
 
 /** Limits of the job endpoints. */
-export interface JobEndpointLimits {
+interface JobEndpointLimits {
   /** Event streams open at once; more answer 503. */
   maxStreams: number;
 }

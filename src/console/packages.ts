@@ -11,7 +11,7 @@ import tar from "tar-stream";
 import { RunnerDepotError } from "../errors.js";
 import { parsePackageName, parsePackageRef } from "../depot/package/names.js";
 import type { PackageManifest } from "../depot/package/archive.js";
-import { intParam, json } from "./http.js";
+import { intParam, json } from "./responses.js";
 
 /** What the console needs of a depot: the router's fetch. */
 export interface ConsoleDepot {
@@ -19,7 +19,7 @@ export interface ConsoleDepot {
 }
 
 /** Options of the package endpoints. */
-export interface PackageEndpointOptions {
+interface PackageEndpointOptions {
   depot: ConsoleDepot;
   /** The path the depot router answers under (its `base`), e.g. "" or "/depot". */
   depotBase: string;

@@ -46,8 +46,7 @@ export type {
   InstalledEntry,
   InstalledState,
 } from "./install/installer.js";
-export { readInstallRecord } from "./install/preserve.js";
-export type { PreserveMode, InstallRecord, RecordItem } from "./install/preserve.js";
+export type { PreserveMode } from "./install/preserve.js";
 export type { Requirement } from "./install/resolve.js";
 export type { ManifestItem, PackageManifest } from "./install/extract.js";
 export { createPackageRouter } from "./server/router.js";
@@ -55,7 +54,7 @@ export type { PackageRouter, PackageRouterOptions } from "./server/router.js";
 export { servePackageRouter } from "./server/serve.js";
 export { createNodeHandler } from "./server/node-handler.js";
 export type { NodeHandler, NodeHandlerOptions, NodeFetchHandler } from "./server/node-handler.js";
-export { applyConnectionLimits, DEFAULT_CONNECTION_LIMITS } from "./server/connection-limits.js";
+export { applyConnectionLimits } from "./server/connection-limits.js";
 export type { ConnectionLimits } from "./server/connection-limits.js";
 export type {
   PackageServer,
@@ -64,12 +63,10 @@ export type {
   CloseOptions,
   CloseReport,
 } from "./server/serve.js";
-export type { DepotTelemetryOptions } from "./server/telemetry.js";
 export { silentLogger } from "../telemetry.js";
 export type { Logger, LogFn, TelemetryOptions } from "../telemetry.js";
 export { bearerTokens } from "./server/auth.js";
 export type { Authorize, AuthorizeContext, BearerTokensOptions, DepotAction, TokenScopes } from "./server/auth.js";
-export { DEFAULT_LIMITS as DEFAULT_DEPOT_LIMITS } from "./transactions/lifecycle.js";
 export type { DepotLimits } from "./transactions/lifecycle.js";
 export type { CommitProblem } from "./transactions/commit.js";
 export type { GarbageReport } from "./store/gc.js";

@@ -37,29 +37,38 @@
  *
  * @module runner-depot/runner
  */
+import { createMemoryLogStore } from "../adapters/memory/log-store.js";
+import type { JobResultQueue } from "./ports.js";
+import type { RunnerService, RunnerServiceOptions } from "./service/contract.js";
+import { assembleRunnerService } from "./service/runner-service.js";
+
+/**
+ * Creates the orchestrator's runner service. Without `options.logs` it keeps the job logs in memory
+ * (`createMemoryLogStore()`): nothing survives the process.
+ *
+ * @example
+ * const queue = createMemoryQueue();
+ * const runner = createRunnerService(queue, { secret: process.env.RUNNER_SECRET });
+ * const server = await startRunnerServer(runner, { port: 50051 });
+ * // or mount it yourself: connectNodeAdapter({ routes: (r) => r.service(Runner, runner) })
+ */
+export function createRunnerService(queue: JobResultQueue, options: RunnerServiceOptions = {}): RunnerService {
+  return assembleRunnerService(queue, options, createMemoryLogStore);
+}
+
 export type * from "./ports.js";
 export { silentLogger } from "../telemetry.js";
 export type { Logger, LogFn, TelemetryOptions } from "../telemetry.js";
-export {
-  createRunnerService,
-  COMMITTED_HEADER,
-  REASON_HEADER,
-  OFFSET_HEADER,
-  DEFAULT_RUNNER_LIMITS,
-} from "./service/runner-service.js";
 export type {
   RunnerService,
   RunnerServiceOptions,
   RunnerLimits,
   RunnerAuthorizeContext,
   PublishRetryOptions,
-  EndedReason,
   ExpectJobInfo,
 } from "./service/runner-service.js";
-export { summarizeJob, MAX_JOB_PAGE, DEFAULT_JOB_PAGE } from "./service/job-list.js";
 export type { JobSummary, JobPage, ListJobsOptions } from "./service/job-list.js";
-export { createArchivingLogStore, archiveKey } from "./archive/archiving-store.js";
-export { DEFAULT_FOLLOW_OPTIONS } from "./service/fanout.js";
+export { createArchivingLogStore } from "./archive/archiving-store.js";
 export type { FollowOptions } from "./service/fanout.js";
 export type { ArchivingLogStore, LogArchiveOptions } from "./archive/archiving-store.js";
 export { startRunnerServer } from "./server/start-server.js";
@@ -87,11 +96,9 @@ export type {
   HealthListRequest,
   HealthListResponse,
 } from "../gen/grpc/health/v1/health_pb.js";
-export { DEFAULT_READ_LIMITS } from "./server/read-budget.js";
 export type { RunnerReadLimits } from "./server/read-budget.js";
-export { mintJobToken, verifyJobToken } from "./protocol/token.js";
+export { mintJobToken } from "./protocol/token.js";
 export type { JobTokenSecret } from "./protocol/token.js";
-export { isRequestId, normalizeRequestId } from "./protocol/request-id.js";
 export { createRunnerClient } from "./client/runner-client.js";
 export type {
   RunnerClient,
@@ -104,6 +111,6 @@ export { checkJobCredentials } from "./client/credentials-probe.js";
 export type { CredentialsCheckOptions, CredentialsCheckResult } from "./client/credentials-probe.js";
 export { runJob } from "./agent/run-job.js";
 export type { RunJobOptions } from "./agent/run-job.js";
-export { renderCloudInit, readJobConfig, DEFAULT_JOB_CONFIG_PATH } from "./agent/cloud-init.js";
+export { renderCloudInit, readJobConfig } from "./agent/cloud-init.js";
 export type { CloudInitJob, JobConfig } from "./agent/cloud-init.js";
 export type { JobEndFields } from "./protocol/encoder.js";

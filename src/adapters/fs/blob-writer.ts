@@ -23,7 +23,7 @@ const FLUSH_BYTES = 32 * 1024 * 1024;
  * subscribes): `{ type: "flush", written }` when a background fdatasync starts with
  * `written` bytes in the file.
  */
-export const blobWriteChannel = diagnostics_channel.channel("runner-depot:fs-blob-write");
+const blobWriteChannel = diagnostics_channel.channel("runner-depot:fs-blob-write");
 
 /** A message on {@link blobWriteChannel}. */
 export type BlobWriteEvent = { type: "flush"; written: number };

@@ -22,7 +22,7 @@ const BLOB_NAME_RE = /^[0-9a-f]{64}$/;
 const READ_BYTES = 256 * 1024;
 
 /** The blob half of a PackageStore. */
-export type FsBlobs = Pick<PackageStore, "putBlob" | "getBlob" | "openBlob" | "statBlob" | "deleteBlob" | "listBlobs">;
+type FsBlobs = Pick<PackageStore, "putBlob" | "getBlob" | "openBlob" | "statBlob" | "deleteBlob" | "listBlobs">;
 
 /** Rows of small blobs read per page while listing. */
 const ROW_PAGE = 1000;

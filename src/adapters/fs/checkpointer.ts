@@ -14,7 +14,7 @@ import { Worker } from "node:worker_threads";
  * the WAL frames it had copied into the database file `db` and whether the WAL is to be
  * written from its start again.
  */
-export const checkpointChannel = diagnostics_channel.channel("runner-depot:fs-checkpoint");
+const checkpointChannel = diagnostics_channel.channel("runner-depot:fs-checkpoint");
 
 /** WAL frames past which a commit asks the worker for a checkpoint: SQLite's own default cadence. */
 const CHECKPOINT_FRAMES = 1000;

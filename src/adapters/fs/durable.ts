@@ -66,10 +66,10 @@ export function createDurableWrites(ctx: FsStoreContext): DurableWrites {
 }
 
 /** What directory fsyncs need of their owner: whether to sync at all, and whether it is closing. */
-export type DirSyncContext = Pick<FsStoreContext, "sync" | "isClosed">;
+type DirSyncContext = Pick<FsStoreContext, "sync" | "isClosed">;
 
 /** Directory fsyncs of one owner (see {@link createDirectorySync}). */
-export interface DirectorySync {
+interface DirectorySync {
   /** Flushes a directory's entries to disk; concurrent callers share one fsync. No-op without sync. */
   fsyncDir(path: string): Promise<void>;
   /**
@@ -140,7 +140,7 @@ function syncEntries(path: string, first: string | undefined, syncDir: (dir: str
  * isDirSyncUnsupported(Object.assign(new Error("fsync"), { code: "EINVAL" })) // true
  * isDirSyncUnsupported(Object.assign(new Error("fsync"), { code: "EIO" }))    // false
  */
-export function isDirSyncUnsupported(error: unknown): boolean {
+function isDirSyncUnsupported(error: unknown): boolean {
   const code = (error as NodeJS.ErrnoException | null)?.code;
   return (
     code === "EINVAL" || code === "EBADF" || code === "EISDIR" || (code === "EPERM" && process.platform === "win32")

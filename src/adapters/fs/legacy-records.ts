@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { RunnerDepotError } from "../../errors.js";
 
 /** The format number the fence shows code that reads record files (which reads format ≤ 2). */
-export const FENCE_FORMAT = 3;
+const FENCE_FORMAT = 3;
 
 /** A record file's content. */
 export interface LegacyRecord {
@@ -22,7 +22,7 @@ export interface LegacyRecord {
 }
 
 /** How far the move into records.db went (see the top of this file); absent in fences written before it was kept. */
-export type FenceState = "importing" | "imported";
+type FenceState = "importing" | "imported";
 
 /** The fence's content: a `format` record plus the record it replaced. */
 interface FenceFile extends LegacyRecord {

@@ -10,17 +10,17 @@ import { createWalSync, type WalSync } from "./wal-sync.js";
 import { BACKSTOP_PAGES, createCheckpointer, type Checkpointer } from "./checkpointer.js";
 
 /** The schema version this code writes (`PRAGMA user_version`); a newer database is refused. */
-export const RECORD_DB_VERSION = 1;
+const RECORD_DB_VERSION = 1;
 /** How long SQLite's own busy handler may block the event loop before a batch waits on timers. */
 const BUSY_SPIN_MS = 5;
 /** The longest timer wait between two tries at a held write lock (the wait doubles from 1 ms). */
 const MAX_RETRY_DELAY_MS = 50;
 
 /** A write of the batch: runs inside the transaction and answers its own outcome. */
-export type BatchWrite<T> = (db: PreparedRecords) => T;
+type BatchWrite<T> = (db: PreparedRecords) => T;
 
 /** The prepared statements of the records table. */
-export interface PreparedRecords {
+interface PreparedRecords {
   readonly insert: StatementSync;
   readonly swap: StatementSync;
   readonly deleteAny: StatementSync;

@@ -16,7 +16,7 @@ const MAX_PAGE = 1_000_000;
 const MAX_KEY_BYTES = 4096;
 
 /** The record half of a PackageStore. */
-export type FsRecords = Pick<PackageStore, "getRecord" | "putRecord" | "deleteRecord" | "listRecords">;
+type FsRecords = Pick<PackageStore, "getRecord" | "putRecord" | "deleteRecord" | "listRecords">;
 
 /** Makes the record operations of one store over its (lazily opened) record database. */
 export function createFsRecords(open: () => Promise<RecordDb>): FsRecords {
@@ -101,7 +101,7 @@ function keyBytes(key: string): Buffer {
  * last byte below 0xff incremented, what follows dropped); null when there is none (an
  * empty prefix, or only 0xff bytes, which UTF-8 never holds). O(prefix length).
  */
-export function successor(prefix: Uint8Array): Buffer | null {
+function successor(prefix: Uint8Array): Buffer | null {
   const out = Buffer.from(prefix);
   for (let i = out.length - 1; i >= 0; i--) {
     if (out[i]! < 0xff) {

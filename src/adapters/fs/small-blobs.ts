@@ -9,10 +9,10 @@ import type { BlobReader, ByteRange } from "../../depot/ports.js";
 import { RunnerDepotError } from "../../errors.js";
 
 /** Bodies up to this many bytes are stored as rows. */
-export const SMALL_BLOB_BYTES = 16 * 1024;
+const SMALL_BLOB_BYTES = 16 * 1024;
 
 /** The start of an upload: its chunks so far, and the rest of it when it is larger than a small blob. */
-export interface UploadHead {
+interface UploadHead {
   chunks: Uint8Array[];
   size: number;
   /** The body's remaining chunks; undefined when the whole body is in `chunks` (a small blob). */

@@ -9,7 +9,7 @@
 import type { Client } from "pg";
 
 /** What the owner of a listening connection is told. */
-export interface ListenConnectionHooks {
+interface ListenConnectionHooks {
   /** A notification on the channel (the owner bounds and parses the payload). */
   onPayload(payload: string): void;
   /** The connection is up (and listening if `wantsListen()`): watchers look again. */
@@ -31,7 +31,7 @@ export interface ListenConnectionHooks {
 }
 
 /** The owner's handle on the connection. */
-export interface ListenConnection {
+interface ListenConnection {
   /** The connected client (for the owner's own queries, e.g. NOTIFY), or null while away. */
   client(): Client | null;
   /** Connects (and LISTENs) unless connected or connecting; never rejects. */

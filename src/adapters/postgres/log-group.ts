@@ -8,7 +8,7 @@
  */
 
 /** Options of {@link createGroupRunner}. */
-export interface GroupRunnerOptions<I> {
+interface GroupRunnerOptions<I> {
   /** Statements in flight at once; the calls made meanwhile wait for a slot and share it. */
   inFlight: number;
   /** Most calls in one group. */

@@ -9,14 +9,14 @@ import type { RawLinePage, StoredLine } from "../../runner/ports.js";
 import { ReceivedLine } from "../../runner/protocol/received-line.js";
 
 /** Most lines in one chunk row. */
-export const CHUNK_LINES = 4096;
+const CHUNK_LINES = 4096;
 /** Most line bytes in one chunk row (a single longer line gets a chunk of its own). */
-export const CHUNK_BYTES = 256 * 1024;
+const CHUNK_BYTES = 256 * 1024;
 /** Most line characters one statement carries; a larger batch goes in several statements in one transaction. */
 export const MAX_STATEMENT_CHARS = 8 * 1024 * 1024;
 
 /** The parameters of one batch of lines (see {@link encodeLines}). */
-export interface EncodedLines {
+interface EncodedLines {
   /** UTF-8 bytes of every line, back to back. */
   bytes: Buffer;
   /** uint32 BE per line: where it ends, counted from the start of its chunk. */
@@ -114,7 +114,7 @@ export function chunksFrom(p: number, guard = ""): string {
 }
 
 /** Several jobs' batches as the parameters of one statement (see {@link encodeGroup}). */
-export interface EncodedGroup {
+interface EncodedGroup {
   bytes: Buffer;
   ends: Buffer;
   flags: Buffer;

@@ -11,7 +11,7 @@ import { createListenConnection } from "./listen-connection.js";
 import { isConnectionFailure } from "./schema.js";
 
 /** One replica's end of the notification channel. */
-export interface PostgresLogNotifier {
+interface PostgresLogNotifier {
   /** Queues an event; sent with every other queued one at the end of this turn. O(1). */
   publish(requestId: string, storedLines: number, ended: boolean): void;
   /** Subscribes; the first subscriber makes the connection LISTEN (kept until close). */

@@ -15,7 +15,7 @@ export function recordChannelOf(schemaName: string): string {
 export const MAX_ANNOUNCED_KEY = 1024;
 
 /** One store's listening end. */
-export interface RecordWatch {
+interface RecordWatch {
   watch(listener: (key: string | null) => void): () => void;
   close(): Promise<void>;
 }

@@ -67,7 +67,7 @@ const IDENT = /^[a-z_][a-z0-9_]{0,62}$/;
 const MIGRATE_LOCK = 0x72756e6e; // "runn": one advisory lock for every schema.
 
 /** The schema name, validated and quoted for SQL. */
-export function quoteSchema(schema = "runner_depot"): string {
+function quoteSchema(schema = "runner_depot"): string {
   if (!IDENT.test(schema)) {
     throw new RunnerDepotError("INVALID_ARGUMENT", `schema must match ${IDENT}: ${JSON.stringify(schema)}`);
   }

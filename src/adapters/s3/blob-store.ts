@@ -23,6 +23,7 @@ import { Upload } from "@aws-sdk/lib-storage";
 import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
 import { RunnerDepotError } from "../../errors.js";
 import type { BlobInfo, BlobStore, ByteRange, PutBlobOptions } from "../../depot/ports.js";
+import { errorName, isNotFound, isS3Error, s3Failure } from "./errors.js";
 
 /** Options of {@link createS3BlobStore}. */
 export interface S3BlobStoreOptions {
@@ -306,23 +307,5 @@ async function* slice(body: AsyncIterable<Uint8Array>, skip: number, take: numbe
   }
 }
 
-function errorName(error: unknown): string {
-  return (error as { name?: string } | null)?.name ?? "";
-}
-
-function isS3Error(error: unknown): boolean {
-  return typeof error === "object" && error !== null && "$metadata" in error;
-}
-
-function isNotFound(error: unknown): boolean {
-  const name = errorName(error);
-  const status = (error as { $metadata?: { httpStatusCode?: number } } | null)?.$metadata?.httpStatusCode;
-  return name === "NotFound" || name === "NoSuchKey" || status === 404;
-}
-
 /** Any backend failure becomes STORE_UNAVAILABLE (503 at the depot), keeping the cause. */
-function storeError(error: unknown): RunnerDepotError {
-  if (error instanceof RunnerDepotError) return error;
-  const message = error instanceof Error ? error.message : String(error);
-  return new RunnerDepotError("STORE_UNAVAILABLE", `S3: ${message}`, { cause: error });
-}
+const storeError = (error: unknown) => s3Failure(error, "STORE_UNAVAILABLE");

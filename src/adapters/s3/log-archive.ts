@@ -15,6 +15,7 @@ import type { S3ClientConfig } from "@aws-sdk/client-s3";
 import { Upload } from "@aws-sdk/lib-storage";
 import { RunnerDepotError } from "../../errors.js";
 import type { LogArchiveStore } from "../../runner/ports.js";
+import { isNotFound, isS3Error, s3Failure } from "./errors.js";
 
 /** Options of {@link createS3LogArchive}. */
 export interface S3LogArchiveOptions {
@@ -148,22 +149,8 @@ export function createS3LogArchive(options: S3LogArchiveOptions): LogArchiveStor
   };
 }
 
-function isS3Error(error: unknown): boolean {
-  return typeof error === "object" && error !== null && "$metadata" in error;
-}
-
-function isNotFound(error: unknown): boolean {
-  const name = (error as { name?: string } | null)?.name ?? "";
-  const status = (error as { $metadata?: { httpStatusCode?: number } } | null)?.$metadata?.httpStatusCode;
-  return name === "NotFound" || name === "NoSuchKey" || status === 404;
-}
-
 /** Any S3 failure becomes UNAVAILABLE (the runner's code for a backend that is down), cause kept. */
-function storeError(error: unknown): RunnerDepotError {
-  if (error instanceof RunnerDepotError) return error;
-  const message = error instanceof Error ? error.message : String(error);
-  return new RunnerDepotError("UNAVAILABLE", `S3: ${message}`, { cause: error });
-}
+const storeError = (error: unknown) => s3Failure(error, "UNAVAILABLE");
 
 /**
  * Bytes a read skips at most when the endpoint served from before the asked start (it

@@ -10,15 +10,14 @@ import type { PackageStore } from "../ports.js";
 import { emptyRecord, setOwn } from "../store/records.js";
 
 /** Packages per catalog page when the request names no `limit`. */
-export const CATALOG_PAGE_DEFAULT = 1000;
+const CATALOG_PAGE_DEFAULT = 1000;
 /** The largest `limit` a catalog request may ask for. */
-export const CATALOG_PAGE_MAX = 5000;
+const CATALOG_PAGE_MAX = 5000;
 
 export type { CatalogPackage };
 
 /** A parsed catalog query. */
-export type CatalogQuery =
-  { kind: "page"; limit: number; after: number } | { kind: "since"; limit: number; since: number };
+type CatalogQuery = { kind: "page"; limit: number; after: number } | { kind: "since"; limit: number; since: number };
 
 /** Parses `limit`, `after` and `since`; BAD_REQUEST for anything malformed. */
 export function parseCatalogQuery(params: URLSearchParams): CatalogQuery {
@@ -48,7 +47,7 @@ export function parseCatalogQuery(params: URLSearchParams): CatalogQuery {
 }
 
 /** Cursors are opaque to clients: `c` plus the position in base 36. */
-export function encodeCursor(position: number): string {
+function encodeCursor(position: number): string {
   return `c${position.toString(36)}`;
 }
 
@@ -83,7 +82,7 @@ export function catalogFloor(query: CatalogQuery, ifNoneMatch: string | null, st
 }
 
 /** A catalog answer: body and, when more remain, the query of the next page. */
-export interface CatalogAnswer {
+interface CatalogAnswer {
   body: Record<string, unknown>;
   next?: string;
 }

@@ -28,7 +28,7 @@ export interface PackageRecord {
 }
 
 /** A claim to append a version to the change sequence. */
-export interface SequencingClaim {
+interface SequencingClaim {
   /** An attempt id (depot/transactions/attempts.ts): it says whether the claimant still runs. */
   claim: string;
   /** When it was claimed (ms). */
@@ -38,7 +38,7 @@ export interface SequencingClaim {
 }
 
 /** Options of {@link publishVersion}. */
-export interface PublishOptions {
+interface PublishOptions {
   /**
    * Work to run once the version is listed and has its change entry (or was found so),
    * beside the lazy drop of the sequencing claim: a commit writes its transaction

@@ -34,7 +34,7 @@ interface PageRecord {
 }
 
 /** Positions a page is brought forward by before it is stored again. */
-export const REWRITE_AFTER = 10 * SHARD;
+const REWRITE_AFTER = 10 * SHARD;
 /** Pages held per store (up to 1,000 packages each). */
 const PAGE_CACHE = 32;
 /** Package states held per store for `since` answers and the shard still filling. */

@@ -12,7 +12,7 @@ import { RunnerDepotError } from "../../errors.js";
 import type { DownloadOptions } from "./types.js";
 
 /** Where a download's bytes go, rewound when the server restarts the transfer. */
-export interface Sink {
+interface Sink {
   write(chunk: Uint8Array): Promise<void>;
   /** Rewinds to zero bytes; absent when the target cannot rewind. */
   restart?(): Promise<void>;

@@ -48,7 +48,7 @@ export function encodeHeaderValue(value: string): string {
 }
 
 /** Codes the server may send that this build knows; anything else maps by HTTP status. */
-export function asErrorCode(code: unknown): ErrorCode | null {
+function asErrorCode(code: unknown): ErrorCode | null {
   if (typeof code !== "string" || !/^[A-Z][A-Z0-9_]*$/.test(code)) return null;
   try {
     // The constructor looks the code up in the table and throws on an unknown one.

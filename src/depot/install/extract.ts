@@ -15,15 +15,12 @@ import { pipeline } from "node:stream/promises";
 import semver from "semver";
 import tar from "tar-stream";
 import { RunnerDepotError } from "../../errors.js";
-import { LICENSES_DIR } from "../package/archive.js";
+import { LICENSES_DIR, MANIFEST_PATH } from "../package/archive.js";
 import { digestToHex, sha256OfStream } from "../client/http.js";
 import { resolveLink, treeOf, type TreeEntry, type TreeLookup } from "../package/links.js";
 import { isLicenseName } from "../package/names.js";
 import { checkStoredItemPath, checkStoredLinkTarget } from "../package/paths.js";
 import type { Requirement } from "./resolve.js";
-
-/** The path of the manifest, always the archive's first entry. */
-export const MANIFEST_PATH = ".pkg/manifest.json";
 
 /** One item of a package manifest. */
 export interface ManifestItem {
@@ -54,7 +51,7 @@ export interface PackageManifest {
 }
 
 /** Options of {@link extractPackage}. */
-export interface ExtractOptions {
+interface ExtractOptions {
   /**
    * Apply a delta onto the existing contents of the directory: delete `removed`,
    * replace changed items. Without it the directory must be empty.
@@ -96,7 +93,7 @@ export function checkLinkTarget(linkPath: string, target: unknown): string {
 }
 
 /** Permission bits of a manifest mode (number or octal string); setuid, setgid and sticky are dropped. */
-export function modeOf(mode: number | string | undefined, fallback: number): number {
+function modeOf(mode: number | string | undefined, fallback: number): number {
   if (mode === undefined || mode === null) return fallback;
   const n = typeof mode === "number" ? mode : Number.parseInt(mode, 8);
   if (!Number.isInteger(n) || n < 0) throw invalid(`invalid mode ${JSON.stringify(mode)}`);
@@ -492,7 +489,7 @@ async function fileSha256(p: string): Promise<{ hex: string; size: number }> {
 }
 
 /** Options of {@link verifyPackageTree}. */
-export interface VerifyTreeOptions {
+interface VerifyTreeOptions {
   /** First delete empty directories that neither the manifest nor any item below needs. */
   prune?: boolean;
 }

@@ -37,7 +37,7 @@ import type { InstallAction, InstallOptions, InstallResult } from "./types.js";
 export type { InstallAction, InstallOptions, InstallProgress, InstallResult } from "./types.js";
 
 /** The installer's bookkeeping directory inside the target. */
-export const STATE_DIR = ".runner-depot";
+const STATE_DIR = ".runner-depot";
 
 /** One installed package in `installed.json`. */
 export interface InstalledEntry {

@@ -28,7 +28,7 @@ export interface RecordItem {
 }
 
 /** `<target>/.runner-depot/records/<name>.json`: what the install of a package wrote. */
-export interface InstallRecord {
+interface InstallRecord {
   name: string;
   version: string;
   items: RecordItem[];
@@ -44,7 +44,7 @@ export interface UserEntry {
 }
 
 /** A move of a user's entry from the live folder into the staged one. */
-export interface CarryMove {
+interface CarryMove {
   from: string;
   to: string;
 }

@@ -24,7 +24,7 @@ export interface DependencySource {
 }
 
 /** A package the resolver chose. */
-export interface ResolvedPackage {
+interface ResolvedPackage {
   name: string;
   version: string;
   requires: Requirement[];
@@ -33,13 +33,13 @@ export interface ResolvedPackage {
 }
 
 /** Options of {@link resolveDependencies}. */
-export interface ResolveOptions {
+interface ResolveOptions {
   /** Gives up (DEPENDENCY_CONFLICT) after this many candidate versions tried. Default 10,000. */
   maxSteps?: number;
 }
 
 /** The outcome: the root and every package to install, dependencies before dependents. */
-export interface Resolution {
+interface Resolution {
   root: ResolvedPackage;
   packages: ResolvedPackage[];
 }

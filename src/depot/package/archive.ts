@@ -66,7 +66,7 @@ export interface PackageManifest {
  * (so a layout of 100,000 items holds no header bytes), `blob` parts are read from the
  * item's blob, `zeros` are padding and the end blocks, `bytes` is the manifest's JSON.
  */
-export type ArchivePart =
+type ArchivePart =
   | { offset: number; length: number; kind: "header"; fields: TarHeaderFields }
   | { offset: number; length: number; kind: "blob"; digest: string }
   | { offset: number; length: number; kind: "zeros" }
@@ -148,7 +148,7 @@ export function archiveLayout(manifest: PackageManifest, manifestJson: Buffer, m
 }
 
 /** An item blob an archive needs is not stored (a commit answers COMMIT_INVALID, a read 500). */
-export class MissingContentError extends Error {
+class MissingContentError extends Error {
   constructor(readonly digest: string) {
     super(`Item content ${digest} is no longer stored`);
     this.name = "MissingContentError";
@@ -158,7 +158,7 @@ export class MissingContentError extends Error {
 const ZERO_CHUNK = Buffer.alloc(64 * 1024);
 
 /** Options of {@link readArchive}. */
-export interface ReadArchiveOptions {
+interface ReadArchiveOptions {
   /**
    * Item bytes may come as borrowed chunks (depot/store/blob-chunks.ts), valid only until the next
    * chunk is asked for, when the store offers `openBlob`: nothing is allocated per chunk.

@@ -49,8 +49,3 @@ export function parseHttpDigest(header: string | null): string | undefined {
   }
   return found;
 }
-
-/** The store digest of some bytes. */
-export function digestOf(bytes: Uint8Array | string): string {
-  return `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
-}

@@ -9,9 +9,9 @@ import { RunnerDepotError } from "../../errors.js";
 import { RESERVED_PREFIX, parseLinkTarget } from "./paths.js";
 
 /** Links followed in one resolution at most (Linux's MAXSYMLINKS). */
-export const MAX_LINK_HOPS = 40;
+const MAX_LINK_HOPS = 40;
 /** Path segments walked in one resolution at most: bounds the work of a hostile chain. */
-export const MAX_RESOLVE_STEPS = 4096;
+const MAX_RESOLVE_STEPS = 4096;
 
 /** What a resolution needs to know about a path of the package. */
 export type TreeEntry = { type: "file" | "dir" } | { type: "link"; target: string };

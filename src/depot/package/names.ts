@@ -12,7 +12,7 @@ const MAX_VERSION_LENGTH = 128;
 const MAX_RANGE_LENGTH = 256;
 
 /** A package reference parsed from a path segment: `name` or `name@version`. */
-export interface PackageRef {
+interface PackageRef {
   /** Lower-case package name. */
   name: string;
   /** Canonical version (build metadata dropped), when one was given. */

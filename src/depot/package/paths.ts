@@ -7,7 +7,7 @@ import { RunnerDepotError } from "../../errors.js";
 /** Longest accepted item path, in UTF-8 bytes (PATH_MAX on Linux). */
 export const MAX_PATH_BYTES = 4096;
 /** Longest accepted path segment, in UTF-8 bytes (NAME_MAX on common filesystems). */
-export const MAX_SEGMENT_BYTES = 255;
+const MAX_SEGMENT_BYTES = 255;
 /** The archive prefix the depot keeps for itself (manifest, licences). */
 export const RESERVED_PREFIX = ".pkg";
 

@@ -18,7 +18,7 @@ export interface TarHeaderFields {
 }
 
 /** A tar block is 512 bytes. */
-export const BLOCK = 512;
+const BLOCK = 512;
 /** tar-stream ends an archive with two zero blocks. */
 export const END_OF_ARCHIVE_BYTES = 1024;
 

@@ -17,7 +17,7 @@ import type { PackageStore } from "../ports.js";
 import { keys, type DeltaRecord, type VersionRecord } from "../store/records.js";
 
 /** Settings of {@link createArchiveSources}. */
-export interface ArchiveSourceSettings {
+interface ArchiveSourceSettings {
   /** Lifetime of signed URLs when the store serves by redirect, seconds. */
   signedUrlSeconds: number;
   now: () => Date;
@@ -34,10 +34,7 @@ export interface ArchiveSources {
 }
 
 /** Reads a stored manifest: its exact bytes (the archive's first entry) and its value. */
-export async function readManifest(
-  store: PackageStore,
-  digest: string,
-): Promise<{ json: Buffer; manifest: PackageManifest }> {
+async function readManifest(store: PackageStore, digest: string): Promise<{ json: Buffer; manifest: PackageManifest }> {
   const body = await store.getBlob(digest);
   if (!body) throw new RunnerDepotError("INTERNAL", `Manifest blob ${digest} is missing`);
   const chunks: Buffer[] = [];

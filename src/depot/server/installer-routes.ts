@@ -15,7 +15,7 @@ import { failSpan } from "./telemetry.js";
 import { json } from "./problem-response.js";
 import { keys, type VersionRecord } from "../store/records.js";
 import { routeOf } from "./route-label.js";
-import { getAndHead, type RouterContext } from "./context.js";
+import { getAndHead, type RouterContext } from "./router-context.js";
 
 /** Registers the installer routes (GET and HEAD each) on `context.router`. */
 export function registerInstallerRoutes(context: RouterContext): void {

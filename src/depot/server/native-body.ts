@@ -9,7 +9,7 @@
  * chunks may be borrowed (depot/store/blob-chunks.ts `isBorrowed`): the host must be done with such a
  * chunk (its socket write complete) before it asks for the next one.
  */
-export type NativeBody = () => AsyncIterable<Uint8Array>;
+type NativeBody = () => AsyncIterable<Uint8Array>;
 
 const responseBodies = new WeakMap<Response, NativeBody>();
 const requestBodies = new WeakMap<Request, AsyncIterable<Uint8Array>>();

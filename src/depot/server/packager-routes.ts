@@ -18,7 +18,7 @@ import { json } from "./problem-response.js";
 import { keys, type TransactionRecord, type VersionRecord } from "../store/records.js";
 import { recoverCommit } from "../transactions/recovery.js";
 import { parseAttributes, parseMode, parseRequirements, requireEmpty, single } from "./request-headers.js";
-import { getAndHead, type RouterContext } from "./context.js";
+import { getAndHead, type RouterContext } from "./router-context.js";
 import { pagedJson, pageOfManifest, summaryItems, summaryPage } from "../transactions/summary.js";
 import { uploadBody } from "../transactions/upload-body.js";
 

@@ -9,7 +9,7 @@ import { parsePackageName, parseRange } from "../package/names.js";
 import { emptyRecord, setOwn } from "../store/records.js";
 
 /** The comma-separated values of a header (HTTP folds repeated headers with commas). */
-export function list(headers: Headers, name: string): string[] {
+function list(headers: Headers, name: string): string[] {
   const raw = headers.get(name);
   if (raw === null) return [];
   return raw
@@ -19,7 +19,7 @@ export function list(headers: Headers, name: string): string[] {
 }
 
 /** A percent-encoded header value, decoded; HEADER_INVALID naming `header` when it is not UTF-8. */
-export function decodeHeader(value: string, header: string): string {
+function decodeHeader(value: string, header: string): string {
   try {
     return decodeURIComponent(value);
   } catch {

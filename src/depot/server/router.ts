@@ -22,7 +22,7 @@ import { problemResponse } from "./problem-response.js";
 import { recoverDeadCommits } from "../transactions/recovery.js";
 import { routeOf } from "./route-label.js";
 import { createRouterAccess } from "./access.js";
-import type { RouterContext } from "./context.js";
+import type { RouterContext } from "./router-context.js";
 import { timeStore } from "../store/metrics.js";
 import { DEFAULT_LIMITS, Transactions, type DepotLimits } from "../transactions/lifecycle.js";
 

@@ -8,7 +8,7 @@ import { meterOf, silentLogger, tracerOf, type Logger, type TelemetryOptions } f
 import type { CachedOpenCount } from "../transactions/open-count.js";
 
 /** Seconds buckets from 1 ms to 60 s (the SDK's default buckets are for milliseconds). */
-export const SECONDS_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+const SECONDS_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
 /** Where the depot sends its telemetry (router options): the shared options of src/telemetry.ts. */
 export type DepotTelemetryOptions = TelemetryOptions;

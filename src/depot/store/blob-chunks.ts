@@ -9,7 +9,7 @@ import { RunnerDepotError } from "../../errors.js";
 import type { BlobReader } from "../ports.js";
 
 /** Bytes per pooled buffer: few enough reads (one threadpool round trip each), a bounded 1 MiB per transfer. */
-export const CHUNK_BYTES = 512 * 1024;
+const CHUNK_BYTES = 512 * 1024;
 /** Buffers kept for reuse between transfers (8 MiB); more concurrent transfers allocate and drop theirs. */
 const POOL_BUFFERS = 16;
 

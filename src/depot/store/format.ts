@@ -25,7 +25,7 @@ export interface FormatRecord {
 }
 
 /** What {@link upgradeStore} did. */
-export interface UpgradeReport {
+interface UpgradeReport {
   from: number;
   to: number;
   /** Versions listed in package records and appended to the change sequence. */

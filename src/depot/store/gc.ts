@@ -38,7 +38,7 @@ export interface GarbageReport {
 }
 
 /** Settings of {@link collectGarbage}. */
-export interface GarbageSettings {
+interface GarbageSettings {
   now: () => Date;
   /** A blob must be unreferenced in two runs at least this far apart before it goes. */
   graceMs: number;

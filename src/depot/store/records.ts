@@ -33,7 +33,7 @@ export interface DeltaRecord {
 }
 
 /** States of a transaction. */
-export type TransactionState = "open" | "committing" | "committed" | "abandoned" | "expired";
+type TransactionState = "open" | "committing" | "committed" | "abandoned" | "expired";
 
 /** The answer of a successful commit, kept so that a repeated commit answers the same. */
 export interface CommitResult {
@@ -85,7 +85,7 @@ export interface TransactionRecord {
 export type ItemRecord = ManifestItem & { state?: ItemState };
 
 /** States of an item record. */
-export type ItemState = "pending" | "added" | "rejected";
+type ItemState = "pending" | "added" | "rejected";
 
 /** Record keys. */
 export const keys = {

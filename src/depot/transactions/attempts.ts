@@ -6,7 +6,7 @@ import { randomUUID } from "node:crypto";
 import { hostname } from "node:os";
 
 /** How long a commit attempt counts as running when its owner cannot be checked (another host). */
-export const COMMIT_LEASE_MS = 10 * 60 * 1000;
+const COMMIT_LEASE_MS = 10 * 60 * 1000;
 
 const INCARNATION = randomUUID();
 const HOST = hostname();

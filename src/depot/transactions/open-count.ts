@@ -5,7 +5,7 @@
  */
 
 /** Default age past which a scrape refreshes the count from the store: 30 s. */
-export const OPEN_COUNT_MAX_AGE_MS = 30_000;
+const OPEN_COUNT_MAX_AGE_MS = 30_000;
 
 /** How long a scrape waits for a refresh before it answers the last count (or none). */
 const REFRESH_WAIT_MS = 2_000;

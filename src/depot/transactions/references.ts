@@ -10,13 +10,13 @@ import type { PackageStore } from "../ports.js";
 import { allKeys, mapLimit } from "../store/records.js";
 
 /** Names checked per reference at most: the packages holding one digest, first in key order. */
-export const MAX_REFERENCE_NAMES = 64;
+const MAX_REFERENCE_NAMES = 64;
 
 const principalHash = (principal: string) =>
   createHash("sha256").update(`principal:${principal}`).digest("hex").slice(0, 32);
 
 /** Record keys of the reference index. */
-export const referenceKeys = {
+const referenceKeys = {
   digest: (digest: string) => `bref/${digest}/`,
   uploader: (digest: string, principal: string) => `bref/${digest}/u.${principalHash(principal)}`,
   published: (digest: string, name: string) => `bref/${digest}/p.${name}`,

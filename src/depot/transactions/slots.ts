@@ -22,7 +22,7 @@ interface SlotChange {
 }
 
 /** What the slots need of the transaction logic. */
-export interface SlotPolicy {
+interface SlotPolicy {
   /** The most open transactions per principal. */
   limit(): number;
   /** Whether a listed transaction still holds its slot (open or committing, not expired). */

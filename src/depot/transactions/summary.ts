@@ -11,12 +11,12 @@ import { compareUtf8 } from "../package/paths.js";
 import { withoutState } from "./lifecycle.js";
 
 /** Items per summary page when `limit` is not given. */
-export const DEFAULT_SUMMARY_PAGE = 1_000;
+const DEFAULT_SUMMARY_PAGE = 1_000;
 /** The largest `limit` accepted. */
-export const MAX_SUMMARY_PAGE = 10_000;
+const MAX_SUMMARY_PAGE = 10_000;
 
 /** Which page of a summary a request asks for. */
-export interface SummaryPage {
+interface SummaryPage {
   limit: number;
   /** The cursor of the previous page's `next`; absent for the first page. */
   after?: string;

@@ -49,7 +49,7 @@ function charStart(b: Uint8Array, at: number): number {
 }
 
 /** Options of {@link createLineSplitter}. */
-export interface LineSplitterOptions {
+interface LineSplitterOptions {
   /** Longest line in UTF-8 bytes (after U+FFFD replacement). Default 64 KiB. */
   maxLineBytes?: number;
   /**
@@ -63,7 +63,7 @@ export interface LineSplitterOptions {
 }
 
 /** What {@link createLineSplitter} returns. */
-export interface LineSplitter {
+interface LineSplitter {
   /** Feeds bytes; calls the line callback for every complete (or over-long) line. */
   push(chunk: Uint8Array): void;
   /** Emits the final unterminated line, if any. */

@@ -28,9 +28,9 @@ export const CHUNK_TARGET_BYTES = 256 * 1024;
  */
 export const MAX_CHUNK_BYTES = CHUNK_TARGET_BYTES + 4 * 1024 * 1024 + 16;
 /** Longest line an archive takes (past any line a store holds under the 1 MiB default message limit). */
-export const MAX_LINE_BYTES = 4 * 1024 * 1024;
+const MAX_LINE_BYTES = 4 * 1024 * 1024;
 /** Largest compressed chunk a reader fetches. */
-export const MAX_COMPRESSED_CHUNK_BYTES = MAX_CHUNK_BYTES + 64 * 1024;
+const MAX_COMPRESSED_CHUNK_BYTES = MAX_CHUNK_BYTES + 64 * 1024;
 /**
  * Most lines a chunk may hold: the writer closes a chunk once its records reach
  * CHUNK_TARGET_BYTES and every record takes at least one byte, so no honest chunk holds
@@ -40,7 +40,7 @@ export const MAX_COMPRESSED_CHUNK_BYTES = MAX_CHUNK_BYTES + 64 * 1024;
  */
 export const MAX_CHUNK_LINES = CHUNK_TARGET_BYTES;
 /** Most chunks an object may have (an index of 8 MiB). */
-export const MAX_CHUNKS = 1 << 20;
+const MAX_CHUNKS = 1 << 20;
 
 /** Where each chunk of an archive is and which lines it holds. */
 export interface ArchiveIndex {

@@ -35,7 +35,7 @@ export interface CallResponse {
 }
 
 /** A call's outcome: `ok` is the Ack's (status OK), `error` set for anything else. */
-export interface CallOutcome {
+interface CallOutcome {
   code?: Code;
   ok?: boolean;
   committed?: number;

@@ -28,7 +28,7 @@ const GIVE_UP = new Set<Code>([
  * `maxCallMs`, so it stays below the server's idle limit.
  * Why: docs/decisions/runner-client.md, "reconnecting-calls.ts: callLength".
  */
-export function callLength(maxCallMs: number): number {
+function callLength(maxCallMs: number): number {
   return maxCallMs - Math.floor(Math.random() * (maxCallMs / 4));
 }
 
@@ -36,7 +36,7 @@ export function callLength(maxCallMs: number): number {
 const MIN_SPLIT_BYTES = 1024;
 
 /** What the client's API drives the loop with. */
-export interface CallLoop {
+interface CallLoop {
   /** Writes soon (after the current burst of log() calls): into the open call, or a new one. */
   schedule(): void;
   /** Appends one log line (within the line limit) to the spool. */

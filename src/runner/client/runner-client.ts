@@ -32,7 +32,7 @@ const PATH = "/runner.v1.Runner/StreamLogs";
  * 11 at 4 MiB; docs/decisions/runner-throughput.md, session 9). It also bounds what a broken
  * connection makes the agent replay.
  */
-export const DEFAULT_MAX_CALL_BYTES = 4 * 1024 * 1024;
+const DEFAULT_MAX_CALL_BYTES = 4 * 1024 * 1024;
 
 /**
  * Creates a runner client for one job.

@@ -24,7 +24,7 @@ export interface ClientSessions {
 }
 
 /** Connection settings of {@link createClientSessions}. */
-export interface ClientSessionSettings {
+interface ClientSessionSettings {
   tls?: RunnerClientTlsOptions;
   connectTimeoutMs: number;
   keepaliveMs: number;

@@ -16,7 +16,7 @@ interface Chunk {
 }
 
 /** Slices of frames to write for a range of items. */
-export interface SpoolSlice {
+interface SpoolSlice {
   /** Buffers to write, in order (views into the spool; never mutated afterwards). */
   buffers: Buffer[];
   /** Total bytes of `buffers`. */
@@ -26,7 +26,7 @@ export interface SpoolSlice {
 }
 
 /** Options of {@link createSpool}. */
-export interface SpoolOptions {
+interface SpoolOptions {
   /** Size of one packed chunk; a frame larger than this gets a chunk of its own. Default 64 KiB. */
   chunkBytes?: number;
   /** Job offset of the first item the spool will hold. Default 0. */

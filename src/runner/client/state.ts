@@ -39,7 +39,7 @@ export function clearCallTimers(c: Call): void {
 }
 
 /** A promise of end() or flush(), settled once everything before `to` is committed. */
-export interface Waiter {
+interface Waiter {
   to: number;
   resolve: () => void;
   reject: (e: unknown) => void;

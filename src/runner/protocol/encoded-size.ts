@@ -4,14 +4,14 @@
  */
 import type { LogItem } from "../../gen/runner/v1/runner_pb.js";
 
-/** Bytes of a varint; O(log value). */
-function varintSize(value: number): number {
+/** Bytes of a varint (a negative int32 takes 10); O(1) below 2^21, else O(log value). */
+export function varintSize(value: number): number {
   if (value < 0) return 10;
-  let size = 1;
-  while (value >= 0x80) {
-    value = Math.floor(value / 128);
-    size++;
-  }
+  if (value < 0x80) return 1;
+  if (value < 0x4000) return 2;
+  if (value < 0x200000) return 3;
+  let size = 4;
+  for (let rest = Math.floor(value / 0x200000); rest >= 0x80; rest = Math.floor(rest / 0x80)) size++;
   return size;
 }
 

@@ -9,6 +9,7 @@
 // path for ES modules), so `Buffer.isBuffer` per line was a getter call through the
 // generic global load IC in the agent's hottest function.
 import { Buffer } from "node:buffer";
+import { varintSize } from "./encoded-size.js";
 
 /** Bytes of the gRPC message prefix: a compressed flag and a big-endian uint32 length. */
 export const FRAME_PREFIX_BYTES = 5;
@@ -19,14 +20,6 @@ export interface JobEndFields {
   success: boolean;
   repoUrl?: string;
   commitSha?: string;
-}
-
-function varintSize(n: number): number {
-  if (n < 0x80) return 1;
-  if (n < 0x4000) return 2;
-  if (n < 0x200000) return 3;
-  if (n < 0x10000000) return 4;
-  return 5;
 }
 
 function writeVarint(buf: Buffer, pos: number, n: number): number {

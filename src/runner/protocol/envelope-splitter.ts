@@ -22,7 +22,7 @@ export class EnvelopeTooLarge extends Error {
 }
 
 /** Receives one whole envelope, prefix included: `buf[start, end)`; `buf` may be reused after the call returns. */
-export type EnvelopeCallback = (buf: Buffer, start: number, end: number) => void;
+type EnvelopeCallback = (buf: Buffer, start: number, end: number) => void;
 
 /** Smallest buffer for an envelope spread over chunks (so one-byte chunks do not realloc every byte). */
 const MIN_HOLD = 256;

@@ -12,7 +12,7 @@
  * @example
  * encodeGrpcMessage("offset 5: resend from 3; 100%") // "offset 5: resend from 3; 100%25"
  */
-export function encodeGrpcMessage(text: string): string {
+function encodeGrpcMessage(text: string): string {
   const bytes = Buffer.from(text, "utf8");
   let out = "";
   let plain = 0;

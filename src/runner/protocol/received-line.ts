@@ -65,7 +65,7 @@ export class ReceivedLine implements StoredLine, LogEntry {
  * A stored line as a plain object (the port's shape, nothing else): what a hook or a
  * follower may keep or serialise, without a view of the request's buffer.
  */
-export function plainLine(line: StoredLine): StoredLine {
+function plainLine(line: StoredLine): StoredLine {
   return line.marker
     ? { line: line.line, stderr: line.stderr, marker: true }
     : { line: line.line, stderr: line.stderr };

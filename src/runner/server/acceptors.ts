@@ -12,10 +12,10 @@ export const DEFAULT_ACCEPTORS = 8;
  * The most listening sockets a server takes: each is a file descriptor, and more gain nothing on any core count this
  * runs on.
  */
-export const MAX_ACCEPTORS = 64;
+const MAX_ACCEPTORS = 64;
 
 /** The listening sockets of one server. */
-export interface Acceptors {
+interface Acceptors {
   /** The port bound. */
   readonly port: number;
   /** Listening sockets actually bound (≥ 1). */
@@ -25,7 +25,7 @@ export interface Acceptors {
 }
 
 /** Options of {@link listenAcceptors}. */
-export interface AcceptorOptions {
+interface AcceptorOptions {
   host: string;
   /** 0 asks the OS (the other sockets then bind the port the first one got). */
   port: number;

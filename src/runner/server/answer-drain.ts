@@ -9,7 +9,7 @@ import * as http2 from "node:http2";
  * answer is a few bytes; the session's own outbound queue is what delays it, and the
  * NO_ERROR reset after trailers waits ~2 s for that, runner/server/handler.ts); generous for a loaded host.
  */
-export const ANSWER_DRAIN_MS = 5_000;
+const ANSWER_DRAIN_MS = 5_000;
 
 /**
  * Cancels `stream` (RST_STREAM CANCEL) if it is still open {@link ANSWER_DRAIN_MS} from now.

@@ -22,7 +22,7 @@ import type { RunnerHealth } from "./health.js";
 import type { StoreBacklog } from "../service/store-backlog.js";
 
 /** Options of {@link createConnectPath}. */
-export interface ConnectPathOptions {
+interface ConnectPathOptions {
   /** Largest message (decompressed); larger ones end RESOURCE_EXHAUSTED. */
   messageBytes: number;
   /** Byte accounting shared by the server's calls. */

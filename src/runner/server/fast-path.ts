@@ -39,7 +39,7 @@ import { readErrorOf } from "../protocol/wire-errors.js";
 import type { StoreBacklog } from "../service/store-backlog.js";
 
 /** Options of {@link createStreamLogsFastPath}. */
-export interface StreamLogsFastPathOptions {
+interface StreamLogsFastPathOptions {
   /** Largest message (the whole protobuf message, unknown fields included); larger ones end RESOURCE_EXHAUSTED. */
   messageBytes: number;
   /** Byte accounting shared by the server's calls (first-message limit, connection and server caps). */
@@ -64,7 +64,7 @@ export interface StreamLogsFastPathOptions {
  * open stream kept, and a second Readable every chunk went through). Each returns true when
  * it took the call, false to leave it to connect.
  */
-export interface StreamLogsFastPath {
+interface StreamLogsFastPath {
   request(req: http2.Http2ServerRequest, res: http2.Http2ServerResponse): boolean;
   stream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): boolean;
 }

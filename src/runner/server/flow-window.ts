@@ -13,7 +13,7 @@ export const BUSY_CALL_BYTES = 512 * 1024;
 /** The widened windows (the connection's and each stream's). */
 export const BUSY_WINDOW_BYTES = 1024 * 1024;
 /** Open streams a connection may have to be widened, and its stream limit once it is. */
-export const BUSY_MAX_STREAMS = 16;
+const BUSY_MAX_STREAMS = 16;
 
 /**
  * Sessions a server widens at once for a store backlog budget of `queuedBytes`: one 1 MiB

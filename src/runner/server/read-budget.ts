@@ -28,7 +28,7 @@ export interface RunnerReadLimits {
 }
 
 /** Defaults of {@link RunnerReadLimits}. */
-export const DEFAULT_READ_LIMITS: Readonly<RunnerReadLimits> = Object.freeze({
+const DEFAULT_READ_LIMITS: Readonly<RunnerReadLimits> = Object.freeze({
   firstMessageBytes: 128 * 1024,
   firstMessageMs: 10_000,
   connectionBytes: 16 * 1024 * 1024,
@@ -36,7 +36,7 @@ export const DEFAULT_READ_LIMITS: Readonly<RunnerReadLimits> = Object.freeze({
 });
 
 /** Which cap a change would cross. */
-export type BudgetRefusal = "connection" | "server";
+type BudgetRefusal = "connection" | "server";
 
 /** Shared byte accounting of one server; a connection is any object standing for it (its HTTP/2 session). */
 export interface ReadBudget {

@@ -12,7 +12,7 @@ import { widenWhenBusy } from "./flow-window.js";
 import type { BacklogWaiter, StoreBacklog } from "../service/store-backlog.js";
 
 /** Options of a {@link RequestReader}. */
-export interface RequestReaderOptions {
+interface RequestReaderOptions {
   /** Largest message after the first. */
   messageBytes: number;
   /** Byte accounting shared by the server's calls. */

@@ -1,6 +1,6 @@
 /** The runner service's options resolved once: defaults filled in, values checked. */
 import type { JobTokenSecret } from "../protocol/token.js";
-import { stripUndefined } from "./options.js";
+import { stripUndefined } from "./strip-undefined.js";
 import {
   DEFAULT_RUNNER_LIMITS,
   type PublishRetryOptions,

@@ -7,7 +7,7 @@
  * Why: docs/decisions/log-archive.md, "fanout.ts: one tail per followed job".
  */
 import type { JobLogEvent, JobLogStore, JobState, LogEntry, StoredLine } from "../ports.js";
-import { stripUndefined } from "./options.js";
+import { stripUndefined } from "./strip-undefined.js";
 import { pushPlain, storedCount } from "../protocol/received-line.js";
 
 /** Bounds of the fan-out (RunnerServiceOptions.follow). */
@@ -35,7 +35,7 @@ export interface FollowOptions {
 }
 
 /** The default bounds; `pollMs` here is the one without a store `watch`. */
-export const DEFAULT_FOLLOW_OPTIONS: Readonly<FollowOptions> = Object.freeze({
+const DEFAULT_FOLLOW_OPTIONS: Readonly<FollowOptions> = Object.freeze({
   bufferLines: 4096,
   bufferBytes: 1024 * 1024,
   pollMs: 1000,
@@ -46,7 +46,7 @@ export const DEFAULT_FOLLOW_OPTIONS: Readonly<FollowOptions> = Object.freeze({
 const lineCost = (line: StoredLine) => line.line.length + 48;
 
 /** Where one follower of a job is: the position of the next line it will yield. */
-export interface FollowCursor {
+interface FollowCursor {
   position: number;
 }
 

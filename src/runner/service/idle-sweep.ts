@@ -21,7 +21,7 @@ export interface IdleCall {
 }
 
 /** The sweep's period for an idle limit: a quarter of it, between 10 ms and 1 s. */
-export function idleTickMs(idleMs: number): number {
+function idleTickMs(idleMs: number): number {
   return Math.min(1000, Math.max(10, Math.floor(idleMs / 4)));
 }
 

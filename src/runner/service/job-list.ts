@@ -50,7 +50,7 @@ export interface JobSummary {
 export interface ListJobsOptions {
   /** Only jobs in these states (one or several); default all. */
   status?: JobStatus | readonly JobStatus[];
-  /** Page size, 1 to {@link MAX_JOB_PAGE}; default 50. */
+  /** Page size, 1 to 500; default 50. */
   limit?: number;
   /** The `next` of the previous page. */
   cursor?: string;
@@ -64,9 +64,9 @@ export interface JobPage {
 }
 
 /** Largest page `listJobs` returns. */
-export const MAX_JOB_PAGE = 500;
+const MAX_JOB_PAGE = 500;
 /** Page size when none is asked for. */
-export const DEFAULT_JOB_PAGE = 50;
+const DEFAULT_JOB_PAGE = 50;
 
 const STATUSES: readonly JobStatus[] = ["open", "finished", "cancelled", "lost"];
 const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;

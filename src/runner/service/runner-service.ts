@@ -5,8 +5,7 @@
  * Why: docs/decisions/runner-server.md, "runner-service.ts: where each concern lives".
  */
 import { RunnerDepotError } from "../../errors.js";
-import { createMemoryLogStore } from "../../adapters/memory/log-store.js";
-import type { JobResultQueue } from "../ports.js";
+import type { JobLogStore, JobResultQueue } from "../ports.js";
 import { normalizeRequestId } from "../protocol/request-id.js";
 import { encodeJobCursor, summarizeJob, toJobListQuery } from "./job-list.js";
 import type { RunnerService, RunnerServiceOptions } from "./contract.js";
@@ -43,17 +42,16 @@ export {
 } from "../server/call-context.js";
 
 /**
- * Creates the orchestrator's runner service.
- *
- * @example
- * const queue = createMemoryQueue();
- * const runner = createRunnerService(queue, { secret: process.env.RUNNER_SECRET });
- * const server = await startRunnerServer(runner, { port: 50051 });
- * // or mount it yourself: connectNodeAdapter({ routes: (r) => r.service(Runner, runner) })
+ * The runner service over `queue`, storing in `options.logs` or else in `defaultLogs()`: the caller (the
+ * entry's `createRunnerService`) supplies that default, so the service never reaches into an adapter.
  */
-export function createRunnerService(queue: JobResultQueue, options: RunnerServiceOptions = {}): RunnerService {
+export function assembleRunnerService(
+  queue: JobResultQueue,
+  options: RunnerServiceOptions,
+  defaultLogs: () => JobLogStore,
+): RunnerService {
   const config = resolveConfig(options);
-  const core = createRunnerCore(queue, options.logs ?? createMemoryLogStore(), options, config);
+  const core = createRunnerCore(queue, options.logs ?? defaultLogs(), options, config);
   const logs = core.logs;
   const sweepTimer = startLostSweep(core);
   let closing: Promise<void> | null = null;

@@ -25,7 +25,7 @@ export type RefusalReason =
   "message_too_large" | "invalid_item" | "offset_gap" | "job_ended" | "unauthorized" | "unknown_job";
 
 /** How one publish attempt came out (`runner.publish.result`). */
-export type PublishResult = "accepted" | "refused" | "timeout";
+type PublishResult = "accepted" | "refused" | "timeout";
 
 /** gRPC code names by number, for log lines (metrics and spans carry the number). */
 const GRPC_CODE_NAMES = [

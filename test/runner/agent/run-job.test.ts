@@ -20,7 +20,7 @@ import {
 } from "../../../src/runner/client/runner-client.js";
 import { createLogItemEncoder, utf8Length } from "../../../src/runner/protocol/encoder.js";
 import type { JobLogStore, StoredLine } from "../../../src/runner/ports.js";
-import { createRunnerService, type RunnerService } from "../../../src/runner/service/runner-service.js";
+import { createRunnerService, type RunnerService } from "../../../src/runner/index.js";
 import { startRunnerServer, type RunnerServer } from "../../../src/runner/server/start-server.js";
 import { mintJobToken } from "../../../src/runner/protocol/token.js";
 // @ts-expect-error plain-JS fixture without types

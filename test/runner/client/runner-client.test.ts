@@ -16,11 +16,7 @@ import { createMemoryQueue, type MemoryQueue } from "../../../src/adapters/memor
 import { isRunnerDepotError } from "../../../src/errors.js";
 import { createRunnerClient, type RunnerClientOptions } from "../../../src/runner/client/runner-client.js";
 import type { JobLogStore, StoredLine } from "../../../src/runner/ports.js";
-import {
-  createRunnerService,
-  type RunnerService,
-  type RunnerServiceOptions,
-} from "../../../src/runner/service/runner-service.js";
+import { createRunnerService, type RunnerService, type RunnerServiceOptions } from "../../../src/runner/index.js";
 import {
   startRunnerServer,
   type RunnerServer,

@@ -13,6 +13,8 @@ export const file_runner_v1_runner: GenFile = /*@__PURE__*/
   fileDesc("ChZydW5uZXIvdjEvcnVubmVyLnByb3RvEglydW5uZXIudjEiKAoITG9nQ2h1bmsSDAoEbGluZRgBIAEoCRIOCgZzdGRlcnIYAiABKAgiUgoGSm9iRW5kEhEKCWV4aXRfY29kZRgBIAEoBRIPCgdzdWNjZXNzGAIgASgIEhAKCHJlcG9fdXJsGAMgASgJEhIKCmNvbW1pdF9zaGEYBCABKAkibAoHTG9nSXRlbRISCgpyZXF1ZXN0X2lkGAEgASgJEiIKA2xvZxgCIAEoCzITLnJ1bm5lci52MS5Mb2dDaHVua0gAEiAKA2VuZBgDIAEoCzIRLnJ1bm5lci52MS5Kb2JFbmRIAEIHCgVldmVudCIRCgNBY2sSCgoCb2sYASABKAgyPAoGUnVubmVyEjIKClN0cmVhbUxvZ3MSEi5ydW5uZXIudjEuTG9nSXRlbRoOLnJ1bm5lci52MS5BY2soAWIGcHJvdG8z");
 
 /**
+ * One output line of a job (docs/runner-protocol.md §3): its text and whether it came from stderr.
+ *
  * @generated from message runner.v1.LogChunk
  */
 export type LogChunk = Message<"runner.v1.LogChunk"> & {
@@ -35,6 +37,8 @@ export const LogChunkSchema: GenMessage<LogChunk> = /*@__PURE__*/
   messageDesc(file_runner_v1_runner, 0);
 
 /**
+ * The job's end, the last item of a job: exit code, success, and the source it built.
+ *
  * @generated from message runner.v1.JobEnd
  */
 export type JobEnd = Message<"runner.v1.JobEnd"> & {
@@ -67,6 +71,8 @@ export const JobEndSchema: GenMessage<JobEnd> = /*@__PURE__*/
   messageDesc(file_runner_v1_runner, 1);
 
 /**
+ * What the agent streams: the job's request ID and either one line or the job's end.
+ *
  * @generated from message runner.v1.LogItem
  */
 export type LogItem = Message<"runner.v1.LogItem"> & {
@@ -101,6 +107,8 @@ export const LogItemSchema: GenMessage<LogItem> = /*@__PURE__*/
   messageDesc(file_runner_v1_runner, 2);
 
 /**
+ * The answer to a call: ok = false when the orchestrator no longer wants the job (§6).
+ *
  * @generated from message runner.v1.Ack
  */
 export type Ack = Message<"runner.v1.Ack"> & {
@@ -118,6 +126,8 @@ export const AckSchema: GenMessage<Ack> = /*@__PURE__*/
   messageDesc(file_runner_v1_runner, 3);
 
 /**
+ * The runner's one RPC: a client stream of LogItems answered by one Ack (docs/runner-protocol.md).
+ *
  * @generated from service runner.v1.Runner
  */
 export const Runner: GenService<{

@@ -10,7 +10,7 @@ import { OFFSET_HEADER } from "../contract.js";
 import { uErr, type RunnerCore } from "../job-table.js";
 
 /** `Bearer <token>` → token; anything else → null. O(header length), bounded by the transport's header limit. */
-export function bearer(value: string | null): string | null {
+function bearer(value: string | null): string | null {
   if (value === null) return null;
   const match = /^Bearer ([A-Za-z0-9\-._~+/]+=*)$/i.exec(value.trim());
   return match ? match[1]! : null;

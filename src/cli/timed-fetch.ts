@@ -10,7 +10,7 @@
 import { answerTimeoutMs } from "./args.js";
 
 /** Why `cliFetch` gave up; `fetchFailureCause` reads its code and says "timed out: <message>". */
-export class AnswerTimeout extends Error {
+class AnswerTimeout extends Error {
   readonly code = "ANSWER_TIMEOUT";
   override readonly name = "TimeoutError";
 }
