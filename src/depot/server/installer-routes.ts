@@ -106,7 +106,9 @@ export function registerInstallerRoutes(context: RouterContext): void {
       const [from, to] = (await publishedVersions(name, [fromVersion, toVersion])) as [VersionRecord, VersionRecord];
       if (span.isRecording())
         span.setAttributes({ "depot.package": name, "depot.version": to.version, "depot.from_version": from.version });
-      return { source: await archives.delta(from, to), filename: `${name}-${from.version}-to-${to.version}.tar` };
+      // A HEAD hashes nothing (issue 30 item 1): it gets the digest only if a GET already computed it.
+      const source = await archives.delta(from, to, { digest: request.method !== "HEAD" });
+      return { source, filename: `${name}-${from.version}-to-${to.version}.tar` };
     });
 
   /**
