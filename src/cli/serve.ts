@@ -214,7 +214,14 @@ export const serveCommand: Command = {
       const control = createControlApi({ runner, logs, secret, adminToken, runnerUrl });
       // The web console on the depot's port: one-time login URL, then a session cookie.
       const sessions = createConsoleSessions();
-      const webConsole = createConsole({ runner, depot, sessions, base: "/-/console" });
+      // Beyond loopback a TLS terminator must stand in front (--insecure says so): the cookie is Secure.
+      const webConsole = createConsole({
+        runner,
+        depot,
+        sessions,
+        base: "/-/console",
+        ...(isLoopbackHost(host) ? {} : { secureCookies: true }),
+      });
       const route = (request: Request) => {
         const pathname = new URL(request.url).pathname;
         const answer = operator.answer(request, pathname, { metrics: metricsPort === undefined });
