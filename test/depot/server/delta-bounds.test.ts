@@ -123,4 +123,31 @@ describe("deltas cost the reader, not the store (issue 30 item 1)", () => {
       expect(r.headers.get("etag")).toBe(`"${storeDigest(bytes).slice(7)}"`);
     }
   });
+
+  it("garbage collection removes an older depot's delta record and the delta blob it kept", async () => {
+    const { store } = signingStore(createMemoryStore(), {
+      watched: new Set(),
+      open: Promise.resolve(),
+      hit: () => undefined,
+    });
+    depot = await startDepot(store, { gcGraceMs: 0 });
+    for (const v of ["1.0.0", "2.0.0"])
+      expect((await publish(depot.url, `old@${v}`, [{ type: "file", path: "f", body: v }])).status).toBe(201);
+    // As a depot before issue 30 left it: the delta materialised as a blob, named by a record.
+    const kept = await store.putBlob(
+      (async function* () {
+        yield new TextEncoder().encode("a delta archive an older depot stored");
+      })(),
+    );
+    await store.putRecord(
+      "delta/old/1.0.0/2.0.0",
+      { digest: kept.digest, size: kept.size, builtAt: "2026-01-01T00:00:00Z" },
+      { ifRevision: null },
+    );
+    await depot.router.collectGarbage();
+    await depot.router.collectGarbage();
+    expect((await store.listRecords("delta/")).keys).toEqual([]);
+    expect(await store.statBlob(kept.digest)).toBeNull();
+    expect((await fetch(`${depot.url}/data/old/1.0.0/2.0.0`)).status).toBe(200);
+  });
 });
