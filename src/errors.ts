@@ -51,6 +51,8 @@ const CODES = {
   HEADERS_TOO_LARGE: [Code.ResourceExhausted, 431],
   STORE_UNAVAILABLE: [Code.Unavailable, 503],
   TOO_MANY_CONNECTIONS: [Code.Unavailable, 503],
+  /** Every delta build slot and queue place is taken (docs/depot-api.md §Deltas); `Retry-After: 1`. */
+  TOO_MANY_DELTA_BUILDS: [Code.Unavailable, 503],
   /** The store was written by a newer runner-depot (depot/store/format.ts); the depot refuses to serve it. */
   STORE_FORMAT_UNSUPPORTED: [Code.FailedPrecondition, 503],
   // Client-side codes (installer, agent).

@@ -12,6 +12,7 @@ import type { PackageStore } from "../depot/ports.js";
 import { createRunnerService, startRunnerServer } from "../runner/index.js";
 import type { JobLogStore, JobResult, JobResultQueue } from "../runner/ports.js";
 import { isLoopbackHost } from "../loopback.js";
+import { checkDescriptors } from "../depot/server/descriptors.js";
 import { CliError, DEFAULT_DATA_DIR, importAdapter, portOption, type Command, type ServeState } from "./args.js";
 import { createControlApi } from "./control.js";
 import { lockDataDir } from "./serve-lock.js";
@@ -214,7 +215,14 @@ export const serveCommand: Command = {
       const control = createControlApi({ runner, logs, secret, adminToken, runnerUrl });
       // The web console on the depot's port: one-time login URL, then a session cookie.
       const sessions = createConsoleSessions();
-      const webConsole = createConsole({ runner, depot, sessions, base: "/-/console" });
+      // Beyond loopback a TLS terminator must stand in front (--insecure says so): the cookie is Secure.
+      const webConsole = createConsole({
+        runner,
+        depot,
+        sessions,
+        base: "/-/console",
+        ...(isLoopbackHost(host) ? {} : { secureCookies: true }),
+      });
       const route = (request: Request) => {
         const pathname = new URL(request.url).pathname;
         const answer = operator.answer(request, pathname, { metrics: metricsPort === undefined });
@@ -324,6 +332,8 @@ function readinessProbes(store: PackageStore, logs: JobLogStore, queue: JobResul
       check: () => Promise.all([store.getRecord("format"), store.statBlob(`sha256:${"0".repeat(64)}`)]),
     },
     { name: "logStore", check: () => logs.get("00000000-0000-4000-8000-000000000000") },
+    // Unready past nine tenths of the descriptor limit: new connections and store files would fail next.
+    { name: "descriptors", check: () => checkDescriptors() },
   ];
   const ready = (queue as { ready?: (timeoutMs?: number) => Promise<void> }).ready;
   if (typeof ready === "function") probes.push({ name: "queue", check: () => ready.call(queue, 1_500) });

@@ -44,8 +44,17 @@ export interface ConsoleOptions {
    * (set it when a proxy changes scheme or host).
    */
   origins?: readonly string[];
+  /**
+   * The session cookie's `Secure` attribute: true always, false never; default: when the
+   * request URL is https, or `trustProxy` is set and `X-Forwarded-Proto` says https.
+   */
+  secureCookies?: boolean;
+  /** Believe `X-Forwarded-Proto` (set only behind a proxy that overwrites it); default false. */
+  trustProxy?: boolean;
   /** Event streams open at once; default 256. */
   maxStreams?: number;
+  /** Event streams one login session (`sessions`) holds at once; default 8. */
+  maxStreamsPerSession?: number;
   /** Packages examined when listing a package's dependants; default 2,000. */
   dependantScan?: number;
   /** Packages the console asks the depot for per catalog page; default 200. */
@@ -76,7 +85,12 @@ const MAX_URL = 4096;
 export function createConsole(options: ConsoleOptions = {}): Console {
   const base = (options.base ?? "").replace(/\/+$/, "");
   if (base !== "" && !/^\/[A-Za-z0-9._~\-/]*$/.test(base)) throw new RangeError("base must be a path such as /console");
-  const jobs = options.runner ? createJobEndpoints(options.runner, { maxStreams: options.maxStreams ?? 256 }) : null;
+  const jobs = options.runner
+    ? createJobEndpoints(options.runner, {
+        maxStreams: options.maxStreams ?? 256,
+        maxStreamsPerSession: options.maxStreamsPerSession ?? 8,
+      })
+    : null;
   const packages = options.depot
     ? createPackageEndpoints({
         depot: options.depot,
@@ -113,7 +127,7 @@ export function createConsole(options: ConsoleOptions = {}): Console {
     let session: ConsoleSession | null = null;
     if (sessions) {
       const token = url.searchParams.get("token");
-      if (token !== null && !isApi && method === "GET") return login(token, url);
+      if (token !== null && !isApi && method === "GET") return login(token, url, request);
       session = sessions.session(cookie(request, sessions.cookieName) ?? "");
       if (!session) {
         if (isApi) throw new RunnerDepotError("UNAUTHENTICATED", "sign in to the console with its login URL");
@@ -142,10 +156,12 @@ export function createConsole(options: ConsoleOptions = {}): Console {
     else if (method !== "GET" && method !== "HEAD") return notAllowed("GET, HEAD, POST");
 
     if (!isApi) return page(path, csrf);
-    return api(path.slice(4), method, request, url);
+    // Streams are counted per session by a hash of its ID: the map holds no usable cookie.
+    const streamKey = session ? createHash("sha256").update(session.id).digest("base64url") : undefined;
+    return api(path.slice(4), method, request, url, streamKey);
   }
 
-  async function api(path: string, method: string, request: Request, url: URL): Promise<Response> {
+  async function api(path: string, method: string, request: Request, url: URL, session?: string): Promise<Response> {
     const parts = path.split("/").filter((p) => p !== "");
     if (parts[0] === "config" && parts.length === 1) return json({ jobs: jobs !== null, packages: packages !== null });
     if (parts[0] === "jobs") {
@@ -154,7 +170,8 @@ export function createConsole(options: ConsoleOptions = {}): Console {
       const id = jobId(parts[1] ?? "");
       if (parts.length === 2 && method !== "POST") return jobs.get(id);
       if (parts.length === 3 && parts[2] === "lines" && method !== "POST") return jobs.lines(id, url);
-      if (parts.length === 3 && parts[2] === "events" && method !== "POST") return jobs.events(id, request, url);
+      if (parts.length === 3 && parts[2] === "events" && method !== "POST")
+        return jobs.events(id, request, url, session);
       if (parts.length === 3 && parts[2] === "raw" && method !== "POST") return jobs.raw(id);
       if (parts.length === 3 && parts[2] === "cancel") return method === "POST" ? jobs.cancel(id) : notAllowed("POST");
     }
@@ -190,7 +207,7 @@ export function createConsole(options: ConsoleOptions = {}): Console {
   }
 
   /** `?token=`: a valid one opens a session and redirects to the bare URL; a used or unknown one gets 401. */
-  function login(token: string, url: URL): Response {
+  function login(token: string, url: URL, request: Request): Response {
     const opened = sessions!.redeem(token);
     if (!opened) {
       return html(
@@ -202,12 +219,20 @@ export function createConsole(options: ConsoleOptions = {}): Console {
         401,
       );
     }
-    const secure = url.protocol === "https:" ? "; Secure" : "";
+    const secure = secureCookie(request, url) ? "; Secure" : "";
     const cookieValue = `${sessions!.cookieName}=${opened.id}; Path=${base || ""}/; HttpOnly; SameSite=Strict; Max-Age=${sessions!.maxAgeSeconds}${secure}`;
     return new Response(null, {
       status: 303,
       headers: { ...SECURITY_HEADERS, location: url.pathname, "set-cookie": cookieValue, "cache-control": "no-store" },
     });
+  }
+
+  /** Issue 30 item 9: behind a TLS terminator the URL says http, so the host decides or trusts its proxy. */
+  function secureCookie(request: Request, url: URL): boolean {
+    if (options.secureCookies !== undefined) return options.secureCookies;
+    if (url.protocol === "https:") return true;
+    const forwarded = options.trustProxy ? request.headers.get("x-forwarded-proto") : null;
+    return forwarded?.split(",")[0]?.trim().toLowerCase() === "https";
   }
 
   /**

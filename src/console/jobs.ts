@@ -30,6 +30,8 @@ const KEEPALIVE_MS = 15_000;
 interface JobEndpointLimits {
   /** Event streams open at once; more answer 503. */
   maxStreams: number;
+  /** Event streams one console session holds at once; more answer 503 (issue 30 item 8). */
+  maxStreamsPerSession: number;
 }
 
 /** The wire form of a stored line. */
@@ -54,6 +56,8 @@ export function jobId(raw: string): string {
 export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLimits) {
   const logs = runner.logs;
   let streams = 0;
+  // Streams per session ID (absent: the host's own authorize, no session): bounded by the sessions kept.
+  const perSession = new Map<string, number>();
 
   async function known(id: string) {
     const state = await logs.get(id);
@@ -99,7 +103,7 @@ export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLim
      * it) or `?from=` on, then live until the job ends. Each `lines` event's ID is the
      * position after its last line, so a reconnect resumes exactly there.
      */
-    async events(id: string, request: Request, url: URL): Promise<Response> {
+    async events(id: string, request: Request, url: URL, session?: string): Promise<Response> {
       const header = request.headers.get("last-event-id");
       let from: number;
       if (header !== null && header !== "") {
@@ -115,7 +119,16 @@ export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLim
           details: { retryAfter: 5 },
         });
       }
+      const held = session === undefined ? 0 : (perSession.get(session) ?? 0);
+      if (held >= limits.maxStreamsPerSession) {
+        throw new RunnerDepotError(
+          "UNAVAILABLE",
+          `this session holds ${limits.maxStreamsPerSession} log streams; close one first`,
+          { details: { retryAfter: 5 } },
+        );
+      }
       streams++;
+      if (session !== undefined) perSession.set(session, held + 1);
       const stop = new AbortController();
       const onAbort = () => stop.abort();
       request.signal.addEventListener("abort", onAbort, { once: true });
@@ -128,6 +141,11 @@ export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLim
         if (released) return;
         released = true;
         streams--;
+        if (session !== undefined) {
+          const left = (perSession.get(session) ?? 1) - 1;
+          if (left > 0) perSession.set(session, left);
+          else perSession.delete(session);
+        }
         stop.abort();
         request.signal.removeEventListener("abort", onAbort);
         void lines.return?.(undefined);

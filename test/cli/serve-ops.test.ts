@@ -207,7 +207,11 @@ describe("serve: metrics, health and readiness", () => {
   it("/readyz is 200, turns 503 naming PostgreSQL's users when it is cut off, and 200 when it is back", async () => {
     expect(await readyz(serve.depotUrl)).toEqual({
       status: 200,
-      body: { status: "ready", unreachable: [], checks: { store: "ok", logStore: "ok", queue: "ok" } },
+      body: {
+        status: "ready",
+        unreachable: [],
+        checks: { store: "ok", logStore: "ok", descriptors: "ok", queue: "ok" },
+      },
     });
     await postgres.break();
     let seen = await readyz(serve.depotUrl);
@@ -220,7 +224,7 @@ describe("serve: metrics, health and readiness", () => {
     expect(seen.body).toEqual({
       status: "ready",
       unreachable: [],
-      checks: { store: "ok", logStore: "ok", queue: "ok" },
+      checks: { store: "ok", logStore: "ok", descriptors: "ok", queue: "ok" },
     });
     expect(serve.logs.filter((l) => l.msg === "readiness changed").map((l) => l.status)).toEqual([
       "ready",
@@ -236,7 +240,7 @@ describe("serve: metrics, health and readiness", () => {
     expect(seen.body).toMatchObject({
       status: "unready",
       unreachable: ["queue"],
-      checks: { store: "ok", logStore: "ok" },
+      checks: { store: "ok", logStore: "ok", descriptors: "ok" },
     });
     expect(seen.body.checks.queue).not.toBe("ok");
     await rabbit.heal();

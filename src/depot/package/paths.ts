@@ -14,6 +14,14 @@ export const RESERVED_PREFIX = ".pkg";
 /** C0 (U+0000–U+001F), DEL (U+007F) and C1 (U+0080–U+009F) controls. */
 export const CONTROL_RE = /[\u0000-\u001f\u007f-\u009f]/;
 
+/**
+ * Bidirectional-text controls (U+061C, U+200E–U+200F, U+202A–U+202E, U+2066–U+2069), zero-width
+ * and invisible characters (U+200B–U+200D, U+2060–U+2064, U+FEFF, U+180E) and the line and
+ * paragraph separators (U+2028–U+2029): they make a path display as another (`a\u202etxt.exe`
+ * shows as `aexe.txt`), so no path holds them (issue 30 item 9).
+ */
+export const INVISIBLE_RE = /[\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]/;
+
 function invalid(what: string, raw: string, why: string): never {
   throw new RunnerDepotError("PATH_INVALID", `${what} ${JSON.stringify(raw.slice(0, 200))} ${why}`);
 }
@@ -23,6 +31,8 @@ function checkSegments(what: string, raw: string, allowDotDot: boolean): string[
   if (raw.includes("\0")) invalid(what, raw, "contains NUL");
   // C0 controls, DEL and C1 controls: never part of a path a person can see or type.
   if (CONTROL_RE.test(raw)) invalid(what, raw, "contains a control character (C0, DEL or C1)");
+  if (INVISIBLE_RE.test(raw))
+    invalid(what, raw, "contains a bidirectional-text control or an invisible character (e.g. U+202E, U+200B)");
   if (raw.includes("\\")) invalid(what, raw, "contains a backslash");
   if (raw.startsWith("/")) invalid(what, raw, "is absolute");
   if (Buffer.byteLength(raw) > MAX_PATH_BYTES) invalid(what, raw, `is longer than ${MAX_PATH_BYTES} bytes`);
@@ -86,6 +96,29 @@ export function checkStoredItemPath(raw: string, what = "Path"): string {
 export function checkStoredLinkTarget(linkPath: string, raw: string, what = "Link target"): string {
   if (parseLinkTarget(linkPath, raw, what) !== raw) invalid(what, raw, "is not NFC-normalised");
   return raw;
+}
+
+/**
+ * Pairs of paths (items and their ancestors) equal but for case, which one case-insensitive
+ * filesystem (macOS, Windows) would write to the same place: `README` and `readme`,
+ * `Docs/a` and `docs/b`. Each pair once, the first seen first. O(paths × depth).
+ */
+export function caseCollisions(paths: Iterable<string>): Array<[string, string]> {
+  const seen = new Map<string, string>();
+  const pairs: Array<[string, string]> = [];
+  const reported = new Set<string>();
+  for (const path of paths) {
+    for (const p of [...ancestorsOf(path), path]) {
+      const folded = p.toLowerCase();
+      const first = seen.get(folded);
+      if (first === undefined) seen.set(folded, p);
+      else if (first !== p && !reported.has(`${first}\0${p}`)) {
+        reported.add(`${first}\0${p}`);
+        pairs.push([first, p]);
+      }
+    }
+  }
+  return pairs;
 }
 
 /** The ancestors of a path, shortest first: `a/b/c` → `a`, `a/b`. */

@@ -1,20 +1,16 @@
 /**
  * The archives and deltas the depot serves, as byte sources assembled from the manifest
  * and item blobs (depot/package/archive.ts), with their layouts cached by manifest so a repeated
- * download or Range costs O(log parts) to position instead of O(items) to lay out.
+ * download or Range costs O(log parts) to position instead of O(items) to lay out. Deltas are
+ * never stored: their digests are cached in memory and their builds bounded (docs/depot-api.md §Deltas).
  */
 import { RunnerDepotError } from "../../errors.js";
-import {
-  archiveLayout,
-  commitArchive,
-  readArchive,
-  type ArchiveLayout,
-  type PackageManifest,
-} from "../package/archive.js";
+import { createHash } from "node:crypto";
+import { archiveLayout, readArchive, type ArchiveLayout, type PackageManifest } from "../package/archive.js";
 import type { ByteSource } from "./blob-response.js";
 import { deltaManifest } from "../package/delta.js";
 import type { PackageStore } from "../ports.js";
-import { keys, type DeltaRecord, type VersionRecord } from "../store/records.js";
+import type { VersionRecord } from "../store/records.js";
 
 /** Settings of {@link createArchiveSources}. */
 interface ArchiveSourceSettings {
@@ -23,14 +19,23 @@ interface ArchiveSourceSettings {
   now: () => Date;
   /** Parts (about three per item) kept in the layout cache (default 1,000,000: some tens of MiB). */
   cachedParts?: number;
+  /** Deltas laid out or hashed at once (default 2); more wait in {@link deltaQueue}. */
+  deltaBuilds?: number;
+  /** Delta requests waiting for a build slot (default 16); more answer 503 TOO_MANY_DELTA_BUILDS. */
+  deltaQueue?: number;
+  /** Delta digests kept in memory, least recently used dropped (default 10,000: about 3 MB). */
+  cachedDeltaDigests?: number;
 }
 
 /** Byte sources for versions and deltas over one store. */
 export interface ArchiveSources {
   /** The archive of a published version. */
   version(version: VersionRecord): Promise<ByteSource>;
-  /** The delta from `from` to `to`, its digest computed (once, kept in a record) on first request. */
-  delta(from: VersionRecord, to: VersionRecord): Promise<ByteSource>;
+  /**
+   * The delta from `from` to `to`, streamed from the item blobs and never stored. With
+   * `digest: false` (a HEAD) nothing is hashed: the source has a digest only if one is cached.
+   */
+  delta(from: VersionRecord, to: VersionRecord, options?: { digest?: boolean }): Promise<ByteSource>;
 }
 
 /** Reads a stored manifest: its exact bytes (the archive's first entry) and its value. */
@@ -52,7 +57,10 @@ async function readManifest(store: PackageStore, digest: string): Promise<{ json
  */
 export function createArchiveSources(store: PackageStore, settings: ArchiveSourceSettings): ArchiveSources {
   const cache = new LayoutCache(settings.cachedParts ?? 1_000_000);
-  const deltaBuilds = new Map<string, Promise<DeltaRecord>>();
+  // A delta costs its reader, not the store (issue 30 item 1): its digest lives here, in bounded memory.
+  const digests = new BoundedMap<string, string>(settings.cachedDeltaDigests ?? 10_000);
+  const slots = new BuildSlots(settings.deltaBuilds ?? 2, settings.deltaQueue ?? 16);
+  const hashing = new Map<string, Promise<string>>();
 
   function source(digest: string, layout: ArchiveLayout, filename: string): ByteSource {
     const sign = store.signBlobUrl?.bind(store);
@@ -72,58 +80,105 @@ export function createArchiveSources(store: PackageStore, settings: ArchiveSourc
     return cache.put(key, archiveLayout(manifest, json, version.mtime));
   }
 
-  async function deltaLayout(
-    from: VersionRecord,
-    to: VersionRecord,
-  ): Promise<{ layout: ArchiveLayout; manifest: PackageManifest; json: Buffer }> {
-    const [a, b] = await Promise.all([readManifest(store, from.manifest), readManifest(store, to.manifest)]);
-    const manifest = deltaManifest(a.manifest, b.manifest);
-    const json = Buffer.from(JSON.stringify(manifest), "utf8");
-    return { layout: archiveLayout(manifest, json, to.mtime), manifest, json };
-  }
-
   /** The layout cache's key of a delta (manifests and time decide its bytes). */
   const deltaKey = (from: VersionRecord, to: VersionRecord) => `delta:${from.manifest}:${to.manifest}@${to.mtime}`;
 
-  /** Computes (and for a redirecting store, materialises) a delta once; concurrent requests share it. */
-  async function deltaRecord(from: VersionRecord, to: VersionRecord): Promise<DeltaRecord> {
-    const key = keys.delta(from.name, from.version, to.version);
-    const stored = (await store.getRecord<DeltaRecord>(key))?.value;
-    if (stored) return stored;
-    let building = deltaBuilds.get(key);
-    if (!building) {
-      building = (async () => {
-        const { layout, manifest, json } = await deltaLayout(from, to);
-        // The download that asked for it lays it out next: keep this layout for it.
-        cache.put(deltaKey(from, to), layout);
-        const info = await commitArchive(store, manifest, to.mtime, json);
-        const record: DeltaRecord = { digest: info.digest, size: info.size, builtAt: settings.now().toISOString() };
-        // Deterministic bytes: a concurrent builder elsewhere found the same digest; keep theirs.
-        if ((await store.putRecord(key, record, { ifRevision: null })) === null)
-          return (await store.getRecord<DeltaRecord>(key))?.value ?? record;
-        return record;
-      })().finally(() => deltaBuilds.delete(key));
-      deltaBuilds.set(key, building);
+  async function deltaLayout(from: VersionRecord, to: VersionRecord): Promise<ArchiveLayout> {
+    const key = deltaKey(from, to);
+    const cached = cache.get(key);
+    if (cached) return cached;
+    const [a, b] = await Promise.all([readManifest(store, from.manifest), readManifest(store, to.manifest)]);
+    const manifest = deltaManifest(a.manifest, b.manifest);
+    return cache.put(key, archiveLayout(manifest, Buffer.from(JSON.stringify(manifest), "utf8"), to.mtime));
+  }
+
+  /** Hashes a delta's bytes once; concurrent requests for the same delta share the pass. */
+  function deltaDigest(key: string, layout: ArchiveLayout): Promise<string> {
+    let running = hashing.get(key);
+    if (!running) {
+      running = slots
+        .run(async () => {
+          // Borrowed chunks: hash.update is done with each before the next is read into its buffer.
+          const hash = createHash("sha256");
+          for await (const chunk of readArchive(store, layout, undefined, { borrow: true })) hash.update(chunk);
+          return digests.set(key, `sha256:${hash.digest("hex")}`);
+        })
+        .finally(() => hashing.delete(key));
+      hashing.set(key, running);
     }
-    return building;
+    return running;
   }
 
   return {
     async version(version) {
       return source(version.digest, await versionLayout(version), `${version.name}-${version.version}.tar`);
     },
-    async delta(from, to) {
-      const record = await deltaRecord(from, to);
+    async delta(from, to, options = {}) {
       const key = deltaKey(from, to);
-      const layout = cache.get(key) ?? cache.put(key, (await deltaLayout(from, to)).layout);
-      if (layout.size !== record.size)
-        throw new RunnerDepotError(
-          "INTERNAL",
-          `Delta ${from.name} ${from.version}→${to.version} lays out to ${layout.size} bytes, its record says ${record.size}`,
-        );
-      return source(record.digest, layout, `${from.name}-${from.version}-to-${to.version}.tar`);
+      const layout = cache.get(key) ?? (await slots.run(() => deltaLayout(from, to)));
+      const digest = digests.get(key) ?? (options.digest === false ? undefined : await deltaDigest(key, layout));
+      // No signed URL: a redirect would need the delta stored as a blob, which a reader must not cause.
+      return {
+        digest,
+        size: layout.size,
+        read: (range, readOptions) => readArchive(store, layout, range, readOptions),
+      };
     },
   };
+}
+
+/** A Map that drops its least recently used entry beyond `max` entries. */
+class BoundedMap<K, V> {
+  private readonly entries = new Map<K, V>();
+  constructor(private readonly max: number) {}
+
+  get(key: K): V | undefined {
+    const value = this.entries.get(key);
+    if (value !== undefined) {
+      this.entries.delete(key);
+      this.entries.set(key, value);
+    }
+    return value;
+  }
+
+  set(key: K, value: V): V {
+    this.entries.delete(key);
+    this.entries.set(key, value);
+    if (this.entries.size > this.max) this.entries.delete(this.entries.keys().next().value as K);
+    return value;
+  }
+}
+
+/** At most `max` jobs at once and `queue` waiting; beyond that, 503 TOO_MANY_DELTA_BUILDS at once. */
+class BuildSlots {
+  private running = 0;
+  private readonly waiting: Array<() => void> = [];
+  constructor(
+    private readonly max: number,
+    private readonly queue: number,
+  ) {}
+
+  async run<T>(job: () => Promise<T>): Promise<T> {
+    if (this.running >= this.max) {
+      if (this.waiting.length >= this.queue)
+        throw new RunnerDepotError(
+          "TOO_MANY_DELTA_BUILDS",
+          `${this.max} deltas are being built and ${this.queue} wait; retry shortly`,
+          {
+            details: { retryAfter: 1 },
+          },
+        );
+      await new Promise<void>((resolve) => this.waiting.push(resolve));
+    } else this.running++;
+    try {
+      return await job();
+    } finally {
+      // The slot passes straight to the next waiter, so `running` counts it throughout.
+      const next = this.waiting.shift();
+      if (next) next();
+      else this.running--;
+    }
+  }
 }
 
 /** A least-recently-used map of layouts bounded by their total parts. */

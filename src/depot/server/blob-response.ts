@@ -40,8 +40,8 @@ function parseRangeHeader(header: string | null, size: number): RangeAnswer {
 
 /** Bytes the depot serves: an assembled archive or delta (depot/package/archive.ts). */
 export interface ByteSource {
-  /** `sha256:<hex>` of the whole representation: the strong ETag and Repr-Digest. */
-  digest: string;
+  /** `sha256:<hex>` of the whole representation: the strong ETag and Repr-Digest (absent: a delta's HEAD before any GET hashed it). */
+  digest?: string;
   /** Exact length. */
   size: number;
   /** The bytes, or an inclusive range of them; `borrow` as in readArchive (depot/package/archive.ts). */
@@ -57,16 +57,18 @@ export interface ByteSource {
  */
 export async function serveBytes(request: Request, source: ByteSource, filename: string): Promise<Response> {
   const { digest, size } = source;
-  if (!isStoreDigest(digest)) throw new RunnerDepotError("INTERNAL", `Bad stored digest ${digest}`);
-  const etag = `"${digest.slice(7)}"`;
-  const reprDigest = toHttpDigest(digest);
+  if (digest !== undefined && !isStoreDigest(digest))
+    throw new RunnerDepotError("INTERNAL", `Bad stored digest ${digest}`);
+  const etag = digest === undefined ? null : `"${digest.slice(7)}"`;
+  const reprDigest = digest === undefined ? null : toHttpDigest(digest);
+  const tags: Record<string, string> = etag && reprDigest ? { ETag: etag, "Repr-Digest": reprDigest } : {};
   const headers: Record<string, string> = {
-    ETag: etag,
-    "Repr-Digest": reprDigest,
-    "Cache-Control": IMMUTABLE,
+    ...tags,
+    "Cache-Control": etag ? IMMUTABLE : "no-cache",
     "Accept-Ranges": "bytes",
   };
-  if (matchesEtag(request.headers.get("if-none-match"), etag)) return new Response(null, { status: 304, headers });
+  if (etag && matchesEtag(request.headers.get("if-none-match"), etag))
+    return new Response(null, { status: 304, headers });
   const url = (await source.signedUrl?.()) ?? null;
   if (url)
     return new Response(null, { status: 302, headers: { ...headers, Location: url, "Cache-Control": "no-store" } });
@@ -82,8 +84,7 @@ export async function serveBytes(request: Request, source: ByteSource, filename:
       headers: {
         "Content-Type": "application/problem+json",
         "Content-Range": `bytes */${size}`,
-        "Repr-Digest": reprDigest,
-        ETag: etag,
+        ...tags,
         "Accept-Ranges": "bytes",
       },
     });
@@ -100,7 +101,7 @@ export async function serveBytes(request: Request, source: ByteSource, filename:
     headers["Content-Length"] = String(range.end - range.start + 1);
   } else {
     headers["Content-Length"] = String(size);
-    headers["Content-Digest"] = reprDigest;
+    if (reprDigest) headers["Content-Digest"] = reprDigest;
   }
   if (head || size === 0) return new Response(null, { status, headers });
   // The Web body gets chunks of its own; a Node host waits for each borrowed chunk's write

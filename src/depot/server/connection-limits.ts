@@ -6,6 +6,7 @@
 import type { IncomingMessage, Server } from "node:http";
 import type { Socket } from "node:net";
 import { RunnerDepotError } from "../../errors.js";
+import { connectionCapFor } from "./descriptors.js";
 
 /** Connection bounds; each has a default that suits a depot on the open internet. */
 export interface ConnectionLimits {
@@ -13,21 +14,40 @@ export interface ConnectionLimits {
   headersTimeoutMs?: number;
   /** An idle keep-alive connection is closed after this, ms (default 5,000). */
   keepAliveTimeoutMs?: number;
-  /**
-   * Open connections at most; more are refused with 503 (default 2,000; keep it below the process's file-descriptor
-   * limit).
-   */
+  /** Open connections at most; more are refused with 503 (default 2,000, and never over three quarters of the process's file-descriptor limit). */
   maxConnections?: number;
+  /** Open connections from one peer address at most; more are refused with 503 (default 128). */
+  maxConnectionsPerPeer?: number;
+  /**
+   * The last connections under `maxConnections` that serve only `/healthz`, `/readyz` and
+   * requests with an `Authorization` header; others get 503 (default a tenth of the cap).
+   */
+  reservedConnections?: number;
 }
 
 /** The defaults of {@link ConnectionLimits}. */
-export const DEFAULT_CONNECTION_LIMITS: Required<ConnectionLimits> = {
+export const DEFAULT_CONNECTION_LIMITS: Required<Omit<ConnectionLimits, "reservedConnections">> = {
   headersTimeoutMs: 30_000,
   keepAliveTimeoutMs: 5_000,
   maxConnections: 2_000,
+  maxConnectionsPerPeer: 128,
 };
 
 const refused = new WeakSet<Socket>();
+/** Connections past `maxConnections - reservedConnections`: they serve health checks and authenticated requests only. */
+const reserveOnly = new WeakSet<Socket>();
+
+/** Answers one 503 TOO_MANY_CONNECTIONS on `socket` (nothing of it parsed or answered yet) and closes it. */
+function refuse(socket: Socket, detail: string): void {
+  refused.add(socket);
+  const body = JSON.stringify(new RunnerDepotError("TOO_MANY_CONNECTIONS", detail).toProblem());
+  socket.on("error", () => undefined);
+  socket.end(
+    `HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
+      `Retry-After: 1\r\nConnection: close\r\n\r\n${body}`,
+    () => socket.destroy(),
+  );
+}
 
 /** True when the server refused this connection over its cap (its requests are ignored). */
 export function isRefusedConnection(socket: Socket): boolean {
@@ -45,7 +65,9 @@ export function isRefusedConnection(socket: Socket): boolean {
  * applyConnectionLimits(server, { maxConnections: 1000 });
  */
 export function applyConnectionLimits(server: Server, limits: ConnectionLimits = {}): void {
-  const { headersTimeoutMs, keepAliveTimeoutMs, maxConnections } = { ...DEFAULT_CONNECTION_LIMITS, ...limits };
+  const { headersTimeoutMs, keepAliveTimeoutMs, maxConnectionsPerPeer } = { ...DEFAULT_CONNECTION_LIMITS, ...limits };
+  const maxConnections = connectionCapFor(limits.maxConnections ?? DEFAULT_CONNECTION_LIMITS.maxConnections);
+  const reserved = Math.min(maxConnections - 1, limits.reservedConnections ?? Math.floor(maxConnections / 10));
   server.requestTimeout = 0;
   server.headersTimeout = headersTimeoutMs;
   server.keepAliveTimeout = keepAliveTimeoutMs;
@@ -55,29 +77,41 @@ export function applyConnectionLimits(server: Server, limits: ConnectionLimits =
     Math.max(50, headersTimeoutMs / 4),
   );
   let open = 0;
+  // Per peer address: one peer cannot hold every connection (issue 30 item 3). O(1) per connection.
+  const perPeer = new Map<string, number>();
   // Runs before Node's own connection listener, so a refused socket is never parsed.
   server.prependListener("connection", (socket: Socket) => {
-    if (open >= maxConnections) {
-      refused.add(socket);
-      const body = JSON.stringify(
-        new RunnerDepotError(
-          "TOO_MANY_CONNECTIONS",
-          `The server holds ${maxConnections} connections; retry shortly`,
-        ).toProblem(),
-      );
-      socket.on("error", () => undefined);
-      socket.end(
-        `HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
-          `Retry-After: 1\r\nConnection: close\r\n\r\n${body}`,
-        () => socket.destroy(),
+    const peer = socket.remoteAddress ?? "";
+    const fromPeer = perPeer.get(peer) ?? 0;
+    if (open >= maxConnections || fromPeer >= maxConnectionsPerPeer) {
+      refuse(
+        socket,
+        open >= maxConnections
+          ? `The server holds ${maxConnections} connections; retry shortly`
+          : `This address holds ${maxConnectionsPerPeer} connections; close some first`,
       );
       return;
     }
     open++;
-    socket.once("close", () => open--);
+    perPeer.set(peer, fromPeer + 1);
+    if (open > maxConnections - reserved) reserveOnly.add(socket);
+    socket.once("close", () => {
+      open--;
+      const left = (perPeer.get(peer) ?? 1) - 1;
+      if (left > 0) perPeer.set(peer, left);
+      else perPeer.delete(peer);
+    });
   });
-  server.on("request", (req) => {
-    if (refused.has(req.socket)) req.socket.destroy();
+  // Before the host's handler: on a reserved connection only health checks and authenticated requests.
+  server.prependListener("request", (req: IncomingMessage) => {
+    if (refused.has(req.socket)) return req.socket.destroy();
+    if (!reserveOnly.has(req.socket) || req.headers.authorization !== undefined) return;
+    const path = (req.url ?? "").split("?")[0];
+    if (path === "/healthz" || path === "/readyz") return;
+    refuse(
+      req.socket,
+      `The server holds ${maxConnections - reserved} connections; its last ${reserved} serve authenticated requests`,
+    );
   });
   // CONNECT (a proxy tunnel) is no request for a depot; without a listener Node would drop
   // the connection without a word. Answered 405 with an empty Allow (the authority named

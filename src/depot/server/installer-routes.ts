@@ -13,7 +13,8 @@ import { catalogHead } from "../catalog/head.js";
 import { decodeSegment, parsePackageName, parsePackageRef, parseVersion } from "../package/names.js";
 import { failSpan } from "./telemetry.js";
 import { json } from "./problem-response.js";
-import { keys, type VersionRecord } from "../store/records.js";
+import type { VersionRecord } from "../store/records.js";
+import { parseVersionQuery, versionPage } from "./version-page.js";
 import { routeOf } from "./route-label.js";
 import { getAndHead, type RouterContext } from "./router-context.js";
 
@@ -48,21 +49,15 @@ export function registerInstallerRoutes(context: RouterContext): void {
     const ref = parsePackageRef(request.params.pkg!);
     await principalOf(request, "read", ref.name);
     const listed = await visiblePackage(ref.name);
-    const wanted = ref.version ? [ref.version] : listed.versions;
     if (ref.version && !listed.versions.includes(ref.version))
       throw new RunnerDepotError("VERSION_NOT_FOUND", `No version ${ref.version} of ${ref.name}`);
-    const records = await Promise.all(wanted.map((v) => store.getRecord<VersionRecord>(keys.version(ref.name, v))));
-    const versions = records
-      .filter((r) => r !== null)
-      .map(({ value: v }) => ({
-        version: v.version,
-        publishedAt: v.publishedAt,
-        digest: v.digest,
-        size: v.size,
-        itemCount: v.itemCount,
-        attributes: v.attributes,
-      }));
-    return json(200, { name: ref.name, latest: listed.latest, versions });
+    // Paged (issue 30 item 4): a first answer is what it always was, but bounded in count and bytes.
+    const query = ref.version ? { limit: 1 } : parseVersionQuery(new URL(request.url).searchParams);
+    const page = await versionPage(store, ref.name, ref.version ? [ref.version] : listed.versions, query);
+    const headers: Record<string, string> = {};
+    if (page.next !== undefined)
+      headers.Link = `<${base}/version/${ref.name}?limit=${query.limit}&after=${encodeURIComponent(page.next)}>; rel="next"`;
+    return json(200, { name: ref.name, latest: listed.latest, versions: page.entries }, headers);
   });
 
   getAndHead(router, "/depend/:pkg", async (request) => {
@@ -106,7 +101,9 @@ export function registerInstallerRoutes(context: RouterContext): void {
       const [from, to] = (await publishedVersions(name, [fromVersion, toVersion])) as [VersionRecord, VersionRecord];
       if (span.isRecording())
         span.setAttributes({ "depot.package": name, "depot.version": to.version, "depot.from_version": from.version });
-      return { source: await archives.delta(from, to), filename: `${name}-${from.version}-to-${to.version}.tar` };
+      // A HEAD hashes nothing (issue 30 item 1): it gets the digest only if a GET already computed it.
+      const source = await archives.delta(from, to, { digest: request.method !== "HEAD" });
+      return { source, filename: `${name}-${from.version}-to-${to.version}.tar` };
     });
 
   /**

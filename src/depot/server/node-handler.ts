@@ -246,7 +246,7 @@ async function writeResponse(
     res.end();
     return;
   }
-  const source: AsyncIterable<Uint8Array> = native ? native() : webChunks(response.body);
+  const source: AsyncIterable<Uint8Array> = native ? native() : webChunks(response.body, res);
   for await (const chunk of source) {
     if (res.destroyed) break;
     // A borrowed chunk's buffer is refilled once the next chunk is asked for: wait until

@@ -47,6 +47,10 @@ export interface PackageRouterOptions extends DepotTelemetryOptions {
   gcGraceMs?: number;
   /** Lifetime of signed blob URLs, seconds (default 300). */
   signedUrlSeconds?: number;
+  /** Deltas laid out or hashed at once (default 2); docs/depot-api.md §Deltas. */
+  deltaBuilds?: number;
+  /** Delta requests waiting for a build slot (default 16); more answer 503 TOO_MANY_DELTA_BUILDS with Retry-After. */
+  deltaQueue?: number;
   /**
    * The absolute URL clients reach the router's base at (e.g. `https://depot.example.com/depot`),
    * used for the `url` of commit and summary answers. Without it those URLs are relative
@@ -173,7 +177,12 @@ export function createPackageRouter(rawStore: PackageStore, options: PackageRout
     transactions,
     additions: new Additions(store, transactions),
     commits,
-    archives: createArchiveSources(store, { signedUrlSeconds: options.signedUrlSeconds ?? 300, now }),
+    archives: createArchiveSources(store, {
+      signedUrlSeconds: options.signedUrlSeconds ?? 300,
+      now,
+      deltaBuilds: options.deltaBuilds,
+      deltaQueue: options.deltaQueue,
+    }),
     storeFormat: () => opened!,
     linkTo,
   };

@@ -4,9 +4,18 @@
  * consumer, so back-pressure reaches the socket or the store.
  */
 
-/** The chunks of a Web stream as an async iterable; the reader's lock is released when iteration stops. */
-export async function* webChunks(body: ReadableStream<Uint8Array>): AsyncGenerator<Uint8Array> {
+/**
+ * The chunks of a Web stream as an async iterable; the reader's lock is released when iteration stops.
+ * With `closing` (a Node response), its `close` cancels the stream at once, so a stream that waits
+ * for data (the console's live tail) learns that its client left without writing first.
+ */
+export async function* webChunks(
+  body: ReadableStream<Uint8Array>,
+  closing?: { once(event: "close", listener: () => void): unknown; off(event: "close", listener: () => void): unknown },
+): AsyncGenerator<Uint8Array> {
   const reader = body.getReader();
+  const onClose = () => void reader.cancel().catch(() => undefined);
+  closing?.once("close", onClose);
   try {
     for (;;) {
       const next = await reader.read();
@@ -14,6 +23,7 @@ export async function* webChunks(body: ReadableStream<Uint8Array>): AsyncGenerat
       yield next.value;
     }
   } finally {
+    closing?.off("close", onClose);
     reader.releaseLock();
   }
 }

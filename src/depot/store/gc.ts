@@ -143,9 +143,11 @@ export async function collectGarbage(
     for (const item of manifest?.items ?? []) if (item.digest) live.add(item.digest);
     for (const license of manifest?.licenses ?? []) live.add(license.digest);
   }
+  // Deltas are no longer stored (issue 30 item 1): an older depot's delta records go, and
+  // with them the reference that kept their materialised blobs.
   for await (const key of allKeys(store, keys.deltas)) {
-    const delta = (await store.getRecord<DeltaRecord>(key))?.value;
-    if (delta && keepsArchives) live.add(delta.digest);
+    const delta = await store.getRecord<DeltaRecord>(key);
+    if (delta) await store.deleteRecord(key, { ifRevision: delta.revision });
   }
 
   const previous = (await store.getRecord<{ since: Record<string, number> }>(keys.gcCandidates)) ?? null;

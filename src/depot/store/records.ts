@@ -25,7 +25,7 @@ export interface VersionRecord {
   transaction: string;
 }
 
-/** A `delta/<name>/<from>/<to>` record: a delta archive built on first request and kept. */
+/** A `delta/<name>/<from>/<to>` record, as depots before issue 30 kept them; now only garbage collection reads (and deletes) it. */
 export interface DeltaRecord {
   digest: string;
   size: number;

@@ -15,7 +15,7 @@ import { belowOf, resolveLink, treeOf, type BelowLookup, type TreeLookup } from 
 import { compactAfter } from "../catalog/pages.js";
 import { OrderedWrites } from "./ordered-writes.js";
 import { ClaimWaits, MAX_CLAIM_WAITS, publishVersion } from "../catalog/packages.js";
-import { ancestorsOf, compareUtf8 } from "../package/paths.js";
+import { ancestorsOf, caseCollisions, compareUtf8 } from "../package/paths.js";
 import type { PackageStore } from "../ports.js";
 import {
   allKeys,
@@ -96,7 +96,7 @@ export class Commits {
   }
 
   /**
-   * Every problem that would stop a commit: an item below a file or link, a link whose
+   * Every problem that would stop a commit: an item below a file or link, two paths equal but for case, a link whose
    * chain through the package's links leaves the root (depot/package/links.ts), content no longer
    * stored. `tree` is where ancestors and links are looked up (default: `items`
    * themselves, the whole tree at commit); `licenses: false` skips the licences (a
@@ -128,6 +128,16 @@ export class Commits {
         } catch (error) {
           problems.push({ code: "PATH_INVALID", path: item.path, detail: (error as Error).message });
         }
+      }
+    }
+    // Only with the whole tree (a commit): a summary page sees a part of it.
+    if (!options.tree) {
+      for (const [first, second] of caseCollisions(items.map((i) => i.path))) {
+        problems.push({
+          code: "PATH_INVALID",
+          path: second,
+          detail: `${second} and ${first} differ only in case: one path on a case-insensitive filesystem`,
+        });
       }
     }
     const blobs = [
