@@ -8,6 +8,7 @@
 import { Readable } from "node:stream";
 import { createCatalogReader } from "./catalog.js";
 import { createDepotConnection, seg, specPath, versionPart } from "./connection.js";
+import { readLinkedPages } from "./linked-pages.js";
 import { downloadArchive } from "./download.js";
 import { publishVersion } from "./publish.js";
 import type { DependInfo, DepotClient, DepotClientOptions, VersionInfo } from "./types.js";
@@ -34,8 +35,12 @@ export function createDepotClient(options: DepotClientOptions): DepotClient {
 
     catalog: createCatalogReader(connection),
 
-    versions(name) {
-      return json<VersionInfo>("GET", `version/${seg(versionPart(name).name)}`);
+    async versions(name) {
+      // Paged on a depot of 0.3 or later (issue 30): every page, within the catalog's bounds.
+      const relative = `version/${seg(versionPart(name).name)}`;
+      const walk = await readLinkedPages<VersionInfo>(connection, relative, `GET /${relative}`);
+      const pages = walk!.pages;
+      return { ...pages.at(-1)!, versions: pages.flatMap((page) => page.versions) };
     },
 
     depends(spec) {

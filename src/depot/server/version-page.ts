@@ -4,9 +4,12 @@ import { parseVersion } from "../package/names.js";
 import type { PackageStore } from "../ports.js";
 import { keys, type VersionRecord } from "../store/records.js";
 
-/** Versions per page without `limit`, and the largest `limit`. */
-export const VERSION_PAGE_DEFAULT = 100;
-export const VERSION_PAGE_MAX = 1000;
+/**
+ * Versions per page without `limit`, and the largest `limit`: the default `limits.versions`, so a
+ * client of the seed's API that reads one answer sees every version unless the bytes cut the page.
+ */
+export const VERSION_PAGE_DEFAULT = 4000;
+export const VERSION_PAGE_MAX = 4000;
 /** A page stops after the version that takes its JSON past this many bytes (it always holds one). */
 export const VERSION_PAGE_BYTES = 1024 * 1024;
 /** Version records read at once: a record may hold up to ~4 MB of attributes. */

@@ -50,11 +50,19 @@ describe("/version pages (issue 30 item 4)", () => {
     expect(seen).toEqual(Array.from({ length: VERSIONS }, (_, i) => `${i + 1}.0.0`));
   });
 
+  it("the client's versions() follows every page, so the installer sees the latest version", async () => {
+    const info = await createDepotClient({ baseUrl: depot.url }).versions("wide");
+    expect(info.versions.map((v) => v.version)).toEqual(Array.from({ length: VERSIONS }, (_, i) => `${i + 1}.0.0`));
+    // Within the client's page bound: one page fewer than the chain is refused, not cut short.
+    const short = createDepotClient({ baseUrl: depot.url, maxCatalogPages: 1 }).versions("wide");
+    await expect(short).rejects.toMatchObject({ code: "TOO_LARGE" });
+  });
+
   it("honours limit, refuses a bad one, and the existing client still reads the first answer", async () => {
     const two = await fetch(`${depot.url}/version/wide?limit=2`);
     expect(((await two.json()) as VersionAnswer).versions.map((v) => v.version)).toEqual(["1.0.0", "2.0.0"]);
     expect(two.headers.get("link")).toBe('</version/wide?limit=2&after=2.0.0>; rel="next"');
-    const bad = await fetch(`${depot.url}/version/wide?limit=5000`);
+    const bad = await fetch(`${depot.url}/version/wide?limit=4001`);
     expect([bad.status, ((await bad.json()) as { code: string }).code]).toEqual([400, "BAD_REQUEST"]);
     const info = await createDepotClient({ baseUrl: depot.url }).versions("wide");
     expect(info.latest).toBe(`${VERSIONS}.0.0`);
