@@ -1,38 +1,18 @@
 /** RabbitMQ queue behind a proxy that stalls or black-holes the broker: no extra copies, dead links noticed. */
 import { randomUUID } from "node:crypto";
-import amqp from "amqplib";
-import type { Channel, ChannelModel } from "amqplib";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { createRabbitMqQueue } from "../../../src/adapters/rabbitmq/index.js";
 import type { RabbitMqQueue, RabbitMqQueueOptions } from "../../../src/adapters/rabbitmq/index.js";
 import type { JobResult } from "../../../src/runner/ports.js";
 import { sampleJobResult } from "../../../src/testing/index.js";
-import { acquireBrokerUse, needs, RABBITMQ_URL } from "../../fixtures/backends.js";
-import { startProxyFor, type TcpProxy } from "../../fixtures/tcp-proxy.js";
+import { RABBITMQ_URL } from "../../fixtures/backends.js";
+import { useBrokerBehindProxy } from "../../fixtures/broker-behind-proxy.js";
 
-let proxy: TcpProxy;
-let reader: ChannelModel;
-let channel: Channel;
-const haveBroker = needs("rabbitmq");
-let releaseBroker: (() => Promise<void>) | undefined;
-
-beforeAll(async () => {
-  if (!haveBroker) return;
-  releaseBroker = await acquireBrokerUse();
-  proxy = await startProxyFor(RABBITMQ_URL, 5672);
-  // The back door reads the queue from the broker directly, not through the proxy.
-  reader = await amqp.connect(RABBITMQ_URL);
-  channel = await reader.createChannel();
-}, 300_000);
-afterAll(async () => {
-  await reader?.close().catch(() => {});
-  await proxy?.close();
-  await releaseBroker?.();
-});
+const broker = useBrokerBehindProxy();
 
 function make(queue: string, extra: Partial<RabbitMqQueueOptions> = {}): RabbitMqQueue {
   return createRabbitMqQueue({
-    url: proxy.url(RABBITMQ_URL),
+    url: broker.proxy.url(RABBITMQ_URL),
     queue,
     queueArguments: { "x-expires": 120_000 },
     reconnectDelayMs: { initial: 50, max: 500 },
@@ -45,7 +25,7 @@ function make(queue: string, extra: Partial<RabbitMqQueueOptions> = {}): RabbitM
 async function drainIds(queue: string): Promise<string[]> {
   const ids: string[] = [];
   for (;;) {
-    const msg = await channel.get(queue, { noAck: true });
+    const msg = await broker.channel.get(queue, { noAck: true });
     if (!msg) return ids;
     ids.push(String(msg.properties.messageId));
   }
@@ -79,7 +59,7 @@ describe("rabbitmq queue: a stalled or black-holed broker", () => {
     try {
       await adapter.ready();
       const results = Array.from({ length: 5 }, () => sampleJobResult());
-      proxy.mode("pause");
+      broker.proxy.mode("pause");
       // Each result is tried three times during the stall, as a service and its agent retry
       // (a replayed end makes the result again: a later endedAt).
       const during: string[] = [];
@@ -89,7 +69,7 @@ describe("rabbitmq queue: a stalled or black-holed broker", () => {
         for (const o of outs) during.push(o.status === "fulfilled" ? "ok" : code(o.reason));
       }
       expect(during).toEqual(during.map(() => "UNAVAILABLE"));
-      proxy.mode("pass");
+      broker.proxy.mode("pass");
       await Promise.all(results.map((r) => adapter.publishJobResult(again(r))));
 
       await sleep(500);
@@ -99,7 +79,7 @@ describe("rabbitmq queue: a stalled or black-holed broker", () => {
       );
       expect(Object.fromEntries(got)).toEqual(Object.fromEntries(results.map((r) => [r.requestId, 1])));
     } finally {
-      proxy.mode("pass");
+      broker.proxy.mode("pass");
       await adapter.close();
     }
   }, 120_000);
@@ -110,12 +90,12 @@ describe("rabbitmq queue: a stalled or black-holed broker", () => {
     try {
       await adapter.ready();
       const results = Array.from({ length: 5 }, () => sampleJobResult());
-      proxy.mode("pause");
+      broker.proxy.mode("pause");
       const during = await Promise.allSettled(results.map((r) => adapter.publishJobResult(r)));
       expect(during.map((o) => (o.status === "fulfilled" ? "ok" : code(o.reason)))).toEqual(
         results.map(() => "UNAVAILABLE"),
       );
-      proxy.mode("pass");
+      broker.proxy.mode("pass");
       // The broker confirms the first copies now, before the callers retry (their back-off).
       await eventually(() => false, 1_000);
       await Promise.all(results.map((r) => adapter.publishJobResult({ ...r, endedAt: new Date().toISOString() })));
@@ -124,7 +104,7 @@ describe("rabbitmq queue: a stalled or black-holed broker", () => {
       const got = counts(await drainIds(queue));
       expect(Object.fromEntries(got)).toEqual(Object.fromEntries(results.map((r) => [r.requestId, 1])));
     } finally {
-      proxy.mode("pass");
+      broker.proxy.mode("pass");
       await adapter.close();
     }
   }, 120_000);
@@ -135,7 +115,7 @@ describe("rabbitmq queue: a stalled or black-holed broker", () => {
     try {
       await adapter.ready();
       const results = Array.from({ length: 5 }, () => sampleJobResult());
-      proxy.mode("blackhole");
+      broker.proxy.mode("blackhole");
       const during = await Promise.allSettled(results.map((r) => adapter.publishJobResult(r)));
       expect(during.map((o) => (o.status === "fulfilled" ? "ok" : code(o.reason)))).toEqual(
         results.map(() => "UNAVAILABLE"),
@@ -146,7 +126,7 @@ describe("rabbitmq queue: a stalled or black-holed broker", () => {
       const noticedIn = Date.now() - started;
       expect(noticed).toBe(true);
 
-      proxy.mode("pass");
+      broker.proxy.mode("pass");
       const healed = Date.now();
       for (const r of results) {
         let ok = false;
@@ -166,7 +146,7 @@ describe("rabbitmq queue: a stalled or black-holed broker", () => {
       const got = counts(await drainIds(queue));
       expect(Object.fromEntries(got)).toEqual(Object.fromEntries(results.map((r) => [r.requestId, 1])));
     } finally {
-      proxy.mode("pass");
+      broker.proxy.mode("pass");
       await adapter.close();
     }
   }, 180_000);

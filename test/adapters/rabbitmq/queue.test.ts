@@ -1,45 +1,23 @@
 /** RabbitMQ queue: the queue conformance suite against the real broker. */
 import { randomUUID } from "node:crypto";
-import amqp from "amqplib";
-import type { Channel, ChannelModel } from "amqplib";
 import { Writable } from "node:stream";
 import { pino } from "pino";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { createRabbitMqQueue } from "../../../src/adapters/rabbitmq/index.js";
 import type { RabbitMqQueue, RabbitMqQueueOptions } from "../../../src/adapters/rabbitmq/index.js";
 import { describeQueueAdapter, sampleJobResult } from "../../../src/testing/index.js";
 import type { ConsumedMessage } from "../../../src/testing/index.js";
-import { acquireBrokerUse, needs, RABBITMQ_URL, startProxyFor } from "../../fixtures/backends.js";
-import type { TcpProxy } from "../../fixtures/backends.js";
+import { RABBITMQ_URL } from "../../fixtures/backends.js";
+import { useBrokerBehindProxy } from "../../fixtures/broker-behind-proxy.js";
 
-let proxy: TcpProxy;
-let reader: ChannelModel;
-let channel: Channel;
 const queueNames = new WeakMap<RabbitMqQueue, string>();
-const haveBroker = needs("rabbitmq");
-// This file talks to the shared broker throughout: never during another file's outage test.
-let releaseBroker: (() => Promise<void>) | undefined;
-
-beforeAll(async () => {
-  if (!haveBroker) return;
-  releaseBroker = await acquireBrokerUse();
-  proxy = await startProxyFor(RABBITMQ_URL, 5672);
-  // The back door talks to the broker directly, not through the proxy.
-  reader = await amqp.connect(RABBITMQ_URL);
-  channel = await reader.createChannel();
-  // Up to the outage test's own bound (240 s) of waiting for the broker.
-}, 300_000);
-afterAll(async () => {
-  await reader?.close().catch(() => {});
-  await proxy?.close();
-  await releaseBroker?.();
-});
+const broker = useBrokerBehindProxy();
 
 /** A queue adapter on its own throw-away broker queue (deleted by the broker when unused). */
 function make(extra: Partial<RabbitMqQueueOptions> = {}): RabbitMqQueue {
   const queue = `rd-test-${randomUUID()}`;
   const adapter = createRabbitMqQueue({
-    url: proxy.url(RABBITMQ_URL),
+    url: broker.proxy.url(RABBITMQ_URL),
     queue,
     queueArguments: { "x-expires": 120_000 },
     reconnectDelayMs: { initial: 50, max: 500 },
@@ -52,7 +30,7 @@ function make(extra: Partial<RabbitMqQueueOptions> = {}): RabbitMqQueue {
 async function drain(queue: string): Promise<ConsumedMessage[]> {
   const out: ConsumedMessage[] = [];
   for (;;) {
-    const msg = await channel.get(queue, { noAck: true });
+    const msg = await broker.channel.get(queue, { noAck: true });
     if (!msg) return out;
     out.push({
       body: JSON.parse(msg.content.toString("utf8")),
@@ -68,8 +46,8 @@ describeQueueAdapter("rabbitmq", () => make(), {
   consume: (q) => drain(queueNames.get(q)!),
   properties: true,
   outage: {
-    break: () => proxy.break(),
-    heal: () => proxy.heal(),
+    break: () => broker.proxy.break(),
+    heal: () => broker.proxy.heal(),
     impatient: () => make({ publishTimeoutMs: 1000 }),
   },
 });
@@ -88,15 +66,15 @@ describe("rabbitmq queue: extra cases", () => {
     try {
       const result = sampleJobResult();
       await adapter.publishJobResult(result);
-      const declared = await channel.checkQueue(queue);
+      const declared = await broker.channel.checkQueue(queue);
       expect(declared.messageCount).toBe(1);
-      const msg = await channel.get(queue, { noAck: true });
+      const msg = await broker.channel.get(queue, { noAck: true });
       expect(msg && msg.fields.exchange).toBe(exchange);
       expect(msg && msg.fields.routingKey).toBe("job.results");
       expect(msg && JSON.parse(msg.content.toString())).toEqual(result);
     } finally {
       await adapter.close();
-      await channel.deleteExchange(exchange).catch(() => {});
+      await broker.channel.deleteExchange(exchange).catch(() => {});
     }
   });
 
@@ -113,13 +91,13 @@ describe("rabbitmq queue: extra cases", () => {
       await expect(adapter.publishJobResult(sampleJobResult())).rejects.toMatchObject({ code: "UNAVAILABLE" });
     } finally {
       await adapter.close();
-      await channel.deleteExchange(exchange).catch(() => {});
+      await broker.channel.deleteExchange(exchange).catch(() => {});
     }
   });
 
   it("a broker-side channel error never crashes the process: reported, then UNAVAILABLE after the bound", async () => {
     const exchange = `rd-test-x-${randomUUID()}`;
-    await channel.assertExchange(exchange, "fanout", { durable: false, autoDelete: false });
+    await broker.channel.assertExchange(exchange, "fanout", { durable: false, autoDelete: false });
     const errors: unknown[] = [];
     // The adapter declares the exchange as `direct`: the broker closes its channel (406).
     const adapter = createRabbitMqQueue({
@@ -137,7 +115,7 @@ describe("rabbitmq queue: extra cases", () => {
       expect(String(errors[0])).toMatch(/PRECONDITION_FAILED|406/);
     } finally {
       await adapter.close();
-      await channel.deleteExchange(exchange).catch(() => {});
+      await broker.channel.deleteExchange(exchange).catch(() => {});
     }
   });
 
@@ -146,16 +124,16 @@ describe("rabbitmq queue: extra cases", () => {
     try {
       await adapter.ready();
       expect(adapter.connected).toBe(true);
-      await proxy.break();
+      await broker.proxy.break();
       // expect.poll's default bound is 1 s: too short for a loaded machine to see the drop.
       await expect.poll(() => adapter.connected, { timeout: 30_000 }).toBe(false);
-      await proxy.heal();
+      await broker.proxy.heal();
       await expect.poll(() => adapter.connected, { timeout: 30_000 }).toBe(true);
       const result = sampleJobResult();
       await adapter.publishJobResult(result);
       expect((await drain(queueNames.get(adapter)!)).map((m) => m.body)).toEqual([result]);
     } finally {
-      await proxy.heal();
+      await broker.proxy.heal();
       await adapter.close();
     }
   });
@@ -183,12 +161,12 @@ describe("rabbitmq queue: extra cases", () => {
       await adapter.ready();
       expect(lines).toEqual([]);
       // The proxy resets the live connection and refuses new ones: the broker itself stays up.
-      await proxy.break();
+      await broker.proxy.break();
       await expect.poll(() => parsed().some((l) => l.msg === "queue connection lost"), { timeout: 30_000 }).toBe(true);
       expect(parsed()[0]).toMatchObject({ level: 40, msg: "queue connection lost", queue });
       // Let at least one reconnect fail against the broken proxy before healing it.
       await expect.poll(() => parsed().some((l) => l.msg === "queue connect failed"), { timeout: 30_000 }).toBe(true);
-      await proxy.heal();
+      await broker.proxy.heal();
       await expect.poll(() => parsed().some((l) => l.msg === "queue reconnected"), { timeout: 30_000 }).toBe(true);
       expect(adapter.connected).toBe(true);
 
@@ -227,7 +205,7 @@ describe("rabbitmq queue: extra cases", () => {
       await adapter.publishJobResult(result);
       expect((await drain(queue)).map((m) => m.body)).toEqual([result]);
     } finally {
-      await proxy.heal();
+      await broker.proxy.heal();
       await adapter.close();
     }
   });
