@@ -32,7 +32,9 @@ export interface DepotClientOptions {
   idleTimeoutMs?: number;
   /** The longest a JSON or error body may take in all, in ms. Default 120,000. */
   jsonTimeoutMs?: number;
-  /** Refuse (TOO_LARGE) a JSON answer (one catalog page, `/version`, `/depend`) of more decoded bytes. Default 32 MiB. */
+  /**
+   * Refuse (TOO_LARGE) a JSON answer (one catalog page, `/version`, `/depend`) of more decoded bytes. Default 32 MiB.
+   */
   maxJsonBytes?: number;
   /** `catalog()` refuses (TOO_LARGE) a walk of more pages than this. Default 10,000. */
   maxCatalogPages?: number;

@@ -40,7 +40,10 @@ function parseRangeHeader(header: string | null, size: number): RangeAnswer {
 
 /** Bytes the depot serves: an assembled archive or delta (depot/package/archive.ts). */
 export interface ByteSource {
-  /** `sha256:<hex>` of the whole representation: the strong ETag and Repr-Digest (absent: a delta's HEAD before any GET hashed it). */
+  /**
+   * `sha256:<hex>` of the whole representation: the strong ETag and Repr-Digest (absent: a delta's HEAD before any GET
+   * hashed it).
+   */
   digest?: string;
   /** Exact length. */
   size: number;

@@ -14,7 +14,10 @@ export interface ConnectionLimits {
   headersTimeoutMs?: number;
   /** An idle keep-alive connection is closed after this, ms (default 5,000). */
   keepAliveTimeoutMs?: number;
-  /** Open connections at most; more are refused with 503 (default 2,000, and never over three quarters of the process's file-descriptor limit). */
+  /**
+   * Open connections at most; more are refused with 503 (default 2,000, and never over three quarters of the process's
+   * file-descriptor limit).
+   */
   maxConnections?: number;
   /** Open connections from one peer address at most; more are refused with 503 (default 128). */
   maxConnectionsPerPeer?: number;
@@ -34,7 +37,9 @@ export const DEFAULT_CONNECTION_LIMITS: Required<Omit<ConnectionLimits, "reserve
 };
 
 const refused = new WeakSet<Socket>();
-/** Connections past `maxConnections - reservedConnections`: they serve health checks and authenticated requests only. */
+/**
+ * Connections past `maxConnections - reservedConnections`: they serve health checks and authenticated requests only.
+ */
 const reserveOnly = new WeakSet<Socket>();
 
 /** Answers one 503 TOO_MANY_CONNECTIONS on `socket` (nothing of it parsed or answered yet) and closes it. */

@@ -25,7 +25,10 @@ export interface VersionRecord {
   transaction: string;
 }
 
-/** A `delta/<name>/<from>/<to>` record, as depots before issue 30 kept them; now only garbage collection reads (and deletes) it. */
+/**
+ * A `delta/<name>/<from>/<to>` record, as depots before issue 30 kept them; now only garbage collection reads (and
+ * deletes) it.
+ */
 export interface DeltaRecord {
   digest: string;
   size: number;
