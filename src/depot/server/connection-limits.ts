@@ -33,7 +33,7 @@ export const DEFAULT_CONNECTION_LIMITS: Required<Omit<ConnectionLimits, "reserve
   headersTimeoutMs: 30_000,
   keepAliveTimeoutMs: 5_000,
   maxConnections: 2_000,
-  maxConnectionsPerPeer: 128,
+  maxConnectionsPerPeer: 512,
 };
 
 const refused = new WeakSet<Socket>();
