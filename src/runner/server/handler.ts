@@ -91,6 +91,8 @@ export interface RunnerHandler {
 
 /**
  * Creates the HTTP/2 request handler of a runner service, for hosts with their own server.
+ * Advertise a bounded header list there as startRunnerServer does (`settings: {
+ * maxHeaderListSize: 16384 }`): the handler runs after the headers are decoded (HPACK amplification).
  *
  * @example
  * const runnerHandler = createRunnerHandler(runner);

@@ -29,6 +29,9 @@ export interface RunnerTlsSettings {
   requestCert?: boolean;
 }
 
+/** Default SETTINGS_MAX_HEADER_LIST_SIZE of startRunnerServer (docs/runner-protocol.md, §11). */
+export const DEFAULT_MAX_HEADER_LIST_SIZE = 16 * 1024;
+
 function onStreamClose(this: CountedStream): void {
   this[kSessionInfo].streams--;
 }
@@ -66,6 +69,12 @@ export interface RunnerServerSettings {
   acceptors?: number;
   /** HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS per connection (clients queue beyond it); default 1000. */
   maxConcurrentStreams?: number;
+  /**
+   * HTTP/2 SETTINGS_MAX_HEADER_LIST_SIZE: decoded bytes of one request's header list (name +
+   * value + 32 per field); a larger list resets the stream before any handler runs. Bounds
+   * HPACK amplification (one dynamic-table entry referenced again and again); default 16 384.
+   */
+  maxHeaderListSize?: number;
   /** Time calls in flight get on close before they end UNAVAILABLE; default 5 000. */
   gracefulShutdownMs?: number;
   /** Serve plain gRPC StreamLogs calls on the fast path; default true (see RunnerHandlerOptions.fastPath). */
@@ -152,7 +161,10 @@ export async function startRunnerServer(
     health: settings.health === false ? false : undefined,
   });
   const logger = settings.logger ?? silentLogger;
-  const http2Settings: http2.Settings = { maxConcurrentStreams: settings.maxConcurrentStreams ?? 1000 };
+  const http2Settings: http2.Settings = {
+    maxConcurrentStreams: settings.maxConcurrentStreams ?? 1000,
+    maxHeaderListSize: settings.maxHeaderListSize ?? DEFAULT_MAX_HEADER_LIST_SIZE,
+  };
   const server: http2.Http2Server | http2.Http2SecureServer = tls
     ? http2.createSecureServer({
         cert: tls.cert,
