@@ -7,8 +7,9 @@
  *   be checked, since the request ID arrives with it); later ones `messageBytes`; both are
  *   checked on the 5-byte prefix, before the message is buffered;
  * - until the service says the call is authenticated, reading pauses after the first
- *   message (HTTP/2 flow control holds the rest back); once the first message has started
- *   it must be complete within `firstMessageMs`;
+ *   message (HTTP/2 flow control holds the rest back); the first message must be complete
+ *   within `firstMessageMs` of the call's start, and at most `unauthenticatedCalls` calls of
+ *   the server wait for their first message or its check at once (more: UNAVAILABLE);
  * - the bytes of messages that have not fully arrived count against the connection's and
  *   the server's {@link ReadBudget}; crossing a cap ends the call UNAVAILABLE and frees
  *   them (complete messages are not counted: they go to the service at once, and past
@@ -122,6 +123,8 @@ export class RequestReader implements BacklogWaiter {
   /** True while registered with the backlog (paused until it drains). */
   private waitingBacklog = false;
   private firstTimer: NodeJS.Timeout | null = null;
+  /** True while this call counts in the budget's unauthenticated calls. */
+  private pending = false;
   private readonly splitter: EnvelopeSplitter;
   private readonly connection: object;
   private readonly stream: http2.Http2Stream | undefined;
@@ -147,6 +150,25 @@ export class RequestReader implements BacklogWaiter {
     req.on("end", onReaderEnd);
     req.on("close", onReaderClose);
     req.on("error", ignore);
+    if (options.budget.enterUnauthenticated()) {
+      this.pending = true;
+      this.startFirstTimer();
+    } else {
+      const limit = options.budget.limits.unauthenticatedCalls;
+      this.fail(
+        new ConnectError(
+          `the server has ${limit} calls waiting for their first message or its check; retry the call later`,
+          Code.Unavailable,
+        ),
+      );
+    }
+  }
+
+  /** The call no longer counts as unauthenticated (authenticated, failed or ended). */
+  private leavePending(): void {
+    if (!this.pending) return;
+    this.pending = false;
+    this.options.budget.leaveUnauthenticated();
   }
 
   /** The request closed (ended, reset or gone). */
@@ -155,6 +177,8 @@ export class RequestReader implements BacklogWaiter {
     // Whatever is still accounted goes with the request.
     this.setQueued(0);
     this.closed = true;
+    this.stopFirstTimer();
+    this.leavePending();
     this.account();
   }
 
@@ -171,6 +195,7 @@ export class RequestReader implements BacklogWaiter {
    */
   readOn(): void {
     this.isAuthenticated = true;
+    this.leavePending();
     this.maybeResume();
   }
 
@@ -184,6 +209,7 @@ export class RequestReader implements BacklogWaiter {
   close(): void {
     this.closed = true;
     this.stopFirstTimer();
+    this.leavePending();
     this.splitter.reset();
     this.setQueued(0);
     this.account();
@@ -271,6 +297,7 @@ export class RequestReader implements BacklogWaiter {
       return;
     }
     this.ended = true;
+    this.stopFirstTimer();
     this.sink.wake();
   }
 
@@ -278,6 +305,7 @@ export class RequestReader implements BacklogWaiter {
     if (this.failure !== null || this.ended) return;
     this.failure = error;
     this.stopFirstTimer();
+    this.leavePending();
     this.splitter.reset();
     this.account();
     // Nothing more is read: the rest of the body is drained and dropped.
@@ -285,19 +313,22 @@ export class RequestReader implements BacklogWaiter {
     this.sink.wake();
   }
 
-  /** Starts the first message's clock when its first bytes are held; stops it once it is complete. */
+  /** Stops the first message's clock once the first message is complete. */
   private watchFirstMessage(): void {
-    if (this.splitter.completed > 0 || this.failure !== null || this.closed) {
-      this.stopFirstTimer();
-      return;
-    }
-    if (this.firstTimer !== null || this.splitter.heldBytes === 0) return;
+    if (this.splitter.completed > 0 || this.failure !== null || this.closed) this.stopFirstTimer();
+  }
+
+  /** Starts the first message's clock at the call's start (see RunnerReadLimits.firstMessageMs). */
+  private startFirstTimer(): void {
     const ms = this.options.budget.limits.firstMessageMs;
     this.firstTimer = setTimeout(() => {
       this.firstTimer = null;
       if (this.splitter.completed === 0)
         this.fail(
-          new ConnectError(`the first message did not arrive within ${ms} ms of its start`, Code.DeadlineExceeded),
+          new ConnectError(
+            `the first message did not arrive within ${ms} ms of the call's start`,
+            Code.DeadlineExceeded,
+          ),
         );
     }, ms);
     this.firstTimer.unref?.();
