@@ -16,11 +16,19 @@ export interface RunnerReadLimits {
    */
   firstMessageBytes: number;
   /**
-   * A call's first message must have fully arrived this many milliseconds after the call
-   * started (its HEADERS), else the call ends DEADLINE_EXCEEDED: neither a slow sender nor a
-   * stream that sends nothing holds an unauthenticated call for the whole idle time; default 10 000.
+   * Once a call's first message has started to arrive, the rest of it must arrive within
+   * this many milliseconds, else the call ends DEADLINE_EXCEEDED (a slow sender cannot hold
+   * an unauthenticated call's bytes for the whole idle time); default 10 000.
    */
   firstMessageMs: number;
+  /**
+   * A call's first byte of request data must arrive within this many milliseconds of the
+   * call's start (its HEADERS), else the call ends DEADLINE_EXCEEDED: a stream that sends
+   * nothing does not hold an unauthenticated call for the whole idle time. Longer than
+   * `firstMessageMs`: a client multiplexing many calls on one connection may feed them
+   * slowly through its connection's flow-control window; default 30 000.
+   */
+  firstByteMs: number;
   /**
    * Calls of the server not yet authenticated (opened, first message not yet read or its
    * token not yet checked), across all connections; a call past it is refused UNAVAILABLE at
@@ -38,6 +46,7 @@ export interface RunnerReadLimits {
 export const DEFAULT_READ_LIMITS: Readonly<RunnerReadLimits> = Object.freeze({
   firstMessageBytes: 128 * 1024,
   firstMessageMs: 10_000,
+  firstByteMs: 30_000,
   unauthenticatedCalls: 4096,
   connectionBytes: 16 * 1024 * 1024,
   serverBytes: 256 * 1024 * 1024,

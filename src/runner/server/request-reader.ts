@@ -7,8 +7,8 @@
  *   be checked, since the request ID arrives with it); later ones `messageBytes`; both are
  *   checked on the 5-byte prefix, before the message is buffered;
  * - until the service says the call is authenticated, reading pauses after the first
- *   message (HTTP/2 flow control holds the rest back); the first message must be complete
- *   within `firstMessageMs` of the call's start, and at most `unauthenticatedCalls` calls of
+ *   message (HTTP/2 flow control holds the rest back); the first message must start within
+ *   `firstByteMs` of the call's start and be complete `firstMessageMs` after that, and at most `unauthenticatedCalls` calls of
  *   the server wait for their first message or its check at once (more: UNAVAILABLE);
  * - the bytes of messages that have not fully arrived count against the connection's and
  *   the server's {@link ReadBudget}; crossing a cap ends the call UNAVAILABLE and frees
@@ -123,6 +123,8 @@ export class RequestReader implements BacklogWaiter {
   /** True while registered with the backlog (paused until it drains). */
   private waitingBacklog = false;
   private firstTimer: NodeJS.Timeout | null = null;
+  /** True once the first message's first byte arrived (its clock changed to firstMessageMs). */
+  private firstByteSeen = false;
   /** True while this call counts in the budget's unauthenticated calls. */
   private pending = false;
   private readonly splitter: EnvelopeSplitter;
@@ -313,23 +315,30 @@ export class RequestReader implements BacklogWaiter {
     this.sink.wake();
   }
 
-  /** Stops the first message's clock once the first message is complete. */
+  /**
+   * The first message's clocks: `firstByteMs` from the call's start until its first byte,
+   * then `firstMessageMs` from that byte until the message is complete.
+   */
   private watchFirstMessage(): void {
-    if (this.splitter.completed > 0 || this.failure !== null || this.closed) this.stopFirstTimer();
+    if (this.splitter.completed > 0 || this.failure !== null || this.closed) {
+      this.stopFirstTimer();
+      return;
+    }
+    if (this.firstByteSeen || this.splitter.heldBytes === 0) return;
+    this.firstByteSeen = true;
+    this.stopFirstTimer();
+    this.startFirstTimer();
   }
 
-  /** Starts the first message's clock at the call's start (see RunnerReadLimits.firstMessageMs). */
+  /** Starts the clock of the first message's first byte, or, once it came, of its end. */
   private startFirstTimer(): void {
-    const ms = this.options.budget.limits.firstMessageMs;
+    const limits = this.options.budget.limits;
+    const ms = this.firstByteSeen ? limits.firstMessageMs : limits.firstByteMs;
+    const what = this.firstByteSeen ? "of its start" : "of the call's start";
     this.firstTimer = setTimeout(() => {
       this.firstTimer = null;
       if (this.splitter.completed === 0)
-        this.fail(
-          new ConnectError(
-            `the first message did not arrive within ${ms} ms of the call's start`,
-            Code.DeadlineExceeded,
-          ),
-        );
+        this.fail(new ConnectError(`the first message did not arrive within ${ms} ms ${what}`, Code.DeadlineExceeded));
     }, ms);
     this.firstTimer.unref?.();
   }
@@ -427,6 +436,9 @@ export class ConnectBody implements EnvelopeSink, AsyncIterable<Uint8Array> {
   private waiter: (() => void) | null = null;
   private reader: RequestReader | null = null;
 
+  /** @param gate awaited with the first chunk before connect gets it (it may throw the call's refusal). */
+  constructor(private gate: ((chunk: Buffer) => Promise<void>) | null = null) {}
+
   /** Connects the reader that feeds this body. */
   attach(reader: RequestReader): void {
     this.reader = reader;
@@ -459,6 +471,11 @@ export class ConnectBody implements EnvelopeSink, AsyncIterable<Uint8Array> {
         if (this.head === this.chunks.length) {
           this.chunks = [];
           this.head = 0;
+        }
+        if (this.gate !== null) {
+          const gate = this.gate;
+          this.gate = null;
+          await gate(chunk);
         }
         reader.taken(chunk.length);
         yield chunk;

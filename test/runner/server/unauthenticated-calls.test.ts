@@ -1,7 +1,7 @@
 /**
  * Streams that never send their first message (issue 31, item 1): HEADERS with a made-up
  * token and no DATA, on several connections. The server counts calls not yet authenticated
- * (`readLimits.unauthenticatedCalls`) and gives each `firstMessageMs` from its start.
+ * (`readLimits.unauthenticatedCalls`) and gives each `firstByteMs` from its start to send.
  */
 import { randomUUID } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -23,11 +23,11 @@ function statusesWithin(calls: RawCall[], ms: number): Promise<Array<Status | nu
 }
 
 describe("runner server: calls that send no first message (issue 31, item 1)", () => {
-  it("past unauthenticatedCalls across connections a call is refused UNAVAILABLE; the rest end DEADLINE_EXCEEDED after firstMessageMs; a normal call is served", async () => {
+  it("past unauthenticatedCalls across connections a call is refused UNAVAILABLE; the rest end DEADLINE_EXCEEDED after firstByteMs; a normal call is served", async () => {
     const runner = createRunnerService(createMemoryQueue(), { secret: SECRET });
     const server = await startRunnerServer(runner, {
       port: 0,
-      readLimits: { unauthenticatedCalls: 100, firstMessageMs: 1000 },
+      readLimits: { unauthenticatedCalls: 100, firstByteMs: 1000 },
     });
     const sessions = [connect(server.url), connect(server.url), connect(server.url)];
     try {
