@@ -48,6 +48,11 @@ export const kFirstItemCheck = createContextKey<((requestId: string) => Promise<
   description: "runner first item check",
 });
 
+/** Context value a server sets: the call's peer (its remote address), asked for when needed. */
+export const kCallPeer = createContextKey<(() => string | undefined) | undefined>(undefined, {
+  description: "runner call peer",
+});
+
 /** Context value a server sets to use its own message limit instead of the service's. */
 export const kMessageBytes = createContextKey<number | undefined>(undefined, { description: "runner message limit" });
 
