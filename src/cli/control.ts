@@ -11,6 +11,7 @@ import { mintJobToken, renderCloudInit, type RunnerService } from "../runner/ind
 import { normalizeRequestId } from "../runner/protocol/request-id.js";
 import type { JobLogStore, StoredLine } from "../runner/ports.js";
 import { cancelJobRoute, listJobsRoute } from "./control-jobs.js";
+import { clientGone } from "../depot/server/native-body.js";
 
 /** Lines read from the store per page when not following (one read per page). */
 const PAGE_LINES = 1000;
@@ -25,7 +26,15 @@ interface ControlApiOptions {
   adminToken: string;
   /** The runner URL as VMs reach it. */
   runnerUrl: string;
+  /**
+   * `?follow` responses open at once; more answer RESOURCE_EXHAUSTED. Each costs the fan-out
+   * ~2.5 µs a line, so 500 followers of a busy job were more work than storing it; default 64.
+   */
+  maxFollowers?: number;
 }
+
+/** Default of ControlApiOptions.maxFollowers. */
+export const DEFAULT_MAX_FOLLOWERS = 64;
 
 /** The body of `POST /-/jobs`. */
 interface CreateJobRequest {
@@ -45,6 +54,8 @@ export interface CreateJobResponse {
 /** Builds the control API's fetch handler. */
 export function createControlApi(options: ControlApiOptions): (request: Request) => Promise<Response> {
   const expected = Buffer.from(`Bearer ${options.adminToken}`);
+  const maxFollowers = options.maxFollowers ?? DEFAULT_MAX_FOLLOWERS;
+  let followers = 0;
   return async (request) => {
     try {
       const given = Buffer.from(request.headers.get("authorization") ?? "");
@@ -60,8 +71,7 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
       const cancel = /^\/-\/jobs\/([^/]+)\/cancel$/.exec(url.pathname);
       if (request.method === "POST" && cancel) return await cancelJobRoute(options.runner, options.logs, cancel[1]!);
       const match = /^\/-\/jobs\/([^/]+)\/log$/.exec(url.pathname);
-      if (request.method === "GET" && match)
-        return await jobLog(match[1]!, url.searchParams.has("follow"), request.signal);
+      if (request.method === "GET" && match) return await jobLog(match[1]!, url.searchParams.has("follow"), request);
       throw new RunnerDepotError("NOT_FOUND", `no control route ${request.method} ${url.pathname}`);
     } catch (error) {
       const problem = RunnerDepotError.from(error).toProblem();
@@ -98,24 +108,38 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
     return Response.json(answer, { status: 201 });
   }
 
-  async function jobLog(rawId: string, follow: boolean, signal: AbortSignal): Promise<Response> {
+  async function jobLog(rawId: string, follow: boolean, request: Request): Promise<Response> {
+    const signal = request.signal;
     const requestId = normalizeRequestId(decodeURIComponent(rawId));
     if (!requestId) throw new RunnerDepotError("INVALID_ARGUMENT", `not a request ID: ${rawId}`);
     const state = await options.logs.get(requestId);
     if (!state) throw new RunnerDepotError("NOT_FOUND", `no job ${requestId}`);
+    if (follow && followers >= maxFollowers)
+      throw new RunnerDepotError(
+        "RESOURCE_EXHAUSTED",
+        `${maxFollowers} job logs are being followed already; read without ?follow or retry later`,
+      );
+    if (follow) followers++;
     const encoder = new TextEncoder();
     const { runner, logs } = options;
     const stop = new AbortController();
-    const onAbort = () => stop.abort();
+    // The client going away ends the follow (and frees its slot) even if nobody pulls again.
+    const onAbort = () => release();
     signal.addEventListener("abort", onAbort, { once: true });
     // Follow: the fan-out's iterator. Otherwise: the store read a page at a time (O(page) a pull).
     const lines: AsyncIterator<StoredLine> = follow
       ? runner.follow(requestId, { signal: stop.signal })[Symbol.asyncIterator]()
       : pages(logs, requestId);
     let done = false;
+    // The server's request signal does not follow the socket: a follower that left while the
+    // job is silent is noticed here, once a second, and frees its slot.
+    const gone = follow ? setInterval(() => clientGone(request) && release(), 1000) : null;
+    gone?.unref();
     const release = () => {
       if (done) return;
       done = true;
+      if (gone !== null) clearInterval(gone);
+      if (follow) followers--;
       stop.abort();
       signal.removeEventListener("abort", onAbort);
       void lines.return?.(undefined)?.catch(() => undefined);

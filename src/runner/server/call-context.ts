@@ -39,6 +39,20 @@ export const kCallJob = createContextKey<((requestId: string) => void) | undefin
   description: "runner call job",
 });
 
+/**
+ * Context value the service sets when a call starts: the token (or authorize hook) check of
+ * a request ID, which a server calls with the ID read from a compressed first message
+ * before that message is decompressed (runner/server/first-message-peek.ts). Throws the refusal.
+ */
+export const kFirstItemCheck = createContextKey<((requestId: string) => Promise<void>) | undefined>(undefined, {
+  description: "runner first item check",
+});
+
+/** Context value a server sets: the call's peer (its remote address), asked for when needed. */
+export const kCallPeer = createContextKey<(() => string | undefined) | undefined>(undefined, {
+  description: "runner call peer",
+});
+
 /** Context value a server sets to use its own message limit instead of the service's. */
 export const kMessageBytes = createContextKey<number | undefined>(undefined, { description: "runner message limit" });
 

@@ -8,7 +8,6 @@
 import type * as http2 from "node:http2";
 import { Code, ConnectError, createConnectRouter, type ContextValues } from "@connectrpc/connect";
 import {
-  compressionBrotli,
   compressionGzip,
   universalRequestFromNodeRequest,
   universalResponseToNodeResponse,
@@ -17,6 +16,8 @@ import { Runner } from "../../gen/runner/v1/runner_pb.js";
 import type { ReadBudget } from "./read-budget.js";
 import { ConnectBody, RequestReader } from "./request-reader.js";
 import { kCallAuthenticated, kCallHeldBack, type RunnerService } from "../service/runner-service.js";
+import { kFirstItemCheck } from "./call-context.js";
+import { peekDecompressed, requestIdAtStart } from "./first-message-peek.js";
 import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import type { RunnerHealth } from "./health.js";
 import type { StoreBacklog } from "../service/store-backlog.js";
@@ -41,8 +42,42 @@ interface ConnectPathOptions {
 
 /** A request names a compression when its encoding header is set to anything but identity. */
 function namesCompression(headers: http2.IncomingHttpHeaders): boolean {
+  return compressionOf(headers) !== null;
+}
+
+/** The compression a request names, or null for none (identity). */
+function compressionOf(headers: http2.IncomingHttpHeaders): string | null {
   const encoding = headers["grpc-encoding"] ?? headers["connect-content-encoding"];
-  return encoding !== undefined && encoding !== "identity";
+  return typeof encoding === "string" && encoding !== "identity" ? encoding : null;
+}
+
+/**
+ * What a compressed StreamLogs call's first chunk goes through before connect decompresses
+ * it: a compressed first message is refused unless the request ID in its first
+ * decompressed bytes passes the service's token check (kFirstItemCheck). O(PEEK_BYTES).
+ */
+function firstMessageGate(encoding: string, values: ContextValues): (chunk: Buffer) => Promise<void> {
+  return async (chunk) => {
+    if (chunk.length < 5 || (chunk[0]! & 1) === 0) return;
+    const check = values.get(kFirstItemCheck);
+    // An unknown encoding is connect's to refuse (UNIMPLEMENTED); a service not runner-depot's own sets no check.
+    const peeked =
+      check === undefined ? null : peekDecompressed(encoding, chunk.subarray(5, 5 + chunk.readUInt32BE(1)));
+    if (peeked === null) return;
+    let bytes: Buffer;
+    try {
+      bytes = await peeked;
+    } catch {
+      throw new ConnectError("the first message could not be decompressed", Code.InvalidArgument);
+    }
+    const requestId = requestIdAtStart(bytes);
+    if (requestId === null)
+      throw new ConnectError(
+        "a compressed first message must begin with its request_id (field 1) within its first 256 bytes",
+        Code.InvalidArgument,
+      );
+    await check!(requestId);
+  };
 }
 
 /**
@@ -62,10 +97,9 @@ export function createConnectPath(
 ): (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void {
   // connect's readMaxBytes applies to decompressed messages; uncompressed ones are refused
   // on their prefix by the reader, with the same limit.
-  const router = createConnectRouter({
-    readMaxBytes: options.messageBytes,
-    acceptCompression: [compressionGzip, compressionBrotli],
-  });
+  // Requests may be gzip only: a brotli first message costs its whole decoder window (up to
+  // 16 MiB) before its request ID can be read (docs/decisions/runner-server.md, "Compressed first messages").
+  const router = createConnectRouter({ readMaxBytes: options.messageBytes, acceptCompression: [compressionGzip] });
   router.service(Runner, runner);
   if (options.health) router.service(Health, options.health);
   const prefix = options.requestPathPrefix ?? "";
@@ -88,7 +122,10 @@ export function createConnectPath(
       res.end();
       return;
     }
-    const body = new ConnectBody();
+    const encoding = compressionOf(req.headers);
+    const body = new ConnectBody(
+      encoding !== null && uHandler.service.typeName === Runner.typeName ? firstMessageGate(encoding, values) : null,
+    );
     const reader = new RequestReader(
       req,
       {

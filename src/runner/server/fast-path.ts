@@ -19,7 +19,7 @@ import {
   headerGrpcStatus,
   setTrailerStatus,
 } from "@connectrpc/connect/protocol-grpc";
-import { compressionBrotli, compressionGzip, universalResponseToNodeResponse } from "@connectrpc/connect-node";
+import { compressionGzip, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import { AckSchema, Runner, type LogItem } from "../../gen/runner/v1/runner_pb.js";
 import { decodeReceivedLine } from "../protocol/decoder.js";
 import { ENVELOPE_PREFIX } from "../protocol/envelope-splitter.js";
@@ -69,8 +69,11 @@ interface StreamLogsFastPath {
   stream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): boolean;
 }
 
-/** The compressions connect-node offers by default (only response negotiation matters here: requests are identity). */
-const ACCEPT_COMPRESSION = [compressionGzip, compressionBrotli];
+/**
+ * The compressions the connect path accepts (runner/server/connect-path.ts: gzip only); only response negotiation
+ * matters here.
+ */
+const ACCEPT_COMPRESSION = [compressionGzip];
 const CONTENT_TYPE = /^application\/grpc(?:\+proto)?$/i;
 const method = Runner.method.streamLogs;
 

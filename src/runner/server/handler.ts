@@ -12,7 +12,7 @@ import { createStreamLogsFastPath } from "./fast-path.js";
 import { specGrpcMessages } from "../protocol/grpc-message.js";
 import { createReadBudget, type RunnerReadLimits } from "./read-budget.js";
 import { kCallJob, kMessageBytes, kShutdownSignal, type RunnerService } from "../service/runner-service.js";
-import { CallValues } from "./call-context.js";
+import { CallValues, kCallPeer } from "./call-context.js";
 import { createRunnerHealth, isHealthPath, type RunnerHealth } from "./health.js";
 import { backlogOf } from "../service/store-backlog.js";
 import { cancelIfNotDrained } from "./answer-drain.js";
@@ -91,6 +91,8 @@ export interface RunnerHandler {
 
 /**
  * Creates the HTTP/2 request handler of a runner service, for hosts with their own server.
+ * Advertise a bounded header list there as startRunnerServer does (`settings: {
+ * maxHeaderListSize: 16384 }`): the handler runs after the headers are decoded (HPACK amplification).
  *
  * @example
  * const runnerHandler = createRunnerHandler(runner);
@@ -115,7 +117,8 @@ export function createRunnerHandler(runner: RunnerService, options: RunnerHandle
       .set(kMessageBytes, options.messageBytes)
       .set(kCallJob, (requestId: string) => {
         if (active.has(call)) jobOf.set(call, requestId);
-      });
+      })
+      .set(kCallPeer, () => peerOf(call));
   const health = options.health === false ? null : (options.health ?? createRunnerHealth());
   // The service's store backlog, when it is runner-depot's own (runner/service/store-backlog.ts).
   const paths = {
@@ -298,4 +301,10 @@ function resetStream(stream: http2.Http2Stream, tries: number): void {
   } catch {
     // The stream went away meanwhile.
   }
+}
+
+/** The remote address of a call's connection (`call`: its response or its raw stream), if known. O(1). */
+function peerOf(call: object): string | undefined {
+  const stream = call instanceof http2.Http2ServerResponse ? call.stream : (call as http2.Http2Stream);
+  return stream?.session?.socket?.remoteAddress;
 }

@@ -13,6 +13,7 @@ import {
   type HealthCheckResponse,
 } from "../../gen/grpc/health/v1/health_pb.js";
 import { Runner } from "../../gen/runner/v1/runner_pb.js";
+import { kCallPeer } from "./call-context.js";
 
 /** The status a runner server reports. */
 export type HealthStatus = "SERVING" | "NOT_SERVING";
@@ -23,6 +24,11 @@ export interface RunnerHealthOptions {
   services?: readonly string[];
   /** Watch calls open at once; more end RESOURCE_EXHAUSTED (health calls are not authenticated); default 100. */
   maxWatchers?: number;
+  /**
+   * Watch calls open at once from one remote address (when the server says which: kCallPeer);
+   * more end RESOURCE_EXHAUSTED, so one anonymous client cannot hold every slot; default 10.
+   */
+  maxWatchersPerPeer?: number;
 }
 
 /** The Health service implementation plus the status it reports. */
@@ -52,6 +58,9 @@ export function createRunnerHealth(options: RunnerHealthOptions = {}): RunnerHea
   let status: HealthStatus = "SERVING";
   let closed = false;
   let watchers = 0;
+  const maxPerPeer = options.maxWatchersPerPeer ?? 10;
+  // Open Watch calls by remote address; an entry goes when its last call ends.
+  const byPeer = new Map<string, number>();
   // Wakes every Watch call on a change; each re-arms its own wait. O(watchers) per change.
   const wakes = new Set<() => void>();
   const wakeAll = () => {
@@ -74,6 +83,11 @@ export function createRunnerHealth(options: RunnerHealthOptions = {}): RunnerHea
     async *watch(request, ctx) {
       if (watchers >= maxWatchers)
         throw new ConnectError(`over ${maxWatchers} health Watch calls open`, Code.ResourceExhausted);
+      const peer = ctx.values.get(kCallPeer)?.();
+      const fromPeer = peer === undefined ? 0 : (byPeer.get(peer) ?? 0);
+      if (fromPeer >= maxPerPeer)
+        throw new ConnectError(`over ${maxPerPeer} health Watch calls open from this address`, Code.ResourceExhausted);
+      if (peer !== undefined) byPeer.set(peer, fromPeer + 1);
       watchers++;
       const known = services.has(request.service);
       let wake: (() => void) | null = null;
@@ -99,6 +113,11 @@ export function createRunnerHealth(options: RunnerHealthOptions = {}): RunnerHea
         ctx.signal.removeEventListener("abort", onAbort);
         if (wake) wakes.delete(wake);
         watchers--;
+        if (peer !== undefined) {
+          const left = byPeer.get(peer)! - 1;
+          if (left === 0) byPeer.delete(peer);
+          else byPeer.set(peer, left);
+        }
       }
     },
     get status() {

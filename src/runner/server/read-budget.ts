@@ -21,6 +21,21 @@ export interface RunnerReadLimits {
    * an unauthenticated call's bytes for the whole idle time); default 10 000.
    */
   firstMessageMs: number;
+  /**
+   * A call's first byte of request data must arrive within this many milliseconds of the
+   * call's start (its HEADERS), else the call ends DEADLINE_EXCEEDED: a stream that sends
+   * nothing does not hold an unauthenticated call for the whole idle time. Longer than
+   * `firstMessageMs`: a client multiplexing many calls on one connection may feed them
+   * slowly through its connection's flow-control window; default 30 000.
+   */
+  firstByteMs: number;
+  /**
+   * Calls of the server not yet authenticated (opened, first message not yet read or its
+   * token not yet checked), across all connections; a call past it is refused UNAVAILABLE at
+   * once. Each open stream costs the server about 7.6 KiB of heap before any byte is read;
+   * default 4 096 (about 31 MiB).
+   */
+  unauthenticatedCalls: number;
   /** Bytes of incomplete messages held for all calls of one HTTP/2 connection; default 16 MiB. */
   connectionBytes: number;
   /** Bytes of incomplete messages held for all calls of the server; default 256 MiB. */
@@ -31,6 +46,8 @@ export interface RunnerReadLimits {
 const DEFAULT_READ_LIMITS: Readonly<RunnerReadLimits> = Object.freeze({
   firstMessageBytes: 128 * 1024,
   firstMessageMs: 10_000,
+  firstByteMs: 30_000,
+  unauthenticatedCalls: 4096,
   connectionBytes: 16 * 1024 * 1024,
   serverBytes: 256 * 1024 * 1024,
 });
@@ -46,6 +63,14 @@ export interface ReadBudget {
   adjust(connection: object, delta: number): BudgetRefusal | null;
   /** Bytes held by the calls of the server. */
   readonly serverHeld: number;
+  /**
+   * Counts one more unauthenticated call; false (counting nothing) when `unauthenticatedCalls` are open already. O(1).
+   */
+  enterUnauthenticated(): boolean;
+  /** One unauthenticated call was authenticated or ended. O(1). */
+  leaveUnauthenticated(): void;
+  /** Calls counted by {@link enterUnauthenticated} and not yet left. */
+  readonly unauthenticated: number;
   /** Bytes held by the calls of one connection. */
   connectionHeld(connection: object): number;
   /** The caps in force. */
@@ -69,7 +94,19 @@ export function createReadBudget(limits: Partial<RunnerReadLimits> = {}): ReadBu
   // Weak: a connection's entry goes with its session object.
   const perConnection = new WeakMap<object, number>();
   let server = 0;
+  let unauthenticated = 0;
   return {
+    enterUnauthenticated() {
+      if (unauthenticated >= caps.unauthenticatedCalls) return false;
+      unauthenticated++;
+      return true;
+    },
+    leaveUnauthenticated() {
+      unauthenticated--;
+    },
+    get unauthenticated() {
+      return unauthenticated;
+    },
     adjust(connection, delta) {
       if (delta === 0) return null;
       const current = perConnection.get(connection) ?? 0;

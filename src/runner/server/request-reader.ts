@@ -107,6 +107,10 @@ export class RequestReader implements BacklogWaiter {
   /** True while registered with the backlog (paused until it drains). */
   private waitingBacklog = false;
   private firstTimer: NodeJS.Timeout | null = null;
+  /** True once the first message's first byte arrived (its clock changed to firstMessageMs). */
+  private firstByteSeen = false;
+  /** True while this call counts in the budget's unauthenticated calls. */
+  private pending = false;
   private readonly splitter: EnvelopeSplitter;
   private readonly connection: object;
   private readonly stream: http2.Http2Stream | undefined;
@@ -132,6 +136,25 @@ export class RequestReader implements BacklogWaiter {
     req.on("end", onReaderEnd);
     req.on("close", onReaderClose);
     req.on("error", ignore);
+    if (options.budget.enterUnauthenticated()) {
+      this.pending = true;
+      this.startFirstTimer();
+    } else {
+      const limit = options.budget.limits.unauthenticatedCalls;
+      this.fail(
+        new ConnectError(
+          `the server has ${limit} calls waiting for their first message or its check; retry the call later`,
+          Code.Unavailable,
+        ),
+      );
+    }
+  }
+
+  /** The call no longer counts as unauthenticated (authenticated, failed or ended). */
+  private leavePending(): void {
+    if (!this.pending) return;
+    this.pending = false;
+    this.options.budget.leaveUnauthenticated();
   }
 
   /** The request closed (ended, reset or gone). */
@@ -140,6 +163,8 @@ export class RequestReader implements BacklogWaiter {
     // Whatever is still accounted goes with the request.
     this.setQueued(0);
     this.closed = true;
+    this.stopFirstTimer();
+    this.leavePending();
     this.account();
   }
 
@@ -156,6 +181,7 @@ export class RequestReader implements BacklogWaiter {
    */
   readOn(): void {
     this.isAuthenticated = true;
+    this.leavePending();
     this.maybeResume();
   }
 
@@ -169,6 +195,7 @@ export class RequestReader implements BacklogWaiter {
   close(): void {
     this.closed = true;
     this.stopFirstTimer();
+    this.leavePending();
     this.splitter.reset();
     this.setQueued(0);
     this.account();
@@ -254,6 +281,7 @@ export class RequestReader implements BacklogWaiter {
       return;
     }
     this.ended = true;
+    this.stopFirstTimer();
     this.sink.wake();
   }
 
@@ -261,6 +289,7 @@ export class RequestReader implements BacklogWaiter {
     if (this.failure !== null || this.ended) return;
     this.failure = error;
     this.stopFirstTimer();
+    this.leavePending();
     this.splitter.reset();
     this.account();
     // Nothing more is read: the rest of the body is drained and dropped.
@@ -268,20 +297,30 @@ export class RequestReader implements BacklogWaiter {
     this.sink.wake();
   }
 
-  /** Starts the first message's clock when its first bytes are held; stops it once it is complete. */
+  /**
+   * The first message's clocks: `firstByteMs` from the call's start until its first byte,
+   * then `firstMessageMs` from that byte until the message is complete.
+   */
   private watchFirstMessage(): void {
     if (this.splitter.completed > 0 || this.failure !== null || this.closed) {
       this.stopFirstTimer();
       return;
     }
-    if (this.firstTimer !== null || this.splitter.heldBytes === 0) return;
-    const ms = this.options.budget.limits.firstMessageMs;
+    if (this.firstByteSeen || this.splitter.heldBytes === 0) return;
+    this.firstByteSeen = true;
+    this.stopFirstTimer();
+    this.startFirstTimer();
+  }
+
+  /** Starts the clock of the first message's first byte, or, once it came, of its end. */
+  private startFirstTimer(): void {
+    const limits = this.options.budget.limits;
+    const ms = this.firstByteSeen ? limits.firstMessageMs : limits.firstByteMs;
+    const what = this.firstByteSeen ? "of its start" : "of the call's start";
     this.firstTimer = setTimeout(() => {
       this.firstTimer = null;
       if (this.splitter.completed === 0)
-        this.fail(
-          new ConnectError(`the first message did not arrive within ${ms} ms of its start`, Code.DeadlineExceeded),
-        );
+        this.fail(new ConnectError(`the first message did not arrive within ${ms} ms ${what}`, Code.DeadlineExceeded));
     }, ms);
     this.firstTimer.unref?.();
   }
@@ -379,6 +418,9 @@ export class ConnectBody implements EnvelopeSink, AsyncIterable<Uint8Array> {
   private waiter: (() => void) | null = null;
   private reader: RequestReader | null = null;
 
+  /** @param gate awaited with the first chunk before connect gets it (it may throw the call's refusal). */
+  constructor(private gate: ((chunk: Buffer) => Promise<void>) | null = null) {}
+
   /** Connects the reader that feeds this body. */
   attach(reader: RequestReader): void {
     this.reader = reader;
@@ -411,6 +453,11 @@ export class ConnectBody implements EnvelopeSink, AsyncIterable<Uint8Array> {
         if (this.head === this.chunks.length) {
           this.chunks = [];
           this.head = 0;
+        }
+        if (this.gate !== null) {
+          const gate = this.gate;
+          this.gate = null;
+          await gate(chunk);
         }
         reader.taken(chunk.length);
         yield chunk;

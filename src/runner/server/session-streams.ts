@@ -27,6 +27,8 @@ export interface WideWindows {
 export interface SessionInfo {
   /** Streams of the session opened and not yet closed. */
   streams: number;
+  /** When the session's last stream closed (or it opened), for the idle-connection limit; 0 while it has streams. */
+  idleSince: number;
   /** True once the session's windows were widened (it holds one of `wide.max`). */
   widened: boolean;
   /** The server's widened-session count. */

@@ -29,8 +29,15 @@ export interface RunnerTlsSettings {
   requestCert?: boolean;
 }
 
+/** Default idle-connection limit of startRunnerServer (docs/runner-protocol.md, §11). */
+export const DEFAULT_IDLE_CONNECTION_MS = 300_000;
+
+/** Default SETTINGS_MAX_HEADER_LIST_SIZE of startRunnerServer (docs/runner-protocol.md, §11). */
+export const DEFAULT_MAX_HEADER_LIST_SIZE = 16 * 1024;
+
 function onStreamClose(this: CountedStream): void {
-  this[kSessionInfo].streams--;
+  const info = this[kSessionInfo];
+  if (--info.streams === 0) info.idleSince = Date.now();
 }
 
 function ignoreSessionError(): void {
@@ -58,6 +65,11 @@ export interface RunnerServerSettings {
   /** A session that does not answer a ping within this is dropped; default 10 000. */
   keepAliveTimeoutMs?: number;
   /**
+   * A connection with no open stream for this long is closed (GOAWAY): one that answers
+   * pings is otherwise kept for ever, a descriptor and 5–18 KiB each. Default 300 000; 0 never.
+   */
+  idleConnectionMs?: number;
+  /**
    * Listening sockets on the port (SO_REUSEPORT, Linux only; elsewhere always 1). Node accepts
    * one connection per listening socket per event-loop turn, and a server busy with many jobs
    * has long turns: with one socket, agents waited in the kernel's accept queue until their
@@ -66,6 +78,12 @@ export interface RunnerServerSettings {
   acceptors?: number;
   /** HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS per connection (clients queue beyond it); default 1000. */
   maxConcurrentStreams?: number;
+  /**
+   * HTTP/2 SETTINGS_MAX_HEADER_LIST_SIZE: decoded bytes of one request's header list (name +
+   * value + 32 per field); a larger list resets the stream before any handler runs. Bounds
+   * HPACK amplification (one dynamic-table entry referenced again and again); default 16 384.
+   */
+  maxHeaderListSize?: number;
   /** Time calls in flight get on close before they end UNAVAILABLE; default 5 000. */
   gracefulShutdownMs?: number;
   /** Serve plain gRPC StreamLogs calls on the fast path; default true (see RunnerHandlerOptions.fastPath). */
@@ -155,7 +173,10 @@ export async function startRunnerServer(
     health: settings.health === false ? false : undefined,
   });
   const logger = settings.logger ?? silentLogger;
-  const http2Settings: http2.Settings = { maxConcurrentStreams: settings.maxConcurrentStreams ?? 1000 };
+  const http2Settings: http2.Settings = {
+    maxConcurrentStreams: settings.maxConcurrentStreams ?? 1000,
+    maxHeaderListSize: settings.maxHeaderListSize ?? DEFAULT_MAX_HEADER_LIST_SIZE,
+  };
   const server: http2.Http2Server | http2.Http2SecureServer = tls
     ? http2.createSecureServer({
         cert: tls.cert,
@@ -185,7 +206,7 @@ export async function startRunnerServer(
   // Listeners shared by every session and stream (found through `sessions` and a symbol on
   // the stream): closures per session and per stream were kept as long as they stayed open.
   server.on("session", (session: http2.ServerHttp2Session) => {
-    sessions.set(session, { streams: 0, widened: false, wide });
+    sessions.set(session, { streams: 0, idleSince: Date.now(), widened: false, wide });
     session.on("stream", onSessionStream);
     session.on("error", ignoreSessionError);
     session.once("close", onSessionClose);
@@ -194,6 +215,7 @@ export async function startRunnerServer(
     const info = sessions.get(this);
     if (info === undefined) return;
     info.streams++;
+    info.idleSince = 0;
     (stream as unknown as CountedStream)[kSessionInfo] = info;
     // Comes once; on() keeps no once() wrapper per open stream.
     stream.on("close", onStreamClose);
@@ -220,6 +242,22 @@ export async function startRunnerServer(
       } catch {
         clearTimeout(timer);
       }
+    }
+  }
+  // Idle connections: one sweep over the sessions every quarter of the limit (at most 30 s). O(sessions).
+  const idleConnectionMs = settings.idleConnectionMs ?? DEFAULT_IDLE_CONNECTION_MS;
+  const idleSweep =
+    idleConnectionMs > 0
+      ? setInterval(() => closeIdleSessions(), Math.max(10, Math.min(idleConnectionMs / 4, 30_000)))
+      : null;
+  idleSweep?.unref();
+  function closeIdleSessions() {
+    const now = Date.now();
+    for (const [session, info] of sessions) {
+      if (info.streams > 0 || session.destroyed || now - info.idleSince < idleConnectionMs) continue;
+      // GOAWAY, then the socket closes (a stream racing in still finishes); one that lingers a sweep later is cut.
+      if (session.closed) session.destroy();
+      else session.close();
     }
   }
   // TLS handshakes that fail (no client certificate) must not crash the process.
@@ -318,6 +356,7 @@ export async function startRunnerServer(
     await Promise.race([serverClosed, new Promise((resolve) => setTimeout(resolve, 250))]);
     for (const session of sessions.keys()) session.destroy();
     if (pinger) clearInterval(pinger);
+    if (idleSweep) clearInterval(idleSweep);
     await serverClosed;
     return report;
   }

@@ -49,6 +49,13 @@ export const DEFAULT_RUNNER_LIMITS: Readonly<RunnerLimits> = Object.freeze({
   queuedBytes: 32 * 1024 * 1024,
 });
 
+/**
+ * Largest `JobEnd.repo_url` and `JobEnd.commit_sha` in UTF-8 bytes (docs/runner-protocol.md,
+ * §7): they are copied into the job's state, its result message and every job listing.
+ * Larger ones end INVALID_ARGUMENT. Fixed, not settings.
+ */
+export const JOB_END_FIELD_BYTES = Object.freeze({ repoUrl: 2048, commitSha: 128 });
+
 /** What an `authorize` hook sees of a call (after its first item arrived). */
 export interface RunnerAuthorizeContext {
   /** Lower-case request ID of the call's items. */

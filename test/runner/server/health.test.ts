@@ -160,3 +160,21 @@ describe("gRPC health checking with grpc-js", () => {
     }
   });
 });
+
+describe("gRPC health Watch slots per peer (issue 31, item 10)", () => {
+  it("one address holds at most 10 Watch calls: the 11th ends RESOURCE_EXHAUSTED while the server has slots left; a freed slot is reusable", async () => {
+    h = await startHarness({ memoryStore: true });
+    client = new pkg.grpc.health.v1.Health(h.server.url.replace("http://", ""), grpc.credentials.createInsecure());
+    const open = Array.from({ length: 10 }, () => watch(client!));
+    await until(() => open.every((w) => w.seen.length === 1), "ten Watch calls answered");
+    // Before: any 100 Watch calls from one anonymous client were served.
+    const eleventh = watch(client);
+    expect(await eleventh.ended).toBe(grpc.status.RESOURCE_EXHAUSTED);
+    expect(h.server.health!.watchers).toBe(10);
+    open[0]!.call.cancel();
+    await until(() => h!.server.health!.watchers === 9, "the cancelled Watch left");
+    const again = watch(client);
+    await until(() => again.seen.length === 1, "a Watch in the freed slot");
+    for (const w of [...open, again]) w.call.cancel();
+  });
+});

@@ -12,6 +12,7 @@ import { EndedSignal, endedReasonOf } from "./ended-signal.js";
 import { publishEnd } from "./end-item.js";
 import { encodedSize, logItemSize } from "../../protocol/encoded-size.js";
 import { cutUtf8 } from "../../agent/line-splitter.js";
+import { JOB_END_FIELD_BYTES } from "../contract.js";
 import { ReceivedLine, type CallItem } from "../../protocol/received-line.js";
 
 const MARKER_PREFIX = "[runner-depot]";
@@ -47,6 +48,7 @@ export function processItem(core: RunnerCore, call: CallRun, item: CallItem): Pr
   }
   if (call.endSeen) throw uErr("INVALID_ARGUMENT", "no item may follow the end item");
   if (kind === undefined) throw uErr("INVALID_ARGUMENT", "an item must carry a log line or the job end");
+  if (kind === "end") checkEndFields(event!.value as JobEnd);
 
   const hostReason = endedReasonOf(core, call);
   if (hostReason) throw new EndedSignal(hostReason);
@@ -157,4 +159,18 @@ export function checkItemShape(call: CallRun, item: CallItem): void {
   const size = encodedSize(item, event.case === "log" ? Buffer.byteLength(event.value.line, "utf8") : 0);
   if (size > call.maxBytes) throw tooLarge(size, call.maxBytes);
   if (event.case === undefined) throw uErr("INVALID_ARGUMENT", "an item must carry a log line or the job end");
+  if (event.case === "end") checkEndFields(event.value);
+}
+
+/** INVALID_ARGUMENT when the end's repo_url or commit_sha is over its limit (JOB_END_FIELD_BYTES). O(field length). */
+function checkEndFields(end: JobEnd): void {
+  const repoUrl = Buffer.byteLength(end.repoUrl, "utf8");
+  if (repoUrl > JOB_END_FIELD_BYTES.repoUrl)
+    throw uErr("INVALID_ARGUMENT", `repo_url is ${repoUrl} bytes, over the ${JOB_END_FIELD_BYTES.repoUrl}-byte limit`);
+  const commitSha = Buffer.byteLength(end.commitSha, "utf8");
+  if (commitSha > JOB_END_FIELD_BYTES.commitSha)
+    throw uErr(
+      "INVALID_ARGUMENT",
+      `commit_sha is ${commitSha} bytes, over the ${JOB_END_FIELD_BYTES.commitSha}-byte limit`,
+    );
 }

@@ -1,5 +1,5 @@
 /** Mapping a call's failure to the error the runner sees (§8): a gRPC code, a line of text, `runner-committed`. */
-import type { ConnectError } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { RunnerDepotError } from "../../../errors.js";
 import type { CallRun } from "./run.js";
 import { uErr, type RunnerCore } from "../job-table.js";
@@ -8,8 +8,13 @@ import { COMMITTED_HEADER } from "../contract.js";
 
 /** Turns any failure into the ConnectError the runner sees, with `runner-committed` when the job is known. */
 export async function toResponseError(core: RunnerCore, call: CallRun, error: unknown): Promise<ConnectError> {
-  const err = RunnerDepotError.from(error instanceof EndedSignal ? uErr("INTERNAL", "unexpected end signal") : error);
+  let err = RunnerDepotError.from(error instanceof EndedSignal ? uErr("INTERNAL", "unexpected end signal") : error);
   if (err.code === "INTERNAL") core.report(error);
+  else if (carriesDriverText(err)) {
+    // A driver's words (addresses, ports) stay in the server's log; the agent gets the code.
+    core.report(error);
+    err = new RunnerDepotError(err.code, "the server's log store is unavailable; retry the call later");
+  }
   if (!call.id || !call.slot) return err.toConnectError();
   // Items received before the failure stay stored, unless this call was replaced.
   if (err.code !== "ABORTED") {
@@ -29,4 +34,15 @@ export async function toResponseError(core: RunnerCore, call: CallRun, error: un
   // metadata to the response trailers, so it goes there once and only there.
   call.ctx.responseTrailer.delete(COMMITTED_HEADER);
   return err.toConnectError(new Headers({ [COMMITTED_HEADER]: String(call.committed) }));
+}
+
+/**
+ * True for an UNAVAILABLE error that wraps a foreign failure and repeats its message (the
+ * adapters' `PostgreSQL: connect ECONNRESET 127.0.0.1:55432`). O(message).
+ */
+function carriesDriverText(err: RunnerDepotError): boolean {
+  if (err.grpcCode !== Code.Unavailable) return false;
+  const cause = err.cause;
+  if (!(cause instanceof Error) || cause instanceof RunnerDepotError || cause instanceof ConnectError) return false;
+  return cause.message !== "" && err.message.includes(cause.message);
 }

@@ -51,6 +51,8 @@ export class CallRun implements CallHandle {
   endedReason: EndedReason | null = null;
   /** Request ID of the first item, before the call passed auth (for log lines). */
   claimedId = "";
+  /** The job whose token was checked before the first message was decompressed (kFirstItemCheck), if any. */
+  checkedId: string | null = null;
   flushing: Promise<void> | null = null;
   flushError: unknown = null;
   /** Set when the call must stop at once (newer call, shutdown, idle). */

@@ -8,7 +8,7 @@ import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import { AckSchema, type Ack, type LogItem } from "../../../gen/runner/v1/runner_pb.js";
 import type { CallItem } from "../../protocol/received-line.js";
 import { normalizeRequestId } from "../../protocol/request-id.js";
-import { kCallAuthenticated, kCallJob, kShutdownSignal } from "../../server/call-context.js";
+import { kCallAuthenticated, kCallJob, kFirstItemCheck, kShutdownSignal } from "../../server/call-context.js";
 import { COMMITTED_HEADER, OFFSET_HEADER } from "../contract.js";
 import { uErr, type RunnerCore } from "../job-table.js";
 import { CallRun } from "./run.js";
@@ -62,6 +62,14 @@ async function runCall(core: RunnerCore, call: CallRun, it: ItemReader): Promise
   const headers = call.ctx.requestHeader;
   // Token presence and form are checked before anything is read (first in the check order).
   checkTokenPresent(core, headers);
+  // A server checks a compressed first message's request ID with this before decompressing it.
+  call.ctx.values.set(kFirstItemCheck, async (requestId: string) => {
+    const id = normalizeRequestId(requestId);
+    if (id === null)
+      throw uErr("INVALID_ARGUMENT", `request_id is not a UUID: ${JSON.stringify(requestId.slice(0, 64))}`);
+    await authenticate(core, call.ctx, id);
+    call.checkedId = id;
+  });
   const offset = parseOffset(headers.get(OFFSET_HEADER));
 
   // What is awaited settles with a boolean, not the item (runner/server/item-reader.ts, refill): this frame
@@ -76,7 +84,7 @@ async function runCall(core: RunnerCore, call: CallRun, it: ItemReader): Promise
   call.claimedId = id ?? first.requestId.slice(0, 64);
   if (id === null)
     throw uErr("INVALID_ARGUMENT", `request_id is not a UUID: ${JSON.stringify(first.requestId.slice(0, 64))}`);
-  await authenticate(core, call.ctx, id);
+  if (call.checkedId !== id) await authenticate(core, call.ctx, id);
   if (core.options.requireKnownJobs) {
     const known = await core.logs.get(id);
     if (!known?.expected) throw uErr("NOT_FOUND", `unknown job ${id}`);
