@@ -39,6 +39,12 @@ export interface FsStoreOptions {
    * other's WAL flush no longer covers them.
    */
   unsafeNoSync?: boolean;
+  /**
+   * WAL frames (4 KiB pages) past which writes answer STORE_UNAVAILABLE (503) while another
+   * process's read transaction keeps records.db's WAL from being reset (default 64,000,
+   * about 263 MB; docs/decisions/depot-publish-durability.md, "An outside reader").
+   */
+  walCapFrames?: number;
 }
 
 /**
@@ -71,7 +77,11 @@ export function createFsStore(dir: string, options: FsStoreOptions = {}): Packag
     sync,
     (path) => durable.ensureDir(path),
     async () => {
-      db = await openRecordDb(join(dir, "records.db"), { sync, lockTimeoutMs });
+      db = await openRecordDb(join(dir, "records.db"), {
+        sync,
+        lockTimeoutMs,
+        walCapFrames: options.walCapFrames,
+      });
       try {
         await importLegacyRecords(db, join(dir, "records"), sync);
       } catch (error) {

@@ -9,8 +9,9 @@ import { stat } from "node:fs/promises";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { openRecordDb, type RecordDb } from "../../../src/adapters/fs/record-db.js";
+import { createFsStore } from "../../../src/adapters/fs/store.js";
 import { isRunnerDepotError } from "../../../src/errors.js";
-import { tempDir } from "../../fixtures/depot.js";
+import { add, startDepot, tempDir } from "../../fixtures/depot.js";
 
 const READER = `
 const { DatabaseSync } = require("node:sqlite");
@@ -92,4 +93,52 @@ describe("an outside reader and the fs store's WAL (issue 30, item 7)", () => {
     for (let i = 0; i < 20; i++) await db.write((s) => s.insert.run(key(`z${i}`), "r1", VALUE).changes, true);
     expect((await stat(`${file}-wal`)).size).toBeLessThanOrEqual(size);
   }, 60_000);
+
+  it("through a listening depot: publishes answer 503 STORE_UNAVAILABLE naming the reader, then pass once it ends", async () => {
+    const tmp = await tempDir("fs-wal-reader-http-");
+    cleanups.push(tmp.cleanup);
+    const store = createFsStore(tmp.dir, { walCapFrames: CAP });
+    cleanups.push(() => store.close?.());
+    const depot = await startDepot(store);
+    cleanups.push(() => depot.close());
+    // One publish: a transaction and 4 files of 16 KiB (small blobs, rows of records.db): ~20+ WAL frames.
+    const body = (n: number) => new Uint8Array(16 * 1024).fill(n % 251);
+    const tryPublish = async (n: number): Promise<Response> => {
+      const open = await fetch(`${depot.url}/trans/wal${n}@1.0.0`, { method: "POST" });
+      if (open.status !== 201) return open;
+      const { transaction } = (await open.json()) as { transaction: string };
+      for (let f = 0; f < 4; f++) {
+        const added = await add(depot.url, transaction, { type: "file", path: `f${f}`, body: body(n * 4 + f) });
+        if (added.status !== 201) return added;
+      }
+      return fetch(`${depot.url}/commit/${transaction}`, { method: "POST" });
+    };
+    expect((await tryPublish(0)).status).toBe(201);
+    const reader = await outsideReader(join(tmp.dir, "records.db"));
+    cleanups.push(() => reader.kill());
+
+    // 400 publishes would be ~10,000 frames: without the option the default cap (64,000) took them all.
+    let refused: Response | undefined;
+    for (let n = 1; n <= 400 && !refused; n++) {
+      const answer = await tryPublish(n);
+      if (answer.status === 503) refused = answer;
+      else expect(answer.status).toBe(201);
+    }
+    expect(refused?.status).toBe(503);
+    expect(refused!.headers.get("content-type")).toBe("application/problem+json");
+    const problem = (await refused!.json()) as { code: string; detail?: string; title?: string };
+    expect(problem.code).toBe("STORE_UNAVAILABLE");
+    expect(JSON.stringify(problem)).toMatch(/another connection's read transaction on .*records\.db/);
+    // Reads go on meanwhile.
+    expect((await fetch(`${depot.url}/catalog`)).status).toBe(200);
+
+    reader.stdin!.end();
+    await new Promise((r) => reader.once("exit", r));
+    let status = 0;
+    for (let i = 0; i < 200 && status !== 201; i++) {
+      status = (await tryPublish(1_000 + i)).status;
+      if (status !== 201) await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(status).toBe(201);
+  }, 90_000);
 });
