@@ -61,6 +61,8 @@ const CODES = {
   DEPENDENCY_CYCLE: [Code.FailedPrecondition, 422],
   // A package archive from the depot that breaks the archive rules (installer, H4).
   ARCHIVE_INVALID: [Code.DataLoss, 502],
+  /** An archived job's log object is gone (archive retention, a lifecycle rule, a deleted file): 410. */
+  LOG_ARCHIVE_GONE: [Code.NotFound, 410],
 } as const satisfies Record<string, readonly [Code, number]>;
 
 /** A code every runner-depot error carries; UPPER_SNAKE, stable across releases. */

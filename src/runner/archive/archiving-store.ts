@@ -181,18 +181,25 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
     return lines;
   }
 
+  /** The error for a job whose object is gone: never an empty log, which would read as a job that printed nothing. */
+  function archiveGone(id: string): RunnerDepotError {
+    return new RunnerDepotError(
+      "LOG_ARCHIVE_GONE",
+      `The log of job ${id} was archived, and its archive object ${archiveKey(id)} is gone (archive retention or a deletion)`,
+    );
+  }
+
   /** Lines from an archive: O(log chunks) to find the first, then a chunk at a time. */
   async function readArchived(id: string, info: ArchivedLog, from: number, limit: number): Promise<StoredLine[]> {
     const out: StoredLine[] = [];
     if (from >= info.lines || limit <= 0) return out;
     const index = await indexOf(id, info);
-    // The object is gone (archive retention, a lifecycle rule): no lines to give.
-    if (!index) return out;
+    if (!index) throw archiveGone(id);
     let position = from;
     while (out.length < limit && position < index.lines) {
       const c = chunkOf(index, position);
       const lines = await chunkLines(id, index, c);
-      if (!lines) break;
+      if (!lines) throw archiveGone(id);
       const start = position - index.firsts[c]!;
       const take = Math.min(lines.length - start, limit - out.length);
       for (let i = 0; i < take; i++) out.push({ ...lines[start + i]! });

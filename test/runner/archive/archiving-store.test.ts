@@ -257,7 +257,7 @@ describe("log archive: PostgreSQL log store → S3 (s3rver)", () => {
 });
 
 describe("log archive: fs log store → fs archive (the embedded default)", () => {
-  it("archives at the end, reads back after a restart, and a missing object reads as no lines", async () => {
+  it("archives at the end, reads back after a restart, and a missing object is LOG_ARCHIVE_GONE", async () => {
     const dir = await mkdtemp(join(tmpdir(), "rd-archive-"));
     try {
       const open = () =>
@@ -284,11 +284,13 @@ describe("log archive: fs log store → fs archive (the embedded default)", () =
       expect(await windows(logs, id, 500)).toEqual(before);
       await rm(join(dir, "archive", archiveKey(id)));
       const again = open();
-      expect(await again.read(id, 0, 10)).toEqual([]);
-      // follow() of a job whose object is gone ends (no lines), it does not wait forever.
+      // Issue 31: an empty answer would read as a job that printed nothing.
+      await expect(again.read(id, 0, 10)).rejects.toMatchObject({ code: "LOG_ARCHIVE_GONE", status: 410 });
+      // follow() of a job whose object is gone fails with the code; it does not wait forever.
       const reader = createRunnerService(createMemoryQueue(), { logs: again });
-      expect(await collectAll(reader.follow(id))).toEqual([]);
-      expect(await collectAll(reader.follow(id, { from: 3_000 }))).toEqual([]);
+      await expect(collectAll(reader.follow(id))).rejects.toMatchObject({ code: "LOG_ARCHIVE_GONE" });
+      // Past the job's last line there is nothing to read, so nothing to miss: follow() ends.
+      expect(await collectAll(reader.follow(id, { from: 3_002 }))).toEqual([]);
       await reader.close();
       await again.close();
       await logs.close();
