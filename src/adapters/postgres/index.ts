@@ -23,5 +23,5 @@ export type { PostgresRecordsOptions } from "./records.js";
 export { createPostgresLogStore } from "./log-store.js";
 export type { PostgresLogStoreOptions } from "./log-store.js";
 export type { PostgresLogExtrasOptions } from "./log-store-notify-archive.js";
-export { migrate } from "./schema.js";
+export { migrate, POSTGRES_TIMEOUTS } from "./schema.js";
 export type { PostgresOptions } from "./schema.js";
