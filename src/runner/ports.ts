@@ -60,7 +60,10 @@ export interface LogEntry {
   stored: StoredLine[];
   /** Which stream the runner's line came from (counted in the result's `lines`). */
   stderr: boolean;
-  /** UTF-8 bytes of stored job output, markers excluded (counts toward the cap). */
+  /**
+   * What the item counts toward the job's log cap: each line it stores (a line-truncated marker included)
+   * costs a fixed overhead plus its bytes as the costliest store writes them (runner/service/log-cap.ts).
+   */
   bytes: number;
   /** True when this item is where the job's log reached its cap. */
   capped?: boolean;
@@ -84,7 +87,10 @@ export interface JobState {
   committed: number;
   /** Lines stored so far, markers included (positions for `read`). */
   storedLines: number;
-  /** UTF-8 bytes of stored output lines, markers excluded. */
+  /**
+   * What the stored lines count toward the job's log cap (the sum of the entries' `bytes`): an upper
+   * bound of the bytes any of this package's stores writes for them, the cap marker excluded.
+   */
   storedBytes: number;
   lines: { stdout: number; stderr: number };
   logTruncated: boolean;

@@ -30,13 +30,15 @@ import {
   type RunnerServer,
   type RunnerService,
 } from "../../src/runner/index.js";
+import { LINE_RECORD_OVERHEAD } from "../../src/runner/service/log-cap.js";
 
-const LINE_BYTES = 256;
-/** 256 MiB of 256-byte lines: exactly the service's default jobLogBytes. */
-const FULL_LINES = (256 * 1024 * 1024) / LINE_BYTES;
+/** Each line counts its bytes + LINE_RECORD_OVERHEAD toward the cap (log-cap.ts): 256 a line. */
+const LINE_BYTES = 256 - LINE_RECORD_OVERHEAD;
+/** 256 MiB of lines counting 256 bytes each: exactly the service's default jobLogBytes. */
+const FULL_LINES = (256 * 1024 * 1024) / (LINE_BYTES + LINE_RECORD_OVERHEAD);
 /** The line the agent sends after the cap: stored as the service's truncation marker. */
 const STORED = FULL_LINES + 1;
-const LOG_BYTES = FULL_LINES * LINE_BYTES;
+const LOG_BYTES = FULL_LINES * (LINE_BYTES + LINE_RECORD_OVERHEAD);
 
 /** Line `n` (1-based) as the agent sends it: ASCII, exactly LINE_BYTES bytes; every 10th on stderr. */
 function lineText(n: number): string {

@@ -10,7 +10,7 @@ import type { JobLogStore, LogEntry, StoredLine } from "../ports.js";
 
 /**
  * One received log item (request ID, line, stream) whose line is valid UTF-8. A line stored
- * whole is also its own {@link LogEntry} (stores it alone, `bytes` of output, not capped):
+ * whole is also its own {@link LogEntry} (stores it alone, `bytes` its cap cost, not capped):
  * a separate entry object and its one-element `stored` array were a third of what the
  * server allocated a line (~470 bytes, two dozen scavenges a 300k-line job).
  */
@@ -22,6 +22,11 @@ export class ReceivedLine implements StoredLine, LogEntry {
    * no field.
    */
   declare readonly capped?: boolean;
+  /**
+   * As an entry: what it counts toward the job's log cap, set by the service's rule
+   * (runner/service/log-cap.ts) before the line is stored.
+   */
+  bytes = 0;
 
   /**
    * @param requestId the item's request_id as sent (the same string object for every item of a call)
@@ -42,8 +47,8 @@ export class ReceivedLine implements StoredLine, LogEntry {
     return (this.text ??= this.buf.toString("utf8", this.start, this.end));
   }
 
-  /** UTF-8 size of the line (as an entry: the output bytes it stores). */
-  get bytes(): number {
+  /** UTF-8 size of the line. */
+  get size(): number {
     return this.end - this.start;
   }
 

@@ -156,7 +156,7 @@ describe("fast-path received-line decoder (the line kept as bytes)", () => {
           expect(item).toStrictEqual(fromBinary(LogItemSchema, bytes));
           // No copy: the bytes are read where they arrived.
           expect(line!.buf).toBe(buf);
-          expect(line!.bytes).toBe(Buffer.byteLength(text));
+          expect(line!.size).toBe(Buffer.byteLength(text));
           expect(buf.toString("utf8", line!.start, line!.end)).toBe(text);
           // A store that writes lines as JSON gets the port's plain shape, not the view.
           expect(JSON.parse(JSON.stringify(line))).toStrictEqual({ line: text, stderr });

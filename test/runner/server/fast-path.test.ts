@@ -946,7 +946,8 @@ describe("runner gRPC fast path: entries as a store reads them", () => {
       };
       const runner = createRunnerService(createMemoryQueue(), {
         logs,
-        limits: { messageBytes: 2048, lineBytes: 8, jobLogBytes: 24, idleMs: 5000 },
+        // Each stored line counts 8 + its bytes (log-cap.ts): 13 + 11 + (16 + 55) + 11 = 106, then "12345678" crosses 110.
+        limits: { messageBytes: 2048, lineBytes: 8, jobLogBytes: 110, idleMs: 5000 },
       });
       const server = await startRunnerServer(runner, { port: 0, fastPath });
       try {
@@ -967,13 +968,13 @@ describe("runner gRPC fast path: entries as a store reads them", () => {
     expect(fast!.seen[0]).toEqual({
       stored: [{ line: "plain", stderr: false, marker: false }],
       stderr: false,
-      bytes: 5,
+      bytes: 8 + 5,
       capped: false,
     });
     expect(fast!.seen[3]).toEqual({
       stored: [{ line: "err", stderr: true, marker: false }],
       stderr: true,
-      bytes: 3,
+      bytes: 8 + 3,
       capped: false,
     });
     expect((fast!.seen[2] as { stored: unknown[] }).stored).toHaveLength(2);

@@ -16,6 +16,7 @@ import {
   type Harness,
 } from "../../fixtures/runner-service.js";
 import { cutUtf8 } from "../../../src/runner/agent/line-splitter.js";
+import { LINE_RECORD_OVERHEAD } from "../../../src/runner/service/log-cap.js";
 import { connect, frame, openCall } from "../../fixtures/runner-raw-calls.js";
 
 describe("runner limits", () => {
@@ -26,7 +27,7 @@ describe("runner limits", () => {
   let h: Harness;
   let idle: Harness;
   beforeAll(async () => {
-    h = await startHarness({ limits: { messageBytes: 2048, lineBytes: 16, jobLogBytes: 64 } });
+    h = await startHarness({ limits: { messageBytes: 2048, lineBytes: 16, jobLogBytes: 128 } });
     idle = await startHarness({ limits: { idleMs: 1_000 } });
   });
   afterAll(async () => {
@@ -70,7 +71,12 @@ describe("runner limits", () => {
     expect(stored[1]!.line).toContain("truncated");
     expect(stored[2]).toEqual({ line: "short", stderr: false });
     // Offsets count items, not stored lines.
-    expect(await h.logs.get(id)).toMatchObject({ committed: 2, storedLines: 3, storedBytes: 15 + 5 });
+    // Each stored line counts toward the cap, the marker too (log-cap.ts).
+    expect(await h.logs.get(id)).toMatchObject({
+      committed: 2,
+      storedLines: 3,
+      storedBytes: LINE_RECORD_OVERHEAD * 3 + 15 + Buffer.byteLength(stored[1]!.line) + 5,
+    });
   });
 
   it("cutUtf8 never splits a character (1-, 2-, 3- and 4-byte characters at every limit)", () => {
@@ -86,7 +92,7 @@ describe("runner limits", () => {
 
   it("past jobLogBytes lines are counted, not stored; one marker; logTruncated in the result; the job does not fail", async () => {
     const id = randomUUID();
-    // 8 lines of 10 bytes: 6 fit in 64 bytes, the 7th hits the cap.
+    // 8 lines of 10 bytes, each counting 8 + 10: 7 fit in 128 bytes, the 8th hits the cap.
     const items = Array.from({ length: 8 }, (_, i) => line(id, `line-${String(i).padStart(5, "0")}`, i === 7));
     expect(await send(h.client, items)).toMatchObject({ ok: true, committed: "8" });
     // A later call of the same job: still counted, still not stored, no second marker.
@@ -98,12 +104,12 @@ describe("runner limits", () => {
     });
     const stored = await h.logs.read(id);
     expect(stored.filter((l) => !l.marker).map((l) => l.line)).toEqual(
-      Array.from({ length: 6 }, (_, i) => `line-0000${i}`),
+      Array.from({ length: 7 }, (_, i) => `line-0000${i}`),
     );
     expect(stored.filter((l) => l.marker)).toHaveLength(1);
     expect(stored.at(-1)!.line).toContain("log truncated");
     const state = await h.logs.get(id);
-    expect(state).toMatchObject({ storedBytes: 60, logTruncated: true, committed: 11 });
+    expect(state).toMatchObject({ storedBytes: 7 * (LINE_RECORD_OVERHEAD + 10), logTruncated: true, committed: 11 });
     const result = h.queue.results.find((r) => r.requestId === id)!;
     expect(result).toMatchObject({
       outcome: "finished",

@@ -14,6 +14,7 @@ import { encodedSize, logItemSize } from "../../protocol/encoded-size.js";
 import { cutUtf8 } from "../../agent/line-splitter.js";
 import { JOB_END_FIELD_BYTES } from "../contract.js";
 import { ReceivedLine, type CallItem } from "../../protocol/received-line.js";
+import { lineCapCost, textCapCost } from "../log-cap.js";
 
 const MARKER_PREFIX = "[runner-depot]";
 
@@ -36,7 +37,7 @@ export function processItem(core: RunnerCore, call: CallRun, item: CallItem): Pr
   const kind = received !== null ? "log" : event!.case;
   // The line's UTF-8 size serves both the message limit and the line limit.
   const lineBytes =
-    received !== null ? received.bytes : event!.case === "log" ? Buffer.byteLength(event!.value.line, "utf8") : 0;
+    received !== null ? received.size : event!.case === "log" ? Buffer.byteLength(event!.value.line, "utf8") : 0;
   const size =
     received !== null
       ? logItemSize(received.requestId, lineBytes, received.stderr)
@@ -97,10 +98,11 @@ export function processItem(core: RunnerCore, call: CallRun, item: CallItem): Pr
  */
 function receivedEntry(core: RunnerCore, call: CallRun, line: ReceivedLine, lineBytes: number): LogEntry {
   const limits = core.config.limits;
-  if (call.truncated || lineBytes > limits.lineBytes || call.storedBytes + lineBytes > limits.jobLogBytes) {
-    return entryFor(core, call, line.line, line.stderr, lineBytes);
-  }
-  call.storedBytes += lineBytes;
+  if (call.truncated || lineBytes > limits.lineBytes) return entryFor(core, call, line.line, line.stderr, lineBytes);
+  const cost = lineCapCost(line.buf, line.start, line.end);
+  if (call.storedBytes + cost > limits.jobLogBytes) return entryFor(core, call, line.line, line.stderr, lineBytes);
+  call.storedBytes += cost;
+  line.bytes = cost;
   // The line is its own entry (runner/protocol/received-line.ts): no entry object or array a line.
   return line;
 }
@@ -127,7 +129,10 @@ function entryFor(core: RunnerCore, call: CallRun, line: string, stderr: boolean
     text = cut.text;
     bytes = cut.bytes;
   }
-  if (call.storedBytes + bytes > limits.jobLogBytes) {
+  // What the item counts toward the cap (log-cap.ts): the line and its marker, as stored.
+  let cost = textCapCost(text, bytes);
+  if (marker) cost += textCapCost(marker.line);
+  if (call.storedBytes + cost > limits.jobLogBytes) {
     call.truncated = true;
     return {
       stored: [
@@ -144,14 +149,14 @@ function entryFor(core: RunnerCore, call: CallRun, line: string, stderr: boolean
   }
   stored.push({ line: text, stderr });
   if (marker) stored.push(marker);
-  call.storedBytes += bytes;
-  return { stored, stderr, bytes };
+  call.storedBytes += cost;
+  return { stored, stderr, bytes: cost };
 }
 
 /** The first item's own checks (size, an event present), for an answer given before processItem runs. */
 export function checkItemShape(call: CallRun, item: CallItem): void {
   if (item instanceof ReceivedLine) {
-    const size = logItemSize(item.requestId, item.bytes, item.stderr);
+    const size = logItemSize(item.requestId, item.size, item.stderr);
     if (size > call.maxBytes) throw tooLarge(size, call.maxBytes);
     return;
   }
