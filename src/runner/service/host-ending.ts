@@ -39,6 +39,13 @@ export function endFromHost(
           }
           current = await core.logs.get(id);
         }
+        // An end given up on may still be accepted: the job's one result is that end's.
+        const uncertain = core.uncertain.get(id);
+        if (uncertain) {
+          const attempt = await publishPersistent(core, id, uncertain.result, uncertain.at);
+          await recordAccepted(core, id, attempt);
+          return null;
+        }
         core.ending.set(id, outcome);
         marked = true;
         const result = hostResult(current, id, outcome, new Date());

@@ -66,6 +66,12 @@ export interface RunnerCore {
   readonly background: Map<Promise<unknown>, string>;
   /** The publish of each job's result in flight: at most one per job (see PublishAttempt). */
   readonly inFlight: Map<string, PublishAttempt>;
+  /**
+   * A publish given up on (`attemptTimeoutMs`) whose queue has not answered yet: it may still
+   * be accepted, so the job's result is its result from then on (a cancel or a replayed end
+   * publishes that same result, never another). Cleared once the queue answers it.
+   */
+  readonly uncertain: Map<string, PublishAttempt>;
   /** Calls in progress. */
   readonly calls: Set<IdleCall>;
   /** The idle limit of the calls in progress, on one timer (runner/service/idle-sweep.ts). */
@@ -118,6 +124,7 @@ export function createRunnerCore(
     fanout: new LogFanout(logs, options.follow ?? {}, (error) => core.report(error)),
     background: new Map(),
     inFlight: new Map(),
+    uncertain: new Map(),
     calls,
     idle: new IdleSweep(calls, config.limits.idleMs),
     backlog,

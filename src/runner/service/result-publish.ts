@@ -70,6 +70,8 @@ function settleWithin(
     const timer = setTimeout(() => {
       givenUp = true;
       attempt.timedOut = true;
+      // Set before `settled` resolves: whoever waited for this attempt sees it at once.
+      core.uncertain.set(id, attempt);
       attempt.error = new RunnerDepotError(
         "UNAVAILABLE",
         `the queue did not answer the publish of job ${id}'s result within ${attemptTimeoutMs} ms; the attempt was given up on`,
@@ -81,23 +83,43 @@ function settleWithin(
     published.then(
       () => {
         clearTimeout(timer);
-        // Past the attempt limit a new attempt may already have published: say so.
-        if (givenUp)
-          core.report(
-            new RunnerDepotError(
-              "INTERNAL",
-              `the queue accepted job ${id}'s result after the attempt was given up on; it may have been published twice`,
-            ),
-          );
+        if (givenUp) lateAnswer(core, id, attempt, true);
         resolve(true);
       },
       (error: unknown) => {
         clearTimeout(timer);
         attempt.error = error;
+        if (givenUp) lateAnswer(core, id, attempt, false);
         resolve(false);
       },
     );
   });
+}
+
+/**
+ * The queue's answer to an attempt given up on. Accepted: the result is recorded (a retry
+ * of it may have been published too: the same result, reported). Refused: the job's
+ * result is free again.
+ */
+function lateAnswer(core: RunnerCore, id: string, attempt: PublishAttempt, accepted: boolean): void {
+  if (core.uncertain.get(id) === attempt) core.uncertain.delete(id);
+  if (!accepted) return;
+  core.report(
+    new RunnerDepotError(
+      "INTERNAL",
+      `the queue accepted job ${id}'s result after the attempt was given up on; a retry may have published the same result again`,
+    ),
+  );
+  if (!core.closed)
+    core.track(
+      id,
+      core.locked(id, () => recordAccepted(core, id, attempt).catch(recordedElsewhere)),
+    );
+}
+
+/** A late result the job already has (a retry of it was recorded first): nothing to do. */
+function recordedElsewhere(error: unknown): void {
+  if ((error as { code?: unknown }).code !== "FAILED_PRECONDITION") throw error;
 }
 
 /** Records an accepted result once (call it under the job's lock); the job's publish is then over. */
@@ -132,13 +154,18 @@ export function recordAccepted(
 }
 
 /** Publishes a cancelled or lost result until the queue accepts (never dropped while the service lives). */
-export async function publishPersistent(core: RunnerCore, id: string, result: JobResult): Promise<PublishAttempt> {
+export async function publishPersistent(
+  core: RunnerCore,
+  id: string,
+  result: JobResult,
+  at?: number,
+): Promise<PublishAttempt> {
   const retry = core.config.retry;
   let delay = retry.initialDelayMs;
   const { telemetry } = core;
   for (let attempts = 1; ; attempts++) {
     if (attempts > 1) telemetry.publishRetries.add(1);
-    const attempt = startAttempt(core, id, result, undefined);
+    const attempt = startAttempt(core, id, result, at);
     if (await attempt.settled) return attempt;
     if (core.closed) {
       telemetry.logger.error(

@@ -236,6 +236,51 @@ describe("one publish in flight per job", () => {
     }
   });
 
+  it("cancel after a stalled end's publish was given up on: the end's result is the job's, one outcome (issue 31)", async () => {
+    // The queue takes the end's publish and answers only later (a broker stalled with its TCP alive).
+    const first = gate();
+    const queue = scriptedQueue((_r, n) => (n === 0 ? first.promise : Promise.resolve()));
+    const s = await setup(queue, { publishRetry: { ...FAST_BOUND, attemptTimeoutMs: 300 } });
+    try {
+      const id = randomUUID();
+      expect(await send(s.client, [line(id, "a"), end(id, 0)])).toMatchObject({ code: "Unavailable", committed: "1" });
+      await until(() => s.errors.some((e) => /given up on/.test(String(e))), "the attempt given up on");
+      // The end may still reach the queue: a cancel now must not publish a different result.
+      const cancelled = await s.runner.cancelJob(id);
+      first.accept();
+      await until(() => queue.accepted.length === queue.attempts, "every publish settled");
+      // Before: ["finished", "cancelled"] under one message ID (the stalled end accepted after the cancel).
+      const outcomes = queue.accepted.map((r) => r.outcome);
+      expect(new Set(outcomes)).toEqual(new Set(["finished"]));
+      // Every copy is the same result (consumers deduplicate on the request ID; a queue may drop the copy).
+      expect(new Set(queue.accepted.map((r) => JSON.stringify(r))).size).toBe(1);
+      expect(cancelled).toBeNull();
+      expect(await s.runner.logs.get(id)).toMatchObject({ status: "finished", committed: 2 });
+      expect(s.ended.map((r) => r.outcome)).toEqual(["finished"]);
+      expect(await send(s.client, [end(id, 0)], { offset: 1 })).toMatchObject({ ok: true, committed: "2" });
+    } finally {
+      await s.close();
+    }
+  });
+
+  it("a stalled end's publish accepted after it was given up on is recorded by itself: the job ends finished", async () => {
+    const first = gate();
+    const queue = scriptedQueue((_r, n) => (n === 0 ? first.promise : Promise.resolve()));
+    const s = await setup(queue, { publishRetry: { ...FAST_BOUND, attemptTimeoutMs: 300 } });
+    try {
+      const id = randomUUID();
+      expect(await send(s.client, [line(id, "a"), end(id, 0)])).toMatchObject({ code: "Unavailable", committed: "1" });
+      await until(() => s.errors.some((e) => /given up on/.test(String(e))), "the attempt given up on");
+      first.accept();
+      await until(async () => (await s.runner.logs.get(id))?.status === "finished", "the late result recorded");
+      expect(queue.attempts).toBe(1);
+      expect(await s.runner.cancelJob(id)).toBeNull();
+      expect(queue.accepted.map((r) => r.outcome)).toEqual(["finished"]);
+    } finally {
+      await s.close();
+    }
+  });
+
   it("a publish that never settles is given up on after attemptTimeoutMs (reported); the next replay publishes", async () => {
     const queue = scriptedQueue((_r, n) => (n === 0 ? new Promise<void>(() => {}) : Promise.resolve()));
     const s = await setup(queue, { publishRetry: { ...FAST_BOUND, attemptTimeoutMs: 300 } });
