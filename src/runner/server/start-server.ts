@@ -16,6 +16,7 @@ import { kSessionInfo, type CountedStream, type SessionInfo, type WideWindows } 
 import { wideWindowSessions } from "./flow-window.js";
 import { backlogOf } from "../service/store-backlog.js";
 import { DEFAULT_RUNNER_LIMITS } from "../service/contract.js";
+import { createConnectionGate } from "./connection-cap.js";
 
 /** TLS material for {@link startRunnerServer}. */
 export interface RunnerTlsSettings {
@@ -76,6 +77,13 @@ export interface RunnerServerSettings {
    * keep-alive gave up (see runner/server/acceptors.ts). Default 8; 1 binds one socket without SO_REUSEPORT.
    */
   acceptors?: number;
+  /**
+   * Open connections at most; a connection past it is closed on arrival, before TLS or HTTP/2
+   * (default 8 192, never over three quarters of the process's descriptor limit).
+   */
+  maxConnections?: number;
+  /** Open connections from one peer address at most; more are closed on arrival (default 2 048). */
+  maxConnectionsPerPeer?: number;
   /** HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS per connection (clients queue beyond it); default 1000. */
   maxConcurrentStreams?: number;
   /**
@@ -268,9 +276,16 @@ export async function startRunnerServer(
   // few seconds; past the backlog (Node's default 511) SYNs are dropped and retried after
   // 1, 3, 7 s, so a busy server turned into agents' connect timeouts in the fleet bench.
   // The kernel caps it at net.core.somaxconn. Several sockets: see runner/server/acceptors.ts.
+  // Connections past the caps are closed before TLS or HTTP/2 (runner/server/connection-cap.ts).
+  const gate = createConnectionGate({
+    maxConnections: settings.maxConnections,
+    maxConnectionsPerPeer: settings.maxConnectionsPerPeer,
+  });
   const acceptors = await listenAcceptors(
     { host, port: settings.port ?? 50051, count: settings.acceptors ?? DEFAULT_ACCEPTORS, backlog: 4096 },
-    (socket) => server.emit("connection", socket),
+    (socket) => {
+      if (gate.admit(socket)) server.emit("connection", socket);
+    },
   );
   const bound = acceptors.port;
   const urlHost = isIP(host) === 6 ? `[${host}]` : host;
