@@ -67,7 +67,8 @@ describe("runner read bounds: one-byte DATA frames after a large prefix (issue 9
   let s: Awaited<ReturnType<typeof startServer>>;
   let proxy: FrameSplittingProxy;
   beforeAll(async () => {
-    s = await startServer();
+    // What one-byte frames make the server hold, so no frame floor here (data-frames.test.ts tests it).
+    s = await startServer({ dataFrameBytes: 1 });
     proxy = await startFrameSplittingProxy(s.server.port);
   });
   afterAll(async () => {
@@ -309,7 +310,8 @@ describe("runner read bounds: what connect's envelope reader is fed", () => {
     const { createReadBudget } = await import("../../../src/runner/server/read-budget.js");
     // A stand-in for the HTTP/2 request: the reader only listens to data/end/close and pauses/resumes.
     const req = Object.assign(new EventEmitter(), { pause() {}, resume() {}, stream: { session: {} } });
-    const budget = createReadBudget();
+    // One byte a frame is what this test is about: no frame floor.
+    const budget = createReadBudget({ dataFrameBytes: 1 });
     const body = new ConnectBody();
     const reader = new RequestReader(req as never, { messageBytes: MiB, budget, compressed: false }, body);
     body.attach(reader);
