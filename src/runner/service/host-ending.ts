@@ -39,8 +39,8 @@ export function endFromHost(
           }
           current = await core.logs.get(id);
         }
-        // An end given up on may still be accepted: the job's one result is that end's.
-        const uncertain = core.uncertain.get(id);
+        // A failed publish of the end may still reach the queue: the job's one result is that end's.
+        const uncertain = core.maybePublished.get(id);
         if (uncertain) {
           const attempt = await publishPersistent(core, id, uncertain.result, uncertain.at);
           await recordAccepted(core, id, attempt);

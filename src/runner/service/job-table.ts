@@ -67,11 +67,13 @@ export interface RunnerCore {
   /** The publish of each job's result in flight: at most one per job (see PublishAttempt). */
   readonly inFlight: Map<string, PublishAttempt>;
   /**
-   * A publish given up on (`attemptTimeoutMs`) whose queue has not answered yet: it may still
-   * be accepted, so the job's result is its result from then on (a cancel or a replayed end
-   * publishes that same result, never another). Cleared once the queue answers it.
+   * A job's first publish that failed (refused, or given up on after `attemptTimeoutMs`): it may
+   * still reach the queue (a refusal does not prove nothing was sent: RabbitMQ's publish timeout
+   * leaves the message on its channel), so from then on the job's result is that one: a cancel,
+   * the lost sweep or a replayed end publishes that same result, never another. Cleared once a
+   * result of the job is recorded. At most one per open job.
    */
-  readonly uncertain: Map<string, PublishAttempt>;
+  readonly maybePublished: Map<string, PublishAttempt>;
   /** Calls in progress. */
   readonly calls: Set<IdleCall>;
   /** The idle limit of the calls in progress, on one timer (runner/service/idle-sweep.ts). */
@@ -124,7 +126,7 @@ export function createRunnerCore(
     fanout: new LogFanout(logs, options.follow ?? {}, (error) => core.report(error)),
     background: new Map(),
     inFlight: new Map(),
-    uncertain: new Map(),
+    maybePublished: new Map(),
     calls,
     idle: new IdleSweep(calls, config.limits.idleMs),
     backlog,

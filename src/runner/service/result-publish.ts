@@ -71,7 +71,7 @@ function settleWithin(
       givenUp = true;
       attempt.timedOut = true;
       // Set before `settled` resolves: whoever waited for this attempt sees it at once.
-      core.uncertain.set(id, attempt);
+      mayHaveReachedQueue(core, id, attempt);
       attempt.error = new RunnerDepotError(
         "UNAVAILABLE",
         `the queue did not answer the publish of job ${id}'s result within ${attemptTimeoutMs} ms; the attempt was given up on`,
@@ -83,27 +83,29 @@ function settleWithin(
     published.then(
       () => {
         clearTimeout(timer);
-        if (givenUp) lateAnswer(core, id, attempt, true);
+        if (givenUp) lateAcceptance(core, id, attempt);
         resolve(true);
       },
       (error: unknown) => {
         clearTimeout(timer);
         attempt.error = error;
-        if (givenUp) lateAnswer(core, id, attempt, false);
+        mayHaveReachedQueue(core, id, attempt);
         resolve(false);
       },
     );
   });
 }
 
+/** A failed attempt: the job's first such one fixes its result (RunnerCore.maybePublished). O(1). */
+function mayHaveReachedQueue(core: RunnerCore, id: string, attempt: PublishAttempt): void {
+  if (!core.maybePublished.has(id)) core.maybePublished.set(id, attempt);
+}
+
 /**
- * The queue's answer to an attempt given up on. Accepted: the result is recorded (a retry
- * of it may have been published too: the same result, reported). Refused: the job's
- * result is free again.
+ * The queue accepted an attempt after it was given up on: the result is recorded (a retry
+ * of it may have been published too: the same result, reported).
  */
-function lateAnswer(core: RunnerCore, id: string, attempt: PublishAttempt, accepted: boolean): void {
-  if (core.uncertain.get(id) === attempt) core.uncertain.delete(id);
-  if (!accepted) return;
+function lateAcceptance(core: RunnerCore, id: string, attempt: PublishAttempt): void {
   core.report(
     new RunnerDepotError(
       "INTERNAL",
@@ -136,6 +138,8 @@ export function recordAccepted(
       attempt.at === undefined ? undefined : { at: attempt.at },
     );
     if (core.inFlight.get(id) === attempt) core.inFlight.delete(id);
+    // The job has its result: nothing else may be published for it anyway.
+    core.maybePublished.delete(id);
     core.notify(id);
     if (finished.first) {
       const { outcome, exitCode, success } = attempt.result;

@@ -33,8 +33,8 @@ export async function publishEnd(core: RunnerCore, call: CallHandle, end: JobEnd
       const state = (await core.logs.get(call.id)) ?? (await core.logs.open(call.id));
       call.state = state;
       if (state.status !== "open") throw new EndedSignal(state.status === "finished" ? "ended" : state.status);
-      // An end given up on may still reach the queue: its result is the job's (same at, same content).
-      result ??= core.uncertain.get(call.id)?.result ?? finishedResult(call.id, state, end);
+      // A failed publish may still reach the queue: its result is the job's (same at, same content).
+      result ??= core.maybePublished.get(call.id)?.result ?? finishedResult(call.id, state, end);
       if (attempts++ > 0) telemetry.publishRetries.add(1);
       attempt = startAttempt(core, call.id, result, at, call.traceContext);
     }
