@@ -42,7 +42,9 @@ export function endFromHost(
         // A failed publish of the end may still reach the queue: the job's one result is that end's.
         const uncertain = core.maybePublished.get(id);
         if (uncertain) {
-          const attempt = await publishPersistent(core, id, uncertain.result, uncertain.at);
+          // Recorded at the items stored now (an agent may have sent lines after its failed end).
+          const at = uncertain.at === undefined ? undefined : (current?.committed ?? uncertain.at);
+          const attempt = await publishPersistent(core, id, uncertain.result, at);
           await recordAccepted(core, id, attempt);
           return null;
         }
