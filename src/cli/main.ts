@@ -4,6 +4,8 @@
  * `publish`, `install`, `migrate`, and `--version`.
  * Exit codes: 0 success, 1 failure, 2 usage. Errors are one line saying what to do.
  */
+// First: refuses an unsupported Node before anything else loads.
+import "./node-gate.js";
 import { CliError, runCli } from "./args.js";
 
 // Loaded on demand, so each command pulls in only what it uses.
