@@ -9,9 +9,12 @@ root=$(pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-npm run build >/dev/null
+# `npm pack` builds first (the prepack script), as it does in a fresh clone.
 tarball=$(npm pack --silent --pack-destination "$work" | tail -n1)
 echo "packed $tarball"
+# No source maps in the package (dist/ is readable as built).
+if tar -tzf "$work/$tarball" | grep -E '\.map$' >&2; then echo "source maps in the tarball" >&2; exit 1; fi
+tar -tzf "$work/$tarball" | grep -qx 'package/dist/cli.js' || { echo "no dist/cli.js in the tarball" >&2; exit 1; }
 npx publint "$work/$tarball" --strict
 npx attw "$work/$tarball" --profile node16
 
