@@ -57,7 +57,15 @@ export async function createConsoleDemo(consoleBase: string): Promise<ConsoleDem
  * job list, follows the job's event stream while the job is cancelled, lists packages.
  */
 export async function driveConsole(consoleUrl: string, demo: ConsoleDemo, label: string): Promise<void> {
-  const login = await fetch(`${consoleUrl}/?token=${demo.sessions.loginToken()}`, { redirect: "manual" });
+  // The login URL's page has a "Sign in" form (a GET spends nothing); its POST opens the session.
+  const loginPage = await (await fetch(`${consoleUrl}/?token=${demo.sessions.loginToken()}`)).text();
+  const field = (name: string) => new RegExp(`name="${name}" value="([^"]*)"`).exec(loginPage)?.[1] ?? "";
+  const login = await fetch(`${consoleUrl}/login`, {
+    method: "POST",
+    redirect: "manual",
+    headers: { origin: new URL(consoleUrl).origin, "content-type": "application/x-www-form-urlencoded" },
+    body: new URLSearchParams({ token: field("token"), next: field("next") }).toString(),
+  });
   const cookie = (login.headers.get("set-cookie") ?? "").split(";")[0]!;
   console.log(`${label}: login -> ${login.status} ${login.headers.get("location")}`);
   const page = await fetch(`${consoleUrl}/jobs/${demo.jobId}`, { headers: { cookie } });

@@ -31,6 +31,8 @@ interface ControlApiOptions {
    * ~2.5 µs a line, so 500 followers of a busy job were more work than storing it; default 64.
    */
   maxFollowers?: number;
+  /** Mints a one-time console login URL (`POST /-/console-url`, for `runner-depot console-url`). */
+  consoleLoginUrl?: () => string;
 }
 
 /** Default of ControlApiOptions.maxFollowers. */
@@ -68,6 +70,11 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
       const url = new URL(request.url);
       if (request.method === "POST" && url.pathname === "/-/jobs") return await createJob(await request.json());
       if (request.method === "GET" && url.pathname === "/-/jobs") return await listJobsRoute(options.runner, url);
+      if (request.method === "POST" && url.pathname === "/-/console-url" && options.consoleLoginUrl)
+        return Response.json(
+          { url: options.consoleLoginUrl() },
+          { status: 201, headers: { "cache-control": "no-store" } },
+        );
       const cancel = /^\/-\/jobs\/([^/]+)\/cancel$/.exec(url.pathname);
       if (request.method === "POST" && cancel) return await cancelJobRoute(options.runner, options.logs, cancel[1]!);
       const match = /^\/-\/jobs\/([^/]+)\/log$/.exec(url.pathname);

@@ -19,6 +19,7 @@ const commands = {
   publish: async () => (await import("./depot.js")).publishCommand,
   install: async () => (await import("./depot.js")).installCommand,
   migrate: async () => (await import("./migrate.js")).migrateCommand,
+  "console-url": async () => (await import("./console-url.js")).consoleUrlCommand,
 };
 
 const USAGE = `runner-depot — runner log streaming (gRPC) and a package depot (REST)
@@ -35,6 +36,7 @@ Commands:
   publish <dir> <name>@<ver> publish a directory as a package version
   install <name>[@range] <dir>  install a package and its dependencies into a directory
   migrate <data>             upgrade a depot store written by an older runner-depot, in place
+  console-url                print a new one-time login URL for the running server's console
 
 Run 'runner-depot <command> --help' for a command's options, 'runner-depot --version'
 for the version.`;

@@ -212,9 +212,11 @@ export const serveCommand: Command = {
         metricsToken: metricsPort === undefined ? adminToken : null,
         logger,
       });
-      const control = createControlApi({ runner, logs, secret, adminToken, runnerUrl });
-      // The web console on the depot's port: one-time login URL, then a session cookie.
+      // The web console on the depot's port: one-time login URLs (at startup, and from
+      // `runner-depot console-url` through the control API), then a session cookie.
       const sessions = createConsoleSessions();
+      const consoleLoginUrl = () => `${depotServer.url}/-/console/?token=${sessions.loginToken()}`;
+      const control = createControlApi({ runner, logs, secret, adminToken, runnerUrl, consoleLoginUrl });
       // Beyond loopback a TLS terminator must stand in front (--insecure says so): the cookie is Secure.
       const webConsole = createConsole({
         runner,
@@ -258,7 +260,7 @@ export const serveCommand: Command = {
       process.stderr.write(
         `runner-depot serving\n  runner (gRPC):  ${runnerServer.url}\n  depot (HTTP):   ${depotServer.url}\n` +
           `  admin token:    ${adminToken}\n  data:           ${dataDir}\n` +
-          `  console:        ${depotServer.url}/-/console/?token=${sessions.loginToken()}  (works once)\n` +
+          `  console:        ${consoleLoginUrl()}  (works once; 'runner-depot console-url' mints another)\n` +
           `Next: 'runner-depot job -- <command>' prints a VM's cloud-init; Ctrl-C stops.\n`,
       );
 

@@ -9,6 +9,7 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { toNodeHandler } from "srvx/node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { consoleLogin } from "../fixtures/console-login.js";
 import { createMemoryQueue, createMemoryStore } from "../../src/adapters/memory/index.js";
 import { createConsole, createConsoleSessions, type ConsoleOptions } from "../../src/console/index.js";
 import { createPackageRouter } from "../../src/depot/index.js";
@@ -300,7 +301,14 @@ describe("console over HTTP: access", () => {
     const sessions = createConsoleSessions();
     const url = await start({ sessions, base: "/c" });
     const token = sessions.loginToken();
-    const login = await fetch(`${url}/c/jobs/${randomUUID()}?token=${token}`, { redirect: "manual" });
+    // A link preview's GETs show the sign-in page and spend nothing; the person's POST does.
+    for (let i = 0; i < 2; i++) {
+      const preview = await fetch(`${url}/c/jobs/${randomUUID()}?token=${token}`, { redirect: "manual" });
+      expect(preview.status).toBe(200);
+      expect(preview.headers.get("set-cookie")).toBeNull();
+      expect(await preview.text()).toContain(`action="/c/login"`);
+    }
+    const login = await consoleLogin(`${url}/c/jobs/${randomUUID()}?token=${token}`);
     expect(login.status).toBe(303);
     expect(login.headers.get("location")).toMatch(/^\/c\/jobs\/[0-9a-f-]{36}$/);
     const setCookie = login.headers.get("set-cookie")!;
@@ -309,8 +317,21 @@ describe("console over HTTP: access", () => {
     );
     const cookie = setCookie.split(";")[0]!;
     expect((await fetch(`${url}/c/api/jobs`, { headers: { cookie } })).status).toBe(200);
-    expect((await fetch(`${url}/c/?token=${token}`, { redirect: "manual" })).status).toBe(401);
-    expect((await fetch(`${url}/c/?token=${"A".repeat(43)}`, { redirect: "manual" })).status).toBe(401);
+    expect((await consoleLogin(`${url}/c/?token=${token}`)).status).toBe(401);
+    expect((await consoleLogin(`${url}/c/?token=${"A".repeat(43)}`)).status).toBe(401);
+    // The form's POST only from the console's origin (login CSRF), only to a page under the console, bounded.
+    const post = (body: string, origin = url) =>
+      fetch(`${url}/c/login`, {
+        method: "POST",
+        redirect: "manual",
+        headers: { origin, "content-type": "application/x-www-form-urlencoded" },
+        body,
+      });
+    expect((await post(`token=${sessions.loginToken()}`, "http://evil.example")).status).toBe(403);
+    const offsite = await post(`token=${sessions.loginToken()}&next=${encodeURIComponent("//evil.example/")}`);
+    expect(offsite.headers.get("location")).toBe("/c/");
+    expect((await post(`token=${"A".repeat(2000)}`)).status).toBe(413);
+    expect((await fetch(`${url}/c/login`, { redirect: "manual" })).status).toBe(405);
     expect(
       (await fetch(`${url}/c/api/jobs`, { headers: { cookie: "runner_depot_console=" + "B".repeat(43) } })).status,
     ).toBe(401);
