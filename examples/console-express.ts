@@ -10,18 +10,15 @@
  *
  * Imports go to the package's source by relative path (in a host: `from "runner-depot/console"`).
  */
-import type { IncomingMessage, Server, ServerResponse } from "node:http";
+import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import express from "express";
-import { toNodeHandler } from "srvx/node";
+import { createNodeHandler } from "../src/depot/index.js";
 import { createConsoleDemo, driveConsole } from "./shared/console-demo.js";
 import { closeHttpServer, serveOrDrive } from "./shared/lifecycle.js";
 
 const demo = await createConsoleDemo("/console");
-const consoleHandler = toNodeHandler((request: Request) => demo.console.fetch(request)) as (
-  req: IncomingMessage,
-  res: ServerResponse,
-) => Promise<void>;
+const consoleHandler = createNodeHandler(demo.console);
 
 const app = express();
 app.get("/healthz", (_req, res) => {

@@ -4,8 +4,7 @@
  * cloud-init), read or follow its log, list jobs and cancel one (control-jobs.ts).
  * Every request needs the admin token.
  */
-import { timingSafeEqual } from "node:crypto";
-import { v4 as uuidv4 } from "uuid";
+import { randomUUID, timingSafeEqual } from "node:crypto";
 import { RunnerDepotError } from "../errors.js";
 import { mintJobToken, renderCloudInit, type RunnerService } from "../runner/index.js";
 import { normalizeRequestId } from "../runner/protocol/request-id.js";
@@ -98,7 +97,7 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
     ) {
       throw new RunnerDepotError("INVALID_ARGUMENT", "command must be a non-empty array of strings");
     }
-    const requestId = uuidv4();
+    const requestId = randomUUID();
     const token = mintJobToken(options.secret, requestId);
     const repoUrl = job.repoUrl ?? "";
     const commitSha = job.commitSha ?? "";

@@ -7,10 +7,12 @@
 // First: refuses an unsupported Node before anything else loads.
 import "./node-gate.js";
 import { CliError, runCli } from "./args.js";
+import { loadServe } from "./serve-packages.js";
 
 // Loaded on demand, so each command pulls in only what it uses.
 const commands = {
-  serve: async () => (await import("./serve.js")).serveCommand,
+  // serve alone needs the optional peers (pino, the OpenTelemetry SDK): named when missing.
+  serve: async () => (await loadServe(() => import("./serve.js"))).serveCommand,
   job: async () => (await import("./job.js")).jobCommand,
   agent: async () => (await import("./agent.js")).agentCommand,
   logs: async () => (await import("./logs.js")).logsCommand,

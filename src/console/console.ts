@@ -82,7 +82,7 @@ const NEW_LOGIN_URL = "runner-depot console-url";
  *
  * @example
  * const console = createConsole({ runner, depot, base: "/console", authorize: (req) => isAdmin(req) });
- * http.createServer(toNodeHandler((req) => console.fetch(req))).listen(8080);
+ * http.createServer(createNodeHandler(console)).listen(8080); // createNodeHandler from "runner-depot/depot"
  */
 export function createConsole(options: ConsoleOptions = {}): Console {
   const base = (options.base ?? "").replace(/\/+$/, "");
