@@ -8,10 +8,10 @@
  * through the depot's createNodeHandler (any `{ fetch }`), so the event stream is written as it comes (Fastify's
  * own reply would wait for the whole body).
  *
- * Imports go to the package's source by relative path (in a host: `from "runner-depot/console"`).
+ * Imports name the package, as in a host (in a clone, tsconfig.json's `paths` map them to src/).
  */
 import Fastify from "fastify";
-import { createNodeHandler } from "../src/depot/index.js";
+import { createNodeHandler } from "runner-depot/depot";
 import { createConsoleDemo, driveConsole } from "./shared/console-demo.js";
 import { serveOrDrive } from "./shared/lifecycle.js";
 

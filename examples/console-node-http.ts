@@ -9,11 +9,11 @@
  * `{ fetch }` (and the console's Server-Sent Events stream) to node:http. Its page, script and style come from the
  * package itself: nothing to build, nothing from a CDN.
  *
- * Imports go to the package's source by relative path (in a host: `from "runner-depot/console"`).
+ * Imports name the package, as in a host (in a clone, tsconfig.json's `paths` map them to src/).
  */
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import { createNodeHandler } from "../src/depot/index.js";
+import { createNodeHandler } from "runner-depot/depot";
 import { createConsoleDemo, driveConsole } from "./shared/console-demo.js";
 import { closeHttpServer, serveOrDrive } from "./shared/lifecycle.js";
 

@@ -40,6 +40,16 @@ echo "host install: $host_packages packages, $host_bytes bytes of node_modules (
 if npx --no-install runner-depot serve --data "$work/host/data" 2>serve.err; then echo "serve started without pino" >&2; exit 1; fi
 grep -q "npm install @opentelemetry/core@" serve.err || { cat serve.err >&2; echo "serve did not name its missing packages" >&2; exit 1; }
 echo "serve without its optional packages: $(cut -c1-60 serve.err)…"
+# An Express host, installed from the tarball: the shipped examples run as shipped (they
+# import the package by name), the depot and the console mounted in Express 5.
+npm install --no-audit --no-fund --silent express@5
+for example in depot-express console-express; do
+  "$root/node_modules/.bin/tsx" "node_modules/runner-depot/examples/$example.ts" > "$example.out" 2>&1 ||
+    { cat "$example.out" >&2; echo "examples/$example.ts failed in an Express host installed from the tarball" >&2; exit 1; }
+done
+grep -q "verified" depot-express.out && grep -q "login -> 303" console-express.out ||
+  { cat depot-express.out console-express.out >&2; echo "the Express examples did not publish, download and sign in" >&2; exit 1; }
+echo "Express host from the tarball: examples/depot-express.ts and console-express.ts ran"
 
 mkdir "$work/app" && cd "$work/app"
 npm init -y >/dev/null

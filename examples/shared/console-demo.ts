@@ -4,10 +4,10 @@
  * and `driveConsole`, which uses the console as a browser would. Not an example of its own.
  */
 import { randomUUID } from "node:crypto";
-import { createMemoryLogStore, createMemoryQueue, createMemoryStore } from "../../src/adapters/memory/index.js";
-import { createConsole, createConsoleSessions, type Console, type ConsoleSessions } from "../../src/console/index.js";
-import { createPackageRouter, type PackageRouter } from "../../src/depot/index.js";
-import { createRunnerService, type RunnerService } from "../../src/runner/index.js";
+import { createMemoryLogStore, createMemoryQueue, createMemoryStore } from "runner-depot/adapters/memory";
+import { createConsole, createConsoleSessions, type Console, type ConsoleSessions } from "runner-depot/console";
+import { createPackageRouter, type PackageRouter } from "runner-depot/depot";
+import { createRunnerService, type RunnerService } from "runner-depot/runner";
 
 export interface ConsoleDemo {
   runner: RunnerService;
