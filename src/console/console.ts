@@ -189,6 +189,9 @@ export function createConsole(options: ConsoleOptions = {}): Console {
 
   function page(path: string, csrf: string): Response {
     if (path === "/") return html({ page: "home", title: "Console", csrf });
+    if ((path === "/jobs" || path === "/jobs/") && jobs) return html({ page: "jobs", title: "Jobs", csrf });
+    if ((path === "/packages" || path === "/packages/") && packages)
+      return html({ page: "packages", title: "Packages", csrf });
     const job = /^\/jobs\/([^/]+)$/.exec(path);
     if (job && jobs) return html({ page: "job", subject: jobId(job[1]!), title: "Job", csrf });
     const pkg = /^\/packages\/([^/]+)$/.exec(path);
@@ -198,7 +201,8 @@ export function createConsole(options: ConsoleOptions = {}): Console {
         throw new RunnerDepotError("NAME_INVALID", "not a package name");
       return html({ page: "package", subject: name.toLowerCase(), title: name, csrf });
     }
-    throw new RunnerDepotError("NOT_FOUND", "no such console page");
+    // A page, not a JSON problem: a person typed or followed this URL.
+    return html({ page: "not-found", title: "Not found", csrf, message: "There is no such console page." }, 404);
   }
 
   function html(spec: Omit<PageSpec, "base" | "assetVersion" | "csrf"> & { csrf?: string }, status = 200): Response {

@@ -2,7 +2,7 @@
 
 /** Which page the shell is for, and its subject. */
 export interface PageSpec {
-  page: "home" | "job" | "package" | "login";
+  page: "home" | "jobs" | "packages" | "job" | "package" | "login" | "not-found";
   /** Job ID or package name. */
   subject?: string;
   title: string;
@@ -51,8 +51,8 @@ ${spec.message ? "" : `<script type="module" src="${base}/assets/console.js?v=${
 <header class="top">
 <nav aria-label="Console">
 <a class="brand" href="${base}/">runner-depot</a>
-<a href="${base}/#jobs">Jobs</a>
-<a href="${base}/#packages">Packages</a>
+<a href="${base}/jobs">Jobs</a>
+<a href="${base}/packages">Packages</a>
 </nav>
 </header>
 <main id="main" tabindex="-1" data-page="${spec.page}" data-subject="${escapeHtml(spec.subject ?? "")}">

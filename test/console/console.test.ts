@@ -242,6 +242,19 @@ describe("console over HTTP: jobs", () => {
     expect((await fetch(`${served.url}${script}`)).headers.get("cache-control")).toContain("immutable");
     expect((await fetch(`${base}/assets/console.js`)).headers.get("cache-control")).toBe("no-cache");
     expect((await fetch(`${base}/api/jobs`, { method: "PUT" })).status).toBe(405);
+    // Pages of their own for the nav's links; an unknown page (or Packages without a depot) is a 404 page, not JSON.
+    const jobsPage = await fetch(`${base}/jobs`);
+    expect(jobsPage.status).toBe(200);
+    const jobsHtml = await jobsPage.text();
+    expect(jobsHtml).toContain('data-page="jobs"');
+    expect(jobsHtml).toContain('<a href="/ops/console/jobs">Jobs</a>');
+    expect(jobsHtml).toContain('<a href="/ops/console/packages">Packages</a>');
+    for (const missing of ["packages", "nope"]) {
+      const answer = await fetch(`${base}/${missing}`);
+      expect(answer.status, missing).toBe(404);
+      expect(answer.headers.get("content-type"), missing).toMatch(/^text\/html/);
+      expect(await answer.text(), missing).toContain("There is no such console page.");
+    }
   });
 });
 
@@ -429,6 +442,10 @@ describe("console over HTTP: packages", () => {
     expect(await walk("/paged", "limit=3&q=pkg-1")).toEqual(["pkg-10", "pkg-11"]);
     expect(await walk("/whole", "limit=50&q=PKG-0")).toEqual(all.slice(0, 10));
     expect((await fetch(`${served.url}/whole/api/packages?cursor=!!`)).status).toBe(400);
+    // The Packages page the nav links to (issue 29: it was a raw JSON 404).
+    const page = await fetch(`${served.url}/whole/packages`);
+    expect(page.status).toBe(200);
+    expect(await page.text()).toContain('data-page="packages"');
   });
 
   it("a package: versions, dependants (a bounded scan, said so), a version's files; unknown ones 404", async () => {

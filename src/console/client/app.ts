@@ -106,12 +106,13 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
   }
 
   // ---------------------------------------------------------------- home: jobs + catalog
-  async function renderHome(): Promise<void> {
-    document.title = "Console · runner-depot";
+  // `only`: the Jobs or the Packages page (`<base>/jobs`, `<base>/packages`), else both.
+  async function renderHome(only?: "jobs" | "packages"): Promise<void> {
+    document.title = `${only === "jobs" ? "Jobs" : only === "packages" ? "Packages" : "Console"} · runner-depot`;
     const config = await api<{ jobs: boolean; packages: boolean }>("/config");
     main.replaceChildren(h("h1", { text: "runner-depot console" }));
-    if (config.jobs) main.append(jobsSection());
-    if (config.packages) main.append(packagesSection());
+    if (config.jobs && only !== "packages") main.append(jobsSection());
+    if (config.packages && only !== "jobs") main.append(packagesSection());
     if (location.hash === "#packages" || location.hash === "#jobs")
       document.getElementById(location.hash.slice(1))?.scrollIntoView();
   }
@@ -802,6 +803,11 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
 
   const page = main.dataset.page;
   const subject = main.dataset.subject ?? "";
-  const run = page === "job" ? renderJob(subject) : page === "package" ? renderPackage(subject) : renderHome();
+  const run =
+    page === "job"
+      ? renderJob(subject)
+      : page === "package"
+        ? renderPackage(subject)
+        : renderHome(page === "jobs" || page === "packages" ? page : undefined);
   run.catch((error: unknown) => main.replaceChildren(h("h1", { text: "runner-depot console" }), errorBox(error)));
 }
