@@ -10,6 +10,7 @@ import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { consoleLogin } from "../fixtures/console-login.js";
+import { commandName } from "../../src/cli/args.js";
 import { stopChild } from "../fixtures/stop-child.js";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -20,6 +21,7 @@ describe("serve: the console at /-/console/", () => {
   let work: string;
   let serve: ChildProcess;
   let loginUrl: string;
+  let banner = "";
   beforeAll(async () => {
     work = await mkdtemp(path.join(os.tmpdir(), "console-serve-"));
     serve = spawn(
@@ -35,7 +37,8 @@ describe("serve: the console at /-/console/", () => {
       serve.stderr!.setEncoding("utf8").on("data", (d: string) => {
         err += d;
         const match = /console:\s+(http:\/\/127\.0\.0\.1:\d+\/-\/console\/\?token=[A-Za-z0-9_-]+)/.exec(err);
-        if (match) resolve(match[1]!);
+        banner = err;
+        if (match && err.includes("Ctrl-C stops")) resolve(match[1]!);
       });
       serve.once("exit", () => reject(new Error(`serve exited: ${err}`)));
     });
@@ -62,6 +65,14 @@ describe("serve: the console at /-/console/", () => {
     expect(await page.text()).toContain('data-page="package"');
     expect((await fetch(`${origin}/catalog`)).status).toBe(200);
     expect((await fetch(`${origin}/-/jobs`, { method: "POST" })).status).toBe(401);
+  });
+
+  it("the banner names the commands as they run here: from a clone, through tsx (installed: runner-depot)", () => {
+    expect(banner).toContain("Next: 'npx tsx src/cli/main.ts job --run -- <command>' runs a job here");
+    expect(banner).toContain("'npx tsx src/cli/main.ts console-url' mints another");
+    expect(commandName("/app/node_modules/runner-depot/dist/cli.js")).toBe("runner-depot");
+    expect(commandName("/usr/local/bin/runner-depot")).toBe("runner-depot");
+    expect(commandName(path.join(root, "src", "cli", "main.ts"))).toBe("npx tsx src/cli/main.ts");
   });
 
   it("console-url mints a new login URL without a restart; a link preview's GET leaves it usable", async () => {
