@@ -8,20 +8,17 @@
  * `req.url`, and the console, created with `base: "/console"`, needs it to answer. No body
  * parser in front of it (cancel has no body, and the console reads none).
  *
- * Imports go to the package's source by relative path (in a host: `from "runner-depot/console"`).
+ * Imports name the package, as in a host (in a clone, tsconfig.json's `paths` map them to src/).
  */
-import type { IncomingMessage, Server, ServerResponse } from "node:http";
+import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import express from "express";
-import { toNodeHandler } from "srvx/node";
+import { createNodeHandler } from "runner-depot/depot";
 import { createConsoleDemo, driveConsole } from "./shared/console-demo.js";
 import { closeHttpServer, serveOrDrive } from "./shared/lifecycle.js";
 
 const demo = await createConsoleDemo("/console");
-const consoleHandler = toNodeHandler((request: Request) => demo.console.fetch(request)) as (
-  req: IncomingMessage,
-  res: ServerResponse,
-) => Promise<void>;
+const consoleHandler = createNodeHandler(demo.console);
 
 const app = express();
 app.get("/healthz", (_req, res) => {

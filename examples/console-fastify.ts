@@ -5,33 +5,34 @@
  *   npx tsx examples/console-fastify.ts --serve   # stays up; open the printed login URL
  *
  * The route hijacks the reply and hands the raw Node request and response to the console
- * through srvx's toNodeHandler, so the event stream is written as it comes (Fastify's
+ * through the depot's createNodeHandler (any `{ fetch }`), so the event stream is written as it comes (Fastify's
  * own reply would wait for the whole body).
  *
- * Imports go to the package's source by relative path (in a host: `from "runner-depot/console"`).
+ * Imports name the package, as in a host (in a clone, tsconfig.json's `paths` map them to src/).
  */
-import type { IncomingMessage, ServerResponse } from "node:http";
 import Fastify from "fastify";
-import { toNodeHandler } from "srvx/node";
+import { createNodeHandler } from "runner-depot/depot";
 import { createConsoleDemo, driveConsole } from "./shared/console-demo.js";
 import { serveOrDrive } from "./shared/lifecycle.js";
 
 const demo = await createConsoleDemo("/console");
-const consoleHandler = toNodeHandler((request: Request) => demo.console.fetch(request)) as (
-  req: IncomingMessage,
-  res: ServerResponse,
-) => Promise<void>;
+const consoleHandler = createNodeHandler(demo.console);
 
 // forceCloseConnections: an open event stream (a browser on a running job's page) must not
 // hold app.close() until the job ends.
 const app = Fastify({ logger: false, requestTimeout: 0, forceCloseConnections: true });
 app.get("/healthz", async () => ({ ok: true }));
-for (const path of ["/console", "/console/*"]) {
-  app.all(path, (request, reply) => {
-    reply.hijack();
-    void consoleHandler(request.raw, reply.raw);
-  });
-}
+// The console reads its own bodies (the login form): Fastify's parsers stay out of its scope.
+await app.register(async (scope) => {
+  scope.removeAllContentTypeParsers();
+  scope.addContentTypeParser("*", (_request, _payload, done) => done(null));
+  for (const path of ["/console", "/console/*"]) {
+    scope.all(path, (request, reply) => {
+      reply.hijack();
+      void consoleHandler(request.raw, reply.raw);
+    });
+  }
+});
 
 const origin = await app.listen({ host: "127.0.0.1", port: 0 });
 console.log(`console-fastify: listening on ${origin} (console at /console)`);

@@ -8,7 +8,7 @@
  * `c.req.raw` to `console.fetch` as it is. A route keeps the `/console` prefix the
  * console (created with `base: "/console"`) needs; `app.mount()` would strip it.
  *
- * Imports go to the package's source by relative path (in a host: `from "runner-depot/console"`).
+ * Imports name the package, as in a host (in a clone, tsconfig.json's `paths` map them to src/).
  */
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";

@@ -5,23 +5,21 @@
  *   npx tsx examples/console-node-http.ts           # signs in, follows a job, exits 0
  *   npx tsx examples/console-node-http.ts --serve   # stays up; open the printed login URL
  *
- * The console is a web-standard fetch handler: srvx's toNodeHandler adapts it (and its
- * Server-Sent Events stream) to node:http. Its page, script and style come from the
+ * The console is a web-standard fetch handler: the depot's createNodeHandler adapts any
+ * `{ fetch }` (and the console's Server-Sent Events stream) to node:http. Its page, script and style come from the
  * package itself: nothing to build, nothing from a CDN.
  *
- * Imports go to the package's source by relative path (in a host: `from "runner-depot/console"`).
+ * Imports name the package, as in a host (in a clone, tsconfig.json's `paths` map them to src/).
  */
-import http, { type IncomingMessage, type ServerResponse } from "node:http";
+import http from "node:http";
 import type { AddressInfo } from "node:net";
-import { toNodeHandler } from "srvx/node";
+import { createNodeHandler } from "runner-depot/depot";
 import { createConsoleDemo, driveConsole } from "./shared/console-demo.js";
 import { closeHttpServer, serveOrDrive } from "./shared/lifecycle.js";
 
 const demo = await createConsoleDemo("/console");
-const toNode = (handler: (request: Request) => Promise<Response>) =>
-  toNodeHandler(handler) as (req: IncomingMessage, res: ServerResponse) => Promise<void>;
-const consoleHandler = toNode((request) => demo.console.fetch(request));
-const depotHandler = toNode((request) => demo.depot.fetch(request));
+const consoleHandler = createNodeHandler(demo.console);
+const depotHandler = createNodeHandler(demo.depot);
 
 const server = http.createServer((req, res) => {
   if (req.url === "/console" || req.url?.startsWith("/console/")) return void consoleHandler(req, res);

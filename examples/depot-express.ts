@@ -11,8 +11,7 @@
  *   path from `req.url`, and the router, created with `base: "/depot"`, must see it to
  *   answer `Location` headers and package URLs that point back under `/depot`.
  *
- * Imports go to the package's source by relative path: `runner-depot` itself only
- * resolves after a build and an install (in a host: `from "runner-depot/depot"`).
+ * Imports name the package, as in a host (in a clone, tsconfig.json's `paths` map them to src/).
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { createServer, type Server } from "node:http";
@@ -20,8 +19,8 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import express from "express";
-import { createFsStore } from "../src/adapters/fs/index.js";
-import { applyConnectionLimits, createNodeHandler, createPackageRouter } from "../src/depot/index.js";
+import { createFsStore } from "runner-depot/adapters/fs";
+import { applyConnectionLimits, createNodeHandler, createPackageRouter } from "runner-depot/depot";
 import { driveDepot } from "./shared/drive-depot.js";
 import { closeHttpServer, serveOrDrive } from "./shared/lifecycle.js";
 

@@ -10,15 +10,14 @@
  * so uploads of any size stream straight into the store and archives straight out of it,
  * as Node streams. `applyConnectionLimits` bounds Fastify's server before it listens.
  *
- * Imports go to the package's source by relative path: `runner-depot` itself only
- * resolves after a build and an install (in a host: `from "runner-depot/depot"`).
+ * Imports name the package, as in a host (in a clone, tsconfig.json's `paths` map them to src/).
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Fastify from "fastify";
-import { createFsStore } from "../src/adapters/fs/index.js";
-import { applyConnectionLimits, createNodeHandler, createPackageRouter } from "../src/depot/index.js";
+import { createFsStore } from "runner-depot/adapters/fs";
+import { applyConnectionLimits, createNodeHandler, createPackageRouter } from "runner-depot/depot";
 import { driveDepot } from "./shared/drive-depot.js";
 import { serveOrDrive } from "./shared/lifecycle.js";
 

@@ -10,8 +10,7 @@
  * strip the prefix; a route keeps it, which the router (created with `base: "/depot"`)
  * needs to answer URLs under `/depot`.
  *
- * Imports go to the package's source by relative path: `runner-depot` itself only
- * resolves after a build and an install (in a host: `from "runner-depot/depot"`).
+ * Imports name the package, as in a host (in a clone, tsconfig.json's `paths` map them to src/).
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import type { Server } from "node:http";
@@ -20,8 +19,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { serve } from "@hono/node-server";
 import { Hono } from "hono";
-import { createFsStore } from "../src/adapters/fs/index.js";
-import { createPackageRouter } from "../src/depot/index.js";
+import { createFsStore } from "runner-depot/adapters/fs";
+import { createPackageRouter } from "runner-depot/depot";
 import { driveDepot } from "./shared/drive-depot.js";
 import { closeHttpServer, serveOrDrive } from "./shared/lifecycle.js";
 

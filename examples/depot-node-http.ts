@@ -12,17 +12,15 @@
  * binds 127.0.0.1 only; give `createPackageRouter` an `authorize` hook (e.g.
  * `bearerTokens`) before listening anywhere else.
  *
- * Imports go to the package's source by relative path: `runner-depot` itself only
- * resolves after a build and an install (in a host: `from "runner-depot/depot"` and
- * `from "runner-depot/adapters/fs"`).
+ * Imports name the package, as in a host (in a clone, tsconfig.json's `paths` map them to src/).
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createFsStore } from "../src/adapters/fs/index.js";
-import { applyConnectionLimits, createNodeHandler, createPackageRouter } from "../src/depot/index.js";
+import { createFsStore } from "runner-depot/adapters/fs";
+import { applyConnectionLimits, createNodeHandler, createPackageRouter } from "runner-depot/depot";
 import { driveDepot } from "./shared/drive-depot.js";
 import { closeHttpServer, serveOrDrive } from "./shared/lifecycle.js";
 

@@ -21,9 +21,9 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import amqp from "amqplib";
 import { parse as parseYaml } from "yaml";
-import { createRabbitMqQueue, JOB_RESULT_MESSAGE_TYPE } from "../src/adapters/rabbitmq/index.js";
-import { createRunnerService, mintJobToken, renderCloudInit, startRunnerServer } from "../src/runner/index.js";
-import type { JobResult } from "../src/runner/index.js";
+import { createRabbitMqQueue, JOB_RESULT_MESSAGE_TYPE } from "runner-depot/adapters/rabbitmq";
+import { createRunnerService, mintJobToken, renderCloudInit, startRunnerServer } from "runner-depot/runner";
+import type { JobResult } from "runner-depot/runner";
 
 const AMQP_URL = process.env.AMQP_URL ?? "amqp://guest:guest@127.0.0.1:5672";
 const here = dirname(fileURLToPath(import.meta.url));

@@ -16,8 +16,8 @@
 import { randomUUID } from "node:crypto";
 import http2 from "node:http2";
 import Fastify from "fastify";
-import { createMemoryQueue } from "../src/adapters/memory/index.js";
-import { createRunnerClient, createRunnerHandler, createRunnerService } from "../src/runner/index.js";
+import { createMemoryQueue } from "runner-depot/adapters/memory";
+import { createRunnerClient, createRunnerHandler, createRunnerService } from "runner-depot/runner";
 import { getOverH2c, serveOrDrive, trackH2Sessions } from "./shared/lifecycle.js";
 
 const queue = createMemoryQueue();

@@ -4,14 +4,13 @@
  *   npx tsx examples/runner-http2.ts           # answers one gRPC call to itself, prints, exits 0
  *   npx tsx examples/runner-http2.ts --serve   # stays up until SIGTERM / SIGINT
  *
- * Imports go to the package's source by relative path: `runner-depot` itself only
- * resolves after a build and an install (in a host: `from "runner-depot/runner"`).
+ * Imports name the package, as in a host (in a clone, tsconfig.json's `paths` map them to src/).
  */
 import { randomUUID } from "node:crypto";
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
-import { createMemoryQueue } from "../src/adapters/memory/index.js";
-import { createRunnerClient, createRunnerHandler, createRunnerService } from "../src/runner/index.js";
+import { createMemoryQueue } from "runner-depot/adapters/memory";
+import { createRunnerClient, createRunnerHandler, createRunnerService } from "runner-depot/runner";
 import { getOverH2c, serveOrDrive, trackH2Sessions } from "./shared/lifecycle.js";
 
 const queue = createMemoryQueue();

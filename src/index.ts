@@ -20,6 +20,8 @@
  *
  * @module runner-depot
  */
+// First: throws on an unsupported Node before the rest loads (node-support.ts).
+import "./node-check.js";
 export * from "./runner/index.js";
 export * from "./depot/index.js";
 export * from "./adapters/memory/index.js";

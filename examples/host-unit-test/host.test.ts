@@ -7,19 +7,17 @@
  *   npx vitest run --root examples/host-unit-test
  *
  * (The project's own `vitest run` collects test/**\/*.test.ts only, so these never run twice.)
- * Imports go to the package's source by relative path; in a host they are
- * `runner-depot/runner`, `runner-depot/depot`, `runner-depot/adapters/memory` and
- * `runner-depot/testing`.
+ * Imports name the package, as in a host (in a clone, tsconfig.json's `paths` map them to src/).
  */
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
 import { parse as parseYaml } from "yaml";
 import { describe, expect, it } from "vitest";
-import { createMemoryQueue, createMemoryStore } from "../../src/adapters/memory/index.js";
-import { createPackageRouter } from "../../src/depot/index.js";
-import { LogItemSchema, Runner, type LogItem } from "../../src/gen/runner/v1/runner_pb.js";
-import { createRunnerService, mintJobToken } from "../../src/runner/index.js";
-import { describePackageStore, describeQueueAdapter } from "../../src/testing/index.js";
+import { createMemoryQueue, createMemoryStore } from "runner-depot/adapters/memory";
+import { createPackageRouter } from "runner-depot/depot";
+import { LogItemSchema, Runner, type LogItem } from "runner-depot";
+import { createRunnerService, mintJobToken } from "runner-depot/runner";
+import { describePackageStore, describeQueueAdapter } from "runner-depot/testing";
 import { launchJob } from "./orchestrator.js";
 import { createTenantStore } from "./tenant-store.js";
 

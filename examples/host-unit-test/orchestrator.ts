@@ -4,7 +4,7 @@
  * service, so that only launched jobs may stream (requireKnownJobs).
  */
 import { randomUUID } from "node:crypto";
-import { mintJobToken, renderCloudInit, type RunnerService } from "../../src/runner/index.js";
+import { mintJobToken, renderCloudInit, type RunnerService } from "runner-depot/runner";
 
 /** What the host launches. */
 export interface CiJob {

@@ -4,7 +4,7 @@
  * are shared safely). The host proves it against the library's conformance suite in
  * host.test.ts, exactly as the shipped adapters do.
  */
-import type { PackageStore } from "../../src/depot/index.js";
+import type { PackageStore } from "runner-depot/depot";
 
 /**
  * Wraps `backing` so that every record key lives below `tenants/<tenant>/`.

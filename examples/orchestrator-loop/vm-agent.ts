@@ -4,10 +4,9 @@
  *
  *   node --import tsx examples/orchestrator-loop/vm-agent.ts --config <job.json>
  *
- * Imports go to the package's source by relative path: `runner-depot` itself only
- * resolves after a build and an install (in a VM image: `from "runner-depot/runner"`).
+ * Imports name the package, as in a host (in a clone, tsconfig.json's `paths` map them to src/).
  */
-import { createRunnerClient, readJobConfig, runJob } from "../../src/runner/index.js";
+import { createRunnerClient, readJobConfig, runJob } from "runner-depot/runner";
 
 const at = process.argv.indexOf("--config");
 const job = await readJobConfig(at === -1 ? undefined : process.argv[at + 1]);

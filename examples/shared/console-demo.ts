@@ -4,10 +4,10 @@
  * and `driveConsole`, which uses the console as a browser would. Not an example of its own.
  */
 import { randomUUID } from "node:crypto";
-import { createMemoryLogStore, createMemoryQueue, createMemoryStore } from "../../src/adapters/memory/index.js";
-import { createConsole, createConsoleSessions, type Console, type ConsoleSessions } from "../../src/console/index.js";
-import { createPackageRouter, type PackageRouter } from "../../src/depot/index.js";
-import { createRunnerService, type RunnerService } from "../../src/runner/index.js";
+import { createMemoryLogStore, createMemoryQueue, createMemoryStore } from "runner-depot/adapters/memory";
+import { createConsole, createConsoleSessions, type Console, type ConsoleSessions } from "runner-depot/console";
+import { createPackageRouter, type PackageRouter } from "runner-depot/depot";
+import { createRunnerService, type RunnerService } from "runner-depot/runner";
 
 export interface ConsoleDemo {
   runner: RunnerService;
@@ -57,7 +57,15 @@ export async function createConsoleDemo(consoleBase: string): Promise<ConsoleDem
  * job list, follows the job's event stream while the job is cancelled, lists packages.
  */
 export async function driveConsole(consoleUrl: string, demo: ConsoleDemo, label: string): Promise<void> {
-  const login = await fetch(`${consoleUrl}/?token=${demo.sessions.loginToken()}`, { redirect: "manual" });
+  // The login URL's page has a "Sign in" form (a GET spends nothing); its POST opens the session.
+  const loginPage = await (await fetch(`${consoleUrl}/?token=${demo.sessions.loginToken()}`)).text();
+  const field = (name: string) => new RegExp(`name="${name}" value="([^"]*)"`).exec(loginPage)?.[1] ?? "";
+  const login = await fetch(`${consoleUrl}/login`, {
+    method: "POST",
+    redirect: "manual",
+    headers: { origin: new URL(consoleUrl).origin, "content-type": "application/x-www-form-urlencoded" },
+    body: new URLSearchParams({ token: field("token"), next: field("next") }).toString(),
+  });
   const cookie = (login.headers.get("set-cookie") ?? "").split(";")[0]!;
   console.log(`${label}: login -> ${login.status} ${login.headers.get("location")}`);
   const page = await fetch(`${consoleUrl}/jobs/${demo.jobId}`, { headers: { cookie } });

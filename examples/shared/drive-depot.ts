@@ -7,7 +7,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { Writable } from "node:stream";
-import { createDepotClient } from "../../src/depot/index.js";
+import { createDepotClient } from "runner-depot/depot";
 
 /** Publishes `hello@1.0.0` through `baseUrl` and reads it back; prints what happened. */
 export async function driveDepot(baseUrl: string, label: string): Promise<void> {

@@ -66,8 +66,25 @@ export const agentCommand: Command = {
             key: values.key ? await readFile(String(values.key)) : undefined,
           }
         : undefined;
+    return runAgent(job, { tls, given: tokenSource(values, positionals), quiet: values.quiet === true });
+  },
+};
+
+/**
+ * Runs `job` as the agent does: checks its credentials, runs the command, streams it and
+ * returns its exit code. `runner-depot job --run` calls it to play the VM locally.
+ *
+ * @example
+ * const exitCode = await runAgent(config, { given: "the job config", quiet: false });
+ */
+export async function runAgent(
+  job: JobConfig,
+  options: { tls?: Parameters<typeof checkJobCredentials>[0]["tls"]; given: string; quiet: boolean },
+): Promise<number> {
+  const { tls } = options;
+  {
     // Before anything runs: a wrong token must not cost the whole command (one short call).
-    await checkBeforeRunning(job, tls, tokenSource(values, positionals));
+    await checkBeforeRunning(job, tls, options.given);
     const client = createRunnerClient({
       endpoint: job.endpoint,
       requestId: job.requestId,
@@ -89,18 +106,17 @@ export const agentCommand: Command = {
         env: job.env ? { ...process.env, ...job.env } : undefined,
         repoUrl: job.repoUrl,
         commitSha: job.commitSha,
-        onLine:
-          values.quiet === true
-            ? undefined
-            : (line, stderr) => (stderr ? process.stderr : process.stdout).write(`${line}\n`),
+        onLine: options.quiet
+          ? undefined
+          : (line, stderr) => (stderr ? process.stderr : process.stdout).write(`${line}\n`),
       });
       return exitCode;
     } finally {
       stopped();
       await client.close();
     }
-  },
-};
+  }
+}
 
 /** Where the token came from, for the message when it is refused. */
 function tokenSource(values: Record<string, unknown>, positionals: string[]): string {

@@ -249,3 +249,13 @@ export async function importAdapter<T>(load: () => Promise<T>, peer: string): Pr
     throw error;
   }
 }
+
+/**
+ * How to run this command again, for the lines that suggest one: `runner-depot` when
+ * installed, `npx tsx src/cli/main.ts` in a clone (where `npx runner-depot` is "not found").
+ */
+export function commandName(script: string | undefined = process.argv[1]): string {
+  return script !== undefined && /(^|[\\/])src[\\/]cli[\\/]main\.ts$/.test(script)
+    ? "npx tsx src/cli/main.ts"
+    : "runner-depot";
+}

@@ -4,8 +4,7 @@
  * cloud-init), read or follow its log, list jobs and cancel one (control-jobs.ts).
  * Every request needs the admin token.
  */
-import { timingSafeEqual } from "node:crypto";
-import { v4 as uuidv4 } from "uuid";
+import { randomUUID, timingSafeEqual } from "node:crypto";
 import { RunnerDepotError } from "../errors.js";
 import { mintJobToken, renderCloudInit, type RunnerService } from "../runner/index.js";
 import { normalizeRequestId } from "../runner/protocol/request-id.js";
@@ -31,6 +30,8 @@ interface ControlApiOptions {
    * ~2.5 µs a line, so 500 followers of a busy job were more work than storing it; default 64.
    */
   maxFollowers?: number;
+  /** Mints a one-time console login URL (`POST /-/console-url`, for `runner-depot console-url`). */
+  consoleLoginUrl?: () => string;
 }
 
 /** Default of ControlApiOptions.maxFollowers. */
@@ -68,6 +69,11 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
       const url = new URL(request.url);
       if (request.method === "POST" && url.pathname === "/-/jobs") return await createJob(await request.json());
       if (request.method === "GET" && url.pathname === "/-/jobs") return await listJobsRoute(options.runner, url);
+      if (request.method === "POST" && url.pathname === "/-/console-url" && options.consoleLoginUrl)
+        return Response.json(
+          { url: options.consoleLoginUrl() },
+          { status: 201, headers: { "cache-control": "no-store" } },
+        );
       const cancel = /^\/-\/jobs\/([^/]+)\/cancel$/.exec(url.pathname);
       if (request.method === "POST" && cancel) return await cancelJobRoute(options.runner, options.logs, cancel[1]!);
       const match = /^\/-\/jobs\/([^/]+)\/log$/.exec(url.pathname);
@@ -91,7 +97,7 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
     ) {
       throw new RunnerDepotError("INVALID_ARGUMENT", "command must be a non-empty array of strings");
     }
-    const requestId = uuidv4();
+    const requestId = randomUUID();
     const token = mintJobToken(options.secret, requestId);
     const repoUrl = job.repoUrl ?? "";
     const commitSha = job.commitSha ?? "";

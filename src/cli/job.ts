@@ -3,12 +3,14 @@ import { fetchFailureCause } from "../fetch-failure.js";
 import { cliFetch } from "./timed-fetch.js";
 import { CliError, serverTarget, type Command } from "./args.js";
 import type { CreateJobResponse } from "./control.js";
+import type { JobConfig } from "../runner/agent/job-config.js";
 
 const usage = `Usage: runner-depot job [options] -- <command> [args…]
 
 Creates a job on the server started by 'runner-depot serve' (a fresh request ID, its
 token, registered for lost-job detection) and prints the #cloud-config user data to
 hand to the VM. The request ID goes to stderr (and with --json, everything to stdout).
+With --run, plays the VM locally instead: runs the command here as the agent would.
 
 Options:
   --repo <url>       repository URL (context for the job result)
@@ -16,7 +18,11 @@ Options:
   --url <url>        server (depot) URL (default: from <data>/serve.json)
   --token <token>    admin token (default: $RUNNER_DEPOT_TOKEN or <data>/serve.json)
   --data <dir>       where 'serve' keeps its data (default ./.runner-depot)
-  --json             print {requestId, token, endpoint, userData} as JSON`;
+  --json             print {requestId, token, endpoint, userData, config} as JSON; its
+                     config is the job config ('runner-depot agent --config' reads the
+                     whole output too)
+  --run              play the VM here: create the job, then run it as its agent would
+                     (streams the output, exits with the job's exit code)`;
 
 export const jobCommand: Command = {
   usage,
@@ -27,6 +33,7 @@ export const jobCommand: Command = {
     token: { type: "string" },
     data: { type: "string" },
     json: { type: "boolean" },
+    run: { type: "boolean" },
   },
   async run(values, positionals) {
     if (positionals.length === 0)
@@ -44,8 +51,24 @@ export const jobCommand: Command = {
       throw new CliError(`the server refused the job (${response.status}): ${problem.detail ?? response.statusText}`);
     }
     const job = (await response.json()) as CreateJobResponse;
+    // The job config cloud-init writes on the VM, as the agent reads it.
+    const config: JobConfig = {
+      version: 1,
+      endpoint: job.endpoint,
+      requestId: job.requestId,
+      token: job.token,
+      repoUrl: typeof values.repo === "string" ? values.repo : "",
+      commitSha: typeof values.commit === "string" ? values.commit : "",
+      command: positionals[0]!,
+      args: positionals.slice(1),
+    };
+    if (values.run) {
+      process.stderr.write(`job ${job.requestId} created; running it here as its agent would\n`);
+      const { runAgent } = await import("./agent.js");
+      return runAgent(config, { given: "the token the server minted", quiet: false });
+    }
     if (values.json) {
-      process.stdout.write(`${JSON.stringify(job)}\n`);
+      process.stdout.write(`${JSON.stringify({ ...job, config })}\n`);
     } else {
       process.stdout.write(job.userData.endsWith("\n") ? job.userData : `${job.userData}\n`);
       process.stderr.write(

@@ -4,11 +4,15 @@
  * `publish`, `install`, `migrate`, and `--version`.
  * Exit codes: 0 success, 1 failure, 2 usage. Errors are one line saying what to do.
  */
+// First: refuses an unsupported Node before anything else loads.
+import "./node-gate.js";
 import { CliError, runCli } from "./args.js";
+import { loadServe } from "./serve-packages.js";
 
 // Loaded on demand, so each command pulls in only what it uses.
 const commands = {
-  serve: async () => (await import("./serve.js")).serveCommand,
+  // serve alone needs the optional peers (pino, the OpenTelemetry SDK): named when missing.
+  serve: async () => (await loadServe(() => import("./serve.js"))).serveCommand,
   job: async () => (await import("./job.js")).jobCommand,
   agent: async () => (await import("./agent.js")).agentCommand,
   logs: async () => (await import("./logs.js")).logsCommand,
@@ -17,6 +21,7 @@ const commands = {
   publish: async () => (await import("./depot.js")).publishCommand,
   install: async () => (await import("./depot.js")).installCommand,
   migrate: async () => (await import("./migrate.js")).migrateCommand,
+  "console-url": async () => (await import("./console-url.js")).consoleUrlCommand,
 };
 
 const USAGE = `runner-depot — runner log streaming (gRPC) and a package depot (REST)
@@ -33,6 +38,7 @@ Commands:
   publish <dir> <name>@<ver> publish a directory as a package version
   install <name>[@range] <dir>  install a package and its dependencies into a directory
   migrate <data>             upgrade a depot store written by an older runner-depot, in place
+  console-url                print a new one-time login URL for the running server's console
 
 Run 'runner-depot <command> --help' for a command's options, 'runner-depot --version'
 for the version.`;

@@ -121,9 +121,11 @@ export function createProgress(
     };
   }
   const intervalMs = options.intervalMs ?? 1000;
+  let printed: number | undefined;
   const print = () => {
     if (!latest) return;
     const { done, total } = latest;
+    printed = done;
     const rate = formatBytes(done / Math.max((Date.now() - started) / 1000, 0.001));
     stream.write(
       `${title}: ${formatBytes(done)}${total !== undefined ? ` of ${formatBytes(total)}` : ""}, ${rate}/s\n`,
@@ -136,6 +138,8 @@ export function createProgress(
       if (Date.now() - lastDraw >= intervalMs) print();
     },
     stop(message) {
+      // The last amount is always printed: a log that stopped at "0 B of 6 B" read as a stall.
+      if (latest && printed !== latest.done) print();
       if (message) stream.write(`${message}\n`);
     },
   };

@@ -14,6 +14,7 @@ import type { JobLogStore, JobResult, JobResultQueue } from "../runner/ports.js"
 import { isLoopbackHost } from "../loopback.js";
 import { checkDescriptors } from "../depot/server/descriptors.js";
 import { CliError, DEFAULT_DATA_DIR, importAdapter, portOption, type Command, type ServeState } from "./args.js";
+import { commandName } from "./args.js";
 import { createControlApi } from "./control.js";
 import { lockDataDir } from "./serve-lock.js";
 import { createConsole, createConsoleSessions } from "../console/index.js";
@@ -212,9 +213,11 @@ export const serveCommand: Command = {
         metricsToken: metricsPort === undefined ? adminToken : null,
         logger,
       });
-      const control = createControlApi({ runner, logs, secret, adminToken, runnerUrl });
-      // The web console on the depot's port: one-time login URL, then a session cookie.
+      // The web console on the depot's port: one-time login URLs (at startup, and from
+      // `runner-depot console-url` through the control API), then a session cookie.
       const sessions = createConsoleSessions();
+      const consoleLoginUrl = () => `${depotServer.url}/-/console/?token=${sessions.loginToken()}`;
+      const control = createControlApi({ runner, logs, secret, adminToken, runnerUrl, consoleLoginUrl });
       // Beyond loopback a TLS terminator must stand in front (--insecure says so): the cookie is Secure.
       const webConsole = createConsole({
         runner,
@@ -258,8 +261,8 @@ export const serveCommand: Command = {
       process.stderr.write(
         `runner-depot serving\n  runner (gRPC):  ${runnerServer.url}\n  depot (HTTP):   ${depotServer.url}\n` +
           `  admin token:    ${adminToken}\n  data:           ${dataDir}\n` +
-          `  console:        ${depotServer.url}/-/console/?token=${sessions.loginToken()}  (works once)\n` +
-          `Next: 'runner-depot job -- <command>' prints a VM's cloud-init; Ctrl-C stops.\n`,
+          `  console:        ${consoleLoginUrl()}  (works once; '${commandName()} console-url' mints another)\n` +
+          `Next: '${commandName()} job --run -- <command>' runs a job here as a VM would ('job -- <command>' prints its cloud-init); Ctrl-C stops.\n`,
       );
 
       logger.info(

@@ -72,15 +72,17 @@ export interface Console {
 }
 
 const ASSET_VERSION = createHash("sha256").update(CONSOLE_JS).update(CONSOLE_CSS).digest("hex").slice(0, 16);
-/** Largest request body the console reads (cancel has none). */
+/** Largest request URL the console reads. */
 const MAX_URL = 4096;
+/** The command that mints a new login URL on a running `serve`, named where a URL is refused. */
+const NEW_LOGIN_URL = "runner-depot console-url";
 
 /**
  * Creates the web console.
  *
  * @example
  * const console = createConsole({ runner, depot, base: "/console", authorize: (req) => isAdmin(req) });
- * http.createServer(toNodeHandler((req) => console.fetch(req))).listen(8080);
+ * http.createServer(createNodeHandler(console)).listen(8080); // createNodeHandler from "runner-depot/depot"
  */
 export function createConsole(options: ConsoleOptions = {}): Console {
   const base = (options.base ?? "").replace(/\/+$/, "");
@@ -127,7 +129,8 @@ export function createConsole(options: ConsoleOptions = {}): Console {
     let session: ConsoleSession | null = null;
     if (sessions) {
       const token = url.searchParams.get("token");
-      if (token !== null && !isApi && method === "GET") return login(token, url, request);
+      if (token !== null && !isApi && (method === "GET" || method === "HEAD")) return loginPage(token, url.pathname);
+      if (path === "/login") return method === "POST" ? login(request, url) : notAllowed("POST");
       session = sessions.session(cookie(request, sessions.cookieName) ?? "");
       if (!session) {
         if (isApi) throw new RunnerDepotError("UNAUTHENTICATED", "sign in to the console with its login URL");
@@ -135,7 +138,7 @@ export function createConsole(options: ConsoleOptions = {}): Console {
           {
             page: "login",
             title: "Sign in",
-            message: "Open the console with the one-time login URL that runner-depot serve printed at startup.",
+            message: `Open the console with a one-time login URL: runner-depot serve prints one at startup, and '${NEW_LOGIN_URL}' mints another.`,
           },
           401,
         );
@@ -186,6 +189,9 @@ export function createConsole(options: ConsoleOptions = {}): Console {
 
   function page(path: string, csrf: string): Response {
     if (path === "/") return html({ page: "home", title: "Console", csrf });
+    if ((path === "/jobs" || path === "/jobs/") && jobs) return html({ page: "jobs", title: "Jobs", csrf });
+    if ((path === "/packages" || path === "/packages/") && packages)
+      return html({ page: "packages", title: "Packages", csrf });
     const job = /^\/jobs\/([^/]+)$/.exec(path);
     if (job && jobs) return html({ page: "job", subject: jobId(job[1]!), title: "Job", csrf });
     const pkg = /^\/packages\/([^/]+)$/.exec(path);
@@ -195,7 +201,8 @@ export function createConsole(options: ConsoleOptions = {}): Console {
         throw new RunnerDepotError("NAME_INVALID", "not a package name");
       return html({ page: "package", subject: name.toLowerCase(), title: name, csrf });
     }
-    throw new RunnerDepotError("NOT_FOUND", "no such console page");
+    // A page, not a JSON problem: a person typed or followed this URL.
+    return html({ page: "not-found", title: "Not found", csrf, message: "There is no such console page." }, 404);
   }
 
   function html(spec: Omit<PageSpec, "base" | "assetVersion" | "csrf"> & { csrf?: string }, status = 200): Response {
@@ -206,15 +213,37 @@ export function createConsole(options: ConsoleOptions = {}): Console {
     });
   }
 
-  /** `?token=`: a valid one opens a session and redirects to the bare URL; a used or unknown one gets 401. */
-  function login(token: string, url: URL, request: Request): Response {
-    const opened = sessions!.redeem(token);
+  /**
+   * `?token=` on a GET: a page whose "Sign in" button POSTs the token. The GET spends
+   * nothing, so a chat's link unfurler or a browser's preview cannot use the URL up.
+   */
+  function loginPage(token: string, next: string): Response {
+    return html({
+      page: "login",
+      title: "Sign in",
+      message: "Sign in to the runner-depot console with this one-time login URL.",
+      loginToken: token.slice(0, 64),
+      loginNext: next,
+    });
+  }
+
+  /**
+   * `POST <base>/login` with the form's token: a valid one opens a session and redirects to
+   * the console; a used or unknown one gets 401. Only from the console's own origin (a
+   * login CSRF would sign the victim in as someone else); the body is at most 1 KiB.
+   */
+  async function login(request: Request, url: URL): Promise<Response> {
+    const origin = request.headers.get("origin");
+    if (origin !== null && !(options.origins ?? [url.origin]).includes(origin))
+      throw new RunnerDepotError("PERMISSION_DENIED", "cross-site request refused (Origin)");
+    const form = new URLSearchParams(await boundedText(request, 1024));
+    const opened = sessions!.redeem(form.get("token") ?? "");
     if (!opened) {
       return html(
         {
           page: "login",
           title: "Sign in",
-          message: "This login URL has already been used or has expired. Restart runner-depot serve for a new one.",
+          message: `This login URL has already been used or has expired. '${NEW_LOGIN_URL}' mints a new one.`,
         },
         401,
       );
@@ -223,8 +252,20 @@ export function createConsole(options: ConsoleOptions = {}): Console {
     const cookieValue = `${sessions!.cookieName}=${opened.id}; Path=${base || ""}/; HttpOnly; SameSite=Strict; Max-Age=${sessions!.maxAgeSeconds}${secure}`;
     return new Response(null, {
       status: 303,
-      headers: { ...SECURITY_HEADERS, location: url.pathname, "set-cookie": cookieValue, "cache-control": "no-store" },
+      headers: {
+        ...SECURITY_HEADERS,
+        location: nextPath(form.get("next")),
+        "set-cookie": cookieValue,
+        "cache-control": "no-store",
+      },
     });
+  }
+
+  /** The console page a login returns to: one under `base` (never another site), else the console's front page. */
+  function nextPath(next: string | null): string {
+    const ok =
+      next !== null && next.startsWith(`${base}/`) && next.length <= 512 && !/[\\]|\/\/|[^\x21-\x7e]/.test(next);
+    return ok ? next : `${base}/`;
   }
 
   /** Issue 30 item 9: behind a TLS terminator the URL says http, so the host decides or trusts its proxy. */
@@ -275,6 +316,19 @@ function asset(body: string, type: string, url: URL): Response {
       "cache-control": current ? "public, max-age=31536000, immutable" : "no-cache",
     },
   });
+}
+
+/** A request body as text, refused past `max` bytes (read chunk by chunk: never more than max + one chunk held). */
+async function boundedText(request: Request, max: number): Promise<string> {
+  if (!request.body) return "";
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of request.body as unknown as AsyncIterable<Uint8Array>) {
+    size += chunk.byteLength;
+    if (size > max) throw new RunnerDepotError("TOO_LARGE", `the login form is larger than ${max} bytes`);
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks).toString("utf8");
 }
 
 function notAllowed(allow: string): Response {

@@ -28,6 +28,8 @@
  *
  * @module runner-depot/console
  */
+// First: throws on an unsupported Node before the rest loads (node-support.ts).
+import "../node-check.js";
 export { createConsole } from "./console.js";
 export type { Console, ConsoleOptions, ConsoleAuthorizeContext } from "./console.js";
 export { createConsoleSessions } from "./sessions.js";

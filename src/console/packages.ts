@@ -6,8 +6,7 @@
  * versions (`/version`), a version's requirements (`/depend`) and its files and licences
  * (the manifest, the first entry of `/data/<name>@<version>`; only that entry is read).
  */
-import { Readable } from "node:stream";
-import tar from "tar-stream";
+import { createTarDecoder } from "modern-tar";
 import { RunnerDepotError } from "../errors.js";
 import { parsePackageName, parsePackageRef } from "../depot/package/names.js";
 import type { PackageManifest } from "../depot/package/archive.js";
@@ -162,38 +161,27 @@ export function createPackageEndpoints(options: PackageEndpointOptions) {
     const location = response.headers.get("location");
     if (response.status === 302 && location) response = await fetch(location);
     if (!response.ok || !response.body) await readJson(response);
-    const extract = tar.extract();
-    const source = Readable.fromWeb(response.body as import("node:stream/web").ReadableStream<Uint8Array>);
+    const reader = (response.body as ReadableStream<Uint8Array>)
+      .pipeThrough(createTarDecoder({ strict: true }))
+      .getReader();
     try {
-      return await new Promise<PackageManifest>((resolve, reject) => {
-        extract.once("entry", (header, stream) => {
-          if (header.name !== ".pkg/manifest.json" || (header.size ?? 0) > MAX_MANIFEST_BYTES) {
-            reject(
-              new RunnerDepotError("ARCHIVE_INVALID", "the archive does not start with a manifest of a readable size"),
-            );
-            return;
-          }
-          const parts: Buffer[] = [];
-          stream.on("data", (chunk: unknown) => parts.push(chunk as Buffer));
-          stream.once("end", () => {
-            try {
-              resolve(JSON.parse(Buffer.concat(parts).toString("utf8")) as PackageManifest);
-            } catch (error) {
-              reject(new RunnerDepotError("ARCHIVE_INVALID", "unreadable manifest", { cause: error }));
-            }
-          });
-          stream.once("error", reject);
-        });
-        extract.once("error", reject);
-        extract.once("finish", () => reject(new RunnerDepotError("ARCHIVE_INVALID", "empty archive")));
-        source.once("error", reject);
-        source.pipe(extract);
+      const first = await reader.read().catch((error: unknown) => {
+        throw new RunnerDepotError("ARCHIVE_INVALID", "unreadable archive", { cause: error });
       });
+      if (first.done) throw new RunnerDepotError("ARCHIVE_INVALID", "empty archive");
+      const { header, body } = first.value;
+      if (header.name !== ".pkg/manifest.json" || header.size > MAX_MANIFEST_BYTES)
+        throw new RunnerDepotError("ARCHIVE_INVALID", "the archive does not start with a manifest of a readable size");
+      const parts: Uint8Array[] = [];
+      for await (const chunk of body as unknown as AsyncIterable<Uint8Array>) parts.push(chunk);
+      try {
+        return JSON.parse(Buffer.concat(parts).toString("utf8")) as PackageManifest;
+      } catch (error) {
+        throw new RunnerDepotError("ARCHIVE_INVALID", "unreadable manifest", { cause: error });
+      }
     } finally {
       // Only the first entry was wanted: stop reading the archive.
-      source.unpipe(extract);
-      source.destroy();
-      extract.destroy();
+      await reader.cancel().catch(() => undefined);
     }
   }
 

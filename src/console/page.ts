@@ -2,7 +2,7 @@
 
 /** Which page the shell is for, and its subject. */
 export interface PageSpec {
-  page: "home" | "job" | "package" | "login";
+  page: "home" | "jobs" | "packages" | "job" | "package" | "login" | "not-found";
   /** Job ID or package name. */
   subject?: string;
   title: string;
@@ -12,6 +12,10 @@ export interface PageSpec {
   assetVersion: string;
   /** Shown instead of the app (login page). */
   message?: string;
+  /** A one-time login token to spend with a POST to `<base>/login` when the person presses "Sign in". */
+  loginToken?: string;
+  /** Where the login goes after signing in (the page the login URL named). */
+  loginNext?: string;
 }
 
 /** Escapes text for HTML content and attribute values. */
@@ -23,8 +27,13 @@ function escapeHtml(text: string): string {
 export function renderPage(spec: PageSpec): string {
   const base = escapeHtml(spec.base);
   const v = escapeHtml(spec.assetVersion);
+  // The token is spent by the button's POST only: a link preview's GET leaves it usable.
+  const form =
+    spec.loginToken === undefined
+      ? ""
+      : `<form method="post" action="${base}/login"><input type="hidden" name="token" value="${escapeHtml(spec.loginToken)}"><input type="hidden" name="next" value="${escapeHtml(spec.loginNext ?? "")}"><button type="submit">Sign in</button></form>`;
   const body = spec.message
-    ? `<h1>runner-depot console</h1><p>${escapeHtml(spec.message)}</p>`
+    ? `<h1>runner-depot console</h1><p>${escapeHtml(spec.message)}</p>${form}`
     : `<p class="loading" role="status">Loading…</p><noscript>The console needs JavaScript.</noscript>`;
   return `<!doctype html>
 <html lang="en">
@@ -42,8 +51,8 @@ ${spec.message ? "" : `<script type="module" src="${base}/assets/console.js?v=${
 <header class="top">
 <nav aria-label="Console">
 <a class="brand" href="${base}/">runner-depot</a>
-<a href="${base}/#jobs">Jobs</a>
-<a href="${base}/#packages">Packages</a>
+<a href="${base}/jobs">Jobs</a>
+<a href="${base}/packages">Packages</a>
 </nav>
 </header>
 <main id="main" tabindex="-1" data-page="${spec.page}" data-subject="${escapeHtml(spec.subject ?? "")}">

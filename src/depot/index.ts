@@ -32,6 +32,8 @@
  *
  * @module runner-depot/depot
  */
+// First: throws on an unsupported Node before the rest loads (node-support.ts).
+import "../node-check.js";
 export type * from "./ports.js";
 export { composeStore } from "./store/compose.js";
 export type { ComposeStoreOptions } from "./store/compose.js";

@@ -37,6 +37,8 @@
  *
  * @module runner-depot/runner
  */
+// First: throws on an unsupported Node before the rest loads (node-support.ts).
+import "../node-check.js";
 import { createMemoryLogStore } from "../adapters/memory/log-store.js";
 import type { JobResultQueue } from "./ports.js";
 import type { RunnerService, RunnerServiceOptions } from "./service/contract.js";

@@ -15,6 +15,8 @@
  *
  * @module runner-depot/testing
  */
+// First: throws on an unsupported Node before the rest loads (node-support.ts).
+import "../node-check.js";
 export { describeQueueAdapter } from "./queue-suite.js";
 export type { QueueAdapterSuiteOptions, ConsumedMessage, BackendOutage } from "./queue-suite.js";
 export { describeJobLogStore } from "./log-store-suite.js";

@@ -111,7 +111,12 @@ describe("web console in chromium", () => {
     expect(((await api.json()) as { code: string }).code).toBe("UNAUTHENTICATED");
 
     const token = sessions.loginToken();
-    const response = await page.goto(`${consoleUrl()}/?token=${token}`);
+    // The login URL shows a "Sign in" button (a link preview's GET spends nothing); pressing it signs in.
+    expect((await page.goto(`${consoleUrl()}/?token=${token}`))?.status()).toBe(200);
+    const [response] = await Promise.all([
+      page.waitForNavigation(),
+      page.getByRole("button", { name: "Sign in" }).click(),
+    ]);
     // Redirected to the bare URL: the token is gone from the address bar and history.
     expect(page.url()).toBe(`${consoleUrl()}/`);
     expect(response?.status()).toBe(200);
@@ -122,7 +127,12 @@ describe("web console in chromium", () => {
 
     // The same token again, in a fresh browser context: refused.
     const other = await browser.newContext();
-    const again = await (await other.newPage()).goto(`${consoleUrl()}/?token=${token}`);
+    const otherPage = await other.newPage();
+    await otherPage.goto(`${consoleUrl()}/?token=${token}`);
+    const [again] = await Promise.all([
+      otherPage.waitForNavigation(),
+      otherPage.getByRole("button", { name: "Sign in" }).click(),
+    ]);
     expect(again?.status()).toBe(401);
     expect(await other.cookies()).toHaveLength(0);
     await other.close();
@@ -150,6 +160,7 @@ describe("web console in chromium", () => {
   async function signedIn(): Promise<void> {
     if ((await context.cookies()).length > 0) return;
     await page.goto(`${consoleUrl()}/?token=${sessions.loginToken()}`);
+    await Promise.all([page.waitForNavigation(), page.getByRole("button", { name: "Sign in" }).click()]);
     expect(page.url()).toBe(`${consoleUrl()}/`);
   }
 

@@ -9,6 +9,7 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { toNodeHandler } from "srvx/node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { consoleLogin } from "../fixtures/console-login.js";
 import { createMemoryQueue, createMemoryStore } from "../../src/adapters/memory/index.js";
 import { createConsole, createConsoleSessions, type ConsoleOptions } from "../../src/console/index.js";
 import { createPackageRouter } from "../../src/depot/index.js";
@@ -241,6 +242,19 @@ describe("console over HTTP: jobs", () => {
     expect((await fetch(`${served.url}${script}`)).headers.get("cache-control")).toContain("immutable");
     expect((await fetch(`${base}/assets/console.js`)).headers.get("cache-control")).toBe("no-cache");
     expect((await fetch(`${base}/api/jobs`, { method: "PUT" })).status).toBe(405);
+    // Pages of their own for the nav's links; an unknown page (or Packages without a depot) is a 404 page, not JSON.
+    const jobsPage = await fetch(`${base}/jobs`);
+    expect(jobsPage.status).toBe(200);
+    const jobsHtml = await jobsPage.text();
+    expect(jobsHtml).toContain('data-page="jobs"');
+    expect(jobsHtml).toContain('<a href="/ops/console/jobs">Jobs</a>');
+    expect(jobsHtml).toContain('<a href="/ops/console/packages">Packages</a>');
+    for (const missing of ["packages", "nope"]) {
+      const answer = await fetch(`${base}/${missing}`);
+      expect(answer.status, missing).toBe(404);
+      expect(answer.headers.get("content-type"), missing).toMatch(/^text\/html/);
+      expect(await answer.text(), missing).toContain("There is no such console page.");
+    }
   });
 });
 
@@ -300,7 +314,14 @@ describe("console over HTTP: access", () => {
     const sessions = createConsoleSessions();
     const url = await start({ sessions, base: "/c" });
     const token = sessions.loginToken();
-    const login = await fetch(`${url}/c/jobs/${randomUUID()}?token=${token}`, { redirect: "manual" });
+    // A link preview's GETs show the sign-in page and spend nothing; the person's POST does.
+    for (let i = 0; i < 2; i++) {
+      const preview = await fetch(`${url}/c/jobs/${randomUUID()}?token=${token}`, { redirect: "manual" });
+      expect(preview.status).toBe(200);
+      expect(preview.headers.get("set-cookie")).toBeNull();
+      expect(await preview.text()).toContain(`action="/c/login"`);
+    }
+    const login = await consoleLogin(`${url}/c/jobs/${randomUUID()}?token=${token}`);
     expect(login.status).toBe(303);
     expect(login.headers.get("location")).toMatch(/^\/c\/jobs\/[0-9a-f-]{36}$/);
     const setCookie = login.headers.get("set-cookie")!;
@@ -309,8 +330,21 @@ describe("console over HTTP: access", () => {
     );
     const cookie = setCookie.split(";")[0]!;
     expect((await fetch(`${url}/c/api/jobs`, { headers: { cookie } })).status).toBe(200);
-    expect((await fetch(`${url}/c/?token=${token}`, { redirect: "manual" })).status).toBe(401);
-    expect((await fetch(`${url}/c/?token=${"A".repeat(43)}`, { redirect: "manual" })).status).toBe(401);
+    expect((await consoleLogin(`${url}/c/?token=${token}`)).status).toBe(401);
+    expect((await consoleLogin(`${url}/c/?token=${"A".repeat(43)}`)).status).toBe(401);
+    // The form's POST only from the console's origin (login CSRF), only to a page under the console, bounded.
+    const post = (body: string, origin = url) =>
+      fetch(`${url}/c/login`, {
+        method: "POST",
+        redirect: "manual",
+        headers: { origin, "content-type": "application/x-www-form-urlencoded" },
+        body,
+      });
+    expect((await post(`token=${sessions.loginToken()}`, "http://evil.example")).status).toBe(403);
+    const offsite = await post(`token=${sessions.loginToken()}&next=${encodeURIComponent("//evil.example/")}`);
+    expect(offsite.headers.get("location")).toBe("/c/");
+    expect((await post(`token=${"A".repeat(2000)}`)).status).toBe(413);
+    expect((await fetch(`${url}/c/login`, { redirect: "manual" })).status).toBe(405);
     expect(
       (await fetch(`${url}/c/api/jobs`, { headers: { cookie: "runner_depot_console=" + "B".repeat(43) } })).status,
     ).toBe(401);
@@ -408,6 +442,10 @@ describe("console over HTTP: packages", () => {
     expect(await walk("/paged", "limit=3&q=pkg-1")).toEqual(["pkg-10", "pkg-11"]);
     expect(await walk("/whole", "limit=50&q=PKG-0")).toEqual(all.slice(0, 10));
     expect((await fetch(`${served.url}/whole/api/packages?cursor=!!`)).status).toBe(400);
+    // The Packages page the nav links to (issue 29: it was a raw JSON 404).
+    const page = await fetch(`${served.url}/whole/packages`);
+    expect(page.status).toBe(200);
+    expect(await page.text()).toContain('data-page="packages"');
   });
 
   it("a package: versions, dependants (a bounded scan, said so), a version's files; unknown ones 404", async () => {

@@ -94,6 +94,7 @@ describe("the console's log viewer on a 256 MiB log, in chromium", () => {
       if (request.url().includes(`/api/jobs/${id}/lines`)) chunkRequests.push(request.url());
     });
     await page.goto(`${origin}/-/console/?token=${sessions.loginToken()}`);
+    await Promise.all([page.waitForNavigation(), page.getByRole("button", { name: "Sign in" }).click()]);
     expect(page.url()).toBe(`${origin}/-/console/`);
   }, 600_000);
 

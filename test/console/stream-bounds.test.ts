@@ -7,6 +7,7 @@
 import { randomUUID } from "node:crypto";
 import { request as httpRequest } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { consoleLogin } from "../fixtures/console-login.js";
 import { createMemoryQueue } from "../../src/adapters/memory/index.js";
 import { createConsole, createConsoleSessions, type ConsoleOptions } from "../../src/console/index.js";
 import { servePackageRouter, type PackageServer } from "../../src/depot/server/serve.js";
@@ -28,7 +29,7 @@ async function start(options: ConsoleOptions) {
   const server = await servePackageRouter({ isOpen: false, fetch: (r) => web.fetch(r) });
   servers.push(server);
   const login = async (headers: Record<string, string> = {}) => {
-    const answer = await fetch(`${server.url}/c/?token=${sessions.loginToken()}`, { redirect: "manual", headers });
+    const answer = await consoleLogin(`${server.url}/c/?token=${sessions.loginToken()}`, headers);
     expect(answer.status).toBe(303);
     return answer.headers.get("set-cookie")!;
   };

@@ -19,6 +19,8 @@
  *
  * @module runner-depot/adapters/fs
  */
+// First: throws on an unsupported Node before the rest loads (node-support.ts).
+import "../../node-check.js";
 export { createFsLogStore } from "./log-store.js";
 export type { FsLogStoreOptions } from "./log-store.js";
 export { createFsLogArchive } from "./log-archive.js";

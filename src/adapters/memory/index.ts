@@ -16,6 +16,8 @@
  *
  * @module runner-depot/adapters/memory
  */
+// First: throws on an unsupported Node before the rest loads (node-support.ts).
+import "../../node-check.js";
 export { createMemoryQueue } from "./queue.js";
 export type { MemoryQueue } from "./queue.js";
 export { createMemoryLogStore } from "./log-store.js";

@@ -18,6 +18,8 @@
  *
  * @module runner-depot/adapters/postgres
  */
+// First: throws on an unsupported Node before the rest loads (node-support.ts).
+import "../../node-check.js";
 export { createPostgresRecords } from "./records.js";
 export type { PostgresRecordsOptions } from "./records.js";
 export { createPostgresLogStore } from "./log-store.js";

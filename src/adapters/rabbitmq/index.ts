@@ -20,5 +20,7 @@
  *
  * @module runner-depot/adapters/rabbitmq
  */
+// First: throws on an unsupported Node before the rest loads (node-support.ts).
+import "../../node-check.js";
 export { createRabbitMqQueue, JOB_RESULT_MESSAGE_TYPE } from "./queue.js";
 export type { RabbitMqQueue, RabbitMqQueueOptions } from "./queue.js";

@@ -20,6 +20,8 @@
  *
  * @module runner-depot/adapters/s3
  */
+// First: throws on an unsupported Node before the rest loads (node-support.ts).
+import "../../node-check.js";
 export { createS3BlobStore } from "./blob-store.js";
 export type { S3BlobStoreOptions } from "./blob-store.js";
 export { createS3LogArchive } from "./log-archive.js";

@@ -91,19 +91,28 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
   /** A job as the console's API sends it: the runner's summary, plus whether it can be cancelled. */
   type JobSummary = RunnerJobSummary & { cancellable?: boolean };
 
+  // One vocabulary with the CLI (`runner-depot jobs`) and the API: the state is the API's
+  // status word (open, finished, cancelled, lost); the outcome is success or failed for a
+  // finished job, the state itself otherwise, "—" while open (docs/decisions/console.md).
   function stateBadge(job: JobSummary): HTMLElement {
     const failed = job.status === "finished" && job.success === false;
-    const label = job.status === "open" ? "running" : failed ? "failed" : job.status;
-    return h("span", { class: `badge s-${failed ? "failed" : job.status}`, text: label });
+    return h("span", { class: `badge s-${failed ? "failed" : job.status}`, text: job.status });
+  }
+
+  function outcomeLabel(job: JobSummary): string {
+    if (job.status === "open") return "—";
+    if (job.outcome === "finished") return job.success ? "success" : "failed";
+    return job.outcome ?? job.status;
   }
 
   // ---------------------------------------------------------------- home: jobs + catalog
-  async function renderHome(): Promise<void> {
-    document.title = "Console · runner-depot";
+  // `only`: the Jobs or the Packages page (`<base>/jobs`, `<base>/packages`), else both.
+  async function renderHome(only?: "jobs" | "packages"): Promise<void> {
+    document.title = `${only === "jobs" ? "Jobs" : only === "packages" ? "Packages" : "Console"} · runner-depot`;
     const config = await api<{ jobs: boolean; packages: boolean }>("/config");
     main.replaceChildren(h("h1", { text: "runner-depot console" }));
-    if (config.jobs) main.append(jobsSection());
-    if (config.packages) main.append(packagesSection());
+    if (config.jobs && only !== "packages") main.append(jobsSection());
+    if (config.packages && only !== "jobs") main.append(packagesSection());
     if (location.hash === "#packages" || location.hash === "#jobs")
       document.getElementById(location.hash.slice(1))?.scrollIntoView();
   }
@@ -112,9 +121,7 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
     const select = h(
       "select",
       { id: "job-state" },
-      ...["all", "open", "finished", "cancelled", "lost"].map((s) =>
-        h("option", { value: s, text: s === "open" ? "running" : s }),
-      ),
+      ...["all", "open", "finished", "cancelled", "lost"].map((s) => h("option", { value: s, text: s })),
     );
     const body = h("tbody");
     const more = h("button", { type: "button", text: "Load more", hidden: true });
@@ -142,12 +149,13 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
                 h("a", {
                   href: `${base}/jobs/${job.requestId}`,
                   class: "mono",
-                  text: job.requestId.slice(0, 8),
+                  // The whole ID: the one `runner-depot logs <id>` and `cancel <id>` take.
+                  text: job.requestId,
                   "aria-label": `Job ${job.requestId}`,
                 }),
               ),
               h("td", {}, stateBadge(job)),
-              h("td", { text: job.outcome ?? "—" }),
+              h("td", { text: outcomeLabel(job) }),
               h("td", { class: "num", text: job.exitCode === null ? "—" : String(job.exitCode) }),
               h("td", { class: "num", text: fmtDuration(job.durationMs) }),
               h("td", { class: "num", text: `${job.lines.stdout} / ${job.lines.stderr}` }),
@@ -159,7 +167,8 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
         }
         cursor = page.next;
         more.hidden = cursor === null;
-        status.textContent = body.children.length === 0 ? "No jobs." : `${body.children.length} jobs shown.`;
+        const shown = body.children.length;
+        status.textContent = shown === 0 ? "No jobs." : `${shown} ${shown === 1 ? "job" : "jobs"} shown.`;
       } catch (error) {
         status.replaceChildren(errorBox(error));
       }
@@ -304,19 +313,24 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
     const cancel = h("button", { type: "button", class: "danger", text: "Cancel job", hidden: !job.cancellable });
     const follow = h("input", { type: "checkbox", id: "follow", checked: true });
     const status = h("p", { class: "status", role: "status", "aria-live": "polite" });
+    // While the job runs, the line count is the live one (the summary's counts are final ones).
+    let liveLines: number | null = null;
     function showSummary(): void {
+      const open = job.status === "open";
       const rows: Array<[string, Node | string]> = [
         ["State", stateBadge(job)],
-        ["Outcome", job.outcome ?? "—"],
+        ["Outcome", outcomeLabel(job)],
         ["Exit code", job.exitCode === null ? "—" : String(job.exitCode)],
         ["Duration", fmtDuration(job.durationMs)],
         [
           "Lines",
-          `${job.lines.stdout} stdout, ${job.lines.stderr} stderr${job.logTruncated ? " (log truncated at its cap)" : ""}`,
+          open && liveLines !== null
+            ? `${liveLines} so far`
+            : `${job.lines.stdout} stdout, ${job.lines.stderr} stderr${job.logTruncated ? " (log truncated at its cap)" : ""}`,
         ],
         ["Repository", job.repoUrl || "—"],
         ["Commit", job.commitSha || "—"],
-        ["Started", fmtTime(job.startedAt)],
+        ["Started", open && job.startedAt === null ? "not yet (no output so far)" : fmtTime(job.startedAt)],
         ["Ended", fmtTime(job.endedAt)],
       ];
       summary.replaceChildren(...rows.flatMap(([k, v]) => [h("dt", { text: k }), h("dd", {}, v)]));
@@ -489,9 +503,14 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
     }
 
     function describe(): void {
-      if (job.status === "open") status.textContent = `Live: ${total} lines so far.`;
-      else
-        status.textContent = `Ended (${job.outcome ?? job.status}${job.exitCode !== null ? `, exit code ${job.exitCode}` : ""}): ${total} lines.`;
+      if (job.status === "open") {
+        status.textContent = `Live: ${total} lines so far.`;
+        if (liveLines !== total) {
+          liveLines = total;
+          showSummary();
+        }
+      } else
+        status.textContent = `Ended (${outcomeLabel(job)}${job.exitCode !== null ? `, exit code ${job.exitCode}` : ""}): ${total} lines.`;
     }
 
     cancel.addEventListener("click", async () => {
@@ -537,6 +556,7 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
       // Resumes by itself after a drop: EventSource sends Last-Event-ID (the position after
       // the last line it received), so the server continues exactly there.
       const events = new EventSource(`${base}/api/jobs/${id}/events?from=${total}`, { withCredentials: true });
+      let startAsked = false;
       viewport.dataset.stream = "connecting";
       events.addEventListener("open", () => {
         viewport.dataset.stream = "open";
@@ -546,6 +566,17 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
         const data = JSON.parse((event as MessageEvent<string>).data) as { from: number; lines: Wire[] };
         appendLines(data.from, data.lines);
         describe();
+        // The first output starts the job: take its start time from the service once.
+        if (job.startedAt === null && data.lines.length > 0 && !startAsked) {
+          startAsked = true;
+          void api<JobSummary>(`/jobs/${id}`).then(
+            (fresh) => {
+              if (job.status === "open") job = { ...job, startedAt: fresh.startedAt };
+              showSummary();
+            },
+            () => undefined,
+          );
+        }
       });
       events.addEventListener("end", (event) => {
         events.close();
@@ -772,6 +803,11 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
 
   const page = main.dataset.page;
   const subject = main.dataset.subject ?? "";
-  const run = page === "job" ? renderJob(subject) : page === "package" ? renderPackage(subject) : renderHome();
+  const run =
+    page === "job"
+      ? renderJob(subject)
+      : page === "package"
+        ? renderPackage(subject)
+        : renderHome(page === "jobs" || page === "packages" ? page : undefined);
   run.catch((error: unknown) => main.replaceChildren(h("h1", { text: "runner-depot console" }), errorBox(error)));
 }

@@ -11,9 +11,9 @@ import { constants, createReadStream } from "node:fs";
 import { chmod, lstat, mkdir, open, readdir, readlink, rm, rmdir, symlink } from "node:fs/promises";
 import path from "node:path";
 import { Readable } from "node:stream";
-import { pipeline } from "node:stream/promises";
+import type { ReadableStream as WebReadableStream } from "node:stream/web";
+import { createTarDecoder, type ParsedTarEntry, type TarHeader } from "modern-tar";
 import semver from "semver";
-import tar from "tar-stream";
 import { RunnerDepotError } from "../../errors.js";
 import { LICENSES_DIR, MANIFEST_PATH } from "../package/archive.js";
 import { digestToHex, sha256OfStream } from "../client/http.js";
@@ -66,7 +66,11 @@ interface ExtractOptions {
 }
 
 type ArchiveSource = AsyncIterable<Uint8Array> | Iterable<Uint8Array> | NodeJS.ReadableStream;
-type TarEntry = tar.ExtractEvents["entry"][1];
+/** One archive entry: its header, and its bytes to read once (or `resume()` to skip them). */
+interface TarEntry extends AsyncIterable<Uint8Array> {
+  header: TarHeader;
+  resume(): void;
+}
 type TarEntries = AsyncIterator<TarEntry>;
 
 const invalid = (message: string) => new RunnerDepotError("ARCHIVE_INVALID", message);
@@ -213,10 +217,9 @@ async function ensureParents(root: string, rel: string, create: boolean, known?:
   return true;
 }
 
-function entryType(header: tar.Header): ManifestItem["type"] {
+function entryType(header: TarHeader): ManifestItem["type"] {
   switch (header.type) {
     case "file":
-    case "contiguous-file":
       return "file";
     case "directory":
       return "dir";
@@ -241,39 +244,67 @@ async function readAll(entry: AsyncIterable<Uint8Array>, max: number): Promise<B
   return Buffer.concat(chunks);
 }
 
-/** Runs `body` over the archive's tar entries, tearing the parser and source down on error. */
+/**
+ * The decoder's entries one at a time: an entry whose bytes were neither read nor skipped
+ * is drained before the next is read (the decoder waits for them). O(1) memory per entry.
+ */
+function entriesOf(reader: ReadableStreamDefaultReader<ParsedTarEntry>): TarEntries {
+  let unread: WebReadableStream<Uint8Array> | ReadableStream<Uint8Array> | null = null;
+  const drain = async (body: ReadableStream<Uint8Array>) => {
+    for await (const _ of body as unknown as AsyncIterable<Uint8Array>) {
+      // skipped: an entry whose bytes nothing needs (a directory's or a link's are empty)
+    }
+  };
+  return {
+    async next() {
+      if (unread !== null) await drain(unread as ReadableStream<Uint8Array>);
+      unread = null;
+      const read = await reader.read();
+      if (read.done) return { done: true, value: undefined };
+      const { header, body } = read.value;
+      unread = body;
+      let skipping: Promise<void> | null = null;
+      const entry: TarEntry = {
+        header,
+        [Symbol.asyncIterator]() {
+          unread = null;
+          return (body as unknown as AsyncIterable<Uint8Array>)[Symbol.asyncIterator]();
+        },
+        resume() {
+          unread = null;
+          skipping ??= drain(body).catch(() => undefined);
+        },
+      };
+      return { done: false, value: entry };
+    },
+  };
+}
+
+/**
+ * Runs `body` over the archive's tar entries (modern-tar's strict decoder: checksums,
+ * magic and truncation checked, metadata entries capped at 8 MiB), tearing the decoder
+ * and source down on error or when `stopEarly` has what it needs.
+ */
 async function withEntries<T>(
   source: ArchiveSource,
   body: (entries: TarEntries) => Promise<T>,
   stopEarly = false,
 ): Promise<T> {
-  const extract = tar.extract();
   const input =
     source instanceof Readable ? source : Readable.from(source as AsyncIterable<Uint8Array> | Iterable<Uint8Array>);
-  const piping = pipeline(input, extract).then(
-    () => null,
-    (error: unknown) => error,
-  );
+  const reader = (Readable.toWeb(input) as unknown as ReadableStream<Uint8Array>)
+    .pipeThrough(createTarDecoder({ strict: true }))
+    .getReader();
+  const stop = async () => {
+    await reader.cancel().catch(() => undefined);
+    input.destroy();
+  };
   try {
-    const result = await body(extract[Symbol.asyncIterator]());
-    if (stopEarly) {
-      input.destroy();
-      extract.destroy();
-      await piping;
-      return result;
-    }
-    const error = await piping;
-    if (error)
-      throw new RunnerDepotError(
-        "ARCHIVE_INVALID",
-        `the archive is malformed: ${String((error as Error).message ?? error)}`,
-        { cause: error },
-      );
+    const result = await body(entriesOf(reader));
+    if (stopEarly) await stop();
     return result;
   } catch (error) {
-    input.destroy();
-    extract.destroy();
-    await piping;
+    await stop();
     if (error instanceof RunnerDepotError) throw error;
     throw new RunnerDepotError("ARCHIVE_INVALID", `the archive is malformed: ${(error as Error).message}`, {
       cause: error,

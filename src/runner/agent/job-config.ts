@@ -59,7 +59,20 @@ export async function readJobConfig(path: string = DEFAULT_JOB_CONFIG_PATH): Pro
   } catch (e) {
     throw new RunnerDepotError("INVALID_ARGUMENT", `job config ${path}: not valid JSON`, { cause: e });
   }
-  return validateJobConfig(value, `job config ${path}`);
+  return validateJobConfig(jobConfigOf(value, path), `job config ${path}`);
+}
+
+/**
+ * The job config in what was read: the file itself, or the `config` of `runner-depot job
+ * --json` output saved to a file (`{requestId, token, endpoint, userData, config}`).
+ */
+function jobConfigOf(value: unknown, path: string): unknown {
+  if (typeof value !== "object" || value === null || !("userData" in value) || "version" in value) return value;
+  if ("config" in value) return value.config;
+  throw new RunnerDepotError(
+    "INVALID_ARGUMENT",
+    `job config ${path}: this is 'runner-depot job --json' output without its "config" field (an older server?); take the job config from its userData's write_files, or run the job here with 'runner-depot job --run -- <command>'`,
+  );
 }
 
 /** Checks a job config's fields (runner/agent/cloud-init.ts checks what it renders the same way). */
@@ -67,6 +80,10 @@ export function validateJobConfig(value: unknown, where: string): JobConfig {
   const bad = (message: string) => new RunnerDepotError("INVALID_ARGUMENT", `${where}: ${message}`);
   if (typeof value !== "object" || value === null || Array.isArray(value)) throw bad("expected a JSON object");
   const v = value as Record<string, unknown>;
+  if (v.version === undefined)
+    throw bad(
+      `no "version" field: not a job config (expected {"version": 1, "endpoint", "requestId", "token", "command", …} as cloud-init writes it)`,
+    );
   if (v.version !== 1) throw bad(`unsupported version ${JSON.stringify(v.version)} (expected 1)`);
   const str = (name: string, required: boolean) => {
     const x = v[name];
