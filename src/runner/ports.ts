@@ -47,6 +47,14 @@ export interface StoredLine {
   stderr: boolean;
   /** True for lines the service wrote itself (truncation and cap markers). */
   marker?: boolean;
+  /**
+   * When the line happened, in ms since the Unix epoch kept to the microsecond: the agent's stamp from when it read
+   * the line from the job's pipe, else (`serverTime`) when the service received it. Absent (or 0) for lines stored
+   * before times existed. docs/runner-protocol.md §3.1.
+   */
+  time?: number;
+  /** True when `time` is the service's receive time: the agent sent no stamp (an older or third-party agent). */
+  serverTime?: boolean;
 }
 
 /**

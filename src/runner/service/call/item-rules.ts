@@ -14,6 +14,7 @@ import { encodedSize, logItemSize } from "../../protocol/encoded-size.js";
 import { cutUtf8 } from "../../agent/line-splitter.js";
 import { JOB_END_FIELD_BYTES } from "../contract.js";
 import { ReceivedLine, type CallItem } from "../../protocol/received-line.js";
+import { lineTime, nanosToMs } from "../../protocol/line-time.js";
 
 const MARKER_PREFIX = "[runner-depot]";
 
@@ -81,11 +82,16 @@ export function processItem(core: RunnerCore, call: CallRun, item: CallItem): Pr
   if (kind === "log") {
     call.pendingReceivedBytes += lineBytes;
     const log = event?.case === "log" ? event.value : null;
-    return call.enqueue(
-      log === null
-        ? receivedEntry(core, call, received!, lineBytes)
-        : entryFor(core, call, log.line, log.stderr, lineBytes),
-    );
+    // The agent's stamp, or (an agent that sends none) the receive time, marked as the server's.
+    let time = log === null ? received!.time : nanosToMs(log.timeUnixNano);
+    const serverTime = time === 0;
+    if (serverTime) time = lineTime(Date.now());
+    if (log === null) {
+      received!.time = time;
+      received!.serverTime = serverTime;
+      return call.enqueue(receivedEntry(core, call, received!, lineBytes));
+    }
+    return call.enqueue(entryFor(core, call, log.line, log.stderr, lineBytes, time, serverTime));
   }
   call.endSeen = true;
   return processEnd(core, call, event!.value as JobEnd);
@@ -98,7 +104,7 @@ export function processItem(core: RunnerCore, call: CallRun, item: CallItem): Pr
 function receivedEntry(core: RunnerCore, call: CallRun, line: ReceivedLine, lineBytes: number): LogEntry {
   const limits = core.config.limits;
   if (call.truncated || lineBytes > limits.lineBytes || call.storedBytes + lineBytes > limits.jobLogBytes) {
-    return entryFor(core, call, line.line, line.stderr, lineBytes);
+    return entryFor(core, call, line.line, line.stderr, lineBytes, line.time, line.serverTime);
   }
   call.storedBytes += lineBytes;
   // The line is its own entry (runner/protocol/received-line.ts): no entry object or array a line.
@@ -113,8 +119,19 @@ async function processEnd(core: RunnerCore, call: CallRun, end: JobEnd): Promise
   call.nextPos = at + 1;
 }
 
-/** What a line stores: itself (cut to the line limit, with a marker), or a cap marker, or nothing past the cap. */
-function entryFor(core: RunnerCore, call: CallRun, line: string, stderr: boolean, lineBytes: number): LogEntry {
+/**
+ * What a line stores: itself (cut to the line limit, with a marker), or a cap marker, or nothing past the cap. Every
+ * line stored carries the item's time (markers too: they say what happened to that line).
+ */
+function entryFor(
+  core: RunnerCore,
+  call: CallRun,
+  line: string,
+  stderr: boolean,
+  lineBytes: number,
+  time: number,
+  serverTime: boolean,
+): LogEntry {
   const limits = core.config.limits;
   if (call.truncated) return { stored: [], stderr, bytes: 0 };
   let text = line;
@@ -123,7 +140,11 @@ function entryFor(core: RunnerCore, call: CallRun, line: string, stderr: boolean
   let marker: StoredLine | null = null;
   if (bytes > limits.lineBytes) {
     const cut = cutUtf8(line, limits.lineBytes);
-    marker = { line: `${MARKER_PREFIX} line truncated: ${bytes} bytes, kept ${cut.bytes}`, stderr, marker: true };
+    marker = timed(
+      { line: `${MARKER_PREFIX} line truncated: ${bytes} bytes, kept ${cut.bytes}`, stderr, marker: true },
+      time,
+      serverTime,
+    );
     text = cut.text;
     bytes = cut.bytes;
   }
@@ -131,21 +152,32 @@ function entryFor(core: RunnerCore, call: CallRun, line: string, stderr: boolean
     call.truncated = true;
     return {
       stored: [
-        {
-          line: `${MARKER_PREFIX} log truncated: the job log reached its ${limits.jobLogBytes}-byte limit; later lines are counted, not stored`,
-          stderr,
-          marker: true,
-        },
+        timed(
+          {
+            line: `${MARKER_PREFIX} log truncated: the job log reached its ${limits.jobLogBytes}-byte limit; later lines are counted, not stored`,
+            stderr,
+            marker: true,
+          },
+          time,
+          serverTime,
+        ),
       ],
       stderr,
       bytes: 0,
       capped: true,
     };
   }
-  stored.push({ line: text, stderr });
+  stored.push(timed({ line: text, stderr }, time, serverTime));
   if (marker) stored.push(marker);
   call.storedBytes += bytes;
   return { stored, stderr, bytes };
+}
+
+/** `line` with its time (and the server-time mark when set). O(1). */
+function timed(line: StoredLine, time: number, serverTime: boolean): StoredLine {
+  line.time = time;
+  if (serverTime) line.serverTime = true;
+  return line;
 }
 
 /** The first item's own checks (size, an event present), for an answer given before processItem runs. */
