@@ -148,13 +148,13 @@ export interface LogArchiveStore {
 /**
  * Stored lines as the store keeps their bytes, for moving them without decoding (the
  * archive): `each` visits line k as `bytes[start, end)` (UTF-8) with its flags (bit 0
- * stderr, bit 1 marker), in order.
+ * stderr, bit 1 marker, bit 2 server time) and its time (ms to the µs, 0 = none), in order.
  */
 export interface RawLinePage {
   /** Lines in the page. */
   readonly count: number;
   /** Visits every line of the page in order. O(lines); no copy, no string. */
-  each(visit: (bytes: Buffer, start: number, end: number, flags: number) => void): void;
+  each(visit: (bytes: Buffer, start: number, end: number, flags: number, time: number) => void): void;
 }
 
 /** What a store's `watch` reports: a job stored lines or ended (null: events may have been missed, look again). */
