@@ -73,11 +73,11 @@ export function msToNanos(ms: number): bigint {
 }
 
 /**
- * RFC 3339 UTC with six fractional digits (GitLab's per-line form), e.g. `2026-11-29T08:30:00.123456Z`.
+ * RFC 3339 UTC with six fractional digits (GitLab's per-line form), e.g. `2025-11-29T08:30:00.123456Z`.
  * O(1).
  *
  * @example
- * rfc3339Micro(1764405000123.456); // "2026-11-29T08:30:00.123456Z"
+ * rfc3339Micro(1764405000123.456); // "2025-11-29T08:30:00.123456Z"
  */
 export function rfc3339Micro(ms: number): string {
   const us = toMicros(ms);
