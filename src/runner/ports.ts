@@ -50,7 +50,7 @@ export interface StoredLine {
   /**
    * When the line happened, in ms since the Unix epoch kept to the microsecond: the agent's stamp from when it read
    * the line from the job's pipe, else (`serverTime`) when the service received it. Absent (or 0) for lines stored
-   * before times existed. docs/runner-protocol.md §3.1.
+   * before times existed. docs/runner-protocol.md §2, "Line times".
    */
   time?: number;
   /** True when `time` is the service's receive time: the agent sent no stamp (an older or third-party agent). */

@@ -100,7 +100,7 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
   const logUtf8 =
     options.onLine === undefined && client.logUtf8 !== undefined ? client.logUtf8.bind(client) : undefined;
   // When the pipe read that completes a line happened: every line of one read shares it (one clock read a
-  // read, not a line), and a line split across reads gets the read that ended it (docs/runner-protocol.md §3.1).
+  // read, not a line), and a line split across reads gets the read that ended it (docs/runner-protocol.md §2, "Line times").
   let readAt = 0;
   const out = createLineSplitter(
     (line) => {

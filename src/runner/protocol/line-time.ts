@@ -1,5 +1,5 @@
 /**
- * A log line's time (docs/runner-protocol.md §3.1): on the wire `LogChunk.time_unix_nano`
+ * A log line's time (docs/runner-protocol.md §2, "Line times"): on the wire `LogChunk.time_unix_nano`
  * (fixed64, nanoseconds since the Unix epoch, 0 = no stamp); in this package a number of
  * milliseconds since the epoch kept to the microsecond (an integer count of µs ÷ 1000), so
  * it compares with `Date.now()` and every store round-trips it exactly (a double keeps ms to

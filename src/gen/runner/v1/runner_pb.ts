@@ -32,7 +32,7 @@ export type LogChunk = Message<"runner.v1.LogChunk"> & {
    * When the agent read the line from the job's pipe, in nanoseconds since the Unix epoch (UTC), as
    * OpenTelemetry's time_unix_nano; added after the seed, wire-compatible (an old server skips it).
    * 0 (absent: what an old client sends) means no stamp: the server then stores its own receive time,
-   * marked as the server's. Kept to the microsecond (docs/runner-protocol.md §3.1).
+   * marked as the server's. Kept to the microsecond (docs/runner-protocol.md §2, "Line times").
    *
    * @generated from field: fixed64 time_unix_nano = 3;
    */
