@@ -189,6 +189,10 @@ describe("interop: per-line time (LogChunk.time_unix_nano)", () => {
       expect(l.time).toBeGreaterThanOrEqual(before);
       expect(l.time).toBeLessThanOrEqual(after + 1);
     }
+    // follow() yields the same lines, times and marks (the job has ended: to its end, then done).
+    const followed = [];
+    for await (const l of h.runner.follow(id)) followed.push(l);
+    expect(followed).toEqual(stored);
   });
 
   it("a client that sends time_unix_nano gets it stored to the microsecond, not marked as the server's", async () => {
