@@ -20,6 +20,7 @@ import {
 import { decodeLogEvent, encodeLogEvent } from "../../src/adapters/postgres/log-notify.js";
 import type { StoredLine } from "../../src/runner/ports.js";
 import { fuzzParams } from "./settings.js";
+import { MAX_MICROS } from "../../src/runner/protocol/line-time.js";
 
 function expectCorrupt(error: unknown) {
   expect(error).toBeInstanceOf(RunnerDepotError);
@@ -61,7 +62,11 @@ const storedLine = fc
     stderr: fc.boolean(),
     marker: fc.boolean(),
     // No time, or any µs a double keeps exactly as ms (line-time.ts), going back and forth.
-    micros: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 2 ** 42 * 1000 - 1 })),
+    micros: fc.oneof(
+      fc.constant(0),
+      fc.integer({ min: 1, max: 2 ** 42 * 1000 - 1 }),
+      fc.constantFrom(1, MAX_MICROS), // the extremes a hostile agent can make deltas of
+    ),
     serverTime: fc.boolean(),
   })
   .map(({ line, stderr, marker, micros, serverTime }): StoredLine => {

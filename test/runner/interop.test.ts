@@ -12,6 +12,7 @@ import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mintJobToken } from "../../src/runner/index.js";
+import { MAX_MICROS } from "../../src/runner/protocol/line-time.js";
 import { startHarness, storedTexts, type Harness } from "../fixtures/runner-service.js";
 
 type RunnerPackage = {
@@ -210,5 +211,22 @@ describe("interop: per-line time (LogChunk.time_unix_nano)", () => {
     const [stamped, unstamped] = await h.logs.read(id);
     expect(stamped).toEqual({ line: "stamped", stderr: false, time: 1614834367123.456 });
     expect(unstamped).toMatchObject({ line: "unstamped", serverTime: true });
+  });
+
+  it("the largest time_unix_nano a hostile client can send is kept as the latest time kept, and the log still reads", async () => {
+    const id = randomUUID();
+    const out = await stream(
+      current,
+      [
+        { request_id: id, log: { line: "far", stderr: false, time_unix_nano: "18446744073709551615" } },
+        { request_id: id, log: { line: "near", stderr: false, time_unix_nano: "1000" } },
+      ],
+      { authorization: `Bearer ${mintJobToken(secret, id)}` },
+    );
+    expect(out).toMatchObject({ ok: true, code: grpc.status.OK });
+    expect(await h.logs.read(id)).toEqual([
+      { line: "far", stderr: false, time: MAX_MICROS / 1000 },
+      { line: "near", stderr: false, time: 0.001 },
+    ]);
   });
 });

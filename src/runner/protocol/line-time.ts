@@ -8,8 +8,12 @@
  */
 
 const TWO_32 = 2 ** 32;
-/** Largest µs count whose nanoseconds fit a fixed64 (about the year 2554). */
-const MAX_MICROS = Math.floor((2 ** 64 - 1) / 1000);
+/**
+ * Latest time kept, in µs (2^52 - 1: September 2112); a later stamp is kept as this. Below it every
+ * µs count, every difference of two and its zigzag form are exact integers in a double, which the
+ * stores' formats rely on (docs/decisions/log-line-time.md, "A hostile agent's times").
+ */
+export const MAX_MICROS = 2 ** 52 - 1;
 
 /** A time in ms rounded to the microsecond, as an integer count of µs (0 for none, negative or not finite). O(1). */
 export function toMicros(ms: number): number {
@@ -58,13 +62,14 @@ export function readNanos(buf: Uint8Array, pos: number): number {
   // floor((hi·2^32 + lo) / 1000) without leaving the exact range of a double.
   const q = Math.floor(hi / 1000);
   const r = hi - q * 1000;
-  return fromMicros(q * TWO_32 + Math.floor((r * TWO_32 + lo) / 1000));
+  return fromMicros(Math.min(MAX_MICROS, q * TWO_32 + Math.floor((r * TWO_32 + lo) / 1000)));
 }
 
 /** Nanoseconds (the protobuf-es field) as ms to the µs. O(1). */
 export function nanosToMs(nanos: bigint): number {
   if (nanos <= 0n) return 0;
-  return fromMicros(Number(nanos / 1000n));
+  const us = nanos / 1000n;
+  return fromMicros(us > BigInt(MAX_MICROS) ? MAX_MICROS : Number(us));
 }
 
 /** ms to the µs as nanoseconds (the protobuf-es field; 0n for none). O(1). */

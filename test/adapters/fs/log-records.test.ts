@@ -7,7 +7,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { decodeRecord, encodeRecords, timeBase } from "../../../src/adapters/fs/log-records.js";
 import { ReceivedLine } from "../../../src/runner/protocol/received-line.js";
-import { fromMicros } from "../../../src/runner/protocol/line-time.js";
+import { fromMicros, MAX_MICROS } from "../../../src/runner/protocol/line-time.js";
 import type { StoredLine } from "../../../src/runner/ports.js";
 import { fuzzParams } from "../../fuzz/settings.js";
 
@@ -23,6 +23,7 @@ const stored: fc.Arbitrary<StoredLine> = fc
       fc.constant(0),
       fc.integer({ min: BASE - 10_000_000, max: BASE + 86_400_000_000 }),
       fc.integer({ min: 1, max: 2 ** 42 * 1000 - 1 }), // kept to the µs until 2109 (line-time.ts)
+      fc.constantFrom(1, MAX_MICROS), // the extremes a hostile agent can send
     ),
     serverTime: fc.boolean(),
     received: fc.boolean(),
