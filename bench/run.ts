@@ -15,6 +15,7 @@ await writeReport({
   // Add a module here when you add bench/<name>.ts.
   modules: [
     "runner",
+    "runner-line-time",
     "depot",
     "backends",
     "depot-transactions",

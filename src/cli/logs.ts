@@ -1,11 +1,12 @@
 /**
- * `runner-depot logs <requestId> [--follow]`: prints a job's stored log, stdout lines to stdout and stderr lines to
- * stderr.
+ * `runner-depot logs <requestId> [--follow] [--timestamps]`: prints a job's stored log, stdout lines to stdout and
+ * stderr lines to stderr, each after its time in RFC 3339 with --timestamps.
  */
 import type { JobResult, StoredLine } from "../runner/ports.js";
 import { fetchFailureCause } from "../fetch-failure.js";
 import { cliFetch } from "./timed-fetch.js";
 import { CliError, serverTarget, type Command } from "./args.js";
+import { rfc3339Micro } from "../runner/protocol/line-time.js";
 
 const usage = `Usage: runner-depot logs <requestId> [options]
 
@@ -15,6 +16,8 @@ result as one JSON line on stderr and exits with the job's exit code.
 
 Options:
   --follow, -f       tail the log until the job ends
+  --timestamps, -t   start each line with its time (RFC 3339, UTC, to the µs) and a space;
+                     lines stored before times existed have none
   --url <url>        server (depot) URL (default: from <data>/serve.json)
   --token <token>    admin token (default: $RUNNER_DEPOT_TOKEN or <data>/serve.json)
   --data <dir>       where 'serve' keeps its data (default ./.runner-depot)`;
@@ -23,6 +26,7 @@ export const logsCommand: Command = {
   usage,
   options: {
     follow: { type: "boolean", short: "f" },
+    timestamps: { type: "boolean", short: "t" },
     url: { type: "string" },
     token: { type: "string" },
     data: { type: "string" },
@@ -51,7 +55,10 @@ export const logsCommand: Command = {
       if (!text) return;
       const record = JSON.parse(text) as StoredLine | { result: JobResult };
       if ("result" in record) result = record.result;
-      else (record.stderr ? process.stderr : process.stdout).write(`${record.line}\n`);
+      else {
+        const prefix = values.timestamps && record.time ? `${rfc3339Micro(record.time)} ` : "";
+        (record.stderr ? process.stderr : process.stdout).write(`${prefix}${record.line}\n`);
+      }
     };
     for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
       pending += decoder.decode(chunk, { stream: true });

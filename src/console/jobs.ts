@@ -12,11 +12,14 @@ import { summarizeJob } from "../runner/service/job-list.js";
 import type { RunnerService } from "../runner/service/runner-service.js";
 import type { JobStatus, StoredLine } from "../runner/ports.js";
 import { normalizeRequestId } from "../runner/protocol/request-id.js";
+import { rfc3339Micro } from "../runner/protocol/line-time.js";
 import { intParam, json, SECURITY_HEADERS } from "./responses.js";
 
-/** Bit flags of a line on the wire: [text, flags]. */
+/** Bit flags of a line on the wire: [text, flags, time] (time: ms since the epoch to the µs, 0 = none). */
 const LINE_STDERR = 1;
 const LINE_MARKER = 2;
+/** The time is the service's receive time (the agent sent none). */
+const LINE_SERVER_TIME = 4;
 
 /** Lines per window request, and the bytes after which a window is cut short. */
 const MAX_WINDOW = 2000;
@@ -34,10 +37,13 @@ interface JobEndpointLimits {
   maxStreamsPerSession: number;
 }
 
-/** The wire form of a stored line. */
-function wire(line: StoredLine): [string, number] {
-  return [line.line, (line.stderr ? LINE_STDERR : 0) | (line.marker ? LINE_MARKER : 0)];
+/** The wire form of a stored line: [text, flags], and its time third when it has one. */
+function wire(line: StoredLine): WireLine {
+  const flags = (line.stderr ? LINE_STDERR : 0) | (line.marker ? LINE_MARKER : 0);
+  return line.time ? [line.line, flags | (line.serverTime ? LINE_SERVER_TIME : 0), line.time] : [line.line, flags];
 }
+
+type WireLine = [string, number] | [string, number, number];
 
 /** The job ID of a path segment, or INVALID_ARGUMENT. */
 export function jobId(raw: string): string {
@@ -87,7 +93,7 @@ export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLim
       const from = intParam(url, "from", 0, 0, Number.MAX_SAFE_INTEGER);
       const limit = intParam(url, "limit", 500, 1, MAX_WINDOW);
       await known(id);
-      const out: Array<[string, number]> = [];
+      const out: WireLine[] = [];
       let bytes = 0;
       for (const line of await logs.read(id, from, limit)) {
         // Cut short by size: the viewer asks again from where this one ends.
@@ -209,9 +215,16 @@ export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLim
       });
     },
 
-    /** GET api/jobs/:id/raw — the stored log as text, streamed page by page. */
-    async raw(id: string): Promise<Response> {
+    /**
+     * GET api/jobs/:id/raw — the stored log as text, streamed page by page; with `?timestamps=1` each line that has
+     * a time starts with it in RFC 3339 UTC to the µs and a space (GitLab's form).
+     */
+    async raw(id: string, url: URL): Promise<Response> {
       await known(id);
+      const stamps = url.searchParams.get("timestamps");
+      if (stamps !== null && stamps !== "0" && stamps !== "1")
+        throw new RunnerDepotError("INVALID_ARGUMENT", "timestamps must be 0 or 1");
+      const withTimes = stamps === "1";
       const encoder = new TextEncoder();
       let from = 0;
       const body = new ReadableStream<Uint8Array>({
@@ -223,7 +236,9 @@ export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLim
           }
           from += page.length;
           let text = "";
-          for (const line of page) text += `${line.line}\n`;
+          if (withTimes)
+            for (const line of page) text += line.time ? `${rfc3339Micro(line.time)} ${line.line}\n` : `${line.line}\n`;
+          else for (const line of page) text += `${line.line}\n`;
           controller.enqueue(encoder.encode(text));
         },
       });

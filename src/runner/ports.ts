@@ -47,6 +47,14 @@ export interface StoredLine {
   stderr: boolean;
   /** True for lines the service wrote itself (truncation and cap markers). */
   marker?: boolean;
+  /**
+   * When the line happened, in ms since the Unix epoch kept to the microsecond: the agent's stamp from when it read
+   * the line from the job's pipe, else (`serverTime`) when the service received it. Absent (or 0) for lines stored
+   * before times existed. docs/runner-protocol.md §2, "Line times".
+   */
+  time?: number;
+  /** True when `time` is the service's receive time: the agent sent no stamp (an older or third-party agent). */
+  serverTime?: boolean;
 }
 
 /**
@@ -146,13 +154,13 @@ export interface LogArchiveStore {
 /**
  * Stored lines as the store keeps their bytes, for moving them without decoding (the
  * archive): `each` visits line k as `bytes[start, end)` (UTF-8) with its flags (bit 0
- * stderr, bit 1 marker), in order.
+ * stderr, bit 1 marker, bit 2 server time) and its time (ms to the µs, 0 = none), in order.
  */
 export interface RawLinePage {
   /** Lines in the page. */
   readonly count: number;
   /** Visits every line of the page in order. O(lines); no copy, no string. */
-  each(visit: (bytes: Buffer, start: number, end: number, flags: number) => void): void;
+  each(visit: (bytes: Buffer, start: number, end: number, flags: number, time: number) => void): void;
 }
 
 /** What a store's `watch` reports: a job stored lines or ended (null: events may have been missed, look again). */

@@ -119,6 +119,27 @@ export function describeJobLogStore<S extends JobLogStore>(
       expect((await store.read(id)).map((l) => l.line)).toEqual(texts);
     });
 
+    it("keeps each line's time to the microsecond and the server-time mark; a line without a time reads without one", async () => {
+      const store = await fresh();
+      const id = randomUUID();
+      // Times around now, one before the job's start (an agent's clock behind) and one a day later.
+      const now = Math.floor(Date.now()) + 0.123;
+      const stored = [
+        { line: "agent", stderr: false, time: now },
+        { line: "behind", stderr: true, time: now - 5_000.001 },
+        { line: "received", stderr: false, time: now + 86_400_000.999, serverTime: true },
+        { line: "marker", stderr: false, marker: true, time: now + 1, serverTime: true },
+        { line: "untimed", stderr: false },
+      ];
+      await store.append(id, 0, [
+        { stored: stored.slice(0, 2), stderr: false, bytes: 11 },
+        { stored: stored.slice(2, 4), stderr: false, bytes: 8 },
+        { stored: stored.slice(4), stderr: false, bytes: 7 },
+      ]);
+      expect(await store.read(id)).toEqual(stored);
+      expect(await store.read(id, 2, 2)).toEqual(stored.slice(2, 4));
+    });
+
     it("an append past `committed` (a gap) is refused with FAILED_PRECONDITION and stores nothing", async () => {
       const store = await fresh();
       const id = randomUUID();

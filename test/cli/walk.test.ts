@@ -147,6 +147,15 @@ describe("runner-depot command", () => {
       exitCode: 3,
     });
 
+    // --timestamps: each line after the time the agent read it from the job's pipe (RFC 3339, µs), in order.
+    const stamped = await cli(["logs", config.requestId, "--timestamps"], work);
+    expect(stamped.code, stamped.stderr).toBe(0);
+    const rows = stamped.stdout.trim().split("\n");
+    for (const row of rows) expect(row).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z line \d+$/);
+    expect(rows.map((r) => r.slice(28))).toEqual(expectedOut);
+    const times = rows.map((r) => r.slice(0, 27));
+    expect([...times].sort()).toEqual(times);
+
     // serve printed the job result as one JSON line.
     // Up to 60 s (a condition, not a time: 5 s was thin for a loaded machine's pipe and timers).
     for (let i = 0; i < 600 && !serveOut.includes(config.requestId); i++) await new Promise((r) => setTimeout(r, 100));

@@ -306,6 +306,60 @@ describe("web console in chromium", () => {
     await client.close();
   });
 
+  it("each line shows its time: the wall clock, or since the job started once switched; a server time is marked", async ({
+    skip,
+  }) => {
+    skip(chromiumMissing !== null, chromiumMissing ?? "");
+    // A context in UTC, so the wall clock reads the same on any machine.
+    const utc = await browser.newContext({ viewport: { width: 1100, height: 800 }, timezoneId: "UTC" });
+    const tab = await utc.newPage();
+    await tab.goto(`${consoleUrl()}/?token=${sessions.loginToken()}`);
+    const id = randomUUID();
+    const start = Date.parse("2026-11-29T08:00:00.000Z");
+    // The job starts (its first item) at `start`; the lines' own times come from the agent, one from the server.
+    await runner.logs.append(
+      id,
+      0,
+      [
+        { stored: [{ line: "first", stderr: false, time: start + 250.5 }], stderr: false, bytes: 5 },
+        { stored: [{ line: "a minute on", stderr: false, time: start + 61_500 }], stderr: false, bytes: 11 },
+        {
+          stored: [{ line: "an hour on", stderr: true, time: start + 3_723_004, serverTime: true }],
+          stderr: true,
+          bytes: 10,
+        },
+      ],
+      new Date(start),
+    );
+    await runner.cancelJob(id);
+    await tab.goto(`${consoleUrl()}/jobs/${id}`);
+    const times = () =>
+      tab.$$eval("#log .row", (els) =>
+        els.map((el) => {
+          const ts = el.querySelector(".ts") as HTMLElement;
+          return [ts.textContent, ts.classList.contains("server")];
+        }),
+      );
+    await tab.locator('#log .row[data-line="3"] .ts').waitFor();
+    expect(await times()).toEqual([
+      ["08:00:00.250", false],
+      ["08:01:01.500", false],
+      ["09:02:03.004", true],
+    ]);
+    expect(await tab.locator('#log .row[data-line="1"] .ts').getAttribute("title")).toBe("2026-11-29T08:00:00.250500Z");
+    expect(await tab.locator('#log .row[data-line="3"] .ts').getAttribute("title")).toMatch(/received by the server/);
+    await tab.getByLabel("Times:").selectOption("since");
+    await tab.waitForFunction(
+      () => document.querySelector('#log .row[data-line="1"] .ts')?.textContent === "+0:00.251",
+    );
+    expect(await times()).toEqual([
+      ["+0:00.251", false],
+      ["+1:01.500", false],
+      ["+1:02:03.004", true],
+    ]);
+    await utc.close();
+  });
+
   it("a package page lists versions, files with modes and link targets, licences and dependencies with working links", async ({
     skip,
   }) => {

@@ -196,6 +196,32 @@ describe("console over HTTP: jobs", () => {
     expect(await response.text()).toBe(Array.from({ length: 2500 }, (_, i) => `line ${i + 1}\n`).join(""));
   });
 
+  it("lines carry their time (third) and the server-time flag (4); ?timestamps=1 prefixes the raw log with RFC 3339", async () => {
+    const id = randomUUID();
+    const agent = 1_764_405_000_123.456; // 2025-11-29T08:30:00.123456Z
+    await runner.logs.append(id, 0, [
+      { stored: [{ line: "stamped", stderr: false, time: agent }], stderr: false, bytes: 7 },
+      { stored: [{ line: "received", stderr: true, time: agent + 1.5, serverTime: true }], stderr: true, bytes: 8 },
+      logEntry("untimed"),
+    ]);
+    await runner.cancelJob(id);
+    const page = (await (await fetch(`${base}/api/jobs/${id}/lines`)).json()) as { lines: unknown[] };
+    expect(page.lines).toEqual([
+      ["stamped", 0, agent],
+      ["received", 5, agent + 1.5],
+      ["untimed", 0],
+    ]);
+    const events = await readEvents(await fetch(`${base}/api/jobs/${id}/events?from=0`), () => false);
+    expect(linesOf(events)).toEqual(page.lines);
+    const plain = await (await fetch(`${base}/api/jobs/${id}/raw`)).text();
+    expect(plain).toBe("stamped\nreceived\nuntimed\n");
+    const timed = await (await fetch(`${base}/api/jobs/${id}/raw?timestamps=1`)).text();
+    expect(timed).toBe("2025-11-29T08:30:00.123456Z stamped\n2025-11-29T08:30:00.124956Z received\nuntimed\n");
+    const bad = await fetch(`${base}/api/jobs/${id}/raw?timestamps=yes`);
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { code: string }).code).toBe("INVALID_ARGUMENT");
+  });
+
   it("the job list filters by state and pages; a bad cursor is 400", async () => {
     const id = await job(0);
     const open = (await (await fetch(`${base}/api/jobs?status=open&limit=500`)).json()) as {

@@ -20,6 +20,7 @@ import {
 import { decodeLogEvent, encodeLogEvent } from "../../src/adapters/postgres/log-notify.js";
 import type { StoredLine } from "../../src/runner/ports.js";
 import { fuzzParams } from "./settings.js";
+import { MAX_MICROS } from "../../src/runner/protocol/line-time.js";
 
 function expectCorrupt(error: unknown) {
   expect(error).toBeInstanceOf(RunnerDepotError);
@@ -48,6 +49,7 @@ async function readAll(object: Buffer): Promise<StoredLine[]> {
       ...(await decodeChunk(
         object.subarray(index.offsets[c]!, index.offsets[c + 1]!),
         index.firsts[c + 1]! - index.firsts[c]!,
+        index.version,
       )),
     );
   }
@@ -55,8 +57,26 @@ async function readAll(object: Buffer): Promise<StoredLine[]> {
 }
 
 const storedLine = fc
-  .record({ line: fc.string({ unit: "grapheme", maxLength: 200 }), stderr: fc.boolean(), marker: fc.boolean() })
-  .map(({ line, stderr, marker }): StoredLine => (marker ? { line, stderr, marker: true } : { line, stderr }));
+  .record({
+    line: fc.string({ unit: "grapheme", maxLength: 200 }),
+    stderr: fc.boolean(),
+    marker: fc.boolean(),
+    // No time, or any µs a double keeps exactly as ms (line-time.ts), going back and forth.
+    micros: fc.oneof(
+      fc.constant(0),
+      fc.integer({ min: 1, max: 2 ** 42 * 1000 - 1 }),
+      fc.constantFrom(1, MAX_MICROS), // the extremes a hostile agent can make deltas of
+    ),
+    serverTime: fc.boolean(),
+  })
+  .map(({ line, stderr, marker, micros, serverTime }): StoredLine => {
+    const out: StoredLine = marker ? { line, stderr, marker: true } : { line, stderr };
+    if (micros > 0) {
+      out.time = micros / 1000;
+      if (serverTime) out.serverTime = true;
+    }
+    return out;
+  });
 
 describe("fuzz: log archive format", () => {
   it("any lines round-trip through the writer, the index and the chunks", async () => {
@@ -117,10 +137,12 @@ describe("fuzz: log archive format", () => {
     for (const params of fuzzParams("log archive records")) {
       fc.assert(
         fc.property(fc.uint8Array({ maxLength: 300 }), fc.nat({ max: 300 }), (raw, expected) => {
-          try {
-            expect(decodeRecords(raw, expected)).toHaveLength(expected);
-          } catch (error) {
-            expectCorrupt(error);
+          for (const version of [1, 2]) {
+            try {
+              expect(decodeRecords(raw, expected, version)).toHaveLength(expected);
+            } catch (error) {
+              expectCorrupt(error);
+            }
           }
         }),
         params,

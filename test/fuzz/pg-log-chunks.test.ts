@@ -6,7 +6,7 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { decodeRows, encodeLines } from "../../src/adapters/postgres/log-lines.js";
+import { decodeRows, encodeLines, LINE_META_BYTES } from "../../src/adapters/postgres/log-lines.js";
 import type { ChunkRow } from "../../src/adapters/postgres/log-lines.js";
 import type { StoredLine } from "../../src/runner/ports.js";
 import { fuzzParams } from "./settings.js";
@@ -22,7 +22,7 @@ function rowsOf(lines: StoredLine[], first: number, limits: { lines: number; byt
       first: String(first + l0),
       bytes: batch.bytes.subarray(b0, b0 + bn),
       ends: batch.ends.subarray(4 * l0, 4 * (l0 + n)),
-      flags: batch.flags.subarray(l0, l0 + n),
+      flags: batch.flags.subarray(LINE_META_BYTES * l0, LINE_META_BYTES * (l0 + n)),
     });
   }
   return rows;
@@ -32,6 +32,9 @@ const line = fc.record({
   line: fc.oneof(fc.string({ unit: "binary", maxLength: 40 }), fc.string({ unit: "grapheme-ascii", maxLength: 300 })),
   stderr: fc.boolean(),
   marker: fc.boolean(),
+  // No time, or any µs a double keeps exactly as ms (line-time.ts).
+  micros: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 2 ** 42 * 1000 - 1 })),
+  serverTime: fc.boolean(),
 });
 
 describe("fuzz: PostgreSQL log chunks", () => {
@@ -46,9 +49,16 @@ describe("fuzz: PostgreSQL log chunks", () => {
     for (const params of fuzzParams("pg log chunks")) {
       fc.assert(
         fc.property(input, ({ lines, first, limits, from, limit }) => {
-          const stored: StoredLine[] = lines.map((l) =>
-            l.marker ? { line: l.line, stderr: l.stderr, marker: true } : { line: l.line, stderr: l.stderr },
-          );
+          const stored: StoredLine[] = lines.map((l) => {
+            const out: StoredLine = l.marker
+              ? { line: l.line, stderr: l.stderr, marker: true }
+              : { line: l.line, stderr: l.stderr };
+            if (l.micros > 0) {
+              out.time = l.micros / 1000;
+              if (l.serverTime) out.serverTime = true;
+            }
+            return out;
+          });
           const rows = rowsOf(stored, first, limits);
           // Every chunk keeps to its bounds unless one line alone is over them.
           for (const r of rows) {
@@ -71,5 +81,18 @@ describe("fuzz: PostgreSQL log chunks", () => {
         params,
       );
     }
+  });
+
+  it("rows written before per-line times (one flag byte a line) read as lines without times", () => {
+    const row: ChunkRow = {
+      first: "0",
+      bytes: Buffer.from("ab"),
+      ends: Buffer.from([0, 0, 0, 1, 0, 0, 0, 2]),
+      flags: Buffer.from([1, 2]),
+    };
+    expect(decodeRows([row], 0)).toEqual([
+      { line: "a", stderr: true },
+      { line: "b", stderr: false, marker: true },
+    ]);
   });
 });

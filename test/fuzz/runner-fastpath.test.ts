@@ -12,6 +12,7 @@ import { describe, expect, it } from "vitest";
 import { LogItemSchema, type LogItem } from "../../src/gen/runner/v1/runner_pb.js";
 import { decodeLogItem, decodeReceivedLine } from "../../src/runner/protocol/decoder.js";
 import { toLogItem } from "../../src/runner/protocol/received-line.js";
+import { nanosToMs } from "../../src/runner/protocol/line-time.js";
 import { ENVELOPE_PREFIX, EnvelopeSplitter, EnvelopeTooLarge } from "../../src/runner/protocol/envelope-splitter.js";
 import { fuzzParams, fuzzTimeout } from "./settings.js";
 
@@ -24,9 +25,15 @@ const text = fc.oneof(
 
 const item: fc.Arbitrary<LogItem> = fc.oneof(
   fc
-    .record({ id: fc.oneof(fc.uuid(), text), line: text, stderr: fc.boolean() })
-    .map(({ id, line, stderr }) =>
-      create(LogItemSchema, { requestId: id, event: { case: "log", value: { line, stderr } } }),
+    .record({
+      id: fc.oneof(fc.uuid(), text),
+      line: text,
+      stderr: fc.boolean(),
+      // time_unix_nano: absent (0), or any fixed64, sub-microsecond nanoseconds included.
+      timeUnixNano: fc.oneof(fc.constant(0n), fc.bigInt({ min: 0n, max: 2n ** 64n - 1n })),
+    })
+    .map(({ id, line, stderr, timeUnixNano }) =>
+      create(LogItemSchema, { requestId: id, event: { case: "log", value: { line, stderr, timeUnixNano } } }),
     ),
   fc
     .record({
@@ -141,7 +148,12 @@ function checkDecode(bytes: Uint8Array): void {
   if (fast !== null) expect(fast).toStrictEqual(oracle);
   // The byte path (what the server uses) takes at least what the message decoder takes, and agrees.
   if (fast !== null) expect(received).not.toBeNull();
-  if (received !== null) expect(toLogItem(received)).toStrictEqual(oracle);
+  if (received !== null) {
+    expect(toLogItem(received)).toStrictEqual(oracle);
+    // The time the service reads: the stamp to the microsecond (0: none), as the message path reads it.
+    const nanos = oracle.event.case === "log" ? oracle.event.value.timeUnixNano : 0n;
+    expect(received.time).toBe(nanosToMs(nanos));
+  }
 }
 
 describe("fuzz: runner fast-path frame splitter and decoder (protobuf-es as oracle)", () => {

@@ -1,24 +1,40 @@
 /**
  * An independent gRPC implementation (@grpc/grpc-js with @grpc/proto-loader, loading
- * proto/runner/v1/runner.proto) streams to the server: Ack, trailers, status codes.
+ * proto/runner/v1/runner.proto) streams to the server: Ack, trailers, status codes. The same
+ * implementation built from the seed's proto (no `time_unix_nano`) stands for an older client.
  */
 import { randomUUID } from "node:crypto";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mintJobToken } from "../../src/runner/index.js";
+import { MAX_MICROS } from "../../src/runner/protocol/line-time.js";
 import { startHarness, storedTexts, type Harness } from "../fixtures/runner-service.js";
 
-const protoPath = fileURLToPath(new URL("../../proto/runner/v1/runner.proto", import.meta.url));
-const definition = protoLoader.loadSync(protoPath, { keepCase: true, defaults: true, oneofs: true });
-const pkg = grpc.loadPackageDefinition(definition) as unknown as {
+type RunnerPackage = {
   runner: {
     v1: {
       Runner: new (address: string, credentials: grpc.ChannelCredentials) => grpc.Client & Record<string, Function>;
     };
   };
 };
+const protoPath = fileURLToPath(new URL("../../proto/runner/v1/runner.proto", import.meta.url));
+const definition = protoLoader.loadSync(protoPath, { keepCase: true, defaults: true, oneofs: true, longs: String });
+const pkg = grpc.loadPackageDefinition(definition) as unknown as RunnerPackage;
+
+/** The seed's runner.proto as the first clients were built from it (before `LogChunk.time_unix_nano`). */
+const SEED_PROTO = `syntax = "proto3";
+package runner.v1;
+message LogChunk { string line = 1; bool stderr = 2; }
+message JobEnd   { int32 exit_code = 1; bool success = 2; string repo_url = 3; string commit_sha = 4; }
+message LogItem  { string request_id = 1; oneof event { LogChunk log = 2; JobEnd end = 3; } }
+message Ack      { bool ok = 1; }
+service Runner   { rpc StreamLogs(stream LogItem) returns (Ack); }
+`;
 
 interface GrpcOutcome {
   ok: boolean | null;
@@ -125,5 +141,92 @@ describe("interop: @grpc/grpc-js client", () => {
     const bad = await stream(client, [{ request_id: odd, log: { line: "z" } }], auth);
     expect(bad.code).toBe(grpc.status.INVALID_ARGUMENT);
     expect(bad.details).toBe(`request_id is not a UUID: ${JSON.stringify(odd)}`);
+  });
+});
+
+describe("interop: per-line time (LogChunk.time_unix_nano)", () => {
+  const secret = "interop-time-secret";
+  let h: Harness;
+  let seedDir: string;
+  let current: grpc.Client & Record<string, Function>;
+  let older: grpc.Client & Record<string, Function>;
+  beforeAll(async () => {
+    h = await startHarness({ secret });
+    const address = h.server.url.replace("http://", "");
+    current = new pkg.runner.v1.Runner(address, grpc.credentials.createInsecure());
+    seedDir = mkdtempSync(join(tmpdir(), "runner-depot-seed-proto-"));
+    writeFileSync(join(seedDir, "runner.proto"), SEED_PROTO);
+    const seed = protoLoader.loadSync(join(seedDir, "runner.proto"), { keepCase: true, defaults: true, oneofs: true });
+    const seedPkg = grpc.loadPackageDefinition(seed) as unknown as RunnerPackage;
+    older = new seedPkg.runner.v1.Runner(address, grpc.credentials.createInsecure());
+  });
+  afterAll(async () => {
+    current.close();
+    older.close();
+    await h.close();
+    rmSync(seedDir, { recursive: true, force: true });
+  });
+
+  it("an older client built from the seed's proto still streams, and its lines get the server's receive time, marked", async () => {
+    const id = randomUUID();
+    const before = Date.now();
+    const out = await stream(
+      older,
+      [
+        { request_id: id, log: { line: "old one", stderr: false } },
+        { request_id: id, log: { line: "old two", stderr: true } },
+        { request_id: id, end: { exit_code: 0, success: true } },
+      ],
+      { authorization: `Bearer ${mintJobToken(secret, id)}` },
+    );
+    const after = Date.now();
+    expect(out).toMatchObject({ ok: true, code: grpc.status.OK });
+    const stored = await h.logs.read(id);
+    expect(stored.map((l) => [l.line, l.stderr, l.serverTime])).toEqual([
+      ["old one", false, true],
+      ["old two", true, true],
+    ]);
+    for (const l of stored) {
+      expect(l.time).toBeGreaterThanOrEqual(before);
+      expect(l.time).toBeLessThanOrEqual(after + 1);
+    }
+    // follow() yields the same lines, times and marks (the job has ended: to its end, then done).
+    const followed = [];
+    for await (const l of h.runner.follow(id)) followed.push(l);
+    expect(followed).toEqual(stored);
+  });
+
+  it("a client that sends time_unix_nano gets it stored to the microsecond, not marked as the server's", async () => {
+    const id = randomUUID();
+    // 2021-03-04T05:06:07.123456789Z: the nanoseconds below the microsecond are dropped.
+    const out = await stream(
+      current,
+      [
+        { request_id: id, log: { line: "stamped", stderr: false, time_unix_nano: "1614834367123456789" } },
+        { request_id: id, log: { line: "unstamped", stderr: false } },
+      ],
+      { authorization: `Bearer ${mintJobToken(secret, id)}` },
+    );
+    expect(out).toMatchObject({ ok: true, code: grpc.status.OK });
+    const [stamped, unstamped] = await h.logs.read(id);
+    expect(stamped).toEqual({ line: "stamped", stderr: false, time: 1614834367123.456 });
+    expect(unstamped).toMatchObject({ line: "unstamped", serverTime: true });
+  });
+
+  it("the largest time_unix_nano a hostile client can send is kept as the latest time kept, and the log still reads", async () => {
+    const id = randomUUID();
+    const out = await stream(
+      current,
+      [
+        { request_id: id, log: { line: "far", stderr: false, time_unix_nano: "18446744073709551615" } },
+        { request_id: id, log: { line: "near", stderr: false, time_unix_nano: "1000" } },
+      ],
+      { authorization: `Bearer ${mintJobToken(secret, id)}` },
+    );
+    expect(out).toMatchObject({ ok: true, code: grpc.status.OK });
+    expect(await h.logs.read(id)).toEqual([
+      { line: "far", stderr: false, time: MAX_MICROS / 1000 },
+      { line: "near", stderr: false, time: 0.001 },
+    ]);
   });
 });

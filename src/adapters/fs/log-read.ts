@@ -54,13 +54,17 @@ export function extendIndex(index: number[], offset: number, line: number, sizes
   }
 }
 
-/** Up to `limit` lines from line `from` of the first `end` bytes of `path`, starting at `index`'s nearest offset. */
+/**
+ * Up to `limit` lines from line `from` of the first `end` bytes of `path`, starting at `index`'s nearest offset;
+ * record times count from `baseUs` (log-records.ts timeBase).
+ */
 export async function readLines(
   path: string,
   index: number[],
   end: number,
   from: number,
   limit: number,
+  baseUs = 0,
 ): Promise<StoredLine[]> {
   const checkpoint = Math.floor(from / STRIDE);
   let line = checkpoint * STRIDE;
@@ -88,7 +92,7 @@ export async function readLines(
         const nl = chunk.indexOf("\n", start);
         if (nl < 0) break;
         if (line >= from) {
-          out.push(decodeRecord(chunk.slice(start, nl)));
+          out.push(decodeRecord(chunk.slice(start, nl), baseUs));
           if (out.length >= limit) break;
         }
         line++;

@@ -29,7 +29,7 @@ import { createDirectorySync } from "./durable.js";
 import { unlinkQuietly } from "./files.js";
 import { OpenLogs, type LogHandle } from "./log-descriptors.js";
 import { extendIndex, readLines, scanIndex } from "./log-read.js";
-import { encodeRecords } from "./log-records.js";
+import { encodeRecords, timeBase } from "./log-records.js";
 
 export { MAX_OPEN_LOGS } from "./log-descriptors.js";
 
@@ -297,7 +297,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
           const stored = applyAppend(next, fresh, now);
           if (stored.length > 0) {
             // Each record encoded once (O(bytes)); the index below reuses their sizes.
-            const { bytes, sizes } = encodeRecords(stored);
+            const { bytes, sizes } = encodeRecords(stored, timeBase(next.startedAt));
             next.fileBytes = job.state.fileBytes + bytes.length;
             // The state file is written and synced while the log is: it is renamed over
             // the old one only once the log's bytes are on disk.
@@ -341,7 +341,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
           // An archived job's lines are in its archive, no longer here.
           if (from >= total || limit <= 0 || job.state.archived) return [];
           job.index ??= await scanIndex(job.path, job.state.fileBytes);
-          return readLines(job.path, job.index, job.state.fileBytes, from, limit);
+          return readLines(job.path, job.index, job.state.fileBytes, from, limit, timeBase(job.state.startedAt));
         },
         () => [],
       );

@@ -14,10 +14,11 @@ import {
 import { JobListIndex } from "../../runner/service/job-list.js";
 import type { JobLogStore, JobState, StoredLine } from "../../runner/ports.js";
 import { ReceivedLine, readsLineEntries } from "../../runner/protocol/received-line.js";
+import { fromMicros, toMicros } from "../../runner/protocol/line-time.js";
 
 /**
  * A job and its lines, kept as bytes: the lines' UTF-8 back to back in blocks, and per line its end offset in its
- * block and a flag byte (bit 0 stderr, bit 1 marker), in typed arrays.
+ * block, a flag byte (bit 0 stderr, bit 1 marker, bit 2 server time) and its time (µs, 0 = none), in typed arrays.
  * Why: docs/decisions/runner-server.md, "log-store.ts: Job".
  */
 interface Job {
@@ -31,12 +32,15 @@ interface Job {
   /** End offset of each line in its block. */
   ends: Uint32Array;
   flags: Uint8Array;
+  /** Each line's time as an integer count of µs since the epoch (8 bytes a line; 0 = none). */
+  times: Float64Array;
   /** Lines held. */
   count: number;
 }
 
 const STDERR = 1;
 const MARKER = 2;
+const SERVER_TIME = 4;
 /**
  * First block of a job; each next one doubles, up to MAX_BLOCK (so a short job costs little, a long one few blocks).
  */
@@ -44,7 +48,16 @@ const FIRST_BLOCK = 4096;
 const MAX_BLOCK = 1024 * 1024;
 
 function newJob(state: JobState): Job {
-  return { state, blocks: [], blockFirst: [], used: 0, ends: new Uint32Array(64), flags: new Uint8Array(64), count: 0 };
+  return {
+    state,
+    blocks: [],
+    blockFirst: [],
+    used: 0,
+    ends: new Uint32Array(64),
+    flags: new Uint8Array(64),
+    times: new Float64Array(64),
+    count: 0,
+  };
 }
 
 /** Room for `bytes` more in the last block (a new block when it is full). Amortised O(1). */
@@ -67,12 +80,16 @@ function keep(job: Job, lines: readonly StoredLine[]): void {
     ends.set(job.ends.subarray(0, job.count));
     const flags = new Uint8Array(cap);
     flags.set(job.flags.subarray(0, job.count));
+    const times = new Float64Array(cap);
+    times.set(job.times.subarray(0, job.count));
     job.ends = ends;
     job.flags = flags;
+    job.times = times;
   }
   for (const line of lines) {
     let end: number;
     let flags = line.stderr ? STDERR : 0;
+    if (line.serverTime === true) flags |= SERVER_TIME;
     if (line instanceof ReceivedLine) {
       const n = line.end - line.start;
       const block = room(job, n);
@@ -87,6 +104,7 @@ function keep(job: Job, lines: readonly StoredLine[]): void {
     job.used = end;
     job.ends[job.count] = end;
     job.flags[job.count] = flags;
+    job.times[job.count] = toMicros(line.time ?? 0);
     job.count++;
   }
 }
@@ -112,7 +130,14 @@ function linesOf(job: Job, from: number, to: number): StoredLine[] {
     const start = i === job.blockFirst[b] ? 0 : job.ends[i - 1]!;
     const line = job.blocks[b]!.toString("utf8", start, job.ends[i]!);
     const f = job.flags[i]!;
-    out.push(f & MARKER ? { line, stderr: (f & STDERR) !== 0, marker: true } : { line, stderr: (f & STDERR) !== 0 });
+    const stored: StoredLine =
+      f & MARKER ? { line, stderr: (f & STDERR) !== 0, marker: true } : { line, stderr: (f & STDERR) !== 0 };
+    const us = job.times[i]!;
+    if (us > 0) {
+      stored.time = fromMicros(us);
+      if (f & SERVER_TIME) stored.serverTime = true;
+    }
+    out.push(stored);
   }
   return out;
 }

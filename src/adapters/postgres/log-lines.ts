@@ -1,12 +1,19 @@
 /**
  * How job lines are kept in PostgreSQL: in chunks, one row of `job_chunks` per run of up to
  * CHUNK_LINES lines / CHUNK_BYTES bytes, holding the lines' UTF-8 bytes back to back (`bytes`),
- * where each line ends in it (`ends`, uint32 big-endian, one per line) and a flag byte per
- * line (`flags`: bit 0 stderr, bit 1 marker).
+ * where each line ends in it (`ends`, uint32 big-endian, one per line) and per line a flag byte
+ * (bit 0 stderr, bit 1 marker, bit 2 server time) and its time as a float64 big-endian count of µs
+ * (0 = none) in `flags`: LINE_META_BYTES (9) a line. Rows written before per-line times hold the
+ * flag byte alone (1 a line) and still read: a row's stride is `flags` bytes ÷ lines.
+ * Why (times): docs/decisions/log-line-time.md, "PostgreSQL".
  * Why: docs/decisions/runner-throughput.md, "log-lines.ts: why chunks and not a row per line".
  */
 import type { RawLinePage, StoredLine } from "../../runner/ports.js";
 import { ReceivedLine } from "../../runner/protocol/received-line.js";
+import { fromMicros, toMicros } from "../../runner/protocol/line-time.js";
+
+/** Bytes of `flags` a line: the flag byte and the time (float64 BE, µs). */
+export const LINE_META_BYTES = 9;
 
 /** Most lines in one chunk row. */
 const CHUNK_LINES = 4096;
@@ -21,7 +28,7 @@ interface EncodedLines {
   bytes: Buffer;
   /** uint32 BE per line: where it ends, counted from the start of its chunk. */
   ends: Buffer;
-  /** One byte per line: bit 0 stderr, bit 1 marker. */
+  /** LINE_META_BYTES per line: the flag byte (bit 0 stderr, bit 1 marker, bit 2 server time), then the time. */
   flags: Buffer;
   /** Four numbers per chunk: first line index, line count, first byte, byte count. */
   cuts: number[];
@@ -65,7 +72,7 @@ export function encodeLines(
   let bytes = Buffer.allocUnsafe(chars + 64);
   const n = to - from;
   const ends = Buffer.allocUnsafe(4 * n);
-  const flags = Buffer.allocUnsafe(n);
+  const flags = Buffer.allocUnsafe(LINE_META_BYTES * n);
   const cuts: number[] = [];
   let pos = 0;
   let chunkLine = 0;
@@ -91,7 +98,8 @@ export function encodeLines(
     }
     pos = end;
     ends.writeUInt32BE(pos - chunkByte, 4 * k);
-    flags[k] = (l.stderr ? 1 : 0) | (l.marker ? 2 : 0);
+    flags[LINE_META_BYTES * k] = (l.stderr ? 1 : 0) | (l.marker ? 2 : 0) | (l.serverTime ? 4 : 0);
+    flags.writeDoubleBE(toMicros(l.time ?? 0), LINE_META_BYTES * k + 1);
   }
   if (n > chunkLine) cuts.push(chunkLine, n - chunkLine, chunkByte, pos - chunkByte);
   return { bytes: bytes.subarray(0, pos), ends, flags, cuts };
@@ -108,7 +116,7 @@ export function chunksFrom(p: number, guard = ""): string {
   return `SELECT ${id}, ${first}::bigint + c.l0, c.n,
             substring(${bytes}::bytea FROM c.b0 + 1 FOR c.bn),
             substring(${ends}::bytea FROM 4 * c.l0 + 1 FOR 4 * c.n),
-            substring(${flags}::bytea FROM c.l0 + 1 FOR c.n)
+            substring(${flags}::bytea FROM ${LINE_META_BYTES} * c.l0 + 1 FOR ${LINE_META_BYTES} * c.n)
           FROM ${guard ? `${guard}, ` : ""}(SELECT a[4 * i - 3] AS l0, a[4 * i - 2] AS n, a[4 * i - 1] AS b0, a[4 * i] AS bn
                 FROM (SELECT ${chunks}::int[] AS a) AS arr, generate_series(1, cardinality(arr.a) / 4) AS i) AS c`;
 }
@@ -142,7 +150,7 @@ export function encodeGroup(batches: readonly { first: number; stored: readonly 
       const [l0, n, b0, bn] = [part.cuts[c]!, part.cuts[c + 1]!, part.cuts[c + 2]!, part.cuts[c + 3]!];
       cuts.push(j + 1, batches[j]!.first + l0, lines + l0, n, bytes + b0, bn);
     }
-    lines += part.flags.length;
+    lines += part.flags.length / LINE_META_BYTES;
     bytes += part.bytes.length;
   });
   return {
@@ -201,12 +209,23 @@ export function rawRows(rows: readonly ChunkRow[], from: number, limit = Infinit
         for (let k = Math.max(0, from - first); k < rowCount && seen < count; k++, seen++) {
           const start = k === 0 ? 0 : row.ends!.readUInt32BE(4 * (k - 1));
           const end = row.ends === null ? row.bytes.length : row.ends.readUInt32BE(4 * k);
-          visit(row.bytes, start, end, row.flags[k]! & 3);
+          const [flags, time] = metaOf(row, rowCount, k);
+          visit(row.bytes, start, end, flags, time);
         }
         if (seen >= count) break;
       }
     },
   };
+}
+
+/**
+ * Line k's flags (bits 0–2) and time (ms, 0 = none) in a row of `count` lines: a row written before per-line times
+ * holds one flag byte a line and no time. O(1).
+ */
+function metaOf(row: ChunkRow, count: number, k: number): [number, number] {
+  if (row.flags.length === count) return [row.flags[k]! & 3, 0];
+  const at = LINE_META_BYTES * k;
+  return [row.flags[at]! & 7, fromMicros(row.flags.readDoubleBE(at + 1))];
 }
 
 /**
@@ -221,9 +240,13 @@ export function decodeRows(rows: readonly ChunkRow[], from: number, limit = Infi
     for (let k = Math.max(0, from - first); k < count && out.length < limit; k++) {
       const start = k === 0 ? 0 : row.ends!.readUInt32BE(4 * (k - 1));
       const end = row.ends === null ? row.bytes.length : row.ends.readUInt32BE(4 * k);
-      const flag = row.flags[k]!;
+      const [flag, time] = metaOf(row, count, k);
       const line: StoredLine = { line: row.bytes.toString("utf8", start, end), stderr: (flag & 1) === 1 };
       if (flag & 2) line.marker = true;
+      if (time > 0) {
+        line.time = time;
+        if (flag & 4) line.serverTime = true;
+      }
       out.push(line);
     }
     if (out.length >= limit) break;

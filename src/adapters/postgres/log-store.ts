@@ -27,6 +27,7 @@ import type {
 import { createGroupRunner } from "./log-group.js";
 import {
   chunksFrom,
+  LINE_META_BYTES,
   decodeRows,
   encodeGroup,
   rawRows,
@@ -179,7 +180,7 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
        ), ins AS (
          ${insertChunks}
          SELECT i.id, c.first, c.n, substring($5::bytea FROM c.b0 + 1 FOR c.bn),
-                substring($6::bytea FROM 4 * c.l0 + 1 FOR 4 * c.n), substring($7::bytea FROM c.l0 + 1 FOR c.n)
+                substring($6::bytea FROM 4 * c.l0 + 1 FOR 4 * c.n), substring($7::bytea FROM ${LINE_META_BYTES} * c.l0 + 1 FOR ${LINE_META_BYTES} * c.n)
          FROM c JOIN i ON i.k = c.k JOIN upd ON upd.request_id = i.id
        )
        SELECT request_id FROM upd`,

@@ -9,7 +9,8 @@ import type { AnsiRun } from "./ansi.js";
 // Types only: erased from the function text script.ts ships.
 import type { JobSummary as RunnerJobSummary } from "../../runner/service/job-list.js";
 
-type Wire = [string, number];
+/** A line as the job endpoints send it: text, flags (1 stderr, 2 marker, 4 server time), time (ms, 0 = none). */
+type Wire = [string, number, number?];
 
 /** Runs the console page in the browser. */
 export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
@@ -351,6 +352,34 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
     viewport.append(spacer, rows);
     viewport.dataset.streamErrors = "0";
 
+    // Line times: the wall clock (local time of day, ms) or the time since the job started (its first item).
+    const timeMode = h(
+      "select",
+      { id: "time-mode" },
+      h("option", { value: "wall", text: "Wall clock" }),
+      h("option", { value: "since", text: "Since job start" }),
+    );
+    timeMode.addEventListener("change", () => draw());
+    const pad = (n: number, width = 2) => String(n).padStart(width, "0");
+    function fmtLineTime(ms: number): string {
+      if (timeMode.value === "since") {
+        const start = job.startedAt ? Date.parse(job.startedAt) : ms;
+        const d = Math.round(ms - start);
+        const a = Math.abs(d);
+        const h = Math.floor(a / 3_600_000);
+        const m = Math.floor((a % 3_600_000) / 60_000);
+        const s = Math.floor((a % 60_000) / 1000);
+        return `${d < 0 ? "-" : "+"}${h > 0 ? `${h}:${pad(m)}` : String(m)}:${pad(s)}.${pad(a % 1000, 3)}`;
+      }
+      const t = new Date(Math.floor(ms));
+      return `${pad(t.getHours())}:${pad(t.getMinutes())}:${pad(t.getSeconds())}.${pad(t.getMilliseconds(), 3)}`;
+    }
+    function timeTitle(ms: number, serverTime: boolean): string {
+      const us = Math.round(ms * 1000);
+      const iso = new Date(Math.floor(us / 1000)).toISOString().slice(0, 23) + pad(us % 1000, 3) + "Z";
+      return serverTime ? `${iso} (received by the server: the agent sent no time)` : iso;
+    }
+
     let total = job.storedLines;
     let target: number | null = null;
     const chunks = new Map<number, Wire[]>();
@@ -402,11 +431,12 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
           "div",
           { class: "row pending", "data-line": String(number) },
           ln,
+          h("span", { class: "ts" }),
           h("span", { class: "stream" }),
           h("span", { class: "text", text: "…" }),
         );
       }
-      const [text, flags] = line;
+      const [text, flags, time = 0] = line;
       const err = (flags & 1) !== 0;
       const marker = (flags & 2) !== 0;
       const row = h("div", {
@@ -425,7 +455,20 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
         if (run.bg) span.style.backgroundColor = run.bg;
         body.append(span);
       }
-      row.append(ln, h("span", { class: "stream", text: err ? "err" : "", title: err ? "stderr" : undefined }), body);
+      const ts =
+        time > 0
+          ? h("span", {
+              class: (flags & 4) !== 0 ? "ts server" : "ts",
+              text: fmtLineTime(time),
+              title: timeTitle(time, (flags & 4) !== 0),
+            })
+          : h("span", { class: "ts" });
+      row.append(
+        ln,
+        ts,
+        h("span", { class: "stream", text: err ? "err" : "", title: err ? "stderr" : undefined }),
+        body,
+      );
       return row;
     }
 
@@ -539,6 +582,14 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
           download: `job-${id}.log`,
           text: "Download raw log",
         }),
+        h("a", {
+          class: "button",
+          href: `${base}/api/jobs/${id}/raw?timestamps=1`,
+          download: `job-${id}.log`,
+          text: "With times",
+          "aria-label": "Download raw log with times",
+        }),
+        h("span", {}, h("label", { for: "time-mode", text: "Times: " }), timeMode),
         cancel,
         h("span", {}, follow, " ", h("label", { for: "follow", text: "Follow the end of the log" })),
       ),

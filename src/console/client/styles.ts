@@ -51,6 +51,8 @@ dl.summary dd { margin: 0; word-break: break-all; }
 .row { height: var(--row); line-height: var(--row); white-space: pre; font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 13px; display: flex; }
 .row .ln { flex: none; width: 5.5em; padding-right: .6em; text-align: right; color: #9aa4ae; text-decoration: none; user-select: none; }
 .row .ln:hover, .row .ln:focus { color: #ffffff; text-decoration: underline; }
+.row .ts { flex: none; width: 7.5em; padding-right: .6em; color: #9aa4ae; font-variant-numeric: tabular-nums; }
+.row .ts.server { font-style: italic; }
 .row .stream { flex: none; width: 2.4em; color: #ff9e96; font-size: 11px; }
 .row .text { padding-right: 1em; }
 .row.err { background: #2a1416; }

@@ -8,6 +8,7 @@ import { constants as osConstants } from "node:os";
 import { RunnerDepotError } from "../../errors.js";
 import type { RunnerClient, RunnerStop } from "../client/runner-client.js";
 import { createLineSplitter, DEFAULT_MAX_LINE_BYTES } from "./line-splitter.js";
+import { nowMs } from "../protocol/line-time.js";
 
 /** Options of {@link runJob}. */
 export interface RunJobOptions {
@@ -29,8 +30,11 @@ export interface RunJobOptions {
   killGraceMs?: number;
   /** Signal the whole process group (the job's children too). Default true. */
   killProcessGroup?: boolean;
-  /** Called with every line as it is streamed (e.g. to show the job's output locally too). */
-  onLine?: (line: string, stderr: boolean) => void;
+  /**
+   * Called with every line as it is streamed (e.g. to show the job's output locally too), with the time the agent
+   * read it from the pipe (ms since the epoch, to the µs: the line's stamp).
+   */
+  onLine?: (line: string, stderr: boolean, time: number) => void;
 }
 
 /**
@@ -95,40 +99,55 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
   // line) unless the caller wants every line as text.
   const logUtf8 =
     options.onLine === undefined && client.logUtf8 !== undefined ? client.logUtf8.bind(client) : undefined;
+  // When the pipe read that completes a line happened: every line of one read shares it (one clock read a
+  // read, not a line), and a line split across reads gets the read that ended it (docs/runner-protocol.md §2, "Line times").
+  let readAt = 0;
   const out = createLineSplitter(
     (line) => {
       if (stop !== null) return;
-      options.onLine?.(line, false);
-      pauseForSpool(client.log(line, false));
+      options.onLine?.(line, false, readAt);
+      pauseForSpool(client.log(line, false, readAt));
     },
     {
       maxLineBytes,
       onBytes:
         logUtf8 &&
         ((buf, start, end) => {
-          if (stop === null) pauseForSpool(logUtf8(buf, start, end, false));
+          if (stop === null) pauseForSpool(logUtf8(buf, start, end, false, readAt));
         }),
     },
   );
   const err = createLineSplitter(
     (line) => {
       if (stop !== null) return;
-      options.onLine?.(line, true);
-      pauseForSpool(client.log(line, true));
+      options.onLine?.(line, true, readAt);
+      pauseForSpool(client.log(line, true, readAt));
     },
     {
       maxLineBytes,
       onBytes:
         logUtf8 &&
         ((buf, start, end) => {
-          if (stop === null) pauseForSpool(logUtf8(buf, start, end, true));
+          if (stop === null) pauseForSpool(logUtf8(buf, start, end, true, readAt));
         }),
     },
   );
-  child.stdout!.on("data", (b: Buffer) => out.push(b));
-  child.stdout!.on("end", () => out.end());
-  child.stderr!.on("data", (b: Buffer) => err.push(b));
-  child.stderr!.on("end", () => err.end());
+  child.stdout!.on("data", (b: Buffer) => {
+    readAt = nowMs();
+    out.push(b);
+  });
+  child.stdout!.on("end", () => {
+    readAt = nowMs();
+    out.end();
+  });
+  child.stderr!.on("data", (b: Buffer) => {
+    readAt = nowMs();
+    err.push(b);
+  });
+  child.stderr!.on("end", () => {
+    readAt = nowMs();
+    err.end();
+  });
 
   const closed = new Promise<number>((resolve) => {
     child.once("close", (code, signal) => {

@@ -174,7 +174,7 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
   async function loadChunk(key: string, id: string, index: ArchiveIndex, c: number): Promise<StoredLine[] | null> {
     const packed = await archive.read(archiveKey(id), index.offsets[c]!, index.offsets[c + 1]!);
     if (!packed) return null;
-    const lines = await decodeChunk(packed, index.firsts[c + 1]! - index.firsts[c]!);
+    const lines = await decodeChunk(packed, index.firsts[c + 1]! - index.firsts[c]!, index.version);
     let size = 0;
     for (const line of lines) size += line.line.length * 2 + 48;
     chunks.set(key, lines, size);
@@ -228,9 +228,9 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
         if (live.readRaw) {
           const page = await live.readRaw(id, position, limit);
           count = page.count;
-          page.each((text, start, end, flags) => {
+          page.each((text, start, end, flags, time) => {
             pageBytes += end - start;
-            const chunk = writer.addBytes(text, start, end, flags);
+            const chunk = writer.addBytes(text, start, end, flags, time);
             if (chunk) closed.push(chunk);
           });
         } else {
@@ -239,7 +239,8 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
           for (const line of page) {
             const text = Buffer.from(line.line, "utf8");
             pageBytes += text.length;
-            const chunk = writer.addBytes(text, 0, text.length, (line.stderr ? 1 : 0) | (line.marker ? 2 : 0));
+            const flags = (line.stderr ? 1 : 0) | (line.marker ? 2 : 0) | (line.serverTime ? 4 : 0);
+            const chunk = writer.addBytes(text, 0, text.length, flags, line.time ?? 0);
             if (chunk) closed.push(chunk);
           }
         }

@@ -10,12 +10,21 @@ import { promisify } from "node:util";
 import { gunzip, gzip } from "node:zlib";
 import { RunnerDepotError } from "../../errors.js";
 import type { StoredLine } from "../ports.js";
+import { fromMicros, toMicros } from "../protocol/line-time.js";
 
 const gzipAsync = promisify(gzip);
 const gunzipAsync = promisify(gunzip);
 
-/** Magic of the trailer; the last digit is the format version. */
-const MAGIC = Buffer.from("RDLOGAR1", "latin1");
+/**
+ * Magic of the trailer; the last digit is the format version. Version 2 (per-line times) is
+ * written; version 1 objects (no times) are still read.
+ */
+const MAGIC_PREFIX = "RDLOGAR";
+/** The format version the writer writes. */
+export const ARCHIVE_VERSION = 2;
+const MAGIC = Buffer.from(`${MAGIC_PREFIX}${ARCHIVE_VERSION}`, "latin1");
+/** Version 2 record flags: bit 0 stderr, bit 1 marker, bit 2 server time, bit 3 a time follows. */
+const HAS_TIME = 8;
 /** Bytes of the trailer. */
 export const TRAILER_BYTES = 32;
 /** Bytes of one index entry. */
@@ -44,6 +53,8 @@ const MAX_CHUNKS = 1 << 20;
 
 /** Where each chunk of an archive is and which lines it holds. */
 export interface ArchiveIndex {
+  /** The format version (1: no times, 2: per-line times), from the trailer's magic. */
+  version: number;
   /** Lines in the whole archive. */
   lines: number;
   /** Byte offset of chunk i (n + 1 entries: the last is the index's offset). */
@@ -56,14 +67,32 @@ function corrupt(message: string): RunnerDepotError {
   return new RunnerDepotError("INTERNAL", `corrupt log archive: ${message}`);
 }
 
-/** Writes the records of one line into `out` at `pos`; returns the new position. */
-function putRecord(out: Buffer, pos: number, text: Buffer, flags: number, start = 0, end = text.length): number {
-  let header = (end - start) * 4 + flags;
-  while (header >= 0x80) {
-    out[pos++] = (header % 0x80) | 0x80;
-    header = Math.floor(header / 0x80);
+/** Writes `value` (a non-negative safe integer) as a LEB128 varint at `pos`; returns the new position. */
+function putVarint(out: Buffer, pos: number, value: number): number {
+  while (value >= 0x80) {
+    out[pos++] = (value % 0x80) | 0x80;
+    value = Math.floor(value / 0x80);
   }
-  out[pos++] = header;
+  out[pos++] = value;
+  return pos;
+}
+
+/**
+ * Writes the version 2 record of one line into `out` at `pos`: a varint `bytes << 4 | flags`, then (flag bit 3)
+ * the time as a zigzag varint of µs since the chunk's previous timed line (the first counts from 0), then the
+ * UTF-8 bytes. Returns the new position.
+ */
+function putRecord(
+  out: Buffer,
+  pos: number,
+  text: Buffer,
+  flags: number,
+  start: number,
+  end: number,
+  delta: number,
+): number {
+  pos = putVarint(out, pos, (end - start) * 16 + flags);
+  if (flags & HAS_TIME) pos = putVarint(out, pos, delta >= 0 ? delta * 2 : -delta * 2 - 1);
   text.copy(out, pos, start, end);
   return pos + end - start;
 }
@@ -91,6 +120,8 @@ export class ArchiveWriter {
   private partBytes = 0;
   private partLines = 0;
   private readonly entries: number[] = [];
+  /** µs of the current chunk's last timed line (a chunk's times count from 0, so it decodes alone). */
+  private lastMicros = 0;
   private offset = 0;
   private total = 0;
   /** Uncompressed bytes of the records written. */
@@ -101,29 +132,33 @@ export class ArchiveWriter {
   /** Adds a line; resolves with a finished chunk's compressed bytes when one closed. O(line). */
   async add(line: StoredLine): Promise<Buffer | null> {
     const text = Buffer.from(line.line, "utf8");
-    return (await this.addBytes(text, 0, text.length, (line.stderr ? 1 : 0) | (line.marker ? 2 : 0))) ?? null;
+    const flags = (line.stderr ? 1 : 0) | (line.marker ? 2 : 0) | (line.serverTime ? 4 : 0);
+    return (await this.addBytes(text, 0, text.length, flags, line.time ?? 0)) ?? null;
   }
 
   /**
-   * Adds a line given as UTF-8 bytes `text[start, end)` and its flags (bit 0 stderr, bit 1
-   * marker), as a store keeps them: no string is made. Synchronous unless a chunk closed (then
+   * Adds a line given as UTF-8 bytes `text[start, end)`, its flags (bit 0 stderr, bit 1
+   * marker, bit 2 server time) and its time (ms to the µs, 0 = none), as a store keeps them: no string is made. Synchronous unless a chunk closed (then
    * the promise of its compressed bytes). The record is appended to the current chunk, whose
    * bytes are bounded by CHUNK_TARGET_BYTES plus one line. O(line).
    */
-  addBytes(text: Buffer, start: number, end: number, flags: number): Promise<Buffer> | null {
+  addBytes(text: Buffer, start: number, end: number, flags: number, time = 0): Promise<Buffer> | null {
     const size = end - start;
     if (size > MAX_LINE_BYTES)
       throw new RunnerDepotError(
         "RESOURCE_EXHAUSTED",
         `log archive: a line of ${size} bytes is over ${MAX_LINE_BYTES}`,
       );
-    if (this.record.length - this.recordUsed < size + 10) {
+    if (this.record.length - this.recordUsed < size + 20) {
       // Records are written into a shared block (one allocation per 64 KiB, not per line).
-      this.record = Buffer.allocUnsafe(Math.max(RECORD_BLOCK, size + 10));
+      this.record = Buffer.allocUnsafe(Math.max(RECORD_BLOCK, size + 20));
       this.recordUsed = 0;
     }
     const from = this.recordUsed;
-    this.recordUsed = putRecord(this.record, from, text, flags & 3, start, end);
+    const us = toMicros(time);
+    const bits = us > 0 ? (flags & 7) | HAS_TIME : flags & 3;
+    this.recordUsed = putRecord(this.record, from, text, bits, start, end, us - this.lastMicros);
+    if (us > 0) this.lastMicros = us;
     this.parts.push(this.record.subarray(from, this.recordUsed));
     this.partBytes += this.recordUsed - from;
     this.partLines++;
@@ -140,6 +175,7 @@ export class ArchiveWriter {
     if (this.entries.length / 2 >= MAX_CHUNKS)
       return Promise.reject(new RunnerDepotError("RESOURCE_EXHAUSTED", "log archive: too many chunks"));
     const raw = Buffer.concat(this.parts, this.partBytes);
+    this.lastMicros = 0;
     this.rawBytes += raw.length;
     this.parts = [];
     this.partBytes = 0;
@@ -200,11 +236,16 @@ export function tailBytes(chunks: number): number {
  * at least the trailer): how many chunks, hence how many bytes the index and trailer take.
  * Throws INTERNAL on anything malformed. O(1).
  */
-export function decodeTrailer(tail: Uint8Array, size: number): { chunks: number; lines: number; indexOffset: number } {
+export function decodeTrailer(
+  tail: Uint8Array,
+  size: number,
+): { version: number; chunks: number; lines: number; indexOffset: number } {
   if (tail.length < TRAILER_BYTES) throw corrupt("short trailer");
   const buf = Buffer.from(tail.buffer, tail.byteOffset, tail.byteLength);
   const t = buf.length - TRAILER_BYTES;
-  if (!buf.subarray(t, t + 8).equals(MAGIC)) throw corrupt("bad magic");
+  const magic = buf.toString("latin1", t, t + 8);
+  const version = magic === `${MAGIC_PREFIX}1` ? 1 : magic === `${MAGIC_PREFIX}2` ? 2 : 0;
+  if (version === 0) throw corrupt("bad magic");
   const chunks = buf.readUInt32LE(t + 8);
   const lines = buf.readDoubleLE(t + 16);
   const indexOffset = buf.readDoubleLE(t + 24);
@@ -213,7 +254,7 @@ export function decodeTrailer(tail: Uint8Array, size: number): { chunks: number;
   if (!Number.isSafeInteger(lines) || lines < 0) throw corrupt("bad line count");
   if (!Number.isSafeInteger(indexOffset) || indexOffset < 0) throw corrupt("bad index offset");
   if (indexOffset + tailBytes(chunks) !== size) throw corrupt("sizes disagree");
-  return { chunks, lines, indexOffset };
+  return { version, chunks, lines, indexOffset };
 }
 
 /**
@@ -221,7 +262,7 @@ export function decodeTrailer(tail: Uint8Array, size: number): { chunks: number;
  * Every count is checked against the trailer. O(chunks).
  */
 export function decodeIndex(tail: Uint8Array, size: number): ArchiveIndex {
-  const { chunks, lines, indexOffset } = decodeTrailer(tail, size);
+  const { version, chunks, lines, indexOffset } = decodeTrailer(tail, size);
   if (tail.length !== tailBytes(chunks)) throw corrupt("index length");
   const buf = Buffer.from(tail.buffer, tail.byteOffset, tail.byteLength);
   const offsets = new Array<number>(chunks + 1);
@@ -243,7 +284,7 @@ export function decodeIndex(tail: Uint8Array, size: number): ArchiveIndex {
   if (first !== lines) throw corrupt("chunk lines do not add up");
   offsets[chunks] = offset;
   firsts[chunks] = first;
-  return { lines, offsets, firsts };
+  return { version, lines, offsets, firsts };
 }
 
 /** The chunk holding line `position` (binary search, O(log chunks)); -1 past the end. */
@@ -261,9 +302,14 @@ export function chunkOf(index: ArchiveIndex, position: number): number {
 
 /**
  * Inflates one chunk (its compressed bytes exactly) and decodes its records; `expected`
- * is the index's line count for it. Inflation stops at MAX_CHUNK_BYTES. O(chunk bytes).
+ * is the index's line count for it, `version` the index's format version. Inflation stops at
+ * MAX_CHUNK_BYTES. O(chunk bytes).
  */
-export async function decodeChunk(packed: Uint8Array, expected: number): Promise<StoredLine[]> {
+export async function decodeChunk(
+  packed: Uint8Array,
+  expected: number,
+  version = ARCHIVE_VERSION,
+): Promise<StoredLine[]> {
   checkExpected(expected);
   let raw: Buffer;
   try {
@@ -275,7 +321,7 @@ export async function decodeChunk(packed: Uint8Array, expected: number): Promise
       { cause: error },
     );
   }
-  return decodeRecords(raw, expected);
+  return decodeRecords(raw, expected, version);
 }
 
 /** A chunk's line count as the index gives it: 1 … MAX_CHUNK_LINES, else corrupt. */
@@ -284,12 +330,26 @@ function checkExpected(expected: number): void {
     throw corrupt(`a chunk of ${expected} lines`);
 }
 
+/** Reads a LEB128 varint of at most `maxBytes` bytes at `at.pos` (advancing it); corrupt past the end. O(1). */
+function readVarint(buf: Buffer, at: { pos: number }, maxBytes: number): number {
+  let value = 0;
+  let scale = 1;
+  for (let shift = 0; ; shift++) {
+    if (at.pos >= buf.length || shift >= maxBytes) throw corrupt("bad record header");
+    const byte = buf[at.pos++]!;
+    value += (byte & 0x7f) * scale;
+    scale *= 0x80;
+    if (byte < 0x80) return value;
+  }
+}
+
 /**
- * Decodes the records of an inflated chunk; exactly `expected` of them must fill it.
+ * Decodes the records of an inflated chunk of format `version` (1 or 2); exactly `expected` of them must fill it.
  * O(bytes), at most MAX_CHUNK_LINES lines: a record may only start below
  * CHUNK_TARGET_BYTES (the writer closes the chunk there) and never past `expected`.
  */
-export function decodeRecords(raw: Uint8Array, expected: number): StoredLine[] {
+export function decodeRecords(raw: Uint8Array, expected: number, version = ARCHIVE_VERSION): StoredLine[] {
+  if (version === 2) return decodeRecordsV2(raw, expected);
   checkExpected(expected);
   const buf = Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
   // Every record takes at least one byte.
@@ -314,6 +374,40 @@ export function decodeRecords(raw: Uint8Array, expected: number): StoredLine[] {
     if (header & 2) line.marker = true;
     out.push(line);
     pos += bytes;
+  }
+  if (out.length !== expected) throw corrupt("fewer lines than the index says");
+  return out;
+}
+
+/** {@link decodeRecords} for version 2: each record may carry a time (format.ts putRecord). O(bytes). */
+function decodeRecordsV2(raw: Uint8Array, expected: number): StoredLine[] {
+  checkExpected(expected);
+  const buf = Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
+  if (expected > buf.length) throw corrupt("fewer bytes than the index says lines");
+  const out: StoredLine[] = [];
+  const at = { pos: 0 };
+  let micros = 0;
+  while (at.pos < buf.length) {
+    if (at.pos >= CHUNK_TARGET_BYTES) throw corrupt("a record starts past the chunk target");
+    const header = readVarint(buf, at, 7);
+    const flags = header % 16;
+    const bytes = Math.floor(header / 16);
+    if (flags & HAS_TIME) {
+      // A zigzag delta of at most 8 bytes (56 bits): µs stay within a double's exact integers.
+      const z = readVarint(buf, at, 8);
+      micros += z % 2 === 0 ? z / 2 : -(z + 1) / 2;
+      if (micros <= 0 || !Number.isSafeInteger(micros)) throw corrupt("bad line time");
+    } else if (flags & 4) throw corrupt("a server-time flag without a time");
+    if (bytes > buf.length - at.pos) throw corrupt("record runs past its chunk");
+    if (out.length >= expected) throw corrupt("more lines than the index says");
+    const line: StoredLine = { line: buf.toString("utf8", at.pos, at.pos + bytes), stderr: (flags & 1) === 1 };
+    if (flags & 2) line.marker = true;
+    if (flags & HAS_TIME) {
+      line.time = fromMicros(micros);
+      if (flags & 4) line.serverTime = true;
+    }
+    out.push(line);
+    at.pos += bytes;
   }
   if (out.length !== expected) throw corrupt("fewer lines than the index says");
   return out;

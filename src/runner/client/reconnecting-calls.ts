@@ -40,7 +40,7 @@ interface CallLoop {
   /** Writes soon (after the current burst of log() calls): into the open call, or a new one. */
   schedule(): void;
   /** Appends one log line (within the line limit) to the spool. */
-  append(line: string, stderr: boolean): void;
+  append(line: string, stderr: boolean, time: number): void;
   /** Rejects every waiter with `err` and releases every drained() waiter. */
   rejectAll(err: unknown): void;
   /** Resolves if the client stops. */
@@ -52,7 +52,7 @@ interface CallLoop {
  *
  * @example
  * const loop = createCallLoop(settings, st, createSpool(), createLogItemEncoder(requestId), sessions);
- * loop.append("hello", false);
+ * loop.append("hello", false, Date.now());
  * loop.schedule();
  */
 export function createCallLoop(
@@ -361,5 +361,5 @@ export function createCallLoop(
     for (const d of ds) d();
   }
 
-  return { schedule, append: (line, stderr) => appendLine(spool, enc, line, stderr), rejectAll, stopped };
+  return { schedule, append: (line, stderr, time) => appendLine(spool, enc, line, stderr, time), rejectAll, stopped };
 }

@@ -12,6 +12,7 @@ import { createClientSessions, parseEndpoint } from "./session.js";
 import { clearCallTimers, type ClientState } from "./state.js";
 import type { RunnerClient, RunnerClientOptions } from "./types.js";
 import { createLogItemEncoder, utf8Length } from "../protocol/encoder.js";
+import { nowMs } from "../protocol/line-time.js";
 import { DEFAULT_MAX_LINE_BYTES, splitUtf8 } from "../agent/line-splitter.js";
 import { createSpool } from "./spool.js";
 import { isRequestId } from "../protocol/request-id.js";
@@ -121,11 +122,12 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
   let wStart = 0;
   let wEnd = 0;
   let wStderr = false;
-  const writeLine = (buf: Buffer, pos: number) => enc.writeLogFrame(buf, pos, wLine, wBytes, wStderr);
-  const writeBytes = (buf: Buffer, pos: number) => enc.writeLogFrameBytes(buf, pos, wSrc, wStart, wEnd, wStderr);
+  let wTime = 0;
+  const writeLine = (buf: Buffer, pos: number) => enc.writeLogFrame(buf, pos, wLine, wBytes, wStderr, wTime);
+  const writeBytes = (buf: Buffer, pos: number) => enc.writeLogFrameBytes(buf, pos, wSrc, wStart, wEnd, wStderr, wTime);
 
   const client: RunnerClient = {
-    log(line, stderr = false) {
+    log(line, stderr = false, time = nowMs()) {
       if (st.state === "ending" || st.state === "ended") {
         throw new RunnerDepotError("INVALID_ARGUMENT", "log() after end(): end is the last item of a job");
       }
@@ -137,29 +139,35 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
         const pieces = splitUtf8(line, st.maxLineBytes);
         if (stderr) stats.lines.stderr += pieces.length - 1;
         else stats.lines.stdout += pieces.length - 1;
-        for (const piece of pieces) append(piece, stderr);
+        for (const piece of pieces) append(piece, stderr, time);
       } else {
         wLine = line;
         wBytes = bytes;
         wStderr = stderr;
-        spool.append(enc.logFrameSize(line, bytes, stderr), writeLine);
+        wTime = time;
+        spool.append(enc.logFrameSize(line, bytes, stderr, time), writeLine);
       }
       stats.items = spool.end;
       schedule();
       return spool.bytes < highWater;
     },
-    logUtf8(src, start, end, stderr = false) {
+    logUtf8(src, start, end, stderr = false, time = nowMs()) {
       const bytes = end - start;
       // Over the (possibly lowered) line limit, or not open: the string path's rules.
       if (bytes > st.maxLineBytes || st.state !== "open")
-        return client.log(Buffer.from(src.buffer, src.byteOffset, src.byteLength).toString("utf8", start, end), stderr);
+        return client.log(
+          Buffer.from(src.buffer, src.byteOffset, src.byteLength).toString("utf8", start, end),
+          stderr,
+          time,
+        );
       if (stderr) stats.lines.stderr++;
       else stats.lines.stdout++;
       wSrc = src;
       wStart = start;
       wEnd = end;
       wStderr = stderr;
-      spool.append(enc.logFrameSize("", bytes, stderr), writeBytes);
+      wTime = time;
+      spool.append(enc.logFrameSize("", bytes, stderr, time), writeBytes);
       stats.items = spool.end;
       schedule();
       return spool.bytes < highWater;

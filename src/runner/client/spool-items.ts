@@ -6,12 +6,15 @@ import { fromBinary } from "@bufbuild/protobuf";
 import { LogItemSchema } from "../../gen/runner/v1/runner_pb.js";
 import { utf8Length, type LogItemEncoder } from "../protocol/encoder.js";
 import { splitUtf8 } from "../agent/line-splitter.js";
+import { nanosToMs } from "../protocol/line-time.js";
 import type { Spool } from "./spool.js";
 
-/** Appends one log line (within the line limit) to the spool. */
-export function appendLine(spool: Spool, enc: LogItemEncoder, line: string, stderr: boolean): void {
+/** Appends one log line (within the line limit) with its time (ms, 0 for none) to the spool. */
+export function appendLine(spool: Spool, enc: LogItemEncoder, line: string, stderr: boolean, time: number): void {
   const bytes = utf8Length(line);
-  spool.append(enc.logFrameSize(line, bytes, stderr), (buf, pos) => enc.writeLogFrame(buf, pos, line, bytes, stderr));
+  spool.append(enc.logFrameSize(line, bytes, stderr, time), (buf, pos) =>
+    enc.writeLogFrame(buf, pos, line, bytes, stderr, time),
+  );
 }
 
 /**
@@ -33,8 +36,10 @@ export function resplitFrom(
   for (const f of frames) {
     const item = fromBinary(LogItemSchema, f.subarray(5));
     if (item.event.case === "log") {
+      // Every piece keeps the line's stamp: a re-split changes the pieces, never when the line happened.
+      const time = nanosToMs(item.event.value.timeUnixNano);
       for (const piece of splitUtf8(item.event.value.line, maxLineBytes))
-        appendLine(spool, enc, piece, item.event.value.stderr);
+        appendLine(spool, enc, piece, item.event.value.stderr, time);
     } else if (item.event.case === "end") {
       const frame = f;
       endOffset = spool.append(frame.length, (buf, pos) => pos + frame.copy(buf, pos));

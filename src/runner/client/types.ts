@@ -94,15 +94,19 @@ export interface RunnerClientStats {
 
 /** What {@link createRunnerClient} returns. */
 export interface RunnerClient {
-  /** Queues one output line; false when the spool is over its high-water mark (wait for `drained()`). */
-  log(line: string, stderr?: boolean): boolean;
+  /**
+   * Queues one output line; false when the spool is over its high-water mark (wait for `drained()`). `time` is when
+   * the line happened, in ms since the Unix epoch (kept to the µs; e.g. `Date.now()`); default: now. It travels as
+   * `time_unix_nano` and survives the spool's replays unchanged.
+   */
+  log(line: string, stderr?: boolean, time?: number): boolean;
   /**
    * Queues one output line given as its bytes `src[start, end)`, which must be valid UTF-8
    * without the newline (the caller checked it, as the line splitter's `onBytes` does);
    * the same as `log(text)` without decoding it. The bytes are copied before it returns.
    * Optional so that other implementations of this interface need not have it.
    */
-  logUtf8?(src: Uint8Array, start: number, end: number, stderr?: boolean): boolean;
+  logUtf8?(src: Uint8Array, start: number, end: number, stderr?: boolean, time?: number): boolean;
   /** Queues the job end and resolves once the orchestrator acknowledged it. */
   end(end: JobEndFields): Promise<void>;
   /** Resolves once everything queued so far is acknowledged (cuts the current call short). */

@@ -10,6 +10,7 @@ import { isUtf8 } from "node:buffer";
 import type { LogItem } from "../../gen/runner/v1/runner_pb.js";
 import { isAsciiRange, viewOf } from "./byte-scan.js";
 import { ReceivedLine } from "./received-line.js";
+import { readNanos } from "./line-time.js";
 
 /**
  * Decodes a length varint of at most 5 bytes; -1 when malformed, out of range or not
@@ -94,10 +95,19 @@ export function decodeLogItem(buf: Buffer, start: number, end: number): LogItem 
   if (received === null) return null;
   const line = received.line;
   if (line.indexOf("\ufffd") !== -1) return null;
+  const at = received.timeAt;
   return {
     $typeName: "runner.v1.LogItem",
     requestId: received.requestId,
-    event: { case: "log", value: { $typeName: "runner.v1.LogChunk", line, stderr: received.stderr } },
+    event: {
+      case: "log",
+      value: {
+        $typeName: "runner.v1.LogChunk",
+        line,
+        stderr: received.stderr,
+        timeUnixNano: at < 0 ? 0n : buf.readBigUInt64LE(at),
+      },
+    },
   };
 }
 
@@ -125,6 +135,7 @@ export function decodeReceivedLine(buf: Buffer, start: number, end: number): Rec
   let lineEnd = -1;
   let stderr = false;
   let seenLog = false;
+  let timeAt = -1;
   while (pos < end) {
     const tag = buf[pos++]!;
     if (tag === 0x0a && requestId === null) {
@@ -143,6 +154,7 @@ export function decodeReceivedLine(buf: Buffer, start: number, end: number): Rec
       const stop = pos + len;
       if (stop > end) return null;
       let seenStderr = false;
+      let seenTime = false;
       while (pos < stop) {
         const inner = buf[pos++]!;
         if (inner === 0x0a && lineStart < 0) {
@@ -156,6 +168,11 @@ export function decodeReceivedLine(buf: Buffer, start: number, end: number): Rec
         } else if (inner === 0x10 && !seenStderr && pos < stop && buf[pos]! <= 1) {
           seenStderr = true;
           stderr = buf[pos++] === 1;
+        } else if (inner === 0x19 && !seenTime && pos + 8 <= stop) {
+          // time_unix_nano, fixed64 (line-time.ts); repeated, it is left to protobuf-es (last one wins).
+          seenTime = true;
+          timeAt = pos;
+          pos += 8;
         } else {
           return null;
         }
@@ -166,5 +183,13 @@ export function decodeReceivedLine(buf: Buffer, start: number, end: number): Rec
   }
   if (!seenLog) return null;
   if (lineStart < 0) lineStart = lineEnd = pos;
-  return new ReceivedLine(requestId ?? "", buf, lineStart, lineEnd, stderr);
+  return new ReceivedLine(
+    requestId ?? "",
+    buf,
+    lineStart,
+    lineEnd,
+    stderr,
+    timeAt < 0 ? 0 : readNanos(buf, timeAt),
+    timeAt,
+  );
 }

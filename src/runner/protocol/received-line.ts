@@ -33,6 +33,9 @@ export class ReceivedLine implements StoredLine, LogEntry {
    * @param buf the buffer holding the line; never written again (a request chunk or a whole envelope)
    * @param start where its bytes start in `buf`
    * @param end where they end (exclusive)
+   * @param time the agent's stamp in ms to the µs (runner/protocol/line-time.ts), 0 when it sent none; the
+   *   service replaces 0 with its receive time and sets `serverTime`
+   * @param timeAt where the stamp's 8 bytes are in `buf`, -1 when none (for readers that want the exact nanoseconds)
    */
   constructor(
     readonly requestId: string,
@@ -40,7 +43,12 @@ export class ReceivedLine implements StoredLine, LogEntry {
     readonly start: number,
     readonly end: number,
     readonly stderr: boolean,
+    public time = 0,
+    readonly timeAt = -1,
   ) {}
+
+  /** True when `time` is the service's receive time (the agent sent no stamp). */
+  serverTime = false;
 
   /** The line's text; decoded on first use, O(bytes), then kept. */
   get line(): string {
@@ -71,9 +79,14 @@ export class ReceivedLine implements StoredLine, LogEntry {
  * follower may keep or serialise, without a view of the request's buffer.
  */
 function plainLine(line: StoredLine): StoredLine {
-  return line.marker
+  const out: StoredLine = line.marker
     ? { line: line.line, stderr: line.stderr, marker: true }
     : { line: line.line, stderr: line.stderr };
+  if (line.time !== undefined && line.time > 0) {
+    out.time = line.time;
+    if (line.serverTime === true) out.serverTime = true;
+  }
+  return out;
 }
 
 /** Appends plain copies ({@link plainLine}) of the lines `entry` stores to `out`. O(lines + bytes). */
@@ -141,7 +154,15 @@ export function toLogItem(line: ReceivedLine): LogItem {
   return {
     $typeName: "runner.v1.LogItem",
     requestId: line.requestId,
-    event: { case: "log", value: { $typeName: "runner.v1.LogChunk", line: line.line, stderr: line.stderr } },
+    event: {
+      case: "log",
+      value: {
+        $typeName: "runner.v1.LogChunk",
+        line: line.line,
+        stderr: line.stderr,
+        timeUnixNano: line.timeAt < 0 ? 0n : line.buf.readBigUInt64LE(line.timeAt),
+      },
+    },
   };
 }
 

@@ -63,10 +63,13 @@ function newClient(endpoint: string, extra: Partial<RunnerClientOptions> = {}) {
 /** Passes every call through and records the lines in the order runJob handed them over. */
 function recording(client: RunnerClient) {
   const seen: StoredLine[] = [];
+  /** The stamp runJob gave each line (when it read it from the pipe). */
+  const times: (number | undefined)[] = [];
   const wrapped: RunnerClient = {
-    log(line, stderr = false) {
+    log(line, stderr = false, time) {
       seen.push({ line, stderr });
-      return client.log(line, stderr);
+      times.push(time);
+      return client.log(line, stderr, time);
     },
     end: (e) => client.end(e),
     flush: () => client.flush(),
@@ -80,7 +83,7 @@ function recording(client: RunnerClient) {
     },
     close: () => client.close(),
   };
-  return { client: wrapped, seen };
+  return { client: wrapped, seen, times };
 }
 
 function expectedLines(count: number, tail: boolean) {
@@ -161,9 +164,16 @@ describe("runJob through a real server", () => {
         maxCallBytes: 32 * 1024,
         backoff: { initialMs: 1, maxMs: 20 },
       });
-      const { client, seen } = recording(real);
+      const { client, seen, times } = recording(real);
       const exitCode = await runJob(client, { command: process.execPath, args: [LINES_FIXTURE, String(count), "0"] });
       await real.close();
+      // Every line kept the stamp the agent gave it when it read it from the pipe, through every replay.
+      const kept = await logs.read(requestId, 0, Number.MAX_SAFE_INTEGER);
+      expect(times.every((t) => t !== undefined && t > 0)).toBe(true);
+      expect(
+        kept.map((l) => [l.time, l.serverTime]),
+        `seed ${seed}`,
+      ).toEqual(times.map((t) => [t, undefined]));
       expect(exitCode, `seed ${seed}`).toBe(0);
       expect(proxy.cuts, `seed ${seed}`).toBe(50);
       expect(real.stats.retries, `seed ${seed}`).toBeGreaterThanOrEqual(50);

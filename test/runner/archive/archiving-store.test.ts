@@ -125,6 +125,8 @@ describe("log archive: PostgreSQL log store → S3 (s3rver)", () => {
           .reduce((a, b) => a + b),
       ).toBe(70 * 1024);
       expect(followed.filter((l) => l.stderr)).toHaveLength(4_000);
+      // Every line has the client's stamp, so the comparisons below hold the times too (PostgreSQL → S3 object).
+      expect(followed.every((l) => l.time! > 0 && l.serverTime === undefined)).toBe(true);
 
       await until(async () => (await logs.get(id))?.archived !== undefined, "the job to be archived");
       const state = (await logs.get(id))!;

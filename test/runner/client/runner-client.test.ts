@@ -306,11 +306,14 @@ describe("createRunnerClient: the status-code table", () => {
     const small = await startHarness({ limits: { messageBytes: 4096 } });
     const client = small.client();
     const long = "é".repeat(10_000); // 20 000 bytes, one piece of 64 KiB for the client
-    client.log("before");
-    client.log(long);
-    client.log("after");
+    client.log("before", false, 1_000.001);
+    client.log(long, false, 2_000.002);
+    client.log("after", false, 3_000.003);
     await client.end({ exitCode: 0, success: true });
     const log = await small.stored(client.requestId);
+    // Re-encoding the spool keeps each line's stamp, on every piece of a split one.
+    const times = (await small.logs.read(client.requestId)).map((l) => l.time);
+    expect(times).toEqual([1_000.001, ...log.slice(1, -1).map(() => 2_000.002), 3_000.003]);
     expect(log[0]).toEqual({ line: "before", stderr: false });
     expect(log.at(-1)).toEqual({ line: "after", stderr: false });
     const pieces = log.slice(1, -1);

@@ -705,7 +705,14 @@ describe("runner gRPC fast path: lines kept as bytes from the frame to the log s
         const following = (async () => {
           for await (const l of runner.follow(id, { signal: stop.signal })) followed.push(l);
         })().catch(() => undefined);
-        const body = Buffer.concat([...texts.map((t, i) => frame(line(id, t, i % 5 === 0))), frame(end(id, 0, true))]);
+        // Every item carries its agent time (a µs apart): the fast path decodes it, every store keeps it.
+        // Canonical times (an integer count of µs ÷ 1000), as every store gives them back.
+        const t0us = Date.parse("2026-11-29T09:00:00Z") * 1000 + 1;
+        const at = (i: number) => (t0us + i) / 1000;
+        const body = Buffer.concat([
+          ...texts.map((t, i) => frame(line(id, t, i % 5 === 0, at(i)))),
+          frame(end(id, 0, true)),
+        ]);
         // 64 KiB writes: lines cut across DATA frames and request chunks, as a client sends them.
         const steps: Buffer[] = [];
         for (let at = 0; at < body.length; at += 65_536) steps.push(body.subarray(at, at + 65_536));
@@ -715,10 +722,15 @@ describe("runner gRPC fast path: lines kept as bytes from the frame to the log s
         const expected = texts.flatMap((t, i) =>
           i === 1500
             ? [
-                { line: "y".repeat(1000), stderr: true },
-                { line: "[runner-depot] line truncated: 1500 bytes, kept 1000", stderr: true, marker: true },
+                { line: "y".repeat(1000), stderr: true, time: at(i) },
+                {
+                  line: "[runner-depot] line truncated: 1500 bytes, kept 1000",
+                  stderr: true,
+                  marker: true,
+                  time: at(i),
+                },
               ]
-            : [{ line: t, stderr: i % 5 === 0 }],
+            : [{ line: t, stderr: i % 5 === 0, time: at(i) }],
         );
         expect(await logs.read(id)).toEqual(expected);
         if (kind === "fs") {
@@ -953,8 +965,9 @@ describe("runner gRPC fast path: entries as a store reads them", () => {
       try {
         const id = randomUUID();
         const texts = ["plain", "é!", "a line over eight bytes", "err", "12345678", "past the cap"];
+        // Agent times, so both paths store the same times.
         const wire = await rawCall(server.url, [
-          Buffer.concat([...texts.map((t, i) => frame(line(id, t, i === 3))), frame(end(id))]),
+          Buffer.concat([...texts.map((t, i) => frame(line(id, t, i === 3, 1_000 + i))), frame(end(id))]),
         ]);
         outcomes.push({ wire, seen, read: await logs.read(id) });
       } finally {
@@ -991,10 +1004,10 @@ describe("runner gRPC fast path: entries as a store reads them", () => {
       const id = randomUUID();
       const texts = ["plain", "é!", "on stderr", "last"];
       const wire = await rawCall(server.url, [
-        Buffer.concat([...texts.map((t, i) => frame(line(id, t, i === 2))), frame(end(id))]),
+        Buffer.concat([...texts.map((t, i) => frame(line(id, t, i === 2, 1_000 + i))), frame(end(id))]),
       ]);
       expect(wire.trailers).toMatchObject({ "grpc-status": "0", "runner-committed": "5" });
-      expect(await logs.read(id)).toEqual(texts.map((t, i) => ({ line: t, stderr: i === 2 })));
+      expect(await logs.read(id)).toEqual(texts.map((t, i) => ({ line: t, stderr: i === 2, time: 1_000 + i })));
       return texts;
     } finally {
       await server.close();
@@ -1034,7 +1047,7 @@ describe("runner gRPC fast path: entries as a store reads them", () => {
     };
     const texts = await storesFourLines(logs);
     // What such a store may keep must not pin the request's chunk (a view of its buffer).
-    expect(handed).toEqual(texts.map((t, i) => ({ line: t, stderr: i === 2 })));
+    expect(handed).toEqual(texts.map((t, i) => ({ line: t, stderr: i === 2, time: 1_000 + i })));
     expect(handed.every((l) => Object.getPrototypeOf(l) === Object.prototype)).toBe(true);
   });
 });

@@ -66,10 +66,11 @@ describe("runner limits", () => {
     expect(out).toMatchObject({ ok: true, committed: "2" });
     const stored = await h.logs.read(id);
     expect(stored).toHaveLength(3);
-    expect(stored[0]).toEqual({ line: "abcdefghijklmno", stderr: true });
-    expect(stored[1]).toMatchObject({ marker: true, stderr: true });
+    // The items carry no time: each line gets the server's receive time, marked; the marker its line's.
+    expect(stored[0]).toEqual({ line: "abcdefghijklmno", stderr: true, time: expect.any(Number), serverTime: true });
+    expect(stored[1]).toMatchObject({ marker: true, stderr: true, time: stored[0]!.time, serverTime: true });
     expect(stored[1]!.line).toContain("truncated");
-    expect(stored[2]).toEqual({ line: "short", stderr: false });
+    expect(stored[2]).toEqual({ line: "short", stderr: false, time: expect.any(Number), serverTime: true });
     // Offsets count items, not stored lines.
     // Each stored line counts toward the cap, the marker too (log-cap.ts).
     expect(await h.logs.get(id)).toMatchObject({

@@ -49,7 +49,12 @@ describe("runner service over gRPC (open service, fs log store)", () => {
     const out = await send(h.client, items);
     expect(out).toMatchObject({ ok: true, code: null, committed: "1001", reason: null });
     expect(await storedTexts(h.logs, id)).toEqual([...texts(0, 500), "oops", ...texts(501, 1000)]);
-    expect((await h.logs.read(id, 500, 1))[0]).toEqual({ line: "oops", stderr: true });
+    expect((await h.logs.read(id, 500, 1))[0]).toEqual({
+      line: "oops",
+      stderr: true,
+      time: expect.any(Number),
+      serverTime: true,
+    });
     const result = h.queue.results.find((r) => r.requestId === id)!;
     expect(result).toMatchObject({
       requestId: id,

@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file runner/v1/runner.proto.
  */
 export const file_runner_v1_runner: GenFile = /*@__PURE__*/
-  fileDesc("ChZydW5uZXIvdjEvcnVubmVyLnByb3RvEglydW5uZXIudjEiKAoITG9nQ2h1bmsSDAoEbGluZRgBIAEoCRIOCgZzdGRlcnIYAiABKAgiUgoGSm9iRW5kEhEKCWV4aXRfY29kZRgBIAEoBRIPCgdzdWNjZXNzGAIgASgIEhAKCHJlcG9fdXJsGAMgASgJEhIKCmNvbW1pdF9zaGEYBCABKAkibAoHTG9nSXRlbRISCgpyZXF1ZXN0X2lkGAEgASgJEiIKA2xvZxgCIAEoCzITLnJ1bm5lci52MS5Mb2dDaHVua0gAEiAKA2VuZBgDIAEoCzIRLnJ1bm5lci52MS5Kb2JFbmRIAEIHCgVldmVudCIRCgNBY2sSCgoCb2sYASABKAgyPAoGUnVubmVyEjIKClN0cmVhbUxvZ3MSEi5ydW5uZXIudjEuTG9nSXRlbRoOLnJ1bm5lci52MS5BY2soAWIGcHJvdG8z");
+  fileDesc("ChZydW5uZXIvdjEvcnVubmVyLnByb3RvEglydW5uZXIudjEiQAoITG9nQ2h1bmsSDAoEbGluZRgBIAEoCRIOCgZzdGRlcnIYAiABKAgSFgoOdGltZV91bml4X25hbm8YAyABKAYiUgoGSm9iRW5kEhEKCWV4aXRfY29kZRgBIAEoBRIPCgdzdWNjZXNzGAIgASgIEhAKCHJlcG9fdXJsGAMgASgJEhIKCmNvbW1pdF9zaGEYBCABKAkibAoHTG9nSXRlbRISCgpyZXF1ZXN0X2lkGAEgASgJEiIKA2xvZxgCIAEoCzITLnJ1bm5lci52MS5Mb2dDaHVua0gAEiAKA2VuZBgDIAEoCzIRLnJ1bm5lci52MS5Kb2JFbmRIAEIHCgVldmVudCIRCgNBY2sSCgoCb2sYASABKAgyPAoGUnVubmVyEjIKClN0cmVhbUxvZ3MSEi5ydW5uZXIudjEuTG9nSXRlbRoOLnJ1bm5lci52MS5BY2soAWIGcHJvdG8z");
 
 /**
  * One output line of a job (docs/runner-protocol.md §3): its text and whether it came from stderr.
@@ -27,6 +27,16 @@ export type LogChunk = Message<"runner.v1.LogChunk"> & {
    * @generated from field: bool stderr = 2;
    */
   stderr: boolean;
+
+  /**
+   * When the agent read the line from the job's pipe, in nanoseconds since the Unix epoch (UTC), as
+   * OpenTelemetry's time_unix_nano; added after the seed, wire-compatible (an old server skips it).
+   * 0 (absent: what an old client sends) means no stamp: the server then stores its own receive time,
+   * marked as the server's. Kept to the microsecond (docs/runner-protocol.md §2, "Line times").
+   *
+   * @generated from field: fixed64 time_unix_nano = 3;
+   */
+  timeUnixNano: bigint;
 };
 
 /**

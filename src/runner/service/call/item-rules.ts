@@ -15,6 +15,7 @@ import { cutUtf8 } from "../../agent/line-splitter.js";
 import { JOB_END_FIELD_BYTES } from "../contract.js";
 import { ReceivedLine, type CallItem } from "../../protocol/received-line.js";
 import { lineCapCost, textCapCost } from "../log-cap.js";
+import { lineTime, nanosToMs } from "../../protocol/line-time.js";
 
 const MARKER_PREFIX = "[runner-depot]";
 
@@ -82,11 +83,16 @@ export function processItem(core: RunnerCore, call: CallRun, item: CallItem): Pr
   if (kind === "log") {
     call.pendingReceivedBytes += lineBytes;
     const log = event?.case === "log" ? event.value : null;
-    return call.enqueue(
-      log === null
-        ? receivedEntry(core, call, received!, lineBytes)
-        : entryFor(core, call, log.line, log.stderr, lineBytes),
-    );
+    // The agent's stamp, or (an agent that sends none) the receive time, marked as the server's.
+    let time = log === null ? received!.time : nanosToMs(log.timeUnixNano);
+    const serverTime = time === 0;
+    if (serverTime) time = lineTime(Date.now());
+    if (log === null) {
+      received!.time = time;
+      received!.serverTime = serverTime;
+      return call.enqueue(receivedEntry(core, call, received!, lineBytes));
+    }
+    return call.enqueue(entryFor(core, call, log.line, log.stderr, lineBytes, time, serverTime));
   }
   call.endSeen = true;
   return processEnd(core, call, event!.value as JobEnd);
@@ -98,9 +104,10 @@ export function processItem(core: RunnerCore, call: CallRun, item: CallItem): Pr
  */
 function receivedEntry(core: RunnerCore, call: CallRun, line: ReceivedLine, lineBytes: number): LogEntry {
   const limits = core.config.limits;
-  if (call.truncated || lineBytes > limits.lineBytes) return entryFor(core, call, line.line, line.stderr, lineBytes);
-  const cost = lineCapCost(line.buf, line.start, line.end);
-  if (call.storedBytes + cost > limits.jobLogBytes) return entryFor(core, call, line.line, line.stderr, lineBytes);
+  const cost = call.truncated || lineBytes > limits.lineBytes ? -1 : lineCapCost(line.buf, line.start, line.end);
+  if (cost < 0 || call.storedBytes + cost > limits.jobLogBytes) {
+    return entryFor(core, call, line.line, line.stderr, lineBytes, line.time, line.serverTime);
+  }
   call.storedBytes += cost;
   line.bytes = cost;
   // The line is its own entry (runner/protocol/received-line.ts): no entry object or array a line.
@@ -115,8 +122,19 @@ async function processEnd(core: RunnerCore, call: CallRun, end: JobEnd): Promise
   call.nextPos = at + 1;
 }
 
-/** What a line stores: itself (cut to the line limit, with a marker), or a cap marker, or nothing past the cap. */
-function entryFor(core: RunnerCore, call: CallRun, line: string, stderr: boolean, lineBytes: number): LogEntry {
+/**
+ * What a line stores: itself (cut to the line limit, with a marker), or a cap marker, or nothing past the cap. Every
+ * line stored carries the item's time (markers too: they say what happened to that line).
+ */
+function entryFor(
+  core: RunnerCore,
+  call: CallRun,
+  line: string,
+  stderr: boolean,
+  lineBytes: number,
+  time: number,
+  serverTime: boolean,
+): LogEntry {
   const limits = core.config.limits;
   if (call.truncated) return { stored: [], stderr, bytes: 0 };
   let text = line;
@@ -125,7 +143,11 @@ function entryFor(core: RunnerCore, call: CallRun, line: string, stderr: boolean
   let marker: StoredLine | null = null;
   if (bytes > limits.lineBytes) {
     const cut = cutUtf8(line, limits.lineBytes);
-    marker = { line: `${MARKER_PREFIX} line truncated: ${bytes} bytes, kept ${cut.bytes}`, stderr, marker: true };
+    marker = timed(
+      { line: `${MARKER_PREFIX} line truncated: ${bytes} bytes, kept ${cut.bytes}`, stderr, marker: true },
+      time,
+      serverTime,
+    );
     text = cut.text;
     bytes = cut.bytes;
   }
@@ -136,21 +158,32 @@ function entryFor(core: RunnerCore, call: CallRun, line: string, stderr: boolean
     call.truncated = true;
     return {
       stored: [
-        {
-          line: `${MARKER_PREFIX} log truncated: the job log reached its ${limits.jobLogBytes}-byte limit; later lines are counted, not stored`,
-          stderr,
-          marker: true,
-        },
+        timed(
+          {
+            line: `${MARKER_PREFIX} log truncated: the job log reached its ${limits.jobLogBytes}-byte limit; later lines are counted, not stored`,
+            stderr,
+            marker: true,
+          },
+          time,
+          serverTime,
+        ),
       ],
       stderr,
       bytes: 0,
       capped: true,
     };
   }
-  stored.push({ line: text, stderr });
+  stored.push(timed({ line: text, stderr }, time, serverTime));
   if (marker) stored.push(marker);
   call.storedBytes += cost;
   return { stored, stderr, bytes: cost };
+}
+
+/** `line` with its time (and the server-time mark when set). O(1). */
+function timed(line: StoredLine, time: number, serverTime: boolean): StoredLine {
+  line.time = time;
+  if (serverTime) line.serverTime = true;
+  return line;
 }
 
 /** The first item's own checks (size, an event present), for an answer given before processItem runs. */

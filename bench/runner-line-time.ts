@@ -1,0 +1,254 @@
+/**
+ * Per-line time (issue 23): bytes each log store and the archive keep a line with and without
+ * times, and the end-to-end ingest (child → runJob → server on the memory store, times on)
+ * against the physical limit of an agent: the same child's output read from its pipe and only
+ * counted (no splitting, network or store). Run alone: `npm run bench -- runner-line-time`;
+ * `BENCH_CPU_PROF=<dir>` writes CPU profiles of the agent (this process) and the server.
+ */
+import { fork, spawn, type ChildProcess } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { once } from "node:events";
+import { mkdtemp, readdir, rm, stat } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import pg from "pg";
+import { createFsLogStore } from "../src/adapters/fs/index.js";
+import { createPostgresLogStore } from "../src/adapters/postgres/index.js";
+import { ArchiveWriter } from "../src/runner/archive/format.js";
+import { runJob } from "../src/runner/agent/run-job.js";
+import { createRunnerClient } from "../src/runner/client/runner-client.js";
+import { mintJobToken } from "../src/runner/protocol/token.js";
+import type { JobLogStore, LogEntry, StoredLine } from "../src/runner/ports.js";
+import { POSTGRES_URL } from "../test/fixtures/backends.js";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const SECRET = "bench-secret";
+const LINE = "x".repeat(99); // + newline = 100 bytes
+const LINES = Number(process.env.BENCH_RUNNER_LINES ?? 300_000);
+const ROUNDS = Number(process.env.BENCH_RUNNER_ROUNDS ?? 3);
+const SIZE_LINES = 20_000;
+const fmt = (n: number) => Math.round(n).toLocaleString("en-US");
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+/** The job: `lines` lines of 100 bytes as fast as a pipe takes them (its own cost is near zero). */
+function printer(lines: number): { command: string; args: string[] } {
+  return { command: "sh", args: ["-c", `yes ${LINE} | head -n ${lines}`] };
+}
+
+/** The physical limit: the child's stdout read from its pipe, newlines counted; lines/s from spawn to close. */
+async function pipeOnly(lines: number): Promise<number> {
+  const { command, args } = printer(lines);
+  const t0 = performance.now();
+  const child = spawn(command, args, { stdio: ["ignore", "pipe", "inherit"] });
+  let count = 0;
+  child.stdout.on("data", (b: Buffer) => {
+    for (let i = b.indexOf(10); i !== -1; i = b.indexOf(10, i + 1)) count++;
+  });
+  await once(child, "close");
+  const seconds = (performance.now() - t0) / 1000;
+  if (count !== lines) throw new Error(`pipe: ${count} of ${lines} lines`);
+  return lines / seconds;
+}
+
+/** The server (bench/runner-worker.ts, memory store) in a child process, optionally under --cpu-prof. */
+async function startServer(profileDir?: string): Promise<{ port: number; stop(): Promise<void> }> {
+  const child: ChildProcess = fork(path.join(here, "runner-worker.ts"), ["ours"], {
+    execArgv: [
+      "--import",
+      "tsx",
+      "--expose-gc",
+      ...(profileDir ? ["--cpu-prof", `--cpu-prof-dir=${profileDir}`, "--cpu-prof-name=server.cpuprofile"] : []),
+    ],
+    env: { ...process.env, BENCH_SECRET: SECRET, BENCH_LOG_STORE: "memory" },
+    stdio: ["ignore", "inherit", "inherit", "ipc"],
+  });
+  const [first] = (await once(child, "message")) as [{ port: number }];
+  return {
+    port: first.port,
+    async stop() {
+      const exited = once(child, "exit");
+      child.send("exit");
+      const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/** One job end to end: child → runJob (stamps every pipe read) → client → server; lines/s to the acknowledged end. */
+async function oursJob(port: number, lines: number): Promise<number> {
+  const requestId = randomUUID();
+  const client = createRunnerClient({
+    endpoint: `http://127.0.0.1:${port}`,
+    requestId,
+    token: mintJobToken(SECRET, requestId),
+  });
+  const t0 = performance.now();
+  const code = await runJob(client, printer(lines));
+  const seconds = (performance.now() - t0) / 1000;
+  await client.close();
+  if (code !== 0) throw new Error(`job exited ${code}`);
+  return lines / seconds;
+}
+
+/** Lines as an agent's stamps make them: one time per 64 KiB pipe read (655 lines), reads 150 µs apart. */
+function pipeTimed(n: number, start: number): StoredLine[] {
+  return Array.from({ length: n }, (_, i) => ({
+    line: LINE,
+    stderr: i % 10 === 9,
+    time: start + Math.floor(i / 655) * 0.15,
+  }));
+}
+
+/** Lines of a slow job: every line its own time, one a second (the fs store's deltas grow with the job). */
+function secondTimed(n: number, start: number): StoredLine[] {
+  return Array.from({ length: n }, (_, i) => ({ line: LINE, stderr: i % 10 === 9, time: start + i * 1000 + 0.123 }));
+}
+
+const untimed = (n: number): StoredLine[] =>
+  Array.from({ length: n }, (_, i) => ({ line: LINE, stderr: i % 10 === 9 }));
+
+async function appendAll(store: JobLogStore, id: string, lines: StoredLine[], start: number): Promise<void> {
+  for (let at = 0; at < lines.length; at += 1000) {
+    const entries: LogEntry[] = lines
+      .slice(at, at + 1000)
+      .map((l) => ({ stored: [l], stderr: l.stderr, bytes: Buffer.byteLength(l.line) }));
+    await store.append(id, at, entries, new Date(start));
+  }
+}
+
+/** Bytes a line in each store: the fs log file, the PostgreSQL chunk rows, the archive's records and object. */
+async function bytesPerLine(): Promise<string[]> {
+  const start = Date.parse("2026-11-29T09:00:00Z");
+  const kinds: Array<[string, (n: number) => StoredLine[]]> = [
+    ["no times", untimed],
+    ["agent times (one per pipe read)", (n) => pipeTimed(n, start)],
+    ["a time per line, one a second (5.5 h job)", (n) => secondTimed(n, start)],
+  ];
+  const dir = await mkdtemp(path.join(os.tmpdir(), "rd-bench-line-time-"));
+  const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 2 });
+  pool.on("error", () => undefined);
+  const schema = `rd_bench_time_${process.pid}`;
+  const fsStore = createFsLogStore(dir, { fsync: false });
+  const pgStore = createPostgresLogStore({ pool, schema });
+  const rows: number[][] = [];
+  let pgBefore = 0;
+  try {
+    for (const [, make] of kinds) {
+      const lines = make(SIZE_LINES);
+      const fsId = randomUUID();
+      await appendAll(fsStore, fsId, lines, start);
+      const fsBytes = (await stat(path.join(dir, "jobs", `${fsId}.log`))).size;
+      const pgId = randomUUID();
+      await appendAll(pgStore, pgId, lines, start);
+      // `before`: the same rows with the one flag byte a line that chunk rows held before times.
+      const { rows: r } = await pool.query<{ n: string; before: string }>(
+        `SELECT sum(octet_length(bytes) + octet_length(ends) + octet_length(flags))::bigint AS n,
+                sum(octet_length(bytes) + octet_length(ends) + count)::bigint AS before
+         FROM "${schema}".job_chunks WHERE request_id = $1`,
+        [pgId],
+      );
+      if (rows.length === 0) pgBefore = Number(r[0]!.before) / SIZE_LINES;
+      const writer = new ArchiveWriter();
+      let object = 0;
+      for (const l of lines) {
+        const chunk = await writer.add(l);
+        if (chunk) object += chunk.length;
+      }
+      for (const part of await writer.finish()) object += part.length;
+      rows.push([
+        fsBytes / SIZE_LINES,
+        Number(r[0]!.n) / SIZE_LINES,
+        writer.rawBytes / SIZE_LINES,
+        object / SIZE_LINES,
+      ]);
+    }
+  } finally {
+    await fsStore.close?.();
+    await pgStore.close?.();
+    await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => undefined);
+    await pool.end();
+    await rm(dir, { recursive: true, force: true });
+  }
+  const base = rows[0]!;
+  const cell = (v: number, i: number, k: number) =>
+    k === 0 ? v.toFixed(2) : `${v.toFixed(2)} (+${(v - base[i]!).toFixed(2)})`;
+  return [
+    "### Bytes stored per line, with and without times",
+    "",
+    `Method: ${fmt(SIZE_LINES)} lines of 99 bytes (every 10th on stderr) appended 1,000 at a time to each store; bytes ÷ lines. ` +
+      "fs: the job's log file (fsync off; the format is the same); PostgreSQL: `bytes + ends + flags` of the job's chunk rows " +
+      "(before TOAST compression); archive: records before gzip, and the `.rdlog` object (gzip -6). Memory store: 8 bytes a line " +
+      "by construction (a `Float64Array` of µs beside its ends and flags). In brackets: extra bytes against no times, same run.",
+    "",
+    "| lines | fs log file | PostgreSQL chunk rows | archive records | archive object |",
+    "|---|---:|---:|---:|---:|",
+    `| before times (the formats of 0.1.0; fs and archive: as no times below) | ${base[0]!.toFixed(2)} | ${pgBefore.toFixed(2)} | ${base[2]!.toFixed(2)} | ${base[3]!.toFixed(2)} |`,
+    ...rows.map((r, k) => `| ${kinds[k]![0]} | ${r.map((v, i) => cell(v, i, k)).join(" | ")} |`),
+    "",
+    "PostgreSQL rows now hold 9 flag bytes a line whether or not the line has a time (a row's stride is fixed), so " +
+      `its extra bytes are against the rows before times: ${(rows[1]![1]! - pgBefore).toFixed(2)} a line.`,
+  ];
+}
+
+/** The end-to-end rows against the physical limit, rounds alternating, medians of ROUNDS. */
+async function endToEnd(profileDir?: string): Promise<string[]> {
+  const ours: number[] = [];
+  const limit: number[] = [];
+  for (let r = 0; r < ROUNDS; r++) {
+    for (let i = 0; i < 3; i++) await pipeOnly(Math.min(LINES, 50_000));
+    limit.push(await pipeOnly(LINES));
+    const server = await startServer(r === 0 ? profileDir : undefined);
+    try {
+      for (let i = 0; i < 3; i++) await oursJob(server.port, Math.min(LINES, 50_000)); // warm-up, not counted
+      ours.push(await oursJob(server.port, LINES));
+    } finally {
+      await server.stop();
+    }
+  }
+  const o = median(ours);
+  const l = median(limit);
+  return [
+    "### End to end against the physical limit of an agent (times on)",
+    "",
+    `Method: the child \`yes | head -n ${fmt(LINES)}\` (100-byte lines). Limit: its stdout read from the pipe in this process and ` +
+      "only counted (newlines), timed from spawn to close. Ours: the same child run by `runJob` (a stamp per pipe read, " +
+      "every line with its time) → `createRunnerClient` → `startRunnerServer` in a child process on the memory store, " +
+      `timed from spawn to the acknowledged end, a fresh server per round after 3 warm-up jobs of 50,000 lines. Medians of ${ROUNDS}, rounds alternating.`,
+    "",
+    "| measure | lines/s (median) | all rounds | ratio to the limit |",
+    "|---|---:|---:|---:|",
+    `| pipe read and counted (the limit) | ${fmt(l)} | ${limit.map(fmt).join(" / ")} | 1.00× |`,
+    `| end to end, memory store, times on | ${fmt(o)} | ${ours.map(fmt).join(" / ")} | ${(o / l).toFixed(2)}× (rounds: ${ours.map((x, i) => (x / limit[i]!).toFixed(2)).join(" / ")}) |`,
+  ];
+}
+
+/** Runs the per-line time benchmark and returns its Markdown section. */
+export async function run(): Promise<string> {
+  const loadAtStart = os.loadavg()[0]!;
+  const profileDir = process.env.BENCH_CPU_PROF;
+  const e2e = await endToEnd(profileDir);
+  // BENCH_LINE_TIME_ONLY=e2e: the end-to-end rows alone (for a profile of just the job).
+  const sizes = process.env.BENCH_LINE_TIME_ONLY === "e2e" ? [] : await bytesPerLine();
+  if (profileDir) console.error(`profiles in ${profileDir}: ${(await readdir(profileDir)).join(", ")}`);
+  return [
+    "## Runner: per-line time",
+    "",
+    `Machine of this section: ${os.cpus().length} × ${os.cpus()[0]?.model ?? "?"}, Linux ${os.release()}, Node ${process.version}.`,
+    "",
+    ...sizes,
+    "",
+    ...e2e,
+    "",
+    `Load average (1 min) at the start and end of this run: ${loadAtStart.toFixed(1)} / ${os.loadavg()[0]!.toFixed(1)} on ${os.cpus().length} cores` +
+      (Math.max(loadAtStart, os.loadavg()[0]!) > os.cpus().length
+        ? " — measured under load (other work on the machine)."
+        : "."),
+  ].join("\n");
+}
+
+// Run directly (`node --import tsx bench/runner-line-time.ts`, e.g. under --cpu-prof): print the section.
+if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {
+  console.log(await run());
+}

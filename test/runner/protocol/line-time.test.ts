@@ -1,0 +1,116 @@
+/**
+ * Per-line time on the wire and in text (runner/protocol/line-time.ts): the encoder writes
+ * `time_unix_nano` byte for byte as protobuf-es does, every stamp round-trips to the
+ * microsecond, and the RFC 3339 form is the ISO instant with six fractional digits.
+ */
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { LogItemSchema } from "../../../src/gen/runner/v1/runner_pb.js";
+import { createLogItemEncoder, FRAME_PREFIX_BYTES, utf8Length } from "../../../src/runner/protocol/encoder.js";
+import { decodeReceivedLine } from "../../../src/runner/protocol/decoder.js";
+import {
+  fromMicros,
+  msToNanos,
+  nanosToMs,
+  readNanos,
+  rfc3339Micro,
+  writeNanos,
+} from "../../../src/runner/protocol/line-time.js";
+import { fuzzParams } from "../../fuzz/settings.js";
+
+const ID = "0b6c6f0e-9f8e-4c4b-a0c1-2f3e4d5c6b7a";
+/**
+ * µs counts whose ms (µs ÷ 1000) a double keeps to the µs: below 2^42 ms (the year 2109), where the ms value's
+ * rounding error stays under half a µs.
+ */
+const MAX_EXACT_MICROS = 2 ** 42 * 1000 - 1;
+const micros = fc.oneof(
+  fc.integer({ min: 1, max: MAX_EXACT_MICROS }),
+  fc.integer({ min: 1_600_000_000_000_000, max: 2_000_000_000_000_000 }),
+);
+
+describe("line time", () => {
+  it("the encoder writes time_unix_nano byte for byte as protobuf-es (text and bytes paths); the decoder reads it back", () => {
+    const enc = createLogItemEncoder(ID);
+    for (const params of fuzzParams<[number, string, boolean]>("line time encoder"))
+      fc.assert(
+        fc.property(micros, fc.string({ unit: "grapheme", maxLength: 40 }), fc.boolean(), (us, line, stderr) => {
+          const ms = fromMicros(us);
+          const expected = toBinary(
+            LogItemSchema,
+            create(LogItemSchema, {
+              requestId: ID,
+              event: { case: "log", value: { line, stderr, timeUnixNano: msToNanos(ms) } },
+            }),
+          );
+          const bytes = utf8Length(line);
+          const size = enc.logFrameSize(line, bytes, stderr, ms);
+          expect(size).toBe(FRAME_PREFIX_BYTES + expected.length);
+          const text = Buffer.alloc(size);
+          expect(enc.writeLogFrame(text, 0, line, bytes, stderr, ms)).toBe(size);
+          expect(text.subarray(FRAME_PREFIX_BYTES).equals(Buffer.from(expected))).toBe(true);
+          const raw = Buffer.alloc(size);
+          enc.writeLogFrameBytes(raw, 0, Buffer.from(line, "utf8"), 0, bytes, stderr, ms);
+          expect(raw.equals(text)).toBe(true);
+          const received = decodeReceivedLine(text, FRAME_PREFIX_BYTES, size);
+          expect(received?.time).toBe(ms);
+          const message = fromBinary(LogItemSchema, text.subarray(FRAME_PREFIX_BYTES));
+          expect(message.event.case === "log" && nanosToMs(message.event.value.timeUnixNano)).toBe(ms);
+        }),
+        params,
+      );
+  });
+
+  it("no time (0, negative, below a microsecond) leaves the field out, as protobuf-es leaves out 0", () => {
+    const enc = createLogItemEncoder(ID);
+    const plain = toBinary(
+      LogItemSchema,
+      create(LogItemSchema, { requestId: ID, event: { case: "log", value: { line: "x" } } }),
+    );
+    for (const ms of [0, -5, 0.0004, Number.NaN]) {
+      const buf = Buffer.alloc(enc.logFrameSize("x", 1, false, ms));
+      enc.writeLogFrame(buf, 0, "x", 1, false, ms);
+      expect(buf.subarray(FRAME_PREFIX_BYTES).equals(Buffer.from(plain))).toBe(true);
+    }
+  });
+
+  it("8 bytes of nanoseconds round-trip every µs count, and any fixed64 reads as its µs floor", () => {
+    for (const params of fuzzParams<[number]>("line time nanos"))
+      fc.assert(
+        fc.property(micros, (us) => {
+          const buf = Buffer.alloc(8);
+          expect(writeNanos(buf, 0, fromMicros(us))).toBe(8);
+          expect(buf.readBigUInt64LE(0)).toBe(BigInt(us) * 1000n);
+          expect(readNanos(buf, 0)).toBe(fromMicros(us));
+        }),
+        params,
+      );
+    for (const params of fuzzParams<[bigint]>("line time fixed64"))
+      fc.assert(
+        fc.property(fc.bigInt({ min: 0n, max: 2n ** 64n - 1n }), (nanos) => {
+          const buf = Buffer.alloc(8);
+          buf.writeBigUInt64LE(nanos);
+          if (nanos <= BigInt(MAX_EXACT_MICROS) * 1000n) expect(readNanos(buf, 0)).toBe(nanosToMs(nanos));
+          // Past the year 2109 both keep the time to about a µs.
+          else expect(Math.abs(readNanos(buf, 0) - nanosToMs(nanos))).toBeLessThanOrEqual(nanosToMs(nanos) * 2 ** -50);
+        }),
+        params,
+      );
+  });
+
+  it("RFC 3339 with microseconds: the ISO instant's seconds and the six digits of the µs", () => {
+    expect(rfc3339Micro(fromMicros(1614834367123456))).toBe("2021-03-04T05:06:07.123456Z");
+    expect(rfc3339Micro(fromMicros(1614834367000001))).toBe("2021-03-04T05:06:07.000001Z");
+    for (const params of fuzzParams<[number]>("line time rfc3339"))
+      fc.assert(
+        fc.property(micros, (us) => {
+          const text = rfc3339Micro(fromMicros(us));
+          expect(text).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/);
+          expect(Date.parse(text)).toBe(Math.floor(us / 1000));
+          expect(Number(text.slice(20, 26))).toBe(us % 1_000_000);
+        }),
+        params,
+      );
+  });
+});
