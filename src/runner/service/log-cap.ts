@@ -8,11 +8,12 @@
 import { isPlainJsonText, viewOf } from "../protocol/byte-scan.js";
 
 /**
- * Bytes a line costs besides its text: at least what any store writes per line (fs: a flag,
- * two quotes and a newline, 4; memory and PostgreSQL: a 4-byte end and a flag byte, 5; the
- * archive: a varint header of at most 4), rounded up.
+ * Bytes a line costs besides its text: at least what any store writes per line, its time
+ * included (fs: a flag, a base-36 time of at most 11, two quotes and a newline, 15; memory and
+ * PostgreSQL: a 4-byte end, a flag byte and an 8-byte time, 13; the archive: a varint header and
+ * a time, at most 14), rounded up.
  */
-export const LINE_RECORD_OVERHEAD = 8;
+export const LINE_RECORD_OVERHEAD = 16;
 
 /** Extra bytes JSON.stringify writes for each byte below 0x20 (`\n` style: 1; `\u0001` style: 5). */
 const CONTROL_EXTRA = new Uint8Array(32).fill(5);
@@ -27,7 +28,7 @@ const ESCAPED = /["\\\u0000-\u001f\ud800-\udfff]/;
  * is escaped (nearly all output).
  *
  * @example
- * lineCapCost(Buffer.from("a\u0001"), 0, 2) // 8 + 2 + 5 = 15
+ * lineCapCost(Buffer.from("a\u0001"), 0, 2) // 16 + 2 + 5 = 23
  */
 export function lineCapCost(buf: Buffer, start: number, end: number): number {
   const bytes = end - start;
@@ -47,7 +48,7 @@ export function lineCapCost(buf: Buffer, start: number, end: number): number {
  * caller has it. A lone surrogate counts 6 (JSON writes `\udxxx`; UTF-8 counts it 3). O(length).
  *
  * @example
- * textCapCost('say "hi"') // 8 + 8 + 2 = 18
+ * textCapCost('say "hi"') // 16 + 8 + 2 = 26
  */
 export function textCapCost(text: string, utf8Bytes = Buffer.byteLength(text, "utf8")): number {
   if (!ESCAPED.test(text)) return LINE_RECORD_OVERHEAD + utf8Bytes;

@@ -27,7 +27,7 @@ describe("runner limits", () => {
   let h: Harness;
   let idle: Harness;
   beforeAll(async () => {
-    h = await startHarness({ limits: { messageBytes: 2048, lineBytes: 16, jobLogBytes: 128 } });
+    h = await startHarness({ limits: { messageBytes: 2048, lineBytes: 16, jobLogBytes: 192 } });
     idle = await startHarness({ limits: { idleMs: 1_000 } });
   });
   afterAll(async () => {
@@ -93,7 +93,7 @@ describe("runner limits", () => {
 
   it("past jobLogBytes lines are counted, not stored; one marker; logTruncated in the result; the job does not fail", async () => {
     const id = randomUUID();
-    // 8 lines of 10 bytes, each counting 8 + 10: 7 fit in 128 bytes, the 8th hits the cap.
+    // 8 lines of 10 bytes, each counting 16 + 10: 7 fit in 192 bytes, the 8th hits the cap.
     const items = Array.from({ length: 8 }, (_, i) => line(id, `line-${String(i).padStart(5, "0")}`, i === 7));
     expect(await send(h.client, items)).toMatchObject({ ok: true, committed: "8" });
     // A later call of the same job: still counted, still not stored, no second marker.

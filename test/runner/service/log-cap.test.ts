@@ -1,7 +1,7 @@
 /**
  * The job-log cap's counting rule (runner/service/log-cap.ts) against what each store writes:
  * for any line, its cost is at least the fs store's record (JSON-escaped) and the memory and
- * PostgreSQL stores' bytes + 5, and a line counts the same given as bytes or as text.
+ * PostgreSQL stores' bytes + 13, and a line counts the same given as bytes or as text.
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
@@ -21,17 +21,19 @@ const text = fc.oneof(
 describe("log-cap: what a line counts toward the job's cap", () => {
   it("is never below any store's record of the line, and bytes and text agree", () => {
     fc.assert(
-      fc.property(text, fc.boolean(), (line, stderr) => {
+      // Any time up to the cap line-time.ts puts on one (2^52 µs), counted from a base of 0.
+      fc.property(text, fc.boolean(), fc.integer({ min: 0, max: Math.floor(2 ** 52 / 1000) }), (line, stderr, time) => {
         const buf = Buffer.from(line, "utf8");
         // As the fast path hands it over: the UTF-8 bytes (a lone surrogate already U+FFFD).
         const received = new ReceivedLine("id", buf, 0, buf.length, stderr);
+        received.time = time;
         const fromBytes = lineCapCost(buf, 0, buf.length);
         expect(fromBytes).toBe(textCapCost(received.line));
         // The fs store's record, both ways it writes one.
-        expect(encodeRecords([received]).sizes[0]!).toBeLessThanOrEqual(fromBytes);
-        expect(encodeRecords([{ line, stderr }]).sizes[0]!).toBeLessThanOrEqual(textCapCost(line));
-        // Memory and PostgreSQL: the UTF-8 bytes, a 4-byte end and a flag byte.
-        expect(buf.length + 5).toBeLessThanOrEqual(fromBytes);
+        expect(encodeRecords([received], 0).sizes[0]!).toBeLessThanOrEqual(fromBytes);
+        expect(encodeRecords([{ line, stderr, time }], 0).sizes[0]!).toBeLessThanOrEqual(textCapCost(line));
+        // Memory and PostgreSQL: the UTF-8 bytes, a 4-byte end, a flag byte and an 8-byte time.
+        expect(buf.length + 13).toBeLessThanOrEqual(fromBytes);
         expect(textCapCost(line)).toBeGreaterThanOrEqual(LINE_RECORD_OVERHEAD + Buffer.byteLength(line));
       }),
       { numRuns: 2000 },
