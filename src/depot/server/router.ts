@@ -17,6 +17,8 @@ import { collectGarbage, type GarbageReport } from "../store/gc.js";
 import { registerInstallerRoutes } from "./installer-routes.js";
 import { DepotTelemetry, type DepotTelemetryOptions } from "./telemetry.js";
 import { registerPackagerRoutes } from "./packager-routes.js";
+import { registerAttestationRoutes } from "./attestation-routes.js";
+import { loadTrustedKeys, type TrustedKeySet } from "../signing/keys.js";
 import type { PackageStore } from "../ports.js";
 import { problemResponse } from "./problem-response.js";
 import { recoverDeadCommits } from "../transactions/recovery.js";
@@ -57,6 +59,13 @@ export interface PackageRouterOptions extends DepotTelemetryOptions {
    * (`<base>/data/<name>@<version>`): the request's `Host` header is never reflected.
    */
   publicUrl?: string;
+  /**
+   * The keys whose signatures `POST /attestations` takes (issue 26), with their validity
+   * windows and revocations; without them every attestation is refused (KEY_UNTRUSTED).
+   */
+  trustedKeys?: TrustedKeySet;
+  /** The largest attestation (a Sigstore bundle's JSON) taken, bytes (default 16 MiB). */
+  maxAttestationBytes?: number;
   /** The clock (tests). */
   now?: () => Date;
   /**
@@ -189,6 +198,10 @@ export function createPackageRouter(rawStore: PackageStore, options: PackageRout
   // Installer routes first, then the packager's: itty answers with the first match.
   registerInstallerRoutes(context);
   registerPackagerRoutes(context);
+  registerAttestationRoutes(context, {
+    keys: loadTrustedKeys(options.trustedKeys ?? { keys: [] }),
+    maxBytes: options.maxAttestationBytes ?? 16 * 2 ** 20,
+  });
   registerFallback(router);
 
   const depot = router as unknown as PackageRouter;

@@ -110,6 +110,9 @@ export const keys = {
   slots: (principal: string) => `slots/${principalHash(principal)}`,
   allSlots: "slots/",
   gcCandidates: "gc/candidates",
+  /** A version's attestations (depot/store/attestations.ts). */
+  attestation: (name: string, version: string) => `attest/${name}/${version}`,
+  attestations: "attest/",
 };
 
 /** Item keys are hashed so any path (up to 4 KiB of UTF-8) makes a short, safe key. */
