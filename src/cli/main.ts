@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
  * The `runner-depot` command: `serve`, `job`, `agent`, `logs`, `jobs`, `cancel`,
- * `publish`, `install`, `migrate`, and `--version`.
+ * `publish`, `install`, `migrate`, `keys`, `verify`, and `--version`.
  * Exit codes: 0 success, 1 failure, 2 usage. Errors are one line saying what to do.
  */
 import { CliError, runCli } from "./args.js";
@@ -17,6 +17,8 @@ const commands = {
   publish: async () => (await import("./depot.js")).publishCommand,
   install: async () => (await import("./depot.js")).installCommand,
   migrate: async () => (await import("./migrate.js")).migrateCommand,
+  keys: async () => (await import("./signing.js")).keysCommand,
+  verify: async () => (await import("./signing.js")).verifyCommand,
 };
 
 const USAGE = `runner-depot — runner log streaming (gRPC) and a package depot (REST)
@@ -33,6 +35,8 @@ Commands:
   publish <dir> <name>@<ver> publish a directory as a package version
   install <name>[@range] <dir>  install a package and its dependencies into a directory
   migrate <data>             upgrade a depot store written by an older runner-depot, in place
+  keys generate              make an Ed25519 signing key and print its trusted-keys entry
+  verify <name>@<version>    check a version's signatures and provenance; print who signed what
 
 Run 'runner-depot <command> --help' for a command's options, 'runner-depot --version'
 for the version.`;

@@ -9,6 +9,7 @@ import path from "node:path";
 import { createFsLogStore, createFsStore } from "../adapters/fs/index.js";
 import { createPackageRouter, bearerTokens, servePackageRouter, composeStore } from "../depot/index.js";
 import type { PackageStore } from "../depot/ports.js";
+import { readTrustedKeys } from "./signing.js";
 import { createRunnerService, startRunnerServer } from "../runner/index.js";
 import type { JobLogStore, JobResult, JobResultQueue } from "../runner/ports.js";
 import { isLoopbackHost } from "../loopback.js";
@@ -63,6 +64,8 @@ Operations:
                           0 turns it off); runs never overlap, each logs what it reclaimed
   --gc-grace <seconds>    a blob is deleted once unreferenced in two runs at least this
                           far apart (default 3600); keep it longer than an upload takes
+  --trusted-keys <file>   the keys whose signatures the depot takes on a version
+                          (POST /attestations; 'runner-depot keys generate' prints entries)
   --drain-grace <seconds> on SIGTERM/SIGINT, time calls in flight get to finish
                           (default 20); readiness turns false first
   --drain-delay <seconds> keep accepting this long after readiness turned false (and
@@ -98,12 +101,15 @@ export const serveCommand: Command = {
     "gc-grace": { type: "string" },
     "drain-grace": { type: "string" },
     "drain-delay": { type: "string" },
+    "trusted-keys": { type: "string" },
   },
   async run(values) {
     const dataDir = path.resolve(typeof values.data === "string" ? values.data : DEFAULT_DATA_DIR);
     const host = typeof values.host === "string" ? values.host : "127.0.0.1";
     const runnerPort = portOption(values["runner-port"], "runner-port", 50051);
     const depotPort = portOption(values["depot-port"], "depot-port", 8080);
+    const trustedKeysFile = values["trusted-keys"] as string | undefined;
+    const trustedKeys = trustedKeysFile !== undefined ? await readTrustedKeys(trustedKeysFile) : undefined;
     const lostAfter = values["lost-after"] === undefined ? 600 : Number(values["lost-after"]);
     if (!(lostAfter > 0)) throw new CliError("--lost-after must be a positive number of seconds", 2);
     const drainGrace = values["drain-grace"] === undefined ? 20 : Number(values["drain-grace"]);
@@ -199,6 +205,7 @@ export const serveCommand: Command = {
         authorize: bearerTokens({ [adminToken]: ["*"] }, { publicRead: true }),
         logger: logger.child({ component: "depot" }),
         gcGraceMs: gcGrace * 1000,
+        ...(trustedKeys ? { trustedKeys } : {}),
       });
       // The router logs each run ('garbage collected' with what it reclaimed, or the failure);
       // closed before the store, and a run in progress is waited for.
