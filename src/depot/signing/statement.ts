@@ -76,6 +76,8 @@ export interface JobProvenance {
   commit: string;
   /** `sha256:<hex>` of the job's stored log. */
   logDigest: string;
+  /** The stored lines the digest covers. */
+  logLines?: number;
   /** Where the log is read (the console's job page). */
   logUri?: string;
   startedOn?: string;
@@ -108,7 +110,12 @@ export function provenanceStatement(content: VersionContent, job: JobProvenance)
           finishedOn: job.finishedOn,
         },
         byproducts: [
-          { name: "log", digest: { sha256: hexOf(job.logDigest) }, ...(job.logUri ? { uri: job.logUri } : {}) },
+          {
+            name: "log",
+            digest: { sha256: hexOf(job.logDigest) },
+            ...(job.logUri ? { uri: job.logUri } : {}),
+            ...(job.logLines !== undefined ? { annotations: { lines: job.logLines } } : {}),
+          },
         ],
       },
     },
