@@ -13,6 +13,9 @@ hand to the VM. The request ID goes to stderr (and with --json, everything to st
 Options:
   --repo <url>       repository URL (context for the job result)
   --commit <sha>     commit (context for the job result)
+  --publish <glob>   a package the job may publish with its own credentials, e.g.
+                     'tool' or 'tool-*' (repeatable); its versions get the server's
+                     signed provenance (repository, commit, request ID, log digest)
   --url <url>        server (depot) URL (default: from <data>/serve.json)
   --token <token>    admin token (default: $RUNNER_DEPOT_TOKEN or <data>/serve.json)
   --data <dir>       where 'serve' keeps its data (default ./.runner-depot)
@@ -23,6 +26,7 @@ export const jobCommand: Command = {
   options: {
     repo: { type: "string" },
     commit: { type: "string" },
+    publish: { type: "string", multiple: true },
     url: { type: "string" },
     token: { type: "string" },
     data: { type: "string" },
@@ -35,7 +39,12 @@ export const jobCommand: Command = {
     const response = await cliFetch(`${url}/-/jobs`, {
       method: "POST",
       headers: { "content-type": "application/json", ...(token ? { authorization: `Bearer ${token}` } : {}) },
-      body: JSON.stringify({ command: positionals, repoUrl: values.repo ?? "", commitSha: values.commit ?? "" }),
+      body: JSON.stringify({
+        command: positionals,
+        repoUrl: values.repo ?? "",
+        commitSha: values.commit ?? "",
+        ...(values.publish ? { publish: values.publish } : {}),
+      }),
     }).catch((error: Error) => {
       throw new CliError(`cannot reach ${url}: ${fetchFailureCause(error)}; is 'runner-depot serve' running?`);
     });

@@ -9,7 +9,8 @@ import path from "node:path";
 import { createFsLogStore, createFsStore } from "../adapters/fs/index.js";
 import { createPackageRouter, bearerTokens, servePackageRouter, composeStore } from "../depot/index.js";
 import type { PackageStore } from "../depot/ports.js";
-import { readTrustedKeys } from "./signing.js";
+import { orchestratorSigningKey, readTrustedKeys } from "./signing.js";
+import { jobCredentials, jobProvenance } from "./job-publishing.js";
 import { createRunnerService, startRunnerServer } from "../runner/index.js";
 import type { JobLogStore, JobResult, JobResultQueue } from "../runner/ports.js";
 import { isLoopbackHost } from "../loopback.js";
@@ -64,6 +65,10 @@ Operations:
                           0 turns it off); runs never overlap, each logs what it reclaimed
   --gc-grace <seconds>    a blob is deleted once unreferenced in two runs at least this
                           far apart (default 3600); keep it longer than an upload takes
+  --builder-id <uri>      the builder ID the provenance of job-published versions names
+                          (default urn:runner-depot:orchestrator:<key ID>); the key is
+                          <data>/orchestrator.key, its trusted-keys entry
+                          <data>/orchestrator-key.json
   --trusted-keys <file>   the keys whose signatures the depot takes on a version
                           (POST /attestations; 'runner-depot keys generate' prints entries)
   --drain-grace <seconds> on SIGTERM/SIGINT, time calls in flight get to finish
@@ -102,6 +107,7 @@ export const serveCommand: Command = {
     "drain-grace": { type: "string" },
     "drain-delay": { type: "string" },
     "trusted-keys": { type: "string" },
+    "builder-id": { type: "string" },
   },
   async run(values) {
     const dataDir = path.resolve(typeof values.data === "string" ? values.data : DEFAULT_DATA_DIR);
@@ -171,6 +177,11 @@ export const serveCommand: Command = {
       closers.push(async () => logs.close?.());
       const store = await openPackageStore(values, dataDir);
       closers.push(async () => store.close?.());
+      const orchestratorKey = await orchestratorSigningKey(dataDir);
+      const builderId =
+        typeof values["builder-id"] === "string"
+          ? values["builder-id"]
+          : `urn:runner-depot:orchestrator:${orchestratorKey.keyId}`;
 
       const runner = createRunnerService(queue, {
         logs,
@@ -201,8 +212,18 @@ export const serveCommand: Command = {
         typeof values["public-runner-url"] === "string" ? values["public-runner-url"] : runnerServer.url;
 
       // Reading the depot is open; publishing needs the admin token.
+      // A running job may publish what it was allowed with its own credentials (job-publishing.ts).
       const depot = createPackageRouter(store, {
-        authorize: bearerTokens({ [adminToken]: ["*"] }, { publicRead: true }),
+        authorize: jobCredentials({
+          logs,
+          secret,
+          fallback: bearerTokens({ [adminToken]: ["*"] }, { publicRead: true }),
+        }),
+        provenance: {
+          key: orchestratorKey,
+          builderId,
+          jobOf: jobProvenance(logs, (id) => `/-/console/jobs/${encodeURIComponent(id)}`),
+        },
         logger: logger.child({ component: "depot" }),
         gcGraceMs: gcGrace * 1000,
         ...(trustedKeys ? { trustedKeys } : {}),
@@ -219,7 +240,8 @@ export const serveCommand: Command = {
         metricsToken: metricsPort === undefined ? adminToken : null,
         logger,
       });
-      const control = createControlApi({ runner, logs, secret, adminToken, runnerUrl });
+      let depotUrl = "";
+      const control = createControlApi({ runner, logs, secret, adminToken, runnerUrl, depotUrl: () => depotUrl });
       // The web console on the depot's port: one-time login URL, then a session cookie.
       const sessions = createConsoleSessions();
       // Beyond loopback a TLS terminator must stand in front (--insecure says so): the cookie is Secure.
@@ -244,6 +266,7 @@ export const serveCommand: Command = {
         ),
       );
       closers.push(() => depotServer.close());
+      depotUrl = depotServer.url;
       // The operator listener closes last, so probes see the drain.
       const operatorServer =
         metricsPort === undefined

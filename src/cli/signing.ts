@@ -84,6 +84,25 @@ export const signatureOptions = {
   builder: { type: "string", multiple: true },
 } as const;
 
+/**
+ * The orchestrator's signing key under `dataDir` (`orchestrator.key`, 0600), made on first
+ * use like the job secret, with its trusted-keys entry beside it (`orchestrator-key.json`)
+ * for installers to pass as `--trusted-keys`.
+ */
+export async function orchestratorSigningKey(dataDir: string): Promise<SigningKey> {
+  const file = path.join(dataDir, "orchestrator.key");
+  try {
+    return signingKeyFromPem(await readFile(file, "utf8"));
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
+  }
+  const generated = generateSigningKey();
+  await writeFile(file, generated.privateKey, { mode: 0o600, flag: "wx" });
+  const entry = trustedKeyEntry(generated, "orchestrator", new Date().toISOString());
+  await writeFile(path.join(dataDir, "orchestrator-key.json"), `${JSON.stringify({ keys: [entry] }, null, 2)}\n`);
+  return signingKeyFromPem(generated.privateKey);
+}
+
 const keysUsage = `Usage: runner-depot keys generate [--out <dir>] [--name <name>]
 
 Generates an Ed25519 signing key: writes <dir>/<keyId>.key (the private key, mode 0600)
