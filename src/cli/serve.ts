@@ -11,6 +11,7 @@ import { createPackageRouter, bearerTokens, servePackageRouter, composeStore } f
 import type { PackageStore } from "../depot/ports.js";
 import { orchestratorSigningKey, readTrustedKeys } from "./signing.js";
 import { jobCredentials, jobProvenance } from "./job-publishing.js";
+import { jobPublications } from "../depot/store/attestations.js";
 import { createRunnerService, startRunnerServer } from "../runner/index.js";
 import type { JobLogStore, JobResult, JobResultQueue } from "../runner/ports.js";
 import { isLoopbackHost } from "../loopback.js";
@@ -250,6 +251,7 @@ export const serveCommand: Command = {
         depot,
         sessions,
         base: "/-/console",
+        jobPublications: (requestId) => jobPublications(store, requestId),
         ...(isLoopbackHost(host) ? {} : { secureCookies: true }),
       });
       const route = (request: Request) => {

@@ -105,3 +105,40 @@ export async function listAttestations(
   const record = await store.getRecord<AttestationRecord>(keys.attestation(name, version));
   return record?.value.attestations ?? [];
 }
+
+/** Versions one job's record lists at most (a job publishing more still publishes; the list stops). */
+const MAX_JOB_PUBLICATIONS = 1_000;
+
+/** A `jobpub/<requestId>` record: what a job published with its own credentials. */
+interface JobPublishedRecord {
+  versions: Array<{ name: string; version: string; at: string }>;
+}
+
+/** Notes that job `requestId` published `name@version` (its provenance was attested). O(versions listed). */
+export async function noteJobPublication(
+  store: PackageStore,
+  requestId: string,
+  name: string,
+  version: string,
+  now: Date,
+): Promise<void> {
+  await updateRecord<JobPublishedRecord>(store, keys.jobPublished(requestId), (current) => {
+    const versions = current?.value.versions ?? [];
+    if (versions.length >= MAX_JOB_PUBLICATIONS || versions.some((v) => v.name === name && v.version === version))
+      return undefined;
+    return { versions: [...versions, { name, version, at: now.toISOString() }] };
+  });
+}
+
+/**
+ * What job `requestId` published with its own credentials, oldest first (one read).
+ *
+ * @example
+ * const versions = await jobPublications(depot.store, requestId); // [{ name: "tool", version: "1.0.0", at }]
+ */
+export async function jobPublications(
+  store: PackageStore,
+  requestId: string,
+): Promise<Array<{ name: string; version: string; at: string }>> {
+  return (await store.getRecord<JobPublishedRecord>(keys.jobPublished(requestId)))?.value.versions ?? [];
+}

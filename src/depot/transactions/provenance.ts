@@ -9,7 +9,7 @@ import type { PackageStore } from "../ports.js";
 import { signBundle } from "../signing/bundle.js";
 import type { SigningKey } from "../signing/keys.js";
 import { provenanceStatement } from "../signing/statement.js";
-import { addAttestation, versionContent, type AttestationEntry } from "../store/attestations.js";
+import { addAttestation, noteJobPublication, versionContent, type AttestationEntry } from "../store/attestations.js";
 import { keys, type VersionRecord } from "../store/records.js";
 
 /** What the orchestrator knows of the job behind a principal. */
@@ -82,5 +82,7 @@ export async function attestProvenance(
     },
     now,
   );
+  // The job's page lists what it published (the console reads it with jobPublications).
+  await noteJobPublication(store, job.requestId, name, version, now);
   return entry;
 }
