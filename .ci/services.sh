@@ -66,5 +66,8 @@ command -v rabbitmqctl >/dev/null || { echo "rabbitmqctl missing (the restart te
 # Chromium for the web console's browser tests (driven by playwright-core, which needs
 # the browser itself: Debian's package, never a download of Playwright's own build).
 command -v chromium >/dev/null || apt_install chromium
+# Debian's securesystemslib, the independent DSSE verifier of the signed-version tests
+# (test/depot/signing/independent-verifiers.test.ts runs it with /usr/bin/python3).
+/usr/bin/python3 -c 'import securesystemslib.signer' 2>/dev/null || apt_install python3-securesystemslib
 if [ "$postgres_ok" = 1 ]; then postgres_state="postgresql and rabbitmq are up"; else postgres_state="rabbitmq is up, postgresql left alone"; fi
 echo "services: $postgres_state, chromium at $(command -v chromium)"

@@ -26,6 +26,7 @@ await writeReport({
     "runner-telemetry",
     "runner-fleet",
     "runner-follow",
+    "signing",
   ],
   only: process.argv.slice(2).filter((arg) => !arg.startsWith("--")),
   file: path.join(here, "..", "BENCHMARKS.md"),

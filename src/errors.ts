@@ -61,6 +61,21 @@ const CODES = {
   DEPENDENCY_CYCLE: [Code.FailedPrecondition, 422],
   // A package archive from the depot that breaks the archive rules (installer, H4).
   ARCHIVE_INVALID: [Code.DataLoss, 502],
+  // Signed versions (docs/depot-api.md §8 attestations; the installer's signature policy).
+  /** An attestation that is not a Sigstore bundle of an in-toto statement. */
+  ATTESTATION_INVALID: [Code.InvalidArgument, 400],
+  /** A signature that does not verify with the key it names. */
+  SIGNATURE_INVALID: [Code.FailedPrecondition, 422],
+  /** Signed by a key the verifier does not trust, or outside the key's validity window. */
+  KEY_UNTRUSTED: [Code.PermissionDenied, 422],
+  /** Signed by a revoked key. */
+  KEY_REVOKED: [Code.PermissionDenied, 422],
+  /** A statement whose subjects are not this version's content (another version, or a changed file). */
+  SUBJECT_MISMATCH: [Code.FailedPrecondition, 422],
+  /** An unsigned version under the `require` policy. */
+  SIGNATURE_REQUIRED: [Code.FailedPrecondition, 422],
+  /** No provenance from a builder the policy names. */
+  BUILDER_UNTRUSTED: [Code.FailedPrecondition, 422],
   /** An archived job's log object is gone (archive retention, a lifecycle rule, a deleted file): 410. */
   LOG_ARCHIVE_GONE: [Code.NotFound, 410],
 } as const satisfies Record<string, readonly [Code, number]>;

@@ -203,7 +203,9 @@ export async function serverTarget(
   answerTimeoutMs();
   const dataDir = typeof values.data === "string" ? values.data : DEFAULT_DATA_DIR;
   const state = await readServeState(dataDir);
-  const url = (typeof values.url === "string" ? values.url : undefined) ?? state?.[which];
+  // Inside a job allowed to publish, $RUNNER_DEPOT_URL names the depot (src/cli/control.ts).
+  const fromEnv = which === "depotUrl" ? process.env.RUNNER_DEPOT_URL || undefined : undefined;
+  const url = (typeof values.url === "string" ? values.url : undefined) ?? fromEnv ?? state?.[which];
   if (!url)
     throw new CliError(
       `no server given: pass --url, or start 'runner-depot serve' here first (it writes ${dataDir}/serve.json)`,

@@ -26,6 +26,11 @@ interface ControlApiOptions {
   /** The runner URL as VMs reach it. */
   runnerUrl: string;
   /**
+   * The depot URL as VMs reach it, read when a job is created: a job allowed to publish
+   * gets it and its depot credentials in its environment (`RUNNER_DEPOT_URL`, `RUNNER_DEPOT_TOKEN`).
+   */
+  depotUrl?: () => string;
+  /**
    * `?follow` responses open at once; more answer RESOURCE_EXHAUSTED. Each costs the fan-out
    * ~2.5 µs a line, so 500 followers of a busy job were more work than storing it; default 64.
    */
@@ -42,7 +47,13 @@ interface CreateJobRequest {
   command: string[];
   repoUrl?: string;
   commitSha?: string;
+  /** Package-name patterns the job may publish with its own credentials (issue 26). */
+  publish?: string[];
 }
+
+/** Patterns one job may be allowed, and their longest. */
+const MAX_PUBLISH_PATTERNS = 64;
+const PUBLISH_PATTERN = /^[A-Za-z0-9._*?-]{1,128}$/;
 
 /** The answer of `POST /-/jobs`. */
 export interface CreateJobResponse {
@@ -97,11 +108,26 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
     ) {
       throw new RunnerDepotError("INVALID_ARGUMENT", "command must be a non-empty array of strings");
     }
+    const publish = job.publish ?? [];
+    if (
+      !Array.isArray(publish) ||
+      publish.length > MAX_PUBLISH_PATTERNS ||
+      !publish.every((p) => typeof p === "string" && PUBLISH_PATTERN.test(p))
+    )
+      throw new RunnerDepotError(
+        "INVALID_ARGUMENT",
+        `publish must be at most ${MAX_PUBLISH_PATTERNS} package-name patterns (letters, digits, . _ - * ?)`,
+      );
     const requestId = randomUUID();
     const token = mintJobToken(options.secret, requestId);
     const repoUrl = job.repoUrl ?? "";
     const commitSha = job.commitSha ?? "";
-    await options.runner.expectJob(requestId, { repoUrl, commitSha });
+    await options.runner.expectJob(requestId, { repoUrl, commitSha, ...(publish.length > 0 ? { publish } : {}) });
+    // A job allowed to publish finds the depot and its own credentials in its environment.
+    const env =
+      publish.length > 0 && options.depotUrl
+        ? { RUNNER_DEPOT_URL: options.depotUrl(), RUNNER_DEPOT_TOKEN: `job.${requestId}.${token}` }
+        : undefined;
     const userData = renderCloudInit({
       endpoint: options.runnerUrl,
       requestId,
@@ -109,6 +135,7 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
       repoUrl,
       commitSha,
       command: job.command,
+      ...(env ? { env } : {}),
     });
     const answer: CreateJobResponse = { requestId, token, endpoint: options.runnerUrl, userData };
     return Response.json(answer, { status: 201 });

@@ -15,6 +15,7 @@ import {
   parseRequires,
 } from "./depot-inputs.js";
 import { createProgress, formatBytes, type Progress } from "./progress.js";
+import { policyFromOptions, readSigningKey, signatureOptions, signatureOptionsUsage } from "./signing.js";
 
 const common = `  --url <url>        depot URL (default: from <data>/serve.json)
   --token <token>    bearer token (default: $RUNNER_DEPOT_TOKEN or <data>/serve.json)
@@ -29,6 +30,8 @@ holds are sent by reference, not uploaded again.
 Options:
   --require <name@range>   a dependency (repeatable), e.g. --require libfoo@^1.2
   --attr <key=value>       a package attribute (repeatable), e.g. --attr description=…
+  --sign-key <file>        sign the version with this key ('runner-depot keys generate');
+                           the depot must trust it
 ${common}`;
 
 const installUsage = `Usage: runner-depot install <name>[@range] <dir> [options]
@@ -44,13 +47,19 @@ Options:
   --preserve <mode>  where the new version has a file you added or edited since the
                      install wrote it: 'refuse' (default: stop, change nothing) or
                      'renameold' (keep yours as <path>.old). Your other files are kept.
+${signatureOptionsUsage}
 ${common}`;
 
 const clientOptions = { url: { type: "string" }, token: { type: "string" }, data: { type: "string" } } as const;
 
 export const publishCommand: Command = {
   usage: publishUsage,
-  options: { ...clientOptions, require: { type: "string", multiple: true }, attr: { type: "string", multiple: true } },
+  options: {
+    ...clientOptions,
+    require: { type: "string", multiple: true },
+    attr: { type: "string", multiple: true },
+    "sign-key": { type: "string" },
+  },
   async run(values, positionals) {
     const [dir, spec] = positionals;
     if (!dir || !spec || positionals.length > 2)
@@ -60,6 +69,8 @@ export const publishCommand: Command = {
     const requires = parseRequires((values.require as string[] | undefined) ?? []);
     const attributes = parseAttributes((values.attr as string[] | undefined) ?? []);
     const source = await checkSourceDir(dir);
+    const signKey = values["sign-key"] as string | undefined;
+    const sign = signKey !== undefined ? await readSigningKey(signKey) : undefined;
     const { url, token } = await serverTarget(values, "depotUrl");
     const client = createDepotClient({ baseUrl: url, token, fetch: cliFetch });
     const { items, bytes } = await publishItems(source);
@@ -72,6 +83,7 @@ export const publishCommand: Command = {
         items,
         requires,
         attributes,
+        ...(sign ? { sign } : {}),
         onProgress: (p) => progress.update(count(p), count.total),
       })
       .catch((error: Error) => {
@@ -122,7 +134,7 @@ function countPublished(bytes: Map<string, number>): ((p: PublishProgress) => nu
 
 export const installCommand: Command = {
   usage: installUsage,
-  options: { ...clientOptions, force: { type: "boolean" }, preserve: { type: "string" } },
+  options: { ...clientOptions, force: { type: "boolean" }, preserve: { type: "string" }, ...signatureOptions },
   async run(values, positionals) {
     const [spec, dir] = positionals;
     if (!spec || !dir || positionals.length > 2)
@@ -132,6 +144,7 @@ export const installCommand: Command = {
     if (preserve !== "refuse" && preserve !== "renameold")
       throw new CliError(`--preserve must be 'refuse' or 'renameold', got '${String(preserve)}'`, 2);
     const target = await checkTargetDir(dir);
+    const signatures = await policyFromOptions(values, "ignore");
     const { url, token } = await serverTarget(values, "depotUrl");
     // $RUNNER_DEPOT_TIMEOUT bounds the bodies too: the idle time between chunks, and a JSON answer in all.
     const timeout = answerTimeoutMs();
@@ -148,6 +161,7 @@ export const installCommand: Command = {
       .install(spec, target, {
         force: values.force === true,
         preserve,
+        signatures,
         onProgress: (event) => {
           if (event.phase !== "download") return;
           const key = `${event.name}@${event.version}${event.from ? ` (delta from ${event.from})` : ""}`;
@@ -176,6 +190,8 @@ export const installCommand: Command = {
     for (const pkg of result.packages) {
       const how = pkg.from ? ` from ${pkg.from}${pkg.via ? ` via ${pkg.via}` : ""}` : "";
       process.stderr.write(`${pkg.action} ${pkg.name}@${pkg.version}${how} (${formatBytes(pkg.bytes)})\n`);
+      for (const a of pkg.verified ?? [])
+        process.stderr.write(`  signed by ${a.keyName ?? a.keyId}${a.builderId ? `, built by ${a.builderId}` : ""}\n`);
       if (pkg.kept && pkg.kept.length > 0) {
         const more = pkg.kept.length > 5 ? ` and ${pkg.kept.length - 5} more` : "";
         process.stderr.write(

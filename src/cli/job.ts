@@ -15,6 +15,9 @@ With --run, plays the VM locally instead: runs the command here as the agent wou
 Options:
   --repo <url>       repository URL (context for the job result)
   --commit <sha>     commit (context for the job result)
+  --publish <glob>   a package the job may publish with its own credentials, e.g.
+                     'tool' or 'tool-*' (repeatable); its versions get the server's
+                     signed provenance (repository, commit, request ID, log digest)
   --url <url>        server (depot) URL (default: from <data>/serve.json)
   --token <token>    admin token (default: $RUNNER_DEPOT_TOKEN or <data>/serve.json)
   --data <dir>       where 'serve' keeps its data (default ./.runner-depot)
@@ -29,6 +32,7 @@ export const jobCommand: Command = {
   options: {
     repo: { type: "string" },
     commit: { type: "string" },
+    publish: { type: "string", multiple: true },
     url: { type: "string" },
     token: { type: "string" },
     data: { type: "string" },
@@ -42,7 +46,12 @@ export const jobCommand: Command = {
     const response = await cliFetch(`${url}/-/jobs`, {
       method: "POST",
       headers: { "content-type": "application/json", ...(token ? { authorization: `Bearer ${token}` } : {}) },
-      body: JSON.stringify({ command: positionals, repoUrl: values.repo ?? "", commitSha: values.commit ?? "" }),
+      body: JSON.stringify({
+        command: positionals,
+        repoUrl: values.repo ?? "",
+        commitSha: values.commit ?? "",
+        ...(values.publish ? { publish: values.publish } : {}),
+      }),
     }).catch((error: Error) => {
       throw new CliError(`cannot reach ${url}: ${fetchFailureCause(error)}; is 'runner-depot serve' running?`);
     });

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
  * The `runner-depot` command: `serve`, `job`, `agent`, `logs`, `jobs`, `cancel`,
- * `publish`, `install`, `migrate`, and `--version`.
+ * `publish`, `install`, `migrate`, `keys`, `verify`, and `--version`.
  * Exit codes: 0 success, 1 failure, 2 usage. Errors are one line saying what to do.
  */
 // First: refuses an unsupported Node before anything else loads.
@@ -22,6 +22,8 @@ const commands = {
   install: async () => (await import("./depot.js")).installCommand,
   migrate: async () => (await import("./migrate.js")).migrateCommand,
   "console-url": async () => (await import("./console-url.js")).consoleUrlCommand,
+  keys: async () => (await import("./signing.js")).keysCommand,
+  verify: async () => (await import("./signing.js")).verifyCommand,
 };
 
 const USAGE = `runner-depot — runner log streaming (gRPC) and a package depot (REST)
@@ -39,6 +41,8 @@ Commands:
   install <name>[@range] <dir>  install a package and its dependencies into a directory
   migrate <data>             upgrade a depot store written by an older runner-depot, in place
   console-url                print a new one-time login URL for the running server's console
+  keys generate              make an Ed25519 signing key and print its trusted-keys entry
+  verify <name>@<version>    check a version's signatures and provenance; print who signed what
 
 Run 'runner-depot <command> --help' for a command's options, 'runner-depot --version'
 for the version.`;

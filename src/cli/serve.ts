@@ -9,6 +9,9 @@ import path from "node:path";
 import { createFsLogStore, createFsStore } from "../adapters/fs/index.js";
 import { createPackageRouter, bearerTokens, servePackageRouter, composeStore } from "../depot/index.js";
 import type { PackageStore } from "../depot/ports.js";
+import { orchestratorSigningKey, readTrustedKeys } from "./signing.js";
+import { jobCredentials, jobProvenance } from "./job-publishing.js";
+import { jobPublications } from "../depot/store/attestations.js";
 import { createRunnerService, startRunnerServer } from "../runner/index.js";
 import type { JobLogStore, JobResult, JobResultQueue } from "../runner/ports.js";
 import { isLoopbackHost } from "../loopback.js";
@@ -64,6 +67,12 @@ Operations:
                           0 turns it off); runs never overlap, each logs what it reclaimed
   --gc-grace <seconds>    a blob is deleted once unreferenced in two runs at least this
                           far apart (default 3600); keep it longer than an upload takes
+  --builder-id <uri>      the builder ID the provenance of job-published versions names
+                          (default urn:runner-depot:orchestrator:<key ID>); the key is
+                          <data>/orchestrator.key, its trusted-keys entry
+                          <data>/orchestrator-key.json
+  --trusted-keys <file>   the keys whose signatures the depot takes on a version
+                          (POST /attestations; 'runner-depot keys generate' prints entries)
   --drain-grace <seconds> on SIGTERM/SIGINT, time calls in flight get to finish
                           (default 20); readiness turns false first
   --drain-delay <seconds> keep accepting this long after readiness turned false (and
@@ -99,12 +108,16 @@ export const serveCommand: Command = {
     "gc-grace": { type: "string" },
     "drain-grace": { type: "string" },
     "drain-delay": { type: "string" },
+    "trusted-keys": { type: "string" },
+    "builder-id": { type: "string" },
   },
   async run(values) {
     const dataDir = path.resolve(typeof values.data === "string" ? values.data : DEFAULT_DATA_DIR);
     const host = typeof values.host === "string" ? values.host : "127.0.0.1";
     const runnerPort = portOption(values["runner-port"], "runner-port", 50051);
     const depotPort = portOption(values["depot-port"], "depot-port", 8080);
+    const trustedKeysFile = values["trusted-keys"] as string | undefined;
+    const trustedKeys = trustedKeysFile !== undefined ? await readTrustedKeys(trustedKeysFile) : undefined;
     const lostAfter = values["lost-after"] === undefined ? 600 : Number(values["lost-after"]);
     if (!(lostAfter > 0)) throw new CliError("--lost-after must be a positive number of seconds", 2);
     const drainGrace = values["drain-grace"] === undefined ? 20 : Number(values["drain-grace"]);
@@ -166,6 +179,11 @@ export const serveCommand: Command = {
       closers.push(async () => logs.close?.());
       const store = await openPackageStore(values, dataDir);
       closers.push(async () => store.close?.());
+      const orchestratorKey = await orchestratorSigningKey(dataDir);
+      const builderId =
+        typeof values["builder-id"] === "string"
+          ? values["builder-id"]
+          : `urn:runner-depot:orchestrator:${orchestratorKey.keyId}`;
 
       const runner = createRunnerService(queue, {
         logs,
@@ -196,10 +214,21 @@ export const serveCommand: Command = {
         typeof values["public-runner-url"] === "string" ? values["public-runner-url"] : runnerServer.url;
 
       // Reading the depot is open; publishing needs the admin token.
+      // A running job may publish what it was allowed with its own credentials (job-publishing.ts).
       const depot = createPackageRouter(store, {
-        authorize: bearerTokens({ [adminToken]: ["*"] }, { publicRead: true }),
+        authorize: jobCredentials({
+          logs,
+          secret,
+          fallback: bearerTokens({ [adminToken]: ["*"] }, { publicRead: true }),
+        }),
+        provenance: {
+          key: orchestratorKey,
+          builderId,
+          jobOf: jobProvenance(logs, (id) => `/-/console/jobs/${encodeURIComponent(id)}`),
+        },
         logger: logger.child({ component: "depot" }),
         gcGraceMs: gcGrace * 1000,
+        ...(trustedKeys ? { trustedKeys } : {}),
       });
       // The router logs each run ('garbage collected' with what it reclaimed, or the failure);
       // closed before the store, and a run in progress is waited for.
@@ -215,15 +244,25 @@ export const serveCommand: Command = {
       });
       // The web console on the depot's port: one-time login URLs (at startup, and from
       // `runner-depot console-url` through the control API), then a session cookie.
+      let depotUrl = "";
       const sessions = createConsoleSessions();
       const consoleLoginUrl = () => `${depotServer.url}/-/console/?token=${sessions.loginToken()}`;
-      const control = createControlApi({ runner, logs, secret, adminToken, runnerUrl, consoleLoginUrl });
+      const control = createControlApi({
+        runner,
+        logs,
+        secret,
+        adminToken,
+        runnerUrl,
+        consoleLoginUrl,
+        depotUrl: () => depotUrl,
+      });
       // Beyond loopback a TLS terminator must stand in front (--insecure says so): the cookie is Secure.
       const webConsole = createConsole({
         runner,
         depot,
         sessions,
         base: "/-/console",
+        jobPublications: (requestId) => jobPublications(store, requestId),
         ...(isLoopbackHost(host) ? {} : { secureCookies: true }),
       });
       const route = (request: Request) => {
@@ -240,6 +279,7 @@ export const serveCommand: Command = {
         ),
       );
       closers.push(() => depotServer.close());
+      depotUrl = depotServer.url;
       // The operator listener closes last, so probes see the drain.
       const operatorServer =
         metricsPort === undefined

@@ -61,6 +61,11 @@ export interface ConsoleOptions {
   catalogPageSize?: number;
   /** Called with every unexpected (500) error; default console.error. */
   onError?: (error: unknown, request: Request) => void;
+  /**
+   * The versions a job published with its own credentials (issue 26), listed on its page;
+   * `runner-depot serve` passes the depot's record of them. Default: none listed.
+   */
+  jobPublications?: (requestId: string) => Promise<Array<{ name: string; version: string }>>;
 }
 
 /** The console handler. */
@@ -91,6 +96,7 @@ export function createConsole(options: ConsoleOptions = {}): Console {
     ? createJobEndpoints(options.runner, {
         maxStreams: options.maxStreams ?? 256,
         maxStreamsPerSession: options.maxStreamsPerSession ?? 8,
+        ...(options.jobPublications ? { publications: options.jobPublications } : {}),
       })
     : null;
   const packages = options.depot

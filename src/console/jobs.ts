@@ -35,6 +35,8 @@ interface JobEndpointLimits {
   maxStreams: number;
   /** Event streams one console session holds at once; more answer 503 (issue 30 item 8). */
   maxStreamsPerSession: number;
+  /** What a job published with its own credentials (issue 26), listed on its page. */
+  publications?: (requestId: string) => Promise<Array<{ name: string; version: string }>>;
 }
 
 /** The wire form of a stored line: [text, flags], and its time third when it has one. */
@@ -85,7 +87,10 @@ export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLim
     /** GET api/jobs/:id */
     async get(id: string): Promise<Response> {
       const state = await known(id);
-      return json({ ...summarizeJob(state), cancellable: state.status === "open" });
+      const published = limits.publications
+        ? (await limits.publications(state.requestId)).map(({ name, version }) => ({ name, version }))
+        : [];
+      return json({ ...summarizeJob(state), cancellable: state.status === "open", published });
     },
 
     /** GET api/jobs/:id/lines?from=&limit= — a window of stored lines. */

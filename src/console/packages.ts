@@ -141,9 +141,17 @@ export function createPackageEndpoints(options: PackageEndpointOptions) {
       const items = manifest.items
         .slice(0, MAX_ITEMS)
         .map((i) => ({ type: i.type, path: i.path, mode: i.mode, size: i.size, target: i.target }));
+      // The jobs whose provenance the version carries (a depot before issue 26 has no such route).
+      const attested = await call(`/attestations/${encodeURIComponent(spec)}`, url.origin);
+      const builtBy = attested.ok
+        ? (
+            await readJson<{ attestations: Array<{ requestId?: string; builderId?: string }> }>(attested)
+          ).attestations.flatMap((a) => (a.requestId ? [{ requestId: a.requestId, builderId: a.builderId ?? "" }] : []))
+        : (await attested.body?.cancel(), []);
       return json({
         name: ref.name,
         version: ref.version,
+        builtBy,
         publishedAt: manifest.publishedAt,
         attributes: manifest.attributes,
         requires: depend.requires,

@@ -8,6 +8,9 @@
  * - **Client:** {@link createDepotClient} lists, publishes (by reference first, so no byte
  *   travels twice), downloads with resume, and installs with dependency resolution,
  *   digest checks and deltas for upgrades.
+ * - **Signed versions:** {@link generateSigningKey} makes an Ed25519 key; `publish({ sign })`
+ *   attaches a Sigstore bundle over the version's archive and files, and `install(…, {
+ *   signatures })` or `client.verify` checks them under `ignore | verify | require`.
  * - **Stores:** {@link composeStore} joins a blob store and a record store (S3 +
  *   PostgreSQL) into one {@link PackageStore}.
  *
@@ -72,3 +75,6 @@ export type { Authorize, AuthorizeContext, BearerTokensOptions, DepotAction, Tok
 export type { DepotLimits } from "./transactions/lifecycle.js";
 export type { CommitProblem } from "./transactions/commit.js";
 export type { GarbageReport } from "./store/gc.js";
+export { generateSigningKey, signingKeyFromPem } from "./signing/keys.js";
+export type { GeneratedKey, SigningKey, TrustedKey, TrustedKeySet } from "./signing/keys.js";
+export type { SignaturePolicy, SignaturePolicyMode, VerifiedAttestation } from "./signing/verify.js";

@@ -25,6 +25,11 @@ import type { PackageStore } from "../../src/depot/ports.js";
 import { createPackageRouter, type PackageRouterOptions } from "../../src/depot/server/router.js";
 import { servePackageRouter, type PackageServer } from "../../src/depot/server/serve.js";
 import { startS3, type S3Fixture } from "../fixtures/backends.js";
+import { signBundle } from "../../src/depot/signing/bundle.js";
+import { generateSigningKey, signingKeyFromPem, trustedKeyEntry } from "../../src/depot/signing/keys.js";
+import { signedVersionStatement } from "../../src/depot/signing/statement.js";
+import { versionContent } from "../../src/depot/store/attestations.js";
+import { keys, type VersionRecord } from "../../src/depot/store/records.js";
 
 // ajv and ajv-formats are CommonJS: under NodeNext their default import is module.exports,
 // which carries the class / plugin again as `.default`.
@@ -67,6 +72,7 @@ let down: PackageServer; // closed store: 503
 let broken: PackageServer; // a store that throws a plain Error: 500
 let signing: PackageServer; // S3 blobs (s3rver) that sign URLs: 302
 let s3: S3Fixture;
+const attestationKey = generateSigningKey();
 
 /** Adds `additionalProperties: false` to every object schema that lists its properties, so undocumented members fail. */
 function strict(schema: unknown, seen = new Set<unknown>()): unknown {
@@ -240,7 +246,11 @@ beforeAll(async () => {
   }
 
   openStore = await tempStore();
-  open = await serve(openStore);
+  // Trusts one key for the attestation routes, and takes bundles of up to 64 KiB (413 past it).
+  open = await serve(openStore, {
+    trustedKeys: { keys: [trustedKeyEntry(attestationKey)] },
+    maxAttestationBytes: 65_536,
+  });
   auth = await serve(await tempStore(), {
     authorize: bearerTokens({
       "tok-writer": ["hello*", "bound*"],
@@ -317,6 +327,11 @@ describe("openapi.yaml", () => {
         "store/records",
         "server/router",
         "transactions/lifecycle",
+        "server/attestation-routes",
+        "store/attestations",
+        "signing/bundle",
+        "signing/keys",
+        "signing/statement",
       ].map((f) => `../../src/depot/${f}.ts`),
       ...["memory/store", "s3/blob-store", "postgres/records"].map((f) => `../../src/adapters/${f}.ts`),
       // Every file of the fs store (read from the folder, so a file added or removed there is
@@ -664,6 +679,39 @@ describe("the depot as built answers as documented", () => {
     }
   });
 
+  it("attestations: attach (201, again 200), list, HEAD; 400, 404, 413, 422", async () => {
+    const record = (await openStore.getRecord<VersionRecord>(keys.version("hello", "1.1.0")))!.value;
+    const statement = signedVersionStatement(await versionContent(openStore, record), new Date());
+    const bundle = JSON.stringify(
+      signBundle(Buffer.from(JSON.stringify(statement)), signingKeyFromPem(attestationKey.privateKey)),
+    );
+    const post = (ref: string, body: string) =>
+      call(open, "addAttestation", `/attestations/${ref}`, { headers: { "content-type": "application/json" }, body });
+    const added = await post("hello@1.1.0", bundle);
+    expect(added.status).toBe(201);
+    expect(added.json).toMatchObject({ name: "hello", version: "1.1.0", keyId: attestationKey.keyId });
+    expect((await post("hello%401.1.0", bundle)).status).toBe(200);
+    const listed = await call(open, "getAttestations", "/attestations/hello@1.1.0");
+    expect(listed.json!.attestations).toHaveLength(1);
+    expect(JSON.stringify(listed.json!.attestations[0].bundle)).toBe(bundle);
+    expect((await call(open, "getAttestations", "/attestations/hello@1.0.0")).json!.attestations).toEqual([]);
+    expect((await call(open, "headAttestations", "/attestations/hello@1.1.0")).status).toBe(200);
+    for (const [op, ref, status] of [
+      ["getAttestations", "hello@9.9.9", 404],
+      ["headAttestations", "hello@9.9.9", 404],
+      ["getAttestations", "hello", 400],
+      ["headAttestations", "-bad@1.0.0", 400],
+    ] as const)
+      expect((await call(open, op, `/attestations/${ref}`)).status, `${op} ${ref}`).toBe(status);
+    expect((await post("hello@1.1.0", "{}")).json!.code).toBe("ATTESTATION_INVALID");
+    expect((await post("hello@9.9.9", bundle)).status).toBe(404);
+    expect((await post("hello@1.1.0", " ".repeat(65_537))).json!.code).toBe("TOO_LARGE");
+    // Signed over 1.1.0: on 1.0.0 its subjects are another version's.
+    const other = await post("hello@1.0.0", bundle);
+    expect(other.status).toBe(422);
+    expect(other.json).toMatchObject({ code: "SUBJECT_MISMATCH", package: "hello", version: "1.0.0" });
+  });
+
   it("data: 200 with digests, 206, 304, 416, HEAD; 404 and 400", async () => {
     const full = await call(open, "getData", "/data/hello@1.0.0");
     expect(full.status).toBe(200);
@@ -888,6 +936,7 @@ describe("the depot as built answers as documented", () => {
       "/summary/{trans_id}": `/summary/${id}`,
       "/meta/{trans_id}/require": `/meta/${id}/require`,
       "/commit/{trans_id}": `/commit/${id}`,
+      "/attestations/{pkg_ref}": "/attestations/hello@1.0.0",
     };
     expect(Object.keys(concrete).sort()).toEqual(Object.keys(doc.paths as Json).sort());
     const order = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];

@@ -90,7 +90,11 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
   }
 
   /** A job as the console's API sends it: the runner's summary, plus whether it can be cancelled. */
-  type JobSummary = RunnerJobSummary & { cancellable?: boolean };
+  type JobSummary = RunnerJobSummary & {
+    cancellable?: boolean;
+    /** The versions the job published with its own credentials (issue 26). */
+    published?: Array<{ name: string; version: string }>;
+  };
 
   // One vocabulary with the CLI (`runner-depot jobs`) and the API: the state is the API's
   // status word (open, finished, cancelled, lost); the outcome is success or failed for a
@@ -333,6 +337,26 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
         ["Commit", job.commitSha || "—"],
         ["Started", open && job.startedAt === null ? "not yet (no output so far)" : fmtTime(job.startedAt)],
         ["Ended", fmtTime(job.endedAt)],
+        [
+          "Published",
+          (job.published ?? []).length === 0
+            ? "—"
+            : h(
+                "ul",
+                { id: "published", class: "inline-list" },
+                ...(job.published ?? []).map((p) =>
+                  h(
+                    "li",
+                    {},
+                    h("a", {
+                      class: "mono",
+                      href: `${base}/packages/${encodeURIComponent(p.name)}?version=${encodeURIComponent(p.version)}`,
+                      text: `${p.name}@${p.version}`,
+                    }),
+                  ),
+                ),
+              ),
+        ],
       ];
       summary.replaceChildren(...rows.flatMap(([k, v]) => [h("dt", { text: k }), h("dd", {}, v)]));
       cancel.hidden = job.status !== "open";
@@ -673,6 +697,8 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
       licenses: Array<{ name: string; size: number }>;
       items: Array<{ type: string; path: string; mode: number; size: number; target?: string }>;
       itemCount: number;
+      /** The jobs whose provenance this version carries (issue 26). */
+      builtBy?: Array<{ requestId: string; builderId: string }>;
     }>(`/packages/${encodeURIComponent(name)}/${encodeURIComponent(selected)}`);
 
     const pkgLink = (n: string) => h("a", { href: `${base}/packages/${encodeURIComponent(n)}`, text: n });
@@ -756,6 +782,16 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
         h("dd", { text: fmtTime(detail.publishedAt) }),
         h("dt", { text: "Licences" }),
         h("dd", { text: detail.licenses.map((l) => l.name).join(", ") || "none declared" }),
+        ...(detail.builtBy ?? []).flatMap((b) => [
+          h("dt", { text: "Provenance" }),
+          h(
+            "dd",
+            { class: "built-by" },
+            "built by ",
+            h("a", { href: `${base}/jobs/${encodeURIComponent(b.requestId)}`, text: `job ${b.requestId}` }),
+            b.builderId ? h("span", { class: "muted", text: ` (signed by ${b.builderId})` }) : "",
+          ),
+        ]),
         ...Object.entries(detail.attributes).flatMap(([k, v]) => [h("dt", { text: k }), h("dd", { text: v })]),
       ),
       h(

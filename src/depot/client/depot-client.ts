@@ -11,6 +11,7 @@ import { createDepotConnection, seg, specPath, versionPart } from "./connection.
 import { readLinkedPages } from "./linked-pages.js";
 import { downloadArchive } from "./download.js";
 import { publishVersion } from "./publish.js";
+import { attachSignature, describedContent, readAttestations, verifyAttestations } from "./attestations.js";
 import type { DependInfo, DepotClient, DepotClientOptions, VersionInfo } from "./types.js";
 import { readPackageManifest } from "../install/extract.js";
 import { installPackage } from "../install/installer.js";
@@ -71,8 +72,22 @@ export function createDepotClient(options: DepotClientOptions): DepotClient {
       return downloadArchive(connection, spec, opts);
     },
 
-    publish(p) {
-      return publishVersion(connection, p);
+    async publish(p) {
+      const result = await publishVersion(connection, p);
+      if (p.sign) await client.sign(`${result.name}@${result.version}`, p.sign);
+      return result;
+    },
+
+    attestations(spec) {
+      return readAttestations(connection, spec);
+    },
+
+    async sign(spec, key) {
+      return attachSignature(connection, await describedContent(connection, client.manifest, spec), key);
+    },
+
+    async verify(spec, policy) {
+      return verifyAttestations(connection, await describedContent(connection, client.manifest, spec), policy);
     },
 
     install(spec, targetDir, installOptions) {

@@ -7,6 +7,8 @@ import type { Writable } from "node:stream";
 import type { PackageManifest } from "../install/extract.js";
 import type { InstallOptions, InstallResult } from "../install/types.js";
 import type { Requirement } from "../install/resolve.js";
+import type { SigningKey } from "../signing/keys.js";
+import type { SignaturePolicy, VerifiedAttestation } from "../signing/verify.js";
 
 /** Options of {@link createDepotClient}. */
 export interface DepotClientOptions {
@@ -162,6 +164,11 @@ export interface PublishOptions {
   onProgress?: (progress: PublishProgress) => void;
   /** Additions in flight at once. Default 4. */
   concurrency?: number;
+  /**
+   * Sign the version once committed (a signed-version statement over its archive and
+   * files, attached by `POST /attestations`). The depot must trust the key.
+   */
+  sign?: SigningKey;
 }
 
 /** What a publish did. */
@@ -177,6 +184,27 @@ export interface PublishResult {
   byReference: number;
   /** Files uploaded. */
   uploaded: number;
+}
+
+/** One attestation as `GET /attestations/<name>@<version>` lists it. */
+export interface AttestationListEntry {
+  digest: string;
+  size: number;
+  keyId: string;
+  predicateType: string;
+  signedAt: string;
+  addedAt: string;
+  builderId?: string;
+  requestId?: string;
+  /** The Sigstore bundle itself. */
+  bundle: unknown;
+}
+
+/** `GET /attestations/<name>@<version>`. */
+export interface AttestationList {
+  name: string;
+  version: string;
+  attestations: AttestationListEntry[];
 }
 
 /** The depot client. */
@@ -198,6 +226,15 @@ export interface DepotClient {
   manifest(spec: string): Promise<PackageManifest>;
   /** Publishes a version through a transaction; abandons it on any failure. */
   publish(options: PublishOptions): Promise<PublishResult>;
+  /** `GET /attestations/<name>@<version>`: the version's attestations (none from a depot without signed versions). */
+  attestations(spec: string): Promise<AttestationList>;
+  /** Signs a published version with `key` and attaches the signature; answers the bundle. */
+  sign(spec: string, key: SigningKey): Promise<unknown>;
+  /**
+   * Verifies `name@version`'s attestations under `policy` against what the depot describes
+   * (its `/version` digest and manifest); answers what held, or throws the refusal.
+   */
+  verify(spec: string, policy: SignaturePolicy): Promise<VerifiedAttestation[]>;
   /** Resolves, downloads, verifies and installs `spec` and its dependencies under `targetDir`. */
   install(spec: string, targetDir: string, options?: InstallOptions): Promise<InstallResult>;
 }

@@ -33,6 +33,7 @@ import {
   type UserEntry,
 } from "./preserve.js";
 import type { InstallAction, InstallOptions, InstallResult } from "./types.js";
+import { loadPolicy, verifyVersion, type LoadedPolicy } from "../signing/verify.js";
 
 export type { InstallAction, InstallOptions, InstallProgress, InstallResult } from "./types.js";
 
@@ -135,6 +136,8 @@ export async function installPackage(
   await mkdir(work);
   const emit = options.onProgress ?? (() => undefined);
   let keepWork = false;
+  // Parsed before anything is downloaded: a bad key file fails the install at once.
+  const policy = options.signatures ? loadPolicy(options.signatures) : null;
   try {
     const infos = new Map<string, Promise<Map<string, VersionEntry> | null>>();
     const versionInfo = (name: string) => {
@@ -289,6 +292,7 @@ export async function installPackage(
         digest = got.digest;
       }
       action.via = viaDelta ? "delta" : "full";
+      if (policy && policy.policy !== "ignore") await checkSignatures(client, policy, pkg, digest, items, action);
       emit({ phase: "staged", name: pkg.name, version: pkg.version, via: action.via });
       staged.push({ name: pkg.name, version: pkg.version, digest, dir: stageDir, action, items, userEntries });
       actions.push(action);
@@ -305,6 +309,41 @@ export async function installPackage(
     if (!keepWork) await rm(work, { recursive: true, force: true }).catch(() => undefined);
     await release();
   }
+}
+
+/**
+ * Checks a staged package's attestations under the install's policy: the staged files'
+ * digests (checked against the manifest as they were written) and the archive's digest
+ * against what was signed. Throws the refusal; records what held on `action`. O(items).
+ */
+async function checkSignatures(
+  client: DepotClient,
+  policy: LoadedPolicy,
+  pkg: { name: string; version: string },
+  digest: string,
+  items: readonly RecordItem[],
+  action: InstallAction,
+): Promise<void> {
+  const content = {
+    name: pkg.name,
+    version: pkg.version,
+    digest,
+    files: items.flatMap((item) =>
+      item.type === "file" && item.sha256 ? [{ path: item.path, digest: `sha256:${item.sha256}` }] : [],
+    ),
+  };
+  const list = await client.attestations(`${pkg.name}@${pkg.version}`);
+  const held = verifyVersion(
+    content,
+    list.attestations.map((a) => a.bundle),
+    policy,
+  );
+  action.verified = held.map((a) => ({
+    keyId: a.keyId,
+    ...(a.keyName !== undefined ? { keyName: a.keyName } : {}),
+    predicateType: a.predicateType,
+    ...(a.builderId !== undefined ? { builderId: a.builderId } : {}),
+  }));
 }
 
 /** Decides where every user entry goes, for all packages, before anything moves; refuses on conflicts. */

@@ -4,6 +4,7 @@
  * and the installer, which drives the client, both name them without importing each other.
  */
 import type { PreserveMode } from "./preserve.js";
+import type { SignaturePolicy } from "../signing/verify.js";
 
 /** Installer progress events. */
 export type InstallProgress =
@@ -26,6 +27,11 @@ export interface InstallOptions {
    * changed) or `renameold` (keep it as `<path>.old`). Such files elsewhere are always kept.
    */
   preserve?: PreserveMode;
+  /**
+   * The signature policy every package installed is checked under, after its bytes are
+   * checked against its manifest and before anything is swapped in (default `ignore`).
+   */
+  signatures?: SignaturePolicy;
 }
 
 /** What happened to one package. */
@@ -37,6 +43,8 @@ export interface InstallAction {
   via?: "full" | "delta";
   /** Archive bytes downloaded for it. */
   bytes: number;
+  /** The attestations that held under the install's signature policy. */
+  verified?: Array<{ keyId: string; keyName?: string; predicateType: string; builderId?: string }>;
   /** The user's entries kept in its folder (paths under the target; `.old` ones renamed under `renameold`). */
   kept?: string[];
 }

@@ -47,7 +47,7 @@ function hashToken(token: string): string {
 }
 
 /** Compiles a package-name glob (case-insensitive) to a RegExp. */
-function namePattern(glob: string): RegExp {
+export function namePattern(glob: string): RegExp {
   const body = [...glob.toLowerCase()]
     .map((ch) => (ch === "*" ? ".*" : ch === "?" ? "." : ch.replace(/[.+^${}()|[\]\\-]/g, "\\$&")))
     .join("");

@@ -228,6 +228,8 @@ export function registerPackagerRoutes(context: RouterContext): void {
         first ? "version published" : "commit repeated",
       );
       span.setAttribute("depot.digest", result.digest);
+      // Provenance is signed before the answer, so a client reading it next finds it.
+      if (first) await context.published?.(result.name, result.version, trans.principal);
       span.end();
       const url = linkTo(result.location);
       return json(

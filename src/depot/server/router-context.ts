@@ -34,6 +34,8 @@ export interface RouterContext extends RouterAccess {
   storeFormat(): Promise<FormatRecord>;
   /** A URL for a path below the base: absolute under `publicUrl`, else relative. */
   linkTo(location: string): string;
+  /** Called once per version a commit publishes (the first answer, not a repeat): the provenance hook. */
+  published?(name: string, version: string, principal: string): Promise<void>;
 }
 
 /** Registers a GET handler and the same handler for HEAD (RFC 9110: HEAD wherever GET works). */

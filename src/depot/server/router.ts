@@ -17,6 +17,9 @@ import { collectGarbage, type GarbageReport } from "../store/gc.js";
 import { registerInstallerRoutes } from "./installer-routes.js";
 import { DepotTelemetry, type DepotTelemetryOptions } from "./telemetry.js";
 import { registerPackagerRoutes } from "./packager-routes.js";
+import { registerAttestationRoutes } from "./attestation-routes.js";
+import { loadTrustedKeys, type TrustedKeySet } from "../signing/keys.js";
+import { attestProvenance, type ProvenanceOptions } from "../transactions/provenance.js";
 import type { PackageStore } from "../ports.js";
 import { problemResponse } from "./problem-response.js";
 import { recoverDeadCommits } from "../transactions/recovery.js";
@@ -57,6 +60,19 @@ export interface PackageRouterOptions extends DepotTelemetryOptions {
    * (`<base>/data/<name>@<version>`): the request's `Host` header is never reflected.
    */
   publicUrl?: string;
+  /**
+   * The keys whose signatures `POST /attestations` takes (issue 26), with their validity
+   * windows and revocations; without them every attestation is refused (KEY_UNTRUSTED).
+   */
+  trustedKeys?: TrustedKeySet;
+  /** The largest attestation (a Sigstore bundle's JSON) taken, bytes (default 16 MiB). */
+  maxAttestationBytes?: number;
+  /**
+   * The orchestrator's provenance (issue 26): when a job's own credentials commit a
+   * version, a SLSA Provenance v1 statement signed with `key` is attached to it before the
+   * commit answers. A failure to sign is logged; the version stays published.
+   */
+  provenance?: ProvenanceOptions;
   /** The clock (tests). */
   now?: () => Date;
   /**
@@ -186,9 +202,24 @@ export function createPackageRouter(rawStore: PackageStore, options: PackageRout
     storeFormat: () => opened!,
     linkTo,
   };
+  const provenance = options.provenance;
+  if (provenance) {
+    context.published = async (name, version, principal) => {
+      try {
+        const entry = await attestProvenance(store, name, version, principal, provenance, now());
+        if (entry) log.info({ name, version, requestId: entry.requestId, keyId: entry.keyId }, "provenance attested");
+      } catch (error) {
+        log.error({ err: error, name, version }, "provenance not attested");
+      }
+    };
+  }
   // Installer routes first, then the packager's: itty answers with the first match.
   registerInstallerRoutes(context);
   registerPackagerRoutes(context);
+  registerAttestationRoutes(context, {
+    keys: loadTrustedKeys(options.trustedKeys ?? { keys: [] }),
+    maxBytes: options.maxAttestationBytes ?? 16 * 2 ** 20,
+  });
   registerFallback(router);
 
   const depot = router as unknown as PackageRouter;

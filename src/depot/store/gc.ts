@@ -143,6 +143,11 @@ export async function collectGarbage(
     for (const item of manifest?.items ?? []) if (item.digest) live.add(item.digest);
     for (const license of manifest?.licenses ?? []) live.add(license.digest);
   }
+  // A version's attestations (issue 26): their bundles live while the version's record lists them. O(versions).
+  for await (const key of allKeys(store, keys.attestations)) {
+    const listed = (await store.getRecord<{ attestations?: Array<{ digest: string }> }>(key))?.value;
+    for (const attestation of listed?.attestations ?? []) live.add(attestation.digest);
+  }
   // Deltas are no longer stored (issue 30 item 1): an older depot's delta records go, and
   // with them the reference that kept their materialised blobs.
   for await (const key of allKeys(store, keys.deltas)) {

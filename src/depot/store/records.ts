@@ -110,6 +110,11 @@ export const keys = {
   slots: (principal: string) => `slots/${principalHash(principal)}`,
   allSlots: "slots/",
   gcCandidates: "gc/candidates",
+  /** A version's attestations (depot/store/attestations.ts). */
+  attestation: (name: string, version: string) => `attest/${name}/${version}`,
+  attestations: "attest/",
+  /** The versions a job published with its own credentials (depot/store/attestations.ts). */
+  jobPublished: (requestId: string) => `jobpub/${requestId}`,
 };
 
 /** Item keys are hashed so any path (up to 4 KiB of UTF-8) makes a short, safe key. */

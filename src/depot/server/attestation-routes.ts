@@ -1,0 +1,93 @@
+/**
+ * A version's attestations (docs/depot-api.md §Attestations): `POST /attestations/<pkg>@<version>`
+ * takes a Sigstore bundle signed by a key the depot trusts over exactly that version's
+ * content; `GET` lists them with their bundles.
+ */
+import type { IRequest } from "itty-router";
+import { RunnerDepotError } from "../../errors.js";
+import { parsePackageRef } from "../package/names.js";
+import { addAttestation, listAttestations, versionContent } from "../store/attestations.js";
+import { verifyAttestation } from "../signing/verify.js";
+import type { LoadedKey } from "../signing/keys.js";
+import { json } from "./problem-response.js";
+import { getAndHead, type RouterContext } from "./router-context.js";
+
+/** Settings of the attestation routes. */
+export interface AttestationSettings {
+  /** The keys whose signatures the depot takes; none: every attestation is refused (KEY_UNTRUSTED). */
+  keys: Map<string, LoadedKey>;
+  /** The largest bundle taken, bytes. */
+  maxBytes: number;
+}
+
+/** Registers `GET|HEAD|POST /attestations/<pkg>@<version>`. */
+export function registerAttestationRoutes(context: RouterContext, settings: AttestationSettings): void {
+  const { router, store, now, log, principalOf, publishedVersion } = context;
+
+  const specOf = (request: IRequest) => {
+    const ref = parsePackageRef(request.params.pkg!);
+    if (ref.version === undefined)
+      throw new RunnerDepotError("VERSION_INVALID", "/attestations/<name>@<version> needs the version");
+    return { name: ref.name, version: ref.version };
+  };
+
+  router.post("/attestations/:pkg", async (request) => {
+    const { name, version } = specOf(request);
+    // Auth before a byte of the body is read; the body is bounded before it is parsed.
+    await principalOf(request, "publish", name);
+    const record = await publishedVersion(name, version);
+    const bytes = await readBoundedBody(request, settings.maxBytes);
+    let bundle: unknown;
+    try {
+      bundle = JSON.parse(Buffer.from(bytes).toString("utf8"));
+    } catch {
+      throw new RunnerDepotError("ATTESTATION_INVALID", "the body is not JSON");
+    }
+    // O(items): the version's manifest is read to check every file's subject.
+    const content = await versionContent(store, record);
+    const held = verifyAttestation(bundle, content, settings.keys, now());
+    const { entry, created } = await addAttestation(store, record, bytes, held, now());
+    if (created) log.info({ name, version, keyId: entry.keyId, predicateType: entry.predicateType }, "attested");
+    return json(created ? 201 : 200, { name, version, ...entry });
+  });
+
+  getAndHead(router, "/attestations/:pkg", async (request) => {
+    const { name, version } = specOf(request);
+    await principalOf(request, "read", name);
+    await publishedVersion(name, version);
+    const entries = await listAttestations(store, name, version);
+    // At most MAX_ATTESTATIONS bundles of at most maxBytes each.
+    const attestations = await Promise.all(
+      entries.map(async (entry) => {
+        const body = await store.getBlob(entry.digest);
+        if (!body) throw new RunnerDepotError("INTERNAL", `attestation ${entry.digest} of ${name}@${version} is gone`);
+        const chunks: Buffer[] = [];
+        for await (const chunk of body) chunks.push(Buffer.from(chunk));
+        return { ...entry, bundle: JSON.parse(Buffer.concat(chunks).toString("utf8")) as unknown };
+      }),
+    );
+    return json(200, { name, version, attestations });
+  });
+}
+
+/** The request's body, refused (TOO_LARGE) past `maxBytes` as announced or as read. O(maxBytes) memory. */
+async function readBoundedBody(request: Request, maxBytes: number): Promise<Uint8Array> {
+  const announced = Number(request.headers.get("content-length") ?? NaN);
+  const tooLarge = () => new RunnerDepotError("TOO_LARGE", `an attestation is at most ${maxBytes} bytes`);
+  if (announced > maxBytes) throw tooLarge();
+  if (!request.body) throw new RunnerDepotError("ATTESTATION_INVALID", "no body");
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  const reader = request.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > maxBytes) {
+      await reader.cancel().catch(() => undefined);
+      throw tooLarge();
+    }
+    chunks.push(value);
+  }
+  return Buffer.concat(chunks, total);
+}

@@ -1,0 +1,144 @@
+/**
+ * A version's attestations on a PackageStore: each bundle a content-addressed blob, listed
+ * in one `attest/<name>/<version>` record (what garbage collection keeps and the
+ * attestation route serves). Why: docs/decisions/signed-versions.md.
+ */
+import { RunnerDepotError } from "../../errors.js";
+import type { PackageManifest } from "../package/archive.js";
+import type { PackageStore } from "../ports.js";
+import type { VerifiedAttestation } from "../signing/verify.js";
+import type { VersionContent } from "../signing/statement.js";
+import { readJsonBlob } from "./gc.js";
+import { keys, updateRecord, type VersionRecord } from "./records.js";
+
+/** One attestation of a version as the depot lists it. */
+export interface AttestationEntry {
+  /** The bundle's blob, `sha256:<hex>` of its JSON bytes as received. */
+  digest: string;
+  size: number;
+  keyId: string;
+  predicateType: string;
+  /** The signed time (the statement's). */
+  signedAt: string;
+  /** When the depot took it. */
+  addedAt: string;
+  builderId?: string;
+  requestId?: string;
+}
+
+/** An `attest/<name>/<version>` record. */
+export interface AttestationRecord {
+  name: string;
+  version: string;
+  attestations: AttestationEntry[];
+}
+
+/** Attestations one version may carry: a bound on the record and on `GET /attestations`. */
+export const MAX_ATTESTATIONS = 16;
+
+/** A published version's content as its statements name it: the archive's digest and each file's. O(items). */
+export async function versionContent(store: PackageStore, version: VersionRecord): Promise<VersionContent> {
+  const manifest = await readJsonBlob<PackageManifest>(store, version.manifest);
+  if (!manifest) throw new RunnerDepotError("INTERNAL", `the manifest of ${version.name}@${version.version} is gone`);
+  return {
+    name: version.name,
+    version: version.version,
+    digest: version.digest,
+    files: manifest.items.flatMap((item) =>
+      item.type === "file" && item.digest ? [{ path: item.path, digest: item.digest }] : [],
+    ),
+  };
+}
+
+/**
+ * Stores a verified attestation's bytes and lists it on its version; a bundle already
+ * listed is not listed twice. Answers whether it was new. TOO_LARGE past {@link MAX_ATTESTATIONS}.
+ */
+export async function addAttestation(
+  store: PackageStore,
+  version: VersionRecord,
+  bytes: Uint8Array,
+  held: VerifiedAttestation,
+  now: Date,
+): Promise<{ entry: AttestationEntry; created: boolean }> {
+  const blob = await store.putBlob(
+    (async function* () {
+      yield bytes;
+    })(),
+  );
+  const entry: AttestationEntry = {
+    digest: blob.digest,
+    size: blob.size,
+    keyId: held.keyId,
+    predicateType: held.predicateType,
+    signedAt: held.signedAt,
+    addedAt: now.toISOString(),
+    ...(held.builderId !== undefined ? { builderId: held.builderId } : {}),
+    ...(held.requestId !== undefined ? { requestId: held.requestId } : {}),
+  };
+  let created = false;
+  let listed = entry;
+  await updateRecord<AttestationRecord>(store, keys.attestation(version.name, version.version), (current) => {
+    const list = current?.value.attestations ?? [];
+    const found = list.find((a) => a.digest === blob.digest);
+    created = found === undefined;
+    if (found) {
+      listed = found;
+      return undefined;
+    }
+    if (list.length >= MAX_ATTESTATIONS)
+      throw new RunnerDepotError(
+        "TOO_LARGE",
+        `${version.name}@${version.version} carries ${MAX_ATTESTATIONS} attestations already`,
+      );
+    return { name: version.name, version: version.version, attestations: [...list, entry] };
+  });
+  return { entry: listed, created };
+}
+
+/** A version's attestation entries (none when it has no record). One read. */
+export async function listAttestations(
+  store: PackageStore,
+  name: string,
+  version: string,
+): Promise<AttestationEntry[]> {
+  const record = await store.getRecord<AttestationRecord>(keys.attestation(name, version));
+  return record?.value.attestations ?? [];
+}
+
+/** Versions one job's record lists at most (a job publishing more still publishes; the list stops). */
+const MAX_JOB_PUBLICATIONS = 1_000;
+
+/** A `jobpub/<requestId>` record: what a job published with its own credentials. */
+interface JobPublishedRecord {
+  versions: Array<{ name: string; version: string; at: string }>;
+}
+
+/** Notes that job `requestId` published `name@version` (its provenance was attested). O(versions listed). */
+export async function noteJobPublication(
+  store: PackageStore,
+  requestId: string,
+  name: string,
+  version: string,
+  now: Date,
+): Promise<void> {
+  await updateRecord<JobPublishedRecord>(store, keys.jobPublished(requestId), (current) => {
+    const versions = current?.value.versions ?? [];
+    if (versions.length >= MAX_JOB_PUBLICATIONS || versions.some((v) => v.name === name && v.version === version))
+      return undefined;
+    return { versions: [...versions, { name, version, at: now.toISOString() }] };
+  });
+}
+
+/**
+ * What job `requestId` published with its own credentials, oldest first (one read).
+ *
+ * @example
+ * const versions = await jobPublications(depot.store, requestId); // [{ name: "tool", version: "1.0.0", at }]
+ */
+export async function jobPublications(
+  store: PackageStore,
+  requestId: string,
+): Promise<Array<{ name: string; version: string; at: string }>> {
+  return (await store.getRecord<JobPublishedRecord>(keys.jobPublished(requestId)))?.value.versions ?? [];
+}
