@@ -224,13 +224,17 @@ export function createConsole(options: ConsoleOptions = {}): Console {
    * nothing, so a chat's link unfurler or a browser's preview cannot use the URL up.
    */
   function loginPage(token: string, next: string): Response {
-    return html({
+    const page = html({
       page: "login",
       title: "Sign in",
       message: "Sign in to the runner-depot console with this one-time login URL.",
       loginToken: token.slice(0, 64),
       loginNext: next,
     });
+    // Under no-referrer a browser's form POST says `Origin: null`, which login() refuses as
+    // cross-site; same-origin names this origin to the console only (the POST spends the token).
+    page.headers.set("referrer-policy", "same-origin");
+    return page;
   }
 
   /**

@@ -314,6 +314,7 @@ describe("web console in chromium", () => {
     const utc = await browser.newContext({ viewport: { width: 1100, height: 800 }, timezoneId: "UTC" });
     const tab = await utc.newPage();
     await tab.goto(`${consoleUrl()}/?token=${sessions.loginToken()}`);
+    await Promise.all([tab.waitForNavigation(), tab.getByRole("button", { name: "Sign in" }).click()]);
     const id = randomUUID();
     const start = Date.parse("2026-11-29T08:00:00.000Z");
     // The job starts (its first item) at `start`; the lines' own times come from the agent, one from the server.

@@ -98,6 +98,7 @@ describe.skipIf(chromiumMissing !== null)("console: built by job, and what a job
   it("the package page says built by job <id>, linking to the job, whose page lists tool@1.0.0", async () => {
     const page = await (await browser.newContext()).newPage();
     await page.goto(`${origin}/-/console/?token=${sessions.loginToken()}`);
+    await Promise.all([page.waitForNavigation(), page.getByRole("button", { name: "Sign in" }).click()]);
     await page.goto(`${origin}/-/console/packages/tool`);
     const builtBy = page.locator(".built-by");
     await builtBy.waitFor();
