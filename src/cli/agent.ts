@@ -89,6 +89,7 @@ export const agentCommand: Command = {
         env: job.env ? { ...process.env, ...job.env } : undefined,
         repoUrl: job.repoUrl,
         commitSha: job.commitSha,
+        secrets: job.secrets,
         onLine:
           values.quiet === true
             ? undefined

@@ -8,6 +8,8 @@ import { constants as osConstants } from "node:os";
 import { RunnerDepotError } from "../../errors.js";
 import type { RunnerClient, RunnerStop } from "../client/runner-client.js";
 import { createLineSplitter, DEFAULT_MAX_LINE_BYTES } from "./line-splitter.js";
+import { createSecretMasker } from "../masking/secret-masker.js";
+import { maskLine, maskLineBytes } from "../masking/add-mask.js";
 
 /** Options of {@link runJob}. */
 export interface RunJobOptions {
@@ -29,8 +31,14 @@ export interface RunJobOptions {
   killGraceMs?: number;
   /** Signal the whole process group (the job's children too). Default true. */
   killProcessGroup?: boolean;
-  /** Called with every line as it is streamed (e.g. to show the job's output locally too). */
+  /** Called with every line as it is streamed, masked (e.g. to show the job's output locally too). */
   onLine?: (line: string, stderr: boolean) => void;
+  /**
+   * Secret values masked in every line before it leaves the agent (docs/runner-protocol.md §9);
+   * each at least 4 bytes, else INVALID_ARGUMENT before the job starts. The job adds more
+   * with `::add-mask::VALUE` lines.
+   */
+  secrets?: readonly string[];
 }
 
 /**
@@ -52,6 +60,8 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
   const killGraceMs = options.killGraceMs ?? 10_000;
   const group = options.killProcessGroup ?? process.platform !== "win32";
   let stop: RunnerStop | null = null;
+  // Before spawning: a refused secret must not cost a job run with it in clear.
+  const masker = createSecretMasker(options.secrets ?? []);
 
   const child = spawn(options.command, options.args ?? [], {
     cwd: options.cwd,
@@ -67,7 +77,7 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
   });
   if (spawned !== null) {
     // The job could not start: say why in its log and report it as failed, as a shell would (127).
-    client.log(`runner-depot: cannot start ${options.command}: ${spawned.message}`, true);
+    client.log(masker.mask(`runner-depot: cannot start ${options.command}: ${spawned.message}`), true);
     await client.end({
       exitCode: 127,
       success: false,
@@ -95,36 +105,30 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
   // line) unless the caller wants every line as text.
   const logUtf8 =
     options.onLine === undefined && client.logUtf8 !== undefined ? client.logUtf8.bind(client) : undefined;
-  const out = createLineSplitter(
-    (line) => {
-      if (stop !== null) return;
-      options.onLine?.(line, false);
-      pauseForSpool(client.log(line, false));
-    },
-    {
-      maxLineBytes,
-      onBytes:
-        logUtf8 &&
-        ((buf, start, end) => {
-          if (stop === null) pauseForSpool(logUtf8(buf, start, end, false));
-        }),
-    },
-  );
-  const err = createLineSplitter(
-    (line) => {
-      if (stop !== null) return;
-      options.onLine?.(line, true);
-      pauseForSpool(client.log(line, true));
-    },
-    {
-      maxLineBytes,
-      onBytes:
-        logUtf8 &&
-        ((buf, start, end) => {
-          if (stop === null) pauseForSpool(logUtf8(buf, start, end, true));
-        }),
-    },
-  );
+  // A line is masked here, before the spool, the network and the local echo see it.
+  const sendLine = (raw: string, stderr: boolean) => {
+    if (stop !== null) return;
+    const line = maskLine(masker, raw, (why) =>
+      sendLine(`runner-depot: ::add-mask:: value not registered: ${why}`, true),
+    );
+    options.onLine?.(line, stderr);
+    pauseForSpool(client.log(line, stderr));
+  };
+  const sendBytes = (buf: Buffer, start: number, end: number, stderr: boolean) => {
+    if (stop !== null) return;
+    const masked = maskLineBytes(masker, buf, start, end, (why) =>
+      sendLine(`runner-depot: ::add-mask:: value not registered: ${why}`, true),
+    );
+    pauseForSpool(masked === null ? logUtf8!(buf, start, end, stderr) : logUtf8!(masked, 0, masked.length, stderr));
+  };
+  const out = createLineSplitter((line) => sendLine(line, false), {
+    maxLineBytes,
+    onBytes: logUtf8 && ((buf, start, end) => sendBytes(buf, start, end, false)),
+  });
+  const err = createLineSplitter((line) => sendLine(line, true), {
+    maxLineBytes,
+    onBytes: logUtf8 && ((buf, start, end) => sendBytes(buf, start, end, true)),
+  });
   child.stdout!.on("data", (b: Buffer) => out.push(b));
   child.stdout!.on("end", () => out.end());
   child.stderr!.on("data", (b: Buffer) => err.push(b));

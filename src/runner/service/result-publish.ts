@@ -114,6 +114,8 @@ export function recordAccepted(
       attempt.at === undefined ? undefined : { at: attempt.at },
     );
     if (core.inFlight.get(id) === attempt) core.inFlight.delete(id);
+    // The job is over: its secrets are not kept (a late duplicate is skipped, never stored).
+    core.maskers.delete(id);
     core.notify(id);
     if (finished.first) {
       const { outcome, exitCode, success } = attempt.result;

@@ -17,6 +17,8 @@ import { startLostSweep } from "./lost-sweep.js";
 import { followJob } from "./follow.js";
 import { within } from "./timing.js";
 import { kStoreBacklog, type StoreBacklog } from "./store-backlog.js";
+import { checkSecret, createSecretMasker } from "../masking/secret-masker.js";
+import { MASK_LIMITS } from "../masking/add-mask.js";
 
 export {
   COMMITTED_HEADER,
@@ -64,8 +66,10 @@ export function assembleRunnerService(
       if (core.closed) return Promise.reject(uErr("UNAVAILABLE", "the runner service is closed").toConnectError());
       return streamLogs(core, requests, ctx);
     },
-    async expectJob(requestId, info = {}) {
+    async expectJob(requestId, expectInfo = {}) {
       const id = requestIdOf(requestId);
+      const { secrets, ...info } = expectInfo;
+      if (secrets !== undefined) registerSecrets(core, id, secrets);
       return core.locked(id, () => logs.open(id, { expect: true, info, now: new Date() }));
     },
     async cancelJob(requestId, _reason) {
@@ -115,6 +119,24 @@ export function assembleRunnerService(
     },
   };
   return service;
+}
+
+/** Adds the declared secrets to the job's masker (all checked first: none is kept when one is refused). O(bytes). */
+function registerSecrets(core: RunnerCore, id: string, secrets: readonly string[]): void {
+  if (!Array.isArray(secrets)) throw uErr("INVALID_ARGUMENT", "secrets must be an array of strings");
+  secrets.forEach((value, i) => {
+    try {
+      checkSecret(value);
+    } catch (e) {
+      // Named by position and size, never by value.
+      throw uErr("INVALID_ARGUMENT", `secrets[${i}]: ${(e as Error).message}`);
+    }
+  });
+  if (secrets.length > MASK_LIMITS.values)
+    throw uErr("INVALID_ARGUMENT", `at most ${MASK_LIMITS.values} secrets a job, got ${secrets.length}`);
+  let masker = core.maskers.get(id);
+  if (masker === undefined) core.maskers.set(id, (masker = createSecretMasker()));
+  for (const value of secrets) masker.add(value);
 }
 
 /** A request ID normalised, or INVALID_ARGUMENT. */

@@ -14,6 +14,7 @@ import { encodedSize, logItemSize } from "../../protocol/encoded-size.js";
 import { cutUtf8 } from "../../agent/line-splitter.js";
 import { JOB_END_FIELD_BYTES } from "../contract.js";
 import { ReceivedLine, type CallItem } from "../../protocol/received-line.js";
+import { maskEnd, maskReceived, maskText } from "./masking.js";
 
 const MARKER_PREFIX = "[runner-depot]";
 
@@ -81,14 +82,17 @@ export function processItem(core: RunnerCore, call: CallRun, item: CallItem): Pr
   if (kind === "log") {
     call.pendingReceivedBytes += lineBytes;
     const log = event?.case === "log" ? event.value : null;
-    return call.enqueue(
-      log === null
-        ? receivedEntry(core, call, received!, lineBytes)
-        : entryFor(core, call, log.line, log.stderr, lineBytes),
-    );
+    // Masked before the line limit and the cap see it: masking only shrinks a line (≥ 4 bytes → 3).
+    if (log === null) {
+      const masked = maskReceived(core, call.id, received!);
+      return call.enqueue(receivedEntry(core, call, masked, masked.bytes));
+    }
+    const text = maskText(core, call.id, log.line);
+    const bytes = text === log.line ? lineBytes : Buffer.byteLength(text, "utf8");
+    return call.enqueue(entryFor(core, call, text, log.stderr, bytes));
   }
   call.endSeen = true;
-  return processEnd(core, call, event!.value as JobEnd);
+  return processEnd(core, call, maskEnd(core, call.id, event!.value as JobEnd));
 }
 
 /**

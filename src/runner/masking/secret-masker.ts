@@ -1,0 +1,236 @@
+/**
+ * The secret masker the agent and the service share: a job's secret values, each with
+ * the forms it is masked in (docs/runner-protocol.md §9), found in a line's UTF-8 bytes
+ * and replaced by `***`. Why this index: docs/decisions/log-masking.md.
+ */
+import { Buffer } from "node:buffer";
+import { RunnerDepotError } from "../../errors.js";
+
+/** What a masked run of bytes becomes. */
+export const MASK_TEXT = "***";
+
+/** The shortest secret accepted, in UTF-8 bytes: a shorter one would mask ordinary text. */
+export const MIN_SECRET_BYTES = 4;
+
+const MASK_BYTES = Buffer.from(MASK_TEXT, "latin1");
+const STAR = 0x2a;
+
+/**
+ * INVALID_ARGUMENT unless `value` may be masked: at least {@link MIN_SECRET_BYTES} bytes,
+ * and a multi-line value with at least one line that long. O(value).
+ */
+export function checkSecret(value: string): void {
+  if (typeof value !== "string") throw new RunnerDepotError("INVALID_ARGUMENT", "a secret must be a string");
+  const bytes = Buffer.byteLength(value, "utf8");
+  if (bytes < MIN_SECRET_BYTES) {
+    throw new RunnerDepotError(
+      "INVALID_ARGUMENT",
+      `a secret must be at least ${MIN_SECRET_BYTES} bytes (got ${bytes}): a shorter value would mask ordinary text`,
+    );
+  }
+  if (value.includes("\n") && linesOf(value).every((l) => Buffer.byteLength(l, "utf8") < MIN_SECRET_BYTES)) {
+    throw new RunnerDepotError(
+      "INVALID_ARGUMENT",
+      `a multi-line secret needs a line of at least ${MIN_SECRET_BYTES} bytes: each line is masked on its own`,
+    );
+  }
+}
+
+/** The lines of a multi-line value, a trailing `\r` dropped (CRLF text). */
+function linesOf(value: string): string[] {
+  return value.split("\n").map((l) => (l.endsWith("\r") ? l.slice(0, -1) : l));
+}
+
+/**
+ * The forms of `value` that are masked (docs/runner-protocol.md §9): the value; each line of a
+ * multi-line value; base64 (standard and URL-safe: the whole encoding, and the characters
+ * that depend on the value alone at each of the three alignments it can have inside a longer
+ * encoding); percent-encoding (upper- and lower-case hex); a JSON string's escaping. Only
+ * forms of at least {@link MIN_SECRET_BYTES} bytes. O(value).
+ */
+export function secretForms(value: string): string[] {
+  checkSecret(value);
+  const forms = new Set<string>([value]);
+  if (value.includes("\n") || value.includes("\r")) {
+    for (const line of linesOf(value)) forms.add(line);
+  }
+  const raw = Buffer.from(value, "utf8");
+  for (const b64 of base64Forms(raw)) {
+    forms.add(b64);
+    forms.add(b64.replace(/\+/g, "-").replace(/\//g, "_"));
+  }
+  const pct = encodeURIComponent(value);
+  forms.add(pct);
+  forms.add(pct.replace(/%[0-9A-F]{2}/g, (h) => h.toLowerCase()));
+  forms.add(JSON.stringify(value).slice(1, -1));
+  return [...forms].filter((f) => Buffer.byteLength(f, "utf8") >= MIN_SECRET_BYTES);
+}
+
+/**
+ * The standard base64 of `raw` (padded), and for each alignment s ∈ {0, 1, 2} (the value
+ * preceded by s other bytes) the characters whose 6 bits all come from the value: inside a
+ * longer encoding at most one character on each side of them still depends on the value.
+ */
+function base64Forms(raw: Buffer): string[] {
+  const out = [raw.toString("base64")];
+  for (let s = 0; s < 3; s++) {
+    const shifted = Buffer.concat([Buffer.alloc(s), raw]);
+    const first = Math.ceil((8 * s) / 6);
+    const end = Math.floor((8 * shifted.length) / 6);
+    out.push(shifted.toString("base64").slice(first, end));
+  }
+  return out;
+}
+
+/**
+ * A job's secrets, ready to mask lines. Adding a value is O(its forms' bytes); masking a line
+ * is O(its bytes) expected, whatever the number of secrets: one rolling 4-byte window a byte,
+ * tested against a bitset sized to the forms (a 1/64 load, so few windows reach the exact
+ * lookup), then the forms that start with that window compared byte by byte.
+ */
+export interface SecretMasker {
+  /** Registers a value (all its forms); INVALID_ARGUMENT when {@link checkSecret} refuses it. */
+  add(value: string): void;
+  /** How many values were added (duplicates counted once). */
+  readonly size: number;
+  /** UTF-8 bytes of the values added. */
+  readonly valueBytes: number;
+  /**
+   * `buf[start, end)` with every secret form replaced by `***` (a maximal run of masked bytes
+   * becomes one `***`); null when nothing matched, so the caller keeps its bytes.
+   */
+  maskBytes(buf: Uint8Array, start?: number, end?: number): Buffer | null;
+  /** `line` with every secret form replaced by `***` (the same line object when nothing matched). */
+  mask(line: string): string;
+}
+
+/**
+ * Creates a masker holding `values` (each checked by {@link checkSecret}).
+ *
+ * @example
+ * const masker = createSecretMasker(["hunter2-token"]);
+ * masker.mask("login with hunter2-token"); // "login with ***"
+ */
+export function createSecretMasker(values: readonly string[] = []): SecretMasker {
+  // Forms by their first 4 bytes (big-endian uint32); a form is ≥ 4 bytes by construction.
+  const byPrefix = new Map<number, Buffer[]>();
+  const seen = new Set<string>();
+  let valueBytes = 0;
+  let forms = 0;
+  let bitsLog2 = 12;
+  let bits = new Uint8Array(1 << (bitsLog2 - 3));
+  // A form holding `*` can reappear once its neighbours are replaced by `***`: mask again then.
+  let starForm = false;
+
+  const setBit = (key: number) => {
+    const h = Math.imul(key, 0x9e3779b1) >>> (32 - bitsLog2);
+    bits[h >>> 3] = bits[h >>> 3]! | (1 << (h & 7));
+  };
+  const addForm = (form: Buffer) => {
+    const key = form.readUInt32BE(0);
+    const list = byPrefix.get(key);
+    if (list === undefined) byPrefix.set(key, [form]);
+    else if (list.some((f) => f.equals(form))) return;
+    else list.push(form);
+    forms++;
+    if (form.includes(STAR)) starForm = true;
+    if (forms * 64 > 1 << bitsLog2 && bitsLog2 < 24) {
+      // Keep the bitset's load under 1/64: rebuild it twice as large. O(prefixes), amortised O(1) a form.
+      while (forms * 64 > 1 << bitsLog2 && bitsLog2 < 24) bitsLog2++;
+      bits = new Uint8Array(1 << (bitsLog2 - 3));
+      for (const k of byPrefix.keys()) setBit(k);
+    } else setBit(key);
+  };
+
+  const scan = (buf: Uint8Array, start: number, end: number): number[] | null => {
+    let runs: number[] | null = null;
+    let runStart = -1;
+    let runEnd = -1;
+    const shift = 32 - bitsLog2;
+    let w = 0;
+    for (let i = start; i < end; i++) {
+      w = ((w << 8) | buf[i]!) >>> 0;
+      if (i - start < 3) continue;
+      const h = Math.imul(w, 0x9e3779b1) >>> shift;
+      if ((bits[h >>> 3]! & (1 << (h & 7))) === 0) continue;
+      const list = byPrefix.get(w);
+      if (list === undefined) continue;
+      const s = i - 3;
+      let longest = 0;
+      for (const f of list) {
+        if (f.length > longest && s + f.length <= end && equalAt(buf, s, f)) longest = f.length;
+      }
+      if (longest === 0) continue;
+      if (s <= runEnd) {
+        if (s + longest > runEnd) runEnd = s + longest;
+      } else {
+        if (runEnd !== -1) (runs ??= []).push(runStart, runEnd);
+        runStart = s;
+        runEnd = s + longest;
+      }
+    }
+    if (runEnd !== -1) (runs ??= []).push(runStart, runEnd);
+    return runs;
+  };
+
+  const maskBytes = (buf: Uint8Array, start = 0, end = buf.length): Buffer | null => {
+    if (forms === 0 || end - start < MIN_SECRET_BYTES) return null;
+    let runs = scan(buf, start, end);
+    if (runs === null) return null;
+    let out = replaceRuns(buf, start, end, runs);
+    // Each pass shrinks the line (a run of ≥ 4 bytes becomes 3), so this ends.
+    while (starForm && (runs = scan(out, 0, out.length)) !== null) out = replaceRuns(out, 0, out.length, runs);
+    return out;
+  };
+
+  const masker: SecretMasker = {
+    add(value) {
+      if (seen.has(value)) return;
+      const list = secretForms(value);
+      seen.add(value);
+      valueBytes += Buffer.byteLength(value, "utf8");
+      for (const form of list) addForm(Buffer.from(form, "utf8"));
+    },
+    get size() {
+      return seen.size;
+    },
+    get valueBytes() {
+      return valueBytes;
+    },
+    maskBytes,
+    mask(line) {
+      if (forms === 0 || line.length < 2) return line;
+      const buf = Buffer.from(line, "utf8");
+      const out = maskBytes(buf, 0, buf.length);
+      return out === null ? line : out.toString("utf8");
+    },
+  };
+  for (const value of values) masker.add(value);
+  return masker;
+}
+
+/** Whether `form` is at `buf[s…]` (its first 4 bytes already are). O(form). */
+function equalAt(buf: Uint8Array, s: number, form: Buffer): boolean {
+  const n = form.length;
+  if (n <= 16) {
+    for (let k = 4; k < n; k++) if (buf[s + k] !== form[k]) return false;
+    return true;
+  }
+  return form.compare(buf, s + 4, s + n, 4, n) === 0;
+}
+
+/** `buf[start, end)` with each run [runs[2k], runs[2k+1]) replaced by `***`. O(bytes). */
+function replaceRuns(buf: Uint8Array, start: number, end: number, runs: number[]): Buffer {
+  let size = end - start;
+  for (let k = 0; k < runs.length; k += 2) size -= runs[k + 1]! - runs[k]! - MASK_BYTES.length;
+  const out = Buffer.allocUnsafe(size);
+  let at = 0;
+  let from = start;
+  for (let k = 0; k < runs.length; k += 2) {
+    at += Buffer.from(buf.buffer, buf.byteOffset + from, runs[k]! - from).copy(out, at);
+    at += MASK_BYTES.copy(out, at);
+    from = runs[k + 1]!;
+  }
+  Buffer.from(buf.buffer, buf.byteOffset + from, end - from).copy(out, at);
+  return out;
+}
