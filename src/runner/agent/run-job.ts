@@ -8,7 +8,7 @@ import { constants as osConstants } from "node:os";
 import { RunnerDepotError } from "../../errors.js";
 import type { RunnerClient, RunnerStop } from "../client/runner-client.js";
 import { createLineSplitter, DEFAULT_MAX_LINE_BYTES } from "./line-splitter.js";
-import { createSecretMasker } from "../masking/secret-masker.js";
+import { createSecretMasker, safeCut } from "../masking/secret-masker.js";
 import { maskLine, maskLineBytes } from "../masking/add-mask.js";
 
 /** Options of {@link runJob}. */
@@ -81,8 +81,8 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
     await client.end({
       exitCode: 127,
       success: false,
-      repoUrl: options.repoUrl ?? "",
-      commitSha: options.commitSha ?? "",
+      repoUrl: masker.mask(options.repoUrl ?? ""),
+      commitSha: masker.mask(options.commitSha ?? ""),
     });
     return 127;
   }
@@ -121,12 +121,16 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
     );
     pauseForSpool(masked === null ? logUtf8!(buf, start, end, stderr) : logUtf8!(masked, 0, masked.length, stderr));
   };
+  // A line over the limit is cut in pieces: the cut never falls inside a secret.
+  const masking = { text: (line: string) => masker.mask(line), cut: safeCut.bind(null, masker) };
   const out = createLineSplitter((line) => sendLine(line, false), {
     maxLineBytes,
+    masking,
     onBytes: logUtf8 && ((buf, start, end) => sendBytes(buf, start, end, false)),
   });
   const err = createLineSplitter((line) => sendLine(line, true), {
     maxLineBytes,
+    masking,
     onBytes: logUtf8 && ((buf, start, end) => sendBytes(buf, start, end, true)),
   });
   child.stdout!.on("data", (b: Buffer) => out.push(b));
@@ -169,8 +173,8 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
       await client.end({
         exitCode,
         success: exitCode === 0,
-        repoUrl: options.repoUrl ?? "",
-        commitSha: options.commitSha ?? "",
+        repoUrl: masker.mask(options.repoUrl ?? ""),
+        commitSha: masker.mask(options.commitSha ?? ""),
       });
     } catch (e) {
       const late = stop as RunnerStop | null;

@@ -102,6 +102,10 @@ export interface SecretMasker {
   maskBytes(buf: Uint8Array, start?: number, end?: number): Buffer | null;
   /** `line` with every secret form replaced by `***` (the same line object when nothing matched). */
   mask(line: string): string;
+  /** UTF-8 bytes of the longest form (0 when empty): how far a form may reach past a cut. */
+  readonly longestForm: number;
+  /** The masked runs of `buf[start, end)` as [from, to) pairs (absolute), or null when none. O(bytes) expected. */
+  runs(buf: Uint8Array, start: number, end: number): number[] | null;
 }
 
 /**
@@ -121,6 +125,7 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
   let bits = new Uint8Array(1 << (bitsLog2 - 3));
   // A form holding `*` can reappear once its neighbours are replaced by `***`: mask again then.
   let starForm = false;
+  let longestForm = 0;
 
   const setBit = (key: number) => {
     const h = Math.imul(key, 0x9e3779b1) >>> (32 - bitsLog2);
@@ -134,6 +139,7 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
     else list.push(form);
     forms++;
     if (form.includes(STAR)) starForm = true;
+    if (form.length > longestForm) longestForm = form.length;
     if (forms * 64 > 1 << bitsLog2 && bitsLog2 < 24) {
       // Keep the bitset's load under 1/64: rebuild it twice as large. O(prefixes), amortised O(1) a form.
       while (forms * 64 > 1 << bitsLog2 && bitsLog2 < 24) bitsLog2++;
@@ -197,6 +203,10 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
     get valueBytes() {
       return valueBytes;
     },
+    get longestForm() {
+      return longestForm;
+    },
+    runs: (buf, start, end) => (forms === 0 || end - start < MIN_SECRET_BYTES ? null : scan(buf, start, end)),
     maskBytes,
     mask(line) {
       if (forms === 0 || line.length < 2) return line;
@@ -207,6 +217,32 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
   };
   for (const value of values) masker.add(value);
   return masker;
+}
+
+/**
+ * Where to cut a line over the line limit that has no newline yet, at or before `cut`
+ * (> `pos`), so that no secret form straddles the cut: a piece holds a form whole, or
+ * none of it, and is masked on its own. `buf[pos, buf.length)` is longer than the limit.
+ * O(limit) expected.
+ *
+ * @example
+ * cut = safeCut(masker, buf, pos, pos + maxLineBytes);
+ */
+export function safeCut(masker: SecretMasker, buf: Uint8Array, pos: number, cut: number): number {
+  // A form starting before the cut ends within `reach` bytes of it: look that far past it,
+  // so a form straddling the cut is seen whole (never only its first bytes).
+  const reach = Math.min(masker.longestForm, Math.floor((cut - pos) / 2));
+  if (reach === 0) return cut;
+  let at = Math.min(cut, buf.length - reach);
+  while (at > pos + 1 && (buf[at]! & 0xc0) === 0x80) at--;
+  const runs = masker.runs(buf, pos, Math.min(buf.length, at + reach));
+  if (runs === null) return at;
+  for (let k = 0; k < runs.length; k += 2) {
+    const from = runs[k]!;
+    const to = runs[k + 1]!;
+    if (from < at && to > at) return from > pos ? from : to - pos <= cut - pos ? to : at;
+  }
+  return at;
 }
 
 /** Whether `form` is at `buf[s…]` (its first 4 bytes already are). O(form). */
