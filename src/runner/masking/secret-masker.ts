@@ -14,6 +14,12 @@ export const MIN_SECRET_BYTES = 4;
 
 const MASK_BYTES = Buffer.from(MASK_TEXT, "latin1");
 const STAR = 0x2a;
+/** Fibonacci hashing's multiplier (2^32 / φ): spreads a 4-byte window over the bitset. */
+const HASH = 0x9e3779b1 | 0;
+/** The longest window the scan jumps by (a shift is a byte, and a longer one would fill the table). */
+const MAX_WINDOW = 32;
+/** The shift table's largest size: 4 MiB (1,000 secrets of 43 bytes need 1 MiB). */
+const MAX_TABLE_LOG2 = 22;
 
 /**
  * INVALID_ARGUMENT unless `value` may be masked: at least {@link MIN_SECRET_BYTES} bytes,
@@ -83,10 +89,11 @@ function base64Forms(raw: Buffer): string[] {
 }
 
 /**
- * A job's secrets, ready to mask lines. Adding a value is O(its forms' bytes); masking a line
- * is O(its bytes) expected, whatever the number of secrets: one rolling 4-byte window a byte,
- * tested against a bitset sized to the forms (a 1/64 load, so few windows reach the exact
- * lookup), then the forms that start with that window compared byte by byte.
+ * A job's secrets, ready to mask lines. Adding a value is O(its forms' bytes) amortised; masking
+ * a line is O(its bytes) expected whatever the number of secrets, and typically sublinear: a
+ * Wu–Manber scan whose window (the shortest form, ≤ 32 bytes) jumps by a table of the 4-byte
+ * blocks the forms start with, and only where a form may start are the forms with that 4-byte
+ * prefix compared (docs/decisions/log-masking.md).
  */
 export interface SecretMasker {
   /** Registers a value (all its forms); INVALID_ARGUMENT when {@link checkSecret} refuses it. */
@@ -116,56 +123,79 @@ export interface SecretMasker {
  * masker.mask("login with hunter2-token"); // "login with ***"
  */
 export function createSecretMasker(values: readonly string[] = []): SecretMasker {
-  // Forms by their first 4 bytes (big-endian uint32); a form is ≥ 4 bytes by construction.
+  // Forms by their first 4 bytes (big-endian int32); a form is ≥ 4 bytes by construction.
   const byPrefix = new Map<number, Buffer[]>();
+  const all: Buffer[] = [];
   const seen = new Set<string>();
   let valueBytes = 0;
-  let forms = 0;
-  let bitsLog2 = 12;
-  let bits = new Uint8Array(1 << (bitsLog2 - 3));
   // A form holding `*` can reappear once its neighbours are replaced by `***`: mask again then.
   let starForm = false;
   let longestForm = 0;
+  // Wu–Manber: `m` is the window (the shortest form, at most MAX_WINDOW); shifts[h(block)] is how
+  // far the window's end may move when its last 4 bytes are that block (0: a form may start at its start).
+  let m = MAX_WINDOW;
+  let log2 = 10;
+  let shifts = new Uint8Array(1 << log2).fill(m - 3);
 
-  const setBit = (key: number) => {
-    const h = Math.imul(key, 0x9e3779b1) >>> (32 - bitsLog2);
-    bits[h >>> 3] = bits[h >>> 3]! | (1 << (h & 7));
+  /** Records the blocks of `form`'s first m bytes. O(m). */
+  const index = (form: Buffer) => {
+    const bits = 32 - log2;
+    for (let j = 3; j < m; j++) {
+      const h = Math.imul(form.readInt32BE(j - 3), HASH) >>> bits;
+      const shift = m - 1 - j;
+      if (shifts[h]! > shift) shifts[h] = shift;
+    }
   };
   const addForm = (form: Buffer) => {
-    const key = form.readUInt32BE(0);
+    // Signed, as the scan's block is (an int32 shifted left).
+    const key = form.readInt32BE(0);
     const list = byPrefix.get(key);
     if (list === undefined) byPrefix.set(key, [form]);
     else if (list.some((f) => f.equals(form))) return;
     else list.push(form);
-    forms++;
+    all.push(form);
     if (form.includes(STAR)) starForm = true;
     if (form.length > longestForm) longestForm = form.length;
-    if (forms * 64 > 1 << bitsLog2 && bitsLog2 < 24) {
-      // Keep the bitset's load under 1/64: rebuild it twice as large. O(prefixes), amortised O(1) a form.
-      while (forms * 64 > 1 << bitsLog2 && bitsLog2 < 24) bitsLog2++;
-      bits = new Uint8Array(1 << (bitsLog2 - 3));
-      for (const k of byPrefix.keys()) setBit(k);
-    } else setBit(key);
+    const window = Math.min(m, form.length);
+    // Keep the table's load ≤ 1/8 of its entries; a shorter window or a larger table rebuilds it
+    // (O(forms × m); the window only shrinks and the table only doubles, so O(log) rebuilds).
+    let grow = false;
+    while (all.length * (window - 3) * 8 > 1 << log2 && log2 < MAX_TABLE_LOG2) {
+      log2++;
+      grow = true;
+    }
+    if (grow || window < m) {
+      m = window;
+      shifts = new Uint8Array(1 << log2).fill(m - 3);
+      for (const f of all) index(f);
+    } else index(form);
   };
 
+  /**
+   * Every masked run of `buf[start, end)`: the window's end jumps by the shift of its last
+   * 4 bytes (m − 3 bytes for a block no form's first m bytes hold), and only where the shift
+   * is 0 are the forms starting at the window's start compared. O(bytes / (m − 3)) typical,
+   * O(bytes) expected at worst.
+   */
   const scan = (buf: Uint8Array, start: number, end: number): number[] | null => {
+    // Locals, not the closure's mutable bindings: the loop then keeps them in registers.
+    const table = shifts;
+    const bits = 32 - log2;
+    const window = m;
     let runs: number[] | null = null;
     let runStart = -1;
     let runEnd = -1;
-    const shift = 32 - bitsLog2;
-    let w = 0;
-    for (let i = start; i < end; i++) {
-      w = ((w << 8) | buf[i]!) >>> 0;
-      if (i - start < 3) continue;
-      const h = Math.imul(w, 0x9e3779b1) >>> shift;
-      if ((bits[h >>> 3]! & (1 << (h & 7))) === 0) continue;
-      const list = byPrefix.get(w);
-      if (list === undefined) continue;
-      const s = i - 3;
-      let longest = 0;
-      for (const f of list) {
-        if (f.length > longest && s + f.length <= end && equalAt(buf, s, f)) longest = f.length;
+    for (let i = start + window - 1; i < end;) {
+      const block = (buf[i - 3]! << 24) | (buf[i - 2]! << 16) | (buf[i - 1]! << 8) | buf[i]!;
+      const shift = table[Math.imul(block, HASH) >>> bits]!;
+      if (shift !== 0) {
+        i += shift;
+        continue;
       }
+      const s = i - window + 1;
+      i++;
+      const key = (buf[s]! << 24) | (buf[s + 1]! << 16) | (buf[s + 2]! << 8) | buf[s + 3]!;
+      const longest = longestAt(buf, s, end, key);
       if (longest === 0) continue;
       if (s <= runEnd) {
         if (s + longest > runEnd) runEnd = s + longest;
@@ -179,8 +209,19 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
     return runs;
   };
 
+  /** The longest form at `buf[s…]` whose first 4 bytes are `key`, or 0. O(forms with that prefix × their bytes). */
+  const longestAt = (buf: Uint8Array, s: number, end: number, key: number): number => {
+    const list = byPrefix.get(key);
+    if (list === undefined) return 0;
+    let longest = 0;
+    for (const f of list) {
+      if (f.length > longest && s + f.length <= end && equalAt(buf, s, f)) longest = f.length;
+    }
+    return longest;
+  };
+
   const maskBytes = (buf: Uint8Array, start = 0, end = buf.length): Buffer | null => {
-    if (forms === 0 || end - start < MIN_SECRET_BYTES) return null;
+    if (all.length === 0 || end - start < m) return null;
     let runs = scan(buf, start, end);
     if (runs === null) return null;
     let out = replaceRuns(buf, start, end, runs);
@@ -206,10 +247,10 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
     get longestForm() {
       return longestForm;
     },
-    runs: (buf, start, end) => (forms === 0 || end - start < MIN_SECRET_BYTES ? null : scan(buf, start, end)),
+    runs: (buf, start, end) => (all.length === 0 || end - start < m ? null : scan(buf, start, end)),
     maskBytes,
     mask(line) {
-      if (forms === 0 || line.length < 2) return line;
+      if (all.length === 0 || line.length < 2) return line;
       const buf = Buffer.from(line, "utf8");
       const out = maskBytes(buf, 0, buf.length);
       return out === null ? line : out.toString("utf8");
