@@ -98,6 +98,7 @@ if (mode === "ours" || mode === "ours-connect") {
   process.on("message", async (m) => {
     if (m === "mem") send(memory(runner.activeCalls));
     // bench/runner-masking.ts: a job registered with its secrets (the service masks them too).
+    if (m === "cpu") send({ cpu: process.cpuUsage() });
     if (typeof m === "object" && m !== null && "expect" in m) {
       const { expect, secrets } = m as { expect: string; secrets: string[] };
       await runner.expectJob(expect, { secrets });

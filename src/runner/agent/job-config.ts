@@ -33,7 +33,7 @@ export interface JobConfig {
   env?: Record<string, string>;
   /** CA certificate (PEM) to trust for an `https://` endpoint signed by a private CA. */
   ca?: string;
-  /** Secret values the agent masks in every line (docs/runner-protocol.md §9); each at least 4 bytes. */
+  /** Secret values the agent masks in every line (docs/runner-protocol.md §14); each at least 4 bytes. */
   secrets?: string[];
 }
 

@@ -34,7 +34,7 @@ export interface RunJobOptions {
   /** Called with every line as it is streamed, masked (e.g. to show the job's output locally too). */
   onLine?: (line: string, stderr: boolean) => void;
   /**
-   * Secret values masked in every line before it leaves the agent (docs/runner-protocol.md §9);
+   * Secret values masked in every line before it leaves the agent (docs/runner-protocol.md §14);
    * each at least 4 bytes, else INVALID_ARGUMENT before the job starts. The job adds more
    * with `::add-mask::VALUE` lines.
    */

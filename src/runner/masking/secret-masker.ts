@@ -1,6 +1,6 @@
 /**
  * The secret masker the agent and the service share: a job's secret values, each with
- * the forms it is masked in (docs/runner-protocol.md §9), found in a line's UTF-8 bytes
+ * the forms it is masked in (docs/runner-protocol.md §14), found in a line's UTF-8 bytes
  * and replaced by `***`. Why this index: docs/decisions/log-masking.md.
  */
 import { Buffer } from "node:buffer";
@@ -48,7 +48,7 @@ function linesOf(value: string): string[] {
 }
 
 /**
- * The forms of `value` that are masked (docs/runner-protocol.md §9): the value; each line of a
+ * The forms of `value` that are masked (docs/runner-protocol.md §14): the value; each line of a
  * multi-line value; base64 (standard and URL-safe: the whole encoding, and the characters
  * that depend on the value alone at each of the three alignments it can have inside a longer
  * encoding); percent-encoding (upper- and lower-case hex); a JSON string's escaping. Only

@@ -142,7 +142,7 @@ export interface RunnerServiceOptions extends TelemetryOptions {
 
 /**
  * Options of one job registration. `secrets`: values masked in every line of the job the
- * service stores (docs/runner-protocol.md §9), each at least 4 bytes (else INVALID_ARGUMENT);
+ * service stores (docs/runner-protocol.md §14), each at least 4 bytes (else INVALID_ARGUMENT);
  * kept in this process's memory only, never stored or published.
  */
 export type ExpectJobInfo = JobInfo & { secrets?: readonly string[] };

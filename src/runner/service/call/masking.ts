@@ -1,5 +1,5 @@
 /**
- * The service's masking step on a call's lines (docs/runner-protocol.md §9): the secrets the
+ * The service's masking step on a call's lines (docs/runner-protocol.md §14): the secrets the
  * orchestrator declared with `expectJob`, and those the job registered with `::add-mask::`,
  * masked again on arrival, so an agent that does not mask leaks nothing the service knows.
  */
