@@ -14,7 +14,21 @@ export const ADD_MASK_PREFIX = "::add-mask::";
  * bytes: the masker's memory is bounded by what a job prints. Past either, a command's line
  * is still masked but its value is not registered.
  */
-export const MASK_LIMITS = { values: 4_096, valueBytes: 4 * 1024 * 1024 } as const;
+export const MASK_LIMITS: MaskLimits = { values: 4_096, valueBytes: 4 * 1024 * 1024 };
+
+/**
+ * What the service lets `::add-mask::` lines register in a job beyond its declared values:
+ * the forms of a value take up to ~20× its bytes, and the service holds every job's, so a
+ * job printing commands in a loop must not make it hold much. The agent masks those values
+ * already; the service's registration is the fallback for an agent that does not.
+ */
+export const SERVICE_ADD_MASK_LIMITS: MaskLimits = { values: 1_024, valueBytes: 256 * 1024 };
+
+/** Most values a masker may hold, and their UTF-8 bytes. */
+export interface MaskLimits {
+  readonly values: number;
+  readonly valueBytes: number;
+}
 
 /**
  * What a `::add-mask::` line registers: its data with GitHub's escapes undone (`%0A` → LF,
@@ -38,10 +52,10 @@ export type AddMaskRefusal = string | null;
  * Registers `value` in `masker` within {@link MASK_LIMITS}; the reason when it is refused
  * (too short, or over a limit). O(value).
  */
-export function registerMask(masker: SecretMasker, value: string): AddMaskRefusal {
+export function registerMask(masker: SecretMasker, value: string, limits: MaskLimits = MASK_LIMITS): AddMaskRefusal {
   const bytes = Buffer.byteLength(value, "utf8");
-  if (masker.size >= MASK_LIMITS.values || masker.valueBytes + bytes > MASK_LIMITS.valueBytes) {
-    return `over the job's limit of ${MASK_LIMITS.values} values or ${MASK_LIMITS.valueBytes} bytes`;
+  if (masker.size >= limits.values || masker.valueBytes + bytes > limits.valueBytes) {
+    return `over the job's limit of ${limits.values} values or ${limits.valueBytes} bytes`;
   }
   try {
     masker.add(value);
@@ -67,11 +81,16 @@ export function mayBeAddMask(buf: Uint8Array, start: number, end: number): boole
  * const masker = createSecretMasker(declared);
  * const text = maskLine(masker, line, (why) => warn(why));
  */
-export function maskLine(masker: SecretMasker, line: string, onRefused?: (reason: string) => void): string {
+export function maskLine(
+  masker: SecretMasker,
+  line: string,
+  onRefused?: (reason: string) => void,
+  limits: MaskLimits = MASK_LIMITS,
+): string {
   const command = line.length >= ADD_MASK_PREFIX.length ? addMaskValue(line) : null;
   if (command === null) return masker.mask(line);
   if (command.value.length > 0) {
-    const refused = registerMask(masker, command.value);
+    const refused = registerMask(masker, command.value, limits);
     if (refused !== null) onRefused?.(refused);
   }
   return `${line.slice(0, command.at)}${MASK_TEXT}`;
@@ -87,9 +106,10 @@ export function maskLineBytes(
   start: number,
   end: number,
   onRefused?: (reason: string) => void,
+  limits: MaskLimits = MASK_LIMITS,
 ): Buffer | null {
   if (!mayBeAddMask(buf, start, end)) return masker.maskBytes(buf, start, end);
   const line = Buffer.from(buf.buffer, buf.byteOffset + start, end - start).toString("utf8");
-  const masked = maskLine(masker, line, onRefused);
+  const masked = maskLine(masker, line, onRefused, limits);
   return masked === line ? null : Buffer.from(masked, "utf8");
 }

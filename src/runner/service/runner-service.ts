@@ -17,7 +17,8 @@ import { startLostSweep } from "./lost-sweep.js";
 import { followJob } from "./follow.js";
 import { within } from "./timing.js";
 import { kStoreBacklog, type StoreBacklog } from "./store-backlog.js";
-import { checkSecret, createSecretMasker } from "../masking/secret-masker.js";
+import { checkSecret } from "../masking/secret-masker.js";
+import { jobMasker } from "../masking/job-masker.js";
 import { MASK_LIMITS } from "../masking/add-mask.js";
 
 export {
@@ -132,11 +133,14 @@ function registerSecrets(core: RunnerCore, id: string, secrets: readonly string[
       throw uErr("INVALID_ARGUMENT", `secrets[${i}]: ${(e as Error).message}`);
     }
   });
-  if (secrets.length > MASK_LIMITS.values)
-    throw uErr("INVALID_ARGUMENT", `at most ${MASK_LIMITS.values} secrets a job, got ${secrets.length}`);
-  let masker = core.maskers.get(id);
-  if (masker === undefined) core.maskers.set(id, (masker = createSecretMasker()));
-  for (const value of secrets) masker.add(value);
+  const bytes = secrets.reduce((n, value) => n + Buffer.byteLength(value, "utf8"), 0);
+  if (secrets.length > MASK_LIMITS.values || bytes > MASK_LIMITS.valueBytes)
+    throw uErr(
+      "INVALID_ARGUMENT",
+      `at most ${MASK_LIMITS.values} secrets and ${MASK_LIMITS.valueBytes} bytes of them a job, got ${secrets.length} and ${bytes}`,
+    );
+  // A job expected again gets its new list (a masker only grows, so it is made anew).
+  core.maskers.set(id, jobMasker(secrets));
 }
 
 /** A request ID normalised, or INVALID_ARGUMENT. */

@@ -115,4 +115,18 @@ describe("declared secrets", () => {
     }
     expect(JSON.stringify(await logs.get(requestId))).not.toContain(TOKEN);
   });
+
+  it("the service registers at most 1,024 ::add-mask:: values a job beyond the declared ones; every command line stays masked", async () => {
+    const requestId = randomUUID();
+    await runner.expectJob(requestId, { secrets: [TOKEN] });
+    const client = createRunnerClient({ endpoint: `http://127.0.0.1:${server.port}`, requestId, token: "" });
+    for (let i = 0; i <= 1_024; i++) client.log(`::add-mask::run-time-value-${String(i).padStart(4, "0")}`);
+    client.log("first run-time-value-0000 last run-time-value-1024 declared " + TOKEN);
+    await client.end({ exitCode: 0, success: true, repoUrl: "", commitSha: "" });
+    await client.close();
+    const lines = (await logs.read(requestId, 0, 2_000)).map((l) => l.line);
+    expect(lines.slice(0, 1_025).every((l) => l === "::add-mask::***")).toBe(true);
+    // The 1,025th value is over the service's bound: only an agent that masks would hide it.
+    expect(lines[1_025]).toBe("first *** last run-time-value-1024 declared ***");
+  });
 });

@@ -6,33 +6,33 @@
 import type { JobEnd } from "../../../gen/runner/v1/runner_pb.js";
 import type { RunnerCore } from "../job-table.js";
 import { ReceivedLine } from "../../protocol/received-line.js";
-import { createSecretMasker, type SecretMasker } from "../../masking/secret-masker.js";
 import { ADD_MASK_PREFIX, maskLine, maskLineBytes, mayBeAddMask } from "../../masking/add-mask.js";
+import { jobMasker, type JobMasker } from "../../masking/job-masker.js";
 
 /** The job's masker; one is made when a line may register a value (`::add-mask::`). O(1). */
-function maskerFor(core: RunnerCore, id: string, mayRegister: boolean): SecretMasker | undefined {
-  let masker = core.maskers.get(id);
-  if (masker === undefined && mayRegister) core.maskers.set(id, (masker = createSecretMasker()));
-  return masker;
+function maskerFor(core: RunnerCore, id: string, mayRegister: boolean): JobMasker | undefined {
+  let job = core.maskers.get(id);
+  if (job === undefined && mayRegister) core.maskers.set(id, (job = jobMasker([])));
+  return job;
 }
 
 /** A received line masked: itself when it holds no secret, else a new one over the masked bytes. O(bytes) expected. */
 export function maskReceived(core: RunnerCore, id: string, line: ReceivedLine): ReceivedLine {
-  const masker = maskerFor(core, id, mayBeAddMask(line.buf, line.start, line.end));
-  if (masker === undefined) return line;
-  const masked = maskLineBytes(masker, line.buf, line.start, line.end);
+  const job = maskerFor(core, id, mayBeAddMask(line.buf, line.start, line.end));
+  if (job === undefined) return line;
+  const masked = maskLineBytes(job.masker, line.buf, line.start, line.end, undefined, job.limits);
   return masked === null ? line : new ReceivedLine(line.requestId, masked, 0, masked.length, line.stderr);
 }
 
 /** A line's text masked (the same string when it holds no secret). O(line) expected. */
 export function maskText(core: RunnerCore, id: string, text: string): string {
-  const masker = maskerFor(core, id, text.includes(ADD_MASK_PREFIX));
-  return masker === undefined ? text : maskLine(masker, text);
+  const job = maskerFor(core, id, text.includes(ADD_MASK_PREFIX));
+  return job === undefined ? text : maskLine(job.masker, text, undefined, job.limits);
 }
 
 /** The end item with its repo_url and commit_sha masked (they reach the result message). O(fields). */
 export function maskEnd(core: RunnerCore, id: string, end: JobEnd): JobEnd {
-  const masker = core.maskers.get(id);
+  const masker = core.maskers.get(id)?.masker;
   if (masker === undefined) return end;
   const repoUrl = masker.mask(end.repoUrl);
   const commitSha = masker.mask(end.commitSha);
