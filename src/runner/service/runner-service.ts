@@ -17,7 +17,7 @@ import { startLostSweep } from "./lost-sweep.js";
 import { followJob } from "./follow.js";
 import { within } from "./timing.js";
 import { kStoreBacklog, type StoreBacklog } from "./store-backlog.js";
-import { checkSecret } from "../masking/secret-masker.js";
+import { checkSecret, type SecretMasker } from "../masking/secret-masker.js";
 import { jobMasker } from "../masking/job-masker.js";
 import { MASK_LIMITS } from "../masking/add-mask.js";
 
@@ -70,7 +70,13 @@ export function assembleRunnerService(
     async expectJob(requestId, expectInfo = {}) {
       const id = requestIdOf(requestId);
       const { secrets, ...info } = expectInfo;
-      if (secrets !== undefined) registerSecrets(core, id, secrets);
+      if (secrets !== undefined) {
+        const masker = registerSecrets(core, id, secrets);
+        // The info is stored, and its repo URL and commit are the result's fallbacks: masked too.
+        for (const key of ["repoUrl", "commitSha"] as const) {
+          if (typeof info[key] === "string") info[key] = masker.mask(info[key]);
+        }
+      }
       return core.locked(id, () => logs.open(id, { expect: true, info, now: new Date() }));
     },
     async cancelJob(requestId, _reason) {
@@ -123,7 +129,7 @@ export function assembleRunnerService(
 }
 
 /** Adds the declared secrets to the job's masker (all checked first: none is kept when one is refused). O(bytes). */
-function registerSecrets(core: RunnerCore, id: string, secrets: readonly string[]): void {
+function registerSecrets(core: RunnerCore, id: string, secrets: readonly string[]): SecretMasker {
   if (!Array.isArray(secrets)) throw uErr("INVALID_ARGUMENT", "secrets must be an array of strings");
   secrets.forEach((value, i) => {
     try {
@@ -140,7 +146,9 @@ function registerSecrets(core: RunnerCore, id: string, secrets: readonly string[
       `at most ${MASK_LIMITS.values} secrets and ${MASK_LIMITS.valueBytes} bytes of them a job, got ${secrets.length} and ${bytes}`,
     );
   // A job expected again gets its new list (a masker only grows, so it is made anew).
-  core.maskers.set(id, jobMasker(secrets));
+  const job = jobMasker(secrets);
+  core.maskers.set(id, job);
+  return job.masker;
 }
 
 /** A request ID normalised, or INVALID_ARGUMENT. */

@@ -81,7 +81,7 @@ describe("declared secrets", () => {
 
   it("the service masks what a non-masking client sends, and stores no declared value anywhere", async () => {
     const requestId = randomUUID();
-    await runner.expectJob(requestId, { repoUrl: "https://example.com/r.git", secrets: [TOKEN, PEM] });
+    await runner.expectJob(requestId, { repoUrl: `https://ci:${TOKEN}@example.com/r.git`, secrets: [TOKEN, PEM] });
     // createRunnerClient itself does not mask (runJob does): this is an agent that does not.
     const client = createRunnerClient({ endpoint: `http://127.0.0.1:${server.port}`, requestId, token: "" });
     client.log(`token=${TOKEN}`);
@@ -113,7 +113,9 @@ describe("declared secrets", () => {
       expect(text.includes(TOKEN), f.name).toBe(false);
       expect(text.includes("MIIBOgIBAAJBAKj34GkxFhD9"), f.name).toBe(false);
     }
-    expect(JSON.stringify(await logs.get(requestId))).not.toContain(TOKEN);
+    const state = await logs.get(requestId);
+    expect(state!.info.repoUrl).toBe("https://ci:***@example.com/r.git");
+    expect(JSON.stringify(state)).not.toContain(TOKEN);
   });
 
   it("the service registers at most 1,024 ::add-mask:: values a job beyond the declared ones; every command line stays masked", async () => {
