@@ -85,6 +85,26 @@ describe("secret masker", () => {
     expect(masker.mask("from-bytes-1")).toBe(MASK_TEXT);
   });
 
+  it("property: ::add-mask:: parsing undoes exactly GitHub's escapes, and finds no command elsewhere", () => {
+    const escape = (v: string) => v.replace(/%/g, "%25").replace(/\r/g, "%0D").replace(/\n/g, "%0A");
+    fc.assert(
+      fc.property(
+        fc.string({ unit: "binary", maxLength: 60 }),
+        fc.constantFrom("", " ", "\t", "  \t"),
+        fc.string({ unit: "binary", maxLength: 20 }),
+        (value, blanks, other) => {
+          const parsed = addMaskValue(`${blanks}::add-mask::${escape(value)}`);
+          expect(parsed).not.toBeNull();
+          expect(parsed!.value).toBe(value);
+          // A line whose first non-blank text is not the command registers nothing.
+          const plain = other.replace(/^[ \t]*::add-mask::/, "x");
+          expect(addMaskValue(plain)).toBeNull();
+        },
+      ),
+      { numRuns: 1_000 },
+    );
+  });
+
   it("stops registering past the job's limit, and still masks the command line", () => {
     const masker = createSecretMasker();
     for (let i = 0; i < MASK_LIMITS.values; i++) masker.add(`value-${i}`);
