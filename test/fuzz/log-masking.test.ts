@@ -421,6 +421,7 @@ describe("secret masking end to end (property)", () => {
       expect(code).toBe(0);
     } finally {
       await real.close();
+      await rm(script, { force: true });
     }
     // The agent's side: masked before it leaves the process (secrets it knows).
     leaks(echo, agentSecrets, `${b.name}: agent echo`);
