@@ -27,6 +27,7 @@ await writeReport({
     "runner-fleet",
     "runner-follow",
     "signing",
+    "runner-masking",
   ],
   only: process.argv.slice(2).filter((arg) => !arg.startsWith("--")),
   file: path.join(here, "..", "BENCHMARKS.md"),

@@ -106,6 +106,7 @@ export async function runAgent(
         env: job.env ? { ...process.env, ...job.env } : undefined,
         repoUrl: job.repoUrl,
         commitSha: job.commitSha,
+        secrets: job.secrets,
         onLine: options.quiet
           ? undefined
           : (line, stderr) => (stderr ? process.stderr : process.stdout).write(`${line}\n`),

@@ -27,6 +27,11 @@ export interface CloudInitJob {
   env?: Record<string, string>;
   /** CA certificate (PEM) the agent trusts for an `https://` endpoint. */
   ca?: string;
+  /**
+   * Secret values the agent masks in every line before it leaves the VM (pass the same ones to
+   * `expectJob`, so the service masks them again); each at least 4 bytes, else INVALID_ARGUMENT.
+   */
+  secrets?: readonly string[];
   /** How the VM starts the agent (argv); `--config <path>` is appended. Default `["runner-depot", "agent"]`. */
   agentCommand?: readonly string[];
   /** Where the job config goes on the VM. Default /etc/runner-depot/job.json. */
@@ -72,6 +77,7 @@ export function renderCloudInit(job: CloudInitJob): string {
     ...(job.cwd !== undefined ? { cwd: job.cwd } : {}),
     ...(job.env !== undefined ? { env: { ...job.env } } : {}),
     ...(job.ca !== undefined ? { ca: job.ca } : {}),
+    ...(job.secrets !== undefined && job.secrets.length > 0 ? { secrets: [...job.secrets] } : {}),
   };
   // Validate what we hand to a VM now, not when the VM fails to start the job.
   validateJobConfig(config, "renderCloudInit");

@@ -6,6 +6,7 @@
 import { readFile } from "node:fs/promises";
 import { RunnerDepotError } from "../../errors.js";
 import { isRequestId } from "../protocol/request-id.js";
+import { checkSecret } from "../masking/secret-masker.js";
 
 /** Where the job config is written on the VM, unless told otherwise. */
 export const DEFAULT_JOB_CONFIG_PATH = "/etc/runner-depot/job.json";
@@ -32,6 +33,8 @@ export interface JobConfig {
   env?: Record<string, string>;
   /** CA certificate (PEM) to trust for an `https://` endpoint signed by a private CA. */
   ca?: string;
+  /** Secret values the agent masks in every line (docs/runner-protocol.md §14); each at least 4 bytes. */
+  secrets?: string[];
 }
 
 /**
@@ -114,6 +117,18 @@ export function validateJobConfig(value: unknown, where: string): JobConfig {
     if (typeof v.env !== "object" || v.env === null || Array.isArray(v.env))
       throw bad("env must be an object of strings");
     for (const [k, x] of Object.entries(v.env)) if (typeof x !== "string") throw bad(`env.${k} must be a string`);
+  }
+  if (v.secrets !== undefined) {
+    if (!Array.isArray(v.secrets) || !v.secrets.every((x) => typeof x === "string"))
+      throw bad("secrets must be an array of strings");
+    v.secrets.forEach((x: string, i) => {
+      try {
+        checkSecret(x);
+      } catch (e) {
+        // The message names the secret by position and size only, never by value.
+        throw bad(`secrets[${i}]: ${(e as Error).message}`);
+      }
+    });
   }
   return { ...(v as unknown as JobConfig), requestId: (v.requestId as string).toLowerCase() };
 }

@@ -60,6 +60,11 @@ interface LineSplitterOptions {
    * to `onLine` as strings.
    */
   onBytes?: (buf: Buffer, start: number, end: number) => void;
+  /**
+   * Secret masking across the line limit's cuts (runner/masking/): `text` masks a line before
+   * it is cut, and `cut` moves the cut of an over-long unterminated line off any secret.
+   */
+  masking?: { text(line: string): string; cut(buf: Buffer, pos: number, cut: number): number };
 }
 
 /** What {@link createLineSplitter} returns. */
@@ -81,6 +86,7 @@ export function createLineSplitter(onLine: (line: string) => void, options: Line
   const max = options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES;
   if (!Number.isInteger(max) || max < 4) throw new RangeError("maxLineBytes must be an integer ≥ 4");
   const onBytes = options.onBytes;
+  const masking = options.masking;
   let rest: Buffer | null = null;
 
   function emit(buf: Buffer, s: number, e: number): void {
@@ -90,7 +96,7 @@ export function createLineSplitter(onLine: (line: string) => void, options: Line
       onLine(line);
       return;
     }
-    for (const piece of splitUtf8(line, max)) onLine(piece);
+    for (const piece of splitUtf8(masking ? masking.text(line) : line, max)) onLine(piece);
   }
 
   /** Emits every complete line of `buf` and keeps its unterminated tail in `rest`. O(bytes). */
@@ -113,6 +119,7 @@ export function createLineSplitter(onLine: (line: string) => void, options: Line
     while (buf.length - pos > max) {
       let cut = pos + max;
       for (let k = 0; k < 3 && (buf[cut]! & 0xc0) === 0x80; k++) cut--;
+      if (masking) cut = masking.cut(buf, pos, cut);
       emit(buf, pos, cut);
       pos = cut;
     }

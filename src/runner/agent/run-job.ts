@@ -9,6 +9,8 @@ import { RunnerDepotError } from "../../errors.js";
 import type { RunnerClient, RunnerStop } from "../client/runner-client.js";
 import { createLineSplitter, DEFAULT_MAX_LINE_BYTES } from "./line-splitter.js";
 import { nowMs } from "../protocol/line-time.js";
+import { createSecretMasker, safeCut } from "../masking/secret-masker.js";
+import { maskLine, maskLineBytes } from "../masking/add-mask.js";
 
 /** Options of {@link runJob}. */
 export interface RunJobOptions {
@@ -31,10 +33,16 @@ export interface RunJobOptions {
   /** Signal the whole process group (the job's children too). Default true. */
   killProcessGroup?: boolean;
   /**
-   * Called with every line as it is streamed (e.g. to show the job's output locally too), with the time the agent
+   * Called with every line as it is streamed, masked (e.g. to show the job's output locally too), with the time the agent
    * read it from the pipe (ms since the epoch, to the µs: the line's stamp).
    */
   onLine?: (line: string, stderr: boolean, time: number) => void;
+  /**
+   * Secret values masked in every line before it leaves the agent (docs/runner-protocol.md §14);
+   * each at least 4 bytes, else INVALID_ARGUMENT before the job starts. The job adds more
+   * with `::add-mask::VALUE` lines.
+   */
+  secrets?: readonly string[];
 }
 
 /**
@@ -56,6 +64,8 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
   const killGraceMs = options.killGraceMs ?? 10_000;
   const group = options.killProcessGroup ?? process.platform !== "win32";
   let stop: RunnerStop | null = null;
+  // Before spawning: a refused secret must not cost a job run with it in clear.
+  const masker = createSecretMasker(options.secrets ?? []);
 
   const child = spawn(options.command, options.args ?? [], {
     cwd: options.cwd,
@@ -71,12 +81,12 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
   });
   if (spawned !== null) {
     // The job could not start: say why in its log and report it as failed, as a shell would (127).
-    client.log(`runner-depot: cannot start ${options.command}: ${spawned.message}`, true);
+    client.log(masker.mask(`runner-depot: cannot start ${options.command}: ${spawned.message}`), true);
     await client.end({
       exitCode: 127,
       success: false,
-      repoUrl: options.repoUrl ?? "",
-      commitSha: options.commitSha ?? "",
+      repoUrl: masker.mask(options.repoUrl ?? ""),
+      commitSha: masker.mask(options.commitSha ?? ""),
     });
     return 127;
   }
@@ -102,36 +112,36 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
   // When the pipe read that completes a line happened: every line of one read shares it (one clock read a
   // read, not a line), and a line split across reads gets the read that ended it (docs/runner-protocol.md §2, "Line times").
   let readAt = 0;
-  const out = createLineSplitter(
-    (line) => {
-      if (stop !== null) return;
-      options.onLine?.(line, false, readAt);
-      pauseForSpool(client.log(line, false, readAt));
-    },
-    {
-      maxLineBytes,
-      onBytes:
-        logUtf8 &&
-        ((buf, start, end) => {
-          if (stop === null) pauseForSpool(logUtf8(buf, start, end, false, readAt));
-        }),
-    },
-  );
-  const err = createLineSplitter(
-    (line) => {
-      if (stop !== null) return;
-      options.onLine?.(line, true, readAt);
-      pauseForSpool(client.log(line, true, readAt));
-    },
-    {
-      maxLineBytes,
-      onBytes:
-        logUtf8 &&
-        ((buf, start, end) => {
-          if (stop === null) pauseForSpool(logUtf8(buf, start, end, true, readAt));
-        }),
-    },
-  );
+  // A line is masked here, before the spool, the network and the local echo see it.
+  const sendLine = (raw: string, stderr: boolean) => {
+    if (stop !== null) return;
+    const line = maskLine(masker, raw, (why) =>
+      sendLine(`runner-depot: ::add-mask:: value not registered: ${why}`, true),
+    );
+    options.onLine?.(line, stderr, readAt);
+    pauseForSpool(client.log(line, stderr, readAt));
+  };
+  const sendBytes = (buf: Buffer, start: number, end: number, stderr: boolean) => {
+    if (stop !== null) return;
+    const masked = maskLineBytes(masker, buf, start, end, (why) =>
+      sendLine(`runner-depot: ::add-mask:: value not registered: ${why}`, true),
+    );
+    pauseForSpool(
+      masked === null ? logUtf8!(buf, start, end, stderr, readAt) : logUtf8!(masked, 0, masked.length, stderr, readAt),
+    );
+  };
+  // A line over the limit is cut in pieces: the cut never falls inside a secret.
+  const masking = { text: (line: string) => masker.mask(line), cut: safeCut.bind(null, masker) };
+  const out = createLineSplitter((line) => sendLine(line, false), {
+    maxLineBytes,
+    masking,
+    onBytes: logUtf8 && ((buf, start, end) => sendBytes(buf, start, end, false)),
+  });
+  const err = createLineSplitter((line) => sendLine(line, true), {
+    maxLineBytes,
+    masking,
+    onBytes: logUtf8 && ((buf, start, end) => sendBytes(buf, start, end, true)),
+  });
   child.stdout!.on("data", (b: Buffer) => {
     readAt = nowMs();
     out.push(b);
@@ -184,8 +194,8 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
       await client.end({
         exitCode,
         success: exitCode === 0,
-        repoUrl: options.repoUrl ?? "",
-        commitSha: options.commitSha ?? "",
+        repoUrl: masker.mask(options.repoUrl ?? ""),
+        commitSha: masker.mask(options.commitSha ?? ""),
       });
     } catch (e) {
       const late = stop as RunnerStop | null;

@@ -140,8 +140,12 @@ export interface RunnerServiceOptions extends TelemetryOptions {
   closeTimeoutMs?: number;
 }
 
-/** Options of one job registration. */
-export type ExpectJobInfo = JobInfo;
+/**
+ * Options of one job registration. `secrets`: values masked in every line of the job the
+ * service stores (docs/runner-protocol.md §14), each at least 4 bytes (else INVALID_ARGUMENT);
+ * kept in this process's memory only, never stored or published.
+ */
+export type ExpectJobInfo = JobInfo & { secrets?: readonly string[] };
 
 /** The runner service: a `Runner` ServiceImpl plus the host's controls. */
 export interface RunnerService extends ServiceImpl<typeof Runner> {

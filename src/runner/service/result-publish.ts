@@ -140,6 +140,8 @@ export function recordAccepted(
     if (core.inFlight.get(id) === attempt) core.inFlight.delete(id);
     // The job has its result: nothing else may be published for it anyway.
     core.maybePublished.delete(id);
+    // The job is over: its secrets are not kept (a late duplicate is skipped, never stored).
+    core.maskers.delete(id);
     core.notify(id);
     if (finished.first) {
       const { outcome, exitCode, success } = attempt.result;

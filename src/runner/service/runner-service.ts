@@ -17,6 +17,9 @@ import { startLostSweep } from "./lost-sweep.js";
 import { followJob } from "./follow.js";
 import { within } from "./timing.js";
 import { kStoreBacklog, type StoreBacklog } from "./store-backlog.js";
+import { checkSecret, type SecretMasker } from "../masking/secret-masker.js";
+import { jobMasker } from "../masking/job-masker.js";
+import { MASK_LIMITS } from "../masking/add-mask.js";
 
 export {
   COMMITTED_HEADER,
@@ -64,8 +67,16 @@ export function assembleRunnerService(
       if (core.closed) return Promise.reject(uErr("UNAVAILABLE", "the runner service is closed").toConnectError());
       return streamLogs(core, requests, ctx);
     },
-    async expectJob(requestId, info = {}) {
+    async expectJob(requestId, expectInfo = {}) {
       const id = requestIdOf(requestId);
+      const { secrets, ...info } = expectInfo;
+      if (secrets !== undefined) {
+        const masker = registerSecrets(core, id, secrets);
+        // The info is stored, and its repo URL and commit are the result's fallbacks: masked too.
+        for (const key of ["repoUrl", "commitSha"] as const) {
+          if (typeof info[key] === "string") info[key] = masker.mask(info[key]);
+        }
+      }
       return core.locked(id, () => logs.open(id, { expect: true, info, now: new Date() }));
     },
     async cancelJob(requestId, _reason) {
@@ -115,6 +126,29 @@ export function assembleRunnerService(
     },
   };
   return service;
+}
+
+/** Adds the declared secrets to the job's masker (all checked first: none is kept when one is refused). O(bytes). */
+function registerSecrets(core: RunnerCore, id: string, secrets: readonly string[]): SecretMasker {
+  if (!Array.isArray(secrets)) throw uErr("INVALID_ARGUMENT", "secrets must be an array of strings");
+  secrets.forEach((value, i) => {
+    try {
+      checkSecret(value);
+    } catch (e) {
+      // Named by position and size, never by value.
+      throw uErr("INVALID_ARGUMENT", `secrets[${i}]: ${(e as Error).message}`);
+    }
+  });
+  const bytes = secrets.reduce((n, value) => n + Buffer.byteLength(value, "utf8"), 0);
+  if (secrets.length > MASK_LIMITS.values || bytes > MASK_LIMITS.valueBytes)
+    throw uErr(
+      "INVALID_ARGUMENT",
+      `at most ${MASK_LIMITS.values} secrets and ${MASK_LIMITS.valueBytes} bytes of them a job, got ${secrets.length} and ${bytes}`,
+    );
+  // A job expected again gets its new list (a masker only grows, so it is made anew).
+  const job = jobMasker(secrets);
+  core.maskers.set(id, job);
+  return job.masker;
 }
 
 /** A request ID normalised, or INVALID_ARGUMENT. */

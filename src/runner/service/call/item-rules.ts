@@ -16,6 +16,7 @@ import { JOB_END_FIELD_BYTES } from "../contract.js";
 import { ReceivedLine, type CallItem } from "../../protocol/received-line.js";
 import { lineCapCost, textCapCost } from "../log-cap.js";
 import { lineTime, nanosToMs } from "../../protocol/line-time.js";
+import { maskEnd, maskReceived, maskText } from "./masking.js";
 
 const MARKER_PREFIX = "[runner-depot]";
 
@@ -87,15 +88,19 @@ export function processItem(core: RunnerCore, call: CallRun, item: CallItem): Pr
     let time = log === null ? received!.time : nanosToMs(log.timeUnixNano);
     const serverTime = time === 0;
     if (serverTime) time = lineTime(Date.now());
+    // Masked before the line limit and the cap see it: masking only shrinks a line (≥ 4 bytes → 3).
     if (log === null) {
-      received!.time = time;
-      received!.serverTime = serverTime;
-      return call.enqueue(receivedEntry(core, call, received!, lineBytes));
+      const masked = maskReceived(core, call.id, received!);
+      masked.time = time;
+      masked.serverTime = serverTime;
+      return call.enqueue(receivedEntry(core, call, masked, masked === received ? lineBytes : masked.size));
     }
-    return call.enqueue(entryFor(core, call, log.line, log.stderr, lineBytes, time, serverTime));
+    const text = maskText(core, call.id, log.line);
+    const bytes = text === log.line ? lineBytes : Buffer.byteLength(text, "utf8");
+    return call.enqueue(entryFor(core, call, text, log.stderr, bytes, time, serverTime));
   }
   call.endSeen = true;
-  return processEnd(core, call, event!.value as JobEnd);
+  return processEnd(core, call, maskEnd(core, call.id, event!.value as JobEnd));
 }
 
 /**

@@ -1,0 +1,134 @@
+/**
+ * Secrets as the orchestrator declares them: in the cloud-init job config (rendered, written
+ * 0600, read back by the agent), and to the service with `expectJob` — refused under 4 bytes,
+ * never written to the log store or the result, and masked by the service for a client that
+ * does not mask (a real client over h2c sending the secret in clear).
+ */
+import { randomUUID } from "node:crypto";
+import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parse } from "yaml";
+import { createFsLogStore } from "../../../src/adapters/fs/index.js";
+import { createMemoryQueue, type MemoryQueue } from "../../../src/adapters/memory/index.js";
+import { readJobConfig, renderCloudInit } from "../../../src/runner/agent/cloud-init.js";
+import { createRunnerClient } from "../../../src/runner/client/runner-client.js";
+import { createRunnerService, type RunnerService } from "../../../src/runner/index.js";
+import type { JobLogStore } from "../../../src/runner/ports.js";
+import { startRunnerServer, type RunnerServer } from "../../../src/runner/server/start-server.js";
+import { RunnerDepotError } from "../../../src/errors.js";
+
+const TOKEN = "ghp_declaredSecretValue0123456789";
+const PEM = "-----BEGIN KEY-----\nMIIBOgIBAAJBAKj34GkxFhD9\n-----END KEY-----";
+
+let dir: string;
+let queue: MemoryQueue;
+let logs: JobLogStore;
+let runner: RunnerService;
+let server: RunnerServer;
+
+beforeAll(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), "runner-depot-declared-"));
+  queue = createMemoryQueue();
+  logs = createFsLogStore(path.join(dir, "logs"), { fsync: false });
+  runner = createRunnerService(queue, { logs });
+  server = await startRunnerServer(runner, { port: 0 });
+});
+
+afterAll(async () => {
+  await server?.close();
+  await runner?.close();
+  await logs?.close?.();
+  await rm(dir, { recursive: true, force: true });
+});
+
+function refusal(work: () => unknown): RunnerDepotError {
+  try {
+    work();
+  } catch (e) {
+    return e as RunnerDepotError;
+  }
+  throw new Error("not refused");
+}
+
+describe("declared secrets", () => {
+  it("the job config carries them to the agent, and a value under 4 bytes is refused without echoing it", async () => {
+    const requestId = randomUUID();
+    const job = { endpoint: "https://ci.internal:50051", requestId, token: "t", command: ["make"] };
+    const doc = parse(renderCloudInit({ ...job, secrets: [TOKEN, PEM] }).replace(/^#cloud-config\n/, "")) as {
+      write_files: Array<{ path: string; permissions: string; content: string }>;
+    };
+    expect(doc.write_files[0]!.permissions).toBe("0600");
+    const file = path.join(dir, "job.json");
+    await writeFile(file, doc.write_files[0]!.content, { mode: 0o600 });
+    expect((await readJobConfig(file)).secrets).toEqual([TOKEN, PEM]);
+
+    const error = refusal(() => renderCloudInit({ ...job, secrets: [TOKEN, "xyz"] }));
+    expect(error.code).toBe("INVALID_ARGUMENT");
+    expect(error.message).toContain("secrets[1]: a secret must be at least 4 bytes (got 3)");
+    expect(error.message).not.toContain("xyz");
+    await writeFile(file, JSON.stringify({ ...JSON.parse(doc.write_files[0]!.content), secrets: ["ab"] }));
+    await expect(readJobConfig(file)).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
+  });
+
+  it("expectJob refuses a value under 4 bytes with INVALID_ARGUMENT", async () => {
+    await expect(runner.expectJob(randomUUID(), { secrets: ["abc"] })).rejects.toMatchObject({
+      code: "INVALID_ARGUMENT",
+      message: expect.stringContaining("at least 4 bytes"),
+    });
+  });
+
+  it("the service masks what a non-masking client sends, and stores no declared value anywhere", async () => {
+    const requestId = randomUUID();
+    await runner.expectJob(requestId, { repoUrl: `https://ci:${TOKEN}@example.com/r.git`, secrets: [TOKEN, PEM] });
+    // createRunnerClient itself does not mask (runJob does): this is an agent that does not.
+    const client = createRunnerClient({ endpoint: `http://127.0.0.1:${server.port}`, requestId, token: "" });
+    client.log(`token=${TOKEN}`);
+    client.log(`basic ${Buffer.from(`user:${TOKEN}`).toString("base64")}`);
+    client.log(`url https://x:${encodeURIComponent(TOKEN)}@host`);
+    for (const line of PEM.split("\n")) client.log(line);
+    client.log("::add-mask::registered-at-run-time");
+    client.log("later: registered-at-run-time", true);
+    await client.end({ exitCode: 0, success: true, repoUrl: `https://ci:${TOKEN}@example.com/r.git`, commitSha: "" });
+    await client.close();
+
+    const lines = (await logs.read(requestId, 0, 100)).map((l) => l.line);
+    expect(lines).toEqual([
+      "token=***",
+      expect.stringMatching(/^basic dXNlcj.{0,2}\*\*\*.{0,2}$/),
+      "url https://x:***@host",
+      "***",
+      "***",
+      "***",
+      "::add-mask::***",
+      "later: ***",
+    ]);
+    const result = queue.results.find((r) => r.requestId === requestId)!;
+    expect(result.repoUrl).toBe("https://ci:***@example.com/r.git");
+    // Nothing the store keeps (its state files included) holds a declared value.
+    const files = await readdir(path.join(dir, "logs"), { recursive: true, withFileTypes: true });
+    for (const f of files.filter((e) => e.isFile())) {
+      const text = await readFile(path.join(f.parentPath, f.name), "utf8");
+      expect(text.includes(TOKEN), f.name).toBe(false);
+      expect(text.includes("MIIBOgIBAAJBAKj34GkxFhD9"), f.name).toBe(false);
+    }
+    const state = await logs.get(requestId);
+    expect(state!.info.repoUrl).toBe("https://ci:***@example.com/r.git");
+    expect(JSON.stringify(state)).not.toContain(TOKEN);
+  });
+
+  it("the service registers at most 1,024 ::add-mask:: values a job beyond the declared ones; every command line stays masked", async () => {
+    const requestId = randomUUID();
+    await runner.expectJob(requestId, { secrets: [TOKEN] });
+    const client = createRunnerClient({ endpoint: `http://127.0.0.1:${server.port}`, requestId, token: "" });
+    for (let i = 0; i <= 1_024; i++) client.log(`::add-mask::run-time-value-${String(i).padStart(4, "0")}`);
+    client.log("first run-time-value-0000 last run-time-value-1024 declared " + TOKEN);
+    await client.end({ exitCode: 0, success: true, repoUrl: "", commitSha: "" });
+    await client.close();
+    const lines = (await logs.read(requestId, 0, 2_000)).map((l) => l.line);
+    expect(lines.slice(0, 1_025).every((l) => l === "::add-mask::***")).toBe(true);
+    // The 1,025th value is over the service's bound: only an agent that masks would hide it.
+    expect(lines[1_025]).toBe("first *** last run-time-value-1024 declared ***");
+  });
+});
