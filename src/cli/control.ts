@@ -7,7 +7,7 @@
 import { timingSafeEqual } from "node:crypto";
 import { v4 as uuidv4 } from "uuid";
 import { RunnerDepotError } from "../errors.js";
-import { mintJobToken, renderCloudInit, type RunnerService } from "../runner/index.js";
+import { mintJobToken, renderCloudInit, type CloudInitAgent, type RunnerService } from "../runner/index.js";
 import { normalizeRequestId } from "../runner/protocol/request-id.js";
 import type { JobLogStore, StoredLine } from "../runner/ports.js";
 import { cancelJobRoute, listJobsRoute } from "./control-jobs.js";
@@ -27,6 +27,11 @@ interface ControlApiOptions {
   /** The runner URL as VMs reach it. */
   runnerUrl: string;
   /**
+   * The single-file agents serve published in its depot, by platform (filled once they are):
+   * a job's cloud-init then fetches its platform's agent instead of running an installed one.
+   */
+  agents?: () => ReadonlyMap<string, CloudInitAgent>;
+  /**
    * `?follow` responses open at once; more answer RESOURCE_EXHAUSTED. Each costs the fan-out
    * ~2.5 µs a line, so 500 followers of a busy job were more work than storing it; default 64.
    */
@@ -41,6 +46,8 @@ interface CreateJobRequest {
   command: string[];
   repoUrl?: string;
   commitSha?: string;
+  /** The VM's platform, for the agent it fetches. Default linux-x64. */
+  platform?: string;
 }
 
 /** The answer of `POST /-/jobs`. */
@@ -49,6 +56,10 @@ export interface CreateJobResponse {
   token: string;
   endpoint: string;
   userData: string;
+  /** The agent the user data fetches (absent: it runs an installed `runner-depot agent`). */
+  agent?: CloudInitAgent;
+  /** What will not work in a VM, e.g. a loopback endpoint. */
+  warnings: string[];
 }
 
 /** Builds the control API's fetch handler. */
@@ -95,7 +106,16 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
     const token = mintJobToken(options.secret, requestId);
     const repoUrl = job.repoUrl ?? "";
     const commitSha = job.commitSha ?? "";
-    await options.runner.expectJob(requestId, { repoUrl, commitSha });
+    const platform = job.platform ?? "linux-x64";
+    const agents = options.agents?.();
+    const agent = agents?.get(platform);
+    if (job.platform !== undefined && !agent)
+      throw new RunnerDepotError(
+        "INVALID_ARGUMENT",
+        `no agent for platform ${String(job.platform)} in this depot (has: ${[...(agents?.keys() ?? [])].join(", ") || "none"})`,
+      );
+    const warnings: string[] = [];
+    // Rendered before the job is registered: a refusal leaves no job to be lost.
     const userData = renderCloudInit({
       endpoint: options.runnerUrl,
       requestId,
@@ -103,8 +123,12 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
       repoUrl,
       commitSha,
       command: job.command,
+      agent,
+      onWarning: (message) => warnings.push(message),
     });
-    const answer: CreateJobResponse = { requestId, token, endpoint: options.runnerUrl, userData };
+    await options.runner.expectJob(requestId, { repoUrl, commitSha });
+    const answer: CreateJobResponse = { requestId, token, endpoint: options.runnerUrl, userData, warnings };
+    if (agent) answer.agent = agent;
     return Response.json(answer, { status: 201 });
   }
 

@@ -16,7 +16,12 @@ Options:
   --url <url>        server (depot) URL (default: from <data>/serve.json)
   --token <token>    admin token (default: $RUNNER_DEPOT_TOKEN or <data>/serve.json)
   --data <dir>       where 'serve' keeps its data (default ./.runner-depot)
-  --json             print {requestId, token, endpoint, userData} as JSON`;
+  --platform <p>     the VM's platform, for the single-file agent it fetches from the
+                     depot: linux-x64 (default) or linux-arm64
+  --json             print {requestId, token, endpoint, userData, agent, warnings} as JSON
+
+A warning goes to stderr when the VM would be sent to a loopback address (start serve
+with --public-runner-url and --public-depot-url as the VM reaches them).`;
 
 export const jobCommand: Command = {
   usage,
@@ -26,6 +31,7 @@ export const jobCommand: Command = {
     url: { type: "string" },
     token: { type: "string" },
     data: { type: "string" },
+    platform: { type: "string" },
     json: { type: "boolean" },
   },
   async run(values, positionals) {
@@ -35,7 +41,12 @@ export const jobCommand: Command = {
     const response = await cliFetch(`${url}/-/jobs`, {
       method: "POST",
       headers: { "content-type": "application/json", ...(token ? { authorization: `Bearer ${token}` } : {}) },
-      body: JSON.stringify({ command: positionals, repoUrl: values.repo ?? "", commitSha: values.commit ?? "" }),
+      body: JSON.stringify({
+        command: positionals,
+        repoUrl: values.repo ?? "",
+        commitSha: values.commit ?? "",
+        ...(typeof values.platform === "string" ? { platform: values.platform } : {}),
+      }),
     }).catch((error: Error) => {
       throw new CliError(`cannot reach ${url}: ${fetchFailureCause(error)}; is 'runner-depot serve' running?`);
     });
@@ -44,6 +55,8 @@ export const jobCommand: Command = {
       throw new CliError(`the server refused the job (${response.status}): ${problem.detail ?? response.statusText}`);
     }
     const job = (await response.json()) as CreateJobResponse;
+    // A server older than the warnings answers none.
+    for (const warning of job.warnings ?? []) process.stderr.write(`runner-depot job: warning: ${warning}\n`);
     if (values.json) {
       process.stdout.write(`${JSON.stringify(job)}\n`);
     } else {
