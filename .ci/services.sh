@@ -66,5 +66,18 @@ command -v rabbitmqctl >/dev/null || { echo "rabbitmqctl missing (the restart te
 # Chromium for the web console's browser tests (driven by playwright-core, which needs
 # the browser itself: Debian's package, never a download of Playwright's own build).
 command -v chromium >/dev/null || apt_install chromium
+# The VM test (npm run test:vm, docs/decisions/single-file-agent.md): QEMU, debootstrap for
+# its image, vfat tools for the NoCloud seed, socat for guestfwd, qemu-user and the arm64
+# libraries the arm64 agent (a dynamically linked Node) loads. In CI, or when asked.
+if in_ci || [ "${RUNNER_DEPOT_VM:-}" = 1 ]; then
+  vm_missing=()
+  for pair in qemu-system-x86_64:qemu-system-x86 qemu-aarch64:qemu-user debootstrap:debootstrap \
+    mkfs.vfat:dosfstools mcopy:mtools socat:socat xz:xz-utils mkfs.ext4:e2fsprogs; do
+    command -v "${pair%%:*}" >/dev/null || vm_missing+=("${pair#*:}")
+  done
+  [ -e /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 ] \
+    || vm_missing+=(libc6-arm64-cross libstdc++6-arm64-cross libgcc-s1-arm64-cross)
+  [ ${#vm_missing[@]} -eq 0 ] || apt_install "${vm_missing[@]}"
+fi
 if [ "$postgres_ok" = 1 ]; then postgres_state="postgresql and rabbitmq are up"; else postgres_state="rabbitmq is up, postgresql left alone"; fi
 echo "services: $postgres_state, chromium at $(command -v chromium)"

@@ -25,6 +25,7 @@ await writeReport({
     "runner-telemetry",
     "runner-fleet",
     "runner-follow",
+    "agent",
   ],
   only: process.argv.slice(2).filter((arg) => !arg.startsWith("--")),
   file: path.join(here, "..", "BENCHMARKS.md"),
