@@ -31,6 +31,8 @@ let data: string;
 let serve: ChildProcess;
 const results: Array<Record<string, unknown>> = [];
 let state: { runnerUrl: string; depotUrl: string; adminToken: string };
+/** The runner as it listens on the host (serve.json holds the URL the VMs are given). */
+let runnerListening = "";
 let image: string;
 
 /** Resolves once serve's stdout (the queue) has a result for the job. */
@@ -102,16 +104,22 @@ beforeAll(async () => {
     pending = lines.pop()!;
     for (const line of lines) if (line.startsWith("{")) results.push(JSON.parse(line) as Record<string, unknown>);
   });
-  serve.stderr!.resume();
-  for (let i = 0; i < 600; i++) {
+  let banner = "";
+  serve.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
+    banner += chunk;
+    runnerListening ||= /runner \(gRPC\): +(\S+)/.exec(banner)?.[1] ?? "";
+  });
+  // serve.json first, then the banner on stderr: both, or serve did not come up.
+  for (let i = 0; i < 1500 && !(state && runnerListening); i++) {
     try {
       state = JSON.parse(await readFile(path.join(data, "serve.json"), "utf8")) as typeof state;
-      break;
     } catch {
-      await new Promise((r) => setTimeout(r, 200));
+      // Not written yet.
     }
+    await new Promise((r) => setTimeout(r, 200));
   }
   expect(state).toBeDefined();
+  expect(runnerListening).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
 }, 300_000);
 
 afterAll(async () => {
@@ -135,7 +143,7 @@ describe(`the single-file agent in a Debian VM (QEMU, ${accelerator()})`, () => 
       image,
       dir,
       userData: job.userData,
-      forward: { [RUNNER_PORT]: port(state.runnerUrl), [DEPOT_PORT]: port(state.depotUrl) },
+      forward: { [RUNNER_PORT]: port(runnerListening), [DEPOT_PORT]: port(state.depotUrl) },
     });
     try {
       const firstLine = new Promise<number>((resolve) => {
@@ -203,7 +211,7 @@ describe(`the single-file agent in a Debian VM (QEMU, ${accelerator()})`, () => 
       image,
       dir: work,
       userData,
-      forward: { [RUNNER_PORT]: port(state.runnerUrl), [DEPOT_PORT]: port(state.depotUrl) },
+      forward: { [RUNNER_PORT]: port(runnerListening), [DEPOT_PORT]: port(state.depotUrl) },
     });
     try {
       const [line] = await vm.waitForConsole(
@@ -243,7 +251,7 @@ describe("the arm64 agent under qemu-user (qemu-aarch64)", () => {
       config,
       JSON.stringify({
         version: 1,
-        endpoint: state.runnerUrl,
+        endpoint: runnerListening,
         requestId: job.requestId,
         token: job.token,
         repoUrl: "",
