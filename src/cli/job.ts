@@ -55,11 +55,11 @@ export const jobCommand: Command = {
       throw new CliError(`the server refused the job (${response.status}): ${problem.detail ?? response.statusText}`);
     }
     const job = (await response.json()) as CreateJobResponse;
-    // A server older than the warnings answers none.
-    for (const warning of job.warnings ?? []) process.stderr.write(`runner-depot job: warning: ${warning}\n`);
     if (values.json) {
       process.stdout.write(`${JSON.stringify(job)}\n`);
     } else {
+      // With --json they are in the answer. A server older than the warnings answers none.
+      for (const warning of job.warnings ?? []) process.stderr.write(`runner-depot job: warning: ${warning}\n`);
       process.stdout.write(job.userData.endsWith("\n") ? job.userData : `${job.userData}\n`);
       process.stderr.write(
         `job ${job.requestId} created; follow it with 'runner-depot logs ${job.requestId} --follow'\n`,
