@@ -90,8 +90,9 @@ beforeAll(async () => {
       `http://${GUEST_HOST}:${DEPOT_PORT}`,
       "--agent-dir",
       agents.dir,
+      // Longer than a TCG boot: the job is registered before the VM starts.
       "--lost-after",
-      "20",
+      "900",
       "--log-format",
       "json",
     ],
@@ -131,7 +132,9 @@ afterAll(async () => {
 
 const port = (url: string) => Number(new URL(url).port);
 
-describe(`the single-file agent in a Debian VM (QEMU, ${accelerator()})`, () => {
+// The two boots run at once: each is one TCG thread, so on two cores the pair takes about
+// the time of one (the CI budget, docs/decisions/single-file-agent.md).
+describe.concurrent(`the single-file agent in a Debian VM (QEMU, ${accelerator()})`, () => {
   it("serve published its agent: the job's cloud-init fetches it, and the VM streams every line once", async () => {
     const script = `for i in $(seq 1 ${LINES}); do echo "vm line $i"; done; uname -m >&2; exit 3`;
     const job = await createJob(["/bin/sh", "-c", script]);
@@ -175,7 +178,7 @@ describe(`the single-file agent in a Debian VM (QEMU, ${accelerator()})`, () => 
     }
   }, 900_000);
 
-  it("refuses a tampered agent on the VM's console and runs nothing; the job ends lost", async () => {
+  it("refuses a tampered agent on the VM's console and runs nothing", async () => {
     const agents = builtAgents(root);
     const genuine = agents.agents.find((a) => a.platform === "linux-x64")!;
     // The same agent with one byte changed, in the depot under another version.
@@ -191,14 +194,16 @@ describe(`the single-file agent in a Debian VM (QEMU, ${accelerator()})`, () => 
       version: `${agents.version}-tampered.1`,
       items: [{ type: "file", path: "runner-depot-agent", mode: 0o755, file }],
     });
+    // GET /version answers every version of the package: the genuine one by its version.
     const info = await client.versions(`runner-depot-agent-linux-x64@${agents.version}`);
+    const genuineDigest = info.versions.find((v) => v.version === agents.version)!.digest;
     const job = await createJob(["/bin/sh", "-c", "echo must not run"]);
     // The URL now answers the tampered archive; the digest is the genuine one's.
     const tampered = agentUrl(
       `http://${GUEST_HOST}:${DEPOT_PORT}`,
       "runner-depot-agent-linux-x64",
       `${agents.version}-tampered.1`,
-      info.versions[0]!.digest,
+      genuineDigest,
     );
     const userData = renderCloudInit({
       endpoint: `http://${GUEST_HOST}:${RUNNER_PORT}`,
@@ -219,10 +224,12 @@ describe(`the single-file agent in a Debian VM (QEMU, ${accelerator()})`, () => 
         600_000,
       );
       expect(line).toContain(tampered.sha256.replace("sha256:", ""));
-      // Nothing ran: the job is lost once silent for --lost-after, with no line stored.
-      const result = await resultOf(job.requestId, 120_000);
-      expect(result).toMatchObject({ requestId: job.requestId, outcome: "lost" });
+      // Nothing ran: the script exits after that line, so no call reaches the runner; the job
+      // stays open, without a line, until --lost-after closes it as lost (not waited for here).
+      await new Promise((r) => setTimeout(r, 5000));
       expect(await storedLines(job.requestId)).toEqual([]);
+      expect(results.find((r) => r.requestId === job.requestId)).toBeUndefined();
+      expect(vm.console()).not.toMatch(/must not run/);
     } finally {
       await vm.stop();
       await rm(work, { recursive: true, force: true });
