@@ -15,6 +15,9 @@ apt_install() {
 
 missing=()
 for tool in curl git; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+# The agent fetch's test runs the script with Debian's own curl, wget and python3 each alone.
+command -v wget >/dev/null || missing+=(wget)
+[ -x /usr/bin/python3 ] || missing+=(python3)
 [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}" ca-certificates
 
 # PostgreSQL: a server from Debian's packages with local connections trusted. The trust
