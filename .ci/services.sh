@@ -15,6 +15,9 @@ apt_install() {
 
 missing=()
 for tool in curl git; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+# The agent fetch's test runs the script with Debian's own curl, wget and python3 each alone.
+command -v wget >/dev/null || missing+=(wget)
+[ -x /usr/bin/python3 ] || missing+=(python3)
 [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}" ca-certificates
 
 # PostgreSQL: a server from Debian's packages with local connections trusted. The trust
@@ -69,5 +72,18 @@ command -v chromium >/dev/null || apt_install chromium
 # Debian's securesystemslib, the independent DSSE verifier of the signed-version tests
 # (test/depot/signing/independent-verifiers.test.ts runs it with /usr/bin/python3).
 /usr/bin/python3 -c 'import securesystemslib.signer' 2>/dev/null || apt_install python3-securesystemslib
+# The VM test (npm run test:vm, docs/decisions/single-file-agent.md): QEMU, debootstrap for
+# its image, vfat tools for the NoCloud seed, socat for guestfwd, qemu-user and the arm64
+# libraries the arm64 agent (a dynamically linked Node) loads. In CI, or when asked.
+if in_ci || [ "${RUNNER_DEPOT_VM:-}" = 1 ]; then
+  vm_missing=()
+  for pair in qemu-system-x86_64:qemu-system-x86 qemu-aarch64:qemu-user debootstrap:debootstrap \
+    mkfs.vfat:dosfstools mcopy:mtools socat:socat xz:xz-utils mkfs.ext4:e2fsprogs; do
+    command -v "${pair%%:*}" >/dev/null || vm_missing+=("${pair#*:}")
+  done
+  [ -e /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 ] \
+    || vm_missing+=(libc6-arm64-cross libstdc++6-arm64-cross libgcc-s1-arm64-cross)
+  [ ${#vm_missing[@]} -eq 0 ] || apt_install "${vm_missing[@]}"
+fi
 if [ "$postgres_ok" = 1 ]; then postgres_state="postgresql and rabbitmq are up"; else postgres_state="rabbitmq is up, postgresql left alone"; fi
 echo "services: $postgres_state, chromium at $(command -v chromium)"

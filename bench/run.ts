@@ -28,6 +28,7 @@ await writeReport({
     "runner-follow",
     "signing",
     "runner-masking",
+    "agent",
   ],
   only: process.argv.slice(2).filter((arg) => !arg.startsWith("--")),
   file: path.join(here, "..", "BENCHMARKS.md"),

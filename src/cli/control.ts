@@ -6,7 +6,7 @@
  */
 import { randomUUID, timingSafeEqual } from "node:crypto";
 import { RunnerDepotError } from "../errors.js";
-import { mintJobToken, renderCloudInit, type RunnerService } from "../runner/index.js";
+import { mintJobToken, renderCloudInit, type CloudInitAgent, type RunnerService } from "../runner/index.js";
 import { normalizeRequestId } from "../runner/protocol/request-id.js";
 import type { JobLogStore, StoredLine } from "../runner/ports.js";
 import { cancelJobRoute, listJobsRoute } from "./control-jobs.js";
@@ -31,6 +31,11 @@ interface ControlApiOptions {
    */
   depotUrl?: () => string;
   /**
+   * The single-file agents serve published in its depot, by platform (filled once they are):
+   * a job's cloud-init then fetches its platform's agent instead of running an installed one.
+   */
+  agents?: () => ReadonlyMap<string, CloudInitAgent>;
+  /**
    * `?follow` responses open at once; more answer RESOURCE_EXHAUSTED. Each costs the fan-out
    * ~2.5 µs a line, so 500 followers of a busy job were more work than storing it; default 64.
    */
@@ -49,6 +54,8 @@ interface CreateJobRequest {
   commitSha?: string;
   /** Package-name patterns the job may publish with its own credentials (issue 26). */
   publish?: string[];
+  /** The VM's platform, for the agent it fetches. Default linux-x64. */
+  platform?: string;
 }
 
 /** Patterns one job may be allowed, and their longest. */
@@ -61,6 +68,10 @@ export interface CreateJobResponse {
   token: string;
   endpoint: string;
   userData: string;
+  /** The agent the user data fetches (absent: it runs an installed `runner-depot agent`). */
+  agent?: CloudInitAgent;
+  /** What will not work in a VM, e.g. a loopback endpoint. */
+  warnings: string[];
 }
 
 /** Builds the control API's fetch handler. */
@@ -122,12 +133,21 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
     const token = mintJobToken(options.secret, requestId);
     const repoUrl = job.repoUrl ?? "";
     const commitSha = job.commitSha ?? "";
-    await options.runner.expectJob(requestId, { repoUrl, commitSha, ...(publish.length > 0 ? { publish } : {}) });
     // A job allowed to publish finds the depot and its own credentials in its environment.
     const env =
       publish.length > 0 && options.depotUrl
         ? { RUNNER_DEPOT_URL: options.depotUrl(), RUNNER_DEPOT_TOKEN: `job.${requestId}.${token}` }
         : undefined;
+    const platform = job.platform ?? "linux-x64";
+    const agents = options.agents?.();
+    const agent = agents?.get(platform);
+    if (job.platform !== undefined && !agent)
+      throw new RunnerDepotError(
+        "INVALID_ARGUMENT",
+        `no agent for platform ${String(job.platform)} in this depot (has: ${[...(agents?.keys() ?? [])].join(", ") || "none"})`,
+      );
+    const warnings: string[] = [];
+    // Rendered before the job is registered: a refusal leaves no job to be lost.
     const userData = renderCloudInit({
       endpoint: options.runnerUrl,
       requestId,
@@ -136,8 +156,12 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
       commitSha,
       command: job.command,
       ...(env ? { env } : {}),
+      agent,
+      onWarning: (message) => warnings.push(message),
     });
-    const answer: CreateJobResponse = { requestId, token, endpoint: options.runnerUrl, userData };
+    await options.runner.expectJob(requestId, { repoUrl, commitSha, ...(publish.length > 0 ? { publish } : {}) });
+    const answer: CreateJobResponse = { requestId, token, endpoint: options.runnerUrl, userData, warnings };
+    if (agent) answer.agent = agent;
     return Response.json(answer, { status: 201 });
   }
 

@@ -21,11 +21,16 @@ Options:
   --url <url>        server (depot) URL (default: from <data>/serve.json)
   --token <token>    admin token (default: $RUNNER_DEPOT_TOKEN or <data>/serve.json)
   --data <dir>       where 'serve' keeps its data (default ./.runner-depot)
-  --json             print {requestId, token, endpoint, userData, config} as JSON; its
-                     config is the job config ('runner-depot agent --config' reads the
-                     whole output too)
+  --platform <p>     the VM's platform, for the single-file agent it fetches from the
+                     depot: linux-x64 (default) or linux-arm64
+  --json             print {requestId, token, endpoint, userData, agent, warnings, config}
+                     as JSON; its config is the job config ('runner-depot agent --config'
+                     reads the whole output too)
   --run              play the VM here: create the job, then run it as its agent would
-                     (streams the output, exits with the job's exit code)`;
+                     (streams the output, exits with the job's exit code)
+
+A warning goes to stderr when the VM would be sent to a loopback address (start serve
+with --public-runner-url and --public-depot-url as the VM reaches them).`;
 
 export const jobCommand: Command = {
   usage,
@@ -36,6 +41,7 @@ export const jobCommand: Command = {
     url: { type: "string" },
     token: { type: "string" },
     data: { type: "string" },
+    platform: { type: "string" },
     json: { type: "boolean" },
     run: { type: "boolean" },
   },
@@ -51,6 +57,7 @@ export const jobCommand: Command = {
         repoUrl: values.repo ?? "",
         commitSha: values.commit ?? "",
         ...(values.publish ? { publish: values.publish } : {}),
+        ...(typeof values.platform === "string" ? { platform: values.platform } : {}),
       }),
     }).catch((error: Error) => {
       throw new CliError(`cannot reach ${url}: ${fetchFailureCause(error)}; is 'runner-depot serve' running?`);
@@ -79,6 +86,8 @@ export const jobCommand: Command = {
     if (values.json) {
       process.stdout.write(`${JSON.stringify({ ...job, config })}\n`);
     } else {
+      // With --json they are in the answer. A server older than the warnings answers none.
+      for (const warning of job.warnings ?? []) process.stderr.write(`runner-depot job: warning: ${warning}\n`);
       process.stdout.write(job.userData.endsWith("\n") ? job.userData : `${job.userData}\n`);
       process.stderr.write(
         `job ${job.requestId} created; follow it with 'runner-depot logs ${job.requestId} --follow'\n`,

@@ -26,6 +26,8 @@ import { createServeLogger, gatedLogger, logPackageWarnings } from "./serve-log.
 import { createOperatorEndpoints, serveOperatorEndpoints, type OperatorEndpoints, type Probe } from "./serve-health.js";
 import { startServeTelemetry } from "./serve-telemetry.js";
 import { scheduleGarbageCollection } from "./serve-gc.js";
+import { publishServeAgents } from "./serve-agent.js";
+import type { CloudInitAgent } from "../runner/index.js";
 
 const usage = `Usage: runner-depot serve [options]
 
@@ -40,6 +42,11 @@ Options:
   --runner-port <port>    gRPC port (default 50051; 0 picks one)
   --depot-port <port>     HTTP port (default 8080; 0 picks one)
   --public-runner-url <u> runner URL as the VMs reach it (default: the listening URL)
+  --public-depot-url <u>  depot URL as the VMs reach it, for the agent they fetch
+                          (default: the listening URL)
+  --agent-dir <dir>       the single-file agents to publish into the depot (default:
+                          build/agent of this package, from 'npm run build:agent')
+  --no-agent              do not publish the agent: VMs run an installed runner-depot
   --tls-cert <file>       PEM certificate for the runner server (with --tls-key)
   --tls-key <file>        PEM private key for the runner server
   --tls-client-ca <file>  require client certificates signed by this CA (mutual TLS)
@@ -88,6 +95,9 @@ export const serveCommand: Command = {
     "runner-port": { type: "string" },
     "depot-port": { type: "string" },
     "public-runner-url": { type: "string" },
+    "public-depot-url": { type: "string" },
+    "agent-dir": { type: "string" },
+    "no-agent": { type: "boolean" },
     "tls-cert": { type: "string" },
     "tls-key": { type: "string" },
     "tls-client-ca": { type: "string" },
@@ -245,6 +255,7 @@ export const serveCommand: Command = {
       // The web console on the depot's port: one-time login URLs (at startup, and from
       // `runner-depot console-url` through the control API), then a session cookie.
       let depotUrl = "";
+      let agents: ReadonlyMap<string, CloudInitAgent> = new Map();
       const sessions = createConsoleSessions();
       const consoleLoginUrl = () => `${depotServer.url}/-/console/?token=${sessions.loginToken()}`;
       const control = createControlApi({
@@ -255,6 +266,7 @@ export const serveCommand: Command = {
         runnerUrl,
         consoleLoginUrl,
         depotUrl: () => depotUrl,
+        agents: () => agents,
       });
       // Beyond loopback a TLS terminator must stand in front (--insecure says so): the cookie is Secure.
       const webConsole = createConsole({
@@ -279,7 +291,8 @@ export const serveCommand: Command = {
         ),
       );
       closers.push(() => depotServer.close());
-      depotUrl = depotServer.url;
+      // What a VM is given (a job that publishes, the agent it fetches): the public URL when set.
+      depotUrl = typeof values["public-depot-url"] === "string" ? values["public-depot-url"] : depotServer.url;
       // The operator listener closes last, so probes see the drain.
       const operatorServer =
         metricsPort === undefined
@@ -288,6 +301,16 @@ export const serveCommand: Command = {
               serveOperatorEndpoints(operator, metricsHost, metricsPort),
             );
       if (operatorServer) closers.unshift(() => operatorServer.close());
+      // Before serve.json announces this server: the first job created already fetches the agent.
+      if (values["no-agent"] !== true) {
+        agents = await publishServeAgents({
+          depotUrl: depotServer.url,
+          vmDepotUrl: depotUrl,
+          adminToken,
+          dir: typeof values["agent-dir"] === "string" ? values["agent-dir"] : undefined,
+          logger,
+        });
+      }
 
       // The signals are ours before serve.json announces this server: a SIGTERM sent the
       // moment the file appears must drain and release the lock, not kill (the default).

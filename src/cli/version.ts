@@ -28,3 +28,24 @@ export function packageVersion(from: string = path.dirname(fileURLToPath(import.
   }
   return "unknown";
 }
+
+/**
+ * The folder of runner-depot's own package.json (the checkout or the installed package),
+ * or undefined; serve looks for the built single-file agent under its build/agent.
+ *
+ * @example
+ * const agentDir = path.join(packageDir() ?? ".", "build", "agent");
+ */
+export function packageDir(from: string = path.dirname(fileURLToPath(import.meta.url))): string | undefined {
+  let dir = from;
+  for (let up = 0; up < 4; up++) {
+    try {
+      const pkg = JSON.parse(readFileSync(path.join(dir, "package.json"), "utf8")) as { name?: string };
+      if (pkg.name === "runner-depot") return dir;
+    } catch {
+      // Not here: one folder up.
+    }
+    dir = path.dirname(dir);
+  }
+  return undefined;
+}

@@ -114,5 +114,7 @@ export type { CredentialsCheckOptions, CredentialsCheckResult } from "./client/c
 export { runJob } from "./agent/run-job.js";
 export type { RunJobOptions } from "./agent/run-job.js";
 export { renderCloudInit, readJobConfig } from "./agent/cloud-init.js";
-export type { CloudInitJob, JobConfig } from "./agent/cloud-init.js";
+export type { CloudInitJob, CloudInitAgent, JobConfig } from "./agent/cloud-init.js";
+export { publishAgent, agentFromDepot, agentPackageName } from "./agent/agent-package.js";
+export type { AgentPlatform, PublishedAgent } from "./agent/agent-package.js";
 export type { JobEndFields } from "./protocol/encoder.js";

@@ -43,7 +43,7 @@ let state: { runnerUrl: string; depotUrl: string; adminToken: string };
 beforeAll(async () => {
   bundle = await bundleCli();
   work = await mkdtemp(path.join(os.tmpdir(), "runner-depot-walk-"));
-  serve = spawn(process.execPath, [bundle.file, "serve", "--runner-port", "0", "--depot-port", "0"], {
+  serve = spawn(process.execPath, [bundle.file, "serve", "--runner-port", "0", "--depot-port", "0", "--no-agent"], {
     cwd: work,
     stdio: ["ignore", "pipe", "pipe"],
   });

@@ -4,7 +4,9 @@
  */
 import { stringify } from "yaml";
 import { RunnerDepotError } from "../../errors.js";
+import { isLoopbackHost } from "../../loopback.js";
 import { DEFAULT_JOB_CONFIG_PATH, validateJobConfig, type JobConfig } from "./job-config.js";
+import { AGENT_DIR, FETCH_AGENT_SCRIPT } from "./fetch-agent-script.js";
 
 // The agent's side lives in runner/agent/job-config.ts, so reading the config never loads yaml.
 export { DEFAULT_JOB_CONFIG_PATH, readJobConfig, type JobConfig } from "./job-config.js";
@@ -32,11 +34,32 @@ export interface CloudInitJob {
    * `expectJob`, so the service masks them again); each at least 4 bytes, else INVALID_ARGUMENT.
    */
   secrets?: readonly string[];
+  /**
+   * The single-file agent to fetch into the VM: the URL of its depot archive
+   * (`<depot>/data/runner-depot-agent-<platform>@<version>`) and that archive's SHA-256
+   * (hex, or `sha256:<hex>` as `GET /version` answers it). The VM fetches it with curl,
+   * wget or python3, checks the digest and runs nothing on a mismatch. {@link agentFromDepot}
+   * looks both up. Without it the VM runs `agentCommand`, which must be installed.
+   */
+  agent?: CloudInitAgent;
   /** How the VM starts the agent (argv); `--config <path>` is appended. Default `["runner-depot", "agent"]`. */
   agentCommand?: readonly string[];
   /** Where the job config goes on the VM. Default /etc/runner-depot/job.json. */
   configPath?: string;
+  /**
+   * Told of what will not work in a VM (a loopback endpoint or agent URL). Default:
+   * `process.emitWarning` with the code `RUNNER_DEPOT_LOOPBACK`.
+   */
+  onWarning?: (message: string) => void;
 }
+
+/** Where the VM fetches the single-file agent, and the SHA-256 it must have. */
+export interface CloudInitAgent {
+  url: string;
+  sha256: string;
+}
+
+const SHA256_HEX = /^(?:sha256:)?([0-9a-f]{64})$/;
 
 /**
  * Renders `#cloud-config` user data that writes the job config (mode 0600) and starts the agent.
@@ -81,7 +104,10 @@ export function renderCloudInit(job: CloudInitJob): string {
   };
   // Validate what we hand to a VM now, not when the VM fails to start the job.
   validateJobConfig(config, "renderCloudInit");
-  const agent = [...(job.agentCommand ?? ["runner-depot", "agent"]), "--config", configPath];
+  warnLoopback(job);
+  const agent = job.agent
+    ? agentFetch(job.agent, configPath)
+    : [...(job.agentCommand ?? ["runner-depot", "agent"]), "--config", configPath];
   const doc = {
     write_files: [
       {
@@ -95,4 +121,39 @@ export function renderCloudInit(job: CloudInitJob): string {
     runcmd: [agent],
   };
   return `#cloud-config\n${stringify(doc, { lineWidth: 0 })}`;
+}
+
+/** `sh -c` with the fetch script and its arguments: checked here, so the VM never gets a bad digest. */
+function agentFetch(agent: CloudInitAgent, configPath: string): string[] {
+  const digest = SHA256_HEX.exec(agent.sha256.toLowerCase())?.[1];
+  if (!digest) throw new RunnerDepotError("INVALID_ARGUMENT", "agent.sha256 must be 64 hex digits (or sha256:<hex>)");
+  let url: URL;
+  try {
+    url = new URL(agent.url);
+  } catch {
+    throw new RunnerDepotError("INVALID_ARGUMENT", `agent.url is not a URL: ${agent.url}`);
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:")
+    throw new RunnerDepotError("INVALID_ARGUMENT", `agent.url must be http:// or https://, got ${url.protocol}`);
+  return ["/bin/sh", "-c", FETCH_AGENT_SCRIPT, "runner-depot-fetch-agent", url.href, digest, configPath, AGENT_DIR];
+}
+
+/** A VM reaching 127.0.0.1 reaches itself: say so once per rendering, rather than let it retry for minutes. */
+function warnLoopback(job: CloudInitJob): void {
+  const warn = job.onWarning ?? ((message: string) => process.emitWarning(message, { code: "RUNNER_DEPOT_LOOPBACK" }));
+  const loopback = (text: string) => {
+    try {
+      return isLoopbackHost(new URL(text).hostname);
+    } catch {
+      return false;
+    }
+  };
+  if (loopback(job.endpoint))
+    warn(
+      `the runner endpoint ${job.endpoint} is a loopback address: a VM reaches itself there, not the orchestrator; give the address the VM reaches (serve --public-runner-url)`,
+    );
+  if (job.agent && loopback(job.agent.url))
+    warn(
+      `the agent URL ${job.agent.url} is a loopback address: a VM reaches itself there, not the depot; give the address the VM reaches (serve --public-depot-url)`,
+    );
 }
