@@ -27,6 +27,7 @@ import {
 } from "../../../src/runner/index.js";
 import { createStreamLogsFastPath } from "../../../src/runner/server/fast-path.js";
 import { kMessageBytes, kShutdownSignal } from "../../../src/runner/service/runner-service.js";
+import { LINE_RECORD_OVERHEAD } from "../../../src/runner/service/log-cap.js";
 import { createReadBudget } from "../../../src/runner/server/read-budget.js";
 import { createMemoryLogStore, createMemoryQueue, type MemoryQueue } from "../../../src/adapters/memory/index.js";
 import { createFsLogStore } from "../../../src/adapters/fs/log-store.js";
@@ -981,13 +982,13 @@ describe("runner gRPC fast path: entries as a store reads them", () => {
     expect(fast!.seen[0]).toEqual({
       stored: [{ line: "plain", stderr: false, marker: false }],
       stderr: false,
-      bytes: 8 + 5,
+      bytes: LINE_RECORD_OVERHEAD + 5,
       capped: false,
     });
     expect(fast!.seen[3]).toEqual({
       stored: [{ line: "err", stderr: true, marker: false }],
       stderr: true,
-      bytes: 8 + 3,
+      bytes: LINE_RECORD_OVERHEAD + 3,
       capped: false,
     });
     expect((fast!.seen[2] as { stored: unknown[] }).stored).toHaveLength(2);
