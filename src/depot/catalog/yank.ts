@@ -43,6 +43,8 @@ export interface YankOutcome {
  * missed (a kill after the append but before the drop appends it twice, which a reader applies twice
  * to the same effect). An un-yank of a version that is not yanked appends nothing.
  *
+ * `options.at` is the time the mark records (default `now`).
+ *
  * @example
  * await setYank(store, "libgreet", "2.1.0", "breaks TLS on arm64", new Date());
  */
@@ -52,8 +54,10 @@ export async function setYank(
   version: string,
   reason: string | null,
   now: Date,
+  options: { at?: string } = {},
 ): Promise<YankOutcome> {
-  const at = now.toISOString();
+  // A mirror passes the upstream's time of the yank; the entry is still appended now.
+  const at = options.at ?? now.toISOString();
   let missing = false;
   let settled = false;
   await updateRecord<PackageRecord>(store, packageKey(name), (current) => {
@@ -79,7 +83,7 @@ export async function setYank(
   });
   if (missing) throw new RunnerDepotError("VERSION_NOT_FOUND", `No version ${version} of ${name}`);
   if (settled) return { name, version, yanked: reason, position: null };
-  const position = await appendChange(store, { name, version, first: false, at, yanked: reason });
+  const position = await appendChange(store, { name, version, first: false, at: now.toISOString(), yanked: reason });
   if (reason !== null)
     await updateRecord<PackageRecord>(store, packageKey(name), (current) => {
       const mark = current?.value.yanked?.[version];
