@@ -17,6 +17,7 @@ const commands = {
   publish: async () => (await import("./depot.js")).publishCommand,
   install: async () => (await import("./depot.js")).installCommand,
   migrate: async () => (await import("./migrate.js")).migrateCommand,
+  mirror: async () => (await import("./mirror.js")).mirrorCommand,
 };
 
 const USAGE = `runner-depot — runner log streaming (gRPC) and a package depot (REST)
@@ -33,6 +34,7 @@ Commands:
   publish <dir> <name>@<ver> publish a directory as a package version
   install <name>[@range] <dir>  install a package and its dependencies into a directory
   migrate <data>             upgrade a depot store written by an older runner-depot, in place
+  mirror <upstream-url>      copy another depot's versions and yanks into this one (--follow to keep on)
 
 Run 'runner-depot <command> --help' for a command's options, 'runner-depot --version'
 for the version.`;
