@@ -8,6 +8,8 @@
  * - **Client:** {@link createDepotClient} lists, publishes (by reference first, so no byte
  *   travels twice), downloads with resume, and installs with dependency resolution,
  *   digest checks and deltas for upgrades.
+ * - **Mirror:** {@link mirrorDepot} copies another depot's versions and yanks into a store,
+ *   following its change feed from where the last run stopped.
  * - **Stores:** {@link composeStore} joins a blob store and a record store (S3 +
  *   PostgreSQL) into one {@link PackageStore}.
  *
@@ -70,3 +72,6 @@ export type { Authorize, AuthorizeContext, BearerTokensOptions, DepotAction, Tok
 export type { DepotLimits } from "./transactions/lifecycle.js";
 export type { CommitProblem } from "./transactions/commit.js";
 export type { GarbageReport } from "./store/gc.js";
+export { mirrorDepot } from "./mirror/mirror.js";
+export type { MirrorOptions, MirrorReport } from "./mirror/mirror.js";
+export type { FeedChange, UpstreamLimits } from "./mirror/upstream.js";
