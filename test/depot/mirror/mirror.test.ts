@@ -149,6 +149,64 @@ describe("mirror (two fs depots on real sockets)", () => {
       expect(await versionsOf(local.url, `pkg${i}`)).toEqual(await versionsOf(up.url, `pkg${i}`));
   });
 
+  it("follows: a version published upstream while following is copied, and an abort ends the run", async () => {
+    const tmp = await tempDir("depot-mirror-follow-");
+    cleanups.push(tmp.cleanup);
+    const up = await upstreamAt(`${tmp.dir}/up`);
+    expect((await publish(up.url, "f@1.0.0", [{ type: "file", path: "f", body: "1" }])).status).toBe(201);
+    const store = createFsStore(`${tmp.dir}/local`, { unsafeNoSync: true });
+    const stop = new AbortController();
+    const seen: string[] = [];
+    let copiedSecond!: () => void;
+    const second = new Promise<void>((resolve) => (copiedSecond = resolve));
+    const following = mirrorDepot(store, {
+      upstream: up.url,
+      follow: true,
+      intervalMs: 50,
+      signal: stop.signal,
+      onChange: (change, outcome) => {
+        seen.push(`${change.name}@${change.version} ${outcome}`);
+        if (change.version === "1.1.0") copiedSecond();
+        if (change.version === "1.0.0") void publish(up.url, "f@1.1.0", [{ type: "file", path: "f", body: "2" }]);
+      },
+    });
+    await second;
+    stop.abort();
+    const report = await following;
+    expect(seen).toEqual(["f@1.0.0 copied", "f@1.1.0 copied"]);
+    expect(report).toMatchObject({ copied: 2, position: 2 });
+  });
+
+  it("bounds what a hostile upstream sends: an endless feed answer is cut, nothing is written", async () => {
+    const { createServer } = await import("node:http");
+    const chunk = Buffer.alloc(64 * 1024, 0x20);
+    let sent = 0;
+    const hostile = createServer((req, res) => {
+      res.writeHead(200, { "Content-Type": "application/json" });
+      res.write('{"position": 1, "changes": [');
+      const pump = () => {
+        while (sent < 64 * 2 ** 20 && res.write(chunk)) sent += chunk.length;
+        if (sent < 64 * 2 ** 20) res.once("drain", pump);
+        else res.end("]}");
+      };
+      pump();
+      req.socket.once("close", () => res.destroy());
+    });
+    await new Promise<void>((resolve) => hostile.listen(0, "127.0.0.1", resolve));
+    cleanups.push(() => new Promise((resolve) => hostile.close(resolve)));
+    const url = `http://127.0.0.1:${(hostile.address() as { port: number }).port}`;
+    const tmp = await tempDir("depot-mirror-hostile-");
+    cleanups.push(tmp.cleanup);
+    const store = createFsStore(tmp.dir, { unsafeNoSync: true });
+    const error = await mirrorDepot(store, { upstream: url, limits: { maxJsonBytes: 2 ** 20 } }).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect(isRunnerDepotError(error) && error.code).toBe("TOO_LARGE");
+    expect(sent).toBeLessThan(64 * 2 ** 20);
+    expect(await store.getRecord(mirrorKey(url))).toBeNull();
+  });
+
   it("refuses an upstream whose bytes do not match its listing, and makes nothing visible", async () => {
     const tmp = await tempDir("depot-mirror-lie-");
     cleanups.push(tmp.cleanup);
