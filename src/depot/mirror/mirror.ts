@@ -224,8 +224,8 @@ async function copyVersion(
   return true;
 }
 
-/** A tar header's size field (octal). */
-function headerSize(header: Buffer): number {
+/** A tar header's size field (octal digits, NUL or space padded); NaN for anything else. */
+export function headerSize(header: Buffer): number {
   const text = header
     .subarray(124, 136)
     .toString("latin1")

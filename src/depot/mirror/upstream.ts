@@ -89,16 +89,8 @@ export class Upstream {
 
   /** The changes after `since`. O(FEED_PAGE). */
   async feed(since: number): Promise<FeedPage> {
-    const body = await this.json<Record<string, unknown>>(`/catalog?since=${since}&limit=${FEED_PAGE}`);
-    const position = body.position;
-    const changes = body.changes;
-    if (!Number.isSafeInteger(position) || (position as number) < since || !Array.isArray(changes))
-      throw new RunnerDepotError("UNAVAILABLE", `upstream ${this.url}: a feed page without position or changes`);
-    const checked = changes.map((c: unknown) => checkChange(c, since, position as number));
-    for (let i = 1; i < checked.length; i++)
-      if (checked[i]!.position <= checked[i - 1]!.position)
-        throw new RunnerDepotError("UNAVAILABLE", `upstream ${this.url}: feed changes out of order`);
-    return { position: position as number, changes: checked, more: checked.length === FEED_PAGE };
+    const body = await this.json<unknown>(`/catalog?since=${since}&limit=${FEED_PAGE}`);
+    return parseFeedPage(body, since, FEED_PAGE);
   }
 
   /** One version's listing. */
@@ -157,6 +149,25 @@ export class Upstream {
   }
 }
 
+/**
+ * A feed answer as a mirror may trust it: `position` at or past `since`, every change after `since`
+ * and at most `position`, strictly ascending; UNAVAILABLE otherwise. `more` when the page is full. O(changes).
+ */
+export function parseFeedPage(raw: unknown, since: number, pageSize: number): FeedPage {
+  const body = (typeof raw === "object" && raw !== null ? raw : {}) as Record<string, unknown>;
+  const position = body.position;
+  const changes = body.changes;
+  if (!Number.isSafeInteger(position) || (position as number) < since || !Array.isArray(changes))
+    throw new RunnerDepotError("UNAVAILABLE", "upstream: a feed page without position or changes");
+  if (changes.length > pageSize)
+    throw new RunnerDepotError("UNAVAILABLE", "upstream: a feed page with more changes than asked for");
+  const checked = changes.map((c: unknown) => checkChange(c, since, position as number));
+  for (let i = 1; i < checked.length; i++)
+    if (checked[i]!.position <= checked[i - 1]!.position)
+      throw new RunnerDepotError("UNAVAILABLE", "upstream: feed changes out of order");
+  return { position: position as number, changes: checked, more: checked.length === pageSize };
+}
+
 function checkChange(raw: unknown, since: number, upTo: number): FeedChange {
   const c = raw as Record<string, unknown> | null;
   const ok =
@@ -169,7 +180,10 @@ function checkChange(raw: unknown, since: number, upTo: number): FeedChange {
     typeof c.version === "string" &&
     (c.yanked === undefined || c.yanked === null || typeof c.yanked === "string");
   if (!ok) throw new RunnerDepotError("UNAVAILABLE", "upstream feed: a malformed change entry");
-  return c as unknown as FeedChange;
+  // Only the members a mirror reads, so nothing else an upstream sends travels on.
+  const change: FeedChange = { position: c.position as number, name: c.name as string, version: c.version as string };
+  if (c.yanked !== undefined) change.yanked = c.yanked as string | null;
+  return change;
 }
 
 function upstreamError(status: number, what: string, bytes: Buffer): RunnerDepotError {
