@@ -24,6 +24,7 @@ const commands = {
   "console-url": async () => (await import("./console-url.js")).consoleUrlCommand,
   keys: async () => (await import("./signing.js")).keysCommand,
   verify: async () => (await import("./signing.js")).verifyCommand,
+  mirror: async () => (await import("./mirror.js")).mirrorCommand,
 };
 
 const USAGE = `runner-depot — runner log streaming (gRPC) and a package depot (REST)
@@ -43,6 +44,7 @@ Commands:
   console-url                print a new one-time login URL for the running server's console
   keys generate              make an Ed25519 signing key and print its trusted-keys entry
   verify <name>@<version>    check a version's signatures and provenance; print who signed what
+  mirror <upstream-url>      copy another depot's versions and yanks into this one (--follow to keep on)
 
 Run 'runner-depot <command> --help' for a command's options, 'runner-depot --version'
 for the version.`;

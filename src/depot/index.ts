@@ -11,6 +11,8 @@
  * - **Signed versions:** {@link generateSigningKey} makes an Ed25519 key; `publish({ sign })`
  *   attaches a Sigstore bundle over the version's archive and files, and `install(…, {
  *   signatures })` or `client.verify` checks them under `ignore | verify | require`.
+ * - **Mirror:** {@link mirrorDepot} copies another depot's versions and yanks into a store,
+ *   following its change feed from where the last run stopped.
  * - **Stores:** {@link composeStore} joins a blob store and a record store (S3 +
  *   PostgreSQL) into one {@link PackageStore}.
  *
@@ -78,3 +80,6 @@ export type { GarbageReport } from "./store/gc.js";
 export { generateSigningKey, signingKeyFromPem } from "./signing/keys.js";
 export type { GeneratedKey, SigningKey, TrustedKey, TrustedKeySet } from "./signing/keys.js";
 export type { SignaturePolicy, SignaturePolicyMode, VerifiedAttestation } from "./signing/verify.js";
+export { mirrorDepot } from "./mirror/mirror.js";
+export type { MirrorOptions, MirrorReport } from "./mirror/mirror.js";
+export type { FeedChange, UpstreamLimits } from "./mirror/upstream.js";

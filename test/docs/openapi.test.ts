@@ -937,6 +937,7 @@ describe("the depot as built answers as documented", () => {
       "/meta/{trans_id}/require": `/meta/${id}/require`,
       "/commit/{trans_id}": `/commit/${id}`,
       "/attestations/{pkg_ref}": "/attestations/hello@1.0.0",
+      "/yank/{pkg_ref}": "/yank/hello@1.0.0",
     };
     expect(Object.keys(concrete).sort()).toEqual(Object.keys(doc.paths as Json).sort());
     const order = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
@@ -979,6 +980,37 @@ describe("the depot as built answers as documented", () => {
     // A delta is never stored, so never redirected: the depot streams it (issue 30 item 1).
     expect((await call(signing, "getDelta", "/data/signed/1.0.0/1.1.0")).status).toBe(200);
     expect((await call(signing, "headDelta", "/data/signed/1.0.0/1.1.0")).status).toBe(200);
+  });
+
+  it("yank: 200 with the reason, Pkg-Yanked on exact requests, the feed entry; un-yank; 404 and 400", async () => {
+    await publish(open, "yanky@1.0.0", { "a.txt": "one\n" });
+    await publish(open, "yanky@1.1.0", { "a.txt": "two\n" });
+    const since = (await call(open, "getCatalog", "/catalog")).json!.position as number;
+    const reason = encodeURIComponent("broken build");
+    const yanked = await call(open, "yankVersion", "/yank/yanky@1.1.0", { headers: { "Pkg-Reason": reason } });
+    expect([yanked.status, yanked.json!.yanked]).toEqual([200, "broken build"]);
+    const feed = await call(open, "getCatalog", `/catalog?since=${since}`);
+    expect(feed.json!.changes).toEqual([
+      { position: since + 1, name: "yanky", version: "1.1.0", yanked: "broken build" },
+    ]);
+    expect(feed.json!.packages.yanky).toMatchObject({ latest: "1.0.0", yanked: { "1.1.0": "broken build" } });
+    const versions = await call(open, "getVersions", "/version/yanky");
+    expect(versions.json!.versions[1].yanked.reason).toBe("broken build");
+    const data = await call(open, "getData", "/data/yanky@1.1.0");
+    expect([data.status, data.headers.get("pkg-yanked")]).toEqual([200, reason]);
+    const depend = await call(open, "getDepends", "/depend/yanky@1.1.0");
+    expect(depend.headers.get("pkg-yanked")).toBe(reason);
+    expect((await call(open, "yankVersion", "/yank/yanky@9.0.0", { headers: { "Pkg-Reason": reason } })).status).toBe(
+      404,
+    );
+    expect((await call(open, "yankVersion", "/yank/yanky@1.0.0")).json!.code).toBe("HEADER_INVALID");
+    expect((await call(open, "unyankVersion", "/yank/yanky")).json!.code).toBe("VERSION_INVALID");
+    expect((await call(open, "unyankVersion", "/yank/nothere@1.0.0")).status).toBe(404);
+    const back = await call(open, "unyankVersion", "/yank/yanky@1.1.0");
+    expect([back.status, back.json!.yanked]).toEqual([200, null]);
+    expect((await call(auth, "yankVersion", "/yank/yanky@1.1.0", { headers: { "Pkg-Reason": reason } })).status).toBe(
+      401,
+    );
   });
 
   it("every documented (operation, status) was exercised or is listed as not exercised", () => {

@@ -150,7 +150,12 @@ async function answerSince(
   const states = await packageStates(store, newest, head);
   const packages = emptyRecord<CatalogPackage>();
   for (const [name, pkg] of states) setOwn(packages, name, pkg);
-  const changes = entries.map((e) => ({ position: e.position, name: e.name, version: e.version }));
+  // A yank entry says so: `yanked` is its reason, or null on an un-yank (depot/catalog/yank.ts).
+  const changes = entries.map((e) =>
+    e.yanked === undefined
+      ? { position: e.position, name: e.name, version: e.version }
+      : { position: e.position, name: e.name, version: e.version, yanked: e.yanked },
+  );
   const position = entries.length > 0 ? scannedTo : query.since;
   const body = { packages, count: states.size, position, changes, updatedAt: await updatedAt(store, position) };
   return { body, next: position < head ? `since=${position}&limit=${query.limit}` : undefined };

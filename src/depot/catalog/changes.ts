@@ -16,6 +16,11 @@ export interface ChangeEntry {
   first: boolean;
   /** When it was appended (ISO 8601). */
   at: string;
+  /**
+   * On a yank entry (depot/catalog/yank.ts): the reason `version` was yanked, or null when it was un-yanked.
+   * Absent on a publish entry.
+   */
+  yanked?: string | null;
 }
 
 /** Positions per shard: keeps every fs directory of the log small; also the size of a pack. */
@@ -162,6 +167,7 @@ async function appendNow(
       version: entry.version,
       first: entry.first,
       at: entry.at,
+      ...(entry.yanked !== undefined ? { yanked: entry.yanked } : {}),
     };
     // Announced: routers in other processes move their catalog head on it (depot/catalog/head.ts).
     const onVisible = (applied: boolean) => {
@@ -295,7 +301,7 @@ export async function findRecentChange(
     const read = await mapLimit(batch, 16, (p) => readChange(store, p));
     for (const entry of read) {
       if (!entry) continue;
-      if (entry.name === name && entry.version === version) return entry.position;
+      if (entry.name === name && entry.version === version && entry.yanked === undefined) return entry.position;
       if (Date.parse(entry.at) < sinceMs) return null;
     }
     position -= batch.length;

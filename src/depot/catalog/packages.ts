@@ -25,6 +25,24 @@ export interface PackageRecord {
   updatedAt: string;
   /** Versions listed but perhaps not yet in the change sequence, with who sequences them. */
   pending?: Record<string, SequencingClaim>;
+  /** Yanked versions (depot/catalog/yank.ts): still listed and served by exact request, skipped by `latest`. */
+  yanked?: Record<string, YankMark>;
+}
+
+/** Why and when a version was yanked; `unsequenced` while its change entry may be missing. */
+export interface YankMark {
+  reason: string;
+  at: string;
+  unsequenced?: true;
+}
+
+/**
+ * The version resolution picks with no range: the newest one not yanked, or the newest when every
+ * version is yanked (the record always names one; routes refuse it then). O(versions).
+ */
+export function latestOf(versions: readonly string[], yanked: Record<string, unknown> | undefined): string {
+  const kept = yanked ? versions.filter((v) => !Object.hasOwn(yanked, v)) : versions;
+  return newestVersion(kept.length > 0 ? kept : versions)!;
 }
 
 /** A claim to append a version to the change sequence. */
@@ -194,11 +212,12 @@ async function claimSequencing(
           return {
             name,
             versions,
-            latest: newestVersion(versions)!,
+            latest: latestOf(versions, existing?.yanked),
             firstVersion: existing?.firstVersion ?? version,
             createdAt: existing?.createdAt ?? now.toISOString(),
             updatedAt: now.toISOString(),
             pending: { ...existing?.pending, [version]: mine },
+            ...(existing?.yanked ? { yanked: existing.yanked } : {}),
           };
         },
         { guess: true, writes },

@@ -6,7 +6,7 @@
  */
 import { readChanges, readShard, readShardUpdates, shardOf, SHARD, type ChangeEntry } from "./changes.js";
 import { newestVersion, sortVersions } from "../package/names.js";
-import { readPackage } from "./packages.js";
+import { latestOf, readPackage, type PackageRecord } from "./packages.js";
 import type { PackageStore } from "../ports.js";
 import { mapLimit, remember, updateRecord } from "../store/records.js";
 
@@ -15,6 +15,16 @@ export interface CatalogPackage {
   latest: string;
   versions: string[];
   updatedAt: string;
+  /** Yanked versions and their reasons; absent when none is. */
+  yanked?: Record<string, string>;
+}
+
+/** A package record as the catalog shows it. O(versions). */
+export function catalogPackage(record: PackageRecord): CatalogPackage {
+  const pkg: CatalogPackage = { latest: record.latest, versions: record.versions, updatedAt: record.updatedAt };
+  const yanked = Object.entries(record.yanked ?? {});
+  if (yanked.length > 0) pkg.yanked = Object.fromEntries(yanked.map(([v, mark]) => [v, mark.reason]));
+  return pkg;
 }
 
 /** A package of a page, at the position of its first version's entry. */
@@ -82,7 +92,7 @@ async function buildPage(store: PackageStore, shard: number, head: number): Prom
       packages.push({
         position: e.position,
         name: e.name,
-        pkg: { latest: record.latest, versions: record.versions, updatedAt: record.updatedAt },
+        pkg: catalogPackage(record),
       });
   });
   const page: PageRecord = { shard, builtAt: head, packages };
@@ -155,9 +165,29 @@ async function bringForward(store: PackageStore, page: PageRecord, head: number)
 }
 
 function withVersion(pkg: CatalogPackage, entry: ChangeEntry): CatalogPackage {
+  if (entry.yanked !== undefined) return withYank(pkg, entry);
   if (pkg.versions.includes(entry.version)) return pkg;
   const versions = sortVersions([...pkg.versions, entry.version]);
-  return { latest: newestVersion(versions)!, versions, updatedAt: entry.at > pkg.updatedAt ? entry.at : pkg.updatedAt };
+  const next: CatalogPackage = {
+    latest: latestOf(versions, pkg.yanked),
+    versions,
+    updatedAt: entry.at > pkg.updatedAt ? entry.at : pkg.updatedAt,
+  };
+  if (pkg.yanked) next.yanked = pkg.yanked;
+  return next;
+}
+
+/** A yank entry applied: the version's reason set (or removed on an un-yank), `latest` chosen again. */
+function withYank(pkg: CatalogPackage, entry: ChangeEntry): CatalogPackage {
+  const yanked = Object.fromEntries(Object.entries(pkg.yanked ?? {}).filter(([v]) => v !== entry.version));
+  if (entry.yanked !== null && entry.yanked !== undefined) yanked[entry.version] = entry.yanked;
+  const next: CatalogPackage = {
+    latest: latestOf(pkg.versions, yanked),
+    versions: pkg.versions,
+    updatedAt: pkg.updatedAt,
+  };
+  if (Object.keys(yanked).length > 0) next.yanked = yanked;
+  return next;
 }
 
 /**
@@ -182,7 +212,7 @@ export async function packageStates(
   const records = await mapLimit(missing, 32, (name) => readPackage(store, name));
   records.forEach((record, i) => {
     if (!record) return;
-    const pkg = { latest: record.latest, versions: record.versions, updatedAt: record.updatedAt };
+    const pkg = catalogPackage(record);
     out.set(missing[i]!, pkg);
     remember(held, missing[i]!, { pkg, readAt: head }, PACKAGE_CACHE);
   });

@@ -61,6 +61,8 @@ export interface VersionEntry {
   size: number;
   itemCount: number;
   attributes: Record<string, unknown>;
+  /** Present when the version is yanked: resolution skips it unless it is asked for exactly. */
+  yanked?: { reason: string; at: string };
 }
 
 /** `GET /version/<name>`. */

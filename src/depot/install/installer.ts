@@ -18,7 +18,7 @@ import { digestToHex } from "../client/http.js";
 import { extractPackage, verifyPackageTree } from "./extract.js";
 import { isPackageName } from "../package/names.js";
 import { emptyRecord, own, setOwn } from "../store/records.js";
-import { resolveDependencies, type DependencySource } from "./resolve.js";
+import { parsePackageSpec, resolveDependencies, type DependencySource } from "./resolve.js";
 import {
   carryOver,
   findUserEntries,
@@ -154,10 +154,15 @@ export async function installPackage(
       }
       return p;
     };
+    // Yanked versions take no part in resolution, except the one the root spec names exactly.
+    const asked = parsePackageSpec(spec);
     const source: DependencySource = {
       versions: async (name) => {
         const map = await versionInfo(name);
-        return map ? [...map.keys()] : null;
+        if (!map) return null;
+        return [...map.values()]
+          .filter((v) => !v.yanked || (asked.exact && asked.name === name && asked.range === v.version))
+          .map((v) => v.version);
       },
       requires: async (name, version) => (await client.depends(`${name}@${version}`)).requires ?? [],
     };

@@ -11,6 +11,7 @@ import { readPackage, type PackageRecord } from "../catalog/packages.js";
 import type { PackageStore } from "../ports.js";
 import { keys, type VersionRecord } from "../store/records.js";
 import { routeOf } from "./route-label.js";
+import { yankReason } from "../catalog/yank.js";
 
 /** The access checks of one router. */
 export interface RouterAccess {
@@ -24,6 +25,8 @@ export interface RouterAccess {
   publishedVersion(name: string, version: string | undefined): Promise<VersionRecord>;
   /** Several published versions of one package (the package's record read once). */
   publishedVersions(name: string, versions: ReadonlyArray<string | undefined>): Promise<VersionRecord[]>;
+  /** A published version and, when it is yanked, the reason (the package's record read once). */
+  publishedVersionYank(name: string, version: string | undefined): Promise<{ record: VersionRecord; yanked?: string }>;
 }
 
 /**
@@ -100,9 +103,23 @@ export function createRouterAccess(settings: {
     name: string,
     versions: ReadonlyArray<string | undefined>,
   ): Promise<VersionRecord[]> {
+    return versionsOf(await visiblePackage(name), versions);
+  }
+
+  async function publishedVersionYank(name: string, version: string | undefined) {
     const listed = await visiblePackage(name);
+    const [record] = await versionsOf(listed, [version]);
+    const yanked = yankReason(listed, record!.version);
+    return yanked === undefined ? { record: record! } : { record: record!, yanked };
+  }
+
+  /** The records of `versions` of a listed package; no version means the newest not yanked. */
+  async function versionsOf(listed: PackageRecord, versions: ReadonlyArray<string | undefined>) {
+    const name = listed.name;
     return Promise.all(
       versions.map(async (version) => {
+        if (version === undefined && yankReason(listed, listed.latest) !== undefined)
+          throw new RunnerDepotError("VERSION_NOT_FOUND", `Every version of ${name} is yanked; ask for one by version`);
         const wanted = version ?? listed.latest;
         if (!listed.versions.includes(wanted))
           throw new RunnerDepotError("VERSION_NOT_FOUND", `No version ${wanted} of ${name}`);
@@ -113,5 +130,5 @@ export function createRouterAccess(settings: {
     );
   }
 
-  return { principalOf, referenceAccess, visiblePackage, publishedVersion, publishedVersions };
+  return { principalOf, referenceAccess, visiblePackage, publishedVersion, publishedVersions, publishedVersionYank };
 }

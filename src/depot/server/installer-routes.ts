@@ -20,8 +20,17 @@ import { getAndHead, type RouterContext } from "./router-context.js";
 
 /** Registers the installer routes (GET and HEAD each) on `context.router`. */
 export function registerInstallerRoutes(context: RouterContext): void {
-  const { router, store, base, telemetry, archives, principalOf, visiblePackage, publishedVersion, publishedVersions } =
-    context;
+  const {
+    router,
+    store,
+    base,
+    telemetry,
+    archives,
+    principalOf,
+    visiblePackage,
+    publishedVersionYank,
+    publishedVersions,
+  } = context;
 
   const catalogHandler = async (request: IRequest) => {
     await principalOf(request, "read");
@@ -53,7 +62,13 @@ export function registerInstallerRoutes(context: RouterContext): void {
       throw new RunnerDepotError("VERSION_NOT_FOUND", `No version ${ref.version} of ${ref.name}`);
     // Paged (issue 30 item 4): a first answer is what it always was, but bounded in count and bytes.
     const query = ref.version ? { limit: 1 } : parseVersionQuery(new URL(request.url).searchParams);
-    const page = await versionPage(store, ref.name, ref.version ? [ref.version] : listed.versions, query);
+    const page = await versionPage(
+      store,
+      ref.name,
+      ref.version ? [ref.version] : listed.versions,
+      query,
+      listed.yanked,
+    );
     const headers: Record<string, string> = {};
     if (page.next !== undefined)
       headers.Link = `<${base}/version/${ref.name}?limit=${query.limit}&after=${encodeURIComponent(page.next)}>; rel="next"`;
@@ -63,18 +78,22 @@ export function registerInstallerRoutes(context: RouterContext): void {
   getAndHead(router, "/depend/:pkg", async (request) => {
     const ref = parsePackageRef(request.params.pkg!);
     await principalOf(request, "read", ref.name);
-    const v = await publishedVersion(ref.name, ref.version);
-    return json(200, { name: v.name, version: v.version, requires: v.requires });
+    const { record: v, yanked } = await publishedVersionYank(ref.name, ref.version);
+    return json(200, { name: v.name, version: v.version, requires: v.requires }, yankHeaders(yanked));
   });
 
   const dataHandler = (request: IRequest) =>
     download(request, async (span) => {
       const ref = parsePackageRef(request.params.pkg!);
       await principalOf(request, "read", ref.name);
-      const v = await publishedVersion(ref.name, ref.version);
+      const { record: v, yanked } = await publishedVersionYank(ref.name, ref.version);
       // No attributes object when nothing records (no provider): the library's default path.
       if (span.isRecording()) span.setAttributes({ "depot.package": v.name, "depot.version": v.version });
-      return { source: await archives.version(v), filename: `${v.name}-${v.version}.tar` };
+      return {
+        source: await archives.version(v),
+        filename: `${v.name}-${v.version}.tar`,
+        headers: yankHeaders(yanked),
+      };
     });
   getAndHead(router, "/data/:pkg", dataHandler);
 
@@ -113,7 +132,7 @@ export function registerInstallerRoutes(context: RouterContext): void {
    */
   async function download(
     request: IRequest,
-    load: (span: Span) => Promise<{ source: ByteSource; filename: string }>,
+    load: (span: Span) => Promise<{ source: ByteSource; filename: string; headers?: Record<string, string> }>,
   ): Promise<Response> {
     const route = routeOf(request, base);
     const span = telemetry.startSpan("depot.download", traceContextOf(request.headers), {
@@ -121,7 +140,7 @@ export function registerInstallerRoutes(context: RouterContext): void {
       "http.request.method": request.method,
     });
     try {
-      const { source, filename } = await load(span);
+      const { source, filename, headers } = await load(span);
       const response = await serveBytes(
         request,
         countedSource(source, (bytes) => {
@@ -131,6 +150,7 @@ export function registerInstallerRoutes(context: RouterContext): void {
         }),
         filename,
       );
+      for (const [header, value] of Object.entries(headers ?? {})) response.headers.set(header, value);
       span.setAttribute("http.response.status_code", response.status);
       if (response.body === null || (response.status !== 200 && response.status !== 206)) span.end();
       return response;
@@ -140,6 +160,11 @@ export function registerInstallerRoutes(context: RouterContext): void {
     }
   }
   getAndHead(router, "/data/:pkg/:from/:to", deltaHandler);
+}
+
+/** `Pkg-Yanked: <reason, percent-encoded>` on an answer about a yanked version (docs/depot-api.md §Yank). */
+function yankHeaders(reason: string | undefined): Record<string, string> {
+  return reason === undefined ? {} : { "Pkg-Yanked": encodeURIComponent(reason) };
 }
 
 /** `source` with its bytes counted: `done(bytes)` once, when a read ends or is cut. */

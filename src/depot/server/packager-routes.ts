@@ -21,6 +21,7 @@ import { parseAttributes, parseMode, parseRequirements, requireEmpty, single } f
 import { getAndHead, type RouterContext } from "./router-context.js";
 import { pagedJson, pageOfManifest, summaryItems, summaryPage } from "../transactions/summary.js";
 import { uploadBody } from "../transactions/upload-body.js";
+import { parseYankReason, setYank } from "../catalog/yank.js";
 
 /** Registers the packager routes on `context.router`. */
 export function registerPackagerRoutes(context: RouterContext): void {
@@ -78,6 +79,21 @@ export function registerPackagerRoutes(context: RouterContext): void {
       throw error;
     }
   }
+
+  // Yank (docs/depot-api.md §Yank): POST marks name@version with Pkg-Reason, DELETE takes the mark back.
+  const yankHandler = async (request: IRequest) => {
+    const ref = parsePackageRef(request.params.pkg!);
+    if (ref.version === undefined)
+      throw new RunnerDepotError("VERSION_INVALID", "/yank/<name>@<version> needs the version");
+    await principalOf(request, "publish", ref.name);
+    requireEmpty(request);
+    const reason = request.method === "DELETE" ? null : parseYankReason(single(request.headers, "pkg-reason", true));
+    const outcome = await setYank(store, ref.name, ref.version, reason, now());
+    log.info({ name: ref.name, version: ref.version, yanked: outcome.yanked !== null }, "yank set");
+    return json(200, { name: outcome.name, version: outcome.version, yanked: outcome.yanked });
+  };
+  router.post("/yank/:pkg", yankHandler);
+  router.delete("/yank/:pkg", yankHandler);
 
   router.delete("/trans/:id", async (request) => {
     const trans = await transactionFor(request);

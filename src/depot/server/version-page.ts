@@ -23,6 +23,8 @@ export interface VersionEntry {
   size: number;
   itemCount: number;
   attributes: Record<string, string>;
+  /** Present on a yanked version: why, and since when. */
+  yanked?: { reason: string; at: string };
 }
 
 /** The `limit` and `after` query of `/version/<name>`. */
@@ -53,6 +55,7 @@ export async function versionPage(
   name: string,
   versions: readonly string[],
   query: { limit: number; after?: string },
+  yanked?: Record<string, { reason: string; at: string }>,
 ): Promise<{ entries: VersionEntry[]; next?: string }> {
   let start = 0;
   if (query.after !== undefined) {
@@ -70,7 +73,7 @@ export async function versionPage(
       index++;
       if (record === null) continue;
       const v = record.value;
-      const entry = {
+      const entry: VersionEntry = {
         version: v.version,
         publishedAt: v.publishedAt,
         digest: v.digest,
@@ -78,6 +81,8 @@ export async function versionPage(
         itemCount: v.itemCount,
         attributes: v.attributes,
       };
+      const mark = yanked && Object.hasOwn(yanked, v.version) ? yanked[v.version]! : undefined;
+      if (mark) entry.yanked = { reason: mark.reason, at: mark.at };
       entries.push(entry);
       bytes += Buffer.byteLength(JSON.stringify(entry));
       if (bytes > VERSION_PAGE_BYTES) break;

@@ -1,0 +1,315 @@
+/**
+ * Mirroring one depot into another store: follows the upstream's change feed from the position saved
+ * in the local store, copies each new version (its manifest, then only the item blobs the store
+ * lacks, by byte range), rebuilds its archive locally and checks it against the upstream's digest
+ * before the version becomes visible, and applies yanks. Every step is idempotent, so a run killed
+ * anywhere resumes from the saved position without duplicates.
+ * Why: docs/decisions/depot-yank-mirror.md, "mirror.ts".
+ */
+import { createHash } from "node:crypto";
+import { RunnerDepotError } from "../../errors.js";
+import { archiveLayout, commitArchive, MANIFEST_PATH, type PackageManifest } from "../package/archive.js";
+import { parsePackageName, parseVersion } from "../package/names.js";
+import { parseItemPath } from "../package/paths.js";
+import { publishVersion } from "../catalog/packages.js";
+import { compactAfter } from "../catalog/pages.js";
+import { setYank } from "../catalog/yank.js";
+import type { PackageStore } from "../ports.js";
+import { keys, updateRecord, type VersionRecord } from "../store/records.js";
+import { notePublished } from "../transactions/references.js";
+import { Upstream, UPSTREAM_LIMITS, type FeedChange, type UpstreamLimits } from "./upstream.js";
+
+/** Options of {@link mirrorDepot}. */
+export interface MirrorOptions {
+  /** The upstream depot's base URL (what its clients use). */
+  upstream: string;
+  /** A bearer token with read on every package of the upstream. */
+  token?: string;
+  /** Keep following: poll the feed again every `intervalMs` once caught up, until `signal` aborts. */
+  follow?: boolean;
+  /** The wait between polls while following, ms (default 5,000). */
+  intervalMs?: number;
+  /** Stops a run (a following one ends without error). */
+  signal?: AbortSignal;
+  /** Bounds of every read from the upstream. */
+  limits?: Partial<UpstreamLimits>;
+  /** Called after each change applied (progress). */
+  onChange?: (change: FeedChange, outcome: "copied" | "present" | "yank") => void;
+  /** The clock (tests). */
+  now?: () => Date;
+}
+
+/** What a run did. */
+export interface MirrorReport {
+  /** The upstream position the local store is complete through. */
+  position: number;
+  copied: number;
+  /** Versions found already present (a resumed run's last change, or a shared store). */
+  present: number;
+  yanks: number;
+  /** Item and manifest bytes read from the upstream's archives. */
+  bytesFetched: number;
+  /** Item blobs the store already held, not fetched. */
+  blobsReused: number;
+}
+
+/** The `mirror/<hash>` record: where the mirror of one upstream is complete through. */
+interface MirrorState {
+  upstream: string;
+  position: number;
+  at: string;
+}
+
+/** The record key of the mirror state of `upstream`. */
+export const mirrorKey = (upstream: string) =>
+  `mirror/${createHash("sha256").update(upstream.replace(/\/+$/, "")).digest("hex").slice(0, 32)}`;
+
+/**
+ * Mirrors `options.upstream` into `store`: once (to the upstream's head) or, with `follow`, until
+ * `signal` aborts. O(changes since the saved position) feed reads, plus per new version one
+ * listing, two small ranges for the manifest and one range per item blob the store lacks.
+ *
+ * @example
+ * const report = await mirrorDepot(createFsStore("/var/lib/mirror"), { upstream: "https://depot.example.com" });
+ */
+export async function mirrorDepot(store: PackageStore, options: MirrorOptions): Promise<MirrorReport> {
+  const upstream = new Upstream(
+    options.upstream,
+    options.token,
+    { ...UPSTREAM_LIMITS, ...options.limits },
+    options.signal,
+  );
+  const now = options.now ?? (() => new Date());
+  const key = mirrorKey(upstream.url);
+  const saved = (await store.getRecord<MirrorState>(key))?.value;
+  const report: MirrorReport = {
+    position: saved?.position ?? 0,
+    copied: 0,
+    present: 0,
+    yanks: 0,
+    bytesFetched: 0,
+    blobsReused: 0,
+  };
+  for (;;) {
+    if (options.signal?.aborted) return report;
+    let page;
+    try {
+      page = await upstream.feed(report.position);
+    } catch (error) {
+      if (options.signal?.aborted) return report;
+      throw error;
+    }
+    for (const change of page.changes) {
+      if (options.signal?.aborted) return report;
+      const outcome = await applyChange(store, upstream, change, now, report);
+      report.position = change.position;
+      await savePosition(store, key, upstream.url, change.position, now);
+      options.onChange?.(change, outcome);
+    }
+    if (page.changes.length === 0 && page.position > report.position) {
+      report.position = page.position;
+      await savePosition(store, key, upstream.url, page.position, now);
+    }
+    if (page.more) continue;
+    if (!options.follow) return report;
+    await pause(options.intervalMs ?? 5_000, options.signal);
+  }
+}
+
+async function savePosition(store: PackageStore, key: string, upstream: string, position: number, now: () => Date) {
+  await updateRecord<MirrorState>(store, key, (current) =>
+    current && current.value.position >= position ? undefined : { upstream, position, at: now().toISOString() },
+  );
+}
+
+async function applyChange(
+  store: PackageStore,
+  upstream: Upstream,
+  change: FeedChange,
+  now: () => Date,
+  report: MirrorReport,
+): Promise<"copied" | "present" | "yank"> {
+  const name = parsePackageName(change.name);
+  const version = parseVersion(change.version);
+  if (change.yanked !== undefined) {
+    // The upstream's own time of the mark, when it still has it (a later change may have replaced it).
+    const listed = change.yanked === null ? undefined : await upstream.version(name, version);
+    const at = listed?.yanked?.reason === change.yanked ? listed.yanked.at : undefined;
+    await setYank(store, name, version, change.yanked, now(), { at });
+    report.yanks++;
+    return "yank";
+  }
+  const copied = await copyVersion(store, upstream, name, version, report);
+  const position = await publishVersion(store, name, version, now());
+  await compactAfter(store, position);
+  if (copied) report.copied++;
+  else report.present++;
+  return copied ? "copied" : "present";
+}
+
+/**
+ * Writes `name@version`'s blobs and version record unless the record is there; true when it wrote it.
+ * The record is written only after the archive rebuilt here hashes to the upstream's digest.
+ */
+async function copyVersion(
+  store: PackageStore,
+  upstream: Upstream,
+  name: string,
+  version: string,
+  report: MirrorReport,
+): Promise<boolean> {
+  const listed = await upstream.version(name, version);
+  const existing = (await store.getRecord<VersionRecord>(keys.version(name, version)))?.value;
+  if (existing) {
+    if (existing.digest !== listed.digest)
+      throw new RunnerDepotError(
+        "VERSION_EXISTS",
+        `${name}@${version} is held here with digest ${existing.digest}, upstream has ${listed.digest}`,
+      );
+    return false;
+  }
+  const mtime = Date.parse(listed.publishedAt) / 1000;
+  if (!Number.isSafeInteger(mtime) || mtime < 0)
+    throw new RunnerDepotError("UNAVAILABLE", `upstream: ${name}@${version} has no whole-second publishedAt`);
+  const { manifest, json } = await readManifest(upstream, name, version, listed.size, report);
+  const layout = archiveLayout(manifest, json, mtime);
+  if (layout.size !== listed.size)
+    throw new RunnerDepotError(
+      "DIGEST_MISMATCH",
+      `${name}@${version}: the manifest lays out ${layout.size} bytes, upstream lists ${listed.size}`,
+    );
+  // Each distinct blob once: fetched only when the store lacks it, checked against its digest as it is stored.
+  const seen = new Set<string>();
+  for (const part of layout.parts) {
+    if (part.kind !== "blob" || seen.has(part.digest)) continue;
+    seen.add(part.digest);
+    if (await store.statBlob(part.digest)) {
+      report.blobsReused++;
+      continue;
+    }
+    await store.putBlob(upstream.range(name, version, part.offset, part.length), {
+      expectedDigest: part.digest,
+      maxBytes: part.length,
+    });
+    report.bytesFetched += part.length;
+  }
+  const manifestBlob = await store.putBlob(once(json));
+  const archive = await commitArchive(store, manifest, mtime, json);
+  if (archive.digest !== listed.digest || archive.size !== listed.size)
+    throw new RunnerDepotError(
+      "DIGEST_MISMATCH",
+      `${name}@${version}: the archive rebuilt here is ${archive.digest}, upstream lists ${listed.digest}`,
+    );
+  const record: VersionRecord = {
+    name,
+    version,
+    publishedAt: manifest.publishedAt,
+    mtime,
+    digest: archive.digest,
+    size: archive.size,
+    manifest: manifestBlob.digest,
+    itemCount: manifest.items.length,
+    attributes: manifest.attributes,
+    requires: manifest.requires,
+    transaction: `mirror:${upstream.url}`.slice(0, 512),
+  };
+  if ((await store.putRecord(keys.version(name, version), record, { ifRevision: null })) === null) {
+    // Another run wrote it meanwhile: the same bytes, or a conflict.
+    const winner = (await store.getRecord<VersionRecord>(keys.version(name, version)))?.value;
+    if (winner?.digest !== record.digest)
+      throw new RunnerDepotError("VERSION_EXISTS", `${name}@${version} was written here with another digest`);
+    return false;
+  }
+  await notePublished(store, name, seen);
+  return true;
+}
+
+/** A tar header's size field (octal digits, NUL or space padded); NaN for anything else. */
+export function headerSize(header: Buffer): number {
+  const text = header
+    .subarray(124, 136)
+    .toString("latin1")
+    .replace(/[\0 ]+$/, "");
+  return /^[0-7]{1,11}$/.test(text) ? Number.parseInt(text, 8) : Number.NaN;
+}
+
+/** The archive's first entry, `.pkg/manifest.json`: its header, then its bytes, each a bounded range. */
+async function readManifest(
+  upstream: Upstream,
+  name: string,
+  version: string,
+  archiveSize: number,
+  report: MirrorReport,
+): Promise<{ manifest: PackageManifest; json: Buffer }> {
+  const bad = (why: string) => new RunnerDepotError("UNAVAILABLE", `upstream: ${name}@${version}: ${why}`);
+  if (archiveSize < 1024) throw bad("the archive is too small to hold a manifest");
+  const header = await upstream.bytes(name, version, 0, 512);
+  const size = headerSize(header);
+  if (header.subarray(0, MANIFEST_PATH.length + 1).toString("latin1") !== `${MANIFEST_PATH}\0`)
+    throw bad("the archive does not start with its manifest");
+  if (!Number.isSafeInteger(size) || size === 0 || size > UPSTREAM_LIMITS.maxManifestBytes || 512 + size > archiveSize)
+    throw bad("the manifest's size is out of bounds");
+  const json = await upstream.bytes(name, version, 512, size);
+  report.bytesFetched += 512 + size;
+  let manifest: PackageManifest;
+  try {
+    manifest = JSON.parse(json.toString("utf8")) as PackageManifest;
+  } catch {
+    throw bad("the manifest is not JSON");
+  }
+  checkManifest(manifest, name, version, bad);
+  return { manifest, json };
+}
+
+/** What the rebuilt archive and the store's records rely on: the shape and every path checked. O(items). */
+function checkManifest(
+  m: PackageManifest,
+  name: string,
+  version: string,
+  bad: (why: string) => RunnerDepotError,
+): void {
+  if (typeof m !== "object" || m === null || m.name !== name || m.version !== version)
+    throw bad("the manifest names another version");
+  if (!Array.isArray(m.items) || !Array.isArray(m.licenses) || !Array.isArray(m.requires))
+    throw bad("the manifest lacks items, licences or requirements");
+  if (typeof m.attributes !== "object" || m.attributes === null || typeof m.publishedAt !== "string")
+    throw bad("the manifest lacks attributes or publishedAt");
+  const digest = /^sha256:[0-9a-f]{64}$/;
+  for (const item of m.items) {
+    parseItemPath(String(item?.path));
+    const sizeOk = Number.isSafeInteger(item.size) && item.size >= 0;
+    const modeOk = Number.isInteger(item.mode) && item.mode > 0 && item.mode <= 0o777;
+    const kindOk =
+      item.type === "file"
+        ? typeof item.digest === "string" && digest.test(item.digest)
+        : item.type === "dir"
+          ? item.size === 0
+          : item.type === "link" && typeof item.target === "string" && item.size === 0;
+    if (!sizeOk || !modeOk || !kindOk) throw bad(`item ${JSON.stringify(String(item.path).slice(0, 80))} is malformed`);
+  }
+  for (const license of m.licenses)
+    if (
+      typeof license?.path !== "string" ||
+      !license.path.startsWith(".pkg/licenses/") ||
+      !Number.isSafeInteger(license.size) ||
+      typeof license.digest !== "string" ||
+      !digest.test(license.digest)
+    )
+      throw bad("a licence entry is malformed");
+}
+
+async function* once(bytes: Buffer): AsyncGenerator<Uint8Array> {
+  yield bytes;
+}
+
+function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    }
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}

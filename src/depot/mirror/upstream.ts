@@ -1,0 +1,199 @@
+/**
+ * The mirror's reads of an upstream depot, each bounded in bytes and time (the upstream may be
+ * hostile): feed pages, a version's listing, byte ranges of its archive. Nothing here writes.
+ * Why: docs/decisions/depot-yank-mirror.md, "upstream.ts".
+ */
+import { RunnerDepotError } from "../../errors.js";
+import { readBounded, readJson, timedChunks } from "../client/body.js";
+
+/** Bounds of the mirror's reads. */
+export interface UpstreamLimits {
+  /** Largest JSON answer (a feed page, a version listing). */
+  maxJsonBytes: number;
+  /** Largest manifest accepted (the archive's first entry). */
+  maxManifestBytes: number;
+  /** The longest wait for the next chunk of any answer, ms. */
+  idleMs: number;
+  /** The longest a JSON answer may take, ms. */
+  jsonMs: number;
+}
+
+export const UPSTREAM_LIMITS: UpstreamLimits = {
+  maxJsonBytes: 16 * 2 ** 20,
+  maxManifestBytes: 64 * 2 ** 20,
+  idleMs: 30_000,
+  jsonMs: 120_000,
+};
+
+/** One entry of the upstream's `changes`. */
+export interface FeedChange {
+  position: number;
+  name: string;
+  version: string;
+  yanked?: string | null;
+}
+
+/** A `GET /catalog?since=` answer, reduced to what a mirror uses. */
+export interface FeedPage {
+  position: number;
+  changes: FeedChange[];
+  more: boolean;
+}
+
+/** A version as `GET /version/<name>@<version>` lists it. */
+export interface UpstreamVersion {
+  version: string;
+  publishedAt: string;
+  digest: string;
+  size: number;
+  yanked?: { reason: string; at: string };
+}
+
+/** Changes per feed page: keeps a page's package states (each up to 4,000 versions) within maxJsonBytes. */
+const FEED_PAGE = 100;
+
+/** An upstream depot at `url`, read with `token` when given. */
+export class Upstream {
+  readonly url: string;
+  constructor(
+    url: string,
+    private readonly token: string | undefined,
+    private readonly limits: UpstreamLimits = UPSTREAM_LIMITS,
+    private readonly signal?: AbortSignal,
+  ) {
+    this.url = url.replace(/\/+$/, "");
+  }
+
+  private async get(path: string, headers: Record<string, string> = {}): Promise<Response> {
+    const all = this.token ? { ...headers, Authorization: `Bearer ${this.token}` } : headers;
+    try {
+      return await fetch(`${this.url}${path}`, { headers: all, signal: this.signal });
+    } catch (cause) {
+      if (this.signal?.aborted) throw cause;
+      throw new RunnerDepotError("UNAVAILABLE", `upstream ${this.url}: GET ${path} failed`, { cause });
+    }
+  }
+
+  private async json<T>(path: string): Promise<T> {
+    const response = await this.get(path);
+    if (response.status !== 200) {
+      const { bytes } = await readBounded(response, `GET ${path}`, { maxBytes: 64 * 1024, idleMs: 5_000 }, true);
+      throw upstreamError(response.status, `GET ${path}`, bytes);
+    }
+    return readJson<T>(response, `GET ${path}`, {
+      maxBytes: this.limits.maxJsonBytes,
+      idleMs: this.limits.idleMs,
+      totalMs: this.limits.jsonMs,
+    });
+  }
+
+  /** The changes after `since`. O(FEED_PAGE). */
+  async feed(since: number): Promise<FeedPage> {
+    const body = await this.json<unknown>(`/catalog?since=${since}&limit=${FEED_PAGE}`);
+    return parseFeedPage(body, since, FEED_PAGE);
+  }
+
+  /** One version's listing. */
+  async version(name: string, version: string): Promise<UpstreamVersion> {
+    const body = await this.json<{ versions?: unknown }>(`/version/${name}@${encodeURIComponent(version)}`);
+    const entry = Array.isArray(body.versions) ? (body.versions[0] as Record<string, unknown> | undefined) : undefined;
+    if (
+      !entry ||
+      entry.version !== version ||
+      typeof entry.publishedAt !== "string" ||
+      typeof entry.digest !== "string" ||
+      !/^sha256:[0-9a-f]{64}$/.test(entry.digest) ||
+      !Number.isSafeInteger(entry.size) ||
+      (entry.size as number) < 0
+    )
+      throw new RunnerDepotError("UNAVAILABLE", `upstream ${this.url}: no valid listing of ${name}@${version}`);
+    const yanked = entry.yanked as { reason?: unknown; at?: unknown } | undefined;
+    const valid =
+      typeof yanked?.reason === "string" && typeof yanked.at === "string" && !Number.isNaN(Date.parse(yanked.at));
+    const { publishedAt, digest, size } = entry as unknown as UpstreamVersion;
+    const out: UpstreamVersion = { version, publishedAt, digest, size };
+    if (valid) out.yanked = { reason: yanked.reason as string, at: new Date(yanked.at as string).toISOString() };
+    return out;
+  }
+
+  /**
+   * Bytes [start, start + length) of `name@version`'s archive: exactly `length` of them, or UNAVAILABLE
+   * (an upstream that ignores the range or sends more is cut at `length`).
+   */
+  async *range(name: string, version: string, start: number, length: number): AsyncGenerator<Uint8Array> {
+    const what = `GET /data/${name}@${version} bytes ${start}-${start + length - 1}`;
+    const response = await this.get(`/data/${name}@${encodeURIComponent(version)}`, {
+      Range: `bytes=${start}-${start + length - 1}`,
+    });
+    if (response.status !== 206 || response.headers.get("content-range")?.startsWith(`bytes ${start}-`) !== true) {
+      void response.body?.cancel().catch(() => undefined);
+      throw new RunnerDepotError("UNAVAILABLE", `upstream ${this.url}: ${what} answered ${response.status}, not 206`);
+    }
+    let got = 0;
+    if (response.body)
+      for await (const chunk of timedChunks(response.body, what, { idleMs: this.limits.idleMs })) {
+        const take = Math.min(chunk.byteLength, length - got);
+        if (take > 0) yield chunk.subarray(0, take);
+        got += take;
+        if (got === length) break;
+      }
+    if (got !== length)
+      throw new RunnerDepotError("UNAVAILABLE", `upstream ${this.url}: ${what} ended after ${got} bytes`);
+  }
+
+  /** A small range read whole. */
+  async bytes(name: string, version: string, start: number, length: number): Promise<Buffer> {
+    const chunks: Uint8Array[] = [];
+    for await (const chunk of this.range(name, version, start, length)) chunks.push(chunk);
+    return Buffer.concat(chunks);
+  }
+}
+
+/**
+ * A feed answer as a mirror may trust it: `position` at or past `since`, every change after `since`
+ * and at most `position`, strictly ascending; UNAVAILABLE otherwise. `more` when the page is full. O(changes).
+ */
+export function parseFeedPage(raw: unknown, since: number, pageSize: number): FeedPage {
+  const body = (typeof raw === "object" && raw !== null ? raw : {}) as Record<string, unknown>;
+  const position = body.position;
+  const changes = body.changes;
+  if (!Number.isSafeInteger(position) || (position as number) < since || !Array.isArray(changes))
+    throw new RunnerDepotError("UNAVAILABLE", "upstream: a feed page without position or changes");
+  if (changes.length > pageSize)
+    throw new RunnerDepotError("UNAVAILABLE", "upstream: a feed page with more changes than asked for");
+  const checked = changes.map((c: unknown) => checkChange(c, since, position as number));
+  for (let i = 1; i < checked.length; i++)
+    if (checked[i]!.position <= checked[i - 1]!.position)
+      throw new RunnerDepotError("UNAVAILABLE", "upstream: feed changes out of order");
+  return { position: position as number, changes: checked, more: checked.length === pageSize };
+}
+
+function checkChange(raw: unknown, since: number, upTo: number): FeedChange {
+  const c = raw as Record<string, unknown> | null;
+  const ok =
+    c !== null &&
+    typeof c === "object" &&
+    Number.isSafeInteger(c.position) &&
+    (c.position as number) > since &&
+    (c.position as number) <= upTo &&
+    typeof c.name === "string" &&
+    typeof c.version === "string" &&
+    (c.yanked === undefined || c.yanked === null || typeof c.yanked === "string");
+  if (!ok) throw new RunnerDepotError("UNAVAILABLE", "upstream feed: a malformed change entry");
+  // Only the members a mirror reads, so nothing else an upstream sends travels on.
+  const change: FeedChange = { position: c.position as number, name: c.name as string, version: c.version as string };
+  if (c.yanked !== undefined) change.yanked = c.yanked as string | null;
+  return change;
+}
+
+function upstreamError(status: number, what: string, bytes: Buffer): RunnerDepotError {
+  let detail = "";
+  try {
+    const problem = JSON.parse(bytes.toString("utf8")) as { code?: unknown };
+    if (typeof problem.code === "string") detail = ` ${problem.code.slice(0, 40)}`;
+  } catch {
+    // not a problem body: the status says enough
+  }
+  const code = status === 401 || status === 403 ? "PERMISSION_DENIED" : "UNAVAILABLE";
+  return new RunnerDepotError(code, `upstream: ${what} answered ${status}${detail}`);
+}
