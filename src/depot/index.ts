@@ -80,6 +80,7 @@ export type { GarbageReport } from "./store/gc.js";
 export { generateSigningKey, signingKeyFromPem } from "./signing/keys.js";
 export type { GeneratedKey, SigningKey, TrustedKey, TrustedKeySet } from "./signing/keys.js";
 export type { SignaturePolicy, SignaturePolicyMode, VerifiedAttestation } from "./signing/verify.js";
+export type { JobProvenanceSource, ProvenanceOptions } from "./transactions/provenance.js";
 export { mirrorDepot } from "./mirror/mirror.js";
 export type { MirrorOptions, MirrorReport } from "./mirror/mirror.js";
 export type { FeedChange, UpstreamLimits } from "./mirror/upstream.js";
