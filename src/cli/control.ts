@@ -10,6 +10,7 @@ import { mintJobToken, renderCloudInit, type CloudInitAgent, type RunnerService 
 import { normalizeRequestId } from "../runner/protocol/request-id.js";
 import type { JobLogStore, StoredLine } from "../runner/ports.js";
 import { cancelJobRoute, listJobsRoute } from "./control-jobs.js";
+import { readBounded } from "../depot/client/body.js";
 import { clientGone } from "../depot/server/native-body.js";
 
 /** Lines read from the store per page when not following (one read per page). */
@@ -54,6 +55,8 @@ interface CreateJobRequest {
   commitSha?: string;
   /** Package-name patterns the job may publish with its own credentials (issue 26). */
   publish?: string[];
+  /** The job's secret values (docs/runner-protocol.md §14): masked by its agent and by the service. */
+  secrets?: string[];
   /** The VM's platform, for the agent it fetches. Default linux-x64. */
   platform?: string;
 }
@@ -89,7 +92,7 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
         );
       }
       const url = new URL(request.url);
-      if (request.method === "POST" && url.pathname === "/-/jobs") return await createJob(await request.json());
+      if (request.method === "POST" && url.pathname === "/-/jobs") return await createJob(await jobRequest(request));
       if (request.method === "GET" && url.pathname === "/-/jobs") return await listJobsRoute(options.runner, url);
       if (request.method === "POST" && url.pathname === "/-/console-url" && options.consoleLoginUrl)
         return Response.json(
@@ -111,6 +114,7 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
   };
 
   async function createJob(body: unknown): Promise<Response> {
+    if (typeof body !== "object" || body === null) throw new RunnerDepotError("INVALID_ARGUMENT", "a job is an object");
     const job = body as Partial<CreateJobRequest>;
     if (
       !Array.isArray(job.command) ||
@@ -129,6 +133,9 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
         "INVALID_ARGUMENT",
         `publish must be at most ${MAX_PUBLISH_PATTERNS} package-name patterns (letters, digits, . _ - * ?)`,
       );
+    const secrets = job.secrets ?? [];
+    if (!Array.isArray(secrets) || !secrets.every((s) => typeof s === "string"))
+      throw new RunnerDepotError("INVALID_ARGUMENT", "secrets must be an array of strings");
     const requestId = randomUUID();
     const token = mintJobToken(options.secret, requestId);
     const repoUrl = job.repoUrl ?? "";
@@ -157,9 +164,15 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
       command: job.command,
       ...(env ? { env } : {}),
       agent,
+      ...(secrets.length > 0 ? { secrets } : {}),
       onWarning: (message) => warnings.push(message),
     });
-    await options.runner.expectJob(requestId, { repoUrl, commitSha, ...(publish.length > 0 ? { publish } : {}) });
+    await options.runner.expectJob(requestId, {
+      repoUrl,
+      commitSha,
+      ...(publish.length > 0 ? { publish } : {}),
+      ...(secrets.length > 0 ? { secrets } : {}),
+    });
     const answer: CreateJobResponse = { requestId, token, endpoint: options.runnerUrl, userData, warnings };
     if (agent) answer.agent = agent;
     return Response.json(answer, { status: 201 });
@@ -247,5 +260,18 @@ async function* pages(logs: JobLogStore, requestId: string): AsyncGenerator<Stor
     yield* page;
     if (page.length < PAGE_LINES) return;
     from += page.length;
+  }
+}
+
+/** A job request's bytes at most: room for its command, patterns and secrets (≤ 256 KiB of them, §14). */
+const CREATE_JOB_BYTES = 1024 * 1024;
+
+/** `POST /-/jobs`'s JSON body, read within CREATE_JOB_BYTES and 30 s idle. O(body). */
+async function jobRequest(request: Request): Promise<unknown> {
+  const { bytes } = await readBounded(request, "POST /-/jobs", { maxBytes: CREATE_JOB_BYTES, idleMs: 30_000 });
+  try {
+    return JSON.parse(bytes.toString("utf8")) as unknown;
+  } catch {
+    throw new RunnerDepotError("INVALID_ARGUMENT", "the job request is not JSON");
   }
 }

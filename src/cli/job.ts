@@ -18,6 +18,10 @@ Options:
   --publish <glob>   a package the job may publish with its own credentials, e.g.
                      'tool' or 'tool-*' (repeatable); its versions get the server's
                      signed provenance (repository, commit, request ID, log digest)
+  --secret-env <NAME>  an environment variable of this command whose value is a
+                     secret of the job (repeatable): masked in every line by the agent
+                     and again by the server (docs/runner-protocol.md §14); given by
+                     name so the value never appears in a process list
   --url <url>        server (depot) URL (default: from <data>/serve.json)
   --token <token>    admin token (default: $RUNNER_DEPOT_TOKEN or <data>/serve.json)
   --data <dir>       where 'serve' keeps its data (default ./.runner-depot)
@@ -38,6 +42,7 @@ export const jobCommand: Command = {
     repo: { type: "string" },
     commit: { type: "string" },
     publish: { type: "string", multiple: true },
+    "secret-env": { type: "string", multiple: true },
     url: { type: "string" },
     token: { type: "string" },
     data: { type: "string" },
@@ -48,6 +53,7 @@ export const jobCommand: Command = {
   async run(values, positionals) {
     if (positionals.length === 0)
       throw new CliError("give the job's command after --, e.g. 'runner-depot job -- make test'", 2);
+    const secrets = secretsFromEnv(values["secret-env"]);
     const { url, token } = await serverTarget(values, "depotUrl");
     const response = await cliFetch(`${url}/-/jobs`, {
       method: "POST",
@@ -57,6 +63,7 @@ export const jobCommand: Command = {
         repoUrl: values.repo ?? "",
         commitSha: values.commit ?? "",
         ...(values.publish ? { publish: values.publish } : {}),
+        ...(secrets.length > 0 ? { secrets } : {}),
         ...(typeof values.platform === "string" ? { platform: values.platform } : {}),
       }),
     }).catch((error: Error) => {
@@ -77,6 +84,7 @@ export const jobCommand: Command = {
       commitSha: typeof values.commit === "string" ? values.commit : "",
       command: positionals[0]!,
       args: positionals.slice(1),
+      ...(secrets.length > 0 ? { secrets } : {}),
     };
     if (values.run) {
       process.stderr.write(`job ${job.requestId} created; running it here as its agent would\n`);
@@ -96,3 +104,14 @@ export const jobCommand: Command = {
     return 0;
   },
 };
+
+/** The values of the environment variables `--secret-env` names; a missing or empty one is a usage error. O(names). */
+function secretsFromEnv(names: unknown): string[] {
+  if (!Array.isArray(names)) return [];
+  return names.map((name: string) => {
+    const value = process.env[name];
+    if (value === undefined || value === "")
+      throw new CliError(`--secret-env ${name}: no such environment variable (or it is empty)`, 2);
+    return value;
+  });
+}

@@ -9,7 +9,9 @@ import { spawn } from "node:child_process";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createRunnerClient } from "../../src/runner/index.js";
 import { bundleCli, spawnJsonLogged, type JsonLoggedProcess } from "../fixtures/cli-bundle.js";
 
 let cli: Awaited<ReturnType<typeof bundleCli>>;
@@ -23,9 +25,13 @@ interface Run {
 }
 
 /** Runs the built command in `dir` (where serve.json tells it the server and the admin token). */
-function run(args: string[]): Promise<Run> {
+function run(args: string[], env: Record<string, string> = {}): Promise<Run> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [cli.file, ...args], { cwd: dir, stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [cli.file, ...args], {
+      cwd: dir,
+      env: { ...process.env, ...env },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     let stdout = "";
     let stderr = "";
     child.stdout.setEncoding("utf8").on("data", (d: string) => (stdout += d));
@@ -117,4 +123,70 @@ describe("job --run and agent --config with job --json output", () => {
     expect(fromOther.stderr).not.toMatch(/undefined/);
     expect(await readFile(path.join(dir, "job.json"), "utf8")).toBe(created.stdout);
   }, 120_000);
+
+  it("job --secret-env declares a secret: masked by the agent, and by the server for a client that does not mask", async () => {
+    const secret = `tok-${randomUUID()}`;
+    const env = { JOB_SECRET: secret };
+    const job = await run(
+      [
+        "job",
+        "--run",
+        "--secret-env",
+        "JOB_SECRET",
+        "--",
+        process.execPath,
+        "-e",
+        "console.log('key=' + process.env.JOB_SECRET)",
+      ],
+      env,
+    );
+    expect(job.code, job.stderr).toBe(0);
+    // The agent's local echo and the stored log: masked.
+    expect(job.stdout).toBe("key=***\n");
+    const id = /job ([0-9a-f-]{36}) created/.exec(job.stderr)![1]!;
+    expect((await run(["logs", id])).stdout).toBe("key=***\n");
+
+    // A job whose lines come from a client that does not mask: the server masks what `job` declared.
+    const created = await run(["job", "--json", "--secret-env", "JOB_SECRET", "--", "true"], env);
+    expect(created.code, created.stderr).toBe(0);
+    const { requestId, token, endpoint, config } = JSON.parse(created.stdout) as {
+      requestId: string;
+      token: string;
+      endpoint: string;
+      config: { secrets?: string[] };
+    };
+    expect(config.secrets).toEqual([secret]);
+    const client = createRunnerClient({ endpoint, requestId, token });
+    client.log(`raw ${secret} line`);
+    await client.end({ exitCode: 0, success: true, repoUrl: "", commitSha: "" });
+    await client.close();
+    const raw = await run(["logs", requestId]);
+    expect(raw.stdout).toBe("raw *** line\n");
+
+    // A missing variable is a usage error naming it; nothing is created.
+    const missing = await run(["job", "--secret-env", "NO_SUCH_VAR_HERE", "--", "true"]);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain("--secret-env NO_SUCH_VAR_HERE");
+  }, 120_000);
+
+  it("POST /-/jobs reads at most 1 MiB of JSON object; more is TOO_LARGE, a non-object INVALID_ARGUMENT", async () => {
+    const state = JSON.parse(await readFile(path.join(dir, ".runner-depot", "serve.json"), "utf8")) as {
+      depotUrl: string;
+      adminToken: string;
+    };
+    const post = (body: string) =>
+      fetch(`${state.depotUrl}/-/jobs`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${state.adminToken}`, "content-type": "application/json" },
+        body,
+      });
+    const huge = await post(JSON.stringify({ command: ["true"], secrets: ["x".repeat(2 * 1024 * 1024)] }));
+    expect(huge.status).toBe(413);
+    expect(((await huge.json()) as { code: string }).code).toBe("TOO_LARGE");
+    for (const body of ["null", "not json"]) {
+      const bad = await post(body);
+      expect(bad.status).toBe(400);
+      expect(((await bad.json()) as { code: string }).code).toBe("INVALID_ARGUMENT");
+    }
+  }, 60_000);
 });

@@ -89,7 +89,7 @@ export async function* timedChunks(
  * const { bytes } = await readBounded(response, "GET /version/x", { maxBytes: 2 ** 20, idleMs: 30_000 });
  */
 export async function readBounded(
-  response: Response,
+  response: Pick<Response, "body">,
   what: string,
   limits: BodyLimits,
   truncate = false,
