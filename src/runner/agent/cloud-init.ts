@@ -62,6 +62,29 @@ export interface CloudInitAgent {
 const SHA256_HEX = /^(?:sha256:)?([0-9a-f]{64})$/;
 
 /**
+ * Characters cloud-init's YAML 1.1 parser (PyYAML) reads otherwise than the YAML 1.2 we
+ * render: NEL, LS and PS are line breaks there (a raw LS in a block scalar ends it, and what
+ * follows becomes cloud-config keys), DEL, C1 and U+FFFE/FFFF are refused. Why:
+ * docs/decisions/single-file-agent.md, "User data read by YAML 1.1".
+ */
+const YAML11_UNSAFE = /[\u007f-\u009f\u2028\u2029\ufeff\ufffe\uffff]/g;
+
+/** The job config as JSON with every {@link YAML11_UNSAFE} character escaped (`\uXXXX`): same value, safe bytes. */
+function configJson(config: JobConfig): string {
+  return JSON.stringify(config, null, 2).replace(
+    YAML11_UNSAFE,
+    (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, "0")}`,
+  );
+}
+
+/** Refuses a path or argv element that cloud-init would read otherwise (control characters included). */
+function plainText(value: string, what: string): string {
+  if (/[\u0000-\u001f]/.test(value) || new RegExp(YAML11_UNSAFE.source).test(value))
+    throw new RunnerDepotError("INVALID_ARGUMENT", `${what} holds a control or line-break character`);
+  return value;
+}
+
+/**
  * Renders `#cloud-config` user data that writes the job config (mode 0600) and starts the agent.
  *
  * @example
@@ -71,7 +94,7 @@ const SHA256_HEX = /^(?:sha256:)?([0-9a-f]{64})$/;
  * });
  */
 export function renderCloudInit(job: CloudInitJob): string {
-  const configPath = job.configPath ?? DEFAULT_JOB_CONFIG_PATH;
+  const configPath = plainText(job.configPath ?? DEFAULT_JOB_CONFIG_PATH, "configPath");
   let command: string;
   let args: string[];
   if (typeof job.command === "string") {
@@ -107,7 +130,11 @@ export function renderCloudInit(job: CloudInitJob): string {
   warnLoopback(job);
   const agent = job.agent
     ? agentFetch(job.agent, configPath)
-    : [...(job.agentCommand ?? ["runner-depot", "agent"]), "--config", configPath];
+    : [
+        ...(job.agentCommand ?? ["runner-depot", "agent"]).map((a) => plainText(a, "agentCommand")),
+        "--config",
+        configPath,
+      ];
   const doc = {
     write_files: [
       {
@@ -115,7 +142,7 @@ export function renderCloudInit(job: CloudInitJob): string {
         // The file holds the job's token: readable by root only.
         permissions: "0600",
         owner: "root:root",
-        content: `${JSON.stringify(config, null, 2)}\n`,
+        content: `${configJson(config)}\n`,
       },
     ],
     runcmd: [agent],
