@@ -155,11 +155,17 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
       repoUrl,
       commitSha,
       command: job.command,
-      ...(env ? { env } : {}),
+      // Scripts print their environment: the token is masked in the VM and again in the service.
+      ...(env ? { env, secrets: [token] } : {}),
       agent,
       onWarning: (message) => warnings.push(message),
     });
-    await options.runner.expectJob(requestId, { repoUrl, commitSha, ...(publish.length > 0 ? { publish } : {}) });
+    await options.runner.expectJob(requestId, {
+      repoUrl,
+      commitSha,
+      ...(publish.length > 0 ? { publish } : {}),
+      ...(env ? { secrets: [token] } : {}),
+    });
     const answer: CreateJobResponse = { requestId, token, endpoint: options.runnerUrl, userData, warnings };
     if (agent) answer.agent = agent;
     return Response.json(answer, { status: 201 });
