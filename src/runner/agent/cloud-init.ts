@@ -2,6 +2,7 @@
  * Cloud-init user data for a runner VM: the orchestrator renders it (endpoint, request
  * ID, per-job token, job command) and the agent inside the VM reads the job config back.
  */
+import { isIP } from "node:net";
 import { stringify } from "yaml";
 import { RunnerDepotError } from "../../errors.js";
 import { isLoopbackHost } from "../../loopback.js";
@@ -165,12 +166,28 @@ function agentFetch(agent: CloudInitAgent, configPath: string): string[] {
   return ["/bin/sh", "-c", FETCH_AGENT_SCRIPT, "runner-depot-fetch-agent", url.href, digest, configPath, AGENT_DIR];
 }
 
+/**
+ * Loopback, and what a VM also reaches itself at: the unspecified address (a server bound
+ * to 0.0.0.0 reports it as its URL; Linux connects it to the local host) and `localhost`
+ * names (`localhost.`, `*.localhost`, RFC 6761). Not isLoopbackHost: binding 0.0.0.0 is
+ * not loopback for the servers' open-router check.
+ */
+function vmReachesItself(hostname: string): boolean {
+  const h = hostname
+    .toLowerCase()
+    .replace(/^\[(.*)\]$/, "$1")
+    .replace(/\.$/, "");
+  if (h === "localhost" || h.endsWith(".localhost")) return true;
+  if (isIP(h) !== 0 && (h === "0.0.0.0" || /^[0:]+$/.test(h))) return true;
+  return isLoopbackHost(h);
+}
+
 /** A VM reaching 127.0.0.1 reaches itself: say so once per rendering, rather than let it retry for minutes. */
 function warnLoopback(job: CloudInitJob): void {
   const warn = job.onWarning ?? ((message: string) => process.emitWarning(message, { code: "RUNNER_DEPOT_LOOPBACK" }));
   const loopback = (text: string) => {
     try {
-      return isLoopbackHost(new URL(text).hostname);
+      return vmReachesItself(new URL(text).hostname);
     } catch {
       return false;
     }
