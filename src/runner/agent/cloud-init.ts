@@ -3,7 +3,7 @@
  * ID, per-job token, job command) and the agent inside the VM reads the job config back.
  */
 import { isIP } from "node:net";
-import { stringify } from "yaml";
+import { Scalar, stringify } from "yaml";
 import { RunnerDepotError } from "../../errors.js";
 import { isLoopbackHost } from "../../loopback.js";
 import { DEFAULT_JOB_CONFIG_PATH, validateJobConfig, type JobConfig } from "./job-config.js";
@@ -78,6 +78,16 @@ function configJson(config: JobConfig): string {
   );
 }
 
+/**
+ * A double-quoted scalar: a plain `yes`, `on`, `1:30`, `0b101`, `1_000`, `2001-12-14` (strings
+ * in YAML 1.2) are a bool, numbers and a date to PyYAML, and a plain `=` fails the whole document.
+ */
+function quoted(value: string): Scalar<string> {
+  const scalar = new Scalar(value);
+  scalar.type = "QUOTE_DOUBLE";
+  return scalar;
+}
+
 /** Refuses a path or argv element that cloud-init would read otherwise (control characters included). */
 function plainText(value: string, what: string): string {
   if (/[\u0000-\u001f]/.test(value) || new RegExp(YAML11_UNSAFE.source).test(value))
@@ -139,14 +149,15 @@ export function renderCloudInit(job: CloudInitJob): string {
   const doc = {
     write_files: [
       {
-        path: configPath,
+        path: quoted(configPath),
         // The file holds the job's token: readable by root only.
         permissions: "0600",
         owner: "root:root",
         content: `${configJson(config)}\n`,
       },
     ],
-    runcmd: [agent],
+    // The script stays a readable block; every other element is quoted (see quoted()).
+    runcmd: [agent.map((arg) => (arg === FETCH_AGENT_SCRIPT ? arg : quoted(arg)))],
   };
   return `#cloud-config\n${stringify(doc, { lineWidth: 0 })}`;
 }

@@ -15,16 +15,19 @@ const requestId = "0b5f0c8e-7d3a-4c1e-9f2a-1b2c3d4e5f60";
 const agent = { url: "http://depot.internal:8080/data/runner-depot-agent-linux-x64@1.0.0", sha256: "a".repeat(64) };
 
 /** Each document parsed by PyYAML in one python3 process: its top-level keys and its job config text. */
-async function pyyamlLoad(docs: string[]): Promise<{ keys: string[]; content: string; runcmd: unknown }[]> {
+async function pyyamlLoad(
+  docs: string[],
+): Promise<{ keys: string[]; path: unknown; content: string; runcmd: unknown }[]> {
   const script = `import json, sys, yaml
 out = []
 for text in json.load(sys.stdin):
     d = yaml.safe_load(text)
-    out.append({"keys": sorted(d.keys()), "content": d["write_files"][0]["content"], "runcmd": d["runcmd"]})
+    f = d["write_files"][0]
+    out.append({"keys": sorted(d.keys()), "path": f["path"], "content": f["content"], "runcmd": d["runcmd"]})
 json.dump(out, sys.stdout)`;
   const child = run("python3", ["-c", script], { maxBuffer: 64 * 2 ** 20 });
   child.child.stdin!.end(JSON.stringify(docs));
-  return JSON.parse((await child).stdout) as { keys: string[]; content: string; runcmd: unknown }[];
+  return JSON.parse((await child).stdout) as { keys: string[]; path: unknown; content: string; runcmd: unknown }[];
 }
 
 describe("renderCloudInit read by cloud-init's YAML 1.1 parser", () => {
@@ -93,6 +96,47 @@ describe("renderCloudInit read by cloud-init's YAML 1.1 parser", () => {
         cwd: job.cwd,
       });
     });
+  });
+
+  it("hands cloud-init the runcmd argv and config path as strings, whatever they look like in YAML 1.1", async () => {
+    const tricky = ["yes", "on", "Off", "1:30", "0b101", "1_000", "2001-12-14", "=", "<<", "~", "0777", ".inf"];
+    const plain = fc.string({ unit: "grapheme-ascii", maxLength: 12 }).filter((s) => !/[\u0000-\u001f\u007f]/.test(s));
+    const cases = fc.sample(fc.array(fc.oneof(fc.constantFrom(...tricky), plain), { minLength: 2, maxLength: 4 }), 100);
+    cases.push(tricky);
+    const rendered = cases.map((argv) =>
+      renderCloudInit({
+        endpoint: "http://10.0.2.100:1",
+        requestId,
+        token: "t",
+        command: ["make"],
+        agentCommand: argv.slice(1),
+        configPath: argv[0]!,
+      }),
+    );
+    const parsed = await pyyamlLoad(rendered);
+    parsed.forEach((doc, i) => {
+      const argv = cases[i]!;
+      expect(doc.keys).toEqual(["runcmd", "write_files"]);
+      expect(doc.path).toBe(argv[0]);
+      expect(doc.runcmd).toEqual([[...argv.slice(1), "--config", argv[0]]]);
+    });
+    const [fetching] = await pyyamlLoad([
+      renderCloudInit({
+        endpoint: "http://10.0.2.100:1",
+        requestId,
+        token: "t",
+        command: ["make"],
+        agent,
+        configPath: "yes",
+      }),
+    ]);
+    expect((fetching!.runcmd as string[][])[0]!.slice(3)).toEqual([
+      "runner-depot-fetch-agent",
+      agent.url,
+      agent.sha256,
+      "yes",
+      "/var/lib/runner-depot",
+    ]);
   });
 
   it("refuses a config path or agent command cloud-init would read otherwise", () => {
