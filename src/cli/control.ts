@@ -155,6 +155,9 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
       );
     const warnings: string[] = [];
     // Rendered before the job is registered: a refusal leaves no job to be lost.
+    // The declared secrets, and a publishing job's depot token: scripts print their environment,
+    // so it is masked in the VM and again in the service.
+    const masked = env ? [...secrets, token] : secrets;
     const userData = renderCloudInit({
       endpoint: options.runnerUrl,
       requestId,
@@ -164,14 +167,14 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
       command: job.command,
       ...(env ? { env } : {}),
       agent,
-      ...(secrets.length > 0 ? { secrets } : {}),
+      ...(masked.length > 0 ? { secrets: masked } : {}),
       onWarning: (message) => warnings.push(message),
     });
     await options.runner.expectJob(requestId, {
       repoUrl,
       commitSha,
       ...(publish.length > 0 ? { publish } : {}),
-      ...(secrets.length > 0 ? { secrets } : {}),
+      ...(masked.length > 0 ? { secrets: masked } : {}),
     });
     const answer: CreateJobResponse = { requestId, token, endpoint: options.runnerUrl, userData, warnings };
     if (agent) answer.agent = agent;

@@ -11,6 +11,7 @@ import { RunnerDepotError } from "../errors.js";
 import { namePattern, type Authorize } from "../depot/server/auth.js";
 import type { JobProvenanceSource } from "../depot/transactions/provenance.js";
 import type { JobLogStore } from "../runner/ports.js";
+import { AGENT_PACKAGE_PREFIX } from "../runner/agent/agent-package.js";
 import { verifyJobToken, type JobTokenSecret } from "../runner/protocol/token.js";
 
 /** The principal of a job's own credentials. */
@@ -43,6 +44,9 @@ export function jobCredentials(options: { logs: JobLogStore; secret: JobTokenSec
     if (context.action === "publish" && context.name !== undefined) {
       const allowed = Array.isArray(state.info.publish) ? (state.info.publish as unknown[]) : [];
       const name = context.name;
+      // What VMs fetch and run as root is the orchestrator's alone, whatever the patterns say.
+      if (name.startsWith(AGENT_PACKAGE_PREFIX))
+        throw new RunnerDepotError("PERMISSION_DENIED", `job ${requestId} may not publish ${name}: the agent's name`);
       if (!allowed.some((glob) => typeof glob === "string" && namePattern(glob).test(name)))
         throw new RunnerDepotError("PERMISSION_DENIED", `job ${requestId} may not publish ${name}`);
     }

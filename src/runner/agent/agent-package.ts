@@ -32,9 +32,12 @@ export interface PublishedAgent {
   published: boolean;
 }
 
+/** The names of the agent packages: a job's own credentials never publish one (cli/job-publishing.ts). */
+export const AGENT_PACKAGE_PREFIX = "runner-depot-agent-";
+
 /** The depot package of a platform's agent. */
 export function agentPackageName(platform: AgentPlatform): string {
-  return `runner-depot-agent-${platform}`;
+  return `${AGENT_PACKAGE_PREFIX}${platform}`;
 }
 
 /**
@@ -63,6 +66,7 @@ export async function publishAgent(options: { client: DepotClient; dir: string }
     const name = agentPackageName(agent.platform);
     const existing = await existingDigest(options.client, name, manifest.version);
     if (existing !== undefined) {
+      await checkExistingAgent(options.client, name, manifest.version, agent.sha256);
       out.push({ platform: agent.platform, name, version: manifest.version, digest: existing, published: false });
       continue;
     }
@@ -79,6 +83,22 @@ export async function publishAgent(options: { client: DepotClient; dir: string }
     out.push({ platform: agent.platform, name, version: manifest.version, digest: result.digest, published: true });
   }
   return out;
+}
+
+/**
+ * Refuses a version already in the depot whose agent is not the file built here: whoever
+ * published that name first (a packager token, a job allowed `*`) would otherwise choose
+ * what every VM runs as root. One ranged read of the archive's manifest; the depot computed
+ * its item digests from the bytes it took.
+ */
+async function checkExistingAgent(client: DepotClient, name: string, version: string, sha256: string): Promise<void> {
+  const items = (await client.manifest(`${name}@${version}`)).items;
+  const [item] = items;
+  if (items.length !== 1 || item?.type !== "file" || item.path !== AGENT_ITEM || item.digest !== `sha256:${sha256}`)
+    throw new RunnerDepotError(
+      "CONFLICT",
+      `the depot's ${name}@${version} is not the agent built here (its ${AGENT_ITEM} is ${item?.digest ?? "missing"}, expected sha256:${sha256}): it was published by someone else; VMs must not run it`,
+    );
 }
 
 async function existingDigest(client: DepotClient, name: string, version: string): Promise<string | undefined> {

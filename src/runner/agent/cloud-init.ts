@@ -2,7 +2,8 @@
  * Cloud-init user data for a runner VM: the orchestrator renders it (endpoint, request
  * ID, per-job token, job command) and the agent inside the VM reads the job config back.
  */
-import { stringify } from "yaml";
+import { isIP } from "node:net";
+import { Scalar, stringify } from "yaml";
 import { RunnerDepotError } from "../../errors.js";
 import { isLoopbackHost } from "../../loopback.js";
 import { DEFAULT_JOB_CONFIG_PATH, validateJobConfig, type JobConfig } from "./job-config.js";
@@ -62,6 +63,39 @@ export interface CloudInitAgent {
 const SHA256_HEX = /^(?:sha256:)?([0-9a-f]{64})$/;
 
 /**
+ * Characters cloud-init's YAML 1.1 parser (PyYAML) reads otherwise than the YAML 1.2 we
+ * render: NEL, LS and PS are line breaks there (a raw LS in a block scalar ends it, and what
+ * follows becomes cloud-config keys), DEL, C1 and U+FFFE/FFFF are refused. Why:
+ * docs/decisions/single-file-agent.md, "User data read by YAML 1.1".
+ */
+const YAML11_UNSAFE = /[\u007f-\u009f\u2028\u2029\ufeff\ufffe\uffff]/g;
+
+/** The job config as JSON with every {@link YAML11_UNSAFE} character escaped (`\uXXXX`): same value, safe bytes. */
+function configJson(config: JobConfig): string {
+  return JSON.stringify(config, null, 2).replace(
+    YAML11_UNSAFE,
+    (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, "0")}`,
+  );
+}
+
+/**
+ * A double-quoted scalar: a plain `yes`, `on`, `1:30`, `0b101`, `1_000`, `2001-12-14` (strings
+ * in YAML 1.2) are a bool, numbers and a date to PyYAML, and a plain `=` fails the whole document.
+ */
+function quoted(value: string): Scalar<string> {
+  const scalar = new Scalar(value);
+  scalar.type = "QUOTE_DOUBLE";
+  return scalar;
+}
+
+/** Refuses a path or argv element that cloud-init would read otherwise (control characters included). */
+function plainText(value: string, what: string): string {
+  if (/[\u0000-\u001f]/.test(value) || new RegExp(YAML11_UNSAFE.source).test(value))
+    throw new RunnerDepotError("INVALID_ARGUMENT", `${what} holds a control or line-break character`);
+  return value;
+}
+
+/**
  * Renders `#cloud-config` user data that writes the job config (mode 0600) and starts the agent.
  *
  * @example
@@ -71,7 +105,7 @@ const SHA256_HEX = /^(?:sha256:)?([0-9a-f]{64})$/;
  * });
  */
 export function renderCloudInit(job: CloudInitJob): string {
-  const configPath = job.configPath ?? DEFAULT_JOB_CONFIG_PATH;
+  const configPath = plainText(job.configPath ?? DEFAULT_JOB_CONFIG_PATH, "configPath");
   let command: string;
   let args: string[];
   if (typeof job.command === "string") {
@@ -107,18 +141,23 @@ export function renderCloudInit(job: CloudInitJob): string {
   warnLoopback(job);
   const agent = job.agent
     ? agentFetch(job.agent, configPath)
-    : [...(job.agentCommand ?? ["runner-depot", "agent"]), "--config", configPath];
+    : [
+        ...(job.agentCommand ?? ["runner-depot", "agent"]).map((a) => plainText(a, "agentCommand")),
+        "--config",
+        configPath,
+      ];
   const doc = {
     write_files: [
       {
-        path: configPath,
+        path: quoted(configPath),
         // The file holds the job's token: readable by root only.
         permissions: "0600",
         owner: "root:root",
-        content: `${JSON.stringify(config, null, 2)}\n`,
+        content: `${configJson(config)}\n`,
       },
     ],
-    runcmd: [agent],
+    // The script stays a readable block; every other element is quoted (see quoted()).
+    runcmd: [agent.map((arg) => (arg === FETCH_AGENT_SCRIPT ? arg : quoted(arg)))],
   };
   return `#cloud-config\n${stringify(doc, { lineWidth: 0 })}`;
 }
@@ -138,12 +177,28 @@ function agentFetch(agent: CloudInitAgent, configPath: string): string[] {
   return ["/bin/sh", "-c", FETCH_AGENT_SCRIPT, "runner-depot-fetch-agent", url.href, digest, configPath, AGENT_DIR];
 }
 
+/**
+ * Loopback, and what a VM also reaches itself at: the unspecified address (a server bound
+ * to 0.0.0.0 reports it as its URL; Linux connects it to the local host) and `localhost`
+ * names (`localhost.`, `*.localhost`, RFC 6761). Not isLoopbackHost: binding 0.0.0.0 is
+ * not loopback for the servers' open-router check.
+ */
+function vmReachesItself(hostname: string): boolean {
+  const h = hostname
+    .toLowerCase()
+    .replace(/^\[(.*)\]$/, "$1")
+    .replace(/\.$/, "");
+  if (h === "localhost" || h.endsWith(".localhost")) return true;
+  if (isIP(h) !== 0 && (h === "0.0.0.0" || /^[0:]+$/.test(h))) return true;
+  return isLoopbackHost(h);
+}
+
 /** A VM reaching 127.0.0.1 reaches itself: say so once per rendering, rather than let it retry for minutes. */
 function warnLoopback(job: CloudInitJob): void {
   const warn = job.onWarning ?? ((message: string) => process.emitWarning(message, { code: "RUNNER_DEPOT_LOOPBACK" }));
   const loopback = (text: string) => {
     try {
-      return isLoopbackHost(new URL(text).hostname);
+      return vmReachesItself(new URL(text).hostname);
     } catch {
       return false;
     }

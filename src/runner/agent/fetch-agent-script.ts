@@ -17,7 +17,7 @@ export const AGENT_ITEM = "runner-depot-agent";
  */
 export const FETCH_AGENT_SCRIPT = `set -u
 url=$1 want=$2 config=$3 dir=$4
-say() { echo "runner-depot: $*" >&2; }
+say() { printf 'runner-depot: %s\\n' "$*" >&2; }
 mkdir -p "$dir" && chmod 700 "$dir" || exit 1
 tmp=$dir/agent.download
 fetch() {
