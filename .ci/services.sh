@@ -72,6 +72,8 @@ command -v chromium >/dev/null || apt_install chromium
 # Debian's securesystemslib, the independent DSSE verifier of the signed-version tests
 # (test/depot/signing/independent-verifiers.test.ts runs it with /usr/bin/python3).
 /usr/bin/python3 -c 'import securesystemslib.signer' 2>/dev/null || apt_install python3-securesystemslib
+# Debian's PyYAML, the parser cloud-init reads user data with (test/runner/agent/cloud-init-yaml11.test.ts).
+/usr/bin/python3 -c 'import yaml' 2>/dev/null || apt_install python3-yaml
 # The VM test (npm run test:vm, docs/decisions/single-file-agent.md): QEMU, debootstrap for
 # its image, vfat tools for the NoCloud seed, socat for guestfwd, qemu-user and the arm64
 # libraries the arm64 agent (a dynamically linked Node) loads. In CI, or when asked.

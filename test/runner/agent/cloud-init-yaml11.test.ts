@@ -14,7 +14,7 @@ const run = promisify(execFile);
 const requestId = "0b5f0c8e-7d3a-4c1e-9f2a-1b2c3d4e5f60";
 const agent = { url: "http://depot.internal:8080/data/runner-depot-agent-linux-x64@1.0.0", sha256: "a".repeat(64) };
 
-/** Each document parsed by PyYAML in one python3 process: its top-level keys and its job config text. */
+/** Each document parsed by Debian's PyYAML (cloud-init's parser) in one /usr/bin/python3 process: its top-level keys and its job config text. */
 async function pyyamlLoad(
   docs: string[],
 ): Promise<{ keys: string[]; path: unknown; content: string; runcmd: unknown }[]> {
@@ -25,7 +25,7 @@ for text in json.load(sys.stdin):
     f = d["write_files"][0]
     out.append({"keys": sorted(d.keys()), "path": f["path"], "content": f["content"], "runcmd": d["runcmd"]})
 json.dump(out, sys.stdout)`;
-  const child = run("python3", ["-c", script], { maxBuffer: 64 * 2 ** 20 });
+  const child = run("/usr/bin/python3", ["-c", script], { maxBuffer: 64 * 2 ** 20 });
   child.child.stdin!.end(JSON.stringify(docs));
   return JSON.parse((await child).stdout) as { keys: string[]; path: unknown; content: string; runcmd: unknown }[];
 }
