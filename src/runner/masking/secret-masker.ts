@@ -20,6 +20,14 @@ const HASH = 0x9e3779b1 | 0;
 const MAX_WINDOW = 32;
 /** The shift table's largest size: 4 MiB (1,000 secrets of 43 bytes need 1 MiB). */
 const MAX_TABLE_LOG2 = 22;
+/**
+ * Bytes of forms a scan may compare, per byte scanned, before it gives up and masks the whole
+ * range (fail closed): forms sharing a prefix and a line made of it (`::add-mask::` values a
+ * job chose) would otherwise cost O(bytes × forms × form length) of the service's one thread.
+ */
+export const SCAN_WORK_PER_BYTE = 32;
+/** What any scan may compare on top of {@link SCAN_WORK_PER_BYTE}: a few long forms found whole. */
+export const SCAN_WORK_BASE = 64 * 1024;
 
 /**
  * INVALID_ARGUMENT unless `value` may be masked: at least {@link MIN_SECRET_BYTES} bytes,
@@ -185,6 +193,8 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
     let runs: number[] | null = null;
     let runStart = -1;
     let runEnd = -1;
+    spent = 0;
+    const budget = SCAN_WORK_PER_BYTE * (end - start) + SCAN_WORK_BASE;
     for (let i = start + window - 1; i < end;) {
       const block = (buf[i - 3]! << 24) | (buf[i - 2]! << 16) | (buf[i - 1]! << 8) | buf[i]!;
       const shift = table[Math.imul(block, HASH) >>> bits]!;
@@ -196,6 +206,8 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
       i++;
       const key = (buf[s]! << 24) | (buf[s + 1]! << 16) | (buf[s + 2]! << 8) | buf[s + 3]!;
       const longest = longestAt(buf, s, end, key);
+      // Over budget: the whole range is one masked run (never a form left in clear). O(budget) at most.
+      if (spent > budget) return [start, end];
       if (longest === 0) continue;
       if (s <= runEnd) {
         if (s + longest > runEnd) runEnd = s + longest;
@@ -209,13 +221,18 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
     return runs;
   };
 
+  /** Bytes of forms the current scan compared (each compare counted at its form's length, plus 8). */
+  let spent = 0;
   /** The longest form at `buf[s…]` whose first 4 bytes are `key`, or 0. O(forms with that prefix × their bytes). */
   const longestAt = (buf: Uint8Array, s: number, end: number, key: number): number => {
     const list = byPrefix.get(key);
     if (list === undefined) return 0;
     let longest = 0;
     for (const f of list) {
-      if (f.length > longest && s + f.length <= end && equalAt(buf, s, f)) longest = f.length;
+      if (f.length > longest && s + f.length <= end) {
+        spent += f.length + 8;
+        if (equalAt(buf, s, f)) longest = f.length;
+      }
     }
     return longest;
   };

@@ -1,0 +1,68 @@
+/**
+ * Attacks on secret masking through the real interfaces (a real server over h2c, a client that
+ * does not mask, `runJob` with a real child process): each test is a hole that was found and
+ * fixed, kept so it stays closed (RELIABILITY.md, "Secret masking").
+ */
+import { randomUUID } from "node:crypto";
+import { mkdtemp, rm } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createFsLogStore } from "../../../src/adapters/fs/index.js";
+import { createMemoryQueue } from "../../../src/adapters/memory/index.js";
+import { runJob } from "../../../src/runner/agent/run-job.js";
+import { createRunnerClient } from "../../../src/runner/client/runner-client.js";
+import { createRunnerService, type RunnerService } from "../../../src/runner/index.js";
+import type { JobLogStore } from "../../../src/runner/ports.js";
+import { startRunnerServer, type RunnerServer } from "../../../src/runner/server/start-server.js";
+
+let dir: string;
+let logs: JobLogStore;
+let runner: RunnerService;
+let server: RunnerServer;
+
+beforeAll(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), "runner-depot-mask-attacks-"));
+  logs = createFsLogStore(path.join(dir, "logs"), { fsync: false });
+  runner = createRunnerService(createMemoryQueue(), { logs });
+  server = await startRunnerServer(runner, { port: 0 });
+});
+
+afterAll(async () => {
+  await server?.close();
+  await runner?.close();
+  await logs?.close?.();
+  await rm(dir, { recursive: true, force: true });
+});
+
+const clientFor = (requestId: string) =>
+  createRunnerClient({ endpoint: `http://127.0.0.1:${server.port}`, requestId, token: "" });
+
+async function storedLines(requestId: string): Promise<string[]> {
+  return (await logs.read(requestId, 0, 100_000)).map((l) => l.line);
+}
+
+describe("masking attacks", () => {
+  it("::add-mask:: values sharing a prefix cannot make the service compare them at every byte: the line is masked whole", async () => {
+    // 300 values "A…A?A…A" (the odd byte at each position) and a line of 'A's: before the scan had a budget,
+    // each byte of the line compared ~300 forms of ~250 bytes (≈ 10^9 byte compares for this line, and
+    // 8.6 s of the service's one thread for a 64 KiB line with 1,024 values: every other job stalled).
+    const requestId = randomUUID();
+    await runner.expectJob(requestId, {});
+    const client = clientFor(requestId);
+    for (let k = 0; k < 300; k++) {
+      client.log(`::add-mask::${"A".repeat(k % 250)}${String.fromCharCode(0x42 + Math.floor(k / 250))}${"A".repeat(250 - (k % 250))}`);
+    }
+    client.log("::add-mask::ordinary-token-1234");
+    client.log("A".repeat(16 * 1024));
+    client.log("after ordinary-token-1234 end");
+    await client.end({ exitCode: 0, success: true, repoUrl: "", commitSha: "" });
+    await client.close();
+    const lines = await storedLines(requestId);
+    expect(lines.slice(0, 301).every((l) => l === "::add-mask::***")).toBe(true);
+    // Over the scan's budget, the line fails closed (masked whole) rather than being scanned on.
+    expect(lines[301]).toBe("***");
+    // An ordinary line holding a value is still masked exactly.
+    expect(lines[302]).toBe("after *** end");
+  });
+});
