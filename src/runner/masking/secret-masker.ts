@@ -73,11 +73,60 @@ export function secretForms(value: string): string[] {
     forms.add(b64);
     forms.add(b64.replace(/\+/g, "-").replace(/\//g, "_"));
   }
-  const pct = encodeURIComponent(value);
-  forms.add(pct);
-  forms.add(pct.replace(/%[0-9A-F]{2}/g, (h) => h.toLowerCase()));
-  forms.add(JSON.stringify(value).slice(1, -1));
+  for (const form of percentForms(raw)) forms.add(form);
+  for (const form of jsonForms(value)) forms.add(form);
   return [...forms].filter((f) => Buffer.byteLength(f, "utf8") >= MIN_SECRET_BYTES);
+}
+
+/** Bytes left as they are by `encodeURIComponent`, by RFC 3986 (unreserved only), and by Python's `quote` (and `/`). */
+const PCT_SAFE = [/[A-Za-z0-9\-_.!~*'()]/, /[A-Za-z0-9\-_.~]/, /[A-Za-z0-9\-_.~/]/];
+
+/**
+ * Percent-encodings of `raw` as common libraries write them: `encodeURIComponent`, RFC 3986's
+ * (PHP `rawurlencode`, Python `quote(safe="")`), Python's `quote` (keeps `/`), each with space as
+ * `%20` or `+` (form encoding), in upper- and lower-case hex. Most coincide. O(value).
+ */
+function percentForms(raw: Buffer): string[] {
+  const out: string[] = [];
+  for (const safe of PCT_SAFE) {
+    for (const space of ["%20", "+"]) {
+      let text = "";
+      for (const byte of raw) {
+        const c = String.fromCharCode(byte);
+        if (byte === 0x20) text += space;
+        else if (byte < 0x80 && safe.test(c)) text += c;
+        else text += `%${byte.toString(16).toUpperCase().padStart(2, "0")}`;
+      }
+      out.push(
+        text,
+        text.replace(/%[0-9A-F]{2}/g, (h) => h.toLowerCase()),
+      );
+    }
+  }
+  return out;
+}
+
+/**
+ * The value inside a JSON string as common encoders write it: `JSON.stringify`'s escapes, plus
+ * any of `\uXXXX` for non-ASCII (Python's `json.dumps`), for `<`, `>`, `&` (Go's `encoding/json`)
+ * and `\/` for `/` (PHP's `json_encode`), in lower- and upper-case hex. Most coincide. O(value).
+ */
+function jsonForms(value: string): string[] {
+  const base = JSON.stringify(value).slice(1, -1);
+  const out = [base];
+  for (let variant = 1; variant < 16; variant++) {
+    const upper = (variant & 8) !== 0;
+    const hex = (code: number) => {
+      const h = code.toString(16).padStart(4, "0");
+      return `\\u${upper ? h.toUpperCase() : h}`;
+    };
+    let text = base.replace(/\\u[0-9a-f]{4}/g, (e) => (upper ? `\\u${e.slice(2).toUpperCase()}` : e));
+    if (variant & 1) text = text.replace(/[^\x00-\x7f]/g, (c) => hex(c.charCodeAt(0)));
+    if (variant & 2) text = text.replace(/[<>&]/g, (c) => hex(c.charCodeAt(0)));
+    if (variant & 4) text = text.replace(/\//g, "\\/");
+    out.push(text);
+  }
+  return out;
 }
 
 /**

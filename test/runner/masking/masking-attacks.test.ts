@@ -51,7 +51,9 @@ describe("masking attacks", () => {
     await runner.expectJob(requestId, {});
     const client = clientFor(requestId);
     for (let k = 0; k < 300; k++) {
-      client.log(`::add-mask::${"A".repeat(k % 250)}${String.fromCharCode(0x42 + Math.floor(k / 250))}${"A".repeat(250 - (k % 250))}`);
+      client.log(
+        `::add-mask::${"A".repeat(k % 250)}${String.fromCharCode(0x42 + Math.floor(k / 250))}${"A".repeat(250 - (k % 250))}`,
+      );
     }
     client.log("::add-mask::ordinary-token-1234");
     client.log("A".repeat(16 * 1024));
@@ -64,5 +66,31 @@ describe("masking attacks", () => {
     expect(lines[301]).toBe("***");
     // An ordinary line holding a value is still masked exactly.
     expect(lines[302]).toBe("after *** end");
+  });
+
+  it("a declared value is masked as Python's, PHP's and Go's JSON and Python's percent-encoders write it", async () => {
+    // Each line below was printed by the named encoder (python3 json.dumps / urllib.parse.quote,
+    // quote_plus; PHP json_encode; Go json.Marshal) for this value; before, only JSON.stringify's
+    // escaping and encodeURIComponent's were forms, so all but the last line leaked it whole.
+    const secret = "pä/ss+w<rd> 9&k";
+    const requestId = randomUUID();
+    await runner.expectJob(requestId, { secrets: [secret] });
+    const client = clientFor(requestId);
+    const printed = [
+      String.raw`python json: "p\u00e4/ss+w<rd> 9&k"`,
+      String.raw`php json: "p\u00e4\/ss+w<rd> 9&k"`,
+      String.raw`go json: "pä/ss+w\u003crd\u003e 9\u0026k"`,
+      String.raw`upper: "P\u00E4/ss+w<rd> 9&k"`.replace("P", "p"),
+      "python quote: https://h/p%C3%A4/ss%2Bw%3Crd%3E%209%26k",
+      "python quote lower: https://h/p%c3%a4/ss%2bw%3crd%3e%209%26k",
+      "python quote_plus: a=p%C3%A4%2Fss%2Bw%3Crd%3E+9%26k",
+      "encodeURIComponent: a=p%C3%A4%2Fss%2Bw%3Crd%3E%209%26k",
+    ];
+    for (const line of printed) client.log(line);
+    await client.end({ exitCode: 0, success: true, repoUrl: "", commitSha: "" });
+    await client.close();
+    const lines = await storedLines(requestId);
+    expect(lines).toHaveLength(printed.length);
+    lines.forEach((line, i) => expect(line, printed[i]).toMatch(/^[a-zA-Z_ ]+: (a=|"|https:\/\/h\/)?\*\*\*"?$/));
   });
 });
