@@ -89,7 +89,8 @@ export function maskLine(
 ): string {
   const command = line.length >= ADD_MASK_PREFIX.length ? addMaskValue(line) : null;
   if (command === null) return masker.mask(line);
-  if (command.value.length > 0) {
+  // `::add-mask::***` is a command masked already (by the agent, or by a cut line's first step).
+  if (command.value.length > 0 && command.value !== MASK_TEXT) {
     const refused = registerMask(masker, command.value, limits);
     if (refused !== null) onRefused?.(refused);
   }

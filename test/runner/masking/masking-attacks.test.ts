@@ -93,4 +93,45 @@ describe("masking attacks", () => {
     expect(lines).toHaveLength(printed.length);
     lines.forEach((line, i) => expect(line, printed[i]).toMatch(/^[a-zA-Z_ ]+: (a=|"|https:\/\/h\/)?\*\*\*"?$/));
   });
+
+  for (const echo of [false, true]) {
+    it(`an ::add-mask:: line over the agent's line limit is never stored or echoed in clear (${echo ? "with" : "without"} a local echo)`, async () => {
+      // A 3,000-byte value (no 24-byte run repeats) registered by a line over the 1 KiB line limit, once
+      // newline-terminated on stdout and once unterminated on stderr (the last output), and printed again between.
+      const value = Array.from({ length: 250 }, (_, i) => `v${String(i * 7919).padStart(10, "0")}`).join("");
+      const other = value.replace(/v/g, "w");
+      const script = [
+        `process.stdout.write("::add-mask::" + ${JSON.stringify(value)} + "\\n");`,
+        `process.stdout.write("again " + ${JSON.stringify(value)} + "\\n");`,
+        `process.stderr.write("::add-mask::" + ${JSON.stringify(other)});`,
+      ].join("\n");
+      const requestId = randomUUID();
+      await runner.expectJob(requestId, {});
+      const client = clientFor(requestId);
+      const echoed: string[] = [];
+      const exitCode = await runJob(client, {
+        command: process.execPath,
+        args: ["-e", script],
+        maxLineBytes: 1024,
+        ...(echo ? { onLine: (line: string) => echoed.push(line) } : {}),
+      });
+      await client.close();
+      expect(exitCode).toBe(0);
+      const lines = await storedLines(requestId);
+      for (const [where, seen] of [
+        ["stored", lines],
+        ["echoed", echoed],
+      ] as const) {
+        const text = seen.join("\n");
+        for (const secret of [value, other]) {
+          for (let at = 0; at + 24 <= secret.length; at += 24) {
+            expect(text.includes(secret.slice(at, at + 24)), `${where}: bytes ${at}… of a registered value`).toBe(
+              false,
+            );
+          }
+        }
+      }
+      expect(lines).toContain("again ***");
+    });
+  }
 });
