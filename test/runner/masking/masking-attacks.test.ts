@@ -5,11 +5,15 @@
  */
 import { randomUUID } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
+import http from "node:http";
+import net from "node:net";
 import os from "node:os";
 import path from "node:path";
+import { toNodeHandler } from "srvx/node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createFsLogStore } from "../../../src/adapters/fs/index.js";
 import { createMemoryQueue } from "../../../src/adapters/memory/index.js";
+import { createConsole } from "../../../src/console/index.js";
 import { runJob } from "../../../src/runner/agent/run-job.js";
 import { createRunnerClient } from "../../../src/runner/client/runner-client.js";
 import { createRunnerService, type RunnerService } from "../../../src/runner/index.js";
@@ -134,4 +138,44 @@ describe("masking attacks", () => {
       expect(lines).toContain("again ***");
     });
   }
+
+  it("held: stderr registration, a 3-byte value, and the console's raw download with times and SSE", async () => {
+    // The service alone knows DECLARED (an agent given no secrets); the job registers one value on stderr
+    // and tries a 3-byte one. Nothing registered or declared reaches the store or the console.
+    const declared = "declared-only-to-the-service";
+    const script = [
+      `console.error("::add-mask::stderr-registered-value");`,
+      `console.log("::add-mask::xyz");`,
+      `console.log("a stderr-registered-value b ${declared} c");`,
+    ].join("\n");
+    const requestId = randomUUID();
+    await runner.expectJob(requestId, { secrets: [declared] });
+    const client = clientFor(requestId);
+    expect(await runJob(client, { command: process.execPath, args: ["-e", script] })).toBe(0);
+    await client.close();
+    const lines = await storedLines(requestId);
+    expect(lines).toContain("::add-mask::***");
+    expect(lines).toContain("a *** b *** c");
+    // The refusal names the size, never the value; the command line holding it is masked all the same.
+    expect(lines.filter((l) => l === "::add-mask::***")).toHaveLength(2);
+    expect(lines.some((l) => l.includes("value not registered: a secret must be at least 4 bytes (got 3)"))).toBe(true);
+    expect(lines.some((l) => l.includes("xyz"))).toBe(false);
+
+    const web = createConsole({ runner });
+    const http2 = http.createServer(toNodeHandler((r: Request) => web.fetch(r)) as unknown as http.RequestListener);
+    await new Promise<void>((resolve) => http2.listen(0, "127.0.0.1", resolve));
+    try {
+      const base = `http://127.0.0.1:${(http2.address() as net.AddressInfo).port}/api/jobs/${requestId}`;
+      for (const url of [`${base}/raw?timestamps=1`, `${base}/raw`, `${base}/events?from=0`]) {
+        const response = await fetch(url);
+        expect(response.status, url).toBe(200);
+        const body = await response.text();
+        expect(body, url).toContain("a *** b *** c");
+        expect(body.includes("stderr-registered-value") || body.includes(declared), url).toBe(false);
+      }
+    } finally {
+      http2.closeAllConnections();
+      await new Promise<void>((resolve) => http2.close(() => resolve()));
+    }
+  });
 });
