@@ -178,4 +178,20 @@ describe("masking attacks", () => {
       await new Promise<void>((resolve) => http2.close(() => resolve()));
     }
   });
+
+  it("expectJob called again keeps the values the job registered with ::add-mask:: in the service", async () => {
+    // An orchestrator that retries expectJob mid-job made the service forget what an agent that does not
+    // mask had registered, so the value printed afterwards was stored in clear.
+    const requestId = randomUUID();
+    await runner.expectJob(requestId, { secrets: ["first-declared-value"] });
+    const client = clientFor(requestId);
+    client.log("::add-mask::registered-before-the-retry");
+    await client.flush?.();
+    await expect.poll(async () => (await storedLines(requestId)).length).toBe(1);
+    await runner.expectJob(requestId, { secrets: ["second-declared-value"] });
+    client.log("x registered-before-the-retry first-declared-value second-declared-value y");
+    await client.end({ exitCode: 0, success: true, repoUrl: "", commitSha: "" });
+    await client.close();
+    expect(await storedLines(requestId)).toEqual(["::add-mask::***", "x *** *** *** y"]);
+  });
 });
