@@ -56,8 +56,8 @@ function linesOf(value: string): string[] {
 }
 
 /**
- * The forms of `value` that are masked (docs/runner-protocol.md §14): the value; each line of a
- * multi-line value; base64 (standard and URL-safe: the whole encoding, and the characters
+ * The forms of `value` that are masked (docs/runner-protocol.md §14): the value; the value without
+ * surrounding blanks, and without surrounding quotes; each line of a multi-line value; base64 (standard and URL-safe: the whole encoding, and the characters
  * that depend on the value alone at each of the three alignments it can have inside a longer
  * encoding); percent-encoding (upper- and lower-case hex); a JSON string's escaping. Only
  * forms of at least {@link MIN_SECRET_BYTES} bytes. O(value).
@@ -67,6 +67,13 @@ export function secretForms(value: string): string[] {
   const forms = new Set<string>([value]);
   if (value.includes("\n") || value.includes("\r")) {
     for (const line of linesOf(value)) forms.add(line);
+  }
+  // Surrounding blanks and quotes are often lost on the way to a job (a shell strips them, a
+  // file's value is trimmed): the value without them is masked too (prior art: actions/runner#440).
+  const trimmed = value.trim();
+  forms.add(trimmed);
+  for (const q of ['"', "'"]) {
+    if (trimmed.length > 2 && trimmed.startsWith(q) && trimmed.endsWith(q)) forms.add(trimmed.slice(1, -1).trim());
   }
   const raw = Buffer.from(value, "utf8");
   for (const b64 of base64Forms(raw)) {

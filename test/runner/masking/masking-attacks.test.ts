@@ -194,4 +194,18 @@ describe("masking attacks", () => {
     await client.close();
     expect(await storedLines(requestId)).toEqual(["::add-mask::***", "x *** *** *** y"]);
   });
+
+  it("a value with surrounding blanks or quotes is masked without them too", async () => {
+    // A secret read from a file or a variable keeps blanks or quotes the job's shell strips: before, only
+    // the padded spelling was a form, so the value the job actually printed was stored in clear.
+    const requestId = randomUUID();
+    await runner.expectJob(requestId, { secrets: ["  padded-secret-value\t", `"quoted-secret-value"`] });
+    const client = clientFor(requestId);
+    client.log("::add-mask:: registered-with-a-space");
+    client.log("a padded-secret-value b quoted-secret-value c registered-with-a-space d");
+    await client.end({ exitCode: 0, success: true, repoUrl: "", commitSha: "" });
+    await client.close();
+    // The registered value holds its leading space, so the run masked takes the space with it.
+    expect(await storedLines(requestId)).toEqual(["::add-mask::***", "a *** b *** c*** d"]);
+  });
 });
