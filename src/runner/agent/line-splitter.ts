@@ -64,7 +64,14 @@ interface LineSplitterOptions {
    * Secret masking across the line limit's cuts (runner/masking/): `text` masks a line before
    * it is cut, and `cut` moves the cut of an over-long unterminated line off any secret.
    */
-  masking?: { text(line: string): string; cut(buf: Buffer, pos: number, cut: number): number };
+  masking?: {
+    text(line: string): string;
+    cut(buf: Buffer, pos: number, cut: number): number;
+    /** Whether `buf[start, end)`, a line's first piece, is a command whose value must not be seen in clear (`::add-mask::`). */
+    command?(buf: Buffer, start: number, end: number): boolean;
+    /** What a later piece of such a line becomes (the piece is part of the command's value). */
+    value?(piece: string): string;
+  };
 }
 
 /** What {@link createLineSplitter} returns. */
@@ -88,8 +95,16 @@ export function createLineSplitter(onLine: (line: string) => void, options: Line
   const onBytes = options.onBytes;
   const masking = options.masking;
   let rest: Buffer | null = null;
+  // The line being read was cut already (the next bytes continue it), and began with a command
+  // (`::add-mask::`): its later pieces are the command's value, so they go to `masking.value`.
+  let cutLine = false;
+  let commandLine = false;
 
   function emit(buf: Buffer, s: number, e: number): void {
+    if (commandLine) {
+      onLine(masking!.value!(buf.toString("utf8", s, e)));
+      return;
+    }
     const line = buf.toString("utf8", s, e);
     // Replacement can grow the text (1 bad byte → 3 bytes of U+FFFD), so measure long ones again.
     if ((e - s) * 3 <= max) {
@@ -110,17 +125,26 @@ export function createLineSplitter(onLine: (line: string) => void, options: Line
       valid = last !== -1 && isUtf8(last + 1 === buf.length ? buf : buf.subarray(0, last + 1));
     }
     for (let nl = buf.indexOf(10, pos); nl !== -1; nl = buf.indexOf(10, pos)) {
-      if (valid && nl - pos <= max) onBytes!(buf, pos, nl);
+      if (valid && nl - pos <= max && !commandLine) onBytes!(buf, pos, nl);
       else emit(buf, pos, nl);
       pos = nl + 1;
+      cutLine = commandLine = false;
     }
     // An unterminated line longer than the limit is sent in pieces now instead of
     // buffering without bound; the raw cut steps back to a UTF-8 sequence start.
     while (buf.length - pos > max) {
       let cut = pos + max;
       for (let k = 0; k < 3 && (buf[cut]! & 0xc0) === 0x80; k++) cut--;
-      if (masking) cut = masking.cut(buf, pos, cut);
+      if (masking) {
+        cut = masking.cut(buf, pos, cut);
+        if (!cutLine) commandLine = masking.command?.(buf, pos, cut) === true && masking.value !== undefined;
+      }
+      // The command's first piece is emitted as a line of its own (it registers what it holds).
+      const first = commandLine && !cutLine;
+      if (first) commandLine = false;
       emit(buf, pos, cut);
+      if (first) commandLine = true;
+      cutLine = true;
       pos = cut;
     }
     if (pos < buf.length) rest = Buffer.from(buf.subarray(pos));
@@ -149,6 +173,7 @@ export function createLineSplitter(onLine: (line: string) => void, options: Line
     end() {
       if (rest !== null && rest.length > 0) emit(rest, 0, rest.length);
       rest = null;
+      cutLine = commandLine = false;
     },
   };
 }

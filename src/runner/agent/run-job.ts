@@ -9,8 +9,8 @@ import { RunnerDepotError } from "../../errors.js";
 import type { RunnerClient, RunnerStop } from "../client/runner-client.js";
 import { createLineSplitter, DEFAULT_MAX_LINE_BYTES } from "./line-splitter.js";
 import { nowMs } from "../protocol/line-time.js";
-import { createSecretMasker, safeCut } from "../masking/secret-masker.js";
-import { maskLine, maskLineBytes } from "../masking/add-mask.js";
+import { createSecretMasker, MASK_TEXT, MIN_SECRET_BYTES, safeCut } from "../masking/secret-masker.js";
+import { addMaskValue, maskLine, maskLineBytes, mayBeAddMask, registerMask } from "../masking/add-mask.js";
 
 /** Options of {@link runJob}. */
 export interface RunJobOptions {
@@ -131,7 +131,22 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
     );
   };
   // A line over the limit is cut in pieces: the cut never falls inside a secret.
-  const masking = { text: (line: string) => masker.mask(line), cut: safeCut.bind(null, masker) };
+  // A command line over the limit registers its whole value before it is cut; one cut before its newline
+  // (no end seen yet) registers each piece of its value as it goes, and shows `***` for it.
+  const refused = (why: string) => sendLine(`runner-depot: ::add-mask:: value not registered: ${why}`, true);
+  const masking = {
+    text: (line: string) => maskLine(masker, line, refused),
+    cut: safeCut.bind(null, masker),
+    command: (buf: Buffer, start: number, end: number) =>
+      mayBeAddMask(buf, start, end) && addMaskValue(buf.toString("utf8", start, end)) !== null,
+    value: (piece: string) => {
+      if (Buffer.byteLength(piece, "utf8") >= MIN_SECRET_BYTES) {
+        const why = registerMask(masker, piece);
+        if (why !== null) refused(why);
+      }
+      return MASK_TEXT;
+    },
+  };
   const out = createLineSplitter((line) => sendLine(line, false), {
     maxLineBytes,
     masking,

@@ -18,7 +18,7 @@ export const MASK_LIMITS: MaskLimits = { values: 4_096, valueBytes: 4 * 1024 * 1
 
 /**
  * What the service lets `::add-mask::` lines register in a job beyond its declared values:
- * the forms of a value take up to ~20× its bytes, and the service holds every job's, so a
+ * the forms of a value take up to ~30× its bytes, and the service holds every job's, so a
  * job printing commands in a loop must not make it hold much. The agent masks those values
  * already; the service's registration is the fallback for an agent that does not.
  */
@@ -89,7 +89,8 @@ export function maskLine(
 ): string {
   const command = line.length >= ADD_MASK_PREFIX.length ? addMaskValue(line) : null;
   if (command === null) return masker.mask(line);
-  if (command.value.length > 0) {
+  // `::add-mask::***` is a command masked already (by the agent, or by a cut line's first step).
+  if (command.value.length > 0 && command.value !== MASK_TEXT) {
     const refused = registerMask(masker, command.value, limits);
     if (refused !== null) onRefused?.(refused);
   }

@@ -20,6 +20,14 @@ const HASH = 0x9e3779b1 | 0;
 const MAX_WINDOW = 32;
 /** The shift table's largest size: 4 MiB (1,000 secrets of 43 bytes need 1 MiB). */
 const MAX_TABLE_LOG2 = 22;
+/**
+ * Bytes of forms a scan may compare, per byte scanned, before it gives up and masks the whole
+ * range (fail closed): forms sharing a prefix and a line made of it (`::add-mask::` values a
+ * job chose) would otherwise cost O(bytes × forms × form length) of the service's one thread.
+ */
+export const SCAN_WORK_PER_BYTE = 32;
+/** What any scan may compare on top of {@link SCAN_WORK_PER_BYTE}: a few long forms found whole. */
+export const SCAN_WORK_BASE = 64 * 1024;
 
 /**
  * INVALID_ARGUMENT unless `value` may be masked: at least {@link MIN_SECRET_BYTES} bytes,
@@ -48,8 +56,8 @@ function linesOf(value: string): string[] {
 }
 
 /**
- * The forms of `value` that are masked (docs/runner-protocol.md §14): the value; each line of a
- * multi-line value; base64 (standard and URL-safe: the whole encoding, and the characters
+ * The forms of `value` that are masked (docs/runner-protocol.md §14): the value; the value without
+ * surrounding blanks, and without surrounding quotes; each line of a multi-line value; base64 (standard and URL-safe: the whole encoding, and the characters
  * that depend on the value alone at each of the three alignments it can have inside a longer
  * encoding); percent-encoding (upper- and lower-case hex); a JSON string's escaping. Only
  * forms of at least {@link MIN_SECRET_BYTES} bytes. O(value).
@@ -60,16 +68,72 @@ export function secretForms(value: string): string[] {
   if (value.includes("\n") || value.includes("\r")) {
     for (const line of linesOf(value)) forms.add(line);
   }
+  // Surrounding blanks and quotes are often lost on the way to a job (a shell strips them, a
+  // file's value is trimmed): the value without them is masked too (prior art: actions/runner#440).
+  const trimmed = value.trim();
+  forms.add(trimmed);
+  for (const q of ['"', "'"]) {
+    if (trimmed.length > 2 && trimmed.startsWith(q) && trimmed.endsWith(q)) forms.add(trimmed.slice(1, -1).trim());
+  }
   const raw = Buffer.from(value, "utf8");
   for (const b64 of base64Forms(raw)) {
     forms.add(b64);
     forms.add(b64.replace(/\+/g, "-").replace(/\//g, "_"));
   }
-  const pct = encodeURIComponent(value);
-  forms.add(pct);
-  forms.add(pct.replace(/%[0-9A-F]{2}/g, (h) => h.toLowerCase()));
-  forms.add(JSON.stringify(value).slice(1, -1));
+  for (const form of percentForms(raw)) forms.add(form);
+  for (const form of jsonForms(value)) forms.add(form);
   return [...forms].filter((f) => Buffer.byteLength(f, "utf8") >= MIN_SECRET_BYTES);
+}
+
+/** Bytes left as they are by `encodeURIComponent`, by RFC 3986 (unreserved only), and by Python's `quote` (and `/`). */
+const PCT_SAFE = [/[A-Za-z0-9\-_.!~*'()]/, /[A-Za-z0-9\-_.~]/, /[A-Za-z0-9\-_.~/]/];
+
+/**
+ * Percent-encodings of `raw` as common libraries write them: `encodeURIComponent`, RFC 3986's
+ * (PHP `rawurlencode`, Python `quote(safe="")`), Python's `quote` (keeps `/`), each with space as
+ * `%20` or `+` (form encoding), in upper- and lower-case hex. Most coincide. O(value).
+ */
+function percentForms(raw: Buffer): string[] {
+  const out: string[] = [];
+  for (const safe of PCT_SAFE) {
+    for (const space of ["%20", "+"]) {
+      let text = "";
+      for (const byte of raw) {
+        const c = String.fromCharCode(byte);
+        if (byte === 0x20) text += space;
+        else if (byte < 0x80 && safe.test(c)) text += c;
+        else text += `%${byte.toString(16).toUpperCase().padStart(2, "0")}`;
+      }
+      out.push(
+        text,
+        text.replace(/%[0-9A-F]{2}/g, (h) => h.toLowerCase()),
+      );
+    }
+  }
+  return out;
+}
+
+/**
+ * The value inside a JSON string as common encoders write it: `JSON.stringify`'s escapes, plus
+ * any of `\uXXXX` for non-ASCII (Python's `json.dumps`), for `<`, `>`, `&` (Go's `encoding/json`)
+ * and `\/` for `/` (PHP's `json_encode`), in lower- and upper-case hex. Most coincide. O(value).
+ */
+function jsonForms(value: string): string[] {
+  const base = JSON.stringify(value).slice(1, -1);
+  const out = [base];
+  for (let variant = 1; variant < 16; variant++) {
+    const upper = (variant & 8) !== 0;
+    const hex = (code: number) => {
+      const h = code.toString(16).padStart(4, "0");
+      return `\\u${upper ? h.toUpperCase() : h}`;
+    };
+    let text = base.replace(/\\u[0-9a-f]{4}/g, (e) => (upper ? `\\u${e.slice(2).toUpperCase()}` : e));
+    if (variant & 1) text = text.replace(/[^\x00-\x7f]/g, (c) => hex(c.charCodeAt(0)));
+    if (variant & 2) text = text.replace(/[<>&]/g, (c) => hex(c.charCodeAt(0)));
+    if (variant & 4) text = text.replace(/\//g, "\\/");
+    out.push(text);
+  }
+  return out;
 }
 
 /**
@@ -185,6 +249,8 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
     let runs: number[] | null = null;
     let runStart = -1;
     let runEnd = -1;
+    spent = 0;
+    const budget = SCAN_WORK_PER_BYTE * (end - start) + SCAN_WORK_BASE;
     for (let i = start + window - 1; i < end;) {
       const block = (buf[i - 3]! << 24) | (buf[i - 2]! << 16) | (buf[i - 1]! << 8) | buf[i]!;
       const shift = table[Math.imul(block, HASH) >>> bits]!;
@@ -196,6 +262,8 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
       i++;
       const key = (buf[s]! << 24) | (buf[s + 1]! << 16) | (buf[s + 2]! << 8) | buf[s + 3]!;
       const longest = longestAt(buf, s, end, key);
+      // Over budget: the whole range is one masked run (never a form left in clear). O(budget) at most.
+      if (spent > budget) return [start, end];
       if (longest === 0) continue;
       if (s <= runEnd) {
         if (s + longest > runEnd) runEnd = s + longest;
@@ -209,13 +277,18 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
     return runs;
   };
 
+  /** Bytes of forms the current scan compared (each compare counted at its form's length, plus 8). */
+  let spent = 0;
   /** The longest form at `buf[s…]` whose first 4 bytes are `key`, or 0. O(forms with that prefix × their bytes). */
   const longestAt = (buf: Uint8Array, s: number, end: number, key: number): number => {
     const list = byPrefix.get(key);
     if (list === undefined) return 0;
     let longest = 0;
     for (const f of list) {
-      if (f.length > longest && s + f.length <= end && equalAt(buf, s, f)) longest = f.length;
+      if (f.length > longest && s + f.length <= end) {
+        spent += f.length + 8;
+        if (equalAt(buf, s, f)) longest = f.length;
+      }
     }
     return longest;
   };

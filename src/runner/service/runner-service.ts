@@ -145,10 +145,25 @@ function registerSecrets(core: RunnerCore, id: string, secrets: readonly string[
       "INVALID_ARGUMENT",
       `at most ${MASK_LIMITS.values} secrets and ${MASK_LIMITS.valueBytes} bytes of them a job, got ${secrets.length} and ${bytes}`,
     );
-  // A job expected again gets its new list (a masker only grows, so it is made anew).
-  const job = jobMasker(secrets);
-  core.maskers.set(id, job);
-  return job.masker;
+  // A job expected again keeps what it had (earlier declared values, and what `::add-mask::` lines
+  // registered): forgetting them would leak them from an agent that does not mask. The new values
+  // widen its limits by as much, so they do not use up what `::add-mask::` lines may still add.
+  const old = core.maskers.get(id);
+  if (old === undefined) {
+    const job = jobMasker(secrets);
+    core.maskers.set(id, job);
+    return job.masker;
+  }
+  const { size, valueBytes } = old.masker;
+  for (const value of secrets) old.masker.add(value);
+  core.maskers.set(id, {
+    masker: old.masker,
+    limits: {
+      values: old.limits.values + old.masker.size - size,
+      valueBytes: old.limits.valueBytes + old.masker.valueBytes - valueBytes,
+    },
+  });
+  return old.masker;
 }
 
 /** A request ID normalised, or INVALID_ARGUMENT. */
