@@ -13,6 +13,9 @@ import { checkJobCredentials } from "../runner/client/credentials-probe.js";
 import { isRequestId } from "../runner/protocol/request-id.js";
 import { CliError, requireString, type Command } from "./args.js";
 
+/** How long the agent waits for a runner that does not answer at all, before not running the job. */
+const DEFAULT_WAIT_SECONDS = 60;
+
 const usage = `Usage: runner-depot agent [options] [-- <command> [args…]]
 
 Runs a job and streams every output line, then its end, to the orchestrator, and
@@ -20,8 +23,11 @@ prints the lines here too (--quiet to not). Reads the job from the config file
 cloud-init wrote (default ${DEFAULT_JOB_CONFIG_PATH}), or from flags and the command
 after --. First checks the job's credentials with the runner in one short call: a
 wrong token, an unknown job or a job already over stops the agent before the command
-runs. Exits with the job's exit code (128 + signal number when a signal killed it);
-1 when the runner refused the job or could not be told.
+runs. When nothing answers at the runner's address (connection refused, DNS, no
+answer), the check is retried for up to --wait seconds; past that the agent exits 1
+without running the command. Exits with the job's exit code (128 + signal number when
+a signal killed it); 1 when the runner refused the job, could not be reached, or could
+not be told.
 
 Options:
   --config <file>      job config written by cloud-init
@@ -35,6 +41,8 @@ Options:
   --ca <file>          CA certificate (PEM) to trust for an https endpoint
   --cert <file>        client certificate (PEM) for mutual TLS
   --key <file>         client key (PEM) for mutual TLS
+  --wait <seconds>     how long to wait for the runner to answer before giving up
+                       without running the command (default ${DEFAULT_WAIT_SECONDS})
   --quiet, -q          do not print the job's output here (it is still streamed)`;
 
 export const agentCommand: Command = {
@@ -51,6 +59,7 @@ export const agentCommand: Command = {
     cert: { type: "string" },
     key: { type: "string" },
     quiet: { type: "boolean", short: "q" },
+    wait: { type: "string" },
   },
   async run(values, positionals) {
     const job = await jobFrom(values, positionals);
@@ -66,7 +75,12 @@ export const agentCommand: Command = {
             key: values.key ? await readFile(String(values.key)) : undefined,
           }
         : undefined;
-    return runAgent(job, { tls, given: tokenSource(values, positionals), quiet: values.quiet === true });
+    return runAgent(job, {
+      tls,
+      given: tokenSource(values, positionals),
+      quiet: values.quiet === true,
+      waitMs: waitMs(values.wait),
+    });
   },
 };
 
@@ -79,12 +93,18 @@ export const agentCommand: Command = {
  */
 export async function runAgent(
   job: JobConfig,
-  options: { tls?: Parameters<typeof checkJobCredentials>[0]["tls"]; given: string; quiet: boolean },
+  options: {
+    tls?: Parameters<typeof checkJobCredentials>[0]["tls"];
+    given: string;
+    quiet: boolean;
+    /** How long to retry a check that nothing answers before not running the job; default 60 s. */
+    waitMs?: number;
+  },
 ): Promise<number> {
   const { tls } = options;
   {
     // Before anything runs: a wrong token must not cost the whole command (one short call).
-    await checkBeforeRunning(job, tls, options.given);
+    await checkBeforeRunning(job, tls, options.given, options.waitMs ?? DEFAULT_WAIT_SECONDS * 1000);
     const client = createRunnerClient({
       endpoint: job.endpoint,
       requestId: job.requestId,
@@ -128,17 +148,58 @@ function tokenSource(values: Record<string, unknown>, positionals: string[]): st
   return process.env.RUNNER_DEPOT_JOB_TOKEN !== undefined ? "$RUNNER_DEPOT_JOB_TOKEN" : "no token";
 }
 
-/** The credentials check: refusals and a job already over end the agent here, before spawning. */
+/** `--wait <seconds>` in ms: a non-negative number, at most a day. */
+function waitMs(value: unknown): number {
+  if (value === undefined) return DEFAULT_WAIT_SECONDS * 1000;
+  const seconds = Number(value);
+  if (typeof value !== "string" || !/^\d+(\.\d+)?$/.test(value) || seconds > 86_400)
+    throw new CliError(`--wait must be a number of seconds from 0 to 86400, got '${String(value)}'`, 2);
+  return seconds * 1000;
+}
+
+/**
+ * The credentials check, retried while nothing answers at all, for up to `waitMs` (a VM may
+ * boot before its orchestrator listens). Refusals, a job already over and a runner that
+ * never answered end the agent here, before spawning. Why the split: docs/decisions/runner-client.md,
+ * "Credentials check". A check every ≤ 10 s (≤ 5 s each, then a pause ≤ 5 s) until the wait is over.
+ */
 async function checkBeforeRunning(
   job: JobConfig,
   tls: Parameters<typeof checkJobCredentials>[0]["tls"],
   given: string,
+  waitMs: number,
 ): Promise<void> {
-  const check = await checkJobCredentials({ endpoint: job.endpoint, requestId: job.requestId, token: job.token, tls });
   const where = `the runner at ${job.endpoint}`;
+  const deadline = Date.now() + waitMs;
+  let pauseMs = 1000;
+  let check: Awaited<ReturnType<typeof checkJobCredentials>>;
+  for (;;) {
+    const left = deadline - Date.now();
+    check = await checkJobCredentials({
+      endpoint: job.endpoint,
+      requestId: job.requestId,
+      token: job.token,
+      tls,
+      timeoutMs: Math.max(1000, Math.min(5000, left)),
+    });
+    if (check.status !== "unreachable" || check.answered) break;
+    const after = deadline - Date.now();
+    if (after <= 0) {
+      throw new CliError(
+        `cannot reach ${where} (${check.error.message}) within ${Math.round(waitMs / 1000)} s; check --endpoint and that the runner is up (--wait to wait longer); the command was not run`,
+      );
+    }
+    const pause = Math.min(pauseMs, after);
+    process.stderr.write(
+      `runner-depot agent: cannot reach ${where} (${check.error.message}); trying again in ${Math.round(pause)} ms, for up to ${Math.ceil(after / 1000)} s more\n`,
+    );
+    await new Promise((r) => setTimeout(r, pause));
+    pauseMs = Math.min(pauseMs * 2, 5000);
+  }
   if (check.status === "ok") return;
   if (check.status === "unreachable") {
-    // The VM may come up before the orchestrator answers: the client retries, and keeps the output meanwhile.
+    // Something answered, badly (a broken proxy, INTERNAL, an over-long answer): the runner is
+    // there, and the client's retries and spool cover a passing fault, as for any call.
     process.stderr.write(
       `runner-depot agent: cannot check the job's credentials with ${where} (${check.error.message}); running it anyway\n`,
     );

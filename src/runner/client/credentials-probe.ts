@@ -36,8 +36,13 @@ export type CredentialsCheckResult =
   | { status: "ended"; reason: string }
   /** The server refused the call for good: UNAUTHENTICATED, PERMISSION_DENIED, NOT_FOUND, UNIMPLEMENTED… */
   | { status: "refused"; error: RunnerDepotError }
-  /** No answer (network, timeout, UNAVAILABLE): the runner client's retries will deal with it. */
-  | { status: "unreachable"; error: RunnerDepotError };
+  /**
+   * No usable answer. `answered` false: nothing answered at all (connection refused, DNS,
+   * no response headers before the timeout, a proxy's 502/503/504 with no gRPC status),
+   * so the runner was never reached. `answered` true: something answered, badly
+   * (UNAVAILABLE, INTERNAL, an over-long answer…); the runner client's retries deal with it.
+   */
+  | { status: "unreachable"; answered: boolean; error: RunnerDepotError };
 
 /**
  * Asks the runner server whether this job's credentials are good, in one short call.
@@ -59,6 +64,8 @@ export async function checkJobCredentials(options: CredentialsCheckOptions): Pro
     settings: { enablePush: false },
   });
   session.on("error", () => {});
+  // Response headers seen: whatever fails after them, something at the endpoint answered.
+  let answered = false;
   try {
     const answer = await new Promise<{
       headers: http2.IncomingHttpHeaders;
@@ -80,7 +87,10 @@ export async function checkJobCredentials(options: CredentialsCheckOptions): Pro
       let headers: http2.IncomingHttpHeaders = {};
       let trailers: http2.IncomingHttpHeaders = {};
       const chunks: Buffer[] = [];
-      stream.on("response", (h) => (headers = h));
+      stream.on("response", (h) => {
+        headers = h;
+        answered = true;
+      });
       stream.on("trailers", (t) => (trailers = t));
       let bytes = 0;
       stream.on("data", (d: Buffer) => {
@@ -108,6 +118,7 @@ export async function checkJobCredentials(options: CredentialsCheckOptions): Pro
     if (tls !== undefined) return { status: "refused", error: certificateRefused(tls) };
     return {
       status: "unreachable",
+      answered,
       error: new RunnerDepotError("UNAVAILABLE", `cannot reach ${url.origin}: ${fetchFailureCause(cause)}`, { cause }),
     };
   } finally {
@@ -132,12 +143,13 @@ function outcome(
     const http = Number(header(headers, ":status") ?? 0);
     const error = new RunnerDepotError("UNAVAILABLE", `not a gRPC answer (HTTP ${http})`);
     // A 404 is a server without runner.v1: refused for good, as the runner client does.
-    return http === 404
-      ? {
-          status: "refused",
-          error: new RunnerDepotError("NOT_FOUND", "no runner.v1 service at this endpoint (HTTP 404)"),
-        }
-      : { status: "unreachable", error };
+    if (http === 404)
+      return {
+        status: "refused",
+        error: new RunnerDepotError("NOT_FOUND", "no runner.v1 service at this endpoint (HTTP 404)"),
+      };
+    // A proxy's 502/503/504 without a gRPC status: nothing behind it answered yet.
+    return { status: "unreachable", answered: http !== 502 && http !== 503 && http !== 504, error };
   }
   if (status === "0") {
     const ok = data.length >= 5 ? fromBinary(AckSchema, data.subarray(5, 5 + data.readUInt32BE(1))).ok : false;
@@ -164,7 +176,8 @@ function outcome(
     code === Code.Unknown ||
     code === Code.Aborted
   ) {
-    return { status: "unreachable", error };
+    // A gRPC status came back: the runner (or a gRPC proxy speaking for it) answered.
+    return { status: "unreachable", answered: true, error };
   }
   return { status: "refused", error };
 }

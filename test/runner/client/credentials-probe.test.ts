@@ -8,6 +8,7 @@ import { randomUUID } from "node:crypto";
 import { createServer } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { checkJobCredentials, mintJobToken } from "../../../src/runner/index.js";
+import { startHostileServer } from "../../fixtures/hostile-runner-server.js";
 import { line, send, startHarness, type Harness } from "../../fixtures/runner-service.js";
 
 const secret = "credentials-check-secret";
@@ -98,5 +99,25 @@ describe("checkJobCredentials", () => {
     expect(result.status === "unreachable" && result.error.message).toBe(
       `cannot reach http://127.0.0.1:${port}: connection refused (ECONNREFUSED): nothing listens there`,
     );
+    // Issue 29 item 10: nothing answered, so the agent waits for the runner rather than running the job.
+    expect(result.status === "unreachable" && result.answered).toBe(false);
+  });
+
+  it("tells a server that never answers (not answered) from one that answers badly (answered)", async () => {
+    const stall = await startHostileServer({ kind: "stall" });
+    const flood = await startHostileServer({ kind: "stream-forever", maxBytes: 1024 * 1024 });
+    try {
+      const silent = await checkJobCredentials({ endpoint: stall.url, requestId: randomUUID(), timeoutMs: 300 });
+      expect(silent).toMatchObject({ status: "unreachable", answered: false });
+      expect(silent.status === "unreachable" && silent.error.message).toMatch(/no answer within 300 ms/);
+      expect(stall.calls).toBe(1);
+      // 200 application/grpc, then more body than an Ack: reached, and broken.
+      const broken = await checkJobCredentials({ endpoint: flood.url, requestId: randomUUID() });
+      expect(broken).toMatchObject({ status: "unreachable", answered: true });
+      expect(broken.status === "unreachable" && broken.error.message).toMatch(/the answer is over 65536 bytes/);
+    } finally {
+      await stall.close();
+      await flood.close();
+    }
   });
 });
