@@ -57,7 +57,7 @@ describe("docs/runner-protocol.md", () => {
     const queue = createMemoryQueue();
     const logs = createMemoryLogStore();
     const secret = "docs-test-secret";
-    const runner = createRunnerService(queue, { logs, secret, limits: { lineBytes: 16, jobLogBytes: 110 } });
+    const runner = createRunnerService(queue, { logs, secret, limits: { lineBytes: 16, jobLogBytes: 140 } });
     const server = await startRunnerServer(runner, { port: 0 });
     const requestId = randomUUID();
     const client = createRunnerClient({
@@ -67,10 +67,10 @@ describe("docs/runner-protocol.md", () => {
       maxLineBytes: 1024,
     });
     try {
-      // Each stored line counts 8 + its bytes (§7): x cut 24 + its marker 56 + y 24 = 104.
+      // Each stored line counts 16 + its bytes (§7): x cut 32 + its marker 64 + y 32 = 128.
       client.log("x".repeat(30)); // over the line limit: cut to 16 bytes + a marker
-      client.log("y".repeat(16)); // 104 counted so far
-      client.log("z".repeat(16), true); // would cross 110: the cap marker instead
+      client.log("y".repeat(16)); // 128 counted so far
+      client.log("z".repeat(16), true); // would cross 140: the cap marker instead
       client.log("never stored");
       await client.end({ exitCode: 3, success: false, repoUrl: "r", commitSha: "c" });
     } finally {
