@@ -1,0 +1,92 @@
+/**
+ * Pull-through between two real depots on loopback sockets (fs stores): a miss is copied from the
+ * upstream, checked, held and served; held versions are still served once the upstream is closed;
+ * an upstream "no such version" is remembered only for the miss TTL.
+ */
+import { createHash } from "node:crypto";
+import { afterAll, describe, expect, it } from "vitest";
+import { createFsStore } from "../../../src/adapters/fs/store.js";
+import { publish, startDepot, tempDir } from "../../fixtures/depot.js";
+
+const cleanups: Array<() => Promise<unknown>> = [];
+afterAll(async () => {
+  for (const c of cleanups.reverse()) await c();
+});
+
+const sha = (bytes: ArrayBuffer) => createHash("sha256").update(Buffer.from(bytes)).digest("hex");
+
+async function depot(options: Parameters<typeof startDepot>[1] = {}) {
+  const { dir, cleanup } = await tempDir("pull-through-");
+  cleanups.push(cleanup);
+  const live = await startDepot(createFsStore(dir), options);
+  cleanups.push(() => live.close().catch(() => undefined));
+  return live;
+}
+
+describe("pull-through (two real depots)", () => {
+  it("serves a miss from the upstream and then holds it; keeps serving while the upstream is down", async () => {
+    const up = await depot();
+    expect((await publish(up.url, "tool@1.0.0", [{ type: "file", path: "bin", body: "x".repeat(5000) }])).status).toBe(
+      201,
+    );
+    const local = await depot({ upstream: { url: up.url, allowAnonymous: true } });
+    const first = await fetch(`${local.url}/data/tool@1.0.0`);
+    expect(first.status).toBe(200);
+    const bytes = await first.arrayBuffer();
+    expect(sha(bytes)).toBe(sha(await (await fetch(`${up.url}/data/tool@1.0.0`)).arrayBuffer()));
+    // Held: listed in the local catalog and stored under the local store.
+    const listed = (await (await fetch(`${local.url}/version/tool`)).json()) as {
+      versions: Array<{ version: string }>;
+    };
+    expect(listed.versions.map((v) => v.version)).toEqual(["1.0.0"]);
+    expect(await local.router.store.getRecord("version/tool/1.0.0")).not.toBeNull();
+
+    await up.close();
+    const held = await fetch(`${local.url}/data/tool@1.0.0`);
+    expect(held.status).toBe(200);
+    expect(sha(await held.arrayBuffer())).toBe(sha(bytes));
+    expect((await fetch(`${local.url}/depend/tool@1.0.0`)).status).toBe(200);
+    // A miss while the upstream is down is an outage, not a 404.
+    const down = await fetch(`${local.url}/data/other@1.0.0`);
+    expect(down.status).toBe(503);
+    expect(((await down.json()) as { code: string }).code).toBe("UPSTREAM_UNAVAILABLE");
+    expect(down.headers.get("retry-after")).toBe("5");
+  });
+
+  it("pulls a package's latest when asked without a version, and a new version of a held package", async () => {
+    const up = await depot();
+    expect((await publish(up.url, "lib@1.0.0", [{ type: "file", path: "a", body: "one" }])).status).toBe(201);
+    const local = await depot({ upstream: { url: up.url, allowAnonymous: true } });
+    expect((await fetch(`${local.url}/data/lib`)).status).toBe(200);
+    expect((await publish(up.url, "lib@1.1.0", [{ type: "file", path: "a", body: "two" }])).status).toBe(201);
+    const exact = await fetch(`${local.url}/version/lib@1.1.0`);
+    expect(exact.status).toBe(200);
+    const all = (await (await fetch(`${local.url}/version/lib`)).json()) as { versions: Array<{ version: string }> };
+    expect(all.versions.map((v) => v.version).sort()).toEqual(["1.0.0", "1.1.0"]);
+  });
+
+  it("remembers an upstream miss only for the miss TTL: no stuck 404", async () => {
+    const up = await depot();
+    let clock = Date.parse("2026-11-29T10:00:00Z");
+    const local = await depot({
+      upstream: { url: up.url, allowAnonymous: true, missTtlMs: 60_000 },
+      now: () => new Date(clock),
+    });
+    expect((await fetch(`${local.url}/data/late@2.0.0`)).status).toBe(404);
+    expect((await publish(up.url, "late@2.0.0", [{ type: "file", path: "f", body: "late" }])).status).toBe(201);
+    // Within the TTL the miss is remembered: the upstream is not asked again.
+    expect((await fetch(`${local.url}/data/late@2.0.0`)).status).toBe(404);
+    clock += 60_001;
+    const found = await fetch(`${local.url}/data/late@2.0.0`);
+    expect(found.status).toBe(200);
+    expect(sha(await found.arrayBuffer())).toBe(sha(await (await fetch(`${up.url}/data/late@2.0.0`)).arrayBuffer()));
+  });
+
+  it("lets no anonymous reader trigger a pull unless allowed", async () => {
+    const up = await depot();
+    expect((await publish(up.url, "tool@1.0.0", [{ type: "file", path: "bin", body: "b" }])).status).toBe(201);
+    const local = await depot({ upstream: { url: up.url } });
+    expect((await fetch(`${local.url}/data/tool@1.0.0`)).status).toBe(404);
+    expect(await local.router.store.getRecord("version/tool/1.0.0")).toBeNull();
+  });
+});
