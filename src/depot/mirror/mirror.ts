@@ -147,6 +147,9 @@ async function applyChange(
   return copied ? "copied" : "present";
 }
 
+/** The `transaction` prefix of a version pull-through copied (`pull:<upstream>`): /version marks it `pulled`. */
+export const PULLED = "pull";
+
 /**
  * Pull-through's copy of one version (depot/mirror/pull-through.ts): the mirror's per-version copy,
  * its digest check and body bounds, refused before any byte is fetched when the upstream lists more
@@ -168,7 +171,7 @@ export async function pullVersion(
       `upstream's ${name}@${version} is ${listed.size} bytes; pull-through takes at most ${maxBytes}`,
     );
   const report: MirrorReport = { position: 0, copied: 0, present: 0, yanks: 0, bytesFetched: 0, blobsReused: 0 };
-  const copied = await copyVersion(store, upstream, name, version, report, listed);
+  const copied = await copyVersion(store, upstream, name, version, report, listed, PULLED);
   const position = await publishVersion(store, name, version, now());
   await compactAfter(store, position);
   if (listed.yanked) await setYank(store, name, version, listed.yanked.reason, now(), { at: listed.yanked.at });
@@ -186,6 +189,7 @@ async function copyVersion(
   version: string,
   report: MirrorReport,
   known?: UpstreamVersion,
+  origin = "mirror",
 ): Promise<boolean> {
   const listed = known ?? (await upstream.version(name, version));
   const existing = (await store.getRecord<VersionRecord>(keys.version(name, version)))?.value;
@@ -240,7 +244,7 @@ async function copyVersion(
     itemCount: manifest.items.length,
     attributes: manifest.attributes,
     requires: manifest.requires,
-    transaction: `mirror:${upstream.url}`.slice(0, 512),
+    transaction: `${origin}:${upstream.url}`.slice(0, 512),
   };
   if ((await store.putRecord(keys.version(name, version), record, { ifRevision: null })) === null) {
     // Another run wrote it meanwhile: the same bytes, or a conflict.

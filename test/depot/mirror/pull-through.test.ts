@@ -4,6 +4,8 @@
  * an upstream "no such version" is remembered only for the miss TTL.
  */
 import { createHash } from "node:crypto";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { afterAll, describe, expect, it } from "vitest";
 import { createFsStore } from "../../../src/adapters/fs/store.js";
 import { publish, startDepot, tempDir } from "../../fixtures/depot.js";
@@ -35,9 +37,11 @@ describe("pull-through (two real depots)", () => {
     const bytes = await first.arrayBuffer();
     expect(sha(bytes)).toBe(sha(await (await fetch(`${up.url}/data/tool@1.0.0`)).arrayBuffer()));
     // Held: listed in the local catalog and stored under the local store.
-    const listed = (await (await fetch(`${local.url}/version/tool`)).json()) as {
-      versions: Array<{ version: string }>;
-    };
+    type Listing = { versions: Array<{ version: string; pulled?: boolean }> };
+    const listed = (await (await fetch(`${local.url}/version/tool`)).json()) as Listing;
+    const upstreamListed = (await (await fetch(`${up.url}/version/tool`)).json()) as Listing;
+    expect(listed.versions[0]!.pulled).toBe(true);
+    expect(upstreamListed.versions[0]!.pulled).toBeUndefined();
     expect(listed.versions.map((v) => v.version)).toEqual(["1.0.0"]);
     expect(await local.router.store.getRecord("version/tool/1.0.0")).not.toBeNull();
 
@@ -88,5 +92,45 @@ describe("pull-through (two real depots)", () => {
     const local = await depot({ upstream: { url: up.url } });
     expect((await fetch(`${local.url}/data/tool@1.0.0`)).status).toBe(404);
     expect(await local.router.store.getRecord("version/tool/1.0.0")).toBeNull();
+  });
+});
+
+describe("pull-through bounds", () => {
+  it("runs at most maxConcurrent upstream copies; more misses answer 503 TOO_MANY_PULLS", async () => {
+    // An upstream that takes requests and never answers: each pull holds its slot until the socket is cut.
+    const seen: Array<() => void> = [];
+    let arrived: () => void = () => undefined;
+    const hung = createServer((request, response) => {
+      seen.push(() => response.destroy());
+      arrived();
+    });
+    await new Promise<void>((resolve) => hung.listen(0, "127.0.0.1", resolve));
+    const url = `http://127.0.0.1:${(hung.address() as AddressInfo).port}`;
+    const local = await depot({ upstream: { url, allowAnonymous: true, maxConcurrent: 2 } });
+    const waitFor = (n: number) =>
+      new Promise<void>((resolve) => {
+        arrived = () => seen.length >= n && resolve();
+        arrived();
+      });
+    const held = [fetch(`${local.url}/data/a@1.0.0`), fetch(`${local.url}/data/b@1.0.0`)];
+    // The same version again shares the running copy instead of taking a slot.
+    held.push(fetch(`${local.url}/data/a@1.0.0`));
+    await waitFor(2);
+    const refused = await fetch(`${local.url}/data/c@1.0.0`);
+    expect(refused.status).toBe(503);
+    expect(((await refused.json()) as { code: string }).code).toBe("TOO_MANY_PULLS");
+    expect(refused.headers.get("retry-after")).toBe("1");
+    expect(seen.length).toBe(2);
+    for (const cut of seen) cut();
+    const answers = await Promise.all(held);
+    expect(answers.map((r) => r.status)).toEqual([503, 503, 503]);
+    expect(((await answers[0]!.json()) as { code: string }).code).toBe("UPSTREAM_UNAVAILABLE");
+    // The slots are free again: the next miss reaches the upstream.
+    const again = fetch(`${local.url}/data/c@1.0.0`);
+    await waitFor(3);
+    seen[2]!();
+    expect((await again).status).toBe(503);
+    hung.closeAllConnections();
+    await new Promise((resolve) => hung.close(resolve));
   });
 });
