@@ -8,6 +8,8 @@ import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, describe, expect, it } from "vitest";
 import { createFsStore } from "../../../src/adapters/fs/store.js";
+import { servePackageRouter } from "../../../src/depot/server/serve.js";
+import { createPackageRouter } from "../../../src/depot/server/router.js";
 import { publish, startDepot, tempDir } from "../../fixtures/depot.js";
 
 const cleanups: Array<() => Promise<unknown>> = [];
@@ -92,6 +94,52 @@ describe("pull-through (two real depots)", () => {
     const local = await depot({ upstream: { url: up.url } });
     expect((await fetch(`${local.url}/data/tool@1.0.0`)).status).toBe(404);
     expect(await local.router.store.getRecord("version/tool/1.0.0")).toBeNull();
+  });
+});
+
+describe("pull-through with the upstream killed mid-copy", () => {
+  it("makes nothing visible, answers 503, and pulls whole once the upstream is back", async () => {
+    const { dir, cleanup } = await tempDir("pull-through-up-");
+    cleanups.push(cleanup);
+    const upStore = createFsStore(dir);
+    const upRouter = createPackageRouter(upStore, { onError: () => undefined });
+    let server = await servePackageRouter(upRouter);
+    const port = Number(new URL(server.url).port);
+    const additions = ["one", "two", "three", "four"].map((path) => ({
+      type: "file" as const,
+      path,
+      body: `${path} `.repeat(4000),
+    }));
+    expect((await publish(server.url, "big@1.0.0", additions)).status).toBe(201);
+    const whole = sha(await (await fetch(`${server.url}/data/big@1.0.0`)).arrayBuffer());
+
+    // The upstream process goes away at the second item range: after the listing and the manifest.
+    const served = upRouter.fetch.bind(upRouter);
+    let ranges = 0;
+    let cut = true;
+    upRouter.fetch = (async (request: Request) => {
+      if (cut && request.headers.has("range") && ++ranges === 4) {
+        void server.close();
+        return new Response(null, { status: 500 });
+      }
+      return served(request);
+    }) as typeof upRouter.fetch;
+    const local = await depot({ upstream: { url: server.url, allowAnonymous: true } });
+    const failed = await fetch(`${local.url}/data/big@1.0.0`);
+    expect(failed.status).toBe(503);
+    expect(((await failed.json()) as { code: string }).code).toBe("UPSTREAM_UNAVAILABLE");
+    expect(ranges).toBe(4);
+    expect(await local.router.store.getRecord("version/big/1.0.0")).toBeNull();
+    // Still a miss (not listed), so a read asks the closed upstream again: 503, not a stale 404.
+    expect((await fetch(`${local.url}/version/big`)).status).toBe(503);
+
+    await server.close();
+    cut = false;
+    server = await servePackageRouter(upRouter, { port });
+    cleanups.push(() => server.close());
+    const again = await fetch(`${local.url}/data/big@1.0.0`);
+    expect(again.status).toBe(200);
+    expect(sha(await again.arrayBuffer())).toBe(whole);
   });
 });
 
