@@ -8,6 +8,7 @@ import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, describe, expect, it } from "vitest";
 import { createFsStore } from "../../../src/adapters/fs/store.js";
+import { bearerTokens } from "../../../src/depot/server/auth.js";
 import { servePackageRouter } from "../../../src/depot/server/serve.js";
 import { createPackageRouter } from "../../../src/depot/server/router.js";
 import { publish, startDepot, tempDir } from "../../fixtures/depot.js";
@@ -91,9 +92,18 @@ describe("pull-through (two real depots)", () => {
   it("lets no anonymous reader trigger a pull unless allowed", async () => {
     const up = await depot();
     expect((await publish(up.url, "tool@1.0.0", [{ type: "file", path: "bin", body: "b" }])).status).toBe(201);
-    const local = await depot({ upstream: { url: up.url } });
+    // Public read: anyone reads what is held, but only a token's holder makes the depot fetch and store.
+    const token = "reader-token-0123456789";
+    const local = await depot({
+      upstream: { url: up.url },
+      authorize: bearerTokens({ [token]: { read: ["*"] } }, { publicRead: true }),
+    });
     expect((await fetch(`${local.url}/data/tool@1.0.0`)).status).toBe(404);
     expect(await local.router.store.getRecord("version/tool/1.0.0")).toBeNull();
+    const named = await fetch(`${local.url}/data/tool@1.0.0`, { headers: { Authorization: `Bearer ${token}` } });
+    expect(named.status).toBe(200);
+    // Held now: the anonymous reader gets it from the store.
+    expect((await fetch(`${local.url}/data/tool@1.0.0`)).status).toBe(200);
   });
 });
 
