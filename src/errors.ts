@@ -53,6 +53,10 @@ const CODES = {
   TOO_MANY_CONNECTIONS: [Code.Unavailable, 503],
   /** Every delta build slot and queue place is taken (docs/depot-api.md §Deltas); `Retry-After: 1`. */
   TOO_MANY_DELTA_BUILDS: [Code.Unavailable, 503],
+  /** Every pull-through slot is taken (docs/decisions/depot-yank-mirror.md, Pull-through); `Retry-After: 1`. */
+  TOO_MANY_PULLS: [Code.Unavailable, 503],
+  /** A pull-through miss the upstream could not answer: down, refusing, or failing a check; `Retry-After: 5`. */
+  UPSTREAM_UNAVAILABLE: [Code.Unavailable, 503],
   /** The store was written by a newer runner-depot (depot/store/format.ts); the depot refuses to serve it. */
   STORE_FORMAT_UNSUPPORTED: [Code.FailedPrecondition, 503],
   // Client-side codes (installer, agent).

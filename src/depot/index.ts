@@ -84,3 +84,4 @@ export type { JobProvenanceSource, ProvenanceOptions } from "./transactions/prov
 export { mirrorDepot } from "./mirror/mirror.js";
 export type { MirrorOptions, MirrorReport } from "./mirror/mirror.js";
 export type { FeedChange, UpstreamLimits } from "./mirror/upstream.js";
+export type { PullThroughOptions } from "./mirror/pull-through.js";

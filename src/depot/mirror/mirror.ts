@@ -17,7 +17,7 @@ import { setYank } from "../catalog/yank.js";
 import type { PackageStore } from "../ports.js";
 import { keys, updateRecord, type VersionRecord } from "../store/records.js";
 import { notePublished } from "../transactions/references.js";
-import { Upstream, UPSTREAM_LIMITS, type FeedChange, type UpstreamLimits } from "./upstream.js";
+import { Upstream, UPSTREAM_LIMITS, type FeedChange, type UpstreamLimits, type UpstreamVersion } from "./upstream.js";
 
 /** Options of {@link mirrorDepot}. */
 export interface MirrorOptions {
@@ -147,6 +147,37 @@ async function applyChange(
   return copied ? "copied" : "present";
 }
 
+/** The `transaction` prefix of a version pull-through copied (`pull:<upstream>`): /version marks it `pulled`. */
+export const PULLED = "pull";
+
+/**
+ * Pull-through's copy of one version (depot/mirror/pull-through.ts): the mirror's per-version copy,
+ * its digest check and body bounds, refused before any byte is fetched when the upstream lists more
+ * than `maxBytes`; then published here (listed, with a change entry). True when this call copied it.
+ * O(items) store calls, one range read per item blob the store lacks.
+ */
+export async function pullVersion(
+  store: PackageStore,
+  upstream: Upstream,
+  name: string,
+  version: string,
+  now: () => Date,
+  maxBytes: number,
+): Promise<boolean> {
+  const listed = await upstream.version(name, version);
+  if (listed.size > maxBytes)
+    throw new RunnerDepotError(
+      "UNAVAILABLE",
+      `upstream's ${name}@${version} is ${listed.size} bytes; pull-through takes at most ${maxBytes}`,
+    );
+  const report: MirrorReport = { position: 0, copied: 0, present: 0, yanks: 0, bytesFetched: 0, blobsReused: 0 };
+  const copied = await copyVersion(store, upstream, name, version, report, listed, PULLED);
+  const position = await publishVersion(store, name, version, now());
+  await compactAfter(store, position);
+  if (listed.yanked) await setYank(store, name, version, listed.yanked.reason, now(), { at: listed.yanked.at });
+  return copied;
+}
+
 /**
  * Writes `name@version`'s blobs and version record unless the record is there; true when it wrote it.
  * The record is written only after the archive rebuilt here hashes to the upstream's digest.
@@ -157,8 +188,10 @@ async function copyVersion(
   name: string,
   version: string,
   report: MirrorReport,
+  known?: UpstreamVersion,
+  origin = "mirror",
 ): Promise<boolean> {
-  const listed = await upstream.version(name, version);
+  const listed = known ?? (await upstream.version(name, version));
   const existing = (await store.getRecord<VersionRecord>(keys.version(name, version)))?.value;
   if (existing) {
     if (existing.digest !== listed.digest)
@@ -211,7 +244,7 @@ async function copyVersion(
     itemCount: manifest.items.length,
     attributes: manifest.attributes,
     requires: manifest.requires,
-    transaction: `mirror:${upstream.url}`.slice(0, 512),
+    transaction: `${origin}:${upstream.url}`.slice(0, 512),
   };
   if ((await store.putRecord(keys.version(name, version), record, { ifRevision: null })) === null) {
     // Another run wrote it meanwhile: the same bytes, or a conflict.

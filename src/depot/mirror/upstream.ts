@@ -116,6 +116,14 @@ export class Upstream {
     return out;
   }
 
+  /** The newest version the upstream resolves `name` to (its `latest`). */
+  async latest(name: string): Promise<string> {
+    const body = await this.json<{ latest?: unknown }>(`/version/${name}?limit=1`);
+    if (typeof body.latest !== "string" || body.latest.length === 0 || body.latest.length > 256)
+      throw new RunnerDepotError("UNAVAILABLE", `upstream ${this.url}: no latest version of ${name}`);
+    return body.latest;
+  }
+
   /**
    * Bytes [start, start + length) of `name@version`'s archive: exactly `length` of them, or UNAVAILABLE
    * (an upstream that ignores the range or sends more is cut at `length`).
@@ -195,5 +203,8 @@ function upstreamError(status: number, what: string, bytes: Buffer): RunnerDepot
     // not a problem body: the status says enough
   }
   const code = status === 401 || status === 403 ? "PERMISSION_DENIED" : "UNAVAILABLE";
-  return new RunnerDepotError(code, `upstream: ${what} answered ${status}${detail}`);
+  // `upstreamStatus` lets pull-through tell "the upstream has no such version" (404) from an outage.
+  return new RunnerDepotError(code, `upstream: ${what} answered ${status}${detail}`, {
+    details: { upstreamStatus: status },
+  });
 }

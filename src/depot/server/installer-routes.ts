@@ -5,7 +5,7 @@
  */
 import type { Span } from "@opentelemetry/api";
 import type { IRequest } from "itty-router";
-import { RunnerDepotError } from "../../errors.js";
+import { isRunnerDepotError, RunnerDepotError } from "../../errors.js";
 import { traceContextOf } from "../../telemetry.js";
 import { matchesEtag, serveBytes, type ByteSource } from "./blob-response.js";
 import { answerCatalog, catalogEtag, catalogFloor, parseCatalogQuery } from "../catalog/catalog-route.js";
@@ -54,9 +54,28 @@ export function registerInstallerRoutes(context: RouterContext): void {
   };
   getAndHead(router, "/catalog", catalogHandler);
 
+  /**
+   * `answer()`, and on a miss (no such package or version here) with an upstream: one pull of
+   * `name@version` and `answer()` again. Without an upstream, or when it lacks the version, the miss stands.
+   */
+  async function orPull<T>(name: string, version: string | undefined, principal: string, answer: () => Promise<T>) {
+    try {
+      return await answer();
+    } catch (error) {
+      const miss =
+        isRunnerDepotError(error) && (error.code === "PACKAGE_NOT_FOUND" || error.code === "VERSION_NOT_FOUND");
+      if (!miss || !context.pull || !(await context.pull(name, version, principal))) throw error;
+      return answer();
+    }
+  }
+
   getAndHead(router, "/version/:pkg", async (request) => {
     const ref = parsePackageRef(request.params.pkg!);
-    await principalOf(request, "read", ref.name);
+    const principal = await principalOf(request, "read", ref.name);
+    return orPull(ref.name, ref.version, principal, () => versionAnswer(ref, request));
+  });
+
+  async function versionAnswer(ref: { name: string; version?: string }, request: IRequest): Promise<Response> {
     const listed = await visiblePackage(ref.name);
     if (ref.version && !listed.versions.includes(ref.version))
       throw new RunnerDepotError("VERSION_NOT_FOUND", `No version ${ref.version} of ${ref.name}`);
@@ -73,20 +92,24 @@ export function registerInstallerRoutes(context: RouterContext): void {
     if (page.next !== undefined)
       headers.Link = `<${base}/version/${ref.name}?limit=${query.limit}&after=${encodeURIComponent(page.next)}>; rel="next"`;
     return json(200, { name: ref.name, latest: listed.latest, versions: page.entries }, headers);
-  });
+  }
 
   getAndHead(router, "/depend/:pkg", async (request) => {
     const ref = parsePackageRef(request.params.pkg!);
-    await principalOf(request, "read", ref.name);
-    const { record: v, yanked } = await publishedVersionYank(ref.name, ref.version);
+    const principal = await principalOf(request, "read", ref.name);
+    const { record: v, yanked } = await orPull(ref.name, ref.version, principal, () =>
+      publishedVersionYank(ref.name, ref.version),
+    );
     return json(200, { name: v.name, version: v.version, requires: v.requires }, yankHeaders(yanked));
   });
 
   const dataHandler = (request: IRequest) =>
     download(request, async (span) => {
       const ref = parsePackageRef(request.params.pkg!);
-      await principalOf(request, "read", ref.name);
-      const { record: v, yanked } = await publishedVersionYank(ref.name, ref.version);
+      const principal = await principalOf(request, "read", ref.name);
+      const { record: v, yanked } = await orPull(ref.name, ref.version, principal, () =>
+        publishedVersionYank(ref.name, ref.version),
+      );
       // No attributes object when nothing records (no provider): the library's default path.
       if (span.isRecording()) span.setAttributes({ "depot.package": v.name, "depot.version": v.version });
       return {

@@ -34,6 +34,11 @@ export interface RouterContext extends RouterAccess {
   storeFormat(): Promise<FormatRecord>;
   /** A URL for a path below the base: absolute under `publicUrl`, else relative. */
   linkTo(location: string): string;
+  /**
+   * Pull-through (router option `upstream`): copies `name@version` from the upstream on a read miss;
+   * true when the store now holds it. Absent without an upstream.
+   */
+  pull?(name: string, version: string | undefined, principal: string): Promise<boolean>;
   /** Called once per version a commit publishes (the first answer, not a repeat): the provenance hook. */
   published?(name: string, version: string, principal: string): Promise<void>;
 }

@@ -27,6 +27,7 @@ import { routeOf } from "./route-label.js";
 import { createRouterAccess } from "./access.js";
 import type { RouterContext } from "./router-context.js";
 import { timeStore } from "../store/metrics.js";
+import { PullThrough, type PullThroughOptions } from "../mirror/pull-through.js";
 import { DEFAULT_LIMITS, Transactions, type DepotLimits } from "../transactions/lifecycle.js";
 
 /**
@@ -73,6 +74,12 @@ export interface PackageRouterOptions extends DepotTelemetryOptions {
    * commit answers. A failure to sign is logged; the version stays published.
    */
   provenance?: ProvenanceOptions;
+  /**
+   * Pull-through (issue 27 item 2): a read of an unknown package or version is answered from this
+   * upstream depot, checked, stored here and served; what is held keeps being served while the
+   * upstream is down. Bounds and who may trigger a pull: PullThroughOptions.
+   */
+  upstream?: PullThroughOptions;
   /** The clock (tests). */
   now?: () => Date;
   /**
@@ -202,6 +209,10 @@ export function createPackageRouter(rawStore: PackageStore, options: PackageRout
     storeFormat: () => opened!,
     linkTo,
   };
+  if (options.upstream) {
+    const pulls = new PullThrough(store, options.upstream, now);
+    context.pull = (name, version, principal) => pulls.pull(name, version, principal);
+  }
   const provenance = options.provenance;
   if (provenance) {
     context.published = async (name, version, principal) => {

@@ -1,4 +1,5 @@
 /** `GET /version/<name>` in pages bounded by count and bytes (issue 30 item 4; docs/depot-api.md). */
+import { PULLED } from "../mirror/mirror.js";
 import { RunnerDepotError } from "../../errors.js";
 import { parseVersion } from "../package/names.js";
 import type { PackageStore } from "../ports.js";
@@ -25,6 +26,8 @@ export interface VersionEntry {
   attributes: Record<string, string>;
   /** Present on a yanked version: why, and since when. */
   yanked?: { reason: string; at: string };
+  /** Present on a version a pull-through depot copied from its upstream on a miss (held here since). */
+  pulled?: true;
 }
 
 /** The `limit` and `after` query of `/version/<name>`. */
@@ -83,6 +86,7 @@ export async function versionPage(
       };
       const mark = yanked && Object.hasOwn(yanked, v.version) ? yanked[v.version]! : undefined;
       if (mark) entry.yanked = { reason: mark.reason, at: mark.at };
+      if (v.transaction.startsWith(`${PULLED}:`)) entry.pulled = true;
       entries.push(entry);
       bytes += Buffer.byteLength(JSON.stringify(entry));
       if (bytes > VERSION_PAGE_BYTES) break;
