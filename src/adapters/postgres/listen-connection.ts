@@ -32,8 +32,13 @@ interface ListenConnectionHooks {
 
 /** The owner's handle on the connection. */
 interface ListenConnection {
-  /** The connected client (for the owner's own queries, e.g. NOTIFY), or null while away. */
+  /** The connected client (for the owner's own queries, e.g. NOTIFY, through `query`), or null while away. */
   client(): Client | null;
+  /**
+   * Runs a statement on `c` after every other statement this connection sent on it: pings,
+   * LISTEN and the owner's own share one client, and pg deprecates overlapping queries.
+   */
+  query(c: Client, text: string, values?: unknown[]): Promise<unknown>;
   /** Connects (and LISTENs) unless connected or connecting; never rejects. */
   open(): Promise<void>;
   /** Drops `c` as lost (its owner saw it time out) and reconnects; nothing if it is no longer current. */
@@ -74,6 +79,17 @@ export function createListenConnection(
   let pingTimer: NodeJS.Timeout | null = null;
   const pingEvery = hooks.pingMs?.every ?? 15_000;
   const pingTimeout = hooks.pingMs?.timeout ?? 10_000;
+
+  // Each client's last statement: the next one starts after it settles. O(1) a statement.
+  const tails = new WeakMap<Client, Promise<unknown>>();
+  function query(c: Client, text: string, values?: unknown[]): Promise<unknown> {
+    const run = (tails.get(c) ?? Promise.resolve()).then(() => c.query(text, values));
+    tails.set(
+      c,
+      run.catch(() => undefined),
+    );
+    return run;
+  }
 
   function report(error: unknown) {
     try {
@@ -119,7 +135,7 @@ export function createListenConnection(
       deadline.unref?.();
       // LISTEN again when listening: a no-op for the server, and the session's last query
       // (pg_stat_activity) stays the LISTEN that monitoring looks for.
-      c.query(listening ? `LISTEN ${quoted}` : "SELECT 1").then(
+      query(c, listening ? `LISTEN ${quoted}` : "SELECT 1").then(
         () => {
           answered = true;
           clearTimeout(deadline);
@@ -155,7 +171,7 @@ export function createListenConnection(
   async function listenOn(c: Client): Promise<void> {
     if (listening || !wantsListen()) return;
     listening = true;
-    await c.query(`LISTEN ${quoted}`);
+    await query(c, `LISTEN ${quoted}`);
   }
 
   function open(): Promise<void> {
@@ -188,6 +204,7 @@ export function createListenConnection(
 
   return {
     client: () => client,
+    query,
     open,
     lost(c, error) {
       if (client === c) onLost(error);

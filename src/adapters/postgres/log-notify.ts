@@ -130,7 +130,7 @@ export function createPostgresLogNotifier(
     pending = new Map();
     const statement = (async () => {
       try {
-        await client.query(`SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, [channel, payloads]);
+        await connection.query(client, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, [channel, payloads]);
       } catch (error) {
         // Followers elsewhere fall back to their poll: late, not lost. A timed-out or broken
         // connection is dropped and reopened, not used again.
