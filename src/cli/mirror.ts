@@ -62,7 +62,7 @@ export const mirrorCommand: Command = {
           ),
       });
       process.stderr.write(
-        `mirrored ${url.href} through position ${report.position}: ${report.copied} copied, ${report.present} present, ${report.yanks} yanks, ${report.bytesFetched} bytes fetched, ${report.blobsReused} blobs reused\n`,
+        `mirrored ${url.href} through position ${report.position}: ${report.copied} copied, ${report.present} present, ${report.yanks} yanks, ${report.attestations} attestations, ${report.bytesFetched} bytes fetched, ${report.blobsReused} blobs reused\n`,
       );
       return 0;
     } finally {
