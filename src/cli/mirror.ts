@@ -7,10 +7,11 @@ import { CliError, DEFAULT_DATA_DIR, type Command } from "./args.js";
 
 const usage = `Usage: runner-depot mirror <upstream-url> [options]
 
-Copies every version (its items, only the bytes this store lacks) and every yank of the
-depot at <upstream-url> into the depot store under --data, following the upstream's
-change feed from where the last run stopped. Each version's archive is rebuilt here and
-checked against the upstream's digest before it becomes visible. A run killed anywhere
+Copies every version (its items, only the bytes this store lacks), every yank and every
+attestation of the depot at <upstream-url> into the depot store under --data, following
+the upstream's change feed from where the last run stopped. Each version's archive is
+rebuilt here and checked against the upstream's digest before it becomes visible; each
+attestation's subjects are checked against the content copied here before it is stored. A run killed anywhere
 resumes without duplicates. 'runner-depot serve --data <dir>' serves the copy.
 
 Options:

@@ -44,7 +44,7 @@ export interface MirrorOptions {
    */
   trustedKeys?: TrustedKeySet;
   /** Called after each change applied (progress). */
-  onChange?: (change: FeedChange, outcome: MirrorOutcome) => void;
+  onChange?: (change: FeedChange, outcome: "copied" | "present" | "yank" | "attestation") => void;
   /** The clock (tests). */
   now?: () => Date;
 }
