@@ -4,6 +4,7 @@
  * version's bundles (their feed entries say `attested`), checks their subjects against the content it
  * copied, and the client verifies them on the mirror. A lying upstream's bundle is refused.
  */
+import { createHash } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
@@ -16,7 +17,9 @@ import type { PackageStore } from "../../../src/depot/ports.js";
 import { createPackageRouter } from "../../../src/depot/server/router.js";
 import { servePackageRouter } from "../../../src/depot/server/serve.js";
 import { generateSigningKey, signingKeyFromPem, trustedKeyEntry } from "../../../src/depot/signing/keys.js";
-import { addAttestation } from "../../../src/depot/store/attestations.js";
+import { signBundle } from "../../../src/depot/signing/bundle.js";
+import { signedVersionStatement } from "../../../src/depot/signing/statement.js";
+import { addAttestation, versionContent, type AttestationRecord } from "../../../src/depot/store/attestations.js";
 import { keys, type VersionRecord } from "../../../src/depot/store/records.js";
 import { failure } from "../../fixtures/errors.js";
 
@@ -154,5 +157,52 @@ describe("mirroring attestations between two real depots", () => {
     );
     expect(error).toMatchObject({ code: "KEY_UNTRUSTED" });
     expect(error.message).toContain("tool@1.0.0");
+  });
+  it("a bundle listed but never sequenced (a kill between) gets its entry when it is added again", async () => {
+    await up.client.publish({ name: "tool", version: "3.0.0", items: items("#!/bin/sh\necho 3\n") });
+    const record = (await up.store.getRecord<VersionRecord>(keys.version("tool", "3.0.0")))!.value;
+    const content = await versionContent(up.store, record);
+    const statement = signedVersionStatement(content, new Date());
+    const body = JSON.stringify(
+      signBundle(Buffer.from(JSON.stringify(statement)), signingKeyFromPem(release.privateKey)),
+    );
+    const digest = `sha256:${createHash("sha256").update(body).digest("hex")}`;
+    // What a call killed after listing the bundle leaves: its blob, and its entry flagged unsequenced.
+    await up.store.putBlob(
+      (async function* () {
+        yield Buffer.from(body);
+      })(),
+    );
+    const listed = {
+      digest,
+      size: Buffer.byteLength(body),
+      keyId: release.keyId,
+      predicateType: statement.predicateType,
+    };
+    await up.store.putRecord(
+      keys.attestation("tool", "3.0.0"),
+      {
+        name: "tool",
+        version: "3.0.0",
+        attestations: [
+          { ...listed, signedAt: new Date().toISOString(), addedAt: new Date().toISOString(), unsequenced: true },
+        ],
+      } satisfies AttestationRecord,
+      { ifRevision: null },
+    );
+    expect((await feed(up.url)).some((c) => c.attested === digest)).toBe(false);
+    const again = await fetch(`${up.url}/attestations/tool@3.0.0`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body,
+    });
+    expect(again.status).toBe(200);
+    const answer = (await again.json()) as Record<string, unknown>;
+    expect(answer).toMatchObject({ digest });
+    expect(answer).not.toHaveProperty("unsequenced");
+    expect((await feed(up.url)).filter((c) => c.attested === digest)).toHaveLength(1);
+    // Repeated once sequenced: nothing more is appended.
+    await fetch(`${up.url}/attestations/tool@3.0.0`, { method: "POST", body });
+    expect((await feed(up.url)).filter((c) => c.attested === digest)).toHaveLength(1);
   });
 });
