@@ -89,6 +89,13 @@ describe("mirroring attestations between two real depots", () => {
       { position: 2, name: "tool", version: "1.0.0", attested: bundle!.digest },
     ]);
     expect(upFeed[0]).not.toHaveProperty("attested");
+    // An attestation entry changes no package's versions, on a catalog page or in a since answer.
+    for (const query of ["", "?since=0"]) {
+      const answer = (await (await fetch(`${up.url}/catalog${query}`)).json()) as {
+        packages: Record<string, { versions: string[]; latest: string }>;
+      };
+      expect(answer.packages.tool).toMatchObject({ versions: ["1.0.0"], latest: "1.0.0" });
+    }
 
     const store = await newStore();
     const first = await mirrorDepot(store, { upstream: up.url });
