@@ -4,11 +4,14 @@
  * copies nothing; usage errors exit 2.
  */
 import { spawn } from "node:child_process";
+import { writeFile } from "node:fs/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createFsStore } from "../../src/adapters/fs/store.js";
 import { bundleCli } from "../fixtures/cli-bundle.js";
 import { bundleDepotServer, spawnDepot } from "../fixtures/depot-process.js";
 import { publish, startDepot, tempDir } from "../fixtures/depot.js";
+import { createDepotClient } from "../../src/depot/client/depot-client.js";
+import { generateSigningKey, signingKeyFromPem, trustedKeyEntry } from "../../src/depot/signing/keys.js";
 
 const cleanups: Array<() => Promise<unknown>> = [];
 afterAll(async () => {
@@ -78,6 +81,48 @@ describe("runner-depot mirror", () => {
       const [a, b] = await Promise.all([fetch(`${local.url}/version/${name}`), fetch(`${up.url}/version/${name}`)]);
       expect(await a.json()).toEqual(await b.json());
     }
+  });
+
+  it("--trusted-keys: copies a bundle signed by a trusted key, and stops at one that is not", async () => {
+    const tmp = await tempDir("cli-mirror-keys-");
+    cleanups.push(tmp.cleanup);
+    const release = generateSigningKey();
+    const other = generateSigningKey();
+    const up = await startDepot(createFsStore(`${tmp.dir}/up`, { unsafeNoSync: true }), {
+      trustedKeys: { keys: [trustedKeyEntry(release)] },
+    });
+    cleanups.push(() => up.close());
+    await createDepotClient({ baseUrl: up.url }).publish({
+      name: "tool",
+      version: "1.0.0",
+      items: [{ type: "file", path: "bin/tool", content: "echo 1\n" }],
+      sign: signingKeyFromPem(release.privateKey),
+    });
+    const keysFile = async (name: string, key: ReturnType<typeof generateSigningKey>) => {
+      await writeFile(`${tmp.dir}/${name}.json`, JSON.stringify({ keys: [trustedKeyEntry(key)] }));
+      return `${tmp.dir}/${name}.json`;
+    };
+    const refused = await run([
+      "mirror",
+      up.url,
+      "--data",
+      `${tmp.dir}/a`,
+      "--trusted-keys",
+      await keysFile("other", other),
+    ]);
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toContain("not trusted");
+    const copied = await run([
+      "mirror",
+      up.url,
+      "--data",
+      `${tmp.dir}/b`,
+      "--trusted-keys",
+      await keysFile("release", release),
+    ]);
+    expect(copied.code, copied.stderr).toBe(0);
+    expect(copied.lines.map((l) => (JSON.parse(l) as { outcome: string }).outcome)).toEqual(["copied", "attestation"]);
+    expect(copied.stderr).toContain("1 attestations");
   });
 
   it("usage errors exit 2", async () => {

@@ -1,6 +1,6 @@
 /**
  * Property tests of what yank and the mirror parse from others: a yank reason (Pkg-Reason, decoded),
- * an upstream's feed page, and the size field of the manifest's tar header. Each either returns a value
+ * an upstream's feed page (publish, yank and attestation entries), and the size field of the manifest's tar header. Each either returns a value
  * meeting its documented rule or throws a RunnerDepotError with its documented code — nothing else.
  */
 import fc from "fast-check";
@@ -26,6 +26,12 @@ const change = fc.record(
     name: fc.oneof(fc.constantFrom("lib", "app"), fc.string({ maxLength: 8 }), fc.integer()),
     version: fc.oneof(fc.constantFrom("1.0.0", "2.0.0-rc.1"), fc.string({ maxLength: 8 })),
     yanked: fc.oneof(fc.string({ maxLength: 10 }), fc.constant(null), fc.integer()),
+    attested: fc.oneof(
+      fc.constant(`sha256:${"ab".repeat(32)}`),
+      fc.stringMatching(/^sha256:[0-9a-f]{60,66}$/),
+      fc.string({ maxLength: 12 }),
+      fc.constant(null),
+    ),
     extra: fc.anything(),
   },
   { requiredKeys: [] },
@@ -83,8 +89,14 @@ describe("yank and mirror inputs", () => {
             expect(c.position).toBeLessThanOrEqual(position);
             expect(typeof c.name).toBe("string");
             expect(typeof c.version).toBe("string");
-            expect(Object.keys(c).every((k) => ["position", "name", "version", "yanked"].includes(k))).toBe(true);
+            const members = ["position", "name", "version", "yanked", "attested"];
+            expect(Object.keys(c).every((k) => members.includes(k))).toBe(true);
             if ("yanked" in c) expect(c.yanked === null || typeof c.yanked === "string").toBe(true);
+            // A yank entry is never also an attestation entry; an attestation names a bundle digest.
+            if ("attested" in c) {
+              expect("yanked" in c).toBe(false);
+              expect(c.attested).toMatch(/^sha256:[0-9a-f]{64}$/);
+            }
             last = c.position;
           }
         }),

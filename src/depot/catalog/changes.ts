@@ -21,6 +21,11 @@ export interface ChangeEntry {
    * Absent on a publish entry.
    */
   yanked?: string | null;
+  /**
+   * On an attestation entry (depot/store/attestations.ts): the digest of the bundle added to `version`.
+   * Absent on publish and yank entries.
+   */
+  attested?: string;
 }
 
 /** Positions per shard: keeps every fs directory of the log small; also the size of a pack. */
@@ -168,6 +173,7 @@ async function appendNow(
       first: entry.first,
       at: entry.at,
       ...(entry.yanked !== undefined ? { yanked: entry.yanked } : {}),
+      ...(entry.attested !== undefined ? { attested: entry.attested } : {}),
     };
     // Announced: routers in other processes move their catalog head on it (depot/catalog/head.ts).
     const onVisible = (applied: boolean) => {
@@ -301,7 +307,13 @@ export async function findRecentChange(
     const read = await mapLimit(batch, 16, (p) => readChange(store, p));
     for (const entry of read) {
       if (!entry) continue;
-      if (entry.name === name && entry.version === version && entry.yanked === undefined) return entry.position;
+      if (
+        entry.name === name &&
+        entry.version === version &&
+        entry.yanked === undefined &&
+        entry.attested === undefined
+      )
+        return entry.position;
       if (Date.parse(entry.at) < sinceMs) return null;
     }
     position -= batch.length;

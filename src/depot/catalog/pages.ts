@@ -166,6 +166,8 @@ async function bringForward(store: PackageStore, page: PageRecord, head: number)
 
 function withVersion(pkg: CatalogPackage, entry: ChangeEntry): CatalogPackage {
   if (entry.yanked !== undefined) return withYank(pkg, entry);
+  // An attestation entry changes no version list.
+  if (entry.attested !== undefined) return pkg;
   if (pkg.versions.includes(entry.version)) return pkg;
   const versions = sortVersions([...pkg.versions, entry.version]);
   const next: CatalogPackage = {

@@ -17,6 +17,11 @@ import { setYank } from "../catalog/yank.js";
 import type { PackageStore } from "../ports.js";
 import { keys, updateRecord, type VersionRecord } from "../store/records.js";
 import { notePublished } from "../transactions/references.js";
+import { addAttestation, versionContent } from "../store/attestations.js";
+import { IN_TOTO_PAYLOAD_TYPE, parseBundle } from "../signing/bundle.js";
+import { checkSubjects, parseStatement } from "../signing/statement.js";
+import { loadTrustedKeys, type TrustedKeySet } from "../signing/keys.js";
+import { verifyAttestation, type VerifiedAttestation } from "../signing/verify.js";
 import { Upstream, UPSTREAM_LIMITS, type FeedChange, type UpstreamLimits, type UpstreamVersion } from "./upstream.js";
 
 /** Options of {@link mirrorDepot}. */
@@ -33,11 +38,19 @@ export interface MirrorOptions {
   signal?: AbortSignal;
   /** Bounds of every read from the upstream. */
   limits?: Partial<UpstreamLimits>;
+  /**
+   * When given, every attestation copied must also be signed by one of these keys, valid and not revoked
+   * (the mirror's `verify` policy); without it each is checked for shape and subjects only.
+   */
+  trustedKeys?: TrustedKeySet;
   /** Called after each change applied (progress). */
-  onChange?: (change: FeedChange, outcome: "copied" | "present" | "yank") => void;
+  onChange?: (change: FeedChange, outcome: "copied" | "present" | "yank" | "attestation") => void;
   /** The clock (tests). */
   now?: () => Date;
 }
+
+/** What applying one change did. */
+type MirrorOutcome = "copied" | "present" | "yank" | "attestation";
 
 /** What a run did. */
 export interface MirrorReport {
@@ -47,6 +60,8 @@ export interface MirrorReport {
   /** Versions found already present (a resumed run's last change, or a shared store). */
   present: number;
   yanks: number;
+  /** Attestation bundles stored here (new to this store). */
+  attestations: number;
   /** Item and manifest bytes read from the upstream's archives. */
   bytesFetched: number;
   /** Item blobs the store already held, not fetched. */
@@ -80,6 +95,7 @@ export async function mirrorDepot(store: PackageStore, options: MirrorOptions): 
     options.signal,
   );
   const now = options.now ?? (() => new Date());
+  const trusted = options.trustedKeys ? loadTrustedKeys(options.trustedKeys) : undefined;
   const key = mirrorKey(upstream.url);
   const saved = (await store.getRecord<MirrorState>(key))?.value;
   const report: MirrorReport = {
@@ -87,6 +103,7 @@ export async function mirrorDepot(store: PackageStore, options: MirrorOptions): 
     copied: 0,
     present: 0,
     yanks: 0,
+    attestations: 0,
     bytesFetched: 0,
     blobsReused: 0,
   };
@@ -101,7 +118,7 @@ export async function mirrorDepot(store: PackageStore, options: MirrorOptions): 
     }
     for (const change of page.changes) {
       if (options.signal?.aborted) return report;
-      const outcome = await applyChange(store, upstream, change, now, report);
+      const outcome = await applyChange(store, upstream, change, now, report, trusted);
       report.position = change.position;
       await savePosition(store, key, upstream.url, change.position, now);
       options.onChange?.(change, outcome);
@@ -128,9 +145,14 @@ async function applyChange(
   change: FeedChange,
   now: () => Date,
   report: MirrorReport,
-): Promise<"copied" | "present" | "yank"> {
+  trusted: ReturnType<typeof loadTrustedKeys> | undefined,
+): Promise<MirrorOutcome> {
   const name = parsePackageName(change.name);
   const version = parseVersion(change.version);
+  if (change.attested !== undefined) {
+    report.attestations += await copyAttestations(store, upstream, name, version, now(), trusted);
+    return "attestation";
+  }
   if (change.yanked !== undefined) {
     // The upstream's own time of the mark, when it still has it (a later change may have replaced it).
     const listed = change.yanked === null ? undefined : await upstream.version(name, version);
@@ -170,7 +192,16 @@ export async function pullVersion(
       "UNAVAILABLE",
       `upstream's ${name}@${version} is ${listed.size} bytes; pull-through takes at most ${maxBytes}`,
     );
-  const report: MirrorReport = { position: 0, copied: 0, present: 0, yanks: 0, bytesFetched: 0, blobsReused: 0 };
+  // A pulled version comes without its attestations: a client verifying it reads them from the upstream.
+  const report: MirrorReport = {
+    position: 0,
+    copied: 0,
+    present: 0,
+    yanks: 0,
+    attestations: 0,
+    bytesFetched: 0,
+    blobsReused: 0,
+  };
   const copied = await copyVersion(store, upstream, name, version, report, listed, PULLED);
   const position = await publishVersion(store, name, version, now());
   await compactAfter(store, position);
@@ -255,6 +286,52 @@ async function copyVersion(
   }
   await notePublished(store, name, seen);
   return true;
+}
+
+/**
+ * Copies the attestations `name@version` carries upstream that this store lacks: each bundle's shape and
+ * statement parsed and its subjects checked against the content held here (and, with `trusted`, its
+ * signature) before it is stored; a bundle that fails stops the run (SUBJECT_MISMATCH, ATTESTATION_INVALID…).
+ * Answers how many were new here. O(bundles × files); one bounded GET.
+ */
+async function copyAttestations(
+  store: PackageStore,
+  upstream: Upstream,
+  name: string,
+  version: string,
+  now: Date,
+  trusted: ReturnType<typeof loadTrustedKeys> | undefined,
+): Promise<number> {
+  const record = (await store.getRecord<VersionRecord>(keys.version(name, version)))?.value;
+  if (!record)
+    throw new RunnerDepotError("UNAVAILABLE", `upstream: an attestation of ${name}@${version}, not mirrored here`);
+  const bundles = await upstream.attestations(name, version);
+  if (bundles.length === 0) return 0;
+  const content = await versionContent(store, record);
+  let added = 0;
+  for (const bundle of bundles) {
+    const held = trusted ? verifyAttestation(bundle, content, trusted, now) : checkedUnsigned(bundle, content);
+    // Stored as re-serialised JSON: the signature covers the DSSE payload, not the bundle's spacing.
+    const { created } = await addAttestation(store, record, Buffer.from(JSON.stringify(bundle)), held, now);
+    if (created) added++;
+  }
+  return added;
+}
+
+/** A bundle's shape, statement and subjects checked against `content`, its key taken at its word. */
+function checkedUnsigned(bundle: unknown, content: Parameters<typeof checkSubjects>[1]): VerifiedAttestation {
+  const parsed = parseBundle(bundle);
+  if (parsed.payloadType !== IN_TOTO_PAYLOAD_TYPE)
+    throw new RunnerDepotError("ATTESTATION_INVALID", `${content.name}@${content.version}: not an in-toto payload`);
+  const statement = parseStatement(parsed.payload);
+  checkSubjects(statement.statement, content);
+  return {
+    keyId: parsed.keyId,
+    predicateType: statement.statement.predicateType,
+    signedAt: new Date(statement.signedAt).toISOString(),
+    ...(statement.builderId !== undefined ? { builderId: statement.builderId } : {}),
+    ...(statement.requestId !== undefined ? { requestId: statement.requestId } : {}),
+  };
 }
 
 /** A tar header's size field (octal digits, NUL or space padded); NaN for anything else. */

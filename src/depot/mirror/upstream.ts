@@ -5,6 +5,7 @@
  */
 import { RunnerDepotError } from "../../errors.js";
 import { readBounded, readJson, timedChunks } from "../client/body.js";
+import { MAX_ATTESTATIONS } from "../store/attestations.js";
 
 /** Bounds of the mirror's reads. */
 export interface UpstreamLimits {
@@ -16,6 +17,8 @@ export interface UpstreamLimits {
   idleMs: number;
   /** The longest a JSON answer may take, ms. */
   jsonMs: number;
+  /** Largest `GET /attestations` answer (up to 16 bundles, as JSON). */
+  maxAttestationBytes: number;
 }
 
 export const UPSTREAM_LIMITS: UpstreamLimits = {
@@ -23,6 +26,7 @@ export const UPSTREAM_LIMITS: UpstreamLimits = {
   maxManifestBytes: 64 * 2 ** 20,
   idleMs: 30_000,
   jsonMs: 120_000,
+  maxAttestationBytes: 64 * 2 ** 20,
 };
 
 /** One entry of the upstream's `changes`. */
@@ -31,6 +35,8 @@ export interface FeedChange {
   name: string;
   version: string;
   yanked?: string | null;
+  /** On an attestation entry: the digest of the bundle added to the version. */
+  attested?: string;
 }
 
 /** A `GET /catalog?since=` answer, reduced to what a mirror uses. */
@@ -74,14 +80,14 @@ export class Upstream {
     }
   }
 
-  private async json<T>(path: string): Promise<T> {
+  private async json<T>(path: string, maxBytes = this.limits.maxJsonBytes): Promise<T> {
     const response = await this.get(path);
     if (response.status !== 200) {
       const { bytes } = await readBounded(response, `GET ${path}`, { maxBytes: 64 * 1024, idleMs: 5_000 }, true);
       throw upstreamError(response.status, `GET ${path}`, bytes);
     }
     return readJson<T>(response, `GET ${path}`, {
-      maxBytes: this.limits.maxJsonBytes,
+      maxBytes,
       idleMs: this.limits.idleMs,
       totalMs: this.limits.jsonMs,
     });
@@ -122,6 +128,21 @@ export class Upstream {
     if (typeof body.latest !== "string" || body.latest.length === 0 || body.latest.length > 256)
       throw new RunnerDepotError("UNAVAILABLE", `upstream ${this.url}: no latest version of ${name}`);
     return body.latest;
+  }
+
+  /**
+   * The bundles of `name@version`'s attestations, as `GET /attestations` lists them (at most
+   * MAX_ATTESTATIONS, bounded by maxAttestationBytes); each still to be checked by the caller.
+   */
+  async attestations(name: string, version: string): Promise<unknown[]> {
+    const path = `/attestations/${name}@${encodeURIComponent(version)}`;
+    const body = await this.json<{ attestations?: unknown }>(path, this.limits.maxAttestationBytes);
+    if (!Array.isArray(body.attestations) || body.attestations.length > MAX_ATTESTATIONS)
+      throw new RunnerDepotError(
+        "UNAVAILABLE",
+        `upstream ${this.url}: no valid attestation list of ${name}@${version}`,
+      );
+    return body.attestations.map((a: unknown) => (a as { bundle?: unknown } | null)?.bundle);
   }
 
   /**
@@ -186,11 +207,13 @@ function checkChange(raw: unknown, since: number, upTo: number): FeedChange {
     (c.position as number) <= upTo &&
     typeof c.name === "string" &&
     typeof c.version === "string" &&
-    (c.yanked === undefined || c.yanked === null || typeof c.yanked === "string");
+    (c.yanked === undefined || c.yanked === null || typeof c.yanked === "string") &&
+    (c.attested === undefined || (typeof c.attested === "string" && /^sha256:[0-9a-f]{64}$/.test(c.attested)));
   if (!ok) throw new RunnerDepotError("UNAVAILABLE", "upstream feed: a malformed change entry");
   // Only the members a mirror reads, so nothing else an upstream sends travels on.
   const change: FeedChange = { position: c.position as number, name: c.name as string, version: c.version as string };
   if (c.yanked !== undefined) change.yanked = c.yanked as string | null;
+  else if (c.attested !== undefined) change.attested = c.attested as string;
   return change;
 }
 

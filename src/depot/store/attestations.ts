@@ -4,6 +4,7 @@
  * attestation route serves). Why: docs/decisions/signed-versions.md.
  */
 import { RunnerDepotError } from "../../errors.js";
+import { appendChange } from "../catalog/changes.js";
 import type { PackageManifest } from "../package/archive.js";
 import type { PackageStore } from "../ports.js";
 import type { VerifiedAttestation } from "../signing/verify.js";
@@ -24,6 +25,8 @@ export interface AttestationEntry {
   addedAt: string;
   builderId?: string;
   requestId?: string;
+  /** Set while its change-feed entry may not be appended yet (never served; see addAttestation). */
+  unsequenced?: true;
 }
 
 /** An `attest/<name>/<version>` record. */
@@ -51,8 +54,13 @@ export async function versionContent(store: PackageStore, version: VersionRecord
 }
 
 /**
- * Stores a verified attestation's bytes and lists it on its version; a bundle already
- * listed is not listed twice. Answers whether it was new. TOO_LARGE past {@link MAX_ATTESTATIONS}.
+ * Stores a verified attestation's bytes, lists it on its version and appends a change-feed entry
+ * naming it (`attested`), so mirrors copy it; a bundle already listed is not listed twice. Answers
+ * whether it was new. TOO_LARGE past {@link MAX_ATTESTATIONS}. O(attestations of the version) plus one append.
+ *
+ * Like a yank (depot/catalog/yank.ts) the entry is listed with `unsequenced` first, then the feed
+ * entry appended, then the flag dropped: a call killed in between leaves the flag, and adding the
+ * same bundle again appends the entry it missed.
  */
 export async function addAttestation(
   store: PackageStore,
@@ -78,7 +86,8 @@ export async function addAttestation(
   };
   let created = false;
   let listed = entry;
-  await updateRecord<AttestationRecord>(store, keys.attestation(version.name, version.version), (current) => {
+  const key = keys.attestation(version.name, version.version);
+  await updateRecord<AttestationRecord>(store, key, (current) => {
     const list = current?.value.attestations ?? [];
     const found = list.find((a) => a.digest === blob.digest);
     created = found === undefined;
@@ -91,9 +100,30 @@ export async function addAttestation(
         "TOO_LARGE",
         `${version.name}@${version.version} carries ${MAX_ATTESTATIONS} attestations already`,
       );
-    return { name: version.name, version: version.version, attestations: [...list, entry] };
+    listed = { ...entry, unsequenced: true };
+    return { name: version.name, version: version.version, attestations: [...list, listed] };
   });
-  return { entry: listed, created };
+  if (listed.unsequenced) {
+    await appendChange(store, {
+      name: version.name,
+      version: version.version,
+      first: false,
+      at: now.toISOString(),
+      attested: blob.digest,
+    });
+    await updateRecord<AttestationRecord>(store, key, (current) => {
+      const list = current?.value.attestations ?? [];
+      if (!list.some((a) => a.digest === blob.digest && a.unsequenced)) return undefined;
+      return { ...current!.value, attestations: list.map((a) => (a.digest === blob.digest ? sequenced(a) : a)) };
+    });
+  }
+  return { entry: sequenced(listed), created };
+}
+
+/** An entry without its `unsequenced` flag. */
+function sequenced(entry: AttestationEntry): AttestationEntry {
+  const { unsequenced: _, ...rest } = entry;
+  return rest;
 }
 
 /** A version's attestation entries (none when it has no record). One read. */
@@ -103,7 +133,7 @@ export async function listAttestations(
   version: string,
 ): Promise<AttestationEntry[]> {
   const record = await store.getRecord<AttestationRecord>(keys.attestation(name, version));
-  return record?.value.attestations ?? [];
+  return (record?.value.attestations ?? []).map(sequenced);
 }
 
 /** Versions one job's record lists at most (a job publishing more still publishes; the list stops). */
