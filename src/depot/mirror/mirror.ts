@@ -192,7 +192,7 @@ export async function pullVersion(
       "UNAVAILABLE",
       `upstream's ${name}@${version} is ${listed.size} bytes; pull-through takes at most ${maxBytes}`,
     );
-  // A pulled version comes without its attestations: a client verifying it reads them from the upstream.
+  // Not copied on a pull (yet): its attestations stay upstream, so `require` clients verify there.
   const report: MirrorReport = {
     position: 0,
     copied: 0,
