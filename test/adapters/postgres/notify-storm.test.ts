@@ -92,18 +92,17 @@ describe("follow() under a forged NOTIFY storm (PostgreSQL log store)", () => {
       const before = b.reads();
       const started = performance.now();
       // Well-formed payloads: counts far past the end, ends that never happened, small counts;
-      // one statement each, queued on each session, so they arrive one by one.
+      // one statement each, one after another on each session (pg deprecates overlapping
+      // queries on a client), the sessions at once, so they arrive one by one.
       await bounded(
         Promise.all(
-          forgers.map((forger, f) =>
-            Promise.all(
-              Array.from({ length: PER_FORGER }, (_, k) => {
-                const n = f * PER_FORGER + k;
-                const payload = k % 3 === 0 ? `${1e12 + n} 0 ${id}` : k % 3 === 1 ? `${n} 1 ${id}` : `${k} 0 ${id}`;
-                return forger.query(`SELECT pg_notify($1, $2)`, [channel, payload]);
-              }),
-            ),
-          ),
+          forgers.map(async (forger, f) => {
+            for (let k = 0; k < PER_FORGER; k++) {
+              const n = f * PER_FORGER + k;
+              const payload = k % 3 === 0 ? `${1e12 + n} 0 ${id}` : k % 3 === 1 ? `${n} 1 ${id}` : `${k} 0 ${id}`;
+              await forger.query(`SELECT pg_notify($1, $2)`, [channel, payload]);
+            }
+          }),
         ),
       );
       // Let the last notifications be delivered and their held events applied.
