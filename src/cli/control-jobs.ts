@@ -6,7 +6,8 @@
 import { RunnerDepotError } from "../errors.js";
 import type { JobPage, RunnerService } from "../runner/index.js";
 import { normalizeRequestId } from "../runner/protocol/request-id.js";
-import type { JobLogStore, JobResult, JobStatus } from "../runner/ports.js";
+import type { JobLogStore, JobResult, JobStatus, LogSections } from "../runner/ports.js";
+import { emptySections } from "../runner/service/log-sections.js";
 
 /** The answer of `POST /-/jobs/<id>/cancel`. */
 export interface CancelJobResponse {
@@ -59,4 +60,26 @@ export async function cancelJobRoute(runner: RunnerService, logs: JobLogStore, s
   }
   const answer: CancelJobResponse = { requestId, result };
   return Response.json(answer);
+}
+
+/**
+ * `GET /-/jobs/<id>/sections` → the job's {@link LogSections} with `storedLines` and `status`
+ * (docs/decisions/log-sections.md). NOT_FOUND for a job never seen. O(sections).
+ */
+export async function jobSectionsRoute(logs: JobLogStore, segment: string): Promise<Response> {
+  let rawId = segment;
+  try {
+    rawId = decodeURIComponent(segment);
+  } catch {
+    // Malformed escapes: not a request ID either, refused below.
+  }
+  const requestId = normalizeRequestId(rawId);
+  if (!requestId) throw new RunnerDepotError("INVALID_ARGUMENT", `not a request ID: ${rawId.slice(0, 64)}`);
+  const state = await logs.get(requestId);
+  if (!state) throw new RunnerDepotError("NOT_FOUND", `no job ${requestId}`);
+  const record = (logs.sections ? await logs.sections(requestId) : null) ?? emptySections();
+  return Response.json(
+    { ...record, storedLines: state.storedLines, status: state.status, exitCode: state.result?.exitCode ?? null },
+    { headers: { "cache-control": "no-store" } },
+  );
 }

@@ -9,7 +9,8 @@ import { RunnerDepotError } from "../errors.js";
 import { mintJobToken, renderCloudInit, type CloudInitAgent, type RunnerService } from "../runner/index.js";
 import { normalizeRequestId } from "../runner/protocol/request-id.js";
 import type { JobLogStore, StoredLine } from "../runner/ports.js";
-import { cancelJobRoute, listJobsRoute } from "./control-jobs.js";
+import { cancelJobRoute, jobSectionsRoute, listJobsRoute } from "./control-jobs.js";
+import { sectionLines } from "../runner/service/log-sections.js";
 import { readBounded } from "../depot/client/body.js";
 import { clientGone } from "../depot/server/native-body.js";
 
@@ -102,7 +103,10 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
       const cancel = /^\/-\/jobs\/([^/]+)\/cancel$/.exec(url.pathname);
       if (request.method === "POST" && cancel) return await cancelJobRoute(options.runner, options.logs, cancel[1]!);
       const match = /^\/-\/jobs\/([^/]+)\/log$/.exec(url.pathname);
-      if (request.method === "GET" && match) return await jobLog(match[1]!, url.searchParams.has("follow"), request);
+      if (request.method === "GET" && match)
+        return await jobLog(match[1]!, url.searchParams.has("follow"), request, url.searchParams.get("section"));
+      const sections = /^\/-\/jobs\/([^/]+)\/sections$/.exec(url.pathname);
+      if (request.method === "GET" && sections) return await jobSectionsRoute(options.logs, sections[1]!);
       throw new RunnerDepotError("NOT_FOUND", `no control route ${request.method} ${url.pathname}`);
     } catch (error) {
       const problem = RunnerDepotError.from(error).toProblem();
@@ -181,12 +185,19 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
     return Response.json(answer, { status: 201 });
   }
 
-  async function jobLog(rawId: string, follow: boolean, request: Request): Promise<Response> {
+  async function jobLog(rawId: string, follow: boolean, request: Request, section: string | null): Promise<Response> {
     const signal = request.signal;
     const requestId = normalizeRequestId(decodeURIComponent(rawId));
     if (!requestId) throw new RunnerDepotError("INVALID_ARGUMENT", `not a request ID: ${rawId}`);
     const state = await options.logs.get(requestId);
     if (!state) throw new RunnerDepotError("NOT_FOUND", `no job ${requestId}`);
+    if (follow && section !== null)
+      throw new RunnerDepotError(
+        "INVALID_ARGUMENT",
+        "?section reads a stored section; it does not combine with ?follow",
+      );
+    // The section's lines (docs/decisions/log-sections.md), or all of them; O(sections) to find it.
+    const range = await sectionLines(options.logs, requestId, state.storedLines, section);
     if (follow && followers >= maxFollowers)
       throw new RunnerDepotError(
         "RESOURCE_EXHAUSTED",
@@ -202,7 +213,7 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
     // Follow: the fan-out's iterator. Otherwise: the store read a page at a time (O(page) a pull).
     const lines: AsyncIterator<StoredLine> = follow
       ? runner.follow(requestId, { signal: stop.signal })[Symbol.asyncIterator]()
-      : pages(logs, requestId);
+      : pages(logs, requestId, range.from, section === null ? Number.MAX_SAFE_INTEGER : range.to);
     let done = false;
     // The server's request signal does not follow the socket: a follower that left while the
     // job is silent is noticed here, once a second, and frees its slot.
@@ -257,11 +268,12 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
 }
 
 /** The stored log a page at a time: one `logs.read` per PAGE_LINES lines, only when asked. */
-async function* pages(logs: JobLogStore, requestId: string): AsyncGenerator<StoredLine> {
-  for (let from = 0; ;) {
-    const page = await logs.read(requestId, from, PAGE_LINES);
+async function* pages(logs: JobLogStore, requestId: string, from: number, to: number): AsyncGenerator<StoredLine> {
+  while (from < to) {
+    const want = Math.min(PAGE_LINES, to - from);
+    const page = await logs.read(requestId, from, want);
     yield* page;
-    if (page.length < PAGE_LINES) return;
+    if (page.length < want) return;
     from += page.length;
   }
 }

@@ -5,6 +5,8 @@
  * log scrolls sideways instead of wrapping, which keeps every line one row high (the
  * virtualised viewer needs that).
  */
+import { SECTION_CSS } from "./sections.js";
+
 export const CONSOLE_CSS = `
 :root { --fg: #1b1f24; --muted: #4f5863; --bg: #ffffff; --line: #d0d7de; --accent: #0a58ca; --panel: #f6f8fa;
   --log-bg: #101418; --log-fg: #e6e6e6; --row: 20px; font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; }
@@ -78,4 +80,4 @@ dl.summary dd { margin: 0; word-break: break-all; }
   th, td { padding: .3rem .4rem; }
   .hide-narrow { display: none; }
 }
-`;
+${SECTION_CSS}`;

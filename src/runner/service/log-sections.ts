@@ -8,11 +8,14 @@
  * Costs: O(1) a line without a marker (one byte looked at, no decoding); O(sections) an append holding a marker
  * (the record is copied, never mutated: a store's committed record is never half-changed).
  */
-import type { LogSection, LogSectionEvent, LogSections, StoredLine } from "../ports.js";
+import { RunnerDepotError } from "../../errors.js";
+import type { JobLogStore, LogSection, LogSectionEvent, LogSections, StoredLine } from "../ports.js";
 import { ReceivedLine } from "../protocol/received-line.js";
 import { mayStartMarker, parseSectionMarker, type SectionMarker } from "../protocol/section-marker.js";
 
-export { MAX_SECTION_NAME_BYTES } from "../protocol/section-marker.js";
+import { MAX_SECTION_NAME_BYTES } from "../protocol/section-marker.js";
+
+export { MAX_SECTION_NAME_BYTES };
 
 /** Sections kept per job; later starts are counted in `dropped`. */
 export const MAX_SECTIONS = 1000;
@@ -35,6 +38,11 @@ function firstUnit(line: StoredLine): number {
   return line.line.length > 0 ? line.line.charCodeAt(0) : -1;
 }
 
+/** False when `line` surely holds no marker (its first unit rules it out; the service's own lines never do). O(1). */
+export function mayHoldMarker(line: StoredLine): boolean {
+  return line.marker !== true && mayStartMarker(firstUnit(line));
+}
+
 /**
  * `record` with `lines` (stored at positions `first`, `first + 1`, …) folded in: a new record when a line holds a
  * marker, else `record` itself (undefined stays undefined). `onEvent` hears each start and end kept, in order.
@@ -55,7 +63,7 @@ export function foldSections(
   let open: number[] = [];
   for (let k = 0; k < lines.length; k++) {
     const line = lines[k]!;
-    if (line.marker === true || !mayStartMarker(firstUnit(line))) continue;
+    if (!mayHoldMarker(line)) continue;
     const marker = parseSectionMarker(line.line);
     if (!marker) continue;
     if (out === null) {
@@ -142,4 +150,23 @@ export function sectionsBefore(record: LogSections | null | undefined, from: num
     out.sections.push(s.end !== null && s.end < from ? { ...s } : { ...s, end: null, endTime: null });
   }
   return out;
+}
+
+/**
+ * Lines `[from, to)` of the section named by a download's `?section=` (the first of that name; a still-open one runs
+ * to the last stored line), or everything when `name` is null. INVALID_ARGUMENT for a name longer than any kept,
+ * NOT_FOUND when the job has no such section. O(sections).
+ */
+export async function sectionLines(
+  logs: JobLogStore,
+  requestId: string,
+  storedLines: number,
+  name: string | null,
+): Promise<{ from: number; to: number }> {
+  if (name === null) return { from: 0, to: storedLines };
+  if (Buffer.byteLength(name, "utf8") > MAX_SECTION_NAME_BYTES)
+    throw new RunnerDepotError("INVALID_ARGUMENT", `a section name is at most ${MAX_SECTION_NAME_BYTES} bytes`);
+  const found = findSection(logs.sections ? await logs.sections(requestId) : null, name);
+  if (!found) throw new RunnerDepotError("NOT_FOUND", `job ${requestId} has no section ${JSON.stringify(name)}`);
+  return { from: found.start, to: Math.min(storedLines, (found.end ?? storedLines - 1) + 1) };
 }
