@@ -243,6 +243,35 @@ describe("log sections in the console, in chromium", () => {
     expect((await settledRows()).map((r) => r.n)).toEqual([1, 4, 5, 6, 7, 8, 9, 10, 11]);
   });
 
+  it("a live job's sections appear as their markers stream in; its failure opens the one still open", async ({
+    skip,
+  }) => {
+    skip(chromiumMissing !== null, chromiumMissing ?? "");
+    const live = randomUUID();
+    await runner.expectJob(live, { repoUrl: "https://git.example/s.git", commitSha: "11fe" });
+    const client = createRunnerClient({ endpoint: runnerServer.url, requestId: live });
+    try {
+      client.log("starting", false);
+      await page.goto(`${origin}/-/console/jobs/${live}`);
+      await page.waitForFunction(() => document.getElementById("log")?.dataset.stream === "open");
+      for (const line of [gitlabStart("fetch", T, "Fetch"), "fetched", gitlabEnd("fetch", T + 3)])
+        client.log(line, false);
+      await page.waitForSelector('#log .row[data-section="fetch"] .dur:text-is("3s")', { timeout: 30_000 });
+      for (const line of ["::group::Tests", "test 1 ok", "test 2 FAILED"]) client.log(line, false);
+      await page.waitForSelector('#log .row[data-section="Tests"]', { timeout: 30_000 });
+      await client.end({ exitCode: 2, success: false });
+      // Ended non-zero: the group still open is the failing one, opened though GitHub groups start folded.
+      await page.waitForSelector('#log .row.section-failed[data-section="Tests"] button[aria-expanded="true"]', {
+        timeout: 30_000,
+      });
+      const rows = await settledRows();
+      expect(rows.find((r) => r.text === "test 2 FAILED")).toBeDefined();
+      expect(rows.find((r) => r.section === "fetch")).toMatchObject({ dur: "3s", failed: false });
+    } finally {
+      await client.close();
+    }
+  });
+
   it("answers the sections and a section's raw lines through the console API", async ({ skip }) => {
     skip(chromiumMissing !== null, chromiumMissing ?? "");
     const got = await page.evaluate(async (id) => {
