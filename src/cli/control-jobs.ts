@@ -1,7 +1,7 @@
 /**
  * The control API's job routes for `runner-depot jobs` and `runner-depot cancel`:
- * `GET /-/jobs` (a page of `RunnerService.listJobs`, newest first) and
- * `POST /-/jobs/<id>/cancel`. The admin token is checked by the caller (control.ts).
+ * `GET /-/jobs` (a page of `RunnerService.listJobs`, newest first),
+ * `POST /-/jobs/<id>/cancel` and `GET /-/jobs/<id>/sections`. The admin token is checked by the caller (control.ts).
  */
 import { RunnerDepotError } from "../errors.js";
 import type { JobPage, RunnerService } from "../runner/index.js";

@@ -1,7 +1,8 @@
 /**
  * The control API `serve` adds under `/-/` on the depot's port, for the `job`, `logs`,
  * `jobs` and `cancel` commands: create a job (mint its token, register it, render its
- * cloud-init), read or follow its log, list jobs and cancel one (control-jobs.ts).
+ * cloud-init), read or follow its log (or one section of it), read its sections, list jobs and
+ * cancel one (control-jobs.ts).
  * Every request needs the admin token.
  */
 import { randomUUID, timingSafeEqual } from "node:crypto";

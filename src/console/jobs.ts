@@ -1,7 +1,7 @@
 /**
  * The console's job endpoints: the list, one job's summary, a window of its stored lines
- * (the viewer fetches only what is on screen), the live tail as Server-Sent Events, the
- * raw log download and cancel.
+ * (the viewer fetches only what is on screen), its sections, the live tail as Server-Sent
+ * Events, the raw log download (whole or one section) and cancel.
  *
  * Costs: a window is one `logs.read(from, limit)` (O(limit) on the fs and PostgreSQL
  * stores); the event stream reads through `runner.follow()` from the client's position,

@@ -52,7 +52,13 @@ describe("postgres adapters: extra cases", () => {
         "SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY table_name",
         [other.schema],
       );
-      expect(tables.rows.map((r) => r.table_name)).toEqual(["job_chunks", "job_lines", "job_sections", "jobs", "records"]);
+      expect(tables.rows.map((r) => r.table_name)).toEqual([
+        "job_chunks",
+        "job_lines",
+        "job_sections",
+        "jobs",
+        "records",
+      ]);
     } finally {
       await other.drop();
     }
