@@ -1,6 +1,6 @@
 /**
- * `runner-depot logs <requestId> [--follow] [--timestamps]`: prints a job's stored log, stdout lines to stdout and
- * stderr lines to stderr, each after its time in RFC 3339 with --timestamps.
+ * `runner-depot logs <requestId> [--follow] [--timestamps] [--section <name>]`: prints a job's stored log (or one
+ * section of it), stdout lines to stdout and stderr lines to stderr, each after its time in RFC 3339 with --timestamps.
  */
 import type { JobResult, StoredLine } from "../runner/ports.js";
 import { fetchFailureCause } from "../fetch-failure.js";
@@ -18,6 +18,8 @@ Options:
   --follow, -f       tail the log until the job ends
   --timestamps, -t   start each line with its time (RFC 3339, UTC, to the µs) and a space;
                      lines stored before times existed have none
+  --section <name>   only the lines of the job's first section of that name (GitLab's
+                     section_start / GitHub's ::group::), its marker lines included
   --url <url>        server (depot) URL (default: from <data>/serve.json)
   --token <token>    admin token (default: $RUNNER_DEPOT_TOKEN or <data>/serve.json)
   --data <dir>       where 'serve' keeps its data (default ./.runner-depot)`;
@@ -27,6 +29,7 @@ export const logsCommand: Command = {
   options: {
     follow: { type: "boolean", short: "f" },
     timestamps: { type: "boolean", short: "t" },
+    section: { type: "string" },
     url: { type: "string" },
     token: { type: "string" },
     data: { type: "string" },
@@ -36,12 +39,16 @@ export const logsCommand: Command = {
     if (!requestId || positionals.length > 1)
       throw new CliError("give exactly one request ID: 'runner-depot logs <requestId>'", 2);
     const { url, token } = await serverTarget(values, "depotUrl");
-    const response = await cliFetch(
-      `${url}/-/jobs/${encodeURIComponent(requestId)}/log${values.follow ? "?follow" : ""}`,
-      {
-        headers: token ? { authorization: `Bearer ${token}` } : {},
-      },
-    ).catch((error: Error) => {
+    if (values.follow && values.section !== undefined)
+      throw new CliError("--section reads a stored section; not with --follow", 2);
+    const query = values.follow
+      ? "?follow"
+      : values.section !== undefined
+        ? `?section=${encodeURIComponent(String(values.section))}`
+        : "";
+    const response = await cliFetch(`${url}/-/jobs/${encodeURIComponent(requestId)}/log${query}`, {
+      headers: token ? { authorization: `Bearer ${token}` } : {},
+    }).catch((error: Error) => {
       throw new CliError(`cannot reach ${url}: ${fetchFailureCause(error)}; is 'runner-depot serve' running?`);
     });
     if (!response.ok || !response.body) {

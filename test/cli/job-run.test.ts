@@ -93,6 +93,21 @@ describe("job --run and agent --config with job --json output", () => {
     const logs = await run(["logs", id!]);
     expect(logs.stdout).toBe("out line\n");
     expect(logs.stderr).toContain("err line");
+    // Log sections (issue 24 item 2): one section of a job's log, by name, through the control API.
+    const grouped = await run([
+      "job",
+      "--run",
+      "--",
+      process.execPath,
+      "-e",
+      "console.log('a'); console.log('::group::Build'); console.log('b1'); console.log('::endgroup::'); console.log('c')",
+    ]);
+    const groupedId = /job ([0-9a-f-]{36}) created; running it here/.exec(grouped.stderr)?.[1];
+    expect(grouped.code, grouped.stderr).toBe(0);
+    expect((await run(["logs", groupedId!, "--section", "Build"])).stdout).toBe("::group::Build\nb1\n::endgroup::\n");
+    const missing = await run(["logs", groupedId!, "--section", "Deploy"]);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain("has no section");
     const jobs = await run(["jobs", "--json"]);
     const listed = (JSON.parse(jobs.stdout) as { jobs: Array<Record<string, unknown>> }).jobs.find(
       (j) => j.requestId === id,
