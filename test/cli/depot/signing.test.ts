@@ -4,7 +4,6 @@
  * what or names the refusal, and `install --signatures require` installs only what holds.
  * The depot is a real listening one trusting the generated key.
  */
-import { spawn } from "node:child_process";
 import { mkdir, stat, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -13,7 +12,7 @@ import { createPackageRouter } from "../../../src/depot/server/router.js";
 import { servePackageRouter, type PackageServer } from "../../../src/depot/server/serve.js";
 import type { TrustedKey } from "../../../src/depot/signing/keys.js";
 import type { PackageStore } from "../../../src/depot/ports.js";
-import { bundleCli } from "../../fixtures/cli-bundle.js";
+import { bundleCli, runBundledCli, type CliRun } from "../../fixtures/cli-bundle.js";
 import { tempDir } from "../../fixtures/depot.js";
 
 let cli: Awaited<ReturnType<typeof bundleCli>>;
@@ -24,19 +23,8 @@ let entry: TrustedKey;
 let keyFile: string;
 
 /** Runs the command; its exit code, stdout and stderr. */
-function run(args: string[]): Promise<{ code: number | null; out: string; err: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [cli.file, ...args], {
-      cwd: tmp.dir,
-      env: { ...process.env, NO_COLOR: "1", RUNNER_DEPOT_TOKEN: "" },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let out = "";
-    let err = "";
-    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
-    child.stderr.on("data", (d: Buffer) => (err += d.toString()));
-    child.on("exit", (code) => resolve({ code, out, err }));
-  });
+function run(args: string[]): Promise<CliRun> {
+  return runBundledCli(cli.file, args, tmp.dir, { ...process.env, RUNNER_DEPOT_TOKEN: "" });
 }
 
 async function trustFile(name: string, keys: TrustedKey[]): Promise<string> {

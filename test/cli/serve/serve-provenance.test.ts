@@ -9,7 +9,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { bundleCli } from "../../fixtures/cli-bundle.js";
+import { bundleCli, runBundledCli, type CliRun } from "../../fixtures/cli-bundle.js";
 import { tempDir } from "../../fixtures/depot.js";
 import { stopChild } from "../../fixtures/stop-child.js";
 
@@ -18,22 +18,8 @@ let tmp: Awaited<ReturnType<typeof tempDir>>;
 let serve: ChildProcess;
 let data: string;
 
-function run(
-  args: string[],
-  env: Record<string, string> = {},
-): Promise<{ code: number | null; out: string; err: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [cli.file, ...args], {
-      cwd: tmp.dir,
-      env: { ...withoutDepotEnv(), NO_COLOR: "1", ...env },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let out = "";
-    let err = "";
-    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
-    child.stderr.on("data", (d: Buffer) => (err += d.toString()));
-    child.on("exit", (code) => resolve({ code, out, err }));
-  });
+function run(args: string[], env: Record<string, string> = {}): Promise<CliRun> {
+  return runBundledCli(cli.file, args, tmp.dir, { ...withoutDepotEnv(), ...env });
 }
 
 /** This process's environment without a depot URL or token of its own. */
