@@ -31,14 +31,22 @@ started_at=$(date +%s.%N)
 say() { echo "ceph-rgw: $*" >&2; }
 elapsed() { awk -v a="$started_at" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-pid_alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# Whether the pid file names a live process of that daemon (a stale file after a reboot may
+# name some other process now: that one is never signalled).
+pid_alive() {
+  local pid
+  [ -s "$1" ] || return 1
+  pid=$(cat "$1")
+  [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]
+}
+daemon_of() { case "$1" in client.rgw.*) echo radosgw ;; osd.*) echo ceph-osd ;; mgr.*) echo ceph-mgr ;; mon.*) echo ceph-mon ;; esac; }
 
 stop_all() {
   local stopped=0
   # radosgw first, the OSD before the mon: each goes down while what it reports to is up.
   for name in client.rgw.a osd.0 mgr.x mon.a; do
     local pidfile=$DIR/run/$name.pid
-    if pid_alive "$pidfile"; then
+    if pid_alive "$pidfile" "$(daemon_of "$name")"; then
       local pid
       pid=$(cat "$pidfile")
       kill "$pid"
@@ -141,16 +149,16 @@ EOF
 }
 
 start_mon() {
-  pid_alive "$DIR/run/mon.a.pid" || ceph-mon -i a
+  pid_alive "$DIR/run/mon.a.pid" ceph-mon || ceph-mon -i a
 }
 start_mgr() {
-  pid_alive "$DIR/run/mgr.x.pid" || ceph-mgr -i x
+  pid_alive "$DIR/run/mgr.x.pid" ceph-mgr || ceph-mgr -i x
 }
 start_osd() {
-  pid_alive "$DIR/run/osd.0.pid" || ceph-osd -i 0
+  pid_alive "$DIR/run/osd.0.pid" ceph-osd || ceph-osd -i 0
 }
 start_rgw() {
-  pid_alive "$DIR/run/client.rgw.a.pid" || radosgw -n client.rgw.a
+  pid_alive "$DIR/run/client.rgw.a.pid" radosgw || radosgw -n client.rgw.a
 }
 
 # Waits until `ceph` answers and says HEALTH_OK or HEALTH_WARN with the OSD up and in.
@@ -176,7 +184,7 @@ EOF
 wait_rgw() {
   for _ in $(seq 1 180); do
     if curl -fs -o /dev/null --max-time 5 "http://127.0.0.1:$PORT/"; then return 0; fi
-    pid_alive "$DIR/run/client.rgw.a.pid" || { say "radosgw exited; see $DIR/log/client.rgw.a.log"; return 1; }
+    pid_alive "$DIR/run/client.rgw.a.pid" radosgw || { say "radosgw exited; see $DIR/log/client.rgw.a.log"; return 1; }
     sleep 1
   done
   say "radosgw did not answer on 127.0.0.1:$PORT in 180 s"
