@@ -68,7 +68,8 @@ esac
 
 # Debian bookworm ships Ceph 16.2 (Pacific).
 need=()
-for pair in ceph-mon:ceph-mon ceph-mgr:ceph-mgr ceph-osd:ceph-osd radosgw:radosgw ceph:ceph-common; do
+for pair in ceph-mon:ceph-mon ceph-mgr:ceph-mgr ceph-osd:ceph-osd radosgw:radosgw ceph:ceph-common \
+  radosgw-admin:ceph-common monmaptool:ceph-base curl:curl python3:python3; do
   command -v "${pair%%:*}" >/dev/null || need+=("${pair#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then
