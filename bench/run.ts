@@ -22,6 +22,7 @@ await writeReport({
     "depot-bytes",
     "console",
     "depot-scale",
+    "s3-servers",
     "depot-telemetry",
     "runner-telemetry",
     "runner-fleet",

@@ -55,7 +55,7 @@ export type {
 } from "./install/installer.js";
 export type { PreserveMode } from "./install/preserve.js";
 export type { Requirement } from "./install/resolve.js";
-export type { ManifestItem, PackageManifest } from "./install/extract.js";
+export type { ManifestItem, PackageManifest } from "./install/manifest.js";
 export { createPackageRouter } from "./server/router.js";
 export type { PackageRouter, PackageRouterOptions } from "./server/router.js";
 export { servePackageRouter } from "./server/serve.js";

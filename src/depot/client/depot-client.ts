@@ -13,7 +13,7 @@ import { downloadArchive } from "./download.js";
 import { publishVersion } from "./publish.js";
 import { attachSignature, describedContent, readAttestations, verifyAttestations } from "./attestations.js";
 import type { DependInfo, DepotClient, DepotClientOptions, VersionInfo } from "./types.js";
-import { readPackageManifest } from "../install/extract.js";
+import { readPackageManifest } from "../install/tar-entries.js";
 import { installPackage } from "../install/installer.js";
 
 export type * from "./types.js";

@@ -4,7 +4,7 @@
  * name the client it drives without importing the client (no import cycle).
  */
 import type { Writable } from "node:stream";
-import type { PackageManifest } from "../install/extract.js";
+import type { PackageManifest } from "../install/manifest.js";
 import type { InstallOptions, InstallResult } from "../install/types.js";
 import type { Requirement } from "../install/resolve.js";
 import type { SigningKey } from "../signing/keys.js";
