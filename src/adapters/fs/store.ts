@@ -16,6 +16,7 @@ import { createDurableWrites } from "./durable.js";
 import { openRecordDb, type RecordDb } from "./record-db.js";
 import { importLegacyRecords } from "./record-import.js";
 import { createFsRecords } from "./records.js";
+import { createHashWorker } from "./hash-worker.js";
 
 /** Options of {@link createFsStore}. */
 export interface FsStoreOptions {
@@ -92,10 +93,11 @@ export function createFsStore(dir: string, options: FsStoreOptions = {}): Packag
     },
   );
   const durable = createDurableWrites(ctx);
+  const hashes = createHashWorker();
   // After the first open, a call goes straight to the database: no promise hop.
   const records = async () => (db && !ctx.isClosed() ? db : (await ctx.init(), db!));
   return {
-    ...createFsBlobs(ctx, durable, records),
+    ...createFsBlobs(ctx, durable, records, hashes),
     ...createFsRecords(records),
     /** One WAL flush covers every commit before it: blob rows and records, lazy and deferred ones (record-db.ts). */
     async syncRecords() {
@@ -107,6 +109,7 @@ export function createFsStore(dir: string, options: FsStoreOptions = {}): Packag
       await opening?.catch(() => undefined);
       await db?.close();
       await durable.closeHandles();
+      await hashes.close();
     },
   };
 }
