@@ -116,7 +116,10 @@ export async function uploadBlob(
 
 /**
  * Counts a body's bytes against `maxBytes` and the declared `size` (TOO_LARGE, BAD_REQUEST
- * as soon as either is passed, and at the end when it falls short of `size`).
+ * as soon as either is passed, and at the end when it falls short of `size`). With a
+ * declared size, each chunk is passed on only once the next arrived and the last only once
+ * the body ended at that size: a request sized by it never gets all its bytes from a body
+ * that turns out longer, so the server completes nothing.
  */
 class BodyCounter {
   bytes = 0;
@@ -124,16 +127,22 @@ class BodyCounter {
 
   async *count(body: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
     const { maxBytes, size } = this.options;
+    let held: Uint8Array | undefined;
     for await (const chunk of body) {
       this.bytes += chunk.byteLength;
       if (maxBytes !== undefined && this.bytes > maxBytes)
         throw new RunnerDepotError("TOO_LARGE", `blob is larger than ${maxBytes} bytes`);
       if (size !== undefined && this.bytes > size)
         throw new RunnerDepotError("BAD_REQUEST", `body is longer than its declared ${size} bytes`);
-      yield chunk;
+      if (size === undefined) yield chunk;
+      else {
+        if (held) yield held;
+        held = chunk;
+      }
     }
     if (size !== undefined && this.bytes !== size)
       throw new RunnerDepotError("BAD_REQUEST", `body is ${this.bytes} bytes, not its declared ${size}`);
+    if (held) yield held;
   }
 }
 
@@ -184,16 +193,23 @@ async function putStreamed(
   size: number,
 ): Promise<BlobInfo> {
   let refusal: unknown;
+  // A body that fails mid-way aborts the request: the SDK would otherwise wait for an
+  // answer the server holds back until the rest of Content-Length arrives.
+  const abort = new AbortController();
   const guarded = (async function* () {
     try {
       yield* body;
     } catch (error) {
       refusal = error;
+      abort.abort(error);
       throw error;
     }
   })();
+  const stream = Readable.from(guarded, { objectMode: false });
+  // The failure is `refusal`'s, thrown below; the SDK may have stopped listening by then.
+  stream.on("error", () => {});
   try {
-    await ctx.client.send(declaredPut(ctx, hex, Readable.from(guarded, { objectMode: false }), size));
+    await ctx.client.send(declaredPut(ctx, hex, stream, size), { abortSignal: abort.signal });
   } catch (error) {
     if (refusal) throw refusal;
     if (isPayloadRefusal(error))
