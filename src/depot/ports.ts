@@ -24,10 +24,10 @@ export interface PutBlobOptions {
   maxBytes?: number;
   /**
    * The body's length in bytes, when the caller knows it up front (an upload's
-   * `Content-Length`). A body of another length is refused (BAD_REQUEST) and nothing is
-   * kept. With `expectedDigest`, it lets a store send the bytes in one request to their
-   * final place (S3: a `PutObject` whose signed payload hash is the digest, which the
-   * server checks). Stores may ignore it.
+   * `Content-Length`). With `expectedDigest`, it lets a store send the bytes in one request
+   * to their final place (S3: a `PutObject` whose signed payload hash is the digest, which
+   * the server checks). A store using it refuses a body of another length (BAD_REQUEST)
+   * and keeps nothing; stores may ignore it (the fs store sizes its work by it only).
    */
   size?: number;
   /**

@@ -62,4 +62,17 @@ describe("fs store hashing worker", () => {
     expect(await later.digest()).toBe(sha(Buffer.from("again")));
     await hashes.close();
   });
+
+  it("fails the sessions of a worker that exits mid-body; the next session gets a new one", async () => {
+    const hashes = createHashWorker();
+    const cut = hashes.start();
+    await cut.update(Buffer.from(patternBytes(1024 * 1024, 4)));
+    await hashes.close();
+    await expect(cut.digest()).rejects.toThrow(/exited/);
+    await expect(cut.update(Buffer.from("more"))).rejects.toThrow(/exited/);
+    const next = hashes.start();
+    await next.update(Buffer.from("after"));
+    expect(await next.digest()).toBe(sha(Buffer.from("after")));
+    await hashes.close();
+  });
 });
