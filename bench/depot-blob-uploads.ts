@@ -15,7 +15,7 @@
  * instead come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY); the bench makes a bucket of
  * its own there and removes it after. RUNNER_DEPOT_BENCH_S3_VERIFIES=0 says the server does
  * not check the signed payload hash (the store's `serverVerifiesPayload: false`; s3rver is
- * known not to).
+ * known not to); RUNNER_DEPOT_BENCH_S3_NAME names the server in the report.
  */
 import { execFile, type ChildProcess } from "node:child_process";
 import { createHash, randomBytes, randomUUID } from "node:crypto";
@@ -135,10 +135,16 @@ async function s3Target(): Promise<S3Target> {
     },
   };
   const admin = new S3Client(config);
-  const server = await fetch(config.endpoint as string).then(
-    (r) => r.headers.get("server") ?? "S3",
-    () => "S3",
-  );
+  // radosgw sends no Server header; its request ids start with "tx0". RUNNER_DEPOT_BENCH_S3_NAME overrides.
+  const server =
+    process.env.RUNNER_DEPOT_BENCH_S3_NAME ??
+    (await fetch(config.endpoint as string).then(
+      async (r) => {
+        await r.body?.cancel();
+        return r.headers.get("server") ?? (r.headers.get("x-amz-request-id")?.startsWith("tx0") ? "radosgw" : "S3");
+      },
+      () => "S3",
+    ));
   const bucket = `bench-${randomUUID()}`;
   await admin.send(new CreateBucketCommand({ Bucket: bucket }));
   return {
