@@ -5,9 +5,9 @@
  *   without, against a plain `@aws-sdk/lib-storage` `Upload` of the same file to the same
  *   server; then the commit of the version against one SHA-256 pass over the file, and the
  *   time until its archive is stored (the copy made after the commit, archive-keeper.ts);
- * - on the fs store (fsync on, in a child process): `POST /add` against nginx's WebDAV `PUT`
- *   followed by `sync`, the disk settled (sync, and the page cache dropped when allowed)
- *   before each turn.
+ * - on the fs store (fsync on, in a child process; hashing on its worker thread, and on its
+ *   main thread): `POST /add` against nginx's WebDAV `PUT` followed by `sync FILE DIR`, the
+ *   disk settled (sync, and the page cache dropped when allowed) before each turn.
  * curl is the client of the depot and of nginx. The depot on S3 runs in this process over
  * PostgreSQL records (the test setup's); the S3 server never does.
  *
@@ -283,36 +283,45 @@ async function measureFs(work: string, source: string, installPeers: boolean) {
   );
   const children: ChildProcess[] = [];
   const ours: number[] = [];
+  const mainThread: number[] = [];
   const theirs: number[] = [];
   try {
     const depot = await startDepot(path.join(work, "store"));
     children.push(depot.child);
+    // The same store hashing on its main thread (`hashOnWorker: false`): what the worker changes.
+    const plain = await startDepot(path.join(work, "store-main-thread"), { hashOnMainThread: true });
+    children.push(plain.child);
     const www = path.join(work, "www");
     await mkdir(www, { recursive: true });
     const nginx = missing ? undefined : await startNginx(nginxBin, work, www, { dav: true });
     if (nginx) children.push(nginx.child);
     for (let round = 0; round < RUNS; round++) {
+      const upload = (url: string, times: number[]) => async () => {
+        await freshen(source);
+        const id = await openTransaction(url, `fsup@1.0.${round}`);
+        await settle(source);
+        times.push(
+          await timed(() =>
+            curl(["-X", "POST", "-T", source, "-H", "Pkg-Path: big.bin", `${url}/add/${id}/file`], 201),
+          ),
+        );
+        await fetch(`${url}/trans/${id}`, { method: "DELETE" });
+      };
       const turns = [
-        async () => {
-          await freshen(source);
-          const id = await openTransaction(depot.url, `fsup@1.0.${round}`);
-          await settle(source);
-          ours.push(
-            await timed(() =>
-              curl(["-X", "POST", "-T", source, "-H", "Pkg-Path: big.bin", `${depot.url}/add/${id}/file`], 201),
-            ),
-          );
-          await fetch(`${depot.url}/trans/${id}`, { method: "DELETE" });
-        },
+        upload(depot.url, ours),
+        upload(plain.url, mainThread),
         ...(nginx
           ? [
               async () => {
                 await freshen(source);
                 await settle(source);
+                // Made durable as the depot makes its blob: the file and its directory flushed
+                // (sync(1) with operands fsyncs each), not every dirty page of the shared machine.
+                const put = path.join(www, "dav", `big-${round}.bin`);
                 theirs.push(
                   await timed(async () => {
                     await curl(["-T", source, `${nginx.url}/dav/big-${round}.bin`], 201);
-                    await run$("sync");
+                    await run$("sync", [put, path.dirname(put)]);
                   }),
                 );
               },
@@ -321,7 +330,7 @@ async function measureFs(work: string, source: string, installPeers: boolean) {
       ];
       for (let k = 0; k < turns.length; k++) await turns[(round + k) % turns.length]!();
     }
-    return { ours, theirs, nginx: nginx?.version, missing };
+    return { ours, mainThread, theirs, nginx: nginx?.version, missing };
   } finally {
     for (const child of children) await stop(child);
   }
@@ -347,14 +356,19 @@ export async function run(options: { installPeers?: boolean } = {}): Promise<str
       `| S3: upload of ${size}, no digest (multipart to a temporary key, server-side copy) | ${fmt(mbps(FILE_BYTES, median(s3.undeclared)))} MB/s | the same \`Upload\` | ${fmt(mbps(FILE_BYTES, median(s3.peer)))} MB/s | ${fmt(paired(s3.peer, s3.undeclared), 2)} | ≥ 0.8 |`,
       `| S3: commit of the ${size} version, answered (\`POST /commit\`: one hash pass over the items read back) | ${fmt(median(s3.commits))} ms | one SHA-256 pass over the file | ${fmt(shaMs)} ms | ${fmt(paired(s3.commits, s3.shas), 2)}× | ≤ 2× |`,
       `| S3: the same commit until its archive is stored (the copy after the answer: \`GET /data\` redirects) | ${fmt(median(s3.stored))} ms | one SHA-256 pass | ${fmt(shaMs)} ms | ${fmt(paired(s3.stored, s3.shas), 2)}× | — |`,
-      fs.theirs.length > 0
-        ? `| fs store (fsync on): upload of ${size} (\`POST /add\`, no digest) | ${fmt(mbps(FILE_BYTES, median(fs.ours)))} MB/s | nginx ${fs.nginx} WebDAV \`PUT\` + \`sync\` | ${fmt(mbps(FILE_BYTES, median(fs.theirs)))} MB/s | ${fmt(paired(fs.theirs, fs.ours), 2)} | ≥ 0.8 |`
-        : `| fs store (fsync on): upload of ${size} | ${fmt(mbps(FILE_BYTES, median(fs.ours)))} MB/s | nginx: skipped — ${fs.missing} | | | ≥ 0.8 |`,
+      ...(fs.theirs.length > 0
+        ? [
+            `| fs store (fsync on): upload of ${size} (\`POST /add\`, no digest), hashed on the store's worker | ${fmt(mbps(FILE_BYTES, median(fs.ours)))} MB/s | nginx ${fs.nginx} WebDAV \`PUT\` + \`sync\` of the file and its directory | ${fmt(mbps(FILE_BYTES, median(fs.theirs)))} MB/s | ${fmt(paired(fs.theirs, fs.ours), 2)} | ≥ 0.8 |`,
+            `| the same store hashing on its main thread (\`hashOnWorker: false\`) | ${fmt(mbps(FILE_BYTES, median(fs.mainThread)))} MB/s | the same nginx \`PUT\` + \`sync\` | ${fmt(mbps(FILE_BYTES, median(fs.theirs)))} MB/s | ${fmt(paired(fs.theirs, fs.mainThread), 2)} | — |`,
+          ]
+        : [
+            `| fs store (fsync on): upload of ${size} | ${fmt(mbps(FILE_BYTES, median(fs.ours)))} MB/s | nginx: skipped — ${fs.missing} | | | ≥ 0.8 |`,
+          ]),
     ];
     return [
       "## Depot blob uploads: S3 and the fs store",
       "",
-      `Method: a ${size} file of random bytes on ${os.tmpdir()}, its first 8 bytes new before each upload (bytes no store holds yet). S3: ${s3.label}${s3.verifies ? "" : " (checks no payload hash: the store runs with `serverVerifiesPayload: false`, so a declared digest goes by multipart upload to its content address, checked by the depot)"}; the depot (\`servePackageRouter\`, PostgreSQL records) runs in the bench process, the S3 server in its own; curl is the depot's client; the peer is \`new Upload({ client, params: { Body: createReadStream(file) } })\` from \`@aws-sdk/lib-storage\` with its defaults (5 MiB parts, 4 at once), in the bench process. Commit: from \`POST /commit\` to its answer, and on to the moment its archive is stored (the redirect of \`GET /data\`, which waits for the copy this process started); the SHA-256 pass is Node's \`createHash\` over the file from the page cache. fs store: \`createFsStore\` with fsync in a child process (test/fixtures/depot-client-server.ts) against nginx's WebDAV \`PUT\` followed by \`sync\`; before every turn the disk is settled: \`sync\`, the page cache dropped (${dropAllowed ? "allowed here" : "not allowed here: skipped"}), the source read back into it. Contenders take turns within each of ${RUNS} rounds in an order rotating by round; each figure is the median, MB = 10⁶ bytes, ratio = the median over rounds of peer time ÷ ours (for a commit: ours ÷ the SHA-256 pass). ${os.cpus().length} cores, shared; 1-minute load average ${load}.`,
+      `Method: a ${size} file of random bytes on ${os.tmpdir()}, its first 8 bytes new before each upload (bytes no store holds yet). S3: ${s3.label}${s3.verifies ? "" : " (checks no payload hash: the store runs with `serverVerifiesPayload: false`, so a declared digest goes by multipart upload to its content address, checked by the depot)"}; the depot (\`servePackageRouter\`, PostgreSQL records) runs in the bench process, the S3 server in its own; curl is the depot's client; the peer is \`new Upload({ client, params: { Body: createReadStream(file) } })\` from \`@aws-sdk/lib-storage\` with its defaults (5 MiB parts, 4 at once), in the bench process. Commit: from \`POST /commit\` to its answer, and on to the moment its archive is stored (the redirect of \`GET /data\`, which waits for the copy this process started); the SHA-256 pass is Node's \`createHash\` over the file from the page cache. fs store: \`createFsStore\` with fsync in a child process (test/fixtures/depot-client-server.ts), once hashing on its worker thread and once on its main thread (\`hashOnWorker: false\`), against nginx's WebDAV \`PUT\` followed by \`sync FILE DIR\` (coreutils: an fsync of the uploaded file and of its directory, as the depot flushes its blob and the directory it is renamed into; a bare \`sync\` would wait for every dirty page of this shared machine); before every turn the disk is settled: \`sync\`, the page cache dropped (${dropAllowed ? "allowed here" : "not allowed here: skipped"}), the source read back into it. Contenders take turns within each of ${RUNS} rounds in an order rotating by round; each figure is the median, MB = 10⁶ bytes, ratio = the median over rounds of peer time ÷ ours (for a commit: ours ÷ the SHA-256 pass). ${os.cpus().length} cores, shared; 1-minute load average ${load}.`,
       "",
       "| measure | depot | peer | peer | ratio | aim |",
       "|---|---:|---|---:|---:|---|",
