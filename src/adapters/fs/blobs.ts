@@ -28,9 +28,10 @@ type FsBlobs = Pick<PackageStore, "putBlob" | "getBlob" | "openBlob" | "statBlob
 /** Rows of small blobs read per page while listing. */
 const ROW_PAGE = 1000;
 /**
- * A body declared at least this long (or of unknown length) is hashed on the store's
- * worker thread (hash-worker.ts); a shorter one on this thread, where a hash costs less
- * than the messages that would carry it.
+ * A body declared (`size`: an upload's Content-Length) at least this long is hashed on the
+ * store's worker thread (hash-worker.ts); a shorter one, or one of unknown length, on this
+ * thread, where a hash costs less than the thread's start and the messages that would
+ * carry it.
  */
 const WORKER_HASH_BYTES = 1024 * 1024;
 
@@ -85,7 +86,7 @@ export function createFsBlobs(
       const tmp = ctx.tmpPath();
       let handle: FileHandle | undefined = await open(tmp, "wx");
       try {
-        const parallel = hashes && (opts.size === undefined || opts.size >= WORKER_HASH_BYTES);
+        const parallel = hashes && opts.size !== undefined && opts.size >= WORKER_HASH_BYTES;
         const { digest, size } = await writeBody(
           handle,
           replay(head),
