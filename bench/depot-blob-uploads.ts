@@ -15,7 +15,11 @@
  * instead come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY); the bench makes a bucket of
  * its own there and removes it after. RUNNER_DEPOT_BENCH_S3_VERIFIES=0 says the server does
  * not check the signed payload hash (the store's `serverVerifiesPayload: false`; s3rver is
- * known not to); RUNNER_DEPOT_BENCH_S3_NAME names the server in the report.
+ * known not to); RUNNER_DEPOT_BENCH_S3_NAME names the server in the report. Space: each
+ * round stores about 1.5 GB (uploads, the peer's object, the committed item and archive);
+ * the bench deletes its bucket at the end, but radosgw frees deleted objects only at its
+ * garbage collection (hours later by default), so on the 16 GiB OSD of ceph-rgw.sh a few
+ * runs in a row fill it (`radosgw-admin gc process --include-all` frees the space).
  */
 import { execFile, type ChildProcess } from "node:child_process";
 import { createHash, randomBytes, randomUUID } from "node:crypto";
