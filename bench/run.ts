@@ -20,6 +20,7 @@ await writeReport({
     "backends",
     "depot-transactions",
     "depot-bytes",
+    "depot-blob-uploads",
     "console",
     "depot-scale",
     "s3-servers",

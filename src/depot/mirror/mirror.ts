@@ -9,6 +9,7 @@
 import { createHash } from "node:crypto";
 import { RunnerDepotError } from "../../errors.js";
 import { archiveLayout, commitArchive, MANIFEST_PATH, type PackageManifest } from "../package/archive.js";
+import { keepArchive } from "../package/archive-keeper.js";
 import { parsePackageName, parseVersion } from "../package/names.js";
 import { parseItemPath } from "../package/paths.js";
 import { publishVersion } from "../catalog/packages.js";
@@ -254,6 +255,7 @@ async function copyVersion(
     await store.putBlob(upstream.range(name, version, part.offset, part.length), {
       expectedDigest: part.digest,
       maxBytes: part.length,
+      size: part.length,
     });
     report.bytesFetched += part.length;
   }
@@ -264,6 +266,7 @@ async function copyVersion(
       "DIGEST_MISMATCH",
       `${name}@${version}: the archive rebuilt here is ${archive.digest}, upstream lists ${listed.digest}`,
     );
+  if (store.signBlobUrl) void keepArchive(store, layout, archive);
   const record: VersionRecord = {
     name,
     version,
