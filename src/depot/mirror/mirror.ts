@@ -14,6 +14,7 @@ import { parseItemPath } from "../package/paths.js";
 import { publishVersion } from "../catalog/packages.js";
 import { compactAfter } from "../catalog/pages.js";
 import { setYank } from "../catalog/yank.js";
+import { removeVersion } from "../catalog/removal.js";
 import type { PackageStore } from "../ports.js";
 import { keys, updateRecord, type VersionRecord } from "../store/records.js";
 import { notePublished } from "../transactions/references.js";
@@ -44,13 +45,13 @@ export interface MirrorOptions {
    */
   trustedKeys?: TrustedKeySet;
   /** Called after each change applied (progress). */
-  onChange?: (change: FeedChange, outcome: "copied" | "present" | "yank" | "attestation") => void;
+  onChange?: (change: FeedChange, outcome: MirrorOutcome) => void;
   /** The clock (tests). */
   now?: () => Date;
 }
 
 /** What applying one change did. */
-type MirrorOutcome = "copied" | "present" | "yank" | "attestation";
+export type MirrorOutcome = "copied" | "present" | "yank" | "attestation" | "removed";
 
 /** What a run did. */
 export interface MirrorReport {
@@ -62,6 +63,8 @@ export interface MirrorReport {
   yanks: number;
   /** Attestation bundles stored here (new to this store). */
   attestations: number;
+  /** Versions removed here because the upstream removed them (its retention). */
+  removed: number;
   /** Item and manifest bytes read from the upstream's archives. */
   bytesFetched: number;
   /** Item blobs the store already held, not fetched. */
@@ -104,6 +107,7 @@ export async function mirrorDepot(store: PackageStore, options: MirrorOptions): 
     present: 0,
     yanks: 0,
     attestations: 0,
+    removed: 0,
     bytesFetched: 0,
     blobsReused: 0,
   };
@@ -153,6 +157,11 @@ async function applyChange(
     report.attestations += await copyAttestations(store, upstream, name, version, now(), trusted);
     return "attestation";
   }
+  if (change.removed) {
+    // "absent": never copied, or removed already (a resumed run); "latest": this store's newest, kept (never removed).
+    if ((await removeVersion(store, name, version, now())) === "removed") report.removed++;
+    return "removed";
+  }
   if (change.yanked !== undefined) {
     // The upstream's own time of the mark, when it still has it (a later change may have replaced it).
     const listed = change.yanked === null ? undefined : await upstream.version(name, version);
@@ -199,6 +208,7 @@ export async function pullVersion(
     present: 0,
     yanks: 0,
     attestations: 0,
+    removed: 0,
     bytesFetched: 0,
     blobsReused: 0,
   };

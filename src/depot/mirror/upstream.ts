@@ -37,6 +37,8 @@ export interface FeedChange {
   yanked?: string | null;
   /** On an attestation entry: the digest of the bundle added to the version. */
   attested?: string;
+  /** On a removal entry (the upstream's retention removed the version). */
+  removed?: true;
 }
 
 /** A `GET /catalog?since=` answer, reduced to what a mirror uses. */
@@ -208,12 +210,14 @@ function checkChange(raw: unknown, since: number, upTo: number): FeedChange {
     typeof c.name === "string" &&
     typeof c.version === "string" &&
     (c.yanked === undefined || c.yanked === null || typeof c.yanked === "string") &&
-    (c.attested === undefined || (typeof c.attested === "string" && /^sha256:[0-9a-f]{64}$/.test(c.attested)));
+    (c.attested === undefined || (typeof c.attested === "string" && /^sha256:[0-9a-f]{64}$/.test(c.attested))) &&
+    (c.removed === undefined || c.removed === true);
   if (!ok) throw new RunnerDepotError("UNAVAILABLE", "upstream feed: a malformed change entry");
   // Only the members a mirror reads, so nothing else an upstream sends travels on.
   const change: FeedChange = { position: c.position as number, name: c.name as string, version: c.version as string };
   if (c.yanked !== undefined) change.yanked = c.yanked as string | null;
   else if (c.attested !== undefined) change.attested = c.attested as string;
+  else if (c.removed === true) change.removed = true;
   return change;
 }
 
