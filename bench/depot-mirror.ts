@@ -168,7 +168,7 @@ async function mirrorRows(work: string): Promise<{ rows: string[]; notes: string
     const againBytes = proxy.take();
     const newBytes = NEW_VERSIONS * FILE;
     rows.push(
-      `| incremental mirror after ${NEW_VERSIONS} new versions of ${FILE} B each | ${againBytes.toLocaleString("en")} B on the wire (${again.value.bytesFetched.toLocaleString("en")} B of archive ranges), ${fmt(again.ms)} ms | the new bytes | ${newBytes.toLocaleString("en")} B | ${fmt(againBytes / newBytes, 2)} | ≤ 1.05 |`,
+      `| incremental mirror after ${NEW_VERSIONS} new versions of ${FILE} B each | ${againBytes.toLocaleString("en")} B on the wire (${again.value.bytesFetched.toLocaleString("en")} B of item bytes), ${fmt(again.ms)} ms | the new bytes | ${newBytes.toLocaleString("en")} B | ${fmt(againBytes / newBytes, 3)} | ≤ 1.05 |`,
     );
     await local.close?.();
     return {

@@ -23,7 +23,16 @@ import { IN_TOTO_PAYLOAD_TYPE, parseBundle } from "../signing/bundle.js";
 import { checkSubjects, parseStatement } from "../signing/statement.js";
 import { loadTrustedKeys, type TrustedKeySet } from "../signing/keys.js";
 import { verifyAttestation, type VerifiedAttestation } from "../signing/verify.js";
-import { Upstream, UPSTREAM_LIMITS, type FeedChange, type UpstreamLimits, type UpstreamVersion } from "./upstream.js";
+import {
+  Upstream,
+  UPSTREAM_LIMITS,
+  type BatchFeedPage,
+  type BatchVersion,
+  type FeedChange,
+  type FeedPage,
+  type UpstreamLimits,
+  type UpstreamVersion,
+} from "./upstream.js";
 
 /** Options of {@link mirrorDepot}. */
 export interface MirrorOptions {
@@ -111,18 +120,25 @@ export async function mirrorDepot(store: PackageStore, options: MirrorOptions): 
     bytesFetched: 0,
     blobsReused: 0,
   };
+  let batched = true;
   for (;;) {
     if (options.signal?.aborted) return report;
-    let page;
+    let page: FeedPage & { versions?: Map<string, BatchVersion> };
+    let prepared = new Map<string, Prepared>();
     try {
-      page = await upstream.feed(report.position);
+      // The batch reads first (one feed answer with every new version's manifest, then their missing blobs in a
+      // few answers); an upstream without them is read version by version.
+      const batch = batched ? await upstream.batchFeed(report.position) : null;
+      if (batched && batch === null) batched = false;
+      page = batch ?? (await upstream.feed(report.position));
+      if (batch) prepared = await prefetch(store, upstream, batch, report);
     } catch (error) {
       if (options.signal?.aborted) return report;
       throw error;
     }
     for (const change of page.changes) {
       if (options.signal?.aborted) return report;
-      const outcome = await applyChange(store, upstream, change, now, report, trusted);
+      const outcome = await applyChange(store, upstream, change, now, report, trusted, prepared);
       report.position = change.position;
       await savePosition(store, key, upstream.url, change.position, now);
       options.onChange?.(change, outcome);
@@ -150,6 +166,7 @@ async function applyChange(
   now: () => Date,
   report: MirrorReport,
   trusted: ReturnType<typeof loadTrustedKeys> | undefined,
+  prepared: Map<string, Prepared>,
 ): Promise<MirrorOutcome> {
   const name = parsePackageName(change.name);
   const version = parseVersion(change.version);
@@ -170,7 +187,8 @@ async function applyChange(
     report.yanks++;
     return "yank";
   }
-  const copied = await copyVersion(store, upstream, name, version, report);
+  const ready = prepared.get(`${name}@${version}`);
+  const copied = await copyVersion(store, upstream, name, version, report, ready?.listed, "mirror", ready);
   const position = await publishVersion(store, name, version, now());
   await compactAfter(store, position);
   if (copied) report.copied++;
@@ -231,6 +249,7 @@ async function copyVersion(
   report: MirrorReport,
   known?: UpstreamVersion,
   origin = "mirror",
+  ready?: Prepared,
 ): Promise<boolean> {
   const listed = known ?? (await upstream.version(name, version));
   const existing = (await store.getRecord<VersionRecord>(keys.version(name, version)))?.value;
@@ -245,7 +264,7 @@ async function copyVersion(
   const mtime = Date.parse(listed.publishedAt) / 1000;
   if (!Number.isSafeInteger(mtime) || mtime < 0)
     throw new RunnerDepotError("UNAVAILABLE", `upstream: ${name}@${version} has no whole-second publishedAt`);
-  const { manifest, json } = await readManifest(upstream, name, version, listed.size, report);
+  const { manifest, json } = ready ?? (await readManifest(upstream, name, version, listed.size, report));
   const layout = archiveLayout(manifest, json, mtime);
   if (layout.size !== listed.size)
     throw new RunnerDepotError(
@@ -258,7 +277,7 @@ async function copyVersion(
     if (part.kind !== "blob" || seen.has(part.digest)) continue;
     seen.add(part.digest);
     if (await store.statBlob(part.digest)) {
-      report.blobsReused++;
+      if (!ready?.fetched.has(part.digest)) report.blobsReused++;
       continue;
     }
     await store.putBlob(upstream.range(name, version, part.offset, part.length), {
@@ -342,6 +361,91 @@ function checkedUnsigned(bundle: unknown, content: Parameters<typeof checkSubjec
     ...(statement.builderId !== undefined ? { builderId: statement.builderId } : {}),
     ...(statement.requestId !== undefined ? { requestId: statement.requestId } : {}),
   };
+}
+
+/** A version the batch feed described, its manifest checked and its missing blobs stored: copied without a read. */
+interface Prepared {
+  listed: UpstreamVersion;
+  manifest: PackageManifest;
+  json: Buffer;
+  /** The blobs the page's batch fetched (not counted as reused when the copy finds them). */
+  fetched: Set<string>;
+}
+
+/** Blobs per `POST /mirror/blobs`, and their most bytes (the upstream takes up to 1,000 and 256 MiB). */
+const BLOBS_PER_ANSWER = 1000;
+const BYTES_PER_ANSWER = 64 * 2 ** 20;
+
+/**
+ * For each version of a batch feed page this store lacks: its manifest checked and laid out against its listing,
+ * then every blob it needs that the store lacks fetched in few answers, each checked against its digest as it is
+ * stored. O(items of the page's new versions) store calls, ⌈blobs / 1,000⌉ requests. A version whose description
+ * fails a check is left out here (read alone, and refused there with the reason).
+ */
+async function prefetch(
+  store: PackageStore,
+  upstream: Upstream,
+  page: BatchFeedPage,
+  report: MirrorReport,
+): Promise<Map<string, Prepared>> {
+  const prepared = new Map<string, Prepared>();
+  const fetched = new Set<string>();
+  const wanted = new Map<string, { ref: string; digest: string; size: number }>();
+  for (const change of page.changes) {
+    const ref = `${change.name}@${change.version}`;
+    const described = page.versions.get(ref);
+    if (!described || change.yanked !== undefined || change.attested !== undefined || change.removed) continue;
+    if (await store.getRecord(keys.version(change.name, change.version))) continue;
+    let manifest: PackageManifest;
+    try {
+      manifest = JSON.parse(described.manifest) as PackageManifest;
+      checkManifest(manifest, change.name, change.version, (why) => new RunnerDepotError("UNAVAILABLE", why));
+    } catch {
+      continue;
+    }
+    const json = Buffer.from(described.manifest, "utf8");
+    const mtime = Date.parse(described.publishedAt) / 1000;
+    if (!Number.isSafeInteger(mtime) || mtime < 0 || archiveLayout(manifest, json, mtime).size !== described.size)
+      continue;
+    for (const part of archiveLayout(manifest, json, mtime).parts) {
+      if (part.kind !== "blob") continue;
+      // Another new version of the page needs it too: fetched once, reused by this one.
+      if (wanted.has(part.digest)) report.blobsReused++;
+      else if (!(await store.statBlob(part.digest)))
+        wanted.set(part.digest, { ref, digest: part.digest, size: part.length });
+    }
+    const listed = {
+      version: change.version,
+      publishedAt: described.publishedAt,
+      digest: described.digest,
+      size: described.size,
+    };
+    prepared.set(ref, { listed, manifest, json, fetched });
+  }
+  const all = [...wanted.values()];
+  for (let i = 0; i < all.length;) {
+    const chunk: typeof all = [];
+    let bytes = 0;
+    while (
+      i < all.length &&
+      chunk.length < BLOBS_PER_ANSWER &&
+      (chunk.length === 0 || bytes + all[i]!.size <= BYTES_PER_ANSWER)
+    ) {
+      bytes += all[i]!.size;
+      chunk.push(all[i++]!);
+    }
+    const pieces = await upstream.blobs(chunk);
+    try {
+      for (const blob of chunk) {
+        await store.putBlob(pieces.take(blob.size), { expectedDigest: blob.digest, maxBytes: blob.size });
+        report.bytesFetched += blob.size;
+        fetched.add(blob.digest);
+      }
+    } finally {
+      await pieces.close();
+    }
+  }
+  return prepared;
 }
 
 /** A tar header's size field (octal digits, NUL or space padded); NaN for anything else. */

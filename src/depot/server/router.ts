@@ -18,6 +18,7 @@ import { registerInstallerRoutes } from "./installer-routes.js";
 import { DepotTelemetry, type DepotTelemetryOptions } from "./telemetry.js";
 import { registerPackagerRoutes } from "./packager-routes.js";
 import { registerAttestationRoutes } from "./attestation-routes.js";
+import { registerMirrorRoutes } from "./mirror-routes.js";
 import { loadTrustedKeys, type TrustedKeySet } from "../signing/keys.js";
 import { attestProvenance, type ProvenanceOptions } from "../transactions/provenance.js";
 import type { PackageStore } from "../ports.js";
@@ -241,6 +242,7 @@ export function createPackageRouter(rawStore: PackageStore, options: PackageRout
     keys: loadTrustedKeys(options.trustedKeys ?? { keys: [] }),
     maxBytes: options.maxAttestationBytes ?? 16 * 2 ** 20,
   });
+  registerMirrorRoutes(context);
   registerFallback(router);
 
   const depot = router as unknown as PackageRouter;
