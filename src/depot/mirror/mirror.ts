@@ -22,7 +22,14 @@ import { addAttestation, versionContent } from "../store/attestations.js";
 import { IN_TOTO_PAYLOAD_TYPE, parseBundle } from "../signing/bundle.js";
 import { checkSubjects, parseStatement } from "../signing/statement.js";
 import { loadTrustedKeys, type TrustedKeySet } from "../signing/keys.js";
-import { verifyAttestation, type VerifiedAttestation } from "../signing/verify.js";
+import {
+  loadPolicy,
+  verifyAttestation,
+  verifyVersion,
+  type LoadedPolicy,
+  type SignaturePolicy,
+  type VerifiedAttestation,
+} from "../signing/verify.js";
 import {
   Upstream,
   UPSTREAM_LIMITS,
@@ -53,6 +60,13 @@ export interface MirrorOptions {
    * (the mirror's `verify` policy); without it each is checked for shape and subjects only.
    */
   trustedKeys?: TrustedKeySet;
+  /**
+   * The signature policy, as the installer's: `ignore` (attestations copied with their subjects checked), `verify`
+   * (each copied must be signed by a trusted key), `require` (and a version is copied only once it carries one that
+   * holds: an unsigned version is deferred until an attestation of it appears in the feed). Default: `verify` with
+   * `trustedKeys`, else `ignore`.
+   */
+  signatures?: SignaturePolicy;
   /** Called after each change applied (progress). */
   onChange?: (change: FeedChange, outcome: MirrorOutcome) => void;
   /** The clock (tests). */
@@ -60,7 +74,7 @@ export interface MirrorOptions {
 }
 
 /** What applying one change did. */
-export type MirrorOutcome = "copied" | "present" | "yank" | "attestation" | "removed";
+export type MirrorOutcome = "copied" | "present" | "yank" | "attestation" | "removed" | "deferred";
 
 /** What a run did. */
 export interface MirrorReport {
@@ -74,6 +88,8 @@ export interface MirrorReport {
   attestations: number;
   /** Versions removed here because the upstream removed them (its retention). */
   removed: number;
+  /** Under `require`: changes of versions not copied (yet), since they carry no signature that holds. */
+  deferred: number;
   /** Item and manifest bytes read from the upstream's archives. */
   bytesFetched: number;
   /** Item blobs the store already held, not fetched. */
@@ -107,7 +123,12 @@ export async function mirrorDepot(store: PackageStore, options: MirrorOptions): 
     options.signal,
   );
   const now = options.now ?? (() => new Date());
-  const trusted = options.trustedKeys ? loadTrustedKeys(options.trustedKeys) : undefined;
+  const policy = loadPolicy(
+    options.signatures ?? {
+      policy: options.trustedKeys ? "verify" : "ignore",
+      ...(options.trustedKeys ? { trustedKeys: options.trustedKeys } : {}),
+    },
+  );
   const key = mirrorKey(upstream.url);
   const saved = (await store.getRecord<MirrorState>(key))?.value;
   const report: MirrorReport = {
@@ -117,6 +138,7 @@ export async function mirrorDepot(store: PackageStore, options: MirrorOptions): 
     yanks: 0,
     attestations: 0,
     removed: 0,
+    deferred: 0,
     bytesFetched: 0,
     blobsReused: 0,
   };
@@ -138,7 +160,7 @@ export async function mirrorDepot(store: PackageStore, options: MirrorOptions): 
     }
     for (const change of page.changes) {
       if (options.signal?.aborted) return report;
-      const outcome = await applyChange(store, upstream, change, now, report, trusted, prepared);
+      const outcome = await applyChange(store, upstream, change, now, report, policy, prepared);
       report.position = change.position;
       await savePosition(store, key, upstream.url, change.position, now);
       options.onChange?.(change, outcome);
@@ -165,12 +187,17 @@ async function applyChange(
   change: FeedChange,
   now: () => Date,
   report: MirrorReport,
-  trusted: ReturnType<typeof loadTrustedKeys> | undefined,
+  policy: LoadedPolicy,
   prepared: Map<string, Prepared>,
 ): Promise<MirrorOutcome> {
   const name = parsePackageName(change.name);
   const version = parseVersion(change.version);
+  const trusted = policy.policy === "ignore" ? undefined : policy.keys;
+  const held = async () => (await store.getRecord(keys.version(name, version))) !== null;
   if (change.attested !== undefined) {
+    // Under `require`, a version deferred for want of a signature is copied now that it has one.
+    if (policy.policy === "require" && !(await held()))
+      return copySigned(store, upstream, name, version, now, report, policy);
     report.attestations += await copyAttestations(store, upstream, name, version, now(), trusted);
     return "attestation";
   }
@@ -180,6 +207,7 @@ async function applyChange(
     return "removed";
   }
   if (change.yanked !== undefined) {
+    if (policy.policy === "require" && !(await held())) return (report.deferred++, "deferred");
     // The upstream's own time of the mark, when it still has it (a later change may have replaced it).
     const listed = change.yanked === null ? undefined : await upstream.version(name, version);
     const at = listed?.yanked?.reason === change.yanked ? listed.yanked.at : undefined;
@@ -187,10 +215,56 @@ async function applyChange(
     report.yanks++;
     return "yank";
   }
+  if (policy.policy === "require") return copySigned(store, upstream, name, version, now, report, policy, prepared);
   const ready = prepared.get(`${name}@${version}`);
   const copied = await copyVersion(store, upstream, name, version, report, ready?.listed, "mirror", ready);
   const position = await publishVersion(store, name, version, now());
   await compactAfter(store, position);
+  if (copied) report.copied++;
+  else report.present++;
+  return copied ? "copied" : "present";
+}
+
+/**
+ * Under `require`: `name@version` copied and listed only when the upstream lists attestations of it that hold under
+ * the policy (checked against the content copied here, before the version is listed); none: deferred (nothing
+ * copied). Its bundles are stored with it, and a yank the upstream lists is applied. One GET of the attestations
+ * (and, when the version is new, of its listing for the yank) beyond the copy.
+ */
+async function copySigned(
+  store: PackageStore,
+  upstream: Upstream,
+  name: string,
+  version: string,
+  now: () => Date,
+  report: MirrorReport,
+  policy: LoadedPolicy,
+  prepared?: Map<string, Prepared>,
+): Promise<MirrorOutcome> {
+  const bundles = await upstream.attestations(name, version);
+  if (bundles.length === 0) {
+    report.deferred++;
+    return "deferred";
+  }
+  const ready = prepared?.get(`${name}@${version}`);
+  const listed = ready?.listed ?? (await upstream.version(name, version));
+  const copied = await copyVersion(store, upstream, name, version, report, listed, "mirror", ready);
+  const record = (await store.getRecord<VersionRecord>(keys.version(name, version)))!.value;
+  // The record is written but not listed: a refusal here leaves nothing visible.
+  const verified = verifyVersion(await versionContent(store, record), bundles, policy, now());
+  const position = await publishVersion(store, name, version, now());
+  await compactAfter(store, position);
+  for (let i = 0; i < bundles.length; i++) {
+    const { created } = await addAttestation(
+      store,
+      record,
+      Buffer.from(JSON.stringify(bundles[i])),
+      verified[i]!,
+      now(),
+    );
+    if (created) report.attestations++;
+  }
+  if (listed.yanked) await setYank(store, name, version, listed.yanked.reason, now(), { at: listed.yanked.at });
   if (copied) report.copied++;
   else report.present++;
   return copied ? "copied" : "present";
@@ -227,6 +301,7 @@ export async function pullVersion(
     yanks: 0,
     attestations: 0,
     removed: 0,
+    deferred: 0,
     bytesFetched: 0,
     blobsReused: 0,
   };
