@@ -43,6 +43,9 @@ async function countingProxy(port: number) {
   let bytes = 0;
   const server = net.createServer((client) => {
     const upstream = net.connect(port, "127.0.0.1");
+    // No Nagle on either leg: a small request would otherwise wait for a delayed ACK (40 ms) at each hop.
+    client.setNoDelay(true);
+    upstream.setNoDelay(true);
     client.on("data", (chunk: Buffer) => void (bytes += chunk.length));
     upstream.on("data", (chunk: Buffer) => void (bytes += chunk.length));
     client.pipe(upstream).on("error", () => undefined);
