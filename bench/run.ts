@@ -31,6 +31,7 @@ await writeReport({
     "signing",
     "runner-masking",
     "agent",
+    "depot-mirror",
   ],
   only: process.argv.slice(2).filter((arg) => !arg.startsWith("--")),
   file: path.join(here, "..", "BENCHMARKS.md"),

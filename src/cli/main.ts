@@ -25,6 +25,7 @@ const commands = {
   keys: async () => (await import("./depot/signing.js")).keysCommand,
   verify: async () => (await import("./depot/signing.js")).verifyCommand,
   mirror: async () => (await import("./depot/mirror.js")).mirrorCommand,
+  retention: async () => (await import("./depot/retention.js")).retentionCommand,
 };
 
 const USAGE = `runner-depot — runner log streaming (gRPC) and a package depot (REST)
@@ -45,6 +46,7 @@ Commands:
   keys generate              make an Ed25519 signing key and print its trusted-keys entry
   verify <name>@<version>    check a version's signatures and provenance; print who signed what
   mirror <upstream-url>      copy another depot's versions and yanks into this one (--follow to keep on)
+  retention                  remove old, prerelease or unused versions from the running server's depot
 
 Run 'runner-depot <command> --help' for a command's options, 'runner-depot --version'
 for the version.`;

@@ -4,7 +4,7 @@ import path from "node:path";
 import { createFsStore } from "../../adapters/fs/index.js";
 import { mirrorDepot } from "../../depot/mirror/mirror.js";
 import { CliError, DEFAULT_DATA_DIR, type Command } from "../args.js";
-import { readTrustedKeys } from "./signing.js";
+import { policyFromOptions, signatureOptions } from "./signing.js";
 
 const usage = `Usage: runner-depot mirror <upstream-url> [options]
 
@@ -20,9 +20,13 @@ Options:
   --token <token>       bearer token with read on the upstream (default: $RUNNER_DEPOT_UPSTREAM_TOKEN)
   --follow              keep following the upstream until SIGINT/SIGTERM
   --interval <seconds>  the wait between polls with --follow (default 5)
-  --trusted-keys <file> also require each attestation copied to be signed by one of these
-                        keys (a 'runner-depot keys generate' set); without it, only its
-                        subjects are checked`;
+  --signatures <policy> ignore: attestations copied with their subjects checked; verify
+                        (the default with --trusted-keys): each copied must be signed by
+                        one of the trusted keys; require: and a version is copied only
+                        once it carries one (an unsigned version waits for its signature)
+  --trusted-keys <file> the keys trusted (a 'runner-depot keys generate' set)
+  --builder <id>        with verify or require, a version must carry provenance from this
+                        builder (repeatable)`;
 
 export const mirrorCommand: Command = {
   usage,
@@ -31,7 +35,7 @@ export const mirrorCommand: Command = {
     token: { type: "string" },
     follow: { type: "boolean" },
     interval: { type: "string" },
-    "trusted-keys": { type: "string" },
+    ...signatureOptions,
   },
   async run(values, positionals) {
     const [upstream] = positionals;
@@ -48,8 +52,7 @@ export const mirrorCommand: Command = {
     const interval = values.interval === undefined ? 5 : Number(values.interval);
     if (!Number.isFinite(interval) || interval < 0.1 || interval > 86_400)
       throw new CliError("--interval takes seconds from 0.1 to 86400", 2);
-    const trustedKeysFile = values["trusted-keys"] as string | undefined;
-    const trustedKeys = trustedKeysFile !== undefined ? await readTrustedKeys(trustedKeysFile) : undefined;
+    const signatures = await policyFromOptions(values, values["trusted-keys"] !== undefined ? "verify" : "ignore");
     const dir = path.join(path.resolve(typeof values.data === "string" ? values.data : DEFAULT_DATA_DIR), "depot");
     await mkdir(dir, { recursive: true });
     const store = createFsStore(dir);
@@ -63,7 +66,7 @@ export const mirrorCommand: Command = {
         token: typeof values.token === "string" ? values.token : process.env.RUNNER_DEPOT_UPSTREAM_TOKEN,
         follow: values.follow === true,
         intervalMs: interval * 1000,
-        ...(trustedKeys ? { trustedKeys } : {}),
+        signatures,
         signal: stop.signal,
         onChange: (change, outcome) =>
           process.stdout.write(
@@ -71,7 +74,7 @@ export const mirrorCommand: Command = {
           ),
       });
       process.stderr.write(
-        `mirrored ${url.href} through position ${report.position}: ${report.copied} copied, ${report.present} present, ${report.yanks} yanks, ${report.attestations} attestations, ${report.bytesFetched} bytes fetched, ${report.blobsReused} blobs reused\n`,
+        `mirrored ${url.href} through position ${report.position}: ${report.copied} copied, ${report.present} present, ${report.yanks} yanks, ${report.attestations} attestations, ${report.removed} removed, ${report.deferred} deferred (unsigned), ${report.bytesFetched} bytes fetched, ${report.blobsReused} blobs reused\n`,
       );
       return 0;
     } finally {

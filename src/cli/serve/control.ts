@@ -14,6 +14,7 @@ import { cancelJobRoute, jobSectionsRoute, listJobsRoute } from "./control-jobs.
 import { sectionLines } from "../../runner/service/log-sections.js";
 import { readBounded } from "../../depot/client/body.js";
 import { clientGone } from "../../depot/server/native-body.js";
+import type { RetentionPolicy, RetentionReport } from "../../depot/store/retention.js";
 
 /** Lines read from the store per page when not following (one read per page). */
 const PAGE_LINES = 1000;
@@ -45,6 +46,8 @@ interface ControlApiOptions {
   maxFollowers?: number;
   /** Mints a one-time console login URL (`POST /-/console-url`, for `runner-depot console-url`). */
   consoleLoginUrl?: () => string;
+  /** One retention pass over the depot (`POST /-/retention`, for `runner-depot retention`). */
+  retention?: (policy: RetentionPolicy, dryRun: boolean) => Promise<RetentionReport>;
 }
 
 /** Default of ControlApiOptions.maxFollowers. */
@@ -101,6 +104,8 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
           { url: options.consoleLoginUrl() },
           { status: 201, headers: { "cache-control": "no-store" } },
         );
+      if (request.method === "POST" && url.pathname === "/-/retention" && options.retention)
+        return await retentionRoute(request, options.retention);
       const cancel = /^\/-\/jobs\/([^/]+)\/cancel$/.exec(url.pathname);
       if (request.method === "POST" && cancel) return await cancelJobRoute(options.runner, options.logs, cancel[1]!);
       const match = /^\/-\/jobs\/([^/]+)\/log$/.exec(url.pathname);
@@ -283,6 +288,38 @@ async function* pages(logs: JobLogStore, requestId: string, from: number, to: nu
 const CREATE_JOB_BYTES = 1024 * 1024;
 
 /** `POST /-/jobs`'s JSON body, read within CREATE_JOB_BYTES and 30 s idle. O(body). */
+/** The largest `POST /-/retention` body: a policy is four small members. */
+const RETENTION_BYTES = 4096;
+
+/**
+ * `POST /-/retention` `{ keepLast?, prereleaseDays?, unusedDays?, dryRun? }`: one pass (src/depot/store/retention.ts),
+ * answered with its report (200). A pass pages over every package: O(packages + versions) reads.
+ */
+async function retentionRoute(
+  request: Request,
+  retention: (policy: RetentionPolicy, dryRun: boolean) => Promise<RetentionReport>,
+): Promise<Response> {
+  const { bytes } = await readBounded(request, "POST /-/retention", { maxBytes: RETENTION_BYTES, idleMs: 30_000 });
+  let body: Record<string, unknown>;
+  try {
+    body = JSON.parse(bytes.toString("utf8")) as Record<string, unknown>;
+  } catch {
+    throw new RunnerDepotError("INVALID_ARGUMENT", "the retention request is not JSON");
+  }
+  if (typeof body !== "object" || body === null || Array.isArray(body))
+    throw new RunnerDepotError("INVALID_ARGUMENT", "a retention request is an object");
+  const policy: RetentionPolicy = {};
+  for (const key of ["keepLast", "prereleaseDays", "unusedDays"] as const) {
+    const value = body[key];
+    if (value === undefined) continue;
+    if (typeof value !== "number") throw new RunnerDepotError("INVALID_ARGUMENT", `${key} must be a number`);
+    policy[key] = value;
+  }
+  if (body.dryRun !== undefined && typeof body.dryRun !== "boolean")
+    throw new RunnerDepotError("INVALID_ARGUMENT", "dryRun must be true or false");
+  return Response.json(await retention(policy, body.dryRun === true), { headers: { "cache-control": "no-store" } });
+}
+
 async function jobRequest(request: Request): Promise<unknown> {
   const { bytes } = await readBounded(request, "POST /-/jobs", { maxBytes: CREATE_JOB_BYTES, idleMs: 30_000 });
   try {

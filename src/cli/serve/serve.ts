@@ -7,7 +7,13 @@ import { randomBytes } from "node:crypto";
 import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { createFsLogStore, createFsStore } from "../../adapters/fs/index.js";
-import { createPackageRouter, bearerTokens, servePackageRouter, composeStore } from "../../depot/index.js";
+import {
+  createPackageRouter,
+  bearerTokens,
+  servePackageRouter,
+  composeStore,
+  runRetention,
+} from "../../depot/index.js";
 import type { PackageStore } from "../../depot/ports.js";
 import { orchestratorSigningKey, readTrustedKeys } from "../depot/signing.js";
 import { jobCredentials, jobProvenance } from "../runner/job-publishing.js";
@@ -267,6 +273,7 @@ export const serveCommand: Command = {
         consoleLoginUrl,
         depotUrl: () => depotUrl,
         agents: () => agents,
+        retention: (policy, dryRun) => runRetention(store, policy, { dryRun }),
       });
       // Beyond loopback a TLS terminator must stand in front (--insecure says so): the cookie is Secure.
       const webConsole = createConsole({

@@ -737,6 +737,8 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[], createFolds:
     size: number;
     itemCount: number;
     attributes: Record<string, string>;
+    /** Present when the version is yanked (issue 27): resolution skips it; an exact request still gets it. */
+    yanked?: { reason: string; at: string };
   }
 
   async function renderPackage(name: string): Promise<void> {
@@ -761,6 +763,8 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[], createFolds:
       itemCount: number;
       /** The jobs whose provenance this version carries (issue 26). */
       builtBy?: Array<{ requestId: string; builderId: string }>;
+      /** The yank reason, when this version is yanked (issue 27). */
+      yanked?: string;
     }>(`/packages/${encodeURIComponent(name)}/${encodeURIComponent(selected)}`);
 
     const pkgLink = (n: string) => h("a", { href: `${base}/packages/${encodeURIComponent(n)}`, text: n });
@@ -790,7 +794,7 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[], createFolds:
       ...[...info.versions].reverse().map((v) =>
         h(
           "tr",
-          {},
+          v.yanked ? { class: "yanked", "data-version": v.version } : { "data-version": v.version },
           h(
             "td",
             {},
@@ -801,6 +805,9 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[], createFolds:
                   href: `${base}/packages/${encodeURIComponent(name)}?version=${encodeURIComponent(v.version)}`,
                   text: v.version,
                 }),
+            // The reason as text, never markup: it is the packager's free text.
+            v.yanked ? h("span", { class: "yank-badge", title: v.yanked.reason, text: "yanked" }) : null,
+            v.yanked ? h("div", { class: "yank-reason muted", text: v.yanked.reason }) : null,
           ),
           h("td", { text: fmtTime(v.publishedAt) }),
           h("td", { class: "num", text: fmtBytes(v.size) }),
@@ -840,6 +847,9 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[], createFolds:
         { class: "summary" },
         h("dt", { text: "Latest" }),
         h("dd", { class: "mono", text: info.latest }),
+        ...(detail.yanked !== undefined
+          ? [h("dt", { text: "Yanked" }), h("dd", { id: "yanked", class: "yank-reason", text: detail.yanked })]
+          : []),
         h("dt", { text: "Published" }),
         h("dd", { text: fmtTime(detail.publishedAt) }),
         h("dt", { text: "Licences" }),
