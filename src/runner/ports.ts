@@ -163,6 +163,15 @@ export interface RawLinePage {
   each(visit: (bytes: Buffer, start: number, end: number, flags: number, time: number) => void): void;
 }
 
+/** What `JobLogStore.findLines` answers: candidate lines with their positions, and where the scan stopped. */
+export interface FoundLines {
+  hits: Array<{ position: number; line: StoredLine }>;
+  /** The position after the last line scanned. */
+  next: number;
+  /** Stored bytes scanned. */
+  bytes: number;
+}
+
 /** What a store's `watch` reports: a job stored lines or ended (null: events may have been missed, look again). */
 export type JobLogEvent = { requestId: string; storedLines: number; ended: boolean } | null;
 
@@ -211,6 +220,20 @@ export interface JobLogStore {
    * records without a string per line. Stores that keep strings need not have it.
    */
   readRaw?(requestId: string, from: number, limit: number): Promise<RawLinePage>;
+  /**
+   * Optional fast path of a case-sensitive literal search (runner/service/log-search.ts): scans the job's stored
+   * lines from position `from` and returns, with their positions, the lines that may contain `needle` (a superset:
+   * the caller checks each), at most `limits.maxHits` of them, after scanning about `limits.maxBytes` of stored
+   * bytes at most (whole records: one record may pass it). `next` is the position after the last line scanned,
+   * `bytes` what was scanned. Null when the job's lines are not in this store (unknown or archived): the caller
+   * reads them with `read`. Its cost should follow `maxBytes`, not the lines before `from`.
+   */
+  findLines?(
+    requestId: string,
+    needle: string,
+    from: number,
+    limits: { maxBytes: number; maxHits: number },
+  ): Promise<FoundLines | null>;
   /** Open jobs whose `lastSeenAt` is before `before` (lost-job detection). */
   stale(before: Date): Promise<JobState[]>;
   /**

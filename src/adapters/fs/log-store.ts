@@ -29,6 +29,7 @@ import { createDirectorySync } from "./durable.js";
 import { unlinkQuietly } from "./files.js";
 import { OpenLogs, type LogHandle } from "./log-descriptors.js";
 import { extendIndex, readLines, scanIndex } from "./log-read.js";
+import { findLines, recordNeedle } from "./log-find.js";
 import { encodeRecords, timeBase } from "./log-records.js";
 
 export { MAX_OPEN_LOGS } from "./log-descriptors.js";
@@ -344,6 +345,23 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
           return readLines(job.path, job.index, job.state.fileBytes, from, limit, timeBase(job.state.startedAt));
         },
         () => [],
+      );
+    },
+    async findLines(requestId, needle, from, limits) {
+      const bytes = recordNeedle(needle);
+      if (bytes === null) return null;
+      return withJob(
+        requestId,
+        false,
+        async (job) => {
+          if (job.state.archived) return null;
+          const none = { hits: [], next: job.state.storedLines, bytes: 0 };
+          if (from >= job.state.storedLines || limits.maxHits <= 0) return none;
+          job.index ??= await scanIndex(job.path, job.state.fileBytes);
+          const base = timeBase(job.state.startedAt);
+          return findLines(job.path, job.index, job.state.fileBytes, from, bytes, limits, base);
+        },
+        () => null,
       );
     },
     async stale(before) {

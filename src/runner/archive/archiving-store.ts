@@ -328,6 +328,10 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
       archived.set(id, state.archived, 1);
       return readArchived(id, state.archived, from, limit);
     },
+    // An archived job's lines are not in the live store: null sends the search to `read` (the archive).
+    findLines: live.findLines
+      ? async (id, needle, from, limits) => (archived.get(id) ? null : live.findLines!(id, needle, from, limits))
+      : undefined,
     stale: (before) => live.stale(before),
     archivable: live.archivable ? (before, limit) => live.archivable!(before, limit) : undefined,
     markArchived,

@@ -1,0 +1,134 @@
+/**
+ * The fs log store's search fast path (JobLogStore.findLines): the log file's bytes are searched for the needle as
+ * a record writes it (its JSON string's inside, UTF-8) with `Buffer.indexOf`, a megabyte at a time, and only the
+ * records it occurs in are decoded. A hit's line position comes from the sparse index (log-read.ts): the nearest
+ * indexed offset at or before it, then at most STRIDE newlines counted. So a scan costs O(bytes scanned) in native
+ * code plus O(hits × STRIDE), never a string per line. Why: docs/decisions/log-search.md, "The fs fast path".
+ */
+import { open } from "node:fs/promises";
+import type { FoundLines } from "../../runner/ports.js";
+import { decodeRecord } from "./log-records.js";
+import { STRIDE } from "./log-read.js";
+
+const READ_CHUNK = 1024 * 1024;
+
+/** Where the scan is: a byte offset of the file known to start line `line`. */
+interface Cursor {
+  offset: number;
+  line: number;
+}
+
+/** The needle as a record holds it (JSON escapes), or null when it cannot be found that way (a lone surrogate). */
+export function recordNeedle(needle: string): Buffer | null {
+  // A lone surrogate at the needle's edge may be half of a pair in a line, which a record keeps as UTF-8.
+  if (/[\uD800-\uDFFF]/.test(needle.replace(/[\uD800-\uDBFF][\uDC00-\uDFFF]/g, ""))) return null;
+  return Buffer.from(JSON.stringify(needle).slice(1, -1), "utf8");
+}
+
+/** The greatest indexed checkpoint at or before `offset` (binary search, O(log lines)). */
+function checkpointBefore(index: readonly number[], offset: number): number {
+  let lo = 0;
+  let hi = index.length - 1;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (index[mid]! <= offset) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+/**
+ * Moves `cursor` to byte `target` (a record's start, at or after it) of `data` (which starts at file offset
+ * `base`): jumps to the nearest checkpoint when it is ahead, then counts newlines. O(STRIDE) after a jump.
+ */
+function advance(cursor: Cursor, index: readonly number[], data: Buffer, base: number, target: number): void {
+  const c = checkpointBefore(index, target);
+  if (c * STRIDE > cursor.line && index[c]! >= base) {
+    cursor.offset = index[c]!;
+    cursor.line = c * STRIDE;
+  }
+  let at = cursor.offset - base;
+  const end = target - base;
+  while (at < end) {
+    const nl = data.indexOf(0x0a, at);
+    if (nl < 0 || nl >= end) break;
+    cursor.line++;
+    at = nl + 1;
+  }
+  cursor.offset = target;
+}
+
+/**
+ * Candidate lines for `needle` in the first `end` bytes of `path` from line `from` (see JobLogStore.findLines);
+ * record times count from `baseUs`.
+ */
+export async function findLines(
+  path: string,
+  index: readonly number[],
+  end: number,
+  from: number,
+  needle: Buffer,
+  limits: { maxBytes: number; maxHits: number },
+  baseUs: number,
+): Promise<FoundLines> {
+  const checkpoint = Math.min(Math.floor(from / STRIDE), Math.max(0, index.length - 1));
+  const cursor: Cursor = { offset: index[checkpoint] ?? 0, line: checkpoint * STRIDE };
+  const out: FoundLines = { hits: [], next: from, bytes: 0 };
+  let scanned = 0;
+  const fh = await open(path, "r");
+  try {
+    const buf = Buffer.allocUnsafe(READ_CHUNK);
+    let carry: Buffer = Buffer.alloc(0);
+    let pos = cursor.offset;
+    while (pos < end && scanned < limits.maxBytes) {
+      const { bytesRead } = await fh.read(buf, 0, Math.min(READ_CHUNK, end - pos), pos);
+      if (bytesRead === 0) break;
+      const base = pos - carry.length;
+      pos += bytesRead;
+      const data = carry.length > 0 ? Buffer.concat([carry, buf.subarray(0, bytesRead)]) : buf.subarray(0, bytesRead);
+      // Whole records only: the rest waits for the next read.
+      const whole = data.lastIndexOf(0x0a) + 1;
+      carry = Buffer.from(data.subarray(whole));
+      if (whole === 0) continue;
+      // Skip to line `from` first (at most STRIDE records from the checkpoint).
+      if (cursor.line < from) {
+        let at = cursor.offset - base;
+        while (cursor.line < from) {
+          const nl = data.indexOf(0x0a, at);
+          if (nl < 0 || nl >= whole) break;
+          cursor.line++;
+          at = nl + 1;
+        }
+        cursor.offset = base + at;
+        if (cursor.line < from) continue;
+      }
+      const scanStart = cursor.offset - base;
+      let at = data.indexOf(needle, scanStart);
+      while (at >= 0 && at < whole) {
+        const start = at === 0 ? 0 : data.lastIndexOf(0x0a, at - 1) + 1;
+        const quote = data.indexOf(0x22, start);
+        // A hit in the record's head (its flag and time, before the opening quote) is no hit: look on from the quote.
+        if (at < quote) {
+          at = data.indexOf(needle, quote + 1);
+          continue;
+        }
+        const stop = data.indexOf(0x0a, at);
+        advance(cursor, index, data, base, base + start);
+        out.hits.push({ position: cursor.line, line: decodeRecord(data.toString("utf8", start, stop), baseUs) });
+        if (out.hits.length >= limits.maxHits) {
+          out.next = cursor.line + 1;
+          out.bytes = scanned + stop + 1 - scanStart;
+          return out;
+        }
+        at = data.indexOf(needle, stop + 1);
+      }
+      advance(cursor, index, data, base, base + whole);
+      scanned += whole - scanStart;
+    }
+  } finally {
+    await fh.close();
+  }
+  out.next = cursor.line;
+  out.bytes = scanned;
+  return out;
+}

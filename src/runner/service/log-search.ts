@@ -1,0 +1,184 @@
+/**
+ * Searching one job's stored log, a page of results at a time (docs/decisions/log-search.md). A request scans
+ * forward from a cursor (a line position) until it has `limit` matches, or has scanned SCAN_BYTES of text or
+ * SCAN_LINES lines, or reaches the end of what is stored; it answers the matches and the position to go on from.
+ * So one request's cost is bounded whatever the log's size, and the log is never held in memory: it is read a
+ * page at a time through `JobLogStore.read` (the archive's chunks for an archived job), or through the store's
+ * `findLines` fast path for a case-sensitive literal on a store that has one (the fs store).
+ */
+import { RunnerDepotError } from "../../errors.js";
+import type { JobLogStore, StoredLine } from "../ports.js";
+import { compileSearch, type LineMatcher, type MatchRange, type SearchPattern } from "./search-matcher.js";
+
+/** Matches one request returns at most, and by default. */
+export const MAX_SEARCH_MATCHES = 1000;
+export const DEFAULT_SEARCH_MATCHES = 100;
+/** Bytes of stored text (UTF-16 code units on the read path) one request scans at most. */
+export const SCAN_BYTES = 32 * 1024 * 1024;
+/** Lines one request scans at most on the read path (the fast path is bounded by SCAN_BYTES alone). */
+export const SCAN_LINES = 262_144;
+/** Characters of matched lines one answer carries at most (one line always goes, however long). */
+const RESULT_CHARS = 4 * 1024 * 1024;
+/** Lines per store read. */
+const READ_PAGE = 2048;
+
+/** A search request: the pattern, where to start and how many matches to return. */
+export interface LogSearchRequest extends SearchPattern {
+  /** Line position to scan from (0-based, markers included); default 0. */
+  from?: number;
+  /** Matches to return at most (1 to MAX_SEARCH_MATCHES); default DEFAULT_SEARCH_MATCHES. */
+  limit?: number;
+}
+
+/** One matching line. */
+export interface LogSearchMatch {
+  /** The line's position (as `read` counts it). */
+  position: number;
+  /** The line's stored text (as masked when stored). */
+  line: string;
+  stderr: boolean;
+  marker?: boolean;
+  /** Where it matched, `[start, end)` in UTF-16 code units of `line`, at most 100. */
+  ranges: MatchRange[];
+}
+
+/** One page of search results. */
+export interface LogSearchPage {
+  matches: LogSearchMatch[];
+  /** The position to scan from next (the line after the last one scanned). */
+  next: number;
+  /** True when the scan reached the end of the lines stored when it started (a live job may store more). */
+  end: boolean;
+  /** Lines the request scanned. */
+  scanned: number;
+  /** The job's stored lines when the request started. */
+  storedLines: number;
+}
+
+/**
+ * Searches job `requestId`'s log from `request.from`. NOT_FOUND for an unknown job, INVALID_ARGUMENT for a bad
+ * pattern, `from` or `limit`. O(SCAN_BYTES + SCAN_LINES) a request at most, whatever the log's size; memory
+ * O(READ_PAGE lines + RESULT_CHARS).
+ *
+ * @example
+ * let from = 0;
+ * for (;;) {
+ *   const page = await searchJobLog(logs, id, { pattern: "FATAL", matchCase: true, from });
+ *   for (const m of page.matches) console.log(m.position, m.line);
+ *   if (page.end) break;
+ *   from = page.next;
+ * }
+ */
+export async function searchJobLog(
+  logs: JobLogStore,
+  requestId: string,
+  request: LogSearchRequest,
+): Promise<LogSearchPage> {
+  const match = compileSearch(request);
+  const from = request.from ?? 0;
+  const limit = request.limit ?? DEFAULT_SEARCH_MATCHES;
+  if (!Number.isSafeInteger(from) || from < 0) throw new RunnerDepotError("INVALID_ARGUMENT", "from must be ≥ 0");
+  if (!Number.isSafeInteger(limit) || limit < 1 || limit > MAX_SEARCH_MATCHES)
+    throw new RunnerDepotError("INVALID_ARGUMENT", `limit must be from 1 to ${MAX_SEARCH_MATCHES}`);
+  const state = await logs.get(requestId);
+  if (!state) throw new RunnerDepotError("NOT_FOUND", `no job ${requestId}`);
+  const total = state.storedLines;
+  const out: LogSearchPage = { matches: [], next: from, end: from >= total, scanned: 0, storedLines: total };
+  if (out.end) return out;
+  if (match.literal !== undefined && logs.findLines && !state.archived) {
+    const fast = await scanFast(logs, requestId, match, from, total, limit, out);
+    if (fast) return out;
+  }
+  await scanPages(logs, requestId, match, from, total, limit, out);
+  return out;
+}
+
+/** Adds a match to `out`; returns false once the page is full (count or characters). */
+function take(
+  out: LogSearchPage,
+  position: number,
+  line: StoredLine,
+  ranges: MatchRange[],
+  limit: number,
+  chars: { n: number },
+): boolean {
+  const hit: LogSearchMatch = { position, line: line.line, stderr: line.stderr, ranges };
+  if (line.marker) hit.marker = true;
+  out.matches.push(hit);
+  chars.n += line.line.length;
+  return out.matches.length < limit && chars.n < RESULT_CHARS;
+}
+
+/** The store's fast path: candidate lines only, each checked here. False when the store has not the lines. */
+async function scanFast(
+  logs: JobLogStore,
+  id: string,
+  match: LineMatcher,
+  from: number,
+  total: number,
+  limit: number,
+  out: LogSearchPage,
+): Promise<boolean> {
+  const chars = { n: 0 };
+  let position = from;
+  let budget = SCAN_BYTES;
+  while (position < total && budget > 0) {
+    const found = await logs.findLines!(id, match.literal!, position, {
+      maxBytes: budget,
+      maxHits: limit - out.matches.length,
+    });
+    // The lines are not there (archived meanwhile): the read path takes over, or this page ends here.
+    if (found === null) {
+      if (position === from) return false;
+      break;
+    }
+    let full = false;
+    for (const hit of found.hits) {
+      const ranges = match(hit.line.line);
+      if (ranges && !take(out, hit.position, hit.line, ranges, limit, chars)) {
+        out.next = hit.position + 1;
+        full = true;
+        break;
+      }
+    }
+    if (!full) out.next = Math.min(found.next, total);
+    out.scanned += out.next - position;
+    budget -= found.bytes;
+    if (full || found.next <= position) break;
+    position = out.next;
+  }
+  out.end = out.next >= total;
+  return true;
+}
+
+/** The read path: pages of lines through `read` (the archive's chunks for an archived job), each line checked. */
+async function scanPages(
+  logs: JobLogStore,
+  id: string,
+  match: LineMatcher,
+  from: number,
+  total: number,
+  limit: number,
+  out: LogSearchPage,
+): Promise<void> {
+  const chars = { n: 0 };
+  let position = from;
+  let bytes = 0;
+  let lines = 0;
+  scan: while (position < total && bytes < SCAN_BYTES && lines < SCAN_LINES) {
+    const want = Math.min(READ_PAGE, total - position, SCAN_LINES - lines);
+    const page = await logs.read(id, position, want);
+    if (page.length === 0) break;
+    for (const line of page) {
+      const ranges = match(line.line);
+      const at = position++;
+      lines++;
+      bytes += line.line.length;
+      if (ranges && !take(out, at, line, ranges, limit, chars)) break scan;
+    }
+    if (page.length < want) break;
+  }
+  out.next = position;
+  out.scanned += lines;
+  out.end = position >= total;
+}
