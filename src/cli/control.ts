@@ -1,7 +1,7 @@
 /**
  * The control API `serve` adds under `/-/` on the depot's port, for the `job`, `logs`,
  * `jobs` and `cancel` commands: create a job (mint its token, register it, render its
- * cloud-init), read or follow its log, list jobs and cancel one (control-jobs.ts).
+ * cloud-init), read, follow or search its log, list jobs and cancel one (control-jobs.ts).
  * Every request needs the admin token.
  */
 import { randomUUID, timingSafeEqual } from "node:crypto";
@@ -9,6 +9,7 @@ import { RunnerDepotError } from "../errors.js";
 import { mintJobToken, renderCloudInit, type CloudInitAgent, type RunnerService } from "../runner/index.js";
 import { normalizeRequestId } from "../runner/protocol/request-id.js";
 import type { JobLogStore, StoredLine } from "../runner/ports.js";
+import { searchJobLog, searchRequestOf } from "../runner/service/log-search.js";
 import { cancelJobRoute, listJobsRoute } from "./control-jobs.js";
 import { readBounded } from "../depot/client/body.js";
 import { clientGone } from "../depot/server/native-body.js";
@@ -101,6 +102,8 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
         );
       const cancel = /^\/-\/jobs\/([^/]+)\/cancel$/.exec(url.pathname);
       if (request.method === "POST" && cancel) return await cancelJobRoute(options.runner, options.logs, cancel[1]!);
+      const search = /^\/-\/jobs\/([^/]+)\/search$/.exec(url.pathname);
+      if (request.method === "GET" && search) return await searchLog(search[1]!, url);
       const match = /^\/-\/jobs\/([^/]+)\/log$/.exec(url.pathname);
       if (request.method === "GET" && match) return await jobLog(match[1]!, url.searchParams.has("follow"), request);
       throw new RunnerDepotError("NOT_FOUND", `no control route ${request.method} ${url.pathname}`);
@@ -179,6 +182,22 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
     const answer: CreateJobResponse = { requestId, token, endpoint: options.runnerUrl, userData, warnings };
     if (agent) answer.agent = agent;
     return Response.json(answer, { status: 201 });
+  }
+
+  /** `GET /-/jobs/<id>/search?q=&regex=1&case=1&from=&limit=`: a page of matching lines (docs/decisions/log-search.md). */
+  async function searchLog(rawId: string, url: URL): Promise<Response> {
+    const search = searchRequestOf(url.searchParams);
+    let decoded = rawId;
+    try {
+      decoded = decodeURIComponent(rawId);
+    } catch {
+      // Not percent-encoding: refused as not an ID just below.
+    }
+    const requestId = normalizeRequestId(decoded);
+    if (!requestId) throw new RunnerDepotError("INVALID_ARGUMENT", `not a request ID: ${rawId}`);
+    return Response.json(await searchJobLog(options.logs, requestId, search), {
+      headers: { "cache-control": "no-store" },
+    });
   }
 
   async function jobLog(rawId: string, follow: boolean, request: Request): Promise<Response> {

@@ -6,6 +6,7 @@
  * Why: docs/decisions/console.md, "app.ts: why the log viewer is virtualised".
  */
 import type { AnsiRun } from "./ansi.js";
+import type { SearchBox, SearchHost } from "./search.js";
 // Types only: erased from the function text script.ts ships.
 import type { JobSummary as RunnerJobSummary } from "../../runner/service/job-list.js";
 
@@ -13,7 +14,7 @@ import type { JobSummary as RunnerJobSummary } from "../../runner/service/job-li
 type Wire = [string, number, number?];
 
 /** Runs the console page in the browser. */
-export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
+export function consoleMain(parseAnsi: (line: string) => AnsiRun[], logSearch: (host: SearchHost) => SearchBox): void {
   const ROW = 20;
   const CHUNK = 500;
   const CACHE_CHUNKS = 200;
@@ -408,6 +409,8 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
     let target: number | null = null;
     const chunks = new Map<number, Wire[]>();
     const loading = new Set<number>();
+    // Search (search.ts): jumps with goToLine, marks matches as rows are drawn.
+    const search = logSearch({ id, api, goToLine, redraw: () => draw(), parseAnsi });
 
     function layout(): { first: number; offset: number } {
       const visible = Math.max(1, Math.ceil(viewport.clientHeight / ROW));
@@ -479,6 +482,7 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
         if (run.bg) span.style.backgroundColor = run.bg;
         body.append(span);
       }
+      search.decorate(n, body, text);
       const ts =
         time > 0
           ? h("span", {
@@ -617,6 +621,7 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
         cancel,
         h("span", {}, follow, " ", h("label", { for: "follow", text: "Follow the end of the log" })),
       ),
+      search.element,
       status,
       viewport,
     );

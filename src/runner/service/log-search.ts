@@ -8,7 +8,13 @@
  */
 import { RunnerDepotError } from "../../errors.js";
 import type { JobLogStore, StoredLine } from "../ports.js";
-import { compileSearch, type LineMatcher, type MatchRange, type SearchPattern } from "./search-matcher.js";
+import {
+  checkPattern,
+  compileSearch,
+  type LineMatcher,
+  type MatchRange,
+  type SearchPattern,
+} from "./search-matcher.js";
 
 /** Matches one request returns at most, and by default. */
 export const MAX_SEARCH_MATCHES = 1000;
@@ -181,4 +187,43 @@ async function scanPages(
   out.next = position;
   out.scanned += lines;
   out.end = position >= total;
+}
+
+/** A 0/1 query flag; INVALID_ARGUMENT for anything else. */
+function flag(params: URLSearchParams, name: string): boolean {
+  const raw = params.get(name);
+  if (raw === null || raw === "" || raw === "0") return false;
+  if (raw === "1") return true;
+  throw new RunnerDepotError("INVALID_ARGUMENT", `${name} must be 0 or 1`);
+}
+
+/** A whole-number query parameter within [min, max], else `fallback` when absent. */
+function whole(params: URLSearchParams, name: string, fallback: number, min: number, max: number): number {
+  const raw = params.get(name);
+  if (raw === null || raw === "") return fallback;
+  if (!/^\d{1,15}$/.test(raw)) throw new RunnerDepotError("INVALID_ARGUMENT", `${name} must be a whole number`);
+  const value = Number(raw);
+  if (value < min || value > max)
+    throw new RunnerDepotError("INVALID_ARGUMENT", `${name} must be from ${min} to ${max}`);
+  return value;
+}
+
+/**
+ * The search request of an HTTP query (`?q=&regex=1&case=1&from=&limit=`, the console's and the control API's):
+ * `case=1` matches case, `regex=1` reads `q` as an RE2 expression. The pattern's length is checked first, before
+ * anything else is done. INVALID_ARGUMENT for a missing, empty or over-long `q` or a malformed parameter. O(query).
+ *
+ * @example
+ * searchJobLog(logs, id, searchRequestOf(new URL(request.url).searchParams));
+ */
+export function searchRequestOf(params: URLSearchParams): LogSearchRequest {
+  const pattern = params.get("q") ?? "";
+  checkPattern(pattern);
+  return {
+    pattern,
+    regex: flag(params, "regex"),
+    matchCase: flag(params, "case"),
+    from: whole(params, "from", 0, 0, Number.MAX_SAFE_INTEGER),
+    limit: whole(params, "limit", DEFAULT_SEARCH_MATCHES, 1, MAX_SEARCH_MATCHES),
+  };
 }
