@@ -21,6 +21,7 @@ await writeReport({
     "depot-transactions",
     "depot-bytes",
     "console",
+    "log-search",
     "depot-scale",
     "depot-telemetry",
     "runner-telemetry",

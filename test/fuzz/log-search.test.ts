@@ -171,19 +171,20 @@ describe("search through a real fs log store", () => {
 });
 
 describe("search through a real fs log store, past its read chunks", () => {
-  it("finds needles in lines that straddle the 1 MiB read chunks, at their positions", async () => {
+  it("finds needles in lines that straddle the 4 MiB read chunks, or outgrow them, at their positions", async () => {
     const dir = await mkdtemp(join(tmpdir(), "runner-depot-search-big-"));
     const logs = createFsLogStore(dir, { fsync: false });
     try {
       const id = "00000000-0000-4000-8000-00000000b16a";
       await logs.open(id);
-      // 40 lines of 100 KiB with a needle at each line's end, between 3,000 short lines each: ~4 MiB, ~120k lines.
+      // 40 lines of 100 KiB (one of 5 MiB) with a needle at each line's end, between 3,000 short lines each: ~13 MiB, ~120k lines.
       const lines: string[] = [];
       const want: number[] = [];
       for (let block = 0; block < 40; block++) {
         for (let i = 0; i < 3000; i++) lines.push(`short ${block}.${i} "quoted" \\ back`);
         want.push(lines.length);
-        lines.push(`${"x".repeat(100 * 1024)} NEEDLE-${block}`);
+        // Block 20's line is longer than a read: the scan's buffer grows for it.
+        lines.push(`${"x".repeat(block === 20 ? 5 * 1024 * 1024 : 100 * 1024)} NEEDLE-${block}`);
       }
       for (let at = 0; at < lines.length; at += 4096)
         await logs.append(
