@@ -27,6 +27,33 @@ export const SCAN_LINES = 262_144;
 const RESULT_CHARS = 4 * 1024 * 1024;
 /** Lines per store read. */
 const READ_PAGE = 2048;
+/**
+ * Searches of one store that run at once, and that may wait for a turn; more answer UNAVAILABLE. Each running one
+ * holds a read buffer (4 MiB on the fs fast path) or a page of lines, plus its answer: so searches add at most
+ * about MAX_RUNNING × 12 MiB to a server, however many are asked for.
+ */
+const MAX_RUNNING = 4;
+const MAX_WAITING = 64;
+const gates = new WeakMap<JobLogStore, { running: number; waiting: Array<() => void> }>();
+
+/** Waits for a turn to search `logs`; resolves with the release. UNAVAILABLE when too many wait already. */
+async function turn(logs: JobLogStore): Promise<() => void> {
+  let gate = gates.get(logs);
+  if (!gate) gates.set(logs, (gate = { running: 0, waiting: [] }));
+  const g = gate;
+  if (g.running < MAX_RUNNING) g.running++;
+  else if (g.waiting.length >= MAX_WAITING)
+    throw new RunnerDepotError("UNAVAILABLE", "too many log searches are under way; try again shortly", {
+      details: { retryAfter: 1 },
+    });
+  else await new Promise<void>((resolve) => g.waiting.push(resolve));
+  // The slot passes to the next waiter as it is, or is given back.
+  return () => {
+    const next = g.waiting.shift();
+    if (next) next();
+    else g.running--;
+  };
+}
 
 /** A search request: the pattern, where to start and how many matches to return. */
 export interface LogSearchRequest extends SearchPattern {
@@ -63,7 +90,7 @@ export interface LogSearchPage {
 
 /**
  * Searches job `requestId`'s log from `request.from`. NOT_FOUND for an unknown job, INVALID_ARGUMENT for a bad
- * pattern, `from` or `limit`. O(SCAN_BYTES + SCAN_LINES) a request at most, whatever the log's size; memory
+ * pattern, `from` or `limit`, UNAVAILABLE when MAX_RUNNING searches of the store run and MAX_WAITING wait. O(SCAN_BYTES + SCAN_LINES) a request at most, whatever the log's size; memory
  * O(READ_PAGE lines + RESULT_CHARS).
  *
  * @example
@@ -91,12 +118,17 @@ export async function searchJobLog(
   const total = state.storedLines;
   const out: LogSearchPage = { matches: [], next: from, end: from >= total, scanned: 0, storedLines: total };
   if (out.end) return out;
-  if (match.literal !== undefined && logs.findLines && !state.archived) {
-    const fast = await scanFast(logs, requestId, match, from, total, limit, out);
-    if (fast) return out;
+  const release = await turn(logs);
+  try {
+    if (match.literal !== undefined && logs.findLines && !state.archived) {
+      const fast = await scanFast(logs, requestId, match, from, total, limit, out);
+      if (fast) return out;
+    }
+    await scanPages(logs, requestId, match, from, total, limit, out);
+    return out;
+  } finally {
+    release();
   }
-  await scanPages(logs, requestId, match, from, total, limit, out);
-  return out;
 }
 
 /** Adds a match to `out`; returns false once the page is full (count or characters). */
