@@ -12,6 +12,12 @@ import { STRIDE } from "./log-read.js";
 
 /** Bytes per read (the buffer is this, or twice the longest record when that is more). */
 const READ_CHUNK = 4 * 1024 * 1024;
+/**
+ * Read buffers of finished scans, kept for the next (at most SPARE of them): a scan a request would otherwise leave
+ * 4 MiB of garbage outside the heap, which the GC does not hurry to free (8 requests in a row left +32 MiB of RSS).
+ */
+const SPARE = 4;
+const spare: Buffer[] = [];
 
 /** Where the scan is: a byte offset of the file known to start line `line`. */
 interface Cursor {
@@ -77,10 +83,11 @@ export async function findLines(
   const out: FoundLines = { hits: [], next: from, bytes: 0 };
   let scanned = 0;
   const fh = await open(path, "r");
+  let buf: Buffer | undefined;
   try {
     // One buffer for the whole scan: the unfinished record moves to its front and the next read lands after it,
     // so no chunk is copied or allocated again (a fresh megabyte a read cost more in page faults than the search).
-    let buf = Buffer.allocUnsafeSlow(READ_CHUNK);
+    buf = spare.pop() ?? Buffer.allocUnsafeSlow(READ_CHUNK);
     let kept = 0;
     let keptAt = 0;
     let pos = cursor.offset;
@@ -138,6 +145,7 @@ export async function findLines(
       scanned += whole - scanStart;
     }
   } finally {
+    if (buf?.length === READ_CHUNK && spare.length < SPARE) spare.push(buf);
     await fh.close();
   }
   out.next = cursor.line;
