@@ -221,18 +221,20 @@ export interface JobLogStore {
    */
   readRaw?(requestId: string, from: number, limit: number): Promise<RawLinePage>;
   /**
-   * Optional fast path of a case-sensitive literal search (runner/service/log-search.ts): scans the job's stored
-   * lines from position `from` and returns, with their positions, the lines that may contain `needle` (a superset:
-   * the caller checks each), at most `limits.maxHits` of them, after scanning about `limits.maxBytes` of stored
-   * bytes at most (whole records: one record may pass it). `next` is the position after the last line scanned,
-   * `bytes` what was scanned. Null when the job's lines are not in this store (unknown or archived): the caller
-   * reads them with `read`. Its cost should follow `maxBytes`, not the lines before `from`.
+   * Optional fast path of a literal search (runner/service/log-search.ts): scans the job's stored lines from
+   * position `from` and returns, with their positions, the lines that may contain `needle` (a superset: the caller
+   * checks each; with `options.ignoreCase` upper and lower case match each other, as a JS RegExp's `i` flag has
+   * them), at most `options.maxHits` of them, after scanning about `options.maxBytes` of stored bytes at most
+   * (whole records: one record may pass it). `next` is the position after the last line scanned, `bytes` what was
+   * scanned. Null when the store cannot (the job's lines are not here, archived or unknown; or it cannot search
+   * that needle so): the caller reads the lines with `read`. Its cost should follow `maxBytes`, not the lines
+   * before `from`.
    */
   findLines?(
     requestId: string,
     needle: string,
     from: number,
-    limits: { maxBytes: number; maxHits: number },
+    options: { maxBytes: number; maxHits: number; ignoreCase?: boolean },
   ): Promise<FoundLines | null>;
   /** Open jobs whose `lastSeenAt` is before `before` (lost-job detection). */
   stale(before: Date): Promise<JobState[]>;

@@ -128,10 +128,10 @@ describe("search through a real fs log store", () => {
   }
 
   /** Every matching position, page by page (small pages: the cursor is exercised). */
-  async function all(id: string, pattern: string, regex: boolean, limit: number): Promise<number[]> {
+  async function all(id: string, pattern: string, regex: boolean, limit: number, matchCase = true): Promise<number[]> {
     const out: number[] = [];
     for (let from = 0; ;) {
-      const page = await searchJobLog(logs, id, { pattern, regex, matchCase: true, from, limit });
+      const page = await searchJobLog(logs, id, { pattern, regex, matchCase, from, limit });
       for (const m of page.matches) {
         expect(m.ranges.length).toBeGreaterThan(0);
         out.push(m.position);
@@ -162,6 +162,11 @@ describe("search through a real fs log store", () => {
             // The same literal as an escaped RE2 expression goes through `read`.
             const escaped = q.replace(/[\\^$.*+?()[\]{}|]/g, "\\$&");
             expect(await all(id, escaped, true, limit)).toEqual(want);
+            // Without case: the fast path for an ASCII needle (Latin-1 block, an `i` RegExp), else `read`; the line
+            // matcher (held to lower-casing above) says which lines match.
+            const nocase = compileSearch({ pattern: q });
+            const wantNocase = lines.flatMap((l, i) => (nocase(l) ? [i] : []));
+            expect(await all(id, q, false, limit, false)).toEqual(wantNocase);
           }),
           { ...params, numRuns: Math.min(params.numRuns ?? runs, runs) },
         );

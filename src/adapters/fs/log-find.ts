@@ -1,9 +1,10 @@
 /**
  * The fs log store's search fast path (JobLogStore.findLines): the log file's bytes are searched for the needle as
- * a record writes it (its JSON string's inside, UTF-8) with `Buffer.indexOf`, a megabyte at a time, and only the
- * records it occurs in are decoded. A hit's line position comes from the sparse index (log-read.ts): the nearest
- * indexed offset at or before it, then at most STRIDE newlines counted. So a scan costs O(bytes scanned) in native
- * code plus O(hits × STRIDE), never a string per line. Why: docs/decisions/log-search.md, "The fs fast path".
+ * a record writes it (its JSON string's inside, UTF-8) — with `Buffer.indexOf`, or for an ASCII needle without case
+ * an escaped `i` RegExp over the block read as Latin-1 — 4 MiB at a time, and only the records it occurs in are
+ * decoded. A hit's line position comes from the sparse index (log-read.ts): the nearest indexed offset at or before
+ * it, then at most STRIDE newlines counted. So a scan costs O(bytes scanned) in native code plus O(hits × STRIDE),
+ * never a string per line. Why: docs/decisions/log-search.md, "The fs fast path".
  */
 import { open } from "node:fs/promises";
 import type { FoundLines } from "../../runner/ports.js";
@@ -25,11 +26,37 @@ interface Cursor {
   line: number;
 }
 
-/** The needle as a record holds it (JSON escapes), or null when it cannot be found that way (a lone surrogate). */
-export function recordNeedle(needle: string): Buffer | null {
-  // A lone surrogate at the needle's edge may be half of a pair in a line, which a record keeps as UTF-8.
+/** Finds a needle in a block of records: `block(data, whole)` gives the search of `data`'s first `whole` bytes. */
+export interface RecordFinder {
+  block(data: Buffer, whole: number): (from: number) => number;
+}
+
+/**
+ * The search for `needle` as a record holds it (its JSON string's inside, UTF-8), or null when it cannot be found
+ * that way: a lone surrogate (half of a pair in a line is kept as UTF-8, not escaped), or a needle without case
+ * that is not ASCII. Without case, the block is read as Latin-1 (a byte a character, so string and byte offsets
+ * agree) and searched with an escaped RegExp with the `i` flag: JS folds no non-ASCII character onto an ASCII one
+ * there, and the characters a record escapes have no case, so a line that holds the needle in any case holds its
+ * escaped form in some case.
+ */
+export function recordFinder(needle: string, ignoreCase: boolean): RecordFinder | null {
   if (/[\uD800-\uDFFF]/.test(needle.replace(/[\uD800-\uDBFF][\uDC00-\uDFFF]/g, ""))) return null;
-  return Buffer.from(JSON.stringify(needle).slice(1, -1), "utf8");
+  const escaped = JSON.stringify(needle).slice(1, -1);
+  if (!ignoreCase) {
+    const bytes = Buffer.from(escaped, "utf8");
+    return { block: (data) => (from) => data.indexOf(bytes, from) };
+  }
+  if (!/^[\x00-\x7f]*$/.test(escaped)) return null;
+  const re = new RegExp(escaped.replace(/[\\^$.*+?()[\]{}|/-]/g, "\\$&"), "gi");
+  return {
+    block(data, whole) {
+      const text = data.toString("latin1", 0, whole);
+      return (from) => {
+        re.lastIndex = from;
+        return re.exec(text)?.index ?? -1;
+      };
+    },
+  };
 }
 
 /** The greatest indexed checkpoint at or before `offset` (binary search, O(log lines)). */
@@ -74,7 +101,7 @@ export async function findLines(
   index: readonly number[],
   end: number,
   from: number,
-  needle: Buffer,
+  finder: RecordFinder,
   limits: { maxBytes: number; maxHits: number },
   baseUs: number,
 ): Promise<FoundLines> {
@@ -122,13 +149,14 @@ export async function findLines(
         if (cursor.line < from) continue;
       }
       const scanStart = cursor.offset - base;
-      let at = data.indexOf(needle, scanStart);
+      const find = finder.block(data, whole);
+      let at = find(scanStart);
       while (at >= 0 && at < whole) {
         const start = at === 0 ? 0 : data.lastIndexOf(0x0a, at - 1) + 1;
         const quote = data.indexOf(0x22, start);
         // A hit in the record's head (its flag and time, before the opening quote) is no hit: look on from the quote.
         if (at < quote) {
-          at = data.indexOf(needle, quote + 1);
+          at = find(quote + 1);
           continue;
         }
         const stop = data.indexOf(0x0a, at);
@@ -139,7 +167,7 @@ export async function findLines(
           out.bytes = scanned + stop + 1 - scanStart;
           return out;
         }
-        at = data.indexOf(needle, stop + 1);
+        at = find(stop + 1);
       }
       advance(cursor, index, data, base, base + whole);
       scanned += whole - scanStart;

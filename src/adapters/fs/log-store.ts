@@ -29,7 +29,7 @@ import { createDirectorySync } from "./durable.js";
 import { unlinkQuietly } from "./files.js";
 import { OpenLogs, type LogHandle } from "./log-descriptors.js";
 import { extendIndex, readLines, scanIndex } from "./log-read.js";
-import { findLines, recordNeedle } from "./log-find.js";
+import { findLines, recordFinder } from "./log-find.js";
 import { encodeRecords, timeBase } from "./log-records.js";
 
 export { MAX_OPEN_LOGS } from "./log-descriptors.js";
@@ -348,8 +348,8 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       );
     },
     async findLines(requestId, needle, from, limits) {
-      const bytes = recordNeedle(needle);
-      if (bytes === null) return null;
+      const finder = recordFinder(needle, limits.ignoreCase === true);
+      if (finder === null) return null;
       return withJob(
         requestId,
         false,
@@ -359,7 +359,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
           if (from >= job.state.storedLines || limits.maxHits <= 0) return none;
           job.index ??= await scanIndex(job.path, job.state.fileBytes);
           const base = timeBase(job.state.startedAt);
-          return findLines(job.path, job.index, job.state.fileBytes, from, bytes, limits, base);
+          return findLines(job.path, job.index, job.state.fileBytes, from, finder, limits, base);
         },
         () => null,
       );

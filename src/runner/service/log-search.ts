@@ -4,7 +4,7 @@
  * SCAN_LINES lines, or reaches the end of what is stored; it answers the matches and the position to go on from.
  * So one request's cost is bounded whatever the log's size, and the log is never held in memory: it is read a
  * page at a time through `JobLogStore.read` (the archive's chunks for an archived job), or through the store's
- * `findLines` fast path for a case-sensitive literal on a store that has one (the fs store).
+ * `findLines` fast path for a literal on a store that has one (the fs store).
  */
 import { RunnerDepotError } from "../../errors.js";
 import type { JobLogStore, StoredLine } from "../ports.js";
@@ -164,6 +164,7 @@ async function scanFast(
     const found = await logs.findLines!(id, match.literal!, position, {
       maxBytes: budget,
       maxHits: limit - out.matches.length,
+      ignoreCase: match.ignoreCase === true,
     });
     // The lines are not there (archived meanwhile): the read path takes over, or this page ends here.
     if (found === null) {

@@ -28,8 +28,10 @@ export interface SearchPattern {
 /** A compiled pattern: a line's match ranges (non-overlapping, in order), or null when it does not match. */
 export interface LineMatcher {
   (line: string): MatchRange[] | null;
-  /** The literal to find as it is (a case-sensitive literal search), for a store's fast path; else undefined. */
+  /** The literal of a literal search, for a store's fast path; undefined for an expression. */
   readonly literal?: string;
+  /** True when `literal` matches without case (as a JS RegExp's `i` flag has it). */
+  readonly ignoreCase?: boolean;
 }
 
 /** Refuses an empty or over-long pattern; O(1), before any other work. */
@@ -69,7 +71,7 @@ export function compileSearch(search: SearchPattern): LineMatcher {
   if (!search.regex) {
     // An escaped literal: irregexp compares it position by position, with no alternatives to backtrack into.
     const re = new RegExp(pattern.replace(/[\\^$.*+?()[\]{}|/-]/g, "\\$&"), "gi");
-    return (line) => {
+    const nocase: LineMatcher = (line) => {
       re.lastIndex = 0;
       let m = re.exec(line);
       if (m === null) return null;
@@ -80,6 +82,7 @@ export function compileSearch(search: SearchPattern): LineMatcher {
       }
       return ranges;
     };
+    return Object.assign(nocase, { literal: pattern, ignoreCase: true });
   }
   let re: RE2JS;
   try {
