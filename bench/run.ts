@@ -22,6 +22,7 @@ await writeReport({
     "depot-bytes",
     "depot-blob-uploads",
     "console",
+    "log-search",
     "depot-scale",
     "s3-servers",
     "depot-telemetry",

@@ -13,6 +13,7 @@ import { emptySections, sectionLines } from "../runner/service/log-sections.js";
 import type { RunnerService } from "../runner/service/runner-service.js";
 import type { JobStatus, StoredLine } from "../runner/ports.js";
 import { normalizeRequestId } from "../runner/protocol/request-id.js";
+import { searchJobLog, searchRequestOf } from "../runner/service/log-search.js";
 import { rfc3339Micro } from "../runner/protocol/line-time.js";
 import { intParam, json, SECURITY_HEADERS } from "./responses.js";
 
@@ -275,6 +276,15 @@ export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLim
           "cache-control": "no-store",
         },
       });
+    },
+
+    /**
+     * GET api/jobs/:id/search?q=&regex=1&case=1&from=&limit= — a page of matching lines from `from` on
+     * (docs/decisions/log-search.md): bounded by matches, lines and bytes scanned, whatever the log's size.
+     */
+    async search(id: string, url: URL): Promise<Response> {
+      const request = searchRequestOf(url.searchParams);
+      return json(await searchJobLog(logs, id, request));
     },
 
     /** POST api/jobs/:id/cancel */

@@ -207,6 +207,15 @@ export interface LogSectionEvent {
   time: number;
 }
 
+/** What `JobLogStore.findLines` answers: candidate lines with their positions, and where the scan stopped. */
+export interface FoundLines {
+  hits: Array<{ position: number; line: StoredLine }>;
+  /** The position after the last line scanned. */
+  next: number;
+  /** Stored bytes scanned. */
+  bytes: number;
+}
+
 /** What a store's `watch` reports: a job stored lines or ended (null: events may have been missed, look again). */
 export type JobLogEvent = { requestId: string; storedLines: number; ended: boolean } | null;
 
@@ -261,6 +270,22 @@ export interface JobLogStore {
    * A store without it has no sections (the API answers an empty list). O(sections), bounded per job.
    */
   sections?(requestId: string): Promise<LogSections | null>;
+  /**
+   * Optional fast path of a literal search (runner/service/log-search.ts): scans the job's stored lines from
+   * position `from` and returns, with their positions, the lines that may contain `needle` (a superset: the caller
+   * checks each; with `options.ignoreCase` upper and lower case match each other, as a JS RegExp's `i` flag has
+   * them), at most `options.maxHits` of them, after scanning about `options.maxBytes` of stored bytes at most
+   * (whole records: one record may pass it). `next` is the position after the last line scanned, `bytes` what was
+   * scanned. Null when the store cannot (the job's lines are not here, archived or unknown; or it cannot search
+   * that needle so): the caller reads the lines with `read`. Its cost should follow `maxBytes`, not the lines
+   * before `from`.
+   */
+  findLines?(
+    requestId: string,
+    needle: string,
+    from: number,
+    options: { maxBytes: number; maxHits: number; ignoreCase?: boolean },
+  ): Promise<FoundLines | null>;
   /** Open jobs whose `lastSeenAt` is before `before` (lost-job detection). */
   stale(before: Date): Promise<JobState[]>;
   /**

@@ -502,10 +502,12 @@ describe("web console in chromium", () => {
     await page.keyboard.press("Tab");
     expect(await page.evaluate(() => document.activeElement?.textContent)).toBe("Skip to content");
     const reached = new Set<string>();
-    for (let i = 0; i < 12; i++) {
+    // The top links, the toolbar, the search box (pattern, next, previous, regex, case), then the log.
+    for (let i = 0; i < 18; i++) {
       await page.keyboard.press("Tab");
       reached.add(await page.evaluate(() => document.activeElement?.id || document.activeElement?.textContent || ""));
     }
+    expect(reached).toContain("search-q");
     expect(reached).toContain("log");
     expect(reached).toContain("follow");
     expect(reached).toContain("Cancel job");

@@ -9,7 +9,7 @@ import type { StoredLine } from "../../runner/ports.js";
 import { decodeRecord } from "./log-records.js";
 
 /** Lines between two indexed offsets. */
-const STRIDE = 256;
+export const STRIDE = 256;
 const READ_CHUNK = 1024 * 1024;
 
 /** The offset of every STRIDE-th record of the first `total` bytes of `path` (none if it is gone). O(total). */

@@ -30,6 +30,7 @@ import { createDirectorySync } from "./durable.js";
 import { unlinkQuietly } from "./files.js";
 import { OpenLogs, type LogHandle } from "./log-descriptors.js";
 import { extendIndex, readLines, scanIndex } from "./log-read.js";
+import { findLines, recordFinder } from "./log-find.js";
 import { encodeRecords, timeBase } from "./log-records.js";
 
 export { MAX_OPEN_LOGS } from "./log-descriptors.js";
@@ -361,6 +362,34 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       const job = jobs.get(requestId);
       if (!job) return null;
       return job.state.sections ? cloneSections(job.state.sections) : emptySections();
+    },
+    async findLines(requestId, needle, from, limits) {
+      const finder = recordFinder(needle, limits.ignoreCase === true);
+      if (finder === null) return null;
+      // The job's lock is held for a snapshot only, not for the scan (up to 32 MiB): appends go on meanwhile,
+      // past the snapshot's end, and add to the index only offsets past it.
+      const snapshot = await withJob(
+        requestId,
+        false,
+        async (job) => {
+          if (job.state.archived) return null;
+          job.index ??= await scanIndex(job.path, job.state.fileBytes);
+          const { fileBytes, storedLines, startedAt } = job.state;
+          return { path: job.path, index: job.index, fileBytes, storedLines, base: timeBase(startedAt) };
+        },
+        () => null,
+      );
+      if (snapshot === null) return null;
+      if (from >= snapshot.storedLines || limits.maxHits <= 0)
+        return { hits: [], next: snapshot.storedLines, bytes: 0 };
+      try {
+        const { path, index, fileBytes, base } = snapshot;
+        return await findLines(path, index, fileBytes, from, finder, limits, base);
+      } catch (error) {
+        // Archived or pruned since the snapshot (its file removed): the caller reads the lines where they are now.
+        if ((error as NodeJS.ErrnoException).code === "ENOENT") return null;
+        throw error;
+      }
     },
     async stale(before) {
       if (closed) throw new RunnerDepotError("UNAVAILABLE", "log store is closed");

@@ -1,8 +1,8 @@
 /**
  * The control API `serve` adds under `/-/` on the depot's port, for the `job`, `logs`,
  * `jobs` and `cancel` commands: create a job (mint its token, register it, render its
- * cloud-init), read or follow its log (or one section of it), read its sections, list jobs and
- * cancel one (control-jobs.ts).
+ * cloud-init), read, follow or search its log (or read one section of it), read its sections, list jobs
+ * and cancel one (control-jobs.ts).
  * Every request needs the admin token.
  */
 import { randomUUID, timingSafeEqual } from "node:crypto";
@@ -11,6 +11,7 @@ import { mintJobToken, renderCloudInit, type CloudInitAgent, type RunnerService 
 import { normalizeRequestId } from "../../runner/protocol/request-id.js";
 import type { JobLogStore, StoredLine } from "../../runner/ports.js";
 import { cancelJobRoute, jobSectionsRoute, listJobsRoute } from "./control-jobs.js";
+import { searchJobLog, searchRequestOf } from "../../runner/service/log-search.js";
 import { sectionLines } from "../../runner/service/log-sections.js";
 import { readBounded } from "../../depot/client/body.js";
 import { clientGone } from "../../depot/server/native-body.js";
@@ -108,6 +109,8 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
         return await retentionRoute(request, options.retention);
       const cancel = /^\/-\/jobs\/([^/]+)\/cancel$/.exec(url.pathname);
       if (request.method === "POST" && cancel) return await cancelJobRoute(options.runner, options.logs, cancel[1]!);
+      const search = /^\/-\/jobs\/([^/]+)\/search$/.exec(url.pathname);
+      if (request.method === "GET" && search) return await searchLog(search[1]!, url);
       const match = /^\/-\/jobs\/([^/]+)\/log$/.exec(url.pathname);
       if (request.method === "GET" && match)
         return await jobLog(match[1]!, url.searchParams.has("follow"), request, url.searchParams.get("section"));
@@ -189,6 +192,22 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
     const answer: CreateJobResponse = { requestId, token, endpoint: options.runnerUrl, userData, warnings };
     if (agent) answer.agent = agent;
     return Response.json(answer, { status: 201 });
+  }
+
+  /** `GET /-/jobs/<id>/search?q=&regex=1&case=1&from=&limit=`: a page of matching lines (docs/decisions/log-search.md). */
+  async function searchLog(rawId: string, url: URL): Promise<Response> {
+    const search = searchRequestOf(url.searchParams);
+    let decoded = rawId;
+    try {
+      decoded = decodeURIComponent(rawId);
+    } catch {
+      // Not percent-encoding: refused as not an ID just below.
+    }
+    const requestId = normalizeRequestId(decoded);
+    if (!requestId) throw new RunnerDepotError("INVALID_ARGUMENT", `not a request ID: ${rawId}`);
+    return Response.json(await searchJobLog(options.logs, requestId, search), {
+      headers: { "cache-control": "no-store" },
+    });
   }
 
   async function jobLog(rawId: string, follow: boolean, request: Request, section: string | null): Promise<Response> {

@@ -7,6 +7,7 @@
  */
 import type { AnsiRun } from "./ansi.js";
 import type { SectionFolds, WireSections } from "./sections.js";
+import type { SearchBox, SearchHost } from "./search.js";
 // Types only: erased from the function text script.ts ships.
 import type { JobSummary as RunnerJobSummary } from "../../runner/service/job-list.js";
 
@@ -14,7 +15,11 @@ import type { JobSummary as RunnerJobSummary } from "../../runner/service/job-li
 type Wire = [string, number, number?];
 
 /** Runs the console page in the browser. */
-export function consoleMain(parseAnsi: (line: string) => AnsiRun[], createFolds: () => SectionFolds): void {
+export function consoleMain(
+  parseAnsi: (line: string) => AnsiRun[],
+  createFolds: () => SectionFolds,
+  logSearch: (host: SearchHost) => SearchBox,
+): void {
   const ROW = 20;
   const CHUNK = 500;
   const CACHE_CHUNKS = 200;
@@ -409,6 +414,8 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[], createFolds:
     let target: number | null = null;
     const chunks = new Map<number, Wire[]>();
     const loading = new Set<number>();
+    // Search (search.ts): jumps with goToLine, marks matches as rows are drawn.
+    const search = logSearch({ id, api, goToLine, redraw: () => draw(), parseAnsi });
 
     // Sections (sections.ts): the viewer lays out rows, and a folded section's lines take none.
     const folds = createFolds();
@@ -490,6 +497,7 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[], createFolds:
         if (run.bg) span.style.backgroundColor = run.bg;
         body.append(span);
       }
+      search.decorate(n, body, text);
       const ts =
         time > 0
           ? h("span", {
@@ -668,6 +676,7 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[], createFolds:
         cancel,
         h("span", {}, follow, " ", h("label", { for: "follow", text: "Follow the end of the log" })),
       ),
+      search.element,
       status,
       viewport,
     );

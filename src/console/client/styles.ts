@@ -65,6 +65,11 @@ dl.summary dd { margin: 0; word-break: break-all; }
 .row.marker { background: #2a2410; }
 .row.target { background: #3a3f14; }
 .row.pending .text { color: #9aa4ae; }
+.log-search { display: flex; flex-wrap: wrap; gap: .4rem; align-items: center; margin: .5rem 0; }
+.log-search input[type="search"] { min-width: 16rem; }
+.search-status { color: var(--muted); font-variant-numeric: tabular-nums; }
+mark.hit { background: #6c4a00; color: #ffffff; border-radius: 2px; }
+mark.hit.current { background: #f0a000; color: #101418; }
 .visually-hidden { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); white-space: nowrap; }
 /* ANSI: bold, dim, italic, underline, strike; 16 colours tuned for 4.5:1 on the log background. */
 .a-b { font-weight: 700; } .a-d { opacity: .8; } .a-i { font-style: italic; } .a-u { text-decoration: underline; } .a-s { text-decoration: line-through; }

@@ -330,6 +330,10 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
     },
     // Sections stay in the live store when the lines move (markArchived keeps them): O(sections).
     sections: live.sections ? (id) => live.sections!(id) : undefined,
+    // An archived job's lines are not in the live store: null sends the search to `read` (the archive).
+    findLines: live.findLines
+      ? async (id, needle, from, limits) => (archived.get(id) ? null : live.findLines!(id, needle, from, limits))
+      : undefined,
     stale: (before) => live.stale(before),
     archivable: live.archivable ? (before, limit) => live.archivable!(before, limit) : undefined,
     markArchived,

@@ -115,6 +115,28 @@ describe("job --run and agent --config with job --json output", () => {
     expect(listed).toMatchObject({ exitCode: 3, repoUrl: "https://git.example/app.git" });
   }, 120_000);
 
+  it("logs --grep prints the matching lines with their numbers, searched on the server (issue 24, item 3)", async () => {
+    const job = await run([
+      "job",
+      "--run",
+      "--",
+      process.execPath,
+      "-e",
+      "for (let i = 0; i < 5000; i++) console.log(i % 1000 === 7 ? 'Hit ' + i : 'line ' + i)",
+    ]);
+    expect(job.code, job.stderr).toBe(0);
+    const id = /job ([0-9a-f-]{36}) created; running it here/.exec(job.stderr)![1]!;
+    const want = "8:Hit 7\n1008:Hit 1007\n2008:Hit 2007\n3008:Hit 3007\n4008:Hit 4007\n";
+    expect(await run(["logs", id, "--grep", "Hit"])).toMatchObject({ code: 0, stdout: want });
+    // Case-sensitive by default, like grep; -i and --regex as grep's.
+    expect(await run(["logs", id, "--grep", "hit"])).toMatchObject({ code: 1, stdout: "" });
+    expect(await run(["logs", id, "--grep", "hit", "-i"])).toMatchObject({ code: 0, stdout: want });
+    expect(await run(["logs", id, "--grep", "^Hit \\d*7$", "--regex"])).toMatchObject({ code: 0, stdout: want });
+    const bad = await run(["logs", id, "--grep", "(a)\\1", "--regex"]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("not a regular expression RE2 takes");
+  }, 60_000);
+
   it("agent --config runs a saved `job --json`, and names a file that is no job config", async () => {
     const created = await run(["job", "--json", "--", process.execPath, "-e", "console.log('from the saved job')"]);
     expect(created.code, created.stderr).toBe(0);

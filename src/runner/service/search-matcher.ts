@@ -1,0 +1,103 @@
+/**
+ * What a log search looks for in one line: literal text or an RE2 regular expression, with or without case,
+ * compiled once per request into a function from a line to its match ranges. Regular expressions run on re2js (a
+ * port of RE2: linear in the line, no backtracking), so no pattern can make a search slow.
+ * Why: docs/decisions/log-search.md.
+ */
+import { RE2JS } from "re2js";
+import { RunnerDepotError } from "../../errors.js";
+
+/** Longest pattern a search takes, in UTF-16 code units; checked before anything is compiled. */
+export const MAX_PATTERN_CHARS = 1024;
+/** Match ranges returned per line at most (a line keeps matching past it; only the ranges are cut). */
+export const MAX_RANGES_PER_LINE = 100;
+
+/** A match range in a line: `[start, end)` in UTF-16 code units of the line's stored text. */
+export type MatchRange = [number, number];
+
+/** What a search looks for. */
+export interface SearchPattern {
+  /** The text or expression (1 to MAX_PATTERN_CHARS code units). */
+  pattern: string;
+  /** True: `pattern` is an RE2 regular expression; false (default): literal text. */
+  regex?: boolean;
+  /** True: upper and lower case differ; false (default): they match each other. */
+  matchCase?: boolean;
+}
+
+/** A compiled pattern: a line's match ranges (non-overlapping, in order), or null when it does not match. */
+export interface LineMatcher {
+  (line: string): MatchRange[] | null;
+  /** The literal of a literal search, for a store's fast path; undefined for an expression. */
+  readonly literal?: string;
+  /** True when `literal` matches without case (as a JS RegExp's `i` flag has it). */
+  readonly ignoreCase?: boolean;
+}
+
+/** Refuses an empty or over-long pattern; O(1), before any other work. */
+export function checkPattern(pattern: string): void {
+  if (pattern.length === 0) throw new RunnerDepotError("INVALID_ARGUMENT", "the search pattern is empty");
+  if (pattern.length > MAX_PATTERN_CHARS)
+    throw new RunnerDepotError("INVALID_ARGUMENT", `the search pattern is longer than ${MAX_PATTERN_CHARS} characters`);
+}
+
+/**
+ * Compiles a search pattern. A literal is found with `indexOf` (case-sensitive) or an escaped JS RegExp with the
+ * `i` flag (a literal cannot backtrack); an expression with re2js. Costs: compiling is O(pattern); matching a
+ * line is O(line × pattern) at worst for literals and O(line × expression) for RE2, never exponential.
+ * INVALID_ARGUMENT for an empty or over-long pattern, or an expression RE2 does not take (backreferences,
+ * lookahead, repeat counts over 1000).
+ *
+ * @example
+ * const match = compileSearch({ pattern: "error", matchCase: false });
+ * match("an ERROR here"); // [[3, 8]]
+ */
+export function compileSearch(search: SearchPattern): LineMatcher {
+  checkPattern(search.pattern);
+  const { pattern } = search;
+  if (!search.regex && search.matchCase) {
+    const literal: LineMatcher = (line) => {
+      let at = line.indexOf(pattern);
+      if (at < 0) return null;
+      const ranges: MatchRange[] = [];
+      while (at >= 0 && ranges.length < MAX_RANGES_PER_LINE) {
+        ranges.push([at, at + pattern.length]);
+        at = line.indexOf(pattern, at + pattern.length);
+      }
+      return ranges;
+    };
+    return Object.assign(literal, { literal: pattern });
+  }
+  if (!search.regex) {
+    // An escaped literal: irregexp compares it position by position, with no alternatives to backtrack into.
+    const re = new RegExp(pattern.replace(/[\\^$.*+?()[\]{}|/-]/g, "\\$&"), "gi");
+    const nocase: LineMatcher = (line) => {
+      re.lastIndex = 0;
+      let m = re.exec(line);
+      if (m === null) return null;
+      const ranges: MatchRange[] = [];
+      while (m !== null && ranges.length < MAX_RANGES_PER_LINE) {
+        ranges.push([m.index, m.index + m[0].length]);
+        m = re.exec(line);
+      }
+      return ranges;
+    };
+    return Object.assign(nocase, { literal: pattern, ignoreCase: true });
+  }
+  let re: RE2JS;
+  try {
+    re = RE2JS.compile(pattern, search.matchCase ? 0 : RE2JS.CASE_INSENSITIVE);
+  } catch (error) {
+    throw new RunnerDepotError("INVALID_ARGUMENT", `not a regular expression RE2 takes: ${(error as Error).message}`);
+  }
+  return (line) => {
+    // test() runs RE2's DFA without captures: most lines are answered there.
+    if (!re.test(line)) return null;
+    const m = re.matcher(line);
+    const ranges: MatchRange[] = [];
+    while (ranges.length < MAX_RANGES_PER_LINE && m.find()) {
+      ranges.push([m.start(), m.end()]);
+    }
+    return ranges.length > 0 ? ranges : [[0, 0]];
+  };
+}
