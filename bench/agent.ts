@@ -138,6 +138,10 @@ interface BootOptions {
   at: string;
   accel: string;
   load: { min: number; max: number };
+  /** Boots at once; the variants of a round run in that order, so a round's first `parallel` share a batch. */
+  parallel?: number;
+  /** Runs added after the rounds (a batch of the variants named, at once), as a note says. */
+  note?: string;
   variants: {
     name: string;
     what: string;
@@ -168,7 +172,11 @@ function bootOptionsTable(b: BootOptions): string[] {
   return [
     `Boot options (\`test/vm/boot-options.ts\`, QEMU ${b.accel}, ${b.at.slice(0, 16).replace("T", " ")} UTC, load average ${b.load.min.toFixed(1)}–${b.load.max.toFixed(1)} on ${os.cpus().length} cores): ` +
       "boot to a first line on the host from the seed's runcmd (python3 through the same guestfwd; the agent's fetch, the same for every option, left out), rounds interleaved, medians. " +
-      "CPU s: QEMU's user + system time until the line arrived (under TCG the guest runs on one host thread, so this is the boot's own cost; the wall time also counts waiting for a core).",
+      "CPU s: QEMU's user + system time until the line arrived (under TCG the guest runs on one host thread, so this is the boot's own cost; the wall time also counts waiting for a core)." +
+      (b.parallel !== undefined && b.parallel > 1
+        ? ` ${b.parallel} boots at once, in the order of the rows: a round's boots in the same batch compare best (CPU time still grows a little with the boots beside it).`
+        : "") +
+      (b.note ? ` ${b.note}` : ""),
     "",
     "| option | runs with a line | QEMU CPU s (median) | ÷ baseline | wall s (median) | kernel → initrd's /init (wall s) |",
     "|---|---:|---:|---:|---:|---:|",

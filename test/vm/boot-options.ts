@@ -296,6 +296,7 @@ writeFileSync(
       at: new Date().toISOString(),
       accel: accelerator(),
       load: { min: Math.min(...load), max: Math.max(...load) },
+      parallel,
       variants: chosen.map((v) => ({ name: v.name, what: v.what, runs: results[v.name] })),
     },
     null,
