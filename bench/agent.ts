@@ -98,6 +98,8 @@ export async function run(): Promise<string> {
     await server.close();
     await runner.close();
   }
+  const bootFile = path.join(dir, "vm-boot-options.json");
+  const boot = existsSync(bootFile) ? bootOptionsTable(JSON.parse(readFileSync(bootFile, "utf8")) as BootOptions) : [];
   const vmFile = path.join(dir, "vm-figures.json");
   const vm = existsSync(vmFile)
     ? (JSON.parse(readFileSync(vmFile, "utf8")) as { bootToFirstLineMs: number; accel: string; at: string })
@@ -127,5 +129,61 @@ export async function run(): Promise<string> {
       ? `VM boot to the first line on the host (QEMU ${vm.accel}, Debian bookworm, no Node, agent fetched with python3 from the depot, \`npm run test:vm\` on ${vm.at}): ${(vm.bootToFirstLineMs / 1000).toFixed(0)} s.`
       : "VM boot to the first line: run `npm run test:vm` first (it writes build/agent/vm-figures.json).",
     "",
+    ...boot,
   ].join("\n");
+}
+
+/** What test/vm/boot-options.ts writes: each boot option's runs. */
+interface BootOptions {
+  at: string;
+  accel: string;
+  load: { min: number; max: number };
+  /** Boots at once; the variants of a round run in that order, so a round's first `parallel` share a batch. */
+  parallel?: number;
+  /** Runs added after the rounds (a batch of the variants named, at once), as a note says. */
+  note?: string;
+  variants: {
+    name: string;
+    what: string;
+    runs: { ms?: number; cpu?: number; load: number; marks: Record<string, number> }[];
+  }[];
+}
+
+/**
+ * The boot options' table: median CPU seconds QEMU used to the first line (TCG: the boot's own cost, which the
+ * machine's load hardly moves) and wall seconds, each against the image as the VM test boots it (`baseline`).
+ */
+function bootOptionsTable(b: BootOptions): string[] {
+  const med = (xs: number[]) => (xs.length === 0 ? NaN : median(xs));
+  const figures = b.variants.map((v) => {
+    const ok = v.runs.filter((r) => r.ms !== undefined);
+    return {
+      v,
+      ok: ok.length,
+      cpu: med(ok.filter((r) => r.cpu !== undefined).map((r) => r.cpu!)),
+      wall: med(ok.map((r) => r.ms! / 1000)),
+      init: med(ok.filter((r) => r.marks.init !== undefined).map((r) => r.marks.init! / 1000)),
+    };
+  });
+  const base = figures.find((f) => f.v.name === "baseline");
+  const ratio = (x: number, y: number | undefined) =>
+    y === undefined || !Number.isFinite(x) ? "" : `${(x / y).toFixed(2)}×`;
+  const s = (x: number) => (Number.isFinite(x) ? x.toFixed(1) : "—");
+  return [
+    `Boot options (\`test/vm/boot-options.ts\`, QEMU ${b.accel}, ${b.at.slice(0, 16).replace("T", " ")} UTC, load average ${b.load.min.toFixed(1)}–${b.load.max.toFixed(1)} on ${os.cpus().length} cores): ` +
+      "boot to a first line on the host from the seed's runcmd (python3 through the same guestfwd; the agent's fetch, the same for every option, left out), rounds interleaved, medians. " +
+      "CPU s: QEMU's user + system time until the line arrived (under TCG the guest runs on one host thread, so this is the boot's own cost; the wall time also counts waiting for a core)." +
+      (b.parallel !== undefined && b.parallel > 1
+        ? ` ${b.parallel} boots at once, in the order of the rows: a round's boots in the same batch compare best (CPU time still grows a little with the boots beside it).`
+        : "") +
+      (b.note ? ` ${b.note}` : ""),
+    "",
+    "| option | runs with a line | QEMU CPU s (median) | ÷ baseline | wall s (median) | kernel → initrd's /init (wall s) |",
+    "|---|---:|---:|---:|---:|---:|",
+    ...figures.map(
+      (f) =>
+        `| **${f.v.name}**: ${f.v.what} | ${f.ok} of ${f.v.runs.length} | ${s(f.cpu)} | ${ratio(f.cpu, base?.cpu)} | ${s(f.wall)} | ${s(f.init)} |`,
+    ),
+    "",
+  ];
 }

@@ -2,11 +2,13 @@
  * Per-line time (issue 23): bytes each log store and the archive keep a line with and without
  * times, and the end-to-end ingest (child → runJob → server on the memory store, times on)
  * against the physical limit of an agent: the same child's output read from its pipe and only
- * counted (no splitting, network or store). Run alone: `npm run bench -- runner-line-time`;
- * `BENCH_CPU_PROF=<dir>` writes CPU profiles of the agent (this process) and the server.
+ * counted (no splitting, network or store), with each process's CPU time a line (which the
+ * machine's load moves far less than the rates). Run alone: `npm run bench -- runner-line-time`;
+ * `BENCH_CPU_PROF=<dir>` writes CPU profiles of the agent (this process) and the server;
+ * `BENCH_SERVER_ARGS` adds node flags to the server (e.g. `--trace-gc`).
  */
 import { fork, spawn, type ChildProcess } from "node:child_process";
-import { randomUUID } from "node:crypto";
+import { randomBytes, randomUUID } from "node:crypto";
 import { once } from "node:events";
 import { mkdtemp, readdir, rm, stat } from "node:fs/promises";
 import os from "node:os";
@@ -36,9 +38,19 @@ function printer(lines: number): { command: string; args: string[] } {
   return { command: "sh", args: ["-c", `yes ${LINE} | head -n ${lines}`] };
 }
 
+/** A run's rate (lines/s, spawn to the end) and CPU µs a line (user + system) of the processes named. */
+interface Figures {
+  rate: number;
+  /** This process: the reader of the pipe, or the agent (runJob, the client). */
+  cpuHere: number;
+  /** The server process (0 for the pipe alone). */
+  cpuServer: number;
+}
+
 /** The physical limit: the child's stdout read from its pipe, newlines counted; lines/s from spawn to close. */
-async function pipeOnly(lines: number): Promise<number> {
+async function pipeOnly(lines: number): Promise<Figures> {
   const { command, args } = printer(lines);
+  const cpu0 = process.cpuUsage();
   const t0 = performance.now();
   const child = spawn(command, args, { stdio: ["ignore", "pipe", "inherit"] });
   let count = 0;
@@ -47,17 +59,24 @@ async function pipeOnly(lines: number): Promise<number> {
   });
   await once(child, "close");
   const seconds = (performance.now() - t0) / 1000;
+  const cpu = process.cpuUsage(cpu0);
   if (count !== lines) throw new Error(`pipe: ${count} of ${lines} lines`);
-  return lines / seconds;
+  return { rate: lines / seconds, cpuHere: (cpu.user + cpu.system) / lines, cpuServer: 0 };
 }
 
 /** The server (bench/runner-worker.ts, memory store) in a child process, optionally under --cpu-prof. */
-async function startServer(profileDir?: string): Promise<{ port: number; stop(): Promise<void> }> {
+async function startServer(profileDir?: string): Promise<{
+  port: number;
+  cpu(): Promise<number>;
+  expect(id: string, secrets: string[]): Promise<void>;
+  stop(): Promise<void>;
+}> {
   const child: ChildProcess = fork(path.join(here, "runner-worker.ts"), ["ours"], {
     execArgv: [
       "--import",
       "tsx",
       "--expose-gc",
+      ...(process.env.BENCH_SERVER_ARGS ? process.env.BENCH_SERVER_ARGS.split(" ") : []),
       ...(profileDir ? ["--cpu-prof", `--cpu-prof-dir=${profileDir}`, "--cpu-prof-name=server.cpuprofile"] : []),
     ],
     env: { ...process.env, BENCH_SECRET: SECRET, BENCH_LOG_STORE: "memory" },
@@ -66,6 +85,17 @@ async function startServer(profileDir?: string): Promise<{ port: number; stop():
   const [first] = (await once(child, "message")) as [{ port: number }];
   return {
     port: first.port,
+    /** The server process's CPU time so far (user + system), in µs. */
+    async cpu() {
+      child.send("cpu");
+      const [m] = (await once(child, "message")) as [{ cpu: NodeJS.CpuUsage }];
+      return m.cpu.user + m.cpu.system;
+    },
+    /** Registers the job with its secrets (the service masks them too). */
+    async expect(id: string, secrets: string[]) {
+      child.send({ expect: id, secrets });
+      await once(child, "message");
+    },
     async stop() {
       const exited = once(child, "exit");
       child.send("exit");
@@ -76,20 +106,29 @@ async function startServer(profileDir?: string): Promise<{ port: number; stop():
   };
 }
 
-/** One job end to end: child → runJob (stamps every pipe read) → client → server; lines/s to the acknowledged end. */
-async function oursJob(port: number, lines: number): Promise<number> {
+/** One job end to end: child → runJob (stamps every pipe read, masks `secrets`) → client → server; rate and CPU a line. */
+async function oursJob(
+  server: { port: number; cpu(): Promise<number>; expect(id: string, secrets: string[]): Promise<void> },
+  lines: number,
+  secrets: string[] = [],
+): Promise<Figures> {
   const requestId = randomUUID();
+  if (secrets.length > 0) await server.expect(requestId, secrets);
   const client = createRunnerClient({
-    endpoint: `http://127.0.0.1:${port}`,
+    endpoint: `http://127.0.0.1:${server.port}`,
     requestId,
     token: mintJobToken(SECRET, requestId),
   });
+  const server0 = await server.cpu();
+  const cpu0 = process.cpuUsage();
   const t0 = performance.now();
-  const code = await runJob(client, printer(lines));
+  const code = await runJob(client, { ...printer(lines), secrets });
   const seconds = (performance.now() - t0) / 1000;
+  const cpu = process.cpuUsage(cpu0);
+  const serverCpu = (await server.cpu()) - server0;
   await client.close();
   if (code !== 0) throw new Error(`job exited ${code}`);
-  return lines / seconds;
+  return { rate: lines / seconds, cpuHere: (cpu.user + cpu.system) / lines, cpuServer: serverCpu / lines };
 }
 
 /** Lines as an agent's stamps make them: one time per 64 KiB pipe read (655 lines), reads 150 µs apart. */
@@ -192,35 +231,60 @@ async function bytesPerLine(): Promise<string[]> {
   ];
 }
 
-/** The end-to-end rows against the physical limit, rounds alternating, medians of ROUNDS. */
+/** Ten token-like secrets (43 characters each), registered on both sides for the masking-on rows. */
+const SECRETS = Array.from({ length: 10 }, () => randomBytes(32).toString("base64url"));
+
+/**
+ * The end-to-end rows against the physical limit, rounds alternating, medians of ROUNDS: rates (wall clock, which
+ * the machine's load moves) and CPU µs a line of each process (which it moves far less).
+ */
 async function endToEnd(profileDir?: string): Promise<string[]> {
-  const ours: number[] = [];
-  const limit: number[] = [];
+  const kinds = ["limit", "plain", "masked"] as const;
+  const runs = new Map<(typeof kinds)[number], Figures[]>(kinds.map((k) => [k, []]));
   for (let r = 0; r < ROUNDS; r++) {
     for (let i = 0; i < 3; i++) await pipeOnly(Math.min(LINES, 50_000));
-    limit.push(await pipeOnly(LINES));
+    runs.get("limit")!.push(await pipeOnly(LINES));
     const server = await startServer(r === 0 ? profileDir : undefined);
     try {
-      for (let i = 0; i < 3; i++) await oursJob(server.port, Math.min(LINES, 50_000)); // warm-up, not counted
-      ours.push(await oursJob(server.port, LINES));
+      for (let i = 0; i < 3; i++) await oursJob(server, Math.min(LINES, 50_000)); // warm-up, not counted
+      // Alternating which goes first, so neither always runs on the fresher heap.
+      const order = r % 2 === 0 ? (["plain", "masked"] as const) : (["masked", "plain"] as const);
+      for (const k of order) runs.get(k)!.push(await oursJob(server, LINES, k === "masked" ? SECRETS : []));
     } finally {
       await server.stop();
     }
   }
-  const o = median(ours);
-  const l = median(limit);
+  const limit = runs.get("limit")!;
+  const l = median(limit.map((f) => f.rate));
+  const lCpu = median(limit.map((f) => f.cpuHere));
+  const row = (name: string, fs: Figures[]) => {
+    const rate = median(fs.map((f) => f.rate));
+    const agent = median(fs.map((f) => f.cpuHere));
+    const server = median(fs.map((f) => f.cpuServer));
+    return (
+      `| ${name} | ${fmt(rate)} | ${fs.map((f) => fmt(f.rate)).join(" / ")} | ${(rate / l).toFixed(2)}× ` +
+      `(rounds: ${fs.map((f, i) => (f.rate / limit[i]!.rate).toFixed(2)).join(" / ")}) | ${agent.toFixed(2)} | ${server.toFixed(2)} | ` +
+      `${(lCpu / Math.max(agent, server)).toFixed(2)}× |`
+    );
+  };
   return [
     "### End to end against the physical limit of an agent (times on)",
     "",
     `Method: the child \`yes | head -n ${fmt(LINES)}\` (100-byte lines). Limit: its stdout read from the pipe in this process and ` +
       "only counted (newlines), timed from spawn to close. Ours: the same child run by `runJob` (a stamp per pipe read, " +
       "every line with its time) → `createRunnerClient` → `startRunnerServer` in a child process on the memory store, " +
-      `timed from spawn to the acknowledged end, a fresh server per round after 3 warm-up jobs of 50,000 lines. Medians of ${ROUNDS}, rounds alternating.`,
+      `timed from spawn to the acknowledged end, a fresh server per round after 3 warm-up jobs of 50,000 lines; with masking on, ` +
+      `10 secrets of 43 characters registered on both sides (runJob's \`secrets\` and \`expectJob\`'s), so the agent and the service each scan every line. ` +
+      `Medians of ${ROUNDS}, rounds alternating. CPU µs a line: user + system time of the process over the job ÷ lines ` +
+      "(the bench process is the agent; the limit's reader is the same process). The last column is what the CPU figures predict " +
+      "on a machine with a core free for each process (the agent and the server run in parallel, so the slower of the two sets the rate): " +
+      "the limit's CPU a line ÷ the larger of the agent's and the server's. It moves far less with the machine's load than the wall-clock ratio.",
     "",
-    "| measure | lines/s (median) | all rounds | ratio to the limit |",
-    "|---|---:|---:|---:|",
-    `| pipe read and counted (the limit) | ${fmt(l)} | ${limit.map(fmt).join(" / ")} | 1.00× |`,
-    `| end to end, memory store, times on | ${fmt(o)} | ${ours.map(fmt).join(" / ")} | ${(o / l).toFixed(2)}× (rounds: ${ours.map((x, i) => (x / limit[i]!).toFixed(2)).join(" / ")}) |`,
+    "| measure | lines/s (median) | all rounds | ratio to the limit | agent CPU µs/line | server CPU µs/line | CPU-predicted ratio |",
+    "|---|---:|---:|---:|---:|---:|---:|",
+    `| pipe read and counted (the limit) | ${fmt(l)} | ${limit.map((f) => fmt(f.rate)).join(" / ")} | 1.00× | ${lCpu.toFixed(2)} (the reader) | — | 1.00× |`,
+    row("end to end, memory store, times on, no secrets", runs.get("plain")!),
+    row("end to end, memory store, times on, masking on (10 secrets)", runs.get("masked")!),
   ];
 }
 

@@ -1,7 +1,7 @@
 /**
  * Boots the VM test's Debian image (test/vm/image.sh) under QEMU: the disk read-only
  * (snapshot=on, so one cached image serves every run), a NoCloud seed (vfat, label CIDATA)
- * made from the given user data with a static network, and user-mode networking with
+ * made from the given user data (the guest's static address is baked into the image), and user-mode networking with
  * restrict=on whose only way out is one guestfwd per host port: the guest reaches
  * GUEST_HOST:<port> and nothing else.
  */
@@ -36,20 +36,23 @@ export interface Vm {
   startedAt: number;
 }
 
-/** Writes the NoCloud seed: user-data as given, meta-data, and a static network (no DHCP wait). */
-async function seed(dir: string, userData: string): Promise<string> {
+/**
+ * Writes the NoCloud seed: user-data as given, meta-data, and a network-config only when
+ * given (the image's own static address is the network; its cloud-init leaves networking alone).
+ */
+async function seed(dir: string, userData: string, networkConfig: string | null = null): Promise<string> {
   const files = path.join(dir, "seed");
   await mkdir(files, { recursive: true });
   await writeFile(path.join(files, "user-data"), userData);
   await writeFile(path.join(files, "meta-data"), `instance-id: runner-${path.basename(dir)}\nlocal-hostname: runner\n`);
-  await writeFile(
-    path.join(files, "network-config"),
-    "version: 2\nethernets:\n  nic:\n    match: { name: 'e*' }\n    addresses: [10.0.2.15/24]\n",
-  );
+  const names = ["user-data", "meta-data"];
+  if (networkConfig !== null) {
+    await writeFile(path.join(files, "network-config"), networkConfig);
+    names.push("network-config");
+  }
   const image = path.join(dir, "seed.img");
   execFileSync("mkfs.vfat", ["-n", "CIDATA", "-C", image, "2048"], { stdio: "ignore" });
-  for (const name of ["user-data", "meta-data", "network-config"])
-    execFileSync("mcopy", ["-i", image, path.join(files, name), `::${name}`]);
+  for (const name of names) execFileSync("mcopy", ["-i", image, path.join(files, name), `::${name}`]);
   return image;
 }
 
@@ -62,20 +65,36 @@ export async function bootVm(options: {
   dir: string;
   userData: string;
   forward: Record<number, number>;
+  /** q35 (the default: PCI devices) or microvm (virtio-mmio devices, no PCI, no firmware tables). */
+  machine?: "q35" | "microvm";
+  /** Another initrd or disk than the image's (test/vm/boot-options.ts measures variants). */
+  initrd?: string;
+  disk?: string;
+  /** Kernel parameters added to the defaults. */
+  append?: string;
+  /** A network-config for the seed (default none: the image's baked address; test/vm/boot-options.ts tries others). */
+  networkConfig?: string | null;
 }): Promise<Vm> {
-  const seedImage = await seed(options.dir, options.userData);
+  const seedImage = await seed(options.dir, options.userData, options.networkConfig);
   const guestfwd = Object.entries(options.forward)
     .map(([guest, host]) => `guestfwd=tcp:${GUEST_HOST}:${guest}-cmd:socat - TCP:127.0.0.1:${host}`)
     .join(",");
   const accel = accelerator();
+  const microvm = options.machine === "microvm";
+  // microvm: no PCI, so the virtio devices are virtio-mmio ones (QEMU appends their
+  // virtio_mmio.device= parameters to the kernel's command line itself).
+  const bus = microvm ? "device" : "pci";
+  const disk = options.disk ?? path.join(options.image, "disk.raw");
   const args = [
     "-machine",
-    `q35,accel=${accel}`,
+    microvm ? `microvm,accel=${accel},pit=on,pic=on,rtc=on` : `q35,accel=${accel}`,
     ...(accel === "kvm" ? ["-cpu", "host"] : []),
     "-m",
     "1024",
     "-smp",
     "1",
+    "-nodefaults",
+    "-no-user-config",
     "-display",
     "none",
     "-monitor",
@@ -86,17 +105,23 @@ export async function bootVm(options: {
     "-kernel",
     path.join(options.image, "vmlinuz"),
     "-initrd",
-    path.join(options.image, "initrd.img"),
+    options.initrd ?? path.join(options.image, "initrd.img"),
     "-append",
-    "root=/dev/vda rw console=ttyS0 panic=-1",
+    // no_timer_check: under TCG on a loaded host the kernel's check of the IO-APIC timer can
+    // miss its window and panic ("IO-APIC + timer doesn't work!"), seen here on 2026-11-29.
+    `root=/dev/vda rw console=ttyS0 panic=-1 no_timer_check${options.append ? ` ${options.append}` : ""}`,
     "-drive",
-    `file=${path.join(options.image, "disk.raw")},format=raw,if=virtio,snapshot=on`,
+    `id=root,file=${disk},format=raw,if=none,snapshot=on`,
+    "-device",
+    `virtio-blk-${bus},drive=root`,
     "-drive",
-    `file=${seedImage},format=raw,if=virtio,readonly=on`,
+    `id=seed,file=${seedImage},format=raw,if=none,readonly=on`,
+    "-device",
+    `virtio-blk-${bus},drive=seed`,
     "-netdev",
     `user,id=n0,restrict=on,${guestfwd}`,
     "-device",
-    "virtio-net-pci,netdev=n0",
+    `virtio-net-${bus},netdev=n0`,
   ];
   const startedAt = performance.now();
   const child = spawn("qemu-system-x86_64", args, { stdio: ["ignore", "pipe", "pipe"] });

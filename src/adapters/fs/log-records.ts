@@ -62,7 +62,7 @@ export function encodeRecords(stored: readonly StoredLine[], baseUs: number): { 
   let total = 0;
   for (let i = 0; i < n; i++) {
     const line = stored[i]!;
-    if (line instanceof ReceivedLine && isPlainJsonText(line.buf, line.start, line.end)) {
+    if (line instanceof ReceivedLine && (line.plainJson || isPlainJsonText(line.buf, line.start, line.end))) {
       // The flag and time are ASCII: their length is their bytes.
       heads[i] = head(line, baseUs);
       sizes[i] = heads[i]!.length + line.end - line.start + 3;

@@ -80,3 +80,38 @@ export function isAsciiRange(buf: Buffer, start: number, end: number): boolean {
   for (; i < end; i++) acc |= v.getUint8(i);
   return (acc & 0x80808080) === 0;
 }
+
+/** {@link asciiClass}: a byte at or above 0x80 (the text may still be valid UTF-8). */
+export const NOT_ASCII = 0;
+/** {@link asciiClass}: ASCII holding a `"`, a `\` or a control character. */
+export const ASCII = 1;
+/** {@link asciiClass}: ASCII that is its own JSON string body ({@link isPlainJsonText}). */
+export const PLAIN_ASCII = 2;
+
+/**
+ * {@link isAsciiRange} and {@link isPlainJsonText} in one pass: {@link NOT_ASCII}, {@link ASCII}
+ * or {@link PLAIN_ASCII}. The server's decoder checks each line's UTF-8 with it and keeps the
+ * answer, so the log cap's cost (and the fs store's copy) need no second scan of the line.
+ * O(bytes), four bytes a step.
+ *
+ * @example
+ * asciiClass(Buffer.from('say "hi"'), 0, 8) // ASCII
+ */
+export function asciiClass(buf: Buffer, start: number, end: number): number {
+  const v = viewOf(buf);
+  let acc = 0;
+  let special = 0;
+  let i = start;
+  for (; i + 4 <= end; i += 4) {
+    const w = v.getUint32(i);
+    acc |= w;
+    special |= hasControlByte(w) | hasZeroByte(w ^ 0x22222222) | hasZeroByte(w ^ 0x5c5c5c5c);
+  }
+  for (; i < end; i++) {
+    const b = v.getUint8(i);
+    acc |= b;
+    if (b < 0x20 || b === 0x22 || b === 0x5c) special = 1;
+  }
+  if ((acc & 0x80808080) !== 0) return NOT_ASCII;
+  return special === 0 ? PLAIN_ASCII : ASCII;
+}

@@ -8,7 +8,7 @@
  */
 import { isUtf8 } from "node:buffer";
 import type { LogItem } from "../../gen/runner/v1/runner_pb.js";
-import { isAsciiRange, viewOf } from "./byte-scan.js";
+import { NOT_ASCII, PLAIN_ASCII, asciiClass, viewOf } from "./byte-scan.js";
 import { ReceivedLine } from "./received-line.js";
 import { readNanos } from "./line-time.js";
 
@@ -112,14 +112,6 @@ export function decodeLogItem(buf: Buffer, start: number, end: number): LogItem 
 }
 
 /**
- * True when `buf[start, end)` is valid UTF-8 (the check protobuf-es makes).
- * Why: docs/decisions/runner-fastpath.md, "decoder.ts: validUtf8".
- */
-function validUtf8(buf: Buffer, start: number, end: number): boolean {
-  return start === end || isAsciiRange(buf, start, end) || isUtf8(buf.subarray(start, end));
-}
-
-/**
  * Decodes the same messages as {@link decodeLogItem} (and those whose line holds a literal
  * U+FFFD) into a {@link ReceivedLine}: the line stays bytes in `buf`, checked to be valid
  * UTF-8 (as protobuf-es checks it), and no string or message object is made for it.
@@ -136,6 +128,7 @@ export function decodeReceivedLine(buf: Buffer, start: number, end: number): Rec
   let stderr = false;
   let seenLog = false;
   let timeAt = -1;
+  let plainJson = false;
   while (pos < end) {
     const tag = buf[pos++]!;
     if (tag === 0x0a && requestId === null) {
@@ -161,7 +154,13 @@ export function decodeReceivedLine(buf: Buffer, start: number, end: number): Rec
           const n = readLength(buf, pos, stop);
           if (n < 0) return null;
           pos += lengthBytes(n);
-          if (pos + n > stop || !validUtf8(buf, pos, pos + n)) return null;
+          if (pos + n > stop) return null;
+          // The UTF-8 check protobuf-es makes, ASCII first (no view made); one pass that also
+          // tells whether the line is its own JSON string body, kept for the log cap and the fs store.
+          // Why: docs/decisions/runner-fastpath.md, "decoder.ts: validUtf8".
+          const kind = n === 0 ? PLAIN_ASCII : asciiClass(buf, pos, pos + n);
+          if (kind === NOT_ASCII && !isUtf8(buf.subarray(pos, pos + n))) return null;
+          plainJson = kind === PLAIN_ASCII;
           lineStart = pos;
           lineEnd = pos + n;
           pos += n;
@@ -191,5 +190,6 @@ export function decodeReceivedLine(buf: Buffer, start: number, end: number): Rec
     stderr,
     timeAt < 0 ? 0 : readNanos(buf, timeAt),
     timeAt,
+    plainJson || lineStart === lineEnd,
   );
 }

@@ -88,6 +88,11 @@ export function createLogItemEncoder(requestId: string): LogItemEncoder {
     return pos;
   }
 
+  // The last time written and its 8 bytes: an agent stamps every line of a pipe read with
+  // the same time, so the conversion to nanoseconds runs once a read, not once a line.
+  let lastTime = 0;
+  const lastNanos = new Uint8Array(8);
+
   /** Writes the stderr flag and the time after the line's bytes, when set; returns the frame's end. */
   function writeLogTail(buf: Buffer, pos: number, stderr: boolean, time: number): number {
     if (stderr) {
@@ -96,7 +101,20 @@ export function createLogItemEncoder(requestId: string): LogItemEncoder {
     }
     if (time > 0) {
       buf[pos++] = 0x19; // field 3 (time_unix_nano), wire type 1 (64-bit)
-      pos = writeNanos(buf, pos, time);
+      if (time !== lastTime) {
+        writeNanos(lastNanos, 0, time);
+        lastTime = time;
+      }
+      const n = lastNanos;
+      buf[pos] = n[0]!;
+      buf[pos + 1] = n[1]!;
+      buf[pos + 2] = n[2]!;
+      buf[pos + 3] = n[3]!;
+      buf[pos + 4] = n[4]!;
+      buf[pos + 5] = n[5]!;
+      buf[pos + 6] = n[6]!;
+      buf[pos + 7] = n[7]!;
+      pos += 8;
     }
     return pos;
   }

@@ -36,6 +36,8 @@ export class ReceivedLine implements StoredLine, LogEntry {
    * @param time the agent's stamp in ms to the µs (runner/protocol/line-time.ts), 0 when it sent none; the
    *   service replaces 0 with its receive time and sets `serverTime`
    * @param timeAt where the stamp's 8 bytes are in `buf`, -1 when none (for readers that want the exact nanoseconds)
+   * @param plainJson true only when the decoder found the line ASCII with no `"`, `\` or control
+   *   character (its own JSON string body, byte-scan.ts `PLAIN_ASCII`); false says nothing (then scan)
    */
   constructor(
     readonly requestId: string,
@@ -45,6 +47,7 @@ export class ReceivedLine implements StoredLine, LogEntry {
     readonly stderr: boolean,
     public time = 0,
     readonly timeAt = -1,
+    readonly plainJson = false,
   ) {}
 
   /** True when `time` is the service's receive time (the agent sent no stamp). */

@@ -30,9 +30,10 @@ const ESCAPED = /["\\\u0000-\u001f\ud800-\udfff]/;
  * @example
  * lineCapCost(Buffer.from("a\u0001"), 0, 2) // 16 + 2 + 5 = 23
  */
-export function lineCapCost(buf: Buffer, start: number, end: number): number {
+export function lineCapCost(buf: Buffer, start: number, end: number, plainJson = false): number {
   const bytes = end - start;
-  if (isPlainJsonText(buf, start, end)) return LINE_RECORD_OVERHEAD + bytes;
+  // `plainJson`: the decoder's scan found it so already (runner/protocol/received-line.ts).
+  if (plainJson || isPlainJsonText(buf, start, end)) return LINE_RECORD_OVERHEAD + bytes;
   const v = viewOf(buf);
   let extra = 0;
   for (let i = start; i < end; i++) {

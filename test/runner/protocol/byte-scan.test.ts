@@ -2,12 +2,32 @@
  * The four-bytes-at-a-time scan the fs store relies on, against JSON.stringify:
  * isPlainJsonText (a line's bytes are copied as its JSON string body only when
  * JSON.stringify would write them so); isAsciiRange (the decoder's UTF-8 check in place),
- * against a byte loop.
+ * against a byte loop; asciiClass (both in one pass, the server's decoder) against a byte loop.
  */
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { isAsciiRange, isPlainJsonText, viewOf } from "../../../src/runner/protocol/byte-scan.js";
+import {
+  ASCII,
+  NOT_ASCII,
+  PLAIN_ASCII,
+  asciiClass,
+  isAsciiRange,
+  isPlainJsonText,
+  viewOf,
+} from "../../../src/runner/protocol/byte-scan.js";
+import { fuzzParams } from "../../fuzz/settings.js";
+
+/** asciiClass's answer by a byte loop: the reference. */
+function asciiClassByLoop(buf: Buffer, start: number, end: number): number {
+  let special = false;
+  for (let i = start; i < end; i++) {
+    if (buf[i]! >= 0x80) return NOT_ASCII;
+    if (buf[i]! < 0x20 || buf[i] === 0x22 || buf[i] === 0x5c) special = true;
+  }
+  return special ? ASCII : PLAIN_ASCII;
+}
 
 /** The engine's gc(), exposed at run time (the test runner's workers start without --expose-gc). */
 function exposeGc(): () => void {
@@ -94,6 +114,28 @@ describe("runner byte scans", () => {
         }
       }
     }
+  });
+
+  it("asciiClass: the byte loop's class (not ASCII, ASCII, plain) for random bytes at any offset and length", () => {
+    // Bytes drawn mostly from the ones that matter (quote, backslash, controls, 0x7f, 0x80 and up).
+    const byte = fc.oneof(
+      fc.constantFrom(0x22, 0x5c, 0x00, 0x1f, 0x20, 0x7f, 0x80, 0xc3, 0xff, 0x0a),
+      fc.integer({ min: 0x21, max: 0x7e }),
+    );
+    for (const params of fuzzParams<[number[], number, number]>("asciiClass"))
+      fc.assert(
+        fc.property(fc.array(byte, { maxLength: 40 }), fc.nat(), fc.nat(), (bytes, a, b) => {
+          const buf = Buffer.from(bytes);
+          const start = bytes.length === 0 ? 0 : a % (bytes.length + 1);
+          const end = start + (b % (bytes.length - start + 1));
+          const got = asciiClass(buf, start, end);
+          expect(got).toBe(asciiClassByLoop(buf, start, end));
+          // The two scans it stands for.
+          expect(got !== NOT_ASCII).toBe(isAsciiRange(buf, start, end));
+          if (got !== NOT_ASCII) expect(got === PLAIN_ASCII).toBe(isPlainJsonText(buf, start, end));
+        }),
+        params,
+      );
   });
 
   it("keeps no request chunk alive after the call that scanned it (review: the view cache pinned the last one)", async () => {

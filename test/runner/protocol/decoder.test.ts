@@ -37,6 +37,8 @@ describe("fast-path LogItem decoder", () => {
     "\u001b[31mred\u001b[0m\r",
     "\ufeffleading byte-order mark",
     "tab\tand\0nul",
+    'say "hi"',
+    "back\\slash",
   ];
   const ids = [ID, ID.toUpperCase(), "", "not-a-uuid", "{" + ID + "}"];
 
@@ -158,6 +160,10 @@ describe("fast-path received-line decoder (the line kept as bytes)", () => {
           expect(line!.buf).toBe(buf);
           expect(line!.size).toBe(Buffer.byteLength(text));
           expect(buf.toString("utf8", line!.start, line!.end)).toBe(text);
+          // The decoder's one scan: set exactly for an ASCII line that is its own JSON string body
+          // (a non-ASCII line is left to the scans that read it, which say the same of it).
+          const ascii = /^[\u0000-\u007f]*$/.test(text);
+          expect(line!.plainJson, JSON.stringify(text)).toBe(ascii && JSON.stringify(text) === `"${text}"`);
           // A store that writes lines as JSON gets the port's plain shape, not the view.
           expect(JSON.parse(JSON.stringify(line))).toStrictEqual({ line: text, stderr });
         }

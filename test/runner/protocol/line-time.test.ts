@@ -62,6 +62,37 @@ describe("line time", () => {
       );
   });
 
+  it("a run of lines with repeated and alternating times (the encoder keeps the last time's bytes) encodes each as protobuf-es", () => {
+    for (const params of fuzzParams<[number[], number[]]>("line time encoder runs"))
+      fc.assert(
+        fc.property(
+          fc.array(micros, { minLength: 1, maxLength: 3 }),
+          fc.array(fc.nat(3), { maxLength: 30 }),
+          (set, picks) => {
+            // One encoder for the whole run, as an agent's call has: times from a small set, so most repeat.
+            const enc = createLogItemEncoder(ID);
+            for (const pick of picks) {
+              const ms = pick === 3 ? 0 : fromMicros(set[pick % set.length]!);
+              const expected = toBinary(
+                LogItemSchema,
+                create(LogItemSchema, {
+                  requestId: ID,
+                  event: {
+                    case: "log",
+                    value: { line: "x", stderr: false, timeUnixNano: ms > 0 ? msToNanos(ms) : 0n },
+                  },
+                }),
+              );
+              const raw = Buffer.alloc(enc.logFrameSize("x", 1, false, ms));
+              enc.writeLogFrameBytes(raw, 0, Buffer.from("x"), 0, 1, false, ms);
+              expect(raw.subarray(FRAME_PREFIX_BYTES).equals(Buffer.from(expected))).toBe(true);
+            }
+          },
+        ),
+        params,
+      );
+  });
+
   it("no time (0, negative, below a microsecond) leaves the field out, as protobuf-es leaves out 0", () => {
     const enc = createLogItemEncoder(ID);
     const plain = toBinary(

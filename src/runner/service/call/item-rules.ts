@@ -109,7 +109,8 @@ export function processItem(core: RunnerCore, call: CallRun, item: CallItem): Pr
  */
 function receivedEntry(core: RunnerCore, call: CallRun, line: ReceivedLine, lineBytes: number): LogEntry {
   const limits = core.config.limits;
-  const cost = call.truncated || lineBytes > limits.lineBytes ? -1 : lineCapCost(line.buf, line.start, line.end);
+  const cost =
+    call.truncated || lineBytes > limits.lineBytes ? -1 : lineCapCost(line.buf, line.start, line.end, line.plainJson);
   if (cost < 0 || call.storedBytes + cost > limits.jobLogBytes) {
     return entryFor(core, call, line.line, line.stderr, lineBytes, line.time, line.serverTime);
   }
