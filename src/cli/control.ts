@@ -4,6 +4,7 @@
  * cloud-init), read or follow its log, list jobs and cancel one (control-jobs.ts).
  * Every request needs the admin token.
  */
+import { positionAfter } from "../runner/service/log-tail.js";
 import { randomUUID, timingSafeEqual } from "node:crypto";
 import { RunnerDepotError } from "../errors.js";
 import { mintJobToken, renderCloudInit, type CloudInitAgent, type RunnerService } from "../runner/index.js";
@@ -262,7 +263,7 @@ async function* pages(logs: JobLogStore, requestId: string): AsyncGenerator<Stor
     const page = await logs.read(requestId, from, PAGE_LINES);
     yield* page;
     if (page.length < PAGE_LINES) return;
-    from += page.length;
+    from = positionAfter(from, page);
   }
 }
 

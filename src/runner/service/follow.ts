@@ -5,6 +5,7 @@
  * (woken by the store's `watch`, else by the tail's poll). A follower behind the tail's
  * ring reads the store by offset, a page at a time, until it is back in the ring.
  */
+import { positionAfter } from "./log-tail.js";
 import type { StoredLine } from "../ports.js";
 import type { RunnerCore } from "./job-table.js";
 import { FOLLOW_PAGE, type JobTail } from "./fanout.js";
@@ -61,7 +62,8 @@ export async function* followJob(
           if (page.length > 0) {
             pageLines = nextPageLines(page);
             for (const line of page) yield line;
-            position += page.length;
+            // A drop marker stands for the positions after it that hold no line any more (log-tail.ts).
+            position = positionAfter(position, page);
             cursor.position = position;
             continue;
           }
