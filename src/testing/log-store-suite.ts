@@ -232,7 +232,9 @@ export function describeJobLogStore<S extends JobLogStore>(
       const inside = await store.read(id, 50, 3);
       expect(inside[0]).toMatchObject({ marker: true, skipped: 47 });
       expect(inside.slice(1).map((l) => l.line)).toEqual([text(97), text(98)]);
-      expect((await store.read(id, 100)).map((l) => l.line)).toEqual([100, 101, 102, 103, 104, 105].map((p) => text(p - 1)));
+      expect((await store.read(id, 100)).map((l) => l.line)).toEqual(
+        [100, 101, 102, 103, 104, 105].map((p) => text(p - 1)),
+      );
       expect((await store.read(id, 3, 2)).map((l) => l.line)).toEqual([text(3), text(4)]);
       expect(await store.read(id, 5, 1)).toEqual([all[5]]);
       expect(await store.read(id, 106)).toEqual([]);

@@ -57,7 +57,11 @@ describe("docs/runner-protocol.md", () => {
     const queue = createMemoryQueue();
     const logs = createMemoryLogStore();
     const secret = "docs-test-secret";
-    const runner = createRunnerService(queue, { logs, secret, limits: { lineBytes: 16, jobLogBytes: 140, tailBytes: 0 } });
+    const runner = createRunnerService(queue, {
+      logs,
+      secret,
+      limits: { lineBytes: 16, jobLogBytes: 140, tailBytes: 0 },
+    });
     const server = await startRunnerServer(runner, { port: 0 });
     const requestId = randomUUID();
     const client = createRunnerClient({

@@ -358,7 +358,14 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       const file = tailFile(job, segment.first);
       file.index ??= await scanIndex(file.path, listed.bytes);
       const start = Math.max(from, segment.first);
-      const lines = await readLines(file.path, file.index, listed.bytes, start - segment.first, Math.min(to, end) - start, base);
+      const lines = await readLines(
+        file.path,
+        file.index,
+        listed.bytes,
+        start - segment.first,
+        Math.min(to, end) - start,
+        base,
+      );
       for (const line of lines) out.push(line);
     }
     return out;

@@ -180,7 +180,11 @@ function runOf(job: Job, from: number, to: number): StoredLine[] {
   for (const segment of job.tail) {
     const end = segment.first + segment.lines.count;
     if (end <= from || segment.first >= to) continue;
-    for (const line of linesOf(segment.lines, Math.max(from, segment.first) - segment.first, Math.min(to, end) - segment.first))
+    for (const line of linesOf(
+      segment.lines,
+      Math.max(from, segment.first) - segment.first,
+      Math.min(to, end) - segment.first,
+    ))
       out.push(line);
   }
   return out;

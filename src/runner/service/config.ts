@@ -71,6 +71,7 @@ function resolveTail(given: RunnerLimits, tailGiven?: number, shareGiven?: numbe
   if (!(typeof headShare === "number" && headShare > 0 && headShare <= 1))
     throw new RangeError("limits.headShare must be in (0, 1]");
   const headBytes = Math.floor(headShare * cap);
-  if (headBytes + tailBytes > cap) throw new RangeError("limits.headShare × jobLogBytes + tailBytes passes jobLogBytes");
+  if (headBytes + tailBytes > cap)
+    throw new RangeError("limits.headShare × jobLogBytes + tailBytes passes jobLogBytes");
   return { ...given, tailBytes, headShare, headBytes };
 }

@@ -111,7 +111,14 @@ export function planCutAppend(state: JobState, fresh: readonly LogEntry[], now: 
     let cut = state.cut;
     if (!cut && entry.tailBytes !== undefined && entry.tailBytes > 0) {
       const first = entry instanceof ReceivedLine ? entry : entry.stored[0];
-      cut = { at: state.storedLines, lines: 0, bytes: 0, tailBytes: entry.tailBytes, time: first?.time ?? 0, segments: [] };
+      cut = {
+        at: state.storedLines,
+        lines: 0,
+        bytes: 0,
+        tailBytes: entry.tailBytes,
+        time: first?.time ?? 0,
+        segments: [],
+      };
       state.cut = cut;
       // The marker's position: nothing is written for it (its text is made on read from the counts).
       state.storedLines++;
@@ -121,7 +128,8 @@ export function planCutAppend(state: JobState, fresh: readonly LogEntry[], now: 
     if (!cut) {
       state.storedBytes += entry.bytes;
       if (lines.length === 0) continue;
-      if (run === null || run.segment !== null) runs.push((run = { first: state.storedLines, segment: null, lines: [] }));
+      if (run === null || run.segment !== null)
+        runs.push((run = { first: state.storedLines, segment: null, lines: [] }));
       for (const line of lines) run.lines.push(line);
       state.storedLines += lines.length;
       continue;
