@@ -1,0 +1,182 @@
+/**
+ * The tail kept (issue 24, item 1): what keeping a cut log's tail costs on ingest. One job of BENCH_TAIL_MIB
+ * (default 64) MiB of 200-byte lines goes over a raw gRPC call (HTTP/2, frames written as fast as flow control
+ * lets them) to `startRunnerServer` in a child process (bench/runner-worker.ts), timed to the acknowledged end.
+ * Three servers, rounds alternating, on the memory store and the fs store (fsync on):
+ * - tail kept: a 1 MiB limit (a 768 KiB head, a 256 KiB tail): every line past the head goes to the tail and
+ *   the store drops its oldest segments as it goes;
+ * - the peer: the limit high enough (1 GiB) that the cut never happens: the same lines stored, nothing dropped;
+ * - for reference, the drop behaviour before the tail (`tailBytes: 0`): past the limit lines are counted, not
+ *   stored, so it does less work than either (it is not the peer: it keeps nothing).
+ * Run alone: `npm run bench -- runner-tail`.
+ */
+import { fork, type ChildProcess } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { once } from "node:events";
+import type * as http2 from "node:http2";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { mintJobToken } from "../src/runner/protocol/token.js";
+import { connect, frame, openCall } from "../test/fixtures/runner-raw-calls.js";
+import { end, line } from "../test/fixtures/runner-service.js";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const SECRET = "bench-tail-secret";
+const MiB = 1024 * 1024;
+const JOB_MIB = Number(process.env.BENCH_TAIL_MIB ?? 64);
+const ROUNDS = Number(process.env.BENCH_TAIL_ROUNDS ?? 5);
+const LINE = 200;
+const fmt = (n: number) => Math.round(n).toLocaleString("en-US");
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+interface Config {
+  name: string;
+  limits: Record<string, number>;
+}
+
+const CONFIGS: Config[] = [
+  { name: "tail kept (1 MiB limit: 768 KiB head, 256 KiB tail)", limits: { jobLogBytes: MiB } },
+  { name: "peer: limit not reached (1 GiB)", limits: { jobLogBytes: 1024 * MiB } },
+  { name: "reference: drop past the limit, no tail (`tailBytes: 0`)", limits: { jobLogBytes: MiB, tailBytes: 0 } },
+];
+
+interface Server {
+  port: number;
+  /** The server process's CPU time so far (user + system), in ms. */
+  cpu(): Promise<number>;
+  stop(): Promise<void>;
+}
+
+async function startServer(store: string, limits: Record<string, number>): Promise<Server> {
+  const child: ChildProcess = fork(path.join(here, "runner-worker.ts"), ["ours"], {
+    execArgv: ["--import", "tsx", "--expose-gc"],
+    env: { ...process.env, BENCH_SECRET: SECRET, BENCH_LOG_STORE: store, BENCH_LIMITS: JSON.stringify(limits) },
+    stdio: ["ignore", "inherit", "inherit", "ipc"],
+  });
+  const [first] = (await once(child, "message")) as [{ port: number }];
+  return {
+    port: first.port,
+    async cpu() {
+      const answer = once(child, "message") as Promise<[{ cpu: { user: number; system: number } }]>;
+      child.send("cpu");
+      const [{ cpu }] = await answer;
+      return (cpu.user + cpu.system) / 1000;
+    },
+    async stop() {
+      const exited = once(child, "exit");
+      child.send("exit");
+      const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/** The job's frames, made before the clock starts: JOB_MIB of LINE-byte lines, then the end item. */
+function jobFrames(id: string): Buffer[] {
+  const lines = Math.floor((JOB_MIB * MiB) / LINE);
+  const blocks: Buffer[] = [];
+  let block: Buffer[] = [];
+  let size = 0;
+  for (let i = 0; i < lines; i++) {
+    const head = `step ${i} `;
+    const f = frame(line(id, head + "x".repeat(LINE - head.length), i % 10 === 9));
+    block.push(f);
+    size += f.length;
+    if (size >= MiB) {
+      blocks.push(Buffer.concat(block));
+      block = [];
+      size = 0;
+    }
+  }
+  block.push(frame(end(id, 0)));
+  blocks.push(Buffer.concat(block));
+  return blocks;
+}
+
+/** One job over one call; MB/s of line bytes to the acknowledged end. */
+async function ingest(port: number): Promise<number> {
+  const id = randomUUID();
+  const blocks = jobFrames(id);
+  const session = connect(`http://127.0.0.1:${port}`);
+  try {
+    const t0 = performance.now();
+    const call = openCall(session, "grpc", mintJobToken(SECRET, id));
+    const s: http2.ClientHttp2Stream = call.stream;
+    for (const b of blocks) if (!s.write(b)) await new Promise((resolve) => s.once("drain", resolve));
+    s.end();
+    const status = await call.status;
+    const seconds = (performance.now() - t0) / 1000;
+    if (status.code !== 0) throw new Error(`ingest: ${JSON.stringify(status)}`);
+    return (Math.floor((JOB_MIB * MiB) / LINE) * LINE) / 1e6 / seconds;
+  } finally {
+    session.close();
+  }
+}
+
+/** Rounds alternating between the configurations, a fresh server per job; MB/s and server CPU ms per configuration. */
+async function measure(store: string): Promise<{ rates: number[][]; cpu: number[][] }> {
+  const out = CONFIGS.map(() => [] as number[]);
+  const cpu = CONFIGS.map(() => [] as number[]);
+  // Warm-up: one job per configuration, not counted.
+  for (let round = -1; round < ROUNDS; round++) {
+    for (const [k, config] of CONFIGS.entries()) {
+      const server = await startServer(store, config.limits);
+      try {
+        const before = await server.cpu();
+        const rate = await ingest(server.port);
+        const used = (await server.cpu()) - before;
+        if (round >= 0) {
+          out[k]!.push(rate);
+          cpu[k]!.push(used);
+        }
+      } finally {
+        await server.stop();
+      }
+    }
+  }
+  return { rates: out, cpu };
+}
+
+/** Runs the tail benchmark and returns its Markdown section. */
+export async function run(): Promise<string> {
+  const loadAtStart = os.loadavg()[0]!;
+  const rows: string[] = [];
+  for (const store of ["memory", "fs"]) {
+    const { rates, cpu } = await measure(store);
+    const peer = median(rates[1]!);
+    const peerCpu = median(cpu[1]!);
+    for (const [k, config] of CONFIGS.entries()) {
+      const m = median(rates[k]!);
+      const c = median(cpu[k]!);
+      // Time cost: how much longer the job took than the peer's (rates: peer ÷ ours − 1).
+      const cost = k === 1 ? "—" : `${((peer / m - 1) * 100).toFixed(1)} %`;
+      const cpuCost = k === 1 ? "—" : `${(((c - peerCpu) / peerCpu) * 100).toFixed(1)} %`;
+      rows.push(
+        `| ${store === "fs" ? "fs (fsync on)" : store} | ${config.name} | ${fmt(m)} | ${rates[k]!.map(fmt).join(" / ")} | ${cost} | ${fmt(c)} | ${cpuCost} |`,
+      );
+    }
+  }
+  return [
+    "## Runner: the tail kept",
+    "",
+    `Machine of this section: ${os.cpus().length} × ${os.cpus()[0]?.model ?? "?"}, Linux ${os.release()}, Node ${process.version}.`,
+    "",
+    `Method: one job of ${JOB_MIB} MiB of ${LINE}-byte lines (every 10th on stderr) written as fast as HTTP/2 flow control lets it over one raw gRPC call (frames made before the clock starts) to \`startRunnerServer\` in a child process, timed to the acknowledged end; a fresh server per job; one warm-up job per configuration, then ${ROUNDS} rounds alternating between them; MB = 10⁶ bytes of line text; server CPU: the child's user + system time over the job (less swayed by other work on the machine than the wall clock). A cost is (ours − peer) ÷ peer: negative means cheaper. The peer is the same job under a limit it never reaches: every line stored either way, so the difference is what the cut costs (the rolling tail's segments, the drops). The drop behaviour before the tail stores nothing past the limit; it is shown for reference, not as the peer.`,
+    "",
+    "| store | configuration | MB/s (median) | all rounds | time cost against the peer | server CPU ms (median) | CPU cost against the peer |",
+    "|---|---|---:|---:|---:|---:|---:|",
+    ...rows,
+    "",
+    `Load average (1 min) at the start and end of this run: ${loadAtStart.toFixed(1)} / ${os.loadavg()[0]!.toFixed(1)} on ${os.cpus().length} cores` +
+      (Math.max(loadAtStart, os.loadavg()[0]!) > os.cpus().length
+        ? " — measured under load (other work on the machine)."
+        : "."),
+  ].join("\n");
+}
+
+// Run directly (`node --import tsx bench/runner-tail.ts`): print the section.
+if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {
+  console.log(await run());
+}
