@@ -2,9 +2,10 @@
  * The tail kept (issue 24, item 1): what keeping a cut log's tail costs on ingest. One job of BENCH_TAIL_MIB
  * (default 64) MiB of 200-byte lines goes over a raw gRPC call (HTTP/2, frames written as fast as flow control
  * lets them) to `startRunnerServer` in a child process (bench/runner-worker.ts), timed to the acknowledged end.
- * Three servers, rounds alternating, on the memory store and the fs store (fsync on):
- * - tail kept: a 1 MiB limit (a 768 KiB head, a 256 KiB tail): every line past the head goes to the tail and
- *   the store drops its oldest segments as it goes;
+ * Four servers, rounds alternating, on the memory store and the fs store (fsync on):
+ * - tail kept: a 16 MiB limit (a 12 MiB head, a 4 MiB tail): every line past the head goes to the tail and the
+ *   store drops its oldest segments as it goes; and the same under a 1 MiB limit, whose 32 KiB segments are far
+ *   smaller than one append (the worst case: segment files made and dropped on every append);
  * - the peer: the limit high enough (1 GiB) that the cut never happens: the same lines stored, nothing dropped;
  * - for reference, the drop behaviour before the tail (`tailBytes: 0`): past the limit lines are counted, not
  *   stored, so it does less work than either (it is not the peer: it keeps nothing).
@@ -36,10 +37,22 @@ interface Config {
 }
 
 const CONFIGS: Config[] = [
-  { name: "tail kept (1 MiB limit: 768 KiB head, 256 KiB tail)", limits: { jobLogBytes: MiB } },
+  {
+    name: "tail kept, 16 MiB limit (12 MiB head, 4 MiB tail in 512 KiB segments)",
+    limits: { jobLogBytes: 16 * MiB },
+  },
   { name: "peer: limit not reached (1 GiB)", limits: { jobLogBytes: 1024 * MiB } },
-  { name: "reference: drop past the limit, no tail (`tailBytes: 0`)", limits: { jobLogBytes: MiB, tailBytes: 0 } },
+  {
+    name: "tail kept, 1 MiB limit (768 KiB head, 256 KiB tail in 32 KiB segments: segments far smaller than an append)",
+    limits: { jobLogBytes: MiB },
+  },
+  {
+    name: "reference: drop past a 16 MiB limit, no tail (`tailBytes: 0`)",
+    limits: { jobLogBytes: 16 * MiB, tailBytes: 0 },
+  },
 ];
+/** The configuration the peer is. */
+const PEER = 1;
 
 interface Server {
   port: number;
@@ -145,14 +158,14 @@ export async function run(): Promise<string> {
   const rows: string[] = [];
   for (const store of ["memory", "fs"]) {
     const { rates, cpu } = await measure(store);
-    const peer = median(rates[1]!);
-    const peerCpu = median(cpu[1]!);
+    const peer = median(rates[PEER]!);
+    const peerCpu = median(cpu[PEER]!);
     for (const [k, config] of CONFIGS.entries()) {
       const m = median(rates[k]!);
       const c = median(cpu[k]!);
       // Time cost: how much longer the job took than the peer's (rates: peer ÷ ours − 1).
-      const cost = k === 1 ? "—" : `${((peer / m - 1) * 100).toFixed(1)} %`;
-      const cpuCost = k === 1 ? "—" : `${(((c - peerCpu) / peerCpu) * 100).toFixed(1)} %`;
+      const cost = k === PEER ? "—" : `${((peer / m - 1) * 100).toFixed(1)} %`;
+      const cpuCost = k === PEER ? "—" : `${(((c - peerCpu) / peerCpu) * 100).toFixed(1)} %`;
       rows.push(
         `| ${store === "fs" ? "fs (fsync on)" : store} | ${config.name} | ${fmt(m)} | ${rates[k]!.map(fmt).join(" / ")} | ${cost} | ${fmt(c)} | ${cpuCost} |`,
       );
