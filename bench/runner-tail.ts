@@ -18,6 +18,10 @@ import type * as http2 from "node:http2";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { mkdtemp, rm } from "node:fs/promises";
+import { createFsLogStore } from "../src/adapters/fs/log-store.js";
+import { createMemoryLogStore } from "../src/adapters/memory/log-store.js";
+import type { JobLogStore, LogEntry } from "../src/runner/ports.js";
 import { mintJobToken } from "../src/runner/protocol/token.js";
 import { connect, frame, openCall } from "../test/fixtures/runner-raw-calls.js";
 import { end, line } from "../test/fixtures/runner-service.js";
@@ -152,11 +156,83 @@ async function measure(store: string): Promise<{ rates: number[][]; cpu: number[
   return { rates: out, cpu };
 }
 
+/**
+ * The job's entries as the service hands them to the store (cost 16 + 200 a line), the one that passes the head's
+ * share marked as the tail's start when `tailBytes` > 0 (as call/item-rules.ts does).
+ */
+function entries(limit: number, tailBytes: number): LogEntry[] {
+  const lines = Math.floor((JOB_MIB * MiB) / LINE);
+  const head = limit - tailBytes;
+  const out: LogEntry[] = [];
+  let stored = 0;
+  let cut = false;
+  for (let i = 0; i < lines; i++) {
+    const text = `step ${i} `;
+    const e: LogEntry = {
+      stored: [{ line: text + "x".repeat(LINE - text.length), stderr: i % 10 === 9, time: 1_764_400_000_000 + i }],
+      stderr: i % 10 === 9,
+      bytes: LINE + 16,
+    };
+    if (!cut && tailBytes > 0 && stored + e.bytes > head) {
+      cut = true;
+      e.tailBytes = tailBytes;
+      e.capped = true;
+    }
+    stored += e.bytes;
+    out.push(e);
+  }
+  return out;
+}
+
+/** CPU ms of appending `list` to `store` 2,000 entries an append (what a busy call's batches are); the job is opened first. */
+async function appendCpu(store: JobLogStore, list: LogEntry[]): Promise<number> {
+  const id = randomUUID();
+  await store.open(id);
+  const t0 = process.cpuUsage();
+  for (let at = 0; at < list.length; at += 2000) await store.append(id, at, list.slice(at, at + 2000));
+  const t = process.cpuUsage(t0);
+  return (t.user + t.system) / 1000;
+}
+
+/** The store alone, in this process: the same entries with the tail kept (16 MiB limit) and under 1 GiB. */
+async function storeRows(): Promise<string[]> {
+  const kept = entries(16 * MiB, 4 * MiB);
+  const peer = entries(1024 * MiB, 256 * MiB);
+  const rows: string[] = [];
+  for (const kind of ["memory", "fs"]) {
+    const times: [number[], number[]] = [[], []];
+    for (let round = -1; round < 2 * ROUNDS - 1; round++) {
+      // Pairs alternate which goes first, so neither always runs after the other's garbage.
+      const order = round % 2 === 0 ? [0, 1] : [1, 0];
+      for (const k of order) {
+        // A fresh store (and directory) per job: the memory store keeps the peer's 64 MiB otherwise.
+        const dir = await mkdtemp(path.join(os.tmpdir(), "rd-bench-tail-"));
+        const store = kind === "fs" ? createFsLogStore(dir, { fsync: false }) : createMemoryLogStore();
+        (globalThis as { gc?: () => void }).gc?.();
+        try {
+          const ms = await appendCpu(store, k === 0 ? kept : peer);
+          if (round >= 0) times[k]!.push(ms);
+        } finally {
+          await store.close?.();
+          await rm(dir, { recursive: true, force: true });
+        }
+      }
+    }
+    const [a, b] = [median(times[0]), median(times[1])];
+    rows.push(
+      `| ${kind === "fs" ? "fs (fsync off: CPU only)" : kind} | ${fmt(a)} | ${times[0].map(fmt).join(" / ")} | ${fmt(b)} | ${times[1].map(fmt).join(" / ")} | ${(((a - b) / b) * 100).toFixed(1)} % |`,
+    );
+  }
+  return rows;
+}
+
 /** Runs the tail benchmark and returns its Markdown section. */
 export async function run(): Promise<string> {
   const loadAtStart = os.loadavg()[0]!;
   const rows: string[] = [];
-  for (const store of ["memory", "fs"]) {
+  const stores = await storeRows();
+  // BENCH_TAIL_ONLY=store: the store rows alone (a quick look without the servers).
+  for (const store of process.env.BENCH_TAIL_ONLY === "store" ? [] : ["memory", "fs"]) {
     const { rates, cpu } = await measure(store);
     const peer = median(rates[PEER]!);
     const peerCpu = median(cpu[PEER]!);
@@ -181,6 +257,12 @@ export async function run(): Promise<string> {
     "| store | configuration | MB/s (median) | all rounds | time cost against the peer | server CPU ms (median) | CPU cost against the peer |",
     "|---|---|---:|---:|---:|---:|---:|",
     ...rows,
+    "",
+    `The store alone (in the bench process, no network): the same ${JOB_MIB} MiB of entries (as the service makes them: 216 counted a line, the one that passes the head's share marked as the tail's start) appended 2,000 at a time to a fresh store, the tail kept under a 16 MiB limit against the peer's 1 GiB; CPU ms of this process over the appends (user + system); a fresh store and directory per job, the job opened before the clock; one warm-up pair, then ${2 * ROUNDS - 1} pairs, which one goes first alternating; median.`,
+    "",
+    "| store | tail kept: CPU ms (median) | all rounds | peer: CPU ms (median) | all rounds | cost against the peer |",
+    "|---|---:|---:|---:|---:|---:|",
+    ...stores,
     "",
     `Load average (1 min) at the start and end of this run: ${loadAtStart.toFixed(1)} / ${os.loadavg()[0]!.toFixed(1)} on ${os.cpus().length} cores` +
       (Math.max(loadAtStart, os.loadavg()[0]!) > os.cpus().length

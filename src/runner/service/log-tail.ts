@@ -4,7 +4,7 @@
  * an append is planned into runs and segment drops, how a read maps positions over the dropped range, and the
  * marker's text. Positions never move: a kept tail line keeps the position it was stored at.
  */
-import type { JobState, LogCut, LogEntry, StoredLine } from "../ports.js";
+import type { JobState, LogCut, LogEntry, StoredLine, TailSegment } from "../ports.js";
 import { ReceivedLine } from "../protocol/received-line.js";
 
 /**
@@ -87,11 +87,6 @@ export async function readKept(
   return out;
 }
 
-/** Lines of one entry, in order. O(lines). */
-function linesOf(entry: LogEntry): readonly StoredLine[] {
-  return entry instanceof ReceivedLine ? [entry] : entry.stored;
-}
-
 /**
  * Counts new entries into `state` (mutates it, like job-state.ts `applyAppend`) and plans what the store writes:
  * head lines, the marker's position taken when an entry starts the tail, tail lines by segment, and the oldest
@@ -99,18 +94,26 @@ function linesOf(entry: LogEntry): readonly StoredLine[] {
  * written. O(entries + segments).
  */
 export function planCutAppend(state: JobState, fresh: readonly LogEntry[], now: Date): AppendPlan {
-  const runs: StoredRun[] = [];
+  // Lines go into one array sized up front (one line an entry, nearly all), runs are index ranges of it: no array
+  // grown by push a line. Not for a huge append (V8 makes `new Array(n)` a dictionary past ~100k elements).
+  const flat: StoredLine[] = fresh.length <= 65_536 ? new Array<StoredLine>(fresh.length) : [];
+  let n = 0;
+  const ranges: Range[] = [];
   const drop: { first: number; end: number }[] = [];
   const before = state.storedLines;
-  let run: StoredRun | null = null;
+  let run: Range | null = null;
   const iso = now.toISOString();
+  // What the tail's segments count, kept as it goes (the segments are summed once, not per entry).
+  let kept = state.cut ? tailCount(state.cut) : 0;
+  let segmentBytes = state.cut ? Math.max(1, Math.ceil(state.cut.tailBytes / TAIL_SEGMENTS)) : 0;
   for (const entry of fresh) {
     if (entry.stderr) state.lines.stderr++;
     else state.lines.stdout++;
     if (entry.capped) state.logTruncated = true;
     let cut = state.cut;
+    const received = entry instanceof ReceivedLine ? entry : null;
     if (!cut && entry.tailBytes !== undefined && entry.tailBytes > 0) {
-      const first = entry instanceof ReceivedLine ? entry : entry.stored[0];
+      const first = received ?? entry.stored[0];
       cut = {
         at: state.storedLines,
         lines: 0,
@@ -120,54 +123,79 @@ export function planCutAppend(state: JobState, fresh: readonly LogEntry[], now: 
         segments: [],
       };
       state.cut = cut;
+      segmentBytes = Math.max(1, Math.ceil(cut.tailBytes / TAIL_SEGMENTS));
       // The marker's position: nothing is written for it (its text is made on read from the counts).
       state.storedLines++;
       run = null;
     }
-    const lines = linesOf(entry);
-    if (!cut) {
-      state.storedBytes += entry.bytes;
-      if (lines.length === 0) continue;
-      if (run === null || run.segment !== null)
-        runs.push((run = { first: state.storedLines, segment: null, lines: [] }));
-      for (const line of lines) run.lines.push(line);
-      state.storedLines += lines.length;
-      continue;
-    }
-    const segmentBytes = Math.max(1, Math.ceil(cut.tailBytes / TAIL_SEGMENTS));
-    let segment = cut.segments[cut.segments.length - 1];
-    if (segment === undefined || segment.bytes >= segmentBytes) {
-      segment = { first: state.storedLines, lines: 0, bytes: 0 };
-      cut.segments.push(segment);
-    }
-    segment.lines += lines.length;
-    segment.bytes += entry.bytes;
+    const count = received !== null ? 1 : entry.stored.length;
     state.storedBytes += entry.bytes;
-    if (lines.length > 0) {
-      if (run === null || run.segment !== segment.first)
-        runs.push((run = { first: state.storedLines, segment: segment.first, lines: [] }));
-      for (const line of lines) run.lines.push(line);
-      state.storedLines += lines.length;
+    let segment: TailSegment | null = null;
+    if (cut) {
+      segment = cut.segments[cut.segments.length - 1] ?? null;
+      if (segment === null || segment.bytes >= segmentBytes) {
+        segment = { first: state.storedLines, lines: 0, bytes: 0 };
+        cut.segments.push(segment);
+      }
+      segment.lines += count;
+      segment.bytes += entry.bytes;
+      kept += entry.bytes;
     }
-    dropOldest(cut, state, before, runs, drop);
-    if (runs.length > 0 && run !== null && runs[runs.length - 1] !== run) run = null;
+    if (count > 0) {
+      const key = segment === null ? null : segment.first;
+      if (run === null || run.segment !== key) {
+        run = { first: state.storedLines, segment: key, start: n, end: n };
+        ranges.push(run);
+      }
+      if (received !== null) flat[n++] = received;
+      else for (const line of entry.stored) flat[n++] = line;
+      run.end = n;
+      state.storedLines += count;
+    }
+    if (cut && kept > cut.tailBytes && cut.segments.length > 1) {
+      kept = dropOldest(cut, state, before, ranges, drop, kept);
+      if (run !== null && ranges[ranges.length - 1] !== run) run = null;
+    }
   }
   state.committed += fresh.length;
   if (fresh.length > 0 && state.startedAt === null) state.startedAt = iso;
   state.lastSeenAt = iso;
+  flat.length = n;
+  const runs = ranges.map((r): StoredRun => ({
+    first: r.first,
+    segment: r.segment,
+    lines: r.start === 0 && r.end === n ? flat : flat.slice(r.start, r.end),
+  }));
   return { runs, drop };
 }
 
-/** Drops the tail's oldest segments while it counts more than `tailBytes` (never the newest). O(segments). */
+/** A run while an append is planned: lines `[start, end)` of the plan's array. */
+interface Range {
+  first: number;
+  segment: number | null;
+  start: number;
+  end: number;
+}
+
+/** What a cut's tail segments count. O(segments). */
+function tailCount(cut: LogCut): number {
+  let kept = 0;
+  for (const s of cut.segments) kept += s.bytes;
+  return kept;
+}
+
+/**
+ * Drops the tail's oldest segments while it counts more than `tailBytes` (never the newest); returns what it counts
+ * then. O(segments dropped + runs).
+ */
 function dropOldest(
   cut: LogCut,
   state: JobState,
   storedBefore: number,
-  runs: StoredRun[],
+  runs: Range[],
   drop: { first: number; end: number }[],
-): void {
-  let kept = 0;
-  for (const s of cut.segments) kept += s.bytes;
+  kept: number,
+): number {
   while (kept > cut.tailBytes && cut.segments.length > 1) {
     const oldest = cut.segments.shift()!;
     kept -= oldest.bytes;
@@ -178,4 +206,5 @@ function dropOldest(
     if (oldest.first < storedBefore) drop.push({ first: oldest.first, end: oldest.first + oldest.lines });
     for (let i = runs.length - 1; i >= 0; i--) if (runs[i]!.segment === oldest.first) runs.splice(i, 1);
   }
+  return kept;
 }
