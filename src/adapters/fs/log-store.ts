@@ -6,7 +6,7 @@
  * Why: docs/decisions/runner-server.md, "log-store.ts (fs): a log file and a state file per job".
  */
 import { closeSync, fsync, openSync, renameSync, writeSync } from "node:fs";
-import { mkdir, readdir, readFile, rm, truncate } from "node:fs/promises";
+import { mkdir, readdir, readFile, rm, truncate, unlink } from "node:fs/promises";
 import { promisify } from "node:util";
 import { join, resolve } from "node:path";
 import { RunnerDepotError } from "../../errors.js";
@@ -141,7 +141,10 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       if (keep.has(first)) continue;
       backend.openLogs.close(file);
       job.tail.delete(first);
-      await rm(file.path, { force: true });
+      // One unlink (rm's lstat first is a pool trip more); gone already is fine.
+      await unlink(file.path).catch((error: NodeJS.ErrnoException) => {
+        if (error.code !== "ENOENT") throw error;
+      });
     }
   };
   const statePath = (id: string) => join(jobsDir, `${id}.json`);
