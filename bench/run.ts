@@ -16,6 +16,7 @@ await writeReport({
   modules: [
     "runner",
     "runner-line-time",
+    "runner-tail",
     "depot",
     "backends",
     "depot-transactions",

@@ -92,6 +92,8 @@ if (mode === "ours" || mode === "ours-connect") {
   const runner = createRunnerService(createMemoryQueue(), {
     logs: store.logs,
     secret: process.env.BENCH_SECRET ?? "bench",
+    // bench/runner-tail.ts: the job-log limits under test (JSON), e.g. {"jobLogBytes":1048576,"tailBytes":0}.
+    ...(process.env.BENCH_LIMITS ? { limits: JSON.parse(process.env.BENCH_LIMITS) as Record<string, number> } : {}),
   });
   // ours-connect: the same service with every call through connect-node (no gRPC fast path).
   const server = await startRunnerServer(runner, { port: 0, maxConcurrentStreams: 2000, fastPath: mode === "ours" });

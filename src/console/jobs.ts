@@ -7,6 +7,7 @@
  * stores); the event stream reads through `runner.follow()` from the client's position,
  * so a reconnect costs what it missed, never the whole log.
  */
+import { positionAfter } from "../runner/service/log-tail.js";
 import { RunnerDepotError } from "../errors.js";
 import { summarizeJob } from "../runner/service/job-list.js";
 import { emptySections, sectionLines } from "../runner/service/log-sections.js";
@@ -44,10 +45,12 @@ interface JobEndpointLimits {
 /** The wire form of a stored line: [text, flags], and its time third when it has one. */
 function wire(line: StoredLine): WireLine {
   const flags = (line.stderr ? LINE_STDERR : 0) | (line.marker ? LINE_MARKER : 0);
+  // A drop marker carries the positions it stands for as a fourth element (its time, 0 when none, third).
+  if (line.skipped) return [line.line, flags | (line.serverTime ? LINE_SERVER_TIME : 0), line.time ?? 0, line.skipped];
   return line.time ? [line.line, flags | (line.serverTime ? LINE_SERVER_TIME : 0), line.time] : [line.line, flags];
 }
 
-type WireLine = [string, number] | [string, number, number];
+type WireLine = [string, number] | [string, number, number] | [string, number, number, number];
 
 /** The job ID of a path segment, or INVALID_ARGUMENT. */
 export function jobId(raw: string): string {
@@ -205,14 +208,17 @@ export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLim
               return;
             }
             const batch = [wire(first.value)];
+            // A drop marker stands for the positions after it that hold no line any more (log-tail.ts).
+            let skipped = first.value.skipped ?? 0;
             // Take whatever else is already there (this store read), up to a batch.
             while (batch.length < EVENT_LINES) {
               const more = await Promise.race([next(), tick()]);
               if (more === null || more.done) break;
               pending = null;
               batch.push(wire(more.value));
+              skipped += more.value.skipped ?? 0;
             }
-            position += batch.length;
+            position += batch.length + skipped;
             controller.enqueue(
               encoder.encode(
                 `event: lines\nid: ${position}\ndata: ${JSON.stringify({ from: position - batch.length, lines: batch })}\n\n`,
@@ -260,7 +266,7 @@ export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLim
             controller.close();
             return;
           }
-          from += page.length;
+          from = positionAfter(from, page);
           let text = "";
           if (withTimes)
             for (const line of page) text += line.time ? `${rfc3339Micro(line.time)} ${line.line}\n` : `${line.line}\n`;

@@ -55,6 +55,12 @@ export interface StoredLine {
   time?: number;
   /** True when `time` is the service's receive time: the agent sent no stamp (an older or third-party agent). */
   serverTime?: boolean;
+  /**
+   * Set by `read` on the drop marker of a job whose log was cut (head, marker, rolling tail): how many positions
+   * after the marker's hold no line any more, so the next line returned is at the marker's position + 1 + skipped.
+   * Readers that count positions add it (runner/service/log-tail.ts `positionAfter`). docs/decisions/log-tail.md.
+   */
+  skipped?: number;
 }
 
 /**
@@ -75,6 +81,38 @@ export interface LogEntry {
   bytes: number;
   /** True when this item is where the job's log reached its cap. */
   capped?: boolean;
+  /**
+   * Set on the item whose lines would pass the head's share of the cap (when the service keeps a tail): the store
+   * puts the drop marker at the next position, then keeps this item and every later one in a rolling tail whose
+   * entries count at most `tailBytes` (runner/service/log-tail.ts). docs/decisions/log-tail.md.
+   */
+  tailBytes?: number;
+}
+
+/** One segment of a cut log's rolling tail: positions `[first, first + lines)`, counting `bytes` toward the cap. */
+export interface TailSegment {
+  first: number;
+  lines: number;
+  bytes: number;
+}
+
+/**
+ * Where a job's log was cut (docs/decisions/log-tail.md): the head is positions `[0, at)`, the drop marker is
+ * position `at`, positions `at + 1 … at + lines` were dropped, and the tail's segments follow, oldest first.
+ */
+export interface LogCut {
+  /** Position of the drop marker (the head's line count). */
+  at: number;
+  /** Lines dropped, counted. */
+  lines: number;
+  /** What the dropped lines counted toward the cap. */
+  bytes: number;
+  /** Most bytes the tail keeps (the entries' `bytes`). */
+  tailBytes: number;
+  /** The marker's time (the item that started the tail), ms; 0 = none. */
+  time: number;
+  /** The tail's segments, oldest first; contiguous, the first at `at + 1 + lines`. */
+  segments: TailSegment[];
 }
 
 /** Job state as a store keeps it. */
@@ -118,11 +156,13 @@ export interface JobState {
   result: JobResult | null;
   /** Set once the job's lines moved to a log archive (they are no longer in the store). */
   archived?: ArchivedLog;
+  /** Set once the log passed the head's share and a tail is kept (positions: docs/decisions/log-tail.md). */
+  cut?: LogCut;
 }
 
 /** Where an ended job's log went: one object in a {@link LogArchiveStore}, keyed by the job's ID. */
 export interface ArchivedLog {
-  /** Lines in the object (the job's `storedLines`). */
+  /** Lines in the object: the job's `storedLines`, less the dropped ones of a cut log. */
   lines: number;
   /** Bytes of the object (compressed chunks, index and trailer). */
   bytes: number;
@@ -132,6 +172,8 @@ export interface ArchivedLog {
   rawBytes: number;
   /** ISO-8601 of when the object was written. */
   at: string;
+  /** The job's cut when its log was cut: the object holds head, marker and tail, back to back. */
+  cut?: LogCut;
 }
 
 /**
@@ -302,7 +344,7 @@ export interface JobLogStore {
   archivable?(endedBefore: Date, limit: number): Promise<JobState[]>;
   /**
    * Optional: records that an ended job's lines now live in an archive and drops them from
-   * the store, atomically. `archived.lines` must equal the job's `storedLines`, else
+   * the store, atomically. `archived.lines` must equal the job's kept lines (`storedLines` less a cut's dropped ones), else
    * FAILED_PRECONDITION; an open job is FAILED_PRECONDITION; an already archived job is
    * left as it is (the first archive wins). Returns the state, or null for an unknown job.
    */

@@ -50,14 +50,18 @@ describe("docs/runner-protocol.md", () => {
   it("the marker lines and the job result are exactly as documented (real server and client)", async () => {
     const text = await doc("runner-protocol.md");
     const templates = [...section(text, "7. Limits").matchAll(/^- `(\[runner-depot\][^`]+)`$/gm)].map((m) => m[1]!);
-    expect(templates).toHaveLength(2);
+    expect(templates).toHaveLength(3);
     const asPattern = (template: string) =>
       new RegExp(`^${template.replace(/[.*+?^${}()|[\]\\]/g, "\\$&").replace(/<[^>]+>/g, "\\d+")}$`);
 
     const queue = createMemoryQueue();
     const logs = createMemoryLogStore();
     const secret = "docs-test-secret";
-    const runner = createRunnerService(queue, { logs, secret, limits: { lineBytes: 16, jobLogBytes: 140 } });
+    const runner = createRunnerService(queue, {
+      logs,
+      secret,
+      limits: { lineBytes: 16, jobLogBytes: 140, tailBytes: 0 },
+    });
     const server = await startRunnerServer(runner, { port: 0 });
     const requestId = randomUUID();
     const client = createRunnerClient({
@@ -102,6 +106,34 @@ describe("docs/runner-protocol.md", () => {
       logTruncated: true,
       lines: { stdout: 3, stderr: 1 },
     });
+  });
+
+  it("the drop marker of a cut log is exactly as documented (real server and client)", async () => {
+    const text = await doc("runner-protocol.md");
+    const templates = [...section(text, "7. Limits").matchAll(/^- `(\[runner-depot\][^`]+)`$/gm)].map((m) => m[1]!);
+    const asPattern = (template: string) =>
+      new RegExp(`^${template.replace(/[.*+?^${}()|[\]\\]/g, "\\$&").replace(/<[^>]+>/g, "\\d+")}$`);
+    const logs = createMemoryLogStore();
+    const secret = "docs-test-secret";
+    // A 400-byte limit: a 300-byte head, a 100-byte tail; each line below counts 16 + 34 = 50.
+    const runner = createRunnerService(createMemoryQueue(), { logs, secret, limits: { jobLogBytes: 400 } });
+    const server = await startRunnerServer(runner, { port: 0 });
+    const requestId = randomUUID();
+    const client = createRunnerClient({ endpoint: server.url, requestId, token: mintJobToken(secret, requestId) });
+    try {
+      for (let i = 0; i < 20; i++) client.log(`line ${String(i).padStart(2, "0")} ${"·".repeat(12)}`);
+      client.log("FATAL: no space left on device", true);
+      await client.end({ exitCode: 1, success: false, repoUrl: "r", commitSha: "c" });
+    } finally {
+      await client.close();
+      await server.close();
+      await runner.close();
+    }
+    const stored = await logs.read(requestId.toLowerCase());
+    const markers = stored.filter((l) => l.marker);
+    expect(markers).toHaveLength(1);
+    expect(markers[0]!.line).toMatch(asPattern(templates[2]!));
+    expect(stored.at(-1)!.line).toBe("FATAL: no space left on device");
   });
 
   it("every status code the table names is a code the runner can send", async () => {

@@ -6,12 +6,11 @@
  * Why: docs/decisions/runner-server.md, "log-store.ts (fs): a log file and a state file per job".
  */
 import { closeSync, fsync, openSync, renameSync, writeSync } from "node:fs";
-import { mkdir, readdir, readFile, rm, truncate } from "node:fs/promises";
+import { mkdir, readdir, readFile, rm, truncate, unlink } from "node:fs/promises";
 import { promisify } from "node:util";
 import { join, resolve } from "node:path";
 import { RunnerDepotError } from "../../errors.js";
 import {
-  applyAppend,
   applyArchived,
   applyFinish,
   applyOpen,
@@ -20,10 +19,12 @@ import {
   isPrunable,
   newEntries,
   newJobState,
+  planAppend,
 } from "../../runner/service/job-state.js";
+import { readKept, type AppendPlan } from "../../runner/service/log-tail.js";
 import { JobListIndex } from "../../runner/service/job-list.js";
 import { cloneSections, emptySections, foldSections } from "../../runner/service/log-sections.js";
-import type { JobLogStore, JobState, LogSections } from "../../runner/ports.js";
+import type { JobLogStore, JobState, LogSections, StoredLine } from "../../runner/ports.js";
 import { normalizeRequestId } from "../../runner/protocol/request-id.js";
 import { readsLineEntries } from "../../runner/protocol/received-line.js";
 import { createDirectorySync } from "./durable.js";
@@ -52,6 +53,18 @@ interface Persisted extends JobState {
    * change is a new record), so the shallow state copies share it safely.
    */
   sections?: LogSections;
+  /**
+   * A cut log's tail segment files (`<id>.tail-<first>`, log-tail.ts), oldest first, with their valid bytes: a file
+   * not listed is a dropped segment (or a torn first write) and goes at load.
+   */
+  tailFiles?: { first: number; bytes: number }[];
+}
+
+/** A tail segment's file as the open-files pool and the reader see it. */
+interface TailFile extends LogHandle {
+  first: number;
+  /** Byte offset of every STRIDE-th line of the segment (log-read.ts), built on first read. */
+  index: number[] | null;
 }
 
 /** A job held in memory; it is also its log file's handle in the open-files pool. */
@@ -59,8 +72,12 @@ interface Job extends LogHandle {
   state: Persisted;
   /** Byte offset of every STRIDE-th stored line (log-read.ts), built on first read. */
   index: number[] | null;
+  /** Handles of the tail's segment files, by first position. */
+  tail: Map<number, TailFile>;
   chain: Promise<unknown>;
 }
+
+const TAIL_FILE = /^(.+)\.tail-(\d+)$/;
 
 /** What every store on one directory shares in this process. */
 interface Backend {
@@ -117,12 +134,34 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
   let closed = false;
 
   const logPath = (id: string) => join(jobsDir, `${id}.log`);
+  const tailPath = (id: string, first: number) => join(jobsDir, `${id}.tail-${first}`);
+  const tailFile = (job: Job, first: number): TailFile => {
+    let file = job.tail.get(first);
+    if (!file) {
+      file = { id: `${job.id}.tail-${first}`, path: tailPath(job.id, first), first, index: null };
+      job.tail.set(first, file);
+    }
+    return file;
+  };
+  /** Forgets and removes the tail segment files of `job` not in `keep` (quietly: load() removes leftovers). */
+  const dropTailFiles = async (job: Job, keep: ReadonlySet<number>) => {
+    for (const [first, file] of [...job.tail]) {
+      if (keep.has(first)) continue;
+      backend.openLogs.close(file);
+      job.tail.delete(first);
+      // One unlink (rm's lstat first is a pool trip more); gone already is fine.
+      await unlink(file.path).catch((error: NodeJS.ErrnoException) => {
+        if (error.code !== "ENOENT") throw error;
+      });
+    }
+  };
   const statePath = (id: string) => join(jobsDir, `${id}.json`);
   const newJob = (id: string, state: Persisted): Job => ({
     id,
     path: logPath(id),
     state,
     index: null,
+    tail: new Map(),
     chain: Promise.resolve(),
   });
   const closeLog = (job: Job) => backend.openLogs.close(job);
@@ -135,7 +174,12 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       if (sync) await backend.dirs.makeDir(jobsDir);
       else await mkdir(jobsDir, { recursive: true });
       const logs: string[] = [];
+      const tails: string[] = [];
       for (const name of await readdir(jobsDir)) {
+        if (TAIL_FILE.test(name)) {
+          tails.push(name);
+          continue;
+        }
         if (name.endsWith(".tmp")) {
           await rm(join(jobsDir, name), { force: true });
           continue;
@@ -157,6 +201,14 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       // is durable before its log file is made, so a live job's log never looks so.
       for (const id of logs) {
         if (normalizeRequestId(id) === id && !jobs.has(id)) await rm(logPath(id), { force: true });
+      }
+      // Tail segments: a listed one is cut to its valid bytes, any other (dropped, or its job gone) goes.
+      for (const name of tails) {
+        const [, id, first] = TAIL_FILE.exec(name)!;
+        const listed = jobs.get(id!)?.state.tailFiles?.find((t) => t.first === Number(first));
+        if (listed) await truncate(join(jobsDir, name), listed.bytes);
+        // (Listed ones were written and synced before the state naming them was renamed in.)
+        else await rm(join(jobsDir, name), { force: true });
       }
       // The jobs directory itself, once an open: a process that died between a state's
       // rename and its directory fsync left a rename only the page cache holds, and this
@@ -257,6 +309,80 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
   }
 
   /**
+   * An append to a cut log (log-tail.ts): head lines to the log file, tail lines to their segment files (all written
+   * and synced while the state is), then the state naming the segments kept, then dropped segments' files go. A
+   * crash before the state's rename leaves the old state, whose byte counts cut the torn writes off at load.
+   * O(bytes + segments).
+   */
+  async function appendCut(job: Job, next: Persisted, plan: AppendPlan): Promise<JobState> {
+    const base = timeBase(next.startedAt);
+    const files = new Map((job.state.tailFiles ?? []).map((t) => [t.first, { ...t }]));
+    const writes: Promise<void>[] = [];
+    for (const run of plan.runs) {
+      const { bytes, sizes } = encodeRecords(run.lines, base);
+      if (run.segment === null) {
+        const at = next.fileBytes;
+        next.fileBytes += bytes.length;
+        writes.push(backend.openLogs.write(job, bytes, at, sync, at === 0));
+        if (job.index) extendIndex(job.index, at, run.first, sizes);
+        continue;
+      }
+      const known = files.get(run.segment) ?? { first: run.segment, bytes: 0 };
+      files.set(run.segment, known);
+      const file = tailFile(job, run.segment);
+      writes.push(backend.openLogs.write(file, bytes, known.bytes, sync, known.bytes === 0));
+      if (file.index) extendIndex(file.index, known.bytes, run.first - run.segment, sizes);
+      known.bytes += bytes.length;
+    }
+    const kept = new Set(next.cut!.segments.map((s) => s.first));
+    next.tailFiles = [...files.values()].filter((t) => kept.has(t.first)).sort((a, b) => a.first - b.first);
+    const all = Promise.all(writes).then(() => undefined);
+    try {
+      await commitState(next, all);
+    } catch (error) {
+      // A failed write leaves indexes that may count records the state does not: rebuilt on the next read.
+      job.index = null;
+      for (const file of job.tail.values()) file.index = null;
+      throw error;
+    }
+    job.state = next;
+    await dropTailFiles(job, kept);
+    return publicState(next);
+  }
+
+  /** Stored lines `[from, to)` of one run of a cut log: the head's log file, or the tail's segment files. */
+  async function readRun(job: Job, from: number, to: number): Promise<StoredLine[]> {
+    const state = job.state;
+    const base = timeBase(state.startedAt);
+    if (!state.cut || from < state.cut.at) {
+      job.index ??= await scanIndex(job.path, state.fileBytes);
+      return readLines(job.path, job.index, state.fileBytes, from, to - from, base);
+    }
+    const out: StoredLine[] = [];
+    const segments = state.cut.segments;
+    for (let i = 0; i < segments.length && out.length < to - from; i++) {
+      const segment = segments[i]!;
+      const end = segment.first + segment.lines;
+      if (end <= from || segment.first >= to) continue;
+      const listed = state.tailFiles?.find((t) => t.first === segment.first);
+      if (!listed) continue;
+      const file = tailFile(job, segment.first);
+      file.index ??= await scanIndex(file.path, listed.bytes);
+      const start = Math.max(from, segment.first);
+      const lines = await readLines(
+        file.path,
+        file.index,
+        listed.bytes,
+        start - segment.first,
+        Math.min(to, end) - start,
+        base,
+      );
+      for (const line of lines) out.push(line);
+    }
+    return out;
+  }
+
+  /**
    * Removes a prunable job: its state file, then (once that removal is on disk) its log file.
    * Why: docs/decisions/runner-server.md, "log-store.ts: createFsLogStore.pruneJob".
    */
@@ -266,6 +392,8 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
     if (sync) await backend.dirs.fsyncDir(jobsDir);
     closeLog(job);
     await rm(logPath(id), { force: true });
+    for (const t of job.state.tailFiles ?? []) tailFile(job, t.first);
+    await dropTailFiles(job, new Set());
     jobs.delete(id);
     backend.order.remove(job.state);
     return true;
@@ -302,9 +430,14 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
           const next = cloneJobState(job.state);
           const fresh = newEntries(next, at, entries);
           if (fresh.length === 0) return publicState(job.state);
-          const stored = applyAppend(next, fresh, now);
-          const sections = foldSections(next.sections, stored, job.state.storedLines);
-          if (sections) next.sections = sections;
+          const plan = planAppend(next, fresh, now);
+          // Sections fold over the runs in position order, into the state written with them.
+          for (const run of plan.runs) {
+            const sections = foldSections(next.sections, run.lines, run.first);
+            if (sections) next.sections = sections;
+          }
+          if (next.cut || job.state.cut) return appendCut(job, next, plan);
+          const stored = plan.runs[0]?.lines ?? [];
           if (stored.length > 0) {
             // Each record encoded once (O(bytes)); the index below reuses their sizes.
             const { bytes, sizes } = encodeRecords(stored, timeBase(next.startedAt));
@@ -335,8 +468,9 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
             await writeState(next);
             job.state = next;
           }
-          // A finished job takes no more lines: its descriptor is not kept.
+          // A finished job takes no more lines: its descriptors are not kept.
           closeLog(job);
+          for (const file of job.tail.values()) backend.openLogs.close(file);
           return { state: publicState(job.state), first };
         },
         () => null as never,
@@ -350,6 +484,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
           const total = job.state.storedLines;
           // An archived job's lines are in its archive, no longer here.
           if (from >= total || limit <= 0 || job.state.archived) return [];
+          if (job.state.cut) return readKept(job.state, from, limit, (a, b) => readRun(job, a, b));
           job.index ??= await scanIndex(job.path, job.state.fileBytes);
           return readLines(job.path, job.index, job.state.fileBytes, from, limit, timeBase(job.state.startedAt));
         },
@@ -428,11 +563,13 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
           // State first (it says the log holds 0 valid bytes), then the log goes: a crash
           // between the two leaves a file that load() truncates to nothing.
           next.fileBytes = 0;
+          delete next.tailFiles;
           await writeState(next);
           job.state = next;
           job.index = null;
           closeLog(job);
           await rm(logPath(requestId), { force: true });
+          await dropTailFiles(job, new Set());
           return publicState(next);
         },
         () => null,

@@ -1,7 +1,6 @@
 /** In-memory JobLogStore: the default store of createRunnerService, for tests and embedding. */
 import { RunnerDepotError } from "../../errors.js";
 import {
-  applyAppend,
   applyArchived,
   applyFinish,
   applyOpen,
@@ -10,7 +9,9 @@ import {
   isPrunable,
   newEntries,
   newJobState,
+  planAppend,
 } from "../../runner/service/job-state.js";
+import { readKept, type AppendPlan } from "../../runner/service/log-tail.js";
 import { JobListIndex } from "../../runner/service/job-list.js";
 import { cloneSections, emptySections, foldSections } from "../../runner/service/log-sections.js";
 import type { JobLogStore, JobState, LogSections, StoredLine } from "../../runner/ports.js";
@@ -22,8 +23,14 @@ import { fromMicros, toMicros } from "../../runner/protocol/line-time.js";
  * block, a flag byte (bit 0 stderr, bit 1 marker, bit 2 server time) and its time (µs, 0 = none), in typed arrays.
  * Why: docs/decisions/runner-server.md, "log-store.ts: Job".
  */
-interface Job {
+interface Job extends Lines {
   state: JobState;
+  /** A cut log's tail segments, oldest first (log-tail.ts); the head is the job's own lines. */
+  tail: { first: number; lines: Lines }[];
+}
+
+/** Lines kept as bytes (the head, or one tail segment): line k of it is position `first + k`. */
+interface Lines {
   /** Blocks of line bytes; a line never spans two. */
   blocks: Buffer[];
   /** Index of the first line held by each block. */
@@ -51,8 +58,11 @@ const FIRST_BLOCK = 4096;
 const MAX_BLOCK = 1024 * 1024;
 
 function newJob(state: JobState): Job {
+  return { state, tail: [], ...newLines() };
+}
+
+function newLines(): Lines {
   return {
-    state,
     blocks: [],
     blockFirst: [],
     used: 0,
@@ -65,7 +75,7 @@ function newJob(state: JobState): Job {
 }
 
 /** Room for `bytes` more in the last block (a new block when it is full). Amortised O(1). */
-function room(job: Job, bytes: number): Buffer {
+function room(job: Lines, bytes: number): Buffer {
   const last = job.blocks[job.blocks.length - 1];
   if (last !== undefined && last.length - job.used >= bytes) return last;
   const size = Math.max(bytes, Math.min(MAX_BLOCK, last === undefined ? FIRST_BLOCK : last.length * 2));
@@ -77,7 +87,7 @@ function room(job: Job, bytes: number): Buffer {
 }
 
 /** Appends the lines to the job's blocks. O(lines + bytes). */
-function keep(job: Job, lines: readonly StoredLine[]): void {
+function keep(job: Lines, lines: readonly StoredLine[]): void {
   if (job.count + lines.length > job.ends.length) {
     const cap = Math.max(job.ends.length * 2, job.count + lines.length);
     const ends = new Uint32Array(cap);
@@ -113,18 +123,17 @@ function keep(job: Job, lines: readonly StoredLine[]): void {
   }
 }
 
-/** Keeps `lines` and folds them into the job's sections. O(lines), plus O(sections) when one holds a marker. */
-function keepWithSections(job: Job, lines: readonly StoredLine[]): void {
-  const first = job.count;
-  keep(job, lines);
-  job.sections = foldSections(job.sections, lines, first);
+/** Stores an append's runs and folds the job's sections over them, in position order. O(lines). */
+function storeWithSections(job: Job, plan: AppendPlan): void {
+  store(job, plan);
+  for (const run of plan.runs) job.sections = foldSections(job.sections, run.lines, run.first);
 }
 
 /**
  * The stored lines `[from, to)` as the port's objects (marker only when set, as the service writes it). O(lines +
  * bytes).
  */
-function linesOf(job: Job, from: number, to: number): StoredLine[] {
+function linesOf(job: Lines, from: number, to: number): StoredLine[] {
   const out: StoredLine[] = [];
   if (from >= to) return out;
   // The block holding `from`: the last one starting at or before it (binary search).
@@ -149,6 +158,44 @@ function linesOf(job: Job, from: number, to: number): StoredLine[] {
       if (f & SERVER_TIME) stored.serverTime = true;
     }
     out.push(stored);
+  }
+  return out;
+}
+
+/** Stores an append's plan: head runs into the job's own lines, tail runs into their segments, drops. O(lines). */
+function store(job: Job, plan: AppendPlan): void {
+  for (const { first } of plan.drop) {
+    const i = job.tail.findIndex((s) => s.first === first);
+    if (i >= 0) job.tail.splice(i, 1);
+  }
+  for (const run of plan.runs) {
+    if (run.segment === null) {
+      keep(job, run.lines);
+      continue;
+    }
+    let segment = job.tail[job.tail.length - 1];
+    if (segment === undefined || segment.first !== run.segment) {
+      segment = { first: run.segment, lines: newLines() };
+      job.tail.push(segment);
+    }
+    keep(segment.lines, run.lines);
+  }
+}
+
+/** Stored lines `[from, to)` of one run (the head, or the tail's segments). O(segments + lines + bytes). */
+function runOf(job: Job, from: number, to: number): StoredLine[] {
+  const cut = job.state.cut;
+  if (!cut || from < cut.at) return linesOf(job, from, Math.min(to, job.count));
+  const out: StoredLine[] = [];
+  for (const segment of job.tail) {
+    const end = segment.first + segment.lines.count;
+    if (end <= from || segment.first >= to) continue;
+    for (const line of linesOf(
+      segment.lines,
+      Math.max(from, segment.first) - segment.first,
+      Math.min(to, end) - segment.first,
+    ))
+      out.push(line);
   }
   return out;
 }
@@ -197,11 +244,11 @@ export function createMemoryLogStore(): JobLogStore {
         const fresh = newEntries(job.state, at, entries);
         jobs.set(requestId, job);
         order.add(job.state);
-        keepWithSections(job, applyAppend(job.state, fresh, now));
+        storeWithSections(job, planAppend(job.state, fresh, now));
         return cloneJobState(job.state);
       }
       const fresh = newEntries(job.state, at, entries);
-      keepWithSections(job, applyAppend(job.state, fresh, now));
+      storeWithSections(job, planAppend(job.state, fresh, now));
       return cloneJobState(job.state);
     },
     async finish(requestId, result, options = {}) {
@@ -221,7 +268,8 @@ export function createMemoryLogStore(): JobLogStore {
       live();
       const job = jobs.get(requestId);
       if (!job) return [];
-      return linesOf(job, Math.max(0, from), Math.min(job.count, from + limit));
+      if (!job.state.cut) return linesOf(job, Math.max(0, from), Math.min(job.count, from + limit));
+      return readKept(job.state, from, limit, async (a, b) => runOf(job, a, b));
     },
     async sections(requestId) {
       live();

@@ -15,6 +15,22 @@ import { fromMicros, toMicros } from "../../runner/protocol/line-time.js";
 /** Bytes of `flags` a line: the flag byte and the time (float64 BE, µs). */
 export const LINE_META_BYTES = 9;
 
+/**
+ * The row a cut log keeps at its drop marker's position (flag bit 3): the marker's text is made on read from the
+ * job's counts (runner/service/log-tail.ts), so a read whose rows hold it reads the state too.
+ */
+export const CUT_PLACEHOLDER: StoredLine = Object.freeze({ line: "", stderr: false, marker: true });
+const CUT_BIT = 8;
+
+/** True when the row holds a cut's placeholder. O(lines of the row). */
+export function holdsCutPlaceholder(row: ChunkRow): boolean {
+  if (row.ends === null) return false;
+  const count = row.ends.length / 4;
+  if (row.flags.length === count) return false;
+  for (let k = 0; k < count; k++) if (row.flags[LINE_META_BYTES * k]! & CUT_BIT) return true;
+  return false;
+}
+
 /** Most lines in one chunk row. */
 const CHUNK_LINES = 4096;
 /** Most line bytes in one chunk row (a single longer line gets a chunk of its own). */
@@ -98,7 +114,8 @@ export function encodeLines(
     }
     pos = end;
     ends.writeUInt32BE(pos - chunkByte, 4 * k);
-    flags[LINE_META_BYTES * k] = (l.stderr ? 1 : 0) | (l.marker ? 2 : 0) | (l.serverTime ? 4 : 0);
+    flags[LINE_META_BYTES * k] =
+      (l.stderr ? 1 : 0) | (l.marker ? 2 : 0) | (l.serverTime ? 4 : 0) | (l === CUT_PLACEHOLDER ? CUT_BIT : 0);
     flags.writeDoubleBE(toMicros(l.time ?? 0), LINE_META_BYTES * k + 1);
   }
   if (n > chunkLine) cuts.push(chunkLine, n - chunkLine, chunkByte, pos - chunkByte);

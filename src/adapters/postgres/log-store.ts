@@ -7,7 +7,7 @@
 import type { PoolClient } from "pg";
 import { RunnerDepotError } from "../../errors.js";
 import {
-  applyAppend,
+  planAppend as planStoreAppend,
   applyFinish,
   applyOpen,
   cloneJobState,
@@ -30,7 +30,9 @@ import { createGroupRunner } from "./log-group.js";
 import {
   chunksFrom,
   LINE_META_BYTES,
+  CUT_PLACEHOLDER,
   decodeRows,
+  holdsCutPlaceholder,
   encodeGroup,
   rawRows,
   encodeLines,
@@ -43,6 +45,7 @@ import { inTransaction, isStatementError, openPostgres, unavailable } from "./sc
 import type { PostgresOptions } from "./schema.js";
 import { withPostgresLogExtras, type PostgresLogExtrasOptions } from "./log-store-notify-archive.js";
 import { readsLineEntries } from "../../runner/protocol/received-line.js";
+import { readKept } from "../../runner/service/log-tail.js";
 
 /**
  * The `last_seen_at` column moves only in steps of this much.
@@ -291,8 +294,14 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
       return null;
     const state = cloneJobState(was.state);
     const fresh = newEntries(state, at, entries);
-    const first = state.storedLines;
-    const stored = applyAppend(state, fresh, now);
+    let first = state.storedLines;
+    const cutBefore = state.cut !== undefined;
+    const plan = planStoreAppend(state, fresh, now);
+    // One run and no drop go in one statement (also a cut log's tail within a segment); the rest (the cut's start,
+    // a segment dropped) under the lock.
+    if (plan.drop.length > 0 || plan.runs.length > 1 || (state.cut !== undefined && !cutBefore)) return null;
+    const stored = plan.runs[0]?.lines ?? [];
+    if (plan.runs[0]) first = plan.runs[0].first;
     // A marker needs the committed record to fold into: unknown here, the transaction reads it under the lock.
     const probe = foldSections(undefined, stored, first);
     if (probe !== undefined && was.sections === undefined) return null;
@@ -409,15 +418,25 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
           return tx(async (client) => {
             const state = await lockOrCreate(client, requestId, now);
             const fresh = newEntries(state, at, entries);
-            const firstLine = state.storedLines;
-            const stored = applyAppend(state, fresh, now);
-            await insertLines(client, requestId, firstLine, stored);
+            const cutBefore = state.cut !== undefined;
+            const plan = planStoreAppend(state, fresh, now);
+            // A cut's start leaves a placeholder row at the marker's position: reads that meet it ask the state.
+            if (state.cut && !cutBefore) await insertLines(client, requestId, state.cut.at, [CUT_PLACEHOLDER]);
+            for (const { first, end } of plan.drop) {
+              await client.query(`DELETE FROM ${chunks} WHERE request_id = $1 AND first >= $2 AND first < $3`, [
+                requestId,
+                first,
+                end,
+              ]);
+            }
+            for (const run of plan.runs) await insertLines(client, requestId, run.first, run.lines);
             // The record is read (and written) only for an append holding a marker.
             let sections: LogSections | undefined;
-            if (foldSections(undefined, stored, firstLine) !== undefined) {
-              sections = foldSections(await lockedSections(client, requestId), stored, firstLine)!;
-              await saveSections(client, requestId, sections);
+            for (const run of plan.runs) {
+              if (foldSections(undefined, run.lines, run.first) === undefined) continue;
+              sections = foldSections(sections ?? (await lockedSections(client, requestId)), run.lines, run.first)!;
             }
+            if (sections) await saveSections(client, requestId, sections);
             await saveJob(client, state, sections);
             return state;
           });
@@ -446,7 +465,14 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
         },
 
         async read(requestId: string, from = 0, limit?: number) {
-          return decodeRows(await readRows(requestId, from, limit), from, limit);
+          const rows = await readRows(requestId, from, limit);
+          // Rows that hold a cut's placeholder: the dropped range is in reach, the state says where (log-tail.ts).
+          if (!rows.some(holdsCutPlaceholder)) return decodeRows(rows, from, limit);
+          const state = await groupGet(requestId);
+          if (!state) return [];
+          return readKept(state, from, limit ?? Number.MAX_SAFE_INTEGER, async (a, b) =>
+            decodeRows(await readRows(requestId, a, b - a), a, b - a),
+          );
         },
 
         async sections(requestId: string) {

@@ -6,6 +6,7 @@
  * the depot which job a principal is, with the digest of its stored log.
  * Why: docs/decisions/signed-versions.md, "Provenance".
  */
+import { positionAfter } from "../../runner/service/log-tail.js";
 import { createHash } from "node:crypto";
 import { RunnerDepotError } from "../../errors.js";
 import { namePattern, type Authorize } from "../../depot/server/auth.js";
@@ -75,10 +76,12 @@ export function jobProvenance(
     if (!state) return null;
     const hash = createHash("sha256");
     let lines = 0;
+    let position = 0;
     for (;;) {
-      const page = await logs.read(requestId, lines, PAGE_LINES);
+      const page = await logs.read(requestId, position, PAGE_LINES);
       for (const line of page) hash.update(`${JSON.stringify(line)}\n`);
       lines += page.length;
+      position = positionAfter(position, page);
       if (page.length < PAGE_LINES) break;
     }
     const text = (value: unknown) => (typeof value === "string" ? value : "");

@@ -5,6 +5,7 @@
  * and cancel one (control-jobs.ts).
  * Every request needs the admin token.
  */
+import { positionAfter } from "../../runner/service/log-tail.js";
 import { randomUUID, timingSafeEqual } from "node:crypto";
 import { RunnerDepotError } from "../../errors.js";
 import { mintJobToken, renderCloudInit, type CloudInitAgent, type RunnerService } from "../../runner/index.js";
@@ -299,14 +300,13 @@ async function* pages(logs: JobLogStore, requestId: string, from: number, to: nu
     const page = await logs.read(requestId, from, want);
     yield* page;
     if (page.length < want) return;
-    from += page.length;
+    from = positionAfter(from, page);
   }
 }
 
 /** A job request's bytes at most: room for its command, patterns and secrets (≤ 256 KiB of them, §14). */
 const CREATE_JOB_BYTES = 1024 * 1024;
 
-/** `POST /-/jobs`'s JSON body, read within CREATE_JOB_BYTES and 30 s idle. O(body). */
 /** The largest `POST /-/retention` body: a policy is four small members. */
 const RETENTION_BYTES = 4096;
 
@@ -339,6 +339,7 @@ async function retentionRoute(
   return Response.json(await retention(policy, body.dryRun === true), { headers: { "cache-control": "no-store" } });
 }
 
+/** `POST /-/jobs`'s JSON body, read within CREATE_JOB_BYTES and 30 s idle. O(body). */
 async function jobRequest(request: Request): Promise<unknown> {
   const { bytes } = await readBounded(request, "POST /-/jobs", { maxBytes: CREATE_JOB_BYTES, idleMs: 30_000 });
   try {

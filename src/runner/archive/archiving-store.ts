@@ -9,6 +9,8 @@ import { RunnerDepotError } from "../../errors.js";
 import { ArchiveWriter, chunkOf, decodeChunk, decodeIndex, tailBytes, type ArchiveIndex } from "./format.js";
 import type { ArchivedLog, JobLogStore, JobState, LogArchiveStore, StoredLine } from "../ports.js";
 import { isMarkedReadsLineEntries, readsLineEntries } from "../protocol/received-line.js";
+import { positionAfter, readKept } from "../service/log-tail.js";
+import { cloneCut } from "../service/job-state.js";
 
 /** Options of {@link createArchivingLogStore}. */
 export interface LogArchiveOptions {
@@ -189,8 +191,22 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
     );
   }
 
-  /** Lines from an archive: O(log chunks) to find the first, then a chunk at a time. */
-  async function readArchived(id: string, info: ArchivedLog, from: number, limit: number): Promise<StoredLine[]> {
+  /**
+   * Lines from an archive by position: a cut log's object holds head, marker and tail back to back, so positions
+   * past the dropped range map to `position − cut.lines` (log-tail.ts). O(log chunks + lines read).
+   */
+  function readArchived(id: string, info: ArchivedLog, from: number, limit: number): Promise<StoredLine[]> {
+    const cut = info.cut;
+    if (!cut) return readObject(id, info, from, limit);
+    const positions = { storedLines: info.lines + cut.lines, cut };
+    return readKept(positions, from, limit, (a, b) => {
+      const shift = a < cut.at ? 0 : cut.lines;
+      return readObject(id, info, a - shift, b - a);
+    });
+  }
+
+  /** Lines `[from, from + limit)` of the object: O(log chunks) to find the first, then a chunk at a time. */
+  async function readObject(id: string, info: ArchivedLog, from: number, limit: number): Promise<StoredLine[]> {
     const out: StoredLine[] = [];
     if (from >= info.lines || limit <= 0) return out;
     const index = await indexOf(id, info);
@@ -212,6 +228,7 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
     const state = await live.get(id);
     if (!state || state.status === "open" || state.archived) return state;
     const total = state.storedLines;
+    const cut = state.cut;
     const writer = new ArchiveWriter(level);
     let bytes = 0;
     async function* body(): AsyncGenerator<Uint8Array> {
@@ -225,7 +242,9 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
         // re-encoding); the records and the object are the same either way.
         const closed: Promise<Buffer>[] = [];
         let count: number;
-        if (live.readRaw) {
+        let lastPage: StoredLine[] = [];
+        // A cut log is read as lines: the store makes its marker's text from the final counts.
+        if (live.readRaw && !cut) {
           const page = await live.readRaw(id, position, limit);
           count = page.count;
           page.each((text, start, end, flags, time) => {
@@ -235,6 +254,7 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
           });
         } else {
           const page = await live.read(id, position, limit);
+          lastPage = page;
           count = page.length;
           for (const line of page) {
             const text = Buffer.from(line.line, "utf8");
@@ -252,7 +272,7 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
           bytes += chunk.length;
           yield chunk;
         }
-        position += count;
+        position = cut ? positionAfter(position, lastPage) : position + count;
         pageSize = pageLines(pageBytes, count);
       }
       for (const part of await writer.finish()) {
@@ -273,6 +293,7 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
       rawBytes: writer.rawBytes,
       at: new Date().toISOString(),
     };
+    if (cut) info.cut = cloneCut(cut);
     const after = await markArchived(id, info);
     if (after?.archived) archived.set(id, after.archived, 1);
     return after;

@@ -8,9 +8,12 @@ import {
   type RunnerServiceOptions,
 } from "./contract.js";
 
+/** Limits after defaults: the tail's options resolved too. */
+export type ResolvedLimits = RunnerLimits & { tailBytes: number; headShare: number; headBytes: number };
+
 /** Options after defaults; what the rest of the service reads. */
 export interface RunnerConfig {
-  readonly limits: RunnerLimits;
+  readonly limits: ResolvedLimits;
   readonly retry: PublishRetryOptions;
   readonly closeTimeoutMs: number;
   readonly lostAfterMs: number;
@@ -24,10 +27,12 @@ export interface RunnerConfig {
 
 /** Resolves and checks the options (RangeError on a bad limit or an empty key list). */
 export function resolveConfig(options: RunnerServiceOptions): RunnerConfig {
-  const limits: RunnerLimits = { ...DEFAULT_RUNNER_LIMITS, ...stripUndefined(options.limits ?? {}) };
-  for (const [name, value] of Object.entries(limits)) {
+  const given: RunnerLimits = { ...DEFAULT_RUNNER_LIMITS, ...stripUndefined(options.limits ?? {}) };
+  const { tailBytes: tailGiven, headShare: shareGiven, ...required } = given;
+  for (const [name, value] of Object.entries(required)) {
     if (!(typeof value === "number" && value > 0)) throw new RangeError(`limits.${name} must be a positive number`);
   }
+  const limits = resolveTail(given, tailGiven, shareGiven);
   const retry: PublishRetryOptions = {
     maxMs: 10_000,
     initialDelayMs: 100,
@@ -54,4 +59,19 @@ export function resolveConfig(options: RunnerServiceOptions): RunnerConfig {
     secrets,
     acceptsAnyCaller: !secrets && !options.authorize,
   };
+}
+
+/** The tail's limits: `tailBytes` (default a quarter of the cap), `headShare` and the head's bytes. */
+function resolveTail(given: RunnerLimits, tailGiven?: number, shareGiven?: number): ResolvedLimits {
+  const cap = given.jobLogBytes;
+  const tailBytes = tailGiven ?? Math.floor(cap / 4);
+  if (!(Number.isSafeInteger(tailBytes) && tailBytes >= 0 && tailBytes < cap))
+    throw new RangeError("limits.tailBytes must be a whole number from 0 to below jobLogBytes");
+  const headShare = shareGiven ?? 1 - tailBytes / cap;
+  if (!(typeof headShare === "number" && headShare > 0 && headShare <= 1))
+    throw new RangeError("limits.headShare must be in (0, 1]");
+  const headBytes = Math.floor(headShare * cap);
+  if (headBytes + tailBytes > cap)
+    throw new RangeError("limits.headShare × jobLogBytes + tailBytes passes jobLogBytes");
+  return { ...given, tailBytes, headShare, headBytes };
 }

@@ -27,8 +27,23 @@ export interface RunnerLimits {
   messageBytes: number;
   /** Longest stored line in UTF-8 bytes; longer lines are cut and followed by a marker line. */
   lineBytes: number;
-  /** Stored output bytes per job; past it lines are counted, not stored. */
+  /**
+   * Stored output bytes per job. Past the head's share of it the log is cut: one marker counting the lines and
+   * bytes dropped, then a rolling tail of the newest `tailBytes` (docs/decisions/log-tail.md). With `tailBytes: 0`
+   * lines past it are counted, not stored (the behaviour before the tail was kept).
+   */
   jobLogBytes: number;
+  /**
+   * Bytes (as the cap counts them) of the rolling tail kept once the head's share is full; default a quarter of
+   * `jobLogBytes`; 0 keeps no tail. The tail is kept in 8 segments dropped whole, so it holds between 7/8 of it and
+   * all of it.
+   */
+  tailBytes?: number;
+  /**
+   * Share of `jobLogBytes` kept as the head before the log is cut, in (0, 1]; default `1 − tailBytes / jobLogBytes`
+   * (three quarters). `headShare × jobLogBytes + tailBytes` must not pass `jobLogBytes`.
+   */
+  headShare?: number;
   /** A call with no item for this long ends DEADLINE_EXCEEDED. */
   idleMs: number;
   /**

@@ -6,6 +6,7 @@
  * shared.
  * Why: docs/decisions/log-archive.md, "fanout.ts: one tail per followed job".
  */
+import { positionAfter } from "./log-tail.js";
 import type { JobLogEvent, JobLogStore, JobState, LogEntry, StoredLine } from "../ports.js";
 import { stripUndefined } from "./strip-undefined.js";
 import { pushPlain, storedCount } from "../protocol/received-line.js";
@@ -326,7 +327,10 @@ export class LogFanout {
         if (want <= 0) return;
         const lines = await this.logs.read(tail.id, from, want);
         if (tail.end !== from) return;
-        if (lines.length > 0) tail.push(lines, this.options);
+        // The ring holds contiguous positions: a page that meets a cut log's dropped range restarts it past there,
+        // and the followers behind read the marker themselves (follow.ts). O(page).
+        if (lines.some((l) => l.skipped)) tail.reset(positionAfter(from, lines));
+        else if (lines.length > 0) tail.push(lines, this.options);
         else {
           // Nothing where the count says lines are: an ended job's are gone (an archive
           // removed); an open job's hint was early. Followers wait for the next event or poll.

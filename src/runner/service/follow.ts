@@ -5,6 +5,7 @@
  * (woken by the store's `watch`, else by the tail's poll). A follower behind the tail's
  * ring reads the store by offset, a page at a time, until it is back in the ring.
  */
+import { positionAfter } from "./log-tail.js";
 import type { LogSectionEvent, StoredLine } from "../ports.js";
 import { foldSections, mayHoldMarker, sectionsBefore } from "./log-sections.js";
 import type { RunnerCore } from "./job-table.js";
@@ -62,7 +63,8 @@ export async function* followJob(
           if (page.length > 0) {
             pageLines = nextPageLines(page);
             for (const line of page) yield line;
-            position += page.length;
+            // A drop marker stands for the positions after it that hold no line any more (log-tail.ts).
+            position = positionAfter(position, page);
             cursor.position = position;
             continue;
           }

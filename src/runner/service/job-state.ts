@@ -3,7 +3,8 @@
  * state. Stores keep the data; these functions keep the rules in one place.
  */
 import { RunnerDepotError } from "../../errors.js";
-import type { ArchivedLog, JobInfo, JobResult, JobState, LogEntry, StoredLine } from "../ports.js";
+import type { ArchivedLog, JobInfo, JobResult, JobState, LogCut, LogEntry, StoredLine } from "../ports.js";
+import { keptLines, planCutAppend, type AppendPlan } from "./log-tail.js";
 import { ReceivedLine } from "../protocol/received-line.js";
 
 /** A fresh open job. */
@@ -33,7 +34,19 @@ export function cloneJobState<S extends JobState>(state: S): S {
     info: cloneInfo(state.info),
     result: state.result && { ...state.result, lines: { ...state.result.lines } },
   };
-  if (state.archived) copy.archived = { ...state.archived };
+  if (state.archived) copy.archived = cloneArchived(state.archived);
+  if (state.cut) copy.cut = cloneCut(state.cut);
+  return copy;
+}
+
+/** A copy of a cut (its segments too). O(segments). */
+export function cloneCut(cut: LogCut): LogCut {
+  return { ...cut, segments: cut.segments.map((s) => ({ ...s })) };
+}
+
+function cloneArchived(archived: ArchivedLog): ArchivedLog {
+  const copy = { ...archived };
+  if (archived.cut) copy.cut = cloneCut(archived.cut);
   return copy;
 }
 
@@ -109,6 +122,19 @@ export function applyAppend(state: JobState, fresh: readonly LogEntry[], now: Da
   return stored;
 }
 
+/**
+ * Counts new entries into `state` (mutates it) and plans the store's writes: one head run (what applyAppend
+ * returns) while the log is not cut, else log-tail.ts's runs and segment drops. O(entries).
+ */
+export function planAppend(state: JobState, fresh: readonly LogEntry[], now: Date): AppendPlan {
+  let cutting = state.cut !== undefined;
+  for (let i = 0; !cutting && i < fresh.length; i++) if ((fresh[i] as LogEntry).tailBytes) cutting = true;
+  if (cutting) return planCutAppend(state, fresh, now);
+  const first = state.storedLines;
+  const lines = applyAppend(state, fresh, now);
+  return { runs: lines.length > 0 ? [{ first, segment: null, lines }] : [], drop: [] };
+}
+
 /** Applies a finish (mutates `state`); returns false when the job had already ended. */
 export function applyFinish(state: JobState, result: JobResult, at: number | undefined): boolean {
   if (state.status !== "open") return false;
@@ -141,10 +167,10 @@ export function applyArchived(state: JobState, archived: ArchivedLog): boolean {
   if (state.archived) return false;
   if (state.status === "open")
     throw new RunnerDepotError("FAILED_PRECONDITION", `job ${state.requestId} is still open`);
-  if (archived.lines !== state.storedLines) {
+  if (archived.lines !== keptLines(state)) {
     throw new RunnerDepotError(
       "FAILED_PRECONDITION",
-      `the archive holds ${archived.lines} lines, the job ${state.storedLines}`,
+      `the archive holds ${archived.lines} lines, the job ${keptLines(state)}`,
     );
   }
   state.archived = { ...archived };

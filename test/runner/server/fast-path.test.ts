@@ -960,7 +960,7 @@ describe("runner gRPC fast path: entries as a store reads them", () => {
       const runner = createRunnerService(createMemoryQueue(), {
         logs,
         // Each stored line counts 16 + its bytes (log-cap.ts): 21 + 19 + (24 + 71) + 19 = 154, then "12345678" crosses 170.
-        limits: { messageBytes: 2048, lineBytes: 8, jobLogBytes: 170, idleMs: 5000 },
+        limits: { messageBytes: 2048, lineBytes: 8, jobLogBytes: 170, tailBytes: 0, idleMs: 5000 },
       });
       const server = await startRunnerServer(runner, { port: 0, fastPath });
       try {

@@ -27,7 +27,7 @@ describe("runner limits", () => {
   let h: Harness;
   let idle: Harness;
   beforeAll(async () => {
-    h = await startHarness({ limits: { messageBytes: 2048, lineBytes: 16, jobLogBytes: 192 } });
+    h = await startHarness({ limits: { messageBytes: 2048, lineBytes: 16, jobLogBytes: 192, tailBytes: 0 } });
     idle = await startHarness({ limits: { idleMs: 1_000 } });
   });
   afterAll(async () => {

@@ -88,7 +88,7 @@ describe.each(cases)("the job-log cap on the $name store", ({ name, make }) => {
   it(`a million empty lines are truncated at the cap: each line counts ${LINE_RECORD_OVERHEAD} bytes`, async (ctx) => {
     if (name === "PostgreSQL" && !haveDatabase) ctx.skip();
     const logs = (await make())!;
-    const runner = createRunnerService(createMemoryQueue(), { logs, limits: { jobLogBytes: CAP } });
+    const runner = createRunnerService(createMemoryQueue(), { logs, limits: { jobLogBytes: CAP, tailBytes: 0 } });
     const server = await startRunnerServer(runner, { host: "127.0.0.1", port: 0 });
     try {
       const id = randomUUID();
@@ -119,7 +119,7 @@ describe("the job-log cap on the fs store's disk and in its archive", () => {
   it("lines of control characters (6 bytes each once escaped) stay within the cap on disk", async () => {
     const dir = await mkdtemp(join(scratch, "fs-ctl-"));
     const logs = createFsLogStore(dir, { fsync: false });
-    const runner = createRunnerService(createMemoryQueue(), { logs, limits: { jobLogBytes: CAP } });
+    const runner = createRunnerService(createMemoryQueue(), { logs, limits: { jobLogBytes: CAP, tailBytes: 0 } });
     const server = await startRunnerServer(runner, { host: "127.0.0.1", port: 0 });
     try {
       const id = randomUUID();
@@ -149,7 +149,7 @@ describe("the job-log cap on the fs store's disk and in its archive", () => {
     const logs = createArchivingLogStore(createFsLogStore(join(dir, "live"), { fsync: false }), {
       archive: createFsLogArchive(join(dir, "archive"), { fsync: false }),
     });
-    const runner = createRunnerService(createMemoryQueue(), { logs, limits: { jobLogBytes: CAP } });
+    const runner = createRunnerService(createMemoryQueue(), { logs, limits: { jobLogBytes: CAP, tailBytes: 0 } });
     const server = await startRunnerServer(runner, { host: "127.0.0.1", port: 0 });
     try {
       const id = randomUUID();

@@ -73,7 +73,9 @@ export function processItem(core: RunnerCore, call: CallRun, item: CallItem): Pr
     }
     call.nextPos = call.committed;
     call.storedBytes = call.state?.storedBytes ?? 0;
-    call.truncated = call.state?.logTruncated ?? false;
+    call.cut = call.state?.cut !== undefined;
+    // A cut log's `logTruncated` says lines were dropped; only a log without a tail stops storing.
+    call.truncated = !call.cut && (call.state?.logTruncated ?? false);
   }
   if (pos < call.nextPos) {
     // A resend of a stored item: skipped, not compared.
@@ -111,10 +113,11 @@ function receivedEntry(core: RunnerCore, call: CallRun, line: ReceivedLine, line
   const limits = core.config.limits;
   const cost =
     call.truncated || lineBytes > limits.lineBytes ? -1 : lineCapCost(line.buf, line.start, line.end, line.plainJson);
-  if (cost < 0 || call.storedBytes + cost > limits.jobLogBytes) {
+  // Once the log is cut every line goes to the store's rolling tail (log-tail.ts): nothing more to count here.
+  if (cost < 0 || (!call.cut && call.storedBytes + cost > limits.headBytes)) {
     return entryFor(core, call, line.line, line.stderr, lineBytes, line.time, line.serverTime);
   }
-  call.storedBytes += cost;
+  if (!call.cut) call.storedBytes += cost;
   line.bytes = cost;
   // The line is its own entry (runner/protocol/received-line.ts): no entry object or array a line.
   return line;
@@ -160,13 +163,25 @@ function entryFor(
   // What the item counts toward the cap (log-cap.ts): the line and its marker, as stored.
   let cost = textCapCost(text, bytes);
   if (marker) cost += textCapCost(marker.line);
-  if (call.storedBytes + cost > limits.jobLogBytes) {
+  if (call.cut) {
+    stored.push(timed({ line: text, stderr }, time, serverTime));
+    if (marker) stored.push(marker);
+    return { stored, stderr, bytes: cost };
+  }
+  if (call.storedBytes + cost > limits.headBytes && limits.tailBytes > 0) {
+    // The head's share is full: this item starts the tail; the store puts the drop marker before it.
+    call.cut = true;
+    stored.push(timed({ line: text, stderr }, time, serverTime));
+    if (marker) stored.push(marker);
+    return { stored, stderr, bytes: cost, capped: true, tailBytes: limits.tailBytes };
+  }
+  if (call.storedBytes + cost > limits.headBytes) {
     call.truncated = true;
     return {
       stored: [
         timed(
           {
-            line: `${MARKER_PREFIX} log truncated: the job log reached its ${limits.jobLogBytes}-byte limit; later lines are counted, not stored`,
+            line: `${MARKER_PREFIX} log truncated: the job log reached its ${limits.headBytes}-byte limit; later lines are counted, not stored`,
             stderr,
             marker: true,
           },

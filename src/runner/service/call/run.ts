@@ -38,6 +38,8 @@ export class CallRun implements CallHandle {
   nextPos = 0;
   storedBytes = 0;
   truncated = false;
+  /** True once the job's log is cut (its tail kept): every later line goes to the store's rolling tail. */
+  cut = false;
   endSeen = false;
   pending: LogEntry[] = [];
   pendingAt = 0;

@@ -1,0 +1,277 @@
+/**
+ * The tail kept (issue 24, item 1): what keeping a cut log's tail costs on ingest. One job of BENCH_TAIL_MIB
+ * (default 64) MiB of 200-byte lines goes over a raw gRPC call (HTTP/2, frames written as fast as flow control
+ * lets them) to `startRunnerServer` in a child process (bench/runner-worker.ts), timed to the acknowledged end.
+ * Four servers, rounds alternating, on the memory store and the fs store (fsync on):
+ * - tail kept: a 16 MiB limit (a 12 MiB head, a 4 MiB tail): every line past the head goes to the tail and the
+ *   store drops its oldest segments as it goes; and the same under a 1 MiB limit, whose 32 KiB segments are far
+ *   smaller than one append (the worst case: segment files made and dropped on every append);
+ * - the peer: the limit high enough (1 GiB) that the cut never happens: the same lines stored, nothing dropped;
+ * - for reference, the drop behaviour before the tail (`tailBytes: 0`): past the limit lines are counted, not
+ *   stored, so it does less work than either (it is not the peer: it keeps nothing).
+ * Run alone: `npm run bench -- runner-tail`.
+ */
+import { fork, type ChildProcess } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { once } from "node:events";
+import type * as http2 from "node:http2";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { mkdtemp, rm } from "node:fs/promises";
+import { createFsLogStore } from "../src/adapters/fs/log-store.js";
+import { createMemoryLogStore } from "../src/adapters/memory/log-store.js";
+import type { JobLogStore, LogEntry } from "../src/runner/ports.js";
+import { mintJobToken } from "../src/runner/protocol/token.js";
+import { connect, frame, openCall } from "../test/fixtures/runner-raw-calls.js";
+import { end, line } from "../test/fixtures/runner-service.js";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const SECRET = "bench-tail-secret";
+const MiB = 1024 * 1024;
+const JOB_MIB = Number(process.env.BENCH_TAIL_MIB ?? 64);
+const ROUNDS = Number(process.env.BENCH_TAIL_ROUNDS ?? 5);
+const LINE = 200;
+const fmt = (n: number) => Math.round(n).toLocaleString("en-US");
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+interface Config {
+  name: string;
+  limits: Record<string, number>;
+}
+
+const CONFIGS: Config[] = [
+  {
+    name: "tail kept, 16 MiB limit (12 MiB head, 4 MiB tail in 512 KiB segments)",
+    limits: { jobLogBytes: 16 * MiB },
+  },
+  { name: "peer: limit not reached (1 GiB)", limits: { jobLogBytes: 1024 * MiB } },
+  {
+    name: "tail kept, 1 MiB limit (768 KiB head, 256 KiB tail in 32 KiB segments: segments far smaller than an append)",
+    limits: { jobLogBytes: MiB },
+  },
+  {
+    name: "reference: drop past a 16 MiB limit, no tail (`tailBytes: 0`)",
+    limits: { jobLogBytes: 16 * MiB, tailBytes: 0 },
+  },
+];
+/** The configuration the peer is. */
+const PEER = 1;
+
+interface Server {
+  port: number;
+  /** The server process's CPU time so far (user + system), in ms. */
+  cpu(): Promise<number>;
+  stop(): Promise<void>;
+}
+
+async function startServer(store: string, limits: Record<string, number>): Promise<Server> {
+  const child: ChildProcess = fork(path.join(here, "runner-worker.ts"), ["ours"], {
+    execArgv: ["--import", "tsx", "--expose-gc"],
+    env: { ...process.env, BENCH_SECRET: SECRET, BENCH_LOG_STORE: store, BENCH_LIMITS: JSON.stringify(limits) },
+    stdio: ["ignore", "inherit", "inherit", "ipc"],
+  });
+  const [first] = (await once(child, "message")) as [{ port: number }];
+  return {
+    port: first.port,
+    async cpu() {
+      const answer = once(child, "message") as Promise<[{ cpu: { user: number; system: number } }]>;
+      child.send("cpu");
+      const [{ cpu }] = await answer;
+      return (cpu.user + cpu.system) / 1000;
+    },
+    async stop() {
+      const exited = once(child, "exit");
+      child.send("exit");
+      const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/** The job's frames, made before the clock starts: JOB_MIB of LINE-byte lines, then the end item. */
+function jobFrames(id: string): Buffer[] {
+  const lines = Math.floor((JOB_MIB * MiB) / LINE);
+  const blocks: Buffer[] = [];
+  let block: Buffer[] = [];
+  let size = 0;
+  for (let i = 0; i < lines; i++) {
+    const head = `step ${i} `;
+    const f = frame(line(id, head + "x".repeat(LINE - head.length), i % 10 === 9));
+    block.push(f);
+    size += f.length;
+    if (size >= MiB) {
+      blocks.push(Buffer.concat(block));
+      block = [];
+      size = 0;
+    }
+  }
+  block.push(frame(end(id, 0)));
+  blocks.push(Buffer.concat(block));
+  return blocks;
+}
+
+/** One job over one call; MB/s of line bytes to the acknowledged end. */
+async function ingest(port: number): Promise<number> {
+  const id = randomUUID();
+  const blocks = jobFrames(id);
+  const session = connect(`http://127.0.0.1:${port}`);
+  try {
+    const t0 = performance.now();
+    const call = openCall(session, "grpc", mintJobToken(SECRET, id));
+    const s: http2.ClientHttp2Stream = call.stream;
+    for (const b of blocks) if (!s.write(b)) await new Promise((resolve) => s.once("drain", resolve));
+    s.end();
+    const status = await call.status;
+    const seconds = (performance.now() - t0) / 1000;
+    if (status.code !== 0) throw new Error(`ingest: ${JSON.stringify(status)}`);
+    return (Math.floor((JOB_MIB * MiB) / LINE) * LINE) / 1e6 / seconds;
+  } finally {
+    session.close();
+  }
+}
+
+/** Rounds alternating between the configurations, a fresh server per job; MB/s and server CPU ms per configuration. */
+async function measure(store: string): Promise<{ rates: number[][]; cpu: number[][] }> {
+  const out = CONFIGS.map(() => [] as number[]);
+  const cpu = CONFIGS.map(() => [] as number[]);
+  // Warm-up: one job per configuration, not counted.
+  for (let round = -1; round < ROUNDS; round++) {
+    for (const [k, config] of CONFIGS.entries()) {
+      const server = await startServer(store, config.limits);
+      try {
+        const before = await server.cpu();
+        const rate = await ingest(server.port);
+        const used = (await server.cpu()) - before;
+        if (round >= 0) {
+          out[k]!.push(rate);
+          cpu[k]!.push(used);
+        }
+      } finally {
+        await server.stop();
+      }
+    }
+  }
+  return { rates: out, cpu };
+}
+
+/**
+ * The job's entries as the service hands them to the store (cost 16 + 200 a line), the one that passes the head's
+ * share marked as the tail's start when `tailBytes` > 0 (as call/item-rules.ts does).
+ */
+function entries(limit: number, tailBytes: number): LogEntry[] {
+  const lines = Math.floor((JOB_MIB * MiB) / LINE);
+  const head = limit - tailBytes;
+  const out: LogEntry[] = [];
+  let stored = 0;
+  let cut = false;
+  for (let i = 0; i < lines; i++) {
+    const text = `step ${i} `;
+    const e: LogEntry = {
+      stored: [{ line: text + "x".repeat(LINE - text.length), stderr: i % 10 === 9, time: 1_764_400_000_000 + i }],
+      stderr: i % 10 === 9,
+      bytes: LINE + 16,
+    };
+    if (!cut && tailBytes > 0 && stored + e.bytes > head) {
+      cut = true;
+      e.tailBytes = tailBytes;
+      e.capped = true;
+    }
+    stored += e.bytes;
+    out.push(e);
+  }
+  return out;
+}
+
+/** CPU ms of appending `list` to `store` 2,000 entries an append (what a busy call's batches are); the job is opened first. */
+async function appendCpu(store: JobLogStore, list: LogEntry[]): Promise<number> {
+  const id = randomUUID();
+  await store.open(id);
+  const t0 = process.cpuUsage();
+  for (let at = 0; at < list.length; at += 2000) await store.append(id, at, list.slice(at, at + 2000));
+  const t = process.cpuUsage(t0);
+  return (t.user + t.system) / 1000;
+}
+
+/** The store alone, in this process: the same entries with the tail kept (16 MiB limit) and under 1 GiB. */
+async function storeRows(): Promise<string[]> {
+  const kept = entries(16 * MiB, 4 * MiB);
+  const peer = entries(1024 * MiB, 256 * MiB);
+  const rows: string[] = [];
+  for (const kind of ["memory", "fs"]) {
+    const times: [number[], number[]] = [[], []];
+    for (let round = -1; round < 2 * ROUNDS - 1; round++) {
+      // Pairs alternate which goes first, so neither always runs after the other's garbage.
+      const order = round % 2 === 0 ? [0, 1] : [1, 0];
+      for (const k of order) {
+        // A fresh store (and directory) per job: the memory store keeps the peer's 64 MiB otherwise.
+        const dir = await mkdtemp(path.join(os.tmpdir(), "rd-bench-tail-"));
+        const store = kind === "fs" ? createFsLogStore(dir, { fsync: false }) : createMemoryLogStore();
+        (globalThis as { gc?: () => void }).gc?.();
+        try {
+          const ms = await appendCpu(store, k === 0 ? kept : peer);
+          if (round >= 0) times[k]!.push(ms);
+        } finally {
+          await store.close?.();
+          await rm(dir, { recursive: true, force: true });
+        }
+      }
+    }
+    const [a, b] = [median(times[0]), median(times[1])];
+    rows.push(
+      `| ${kind === "fs" ? "fs (fsync off: CPU only)" : kind} | ${fmt(a)} | ${times[0].map(fmt).join(" / ")} | ${fmt(b)} | ${times[1].map(fmt).join(" / ")} | ${(((a - b) / b) * 100).toFixed(1)} % |`,
+    );
+  }
+  return rows;
+}
+
+/** Runs the tail benchmark and returns its Markdown section. */
+export async function run(): Promise<string> {
+  const loadAtStart = os.loadavg()[0]!;
+  const rows: string[] = [];
+  const stores = await storeRows();
+  // BENCH_TAIL_ONLY=store: the store rows alone (a quick look without the servers).
+  for (const store of process.env.BENCH_TAIL_ONLY === "store" ? [] : ["memory", "fs"]) {
+    const { rates, cpu } = await measure(store);
+    const peer = median(rates[PEER]!);
+    const peerCpu = median(cpu[PEER]!);
+    for (const [k, config] of CONFIGS.entries()) {
+      const m = median(rates[k]!);
+      const c = median(cpu[k]!);
+      // Time cost: how much longer the job took than the peer's (rates: peer ÷ ours − 1).
+      const cost = k === PEER ? "—" : `${((peer / m - 1) * 100).toFixed(1)} %`;
+      const cpuCost = k === PEER ? "—" : `${(((c - peerCpu) / peerCpu) * 100).toFixed(1)} %`;
+      rows.push(
+        `| ${store === "fs" ? "fs (fsync on)" : store} | ${config.name} | ${fmt(m)} | ${rates[k]!.map(fmt).join(" / ")} | ${cost} | ${fmt(c)} | ${cpuCost} |`,
+      );
+    }
+  }
+  return [
+    "## Runner: the tail kept",
+    "",
+    `Machine of this section: ${os.cpus().length} × ${os.cpus()[0]?.model ?? "?"}, Linux ${os.release()}, Node ${process.version}.`,
+    "",
+    `Method: one job of ${JOB_MIB} MiB of ${LINE}-byte lines (every 10th on stderr) written as fast as HTTP/2 flow control lets it over one raw gRPC call (frames made before the clock starts) to \`startRunnerServer\` in a child process, timed to the acknowledged end; a fresh server per job; one warm-up job per configuration, then ${ROUNDS} rounds alternating between them; MB = 10⁶ bytes of line text; server CPU: the child's user + system time over the job (less swayed by other work on the machine than the wall clock). A cost is (ours − peer) ÷ peer: negative means cheaper. The peer is the same job under a limit it never reaches: every line stored either way, so the difference is what the cut costs (the rolling tail's segments, the drops). The drop behaviour before the tail stores nothing past the limit; it is shown for reference, not as the peer.`,
+    "",
+    "| store | configuration | MB/s (median) | all rounds | time cost against the peer | server CPU ms (median) | CPU cost against the peer |",
+    "|---|---|---:|---:|---:|---:|---:|",
+    ...rows,
+    "",
+    `The store alone (in the bench process, no network): the same ${JOB_MIB} MiB of entries (as the service makes them: 216 counted a line, the one that passes the head's share marked as the tail's start) appended 2,000 at a time to a fresh store, the tail kept under a 16 MiB limit against the peer's 1 GiB; CPU ms of this process over the appends (user + system); a fresh store and directory per job, the job opened before the clock; one warm-up pair, then ${2 * ROUNDS - 1} pairs, which one goes first alternating; median.`,
+    "",
+    "| store | tail kept: CPU ms (median) | all rounds | peer: CPU ms (median) | all rounds | cost against the peer |",
+    "|---|---:|---:|---:|---:|---:|",
+    ...stores,
+    "",
+    `Load average (1 min) at the start and end of this run: ${loadAtStart.toFixed(1)} / ${os.loadavg()[0]!.toFixed(1)} on ${os.cpus().length} cores` +
+      (Math.max(loadAtStart, os.loadavg()[0]!) > os.cpus().length
+        ? " — measured under load (other work on the machine)."
+        : "."),
+  ].join("\n");
+}
+
+// Run directly (`node --import tsx bench/runner-tail.ts`): print the section.
+if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {
+  console.log(await run());
+}
