@@ -110,6 +110,8 @@ export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLim
         storedLines: state.storedLines,
         status: state.status,
         exitCode: state.result?.exitCode ?? null,
+        // The viewer hides a cut log's dropped positions behind the marker's row (log-tail.md).
+        cut: state.cut ? { at: state.cut.at, lines: state.cut.lines } : null,
       });
     },
 

@@ -12,7 +12,8 @@ import type { SearchBox, SearchHost } from "./search.js";
 import type { JobSummary as RunnerJobSummary } from "../../runner/service/job-list.js";
 
 /** A line as the job endpoints send it: text, flags (1 stderr, 2 marker, 4 server time), time (ms, 0 = none). */
-type Wire = [string, number, number?];
+/** [text, flags, time?, skipped?]: a cut log's drop marker carries the positions after it that hold no line. */
+type Wire = [string, number, number?, number?];
 
 /** Runs the console page in the browser. */
 export function consoleMain(
@@ -443,9 +444,17 @@ export function consoleMain(
       loading.add(c);
       try {
         const page = await api<{ from: number; lines: Wire[] }>(`/jobs/${id}/lines?from=${c * CHUNK}&limit=${CHUNK}`);
+        // Lines by position: past a cut log's drop marker the next line is `skipped` positions further on.
+        const placed: Wire[] = [];
+        let n = 0;
+        for (const line of page.lines) {
+          if (n >= CHUNK) break;
+          placed[n] = line;
+          n += 1 + (line[3] ?? 0);
+        }
         const have = chunks.get(c);
         // A live tail may have filled this chunk further meanwhile: keep the longer copy.
-        if (!have || have.length < page.lines.length) chunks.set(c, page.lines);
+        if (!have || have.length < placed.length) chunks.set(c, placed);
         while (chunks.size > CACHE_CHUNKS) chunks.delete(chunks.keys().next().value!);
         draw();
       } catch (error) {
@@ -614,15 +623,17 @@ export function consoleMain(
         lines = lines.slice(total - from);
         from = total;
       }
-      if (lines.some((l) => folds.mayBeMarker(l[0]))) loadSections();
-      for (let k = 0; k < lines.length; k++) {
-        const n = from + k;
+      // A drop marker (its 4th element) means the log was cut: the sections' answer says where.
+      if (lines.some((l) => folds.mayBeMarker(l[0]) || l[3] !== undefined)) loadSections();
+      let n = from;
+      for (const line of lines) {
         const c = Math.floor(n / CHUNK);
         let chunk = chunks.get(c);
         if (!chunk && n % CHUNK === 0) chunks.set(c, (chunk = []));
-        if (chunk && chunk.length === n % CHUNK) chunk.push(lines[k]!);
+        if (chunk && chunk.length === n % CHUNK) chunk.push(line);
+        n += 1 + (line[3] ?? 0);
       }
-      total = from + lines.length;
+      total = n;
       viewport.dataset.lines = String(total);
       if (follow.checked) toBottom();
       draw();

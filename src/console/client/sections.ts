@@ -27,6 +27,8 @@ export interface WireSections {
   storedLines: number;
   status: string;
   exitCode: number | null;
+  /** Where the log was cut (docs/decisions/log-tail.md): positions at + 1 … at + lines hold no line. */
+  cut?: { at: number; lines: number } | null;
 }
 
 /** What the viewer asks of its sections. */
@@ -60,6 +62,8 @@ export function createSectionFolds(): SectionFolds {
   /** Sections the viewer has set itself once (a reload keeps what the reader chose). */
   const seen = new Set<number>();
   let failed: WireSection | null = null;
+  /** A cut log's dropped positions [a, b]: always hidden, the drop marker's row stands for them. */
+  let dropped: [number, number] | null = null;
   let ranges: Array<[number, number]> = [];
   let rangesFor = -1;
   let dirty = true;
@@ -80,6 +84,18 @@ export function createSectionFolds(): SectionFolds {
       out.push([s.start + 1, b]);
       reach = b;
     }
+    if (dropped) {
+      // The dropped range joins the folds: sorted, overlaps merged, so the walks below stay O(sections).
+      out.push([dropped[0], Math.min(dropped[1], total - 1)]);
+      out.sort((x, y) => x[0] - y[0]);
+      const merged: Array<[number, number]> = [];
+      for (const r of out) {
+        const last = merged[merged.length - 1];
+        if (last && r[0] <= last[1] + 1) last[1] = Math.max(last[1], r[1]);
+        else if (r[1] >= r[0]) merged.push([r[0], r[1]]);
+      }
+      out.splice(0, out.length, ...merged);
+    }
     ranges = out;
     rangesFor = total;
     dirty = false;
@@ -97,6 +113,7 @@ export function createSectionFolds(): SectionFolds {
 
   return {
     load(record) {
+      dropped = record.cut && record.cut.lines > 0 ? [record.cut.at + 1, record.cut.at + record.cut.lines] : null;
       sections = record.sections.slice().sort((a, b) => a.start - b.start);
       byStart.clear();
       sections.forEach((s, i) => byStart.set(s.start, i));

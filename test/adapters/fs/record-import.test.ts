@@ -37,10 +37,14 @@ function recordFile(recordsDir: string, key: string): string {
   return join(recordsDir, ...segments.slice(0, -1), `${segments.at(-1)}~`);
 }
 
-/** Every record of `store` with its revision. */
+/**
+ * Every record of `store` with its revision, but download hours (`used/<name>`, store/downloads.ts): a download
+ * writes them lazily, after its answer, so when they land depends on timing, not on the import.
+ */
 async function dump(store: PackageStore): Promise<Map<string, { value: unknown; revision: string }>> {
   const out = new Map<string, { value: unknown; revision: string }>();
-  for (const key of (await store.listRecords("", { limit: 100_000 })).keys) out.set(key, (await store.getRecord(key))!);
+  for (const key of (await store.listRecords("", { limit: 100_000 })).keys)
+    if (!key.startsWith("used/")) out.set(key, (await store.getRecord(key))!);
   return out;
 }
 
