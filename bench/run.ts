@@ -22,6 +22,7 @@ await writeReport({
     "depot-bytes",
     "console",
     "depot-scale",
+    "depot-replicas",
     "depot-telemetry",
     "runner-telemetry",
     "runner-fleet",
