@@ -14,6 +14,7 @@ import { createTestSchema } from "../test/fixtures/backends.js";
 import { tempDir } from "../test/fixtures/depot.js";
 import {
   freshPrefix,
+  machineCpu,
   replicaS3,
   roundRobin,
   startReplica,
@@ -64,6 +65,27 @@ interface Cell {
   rate: number;
   load: string;
   perPublish?: StatementCounts;
+  /** CPU ms per publish: the whole machine (every process, others' too) and the PostgreSQL server. */
+  machine?: { busyMs: number; postgresMs: number; s3rverMs: number };
+  /** The share of the machine's cores busy during the cell (any process). */
+  busy?: number;
+}
+
+/** Machine CPU per publish and the share of the cores busy over a cell, from two {@link machineCpu} readings. */
+function machineShare(
+  before: Awaited<ReturnType<typeof machineCpu>>,
+  after: Awaited<ReturnType<typeof machineCpu>>,
+  wallMs: number,
+): Pick<Cell, "machine" | "busy"> {
+  if (!before || !after) return {};
+  return {
+    machine: {
+      busyMs: (after.busyMs - before.busyMs) / PUBLISHES,
+      postgresMs: (after.postgresMs - before.postgresMs) / PUBLISHES,
+      s3rverMs: (after.s3rverMs - before.s3rverMs) / PUBLISHES,
+    },
+    busy: (after.busyMs - before.busyMs) / wallMs / os.cpus().length,
+  };
 }
 
 /** Runs the benchmark; returns its Markdown section. */
@@ -78,7 +100,11 @@ export async function run(): Promise<string> {
       const fs = await startFsDepot(`${dir.dir}/c${concurrency}`);
       try {
         await rate([fs.url], 4, `warm-fs-${concurrency}`, 16);
-        cells.set(`fs ${concurrency}`, { rate: await rate([fs.url], concurrency, `fs-${concurrency}`), load: load() });
+        const cpuBefore = await machineCpu();
+        const t0 = performance.now();
+        const measured = await rate([fs.url], concurrency, `fs-${concurrency}`);
+        const share = machineShare(cpuBefore, await machineCpu(), performance.now() - t0);
+        cells.set(`fs ${concurrency}`, { rate: measured, load: load(), ...share });
       } finally {
         await stop(fs.child);
       }
@@ -91,12 +117,15 @@ export async function run(): Promise<string> {
           const urls = running.map((r) => r.url);
           await rate(urls, 4, `warm-${replicas}-${concurrency}`, 16);
           const before = sumCounts(await Promise.all(running.map((r) => r.stats())));
+          const cpuBefore = await machineCpu();
+          const t0 = performance.now();
           const measured = await rate(urls, concurrency, `pg-${replicas}-${concurrency}`);
+          const share = machineShare(cpuBefore, await machineCpu(), performance.now() - t0);
           const after = sumCounts(await Promise.all(running.map((r) => r.stats())));
           const perPublish = Object.fromEntries(
             Object.entries(after).map(([k, v]) => [k, (v - before[k as keyof StatementCounts]) / PUBLISHES]),
           ) as unknown as StatementCounts;
-          cells.set(`pg${replicas} ${concurrency}`, { rate: measured, load: load(), perPublish });
+          cells.set(`pg${replicas} ${concurrency}`, { rate: measured, load: load(), perPublish, ...share });
         } finally {
           for (const r of running) await r.stop();
           await db.drop();
@@ -107,12 +136,16 @@ export async function run(): Promise<string> {
     await dir.cleanup();
     await s3.close();
   }
+  const cpuOf = (cell: Cell) =>
+    cell.machine
+      ? `${fmt(cell.machine.busyMs)} ms on the machine (${fmt(cell.machine.postgresMs)} in PostgreSQL, ${fmt(cell.machine.s3rverMs)} in s3rver), cores ${fmt(100 * cell.busy!, 0)}% busy`
+      : "—";
   const rows: string[] = [];
   for (const concurrency of CONCURRENCY) {
     const fs = cells.get(`fs ${concurrency}`)!;
     const one = cells.get(`pg1 ${concurrency}`)!;
     const two = cells.get(`pg2 ${concurrency}`)!;
-    rows.push(`| fs store, 1 process | ${concurrency} | ${fmt(fs.rate)} | — | — | ${fs.load} |`);
+    rows.push(`| fs store, 1 process | ${concurrency} | ${fmt(fs.rate)} | — | — | ${cpuOf(fs)} | ${fs.load} |`);
     for (const [label, cell] of [
       ["PostgreSQL + S3, 1 replica", one],
       ["PostgreSQL + S3, 2 replicas", two],
@@ -123,17 +156,19 @@ export async function run(): Promise<string> {
         cell === two
           ? `${fmt(cell.rate / fs.rate, 2)} (2 ÷ 1 replica: ${fmt(two.rate / one.rate, 2)})`
           : fmt(cell.rate / fs.rate, 2);
-      rows.push(`| ${label} | ${concurrency} | ${fmt(cell.rate)} | ${vs} | ${statements} | ${cell.load} |`);
+      rows.push(
+        `| ${label} | ${concurrency} | ${fmt(cell.rate)} | ${vs} | ${statements} | ${fmt(p.cpuMs)} ms in the depot processes; ${cpuOf(cell)} | ${cell.load} |`,
+      );
     }
   }
   const minutes = (Date.now() - started.getTime()) / 60_000;
   return [
     "## Depot replicas on PostgreSQL + S3",
     "",
-    `Method: ${PUBLISHES} one-file packages published per cell through real HTTP (open, add, commit), at concurrency 8 and 32, each request sent to the next process in turn. PostgreSQL + S3: 1 or 2 depot processes (test/fixtures/depot-replica-server.ts: \`servePackageRouter\` over \`composeStore(createS3BlobStore, createPostgresRecords)\`) on one fresh schema of the local PostgreSQL (synchronous_commit on) and one bucket on ${s3.label}. Peer: the fs store (fsync on) in one process (test/fixtures/depot-client-server.ts). Cells taken in turns per concurrency after 16 warm-up publishes each. Statements per publish: counted in the replicas' pools (a flush is syncRecords' one synchronous update). Load average (1 / 5 / 15 min) read after each cell; the machine has ${os.cpus().length} cores shared with other work. Module ${fmt(minutes)} min.`,
+    `Method: ${PUBLISHES} one-file packages published per cell through real HTTP (open, add, commit), at concurrency 8 and 32, each request sent to the next process in turn. PostgreSQL + S3: 1 or 2 depot processes (test/fixtures/depot-replica-server.ts: \`servePackageRouter\` over \`composeStore(createS3BlobStore, createPostgresRecords)\`) on one fresh schema of the local PostgreSQL (synchronous_commit on) and one bucket on ${s3.label}. Peer: the fs store (fsync on) in one process (test/fixtures/depot-client-server.ts). Cells taken in turns per concurrency after 16 warm-up publishes each. Statements per publish: counted in the replicas' pools (a flush is syncRecords' one synchronous update). CPU per publish: the depot processes' own (process.cpuUsage), the whole machine's, the PostgreSQL server's and s3rver's (/proc, every such process: other clients' work is in them), and how busy the cores were over the cell. Load average (1 / 5 / 15 min) read after each cell; the machine has ${os.cpus().length} cores shared with other work. Module ${fmt(minutes)} min.`,
     "",
-    "| store | concurrency | publishes/s | ratio to the fs store | PostgreSQL statements per publish | load average |",
-    "|---|---:|---:|---:|---|---|",
+    "| store | concurrency | publishes/s | ratio to the fs store | PostgreSQL statements per publish | CPU per publish | load average |",
+    "|---|---:|---:|---:|---|---|---|",
     ...rows,
   ].join("\n");
 }
