@@ -14,6 +14,7 @@ import { createTestSchema } from "../test/fixtures/backends.js";
 import { tempDir } from "../test/fixtures/depot.js";
 import {
   freshPrefix,
+  cpuBetween,
   machineCpu,
   replicaS3,
   roundRobin,
@@ -78,11 +79,12 @@ function machineShare(
   wallMs: number,
 ): Pick<Cell, "machine" | "busy"> {
   if (!before || !after) return {};
+  const used = cpuBetween(before, after);
   return {
     machine: {
-      busyMs: (after.busyMs - before.busyMs) / PUBLISHES,
-      postgresMs: (after.postgresMs - before.postgresMs) / PUBLISHES,
-      s3rverMs: (after.s3rverMs - before.s3rverMs) / PUBLISHES,
+      busyMs: used.busyMs / PUBLISHES,
+      postgresMs: used.postgresMs / PUBLISHES,
+      s3rverMs: used.s3rverMs / PUBLISHES,
     },
     busy: (after.busyMs - before.busyMs) / wallMs / os.cpus().length,
   };
