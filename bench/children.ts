@@ -44,13 +44,20 @@ export async function stop(child: ChildProcess | undefined): Promise<void> {
 /**
  * Starts the depot fixture server (fs store in `dir`) in a child process; `noSync` runs the
  * store without fsync (its `unsafeNoSync` option), for rows measured against peers that
- * never sync.
+ * never sync; `hashOnMainThread` turns its hashing worker off (`hashOnWorker: false`).
  */
 export async function startDepot(
   dir: string,
-  options: { noSync?: boolean } = {},
+  options: { noSync?: boolean; hashOnMainThread?: boolean } = {},
 ): Promise<{ url: string; child: ChildProcess }> {
-  const args = ["--import", "tsx", serverScript, dir, ...(options.noSync ? ["--unsafe-no-sync"] : [])];
+  const args = [
+    "--import",
+    "tsx",
+    serverScript,
+    dir,
+    ...(options.noSync ? ["--unsafe-no-sync"] : []),
+    ...(options.hashOnMainThread ? ["--hash-on-main-thread"] : []),
+  ];
   const child = spawn(process.execPath, args, { stdio: ["pipe", "pipe", "inherit"] });
   const line = await new Promise<string>((resolve, reject) => {
     createInterface({ input: child.stdout! }).once("line", resolve);

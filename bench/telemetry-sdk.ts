@@ -7,7 +7,7 @@
  */
 import { createInterface } from "node:readline";
 import type { ReadableSpan, SpanExporter } from "@opentelemetry/sdk-trace";
-import { startServeTelemetry } from "../src/cli/serve-telemetry.js";
+import { startServeTelemetry } from "../src/cli/serve/serve-telemetry.js";
 
 /**
  * Seconds between scrapes: Prometheus's usual 15 s (its default scrape_interval is 60 s).

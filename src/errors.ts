@@ -42,6 +42,8 @@ const CODES = {
   TOO_MANY_ITEMS: [Code.ResourceExhausted, 413],
   /** The package holds `limits.versions` versions already (docs/depot-api.md §8). */
   TOO_MANY_VERSIONS: [Code.ResourceExhausted, 413],
+  /** The committing token's quota of bytes or versions would be passed (docs/depot-api.md §Quotas). */
+  QUOTA_EXCEEDED: [Code.ResourceExhausted, 413],
   METHOD_NOT_ALLOWED: [Code.Unimplemented, 405],
   REQUEST_TIMEOUT: [Code.DeadlineExceeded, 408],
   RANGE_NOT_SATISFIABLE: [Code.OutOfRange, 416],

@@ -19,7 +19,7 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(`runner-depot-agent ${agentVersion()} (${process.platform}-${process.arch})\n`);
     return 0;
   }
-  const { agentCommand } = await import("./agent.js");
+  const { agentCommand } = await import("./runner/agent.js");
   const usage = agentCommand.usage.replace("runner-depot agent", "runner-depot-agent");
   return runCli(["agent", ...argv], { agent: async () => ({ ...agentCommand, usage }) }, usage);
 }

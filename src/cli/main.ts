@@ -7,24 +7,25 @@
 // First: refuses an unsupported Node before anything else loads.
 import "./node-gate.js";
 import { CliError, runCli } from "./args.js";
-import { loadServe } from "./serve-packages.js";
+import { loadServe } from "./serve/serve-packages.js";
 
 // Loaded on demand, so each command pulls in only what it uses.
 const commands = {
   // serve alone needs the optional peers (pino, the OpenTelemetry SDK): named when missing.
-  serve: async () => (await loadServe(() => import("./serve.js"))).serveCommand,
-  job: async () => (await import("./job.js")).jobCommand,
-  agent: async () => (await import("./agent.js")).agentCommand,
-  logs: async () => (await import("./logs.js")).logsCommand,
-  jobs: async () => (await import("./jobs.js")).jobsCommand,
-  cancel: async () => (await import("./jobs.js")).cancelCommand,
-  publish: async () => (await import("./depot.js")).publishCommand,
-  install: async () => (await import("./depot.js")).installCommand,
-  migrate: async () => (await import("./migrate.js")).migrateCommand,
-  "console-url": async () => (await import("./console-url.js")).consoleUrlCommand,
-  keys: async () => (await import("./signing.js")).keysCommand,
-  verify: async () => (await import("./signing.js")).verifyCommand,
-  mirror: async () => (await import("./mirror.js")).mirrorCommand,
+  serve: async () => (await loadServe(() => import("./serve/serve.js"))).serveCommand,
+  job: async () => (await import("./runner/job.js")).jobCommand,
+  agent: async () => (await import("./runner/agent.js")).agentCommand,
+  logs: async () => (await import("./runner/logs.js")).logsCommand,
+  jobs: async () => (await import("./runner/jobs.js")).jobsCommand,
+  cancel: async () => (await import("./runner/jobs.js")).cancelCommand,
+  publish: async () => (await import("./depot/depot.js")).publishCommand,
+  install: async () => (await import("./depot/depot.js")).installCommand,
+  migrate: async () => (await import("./serve/migrate.js")).migrateCommand,
+  "console-url": async () => (await import("./runner/console-url.js")).consoleUrlCommand,
+  keys: async () => (await import("./depot/signing.js")).keysCommand,
+  verify: async () => (await import("./depot/signing.js")).verifyCommand,
+  mirror: async () => (await import("./depot/mirror.js")).mirrorCommand,
+  retention: async () => (await import("./depot/retention.js")).retentionCommand,
 };
 
 const USAGE = `runner-depot — runner log streaming (gRPC) and a package depot (REST)
@@ -45,6 +46,7 @@ Commands:
   keys generate              make an Ed25519 signing key and print its trusted-keys entry
   verify <name>@<version>    check a version's signatures and provenance; print who signed what
   mirror <upstream-url>      copy another depot's versions and yanks into this one (--follow to keep on)
+  retention                  remove old, prerelease or unused versions from the running server's depot
 
 Run 'runner-depot <command> --help' for a command's options, 'runner-depot --version'
 for the version.`;

@@ -182,6 +182,7 @@ export function createConsole(options: ConsoleOptions = {}): Console {
       if (parts.length === 3 && parts[2] === "events" && method !== "POST")
         return jobs.events(id, request, url, session);
       if (parts.length === 3 && parts[2] === "raw" && method !== "POST") return jobs.raw(id, url);
+      if (parts.length === 3 && parts[2] === "sections" && method !== "POST") return jobs.sections(id);
       if (parts.length === 3 && parts[2] === "cancel") return method === "POST" ? jobs.cancel(id) : notAllowed("POST");
     }
     if (parts[0] === "packages" && method !== "POST") {

@@ -1,7 +1,7 @@
 /**
  * The console's job endpoints: the list, one job's summary, a window of its stored lines
- * (the viewer fetches only what is on screen), the live tail as Server-Sent Events, the
- * raw log download and cancel.
+ * (the viewer fetches only what is on screen), its sections, the live tail as Server-Sent
+ * Events, the raw log download (whole or one section) and cancel.
  *
  * Costs: a window is one `logs.read(from, limit)` (O(limit) on the fs and PostgreSQL
  * stores); the event stream reads through `runner.follow()` from the client's position,
@@ -9,6 +9,7 @@
  */
 import { RunnerDepotError } from "../errors.js";
 import { summarizeJob } from "../runner/service/job-list.js";
+import { emptySections, sectionLines } from "../runner/service/log-sections.js";
 import type { RunnerService } from "../runner/service/runner-service.js";
 import type { JobStatus, StoredLine } from "../runner/ports.js";
 import { normalizeRequestId } from "../runner/protocol/request-id.js";
@@ -91,6 +92,21 @@ export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLim
         ? (await limits.publications(state.requestId)).map(({ name, version }) => ({ name, version }))
         : [];
       return json({ ...summarizeJob(state), cancellable: state.status === "open", published });
+    },
+
+    /**
+     * GET api/jobs/:id/sections — the job's sections (docs/decisions/log-sections.md) with its line count and state,
+     * for the viewer to fold. O(sections), at most MAX_SECTIONS.
+     */
+    async sections(id: string): Promise<Response> {
+      const state = await known(id);
+      const record = (logs.sections ? await logs.sections(id) : null) ?? emptySections();
+      return json({
+        ...record,
+        storedLines: state.storedLines,
+        status: state.status,
+        exitCode: state.result?.exitCode ?? null,
+      });
     },
 
     /** GET api/jobs/:id/lines?from=&limit= — a window of stored lines. */
@@ -222,19 +238,23 @@ export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLim
 
     /**
      * GET api/jobs/:id/raw — the stored log as text, streamed page by page; with `?timestamps=1` each line that has
-     * a time starts with it in RFC 3339 UTC to the µs and a space (GitLab's form).
+     * a time starts with it in RFC 3339 UTC to the µs and a space (GitLab's form); with `?section=<name>` only that
+     * section's lines (the first section of that name, its marker lines included), streamed the same way.
      */
     async raw(id: string, url: URL): Promise<Response> {
-      await known(id);
+      const state = await known(id);
+      const range = await sectionLines(logs, id, state.storedLines, url.searchParams.get("section"));
       const stamps = url.searchParams.get("timestamps");
       if (stamps !== null && stamps !== "0" && stamps !== "1")
         throw new RunnerDepotError("INVALID_ARGUMENT", "timestamps must be 0 or 1");
       const withTimes = stamps === "1";
       const encoder = new TextEncoder();
-      let from = 0;
+      let from = range.from;
+      // A whole log runs to whatever is stored by the time the stream gets there (a live job); a section to its end.
+      const to = url.searchParams.has("section") ? range.to : Number.MAX_SAFE_INTEGER;
       const body = new ReadableStream<Uint8Array>({
         async pull(controller) {
-          const page = await logs.read(id, from, 1000);
+          const page = from >= to ? [] : await logs.read(id, from, Math.min(1000, to - from));
           if (page.length === 0) {
             controller.close();
             return;

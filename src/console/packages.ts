@@ -134,9 +134,16 @@ export function createPackageEndpoints(options: PackageEndpointOptions) {
     async version(rawName: string, rawVersion: string, url: URL): Promise<Response> {
       const ref = parsePackageRef(`${rawName}@${rawVersion}`);
       const spec = `${ref.name}@${ref.version}`;
-      const depend = await readJson<{ requires: Array<{ name: string; range: string }> }>(
-        await call(`/depend/${encodeURIComponent(spec)}`, url.origin),
-      );
+      const dependAnswer = await call(`/depend/${encodeURIComponent(spec)}`, url.origin);
+      const depend = await readJson<{ requires: Array<{ name: string; range: string }> }>(dependAnswer);
+      // A yanked version's answers carry its reason (issue 27), percent-encoded.
+      const yankHeader = dependAnswer.headers.get("pkg-yanked");
+      let yanked: string | undefined;
+      try {
+        yanked = yankHeader === null ? undefined : decodeURIComponent(yankHeader);
+      } catch {
+        yanked = yankHeader ?? undefined;
+      }
       const manifest = await readManifest(spec, url.origin);
       const items = manifest.items
         .slice(0, MAX_ITEMS)
@@ -158,6 +165,7 @@ export function createPackageEndpoints(options: PackageEndpointOptions) {
         licenses: manifest.licenses.map((l) => ({ name: l.name, size: l.size })),
         items,
         itemCount: manifest.items.length,
+        ...(yanked !== undefined ? { yanked } : {}),
       });
     },
   };

@@ -55,7 +55,7 @@ export type {
 } from "./install/installer.js";
 export type { PreserveMode } from "./install/preserve.js";
 export type { Requirement } from "./install/resolve.js";
-export type { ManifestItem, PackageManifest } from "./install/extract.js";
+export type { ManifestItem, PackageManifest } from "./install/manifest.js";
 export { createPackageRouter } from "./server/router.js";
 export type { PackageRouter, PackageRouterOptions } from "./server/router.js";
 export { servePackageRouter } from "./server/serve.js";
@@ -72,7 +72,7 @@ export type {
 } from "./server/serve.js";
 export { silentLogger } from "../telemetry.js";
 export type { Logger, LogFn, TelemetryOptions } from "../telemetry.js";
-export { bearerTokens } from "./server/auth.js";
+export { bearerTokens, tokenPrincipal } from "./server/auth.js";
 export type { Authorize, AuthorizeContext, BearerTokensOptions, DepotAction, TokenScopes } from "./server/auth.js";
 export type { DepotLimits } from "./transactions/lifecycle.js";
 export type { CommitProblem } from "./transactions/commit.js";
@@ -82,6 +82,15 @@ export type { GeneratedKey, SigningKey, TrustedKey, TrustedKeySet } from "./sign
 export type { SignaturePolicy, SignaturePolicyMode, VerifiedAttestation } from "./signing/verify.js";
 export type { JobProvenanceSource, ProvenanceOptions } from "./transactions/provenance.js";
 export { mirrorDepot } from "./mirror/mirror.js";
-export type { MirrorOptions, MirrorReport } from "./mirror/mirror.js";
+export type { MirrorOptions, MirrorOutcome, MirrorReport } from "./mirror/mirror.js";
+export { runRetention } from "./store/retention.js";
+export type {
+  RetentionPolicy,
+  RetentionOptions,
+  RetentionReport,
+  RetentionReason,
+  RetainedOut,
+} from "./store/retention.js";
+export type { Quota, QuotaOf } from "./store/quota.js";
 export type { FeedChange, UpstreamLimits } from "./mirror/upstream.js";
 export type { PullThroughOptions } from "./mirror/pull-through.js";

@@ -23,6 +23,14 @@ export interface PutBlobOptions {
   /** Refuse (TOO_LARGE, nothing kept) a body longer than this many bytes. */
   maxBytes?: number;
   /**
+   * The body's length in bytes, when the caller knows it up front (an upload's
+   * `Content-Length`). With `expectedDigest`, it lets a store send the bytes in one request
+   * to their final place (S3: a `PutObject` whose signed payload hash is the digest, which
+   * the server checks). A store using it refuses a body of another length (BAD_REQUEST)
+   * and keeps nothing; stores may ignore it (the fs store sizes its work by it only).
+   */
+  size?: number;
+  /**
    * As {@link WriteCondition.deferSync}: the caller calls {@link RecordStore.syncRecords}
    * before it relies on the blob surviving a machine crash. A store may then resolve
    * without flushing only a blob that its syncRecords covers and that it keeps in the order

@@ -163,6 +163,50 @@ export interface RawLinePage {
   each(visit: (bytes: Buffer, start: number, end: number, flags: number, time: number) => void): void;
 }
 
+/**
+ * One section of a job's log (docs/decisions/log-sections.md): a GitLab `section_start` … `section_end` or a GitHub
+ * `::group::` … `::endgroup::`, as the service read it from the stored (masked) lines.
+ */
+export interface LogSection {
+  /** GitLab's section name or GitHub's group title, at most 256 UTF-8 bytes. */
+  name: string;
+  format: "gitlab" | "github";
+  /** Position of the start marker's line (as `read` numbers lines, from 0). */
+  start: number;
+  /** Position of the end marker's line; null while the section is open (still open when the job ended). */
+  end: number | null;
+  /** Sections it is nested in (0 = top level). */
+  depth: number;
+  /** When it started, ms since the epoch: GitLab's marker time, else the line's time; 0 when unknown. */
+  startTime: number;
+  /** When it ended, likewise; null while open. */
+  endTime: number | null;
+  /** GitLab's `[collapsed=true]`, and every GitHub group: shown folded. */
+  collapsed: boolean;
+}
+
+/** A job's sections, bounded (log-sections.ts): what `JobLogStore.sections` keeps per job. */
+export interface LogSections {
+  /** In start order; at most MAX_SECTIONS. */
+  sections: LogSection[];
+  /** Starts not kept: past MAX_SECTIONS, or nested deeper than MAX_SECTION_DEPTH. */
+  dropped: number;
+  /** Ends that matched no open section (ignored). */
+  unmatched: number;
+}
+
+/** What `follow(id, { sections: true })` yields besides lines: a section started or ended at line `position`. */
+export interface LogSectionEvent {
+  section: "start" | "end";
+  name: string;
+  format: "gitlab" | "github";
+  /** The marker line's position; the event comes right after that line. */
+  position: number;
+  depth: number;
+  /** ms since the epoch, 0 when unknown. */
+  time: number;
+}
+
 /** What a store's `watch` reports: a job stored lines or ended (null: events may have been missed, look again). */
 export type JobLogEvent = { requestId: string; storedLines: number; ended: boolean } | null;
 
@@ -211,6 +255,12 @@ export interface JobLogStore {
    * records without a string per line. Stores that keep strings need not have it.
    */
   readRaw?(requestId: string, from: number, limit: number): Promise<RawLinePage>;
+  /**
+   * Optional: the job's sections as folded from its stored lines at append time (runner/service/log-sections.ts's
+   * `foldSections`, inside the same atomic append), kept when the lines move to an archive; null for an unknown job.
+   * A store without it has no sections (the API answers an empty list). O(sections), bounded per job.
+   */
+  sections?(requestId: string): Promise<LogSections | null>;
   /** Open jobs whose `lastSeenAt` is before `before` (lost-job detection). */
   stale(before: Date): Promise<JobState[]>;
   /**

@@ -409,6 +409,39 @@ describe("web console in chromium", () => {
     );
   });
 
+  it("a package page shows yanked versions with their reason, as text, in the list and on the version", async ({
+    skip,
+  }) => {
+    skip(chromiumMissing !== null, chromiumMissing ?? "");
+    for (const v of ["1.0.0", "1.1.0"])
+      expect((await publish(origin, `yk@${v}`, [{ type: "file", path: "f", body: v }])).status).toBe(201);
+    const reason = "breaks <b>TLS</b> on arm64 — use 1.0.0";
+    const yank = await fetch(`${origin}/yank/yk@1.1.0`, {
+      method: "POST",
+      headers: { "Pkg-Reason": encodeURIComponent(reason) },
+    });
+    expect(yank.status).toBe(200);
+    await signedIn();
+    await page.goto(`${consoleUrl()}/packages/yk?version=1.1.0`);
+    await page.locator("#versions").waitFor();
+    // The yanked row is marked, with the reason as text (the markup stays literal); the other is not.
+    const row = page.locator('#versions tr[data-version="1.1.0"]');
+    expect(await row.getAttribute("class")).toBe("yanked");
+    expect(await row.locator(".yank-badge").textContent()).toBe("yanked");
+    expect(await row.locator(".yank-reason").textContent()).toBe(reason);
+    expect(await row.locator("b").count()).toBe(0);
+    expect(await page.locator('#versions tr[data-version="1.0.0"] .yank-badge').count()).toBe(0);
+    // The selected version's summary says it is yanked and why; latest skips it.
+    expect(await page.locator("#yanked").textContent()).toBe(reason);
+    expect(
+      await page.locator("dt", { hasText: "Latest" }).locator("xpath=following-sibling::dd[1]").textContent(),
+    ).toBe("1.0.0");
+    // The version that is not yanked has no such line.
+    await page.goto(`${consoleUrl()}/packages/yk?version=1.0.0`);
+    await page.locator("#versions").waitFor();
+    expect(await page.locator("#yanked").count()).toBe(0);
+  });
+
   it("axe-core finds no serious or critical violation on the home, job and package pages, at desktop and phone width", async ({
     skip,
   }) => {
@@ -421,7 +454,8 @@ describe("web console in chromium", () => {
     ]);
     for (const width of [1100, 375]) {
       await page.setViewportSize({ width, height: 800 });
-      for (const path of ["/", `/jobs/${id}`, "/packages/app"]) {
+      // yk@1.1.0 is yanked by the test before: its badge and reason are checked too.
+      for (const path of ["/", `/jobs/${id}`, "/packages/app", "/packages/yk?version=1.1.0"]) {
         await page.goto(`${consoleUrl()}${path}`);
         await page.locator("main h1").waitFor();
         await page.waitForFunction(

@@ -14,7 +14,7 @@ import type { Browser } from "playwright-core";
 import { toNodeHandler } from "srvx/node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createMemoryQueue, createMemoryStore } from "../../src/adapters/memory/index.js";
-import { jobCredentials, jobProvenance } from "../../src/cli/job-publishing.js";
+import { jobCredentials, jobProvenance } from "../../src/cli/runner/job-publishing.js";
 import { createConsole, createConsoleSessions, type ConsoleSessions } from "../../src/console/index.js";
 import { bearerTokens } from "../../src/depot/server/auth.js";
 import { createDepotClient, createPackageRouter } from "../../src/depot/index.js";

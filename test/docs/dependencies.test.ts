@@ -10,7 +10,7 @@ import { builtinModules } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { SERVE_PACKAGES, missingServePackage } from "../../src/cli/serve-packages.js";
+import { SERVE_PACKAGES, missingServePackage } from "../../src/cli/serve/serve-packages.js";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
 const src = path.join(root, "src");
@@ -83,7 +83,7 @@ describe("dependencies", () => {
       expect(pkg.dependencies[name], name).toBeUndefined();
       const importers = [...byFile].filter(([, specs]) => specs.has(name)).map(([file]) => file);
       expect(importers.length, name).toBeGreaterThan(0);
-      for (const file of importers) expect(file, name).toMatch(/^cli\/serve-/);
+      for (const file of importers) expect(file, name).toMatch(/^cli\/serve\//);
     }
   });
 

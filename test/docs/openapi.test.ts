@@ -938,6 +938,8 @@ describe("the depot as built answers as documented", () => {
       "/commit/{trans_id}": `/commit/${id}`,
       "/attestations/{pkg_ref}": "/attestations/hello@1.0.0",
       "/yank/{pkg_ref}": "/yank/hello@1.0.0",
+      "/mirror/feed": "/mirror/feed",
+      "/mirror/blobs": "/mirror/blobs",
     };
     expect(Object.keys(concrete).sort()).toEqual(Object.keys(doc.paths as Json).sort());
     const order = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
@@ -980,6 +982,27 @@ describe("the depot as built answers as documented", () => {
     // A delta is never stored, so never redirected: the depot streams it (issue 30 item 1).
     expect((await call(signing, "getDelta", "/data/signed/1.0.0/1.1.0")).status).toBe(200);
     expect((await call(signing, "headDelta", "/data/signed/1.0.0/1.1.0")).status).toBe(200);
+  });
+
+  it("mirror reads: a feed page with manifests, blobs by version and digest, and their refusals", async () => {
+    await publish(open, "mirrored@1.0.0", { "m.txt": "mirror me\n" });
+    const head = (await call(open, "getCatalog", "/catalog")).json!.position as number;
+    const feed = await call(open, "mirrorFeed", `/mirror/feed?since=${head - 1}`);
+    expect(feed.status).toBe(200);
+    const described = feed.json!.versions["mirrored@1.0.0"] as { manifest: string };
+    const digest = (JSON.parse(described.manifest) as { items: Array<{ digest: string }> }).items[0]!.digest;
+    expect((await call(open, "mirrorFeed", "/mirror/feed?limit=101")).status).toBe(400);
+    const post = (body: unknown) =>
+      call(open, "mirrorBlobs", "/mirror/blobs", {
+        headers: { "Content-Type": "application/json" },
+        body: typeof body === "string" ? body : JSON.stringify(body),
+      });
+    const blobs = await post({ blobs: [["mirrored@1.0.0", digest]] });
+    expect([blobs.status, blobs.bytes.toString()]).toEqual([200, "mirror me\n"]);
+    expect((await post({ blobs: [] })).status).toBe(400);
+    expect((await post({ blobs: [["mirrored@9.0.0", digest]] })).status).toBe(404);
+    expect((await post({ blobs: [["mirrored@1.0.0", `sha256:${"0".repeat(64)}`]] })).status).toBe(409);
+    expect((await post("x".repeat(300 * 1024))).status).toBe(413);
   });
 
   it("yank: 200 with the reason, Pkg-Yanked on exact requests, the feed entry; un-yank; 404 and 400", async () => {

@@ -8,7 +8,7 @@ import fc from "fast-check";
 import semver from "semver";
 import { describe, expect, it } from "vitest";
 import { CliError, checkOptions, type Command } from "../../src/cli/args.js";
-import { checkInstallSpec, parsePublishSpec, parseRequires } from "../../src/cli/depot-inputs.js";
+import { checkInstallSpec, parsePublishSpec, parseRequires } from "../../src/cli/depot/depot-inputs.js";
 import { lineWidth, renderProgressLine } from "../../src/cli/progress.js";
 import { parseInstallRecord } from "../../src/depot/install/preserve.js";
 import { fuzzParams } from "./settings.js";

@@ -15,7 +15,8 @@ import path from "node:path";
 import fc from "fast-check";
 import tar from "tar-stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { extractPackage, type ManifestItem } from "../../src/depot/install/extract.js";
+import { extractPackage } from "../../src/depot/install/extract.js";
+import type { ManifestItem } from "../../src/depot/install/manifest.js";
 import { RunnerDepotError } from "../../src/errors.js";
 import { fuzzParams, fuzzTimeout } from "./settings.js";
 

@@ -1,13 +1,13 @@
 /**
  * Property tests of what yank and the mirror parse from others: a yank reason (Pkg-Reason, decoded),
- * an upstream's feed page (publish, yank and attestation entries), and the size field of the manifest's tar header. Each either returns a value
+ * an upstream's feed page (publish, yank, attestation and removal entries), a batch of blobs cut into pieces, and the size field of the manifest's tar header. Each either returns a value
  * meeting its documented rule or throws a RunnerDepotError with its documented code — nothing else.
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { parseYankReason, YANK_REASON_MAX } from "../../src/depot/catalog/yank.js";
 import { headerSize } from "../../src/depot/mirror/mirror.js";
-import { parseFeedPage } from "../../src/depot/mirror/upstream.js";
+import { parseFeedPage, Pieces } from "../../src/depot/mirror/upstream.js";
 import { RunnerDepotError } from "../../src/errors.js";
 import { fuzzParams } from "./settings.js";
 
@@ -32,6 +32,7 @@ const change = fc.record(
       fc.string({ maxLength: 12 }),
       fc.constant(null),
     ),
+    removed: fc.oneof(fc.constant(true), fc.constant(false), fc.string({ maxLength: 4 })),
     extra: fc.anything(),
   },
   { requiredKeys: [] },
@@ -89,7 +90,7 @@ describe("yank and mirror inputs", () => {
             expect(c.position).toBeLessThanOrEqual(position);
             expect(typeof c.name).toBe("string");
             expect(typeof c.version).toBe("string");
-            const members = ["position", "name", "version", "yanked", "attested"];
+            const members = ["position", "name", "version", "yanked", "attested", "removed"];
             expect(Object.keys(c).every((k) => members.includes(k))).toBe(true);
             if ("yanked" in c) expect(c.yanked === null || typeof c.yanked === "string").toBe(true);
             // A yank entry is never also an attestation entry; an attestation names a bundle digest.
@@ -97,9 +98,55 @@ describe("yank and mirror inputs", () => {
               expect("yanked" in c).toBe(false);
               expect(c.attested).toMatch(/^sha256:[0-9a-f]{64}$/);
             }
+            // A removal entry is only that, and says `true`.
+            if ("removed" in c) {
+              expect(c.removed).toBe(true);
+              expect("yanked" in c || "attested" in c).toBe(false);
+            }
             last = c.position;
           }
         }),
+        params,
+      );
+  });
+
+  it("a batch of blobs is cut into exactly the pieces asked, whatever the chunking, or UNAVAILABLE when short", async () => {
+    const blobs = fc.array(fc.uint8Array({ maxLength: 40 }), { maxLength: 6 });
+    for (const params of fuzzParams<[Uint8Array[], number[], number]>("blob pieces"))
+      await fc.assert(
+        fc.asyncProperty(
+          blobs,
+          fc.array(fc.integer({ min: 1, max: 17 }), { maxLength: 30 }),
+          fc.nat(5),
+          async (parts, cuts, short) => {
+            const whole = Buffer.concat(parts);
+            const sent = whole.subarray(0, Math.max(0, whole.length - short));
+            async function* chunks() {
+              let at = 0;
+              for (const cut of cuts) {
+                if (at >= sent.length) break;
+                yield sent.subarray(at, at + cut);
+                at += cut;
+              }
+              if (at < sent.length) yield sent.subarray(at);
+            }
+            const pieces = new Pieces(chunks(), "http://upstream");
+            const got: Buffer[] = [];
+            try {
+              for (const part of parts) {
+                const bytes: Uint8Array[] = [];
+                for await (const chunk of pieces.take(part.length)) bytes.push(chunk);
+                got.push(Buffer.concat(bytes));
+              }
+            } catch (error) {
+              expect(error instanceof RunnerDepotError && error.code).toBe("UNAVAILABLE");
+              expect(sent.length).toBeLessThan(whole.length);
+              return;
+            }
+            expect(sent.length).toBe(whole.length);
+            got.forEach((bytes, i) => expect(bytes.equals(Buffer.from(parts[i]!))).toBe(true));
+          },
+        ),
         params,
       );
   });

@@ -6,7 +6,7 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { formatLogLine } from "../../src/cli/serve-log.js";
+import { formatLogLine } from "../../src/cli/serve/serve-log.js";
 import { fuzzParams } from "./settings.js";
 
 const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/;

@@ -8,6 +8,7 @@ import diagnostics_channel from "node:diagnostics_channel";
 import type { FileHandle } from "node:fs/promises";
 import type { BlobInfo, PutBlobOptions } from "../../depot/ports.js";
 import { RunnerDepotError } from "../../errors.js";
+import type { HashSession } from "./hash-worker.js";
 
 /** Bytes gathered before one write to a blob's temp file. */
 const WRITE_BYTES = 1024 * 1024;
@@ -32,32 +33,42 @@ export type BlobWriteEvent = { type: "flush"; written: number };
  * Streams `body` into the temp file `handle` (opened empty), hashing it and enforcing
  * `opts.maxBytes` (TOO_LARGE as soon as it is passed). Every write and flush started has
  * settled when this returns or throws, so the caller may close the handle; the caller
- * syncs the file before renaming it. O(size) time, O(WRITE_BYTES) memory.
+ * syncs the file before renaming it. With `session` (hash-worker.ts) the hash runs on the
+ * store's worker thread, fed each gathered MiB once it is written, so hashing, taking in
+ * the body and writing it overlap; without, on this thread as each chunk arrives.
+ * O(size) time, O(WRITE_BYTES) memory (plus the worker's bounded backlog).
  */
 export async function writeBody(
   handle: FileHandle,
   body: AsyncIterable<Uint8Array>,
   opts: PutBlobOptions,
   sync: boolean,
+  session?: HashSession,
 ): Promise<BlobInfo> {
-  const hash = createHash("sha256");
-  const writer = new GatheringWriter(handle, sync);
+  const hash = session ? undefined : createHash("sha256");
+  const writer = new GatheringWriter(handle, sync, session);
   let size = 0;
   try {
-    for await (const chunk of body) {
-      size += chunk.byteLength;
-      if (opts.maxBytes !== undefined && size > opts.maxBytes) {
-        throw new RunnerDepotError("TOO_LARGE", `Blob is larger than ${opts.maxBytes} bytes`);
+    try {
+      for await (const chunk of body) {
+        size += chunk.byteLength;
+        if (opts.maxBytes !== undefined && size > opts.maxBytes) {
+          throw new RunnerDepotError("TOO_LARGE", `Blob is larger than ${opts.maxBytes} bytes`);
+        }
+        hash?.update(chunk);
+        if (writer.add(chunk)) await writer.write();
       }
-      hash.update(chunk);
-      if (writer.add(chunk)) await writer.write();
+      await writer.write();
+    } finally {
+      await writer.settled();
     }
-    await writer.write();
-  } finally {
-    await writer.settled();
+    writer.rethrow();
+    const hex = session ? await session.digest() : hash!.digest("hex");
+    return { digest: `sha256:${hex}`, size };
+  } catch (error) {
+    session?.drop();
+    throw error;
   }
-  writer.rethrow();
-  return { digest: `sha256:${hash.digest("hex")}`, size };
 }
 
 /** The write side of one upload (see the module comment). */
@@ -74,6 +85,7 @@ class GatheringWriter {
   constructor(
     private readonly handle: FileHandle,
     private readonly sync: boolean,
+    private readonly session?: HashSession,
   ) {}
 
   /** Gathers a chunk; true when WRITE_BYTES are gathered and the caller should write. */
@@ -91,7 +103,18 @@ class GatheringWriter {
     const bytes = this.pendingBytes;
     this.pending = [];
     this.pendingBytes = 0;
-    this.writing = writeAll(this.handle, chunks).then(() => this.wrote(bytes));
+    const session = this.session;
+    if (!session) {
+      this.writing = writeAll(this.handle, chunks).then(() => this.wrote(bytes));
+      return;
+    }
+    // One copy into a buffer of its own, written, then handed to the worker (which takes
+    // its memory); the next write waits for both, so the worker hashes in the body's order.
+    const gathered = Buffer.concat(chunks, bytes);
+    this.writing = writeAll(this.handle, [gathered]).then(() => {
+      this.wrote(bytes);
+      return session.update(gathered);
+    });
   }
 
   /** Waits for the write and the fdatasync in flight, whatever their outcome. */

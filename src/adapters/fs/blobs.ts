@@ -12,6 +12,7 @@ import { RunnerDepotError } from "../../errors.js";
 import type { FsStoreContext } from "./store-context.js";
 import type { DurableWrites } from "./durable.js";
 import { writeBody } from "./blob-writer.js";
+import type { HashWorker } from "./hash-worker.js";
 import { openIfExists } from "./files.js";
 import type { RecordDb } from "./record-db.js";
 import { readHead, replay, rowChunks, rowReader } from "./small-blobs.js";
@@ -26,9 +27,21 @@ type FsBlobs = Pick<PackageStore, "putBlob" | "getBlob" | "openBlob" | "statBlob
 
 /** Rows of small blobs read per page while listing. */
 const ROW_PAGE = 1000;
+/**
+ * A body declared (`size`: an upload's Content-Length) at least this long is hashed on the
+ * store's worker thread (hash-worker.ts); a shorter one, or one of unknown length, on this
+ * thread, where a hash costs less than the thread's start and the messages that would
+ * carry it.
+ */
+const WORKER_HASH_BYTES = 1024 * 1024;
 
 /** Makes the blob operations of one store; `records` opens the store and answers its database. */
-export function createFsBlobs(ctx: FsStoreContext, durable: DurableWrites, records: () => Promise<RecordDb>): FsBlobs {
+export function createFsBlobs(
+  ctx: FsStoreContext,
+  durable: DurableWrites,
+  records: () => Promise<RecordDb>,
+  hashes?: HashWorker,
+): FsBlobs {
   function blobPath(digest: string): string | null {
     const hex = DIGEST_RE.exec(digest)?.[1];
     return hex ? join(ctx.blobsDir, hex.slice(0, 2), hex) : null;
@@ -73,7 +86,14 @@ export function createFsBlobs(ctx: FsStoreContext, durable: DurableWrites, recor
       const tmp = ctx.tmpPath();
       let handle: FileHandle | undefined = await open(tmp, "wx");
       try {
-        const { digest, size } = await writeBody(handle, replay(head), opts, ctx.sync);
+        const parallel = hashes && opts.size !== undefined && opts.size >= WORKER_HASH_BYTES;
+        const { digest, size } = await writeBody(
+          handle,
+          replay(head),
+          opts,
+          ctx.sync,
+          parallel ? hashes.start() : undefined,
+        );
         if (opts.expectedDigest !== undefined && opts.expectedDigest !== digest) {
           throw new RunnerDepotError("DIGEST_MISMATCH", `Content hashes to ${digest}, not ${opts.expectedDigest}`);
         }

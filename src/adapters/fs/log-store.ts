@@ -22,7 +22,8 @@ import {
   newJobState,
 } from "../../runner/service/job-state.js";
 import { JobListIndex } from "../../runner/service/job-list.js";
-import type { JobLogStore, JobState } from "../../runner/ports.js";
+import { cloneSections, emptySections, foldSections } from "../../runner/service/log-sections.js";
+import type { JobLogStore, JobState, LogSections } from "../../runner/ports.js";
 import { normalizeRequestId } from "../../runner/protocol/request-id.js";
 import { readsLineEntries } from "../../runner/protocol/received-line.js";
 import { createDirectorySync } from "./durable.js";
@@ -44,6 +45,12 @@ export interface FsLogStoreOptions {
 interface Persisted extends JobState {
   /** Valid bytes of the log file; anything past it is a torn write. */
   fileBytes: number;
+  /**
+   * The job's sections (log-sections.ts), in the state file so they commit with the lines they describe; absent in
+   * state files written before sections existed (read as none) and while the log has none. Never mutated (each
+   * change is a new record), so the shallow state copies share it safely.
+   */
+  sections?: LogSections;
 }
 
 /** A job held in memory; it is also its log file's handle in the open-files pool. */
@@ -73,7 +80,7 @@ const backends = new Map<string, Backend>();
 const PRUNE_GROUP = 64;
 
 function publicState(state: Persisted): JobState {
-  const { fileBytes: _bytes, ...rest } = state;
+  const { fileBytes: _bytes, sections: _sections, ...rest } = state;
   return cloneJobState(rest);
 }
 
@@ -295,6 +302,8 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
           const fresh = newEntries(next, at, entries);
           if (fresh.length === 0) return publicState(job.state);
           const stored = applyAppend(next, fresh, now);
+          const sections = foldSections(next.sections, stored, job.state.storedLines);
+          if (sections) next.sections = sections;
           if (stored.length > 0) {
             // Each record encoded once (O(bytes)); the index below reuses their sizes.
             const { bytes, sizes } = encodeRecords(stored, timeBase(next.startedAt));
@@ -345,6 +354,13 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
         },
         () => [],
       );
+    },
+    async sections(requestId) {
+      if (closed) throw new RunnerDepotError("UNAVAILABLE", "log store is closed");
+      await load();
+      const job = jobs.get(requestId);
+      if (!job) return null;
+      return job.state.sections ? cloneSections(job.state.sections) : emptySections();
     },
     async stale(before) {
       if (closed) throw new RunnerDepotError("UNAVAILABLE", "log store is closed");

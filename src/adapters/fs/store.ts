@@ -16,6 +16,7 @@ import { createDurableWrites } from "./durable.js";
 import { openRecordDb, type RecordDb } from "./record-db.js";
 import { importLegacyRecords } from "./record-import.js";
 import { createFsRecords } from "./records.js";
+import { createHashWorker } from "./hash-worker.js";
 
 /** Options of {@link createFsStore}. */
 export interface FsStoreOptions {
@@ -45,6 +46,12 @@ export interface FsStoreOptions {
    * about 263 MB; docs/decisions/depot-publish-durability.md, "An outside reader").
    */
   walCapFrames?: number;
+  /**
+   * Hash uploads of 1 MiB or more on a worker thread of the store, beside the socket reads
+   * and the disk writes (default true); false hashes them on the calling thread as they
+   * arrive. Why and figures: docs/decisions/depot-blob-uploads.md.
+   */
+  hashOnWorker?: boolean;
 }
 
 /**
@@ -92,10 +99,11 @@ export function createFsStore(dir: string, options: FsStoreOptions = {}): Packag
     },
   );
   const durable = createDurableWrites(ctx);
+  const hashes = options.hashOnWorker === false ? undefined : createHashWorker();
   // After the first open, a call goes straight to the database: no promise hop.
   const records = async () => (db && !ctx.isClosed() ? db : (await ctx.init(), db!));
   return {
-    ...createFsBlobs(ctx, durable, records),
+    ...createFsBlobs(ctx, durable, records, hashes),
     ...createFsRecords(records),
     /** One WAL flush covers every commit before it: blob rows and records, lazy and deferred ones (record-db.ts). */
     async syncRecords() {
@@ -107,6 +115,7 @@ export function createFsStore(dir: string, options: FsStoreOptions = {}): Packag
       await opening?.catch(() => undefined);
       await db?.close();
       await durable.closeHandles();
+      await hashes?.close();
     },
   };
 }

@@ -12,7 +12,8 @@ import {
   newJobState,
 } from "../../runner/service/job-state.js";
 import { JobListIndex } from "../../runner/service/job-list.js";
-import type { JobLogStore, JobState, StoredLine } from "../../runner/ports.js";
+import { cloneSections, emptySections, foldSections } from "../../runner/service/log-sections.js";
+import type { JobLogStore, JobState, LogSections, StoredLine } from "../../runner/ports.js";
 import { ReceivedLine, readsLineEntries } from "../../runner/protocol/received-line.js";
 import { fromMicros, toMicros } from "../../runner/protocol/line-time.js";
 
@@ -36,6 +37,8 @@ interface Job {
   times: Float64Array;
   /** Lines held. */
   count: number;
+  /** The job's sections (log-sections.ts), kept when the lines are archived; undefined: none so far. */
+  sections: LogSections | undefined;
 }
 
 const STDERR = 1;
@@ -57,6 +60,7 @@ function newJob(state: JobState): Job {
     flags: new Uint8Array(64),
     times: new Float64Array(64),
     count: 0,
+    sections: undefined,
   };
 }
 
@@ -107,6 +111,13 @@ function keep(job: Job, lines: readonly StoredLine[]): void {
     job.times[job.count] = toMicros(line.time ?? 0);
     job.count++;
   }
+}
+
+/** Keeps `lines` and folds them into the job's sections. O(lines), plus O(sections) when one holds a marker. */
+function keepWithSections(job: Job, lines: readonly StoredLine[]): void {
+  const first = job.count;
+  keep(job, lines);
+  job.sections = foldSections(job.sections, lines, first);
 }
 
 /**
@@ -186,11 +197,11 @@ export function createMemoryLogStore(): JobLogStore {
         const fresh = newEntries(job.state, at, entries);
         jobs.set(requestId, job);
         order.add(job.state);
-        keep(job, applyAppend(job.state, fresh, now));
+        keepWithSections(job, applyAppend(job.state, fresh, now));
         return cloneJobState(job.state);
       }
       const fresh = newEntries(job.state, at, entries);
-      keep(job, applyAppend(job.state, fresh, now));
+      keepWithSections(job, applyAppend(job.state, fresh, now));
       return cloneJobState(job.state);
     },
     async finish(requestId, result, options = {}) {
@@ -211,6 +222,12 @@ export function createMemoryLogStore(): JobLogStore {
       const job = jobs.get(requestId);
       if (!job) return [];
       return linesOf(job, Math.max(0, from), Math.min(job.count, from + limit));
+    },
+    async sections(requestId) {
+      live();
+      const job = jobs.get(requestId);
+      if (!job) return null;
+      return job.sections ? cloneSections(job.sections) : emptySections();
     },
     async stale(before) {
       live();
@@ -240,7 +257,7 @@ export function createMemoryLogStore(): JobLogStore {
       live();
       const job = jobs.get(requestId);
       if (!job) return null;
-      if (applyArchived(job.state, archived)) Object.assign(job, newJob(job.state));
+      if (applyArchived(job.state, archived)) Object.assign(job, newJob(job.state), { sections: job.sections });
       return cloneJobState(job.state);
     },
     async prune(before) {

@@ -15,6 +15,7 @@ import {
   newJobState,
 } from "../../runner/service/job-state.js";
 import { createdAtOf } from "../../runner/service/job-list.js";
+import { emptySections, foldSections } from "../../runner/service/log-sections.js";
 import type {
   JobInfo,
   JobListQuery,
@@ -22,6 +23,7 @@ import type {
   JobResult,
   JobState,
   LogEntry,
+  LogSections,
   StoredLine,
 } from "../../runner/ports.js";
 import { createGroupRunner } from "./log-group.js";
@@ -71,6 +73,8 @@ interface Known {
   state: JobState;
   /** The row's `state` column, byte for byte (json keeps its input text). */
   text: string;
+  /** The job's `job_sections` record as committed with that state; undefined: not known here (read under the lock). */
+  sections?: LogSections;
 }
 
 /**
@@ -85,6 +89,7 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
   const jobs = `${db.schema}.jobs`;
   const lines = `${db.schema}.job_lines`;
   const chunks = `${db.schema}.job_chunks`;
+  const sectionsTable = `${db.schema}.job_sections`;
   const insertChunks = `INSERT INTO ${chunks} (request_id, first, count, bytes, ends, flags)`;
 
   const tx = <T>(work: (client: PoolClient) => Promise<T>): Promise<T> => inTransaction(db, work);
@@ -100,11 +105,25 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
 
   // Insertion order is age: the oldest entry goes first when the map is full. O(1) per call.
   const known = new Map<string, Known>();
-  function remember(state: JobState, text: string): void {
+  function remember(state: JobState, text: string, sections?: LogSections): void {
     known.delete(state.requestId);
     if (state.status !== "open") return; // an ended job takes no more appends
     if (known.size >= KNOWN_JOBS) known.delete(known.keys().next().value!);
-    known.set(state.requestId, { state, text });
+    known.set(state.requestId, sections === undefined ? { state, text } : { state, text, sections });
+  }
+
+  /** The job's committed section record (none: an empty one), read under its row lock. O(sections). */
+  async function lockedSections(client: PoolClient, requestId: string): Promise<LogSections> {
+    const out = await client.query(`SELECT record FROM ${sectionsTable} WHERE request_id = $1`, [requestId]);
+    return (out.rows[0]?.record as LogSections | undefined) ?? emptySections();
+  }
+
+  async function saveSections(client: PoolClient, requestId: string, record: LogSections): Promise<void> {
+    await client.query(
+      `INSERT INTO ${sectionsTable} (request_id, record) VALUES ($1, $2)
+       ON CONFLICT (request_id) DO UPDATE SET record = excluded.record`,
+      [requestId, JSON.stringify(record)],
+    );
   }
 
   /** Locks the job's row; the state as stored (parsed here, so its exact text is known). */
@@ -130,13 +149,13 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
     return out.rowCount === 1;
   }
 
-  async function saveJob(client: PoolClient, state: JobState): Promise<void> {
+  async function saveJob(client: PoolClient, state: JobState, sections?: LogSections): Promise<void> {
     const text = JSON.stringify(state);
     await client.query(
       `UPDATE ${jobs} SET status = $2, last_seen_at = $3, ended_at = $4, state = $5 WHERE request_id = $1`,
       [state.requestId, state.status, state.lastSeenAt, state.result?.endedAt ?? null, text],
     );
-    remember(cloneJobState(state), text);
+    remember(cloneJobState(state), text, sections);
   }
 
   interface Swap {
@@ -147,6 +166,10 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
     text: string;
     first: number;
     stored: StoredLine[];
+    /** The section record after this append when it changed (its JSON written with the lines), else undefined. */
+    sections?: LogSections;
+    /** The record to remember once swapped (changed or not), undefined when not known. */
+    keep?: LogSections;
   }
 
   /**
@@ -182,6 +205,12 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
          SELECT i.id, c.first, c.n, substring($5::bytea FROM c.b0 + 1 FOR c.bn),
                 substring($6::bytea FROM 4 * c.l0 + 1 FOR 4 * c.n), substring($7::bytea FROM ${LINE_META_BYTES} * c.l0 + 1 FOR ${LINE_META_BYTES} * c.n)
          FROM c JOIN i ON i.k = c.k JOIN upd ON upd.request_id = i.id
+       ), sec AS (
+         INSERT INTO ${sectionsTable} (request_id, record)
+         SELECT i.id, s.rec::json FROM json_array_elements_text($9::json) WITH ORDINALITY AS s(rec, k)
+         JOIN i ON i.k = s.k JOIN upd ON upd.request_id = i.id
+         WHERE s.rec IS NOT NULL
+         ON CONFLICT (request_id) DO UPDATE SET record = excluded.record
        )
        SELECT request_id FROM upd`,
         [
@@ -193,6 +222,8 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
           batch.ends,
           batch.flags,
           batch.cuts,
+          // Only the jobs whose sections changed carry a record (null for the rest): O(sections) for those alone.
+          JSON.stringify(group.map((g) => (g.sections ? JSON.stringify(g.sections) : null))),
         ],
       );
     } catch (error) {
@@ -203,7 +234,7 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
     const swapped = new Set(out.rows.map((r: { request_id: string }) => r.request_id));
     return group.map((g) => {
       if (!swapped.has(g.state.requestId)) return false;
-      remember(g.state, g.text);
+      remember(g.state, g.text, g.keep);
       return true;
     });
   }
@@ -262,9 +293,14 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
     const fresh = newEntries(state, at, entries);
     const first = state.storedLines;
     const stored = applyAppend(state, fresh, now);
+    // A marker needs the committed record to fold into: unknown here, the transaction reads it under the lock.
+    const probe = foldSections(undefined, stored, first);
+    if (probe !== undefined && was.sections === undefined) return null;
+    const sections = probe === undefined ? undefined : foldSections(was.sections, stored, first);
+    const keep = sections ?? was.sections;
     let chars = 0;
     for (const l of stored) chars += l.line.length;
-    return chars <= MAX_STATEMENT_CHARS ? { was, state, first, stored, chars } : null;
+    return chars <= MAX_STATEMENT_CHARS ? { was, state, first, stored, chars, sections, keep } : null;
   }
 
   /** Locks the job's row, creating the job first when absent. */
@@ -376,7 +412,13 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
             const firstLine = state.storedLines;
             const stored = applyAppend(state, fresh, now);
             await insertLines(client, requestId, firstLine, stored);
-            await saveJob(client, state);
+            // The record is read (and written) only for an append holding a marker.
+            let sections: LogSections | undefined;
+            if (foldSections(undefined, stored, firstLine) !== undefined) {
+              sections = foldSections(await lockedSections(client, requestId), stored, firstLine)!;
+              await saveSections(client, requestId, sections);
+            }
+            await saveJob(client, state, sections);
             return state;
           });
         },
@@ -405,6 +447,17 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
 
         async read(requestId: string, from = 0, limit?: number) {
           return decodeRows(await readRows(requestId, from, limit), from, limit);
+        },
+
+        async sections(requestId: string) {
+          // O(sections) on the primary keys: the job row says whether the job exists, its sections row what it has.
+          const rows = await run<{ record: LogSections | null }>(
+            `SELECT s.record FROM ${jobs} j LEFT JOIN ${sectionsTable} s ON s.request_id = j.request_id
+             WHERE j.request_id = $1`,
+            [requestId],
+          );
+          if (rows.length === 0) return null;
+          return rows[0]!.record ?? emptySections();
         },
 
         async readRaw(requestId: string, from: number, limit: number) {
@@ -453,6 +506,7 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
             if (ids.length > 0) {
               await client.query(`DELETE FROM ${chunks} WHERE request_id = ANY($1::text[])`, [ids]);
               await client.query(`DELETE FROM ${lines} WHERE request_id = ANY($1::text[])`, [ids]);
+              await client.query(`DELETE FROM ${sectionsTable} WHERE request_id = ANY($1::text[])`, [ids]);
             }
             return ids.length;
           });

@@ -146,6 +146,13 @@ function statements(s: string): string[] {
        marker boolean NOT NULL,
        PRIMARY KEY (request_id, position)
      )`,
+    // A job's sections (runner/service/log-sections.ts), a row written only by appends that hold a section marker:
+    // the job row's state stays small, so the appends without one cost what they did. Kept through archiving,
+    // removed with the job. Stores from before it get the table at their next open and read as having none.
+    `CREATE TABLE IF NOT EXISTS ${s}.job_sections (
+       request_id text PRIMARY KEY,
+       record json NOT NULL
+     )`,
     // Lines in chunks (log-lines.ts says why): `first` is the position of the chunk's first
     // line. lz4 where the server has it (PostgreSQL 14+ built with it): pglz costs more CPU
     // than the insert. Created with it or without, never altered (an ALTER locks the table).

@@ -1,11 +1,10 @@
 /**
  * Depot blobs on S3 (or anything speaking its API: MinIO, Ceph, s3rver). Objects are
- * content-addressed at `<prefix>sha256/<hex>`. A body is streamed through a SHA-256
- * hasher into a multipart upload, so nothing is buffered beyond the upload's parts.
- * Why: docs/decisions/backends.md, "blob-store.ts: how S3 uploads stay content-addressed".
+ * content-addressed at `<prefix>sha256/<hex>`; how a body gets there is blob-upload.ts.
+ * Nothing is buffered beyond one upload's parts.
+ * Why: docs/decisions/backends.md, "blob-store.ts: how S3 uploads stay content-addressed",
+ * and docs/decisions/depot-blob-uploads.md.
  */
-import { createHash, randomUUID } from "node:crypto";
-import { Readable } from "node:stream";
 import {
   AbortMultipartUploadCommand,
   CompleteMultipartUploadCommand,
@@ -19,11 +18,11 @@ import {
   UploadPartCopyCommand,
 } from "@aws-sdk/client-s3";
 import type { S3ClientConfig } from "@aws-sdk/client-s3";
-import { Upload } from "@aws-sdk/lib-storage";
 import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
 import { RunnerDepotError } from "../../errors.js";
 import type { BlobInfo, BlobStore, ByteRange, PutBlobOptions } from "../../depot/ports.js";
-import { errorName, isNotFound, isS3Error, s3Failure } from "./errors.js";
+import { errorName, isNotFound, s3Failure } from "./errors.js";
+import { uploadBlob, uploadKeyUnder, type UploadContext } from "./blob-upload.js";
 
 /** Options of {@link createS3BlobStore}. */
 export interface S3BlobStoreOptions {
@@ -45,6 +44,15 @@ export interface S3BlobStoreOptions {
   copyPartBytes?: number;
   /** Keys per ListObjectsV2 page in `listBlobs`; default the server's (1 000 on S3). */
   listPageSize?: number;
+  /**
+   * Whether the server checks a request's signed payload hash (`x-amz-content-sha256`)
+   * against the body and stores nothing on a mismatch, as AWS S3, MinIO and Ceph radosgw
+   * do; default true. Then a declared digest of known size (`putBlob`'s `expectedDigest`
+   * and `size`) streams in one `PutObject` straight to its content address, unhashed by
+   * the depot. Set false for a server that does not (s3rver): such a body then goes by
+   * multipart upload, completed only once the depot's own hash matched.
+   */
+  serverVerifiesPayload?: boolean;
 }
 
 const HEX = /^[0-9a-f]{64}$/;
@@ -70,6 +78,7 @@ export function createS3BlobStore(options: S3BlobStoreOptions): BlobStore & { re
   const expiresDefault = options.signedUrlExpiresInSeconds ?? 300;
   const copyPartBytes = options.copyPartBytes ?? 512 * 1024 * 1024;
   let closed = false;
+  const serverVerifiesPayload = options.serverVerifiesPayload ?? true;
 
   const keyOf = (hex: string) => `${prefix}sha256/${hex}`;
 
@@ -130,71 +139,25 @@ export function createS3BlobStore(options: S3BlobStoreOptions): BlobStore & { re
     }
   }
 
+  const uploads: UploadContext = {
+    client,
+    bucket,
+    keyOf,
+    uploadKey: uploadKeyUnder(prefix),
+    partSize,
+    queueSize,
+    serverVerifiesPayload,
+    copy,
+    head,
+    remove,
+  };
+
   return {
     client,
 
     async putBlob(body: AsyncIterable<Uint8Array>, putOptions: PutBlobOptions = {}): Promise<BlobInfo> {
       if (closed) throw new RunnerDepotError("STORE_UNAVAILABLE", "blob store closed");
-      const { expectedDigest, maxBytes } = putOptions;
-      let expectedHex: string | null = null;
-      if (expectedDigest !== undefined) {
-        expectedHex = hexOf(expectedDigest);
-        if (!expectedHex) throw new RunnerDepotError("DIGEST_MISMATCH", `not a sha256 digest: ${expectedDigest}`);
-      }
-      const hash = createHash("sha256");
-      let size = 0;
-      let digestHex = "";
-      let refusal: RunnerDepotError | null = null;
-      async function* checked(): AsyncGenerator<Uint8Array> {
-        for await (const chunk of body) {
-          size += chunk.byteLength;
-          if (maxBytes !== undefined && size > maxBytes) {
-            refusal = new RunnerDepotError("TOO_LARGE", `blob is larger than ${maxBytes} bytes`);
-            throw refusal;
-          }
-          hash.update(chunk);
-          yield chunk;
-        }
-        digestHex = hash.digest("hex");
-        // Failing here, before the stream ends, keeps the upload from completing.
-        if (expectedHex && digestHex !== expectedHex) {
-          refusal = new RunnerDepotError(
-            "DIGEST_MISMATCH",
-            `body hashes to sha256:${digestHex}, not ${expectedDigest}`,
-          );
-          throw refusal;
-        }
-      }
-
-      const target = expectedHex ? keyOf(expectedHex) : `${prefix}tmp/${randomUUID()}`;
-      try {
-        const upload = new Upload({
-          client,
-          params: { Bucket: bucket, Key: target, Body: Readable.from(checked(), { objectMode: false }) },
-          partSize,
-          queueSize,
-          leavePartsOnError: false,
-        });
-        await upload.done();
-      } catch (error) {
-        if (!expectedHex) await remove(target).catch(() => {});
-        if (refusal) throw refusal;
-        if (error instanceof RunnerDepotError) throw error;
-        // The body's own failure (a client hung up) passes through unchanged.
-        if (!isS3Error(error)) throw error;
-        throw storeError(error);
-      }
-      if (expectedHex) return { digest: `sha256:${expectedHex}`, size };
-
-      const finalKey = keyOf(digestHex);
-      try {
-        if ((await head(finalKey)) === null) await copy(target, finalKey, size);
-      } catch (error) {
-        throw storeError(error);
-      } finally {
-        await remove(target).catch(() => {});
-      }
-      return { digest: `sha256:${digestHex}`, size };
+      return uploadBlob(uploads, body, putOptions);
     },
 
     async getBlob(digest: string, range?: ByteRange) {

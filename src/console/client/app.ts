@@ -6,6 +6,7 @@
  * Why: docs/decisions/console.md, "app.ts: why the log viewer is virtualised".
  */
 import type { AnsiRun } from "./ansi.js";
+import type { SectionFolds, WireSections } from "./sections.js";
 // Types only: erased from the function text script.ts ships.
 import type { JobSummary as RunnerJobSummary } from "../../runner/service/job-list.js";
 
@@ -13,7 +14,7 @@ import type { JobSummary as RunnerJobSummary } from "../../runner/service/job-li
 type Wire = [string, number, number?];
 
 /** Runs the console page in the browser. */
-export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
+export function consoleMain(parseAnsi: (line: string) => AnsiRun[], createFolds: () => SectionFolds): void {
   const ROW = 20;
   const CHUNK = 500;
   const CACHE_CHUNKS = 200;
@@ -409,15 +410,19 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
     const chunks = new Map<number, Wire[]>();
     const loading = new Set<number>();
 
+    // Sections (sections.ts): the viewer lays out rows, and a folded section's lines take none.
+    const folds = createFolds();
     function layout(): { first: number; offset: number } {
       const visible = Math.max(1, Math.ceil(viewport.clientHeight / ROW));
-      const full = total * ROW;
+      const count = folds.rows(total);
+      viewport.dataset.rows = String(count);
+      const full = count * ROW;
       const height = Math.min(full, MAX_PX);
       spacer.style.height = `${Math.max(height, 1)}px`;
       const top = viewport.scrollTop;
       if (full <= MAX_PX) return { first: Math.floor(top / ROW), offset: top - (top % ROW) };
       const range = Math.max(1, height - viewport.clientHeight);
-      const first = Math.round((Math.min(top, range) / range) * Math.max(0, total - visible));
+      const first = Math.round((Math.min(top, range) / range) * Math.max(0, count - visible));
       return { first, offset: top };
     }
 
@@ -444,6 +449,12 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
     }
 
     function renderRow(n: number): HTMLElement {
+      const row = renderLine(n);
+      folds.decorate(row, n, total);
+      return row;
+    }
+
+    function renderLine(n: number): HTMLElement {
       const line = lineAt(n);
       const number = n + 1;
       const ln = h("a", { class: "ln", href: `#L${number}`, text: String(number), "aria-label": `Line ${number}` });
@@ -504,10 +515,10 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
         scheduled = false;
         const { first, offset } = layout();
         const visible = Math.ceil(viewport.clientHeight / ROW) + 1;
-        const last = Math.min(total, first + visible);
+        const last = Math.min(folds.rows(total), first + visible);
         rows.style.transform = `translateY(${offset}px)`;
         const fresh: HTMLElement[] = [];
-        for (let n = first; n < last; n++) fresh.push(renderRow(n));
+        for (let r = first; r < last; r++) fresh.push(renderRow(folds.lineOf(r, total)));
         rows.replaceChildren(...fresh);
       });
     }
@@ -522,11 +533,50 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
     function goToLine(number: number): void {
       target = number;
       follow.checked = false;
+      // A line inside folded sections opens them; the scroll is by row.
+      folds.reveal(number - 1);
+      const row = folds.rowOf(number - 1, total);
+      const count = folds.rows(total);
       layout();
-      const full = total * ROW;
-      if (full <= MAX_PX) viewport.scrollTop = Math.max(0, (number - 1) * ROW - viewport.clientHeight / 3);
-      else viewport.scrollTop = ((number - 1) / Math.max(1, total)) * (Math.min(full, MAX_PX) - viewport.clientHeight);
+      const full = count * ROW;
+      if (full <= MAX_PX) viewport.scrollTop = Math.max(0, row * ROW - viewport.clientHeight / 3);
+      else viewport.scrollTop = (row / Math.max(1, count)) * (Math.min(full, MAX_PX) - viewport.clientHeight);
       draw();
+    }
+
+    // A header's fold button folds or opens its section and keeps the header in view.
+    rows.addEventListener("click", (event) => {
+      const button = (event.target as HTMLElement).closest<HTMLElement>("button.fold");
+      if (!button) return;
+      const line = Number(button.dataset.line);
+      folds.toggle(line);
+      const keep = target;
+      goToLine(line + 1);
+      target = keep;
+      draw();
+    });
+    let sectionsAsked: Promise<void> | null = null;
+    let sectionsAgain = false;
+    /** Asks for the job's sections (once at a time; again after, when asked meanwhile). */
+    function loadSections(): void {
+      if (sectionsAsked) {
+        sectionsAgain = true;
+        return;
+      }
+      sectionsAsked = api<WireSections>(`/jobs/${id}/sections`)
+        .then((record) => {
+          folds.load(record);
+          viewport.dataset.sections = String(record.sections.length);
+          draw();
+        })
+        .catch((error: unknown) => status.replaceChildren(errorBox(error)))
+        .finally(() => {
+          sectionsAsked = null;
+          if (sectionsAgain) {
+            sectionsAgain = false;
+            loadSections();
+          }
+        });
     }
 
     viewport.addEventListener(
@@ -556,6 +606,7 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
         lines = lines.slice(total - from);
         from = total;
       }
+      if (lines.some((l) => folds.mayBeMarker(l[0]))) loadSections();
       for (let k = 0; k < lines.length; k++) {
         const n = from + k;
         const c = Math.floor(n / CHUNK);
@@ -626,6 +677,15 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
     if (hash) goToLine(Number(hash[1]));
     else toBottom();
     draw();
+    // Sections, then the failing one opened and shown (unless a line link asked for another place).
+    loadSections();
+    void (sectionsAsked as Promise<void> | null)?.then(() => {
+      const failed = folds.failing();
+      if (!failed || hash) return;
+      goToLine(Math.min(total, (failed.end ?? total - 1) + 1));
+      target = null;
+      draw();
+    });
 
     if (job.status === "open") {
       // Resumes by itself after a drop: EventSource sends Last-Event-ID (the position after
@@ -659,6 +719,8 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
         job = { ...job, ...(JSON.parse((event as MessageEvent<string>).data) as JobSummary) };
         showSummary();
         describe();
+        // Ended: the sections still open are final, and a failure opens its section.
+        loadSections();
       });
       events.addEventListener("error", () => {
         if (events.readyState === EventSource.CLOSED) return;
@@ -675,6 +737,8 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
     size: number;
     itemCount: number;
     attributes: Record<string, string>;
+    /** Present when the version is yanked (issue 27): resolution skips it; an exact request still gets it. */
+    yanked?: { reason: string; at: string };
   }
 
   async function renderPackage(name: string): Promise<void> {
@@ -699,6 +763,8 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
       itemCount: number;
       /** The jobs whose provenance this version carries (issue 26). */
       builtBy?: Array<{ requestId: string; builderId: string }>;
+      /** The yank reason, when this version is yanked (issue 27). */
+      yanked?: string;
     }>(`/packages/${encodeURIComponent(name)}/${encodeURIComponent(selected)}`);
 
     const pkgLink = (n: string) => h("a", { href: `${base}/packages/${encodeURIComponent(n)}`, text: n });
@@ -728,7 +794,7 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
       ...[...info.versions].reverse().map((v) =>
         h(
           "tr",
-          {},
+          v.yanked ? { class: "yanked", "data-version": v.version } : { "data-version": v.version },
           h(
             "td",
             {},
@@ -739,6 +805,9 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
                   href: `${base}/packages/${encodeURIComponent(name)}?version=${encodeURIComponent(v.version)}`,
                   text: v.version,
                 }),
+            // The reason as text, never markup: it is the packager's free text.
+            v.yanked ? h("span", { class: "yank-badge", title: v.yanked.reason, text: "yanked" }) : null,
+            v.yanked ? h("div", { class: "yank-reason muted", text: v.yanked.reason }) : null,
           ),
           h("td", { text: fmtTime(v.publishedAt) }),
           h("td", { class: "num", text: fmtBytes(v.size) }),
@@ -778,6 +847,9 @@ export function consoleMain(parseAnsi: (line: string) => AnsiRun[]): void {
         { class: "summary" },
         h("dt", { text: "Latest" }),
         h("dd", { class: "mono", text: info.latest }),
+        ...(detail.yanked !== undefined
+          ? [h("dt", { text: "Yanked" }), h("dd", { id: "yanked", class: "yank-reason", text: detail.yanked })]
+          : []),
         h("dt", { text: "Published" }),
         h("dd", { text: fmtTime(detail.publishedAt) }),
         h("dt", { text: "Licences" }),

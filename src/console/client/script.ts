@@ -5,8 +5,9 @@
  */
 import { parseAnsiLine } from "./ansi.js";
 import { consoleMain } from "./app.js";
+import { createSectionFolds } from "./sections.js";
 
 export const CONSOLE_JS = `"use strict";
 var __name = function (f) { return f; };
-(${consoleMain.toString()})(${parseAnsiLine.toString()});
+(${consoleMain.toString()})(${parseAnsiLine.toString()}, ${createSectionFolds.toString()});
 `;

@@ -5,6 +5,8 @@
  * log scrolls sideways instead of wrapping, which keeps every line one row high (the
  * virtualised viewer needs that).
  */
+import { SECTION_CSS } from "./sections.js";
+
 export const CONSOLE_CSS = `
 :root { --fg: #1b1f24; --muted: #4f5863; --bg: #ffffff; --line: #d0d7de; --accent: #0a58ca; --panel: #f6f8fa;
   --log-bg: #101418; --log-fg: #e6e6e6; --row: 20px; font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; }
@@ -24,6 +26,9 @@ main { max-width: 80rem; margin: 0 auto; padding: 1rem; }
 h1 { font-size: 1.5rem; margin: .5rem 0 1rem; word-break: break-all; }
 h2 { font-size: 1.2rem; margin: 1.5rem 0 .5rem; }
 .muted { color: var(--muted); }
+.yank-badge { display: inline-block; margin-left: .5rem; padding: 0 .4rem; border-radius: 4px; background: #fff4e5; color: #8a3b00; border: 1px solid #b35900; font-size: .85em; }
+.yank-reason { color: #8a3b00; overflow-wrap: anywhere; }
+tr.yanked .mono { text-decoration: line-through; }
 .toolbar { display: flex; flex-wrap: wrap; gap: .5rem 1rem; align-items: center; margin: .5rem 0; }
 button, .button { font: inherit; padding: .35rem .8rem; border: 1px solid #57606a; border-radius: 6px; background: var(--panel); color: var(--fg); cursor: pointer; text-decoration: none; display: inline-block; }
 button.danger { background: #b42318; border-color: #8a1a12; color: #ffffff; }
@@ -78,4 +83,4 @@ dl.summary dd { margin: 0; word-break: break-all; }
   th, td { padding: .3rem .4rem; }
   .hide-narrow { display: none; }
 }
-`;
+${SECTION_CSS}`;

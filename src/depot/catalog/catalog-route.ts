@@ -152,12 +152,15 @@ async function answerSince(
   for (const [name, pkg] of states) setOwn(packages, name, pkg);
   // A yank entry says so: `yanked` is its reason, or null on an un-yank (depot/catalog/yank.ts); an
   // attestation entry names its bundle's digest in `attested` (depot/store/attestations.ts).
+  // A removal entry (retention: depot/catalog/removal.ts) carries `removed: true`.
   const changes = entries.map((e) =>
     e.yanked !== undefined
       ? { position: e.position, name: e.name, version: e.version, yanked: e.yanked }
       : e.attested !== undefined
         ? { position: e.position, name: e.name, version: e.version, attested: e.attested }
-        : { position: e.position, name: e.name, version: e.version },
+        : e.removed
+          ? { position: e.position, name: e.name, version: e.version, removed: true }
+          : { position: e.position, name: e.name, version: e.version },
   );
   const position = entries.length > 0 ? scannedTo : query.since;
   const body = { packages, count: states.size, position, changes, updatedAt: await updatedAt(store, position) };

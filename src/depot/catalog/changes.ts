@@ -26,6 +26,11 @@ export interface ChangeEntry {
    * Absent on publish and yank entries.
    */
   attested?: string;
+  /**
+   * On a removal entry (depot/catalog/removal.ts, retention): `version` is no longer held. Absent on every other
+   * entry.
+   */
+  removed?: true;
 }
 
 /** Positions per shard: keeps every fs directory of the log small; also the size of a pack. */
@@ -174,6 +179,7 @@ async function appendNow(
       at: entry.at,
       ...(entry.yanked !== undefined ? { yanked: entry.yanked } : {}),
       ...(entry.attested !== undefined ? { attested: entry.attested } : {}),
+      ...(entry.removed ? { removed: true as const } : {}),
     };
     // Announced: routers in other processes move their catalog head on it (depot/catalog/head.ts).
     const onVisible = (applied: boolean) => {
@@ -311,7 +317,8 @@ export async function findRecentChange(
         entry.name === name &&
         entry.version === version &&
         entry.yanked === undefined &&
-        entry.attested === undefined
+        entry.attested === undefined &&
+        entry.removed === undefined
       )
         return entry.position;
       if (Date.parse(entry.at) < sinceMs) return null;

@@ -27,6 +27,11 @@ export interface PackageRecord {
   pending?: Record<string, SequencingClaim>;
   /** Yanked versions (depot/catalog/yank.ts): still listed and served by exact request, skipped by `latest`. */
   yanked?: Record<string, YankMark>;
+  /**
+   * Versions being removed (depot/catalog/removal.ts), already unlisted, with when: their change entry may be missing
+   * and their records may remain until the removal is finished.
+   */
+  removing?: Record<string, string>;
 }
 
 /** Why and when a version was yanked; `unsequenced` while its change entry may be missing. */
@@ -218,6 +223,7 @@ async function claimSequencing(
             updatedAt: now.toISOString(),
             pending: { ...existing?.pending, [version]: mine },
             ...(existing?.yanked ? { yanked: existing.yanked } : {}),
+            ...(existing?.removing ? { removing: existing.removing } : {}),
           };
         },
         { guess: true, writes },

@@ -166,6 +166,7 @@ async function bringForward(store: PackageStore, page: PageRecord, head: number)
 
 function withVersion(pkg: CatalogPackage, entry: ChangeEntry): CatalogPackage {
   if (entry.yanked !== undefined) return withYank(pkg, entry);
+  if (entry.removed) return withoutVersion(pkg, entry);
   // An attestation entry changes no version list.
   if (entry.attested !== undefined) return pkg;
   if (pkg.versions.includes(entry.version)) return pkg;
@@ -176,6 +177,23 @@ function withVersion(pkg: CatalogPackage, entry: ChangeEntry): CatalogPackage {
     updatedAt: entry.at > pkg.updatedAt ? entry.at : pkg.updatedAt,
   };
   if (pkg.yanked) next.yanked = pkg.yanked;
+  return next;
+}
+
+/**
+ * A removal entry applied (retention, depot/catalog/removal.ts): the version and its yank mark gone, `latest` chosen
+ * again. Retention never removes a package's `latest`, so a package keeps at least one version.
+ */
+function withoutVersion(pkg: CatalogPackage, entry: ChangeEntry): CatalogPackage {
+  if (!pkg.versions.includes(entry.version)) return pkg;
+  const versions = pkg.versions.filter((v) => v !== entry.version);
+  const yanked = Object.fromEntries(Object.entries(pkg.yanked ?? {}).filter(([v]) => v !== entry.version));
+  const next: CatalogPackage = {
+    latest: versions.length > 0 ? latestOf(versions, yanked) : pkg.latest,
+    versions,
+    updatedAt: entry.at > pkg.updatedAt ? entry.at : pkg.updatedAt,
+  };
+  if (Object.keys(yanked).length > 0) next.yanked = yanked;
   return next;
 }
 

@@ -5,7 +5,7 @@
  * Why: docs/decisions/signed-versions.md.
  */
 import { RunnerDepotError } from "../../errors.js";
-import type { PackageManifest } from "../install/extract.js";
+import type { PackageManifest } from "../install/manifest.js";
 import { signBundle, type SigstoreBundle } from "../signing/bundle.js";
 import type { SigningKey } from "../signing/keys.js";
 import { signedVersionStatement, type VersionContent } from "../signing/statement.js";

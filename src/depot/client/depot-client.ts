@@ -13,7 +13,8 @@ import { downloadArchive } from "./download.js";
 import { publishVersion } from "./publish.js";
 import { attachSignature, describedContent, readAttestations, verifyAttestations } from "./attestations.js";
 import type { DependInfo, DepotClient, DepotClientOptions, VersionInfo } from "./types.js";
-import { readPackageManifest } from "../install/extract.js";
+import { sendYank, yankedReason } from "./yank.js";
+import { readPackageManifest } from "../install/tar-entries.js";
 import { installPackage } from "../install/installer.js";
 
 export type * from "./types.js";
@@ -29,7 +30,7 @@ export { collectDirectory } from "./collect-directory.js";
  */
 export function createDepotClient(options: DepotClientOptions): DepotClient {
   const connection = createDepotConnection(options);
-  const { call, json } = connection;
+  const { call } = connection;
 
   const client: DepotClient = {
     baseUrl: connection.base,
@@ -44,9 +45,14 @@ export function createDepotClient(options: DepotClientOptions): DepotClient {
       return { ...pages.at(-1)!, versions: pages.flatMap((page) => page.versions) };
     },
 
-    depends(spec) {
+    async depends(spec) {
       const { name, version } = versionPart(spec);
-      return json<DependInfo>("GET", `depend/${specPath(name, version)}`);
+      const relative = `depend/${specPath(name, version)}`;
+      const response = await call("GET", relative);
+      if (!response.ok) throw await connection.error(response, `GET /${relative}`);
+      const info = await connection.readJson<DependInfo>(response, `GET /${relative}`);
+      const yanked = yankedReason(response.headers);
+      return yanked === undefined ? info : { ...info, yanked };
     },
 
     async manifest(spec) {
@@ -88,6 +94,14 @@ export function createDepotClient(options: DepotClientOptions): DepotClient {
 
     async verify(spec, policy) {
       return verifyAttestations(connection, await describedContent(connection, client.manifest, spec), policy);
+    },
+
+    yank(spec, reason) {
+      return sendYank(connection, spec, reason);
+    },
+
+    unyank(spec) {
+      return sendYank(connection, spec, null);
     },
 
     install(spec, targetDir, installOptions) {

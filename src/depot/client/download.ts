@@ -7,6 +7,7 @@ import { createHash } from "node:crypto";
 import { RunnerDepotError } from "../../errors.js";
 import { fetchFailureCause } from "../../fetch-failure.js";
 import { digestToHex, hexToDigest } from "./http.js";
+import { yankedReason } from "./yank.js";
 import { seg, specPath, versionPart, type DepotConnection } from "./connection.js";
 import type { DownloadOptions, DownloadResult } from "./types.js";
 import { openSink, overrun, Overrun } from "./download-sink.js";
@@ -36,6 +37,7 @@ export async function downloadArchive(
   let etag: string | null = null;
   let expected: string | null = null;
   let resumes = 0;
+  let yanked: string | undefined;
   let idle = 0; // attempts in a row without a byte of progress
   try {
     for (;;) {
@@ -108,6 +110,8 @@ export async function downloadArchive(
         etag = thisEtag;
         expected = reprHex;
       }
+      // The depot's answer says so (a signed-URL redirect's store does not: the first answer's header stands).
+      yanked = yankedReason(response.headers) ?? yanked;
       if (received > 0) resumes++;
       const before = received;
       // The most this response may carry, whatever it streams: the announced size, the
@@ -166,6 +170,7 @@ export async function downloadArchive(
       etag,
       resumes,
       ...(written ? { path: written } : {}),
+      ...(yanked !== undefined ? { yanked } : {}),
     };
   } catch (error) {
     await sink.abort();

@@ -4,7 +4,7 @@
  * name the client it drives without importing the client (no import cycle).
  */
 import type { Writable } from "node:stream";
-import type { PackageManifest } from "../install/extract.js";
+import type { PackageManifest } from "../install/manifest.js";
 import type { InstallOptions, InstallResult } from "../install/types.js";
 import type { Requirement } from "../install/resolve.js";
 import type { SigningKey } from "../signing/keys.js";
@@ -77,6 +77,16 @@ export interface DependInfo {
   name: string;
   version: string;
   requires: Requirement[];
+  /** The yank reason, when the version is yanked (the answer's `Pkg-Yanked` header). */
+  yanked?: string;
+}
+
+/** The answer of {@link DepotClient.yank} and {@link DepotClient.unyank}. */
+export interface YankResult {
+  name: string;
+  version: string;
+  /** The reason now in force, or null when the version is not yanked. */
+  yanked: string | null;
 }
 
 /** A download's progress: bytes received of the whole archive (`total` when known). */
@@ -123,6 +133,8 @@ export interface DownloadResult {
   resumes: number;
   /** The file written, when `to` was a path or absent. */
   path?: string;
+  /** The yank reason, when the version downloaded is yanked (the answer's `Pkg-Yanked` header). */
+  yanked?: string;
 }
 
 /** A file, directory or link to publish. */
@@ -237,6 +249,13 @@ export interface DepotClient {
    * (its `/version` digest and manifest); answers what held, or throws the refusal.
    */
   verify(spec: string, policy: SignaturePolicy): Promise<VerifiedAttestation[]>;
+  /**
+   * `POST /yank/<name>@<version>`: marks the version yanked with `reason` (publish permission). Resolution then skips
+   * it; an exact request still gets it, with the reason in `yanked`.
+   */
+  yank(spec: string, reason: string): Promise<YankResult>;
+  /** `DELETE /yank/<name>@<version>`: takes the mark back. */
+  unyank(spec: string): Promise<YankResult>;
   /** Resolves, downloads, verifies and installs `spec` and its dependencies under `targetDir`. */
   install(spec: string, targetDir: string, options?: InstallOptions): Promise<InstallResult>;
 }

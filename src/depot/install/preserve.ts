@@ -8,7 +8,7 @@ import { lstat, mkdir, readFile, readdir, readlink, rename, writeFile } from "no
 import path from "node:path";
 import { RunnerDepotError } from "../../errors.js";
 import { digestToHex, sha256OfStream } from "../client/http.js";
-import type { ManifestItem } from "./extract.js";
+import type { ManifestItem } from "./manifest.js";
 
 /**
  * What an install does with a user's entry where the new version has another:

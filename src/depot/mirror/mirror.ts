@@ -9,11 +9,13 @@
 import { createHash } from "node:crypto";
 import { RunnerDepotError } from "../../errors.js";
 import { archiveLayout, commitArchive, MANIFEST_PATH, type PackageManifest } from "../package/archive.js";
+import { keepArchive } from "../package/archive-keeper.js";
 import { parsePackageName, parseVersion } from "../package/names.js";
 import { parseItemPath } from "../package/paths.js";
 import { publishVersion } from "../catalog/packages.js";
 import { compactAfter } from "../catalog/pages.js";
 import { setYank } from "../catalog/yank.js";
+import { removeVersion } from "../catalog/removal.js";
 import type { PackageStore } from "../ports.js";
 import { keys, updateRecord, type VersionRecord } from "../store/records.js";
 import { notePublished } from "../transactions/references.js";
@@ -21,8 +23,24 @@ import { addAttestation, versionContent } from "../store/attestations.js";
 import { IN_TOTO_PAYLOAD_TYPE, parseBundle } from "../signing/bundle.js";
 import { checkSubjects, parseStatement } from "../signing/statement.js";
 import { loadTrustedKeys, type TrustedKeySet } from "../signing/keys.js";
-import { verifyAttestation, type VerifiedAttestation } from "../signing/verify.js";
-import { Upstream, UPSTREAM_LIMITS, type FeedChange, type UpstreamLimits, type UpstreamVersion } from "./upstream.js";
+import {
+  loadPolicy,
+  verifyAttestation,
+  verifyVersion,
+  type LoadedPolicy,
+  type SignaturePolicy,
+  type VerifiedAttestation,
+} from "../signing/verify.js";
+import {
+  Upstream,
+  UPSTREAM_LIMITS,
+  type BatchFeedPage,
+  type BatchVersion,
+  type FeedChange,
+  type FeedPage,
+  type UpstreamLimits,
+  type UpstreamVersion,
+} from "./upstream.js";
 
 /** Options of {@link mirrorDepot}. */
 export interface MirrorOptions {
@@ -43,14 +61,21 @@ export interface MirrorOptions {
    * (the mirror's `verify` policy); without it each is checked for shape and subjects only.
    */
   trustedKeys?: TrustedKeySet;
+  /**
+   * The signature policy, as the installer's: `ignore` (attestations copied with their subjects checked), `verify`
+   * (each copied must be signed by a trusted key), `require` (and a version is copied only once it carries one that
+   * holds: an unsigned version is deferred until an attestation of it appears in the feed). Default: `verify` with
+   * `trustedKeys`, else `ignore`.
+   */
+  signatures?: SignaturePolicy;
   /** Called after each change applied (progress). */
-  onChange?: (change: FeedChange, outcome: "copied" | "present" | "yank" | "attestation") => void;
+  onChange?: (change: FeedChange, outcome: MirrorOutcome) => void;
   /** The clock (tests). */
   now?: () => Date;
 }
 
 /** What applying one change did. */
-type MirrorOutcome = "copied" | "present" | "yank" | "attestation";
+export type MirrorOutcome = "copied" | "present" | "yank" | "attestation" | "removed" | "deferred";
 
 /** What a run did. */
 export interface MirrorReport {
@@ -62,6 +87,10 @@ export interface MirrorReport {
   yanks: number;
   /** Attestation bundles stored here (new to this store). */
   attestations: number;
+  /** Versions removed here because the upstream removed them (its retention). */
+  removed: number;
+  /** Under `require`: changes of versions not copied (yet), since they carry no signature that holds. */
+  deferred: number;
   /** Item and manifest bytes read from the upstream's archives. */
   bytesFetched: number;
   /** Item blobs the store already held, not fetched. */
@@ -95,7 +124,12 @@ export async function mirrorDepot(store: PackageStore, options: MirrorOptions): 
     options.signal,
   );
   const now = options.now ?? (() => new Date());
-  const trusted = options.trustedKeys ? loadTrustedKeys(options.trustedKeys) : undefined;
+  const policy = loadPolicy(
+    options.signatures ?? {
+      policy: options.trustedKeys ? "verify" : "ignore",
+      ...(options.trustedKeys ? { trustedKeys: options.trustedKeys } : {}),
+    },
+  );
   const key = mirrorKey(upstream.url);
   const saved = (await store.getRecord<MirrorState>(key))?.value;
   const report: MirrorReport = {
@@ -104,21 +138,30 @@ export async function mirrorDepot(store: PackageStore, options: MirrorOptions): 
     present: 0,
     yanks: 0,
     attestations: 0,
+    removed: 0,
+    deferred: 0,
     bytesFetched: 0,
     blobsReused: 0,
   };
+  let batched = true;
   for (;;) {
     if (options.signal?.aborted) return report;
-    let page;
+    let page: FeedPage & { versions?: Map<string, BatchVersion> };
+    let prepared = new Map<string, Prepared>();
     try {
-      page = await upstream.feed(report.position);
+      // The batch reads first (one feed answer with every new version's manifest, then their missing blobs in a
+      // few answers); an upstream without them is read version by version.
+      const batch = batched ? await upstream.batchFeed(report.position) : null;
+      if (batched && batch === null) batched = false;
+      page = batch ?? (await upstream.feed(report.position));
+      if (batch) prepared = await prefetch(store, upstream, batch, report);
     } catch (error) {
       if (options.signal?.aborted) return report;
       throw error;
     }
     for (const change of page.changes) {
       if (options.signal?.aborted) return report;
-      const outcome = await applyChange(store, upstream, change, now, report, trusted);
+      const outcome = await applyChange(store, upstream, change, now, report, policy, prepared);
       report.position = change.position;
       await savePosition(store, key, upstream.url, change.position, now);
       options.onChange?.(change, outcome);
@@ -145,15 +188,27 @@ async function applyChange(
   change: FeedChange,
   now: () => Date,
   report: MirrorReport,
-  trusted: ReturnType<typeof loadTrustedKeys> | undefined,
+  policy: LoadedPolicy,
+  prepared: Map<string, Prepared>,
 ): Promise<MirrorOutcome> {
   const name = parsePackageName(change.name);
   const version = parseVersion(change.version);
+  const trusted = policy.policy === "ignore" ? undefined : policy.keys;
+  const held = async () => (await store.getRecord(keys.version(name, version))) !== null;
   if (change.attested !== undefined) {
+    // Under `require`, a version deferred for want of a signature is copied now that it has one.
+    if (policy.policy === "require" && !(await held()))
+      return copySigned(store, upstream, name, version, now, report, policy);
     report.attestations += await copyAttestations(store, upstream, name, version, now(), trusted);
     return "attestation";
   }
+  if (change.removed) {
+    // "absent": never copied, or removed already (a resumed run); "latest": this store's newest, kept (never removed).
+    if ((await removeVersion(store, name, version, now())) === "removed") report.removed++;
+    return "removed";
+  }
   if (change.yanked !== undefined) {
+    if (policy.policy === "require" && !(await held())) return (report.deferred++, "deferred");
     // The upstream's own time of the mark, when it still has it (a later change may have replaced it).
     const listed = change.yanked === null ? undefined : await upstream.version(name, version);
     const at = listed?.yanked?.reason === change.yanked ? listed.yanked.at : undefined;
@@ -161,9 +216,56 @@ async function applyChange(
     report.yanks++;
     return "yank";
   }
-  const copied = await copyVersion(store, upstream, name, version, report);
+  if (policy.policy === "require") return copySigned(store, upstream, name, version, now, report, policy, prepared);
+  const ready = prepared.get(`${name}@${version}`);
+  const copied = await copyVersion(store, upstream, name, version, report, ready?.listed, "mirror", ready);
   const position = await publishVersion(store, name, version, now());
   await compactAfter(store, position);
+  if (copied) report.copied++;
+  else report.present++;
+  return copied ? "copied" : "present";
+}
+
+/**
+ * Under `require`: `name@version` copied and listed only when the upstream lists attestations of it that hold under
+ * the policy (checked against the content copied here, before the version is listed); none: deferred (nothing
+ * copied). Its bundles are stored with it, and a yank the upstream lists is applied. One GET of the attestations
+ * (and, when the version is new, of its listing for the yank) beyond the copy.
+ */
+async function copySigned(
+  store: PackageStore,
+  upstream: Upstream,
+  name: string,
+  version: string,
+  now: () => Date,
+  report: MirrorReport,
+  policy: LoadedPolicy,
+  prepared?: Map<string, Prepared>,
+): Promise<MirrorOutcome> {
+  const bundles = await upstream.attestations(name, version);
+  if (bundles.length === 0) {
+    report.deferred++;
+    return "deferred";
+  }
+  const ready = prepared?.get(`${name}@${version}`);
+  const listed = ready?.listed ?? (await upstream.version(name, version));
+  const copied = await copyVersion(store, upstream, name, version, report, listed, "mirror", ready);
+  const record = (await store.getRecord<VersionRecord>(keys.version(name, version)))!.value;
+  // The record is written but not listed: a refusal here leaves nothing visible.
+  const verified = verifyVersion(await versionContent(store, record), bundles, policy, now());
+  const position = await publishVersion(store, name, version, now());
+  await compactAfter(store, position);
+  for (let i = 0; i < bundles.length; i++) {
+    const { created } = await addAttestation(
+      store,
+      record,
+      Buffer.from(JSON.stringify(bundles[i])),
+      verified[i]!,
+      now(),
+    );
+    if (created) report.attestations++;
+  }
+  if (listed.yanked) await setYank(store, name, version, listed.yanked.reason, now(), { at: listed.yanked.at });
   if (copied) report.copied++;
   else report.present++;
   return copied ? "copied" : "present";
@@ -199,6 +301,8 @@ export async function pullVersion(
     present: 0,
     yanks: 0,
     attestations: 0,
+    removed: 0,
+    deferred: 0,
     bytesFetched: 0,
     blobsReused: 0,
   };
@@ -221,6 +325,7 @@ async function copyVersion(
   report: MirrorReport,
   known?: UpstreamVersion,
   origin = "mirror",
+  ready?: Prepared,
 ): Promise<boolean> {
   const listed = known ?? (await upstream.version(name, version));
   const existing = (await store.getRecord<VersionRecord>(keys.version(name, version)))?.value;
@@ -235,7 +340,7 @@ async function copyVersion(
   const mtime = Date.parse(listed.publishedAt) / 1000;
   if (!Number.isSafeInteger(mtime) || mtime < 0)
     throw new RunnerDepotError("UNAVAILABLE", `upstream: ${name}@${version} has no whole-second publishedAt`);
-  const { manifest, json } = await readManifest(upstream, name, version, listed.size, report);
+  const { manifest, json } = ready ?? (await readManifest(upstream, name, version, listed.size, report));
   const layout = archiveLayout(manifest, json, mtime);
   if (layout.size !== listed.size)
     throw new RunnerDepotError(
@@ -248,12 +353,13 @@ async function copyVersion(
     if (part.kind !== "blob" || seen.has(part.digest)) continue;
     seen.add(part.digest);
     if (await store.statBlob(part.digest)) {
-      report.blobsReused++;
+      if (!ready?.fetched.has(part.digest)) report.blobsReused++;
       continue;
     }
     await store.putBlob(upstream.range(name, version, part.offset, part.length), {
       expectedDigest: part.digest,
       maxBytes: part.length,
+      size: part.length,
     });
     report.bytesFetched += part.length;
   }
@@ -264,6 +370,7 @@ async function copyVersion(
       "DIGEST_MISMATCH",
       `${name}@${version}: the archive rebuilt here is ${archive.digest}, upstream lists ${listed.digest}`,
     );
+  if (store.signBlobUrl) void keepArchive(store, layout, archive);
   const record: VersionRecord = {
     name,
     version,
@@ -332,6 +439,91 @@ function checkedUnsigned(bundle: unknown, content: Parameters<typeof checkSubjec
     ...(statement.builderId !== undefined ? { builderId: statement.builderId } : {}),
     ...(statement.requestId !== undefined ? { requestId: statement.requestId } : {}),
   };
+}
+
+/** A version the batch feed described, its manifest checked and its missing blobs stored: copied without a read. */
+interface Prepared {
+  listed: UpstreamVersion;
+  manifest: PackageManifest;
+  json: Buffer;
+  /** The blobs the page's batch fetched (not counted as reused when the copy finds them). */
+  fetched: Set<string>;
+}
+
+/** Blobs per `POST /mirror/blobs`, and their most bytes (the upstream takes up to 1,000 and 256 MiB). */
+const BLOBS_PER_ANSWER = 1000;
+const BYTES_PER_ANSWER = 64 * 2 ** 20;
+
+/**
+ * For each version of a batch feed page this store lacks: its manifest checked and laid out against its listing,
+ * then every blob it needs that the store lacks fetched in few answers, each checked against its digest as it is
+ * stored. O(items of the page's new versions) store calls, ⌈blobs / 1,000⌉ requests. A version whose description
+ * fails a check is left out here (read alone, and refused there with the reason).
+ */
+async function prefetch(
+  store: PackageStore,
+  upstream: Upstream,
+  page: BatchFeedPage,
+  report: MirrorReport,
+): Promise<Map<string, Prepared>> {
+  const prepared = new Map<string, Prepared>();
+  const fetched = new Set<string>();
+  const wanted = new Map<string, { ref: string; digest: string; size: number }>();
+  for (const change of page.changes) {
+    const ref = `${change.name}@${change.version}`;
+    const described = page.versions.get(ref);
+    if (!described || change.yanked !== undefined || change.attested !== undefined || change.removed) continue;
+    if (await store.getRecord(keys.version(change.name, change.version))) continue;
+    let manifest: PackageManifest;
+    try {
+      manifest = JSON.parse(described.manifest) as PackageManifest;
+      checkManifest(manifest, change.name, change.version, (why) => new RunnerDepotError("UNAVAILABLE", why));
+    } catch {
+      continue;
+    }
+    const json = Buffer.from(described.manifest, "utf8");
+    const mtime = Date.parse(described.publishedAt) / 1000;
+    if (!Number.isSafeInteger(mtime) || mtime < 0 || archiveLayout(manifest, json, mtime).size !== described.size)
+      continue;
+    for (const part of archiveLayout(manifest, json, mtime).parts) {
+      if (part.kind !== "blob") continue;
+      // Another new version of the page needs it too: fetched once, reused by this one.
+      if (wanted.has(part.digest)) report.blobsReused++;
+      else if (!(await store.statBlob(part.digest)))
+        wanted.set(part.digest, { ref, digest: part.digest, size: part.length });
+    }
+    const listed = {
+      version: change.version,
+      publishedAt: described.publishedAt,
+      digest: described.digest,
+      size: described.size,
+    };
+    prepared.set(ref, { listed, manifest, json, fetched });
+  }
+  const all = [...wanted.values()];
+  for (let i = 0; i < all.length;) {
+    const chunk: typeof all = [];
+    let bytes = 0;
+    while (
+      i < all.length &&
+      chunk.length < BLOBS_PER_ANSWER &&
+      (chunk.length === 0 || bytes + all[i]!.size <= BYTES_PER_ANSWER)
+    ) {
+      bytes += all[i]!.size;
+      chunk.push(all[i++]!);
+    }
+    const pieces = await upstream.blobs(chunk);
+    try {
+      for (const blob of chunk) {
+        await store.putBlob(pieces.take(blob.size), { expectedDigest: blob.digest, maxBytes: blob.size });
+        report.bytesFetched += blob.size;
+        fetched.add(blob.digest);
+      }
+    } finally {
+      await pieces.close();
+    }
+  }
+  return prepared;
 }
 
 /** A tar header's size field (octal digits, NUL or space padded); NaN for anything else. */

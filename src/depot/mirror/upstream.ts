@@ -37,6 +37,8 @@ export interface FeedChange {
   yanked?: string | null;
   /** On an attestation entry: the digest of the bundle added to the version. */
   attested?: string;
+  /** On a removal entry (the upstream's retention removed the version). */
+  removed?: true;
 }
 
 /** A `GET /catalog?since=` answer, reduced to what a mirror uses. */
@@ -53,6 +55,19 @@ export interface UpstreamVersion {
   digest: string;
   size: number;
   yanked?: { reason: string; at: string };
+}
+
+/** A version as `GET /mirror/feed` details it: the listing and the manifest's exact text. */
+export interface BatchVersion {
+  publishedAt: string;
+  digest: string;
+  size: number;
+  manifest: string;
+}
+
+/** A `GET /mirror/feed` answer: a feed page with its new versions' listings and manifests. */
+export interface BatchFeedPage extends FeedPage {
+  versions: Map<string, BatchVersion>;
 }
 
 /** Changes per feed page: keeps a page's package states (each up to 4,000 versions) within maxJsonBytes. */
@@ -97,6 +112,85 @@ export class Upstream {
   async feed(since: number): Promise<FeedPage> {
     const body = await this.json<unknown>(`/catalog?since=${since}&limit=${FEED_PAGE}`);
     return parseFeedPage(body, since, FEED_PAGE);
+  }
+
+  /**
+   * `GET /mirror/feed?since=`: a feed page with each new version's listing and manifest, or null from an upstream
+   * without the route (404 or 405: a depot before it), which the mirror then reads version by version. O(FEED_PAGE).
+   */
+  async batchFeed(since: number): Promise<BatchFeedPage | null> {
+    const path = `/mirror/feed?since=${since}&limit=${FEED_PAGE}`;
+    const response = await this.get(path, { "Accept-Encoding": "gzip" });
+    if (response.status === 404 || response.status === 405) {
+      void response.body?.cancel().catch(() => undefined);
+      return null;
+    }
+    if (response.status !== 200) {
+      const { bytes } = await readBounded(response, `GET ${path}`, { maxBytes: 64 * 1024, idleMs: 5_000 }, true);
+      throw upstreamError(response.status, `GET ${path}`, bytes);
+    }
+    const body = await readJson<Record<string, unknown>>(response, `GET ${path}`, {
+      maxBytes: this.limits.maxJsonBytes,
+      idleMs: this.limits.idleMs,
+      totalMs: this.limits.jsonMs,
+    });
+    const page = parseFeedPage(body, since, FEED_PAGE);
+    const versions = new Map<string, BatchVersion>();
+    const raw = (typeof body.versions === "object" && body.versions !== null ? body.versions : {}) as Record<
+      string,
+      Record<string, unknown>
+    >;
+    for (const change of page.changes) {
+      const key = `${change.name}@${change.version}`;
+      const v = Object.hasOwn(raw, key) ? raw[key] : undefined;
+      if (
+        v &&
+        typeof v.publishedAt === "string" &&
+        typeof v.digest === "string" &&
+        /^sha256:[0-9a-f]{64}$/.test(v.digest) &&
+        Number.isSafeInteger(v.size) &&
+        (v.size as number) >= 0 &&
+        typeof v.manifest === "string" &&
+        v.manifest.length <= this.limits.maxManifestBytes
+      )
+        versions.set(key, v as unknown as BatchVersion);
+    }
+    // `more` is the upstream's word here (a page may end short of the head).
+    return { ...page, more: body.more === true, versions };
+  }
+
+  /**
+   * `POST /mirror/blobs`: the bytes of `blobs` (each an item or licence of the version named), concatenated in order,
+   * each piece exactly its size: `take(n)` yields the next n bytes. UNAVAILABLE when the answer is short.
+   */
+  async blobs(blobs: ReadonlyArray<{ ref: string; digest: string; size: number }>) {
+    const response = await this.post("/mirror/blobs", { blobs: blobs.map((b) => [b.ref, b.digest]) });
+    if (response.status !== 200) {
+      const { bytes } = await readBounded(response, "POST /mirror/blobs", { maxBytes: 64 * 1024, idleMs: 5_000 }, true);
+      throw upstreamError(response.status, "POST /mirror/blobs", bytes);
+    }
+    if (!response.body)
+      throw new RunnerDepotError("UNAVAILABLE", `upstream ${this.url}: POST /mirror/blobs without a body`);
+    return new Pieces(
+      timedChunks(response.body, "POST /mirror/blobs", { idleMs: this.limits.idleMs })[Symbol.asyncIterator](),
+      this.url,
+    );
+  }
+
+  private async post(path: string, body: unknown): Promise<Response> {
+    const headers: Record<string, string> = { "Content-Type": "application/json" };
+    if (this.token) headers.Authorization = `Bearer ${this.token}`;
+    try {
+      return await fetch(`${this.url}${path}`, {
+        method: "POST",
+        headers,
+        body: JSON.stringify(body),
+        signal: this.signal,
+      });
+    } catch (cause) {
+      if (this.signal?.aborted) throw cause;
+      throw new RunnerDepotError("UNAVAILABLE", `upstream ${this.url}: POST ${path} failed`, { cause });
+    }
   }
 
   /** One version's listing. */
@@ -178,6 +272,38 @@ export class Upstream {
   }
 }
 
+/** A concatenation of blobs, read one piece at a time. */
+export class Pieces {
+  private held: Uint8Array = new Uint8Array(0);
+  constructor(
+    private readonly chunks: AsyncIterator<Uint8Array>,
+    private readonly url: string,
+  ) {}
+
+  /** The next `length` bytes, as chunks; UNAVAILABLE when the answer ends first. */
+  async *take(length: number): AsyncGenerator<Uint8Array> {
+    let left = length;
+    while (left > 0) {
+      if (this.held.byteLength === 0) {
+        const next = await this.chunks.next();
+        if (next.done)
+          throw new RunnerDepotError("UNAVAILABLE", `upstream ${this.url}: POST /mirror/blobs ended early`);
+        this.held = next.value;
+        continue;
+      }
+      const piece = this.held.subarray(0, left);
+      this.held = this.held.subarray(piece.byteLength);
+      left -= piece.byteLength;
+      yield piece;
+    }
+  }
+
+  /** Stops reading the answer. */
+  async close(): Promise<void> {
+    await this.chunks.return?.();
+  }
+}
+
 /**
  * A feed answer as a mirror may trust it: `position` at or past `since`, every change after `since`
  * and at most `position`, strictly ascending; UNAVAILABLE otherwise. `more` when the page is full. O(changes).
@@ -208,12 +334,14 @@ function checkChange(raw: unknown, since: number, upTo: number): FeedChange {
     typeof c.name === "string" &&
     typeof c.version === "string" &&
     (c.yanked === undefined || c.yanked === null || typeof c.yanked === "string") &&
-    (c.attested === undefined || (typeof c.attested === "string" && /^sha256:[0-9a-f]{64}$/.test(c.attested)));
+    (c.attested === undefined || (typeof c.attested === "string" && /^sha256:[0-9a-f]{64}$/.test(c.attested))) &&
+    (c.removed === undefined || c.removed === true);
   if (!ok) throw new RunnerDepotError("UNAVAILABLE", "upstream feed: a malformed change entry");
   // Only the members a mirror reads, so nothing else an upstream sends travels on.
   const change: FeedChange = { position: c.position as number, name: c.name as string, version: c.version as string };
   if (c.yanked !== undefined) change.yanked = c.yanked as string | null;
   else if (c.attested !== undefined) change.attested = c.attested as string;
+  else if (c.removed === true) change.removed = true;
   return change;
 }
 

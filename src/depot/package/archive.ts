@@ -223,7 +223,8 @@ function firstPartAt(parts: ArchivePart[], offset: number): number {
  * The commit's one seam: the digest and size of the archive of `manifest` at `mtime`,
  * from one pass over the assembled stream (each item read once, hashed, not copied). A
  * store that serves by redirect (`signBlobUrl`, e.g. S3) also keeps the archive as a
- * blob, since a signed URL must point at stored bytes; the fs and memory stores keep none.
+ * blob, since a signed URL must point at stored bytes, but not here: the caller starts
+ * that copy once this answered (archive-keeper.ts); the fs and memory stores keep none.
  *
  * @example
  * const { digest, size } = await commitArchive(store, manifest, mtime); // sha256:… of the tar
@@ -237,7 +238,6 @@ export async function commitArchive(
   const json = manifestJson ?? Buffer.from(JSON.stringify(manifest), "utf8");
   const layout = archiveLayout(manifest, json, mtime);
   try {
-    if (store.signBlobUrl) return await store.putBlob(readArchive(store, layout));
     // Borrowed chunks: hash.update is done with each before the next is read into its buffer.
     const hash = createHash("sha256");
     let size = 0;

@@ -7,6 +7,7 @@
 import { RunnerDepotError } from "../../errors.js";
 import { createHash } from "node:crypto";
 import { archiveLayout, readArchive, type ArchiveLayout, type PackageManifest } from "../package/archive.js";
+import { archiveStored } from "../package/archive-keeper.js";
 import type { ByteSource } from "./blob-response.js";
 import { deltaManifest } from "../package/delta.js";
 import type { PackageStore } from "../ports.js";
@@ -68,7 +69,13 @@ export function createArchiveSources(store: PackageStore, settings: ArchiveSourc
       digest,
       size: layout.size,
       read: (range, options) => readArchive(store, layout, range, options),
-      signedUrl: sign ? () => sign(digest, { expiresInSeconds: settings.signedUrlSeconds, filename }) : undefined,
+      // Redirected once the archive is stored; until then served from its items (archive-keeper.ts).
+      signedUrl: sign
+        ? async () =>
+            (await archiveStored(store, layout, { digest, size: layout.size }))
+              ? sign(digest, { expiresInSeconds: settings.signedUrlSeconds, filename })
+              : null
+        : undefined,
     };
   }
 

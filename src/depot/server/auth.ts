@@ -69,6 +69,16 @@ export function namePattern(glob: string): RegExp {
 }
 
 /**
+ * The principal {@link bearerTokens} names a token by (what the router's `quota` option is asked about). O(token).
+ *
+ * @example
+ * const quota = (principal: string) => (principal === tokenPrincipal(ciToken) ? { bytes: 10 * 2 ** 30 } : undefined);
+ */
+export function tokenPrincipal(token: string): string {
+  return `token:${hashToken(token).slice(0, 16)}`;
+}
+
+/**
  * Builds an {@link Authorize} hook from a map of bearer tokens to name scopes. A plain
  * list of patterns grants read and publish; `{ read, publish }` grants each separately.
  * The principal is a hash of the token, so transactions stay bound to their token.
@@ -88,7 +98,7 @@ export function bearerTokens(tokens: Record<string, TokenScopes>, options: Beare
     const split = both ? undefined : (scopes as { read?: readonly string[]; publish?: readonly string[] });
     const digest = hashToken(token);
     grants.set(digest, {
-      principal: `token:${digest.slice(0, 16)}`,
+      principal: tokenPrincipal(token),
       read: (both ?? split?.read ?? []).map(namePattern),
       publish: (both ?? split?.publish ?? []).map(namePattern),
     });

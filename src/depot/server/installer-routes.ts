@@ -112,6 +112,7 @@ export function registerInstallerRoutes(context: RouterContext): void {
       );
       // No attributes object when nothing records (no provider): the library's default path.
       if (span.isRecording()) span.setAttributes({ "depot.package": v.name, "depot.version": v.version });
+      if (request.method === "GET") context.downloaded(v.name, v.version);
       return {
         source: await archives.version(v),
         filename: `${v.name}-${v.version}.tar`,
@@ -141,6 +142,7 @@ export function registerInstallerRoutes(context: RouterContext): void {
       const fromVersion = parseVersion(decodeSegment(request.params.from!));
       const toVersion = parseVersion(decodeSegment(request.params.to!));
       const [from, to] = (await publishedVersions(name, [fromVersion, toVersion])) as [VersionRecord, VersionRecord];
+      if (request.method === "GET") context.downloaded(name, to.version);
       if (span.isRecording())
         span.setAttributes({ "depot.package": name, "depot.version": to.version, "depot.from_version": from.version });
       // A HEAD hashes nothing (issue 30 item 1): it gets the digest only if a GET already computed it.

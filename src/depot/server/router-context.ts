@@ -39,6 +39,8 @@ export interface RouterContext extends RouterAccess {
    * true when the store now holds it. Absent without an upstream.
    */
   pull?(name: string, version: string | undefined, principal: string): Promise<boolean>;
+  /** Notes a GET of a published version's archive (depot/store/downloads.ts: at most a write per version per hour). */
+  downloaded(name: string, version: string): void;
   /** Called once per version a commit publishes (the first answer, not a repeat): the provenance hook. */
   published?(name: string, version: string, principal: string): Promise<void>;
 }

@@ -18,6 +18,7 @@ import { registerInstallerRoutes } from "./installer-routes.js";
 import { DepotTelemetry, type DepotTelemetryOptions } from "./telemetry.js";
 import { registerPackagerRoutes } from "./packager-routes.js";
 import { registerAttestationRoutes } from "./attestation-routes.js";
+import { registerMirrorRoutes } from "./mirror-routes.js";
 import { loadTrustedKeys, type TrustedKeySet } from "../signing/keys.js";
 import { attestProvenance, type ProvenanceOptions } from "../transactions/provenance.js";
 import type { PackageStore } from "../ports.js";
@@ -28,6 +29,8 @@ import { createRouterAccess } from "./access.js";
 import type { RouterContext } from "./router-context.js";
 import { timeStore } from "../store/metrics.js";
 import { PullThrough, type PullThroughOptions } from "../mirror/pull-through.js";
+import type { QuotaOf } from "../store/quota.js";
+import { DownloadClock } from "../store/downloads.js";
 import { DEFAULT_LIMITS, Transactions, type DepotLimits } from "../transactions/lifecycle.js";
 
 /**
@@ -80,6 +83,12 @@ export interface PackageRouterOptions extends DepotTelemetryOptions {
    * upstream is down. Bounds and who may trigger a pull: PullThroughOptions.
    */
   upstream?: PullThroughOptions;
+  /**
+   * Quotas (issue 27 item 5): each committing principal's bounds in archive bytes and versions (bearerTokens'
+   * principals: `tokenPrincipal(token)`). With this option every commit counts in its principal's usage; one over
+   * quota answers 413 QUOTA_EXCEEDED and writes nothing. A removal (retention) gives the room back.
+   */
+  quota?: QuotaOf;
   /** The clock (tests). */
   now?: () => Date;
   /**
@@ -139,7 +148,8 @@ export function createPackageRouter(rawStore: PackageStore, options: PackageRout
     now,
   });
   telemetry.observeOpenTransactions(new CachedOpenCount(() => transactions.countOpen()));
-  const commits = new Commits(store, transactions);
+  const commits = new Commits(store, transactions, options.quota);
+  const downloads = new DownloadClock(store, now);
   let opened: Promise<FormatRecord> | undefined;
 
   const router = Router<IRequest, []>({
@@ -208,6 +218,7 @@ export function createPackageRouter(rawStore: PackageStore, options: PackageRout
     }),
     storeFormat: () => opened!,
     linkTo,
+    downloaded: (name, version) => downloads.note(name, version),
   };
   if (options.upstream) {
     const pulls = new PullThrough(store, options.upstream, now);
@@ -231,6 +242,7 @@ export function createPackageRouter(rawStore: PackageStore, options: PackageRout
     keys: loadTrustedKeys(options.trustedKeys ?? { keys: [] }),
     maxBytes: options.maxAttestationBytes ?? 16 * 2 ** 20,
   });
+  registerMirrorRoutes(context);
   registerFallback(router);
 
   const depot = router as unknown as PackageRouter;
@@ -268,7 +280,7 @@ export function createPackageRouter(rawStore: PackageStore, options: PackageRout
   Object.defineProperties(depot, {
     fetch: { value: fetch, writable: true, configurable: true },
     collectGarbage: { value: runGarbageCollection },
-    idle: { value: () => commits.idle() },
+    idle: { value: () => Promise.all([commits.idle(), downloads.idle()]).then(() => undefined) },
     isOpen: { value: options.authorize === undefined },
     store: { value: rawStore },
   });

@@ -66,21 +66,25 @@ export function signedVersionStatement(content: VersionContent, signedAt: Date):
   };
 }
 
-/** What the orchestrator knows of the job that published a version. */
-export interface JobProvenance {
-  /** The orchestrator's builder ID (a URI). */
-  builderId: string;
-  /** The job's request ID. */
+/** What the orchestrator knows of the job behind a principal (option `jobOf` of the provenance). */
+export interface JobProvenanceSource {
   requestId: string;
+  /** The repository URL the orchestrator launched the job for. */
   repository: string;
   commit: string;
-  /** `sha256:<hex>` of the job's stored log. */
+  /** `sha256:<hex>` of the job's stored log, as stored when the version was committed. */
   logDigest: string;
-  /** The stored lines the digest covers. */
+  /** How many stored lines `logDigest` covers (the log goes on after the commit). */
   logLines?: number;
-  /** Where the log is read (the console's job page). */
+  /** Where the log is read (e.g. the console's job page). */
   logUri?: string;
   startedOn?: string;
+}
+
+/** What the orchestrator knows of the job that published a version, and who signs for it. */
+export interface JobProvenance extends JobProvenanceSource {
+  /** The orchestrator's builder ID (a URI). */
+  builderId: string;
   finishedOn: string;
 }
 

@@ -23,6 +23,11 @@ export interface VersionRecord {
   attributes: Record<string, string>;
   requires: Requirement[];
   transaction: string;
+  /**
+   * Who committed it, written only when the router counts quotas (depot/store/quota.ts): a removal gives the room
+   * back to this principal.
+   */
+  principal?: string;
 }
 
 /**

@@ -189,7 +189,7 @@ export class Additions {
     try {
       // With `writes`: a blob kept in the records' order (a small one on the fs store) is
       // flushed with the item that references it, a file before this resolves.
-      const options = { expectedDigest, maxBytes };
+      const options = { expectedDigest, maxBytes, size: body.length };
       blob = await this.store.putBlob(body.chunks, writes ? writes.blob(options) : options);
     } catch (error) {
       if (error instanceof RunnerDepotError && error.code === "TOO_LARGE") {

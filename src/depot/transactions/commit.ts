@@ -4,7 +4,9 @@
  */
 import { RunnerDepotError } from "../../errors.js";
 import { endAttempt, liveAttempts, startAttempt } from "./attempts.js";
+import { keepArchive } from "../package/archive-keeper.js";
 import {
+  archiveLayout,
   commitArchive,
   LICENSES_DIR,
   type ManifestItem,
@@ -29,6 +31,7 @@ import {
   WHOLE_LISTING,
 } from "../store/records.js";
 import { notePublished } from "./references.js";
+import { giveBack, reserveUsage, type QuotaOf } from "../store/quota.js";
 import { withoutState, type Transactions, type TransactionSettings } from "./lifecycle.js";
 
 /** One problem found when validating a transaction. */
@@ -51,9 +54,14 @@ export class Commits {
   /** Commits of this router waiting for another attempt's live sequencing claim (packages.ts). */
   private readonly claimWaits = new ClaimWaits(MAX_CLAIM_WAITS);
 
+  /**
+   * `quota`, when given, makes every commit reserve its version's room in its principal's usage (depot/store/quota.ts)
+   * before the version record is written: over quota is 413 QUOTA_EXCEEDED, and nothing is written.
+   */
   constructor(
     private readonly store: PackageStore,
     private readonly transactions: Transactions,
+    private readonly quota?: QuotaOf,
   ) {
     this.settings = transactions.settings;
   }
@@ -310,37 +318,13 @@ export class Commits {
     let version = existing?.value;
     if (!version) {
       const manifestJson = Buffer.from(JSON.stringify(manifest), "utf8");
-      // The manifest blob is stored while the archive is hashed (one pass over the
-      // assembled archive: its digest and size, no second copy of the bytes); the version
-      // record below needs both. A row is flushed with the commit's other writes, a file
-      // before its put resolves (depot/transactions/ordered-writes.ts). A crash between them leaves at most
-      // an unreferenced blob, which garbage collection takes.
-      const [manifestBlob, archive] = await Promise.all([
-        this.store.putBlob(once(manifestJson), writes.blob()),
-        commitArchive(this.store, manifest, mtime, manifestJson),
-      ]);
-      version = {
-        name: t.name,
-        version: t.version,
-        publishedAt,
-        mtime,
-        digest: archive.digest,
-        size: archive.size,
-        manifest: manifestBlob.digest,
-        itemCount: items.length,
-        attributes: manifest.attributes,
-        requires: t.requires,
-        transaction: t.id,
-      };
-      if (
-        (await this.store.putRecord(keys.version(t.name, t.version), version, writes.record({ ifRevision: null }))) ===
-        null
-      ) {
-        const winner = await this.store.getRecord<VersionRecord>(keys.version(t.name, t.version));
-        if (winner?.value.transaction !== t.id) {
-          throw new RunnerDepotError("VERSION_EXISTS", `${t.name}@${t.version} was published by another transaction`);
-        }
-        version = winner.value;
+      // The room is taken before any byte is written, and given back if the version record is not ours.
+      const reserved = this.quota ? await this.reserve(t.principal, manifest, manifestJson, mtime) : undefined;
+      try {
+        version = await this.writeVersion(t, items, manifest, manifestJson, mtime, publishedAt, writes, reserved);
+      } catch (error) {
+        if (reserved !== undefined) await giveBack(this.store, t.principal, reserved).catch(() => undefined);
+        throw error;
       }
     }
     // From here on the version record is this transaction's: a failure must not reopen it.
@@ -399,6 +383,64 @@ export class Commits {
       .finally(() => this.afterAnswer.delete(later));
     this.afterAnswer.add(later);
     return result;
+  }
+
+  /** Quota on: this version's archive size reserved from `principal`'s usage (QUOTA_EXCEEDED); the bytes reserved. */
+  private async reserve(principal: string, manifest: PackageManifest, json: Buffer, mtime: number): Promise<number> {
+    const bytes = archiveLayout(manifest, json, mtime).size; // O(items), no read: the archive's exact length
+    await reserveUsage(this.store, principal, this.quota!(principal) ?? {}, bytes);
+    return bytes;
+  }
+
+  /** Stores the manifest blob, hashes the archive, creates the version record (first commit wins). */
+  private async writeVersion(
+    t: TransactionRecord,
+    items: ItemRecord[],
+    manifest: PackageManifest,
+    manifestJson: Buffer,
+    mtime: number,
+    publishedAt: string,
+    writes: OrderedWrites,
+    reserved: number | undefined,
+  ): Promise<VersionRecord> {
+    // The manifest blob is stored while the archive is hashed (one pass over the
+    // assembled archive: its digest and size, no second copy of the bytes); the version
+    // record below needs both. A row is flushed with the commit's other writes, a file
+    // before its put resolves (depot/transactions/ordered-writes.ts). A crash between them leaves at most
+    // an unreferenced blob, which garbage collection takes.
+    const [manifestBlob, archive] = await Promise.all([
+      this.store.putBlob(once(manifestJson), writes.blob()),
+      commitArchive(this.store, manifest, mtime, manifestJson),
+    ]);
+    // A store serving by redirect gets its copy of the archive after this answer (archive-keeper.ts).
+    if (this.store.signBlobUrl) void keepArchive(this.store, archiveLayout(manifest, manifestJson, mtime), archive);
+    const version: VersionRecord = {
+      name: t.name,
+      version: t.version,
+      publishedAt,
+      mtime,
+      digest: archive.digest,
+      size: archive.size,
+      manifest: manifestBlob.digest,
+      itemCount: items.length,
+      attributes: manifest.attributes,
+      requires: t.requires,
+      transaction: t.id,
+      ...(reserved !== undefined ? { principal: t.principal } : {}),
+    };
+    if (
+      (await this.store.putRecord(keys.version(t.name, t.version), version, writes.record({ ifRevision: null }))) ===
+      null
+    ) {
+      const winner = await this.store.getRecord<VersionRecord>(keys.version(t.name, t.version));
+      if (winner?.value.transaction !== t.id) {
+        throw new RunnerDepotError("VERSION_EXISTS", `${t.name}@${t.version} was published by another transaction`);
+      }
+      // Another attempt of this transaction wrote it: its reservation is the one that stands.
+      if (reserved !== undefined) await giveBack(this.store, t.principal, reserved);
+      return winner.value;
+    }
+    return version;
   }
 
   /** Resolves once the work commits went on with after answering is done (a host closing its store waits for it). */

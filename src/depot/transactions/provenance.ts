@@ -8,24 +8,11 @@
 import type { PackageStore } from "../ports.js";
 import { signBundle } from "../signing/bundle.js";
 import type { SigningKey } from "../signing/keys.js";
-import { provenanceStatement } from "../signing/statement.js";
+import { provenanceStatement, type JobProvenanceSource } from "../signing/statement.js";
 import { addAttestation, noteJobPublication, versionContent, type AttestationEntry } from "../store/attestations.js";
 import { keys, type VersionRecord } from "../store/records.js";
 
-/** What the orchestrator knows of the job behind a principal. */
-export interface JobProvenanceSource {
-  requestId: string;
-  /** The repository URL the orchestrator launched the job for. */
-  repository: string;
-  commit: string;
-  /** `sha256:<hex>` of the job's stored log, as stored when the version was committed. */
-  logDigest: string;
-  /** How many stored lines `logDigest` covers (the log goes on after the commit). */
-  logLines?: number;
-  /** Where the log is read (e.g. the console's job page). */
-  logUri?: string;
-  startedOn?: string;
-}
+export type { JobProvenanceSource };
 
 /** Option `provenance` of createPackageRouter. */
 export interface ProvenanceOptions {

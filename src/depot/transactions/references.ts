@@ -75,3 +75,13 @@ export async function forgetReferences(store: PackageStore, digest: string): Pro
   for await (const key of allKeys(store, referenceKeys.digest(digest))) found.push(key);
   await mapLimit(found, 16, (key) => store.deleteRecord(key));
 }
+
+/**
+ * The packages noted as holding `digest` in a published version (both layouts), in key order. Retention reads it to
+ * tell a blob some other package still holds; a note outlives a version removed, so a name here may no longer hold it.
+ * O(names) over pages of 1,000.
+ */
+export async function* publishedNames(store: PackageStore, digest: string): AsyncIterable<string> {
+  for (const prefix of [referenceKeys.publishedPrefix(digest), olderKeys.publishedPrefix(digest)])
+    for await (const key of allKeys(store, prefix)) yield key.slice(prefix.length);
+}

@@ -328,6 +328,8 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
       archived.set(id, state.archived, 1);
       return readArchived(id, state.archived, from, limit);
     },
+    // Sections stay in the live store when the lines move (markArchived keeps them): O(sections).
+    sections: live.sections ? (id) => live.sections!(id) : undefined,
     stale: (before) => live.stale(before),
     archivable: live.archivable ? (before, limit) => live.archivable!(before, limit) : undefined,
     markArchived,

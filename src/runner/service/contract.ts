@@ -6,7 +6,7 @@
 import type { FollowOptions } from "./fanout.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { Runner } from "../../gen/runner/v1/runner_pb.js";
-import type { JobInfo, JobLogStore, JobResult, JobState, StoredLine } from "../ports.js";
+import type { JobInfo, JobLogStore, JobResult, JobState, LogSectionEvent, StoredLine } from "../ports.js";
 import type { JobTokenSecret } from "../protocol/token.js";
 import type { JobPage, ListJobsOptions } from "./job-list.js";
 import type { TelemetryOptions } from "../../telemetry.js";
@@ -163,7 +163,18 @@ export interface RunnerService extends ServiceImpl<typeof Runner> {
    * followers in this process and frozen. A consumer that is slow only falls behind: it
    * catches up from the store by position, nothing is buffered for it.
    */
-  follow(requestId: string, options?: { from?: number; signal?: AbortSignal }): AsyncIterable<StoredLine>;
+  follow(
+    requestId: string,
+    options?: { from?: number; signal?: AbortSignal; sections?: false },
+  ): AsyncIterable<StoredLine>;
+  /**
+   * The same, with a {@link LogSectionEvent} right after each section marker's line (docs/decisions/log-sections.md):
+   * tell them from lines by their `section` field. The events agree with `JobLogStore.sections`.
+   */
+  follow(
+    requestId: string,
+    options: { from?: number; signal?: AbortSignal; sections: true },
+  ): AsyncIterable<StoredLine | LogSectionEvent>;
   /**
    * Recent jobs, newest first, optionally of some states, a page at a time (`next` is
    * the cursor of the following page). FAILED_PRECONDITION when the log store has no

@@ -5,7 +5,8 @@
  * (woken by the store's `watch`, else by the tail's poll). A follower behind the tail's
  * ring reads the store by offset, a page at a time, until it is back in the ring.
  */
-import type { StoredLine } from "../ports.js";
+import type { LogSectionEvent, StoredLine } from "../ports.js";
+import { foldSections, mayHoldMarker, sectionsBefore } from "./log-sections.js";
 import type { RunnerCore } from "./job-table.js";
 import { FOLLOW_PAGE, type JobTail } from "./fanout.js";
 
@@ -120,4 +121,27 @@ function nextPageLines(page: readonly StoredLine[]): number {
   for (const line of page) chars += line.line.length + 16;
   const average = chars / page.length;
   return Math.max(16, Math.min(FOLLOW_PAGE, Math.floor(PAGE_BYTES / average)));
+}
+
+/**
+ * {@link followJob} with section events (`follow(id, { sections: true })`): each start and end comes right after its
+ * marker's line. Seeded with the store's record as it stood before `from`, and folded with the stores' own rule
+ * (log-sections.ts), so the events agree with `JobLogStore.sections`. O(1) a line without a marker; O(sections) once.
+ */
+export async function* followJobWithSections(
+  core: RunnerCore,
+  id: string,
+  from: number,
+  signal?: AbortSignal,
+): AsyncGenerator<StoredLine | LogSectionEvent> {
+  let record = sectionsBefore(core.logs.sections ? await core.logs.sections(id) : null, from);
+  let position = from;
+  const events: LogSectionEvent[] = [];
+  for await (const line of followJob(core, id, from, signal)) {
+    yield line;
+    if (mayHoldMarker(line)) record = foldSections(record, [line], position, (event) => events.push(event))!;
+    position++;
+    for (const event of events) yield event;
+    events.length = 0;
+  }
 }

@@ -5,7 +5,7 @@
  * Why: docs/decisions/runner-server.md, "runner-service.ts: where each concern lives".
  */
 import { RunnerDepotError } from "../../errors.js";
-import type { JobLogStore, JobResultQueue } from "../ports.js";
+import type { JobLogStore, JobResultQueue, StoredLine } from "../ports.js";
 import { normalizeRequestId } from "../protocol/request-id.js";
 import { encodeJobCursor, summarizeJob, toJobListQuery } from "./job-list.js";
 import type { RunnerService, RunnerServiceOptions } from "./contract.js";
@@ -14,7 +14,7 @@ import { createRunnerCore, uErr, type RunnerCore } from "./job-table.js";
 import { streamLogs } from "./call/stream-call.js";
 import { endFromHost } from "./host-ending.js";
 import { startLostSweep } from "./lost-sweep.js";
-import { followJob } from "./follow.js";
+import { followJob, followJobWithSections } from "./follow.js";
 import { within } from "./timing.js";
 import { kStoreBacklog, type StoreBacklog } from "./store-backlog.js";
 import { checkSecret, type SecretMasker } from "../masking/secret-masker.js";
@@ -98,8 +98,16 @@ export function assembleRunnerService(
       const last = jobs[jobs.length - 1];
       return { jobs, next: states.length > pageSize && last ? encodeJobCursor(last) : null };
     },
-    follow(requestId, followOptions = {}) {
-      return followJob(core, requestIdOf(requestId), followOptions.from ?? 0, followOptions.signal);
+    follow(requestId: string, followOptions: { from?: number; signal?: AbortSignal; sections?: boolean } = {}) {
+      const id = requestIdOf(requestId);
+      if (followOptions.sections === true)
+        return followJobWithSections(
+          core,
+          id,
+          followOptions.from ?? 0,
+          followOptions.signal,
+        ) as AsyncIterable<StoredLine>;
+      return followJob(core, id, followOptions.from ?? 0, followOptions.signal);
     },
     close() {
       closing ??= (async () => {

@@ -2,7 +2,7 @@
  * Logs stored before per-line times (test/fixtures/logs-0.1.0, written by 0.1.0's code with
  * scripts/make-log-fixture-0.1.0.ts) read with today's code: the fs store's records and a
  * version 1 archive object give back every line, without a time; the same store then keeps
- * times for new jobs beside them.
+ * times (and sections) for new jobs beside them.
  */
 import { cpSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -34,6 +34,10 @@ describe("job logs stored by 0.1.0", () => {
       await store.append(id, 0, [{ stored: [{ line: "new", stderr: false, time }], stderr: false, bytes: 3 }]);
       expect(await store.read(id)).toEqual([{ line: "new", stderr: false, time }]);
       expect(await store.read(expected.liveId)).toEqual(expected.lines);
+      // A state file from before sections reads as having none (its log is not re-scanned); a new job gets them.
+      expect(await store.sections!(expected.liveId)).toEqual({ sections: [], dropped: 0, unmatched: 0 });
+      await store.append(id, 1, [{ stored: [{ line: "::group::g", stderr: false, time }], stderr: false, bytes: 10 }]);
+      expect((await store.sections!(id))!.sections.map((s) => s.name)).toEqual(["g"]);
     } finally {
       await store.close?.();
     }

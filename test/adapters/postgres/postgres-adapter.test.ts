@@ -55,6 +55,7 @@ describe("postgres adapters: extra cases", () => {
       expect(tables.rows.map((r) => r.table_name)).toEqual([
         "job_chunks",
         "job_lines",
+        "job_sections",
         "jobs",
         "records",
         "sync_points",

@@ -5,15 +5,15 @@ import os from "node:os";
 import path from "node:path";
 import tar from "tar-stream";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { extractPackage } from "../../../src/depot/install/extract.js";
 import {
   checkLinkTarget,
   checkPackagePath,
-  extractPackage,
-  readPackageManifest,
-  verifyPackageTree,
   type ManifestItem,
   type PackageManifest,
-} from "../../../src/depot/install/extract.js";
+} from "../../../src/depot/install/manifest.js";
+import { readPackageManifest } from "../../../src/depot/install/tar-entries.js";
+import { verifyPackageTree } from "../../../src/depot/install/verify-tree.js";
 import { digestToHex, hexToHttpDigest } from "../../../src/depot/client/http.js";
 import { RunnerDepotError } from "../../../src/errors.js";
 import { failure } from "../../fixtures/errors.js";

@@ -8,7 +8,8 @@ import { mkdtemp, readdir, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { extractPackage, readPackageManifest } from "../../../src/depot/install/extract.js";
+import { extractPackage } from "../../../src/depot/install/extract.js";
+import { readPackageManifest } from "../../../src/depot/install/tar-entries.js";
 import { RunnerDepotError } from "../../../src/errors.js";
 
 /** One ustar header block (512 bytes) with a correct checksum unless `badChecksum`. */

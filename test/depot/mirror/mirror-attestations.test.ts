@@ -33,6 +33,7 @@ interface Depot {
 let root: string;
 const depots: Depot[] = [];
 const release = generateSigningKey();
+const releaseKey = release;
 const auditor = generateSigningKey();
 const bothKeys = { keys: [trustedKeyEntry(release, "release"), trustedKeyEntry(auditor, "auditor")] };
 
@@ -125,6 +126,37 @@ describe("mirroring attestations between two real depots", () => {
     expect((await feed(mirror.url)).filter((c) => c.attested !== undefined)).toHaveLength(2);
     const third = await mirrorDepot(store, { upstream: up.url });
     expect(third).toMatchObject({ copied: 0, attestations: 0, position: 3 });
+  });
+
+  it("under require: an unsigned version waits for its signature, then is copied; an untrusted signer is refused", async () => {
+    const origin = await serve(await newStore());
+    const release = signingKeyFromPem(releaseKey.privateKey);
+    await origin.client.publish({ name: "signed", version: "1.0.0", items: items("s\n"), sign: release });
+    await origin.client.publish({ name: "plain", version: "1.0.0", items: items("p\n") });
+    const store = await newStore();
+    const policy = { policy: "require" as const, trustedKeys: { keys: [trustedKeyEntry(releaseKey, "release")] } };
+    const first = await mirrorDepot(store, { upstream: origin.url, signatures: policy });
+    expect(first).toMatchObject({ copied: 1, deferred: 1, attestations: 1 });
+    const mirror = await serve(store);
+    expect((await fetch(`${mirror.url}/version/plain`)).status).toBe(404);
+    expect(await mirror.client.verify("signed@1.0.0", policy)).toHaveLength(1);
+
+    // Signed later: its attestation entry brings the version over, with the bundle.
+    await origin.client.sign("plain@1.0.0", release);
+    const second = await mirrorDepot(store, { upstream: origin.url, signatures: policy });
+    expect(second).toMatchObject({ copied: 1, deferred: 0, attestations: 1 });
+    expect(await mirror.client.verify("plain@1.0.0", policy)).toHaveLength(1);
+
+    // Signed by a key the mirror does not trust: refused, nothing listed, the position kept.
+    await origin.client.publish({
+      name: "other",
+      version: "1.0.0",
+      items: items("o\n"),
+      sign: signingKeyFromPem(auditor.privateKey),
+    });
+    const refused = await failure(mirrorDepot(store, { upstream: origin.url, signatures: policy }));
+    expect(refused.code).toBe("KEY_UNTRUSTED");
+    expect((await fetch(`${mirror.url}/version/other`)).status).toBe(404);
   });
 
   it("refuses a bundle whose subjects are another version's, storing nothing and keeping its position", async () => {

@@ -212,14 +212,22 @@ describe("mirror (two fs depots on real sockets)", () => {
     cleanups.push(tmp.cleanup);
     const up = await upstreamAt(`${tmp.dir}/up`);
     expect((await publish(up.url, "lie@1.0.0", [{ type: "file", path: "f", body: "true\n" }])).status).toBe(201);
-    // A lying front: the feed and listing pass through, every archive range comes back altered.
+    // A lying front: the feed and listing pass through, every item's bytes come back altered (an archive range
+    // past the manifest, or the batch of blobs).
     const { createServer } = await import("node:http");
     const front = createServer(async (req, res) => {
-      const upstream = await fetch(`${up.url}${req.url}`, { headers: req.headers as Record<string, string> });
+      const chunks: Buffer[] = [];
+      for await (const chunk of req) chunks.push(chunk as Buffer);
+      const upstream = await fetch(`${up.url}${req.url}`, {
+        method: req.method,
+        headers: req.headers as Record<string, string>,
+        ...(req.method === "POST" ? { body: Buffer.concat(chunks) } : {}),
+      });
       const body = Buffer.from(await upstream.arrayBuffer());
       // The manifest (the first ranges) passes; an item's bytes come back with one bit flipped.
       const start = Number(/^bytes=(\d+)-/.exec(String(req.headers.range))?.[1] ?? 0);
-      if (req.url!.startsWith("/data/") && start >= 1024 && body.length > 0) body[0]! ^= 1;
+      const item = (req.url!.startsWith("/data/") && start >= 1024) || req.url!.startsWith("/mirror/blobs");
+      if (item && body.length > 0) body[0]! ^= 1;
       const headers: Record<string, string> = {};
       upstream.headers.forEach((v, k) => {
         if (k !== "content-length" && k !== "transfer-encoding" && k !== "content-encoding") headers[k] = v;

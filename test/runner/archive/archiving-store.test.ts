@@ -300,4 +300,43 @@ describe("log archive: fs log store → fs archive (the embedded default)", () =
       await rm(dir, { recursive: true, force: true });
     }
   });
+
+  it("keeps a job's sections through archiving, and a section's lines read back from the archive", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "rd-archive-sections-"));
+    const logs = createArchivingLogStore(createFsLogStore(join(dir, "logs")), {
+      archive: createFsLogArchive(join(dir, "archive")),
+    });
+    const runner = createRunnerService(createMemoryQueue(), { logs });
+    const server = await startRunnerServer(runner, { port: 0 });
+    const id = randomUUID();
+    try {
+      const client = createRunnerClient({ endpoint: server.url, requestId: id });
+      const lines = ["a", "::group::Build", "b1", "b2", "::endgroup::", "section_start:1700000000:deploy", "d1"];
+      for (const line of lines) client.log(line, false);
+      await client.end({ exitCode: 1, success: false });
+      await client.close();
+      await until(async () => (await logs.get(id))?.archived !== undefined, "the job to be archived");
+      expect(await readdir(join(dir, "logs", "jobs"))).not.toContain(`${id}.log`);
+      const record = await logs.sections!(id);
+      expect(record!.sections.map((s) => [s.name, s.start, s.end])).toEqual([
+        ["Build", 1, 4],
+        ["deploy", 5, null],
+      ]);
+      // The same record after a restart, and the section's lines from the archive object.
+      const reopened = createArchivingLogStore(createFsLogStore(join(dir, "logs")), {
+        archive: createFsLogArchive(join(dir, "archive")),
+      });
+      expect(await reopened.sections!(id)).toEqual(record);
+      const build = record!.sections[0]!;
+      expect((await reopened.read(id, build.start, build.end! - build.start + 1)).map((l) => l.line)).toEqual(
+        lines.slice(1, 5),
+      );
+      await reopened.close();
+    } finally {
+      await server.close();
+      await runner.close();
+      await logs.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
 });

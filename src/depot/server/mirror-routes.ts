@@ -1,0 +1,199 @@
+/**
+ * The mirror's batch reads (docs/depot-api.md §Mirror reads): one feed page with each new version's listing and
+ * manifest (`GET /mirror/feed`), and the item blobs of many versions in one answer (`POST /mirror/blobs`), so an
+ * incremental mirror moves a few hundred bytes per version beyond its new bytes instead of four requests' worth.
+ * Both need `read` on every package they answer about; a blob is answered only as an item or licence of a version
+ * the reader may read (never by digest alone).
+ * Why: docs/decisions/depot-yank-mirror.md, "mirror-routes.ts".
+ */
+import { promisify } from "node:util";
+import { gzip } from "node:zlib";
+import type { IRequest } from "itty-router";
+import { RunnerDepotError } from "../../errors.js";
+import { catalogHead } from "../catalog/head.js";
+import { readChanges } from "../catalog/changes.js";
+import type { PackageManifest } from "../package/archive.js";
+import { parsePackageRef } from "../package/names.js";
+import { keys, mapLimit, type VersionRecord } from "../store/records.js";
+import type { RouterContext } from "./router-context.js";
+import { lazyWebStream } from "./web-streams.js";
+
+const gzipped = promisify(gzip);
+
+/** Changes per feed answer at most (the default too). */
+const FEED_MAX = 100;
+/** Listing and manifest bytes per feed answer; versions past it are answered without (the mirror reads them alone). */
+const FEED_DETAIL_BYTES = 8 * 2 ** 20;
+/** Blobs per `POST /mirror/blobs` at most, and the largest body asking for them. */
+const BLOBS_MAX = 1000;
+const BLOBS_BODY = 256 * 1024;
+/** The most bytes one blobs answer carries. */
+const BLOBS_BYTES = 256 * 2 ** 20;
+
+/** Registers `GET /mirror/feed` and `POST /mirror/blobs`. */
+export function registerMirrorRoutes(context: RouterContext): void {
+  const { router, store, principalOf } = context;
+
+  router.get("/mirror/feed", async (request: IRequest) => {
+    await principalOf(request, "read");
+    const params = new URL(request.url).searchParams;
+    const since = params.get("since") ?? "0";
+    const limitText = params.get("limit") ?? String(FEED_MAX);
+    if (!/^[0-9]{1,15}$/.test(since)) throw new RunnerDepotError("BAD_REQUEST", "since must be a position");
+    if (!/^[0-9]{1,3}$/.test(limitText) || Number(limitText) < 1 || Number(limitText) > FEED_MAX)
+      throw new RunnerDepotError("BAD_REQUEST", `limit must be from 1 to ${FEED_MAX}`);
+    const head = await catalogHead(store, context.now, Number(since));
+    if (Number(since) > head)
+      throw new RunnerDepotError("BAD_REQUEST", `since=${since} is past this depot's newest position ${head}`);
+    // O(limit) entries, then per publish entry two reads and its manifest blob.
+    const { entries, scannedTo } = await readChanges(store, Number(since), head, { limit: Number(limitText) });
+    const mayRead = readCheck(request, context);
+    let budget = FEED_DETAIL_BYTES;
+    const versions: Record<string, unknown> = {};
+    const details = await mapLimit(entries, 8, async (e) => {
+      if (e.yanked !== undefined || e.attested !== undefined || e.removed || !(await mayRead(e.name))) return null;
+      const record = (await store.getRecord<VersionRecord>(keys.version(e.name, e.version)))?.value;
+      const manifest = record ? await blobText(context, record.manifest) : null;
+      return record && manifest !== null
+        ? { publishedAt: record.publishedAt, digest: record.digest, size: record.size, manifest }
+        : null;
+    });
+    entries.forEach((e, i) => {
+      const detail = details[i];
+      if (!detail || detail.manifest.length > budget) return;
+      budget -= detail.manifest.length;
+      versions[`${e.name}@${e.version}`] = detail;
+    });
+    const changes = entries.map((e) => ({
+      position: e.position,
+      name: e.name,
+      version: e.version,
+      ...(e.yanked !== undefined ? { yanked: e.yanked } : {}),
+      ...(e.attested !== undefined ? { attested: e.attested } : {}),
+      ...(e.removed ? { removed: true } : {}),
+    }));
+    const position = entries.length > 0 ? scannedTo : Number(since);
+    return compressedJson(request, { position, more: position < head, changes, versions });
+  });
+
+  router.post("/mirror/blobs", async (request: IRequest) => {
+    await principalOf(request, "read");
+    const asked = parseBlobList(await boundedBody(request, BLOBS_BODY));
+    const mayRead = readCheck(request, context);
+    // Each version's manifest read once: the blobs it may answer, with their sizes.
+    const held = new Map<string, Map<string, number>>();
+    for (const [ref] of asked) {
+      if (held.has(ref)) continue;
+      const { name, version } = parsePackageRef(ref);
+      if (version === undefined) throw new RunnerDepotError("BAD_REQUEST", `${ref} names no version`);
+      if (!(await mayRead(name))) throw new RunnerDepotError("PERMISSION_DENIED", `This token may not read ${name}`);
+      const record = await context.publishedVersion(name, version);
+      const text = await blobText(context, record.manifest);
+      const manifest = JSON.parse(text ?? "{}") as PackageManifest;
+      const sizes = new Map<string, number>();
+      for (const item of manifest.items ?? []) if (item.digest) sizes.set(item.digest, item.size);
+      for (const license of manifest.licenses ?? []) sizes.set(license.digest, license.size);
+      held.set(ref, sizes);
+    }
+    let total = 0;
+    for (const [ref, digest] of asked) {
+      const size = held.get(ref)!.get(digest);
+      if (size === undefined) throw new RunnerDepotError("DIGEST_UNKNOWN", `${ref} holds no blob ${digest}`);
+      total += size;
+    }
+    if (total > BLOBS_BYTES)
+      throw new RunnerDepotError(
+        "TOO_LARGE",
+        `These blobs are ${total} bytes; one answer carries at most ${BLOBS_BYTES}`,
+      );
+    const { store: blobs } = context;
+    async function* concatenated(): AsyncGenerator<Uint8Array> {
+      for (const [, digest] of asked) {
+        const body = await blobs.getBlob(digest);
+        if (!body) throw new RunnerDepotError("INTERNAL", `blob ${digest} is gone`);
+        yield* body;
+      }
+    }
+    return new Response(lazyWebStream(concatenated), {
+      status: 200,
+      headers: { "Content-Type": "application/octet-stream", "Content-Length": String(total) },
+    });
+  });
+}
+
+/** `read` on a package for this request, asked once per name. */
+function readCheck(request: Request, context: RouterContext): (name: string) => Promise<boolean> {
+  const answers = new Map<string, Promise<boolean>>();
+  return (name) => {
+    let answer = answers.get(name);
+    if (!answer) {
+      answer = context.referenceAccess(request).mayRead(name);
+      answers.set(name, answer);
+    }
+    return answer;
+  };
+}
+
+async function blobText(context: RouterContext, digest: string): Promise<string | null> {
+  const body = await context.store.getBlob(digest);
+  if (!body) return null;
+  const chunks: Buffer[] = [];
+  for await (const chunk of body) chunks.push(Buffer.from(chunk));
+  return Buffer.concat(chunks).toString("utf8");
+}
+
+/** JSON, gzip-compressed when the client accepts it (the mirror's fetch does). */
+async function compressedJson(request: Request, body: unknown): Promise<Response> {
+  const text = Buffer.from(JSON.stringify(body));
+  const headers: Record<string, string> = { "Content-Type": "application/json", "Cache-Control": "no-store" };
+  if (!/\bgzip\b/i.test(request.headers.get("accept-encoding") ?? "")) return new Response(text, { headers });
+  const packed = await gzipped(text);
+  return new Response(packed, { headers: { ...headers, "Content-Encoding": "gzip", Vary: "Accept-Encoding" } });
+}
+
+/** `{"blobs": [["name@version", "sha256:…"], …]}`: at most BLOBS_MAX pairs; BAD_REQUEST otherwise. */
+function parseBlobList(bytes: Buffer): Array<[string, string]> {
+  let body: { blobs?: unknown };
+  try {
+    body = JSON.parse(bytes.toString("utf8")) as { blobs?: unknown };
+  } catch {
+    throw new RunnerDepotError("BAD_REQUEST", "the body is not JSON");
+  }
+  const list = body?.blobs;
+  if (!Array.isArray(list) || list.length === 0 || list.length > BLOBS_MAX)
+    throw new RunnerDepotError("BAD_REQUEST", `blobs must list 1 to ${BLOBS_MAX} [ref, digest] pairs`);
+  return list.map((pair: unknown) => {
+    if (
+      !Array.isArray(pair) ||
+      pair.length !== 2 ||
+      typeof pair[0] !== "string" ||
+      pair[0].length > 512 ||
+      typeof pair[1] !== "string" ||
+      !/^sha256:[0-9a-f]{64}$/.test(pair[1])
+    )
+      throw new RunnerDepotError("BAD_REQUEST", 'each blob is ["name@version", "sha256:<hex>"]');
+    return [pair[0], pair[1]] as [string, string];
+  });
+}
+
+/** The request's body, TOO_LARGE past `max` bytes as announced or as read. */
+async function boundedBody(request: Request, max: number): Promise<Buffer> {
+  const announced = Number(request.headers.get("content-length") ?? Number.NaN);
+  const tooLarge = () => new RunnerDepotError("TOO_LARGE", `This body is at most ${max} bytes`);
+  if (announced > max) throw tooLarge();
+  if (!request.body) throw new RunnerDepotError("BAD_REQUEST", "no body");
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  const reader = request.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > max) {
+      await reader.cancel().catch(() => undefined);
+      throw tooLarge();
+    }
+    chunks.push(value);
+  }
+  return Buffer.concat(chunks, total);
+}
