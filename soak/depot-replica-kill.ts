@@ -123,10 +123,11 @@ export async function run({ scale }: { scale: number }): Promise<string> {
     for (const p of publishes) {
       const summary = (await (await rr.fetch(`/summary/${p.id}?limit=1`)).json()) as { state?: string };
       if (summary.state !== "committed") stuck.push(`${p.spec} is ${summary.state}`);
-      // The replica answers with a redirect to S3 carrying the archive's Repr-Digest; S3 serves the bytes.
+      // The replica answers the bytes itself or a redirect to S3 carrying the archive's
+      // Repr-Digest (S3 then serves the bytes): either way the Repr-Digest is the replica's.
       const redirect = await rr.fetch(`/data/${p.spec}`, { redirect: "manual" });
-      await redirect.arrayBuffer();
       const location = redirect.headers.get("location");
+      if (location) await redirect.arrayBuffer();
       const data = location ? await fetch(location) : redirect;
       const body = new Uint8Array(await data.arrayBuffer());
       const hex = createHash("sha256").update(body).digest("hex");
@@ -154,7 +155,7 @@ export async function run({ scale }: { scale: number }): Promise<string> {
     return [
       "## Depot: SIGKILL of one of two replicas during commits (PostgreSQL + S3)",
       "",
-      `Method: two depot processes (\`test/fixtures/depot-replica-server.ts\`: \`servePackageRouter\` over \`composeStore(createS3BlobStore, createPostgresRecords)\`) on one PostgreSQL schema and one bucket on ${s3.label}. Each of ${rounds} rounds (100 at scale 1) prepares ${PUBLISHES_PER_ROUND} publishes with each request sent to the next replica (open, 3 files), fires their commits at one replica (alternating), sends it SIGKILL after a random 0–${KILL_WINDOW_MS} ms, commits every unanswered transaction again on the surviving replica (a 409 CONFLICT "retry" is retried every 100 ms), and starts the killed replica again. At the end every transaction's summary is read, every version downloaded (the redirect's \`Repr-Digest\` against the body S3 serves, the body's digest against the committed one) and the change feed walked from 0.`,
+      `Method: two depot processes (\`test/fixtures/depot-replica-server.ts\`: \`servePackageRouter\` over \`composeStore(createS3BlobStore, createPostgresRecords)\`) on one PostgreSQL schema and one bucket on ${s3.label}. Each of ${rounds} rounds (100 at scale 1) prepares ${PUBLISHES_PER_ROUND} publishes with each request sent to the next replica (open, 3 files), fires their commits at one replica (alternating), sends it SIGKILL after a random 0–${KILL_WINDOW_MS} ms, commits every unanswered transaction again on the surviving replica (a 409 CONFLICT "retry" is retried every 100 ms), and starts the killed replica again. At the end every transaction's summary is read, every version downloaded (the replica's \`Repr-Digest\` against the body it or S3 serves, the body's digest against the committed one) and the change feed walked from 0.`,
       "",
       "| figure | value |",
       "|---|---:|",
