@@ -25,6 +25,7 @@ await writeReport({
     "console",
     "log-search",
     "depot-scale",
+    "depot-replicas",
     "s3-servers",
     "depot-telemetry",
     "runner-telemetry",

@@ -22,6 +22,7 @@ const fresh = await writeReport({
   modules: [
     "depot-commits",
     "depot-stalled",
+    "depot-replica-kill",
     "runner-backend-stalls",
     "runner-cuts",
     "runner-kill",

@@ -162,7 +162,8 @@ export interface RecordStore {
    * Optional: resolves once every write of this store that was visible when it was called (its own, other
    * callers', lazy and `deferSync` ones alike) is on stable storage; rejects when that cannot be promised (the
    * fs store after a failed flush, which also fails every later write). The fs store offers it (one WAL flush,
-   * shared by every caller meanwhile); stores durable when visible need not.
+   * shared by every caller meanwhile), and so does the PostgreSQL records store (its lazy and deferred writes
+   * commit asynchronously; docs/decisions/depot-scale-out.md); stores durable when visible need not.
    * Why: docs/decisions/depot-publish-durability.md, "ports.ts: RecordStore.syncRecords".
    */
   syncRecords?(): Promise<void>;

@@ -2,11 +2,18 @@
  * Depot records on PostgreSQL: one row per key with a JSON value and a revision drawn
  * from a sequence. Compare-and-swap is a single statement (INSERT … ON CONFLICT DO
  * NOTHING to create, UPDATE … WHERE revision = $n to swap), so the row lock PostgreSQL
- * takes decides every race, across any number of depot replicas.
+ * takes decides every race, across any number of depot replicas. A row lock lives for
+ * one statement (each is its own transaction): none is held across a round trip.
+ *
+ * Writes a machine crash may lose (`lazy`) and writes a request flushes once before it
+ * answers (`deferSync`) commit asynchronously (`synchronous_commit` off for that statement
+ * alone), and {@link RecordStore.syncRecords} makes them durable with one WAL flush: a
+ * publish waits for one or two flushes instead of one per write.
+ * Why: docs/decisions/depot-scale-out.md, "records.ts: asynchronous commits and one flush".
  */
 import pg from "pg";
 import { RunnerDepotError } from "../../errors.js";
-import type { RecordStore, StoredRecord } from "../../depot/ports.js";
+import type { RecordStore, StoredRecord, WriteCondition } from "../../depot/ports.js";
 import { createRecordWatch, MAX_ANNOUNCED_KEY, recordChannelOf } from "./record-notify.js";
 import { openPostgres, unavailable } from "./schema.js";
 import type { PostgresOptions } from "./schema.js";
@@ -22,6 +29,21 @@ const REVISION = /^[0-9]{1,19}$/;
 const isRevision = (r: string) => REVISION.test(r) && BigInt(r) <= 9223372036854775807n;
 
 /**
+ * A one-row relation that turns `synchronous_commit` off until the end of the statement's own
+ * (implicit) transaction: its commit then returns without waiting for the WAL flush. The
+ * change is local, so the session is back to its setting for the next statement. Joined
+ * into the write itself: no round trip of its own.
+ */
+const ASYNC = `(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit`;
+/** Rows of `sync_points`: concurrent flushes update different rows, so they share the WAL flush (group commit). */
+const SYNC_POINTS = 64;
+
+/** Whether a write may commit without waiting for the WAL flush (see the file's comment). */
+function asynchronous(cond: WriteCondition | undefined): boolean {
+  return cond?.lazy === true || cond?.deferSync === true;
+}
+
+/**
  * Creates a {@link RecordStore} on PostgreSQL.
  *
  * @example
@@ -32,6 +54,7 @@ export function createPostgresRecords(options: PostgresRecordsOptions): RecordSt
   const db = openPostgres(options);
   const t = `${db.schema}.records`;
   const seq = `${db.schema}.record_revision`;
+  const syncPoints = `${db.schema}.sync_points`;
   const pageDefault = options.defaultPageSize ?? 1000;
   const schemaName = options.schema ?? "runner_depot";
   const channel = recordChannelOf(schemaName);
@@ -61,11 +84,8 @@ export function createPostgresRecords(options: PostgresRecordsOptions): RecordSt
       return row ? { value: row.value, revision: String(row.revision) } : null;
     },
 
-    async putRecord(
-      key: string,
-      value: unknown,
-      cond: { ifRevision: string | null; announce?: boolean },
-    ): Promise<string | null> {
+    async putRecord(key: string, value: unknown, cond: WriteCondition): Promise<string | null> {
+      const later = asynchronous(cond);
       // An announced write notifies in the same statement: delivered at its commit, only when it wrote.
       const announce = cond.announce === true && key.length <= MAX_ANNOUNCED_KEY;
       const wrap = (write: string, params: unknown[]) =>
@@ -77,8 +97,11 @@ export function createPostgresRecords(options: PostgresRecordsOptions): RecordSt
           : { sql: write, params };
       if (cond.ifRevision === null) {
         const { sql, params } = wrap(
-          `INSERT INTO ${t} (key, value, revision) VALUES ($1, $2, nextval('${seq}'))
-           ON CONFLICT (key) DO NOTHING RETURNING revision`,
+          later
+            ? `INSERT INTO ${t} (key, value, revision) SELECT $1, $2, nextval('${seq}') FROM ${ASYNC}
+               ON CONFLICT (key) DO NOTHING RETURNING revision`
+            : `INSERT INTO ${t} (key, value, revision) VALUES ($1, $2, nextval('${seq}'))
+               ON CONFLICT (key) DO NOTHING RETURNING revision`,
           [key, encode(value)],
         );
         const rows = await query<{ revision: string }>(sql, params);
@@ -87,7 +110,8 @@ export function createPostgresRecords(options: PostgresRecordsOptions): RecordSt
       // A revision this store never issued cannot match anything.
       if (!isRevision(cond.ifRevision)) return null;
       const { sql, params } = wrap(
-        `UPDATE ${t} SET value = $2, revision = nextval('${seq}') WHERE key = $1 AND revision = $3 RETURNING revision`,
+        `UPDATE ${t} SET value = $2, revision = nextval('${seq}') ${later ? `FROM ${ASYNC}` : ""}
+         WHERE key = $1 AND revision = $3 RETURNING revision`,
         [key, encode(value), cond.ifRevision],
       );
       const rows = await query<{ revision: string }>(sql, params);
@@ -98,15 +122,30 @@ export function createPostgresRecords(options: PostgresRecordsOptions): RecordSt
       return watch.watch(listener);
     },
 
-    async deleteRecord(key: string, cond?: { ifRevision: string | null }): Promise<boolean> {
+    async deleteRecord(key: string, cond?: WriteCondition): Promise<boolean> {
       const revision = cond?.ifRevision ?? null;
+      const using = asynchronous(cond) ? `USING ${ASYNC}` : "";
       if (revision === null) {
-        const rows = await query(`DELETE FROM ${t} WHERE key = $1 RETURNING 1`, [key]);
+        const rows = await query(`DELETE FROM ${t} ${using} WHERE key = $1 RETURNING 1`, [key]);
         return rows.length > 0;
       }
       if (!isRevision(revision)) return false;
-      const rows = await query(`DELETE FROM ${t} WHERE key = $1 AND revision = $2 RETURNING 1`, [key, revision]);
+      const rows = await query(`DELETE FROM ${t} ${using} WHERE key = $1 AND revision = $2 RETURNING 1`, [
+        key,
+        revision,
+      ]);
       return rows.length > 0;
+    },
+
+    /**
+     * One WAL flush covering every commit visible now, in any session of the cluster: a
+     * synchronous commit that wrote WAL waits for the flush up to its own commit record, which
+     * lies after every commit record already written (a commit that only took a transaction id
+     * would not wait). One short round trip; concurrent calls share a flush. O(1).
+     */
+    async syncRecords(): Promise<void> {
+      const slot = Math.floor(Math.random() * SYNC_POINTS);
+      await query(`UPDATE ${syncPoints} SET n = n + 1 WHERE slot = $1`, [slot]);
     },
 
     async listRecords(prefix: string, page: { cursor?: string; limit?: number } = {}) {

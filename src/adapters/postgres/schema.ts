@@ -91,6 +91,10 @@ function statements(s: string): string[] {
        value json NOT NULL,
        revision bigint NOT NULL
      )`,
+    // Rows a flush of the depot's asynchronous commits updates (records.ts, syncRecords):
+    // one of 64 at random, so concurrent flushes rarely wait on one row lock.
+    `CREATE TABLE IF NOT EXISTS ${s}.sync_points (slot integer PRIMARY KEY, n bigint NOT NULL)`,
+    `INSERT INTO ${s}.sync_points (slot, n) SELECT g, 0 FROM generate_series(0, 63) AS g ON CONFLICT (slot) DO NOTHING`,
     // Room on each page (fillfactor) so an append's update of the job row can stay on its
     // page as a HOT update, writing no index entries (see SEEN_STEP in log-store.ts).
     `CREATE TABLE IF NOT EXISTS ${s}.jobs (

@@ -41,8 +41,15 @@ export function composeStore(options: ComposeStoreOptions): PackageStore {
     },
   };
   // Optional capabilities are offered only when the underlying store has them, so the router can tell.
-  // Never syncRecords: its promise covers one store's writes in one order, and here the
-  // blobs are another store's (a deferred blob would not be flushed by the records' sync).
+  // syncRecords only when the blob store has none of its own: its promise covers one store's
+  // writes in one order, and a blob store that flushes on request (the fs store) would keep a
+  // deferred blob unflushed. A blob store without it (S3) ignores deferSync: its blobs are
+  // durable when their put resolves, so the records' sync covers the rest.
+  const ownSync = (blobs as Partial<RecordStore>).syncRecords;
+  if (records.syncRecords && typeof ownSync !== "function") {
+    const syncRecords = records.syncRecords.bind(records);
+    store.syncRecords = () => syncRecords();
+  }
   if (blobs.openBlob) {
     const openBlob = blobs.openBlob.bind(blobs);
     store.openBlob = (digest) => openBlob(digest);

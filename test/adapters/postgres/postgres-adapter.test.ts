@@ -58,6 +58,7 @@ describe("postgres adapters: extra cases", () => {
         "job_sections",
         "jobs",
         "records",
+        "sync_points",
       ]);
     } finally {
       await other.drop();
@@ -101,6 +102,40 @@ describe("postgres adapters: extra cases", () => {
     } finally {
       await other.drop();
     }
+  });
+
+  it("a lazy or deferSync write commits asynchronously for itself alone; syncRecords writes one flush point", async () => {
+    // One connection, so every statement below runs in the session the asynchronous writes used.
+    const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
+    pool.on("error", () => {});
+    const records = createPostgresRecords({ pool, schema: db.schema });
+    try {
+      const key = `async/${Date.now()}`;
+      const r1 = await records.putRecord(key, { n: 1 }, { ifRevision: null, deferSync: true });
+      const r2 = await records.putRecord(key, { n: 2 }, { ifRevision: r1, lazy: true });
+      expect(r2).not.toBeNull();
+      expect(await records.putRecord(key, { n: 3 }, { ifRevision: r1, lazy: true })).toBeNull();
+      // The session is back to its own setting: the next durable write waits for its flush.
+      expect((await pool.query("SHOW synchronous_commit")).rows[0].synchronous_commit).toBe("on");
+      const before = await pool.query(`SELECT sum(n)::int AS n FROM "${db.schema}".sync_points`);
+      await records.syncRecords!();
+      const after = await pool.query(`SELECT sum(n)::int AS n FROM "${db.schema}".sync_points`);
+      expect(after.rows[0].n).toBe(before.rows[0].n + 1);
+      expect(await records.getRecord(key)).toEqual({ value: { n: 2 }, revision: r2 });
+      expect(await records.deleteRecord(key, { ifRevision: r2, lazy: true })).toBe(true);
+      expect((await pool.query("SHOW synchronous_commit")).rows[0].synchronous_commit).toBe("on");
+      expect(await records.getRecord(key)).toBeNull();
+    } finally {
+      await records.close?.();
+      await pool.end();
+    }
+  });
+
+  it("composeStore offers the records' syncRecords over S3-like blobs, never over a blob store that syncs itself", () => {
+    const records = createPostgresRecords({ pool: db.pool, schema: db.schema });
+    expect(typeof composeStore({ blobs: createMemoryStore(), records }).syncRecords).toBe("function");
+    const syncing = { ...createMemoryStore(), syncRecords: async () => {} };
+    expect(composeStore({ blobs: syncing, records }).syncRecords).toBeUndefined();
   });
 
   it("refuses a schema name that is not a plain identifier", () => {
