@@ -1,19 +1,20 @@
-/** `runner-depot mirror <upstream>`: copies an upstream depot into the depot store under --data. */
+/** `runner-depot mirror <upstream>`: copies an upstream depot into the depot store under --data (or PostgreSQL + S3). */
 import { mkdir } from "node:fs/promises";
 import path from "node:path";
-import { createFsStore } from "../../adapters/fs/index.js";
 import { mirrorDepot } from "../../depot/mirror/mirror.js";
 import { CliError, DEFAULT_DATA_DIR, type Command } from "../args.js";
 import { policyFromOptions, signatureOptions } from "./signing.js";
+import { openPackageStore, packageStoreOptions, PACKAGE_STORE_USAGE } from "./package-store-options.js";
 
 const usage = `Usage: runner-depot mirror <upstream-url> [options]
 
 Copies every version (its items, only the bytes this store lacks), every yank and every
-attestation of the depot at <upstream-url> into the depot store under --data, following
+attestation of the depot at <upstream-url> into the depot store (under --data, or the
+PostgreSQL records and S3 blobs the store flags name, as 'serve' takes them), following
 the upstream's change feed from where the last run stopped. Each version's archive is
 rebuilt here and checked against the upstream's digest before it becomes visible; each
 attestation's subjects are checked against the content copied here before it is stored. A run killed anywhere
-resumes without duplicates. 'runner-depot serve --data <dir>' serves the copy.
+resumes without duplicates. 'runner-depot serve' with the same store flags serves the copy.
 
 Options:
   --data <dir>          data directory (default ./${DEFAULT_DATA_DIR}); the store is <dir>/depot
@@ -26,7 +27,8 @@ Options:
                         once it carries one (an unsigned version waits for its signature)
   --trusted-keys <file> the keys trusted (a 'runner-depot keys generate' set)
   --builder <id>        with verify or require, a version must carry provenance from this
-                        builder (repeatable)`;
+                        builder (repeatable)
+${PACKAGE_STORE_USAGE}`;
 
 export const mirrorCommand: Command = {
   usage,
@@ -36,6 +38,7 @@ export const mirrorCommand: Command = {
     follow: { type: "boolean" },
     interval: { type: "string" },
     ...signatureOptions,
+    ...packageStoreOptions,
   },
   async run(values, positionals) {
     const [upstream] = positionals;
@@ -53,9 +56,9 @@ export const mirrorCommand: Command = {
     if (!Number.isFinite(interval) || interval < 0.1 || interval > 86_400)
       throw new CliError("--interval takes seconds from 0.1 to 86400", 2);
     const signatures = await policyFromOptions(values, values["trusted-keys"] !== undefined ? "verify" : "ignore");
-    const dir = path.join(path.resolve(typeof values.data === "string" ? values.data : DEFAULT_DATA_DIR), "depot");
-    await mkdir(dir, { recursive: true });
-    const store = createFsStore(dir);
+    const dataDir = path.resolve(typeof values.data === "string" ? values.data : DEFAULT_DATA_DIR);
+    await mkdir(path.join(dataDir, "depot"), { recursive: true });
+    const store = await openPackageStore(values, dataDir);
     const stop = new AbortController();
     const onSignal = () => stop.abort();
     process.once("SIGINT", onSignal);

@@ -28,6 +28,7 @@ import { createControlApi } from "./control.js";
 import { lockDataDir } from "./serve-lock.js";
 import { createConsole, createConsoleSessions } from "../../console/index.js";
 import type { Logger } from "../../telemetry.js";
+import { openPackageStore, postgresSchema } from "../depot/package-store-options.js";
 import { createServeLogger, gatedLogger, logPackageWarnings } from "./serve-log.js";
 import { createOperatorEndpoints, serveOperatorEndpoints, type OperatorEndpoints, type Probe } from "./serve-health.js";
 import { startServeTelemetry } from "./serve-telemetry.js";
@@ -480,36 +481,4 @@ async function openLogStore(values: Record<string, unknown>, dataDir: string): P
     return createPostgresLogStore({ connectionString: values.postgres, schema: postgresSchema(values) });
   }
   return createFsLogStore(path.join(dataDir, "logs"));
-}
-
-async function openPackageStore(values: Record<string, unknown>, dataDir: string): Promise<PackageStore> {
-  const fsStore = createFsStore(path.join(dataDir, "depot"));
-  if (typeof values.postgres !== "string" && typeof values["s3-bucket"] !== "string") return fsStore;
-  let blobs: PackageStore | Awaited<ReturnType<(typeof import("../../adapters/s3/index.js"))["createS3BlobStore"]>> =
-    fsStore;
-  if (typeof values["s3-bucket"] === "string") {
-    const { createS3BlobStore } = await importAdapter(
-      () => import("../../adapters/s3/index.js"),
-      "@aws-sdk/client-s3 @aws-sdk/lib-storage @aws-sdk/s3-request-presigner",
-    );
-    blobs = createS3BlobStore({
-      bucket: values["s3-bucket"],
-      clientConfig: {
-        endpoint: typeof values["s3-endpoint"] === "string" ? values["s3-endpoint"] : undefined,
-        region: typeof values["s3-region"] === "string" ? values["s3-region"] : "us-east-1",
-        forcePathStyle: true,
-      },
-    });
-  }
-  let records: PackageStore | ReturnType<(typeof import("../../adapters/postgres/index.js"))["createPostgresRecords"]> =
-    fsStore;
-  if (typeof values.postgres === "string") {
-    const { createPostgresRecords } = await importAdapter(() => import("../../adapters/postgres/index.js"), "pg");
-    records = createPostgresRecords({ connectionString: values.postgres, schema: postgresSchema(values) });
-  }
-  return composeStore({ blobs, records });
-}
-
-function postgresSchema(values: Record<string, unknown>): string | undefined {
-  return typeof values["postgres-schema"] === "string" ? values["postgres-schema"] : undefined;
 }
