@@ -61,7 +61,12 @@ describe("the console's log viewer on a 256 MiB log, in chromium", () => {
   beforeAll(async () => {
     if (chromiumMissing) return;
     dataDir = await mkdtemp(path.join(os.tmpdir(), "console-large-"));
-    runner = createRunnerService(createMemoryQueue(), { logs: createFsLogStore(dataDir, { fsync: false }) });
+    // tailBytes 0: the cap's old rule (later lines counted, not stored), so the log holds exactly 256 MiB; the
+    // tail kept past the cap is shown in cut-log.test.ts.
+    runner = createRunnerService(createMemoryQueue(), {
+      logs: createFsLogStore(dataDir, { fsync: false }),
+      limits: { tailBytes: 0 },
+    });
     runnerServer = await startRunnerServer(runner, { host: "127.0.0.1", port: 0 });
     sessions = createConsoleSessions();
     const webConsole = createConsole({ runner, sessions, base: "/-/console" });

@@ -384,6 +384,6 @@ describe("the library takes no OpenTelemetry SDK and no pino", () => {
     const cliUsers = [];
     for (const file of files.filter((f) => f.startsWith("cli/")))
       if (sdk.test(await readFile(new URL(file, root), "utf8"))) cliUsers.push(file);
-    expect(cliUsers.sort()).toEqual(["cli/serve-log.ts", "cli/serve-telemetry.ts"]);
+    expect(cliUsers.sort()).toEqual(["cli/serve/serve-log.ts", "cli/serve/serve-telemetry.ts"]);
   });
 });
