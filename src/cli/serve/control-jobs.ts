@@ -31,13 +31,8 @@ export async function listJobsRoute(runner: RunnerService, url: URL): Promise<Re
   return Response.json(page, { headers: { "cache-control": "no-store" } });
 }
 
-/**
- * `POST /-/jobs/<id>/cancel`: cancels an open job (its result is published at once with
- * outcome `cancelled`; the agent's next call gets ok = false and stops the command).
- * NOT_FOUND for a job never seen; FAILED_PRECONDITION (409) naming how it ended for a
- * job already over.
- */
-export async function cancelJobRoute(runner: RunnerService, logs: JobLogStore, segment: string): Promise<Response> {
+/** The request ID a path segment names (percent-decoded), or INVALID_ARGUMENT (a malformed escape too). O(segment). */
+export function requestIdOf(segment: string): string {
   let rawId = segment;
   try {
     rawId = decodeURIComponent(segment);
@@ -46,6 +41,17 @@ export async function cancelJobRoute(runner: RunnerService, logs: JobLogStore, s
   }
   const requestId = normalizeRequestId(rawId);
   if (!requestId) throw new RunnerDepotError("INVALID_ARGUMENT", `not a request ID: ${rawId.slice(0, 64)}`);
+  return requestId;
+}
+
+/**
+ * `POST /-/jobs/<id>/cancel`: cancels an open job (its result is published at once with
+ * outcome `cancelled`; the agent's next call gets ok = false and stops the command).
+ * NOT_FOUND for a job never seen; FAILED_PRECONDITION (409) naming how it ended for a
+ * job already over.
+ */
+export async function cancelJobRoute(runner: RunnerService, logs: JobLogStore, segment: string): Promise<Response> {
+  const requestId = requestIdOf(segment);
   // cancelJob on an ID never seen would still publish a result: refuse a typo instead.
   const state = await logs.get(requestId);
   if (!state) throw new RunnerDepotError("NOT_FOUND", `no job ${requestId}`);
@@ -67,14 +73,7 @@ export async function cancelJobRoute(runner: RunnerService, logs: JobLogStore, s
  * (docs/decisions/log-sections.md). NOT_FOUND for a job never seen. O(sections).
  */
 export async function jobSectionsRoute(logs: JobLogStore, segment: string): Promise<Response> {
-  let rawId = segment;
-  try {
-    rawId = decodeURIComponent(segment);
-  } catch {
-    // Malformed escapes: not a request ID either, refused below.
-  }
-  const requestId = normalizeRequestId(rawId);
-  if (!requestId) throw new RunnerDepotError("INVALID_ARGUMENT", `not a request ID: ${rawId.slice(0, 64)}`);
+  const requestId = requestIdOf(segment);
   const state = await logs.get(requestId);
   if (!state) throw new RunnerDepotError("NOT_FOUND", `no job ${requestId}`);
   const record = (logs.sections ? await logs.sections(requestId) : null) ?? emptySections();

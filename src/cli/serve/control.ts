@@ -9,9 +9,8 @@ import { positionAfter } from "../../runner/service/log-tail.js";
 import { randomUUID, timingSafeEqual } from "node:crypto";
 import { RunnerDepotError } from "../../errors.js";
 import { mintJobToken, renderCloudInit, type CloudInitAgent, type RunnerService } from "../../runner/index.js";
-import { normalizeRequestId } from "../../runner/protocol/request-id.js";
 import type { JobLogStore, StoredLine } from "../../runner/ports.js";
-import { cancelJobRoute, jobSectionsRoute, listJobsRoute } from "./control-jobs.js";
+import { cancelJobRoute, jobSectionsRoute, listJobsRoute, requestIdOf } from "./control-jobs.js";
 import { searchJobLog, searchRequestOf } from "../../runner/service/log-search.js";
 import { sectionLines } from "../../runner/service/log-sections.js";
 import { readBounded } from "../../depot/client/body.js";
@@ -198,14 +197,7 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
   /** `GET /-/jobs/<id>/search?q=&regex=1&case=1&from=&limit=`: a page of matching lines (docs/decisions/log-search.md). */
   async function searchLog(rawId: string, url: URL): Promise<Response> {
     const search = searchRequestOf(url.searchParams);
-    let decoded = rawId;
-    try {
-      decoded = decodeURIComponent(rawId);
-    } catch {
-      // Not percent-encoding: refused as not an ID just below.
-    }
-    const requestId = normalizeRequestId(decoded);
-    if (!requestId) throw new RunnerDepotError("INVALID_ARGUMENT", `not a request ID: ${rawId}`);
+    const requestId = requestIdOf(rawId);
     return Response.json(await searchJobLog(options.logs, requestId, search), {
       headers: { "cache-control": "no-store" },
     });
@@ -213,8 +205,7 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
 
   async function jobLog(rawId: string, follow: boolean, request: Request, section: string | null): Promise<Response> {
     const signal = request.signal;
-    const requestId = normalizeRequestId(decodeURIComponent(rawId));
-    if (!requestId) throw new RunnerDepotError("INVALID_ARGUMENT", `not a request ID: ${rawId}`);
+    const requestId = requestIdOf(rawId);
     const state = await options.logs.get(requestId);
     if (!state) throw new RunnerDepotError("NOT_FOUND", `no job ${requestId}`);
     if (follow && section !== null)

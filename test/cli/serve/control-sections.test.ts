@@ -126,6 +126,14 @@ describe("sections through the control API and follow()", () => {
     expect((await get(`${server.url}/-/jobs/${id}/log?section=build&follow`)).status).toBe(400);
   });
 
+  it("answers 400, never 500, to a job ID with a malformed percent-escape on every job route", async () => {
+    for (const route of ["log", "sections", "search?q=x"]) {
+      const answer = await get(`${server.url}/-/jobs/%E0%A4%A/${route}`);
+      expect([route, answer.status]).toEqual([route, 400]);
+      expect(answer.text).toContain("not a request ID");
+    }
+  });
+
   it("follow(id, { sections: true }) yields each event right after its line, from the start or the middle", async () => {
     const seen = async (from: number) => {
       const out: Array<string | [string, string, number]> = [];
