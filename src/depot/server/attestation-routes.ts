@@ -5,6 +5,7 @@
  */
 import type { IRequest } from "itty-router";
 import { RunnerDepotError } from "../../errors.js";
+import { boundedRequestBody } from "./bounded-body.js";
 import { parsePackageRef } from "../package/names.js";
 import { addAttestation, listAttestations, versionContent } from "../store/attestations.js";
 import { verifyAttestation } from "../signing/verify.js";
@@ -36,7 +37,8 @@ export function registerAttestationRoutes(context: RouterContext, settings: Atte
     // Auth before a byte of the body is read; the body is bounded before it is parsed.
     await principalOf(request, "publish", name);
     const record = await publishedVersion(name, version);
-    const bytes = await readBoundedBody(request, settings.maxBytes);
+    const bytes = await boundedRequestBody(request, "an attestation", settings.maxBytes);
+    if (bytes === null) throw new RunnerDepotError("ATTESTATION_INVALID", "no body");
     let bundle: unknown;
     try {
       bundle = JSON.parse(Buffer.from(bytes).toString("utf8"));
@@ -68,26 +70,4 @@ export function registerAttestationRoutes(context: RouterContext, settings: Atte
     );
     return json(200, { name, version, attestations });
   });
-}
-
-/** The request's body, refused (TOO_LARGE) past `maxBytes` as announced or as read. O(maxBytes) memory. */
-async function readBoundedBody(request: Request, maxBytes: number): Promise<Uint8Array> {
-  const announced = Number(request.headers.get("content-length") ?? NaN);
-  const tooLarge = () => new RunnerDepotError("TOO_LARGE", `an attestation is at most ${maxBytes} bytes`);
-  if (announced > maxBytes) throw tooLarge();
-  if (!request.body) throw new RunnerDepotError("ATTESTATION_INVALID", "no body");
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  const reader = request.body.getReader();
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    total += value.byteLength;
-    if (total > maxBytes) {
-      await reader.cancel().catch(() => undefined);
-      throw tooLarge();
-    }
-    chunks.push(value);
-  }
-  return Buffer.concat(chunks, total);
 }

@@ -10,6 +10,7 @@ import { promisify } from "node:util";
 import { gzip } from "node:zlib";
 import type { IRequest } from "itty-router";
 import { RunnerDepotError } from "../../errors.js";
+import { boundedRequestBody } from "./bounded-body.js";
 import { catalogHead } from "../catalog/head.js";
 import { readChanges } from "../catalog/changes.js";
 import type { PackageManifest } from "../package/archive.js";
@@ -78,7 +79,9 @@ export function registerMirrorRoutes(context: RouterContext): void {
 
   router.post("/mirror/blobs", async (request: IRequest) => {
     await principalOf(request, "read");
-    const asked = parseBlobList(await boundedBody(request, BLOBS_BODY));
+    const body = await boundedRequestBody(request, "a blob list", BLOBS_BODY);
+    if (body === null) throw new RunnerDepotError("BAD_REQUEST", "no body");
+    const asked = parseBlobList(body);
     const mayRead = readCheck(request, context);
     // Each version's manifest read once: the blobs it may answer, with their sizes.
     const held = new Map<string, Map<string, number>>();
@@ -174,26 +177,4 @@ function parseBlobList(bytes: Buffer): Array<[string, string]> {
       throw new RunnerDepotError("BAD_REQUEST", 'each blob is ["name@version", "sha256:<hex>"]');
     return [pair[0], pair[1]] as [string, string];
   });
-}
-
-/** The request's body, TOO_LARGE past `max` bytes as announced or as read. */
-async function boundedBody(request: Request, max: number): Promise<Buffer> {
-  const announced = Number(request.headers.get("content-length") ?? Number.NaN);
-  const tooLarge = () => new RunnerDepotError("TOO_LARGE", `This body is at most ${max} bytes`);
-  if (announced > max) throw tooLarge();
-  if (!request.body) throw new RunnerDepotError("BAD_REQUEST", "no body");
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  const reader = request.body.getReader();
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    total += value.byteLength;
-    if (total > max) {
-      await reader.cancel().catch(() => undefined);
-      throw tooLarge();
-    }
-    chunks.push(value);
-  }
-  return Buffer.concat(chunks, total);
 }
