@@ -7,23 +7,13 @@
  * fetched and drawn, folded or not.
  */
 
-/** A section as GET api/jobs/:id/sections sends it (runner/ports.ts LogSection). */
-export interface WireSection {
-  name: string;
-  format: "gitlab" | "github";
-  start: number;
-  end: number | null;
-  depth: number;
-  startTime: number;
-  endTime: number | null;
-  collapsed: boolean;
-}
+import type { LogSection, LogSections } from "../../runner/ports.js";
+
+/** A section as GET api/jobs/:id/sections sends it: the store's record as it is (a type only: nothing is imported). */
+export type WireSection = LogSection;
 
 /** The answer of GET api/jobs/:id/sections. */
-export interface WireSections {
-  sections: WireSection[];
-  dropped: number;
-  unmatched: number;
+export interface WireSections extends LogSections {
   storedLines: number;
   status: string;
   exitCode: number | null;
