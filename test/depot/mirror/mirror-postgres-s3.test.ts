@@ -3,50 +3,29 @@
  * by 302 to signed S3 URLs, so every range the mirror reads is served by the object store. The
  * upstream's server is closed in the middle of a mirror and served again on the same port.
  */
-import { randomUUID } from "node:crypto";
-import { PutObjectCommand } from "@aws-sdk/client-s3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createPostgresRecords } from "../../../src/adapters/postgres/index.js";
-import { createS3BlobStore } from "../../../src/adapters/s3/index.js";
 import { mirrorDepot, mirrorKey } from "../../../src/depot/mirror/mirror.js";
-import type { PackageStore } from "../../../src/depot/ports.js";
 import { createPackageRouter } from "../../../src/depot/server/router.js";
 import { servePackageRouter, type PackageServer } from "../../../src/depot/server/serve.js";
-import { composeStore } from "../../../src/depot/store/compose.js";
 import { isRunnerDepotError } from "../../../src/errors.js";
-import { createTestSchema, startS3, type S3Fixture } from "../../fixtures/backends.js";
+import { startPostgresS3Stores, type PostgresS3Stores } from "../../fixtures/postgres-s3-stores.js";
 import { publish, startDepot } from "../../fixtures/depot.js";
 
 describe("mirror (PostgreSQL records + S3 blobs at both ends)", () => {
-  let s3: S3Fixture;
-  let dbs: Array<Awaited<ReturnType<typeof createTestSchema>>> = [];
-  const stores: PackageStore[] = [];
+  let backends: PostgresS3Stores;
   const servers: PackageServer[] = [];
   beforeAll(async () => {
-    s3 = await startS3();
-    dbs = [await createTestSchema(), await createTestSchema()];
+    backends = await startPostgresS3Stores(2);
   });
   afterAll(async () => {
     for (const server of servers) await server.close();
-    for (const store of stores) await store.close?.();
-    for (const db of dbs) await db.drop();
-    await s3?.close();
+    await backends?.close();
   });
 
-  async function openStore(db: Awaited<ReturnType<typeof createTestSchema>>): Promise<PackageStore> {
-    const prefix = `mirror-${randomUUID()}/`;
-    // A resident object keeps s3rver's tmp/ directory alive (see feed-on-postgres-s3.test.ts).
-    await s3.client.send(new PutObjectCommand({ Bucket: s3.bucket, Key: `${prefix}tmp/.keep`, Body: "" }));
-    const store = composeStore({
-      blobs: createS3BlobStore({ bucket: s3.bucket, prefix, clientConfig: s3.clientConfig }),
-      records: createPostgresRecords({ pool: db.pool, schema: db.schema }),
-    });
-    stores.push(store);
-    return store;
-  }
+  const openStore = (index: number) => backends.open(index, "mirror");
 
   it("copies through signed URLs, survives the upstream closing mid-mirror, and serves the same archives", async () => {
-    const upStore = await openStore(dbs[0]!);
+    const upStore = await openStore(0);
     const serve = async (port = 0) => {
       const server = await servePackageRouter(createPackageRouter(upStore, { onError: () => undefined }), { port });
       servers.push(server);
@@ -68,7 +47,7 @@ describe("mirror (PostgreSQL records + S3 blobs at both ends)", () => {
     const signed = await fetch(`${up.url}/data/s1@1.0.1`, { redirect: "manual" });
     expect(signed.status).toBe(302);
 
-    const local = await openStore(dbs[1]!);
+    const local = await openStore(1);
     let applied = 0;
     const cut = await mirrorDepot(local, {
       upstream: up.url,

@@ -4,48 +4,28 @@
  * pulled and held; with the upstream closed, the held version is still served; a version published
  * upstream after a remembered miss is found once the miss TTL has passed.
  */
-import { createHash, randomUUID } from "node:crypto";
-import { PutObjectCommand } from "@aws-sdk/client-s3";
+import { createHash } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createPostgresRecords } from "../../../src/adapters/postgres/index.js";
-import { createS3BlobStore } from "../../../src/adapters/s3/index.js";
-import type { PackageStore } from "../../../src/depot/ports.js";
-import { composeStore } from "../../../src/depot/store/compose.js";
-import { createTestSchema, startS3, type S3Fixture } from "../../fixtures/backends.js";
+import { startPostgresS3Stores, type PostgresS3Stores } from "../../fixtures/postgres-s3-stores.js";
 import { publish, startDepot, type LiveDepot } from "../../fixtures/depot.js";
 
 const sha = (bytes: ArrayBuffer) => createHash("sha256").update(Buffer.from(bytes)).digest("hex");
 
 describe("pull-through (PostgreSQL records + S3 blobs at both ends)", () => {
-  let s3: S3Fixture;
-  let dbs: Array<Awaited<ReturnType<typeof createTestSchema>>> = [];
-  const stores: PackageStore[] = [];
+  let backends: PostgresS3Stores;
   const depots: LiveDepot[] = [];
   beforeAll(async () => {
-    s3 = await startS3();
-    dbs = [await createTestSchema(), await createTestSchema()];
+    backends = await startPostgresS3Stores(2);
   });
   afterAll(async () => {
     for (const depot of depots) await depot.close().catch(() => undefined);
-    for (const store of stores) await store.close?.();
-    for (const db of dbs) await db.drop();
-    await s3?.close();
+    await backends?.close();
   });
 
-  async function openStore(db: Awaited<ReturnType<typeof createTestSchema>>): Promise<PackageStore> {
-    const prefix = `pull-${randomUUID()}/`;
-    // A resident object keeps s3rver's tmp/ directory alive (see feed-on-postgres-s3.test.ts).
-    await s3.client.send(new PutObjectCommand({ Bucket: s3.bucket, Key: `${prefix}tmp/.keep`, Body: "" }));
-    const store = composeStore({
-      blobs: createS3BlobStore({ bucket: s3.bucket, prefix, clientConfig: s3.clientConfig }),
-      records: createPostgresRecords({ pool: db.pool, schema: db.schema }),
-    });
-    stores.push(store);
-    return store;
-  }
+  const openStore = (index: number) => backends.open(index, "pull");
 
   it("pulls a miss through signed URLs, holds it while the upstream is down, and has no stuck 404", async () => {
-    const up = await startDepot(await openStore(dbs[0]!));
+    const up = await startDepot(await openStore(0));
     depots.push(up);
     const body = "s3 pulled ".repeat(3000);
     expect((await publish(up.url, "tool@1.0.0", [{ type: "file", path: "bin", body }])).status).toBe(201);
@@ -53,7 +33,7 @@ describe("pull-through (PostgreSQL records + S3 blobs at both ends)", () => {
     const whole = sha(await (await fetch(`${up.url}/data/tool@1.0.0`)).arrayBuffer());
 
     let clock = Date.parse("2026-11-29T10:00:00Z");
-    const local = await startDepot(await openStore(dbs[1]!), {
+    const local = await startDepot(await openStore(1), {
       upstream: { url: up.url, allowAnonymous: true, missTtlMs: 30_000 },
       now: () => new Date(clock),
     });
