@@ -5,35 +5,27 @@
  * rows for what was dropped.
  */
 import { mkdtemp, rm } from "node:fs/promises";
-import http from "node:http";
-import type { AddressInfo } from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { randomUUID } from "node:crypto";
 import type { Browser, Page } from "playwright-core";
-import { toNodeHandler } from "srvx/node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { chromiumMissing, closeConsoleStack, launchChromium } from "../fixtures/chromium.js";
-import { createFsLogStore } from "../../src/adapters/fs/index.js";
-import { createMemoryQueue } from "../../src/adapters/memory/index.js";
-import { createConsole, createConsoleSessions, type ConsoleSessions } from "../../src/console/index.js";
 import {
-  createRunnerClient,
-  createRunnerService,
-  startRunnerServer,
-  type RunnerServer,
-  type RunnerService,
-} from "../../src/runner/index.js";
+  chromiumMissing,
+  closeConsoleStack,
+  launchChromium,
+  signedInPage,
+  startConsole,
+  type LiveConsole,
+} from "../fixtures/chromium.js";
+import { createFsLogStore } from "../../src/adapters/fs/index.js";
+import { createRunnerClient } from "../../src/runner/index.js";
 
 const LINES = 20_000;
 
 describe("a cut log in the console, in chromium", () => {
   let dataDir: string;
-  let runner: RunnerService;
-  let runnerServer: RunnerServer;
-  let sessions: ConsoleSessions;
-  let httpServer: http.Server;
-  let origin: string;
+  let stack: LiveConsole;
   let browser: Browser;
   let page: Page;
   const id = randomUUID();
@@ -41,36 +33,23 @@ describe("a cut log in the console, in chromium", () => {
   beforeAll(async () => {
     if (chromiumMissing) return;
     dataDir = await mkdtemp(path.join(os.tmpdir(), "console-cut-"));
-    runner = createRunnerService(createMemoryQueue(), {
+    stack = await startConsole({
       logs: createFsLogStore(dataDir, { fsync: false }),
       limits: { jobLogBytes: 64 * 1024 },
     });
-    runnerServer = await startRunnerServer(runner, { host: "127.0.0.1", port: 0 });
-    sessions = createConsoleSessions();
-    const webConsole = createConsole({ runner, sessions, base: "/-/console" });
-    httpServer = http.createServer(
-      toNodeHandler((request: Request) => webConsole.fetch(request)) as unknown as http.RequestListener,
-    );
-    await new Promise<void>((resolve) => httpServer.listen(0, "127.0.0.1", resolve));
-    origin = `http://127.0.0.1:${(httpServer.address() as AddressInfo).port}`;
-
-    await runner.expectJob(id, { repoUrl: "https://git.example/c.git", commitSha: "c0ffee" });
-    const client = createRunnerClient({ endpoint: runnerServer.url, requestId: id });
+    await stack.runner.expectJob(id, { repoUrl: "https://git.example/c.git", commitSha: "c0ffee" });
+    const client = createRunnerClient({ endpoint: stack.runnerServer.url, requestId: id });
     for (let i = 1; i <= LINES; i++) if (!client.log(`line ${i}`, false)) await client.drained();
     client.log("FATAL: the end", true);
     await client.end({ exitCode: 1, success: false });
     await client.close();
-
     browser = await launchChromium();
-    page = await (await browser.newContext({ viewport: { width: 1100, height: 800 } })).newPage();
-    page.on("pageerror", (error) => console.error("page error:", error));
-    await page.goto(`${origin}/-/console/?token=${sessions.loginToken()}`);
-    await Promise.all([page.waitForNavigation(), page.getByRole("button", { name: "Sign in" }).click()]);
+    page = await signedInPage(browser, stack.origin, stack.sessions);
   }, 300_000);
 
   afterAll(async () => {
     if (chromiumMissing) return;
-    await closeConsoleStack({ browser, httpServer, runnerServer, runner });
+    await closeConsoleStack({ browser, ...stack });
     if (dataDir) await rm(dataDir, { recursive: true, force: true });
   });
 
@@ -89,10 +68,10 @@ describe("a cut log in the console, in chromium", () => {
 
   it("shows head, one marker and the tail ending in FATAL, and no rows for the dropped lines", async ({ skip }) => {
     skip(chromiumMissing !== null, chromiumMissing ?? "");
-    const state = (await runner.logs.get(id))!;
+    const state = (await stack.runner.logs.get(id))!;
     const cut = state.cut!;
     expect(cut.lines).toBeGreaterThan(0);
-    await page.goto(`${origin}/-/console/jobs/${id}`);
+    await page.goto(`${stack.origin}/-/console/jobs/${id}`);
     // Rows: every position but the dropped ones.
     await page.waitForFunction(
       (n) => document.getElementById("log")?.dataset.rows === String(n),

@@ -11,25 +11,22 @@
  * shown is the right one. Frame times are printed for the report, never asserted.
  */
 import { mkdtemp, rm } from "node:fs/promises";
-import http from "node:http";
-import type { AddressInfo } from "node:net";
+import type http from "node:http";
 import os from "node:os";
 import path from "node:path";
 import { randomUUID } from "node:crypto";
 import type { Browser, Page } from "playwright-core";
-import { toNodeHandler } from "srvx/node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { chromiumMissing, closeConsoleStack, launchChromium } from "../fixtures/chromium.js";
-import { createFsLogStore } from "../../src/adapters/fs/index.js";
-import { createMemoryQueue } from "../../src/adapters/memory/index.js";
-import { createConsole, createConsoleSessions, type ConsoleSessions } from "../../src/console/index.js";
 import {
-  createRunnerClient,
-  createRunnerService,
-  startRunnerServer,
-  type RunnerServer,
-  type RunnerService,
-} from "../../src/runner/index.js";
+  chromiumMissing,
+  closeConsoleStack,
+  launchChromium,
+  signedInPage,
+  startConsole,
+} from "../fixtures/chromium.js";
+import { createFsLogStore } from "../../src/adapters/fs/index.js";
+import type { ConsoleSessions } from "../../src/console/index.js";
+import { createRunnerClient, type RunnerServer, type RunnerService } from "../../src/runner/index.js";
 import { LINE_RECORD_OVERHEAD } from "../../src/runner/service/log-cap.js";
 
 /** Each line counts its bytes + LINE_RECORD_OVERHEAD toward the cap (log-cap.ts): 256 a line. */
@@ -63,18 +60,10 @@ describe("the console's log viewer on a 256 MiB log, in chromium", () => {
     dataDir = await mkdtemp(path.join(os.tmpdir(), "console-large-"));
     // tailBytes 0: the cap's old rule (later lines counted, not stored), so the log holds exactly 256 MiB; the
     // tail kept past the cap is shown in cut-log.test.ts.
-    runner = createRunnerService(createMemoryQueue(), {
+    ({ runner, runnerServer, sessions, httpServer, origin } = await startConsole({
       logs: createFsLogStore(dataDir, { fsync: false }),
       limits: { tailBytes: 0 },
-    });
-    runnerServer = await startRunnerServer(runner, { host: "127.0.0.1", port: 0 });
-    sessions = createConsoleSessions();
-    const webConsole = createConsole({ runner, sessions, base: "/-/console" });
-    httpServer = http.createServer(
-      toNodeHandler((request: Request) => webConsole.fetch(request)) as unknown as http.RequestListener,
-    );
-    await new Promise<void>((resolve) => httpServer.listen(0, "127.0.0.1", resolve));
-    origin = `http://127.0.0.1:${(httpServer.address() as AddressInfo).port}`;
+    }));
 
     // The job, through the agent's own client over gRPC: the cap, then one line past it.
     await runner.expectJob(id, { repoUrl: "https://git.example/big.git", commitSha: "b16b00b5" });
@@ -93,13 +82,10 @@ describe("the console's log viewer on a 256 MiB log, in chromium", () => {
     });
 
     browser = await launchChromium();
-    page = await (await browser.newContext({ viewport: { width: 1100, height: 800 } })).newPage();
-    page.on("pageerror", (error) => console.error("page error:", error));
+    page = await signedInPage(browser, origin, sessions);
     page.on("request", (request) => {
       if (request.url().includes(`/api/jobs/${id}/lines`)) chunkRequests.push(request.url());
     });
-    await page.goto(`${origin}/-/console/?token=${sessions.loginToken()}`);
-    await Promise.all([page.waitForNavigation(), page.getByRole("button", { name: "Sign in" }).click()]);
     expect(page.url()).toBe(`${origin}/-/console/`);
   }, 600_000);
 

@@ -6,28 +6,25 @@
  * on a live job and on an archived one.
  */
 import { mkdtemp, rm } from "node:fs/promises";
-import http from "node:http";
-import type { AddressInfo } from "node:net";
+import type http from "node:http";
 import os from "node:os";
 import path from "node:path";
 import { randomUUID } from "node:crypto";
 import type { Browser, Page } from "playwright-core";
-import { toNodeHandler } from "srvx/node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { chromiumMissing, closeConsoleStack, launchChromium } from "../fixtures/chromium.js";
+import {
+  chromiumMissing,
+  closeConsoleStack,
+  launchChromium,
+  signedInPage,
+  startConsole,
+} from "../fixtures/chromium.js";
 import { createFsLogArchive, createFsLogStore } from "../../src/adapters/fs/index.js";
-import { createMemoryQueue } from "../../src/adapters/memory/index.js";
 import { createControlApi } from "../../src/cli/serve/control.js";
 import { servePackageRouter } from "../../src/depot/server/serve.js";
-import { createConsole, createConsoleSessions, type ConsoleSessions } from "../../src/console/index.js";
+import type { ConsoleSessions } from "../../src/console/index.js";
 import { createArchivingLogStore } from "../../src/runner/archive/archiving-store.js";
-import {
-  createRunnerClient,
-  createRunnerService,
-  startRunnerServer,
-  type RunnerServer,
-  type RunnerService,
-} from "../../src/runner/index.js";
+import { createRunnerClient, type RunnerServer, type RunnerService } from "../../src/runner/index.js";
 import { SCAN_LINES, type LogSearchPage } from "../../src/runner/service/log-search.js";
 import { until } from "../fixtures/runner-service.js";
 
@@ -71,15 +68,7 @@ describe("log search through real servers and chromium", () => {
     const logs = createArchivingLogStore(createFsLogStore(path.join(dir, "live"), { fsync: false }), {
       archive: createFsLogArchive(path.join(dir, "archive"), { fsync: false }),
     });
-    runner = createRunnerService(createMemoryQueue(), { logs });
-    runnerServer = await startRunnerServer(runner, { host: "127.0.0.1", port: 0 });
-    sessions = createConsoleSessions();
-    const webConsole = createConsole({ runner, sessions, base: "/-/console" });
-    httpServer = http.createServer(
-      toNodeHandler((request: Request) => webConsole.fetch(request)) as unknown as http.RequestListener,
-    );
-    await new Promise<void>((resolve) => httpServer.listen(0, "127.0.0.1", resolve));
-    origin = `http://127.0.0.1:${(httpServer.address() as AddressInfo).port}`;
+    ({ runner, runnerServer, sessions, httpServer, origin } = await startConsole({ logs }));
     const api = createControlApi({
       runner,
       logs: runner.logs,
@@ -96,13 +85,10 @@ describe("log search through real servers and chromium", () => {
 
     if (chromiumMissing) return;
     browser = await launchChromium();
-    page = await (await browser.newContext({ viewport: { width: 1100, height: 800 } })).newPage();
-    page.on("pageerror", (error) => console.error("page error:", error));
+    page = await signedInPage(browser, origin, sessions);
     page.on("request", (request) => {
       if (/\/api\/jobs\/[^/]+\/lines/.test(request.url())) windowRequests.push(request.url());
     });
-    await page.goto(`${origin}/-/console/?token=${sessions.loginToken()}`);
-    await Promise.all([page.waitForNavigation(), page.getByRole("button", { name: "Sign in" }).click()]);
   }, 300_000);
 
   afterAll(async () => {

@@ -9,25 +9,22 @@
  * - the sections endpoint and the raw download of one section, through the same server.
  */
 import { mkdtemp, rm } from "node:fs/promises";
-import http from "node:http";
-import type { AddressInfo } from "node:net";
+import type http from "node:http";
 import os from "node:os";
 import path from "node:path";
 import { randomUUID } from "node:crypto";
 import type { Browser, Page } from "playwright-core";
-import { toNodeHandler } from "srvx/node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { chromiumMissing, closeConsoleStack, launchChromium } from "../fixtures/chromium.js";
-import { createFsLogStore } from "../../src/adapters/fs/index.js";
-import { createMemoryQueue } from "../../src/adapters/memory/index.js";
-import { createConsole, createConsoleSessions, type ConsoleSessions } from "../../src/console/index.js";
 import {
-  createRunnerClient,
-  createRunnerService,
-  startRunnerServer,
-  type RunnerServer,
-  type RunnerService,
-} from "../../src/runner/index.js";
+  chromiumMissing,
+  closeConsoleStack,
+  launchChromium,
+  signedInPage,
+  startConsole,
+} from "../fixtures/chromium.js";
+import { createFsLogStore } from "../../src/adapters/fs/index.js";
+import type { ConsoleSessions } from "../../src/console/index.js";
+import { createRunnerClient, type RunnerServer, type RunnerService } from "../../src/runner/index.js";
 
 const TOTAL = 1_048_577;
 const T = 1_700_000_000;
@@ -89,28 +86,19 @@ describe("log sections in the console, in chromium", () => {
   beforeAll(async () => {
     if (chromiumMissing) return;
     dataDir = await mkdtemp(path.join(os.tmpdir(), "console-sections-"));
-    runner = createRunnerService(createMemoryQueue(), { logs: createFsLogStore(dataDir, { fsync: false }) });
-    runnerServer = await startRunnerServer(runner, { host: "127.0.0.1", port: 0 });
-    sessions = createConsoleSessions();
-    const webConsole = createConsole({ runner, sessions, base: "/-/console" });
-    httpServer = http.createServer(
-      toNodeHandler((request: Request) => webConsole.fetch(request)) as unknown as http.RequestListener,
-    );
-    await new Promise<void>((resolve) => httpServer.listen(0, "127.0.0.1", resolve));
-    origin = `http://127.0.0.1:${(httpServer.address() as AddressInfo).port}`;
+    ({ runner, runnerServer, sessions, httpServer, origin } = await startConsole({
+      logs: createFsLogStore(dataDir, { fsync: false }),
+    }));
 
     await send(big, TOTAL, bigLine, 0);
     await send(failing, FAILING.length, (i) => FAILING[i]!, 1);
     expect(await runner.logs.get(big)).toMatchObject({ status: "finished", storedLines: TOTAL });
 
     browser = await launchChromium();
-    page = await (await browser.newContext({ viewport: { width: 1100, height: 800 } })).newPage();
-    page.on("pageerror", (error) => console.error("page error:", error));
+    page = await signedInPage(browser, origin, sessions);
     page.on("request", (request) => {
       if (request.url().includes(`/api/jobs/${big}/lines`)) chunkRequests.push(request.url());
     });
-    await page.goto(`${origin}/-/console/?token=${sessions.loginToken()}`);
-    await Promise.all([page.waitForNavigation(), page.getByRole("button", { name: "Sign in" }).click()]);
   }, 600_000);
 
   afterAll(async () => {
