@@ -507,7 +507,8 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
         requestId,
         false,
         async (job) => {
-          if (job.state.archived) return null;
+          // Archived, or cut (its tail lives in segment files): the read path numbers those lines.
+          if (job.state.archived || job.state.cut) return null;
           job.index ??= await scanIndex(job.path, job.state.fileBytes);
           const { fileBytes, storedLines, startedAt } = job.state;
           return { path: job.path, index: job.index, fileBytes, storedLines, base: timeBase(startedAt) };

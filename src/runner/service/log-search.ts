@@ -210,7 +210,9 @@ async function scanPages(
     if (page.length === 0) break;
     for (const line of page) {
       const ranges = match(line.line);
-      const at = position++;
+      const at = position;
+      // A cut log's drop marker stands for itself and the dropped positions after it (log-tail.ts).
+      position += 1 + (line.skipped ?? 0);
       lines++;
       bytes += line.line.length;
       if (ranges && !take(out, at, line, ranges, limit, chars)) break scan;
