@@ -17,6 +17,11 @@ import { verifyJobToken, type JobTokenSecret } from "../../runner/protocol/token
 
 /** The principal of a job's own credentials. */
 const JOB_PRINCIPAL = /^job:([0-9a-f-]{36})$/;
+
+/** True for the principal of a job's own credentials (serve's per-job quota applies to it). O(1). */
+export function isJobPrincipal(principal: string): boolean {
+  return JOB_PRINCIPAL.test(principal);
+}
 /** Lines hashed per store read. */
 const PAGE_LINES = 1000;
 

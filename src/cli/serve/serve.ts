@@ -16,7 +16,7 @@ import {
 } from "../../depot/index.js";
 import type { PackageStore } from "../../depot/ports.js";
 import { orchestratorSigningKey, readTrustedKeys } from "../depot/signing.js";
-import { jobCredentials, jobProvenance } from "../runner/job-publishing.js";
+import { isJobPrincipal, jobCredentials, jobProvenance } from "../runner/job-publishing.js";
 import { jobPublications } from "../../depot/store/attestations.js";
 import { createRunnerService, startRunnerServer } from "../../runner/index.js";
 import type { JobLogStore, JobResult, JobResultQueue } from "../../runner/ports.js";
@@ -65,6 +65,9 @@ Options:
   --s3-region <region>    S3 region (default us-east-1)
   --postgres-schema <s>   PostgreSQL schema for both (default runner_depot)
   --lost-after <seconds>  close jobs silent for this long as lost (default 600)
+  --job-quota-bytes <n>   what one job may publish with its own credentials, in archive
+                          bytes; past it a commit answers 413 QUOTA_EXCEEDED (default: none)
+  --job-quota-versions <n>  likewise in versions (default: none)
 
 Operations:
   --log-level <level>     trace, debug, info (default), warn, error, fatal or silent
@@ -115,6 +118,8 @@ export const serveCommand: Command = {
     "s3-endpoint": { type: "string" },
     "s3-region": { type: "string" },
     "lost-after": { type: "string" },
+    "job-quota-bytes": { type: "string" },
+    "job-quota-versions": { type: "string" },
     "postgres-schema": { type: "string" },
     "log-level": { type: "string" },
     "log-format": { type: "string" },
@@ -149,6 +154,10 @@ export const serveCommand: Command = {
     if (values["metrics-host"] !== undefined && metricsPort === undefined)
       throw new CliError("--metrics-host goes with --metrics-port", 2);
     checkMetricsHost(metricsHost, metricsPort, values["metrics-public"] === true);
+    const jobQuota = {
+      bytes: countOption(values["job-quota-bytes"], "job-quota-bytes"),
+      versions: countOption(values["job-quota-versions"], "job-quota-versions"),
+    };
     const gcInterval = secondsOption(values["gc-interval"], "gc-interval", 3600);
     const gcGrace = secondsOption(values["gc-grace"], "gc-grace", 3600);
     const gate = { quiet: false };
@@ -243,6 +252,10 @@ export const serveCommand: Command = {
           builderId,
           jobOf: jobProvenance(logs, (id) => `/-/console/jobs/${encodeURIComponent(id)}`),
         },
+        // A job's own credentials publish within the job's quota (docs/depot-api.md, Quotas); others have none.
+        ...(jobQuota.bytes !== undefined || jobQuota.versions !== undefined
+          ? { quota: (principal: string) => (isJobPrincipal(principal) ? jobQuota : undefined) }
+          : {}),
         logger: logger.child({ component: "depot" }),
         gcGraceMs: gcGrace * 1000,
         ...(trustedKeys ? { trustedKeys } : {}),
@@ -417,6 +430,14 @@ function readinessProbes(store: PackageStore, logs: JobLogStore, queue: JobResul
 const pause = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /** A number of seconds, 0 or more; `fallback` when the flag is absent. */
+/** A whole number of at least 1 from a flag, or undefined when absent; usage error otherwise. */
+function countOption(value: unknown, flag: string): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!Number.isSafeInteger(n) || n < 1) throw new CliError(`--${flag} must be a whole number of at least 1`, 2);
+  return n;
+}
+
 function secondsOption(value: unknown, flag: string, fallback: number): number {
   const seconds = value === undefined ? fallback : Number(value);
   if (!(seconds >= 0) || !Number.isFinite(seconds))

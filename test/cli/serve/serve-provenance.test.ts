@@ -34,10 +34,15 @@ beforeAll(async () => {
   cli = await bundleCli();
   tmp = await tempDir("serve-provenance-");
   data = path.join(tmp.dir, "data");
-  serve = spawn(process.execPath, [cli.file, "serve", "--runner-port", "0", "--depot-port", "0", "--data", data], {
-    cwd: tmp.dir,
-    stdio: ["ignore", "pipe", "pipe"],
-  });
+  // --job-quota-versions 1: a job publishes one version with its own credentials (the admin token has no quota).
+  serve = spawn(
+    process.execPath,
+    [cli.file, "serve", "--runner-port", "0", "--depot-port", "0", "--data", data, "--job-quota-versions", "1"],
+    {
+      cwd: tmp.dir,
+      stdio: ["ignore", "pipe", "pipe"],
+    },
+  );
   let err = "";
   await new Promise<void>((resolve, reject) => {
     serve.stderr!.setEncoding("utf8").on("data", (d: string) => {
@@ -121,5 +126,51 @@ describe("serve: a job publishes through its agent with its own credentials", ()
     ]);
     expect(refused.code).toBe(1);
     expect(refused.err).toContain(`verify refused: tool@2.0.0: no provenance from ${builder}`);
+  });
+});
+
+describe("serve --job-quota-versions: what one job may publish", () => {
+  it("a job's second version answers 413 QUOTA_EXCEEDED and is not published; the first stands", async () => {
+    const src = path.join(tmp.dir, "src-quota");
+    await mkdir(src, { recursive: true });
+    await writeFile(path.join(src, "lib"), "quota\n");
+    const publish = (version: string) => `"${process.execPath}" "${cli.file}" publish "${src}" "qlib@${version}"`;
+    const created = await run([
+      "job",
+      "--json",
+      "--data",
+      data,
+      "--publish",
+      "qlib",
+      "--",
+      "sh",
+      "-c",
+      `${publish("1.0.0")} && ${publish("1.0.1")}`,
+    ]);
+    expect(created.code, created.err).toBe(0);
+    const job = JSON.parse(created.out) as { requestId: string; token: string; endpoint: string };
+    const state = JSON.parse(await readFile(path.join(data, "serve.json"), "utf8")) as { depotUrl: string };
+    const agent = await run(
+      [
+        "agent",
+        "--endpoint",
+        job.endpoint,
+        "--request-id",
+        job.requestId,
+        "--token",
+        job.token,
+        "--",
+        "sh",
+        "-c",
+        `${publish("1.0.0")} && ${publish("1.0.1")}`,
+      ],
+      { RUNNER_DEPOT_URL: state.depotUrl, RUNNER_DEPOT_TOKEN: `job.${job.requestId}.${job.token}` },
+    );
+    expect(agent.code).not.toBe(0);
+    expect(agent.out + agent.err).toMatch(/quota/i);
+    const versions = (await (await fetch(`${state.depotUrl}/version/qlib`)).json()) as {
+      versions: Array<{ version: string }>;
+    };
+    expect(versions.versions.map((v) => v.version)).toEqual(["1.0.0"]);
   });
 });
