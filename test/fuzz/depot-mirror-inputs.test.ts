@@ -6,7 +6,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { parseYankReason, YANK_REASON_MAX } from "../../src/depot/catalog/yank.js";
-import { headerSize } from "../../src/depot/mirror/mirror.js";
+import { headerSize } from "../../src/depot/mirror/upstream-manifest.js";
 import { parseFeedPage, Pieces } from "../../src/depot/mirror/upstream.js";
 import { RunnerDepotError } from "../../src/errors.js";
 import { fuzzParams } from "./settings.js";

@@ -8,10 +8,9 @@
  */
 import { createHash } from "node:crypto";
 import { RunnerDepotError } from "../../errors.js";
-import { archiveLayout, commitArchive, MANIFEST_PATH, type PackageManifest } from "../package/archive.js";
+import { archiveLayout, commitArchive, type PackageManifest } from "../package/archive.js";
 import { keepArchive } from "../package/archive-keeper.js";
 import { parsePackageName, parseVersion } from "../package/names.js";
-import { parseItemPath } from "../package/paths.js";
 import { publishVersion } from "../catalog/packages.js";
 import { compactAfter } from "../catalog/pages.js";
 import { setYank } from "../catalog/yank.js";
@@ -20,17 +19,8 @@ import type { PackageStore } from "../ports.js";
 import { keys, updateRecord, type VersionRecord } from "../store/records.js";
 import { notePublished } from "../transactions/references.js";
 import { addAttestation, versionContent } from "../store/attestations.js";
-import { IN_TOTO_PAYLOAD_TYPE, parseBundle } from "../signing/bundle.js";
-import { checkSubjects, parseStatement } from "../signing/statement.js";
-import { loadTrustedKeys, type TrustedKeySet } from "../signing/keys.js";
-import {
-  loadPolicy,
-  verifyAttestation,
-  verifyVersion,
-  type LoadedPolicy,
-  type SignaturePolicy,
-  type VerifiedAttestation,
-} from "../signing/verify.js";
+import type { TrustedKeySet } from "../signing/keys.js";
+import { loadPolicy, verifyVersion, type LoadedPolicy, type SignaturePolicy } from "../signing/verify.js";
 import {
   Upstream,
   UPSTREAM_LIMITS,
@@ -41,6 +31,8 @@ import {
   type UpstreamLimits,
   type UpstreamVersion,
 } from "./upstream.js";
+import { checkManifest, readManifest } from "./upstream-manifest.js";
+import { copyAttestations } from "./mirror-attestations.js";
 
 /** Options of {@link mirrorDepot}. */
 export interface MirrorOptions {
@@ -395,52 +387,6 @@ async function copyVersion(
   return true;
 }
 
-/**
- * Copies the attestations `name@version` carries upstream that this store lacks: each bundle's shape and
- * statement parsed and its subjects checked against the content held here (and, with `trusted`, its
- * signature) before it is stored; a bundle that fails stops the run (SUBJECT_MISMATCH, ATTESTATION_INVALID…).
- * Answers how many were new here. O(bundles × files); one bounded GET.
- */
-async function copyAttestations(
-  store: PackageStore,
-  upstream: Upstream,
-  name: string,
-  version: string,
-  now: Date,
-  trusted: ReturnType<typeof loadTrustedKeys> | undefined,
-): Promise<number> {
-  const record = (await store.getRecord<VersionRecord>(keys.version(name, version)))?.value;
-  if (!record)
-    throw new RunnerDepotError("UNAVAILABLE", `upstream: an attestation of ${name}@${version}, not mirrored here`);
-  const bundles = await upstream.attestations(name, version);
-  if (bundles.length === 0) return 0;
-  const content = await versionContent(store, record);
-  let added = 0;
-  for (const bundle of bundles) {
-    const held = trusted ? verifyAttestation(bundle, content, trusted, now) : checkedUnsigned(bundle, content);
-    // Stored as re-serialised JSON: the signature covers the DSSE payload, not the bundle's spacing.
-    const { created } = await addAttestation(store, record, Buffer.from(JSON.stringify(bundle)), held, now);
-    if (created) added++;
-  }
-  return added;
-}
-
-/** A bundle's shape, statement and subjects checked against `content`, its key taken at its word. */
-function checkedUnsigned(bundle: unknown, content: Parameters<typeof checkSubjects>[1]): VerifiedAttestation {
-  const parsed = parseBundle(bundle);
-  if (parsed.payloadType !== IN_TOTO_PAYLOAD_TYPE)
-    throw new RunnerDepotError("ATTESTATION_INVALID", `${content.name}@${content.version}: not an in-toto payload`);
-  const statement = parseStatement(parsed.payload);
-  checkSubjects(statement.statement, content);
-  return {
-    keyId: parsed.keyId,
-    predicateType: statement.statement.predicateType,
-    signedAt: new Date(statement.signedAt).toISOString(),
-    ...(statement.builderId !== undefined ? { builderId: statement.builderId } : {}),
-    ...(statement.requestId !== undefined ? { requestId: statement.requestId } : {}),
-  };
-}
-
 /** A version the batch feed described, its manifest checked and its missing blobs stored: copied without a read. */
 interface Prepared {
   listed: UpstreamVersion;
@@ -524,80 +470,6 @@ async function prefetch(
     }
   }
   return prepared;
-}
-
-/** A tar header's size field (octal digits, NUL or space padded); NaN for anything else. */
-export function headerSize(header: Buffer): number {
-  const text = header
-    .subarray(124, 136)
-    .toString("latin1")
-    .replace(/[\0 ]+$/, "");
-  return /^[0-7]{1,11}$/.test(text) ? Number.parseInt(text, 8) : Number.NaN;
-}
-
-/** The archive's first entry, `.pkg/manifest.json`: its header, then its bytes, each a bounded range. */
-async function readManifest(
-  upstream: Upstream,
-  name: string,
-  version: string,
-  archiveSize: number,
-  report: MirrorReport,
-): Promise<{ manifest: PackageManifest; json: Buffer }> {
-  const bad = (why: string) => new RunnerDepotError("UNAVAILABLE", `upstream: ${name}@${version}: ${why}`);
-  if (archiveSize < 1024) throw bad("the archive is too small to hold a manifest");
-  const header = await upstream.bytes(name, version, 0, 512);
-  const size = headerSize(header);
-  if (header.subarray(0, MANIFEST_PATH.length + 1).toString("latin1") !== `${MANIFEST_PATH}\0`)
-    throw bad("the archive does not start with its manifest");
-  if (!Number.isSafeInteger(size) || size === 0 || size > UPSTREAM_LIMITS.maxManifestBytes || 512 + size > archiveSize)
-    throw bad("the manifest's size is out of bounds");
-  const json = await upstream.bytes(name, version, 512, size);
-  report.bytesFetched += 512 + size;
-  let manifest: PackageManifest;
-  try {
-    manifest = JSON.parse(json.toString("utf8")) as PackageManifest;
-  } catch {
-    throw bad("the manifest is not JSON");
-  }
-  checkManifest(manifest, name, version, bad);
-  return { manifest, json };
-}
-
-/** What the rebuilt archive and the store's records rely on: the shape and every path checked. O(items). */
-function checkManifest(
-  m: PackageManifest,
-  name: string,
-  version: string,
-  bad: (why: string) => RunnerDepotError,
-): void {
-  if (typeof m !== "object" || m === null || m.name !== name || m.version !== version)
-    throw bad("the manifest names another version");
-  if (!Array.isArray(m.items) || !Array.isArray(m.licenses) || !Array.isArray(m.requires))
-    throw bad("the manifest lacks items, licences or requirements");
-  if (typeof m.attributes !== "object" || m.attributes === null || typeof m.publishedAt !== "string")
-    throw bad("the manifest lacks attributes or publishedAt");
-  const digest = /^sha256:[0-9a-f]{64}$/;
-  for (const item of m.items) {
-    parseItemPath(String(item?.path));
-    const sizeOk = Number.isSafeInteger(item.size) && item.size >= 0;
-    const modeOk = Number.isInteger(item.mode) && item.mode > 0 && item.mode <= 0o777;
-    const kindOk =
-      item.type === "file"
-        ? typeof item.digest === "string" && digest.test(item.digest)
-        : item.type === "dir"
-          ? item.size === 0
-          : item.type === "link" && typeof item.target === "string" && item.size === 0;
-    if (!sizeOk || !modeOk || !kindOk) throw bad(`item ${JSON.stringify(String(item.path).slice(0, 80))} is malformed`);
-  }
-  for (const license of m.licenses)
-    if (
-      typeof license?.path !== "string" ||
-      !license.path.startsWith(".pkg/licenses/") ||
-      !Number.isSafeInteger(license.size) ||
-      typeof license.digest !== "string" ||
-      !digest.test(license.digest)
-    )
-      throw bad("a licence entry is malformed");
 }
 
 async function* once(bytes: Buffer): AsyncGenerator<Uint8Array> {
