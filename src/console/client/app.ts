@@ -8,9 +8,7 @@
 import type { AnsiRun } from "./ansi.js";
 import type { SectionFolds, WireSections } from "./sections.js";
 import type { SearchBox, SearchHost } from "./search.js";
-import type { PageKit } from "./package-page.js";
-// Types only: erased from the function text script.ts ships.
-import type { JobSummary as RunnerJobSummary } from "../../runner/service/job-list.js";
+import type { HomeKit, JobSummary, PageKit } from "./kit.js";
 
 /** A line as the job endpoints send it: text, flags (1 stderr, 2 marker, 4 server time), time (ms, 0 = none). */
 /** [text, flags, time?, skipped?]: a cut log's drop marker carries the positions after it that hold no line. */
@@ -22,6 +20,7 @@ export function consoleMain(
   createFolds: () => SectionFolds,
   logSearch: (host: SearchHost) => SearchBox,
   renderPackagePage: (kit: PageKit, name: string) => Promise<void>,
+  renderHomePage: (kit: HomeKit, only?: "jobs" | "packages") => Promise<void>,
 ): void {
   const ROW = 20;
   const CHUNK = 500;
@@ -84,13 +83,6 @@ export function consoleMain(
     });
   }
 
-  /** A job as the console's API sends it: the runner's summary, plus whether it can be cancelled. */
-  type JobSummary = RunnerJobSummary & {
-    cancellable?: boolean;
-    /** The versions the job published with its own credentials (issue 26). */
-    published?: Array<{ name: string; version: string }>;
-  };
-
   // One vocabulary with the CLI (`runner-depot jobs`) and the API: the state is the API's
   // status word (open, finished, cancelled, lost); the outcome is success or failed for a
   // finished job, the state itself otherwise, "—" while open (docs/decisions/console.md).
@@ -105,207 +97,6 @@ export function consoleMain(
     return job.outcome ?? job.status;
   }
 
-  // ---------------------------------------------------------------- home: jobs + catalog
-  // `only`: the Jobs or the Packages page (`<base>/jobs`, `<base>/packages`), else both.
-  async function renderHome(only?: "jobs" | "packages"): Promise<void> {
-    document.title = `${only === "jobs" ? "Jobs" : only === "packages" ? "Packages" : "Console"} · runner-depot`;
-    const config = await api<{ jobs: boolean; packages: boolean }>("/config");
-    main.replaceChildren(h("h1", { text: "runner-depot console" }));
-    if (config.jobs && only !== "packages") main.append(jobsSection());
-    if (config.packages && only !== "jobs") main.append(packagesSection());
-    if (location.hash === "#packages" || location.hash === "#jobs")
-      document.getElementById(location.hash.slice(1))?.scrollIntoView();
-  }
-
-  function jobsSection(): HTMLElement {
-    const select = h(
-      "select",
-      { id: "job-state" },
-      ...["all", "open", "finished", "cancelled", "lost"].map((s) => h("option", { value: s, text: s })),
-    );
-    const body = h("tbody");
-    const more = h("button", { type: "button", text: "Load more", hidden: true });
-    const status = h("p", { class: "status muted", role: "status" });
-    let cursor: string | null = null;
-    async function load(reset: boolean): Promise<void> {
-      if (reset) {
-        cursor = null;
-        body.replaceChildren();
-      }
-      status.textContent = "Loading jobs…";
-      try {
-        const q = new URLSearchParams({ limit: "50" });
-        if (select.value !== "all") q.set("status", select.value);
-        if (cursor) q.set("cursor", cursor);
-        const page = await api<{ jobs: JobSummary[]; next: string | null }>(`/jobs?${q}`);
-        for (const job of page.jobs) {
-          body.append(
-            h(
-              "tr",
-              {},
-              h(
-                "td",
-                {},
-                h("a", {
-                  href: `${base}/jobs/${job.requestId}`,
-                  class: "mono",
-                  // The whole ID: the one `runner-depot logs <id>` and `cancel <id>` take.
-                  text: job.requestId,
-                  "aria-label": `Job ${job.requestId}`,
-                }),
-              ),
-              h("td", {}, stateBadge(job)),
-              h("td", { text: outcomeLabel(job) }),
-              h("td", { class: "num", text: job.exitCode === null ? "—" : String(job.exitCode) }),
-              h("td", { class: "num", text: fmtDuration(job.durationMs) }),
-              h("td", { class: "num", text: `${job.lines.stdout} / ${job.lines.stderr}` }),
-              h("td", { class: "hide-narrow", text: job.repoUrl || "—" }),
-              h("td", { class: "mono hide-narrow", text: job.commitSha ? job.commitSha.slice(0, 12) : "—" }),
-              h("td", { class: "hide-narrow", text: fmtTime(job.startedAt ?? job.createdAt) }),
-            ),
-          );
-        }
-        cursor = page.next;
-        more.hidden = cursor === null;
-        const shown = body.children.length;
-        status.textContent = shown === 0 ? "No jobs." : `${shown} ${shown === 1 ? "job" : "jobs"} shown.`;
-      } catch (error) {
-        status.replaceChildren(errorBox(error));
-      }
-    }
-    select.addEventListener("change", () => void load(true));
-    more.addEventListener("click", () => void load(false));
-    void load(true);
-    return h(
-      "section",
-      { id: "jobs", "aria-labelledby": "jobs-title" },
-      h("h2", { id: "jobs-title", text: "Jobs" }),
-      h("div", { class: "toolbar" }, h("label", { for: "job-state", text: "State" }), select),
-      h(
-        "div",
-        { class: "table-wrap", tabindex: "0", role: "region", "aria-label": "Jobs table" },
-        h(
-          "table",
-          {},
-          h("caption", { class: "visually-hidden", text: "Recent jobs, newest first" }),
-          h(
-            "thead",
-            {},
-            h(
-              "tr",
-              {},
-              ...[
-                "Job",
-                "State",
-                "Outcome",
-                "Exit",
-                "Duration",
-                "Lines out / err",
-                "Repository",
-                "Commit",
-                "Started",
-              ].map((t, i) =>
-                h("th", {
-                  scope: "col",
-                  class: [3, 4, 5].includes(i) ? "num" : i >= 6 ? "hide-narrow" : undefined,
-                  text: t,
-                }),
-              ),
-            ),
-          ),
-          body,
-        ),
-      ),
-      status,
-      more,
-    );
-  }
-
-  function packagesSection(): HTMLElement {
-    const input = h("input", { id: "pkg-filter", type: "search", autocomplete: "off", spellcheck: "false" });
-    const body = h("tbody");
-    const more = h("button", { type: "button", text: "Load more", hidden: true });
-    const status = h("p", { class: "status muted", role: "status" });
-    let cursor: string | null = null;
-    let generation = 0;
-    async function load(reset: boolean): Promise<void> {
-      const mine = reset ? ++generation : generation;
-      if (reset) cursor = null;
-      status.textContent = "Loading packages…";
-      try {
-        const q = new URLSearchParams({ limit: "50" });
-        if (input.value.trim()) q.set("q", input.value.trim());
-        if (cursor) q.set("cursor", cursor);
-        const page = await api<{
-          packages: Array<{ name: string; latest: string; versions: string[]; updatedAt?: string }>;
-          next: string | null;
-        }>(`/packages?${q}`);
-        if (mine !== generation) return;
-        if (reset) body.replaceChildren();
-        for (const pkg of page.packages) {
-          body.append(
-            h(
-              "tr",
-              {},
-              h("td", {}, h("a", { href: `${base}/packages/${encodeURIComponent(pkg.name)}`, text: pkg.name })),
-              h("td", { class: "mono", text: pkg.latest }),
-              h("td", { class: "num", text: String(pkg.versions.length) }),
-              h("td", { class: "hide-narrow", text: fmtTime(pkg.updatedAt) }),
-            ),
-          );
-        }
-        cursor = page.next;
-        more.hidden = cursor === null;
-        status.textContent =
-          body.children.length === 0
-            ? cursor
-              ? "No match yet; load more to keep looking."
-              : "No packages."
-            : `${body.children.length} packages shown.`;
-      } catch (error) {
-        status.replaceChildren(errorBox(error));
-      }
-    }
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    input.addEventListener("input", () => {
-      clearTimeout(timer);
-      timer = setTimeout(() => void load(true), 200);
-    });
-    more.addEventListener("click", () => void load(false));
-    void load(true);
-    return h(
-      "section",
-      { id: "packages", "aria-labelledby": "packages-title" },
-      h("h2", { id: "packages-title", text: "Packages" }),
-      h("div", { class: "toolbar" }, h("label", { for: "pkg-filter", text: "Filter by name" }), input),
-      h(
-        "div",
-        { class: "table-wrap", tabindex: "0", role: "region", "aria-label": "Packages table" },
-        h(
-          "table",
-          {},
-          h("caption", { class: "visually-hidden", text: "Package catalog" }),
-          h(
-            "thead",
-            {},
-            h(
-              "tr",
-              {},
-              h("th", { scope: "col", text: "Name" }),
-              h("th", { scope: "col", text: "Latest" }),
-              h("th", { scope: "col", class: "num", text: "Versions" }),
-              h("th", { scope: "col", class: "hide-narrow", text: "Updated" }),
-            ),
-          ),
-          body,
-        ),
-      ),
-      status,
-      more,
-    );
-  }
-
-  // ---------------------------------------------------------------- job page
   async function renderJob(id: string): Promise<void> {
     document.title = `Job ${id.slice(0, 8)} · runner-depot`;
     let job = await api<JobSummary>(`/jobs/${id}`);
@@ -745,6 +536,9 @@ export function consoleMain(
       ? renderJob(subject)
       : page === "package"
         ? renderPackagePage({ h, api, base, main, fmtTime }, subject)
-        : renderHome(page === "jobs" || page === "packages" ? page : undefined);
+        : renderHomePage(
+            { h, api, base, main, fmtTime, fmtDuration, errorBox, stateBadge, outcomeLabel },
+            page === "jobs" || page === "packages" ? page : undefined,
+          );
   run.catch((error: unknown) => main.replaceChildren(h("h1", { text: "runner-depot console" }), errorBox(error)));
 }

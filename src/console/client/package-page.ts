@@ -4,20 +4,7 @@
  * its own body but the page kit app.ts hands it and the browser's globals, and builds the DOM with textContent only.
  */
 
-/** What the package page takes from app.ts: its DOM builder, API client and formatters. */
-export interface PageKit {
-  h<K extends keyof HTMLElementTagNameMap>(
-    tag: K,
-    attrs?: Record<string, string | boolean | undefined>,
-    ...children: Array<Node | string | null | undefined | false>
-  ): HTMLElementTagNameMap[K];
-  api<T>(path: string, init?: RequestInit): Promise<T>;
-  /** The console's base path. */
-  base: string;
-  /** The page's main element, which the page fills. */
-  main: HTMLElement;
-  fmtTime(iso: string | null | undefined): string;
-}
+import type { PageKit } from "./kit.js";
 
 /** Renders package `name`'s page (the version in `?version=`, else its latest) into `kit.main`. */
 export async function renderPackagePage(kit: PageKit, name: string): Promise<void> {
