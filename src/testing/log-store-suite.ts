@@ -6,6 +6,9 @@ import { RunnerDepotError } from "../errors.js";
 import type { JobLogStore, JobState, LogEntry } from "../runner/ports.js";
 import { logEntry, sampleJobResult } from "./helpers.js";
 import type { BackendOutage } from "./queue-suite.js";
+import { lines, type LogStoreCases } from "./log-store-cases.js";
+import { describeCutLogCases } from "./log-store-cut-cases.js";
+import { describeSectionCases } from "./log-store-section-cases.js";
 
 /** Options of {@link describeJobLogStore}. */
 export interface JobLogStoreSuiteOptions<S extends JobLogStore = JobLogStore> {
@@ -29,8 +32,6 @@ async function failure(promise: Promise<unknown>): Promise<RunnerDepotError> {
   return error as RunnerDepotError;
 }
 
-const lines = (texts: string[], stderr = false): LogEntry[] => texts.map((t) => logEntry(t, stderr));
-
 /**
  * Registers the JobLogStore conformance suite (vitest) for an adapter.
  *
@@ -47,6 +48,7 @@ export function describeJobLogStore<S extends JobLogStore>(
   describe(`JobLogStore conformance: ${name}`, () => {
     const { fresh, again } = trackAdapters<JobLogStore, S>(factory, options.reopen);
     const withReopen = options.reopen ? it : skipped;
+    const context: LogStoreCases<S> = { fresh, again, withReopen, canReopen: options.reopen !== undefined };
 
     it("open creates an open, empty job; get of an unknown job is null", async () => {
       const store = await fresh();
@@ -200,73 +202,7 @@ export function describeJobLogStore<S extends JobLogStore>(
       expect(await store.read(id, 4)).toEqual([{ line: "b", stderr: false }]);
     });
 
-    it("a cut log keeps the head, one marker counting what was dropped, and a rolling tail; positions never move", async () => {
-      const store = await fresh();
-      const id = randomUUID();
-      const text = (i: number) => `line ${String(i).padStart(5, "0")}`; // 10 bytes, 10 counted
-      const head = lines(Array.from({ length: 5 }, (_, i) => text(i)));
-      expect((await store.append(id, 0, head)).storedBytes).toBe(50);
-      // Item 5 starts the tail (80 bytes: 8 segments of 10, one item each); items 5…104 are 100 tail lines.
-      const tail = Array.from({ length: 100 }, (_, k) => logEntry(text(5 + k)));
-      tail[0] = { ...tail[0]!, tailBytes: 80, capped: true };
-      let at = 5;
-      // Appends of several sizes: segments dropped by a later append and within one.
-      for (const size of [1, 7, 2, 30, 60]) {
-        await store.append(id, at, tail.slice(at - 5, at - 5 + size));
-        at += size;
-      }
-      const state = await store.get(id);
-      expect(state).toMatchObject({ committed: 105, storedLines: 106, storedBytes: 130, logTruncated: true });
-      expect(state!.cut).toMatchObject({ at: 5, lines: 92, bytes: 920, tailBytes: 80 });
-      expect(state!.cut!.segments[0]!.first).toBe(98);
-      const all = await store.read(id);
-      expect(all.map((l) => l.line)).toEqual([
-        ...Array.from({ length: 5 }, (_, i) => text(i)),
-        all[5]!.line,
-        ...Array.from({ length: 8 }, (_, k) => text(97 + k)),
-      ]);
-      expect(all[5]).toMatchObject({ marker: true, skipped: 92 });
-      expect(all[5]!.line).toContain("92 lines (920 bytes) dropped");
-      expect(all.filter((l) => l.marker)).toHaveLength(1);
-      // A read from inside the dropped range starts with the marker, standing for the rest of that range.
-      const inside = await store.read(id, 50, 3);
-      expect(inside[0]).toMatchObject({ marker: true, skipped: 47 });
-      expect(inside.slice(1).map((l) => l.line)).toEqual([text(97), text(98)]);
-      expect((await store.read(id, 100)).map((l) => l.line)).toEqual(
-        [100, 101, 102, 103, 104, 105].map((p) => text(p - 1)),
-      );
-      expect((await store.read(id, 3, 2)).map((l) => l.line)).toEqual([text(3), text(4)]);
-      expect(await store.read(id, 5, 1)).toEqual([all[5]]);
-      expect(await store.read(id, 106)).toEqual([]);
-      // A resend of items already stored changes nothing; the next item goes on the tail.
-      await store.append(id, 100, tail.slice(95));
-      const next = await store.append(id, 105, [logEntry(text(105))]);
-      expect(next).toMatchObject({ committed: 106, storedLines: 107, storedBytes: 130 });
-      expect(next.cut).toMatchObject({ lines: 93, bytes: 930 });
-      expect((await store.read(id, 99)).map((l) => l.line)).toEqual([98, 99, 100, 101, 102, 103, 104, 105].map(text));
-      if (options.reopen) {
-        await store.close?.();
-        const other = await again(store);
-        expect(await other.get(id)).toEqual(next);
-        expect((await other.read(id, 99)).map((l) => l.line)).toEqual([98, 99, 100, 101, 102, 103, 104, 105].map(text));
-        expect((await other.read(id, 5, 1))[0]).toMatchObject({ marker: true, skipped: 93 });
-      }
-    });
-
-    it("a cut started in the middle of an append keeps the item's own line, and an item larger than the tail is kept alone", async () => {
-      const store = await fresh();
-      const id = randomUUID();
-      const big: LogEntry = { stored: [{ line: "big", stderr: true }], stderr: true, bytes: 500 };
-      const ten = (line: string): LogEntry => ({ stored: [{ line, stderr: false }], stderr: false, bytes: 10 });
-      await store.append(id, 0, [logEntry("h0"), { ...ten("t0"), tailBytes: 40 }, ten("t1"), big]);
-      const state = await store.get(id);
-      expect(state).toMatchObject({ committed: 4, storedLines: 5 });
-      expect(state!.cut).toMatchObject({ at: 1, lines: 2 });
-      expect((await store.read(id)).map((l) => l.line.slice(0, 3))).toEqual(["h0", "[ru", "big"]);
-      await store.append(id, 4, [logEntry("FATAL")]);
-      expect((await store.read(id)).map((l) => l.line.slice(0, 5))).toEqual(["h0", "[runn", "FATAL"]);
-      expect((await store.get(id))!.cut).toMatchObject({ at: 1, lines: 3, bytes: 520 });
-    });
+    describeCutLogCases(context);
 
     it("read honours from and limit", async () => {
       const store = await fresh();
@@ -483,134 +419,7 @@ export function describeJobLogStore<S extends JobLogStore>(
       expect(back).toEqual(Array.from({ length: 200 }, (_, i) => `writer ${writer} line ${i}`));
     });
 
-    it("sections: GitLab and GitHub markers, nesting, times, odd names, unmatched ends, still open at the end", async () => {
-      const store = await fresh();
-      if (!store.sections) return;
-      const id = randomUUID();
-      expect(await store.sections(id)).toBeNull();
-      await store.open(id);
-      expect(await store.sections(id)).toEqual({ sections: [], dropped: 0, unmatched: 0 });
-      const odd = "naïve step/✓ «x» 🚀";
-      const timed = (line: string, time: number): LogEntry => ({
-        stored: [{ line, stderr: false, time }],
-        stderr: false,
-        bytes: line.length,
-      });
-      // Split over three appends; the third overlaps the second (its first item is not folded twice).
-      await store.append(id, 0, [
-        timed("\x1b[0Ksection_start:1700000000:outer[collapsed=true]\r\x1b[0KOuter", 1),
-        timed("one", 2),
-        timed(`::group::${odd}`, 1_700_000_001_500),
-        timed("two", 3),
-      ]);
-      await store.append(id, 4, [
-        timed("::endgroup::", 1_700_000_004_000),
-        timed("\x1b[0Ksection_end:1700000009:nope\r\x1b[0K", 5),
-      ]);
-      await store.append(id, 5, [
-        timed("\x1b[0Ksection_end:1700000009:nope\r\x1b[0K", 5),
-        timed("\x1b[0Ksection_end:1700000010:outer\r\x1b[0K", 6),
-        timed("section_start:1700000011:tail", 7),
-        timed("still going", 8),
-      ]);
-      await store.finish(id, sampleJobResult({ requestId: id, exitCode: 1, success: false }), { at: 9 });
-      const got = await store.sections(id);
-      expect(got).toEqual({
-        sections: [
-          {
-            name: "outer",
-            format: "gitlab",
-            start: 0,
-            end: 6,
-            depth: 0,
-            startTime: 1_700_000_000_000,
-            endTime: 1_700_000_010_000,
-            collapsed: true,
-          },
-          {
-            name: odd,
-            format: "github",
-            start: 2,
-            end: 4,
-            depth: 1,
-            startTime: 1_700_000_001_500,
-            endTime: 1_700_000_004_000,
-            collapsed: true,
-          },
-          {
-            name: "tail",
-            format: "gitlab",
-            start: 7,
-            end: null,
-            depth: 0,
-            startTime: 1_700_000_011_000,
-            endTime: null,
-            collapsed: false,
-          },
-        ],
-        dropped: 0,
-        unmatched: 1,
-      });
-      // A copy: changing it changes nothing stored.
-      got!.sections.length = 0;
-      expect((await store.sections(id))!.sections).toHaveLength(3);
-    });
-
-    it("sections are bounded: at most 1000 a job and 16 deep, names cut to 256 bytes", async () => {
-      const store = await fresh();
-      if (!store.sections) return;
-      const id = randomUUID();
-      const deep = Array.from({ length: 20 }, (_, i) => `section_start:1700000000:d${i}`);
-      const many = Array.from({ length: 1200 }, (_, i) => (i % 2 === 0 ? `::group::g${i}` : "::endgroup::"));
-      await store.append(id, 0, lines([...deep, `section_start:1:${"é".repeat(300)}`]));
-      await store.append(
-        id,
-        21,
-        lines([`section_end:2:${"é".repeat(300)}`, ...deep.map((l) => l.replace("start", "end")).reverse()]),
-      );
-      await store.append(id, 42, lines(many));
-      await store.append(id, 1242, lines(many));
-      const got = (await store.sections(id))!;
-      expect(got.sections).toHaveLength(1000);
-      expect(got.sections.filter((s) => s.name.startsWith("d")).map((s) => s.depth)).toEqual(
-        Array.from({ length: 16 }, (_, i) => i),
-      );
-      // 4 too deep, the long name too (its end is then unmatched, as are the 4 too deep), and 200 past the count.
-      expect(got.dropped).toBe(5 + (1200 - (1000 - 16)));
-      expect(got.sections.every((s) => Buffer.byteLength(s.name) <= 256)).toBe(true);
-      expect(got.sections.slice(0, 16).every((s) => s.end === 21 + 1 + 19 - s.depth)).toBe(true);
-    });
-
-    withReopen("sections survive a reopen, agree between replicas, and stay when the lines are archived", async () => {
-      const store = await fresh();
-      if (!store.sections) return;
-      const other = await again(store);
-      const id = randomUUID();
-      // Replicas take turns, each append holding markers.
-      await store.append(id, 0, lines(["::group::a", "x"]));
-      await other.append(id, 2, lines(["::endgroup::", "::group::b"]));
-      await store.append(id, 4, lines(["::group::c", "::endgroup::"]));
-      await other.append(id, 6, lines(["::endgroup::"]));
-      const want = {
-        sections: [
-          { name: "a", format: "github", start: 0, end: 2, depth: 0, startTime: 0, endTime: 0, collapsed: true },
-          { name: "b", format: "github", start: 3, end: 6, depth: 0, startTime: 0, endTime: 0, collapsed: true },
-          { name: "c", format: "github", start: 4, end: 5, depth: 1, startTime: 0, endTime: 0, collapsed: true },
-        ],
-        dropped: 0,
-        unmatched: 0,
-      };
-      expect(await store.sections(id)).toEqual(want);
-      expect(await other.sections!(id)).toEqual(want);
-      await store.finish(id, sampleJobResult({ requestId: id }), { at: 7 });
-      if (store.markArchived) {
-        const at = new Date().toISOString();
-        await store.markArchived(id, { lines: 7, bytes: 1, chunks: 1, rawBytes: 1, at });
-        expect(await store.sections(id)).toEqual(want);
-      }
-      await store.close?.();
-      expect(await (await again(store)).sections!(id)).toEqual(want);
-    });
+    describeSectionCases(context);
 
     withReopen("state, lines and results survive a reopen of the backing store", async () => {
       const store = await fresh();
