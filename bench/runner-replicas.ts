@@ -2,8 +2,8 @@
  * Runner replicas (issue 28 item 5): 1 and 2 `startRunnerServer` processes on ONE PostgreSQL
  * schema (test/fixtures/runner-replica-server.ts: the fleet bench's store, pool of 20 and
  * memory queue), the fleet's agents (bench/runner-fleet-agents.ts, 4 processes) with each job
- * assigned to the next replica in turn. Per mix, the 1-process run and the 2-process run are
- * taken back to back in the same module run; the ratio is 2 ÷ 1.
+ * assigned to the next replica in turn. Per mix, runs of 1 and 2 processes in the same module
+ * run (realistic: 1, 2; flood: 1, 2, 2, 1, as load drifts); the ratio is 2 ÷ 1, runs pooled.
  *
  * Figures over the steady window (every job started, none ended): lines/s stored, write →
  * stored p50 / p99 (a line's ack is its call's `runner-committed`, which covers it from the
@@ -11,7 +11,7 @@
  * /proc) and in the agents, the machine's busy share and load average; after the run every
  * job is read back whole and every result counted.
  *
- * BENCH_REPLICAS_JOBS (default 1,000), BENCH_REPLICAS_DURATION_MS (default 25,000),
+ * BENCH_REPLICAS_JOBS (default 1,000), BENCH_REPLICAS_DURATION_MS (default 20,000),
  * BENCH_REPLICAS_MIX (default "realistic,flood"; also "heavy"); BENCH_REPLICAS_PROF=1 writes the servers'
  * CPU profiles to /tmp/prof/replicas (what bounds 2 processes on 2 cores).
  */
@@ -30,7 +30,7 @@ import type { RunnerReplicaStats } from "../test/fixtures/runner-replica-server.
 const here = path.dirname(fileURLToPath(import.meta.url));
 const SECRET = "replicas-secret";
 const JOBS = Number(process.env.BENCH_REPLICAS_JOBS ?? 1000);
-const DURATION_MS = Number(process.env.BENCH_REPLICAS_DURATION_MS ?? 25_000);
+const DURATION_MS = Number(process.env.BENCH_REPLICAS_DURATION_MS ?? 20_000);
 const RAMP_MS = 5_000;
 const AGENT_PROCESSES = 4;
 const PROF = process.env.BENCH_REPLICAS_PROF === "1";
@@ -41,13 +41,15 @@ interface Mix {
   quiet: number;
   busy: number;
   burst: number;
+  /** Server processes of each run, in run order (1, 2, 2, 1: load that drifts weighs on both alike). */
+  order: number[];
 }
 const MIXES: Record<string, Mix> = {
-  realistic: { name: "realistic", quiet: 1, busy: 10, burst: 100 },
-  heavy: { name: "heavy", quiet: 5, busy: 50, burst: 500 },
+  realistic: { name: "realistic", quiet: 1, busy: 10, burst: 100, order: [1, 2] },
+  heavy: { name: "heavy", quiet: 5, busy: 50, burst: 500, order: [1, 2, 2, 1] },
   // Twice the heavy mix: more than the machine can take with the agents on it, so lines/s
   // stored is what 1 or 2 server processes can store here (the fleet's heavy mix fits in one).
-  flood: { name: "flood", quiet: 10, busy: 100, burst: 1000 },
+  flood: { name: "flood", quiet: 10, busy: 100, burst: 1000, order: [1, 2, 2, 1] },
 };
 const MIX_NAMES = (process.env.BENCH_REPLICAS_MIX ?? "realistic,flood").split(",").filter((m) => m in MIXES);
 const rateOf = (mix: Mix, i: number) => (i % 20 === 0 ? mix.burst : i % 20 <= 3 ? mix.busy : mix.quiet);
@@ -109,8 +111,8 @@ interface Cell {
   seconds: number;
   lines: number;
   perReplica: { lines: number; cpuMs: number; waitMs: number }[];
-  p50: number;
-  p99: number;
+  /** Write → stored delays of the lines stored in the window (bucket upper edge, ms → count). */
+  delays: Map<number, number>;
   postgresMs: number;
   busyShare: number;
   load: [number, number];
@@ -199,8 +201,7 @@ async function measure(mix: Mix, n: number): Promise<Cell> {
       seconds,
       lines: perReplicaFigures.reduce((a, r) => a + r.lines, 0),
       perReplica: perReplicaFigures,
-      p50: quantile(delays, 0.5),
-      p99: quantile(delays, 0.99),
+      delays,
       postgresMs: used?.postgresMs ?? NaN,
       busyShare: used ? used.busyMs / (seconds * 1000) / os.cpus().length : NaN,
       load: [load0, load1],
@@ -219,21 +220,44 @@ async function measure(mix: Mix, n: number): Promise<Cell> {
 
 const usPerLine = (ms: number, lines: number) => f1((ms * 1000) / Math.max(1, lines));
 
-/** Rows of one mix: the 1-process run, the 2-process run, and 2 ÷ 1. */
-function rows(one: Cell, two: Cell): string[] {
+/** Several runs as one: their sums, and their delays merged. O(runs × buckets). */
+function pooled(cells: Cell[]): Cell {
+  const delays = new Map<number, number>();
+  for (const c of cells) for (const [edge, n] of c.delays) delays.set(edge, (delays.get(edge) ?? 0) + n);
+  const sum = (f: (c: Cell) => number) => cells.reduce((a, c) => a + f(c), 0);
+  return {
+    ...cells[0]!,
+    seconds: sum((c) => c.seconds),
+    lines: sum((c) => c.lines),
+    perReplica: [
+      {
+        lines: sum((c) => c.lines),
+        cpuMs: sum((c) => c.perReplica.reduce((a, r) => a + r.cpuMs, 0)),
+        waitMs: sum((c) => c.perReplica.reduce((a, r) => a + r.waitMs, 0)),
+      },
+    ],
+    delays,
+    postgresMs: sum((c) => c.postgresMs),
+  };
+}
+
+/** Rows of one mix: each run in run order, then 2 ÷ 1 over the runs pooled by process count. */
+function rows(cells: Cell[]): string[] {
   const row = (c: Cell) => {
     const servers = c.perReplica.map((r) => usPerLine(r.cpuMs, r.lines)).join(" + ");
     const serverTotal = c.perReplica.reduce((a, r) => a + r.cpuMs, 0);
     const share = (ms: number) => fmt(ms / (c.seconds * 10));
     const cores = c.perReplica.map((r) => `${share(r.cpuMs)} / ${share(r.waitMs)}`).join("; ");
-    return `| ${c.replicas} | ${fmt(c.lines / c.seconds)} | ${c.p50.toFixed(1)} / ${fmt(c.p99)} | ${c.replicas > 1 ? `${servers} = ` : ""}${usPerLine(serverTotal, c.lines)} | ${cores} | ${usPerLine(c.postgresMs, c.lines)} | ${usPerLine(c.agentsCpuMs, c.sent)} | ${fmt(100 * c.busyShare)} % | ${f1(c.load[0])} → ${f1(c.load[1])} | ${c.whole} of ${JOBS} / ${c.results} / ${c.retries} |`;
+    return `| ${c.replicas} | ${fmt(c.lines / c.seconds)} | ${quantile(c.delays, 0.5).toFixed(1)} / ${fmt(quantile(c.delays, 0.99))} | ${c.replicas > 1 ? `${servers} = ` : ""}${usPerLine(serverTotal, c.lines)} | ${cores} | ${usPerLine(c.postgresMs, c.lines)} | ${usPerLine(c.agentsCpuMs, c.sent)} | ${fmt(100 * c.busyShare)} % | ${f1(c.load[0])} → ${f1(c.load[1])} | ${c.whole} of ${JOBS} / ${c.results} / ${c.retries} |`;
   };
+  const one = pooled(cells.filter((c) => c.replicas === 1));
+  const two = pooled(cells.filter((c) => c.replicas === 2));
   const ratio = (a: number, b: number) => (a / b).toFixed(2);
-  const total = (c: Cell) => c.perReplica.reduce((a, r) => a + r.cpuMs, 0) / Math.max(1, c.lines);
+  const perLine = (c: Cell) => c.perReplica[0]!.cpuMs / Math.max(1, c.lines);
+  const q = (c: Cell, p: number) => quantile(c.delays, p);
   return [
-    row(one),
-    row(two),
-    `| 2 ÷ 1 | ${ratio(two.lines / two.seconds, one.lines / one.seconds)} | ${ratio(two.p50, one.p50)} / ${ratio(two.p99, one.p99)} | ${ratio(total(two), total(one))} | — | ${ratio(two.postgresMs / two.lines, one.postgresMs / one.lines)} | — | — | — | — |`,
+    ...cells.map(row),
+    `| 2 ÷ 1${cells.length > 2 ? " (runs pooled)" : ""} | ${ratio(two.lines / two.seconds, one.lines / one.seconds)} | ${ratio(q(two, 0.5), q(one, 0.5))} / ${ratio(q(two, 0.99), q(one, 0.99))} | ${ratio(perLine(two), perLine(one))} | — | ${ratio(two.postgresMs / two.lines, one.postgresMs / one.lines)} | — | — | — | — |`,
   ];
 }
 
@@ -243,22 +267,22 @@ export async function run(): Promise<string> {
   const sections: string[] = [];
   for (const name of MIX_NAMES) {
     const mix = MIXES[name]!;
-    const one = await measure(mix, 1);
-    const two = await measure(mix, 2);
+    const cells: Cell[] = [];
+    for (const n of mix.order) cells.push(await measure(mix, n));
     sections.push(
       "",
       `### ${mix.name} mix (${fmt(offered(mix, JOBS))} lines/s offered)`,
       "",
-      "| server processes | lines/s stored | write → stored p50 / p99 (ms) | server CPU µs per line (by process = total) | each server: CPU used / waiting for a CPU (% of a core) | PostgreSQL CPU µs per line | agents' CPU µs per line | machine busy | load average (1 min) | jobs read back whole / results / agent retries |",
+      "| server processes (runs in order) | lines/s stored | write → stored p50 / p99 (ms) | server CPU µs per line (by process = total) | each server: CPU used / waiting for a CPU (% of a core) | PostgreSQL CPU µs per line | agents' CPU µs per line | machine busy | load average (1 min) | jobs read back whole / results / agent retries |",
       "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-      ...rows(one, two),
+      ...rows(cells),
     );
   }
   const minutes = (Date.now() - started) / 60_000;
   return [
     "## Runner replicas: 1 and 2 server processes on one PostgreSQL schema",
     "",
-    `Method: ${fmt(JOBS)} jobs, each an agent (\`createRunnerClient\`, its own HTTP/2 connection, token checked) in one of ${AGENT_PROCESSES} agent processes (bench/runner-fleet-agents.ts), started over ${RAMP_MS / 1000} s and writing for ${DURATION_MS / 1000} s at the fleet bench's mixed rates (80 % quiet, 15 % busy, 5 % bursting), lines of 40–200 bytes carrying the agent's clock, then each job's end. Server: 1 or 2 processes of \`startRunnerServer\` (test/fixtures/runner-replica-server.ts: \`createPostgresLogStore\` on the local PostgreSQL, pool of 20 each, memory queue), all on one fresh schema; job i goes to replica (i + ⌊i/20⌋) mod n, the next in turn with a shift every 20 jobs so each rate tier is split evenly, and its agent process serves that replica only. Per mix, the 1-process run then the 2-process run, each into fresh processes and a fresh schema. Measured over the steady window (every job started, none ended; ${(DURATION_MS - RAMP_MS - 4_000) / 1000} s): lines stored (the servers' onLog), write → stored delay of every line stored in the window (0.1 ms buckets; a line's ack is its call's \`runner-committed\`, sent when the call ends, so it covers the line from this moment), CPU per line stored: the server processes' own (process.cpuUsage; and each one's CPU used and time runnable but waiting for a CPU, Linux schedstat, as a share of a core over the window), PostgreSQL's (every postgres process on the machine, /proc: other engineers' queries are in it), the agents' (whole run ÷ lines sent); the machine's busy share of its ${os.cpus().length} cores and the load average at the window's start → end. Afterwards every job is read back from the shared schema and checked line by line, and the results published are counted. Module ${f1(minutes)} min.`,
+    `Method: ${fmt(JOBS)} jobs, each an agent (\`createRunnerClient\`, its own HTTP/2 connection, token checked) in one of ${AGENT_PROCESSES} agent processes (bench/runner-fleet-agents.ts), started over ${RAMP_MS / 1000} s and writing for ${DURATION_MS / 1000} s at the fleet bench's mixed rates (80 % quiet, 15 % busy, 5 % bursting), lines of 40–200 bytes carrying the agent's clock, then each job's end. Server: 1 or 2 processes of \`startRunnerServer\` (test/fixtures/runner-replica-server.ts: \`createPostgresLogStore\` on the local PostgreSQL, pool of 20 each, memory queue), all on one fresh schema; job i goes to replica (i + ⌊i/20⌋) mod n, the next in turn with a shift every 20 jobs so each rate tier is split evenly, and its agent process serves that replica only. Per mix, the runs in the order of its table (${MIX_NAMES.map((m) => `${m}: ${MIXES[m]!.order.join(", ")} processes`).join("; ")}), each into fresh processes and a fresh schema; 2 ÷ 1 pools the runs of each count (lines and CPU summed, delays merged). Measured over the steady window (every job started, none ended; ${(DURATION_MS - RAMP_MS - 4_000) / 1000} s): lines stored (the servers' onLog), write → stored delay of every line stored in the window (0.1 ms buckets; a line's ack is its call's \`runner-committed\`, sent when the call ends, so it covers the line from this moment), CPU per line stored: the server processes' own (process.cpuUsage; and each one's CPU used and time runnable but waiting for a CPU, Linux schedstat, as a share of a core over the window), PostgreSQL's (every postgres process on the machine, /proc: other engineers' queries are in it), the agents' (whole run ÷ lines sent); the machine's busy share of its ${os.cpus().length} cores and the load average at the window's start → end. Afterwards every job is read back from the shared schema and checked line by line, and the results published are counted. Module ${f1(minutes)} min.`,
     ...sections,
     "",
     "Why 2 processes store no more than 1 on this 2-core machine (the CPU per line of every part, each server's CPU profile): [docs/decisions/runner-replicas.md](docs/decisions/runner-replicas.md).",
