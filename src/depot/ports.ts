@@ -137,6 +137,28 @@ export interface WriteCondition {
   deferSync?: boolean;
 }
 
+/**
+ * Blobs a record store keeps beside its records (see {@link RecordStore.smallBlobs}): whole small bodies, already
+ * hashed by the caller, keyed by their digest. Content-addressed and idempotent like a {@link BlobStore}.
+ */
+export interface SmallBlobStore {
+  /** Bodies up to this many bytes belong here; larger ones go to the blob store. */
+  readonly maxBytes: number;
+  /**
+   * Stores `bytes` under `digest` (their sha256, computed by the caller); a no-op when present. With
+   * `deferSync`, as {@link PutBlobOptions.deferSync}: the store's syncRecords makes it durable.
+   */
+  putSmallBlob(digest: string, bytes: Uint8Array, options?: { deferSync?: boolean }): Promise<void>;
+  /** The bytes, or null when absent here. */
+  getSmallBlob(digest: string): Promise<Uint8Array | null>;
+  /** The size, or null when absent here. */
+  statSmallBlob(digest: string): Promise<number | null>;
+  /** Removes it; absent is fine. True when it was here. */
+  deleteSmallBlob(digest: string): Promise<boolean>;
+  /** Every digest kept here, in byte order of the digest (so a caller can merge it with another sorted list). */
+  listSmallBlobs(): AsyncIterable<string>;
+}
+
 /** Small JSON records with compare-and-swap. */
 export interface RecordStore {
   getRecord<T = unknown>(key: string): Promise<StoredRecord<T> | null>;
@@ -167,6 +189,13 @@ export interface RecordStore {
    * Why: docs/decisions/depot-publish-durability.md, "ports.ts: RecordStore.syncRecords".
    */
   syncRecords?(): Promise<void>;
+  /**
+   * Optional: small blobs kept beside the records (the PostgreSQL records store: a table of its schema).
+   * `composeStore` puts a body of up to `maxBytes` there instead of into its blob store, and reads there first:
+   * a small blob then costs one record-store round trip, joins the records' flush, and never reaches S3.
+   * Why: docs/decisions/depot-scale-out.md, "Small blobs in PostgreSQL".
+   */
+  readonly smallBlobs?: SmallBlobStore;
   close?(): Promise<void>;
 }
 

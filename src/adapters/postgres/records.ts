@@ -15,26 +15,28 @@ import pg from "pg";
 import { RunnerDepotError } from "../../errors.js";
 import type { RecordStore, StoredRecord, WriteCondition } from "../../depot/ports.js";
 import { createRecordWatch, MAX_ANNOUNCED_KEY, recordChannelOf } from "./record-notify.js";
-import { openPostgres, unavailable } from "./schema.js";
+import { ASYNC_COMMIT, openPostgres, unavailable } from "./schema.js";
+import { createPostgresSmallBlobs, SMALL_BLOB_BYTES } from "./small-blobs.js";
 import type { PostgresOptions } from "./schema.js";
 
 /** Options of {@link createPostgresRecords}. */
 export interface PostgresRecordsOptions extends PostgresOptions {
   /** Page size of `listRecords` when the caller gives none; default 1 000 (max 10 000). */
   defaultPageSize?: number;
+  /**
+   * Blobs of up to this many bytes are kept in the table `small_blobs` beside the records
+   * ({@link RecordStore.smallBlobs}: `composeStore` puts them there, not in its blob store); default 16 KiB,
+   * 0 for none. At most 1 MiB: a row is read whole.
+   */
+  smallBlobBytes?: number;
 }
 
 const REVISION = /^[0-9]{1,19}$/;
 /** Revisions are bigints: a longer or larger string was never issued and cannot match. */
 const isRevision = (r: string) => REVISION.test(r) && BigInt(r) <= 9223372036854775807n;
 
-/**
- * A one-row relation that turns `synchronous_commit` off until the end of the statement's own
- * (implicit) transaction: its commit then returns without waiting for the WAL flush. The
- * change is local, so the session is back to its setting for the next statement. Joined
- * into the write itself: no round trip of its own.
- */
-const ASYNC = `(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit`;
+/** Joined into a write: its commit does not wait for the WAL flush (schema.ts). */
+const ASYNC = ASYNC_COMMIT;
 /** Rows of `sync_points`: concurrent flushes update different rows, so they share the WAL flush (group commit). */
 const SYNC_POINTS = 64;
 
@@ -75,7 +77,12 @@ export function createPostgresRecords(options: PostgresRecordsOptions): RecordSt
     return JSON.stringify(value) ?? "null";
   }
 
+  const smallBytes = Math.min(options.smallBlobBytes ?? SMALL_BLOB_BYTES, 1024 * 1024);
+  const smallBlobs = smallBytes > 0 ? createPostgresSmallBlobs(db, query, smallBytes) : undefined;
+
   return {
+    ...(smallBlobs ? { smallBlobs } : {}),
+
     async getRecord<T = unknown>(key: string): Promise<StoredRecord<T> | null> {
       const rows = await query<{ value: T; revision: string }>(`SELECT value, revision FROM ${t} WHERE key = $1`, [
         key,
