@@ -153,7 +153,7 @@ export async function run(): Promise<string> {
       ["PostgreSQL + S3, 2 replicas", two],
     ] as const) {
       const p = cell.perPublish!;
-      const statements = `${fmt(p.reads)} reads, ${fmt(p.syncWrites)} flushed writes, ${fmt(p.asyncWrites)} async writes, ${fmt(p.flushes)} flushes`;
+      const statements = `${fmt(p.reads)} reads, ${fmt(p.syncWrites)} flushed writes, ${fmt(p.asyncWrites)} async writes, ${fmt(p.flushes)} flushes; ${fmt(p.s3Requests)} S3 requests`;
       const vs =
         cell === two
           ? `${fmt(cell.rate / fs.rate, 2)} (2 ÷ 1 replica: ${fmt(two.rate / one.rate, 2)})`
@@ -167,9 +167,9 @@ export async function run(): Promise<string> {
   return [
     "## Depot replicas on PostgreSQL + S3",
     "",
-    `Method: ${PUBLISHES} one-file packages published per cell through real HTTP (open, add, commit), at concurrency 8 and 32, each request sent to the next process in turn. PostgreSQL + S3: 1 or 2 depot processes (test/fixtures/depot-replica-server.ts: \`servePackageRouter\` over \`composeStore(createS3BlobStore, createPostgresRecords)\`) on one fresh schema of the local PostgreSQL (synchronous_commit on) and one bucket on ${s3.label}. Peer: the fs store (fsync on) in one process (test/fixtures/depot-client-server.ts). Cells taken in turns per concurrency after 16 warm-up publishes each. Statements per publish: counted in the replicas' pools (a flush is syncRecords' one synchronous update). CPU per publish: the depot processes' own (process.cpuUsage), the whole machine's, the PostgreSQL server's and s3rver's (/proc, every such process: other clients' work is in them), and how busy the cores were over the cell. Load average (1 / 5 / 15 min) read after each cell; the machine has ${os.cpus().length} cores shared with other work. Module ${fmt(minutes)} min.`,
+    `Method: ${PUBLISHES} one-file packages published per cell through real HTTP (open, add, commit), at concurrency 8 and 32, each request sent to the next process in turn. PostgreSQL + S3: 1 or 2 depot processes (test/fixtures/depot-replica-server.ts: \`servePackageRouter\` over \`composeStore(createS3BlobStore, createPostgresRecords)\`) on one fresh schema of the local PostgreSQL (synchronous_commit on) and one bucket on ${s3.label}. Peer: the fs store (fsync on) in one process (test/fixtures/depot-client-server.ts). Cells taken in turns per concurrency after 16 warm-up publishes each. Statements per publish: counted in the replicas' pools (a flush is syncRecords' one synchronous update); S3 requests counted in the replicas' S3 clients, one per command. CPU per publish: the depot processes' own (process.cpuUsage), the whole machine's, the PostgreSQL server's and s3rver's (/proc, every such process: other clients' work is in them), and how busy the cores were over the cell. Load average (1 / 5 / 15 min) read after each cell; the machine has ${os.cpus().length} cores shared with other work. Module ${fmt(minutes)} min.`,
     "",
-    "| store | concurrency | publishes/s | ratio to the fs store | PostgreSQL statements per publish | CPU per publish | load average |",
+    "| store | concurrency | publishes/s | ratio to the fs store | PostgreSQL statements and S3 requests per publish | CPU per publish | load average |",
     "|---|---:|---:|---:|---|---|---|",
     ...rows,
   ].join("\n");
