@@ -66,11 +66,56 @@ async function* mergeSorted(a: AsyncIterable<string>, b: AsyncIterable<string>):
   }
 }
 
-/** A row's bytes, or a range of them (ends inclusive), as the one chunk getBlob answers. */
+/** A copy of a row's bytes, or of a range of them (ends inclusive), as the one chunk getBlob answers. */
 async function* rowChunks(data: Uint8Array, range?: ByteRange): AsyncIterable<Uint8Array> {
-  const part = range ? data.subarray(range.start, range.end + 1) : data;
+  // A copy (at most 16 KiB): the caller may reuse the chunk's memory, and `data` may be RecentBlobs' own.
+  const part = Buffer.from(range ? data.subarray(range.start, range.end + 1) : data);
   if (part.byteLength > 0) yield part;
 }
+
+/**
+ * The bytes of small blobs this process wrote or read lately, up to `capacity` bytes, least recently used out
+ * first. Content-addressed bytes never change, so a hit is always right; a commit reads the blob its addition
+ * just wrote (to hash the archive) and again after its answer (to keep the archive): both are hits in the
+ * process that took the addition. Only reads use it: `statBlob` asks the table, since another process may
+ * have deleted the blob (a read racing a delete may still see the bytes, as S3 reads may). O(1) a get or put.
+ */
+class RecentBlobs {
+  private readonly entries = new Map<string, Uint8Array>();
+  private bytes = 0;
+
+  constructor(private readonly capacity: number) {}
+
+  get(digest: string): Uint8Array | undefined {
+    const data = this.entries.get(digest);
+    if (data) {
+      this.entries.delete(digest);
+      this.entries.set(digest, data);
+    }
+    return data;
+  }
+
+  put(digest: string, data: Uint8Array): void {
+    if (data.byteLength > this.capacity || this.entries.has(digest)) return;
+    this.entries.set(digest, data);
+    this.bytes += data.byteLength;
+    for (const [oldest, old] of this.entries) {
+      if (this.bytes <= this.capacity) break;
+      this.entries.delete(oldest);
+      this.bytes -= old.byteLength;
+    }
+  }
+
+  delete(digest: string): void {
+    const data = this.entries.get(digest);
+    if (!data) return;
+    this.entries.delete(digest);
+    this.bytes -= data.byteLength;
+  }
+}
+
+/** Bytes of small blobs kept in memory for reads (RecentBlobs): 4 MiB, 256 blobs of 16 KiB. */
+const RECENT_BYTES = 4 * 1024 * 1024;
 
 /**
  * Blob operations over small rows and a blob store (the BlobStore half of a composed store).
@@ -80,6 +125,7 @@ async function* rowChunks(data: Uint8Array, range?: ByteRange): AsyncIterable<Ui
  * await blobs.putBlob(body, { deferSync: true }); // ≤ 16 KiB: one INSERT, no S3 request
  */
 export function tierSmallBlobs(small: SmallBlobStore, large: BlobStore): Omit<BlobStore, "close" | "openBlob"> {
+  const recent = new RecentBlobs(RECENT_BYTES);
   /** Stores a whole small body as a row. O(size): one hash, one INSERT. */
   async function putSmall(head: Head, options: PutBlobOptions): Promise<BlobInfo> {
     const bytes = Buffer.concat(head.chunks, head.size);
@@ -89,6 +135,7 @@ export function tierSmallBlobs(small: SmallBlobStore, large: BlobStore): Omit<Bl
     if (options.expectedDigest !== undefined && options.expectedDigest !== digest)
       throw new RunnerDepotError("DIGEST_MISMATCH", `Content hashes to ${digest}, not ${options.expectedDigest}`);
     await small.putSmallBlob(digest, bytes, { deferSync: options.deferSync });
+    recent.put(digest, bytes);
     return { digest, size: head.size };
   }
 
@@ -101,8 +148,9 @@ export function tierSmallBlobs(small: SmallBlobStore, large: BlobStore): Omit<Bl
     },
 
     async getBlob(digest, range) {
-      const data = await small.getSmallBlob(digest);
+      const data = recent.get(digest) ?? (await small.getSmallBlob(digest));
       if (!data) return large.getBlob(digest, range);
+      recent.put(digest, data);
       if (range && range.start >= data.byteLength && data.byteLength > 0)
         throw new RunnerDepotError("RANGE_NOT_SATISFIABLE", `range ${range.start}-${range.end} is outside the blob`);
       return rowChunks(data, range);
@@ -116,6 +164,7 @@ export function tierSmallBlobs(small: SmallBlobStore, large: BlobStore): Omit<Bl
 
     /** Both places: a store from before the rows may hold the same digest in the blob store too. */
     async deleteBlob(digest) {
+      recent.delete(digest);
       await small.deleteSmallBlob(digest);
       await large.deleteBlob(digest);
     },
