@@ -34,7 +34,8 @@ export interface PutBlobOptions {
    * As {@link WriteCondition.deferSync}: the caller calls {@link RecordStore.syncRecords}
    * before it relies on the blob surviving a machine crash. A store may then resolve
    * without flushing only a blob that its syncRecords covers and that it keeps in the order
-   * of its records (the fs store: a blob of up to 16 KiB, a row of records.db); any other
+   * of its records (the fs store: a blob of up to 16 KiB, a row of records.db; `composeStore` over
+   * PostgreSQL records: a row of their `small_blobs`); any other
    * blob (a file) it makes durable before resolving, as without this option. Stores
    * without syncRecords ignore it.
    */
