@@ -75,6 +75,12 @@ export interface BlobStore {
   deleteBlob(digest: string): Promise<void>;
   /** Every stored digest (garbage collection). */
   listBlobs(): AsyncIterable<string>;
+  /**
+   * Optional: blobs of up to this many bytes are never signed (`signBlobUrl` answers null for them), so the
+   * depot serves them itself and keeps no archive copy that small for redirects (composeStore over PostgreSQL
+   * records: such blobs are rows). Absent: any blob may be signed.
+   */
+  readonly unsignedMaxBytes?: number;
   /** A time-limited URL the client may fetch the blob from, when the backend can sign. */
   signBlobUrl?(digest: string, options?: { expiresInSeconds?: number; filename?: string }): Promise<string | null>;
   close?(): Promise<void>;

@@ -75,11 +75,12 @@ describe("small blobs in PostgreSQL, large ones in S3", () => {
       const part = await fetch(`${depot.url}/data/tiny@1.0.0`, { headers: { Range: "bytes=10-19" } });
       expect(part.status).toBe(206);
       expect(Buffer.from(await part.arrayBuffer()).equals(Buffer.from(archive.subarray(10, 20)))).toBe(true);
-      // A second download, after the archive was kept (as a row): still no object.
+      // No copy of a small archive is made (a row is never redirected to), and no object.
       expect(storeDigest(new Uint8Array(await (await fetch(`${depot.url}/data/tiny@1.0.0`)).arrayBuffer()))).toBe(
         storeDigest(archive),
       );
       expect(await inTable(storeDigest("tiny bytes\n"))).toBe(true);
+      expect(await inTable(storeDigest(archive))).toBe(false);
       expect(await s3Digests(prefix)).toEqual([]);
 
       const big = patternBytes(16 * 1024 + 1, 3);

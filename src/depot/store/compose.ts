@@ -69,5 +69,7 @@ export function composeStore(options: ComposeStoreOptions): PackageStore {
     const sign = blobs.signBlobUrl.bind(blobs);
     store.signBlobUrl = (digest, signOptions) => sign(digest, signOptions);
   }
+  // Rows are never signed: the depot serves a small archive from its items and makes no copy of it.
+  if (tiered) return { ...store, unsignedMaxBytes: records.smallBlobs!.maxBytes };
   return store;
 }
