@@ -44,6 +44,9 @@ export function viewOf(buf: Buffer): DataView {
  * Whether `buf` holds a `"` or a `\` anywhere (two native scans of the whole buffer, ~1 µs for a 16 KiB request
  * chunk), remembered for the same buffer like {@link viewOf}'s view. False says no range of it needs either test.
  * O(buffer bytes) once a buffer, then O(1).
+ *
+ * @example
+ * hasJsonEscapes(Buffer.from("make -j4\n")) // false
  */
 export function hasJsonEscapes(buf: Buffer): boolean {
   if (buf !== escapesOf) {
@@ -121,7 +124,8 @@ export const PLAIN_ASCII = 2;
  */
 export function asciiClass(buf: Buffer, start: number, end: number): number {
   // Most request chunks hold no `"` or `\` at all (the frames' binary fields rarely do either): then each word
-  // needs only the ASCII and control tests (~half the work a word). Why: docs/decisions/ingest-limit.md.
+  // needs only the ASCII and control tests (~half the work a word).
+  // Why: docs/decisions/ingest-limit.md, "byte-scan.ts: hasJsonEscapes".
   if (!hasJsonEscapes(buf)) return asciiControlClass(buf, start, end);
   const v = viewOf(buf);
   let acc = 0;
