@@ -76,6 +76,10 @@ command -v chromium >/dev/null || apt_install chromium
 /usr/bin/python3 -c 'import securesystemslib.signer' 2>/dev/null || apt_install python3-securesystemslib
 # Debian's PyYAML, the parser cloud-init reads user data with (test/runner/agent/cloud-init-yaml11.test.ts).
 /usr/bin/python3 -c 'import yaml' 2>/dev/null || apt_install python3-yaml
+# Debian's grpcio, protobuf and protoc: the independent Python gRPC client of
+# test/runner/interop-grpcio.test.ts, built from the seed's proto (an older client).
+/usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null || apt_install python3-grpcio python3-protobuf
+command -v protoc >/dev/null || apt_install protobuf-compiler
 # The VM test (npm run test:vm, docs/decisions/single-file-agent.md): QEMU, debootstrap for
 # its image, vfat tools for the NoCloud seed, socat for guestfwd, qemu-user and the arm64
 # libraries the arm64 agent (a dynamically linked Node) loads. In CI, or when asked.

@@ -62,8 +62,20 @@ async function rate(urls: string[], concurrency: number, tag: string, count = PU
   return count / ((performance.now() - t0) / 1000);
 }
 
+/** CPU time (user + system, ms) a process used so far, from /proc; null without it. */
+async function processCpuMs(pid: number | undefined): Promise<number | null> {
+  const { readFile } = await import("node:fs/promises");
+  const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => "");
+  const close = stat.lastIndexOf(")");
+  if (pid === undefined || close < 0) return null;
+  const fields = stat.slice(close + 2).split(" ");
+  return (Number(fields[11]) + Number(fields[12])) * 10; // USER_HZ 100: 10 ms a tick
+}
+
 interface Cell {
   rate: number;
+  /** The fs store's own process: CPU ms per publish. */
+  fsProcessMs?: number;
   load: string;
   perPublish?: StatementCounts;
   /** CPU ms per publish: the whole machine (every process, others' too) and the PostgreSQL server. */
@@ -103,10 +115,13 @@ export async function run(): Promise<string> {
       try {
         await rate([fs.url], 4, `warm-fs-${concurrency}`, 16);
         const cpuBefore = await machineCpu();
+        const ownBefore = await processCpuMs(fs.child.pid);
         const t0 = performance.now();
         const measured = await rate([fs.url], concurrency, `fs-${concurrency}`);
         const share = machineShare(cpuBefore, await machineCpu(), performance.now() - t0);
-        cells.set(`fs ${concurrency}`, { rate: measured, load: load(), ...share });
+        const ownAfter = await processCpuMs(fs.child.pid);
+        const fsProcessMs = ownBefore !== null && ownAfter !== null ? (ownAfter - ownBefore) / PUBLISHES : undefined;
+        cells.set(`fs ${concurrency}`, { rate: measured, load: load(), fsProcessMs, ...share });
       } finally {
         await stop(fs.child);
       }
@@ -147,19 +162,26 @@ export async function run(): Promise<string> {
     const fs = cells.get(`fs ${concurrency}`)!;
     const one = cells.get(`pg1 ${concurrency}`)!;
     const two = cells.get(`pg2 ${concurrency}`)!;
-    rows.push(`| fs store, 1 process | ${concurrency} | ${fmt(fs.rate)} | — | — | ${cpuOf(fs)} | ${fs.load} |`);
+    const fsOwn = fs.fsProcessMs !== undefined ? `${fmt(fs.fsProcessMs)} ms in the fs store's process; ` : "";
+    rows.push(`| fs store, 1 process | ${concurrency} | ${fmt(fs.rate)} | — | — | ${fsOwn}${cpuOf(fs)} | ${fs.load} |`);
     for (const [label, cell] of [
       ["PostgreSQL + S3, 1 replica", one],
       ["PostgreSQL + S3, 2 replicas", two],
     ] as const) {
       const p = cell.perPublish!;
-      const statements = `${fmt(p.reads)} reads, ${fmt(p.syncWrites)} flushed writes, ${fmt(p.asyncWrites)} async writes, ${fmt(p.flushes)} flushes`;
+      const statements = `${fmt(p.reads)} reads, ${fmt(p.syncWrites)} flushed writes, ${fmt(p.asyncWrites)} async writes, ${fmt(p.flushes)} flushes; ${fmt(p.s3Requests)} S3 requests`;
       const vs =
         cell === two
           ? `${fmt(cell.rate / fs.rate, 2)} (2 ÷ 1 replica: ${fmt(two.rate / one.rate, 2)})`
           : fmt(cell.rate / fs.rate, 2);
+      // Paired in CPU: the fs store's process against the depot processes and PostgreSQL (others' work in it too).
+      const ours = p.cpuMs + (cell.machine?.postgresMs ?? 0);
+      const cpuRatio =
+        fs.fsProcessMs !== undefined && cell.machine
+          ? `; fs process ÷ (depot + PostgreSQL): ${fmt(fs.fsProcessMs / ours, 2)}`
+          : "";
       rows.push(
-        `| ${label} | ${concurrency} | ${fmt(cell.rate)} | ${vs} | ${statements} | ${fmt(p.cpuMs)} ms in the depot processes; ${cpuOf(cell)} | ${cell.load} |`,
+        `| ${label} | ${concurrency} | ${fmt(cell.rate)} | ${vs} | ${statements} | ${fmt(p.cpuMs)} ms in the depot processes; ${cpuOf(cell)}${cpuRatio} | ${cell.load} |`,
       );
     }
   }
@@ -167,9 +189,9 @@ export async function run(): Promise<string> {
   return [
     "## Depot replicas on PostgreSQL + S3",
     "",
-    `Method: ${PUBLISHES} one-file packages published per cell through real HTTP (open, add, commit), at concurrency 8 and 32, each request sent to the next process in turn. PostgreSQL + S3: 1 or 2 depot processes (test/fixtures/depot-replica-server.ts: \`servePackageRouter\` over \`composeStore(createS3BlobStore, createPostgresRecords)\`) on one fresh schema of the local PostgreSQL (synchronous_commit on) and one bucket on ${s3.label}. Peer: the fs store (fsync on) in one process (test/fixtures/depot-client-server.ts). Cells taken in turns per concurrency after 16 warm-up publishes each. Statements per publish: counted in the replicas' pools (a flush is syncRecords' one synchronous update). CPU per publish: the depot processes' own (process.cpuUsage), the whole machine's, the PostgreSQL server's and s3rver's (/proc, every such process: other clients' work is in them), and how busy the cores were over the cell. Load average (1 / 5 / 15 min) read after each cell; the machine has ${os.cpus().length} cores shared with other work. Module ${fmt(minutes)} min.`,
+    `Method: ${PUBLISHES} one-file packages published per cell through real HTTP (open, add, commit), at concurrency 8 and 32, each request sent to the next process in turn. PostgreSQL + S3: 1 or 2 depot processes (test/fixtures/depot-replica-server.ts: \`servePackageRouter\` over \`composeStore(createS3BlobStore, createPostgresRecords)\`) on one fresh schema of the local PostgreSQL (synchronous_commit on) and one bucket on ${s3.label}. Peer: the fs store (fsync on) in one process (test/fixtures/depot-client-server.ts). Cells taken in turns per concurrency after 16 warm-up publishes each. Statements per publish: counted in the replicas' pools (a flush is syncRecords' one synchronous update); S3 requests counted in the replicas' S3 clients, one per command. CPU per publish: the depot processes' own (process.cpuUsage), the fs store's process's own (/proc), the whole machine's, the PostgreSQL server's and s3rver's (/proc, every such process: other clients' work is in them), and how busy the cores were over the cell; the CPU ratio pairs the fs store's process with the depot processes plus PostgreSQL (what a publish costs when no S3 request is made), the figure that load bears on least. Load average (1 / 5 / 15 min) read after each cell; the machine has ${os.cpus().length} cores shared with other work. Module ${fmt(minutes)} min.`,
     "",
-    "| store | concurrency | publishes/s | ratio to the fs store | PostgreSQL statements per publish | CPU per publish | load average |",
+    "| store | concurrency | publishes/s | ratio to the fs store | PostgreSQL statements and S3 requests per publish | CPU per publish | load average |",
     "|---|---:|---:|---:|---|---|---|",
     ...rows,
   ].join("\n");

@@ -34,7 +34,8 @@ export interface PutBlobOptions {
    * As {@link WriteCondition.deferSync}: the caller calls {@link RecordStore.syncRecords}
    * before it relies on the blob surviving a machine crash. A store may then resolve
    * without flushing only a blob that its syncRecords covers and that it keeps in the order
-   * of its records (the fs store: a blob of up to 16 KiB, a row of records.db); any other
+   * of its records (the fs store: a blob of up to 16 KiB, a row of records.db; `composeStore` over
+   * PostgreSQL records: a row of their `small_blobs`); any other
    * blob (a file) it makes durable before resolving, as without this option. Stores
    * without syncRecords ignore it.
    */
@@ -74,6 +75,12 @@ export interface BlobStore {
   deleteBlob(digest: string): Promise<void>;
   /** Every stored digest (garbage collection). */
   listBlobs(): AsyncIterable<string>;
+  /**
+   * Optional: blobs of up to this many bytes are never signed (`signBlobUrl` answers null for them), so the
+   * depot serves them itself and keeps no archive copy that small for redirects (composeStore over PostgreSQL
+   * records: such blobs are rows). Absent: any blob may be signed.
+   */
+  readonly unsignedMaxBytes?: number;
   /** A time-limited URL the client may fetch the blob from, when the backend can sign. */
   signBlobUrl?(digest: string, options?: { expiresInSeconds?: number; filename?: string }): Promise<string | null>;
   close?(): Promise<void>;
@@ -137,6 +144,28 @@ export interface WriteCondition {
   deferSync?: boolean;
 }
 
+/**
+ * Blobs a record store keeps beside its records (see {@link RecordStore.smallBlobs}): whole small bodies, already
+ * hashed by the caller, keyed by their digest. Content-addressed and idempotent like a {@link BlobStore}.
+ */
+export interface SmallBlobStore {
+  /** Bodies up to this many bytes belong here; larger ones go to the blob store. */
+  readonly maxBytes: number;
+  /**
+   * Stores `bytes` under `digest` (their sha256, computed by the caller); a no-op when present. With
+   * `deferSync`, as {@link PutBlobOptions.deferSync}: the store's syncRecords makes it durable.
+   */
+  putSmallBlob(digest: string, bytes: Uint8Array, options?: { deferSync?: boolean }): Promise<void>;
+  /** The bytes, or null when absent here. */
+  getSmallBlob(digest: string): Promise<Uint8Array | null>;
+  /** The size, or null when absent here. */
+  statSmallBlob(digest: string): Promise<number | null>;
+  /** Removes it; absent is fine. True when it was here. */
+  deleteSmallBlob(digest: string): Promise<boolean>;
+  /** Every digest kept here, in byte order of the digest (so a caller can merge it with another sorted list). */
+  listSmallBlobs(): AsyncIterable<string>;
+}
+
 /** Small JSON records with compare-and-swap. */
 export interface RecordStore {
   getRecord<T = unknown>(key: string): Promise<StoredRecord<T> | null>;
@@ -167,6 +196,13 @@ export interface RecordStore {
    * Why: docs/decisions/depot-publish-durability.md, "ports.ts: RecordStore.syncRecords".
    */
   syncRecords?(): Promise<void>;
+  /**
+   * Optional: small blobs kept beside the records (the PostgreSQL records store: a table of its schema).
+   * `composeStore` puts a body of up to `maxBytes` there instead of into its blob store, and reads there first:
+   * a small blob then costs one record-store round trip, joins the records' flush, and never reaches S3.
+   * Why: docs/decisions/depot-scale-out.md, "Small blobs in PostgreSQL".
+   */
+  readonly smallBlobs?: SmallBlobStore;
   close?(): Promise<void>;
 }
 

@@ -3,7 +3,7 @@
  * PostgreSQL schema and one S3 bucket (s3rver in its own process), driven by a client that
  * sends each request to the next replica in turn: the depot's contract walk (every kind of
  * addition, summary, commit and its repeat, the race of two transactions, abandon, the
- * catalog and its ETag, the change feed, yank, downloads by redirect) answers as on one
+ * catalog and its ETag, the change feed, yank, downloads served and by redirect) answers as on one
  * process, whichever replica takes which request.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -71,7 +71,7 @@ describe("two depot replicas on PostgreSQL + S3 behind a round-robin client", ()
     expect((await call(`/add/${t}/file`, post({ "Pkg-Path": "late" }, "x"))).json.code).toBe("TRANSACTION_COMMITTED");
     expect((await call("/trans/hello@1.0.0", post())).json.code).toBe("VERSION_EXISTS");
 
-    // Both replicas serve the same version, its archive by redirect to S3, whole.
+    // Both replicas serve the same version; its archive (under 16 KiB: a row of PostgreSQL) from the replica itself.
     const [a, b] = await Promise.all(replicas.map(async (r) => (await fetch(`${r.url}/version/hello`)).json()));
     expect(b).toEqual(a);
     expect((await call("/depend/hello")).json).toEqual({
@@ -79,9 +79,9 @@ describe("two depot replicas on PostgreSQL + S3 behind a round-robin client", ()
       version: "1.0.0",
       requires: [{ name: "libfoo", range: "^1.2.0" }],
     });
-    const redirect = await rr.fetch("/data/hello@1.0.0", { redirect: "manual" });
-    expect([302, 307]).toContain(redirect.status);
-    const bytes = new Uint8Array(await (await fetch(redirect.headers.get("location")!)).arrayBuffer());
+    const served = await rr.fetch("/data/hello@1.0.0", { redirect: "manual" });
+    expect([served.status, served.headers.get("location")]).toEqual([200, null]);
+    const bytes = new Uint8Array(await served.arrayBuffer());
     expect(storeDigest(bytes)).toBe(commit.json.digest);
     expect((await parseTar(bytes)).map((e) => e.name)).toEqual([
       ".pkg/manifest.json",
@@ -91,6 +91,28 @@ describe("two depot replicas on PostgreSQL + S3 behind a round-robin client", ()
       "bin/hi",
       "var/empty",
     ]);
+  });
+
+  it("a larger archive is served by redirect to S3, once a replica has kept it there", async () => {
+    const t = (await call("/trans/large@1.0.0", post())).json.transaction as string;
+    const big = "0123456789abcdef".repeat(2048); // 32 KiB: a blob in S3, not a row
+    expect((await call(`/add/${t}/file`, post({ "Pkg-Path": "big" }, big))).status).toBe(201);
+    const commit = await call(`/commit/${t}`, post());
+    expect(commit.status).toBe(201);
+    // The archive is copied to S3 after the commit's answer: until then a replica serves it itself.
+    let location: string | null = null;
+    for (let i = 0; i < 200 && !location; i++) {
+      const data = await rr.fetch("/data/large@1.0.0", { redirect: "manual" });
+      location = data.headers.get("location");
+      const bytes = location ? null : new Uint8Array(await data.arrayBuffer());
+      if (bytes) expect(storeDigest(bytes)).toBe(commit.json.digest);
+      else await data.arrayBuffer();
+      if (!location) await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    expect(location).not.toBeNull();
+    const bytes = new Uint8Array(await (await fetch(location!)).arrayBuffer());
+    expect(storeDigest(bytes)).toBe(commit.json.digest);
+    expect((await parseTar(bytes)).find((e) => e.name === "big")!.body.toString()).toBe(big);
   });
 
   it("two transactions for one version, committed on different replicas: one wins, the other 409; abandon 204 then 410", async () => {

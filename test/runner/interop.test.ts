@@ -14,6 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mintJobToken } from "../../src/runner/index.js";
 import { MAX_MICROS } from "../../src/runner/protocol/line-time.js";
 import { startHarness, storedTexts, type Harness } from "../fixtures/runner-service.js";
+import { SEED_PROTO } from "../fixtures/seed-proto.js";
 
 type RunnerPackage = {
   runner: {
@@ -25,16 +26,6 @@ type RunnerPackage = {
 const protoPath = fileURLToPath(new URL("../../proto/runner/v1/runner.proto", import.meta.url));
 const definition = protoLoader.loadSync(protoPath, { keepCase: true, defaults: true, oneofs: true, longs: String });
 const pkg = grpc.loadPackageDefinition(definition) as unknown as RunnerPackage;
-
-/** The seed's runner.proto as the first clients were built from it (before `LogChunk.time_unix_nano`). */
-const SEED_PROTO = `syntax = "proto3";
-package runner.v1;
-message LogChunk { string line = 1; bool stderr = 2; }
-message JobEnd   { int32 exit_code = 1; bool success = 2; string repo_url = 3; string commit_sha = 4; }
-message LogItem  { string request_id = 1; oneof event { LogChunk log = 2; JobEnd end = 3; } }
-message Ack      { bool ok = 1; }
-service Runner   { rpc StreamLogs(stream LogItem) returns (Ack); }
-`;
 
 interface GrpcOutcome {
   ok: boolean | null;

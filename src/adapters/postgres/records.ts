@@ -11,32 +11,48 @@
  * publish waits for one or two flushes instead of one per write.
  * Why: docs/decisions/depot-scale-out.md, "records.ts: asynchronous commits and one flush".
  */
+import { createHash } from "node:crypto";
 import pg from "pg";
 import { RunnerDepotError } from "../../errors.js";
 import type { RecordStore, StoredRecord, WriteCondition } from "../../depot/ports.js";
 import { createRecordWatch, MAX_ANNOUNCED_KEY, recordChannelOf } from "./record-notify.js";
-import { openPostgres, unavailable } from "./schema.js";
+import { ASYNC_COMMIT, openPostgres, unavailable } from "./schema.js";
+import { createPostgresSmallBlobs, SMALL_BLOB_BYTES } from "./small-blobs.js";
 import type { PostgresOptions } from "./schema.js";
 
 /** Options of {@link createPostgresRecords}. */
 export interface PostgresRecordsOptions extends PostgresOptions {
   /** Page size of `listRecords` when the caller gives none; default 1 000 (max 10 000). */
   defaultPageSize?: number;
+  /**
+   * Blobs of up to this many bytes are kept in the table `small_blobs` beside the records
+   * ({@link RecordStore.smallBlobs}: `composeStore` puts them there, not in its blob store); default 16 KiB,
+   * 0 for none. At most 1 MiB: a row is read whole.
+   */
+  smallBlobBytes?: number;
 }
 
 const REVISION = /^[0-9]{1,19}$/;
 /** Revisions are bigints: a longer or larger string was never issued and cannot match. */
 const isRevision = (r: string) => REVISION.test(r) && BigInt(r) <= 9223372036854775807n;
 
-/**
- * A one-row relation that turns `synchronous_commit` off until the end of the statement's own
- * (implicit) transaction: its commit then returns without waiting for the WAL flush. The
- * change is local, so the session is back to its setting for the next statement. Joined
- * into the write itself: no round trip of its own.
- */
-const ASYNC = `(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit`;
+/** Joined into a write: its commit does not wait for the WAL flush (schema.ts). */
+const ASYNC = ASYNC_COMMIT;
 /** Rows of `sync_points`: concurrent flushes update different rows, so they share the WAL flush (group commit). */
 const SYNC_POINTS = 64;
+
+/** Names of prepared statements by their text (the schema is in the text, so stores on one pool never clash). */
+const statementNames = new Map<string, string>();
+
+/** A prepared statement's name for `sql`: O(length of sql) once per distinct text, then O(1). */
+function statementName(sql: string): string {
+  let name = statementNames.get(sql);
+  if (!name) {
+    name = `rd_${createHash("sha256").update(sql).digest("hex").slice(0, 24)}`;
+    statementNames.set(sql, name);
+  }
+  return name;
+}
 
 /** Whether a write may commit without waiting for the WAL flush (see the file's comment). */
 function asynchronous(cond: WriteCondition | undefined): boolean {
@@ -64,7 +80,9 @@ export function createPostgresRecords(options: PostgresRecordsOptions): RecordSt
   async function query<R>(sql: string, params: unknown[]): Promise<R[]> {
     try {
       await db.ready();
-      const out = await db.pool.query(sql, params);
+      // A named statement: each connection parses and plans it once, then only binds and runs it (about
+      // 40% less PostgreSQL CPU for a key lookup, docs/decisions/depot-scale-out.md).
+      const out = await db.pool.query({ name: statementName(sql), text: sql, values: params });
       return out.rows as R[];
     } catch (error) {
       throw unavailable(error, "STORE_UNAVAILABLE");
@@ -75,7 +93,12 @@ export function createPostgresRecords(options: PostgresRecordsOptions): RecordSt
     return JSON.stringify(value) ?? "null";
   }
 
+  const smallBytes = Math.min(options.smallBlobBytes ?? SMALL_BLOB_BYTES, 1024 * 1024);
+  const smallBlobs = smallBytes > 0 ? createPostgresSmallBlobs(db, query, smallBytes) : undefined;
+
   return {
+    ...(smallBlobs ? { smallBlobs } : {}),
+
     async getRecord<T = unknown>(key: string): Promise<StoredRecord<T> | null> {
       const rows = await query<{ value: T; revision: string }>(`SELECT value, revision FROM ${t} WHERE key = $1`, [
         key,

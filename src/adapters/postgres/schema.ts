@@ -91,6 +91,12 @@ function statements(s: string): string[] {
        value json NOT NULL,
        revision bigint NOT NULL
      )`,
+    // Depot blobs of up to 16 KiB (small-blobs.ts): hex digest → bytes. Stores from before it get the table at
+    // their next open; their blobs stay in S3 and are still read there.
+    `CREATE TABLE IF NOT EXISTS ${s}.small_blobs (
+       digest text COLLATE "C" PRIMARY KEY,
+       bytes bytea NOT NULL
+     )`,
     // Rows a flush of the depot's asynchronous commits updates (records.ts, syncRecords):
     // one of 64 at random, so concurrent flushes rarely wait on one row lock.
     `CREATE TABLE IF NOT EXISTS ${s}.sync_points (slot integer PRIMARY KEY, n bigint NOT NULL)`,
@@ -236,6 +242,14 @@ export function openPostgres(options: PostgresOptions): PostgresHandle {
     },
   };
 }
+
+/**
+ * A one-row relation that turns `synchronous_commit` off until the end of the statement's own
+ * (implicit) transaction: its commit then returns without waiting for the WAL flush. The
+ * change is local, so the session is back to its setting for the next statement. Joined
+ * into the write itself: no round trip of its own.
+ */
+export const ASYNC_COMMIT = `(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit`;
 
 /** Turns a database failure into UNAVAILABLE, keeping the cause; our own errors pass. */
 export function unavailable(

@@ -169,7 +169,11 @@ async function appendNow(
   visible: () => void,
   writes: OrderedWrites | undefined,
 ): Promise<number> {
-  let position = (await changeHead(store)) + 1;
+  // The position after the newest this process saw (or wrote) first, without reading the head: with one
+  // process appending it is free, and when another took it, its insert fails and the head is read.
+  const known = knownHeads.get(store);
+  let guessed = known !== undefined;
+  let position = guessed ? known! + 1 : (await changeHead(store)) + 1;
   for (;;) {
     const written: ChangeEntry = {
       position,
@@ -196,8 +200,10 @@ async function appendNow(
       remember(cacheOf(store).loose, position, written, LOOSE_CACHE);
       return position;
     }
-    // Another process took this position, so it exists: the next one is ours to try.
-    position++;
+    // Another process took this position, so it exists: after a guess, gallop to the head (it may have taken
+    // many); else the next one is ours to try.
+    position = guessed ? (await changeHead(store)) + 1 : position + 1;
+    guessed = false;
   }
 }
 

@@ -5,7 +5,8 @@
  * the background with its digest and size declared, so it goes straight to its content
  * address, checked by the store (S3: the signed payload hash). Until it is there, a
  * download is served from the item blobs, as on a store that keeps no archives, and asks
- * for the copy again (a process that died before its copy landed leaves none).
+ * for the copy again (a process that died before its copy landed leaves none). An archive
+ * the store never signs (`unsignedMaxBytes`: small ones over PostgreSQL records) gets no copy.
  * Why: docs/decisions/depot-blob-uploads.md, "The commit on S3".
  */
 import type { BlobInfo, PackageStore } from "../ports.js";
@@ -45,6 +46,8 @@ function remember(keeper: Keeper, digest: string): void {
  * void keepArchive(store, layout, { digest, size }); // after the commit hashed it
  */
 export function keepArchive(store: PackageStore, layout: ArchiveLayout, archive: BlobInfo): Promise<boolean> {
+  // An archive the store would never sign is served from its items: a copy would only cost a write.
+  if (archive.size <= (store.unsignedMaxBytes ?? -1)) return Promise.resolve(false);
   const keeper = keeperOf(store);
   const running = keeper.keeping.get(archive.digest);
   if (running) return running;
@@ -74,6 +77,7 @@ export function keepArchive(store: PackageStore, layout: ArchiveLayout, archive:
  * if (await archiveStored(store, layout, { digest, size })) return redirectTo(await store.signBlobUrl!(digest));
  */
 export async function archiveStored(store: PackageStore, layout: ArchiveLayout, archive: BlobInfo): Promise<boolean> {
+  if (archive.size <= (store.unsignedMaxBytes ?? -1)) return false;
   const keeper = keeperOf(store);
   if (keeper.stored.has(archive.digest)) return true;
   const running = keeper.keeping.get(archive.digest);

@@ -3,6 +3,7 @@
  * takes, e.g. blobs on S3 and records on PostgreSQL.
  */
 import type { BlobStore, PackageStore, RecordStore } from "../ports.js";
+import { tierSmallBlobs } from "./small-blob-tier.js";
 
 /** Options of {@link composeStore}. */
 export interface ComposeStoreOptions {
@@ -13,7 +14,10 @@ export interface ComposeStoreOptions {
 }
 
 /**
- * Creates a PackageStore from a BlobStore and a RecordStore; `close()` closes both.
+ * Creates a PackageStore from a BlobStore and a RecordStore; `close()` closes both. When the record store keeps
+ * small blobs ({@link RecordStore.smallBlobs}: the PostgreSQL one, up to 16 KiB), bodies up to its size go
+ * there and never reach the blob store (unless it keeps small blobs itself: the fs store); reads look there
+ * first (small-blob-tier.ts).
  *
  * @example
  * const store = composeStore({
@@ -23,7 +27,11 @@ export interface ComposeStoreOptions {
  * const depot = createPackageRouter(store);
  */
 export function composeStore(options: ComposeStoreOptions): PackageStore {
-  const { blobs, records } = options;
+  const { records } = options;
+  // A blob store with a flush of its own (the fs store) already keeps small blobs as rows of its records: it keeps them.
+  const ownSync = (options.blobs as Partial<RecordStore>).syncRecords;
+  const tiered = records.smallBlobs !== undefined && typeof ownSync !== "function";
+  const blobs: BlobStore = tiered ? tierSmallBlobs(records.smallBlobs!, options.blobs) : options.blobs;
   let closing: Promise<void> | null = null;
   const store: PackageStore = {
     putBlob: (body, putOptions) => blobs.putBlob(body, putOptions),
@@ -36,7 +44,7 @@ export function composeStore(options: ComposeStoreOptions): PackageStore {
     deleteRecord: (key, cond) => records.deleteRecord(key, cond),
     listRecords: (prefix, page) => records.listRecords(prefix, page),
     close() {
-      closing ??= Promise.all([blobs.close?.(), records.close?.()]).then(() => {});
+      closing ??= Promise.all([options.blobs.close?.(), records.close?.()]).then(() => {});
       return closing;
     },
   };
@@ -45,7 +53,6 @@ export function composeStore(options: ComposeStoreOptions): PackageStore {
   // writes in one order, and a blob store that flushes on request (the fs store) would keep a
   // deferred blob unflushed. A blob store without it (S3) ignores deferSync: its blobs are
   // durable when their put resolves, so the records' sync covers the rest.
-  const ownSync = (blobs as Partial<RecordStore>).syncRecords;
   if (records.syncRecords && typeof ownSync !== "function") {
     const syncRecords = records.syncRecords.bind(records);
     store.syncRecords = () => syncRecords();
@@ -62,5 +69,7 @@ export function composeStore(options: ComposeStoreOptions): PackageStore {
     const sign = blobs.signBlobUrl.bind(blobs);
     store.signBlobUrl = (digest, signOptions) => sign(digest, signOptions);
   }
+  // Rows are never signed: the depot serves a small archive from its items and makes no copy of it.
+  if (tiered) return { ...store, unsignedMaxBytes: records.smallBlobs!.maxBytes };
   return store;
 }

@@ -41,6 +41,8 @@ export function timeStore(store: PackageStore, histogram: Histogram): PackageSto
     const method = (store as unknown as Record<string, unknown>)[name] as (...args: unknown[]) => unknown;
     wrapper[name] = TIMED.has(name) ? timed(store, method, name, histogram) : method.bind(store);
   }
+  // The one data member of the port (ports.ts): what the router reads of it must pass through.
+  if (store.unsignedMaxBytes !== undefined) wrapper.unsignedMaxBytes = store.unsignedMaxBytes;
   return wrapper as unknown as PackageStore;
 }
 

@@ -172,7 +172,7 @@ export function remember<K, V>(map: Map<K, V>, key: K, value: V, max: number): v
 }
 
 /** Records this process last read or wrote, per store, by key (JSON and revision): guesses for {@link updateRecord}. */
-const guesses = new WeakMap<PackageStore, Map<string, { json: string; revision: string }>>();
+const guesses = new WeakMap<PackageStore, Map<string, { json: string; revision: string } | null>>();
 /** Guesses kept per store (a few hundred bytes each). */
 const GUESSES = 10_000;
 
@@ -185,8 +185,8 @@ const GUESSES = 10_000;
 export function noteRecord(store: PackageStore, key: string, record: StoredRecord<unknown> | null): void {
   let held = guesses.get(store);
   if (!held) guesses.set(store, (held = new Map()));
-  if (record) remember(held, key, { json: JSON.stringify(record.value), revision: record.revision }, GUESSES);
-  else held.delete(key);
+  // Absent is a guess too (null): an update then first tries a create-only write.
+  remember(held, key, record ? { json: JSON.stringify(record.value), revision: record.revision } : null, GUESSES);
 }
 
 /**
@@ -196,6 +196,13 @@ export function noteRecord(store: PackageStore, key: string, record: StoredRecor
 export function guessedRecord<T>(store: PackageStore, key: string): StoredRecord<T> | undefined {
   const held = guesses.get(store)?.get(key);
   return held ? { value: JSON.parse(held.json) as T, revision: held.revision } : undefined;
+}
+
+/** As {@link guessedRecord}, and null when the record was last noted absent. */
+function guessedState<T>(store: PackageStore, key: string): StoredRecord<T> | null | undefined {
+  const held = guesses.get(store)?.get(key);
+  if (held === undefined) return undefined;
+  return held && { value: JSON.parse(held.json) as T, revision: held.revision };
 }
 
 /**
@@ -218,8 +225,8 @@ export async function updateRecord<T>(
   change: (current: StoredRecord<T> | null) => T | undefined,
   options: { lazy?: boolean; losable?: boolean; guess?: boolean; writes?: OrderedWrites } = {},
 ): Promise<{ value: T | undefined; changed: boolean }> {
-  const guess = options.guess ? guessedRecord<T>(store, key) : undefined;
-  if (guess) {
+  const guess = options.guess ? guessedState<T>(store, key) : undefined;
+  if (guess !== undefined) {
     let next: T | undefined;
     try {
       next = change(guess);
@@ -230,7 +237,11 @@ export async function updateRecord<T>(
       const revision = await store.putRecord(
         key,
         next,
-        durableCondition(options.writes, { ifRevision: guess.revision, lazy: options.lazy, losable: options.losable }),
+        durableCondition(options.writes, {
+          ifRevision: guess?.revision ?? null,
+          lazy: options.lazy,
+          losable: options.losable,
+        }),
       );
       if (revision !== null) {
         noteRecord(store, key, { value: next, revision });

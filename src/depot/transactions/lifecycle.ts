@@ -8,7 +8,7 @@ import { RunnerDepotError } from "../../errors.js";
 import type { Requirement } from "../package/archive.js";
 import { compareUtf8 } from "../package/paths.js";
 import type { PackageStore } from "../ports.js";
-import { readPackage } from "../catalog/packages.js";
+import { packageKey, type PackageRecord } from "../catalog/packages.js";
 import {
   allKeys,
   keys,
@@ -325,7 +325,10 @@ export class Transactions {
    * commits that check at the same moment. One read of `pkg/<name>`, O(versions).
    */
   async checkVersionRoom(name: string, version: string): Promise<void> {
-    const versions = (await readPackage(this.store, name))?.versions;
+    // Noted (absent too): the commit's claim on the package record then swaps on this read instead of another.
+    const record = await this.store.getRecord<PackageRecord>(packageKey(name));
+    noteRecord(this.store, packageKey(name), record);
+    const versions = Array.isArray(record?.value.versions) ? record.value.versions : undefined;
     if (versions && versions.length >= this.settings.limits.versions && !versions.includes(version)) {
       throw new RunnerDepotError(
         "TOO_MANY_VERSIONS",

@@ -54,7 +54,7 @@ export class Slots {
     return this.enqueue(principal, "take", id);
   }
 
-  /** Drops `id` from the principal's slots (opening also drops dead ids, so a lost release is harmless). */
+  /** Drops `id` from the principal's slots (a take that could fill them drops dead ids, so a lost release is harmless). */
   release(principal: string, id: string): Promise<void> {
     return this.enqueue(principal, "release", id);
   }
@@ -111,14 +111,16 @@ export class Slots {
 
   /**
    * One compare-and-swap applying a batch, retried on lost races; returns each change's
-   * refusal (null when applied). Reads every listed transaction: O(open transactions of
-   * the principal) reads per round, shared by the batch.
+   * refusal (null when applied). Reads every listed transaction only when the batch's takes
+   * could fill the slots: O(limit) reads per round then, shared by the batch, and none
+   * otherwise, so a take costs O(1) reads amortised over the limit's worth of takes.
    */
   private async apply(key: string, batch: SlotChange[]): Promise<Array<RunnerDepotError | null>> {
     // A finished or expired transaction never reopens, so what was seen dead stays dead.
     const dead = new Set<string>();
     const released = new Set(batch.filter((c) => c.kind === "release").map((c) => c.id));
-    const takes = batch.some((c) => c.kind === "take");
+    const takeCount = batch.filter((c) => c.kind === "take").length;
+    const takes = takeCount > 0;
     // The first try starts from the record as this process last wrote or read it (in one
     // process every change of a principal's slots passes through this batcher, so it is
     // current unless another process wrote since); a refusal or a lost swap on it is
@@ -131,7 +133,10 @@ export class Slots {
       if (!fromGuess) noteRecord(this.store, key, current);
       const listed = (current?.value.ids ?? []).filter((i) => !dead.has(i) && !released.has(i));
       const live: TransactionRecord[] = [];
-      if (takes) {
+      // Listed ids are only read (and the dead ones dropped) when they could fill the slots: while
+      // listed + taken stays within the limit the live ones certainly do, and a take costs no read.
+      const judge = takes && listed.length + takeCount > this.policy.limit();
+      if (judge) {
         const records = await mapLimit(
           listed,
           16,
@@ -142,7 +147,7 @@ export class Slots {
           else dead.add(listed[i]!);
         });
       }
-      const ids = takes ? live.map((t) => t.id) : listed;
+      const ids = judge ? live.map((t) => t.id) : listed;
       const refused = batch.map((change) => {
         if (change.kind === "release") return null;
         if (ids.length >= this.policy.limit()) return this.full(live);

@@ -17,13 +17,22 @@ interface Chunk {
 
 /** Slices of frames to write for a range of items. */
 interface SpoolSlice {
-  /** Buffers to write, in order (views into the spool; never mutated afterwards). */
+  /**
+   * Buffers to write, in order (views into the spool; never mutated while any of their items is held: a chunk whose
+   * items are all dropped is written over by later items).
+   */
   buffers: Buffer[];
   /** Total bytes of `buffers`. */
   bytes: number;
   /** Job offset one past the last item included. */
   to: number;
 }
+
+/**
+ * Released chunks kept for reuse: a call's worth at the client's default `maxCallBytes` (4 MiB in 64 KiB chunks), as an
+ * Ack releases a call's chunks at once.
+ */
+const SPARE_CHUNKS = 64;
 
 /** Options of {@link createSpool}. */
 interface SpoolOptions {
@@ -51,6 +60,12 @@ export function createSpool(options: SpoolOptions = {}): Spool {
  */
 class PackedSpool implements Spool {
   private readonly chunks: Chunk[] = [];
+  /**
+   * Buffers of released chunks, written again by the next chunks (at most {@link SPARE_CHUNKS}): fresh 64 KiB buffers
+   * cost the agent page faults and the GC's external-memory mark-compacts. Never a sealed chunk's.
+   * Why: docs/decisions/ingest-limit.md, "spool.ts: spare chunks".
+   */
+  private readonly spares: Buffer[] = [];
   private first: number;
   private next: number;
   private held = 0;
@@ -86,8 +101,9 @@ class PackedSpool implements Spool {
     const chunks = this.chunks;
     let tail = chunks[chunks.length - 1];
     if (tail === undefined || tail.sealed || tail.buf.length - tail.used < size) {
+      const spare = size <= this.chunkBytes ? this.spares.pop() : undefined;
       tail = {
-        buf: Buffer.allocUnsafe(Math.max(this.chunkBytes, size)),
+        buf: spare ?? Buffer.allocUnsafe(Math.max(this.chunkBytes, size)),
         used: 0,
         first: this.next,
         ends: [],
@@ -151,6 +167,9 @@ class PackedSpool implements Spool {
       // Only whole chunks are released; a partly acknowledged one stays until it is done.
       this.held -= c.used;
       chunks.shift();
+      // Every item in it is acknowledged by a call that has closed: nothing reads its bytes any more. A sealed one
+      // had items cut off whose bytes a call may still be writing, so it is never reused.
+      if (!c.sealed && c.buf.length === this.chunkBytes && this.spares.length < SPARE_CHUNKS) this.spares.push(c.buf);
     }
     if (chunks.length === 0) this.held = 0;
   }
@@ -205,7 +224,10 @@ export interface Spool {
   has(offset: number): boolean;
   /** Frames from `from` on, up to about `maxBytes` (at least one item). */
   slice(from: number, maxBytes: number): SpoolSlice;
-  /** Forgets items before `before` (they are acknowledged). */
+  /**
+   * Forgets items before `before`: acknowledged by a call that has closed, so no write still reads them (their
+   * chunk's memory takes later items).
+   */
   drop(before: number): void;
   /** Each frame from `from` on, one buffer per item (slow path: re-splitting). */
   frames(from: number): Buffer[];

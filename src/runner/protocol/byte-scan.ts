@@ -8,12 +8,23 @@ const EMPTY = new DataView(new ArrayBuffer(0));
 let viewed: Buffer | null = null;
 let view: DataView = EMPTY;
 let dropQueued = false;
+/** The buffer whose escapes were last looked for ({@link hasJsonEscapes}) and the answer. */
+let escapesOf: Buffer | null = null;
+let escapes = true;
 
-/** Drops the cached view (queued once per fill, run when the current job ends). */
+/** Drops the cached view and escape answer (queued once per fill, run when the current job ends). */
 function dropView(): void {
   viewed = null;
   view = EMPTY;
+  escapesOf = null;
   dropQueued = false;
+}
+
+function queueDrop(): void {
+  if (!dropQueued) {
+    dropQueued = true;
+    queueMicrotask(dropView);
+  }
 }
 
 /**
@@ -24,12 +35,26 @@ export function viewOf(buf: Buffer): DataView {
   if (buf !== viewed) {
     viewed = buf;
     view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
-    if (!dropQueued) {
-      dropQueued = true;
-      queueMicrotask(dropView);
-    }
+    queueDrop();
   }
   return view;
+}
+
+/**
+ * Whether `buf` holds a `"` or a `\` anywhere (two native scans of the whole buffer, ~1 µs for a 16 KiB request
+ * chunk), remembered for the same buffer like {@link viewOf}'s view. False says no range of it needs either test.
+ * O(buffer bytes) once a buffer, then O(1).
+ *
+ * @example
+ * hasJsonEscapes(Buffer.from("make -j4\n")) // false
+ */
+export function hasJsonEscapes(buf: Buffer): boolean {
+  if (buf !== escapesOf) {
+    escapesOf = buf;
+    escapes = buf.indexOf(0x22) !== -1 || buf.indexOf(0x5c) !== -1;
+    queueDrop();
+  }
+  return escapes;
 }
 
 /** Non-zero when a byte of the 32-bit word `w` is zero (the classic SWAR test). */
@@ -98,6 +123,10 @@ export const PLAIN_ASCII = 2;
  * asciiClass(Buffer.from('say "hi"'), 0, 8) // ASCII
  */
 export function asciiClass(buf: Buffer, start: number, end: number): number {
+  // Most request chunks hold no `"` or `\` at all (the frames' binary fields rarely do either): then each word
+  // needs only the ASCII and control tests (~half the work a word).
+  // Why: docs/decisions/ingest-limit.md, "byte-scan.ts: hasJsonEscapes".
+  if (!hasJsonEscapes(buf)) return asciiControlClass(buf, start, end);
   const v = viewOf(buf);
   let acc = 0;
   let special = 0;
@@ -114,4 +143,34 @@ export function asciiClass(buf: Buffer, start: number, end: number): number {
   }
   if ((acc & 0x80808080) !== 0) return NOT_ASCII;
   return special === 0 ? PLAIN_ASCII : ASCII;
+}
+
+/** {@link asciiClass} of a range whose buffer holds no `"` or `\` ({@link hasJsonEscapes} false). O(bytes). */
+function asciiControlClass(buf: Buffer, start: number, end: number): number {
+  const v = viewOf(buf);
+  let acc = 0;
+  let control = 0;
+  let i = start;
+  // Little-endian reads: the tests are per byte, so the order does not matter, and no byte swap is made. Four
+  // words a step: a 100-byte line ~19 ns against ~29 ns a word a step (one loop test and branch per 16 bytes).
+  for (; i + 16 <= end; i += 16) {
+    const a = v.getUint32(i, true);
+    const b = v.getUint32(i + 4, true);
+    const c = v.getUint32(i + 8, true);
+    const d = v.getUint32(i + 12, true);
+    acc |= a | b | c | d;
+    control |= ((a - 0x20202020) & ~a) | ((b - 0x20202020) & ~b) | ((c - 0x20202020) & ~c) | ((d - 0x20202020) & ~d);
+  }
+  for (; i + 4 <= end; i += 4) {
+    const w = v.getUint32(i, true);
+    acc |= w;
+    control |= (w - 0x20202020) & ~w;
+  }
+  for (; i < end; i++) {
+    const b = v.getUint8(i);
+    acc |= b;
+    if (b < 0x20) control = 0x80;
+  }
+  if ((acc & 0x80808080) !== 0) return NOT_ASCII;
+  return (control & 0x80808080) === 0 ? PLAIN_ASCII : ASCII;
 }

@@ -13,7 +13,8 @@ import { ReceivedLine } from "./received-line.js";
 import { readNanos } from "./line-time.js";
 
 /**
- * Decodes a length varint of at most 5 bytes; -1 when malformed, out of range or not
+ * Decodes a length varint of at most 5 bytes (the decoder reads a one-byte length, the common case, inline: the
+ * call was ~10 % of a decode's samples); -1 when malformed, out of range or not
  * minimally encoded (valid protobuf, but left to the general parser), so the caller can
  * step over it with lengthBytes(value).
  */
@@ -132,7 +133,7 @@ export function decodeReceivedLine(buf: Buffer, start: number, end: number): Rec
   while (pos < end) {
     const tag = buf[pos++]!;
     if (tag === 0x0a && requestId === null) {
-      const len = readLength(buf, pos, end);
+      const len = pos < end && buf[pos]! < 0x80 ? buf[pos]! : readLength(buf, pos, end);
       if (len < 0) return null;
       pos += lengthBytes(len);
       if (pos + len > end) return null;
@@ -141,7 +142,7 @@ export function decodeReceivedLine(buf: Buffer, start: number, end: number): Rec
       pos += len;
     } else if (tag === 0x12 && !seenLog) {
       seenLog = true;
-      const len = readLength(buf, pos, end);
+      const len = pos < end && buf[pos]! < 0x80 ? buf[pos]! : readLength(buf, pos, end);
       if (len < 0) return null;
       pos += lengthBytes(len);
       const stop = pos + len;
@@ -151,7 +152,7 @@ export function decodeReceivedLine(buf: Buffer, start: number, end: number): Rec
       while (pos < stop) {
         const inner = buf[pos++]!;
         if (inner === 0x0a && lineStart < 0) {
-          const n = readLength(buf, pos, stop);
+          const n = pos < stop && buf[pos]! < 0x80 ? buf[pos]! : readLength(buf, pos, stop);
           if (n < 0) return null;
           pos += lengthBytes(n);
           if (pos + n > stop) return null;

@@ -27,6 +27,7 @@ import { cancelIfNotDrained } from "./answer-drain.js";
 import { respecGrpcMessage } from "../protocol/grpc-message.js";
 import type { ReadBudget } from "./read-budget.js";
 import { ReceivedLine, toLogItem, type CallItem } from "../protocol/received-line.js";
+import { BatchList } from "../protocol/batch-list.js";
 import { RequestReader, type EnvelopeSink, type RequestBody } from "./request-reader.js";
 import {
   kCallAuthenticated,
@@ -393,7 +394,7 @@ async function* iterate(body: Uint8Array | null): AsyncGenerator<Uint8Array> {
  * enforces the bounds) and read by the service in batches.
  */
 class ItemQueue implements EnvelopeSink {
-  private ready: CallItem[] = [];
+  private readonly ready = new BatchList<CallItem>();
   private readyBytes = 0;
   private waiter: { resolve: (batch: CallItem[] | null) => void; reject: (error: unknown) => void } | null = null;
   reader: RequestReader | null = null;
@@ -449,14 +450,13 @@ class ItemQueue implements EnvelopeSink {
 
   /** Drops what is queued (the call is over). */
   clear(): void {
-    this.ready = [];
+    this.ready.clear();
     this.readyBytes = 0;
   }
 
   private take(): CallItem[] {
-    const batch = this.ready;
+    const batch = this.ready.take();
     const bytes = this.readyBytes;
-    this.ready = [];
     this.readyBytes = 0;
     this.reader!.taken(bytes);
     return batch;

@@ -58,6 +58,7 @@ describe("postgres adapters: extra cases", () => {
         "job_sections",
         "jobs",
         "records",
+        "small_blobs",
         "sync_points",
       ]);
     } finally {

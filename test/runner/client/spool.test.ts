@@ -1,8 +1,9 @@
 /**
  * The runner client's spool (src/runner/client/spool.ts) against a model, an array of frames: every
  * method (append, drop, truncate, slice, frames, has, start/end/bytes) after any sequence of
- * the others, and the slices already handed to a call never changing afterwards (they may be
- * in flight when the spool is truncated and appended to again). Session 9 made the spool a
+ * the others, and the slices already handed to a call never changing while any of their items is
+ * held (they may be in flight when the spool is truncated and appended to again; a dropped chunk's
+ * memory is reused, so a fully dropped slice may change). Session 9 made the spool a
  * class; this checks the whole behaviour, not only the paths the example tests take. It fails
  * with truncate's chunk left unsealed, with its bytes not subtracted, or with drop keeping a
  * fully acknowledged chunk.
@@ -37,7 +38,9 @@ describe("spool: a property against a model", () => {
           let start = start0;
           let stamp = 0;
           const items: Buffer[] = []; // items[o - start0]
-          const inFlight: { bufs: Buffer[]; copy: Buffer }[] = [];
+          // Slices handed to a call, checked while none of their items is dropped (a drop follows a call's close,
+          // so no write of a dropped item is in flight, and a fully dropped chunk's memory is reused).
+          let inFlight: { at: number; bufs: Buffer[]; copy: Buffer }[] = [];
           for (const raw of ops) {
             // Offsets relative to what is held (one below start to two past end), so most ops hit it.
             const o =
@@ -68,7 +71,7 @@ describe("spool: a property against a model", () => {
                 expect(s.bytes).toBe(want.length);
                 if (s.to - o.at > 1) expect(s.bytes).toBeLessThanOrEqual(o.max);
                 if (s.to < end) expect(s.bytes + items[s.to - start0]!.length).toBeGreaterThan(o.max);
-                inFlight.push({ bufs: s.buffers, copy: Buffer.from(want) });
+                inFlight.push({ at: o.at, bufs: s.buffers, copy: Buffer.from(want) });
               }
             } else {
               const fr = spool.frames(o.at);
@@ -85,11 +88,42 @@ describe("spool: a property against a model", () => {
             if (start === start0 + items.length && o.k === "drop" && o.at >= start) expect(spool.bytes).toBe(0);
             for (let x = start - 1; x <= start0 + items.length + 1; x++)
               expect(spool.has(x)).toBe(x >= start && x <= start0 + items.length);
+            inFlight = inFlight.filter((f) => f.at >= start);
             for (const f of inFlight) expect(Buffer.concat(f.bufs)).toEqual(f.copy);
           }
         },
       ),
       { numRuns: 3000 },
     );
+  });
+
+  it("writes later items into a released chunk's memory, never into a sealed one's", () => {
+    // Chunks of 8 KiB (above Node's pool, so each has its own memory); frames of 2 KiB, four to a chunk.
+    const chunkBytes = 8192;
+    const F = 2048;
+    const frame = (n: number) => (buf: Buffer, pos: number) => {
+      buf.fill(n, pos, pos + F);
+      return pos + F;
+    };
+    const memoryOf = (spool: ReturnType<typeof createSpool>, at: number) => spool.slice(at, 1).buffers[0]!.buffer;
+
+    // Released: items 0–3 fill chunk A, 4 starts chunk B; an Ack of 4 releases A; the next chunk takes A's memory.
+    const spool = createSpool({ chunkBytes });
+    for (let i = 0; i < 5; i++) spool.append(F, frame(i));
+    const a = memoryOf(spool, 0);
+    expect(memoryOf(spool, 4)).not.toBe(a);
+    spool.drop(4);
+    for (let i = 5; i < 9; i++) spool.append(F, frame(i));
+    expect(memoryOf(spool, 8)).toBe(a);
+    expect(Buffer.concat(spool.frames(4))).toEqual(Buffer.concat([4, 5, 6, 7, 8].map((n) => Buffer.alloc(F, n))));
+
+    // Sealed: a truncate cuts items off chunk C (their bytes may be in flight); once C is released it is not reused.
+    const sealed = createSpool({ chunkBytes });
+    for (let i = 0; i < 4; i++) sealed.append(F, frame(i));
+    const c = memoryOf(sealed, 0);
+    sealed.truncate(2);
+    sealed.drop(2);
+    for (let i = 2; i < 10; i++) sealed.append(F, frame(i + 100));
+    for (let at = 2; at < 10; at++) expect(memoryOf(sealed, at)).not.toBe(c);
   });
 });

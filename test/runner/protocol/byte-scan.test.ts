@@ -2,7 +2,8 @@
  * The four-bytes-at-a-time scan the fs store relies on, against JSON.stringify:
  * isPlainJsonText (a line's bytes are copied as its JSON string body only when
  * JSON.stringify would write them so); isAsciiRange (the decoder's UTF-8 check in place),
- * against a byte loop; asciiClass (both in one pass, the server's decoder) against a byte loop.
+ * against a byte loop; asciiClass (both in one pass, the server's decoder) against a byte loop, on buffers with and
+ * without a quote or backslash anywhere (its chunk-wide shortcut).
  */
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
@@ -13,6 +14,7 @@ import {
   NOT_ASCII,
   PLAIN_ASCII,
   asciiClass,
+  hasJsonEscapes,
   isAsciiRange,
   isPlainJsonText,
   viewOf,
@@ -138,12 +140,43 @@ describe("runner byte scans", () => {
       );
   });
 
+  it("asciiClass: the same class whether or not the rest of the buffer holds a quote or a backslash", () => {
+    // A buffer with neither `"` nor `\\` anywhere takes the two-test path (hasJsonEscapes false); one with either
+    // outside the range takes the full one: both must give the byte loop's class for the range.
+    const byte = fc.oneof(
+      fc.constantFrom(0x00, 0x01, 0x0a, 0x1f, 0x20, 0x7f, 0x80, 0xc3, 0xff),
+      fc.integer({ min: 0x20, max: 0x7e }).filter((b) => b !== 0x22 && b !== 0x5c),
+    );
+    for (const params of fuzzParams<[number[], number, number, number]>("asciiClass without escapes"))
+      fc.assert(
+        fc.property(
+          fc.array(byte, { maxLength: 48 }),
+          fc.nat(),
+          fc.nat(),
+          fc.integer({ min: 0, max: 2 }),
+          (bytes, a, b, pad) => {
+            const start0 = bytes.length === 0 ? 0 : a % (bytes.length + 1);
+            const end0 = start0 + (b % (bytes.length - start0 + 1));
+            // pad 0: the bytes alone; 1: a quote before the range; 2: a backslash after it.
+            const head = pad === 1 ? [0x22] : [];
+            const buf = Buffer.from([...head, ...bytes, ...(pad === 2 ? [0x5c] : [])]);
+            const start = start0 + head.length;
+            const end = end0 + head.length;
+            expect(hasJsonEscapes(buf)).toBe(pad !== 0);
+            expect(asciiClass(buf, start, end)).toBe(asciiClassByLoop(buf, start, end));
+          },
+        ),
+        params,
+      );
+  });
+
   it("keeps no request chunk alive after the call that scanned it (review: the view cache pinned the last one)", async () => {
     const gc = exposeGc();
     const scans: Array<[string, (buf: Buffer) => unknown]> = [
       ["isAsciiRange", (buf) => isAsciiRange(buf, 0, 99)],
       ["isPlainJsonText", (buf) => isPlainJsonText(buf, 100, 199)],
       ["viewOf", (buf) => viewOf(buf).getUint8(0)],
+      ["asciiClass", (buf) => asciiClass(buf, 0, 99)],
     ];
     for (const [name, scan] of scans) {
       const { chunk, memory } = scanFreshChunk(scan);

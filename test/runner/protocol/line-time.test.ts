@@ -15,6 +15,7 @@ import {
   nanosToMs,
   readNanos,
   rfc3339Micro,
+  toMicros,
   writeNanos,
 } from "../../../src/runner/protocol/line-time.js";
 import { fuzzParams } from "../../fuzz/settings.js";
@@ -104,6 +105,28 @@ describe("line time", () => {
       enc.writeLogFrame(buf, 0, "x", 1, false, ms);
       expect(buf.subarray(FRAME_PREFIX_BYTES).equals(Buffer.from(plain))).toBe(true);
     }
+  });
+
+  it("any double: the field is written exactly when the time rounds to at least a microsecond (toMicros > 0)", () => {
+    // The encoder's test is `time * 1000 >= 0.5` (no rounded double made a line); it must agree with toMicros
+    // everywhere, the half-microsecond boundary, NaN, infinities and negative zero included.
+    const enc = createLogItemEncoder(ID);
+    const none = enc.logFrameSize("x", 1, false, 0);
+    const time = fc.oneof(
+      fc.double(),
+      fc.double({ min: 0.0004, max: 0.0006 }),
+      fc.constantFrom(0.0005, 0.0005 - Number.EPSILON, 0.0005 + Number.EPSILON, 5e-4, 4.999999999999999e-4, -0),
+    );
+    for (const params of fuzzParams<[number]>("encoder time presence"))
+      fc.assert(
+        fc.property(time, (ms) => {
+          const size = enc.logFrameSize("x", 1, false, ms);
+          expect(size - none).toBe(toMicros(ms) > 0 ? 9 : 0);
+          const buf = Buffer.alloc(size);
+          expect(enc.writeLogFrame(buf, 0, "x", 1, false, ms)).toBe(size);
+        }),
+        params,
+      );
   });
 
   it("8 bytes of nanoseconds round-trip every µs count, and any fixed64 reads as its µs floor", () => {

@@ -9,7 +9,7 @@ import { COMMITTED_HEADER, REASON_HEADER, type EndedReason } from "../contract.j
 export async function endedAck(core: RunnerCore, call: CallRun, reason: EndedReason): Promise<Ack> {
   call.endedReason = reason;
   // Queued entries of a job the orchestrator dropped are not stored.
-  call.pending = [];
+  call.pending.clear();
   call.pendingReceivedBytes = 0;
   try {
     await call.flush();

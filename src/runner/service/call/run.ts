@@ -15,6 +15,7 @@ import type { CallHandle, RunnerCore, Slot } from "../job-table.js";
 import { EndedSignal, explainRefusal } from "./ended-signal.js";
 import { settlePendingPublish } from "./end-item.js";
 import { entriesFor, pushPlain } from "../../protocol/received-line.js";
+import { BatchList } from "../../protocol/batch-list.js";
 
 /** Queued entries past which a call waits for the store (back-pressure). */
 const BACKPRESSURE_ITEMS = 8192;
@@ -41,7 +42,8 @@ export class CallRun implements CallHandle {
   /** True once the job's log is cut (its tail kept): every later line goes to the store's rolling tail. */
   cut = false;
   endSeen = false;
-  pending: LogEntry[] = [];
+  /** Entries queued for the store, taken whole by each flush. */
+  readonly pending = new BatchList<LogEntry>();
   pendingAt = 0;
   pendingBytes = 0;
   /** UTF-8 bytes of the queued lines as received (runner.bytes.ingested once stored). */
@@ -133,11 +135,10 @@ export class CallRun implements CallHandle {
     // Let the items already received in this turn join the first batch.
     await new Promise<void>((resolve) => setImmediate(resolve));
     while (this.pending.length > 0 && !this.flushError) {
-      const batch = this.pending;
+      const batch = this.pending.take();
       const at = this.pendingAt;
       const receivedBytes = this.pendingReceivedBytes;
       const batchBytes = this.pendingBytes;
-      this.pending = [];
       this.pendingBytes = 0;
       this.pendingReceivedBytes = 0;
       try {
@@ -152,7 +153,7 @@ export class CallRun implements CallHandle {
         this.flushError = await explainRefusal(this.core.logs, this.id, error);
         // What was queued meanwhile is dropped with the batch: the call ends with the error.
         this.core.backlog.release(this.pendingBytes);
-        this.pending = [];
+        this.pending.clear();
         this.pendingBytes = 0;
       } finally {
         this.core.backlog.release(batchBytes);

@@ -1,0 +1,181 @@
+/**
+ * The blob half of `composeStore` when its record store keeps small blobs ({@link RecordStore.smallBlobs}, the
+ * PostgreSQL records store): a body of up to `maxBytes` becomes a row there, a larger one goes to the blob store
+ * (S3). Reads look in the rows first, then in the blob store, so blobs a store wrote before it had the rows
+ * still read. A small blob is served by the depot itself (`signBlobUrl` answers null for it).
+ * Why: docs/decisions/depot-scale-out.md, "Small blobs in PostgreSQL".
+ */
+import { createHash } from "node:crypto";
+import { RunnerDepotError } from "../../errors.js";
+import type { BlobInfo, BlobStore, ByteRange, PutBlobOptions, SmallBlobStore } from "../ports.js";
+
+/** The start of a body: all of it when `rest` is undefined, else its first chunks past the threshold. */
+interface Head {
+  chunks: Uint8Array[];
+  size: number;
+  rest?: AsyncIterator<Uint8Array>;
+}
+
+/** Reads `body` until it ends or passes `threshold` bytes; TOO_LARGE past `maxBytes`. O(threshold + one chunk) memory. */
+async function readHead(body: AsyncIterable<Uint8Array>, threshold: number, maxBytes?: number): Promise<Head> {
+  const iterator = body[Symbol.asyncIterator]();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const next = await iterator.next();
+    if (next.done) return { chunks, size };
+    size += next.value.byteLength;
+    if (maxBytes !== undefined && size > maxBytes) {
+      await iterator.return?.();
+      throw new RunnerDepotError("TOO_LARGE", `blob is larger than ${maxBytes} bytes`);
+    }
+    chunks.push(next.value);
+    if (size > threshold) return { chunks, size, rest: iterator };
+  }
+}
+
+/** The whole body again: the head's chunks, then the rest of it. */
+async function* replay(head: Head): AsyncIterable<Uint8Array> {
+  yield* head.chunks;
+  if (!head.rest) return;
+  for (;;) {
+    const next = await head.rest.next();
+    if (next.done) return;
+    yield next.value;
+  }
+}
+
+/** Two digest streams in byte order, merged, each digest once. O(1) memory. */
+async function* mergeSorted(a: AsyncIterable<string>, b: AsyncIterable<string>): AsyncIterable<string> {
+  const ia = a[Symbol.asyncIterator]();
+  const ib = b[Symbol.asyncIterator]();
+  let na = await ia.next();
+  let nb = await ib.next();
+  while (!na.done || !nb.done) {
+    if (nb.done || (!na.done && na.value < nb.value)) {
+      yield na.value as string;
+      na = await ia.next();
+    } else if (na.done || nb.value < na.value) {
+      yield nb.value;
+      nb = await ib.next();
+    } else {
+      yield na.value;
+      na = await ia.next();
+      nb = await ib.next();
+    }
+  }
+}
+
+/** A copy of a row's bytes, or of a range of them (ends inclusive), as the one chunk getBlob answers. */
+async function* rowChunks(data: Uint8Array, range?: ByteRange): AsyncIterable<Uint8Array> {
+  // A copy (at most 16 KiB): the caller may reuse the chunk's memory, and `data` may be RecentBlobs' own.
+  const part = Buffer.from(range ? data.subarray(range.start, range.end + 1) : data);
+  if (part.byteLength > 0) yield part;
+}
+
+/**
+ * The bytes of small blobs this process wrote or read lately, up to `capacity` bytes, least recently used out
+ * first. Content-addressed bytes never change, so a hit is always right; a commit reads the blob its addition
+ * just wrote (to hash the archive) and again after its answer (to keep the archive): both are hits in the
+ * process that took the addition. Only reads use it: `statBlob` asks the table, since another process may
+ * have deleted the blob (a read racing a delete may still see the bytes, as S3 reads may). O(1) a get or put.
+ */
+class RecentBlobs {
+  private readonly entries = new Map<string, Uint8Array>();
+  private bytes = 0;
+
+  constructor(private readonly capacity: number) {}
+
+  get(digest: string): Uint8Array | undefined {
+    const data = this.entries.get(digest);
+    if (data) {
+      this.entries.delete(digest);
+      this.entries.set(digest, data);
+    }
+    return data;
+  }
+
+  put(digest: string, data: Uint8Array): void {
+    if (data.byteLength > this.capacity || this.entries.has(digest)) return;
+    this.entries.set(digest, data);
+    this.bytes += data.byteLength;
+    for (const [oldest, old] of this.entries) {
+      if (this.bytes <= this.capacity) break;
+      this.entries.delete(oldest);
+      this.bytes -= old.byteLength;
+    }
+  }
+
+  delete(digest: string): void {
+    const data = this.entries.get(digest);
+    if (!data) return;
+    this.entries.delete(digest);
+    this.bytes -= data.byteLength;
+  }
+}
+
+/** Bytes of small blobs kept in memory for reads (RecentBlobs): 4 MiB, 256 blobs of 16 KiB. */
+const RECENT_BYTES = 4 * 1024 * 1024;
+
+/**
+ * Blob operations over small rows and a blob store (the BlobStore half of a composed store).
+ *
+ * @example
+ * const blobs = tierSmallBlobs(records.smallBlobs!, createS3BlobStore({ bucket: "depot" }));
+ * await blobs.putBlob(body, { deferSync: true }); // ≤ 16 KiB: one INSERT, no S3 request
+ */
+export function tierSmallBlobs(small: SmallBlobStore, large: BlobStore): Omit<BlobStore, "close" | "openBlob"> {
+  const recent = new RecentBlobs(RECENT_BYTES);
+  /** Stores a whole small body as a row. O(size): one hash, one INSERT. */
+  async function putSmall(head: Head, options: PutBlobOptions): Promise<BlobInfo> {
+    const bytes = Buffer.concat(head.chunks, head.size);
+    if (options.size !== undefined && options.size !== head.size)
+      throw new RunnerDepotError("BAD_REQUEST", `body is ${head.size} bytes, not its declared ${options.size}`);
+    const digest = `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
+    if (options.expectedDigest !== undefined && options.expectedDigest !== digest)
+      throw new RunnerDepotError("DIGEST_MISMATCH", `Content hashes to ${digest}, not ${options.expectedDigest}`);
+    await small.putSmallBlob(digest, bytes, { deferSync: options.deferSync });
+    recent.put(digest, bytes);
+    return { digest, size: head.size };
+  }
+
+  const tier: Omit<BlobStore, "close" | "openBlob"> = {
+    async putBlob(body, options = {}) {
+      // A declared length past the threshold streams straight to the blob store (S3: one PutObject to its key).
+      if (options.size !== undefined && options.size > small.maxBytes) return large.putBlob(body, options);
+      const head = await readHead(body, small.maxBytes, options.maxBytes);
+      return head.rest ? large.putBlob(replay(head), options) : putSmall(head, options);
+    },
+
+    async getBlob(digest, range) {
+      const data = recent.get(digest) ?? (await small.getSmallBlob(digest));
+      if (!data) return large.getBlob(digest, range);
+      recent.put(digest, data);
+      if (range && range.start >= data.byteLength && data.byteLength > 0)
+        throw new RunnerDepotError("RANGE_NOT_SATISFIABLE", `range ${range.start}-${range.end} is outside the blob`);
+      return rowChunks(data, range);
+    },
+
+    /** One row lookup, then (not a row) the blob store's stat. */
+    async statBlob(digest) {
+      const size = await small.statSmallBlob(digest);
+      return size !== null ? { size } : large.statBlob(digest);
+    },
+
+    /** Both places: a store from before the rows may hold the same digest in the blob store too. */
+    async deleteBlob(digest) {
+      recent.delete(digest);
+      await small.deleteSmallBlob(digest);
+      await large.deleteBlob(digest);
+    },
+
+    listBlobs: () => mergeSorted(small.listSmallBlobs(), large.listBlobs()),
+  };
+  if (large.signBlobUrl) {
+    const sign = large.signBlobUrl.bind(large);
+    // A row has no URL of its own: null, and the depot serves the bytes itself.
+    tier.signBlobUrl = async (digest, options) =>
+      (await small.statSmallBlob(digest)) !== null ? null : sign(digest, options);
+  }
+  return tier;
+}
