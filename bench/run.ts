@@ -31,6 +31,7 @@ await writeReport({
     "runner-telemetry",
     "runner-fleet",
     "runner-follow",
+    "runner-replicas",
     "signing",
     "runner-masking",
     "agent",
