@@ -300,4 +300,32 @@ describe("fuzz: runner fast-path frame splitter and decoder (protobuf-es as orac
     },
     fuzzTimeout(20_000),
   );
+
+  it("a buffer written over in place between decodes in one job: each line's plainJson is what its own bytes say", () => {
+    // decodeReceivedLine is exported: a caller may reuse one scratch buffer for item after item synchronously.
+    // What the decoder remembers of a buffer must not outlive its bytes (review: a remembered "no quote in this
+    // buffer" made a later line holding `"` pass as its own JSON string body, written raw by the fs store).
+    const lineText = fc.oneof(text, fc.constantFrom('say "hi"', "back\\slash", "plain words"));
+    for (const params of fuzzParams("fast-path decoder over a reused buffer")) {
+      fc.assert(
+        fc.property(fc.array(lineText, { minLength: 2, maxLength: 8 }), (lines) => {
+          const frames = lines.map((line) =>
+            toBinary(LogItemSchema, create(LogItemSchema, { event: { case: "log", value: { line } } })),
+          );
+          const scratch = Buffer.alloc(Math.max(...frames.map((f) => f.length)) + 4);
+          const got = frames.map((frame) => {
+            scratch.fill(0x20);
+            scratch.set(frame, 2);
+            return decodeReceivedLine(scratch, 2, 2 + frame.length)?.plainJson ?? null;
+          });
+          // Each frame in a buffer of its own, after the reused one's decodes (they ran with nothing between).
+          const fresh = frames.map(
+            (frame) => decodeReceivedLine(Buffer.from(frame), 0, frame.length)?.plainJson ?? null,
+          );
+          expect(got).toEqual(fresh);
+        }),
+        params,
+      );
+    }
+  });
 });
