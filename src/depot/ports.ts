@@ -73,7 +73,10 @@ export interface BlobStore {
   statBlob(digest: string): Promise<{ size: number } | null>;
   /** Removes a blob; absent is fine. */
   deleteBlob(digest: string): Promise<void>;
-  /** Every stored digest (garbage collection). */
+  /**
+   * Every stored digest (garbage collection), in byte order of the digest (every store here lists so; the
+   * small-blob tier of `composeStore` merges it with its rows on that order, each digest once).
+   */
   listBlobs(): AsyncIterable<string>;
   /**
    * Optional: blobs of up to this many bytes are never signed (`signBlobUrl` answers null for them), so the

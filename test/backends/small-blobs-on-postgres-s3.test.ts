@@ -10,8 +10,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createPostgresRecords } from "../../src/adapters/postgres/index.js";
 import { createS3BlobStore } from "../../src/adapters/s3/index.js";
 import { composeStore } from "../../src/depot/store/compose.js";
+import { tierSmallBlobs } from "../../src/depot/store/small-blob-tier.js";
 import { runRetention } from "../../src/depot/store/retention.js";
-import type { PackageStore } from "../../src/depot/ports.js";
+import type { PackageStore, SmallBlobStore } from "../../src/depot/ports.js";
 import { chunked, collectAll, collectBytes, patternBytes } from "../../src/testing/index.js";
 import { createTestSchema, needs, startS3 } from "../fixtures/backends.js";
 import type { S3Fixture } from "../fixtures/backends.js";
@@ -166,5 +167,71 @@ describe("small blobs in PostgreSQL, large ones in S3", () => {
     } finally {
       await depot.close();
     }
+  });
+});
+
+describe("the recent small blobs in memory (review)", () => {
+  /** Two replicas' blob halves over one schema and one bucket prefix, on a clock the test moves. */
+  function replicas(prefix: string, clock: { ms: number }, gateA?: (small: SmallBlobStore) => SmallBlobStore) {
+    const smallOf = () => createPostgresRecords({ pool: db.pool, schema: db.schema }).smallBlobs!;
+    const now = () => clock.ms;
+    const a = tierSmallBlobs(gateA ? gateA(smallOf()) : smallOf(), s3Blobs(prefix), { now });
+    const b = tierSmallBlobs(smallOf(), s3Blobs(prefix), { now });
+    return { a, b };
+  }
+
+  it("two replicas put one small blob at once: one row; one deletes it: the other reads it absent once its copy is old", async () => {
+    const clock = { ms: 1_000_000 };
+    const { a, b } = replicas(`recent-${randomUUID()}/`, clock);
+    const bytes = patternBytes(16 * 1024, 11);
+    const [pa, pb] = await Promise.all([a.putBlob(chunked(bytes, 1000)), b.putBlob(chunked(bytes, 4096))]);
+    expect(pa).toEqual(pb);
+    expect(await inTable(pa.digest)).toBe(true);
+    expect((await collectBytes((await a.getBlob(pa.digest))!)).equals(bytes)).toBe(true);
+
+    await b.deleteBlob(pa.digest);
+    expect(await inTable(pa.digest)).toBe(false);
+    expect(await a.statBlob(pa.digest)).toBeNull();
+    clock.ms += 60_000;
+    // Before the review, a's copy answered for ever: deleted bytes served, and a commit hashing them would not fail.
+    expect(await a.getBlob(pa.digest)).toBeNull();
+  });
+
+  it("a read that saw the row before this process deleted it does not bring the bytes back into memory", async () => {
+    const clock = { ms: 1_000_000 };
+    let hold: Promise<void> | null = null;
+    let reached: () => void = () => {};
+    const atGate = new Promise<void>((resolve) => (reached = resolve));
+    // The read's answer waits (after PostgreSQL answered it) while the test deletes the blob.
+    const gated = (small: SmallBlobStore): SmallBlobStore => ({
+      ...small,
+      putSmallBlob: small.putSmallBlob.bind(small),
+      statSmallBlob: small.statSmallBlob.bind(small),
+      deleteSmallBlob: small.deleteSmallBlob.bind(small),
+      listSmallBlobs: small.listSmallBlobs.bind(small),
+      maxBytes: small.maxBytes,
+      async getSmallBlob(digest) {
+        const data = await small.getSmallBlob(digest);
+        if (hold) {
+          reached();
+          await hold;
+        }
+        return data;
+      },
+    });
+    const { a, b } = replicas(`race-${randomUUID()}/`, clock, gated);
+    const bytes = patternBytes(3000, 13);
+    const { digest } = await b.putBlob(chunked(bytes));
+    let release: () => void = () => {};
+    hold = new Promise<void>((resolve) => (release = resolve));
+    const racing = a.getBlob(digest);
+    await atGate;
+    hold = null;
+    await a.deleteBlob(digest);
+    release();
+    // The racing read may answer the bytes (it began before the delete), but nothing after it may.
+    await racing;
+    expect(await inTable(digest)).toBe(false);
+    expect(await a.getBlob(digest)).toBeNull();
   });
 });

@@ -300,4 +300,85 @@ describe("fuzz: runner fast-path frame splitter and decoder (protobuf-es as orac
     },
     fuzzTimeout(20_000),
   );
+
+  it("a buffer written over in place between decodes in one job: each line's plainJson is what its own bytes say", () => {
+    // decodeReceivedLine is exported: a caller may reuse one scratch buffer for item after item synchronously.
+    // What the decoder remembers of a buffer must not outlive its bytes (review: a remembered "no quote in this
+    // buffer" made a later line holding `"` pass as its own JSON string body, written raw by the fs store).
+    const lineText = fc.oneof(text, fc.constantFrom('say "hi"', "back\\slash", "plain words"));
+    for (const params of fuzzParams("fast-path decoder over a reused buffer")) {
+      fc.assert(
+        fc.property(fc.array(lineText, { minLength: 2, maxLength: 8 }), (lines) => {
+          const frames = lines.map((line) =>
+            toBinary(LogItemSchema, create(LogItemSchema, { event: { case: "log", value: { line } } })),
+          );
+          const scratch = Buffer.alloc(Math.max(...frames.map((f) => f.length)) + 4);
+          const got = frames.map((frame) => {
+            scratch.fill(0x20);
+            scratch.set(frame, 2);
+            return decodeReceivedLine(scratch, 2, 2 + frame.length)?.plainJson ?? null;
+          });
+          // Each frame in a buffer of its own, after the reused one's decodes (they ran with nothing between).
+          const fresh = frames.map(
+            (frame) => decodeReceivedLine(Buffer.from(frame), 0, frame.length)?.plainJson ?? null,
+          );
+          expect(got).toEqual(fresh);
+        }),
+        params,
+      );
+    }
+  });
+
+  it("lengths at the varint edges, minimal or padded, whole or cut anywhere: as protobuf-es, or left to it", () => {
+    // The decoder reads a one-byte length inline and longer ones by readLength: every length class at its
+    // edges (0, 127 | 128, 16383 | 16384), written minimally or with continuation bytes protobuf accepts too.
+    const lengths = fc.constantFrom(0, 1, 127, 128, 129, 16_383, 16_384, 16_385);
+    const varint = (n: number, pad: number): number[] => {
+      const out: number[] = [];
+      do {
+        out.push((n & 0x7f) | 0x80);
+        n = Math.floor(n / 128);
+      } while (n > 0);
+      for (let i = 0; i < pad; i++) out.push(0x80);
+      out[out.length - 1]! &= 0x7f;
+      return out;
+    };
+    const field = (tag: number, body: number[], pad: number) => [tag, ...varint(body.length, pad), ...body];
+    for (const params of fuzzParams("fast-path decoder varint edges"))
+      fc.assert(
+        fc.property(
+          lengths,
+          fc.nat({ max: 2 }),
+          fc.nat({ max: 2 }),
+          fc.nat({ max: 2 }),
+          fc.option(fc.nat(), { nil: undefined }),
+          (len, padId, padLog, padLine, cutAt) => {
+            const line = field(
+              0x0a,
+              Array.from({ length: len }, (_, i) => 0x61 + (i % 26)),
+              padLine,
+            );
+            const id = field(0x0a, [...Buffer.from("0b6c6f0e")], padId);
+            const whole = Uint8Array.from([...id, ...field(0x12, [...line, 0x10, 0x01], padLog)]);
+            const bytes = cutAt === undefined ? whole : whole.subarray(0, cutAt % (whole.length + 1));
+            const buf = Buffer.concat([Buffer.from([0x22, 0x5c]), bytes, Buffer.from([0x0a])]);
+            const received = decodeReceivedLine(buf, 2, 2 + bytes.length);
+            let oracle: LogItem | null = null;
+            try {
+              oracle = fromBinary(LogItemSchema, bytes);
+            } catch {
+              expect(received).toBeNull();
+              return;
+            }
+            if (received === null) {
+              // Left to protobuf-es: only what it takes another way (padded lengths, no log, a cut frame it reads).
+              expect(padId + padLog + padLine > 0 || cutAt !== undefined).toBe(true);
+              return;
+            }
+            expect(toLogItem(received)).toStrictEqual(oracle);
+          },
+        ),
+        params,
+      );
+  });
 });

@@ -8,6 +8,7 @@
 import { createHash } from "node:crypto";
 import { RunnerDepotError } from "../../errors.js";
 import type { BlobInfo, BlobStore, ByteRange, PutBlobOptions, SmallBlobStore } from "../ports.js";
+import { RecentBlobs } from "./recent-blobs.js";
 
 /** The start of a body: all of it when `rest` is undefined, else its first chunks past the threshold. */
 interface Head {
@@ -73,49 +74,20 @@ async function* rowChunks(data: Uint8Array, range?: ByteRange): AsyncIterable<Ui
   if (part.byteLength > 0) yield part;
 }
 
-/**
- * The bytes of small blobs this process wrote or read lately, up to `capacity` bytes, least recently used out
- * first. Content-addressed bytes never change, so a hit is always right; a commit reads the blob its addition
- * just wrote (to hash the archive) and again after its answer (to keep the archive): both are hits in the
- * process that took the addition. Only reads use it: `statBlob` asks the table, since another process may
- * have deleted the blob (a read racing a delete may still see the bytes, as S3 reads may). O(1) a get or put.
- */
-class RecentBlobs {
-  private readonly entries = new Map<string, Uint8Array>();
-  private bytes = 0;
-
-  constructor(private readonly capacity: number) {}
-
-  get(digest: string): Uint8Array | undefined {
-    const data = this.entries.get(digest);
-    if (data) {
-      this.entries.delete(digest);
-      this.entries.set(digest, data);
-    }
-    return data;
-  }
-
-  put(digest: string, data: Uint8Array): void {
-    if (data.byteLength > this.capacity || this.entries.has(digest)) return;
-    this.entries.set(digest, data);
-    this.bytes += data.byteLength;
-    for (const [oldest, old] of this.entries) {
-      if (this.bytes <= this.capacity) break;
-      this.entries.delete(oldest);
-      this.bytes -= old.byteLength;
-    }
-  }
-
-  delete(digest: string): void {
-    const data = this.entries.get(digest);
-    if (!data) return;
-    this.entries.delete(digest);
-    this.bytes -= data.byteLength;
-  }
-}
-
-/** Bytes of small blobs kept in memory for reads (RecentBlobs): 4 MiB, 256 blobs of 16 KiB. */
+/** Bytes of small blobs kept in memory for reads (RecentBlobs): 4 MiB, about 240 blobs of 16 KiB. */
 const RECENT_BYTES = 4 * 1024 * 1024;
+/**
+ * How long a kept blob is served without asking the table again: another replica may delete it (GC), and this
+ * one cannot tell; a read then sees the deleted bytes for at most this long, as if it had started that much
+ * earlier. A commit's two reads of a blob its addition wrote fall well within it.
+ */
+const RECENT_MAX_AGE_MS = 5_000;
+
+/** Options of {@link tierSmallBlobs}. */
+export interface TierOptions {
+  /** The clock of the recent bytes' age (ms); default Date.now. */
+  now?: () => number;
+}
 
 /**
  * Blob operations over small rows and a blob store (the BlobStore half of a composed store).
@@ -124,8 +96,12 @@ const RECENT_BYTES = 4 * 1024 * 1024;
  * const blobs = tierSmallBlobs(records.smallBlobs!, createS3BlobStore({ bucket: "depot" }));
  * await blobs.putBlob(body, { deferSync: true }); // ≤ 16 KiB: one INSERT, no S3 request
  */
-export function tierSmallBlobs(small: SmallBlobStore, large: BlobStore): Omit<BlobStore, "close" | "openBlob"> {
-  const recent = new RecentBlobs(RECENT_BYTES);
+export function tierSmallBlobs(
+  small: SmallBlobStore,
+  large: BlobStore,
+  options: TierOptions = {},
+): Omit<BlobStore, "close" | "openBlob"> {
+  const recent = new RecentBlobs(RECENT_BYTES, RECENT_MAX_AGE_MS, options.now);
   /** Stores a whole small body as a row. O(size): one hash, one INSERT. */
   async function putSmall(head: Head, options: PutBlobOptions): Promise<BlobInfo> {
     const bytes = Buffer.concat(head.chunks, head.size);
@@ -134,8 +110,9 @@ export function tierSmallBlobs(small: SmallBlobStore, large: BlobStore): Omit<Bl
     const digest = `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
     if (options.expectedDigest !== undefined && options.expectedDigest !== digest)
       throw new RunnerDepotError("DIGEST_MISMATCH", `Content hashes to ${digest}, not ${options.expectedDigest}`);
+    const mark = recent.mark();
     await small.putSmallBlob(digest, bytes, { deferSync: options.deferSync });
-    recent.put(digest, bytes);
+    recent.put(digest, bytes, mark);
     return { digest, size: head.size };
   }
 
@@ -148,9 +125,13 @@ export function tierSmallBlobs(small: SmallBlobStore, large: BlobStore): Omit<Bl
     },
 
     async getBlob(digest, range) {
-      const data = recent.get(digest) ?? (await small.getSmallBlob(digest));
-      if (!data) return large.getBlob(digest, range);
-      recent.put(digest, data);
+      let data = recent.get(digest);
+      if (!data) {
+        const mark = recent.mark();
+        data = (await small.getSmallBlob(digest)) ?? undefined;
+        if (!data) return large.getBlob(digest, range);
+        recent.put(digest, data, mark);
+      }
       if (range && range.start >= data.byteLength && data.byteLength > 0)
         throw new RunnerDepotError("RANGE_NOT_SATISFIABLE", `range ${range.start}-${range.end} is outside the blob`);
       return rowChunks(data, range);
@@ -165,8 +146,13 @@ export function tierSmallBlobs(small: SmallBlobStore, large: BlobStore): Omit<Bl
     /** Both places: a store from before the rows may hold the same digest in the blob store too. */
     async deleteBlob(digest) {
       recent.delete(digest);
-      await small.deleteSmallBlob(digest);
-      await large.deleteBlob(digest);
+      try {
+        await small.deleteSmallBlob(digest);
+        await large.deleteBlob(digest);
+      } finally {
+        // Again once the row is gone: a read that saw it before then caches nothing (RecentBlobs.mark).
+        recent.delete(digest);
+      }
     },
 
     listBlobs: () => mergeSorted(small.listSmallBlobs(), large.listBlobs()),

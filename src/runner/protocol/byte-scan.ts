@@ -43,6 +43,7 @@ export function viewOf(buf: Buffer): DataView {
 /**
  * Whether `buf` holds a `"` or a `\` anywhere (two native scans of the whole buffer, ~1 µs for a 16 KiB request
  * chunk), remembered for the same buffer like {@link viewOf}'s view. False says no range of it needs either test.
+ * The answer is about the bytes when first asked: only for a buffer nobody writes again in the current job.
  * O(buffer bytes) once a buffer, then O(1).
  *
  * @example
@@ -117,16 +118,18 @@ export const PLAIN_ASCII = 2;
  * {@link isAsciiRange} and {@link isPlainJsonText} in one pass: {@link NOT_ASCII}, {@link ASCII}
  * or {@link PLAIN_ASCII}. The server's decoder checks each line's UTF-8 with it and keeps the
  * answer, so the log cap's cost (and the fs store's copy) need no second scan of the line.
- * O(bytes), four bytes a step.
+ * `unchanging`: the caller never writes `buf` again (a received request chunk), so whether it holds a
+ * `"` or `\` at all may be remembered for it ({@link hasJsonEscapes}). O(bytes), four bytes a step.
  *
  * @example
  * asciiClass(Buffer.from('say "hi"'), 0, 8) // ASCII
  */
-export function asciiClass(buf: Buffer, start: number, end: number): number {
+export function asciiClass(buf: Buffer, start: number, end: number, unchanging = false): number {
   // Most request chunks hold no `"` or `\` at all (the frames' binary fields rarely do either): then each word
-  // needs only the ASCII and control tests (~half the work a word).
+  // needs only the ASCII and control tests (~half the work a word). Only for a buffer that never changes: the
+  // answer is remembered by identity, and a buffer written over in place would keep a stale "none".
   // Why: docs/decisions/ingest-limit.md, "byte-scan.ts: hasJsonEscapes".
-  if (!hasJsonEscapes(buf)) return asciiControlClass(buf, start, end);
+  if (unchanging && !hasJsonEscapes(buf)) return asciiControlClass(buf, start, end);
   const v = viewOf(buf);
   let acc = 0;
   let special = 0;

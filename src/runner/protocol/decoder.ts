@@ -116,12 +116,14 @@ export function decodeLogItem(buf: Buffer, start: number, end: number): LogItem 
  * Decodes the same messages as {@link decodeLogItem} (and those whose line holds a literal
  * U+FFFD) into a {@link ReceivedLine}: the line stays bytes in `buf`, checked to be valid
  * UTF-8 (as protobuf-es checks it), and no string or message object is made for it.
- * Returns null for anything else, which the caller hands to the general parser. O(bytes).
+ * Returns null for anything else, which the caller hands to the general parser. `unchanging`: the caller never
+ * writes `buf` again (the server's received chunks), so the scan may remember per buffer what it found
+ * (byte-scan.ts, asciiClass); a caller reusing one buffer in place leaves it false. O(bytes).
  *
  * @example
  * const item = decodeReceivedLine(frame, 5, frame.length) ?? fromBinary(LogItemSchema, frame.subarray(5));
  */
-export function decodeReceivedLine(buf: Buffer, start: number, end: number): ReceivedLine | null {
+export function decodeReceivedLine(buf: Buffer, start: number, end: number, unchanging = false): ReceivedLine | null {
   let pos = start;
   let requestId: string | null = null;
   let lineStart = -1;
@@ -159,7 +161,7 @@ export function decodeReceivedLine(buf: Buffer, start: number, end: number): Rec
           // The UTF-8 check protobuf-es makes, ASCII first (no view made); one pass that also
           // tells whether the line is its own JSON string body, kept for the log cap and the fs store.
           // Why: docs/decisions/runner-fastpath.md, "decoder.ts: validUtf8".
-          const kind = n === 0 ? PLAIN_ASCII : asciiClass(buf, pos, pos + n);
+          const kind = n === 0 ? PLAIN_ASCII : asciiClass(buf, pos, pos + n, unchanging);
           if (kind === NOT_ASCII && !isUtf8(buf.subarray(pos, pos + n))) return null;
           plainJson = kind === PLAIN_ASCII;
           lineStart = pos;

@@ -404,7 +404,8 @@ class ItemQueue implements EnvelopeSink {
   envelope(buf: Buffer, start: number, end: number): void {
     const from = start + ENVELOPE_PREFIX;
     // A plain log line stays bytes in `buf` (no string, no message objects); the rest is protobuf-es's.
-    let item: CallItem | null = decodeReceivedLine(buf, from, end);
+    // A received chunk is never written again: the decoder may remember what it found in it (byte-scan.ts).
+    let item: CallItem | null = decodeReceivedLine(buf, from, end, true);
     if (item === null) {
       try {
         item = this.parse(buf.subarray(from, end));

@@ -163,6 +163,7 @@ describe("runner byte scans", () => {
             const start = start0 + head.length;
             const end = end0 + head.length;
             expect(hasJsonEscapes(buf)).toBe(pad !== 0);
+            expect(asciiClass(buf, start, end, true)).toBe(asciiClassByLoop(buf, start, end));
             expect(asciiClass(buf, start, end)).toBe(asciiClassByLoop(buf, start, end));
           },
         ),
@@ -176,7 +177,7 @@ describe("runner byte scans", () => {
       ["isAsciiRange", (buf) => isAsciiRange(buf, 0, 99)],
       ["isPlainJsonText", (buf) => isPlainJsonText(buf, 100, 199)],
       ["viewOf", (buf) => viewOf(buf).getUint8(0)],
-      ["asciiClass", (buf) => asciiClass(buf, 0, 99)],
+      ["asciiClass", (buf) => asciiClass(buf, 0, 99, true)],
     ];
     for (const [name, scan] of scans) {
       const { chunk, memory } = scanFreshChunk(scan);
