@@ -11,7 +11,7 @@ const MAX_HINT = 8192;
 
 /**
  * Items of the batch being filled; {@link BatchList.take} hands them on as an array of exactly them. `push` is O(1)
- * amortised, `take` O(1) plus the next array (O(last batch's size), made once instead of grown).
+ * amortised, `take` O(1); the first push after it makes the next array (O(last batch's size), made once instead of grown).
  *
  * @example
  * const ready = new BatchList<CallItem>();
@@ -21,6 +21,8 @@ const MAX_HINT = 8192;
 export class BatchList<T> {
   private items: T[] = [];
   private count = 0;
+  /** Size of the last batch taken: the next array is made at it on the first push, so an idle list holds none. */
+  private hint = 0;
 
   /** Items pushed since the last take or clear. */
   get length(): number {
@@ -28,6 +30,7 @@ export class BatchList<T> {
   }
 
   push(item: T): void {
+    if (this.count === 0 && this.hint > 0) this.items = new Array<T>(this.hint);
     this.items[this.count++] = item;
   }
 
@@ -37,7 +40,9 @@ export class BatchList<T> {
     const n = this.count;
     // Made at its final size: holes within [0, n) never remain, so readers see a plain array of n items.
     batch.length = n;
-    this.items = n === 0 ? [] : new Array<T>(Math.min(n, MAX_HINT));
+    // An idle call keeps no array of the last batch's size (up to 64 KiB) until it is sent more.
+    this.items = [];
+    this.hint = Math.min(n, MAX_HINT);
     this.count = 0;
     return batch;
   }

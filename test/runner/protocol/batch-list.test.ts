@@ -52,6 +52,18 @@ describe("BatchList", () => {
       );
   });
 
+  it("an idle list holds no array of its last batch's size until it is pushed to again", () => {
+    const list = new BatchList<number>();
+    const held = () => (list as unknown as { items: unknown[] }).items.length;
+    for (let i = 0; i < 5_000; i++) list.push(i);
+    expect(list.take()).toHaveLength(5_000);
+    // A call that streamed fast and then went idle: 1,000 such calls would otherwise hold ~40 MB.
+    expect(held()).toBe(0);
+    list.push(7);
+    expect(held()).toBe(5_000);
+    expect(list.take()).toEqual([7]);
+  });
+
   it("a batch larger than the last one grows past the array made ahead, in order", () => {
     const list = new BatchList<number>();
     for (let i = 0; i < 3; i++) list.push(i);
