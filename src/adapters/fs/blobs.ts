@@ -15,7 +15,8 @@ import { writeBody } from "./blob-writer.js";
 import type { HashWorker } from "./hash-worker.js";
 import { openIfExists } from "./files.js";
 import type { RecordDb } from "./record-db.js";
-import { readHead, replay, rowChunks, rowReader } from "./small-blobs.js";
+import { replayBodyHead } from "../../depot/store/body-head.js";
+import { readHead, rowChunks, rowReader } from "./small-blobs.js";
 
 const DIGEST_RE = /^sha256:([0-9a-f]{64})$/;
 const BLOB_NAME_RE = /^[0-9a-f]{64}$/;
@@ -89,7 +90,7 @@ export function createFsBlobs(
         const parallel = hashes && opts.size !== undefined && opts.size >= WORKER_HASH_BYTES;
         const { digest, size } = await writeBody(
           handle,
-          replay(head),
+          replayBodyHead(head),
           opts,
           ctx.sync,
           parallel ? hashes.start() : undefined,

@@ -6,49 +6,18 @@
  * Why: docs/decisions/depot-publish-durability.md, "small-blobs.ts: why small blobs are rows".
  */
 import type { BlobReader, ByteRange } from "../../depot/ports.js";
+import { readBodyHead, type BodyHead } from "../../depot/store/body-head.js";
 import { RunnerDepotError } from "../../errors.js";
 
 /** Bodies up to this many bytes are stored as rows. */
 const SMALL_BLOB_BYTES = 16 * 1024;
 
-/** The start of an upload: its chunks so far, and the rest of it when it is larger than a small blob. */
-interface UploadHead {
-  chunks: Uint8Array[];
-  size: number;
-  /** The body's remaining chunks; undefined when the whole body is in `chunks` (a small blob). */
-  rest?: AsyncIterator<Uint8Array>;
-}
-
 /**
- * Reads `body` until it ends or passes SMALL_BLOB_BYTES. TOO_LARGE as soon as `maxBytes`
- * is passed. O(SMALL_BLOB_BYTES + one chunk) memory.
+ * Reads `body` until it ends or passes SMALL_BLOB_BYTES. TOO_LARGE as soon as `maxBytes` is passed.
+ * O(SMALL_BLOB_BYTES + one chunk) memory.
  */
-export async function readHead(body: AsyncIterable<Uint8Array>, maxBytes: number | undefined): Promise<UploadHead> {
-  const iterator = body[Symbol.asyncIterator]();
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for (;;) {
-    const next = await iterator.next();
-    if (next.done) return { chunks, size };
-    size += next.value.byteLength;
-    if (maxBytes !== undefined && size > maxBytes) {
-      await iterator.return?.();
-      throw new RunnerDepotError("TOO_LARGE", `Blob is larger than ${maxBytes} bytes`);
-    }
-    chunks.push(next.value);
-    if (size > SMALL_BLOB_BYTES) return { chunks, size, rest: iterator };
-  }
-}
-
-/** The whole body again: the head's chunks, then the rest of the iterator. */
-export async function* replay(head: UploadHead): AsyncIterable<Uint8Array> {
-  yield* head.chunks;
-  if (!head.rest) return;
-  for (;;) {
-    const next = await head.rest.next();
-    if (next.done) return;
-    yield next.value;
-  }
+export function readHead(body: AsyncIterable<Uint8Array>, maxBytes: number | undefined): Promise<BodyHead> {
+  return readBodyHead(body, SMALL_BLOB_BYTES, maxBytes);
 }
 
 /** A row's bytes (or a range of them, ends inclusive) as the one chunk getBlob answers. */

@@ -8,43 +8,8 @@
 import { createHash } from "node:crypto";
 import { RunnerDepotError } from "../../errors.js";
 import type { BlobInfo, BlobStore, ByteRange, PutBlobOptions, SmallBlobStore } from "../ports.js";
+import { readBodyHead, replayBodyHead, type BodyHead } from "./body-head.js";
 import { RecentBlobs } from "./recent-blobs.js";
-
-/** The start of a body: all of it when `rest` is undefined, else its first chunks past the threshold. */
-interface Head {
-  chunks: Uint8Array[];
-  size: number;
-  rest?: AsyncIterator<Uint8Array>;
-}
-
-/** Reads `body` until it ends or passes `threshold` bytes; TOO_LARGE past `maxBytes`. O(threshold + one chunk) memory. */
-async function readHead(body: AsyncIterable<Uint8Array>, threshold: number, maxBytes?: number): Promise<Head> {
-  const iterator = body[Symbol.asyncIterator]();
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for (;;) {
-    const next = await iterator.next();
-    if (next.done) return { chunks, size };
-    size += next.value.byteLength;
-    if (maxBytes !== undefined && size > maxBytes) {
-      await iterator.return?.();
-      throw new RunnerDepotError("TOO_LARGE", `blob is larger than ${maxBytes} bytes`);
-    }
-    chunks.push(next.value);
-    if (size > threshold) return { chunks, size, rest: iterator };
-  }
-}
-
-/** The whole body again: the head's chunks, then the rest of it. */
-async function* replay(head: Head): AsyncIterable<Uint8Array> {
-  yield* head.chunks;
-  if (!head.rest) return;
-  for (;;) {
-    const next = await head.rest.next();
-    if (next.done) return;
-    yield next.value;
-  }
-}
 
 /** Two digest streams in byte order, merged, each digest once. O(1) memory. */
 async function* mergeSorted(a: AsyncIterable<string>, b: AsyncIterable<string>): AsyncIterable<string> {
@@ -103,7 +68,7 @@ export function tierSmallBlobs(
 ): Omit<BlobStore, "close" | "openBlob"> {
   const recent = new RecentBlobs(RECENT_BYTES, RECENT_MAX_AGE_MS, options.now);
   /** Stores a whole small body as a row. O(size): one hash, one INSERT. */
-  async function putSmall(head: Head, options: PutBlobOptions): Promise<BlobInfo> {
+  async function putSmall(head: BodyHead, options: PutBlobOptions): Promise<BlobInfo> {
     const bytes = Buffer.concat(head.chunks, head.size);
     if (options.size !== undefined && options.size !== head.size)
       throw new RunnerDepotError("BAD_REQUEST", `body is ${head.size} bytes, not its declared ${options.size}`);
@@ -120,8 +85,8 @@ export function tierSmallBlobs(
     async putBlob(body, options = {}) {
       // A declared length past the threshold streams straight to the blob store (S3: one PutObject to its key).
       if (options.size !== undefined && options.size > small.maxBytes) return large.putBlob(body, options);
-      const head = await readHead(body, small.maxBytes, options.maxBytes);
-      return head.rest ? large.putBlob(replay(head), options) : putSmall(head, options);
+      const head = await readBodyHead(body, small.maxBytes, options.maxBytes);
+      return head.rest ? large.putBlob(replayBodyHead(head), options) : putSmall(head, options);
     },
 
     async getBlob(digest, range) {
