@@ -8,16 +8,7 @@ import diagnostics_channel from "node:diagnostics_channel";
 import type { FileHandle } from "node:fs/promises";
 import type { BlobInfo, PutBlobOptions } from "../../depot/ports.js";
 import { RunnerDepotError } from "../../errors.js";
-import type { HashSession } from "./hash-worker.js";
-
-/** Bytes gathered before one write to a blob's temp file. */
-const WRITE_BYTES = 1024 * 1024;
-/**
- * Bytes written between background flushes (fdatasync) while the body arrives. A bare
- * 256 MiB write + fsync on this host took 1.5 s with one fsync at the end, 0.9 s with a
- * flush every 32 MiB; 16 and 32 MiB measured alike (docs/decisions/depot-archives.md).
- */
-const FLUSH_BYTES = 32 * 1024 * 1024;
+import { FLUSH_BYTES, WRITE_BYTES, type HashWorker } from "./hash-worker.js";
 
 /**
  * Events of the blob writer, for tests and diagnostics (published only while someone
@@ -29,13 +20,17 @@ const blobWriteChannel = diagnostics_channel.channel("runner-depot:fs-blob-write
 /** A message on {@link blobWriteChannel}. */
 export type BlobWriteEvent = { type: "flush"; written: number };
 
+function publishFlush(written: number): void {
+  if (blobWriteChannel.hasSubscribers) blobWriteChannel.publish({ type: "flush", written } satisfies BlobWriteEvent);
+}
+
 /**
  * Streams `body` into the temp file `handle` (opened empty), hashing it and enforcing
  * `opts.maxBytes` (TOO_LARGE as soon as it is passed). Every write and flush started has
  * settled when this returns or throws, so the caller may close the handle; the caller
- * syncs the file before renaming it. With `session` (hash-worker.ts) the hash runs on the
- * store's worker thread, fed each gathered MiB once it is written, so hashing, taking in
- * the body and writing it overlap; without, on this thread as each chunk arrives.
+ * syncs the file before renaming it. With `hashes` (hash-worker.ts) the store's worker
+ * thread writes and hashes each gathered MiB (see `writeOnWorker`); without, this thread
+ * hashes each chunk as it arrives and the thread pool writes each gathered MiB.
  * O(size) time, O(WRITE_BYTES) memory (plus the worker's bounded backlog).
  */
 export async function writeBody(
@@ -43,30 +38,72 @@ export async function writeBody(
   body: AsyncIterable<Uint8Array>,
   opts: PutBlobOptions,
   sync: boolean,
-  session?: HashSession,
+  hashes?: HashWorker,
 ): Promise<BlobInfo> {
-  const hash = session ? undefined : createHash("sha256");
-  const writer = new GatheringWriter(handle, sync, session);
+  if (hashes) return writeOnWorker(handle, body, opts, sync, hashes);
+  const hash = createHash("sha256");
+  const writer = new GatheringWriter(handle, sync);
   let size = 0;
   try {
-    try {
-      for await (const chunk of body) {
-        size += chunk.byteLength;
-        if (opts.maxBytes !== undefined && size > opts.maxBytes) {
-          throw new RunnerDepotError("TOO_LARGE", `Blob is larger than ${opts.maxBytes} bytes`);
-        }
-        hash?.update(chunk);
-        if (writer.add(chunk)) await writer.write();
-      }
-      await writer.write();
-    } finally {
-      await writer.settled();
+    for await (const chunk of body) {
+      size = counted(size, chunk, opts);
+      hash.update(chunk);
+      if (writer.add(chunk)) await writer.write();
     }
-    writer.rethrow();
-    const hex = session ? await session.digest() : hash!.digest("hex");
-    return { digest: `sha256:${hex}`, size };
+    await writer.write();
+  } finally {
+    await writer.settled();
+  }
+  writer.rethrow();
+  return { digest: `sha256:${hash.digest("hex")}`, size };
+}
+
+/** `size` plus the chunk's bytes; TOO_LARGE past `opts.maxBytes`. O(1). */
+function counted(size: number, chunk: Uint8Array, opts: PutBlobOptions): number {
+  const total = size + chunk.byteLength;
+  if (opts.maxBytes !== undefined && total > opts.maxBytes) {
+    throw new RunnerDepotError("TOO_LARGE", `Blob is larger than ${opts.maxBytes} bytes`);
+  }
+  return total;
+}
+
+/**
+ * The body copied once into MiB buffers that move to the worker, which writes each to the
+ * file, hashes it, and starts an fdatasync every FLUSH_BYTES: this thread only reads the
+ * socket and copies, and waits on nothing but the worker's bounded backlog, so taking in
+ * the body, hashing and writing overlap. A failed write or flush fails the upload; on any
+ * failure the session is dropped (the worker done with the file) before this throws.
+ * Why: docs/decisions/depot-blob-uploads.md, "The fs store's upload".
+ */
+async function writeOnWorker(
+  handle: FileHandle,
+  body: AsyncIterable<Uint8Array>,
+  opts: PutBlobOptions,
+  sync: boolean,
+  hashes: HashWorker,
+): Promise<BlobInfo> {
+  const session = hashes.start({ fd: handle.fd, sync, onFlush: publishFlush });
+  let buffer = hashes.buffer();
+  let filled = 0;
+  let size = 0;
+  try {
+    for await (const chunk of body) {
+      size = counted(size, chunk, opts);
+      for (let at = 0; at < chunk.byteLength;) {
+        const n = Math.min(chunk.byteLength - at, WRITE_BYTES - filled);
+        buffer.set(n === chunk.byteLength ? chunk : chunk.subarray(at, at + n), filled);
+        filled += n;
+        at += n;
+        if (filled < WRITE_BYTES) continue;
+        await session.update(buffer);
+        buffer = hashes.buffer();
+        filled = 0;
+      }
+    }
+    if (filled > 0) await session.update(buffer.subarray(0, filled));
+    return { digest: `sha256:${await session.digest()}`, size };
   } catch (error) {
-    session?.drop();
+    await session.drop();
     throw error;
   }
 }
@@ -85,7 +122,6 @@ class GatheringWriter {
   constructor(
     private readonly handle: FileHandle,
     private readonly sync: boolean,
-    private readonly session?: HashSession,
   ) {}
 
   /** Gathers a chunk; true when WRITE_BYTES are gathered and the caller should write. */
@@ -103,18 +139,7 @@ class GatheringWriter {
     const bytes = this.pendingBytes;
     this.pending = [];
     this.pendingBytes = 0;
-    const session = this.session;
-    if (!session) {
-      this.writing = writeAll(this.handle, chunks).then(() => this.wrote(bytes));
-      return;
-    }
-    // One copy into a buffer of its own, written, then handed to the worker (which takes
-    // its memory); the next write waits for both, so the worker hashes in the body's order.
-    const gathered = Buffer.concat(chunks, bytes);
-    this.writing = writeAll(this.handle, [gathered]).then(() => {
-      this.wrote(bytes);
-      return session.update(gathered);
-    });
+    this.writing = writeAll(this.handle, chunks).then(() => this.wrote(bytes));
   }
 
   /** Waits for the write and the fdatasync in flight, whatever their outcome. */
@@ -138,8 +163,7 @@ class GatheringWriter {
     this.unflushed += bytes;
     if (!this.sync || this.unflushed < FLUSH_BYTES || this.flushing) return;
     this.unflushed = 0;
-    if (blobWriteChannel.hasSubscribers)
-      blobWriteChannel.publish({ type: "flush", written: this.written } satisfies BlobWriteEvent);
+    publishFlush(this.written);
     // A failed flush must fail the upload: a later fsync need not report the same error again.
     this.flushing = this.handle.datasync().then(
       () => {

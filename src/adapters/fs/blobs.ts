@@ -87,13 +87,7 @@ export function createFsBlobs(
       let handle: FileHandle | undefined = await open(tmp, "wx");
       try {
         const parallel = hashes && opts.size !== undefined && opts.size >= WORKER_HASH_BYTES;
-        const { digest, size } = await writeBody(
-          handle,
-          replay(head),
-          opts,
-          ctx.sync,
-          parallel ? hashes.start() : undefined,
-        );
+        const { digest, size } = await writeBody(handle, replay(head), opts, ctx.sync, parallel ? hashes : undefined);
         if (opts.expectedDigest !== undefined && opts.expectedDigest !== digest) {
           throw new RunnerDepotError("DIGEST_MISMATCH", `Content hashes to ${digest}, not ${opts.expectedDigest}`);
         }

@@ -1,65 +1,106 @@
 /**
- * SHA-256 of large uploads on a worker thread of the fs store, so hashing runs beside the
- * main thread's socket reads and the thread pool's writes instead of after them: one
- * 256 MiB upload's hash (~230 ms) no longer adds to the time the main thread takes to
- * take in its bytes. One worker per store, started on first use, shared by every upload
- * (each a session), ended by the store's close.
+ * SHA-256 of large uploads on a worker thread of the fs store, and their writes to disk
+ * started from there (hash-worker-program.ts): the main thread only reads the socket and
+ * copies each MiB once, and never waits on the disk, while the worker hashes and the
+ * thread pool writes and flushes. One worker per store, started on first use, shared by
+ * every upload (each a session), ended by the store's close.
  * Why: docs/decisions/depot-blob-uploads.md, "The fs store's upload".
  */
 import { Worker } from "node:worker_threads";
+import { WORKER_SOURCE } from "./hash-worker-program.js";
 
-/** Bytes posted to the worker and not yet hashed, per session, past which `update` waits. */
-const MAX_IN_FLIGHT = 8 * 1024 * 1024;
-
+/** The size of the buffers {@link HashWorker.buffer} lends: one write to a blob's file. */
+export const WRITE_BYTES = 1024 * 1024;
 /**
- * The worker's program (plain JavaScript, run with `eval`, as checkpointer.ts: no file to
- * resolve next to the built or the TypeScript sources).
+ * Buffers kept for reuse once the worker hands them back (a fresh MiB costs page faults
+ * and the kernel's zeroing of its pages on first touch): at most this many per store.
  */
-const WORKER_SOURCE = `
-const { parentPort } = require("node:worker_threads");
-const { createHash } = require("node:crypto");
-const hashes = new Map();
-parentPort.on("message", (m) => {
-  if (m.op === "update") {
-    let hash = hashes.get(m.id);
-    if (!hash) hashes.set(m.id, (hash = createHash("sha256")));
-    hash.update(new Uint8Array(m.buf, m.offset, m.length));
-    parentPort.postMessage({ id: m.id, hashed: m.length });
-  } else if (m.op === "end") {
-    const hash = hashes.get(m.id) ?? createHash("sha256");
-    hashes.delete(m.id);
-    parentPort.postMessage({ id: m.id, hex: hash.digest("hex") });
-  } else if (m.op === "drop") hashes.delete(m.id);
-  else if (m.op === "close") parentPort.close();
-});
-`;
+const POOL_BUFFERS = 16;
+/** Bytes posted to the worker and not yet hashed (and written), per session, past which `update` waits. */
+const MAX_IN_FLIGHT = 8 * 1024 * 1024;
+/**
+ * Bytes written between background flushes (fdatasync) of a session's file. A bare
+ * 256 MiB write + fsync on this host took 1.5 s with one fsync at the end, 0.9 s with a
+ * flush every 32 MiB; 16 and 32 MiB measured alike (docs/decisions/depot-archives.md).
+ */
+export const FLUSH_BYTES = 32 * 1024 * 1024;
 
-/** One body's hash on the worker. */
+/** A session's file (see {@link HashWorker.start}). */
+export interface SessionFile {
+  /** The descriptor of the file, opened empty for writing; the caller keeps it open until `digest` or `drop` settles. */
+  fd: number;
+  /** Start an fdatasync every FLUSH_BYTES written. */
+  sync: boolean;
+  /** Called (on the caller's thread) with the bytes written when a background fdatasync starts. */
+  onFlush?: (written: number) => void;
+}
+
+/** One body's hash on the worker (and, with a file, its writes). */
 export interface HashSession {
   /**
    * Hands `bytes` (the next bytes of the body, in order) to the worker, which may take
    * their memory (the caller must not use them after). Resolves at once unless more than
-   * MAX_IN_FLIGHT bytes of this session wait to be hashed: then once fewer do. O(1).
+   * MAX_IN_FLIGHT bytes of this session wait to be hashed: then once fewer do. Rejects
+   * once a write or flush of the session's file failed. O(1).
    */
   update(bytes: Buffer): Promise<void>;
-  /** The body's digest (64 lower-case hex) once every byte handed over is hashed. */
+  /**
+   * The body's digest (64 lower-case hex) once every byte handed over is hashed (and
+   * written, and the flush in flight done); rejects with the first write or flush failure.
+   */
   digest(): Promise<string>;
-  /** Forgets the session (a failed upload). */
-  drop(): void;
+  /**
+   * Forgets the session (a failed upload); resolves once the worker will touch its file no
+   * more (the caller may close it then). Never rejects.
+   */
+  drop(): Promise<void>;
 }
 
 /** The hashing worker of one store. */
 export interface HashWorker {
-  start(): HashSession;
+  /**
+   * A new session; with `file`, the worker also writes each buffer to it (appending, in
+   * order) and flushes it in the background, so the caller's thread never waits on the disk.
+   */
+  start(file?: SessionFile): HashSession;
+  /**
+   * A buffer of WRITE_BYTES that owns its memory (so `update` moves it), reused from those
+   * the worker handed back when there is one. Its contents are garbage. O(1).
+   */
+  buffer(): Buffer;
   /** Ends the thread once the hashes asked of it are done; later sessions start a new one. */
   close(): Promise<void>;
 }
 
+/** A write or flush failure as the worker reports it. */
+interface WorkerFailure {
+  message: string;
+  code?: string;
+}
+
+/** What the worker posts back, one field set besides `id`. */
+interface WorkerMessage {
+  id: number;
+  hashed?: number;
+  /** With `hashed`: the buffer moved to the worker, handed back for reuse. */
+  buf?: ArrayBuffer;
+  flush?: number;
+  error?: WorkerFailure;
+  /** With `error`: the answer to `end`. */
+  final?: boolean;
+  hex?: string;
+  dropped?: boolean;
+}
+
 interface Pending {
   inFlight: number;
+  onFlush?: (written: number) => void;
   /** Resolves an `update` waiting for the worker to catch up. */
   resume?: () => void;
   done?: { resolve(hex: string): void; reject(error: unknown): void };
+  dropping?: boolean;
+  /** Settles the session's `drop()`: the worker touches its file no more. */
+  gone(): void;
   fail(error: unknown): void;
 }
 
@@ -72,6 +113,11 @@ interface Pending {
  * const session = hashes.start();
  * await session.update(Buffer.from("hello"));
  * await session.digest(); // "2cf24dba…"
+ * const handle = await open("blob.tmp", "wx");
+ * const written = hashes.start({ fd: handle.fd, sync: true }); // writes and hashes on the worker
+ * await written.update(Buffer.from("hello"));
+ * await written.digest(); // "2cf24dba…", the file holds "hello"
+ * await handle.close();
  * await hashes.close();
  * ```
  */
@@ -80,28 +126,50 @@ export function createHashWorker(): HashWorker {
   let exited: Promise<void> | undefined;
   let nextId = 0;
   const sessions = new Map<number, Pending>();
+  /** Buffers of WRITE_BYTES the worker handed back. */
+  const pool: Buffer[] = [];
 
   function failAll(error: unknown): void {
-    for (const pending of sessions.values()) pending.fail(error);
+    for (const pending of sessions.values()) {
+      pending.fail(error);
+      // The thread is gone: it writes no more to any session's file.
+      pending.gone();
+    }
     sessions.clear();
+  }
+
+  /** The worker answered `end` or `drop`: it touches the session's file no more. */
+  function forget(id: number, pending: Pending): void {
+    sessions.delete(id);
+    pending.gone();
+  }
+
+  function onMessage(m: WorkerMessage): void {
+    const pending = sessions.get(m.id);
+    if (!pending) return;
+    if (m.hashed !== undefined) {
+      if (m.buf && pool.length < POOL_BUFFERS) pool.push(Buffer.from(m.buf));
+      pending.inFlight -= m.hashed;
+      if (pending.inFlight <= MAX_IN_FLIGHT) pending.resume?.();
+    } else if (m.flush !== undefined) pending.onFlush?.(m.flush);
+    else if (m.error !== undefined) {
+      pending.fail(Object.assign(new Error(m.error.message), m.error.code ? { code: m.error.code } : {}));
+      if (m.final) forget(m.id, pending);
+    } else if (m.hex !== undefined) {
+      forget(m.id, pending);
+      pending.done?.resolve(m.hex);
+    } else if (m.dropped) forget(m.id, pending);
   }
 
   function started(): Worker {
     if (worker) return worker;
-    const thread = new Worker(WORKER_SOURCE, { eval: true });
+    const thread = new Worker(WORKER_SOURCE, {
+      eval: true,
+      workerData: { flushBytes: FLUSH_BYTES, writeBytes: WRITE_BYTES },
+    });
     // The thread never keeps the process alive; the store's close ends it.
     thread.unref();
-    thread.on("message", (m: { id: number; hashed?: number; hex?: string }) => {
-      const pending = sessions.get(m.id);
-      if (!pending) return;
-      if (m.hashed !== undefined) {
-        pending.inFlight -= m.hashed;
-        if (pending.inFlight <= MAX_IN_FLIGHT) pending.resume?.();
-      } else if (m.hex !== undefined) {
-        sessions.delete(m.id);
-        pending.done?.resolve(m.hex);
-      }
-    });
+    thread.on("message", onMessage);
     thread.on("error", (error) => {
       if (worker === thread) worker = undefined;
       failAll(error);
@@ -118,12 +186,16 @@ export function createHashWorker(): HashWorker {
   }
 
   return {
-    start(): HashSession {
+    start(file?: SessionFile): HashSession {
       const thread = started();
       const id = nextId++;
       let failure: { error: unknown } | undefined;
+      let gone!: () => void;
+      const ended = new Promise<void>((resolve) => (gone = resolve));
       const pending: Pending = {
         inFlight: 0,
+        gone,
+        onFlush: file?.onFlush,
         fail(error) {
           failure ??= { error };
           pending.resume?.();
@@ -131,6 +203,7 @@ export function createHashWorker(): HashWorker {
         },
       };
       sessions.set(id, pending);
+      if (file) thread.postMessage({ op: "open", id, fd: file.fd, sync: file.sync });
       return {
         async update(bytes) {
           if (failure) throw failure.error;
@@ -139,7 +212,7 @@ export function createHashWorker(): HashWorker {
           // Buffer) is copied by the structured clone instead.
           const owned = bytes.byteOffset === 0 && bytes.buffer.byteLength === bytes.byteLength;
           const message = { op: "update", id, buf: bytes.buffer, offset: bytes.byteOffset, length: bytes.byteLength };
-          if (owned) thread.postMessage(message, [bytes.buffer as ArrayBuffer]);
+          if (owned) thread.postMessage({ ...message, moved: true }, [bytes.buffer as ArrayBuffer]);
           else thread.postMessage({ ...message, buf: new Uint8Array(bytes).buffer, offset: 0 });
           while (pending.inFlight > MAX_IN_FLIGHT && !failure)
             await new Promise<void>((resolve) => (pending.resume = resolve));
@@ -156,12 +229,20 @@ export function createHashWorker(): HashWorker {
           });
         },
         drop() {
-          if (!sessions.delete(id)) return;
-          thread.postMessage({ op: "drop", id });
+          // Once `end` is posted its answer ends the session; otherwise ask the worker to drop it.
+          if (sessions.has(id) && !pending.done && !pending.dropping) {
+            pending.dropping = true;
+            thread.postMessage({ op: "drop", id });
+          }
+          return ended;
         },
       };
     },
+    buffer() {
+      return pool.pop() ?? Buffer.allocUnsafeSlow(WRITE_BYTES);
+    },
     async close() {
+      pool.length = 0;
       const thread = worker;
       if (!thread) return;
       // Ref'd while it closes: a process whose last work awaits this must not exit under the await.
