@@ -1,8 +1,8 @@
 /**
  * The program of the fs store's hashing worker (hash-worker.ts), as the text its Worker
  * evaluates. Messages in: `open` (a session's file), `update` (its next bytes), `end`,
- * `drop`, `close`; out: `hashed` (with the buffer back for reuse), `flush`, `error`,
- * `hex`, `dropped`. Plain JavaScript: it runs without the TypeScript loader.
+ * `drop`, `close`; out: `hashed` (with the slot, free again), `flush`, `error`,
+ * `hex`, `dropped`. Bytes come in slots (SharedArrayBuffers shared at the start) or moved. Plain JavaScript: it runs without the TypeScript loader.
  * Why: docs/decisions/depot-blob-uploads.md, "The fs store's upload".
  */
 
@@ -19,9 +19,9 @@ export const WORKER_SOURCE = `
 const { parentPort, workerData } = require("node:worker_threads");
 const { createHash } = require("node:crypto");
 const { write, fdatasync } = require("node:fs");
-const { flushBytes: FLUSH_BYTES, writeBytes: WRITE_BYTES } = workerData;
+const { flushBytes: FLUSH_BYTES, slots } = workerData;
 const sessions = new Map();
-const reply = (m, transfer) => parentPort.postMessage(m, transfer);
+const reply = (m) => parentPort.postMessage(m);
 function session(id) {
   let s = sessions.get(id);
   if (!s) {
@@ -66,13 +66,12 @@ function writeAt(id, s, bytes, at, position, done) {
 }
 function update(m) {
   const s = session(m.id);
-  const bytes = new Uint8Array(m.buf, m.offset, m.length);
+  const bytes = m.slot === undefined ? new Uint8Array(m.buf, m.offset, m.length) : new Uint8Array(slots[m.slot], 0, m.length);
   let pending = 1;
   const answer = () => {
     if (--pending > 0) return;
-    // A whole buffer moved here goes back to the caller's pool.
-    if (m.moved && m.buf.byteLength === WRITE_BYTES) reply({ id: m.id, hashed: m.length, buf: m.buf }, [m.buf]);
-    else reply({ id: m.id, hashed: m.length });
+    // A slot is the caller's again once written and hashed.
+    reply({ id: m.id, hashed: m.length, slot: m.slot });
   };
   if (!s.failed && s.fd >= 0) {
     pending++;
