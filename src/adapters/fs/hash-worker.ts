@@ -43,8 +43,9 @@ export interface HashSession {
   /**
    * Hands `bytes` (the next bytes of the body, in order) to the worker, which may take
    * their memory (the caller must not use them after). Resolves at once unless more than
-   * MAX_IN_FLIGHT bytes of this session wait to be hashed: then once fewer do. Rejects
-   * once a write or flush of the session's file failed. O(1).
+   * MAX_IN_FLIGHT bytes of this session wait to be hashed: then once fewer do. One call
+   * at a time per session (await each). Rejects once a write or flush of the session's
+   * file failed. O(1).
    */
   update(bytes: Buffer): Promise<void>;
   /**

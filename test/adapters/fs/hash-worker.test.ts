@@ -134,4 +134,28 @@ describe("fs store hashing worker", () => {
       await rm(dir, { recursive: true, force: true });
     }
   });
+
+  it("lends 16 shared slots, then moves fresh buffers; either way the digest is the bytes'", async () => {
+    const hashes = createHashWorker();
+    try {
+      const session = hashes.start();
+      const taken = Array.from({ length: 20 }, () => hashes.buffer());
+      const shared = taken.filter((b) => b.buffer instanceof SharedArrayBuffer);
+      expect(shared.length).toBe(16);
+      const bytes = patternBytes(20 * WRITE_BYTES, 6);
+      for (const [i, buffer] of taken.entries()) {
+        bytes.copy(buffer, 0, i * WRITE_BYTES, (i + 1) * WRITE_BYTES);
+        await session.update(buffer); // one at a time, as a session's bytes come
+      }
+      // Slots stay (named, not moved); the 4 fresh buffers moved to the worker.
+      expect(taken.map((b) => b.byteLength)).toEqual([...Array(16).fill(WRITE_BYTES), 0, 0, 0, 0]);
+      expect(await session.digest()).toBe(sha(bytes));
+      // Every slot is free again once written and hashed.
+      expect(
+        Array.from({ length: 16 }, () => hashes.buffer()).every((b) => b.buffer instanceof SharedArrayBuffer),
+      ).toBe(true);
+    } finally {
+      await hashes.close();
+    }
+  });
 });
