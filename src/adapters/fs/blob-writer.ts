@@ -68,8 +68,8 @@ function counted(size: number, chunk: Uint8Array, opts: PutBlobOptions): number 
 }
 
 /**
- * The body copied once into MiB buffers that move to the worker, which writes each to the
- * file, hashes it, and starts an fdatasync every FLUSH_BYTES: this thread only reads the
+ * The body copied once into MiB slots shared with the worker (hash-worker.ts `buffer`),
+ * which writes each to the file, hashes it, and starts an fdatasync every FLUSH_BYTES: this thread only reads the
  * socket and copies, and waits on nothing but the worker's bounded backlog, so taking in
  * the body, hashing and writing overlap. A failed write or flush fails the upload; on any
  * failure the session is dropped (the worker done with the file) before this throws.
@@ -83,7 +83,8 @@ async function writeOnWorker(
   hashes: HashWorker,
 ): Promise<BlobInfo> {
   const session = hashes.start({ fd: handle.fd, sync, onFlush: publishFlush });
-  let buffer = hashes.buffer();
+  // The buffer being filled; undefined while one is being handed over (the worker's then).
+  let buffer: Buffer | undefined = hashes.buffer();
   let filled = 0;
   let size = 0;
   try {
@@ -91,20 +92,29 @@ async function writeOnWorker(
       size = counted(size, chunk, opts);
       for (let at = 0; at < chunk.byteLength;) {
         const n = Math.min(chunk.byteLength - at, WRITE_BYTES - filled);
-        buffer.set(n === chunk.byteLength ? chunk : chunk.subarray(at, at + n), filled);
+        buffer!.set(n === chunk.byteLength ? chunk : chunk.subarray(at, at + n), filled);
         filled += n;
         at += n;
         if (filled < WRITE_BYTES) continue;
-        await session.update(buffer);
+        const full = buffer!;
+        buffer = undefined;
+        await session.update(full);
         buffer = hashes.buffer();
         filled = 0;
       }
     }
-    if (filled > 0) await session.update(buffer.subarray(0, filled));
+    if (filled > 0) {
+      const last = buffer!.subarray(0, filled);
+      buffer = undefined;
+      await session.update(last);
+    }
     return { digest: `sha256:${await session.digest()}`, size };
   } catch (error) {
     await session.drop();
     throw error;
+  } finally {
+    // Never handed over (an empty tail, or a failure while filling): the slot is free again.
+    if (buffer) hashes.release(buffer);
   }
 }
 

@@ -76,7 +76,9 @@ function update(m) {
   if (!s.failed && s.fd >= 0) {
     pending++;
     s.busy++;
-    s.queue.push({ bytes, position: s.position, done: () => (settle(s), answer()) });
+    // The update's answer (naming its slot) before whatever waits for the session to be idle
+    // (the answer to end or drop), so a slot is free again when the caller learns the end.
+    s.queue.push({ bytes, position: s.position, done: () => (answer(), settle(s)) });
     s.position += bytes.length;
     if (!s.writing) pump(m.id, s);
   }

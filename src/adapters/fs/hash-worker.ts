@@ -74,6 +74,8 @@ export interface HashWorker {
    * `update` moves. Its contents are garbage; the caller must not use it after `update`. O(1).
    */
   buffer(): Buffer;
+  /** Gives back a buffer from `buffer()` that was not handed to `update` (a slot is free again). O(1). */
+  release(buffer: Buffer): void;
   /** Ends the thread once the hashes asked of it are done; later sessions start a new one. */
   close(): Promise<void>;
 }
@@ -265,6 +267,10 @@ export function createHashWorker(): HashWorker {
       started();
       const slot = slots!.free.pop();
       return slot === undefined ? Buffer.allocUnsafeSlow(WRITE_BYTES) : slots!.views[slot]!;
+    },
+    release(buffer) {
+      const slot = slots?.index.get(buffer.buffer);
+      if (slot !== undefined) slots!.free.push(slot);
     },
     async close() {
       const thread = worker;

@@ -12,7 +12,8 @@ import os from "node:os";
 import path from "node:path";
 import fc from "fast-check";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import type { BlobWriteEvent } from "../../../src/adapters/fs/blob-writer.js";
+import { writeBody, type BlobWriteEvent } from "../../../src/adapters/fs/blob-writer.js";
+import { createHashWorker } from "../../../src/adapters/fs/hash-worker.js";
 import { createFsStore } from "../../../src/adapters/fs/store.js";
 import type { PackageStore } from "../../../src/depot/ports.js";
 import { createPackageRouter } from "../../../src/depot/server/router.js";
@@ -301,5 +302,23 @@ describe("fs store uploads", () => {
       );
       for (const [i, info] of infos.entries()) expect(await storedDigest(info.digest)).toBe(uploads[i]!.digest);
     }, 120_000);
+
+    it("give every shared slot back, whether a body ends on a MiB boundary or fails", async () => {
+      const hashes = createHashWorker();
+      try {
+        for (let i = 0; i < 20; i++) {
+          const handle = await open(path.join(tmp, `slot-${i}`), "wx");
+          const upload = body(2 * MiB, () => 300_000);
+          const result = writeBody(handle, upload.chunks, i % 2 ? { maxBytes: MiB + 5 } : {}, false, hashes);
+          if (i % 2) await expect(result).rejects.toMatchObject({ code: "TOO_LARGE" });
+          else expect((await result).digest).toBe(upload.digest);
+          await handle.close();
+        }
+        const lent = Array.from({ length: 16 }, () => hashes.buffer());
+        expect(lent.every((b) => b.buffer instanceof SharedArrayBuffer)).toBe(true);
+      } finally {
+        await hashes.close();
+      }
+    });
   });
 });
