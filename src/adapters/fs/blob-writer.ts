@@ -8,7 +8,16 @@ import diagnostics_channel from "node:diagnostics_channel";
 import type { FileHandle } from "node:fs/promises";
 import type { BlobInfo, PutBlobOptions } from "../../depot/ports.js";
 import { RunnerDepotError } from "../../errors.js";
-import { FLUSH_BYTES, WRITE_BYTES, type HashWorker } from "./hash-worker.js";
+import type { HashSession } from "./hash-worker.js";
+
+/** Bytes gathered before one write to a blob's temp file. */
+const WRITE_BYTES = 1024 * 1024;
+/**
+ * Bytes written between background flushes (fdatasync) while the body arrives. A bare
+ * 256 MiB write + fsync on this host took 1.5 s with one fsync at the end, 0.9 s with a
+ * flush every 32 MiB; 16 and 32 MiB measured alike (docs/decisions/depot-archives.md).
+ */
+const FLUSH_BYTES = 32 * 1024 * 1024;
 
 /**
  * Events of the blob writer, for tests and diagnostics (published only while someone
@@ -20,17 +29,13 @@ const blobWriteChannel = diagnostics_channel.channel("runner-depot:fs-blob-write
 /** A message on {@link blobWriteChannel}. */
 export type BlobWriteEvent = { type: "flush"; written: number };
 
-function publishFlush(written: number): void {
-  if (blobWriteChannel.hasSubscribers) blobWriteChannel.publish({ type: "flush", written } satisfies BlobWriteEvent);
-}
-
 /**
  * Streams `body` into the temp file `handle` (opened empty), hashing it and enforcing
  * `opts.maxBytes` (TOO_LARGE as soon as it is passed). Every write and flush started has
  * settled when this returns or throws, so the caller may close the handle; the caller
- * syncs the file before renaming it. With `hashes` (hash-worker.ts) the store's worker
- * thread writes and hashes each gathered MiB (see `writeOnWorker`); without, this thread
- * hashes each chunk as it arrives and the thread pool writes each gathered MiB.
+ * syncs the file before renaming it. With `session` (hash-worker.ts) the hash runs on the
+ * store's worker thread, fed each gathered MiB once it is written, so hashing, taking in
+ * the body and writing it overlap; without, on this thread as each chunk arrives.
  * O(size) time, O(WRITE_BYTES) memory (plus the worker's bounded backlog).
  */
 export async function writeBody(
@@ -38,83 +43,31 @@ export async function writeBody(
   body: AsyncIterable<Uint8Array>,
   opts: PutBlobOptions,
   sync: boolean,
-  hashes?: HashWorker,
+  session?: HashSession,
 ): Promise<BlobInfo> {
-  if (hashes) return writeOnWorker(handle, body, opts, sync, hashes);
-  const hash = createHash("sha256");
-  const writer = new GatheringWriter(handle, sync);
+  const hash = session ? undefined : createHash("sha256");
+  const writer = new GatheringWriter(handle, sync, session);
   let size = 0;
   try {
-    for await (const chunk of body) {
-      size = counted(size, chunk, opts);
-      hash.update(chunk);
-      if (writer.add(chunk)) await writer.write();
-    }
-    await writer.write();
-  } finally {
-    await writer.settled();
-  }
-  writer.rethrow();
-  return { digest: `sha256:${hash.digest("hex")}`, size };
-}
-
-/** `size` plus the chunk's bytes; TOO_LARGE past `opts.maxBytes`. O(1). */
-function counted(size: number, chunk: Uint8Array, opts: PutBlobOptions): number {
-  const total = size + chunk.byteLength;
-  if (opts.maxBytes !== undefined && total > opts.maxBytes) {
-    throw new RunnerDepotError("TOO_LARGE", `Blob is larger than ${opts.maxBytes} bytes`);
-  }
-  return total;
-}
-
-/**
- * The body copied once into MiB slots shared with the worker (hash-worker.ts `buffer`),
- * which writes each to the file, hashes it, and starts an fdatasync every FLUSH_BYTES: this thread only reads the
- * socket and copies, and waits on nothing but the worker's bounded backlog, so taking in
- * the body, hashing and writing overlap. A failed write or flush fails the upload; on any
- * failure the session is dropped (the worker done with the file) before this throws.
- * Why: docs/decisions/depot-blob-uploads.md, "The fs store's upload".
- */
-async function writeOnWorker(
-  handle: FileHandle,
-  body: AsyncIterable<Uint8Array>,
-  opts: PutBlobOptions,
-  sync: boolean,
-  hashes: HashWorker,
-): Promise<BlobInfo> {
-  const session = hashes.start({ fd: handle.fd, sync, onFlush: publishFlush });
-  // The buffer being filled; undefined while one is being handed over (the worker's then).
-  let buffer: Buffer | undefined = hashes.buffer();
-  let filled = 0;
-  let size = 0;
-  try {
-    for await (const chunk of body) {
-      size = counted(size, chunk, opts);
-      for (let at = 0; at < chunk.byteLength;) {
-        const n = Math.min(chunk.byteLength - at, WRITE_BYTES - filled);
-        buffer!.set(n === chunk.byteLength ? chunk : chunk.subarray(at, at + n), filled);
-        filled += n;
-        at += n;
-        if (filled < WRITE_BYTES) continue;
-        const full = buffer!;
-        buffer = undefined;
-        await session.update(full);
-        buffer = hashes.buffer();
-        filled = 0;
+    try {
+      for await (const chunk of body) {
+        size += chunk.byteLength;
+        if (opts.maxBytes !== undefined && size > opts.maxBytes) {
+          throw new RunnerDepotError("TOO_LARGE", `Blob is larger than ${opts.maxBytes} bytes`);
+        }
+        hash?.update(chunk);
+        if (writer.add(chunk)) await writer.write();
       }
+      await writer.write();
+    } finally {
+      await writer.settled();
     }
-    if (filled > 0) {
-      const last = buffer!.subarray(0, filled);
-      buffer = undefined;
-      await session.update(last);
-    }
-    return { digest: `sha256:${await session.digest()}`, size };
+    writer.rethrow();
+    const hex = session ? await session.digest() : hash!.digest("hex");
+    return { digest: `sha256:${hex}`, size };
   } catch (error) {
-    await session.drop();
+    session?.drop();
     throw error;
-  } finally {
-    // Never handed over (an empty tail, or a failure while filling): the slot is free again.
-    if (buffer) hashes.release(buffer);
   }
 }
 
@@ -132,6 +85,7 @@ class GatheringWriter {
   constructor(
     private readonly handle: FileHandle,
     private readonly sync: boolean,
+    private readonly session?: HashSession,
   ) {}
 
   /** Gathers a chunk; true when WRITE_BYTES are gathered and the caller should write. */
@@ -149,7 +103,18 @@ class GatheringWriter {
     const bytes = this.pendingBytes;
     this.pending = [];
     this.pendingBytes = 0;
-    this.writing = writeAll(this.handle, chunks).then(() => this.wrote(bytes));
+    const session = this.session;
+    if (!session) {
+      this.writing = writeAll(this.handle, chunks).then(() => this.wrote(bytes));
+      return;
+    }
+    // One copy into a buffer of its own, written, then handed to the worker (which takes
+    // its memory); the next write waits for both, so the worker hashes in the body's order.
+    const gathered = Buffer.concat(chunks, bytes);
+    this.writing = writeAll(this.handle, [gathered]).then(() => {
+      this.wrote(bytes);
+      return session.update(gathered);
+    });
   }
 
   /** Waits for the write and the fdatasync in flight, whatever their outcome. */
@@ -173,7 +138,8 @@ class GatheringWriter {
     this.unflushed += bytes;
     if (!this.sync || this.unflushed < FLUSH_BYTES || this.flushing) return;
     this.unflushed = 0;
-    publishFlush(this.written);
+    if (blobWriteChannel.hasSubscribers)
+      blobWriteChannel.publish({ type: "flush", written: this.written } satisfies BlobWriteEvent);
     // A failed flush must fail the upload: a later fsync need not report the same error again.
     this.flushing = this.handle.datasync().then(
       () => {

@@ -28,10 +28,10 @@ type FsBlobs = Pick<PackageStore, "putBlob" | "getBlob" | "openBlob" | "statBlob
 /** Rows of small blobs read per page while listing. */
 const ROW_PAGE = 1000;
 /**
- * A body declared (`size`: an upload's Content-Length) at least this long is written and
- * hashed from the store's worker thread (hash-worker.ts); a shorter one, or one of unknown
- * length, from this thread, where a hash costs less than the thread's start and the
- * messages that would carry it.
+ * A body declared (`size`: an upload's Content-Length) at least this long is hashed on the
+ * store's worker thread (hash-worker.ts); a shorter one, or one of unknown length, on this
+ * thread, where a hash costs less than the thread's start and the messages that would
+ * carry it.
  */
 const WORKER_HASH_BYTES = 1024 * 1024;
 
@@ -87,7 +87,13 @@ export function createFsBlobs(
       let handle: FileHandle | undefined = await open(tmp, "wx");
       try {
         const parallel = hashes && opts.size !== undefined && opts.size >= WORKER_HASH_BYTES;
-        const { digest, size } = await writeBody(handle, replay(head), opts, ctx.sync, parallel ? hashes : undefined);
+        const { digest, size } = await writeBody(
+          handle,
+          replay(head),
+          opts,
+          ctx.sync,
+          parallel ? hashes.start() : undefined,
+        );
         if (opts.expectedDigest !== undefined && opts.expectedDigest !== digest) {
           throw new RunnerDepotError("DIGEST_MISMATCH", `Content hashes to ${digest}, not ${opts.expectedDigest}`);
         }

@@ -47,10 +47,9 @@ export interface FsStoreOptions {
    */
   walCapFrames?: number;
   /**
-   * Hash uploads of 1 MiB or more on a worker thread of the store, which also starts their
-   * disk writes and flushes, beside the socket reads (default true); false hashes them on
-   * the calling thread as they arrive and writes them from there. Why and figures:
-   * docs/decisions/depot-blob-uploads.md.
+   * Hash uploads of 1 MiB or more on a worker thread of the store, beside the socket reads
+   * and the disk writes (default true); false hashes them on the calling thread as they
+   * arrive. Why and figures: docs/decisions/depot-blob-uploads.md.
    */
   hashOnWorker?: boolean;
 }

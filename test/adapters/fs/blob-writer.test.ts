@@ -12,8 +12,7 @@ import os from "node:os";
 import path from "node:path";
 import fc from "fast-check";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { writeBody, type BlobWriteEvent } from "../../../src/adapters/fs/blob-writer.js";
-import { createHashWorker } from "../../../src/adapters/fs/hash-worker.js";
+import type { BlobWriteEvent } from "../../../src/adapters/fs/blob-writer.js";
 import { createFsStore } from "../../../src/adapters/fs/store.js";
 import type { PackageStore } from "../../../src/depot/ports.js";
 import { createPackageRouter } from "../../../src/depot/server/router.js";
@@ -259,66 +258,4 @@ describe("fs store uploads", () => {
       await server.close();
     }
   }, 180_000);
-
-  describe("of a declared size (written and hashed on the store's worker)", () => {
-    it("store every size around the write boundaries whole, with the body's digest, whatever the chunking", async () => {
-      let seed = 11;
-      const random = () => (seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31;
-      for (const size of [MiB, MiB + 1, 2 * MiB - 1, 9 * MiB + 12_345, 40 * MiB]) {
-        for (const chunking of [() => 1 + Math.floor(random() * 200_000), () => MiB, () => 65_536]) {
-          const upload = body(size, chunking);
-          const info = await store.putBlob(upload.chunks, { size, expectedDigest: upload.digest });
-          expect(info).toEqual({ digest: upload.digest, size });
-          expect(await storedDigest(info.digest)).toBe(upload.digest);
-        }
-      }
-      expect(await readdir(path.join(tmp, "store", "tmp"))).toEqual([]);
-      // 40 MiB, synced: a background flush on the worker once 32 MiB were written, per upload.
-      expect(events.filter((e) => e.type === "flush").map((e) => e.written)).toEqual([32 * MiB, 32 * MiB, 32 * MiB]);
-    }, 120_000);
-
-    it("keep nothing of a wrong digest, a body past its bound, or one cut short; keep apart concurrent ones", async () => {
-      const size = 20 * MiB;
-      const wrong = body(size, () => 100_000);
-      await expect(
-        store.putBlob(wrong.chunks, { size, expectedDigest: `sha256:${"0".repeat(64)}` }),
-      ).rejects.toMatchObject({ code: "DIGEST_MISMATCH" });
-      expect(await store.statBlob(wrong.digest)).toBeNull();
-      const large = body(size, () => MiB);
-      await expect(store.putBlob(large.chunks, { size, maxBytes: 10 * MiB })).rejects.toMatchObject({
-        code: "TOO_LARGE",
-      });
-      // Refused as soon as the bound is passed: the rest of the body is never asked for.
-      expect(large.sent()).toBeLessThanOrEqual(11 * MiB);
-      async function* cut(): AsyncGenerator<Uint8Array> {
-        for (let i = 0; i < 12; i++) yield randomBytes(MiB);
-        throw new Error("client went away");
-      }
-      await expect(store.putBlob(cut(), { size })).rejects.toThrow("client went away");
-      expect(await readdir(path.join(tmp, "store", "tmp"))).toEqual([]);
-      const uploads = Array.from({ length: 4 }, (_, i) => body(3 * MiB + i * 70_001, () => 40_000 + i * 9_000));
-      const infos = await Promise.all(
-        uploads.map((upload, i) => store.putBlob(upload.chunks, { size: 3 * MiB + i * 70_001 })),
-      );
-      for (const [i, info] of infos.entries()) expect(await storedDigest(info.digest)).toBe(uploads[i]!.digest);
-    }, 120_000);
-
-    it("give every shared slot back, whether a body ends on a MiB boundary or fails", async () => {
-      const hashes = createHashWorker();
-      try {
-        for (let i = 0; i < 20; i++) {
-          const handle = await open(path.join(tmp, `slot-${i}`), "wx");
-          const upload = body(2 * MiB, () => 300_000);
-          const result = writeBody(handle, upload.chunks, i % 2 ? { maxBytes: MiB + 5 } : {}, false, hashes);
-          if (i % 2) await expect(result).rejects.toMatchObject({ code: "TOO_LARGE" });
-          else expect((await result).digest).toBe(upload.digest);
-          await handle.close();
-        }
-        const lent = Array.from({ length: 16 }, () => hashes.buffer());
-        expect(lent.every((b) => b.buffer instanceof SharedArrayBuffer)).toBe(true);
-      } finally {
-        await hashes.close();
-      }
-    });
-  });
 });
