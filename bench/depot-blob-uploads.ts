@@ -324,10 +324,10 @@ async function measureFs(work: string, source: string, installPeers: boolean) {
     if (pid) into.push((await cpuMs([pid])) - before);
   };
   try {
-    const depot = await startDepot(path.join(work, "store"));
+    const depot = await startDepot(path.join(work, "store"), { hashOnWorker: true });
     children.push(depot.child);
-    // The same store hashing on its main thread (`hashOnWorker: false`): what the worker changes.
-    const plain = await startDepot(path.join(work, "store-main-thread"), { hashOnMainThread: true });
+    // The same store as configured by default: hashing on its main thread.
+    const plain = await startDepot(path.join(work, "store-main-thread"));
     children.push(plain.child);
     const www = path.join(work, "www");
     await mkdir(www, { recursive: true });
@@ -406,12 +406,12 @@ export async function run(options: { installPeers?: boolean } = {}): Promise<str
       ...(s3 ? s3Rows(s3) : []),
       ...(fs.theirs.length > 0
         ? [
-            `| fs store (fsync on): upload of ${size} (\`POST /add\`, no digest), hashed on the store's worker | ${fmt(mbps(FILE_BYTES, median(fs.ours)))} MB/s | nginx ${fs.nginx} WebDAV \`PUT\` + \`sync\` of the file and its directory | ${fmt(mbps(FILE_BYTES, median(fs.theirs)))} MB/s | ${fmt(paired(fs.theirs, fs.ours), 2)} | ≥ 0.8 |`,
-            `| the same store hashing on its main thread (\`hashOnWorker: false\`) | ${fmt(mbps(FILE_BYTES, median(fs.mainThread)))} MB/s | the same nginx \`PUT\` + \`sync\` | ${fmt(mbps(FILE_BYTES, median(fs.theirs)))} MB/s | ${fmt(paired(fs.theirs, fs.mainThread), 2)} | — |`,
-            `| fs rounds, ms (worker / main thread / nginx + sync) | ${fs.ours.map((ms) => fmt(ms)).join(", ")} | ${fs.mainThread.map((ms) => fmt(ms)).join(", ")} | ${fs.theirs.map((ms) => fmt(ms)).join(", ")} | | |`,
+            `| fs store (fsync on): upload of ${size} (\`POST /add\`, no digest), hashed on its main thread (the default) | ${fmt(mbps(FILE_BYTES, median(fs.mainThread)))} MB/s | nginx ${fs.nginx} WebDAV \`PUT\` + \`sync\` of the file and its directory | ${fmt(mbps(FILE_BYTES, median(fs.theirs)))} MB/s | ${fmt(paired(fs.theirs, fs.mainThread), 2)} | ≥ 0.8 |`,
+            `| the same store hashing on its worker thread (\`hashOnWorker: true\`) | ${fmt(mbps(FILE_BYTES, median(fs.ours)))} MB/s | the same nginx \`PUT\` + \`sync\` | ${fmt(mbps(FILE_BYTES, median(fs.theirs)))} MB/s | ${fmt(paired(fs.theirs, fs.ours), 2)} | — |`,
+            `| fs rounds, ms (main thread / worker / nginx + sync) | ${fs.mainThread.map((ms) => fmt(ms)).join(", ")} | ${fs.ours.map((ms) => fmt(ms)).join(", ")} | ${fs.theirs.map((ms) => fmt(ms)).join(", ")} | | |`,
             ...(fs.cpu.ours.length > 0
               ? [
-                  `| fs: CPU time of the server per upload (user + system, all threads; median) | ${fmt(median(fs.cpu.ours))} ms (main thread: ${fmt(median(fs.cpu.mainThread))} ms) | nginx (master + worker; \`sync\` not counted) | ${fmt(median(fs.cpu.theirs))} ms | ${fmt(median(fs.cpu.ours) / median(fs.cpu.theirs), 2)}× | — |`,
+                  `| fs: CPU time of the server per upload (user + system, all threads; median) | ${fmt(median(fs.cpu.mainThread))} ms (worker: ${fmt(median(fs.cpu.ours))} ms) | nginx (master + worker; \`sync\` not counted) | ${fmt(median(fs.cpu.theirs))} ms | ${fmt(median(fs.cpu.mainThread) / median(fs.cpu.theirs), 2)}× | — |`,
                 ]
               : []),
           ]
@@ -422,7 +422,7 @@ export async function run(options: { installPeers?: boolean } = {}): Promise<str
     return [
       "## Depot blob uploads: S3 and the fs store",
       "",
-      `Method: a ${size} file of random bytes on ${os.tmpdir()}, its first 8 bytes new before each upload (bytes no store holds yet). S3: ${!s3 ? "not measured (BENCH_FS_ONLY=1)" : s3.label}${!s3 || s3.verifies ? "" : " (checks no payload hash: the store runs with `serverVerifiesPayload: false`, so a declared digest goes by multipart upload to its content address, checked by the depot)"}; the depot (\`servePackageRouter\`, PostgreSQL records) runs in the bench process, the S3 server in its own; curl is the depot's client; the peer is \`new Upload({ client, params: { Body: createReadStream(file) } })\` from \`@aws-sdk/lib-storage\` with its defaults (5 MiB parts, 4 at once), in the bench process. Commit: from \`POST /commit\` to its answer, and on to the moment its archive is stored (the redirect of \`GET /data\`, which waits for the copy this process started); the SHA-256 pass is Node's \`createHash\` over the file from the page cache. fs store: \`createFsStore\` with fsync in a child process (test/fixtures/depot-client-server.ts), once hashing on its worker thread and once on its main thread (\`hashOnWorker: false\`), against nginx's WebDAV \`PUT\` followed by \`sync FILE DIR\` (coreutils: an fsync of the uploaded file and of its directory, as the depot flushes its blob and the directory it is renamed into; a bare \`sync\` would wait for every dirty page of this shared machine); before every turn the disk is settled: \`sync\`, the page cache dropped (${dropAllowed ? "allowed here" : "not allowed here: skipped"}), the source read back into it. The fs rows add the server's CPU time over each upload (user + system of every thread of the depot's process, or of nginx's master and worker, from /proc: curl's and \`sync\`'s are not counted) and every round's time. Contenders take turns within each of ${RUNS} rounds in an order rotating by round; each figure is the median, MB = 10⁶ bytes, ratio = the median over rounds of peer time ÷ ours (for a commit: ours ÷ the SHA-256 pass). ${os.cpus().length} cores, shared; 1-minute load average ${load}.`,
+      `Method: a ${size} file of random bytes on ${os.tmpdir()}, its first 8 bytes new before each upload (bytes no store holds yet). S3: ${!s3 ? "not measured (BENCH_FS_ONLY=1)" : s3.label}${!s3 || s3.verifies ? "" : " (checks no payload hash: the store runs with `serverVerifiesPayload: false`, so a declared digest goes by multipart upload to its content address, checked by the depot)"}; the depot (\`servePackageRouter\`, PostgreSQL records) runs in the bench process, the S3 server in its own; curl is the depot's client; the peer is \`new Upload({ client, params: { Body: createReadStream(file) } })\` from \`@aws-sdk/lib-storage\` with its defaults (5 MiB parts, 4 at once), in the bench process. Commit: from \`POST /commit\` to its answer, and on to the moment its archive is stored (the redirect of \`GET /data\`, which waits for the copy this process started); the SHA-256 pass is Node's \`createHash\` over the file from the page cache. fs store: \`createFsStore\` with fsync in a child process (test/fixtures/depot-client-server.ts), once hashing on its main thread (the default) and once on its worker thread (\`hashOnWorker: true\`), against nginx's WebDAV \`PUT\` followed by \`sync FILE DIR\` (coreutils: an fsync of the uploaded file and of its directory, as the depot flushes its blob and the directory it is renamed into; a bare \`sync\` would wait for every dirty page of this shared machine); before every turn the disk is settled: \`sync\`, the page cache dropped (${dropAllowed ? "allowed here" : "not allowed here: skipped"}), the source read back into it. The fs rows add the server's CPU time over each upload (user + system of every thread of the depot's process, or of nginx's master and worker, from /proc: curl's and \`sync\`'s are not counted) and every round's time. Contenders take turns within each of ${RUNS} rounds in an order rotating by round; each figure is the median, MB = 10⁶ bytes, ratio = the median over rounds of peer time ÷ ours (for a commit: ours ÷ the SHA-256 pass). ${os.cpus().length} cores, shared; 1-minute load average ${load}.`,
       "",
       "| measure | depot | peer | peer | ratio | aim |",
       "|---|---:|---|---:|---:|---|",
