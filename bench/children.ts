@@ -44,11 +44,11 @@ export async function stop(child: ChildProcess | undefined): Promise<void> {
 /**
  * Starts the depot fixture server (fs store in `dir`) in a child process; `noSync` runs the
  * store without fsync (its `unsafeNoSync` option), for rows measured against peers that
- * never sync; `hashOnMainThread` turns its hashing worker off (`hashOnWorker: false`).
+ * never sync; `hashOnWorker` turns its hashing worker on (`hashOnWorker: true`).
  */
 export async function startDepot(
   dir: string,
-  options: { noSync?: boolean; hashOnMainThread?: boolean } = {},
+  options: { noSync?: boolean; hashOnWorker?: boolean } = {},
 ): Promise<{ url: string; child: ChildProcess }> {
   const args = [
     "--import",
@@ -56,7 +56,7 @@ export async function startDepot(
     serverScript,
     dir,
     ...(options.noSync ? ["--unsafe-no-sync"] : []),
-    ...(options.hashOnMainThread ? ["--hash-on-main-thread"] : []),
+    ...(options.hashOnWorker ? ["--hash-on-worker"] : []),
   ];
   const child = spawn(process.execPath, args, { stdio: ["pipe", "pipe", "inherit"] });
   const line = await new Promise<string>((resolve, reject) => {

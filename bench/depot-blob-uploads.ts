@@ -7,7 +7,8 @@
  *   time until its archive is stored (the copy made after the commit, archive-keeper.ts);
  * - on the fs store (fsync on, in a child process; hashing on its worker thread, and on its
  *   main thread): `POST /add` against nginx's WebDAV `PUT` followed by `sync FILE DIR`, the
- *   disk settled (sync, and the page cache dropped when allowed) before each turn.
+ *   disk settled (sync, and the page cache dropped when allowed) before each turn; with
+ *   each server's CPU time per upload.
  * curl is the client of the depot and of nginx. The depot on S3 runs in this process over
  * PostgreSQL records (the test setup's); the S3 server never does.
  *
@@ -24,7 +25,7 @@
 import { execFile, type ChildProcess } from "node:child_process";
 import { createHash, randomBytes, randomUUID } from "node:crypto";
 import { createReadStream } from "node:fs";
-import { mkdir, mkdtemp, open, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, open, readFile, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
@@ -52,6 +53,11 @@ const MiB = 2 ** 20;
 const FILE_BYTES = (Number(process.env.BENCH_FILE_MIB) || 256) * MiB;
 /** Rounds per measure (each contender one turn a round, in an order rotating by round). */
 const RUNS = Number(process.env.BENCH_ROUNDS) || 5;
+/**
+ * BENCH_FS_ONLY=1 measures the fs rows alone (a quick loop while working on the fs store);
+ * the section of record comes from a full run.
+ */
+const FS_ONLY = process.env.BENCH_FS_ONLY === "1";
 
 const mbps = (bytes: number, ms: number) => bytes / 1e6 / (ms / 1000);
 const fmt = (n: number, digits = 0) => n.toFixed(digits);
@@ -278,6 +284,27 @@ async function measureS3(source: string) {
   return { label: target.label, verifies: target.verifies, declared, undeclared, peer, commits, stored, shas };
 }
 
+/**
+ * CPU time (user + system, every thread) of the processes `pids` and their children so far,
+ * ms, from /proc (Linux; 0 elsewhere). O(threads).
+ */
+async function cpuMs(pids: number[]): Promise<number> {
+  return (await cpuTicks(pids)) * 10; // USER_HZ is 100 on Linux
+}
+
+async function cpuTicks(pids: number[]): Promise<number> {
+  let ticks = 0;
+  for (const pid of pids) {
+    const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => "");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    // utime and stime are the 14th and 15th fields (12th and 13th after the name).
+    ticks += Number(fields[11] ?? 0) + Number(fields[12] ?? 0);
+    const children = await readFile(`/proc/${pid}/task/${pid}/children`, "utf8").catch(() => "");
+    ticks += await cpuTicks(children.split(" ").filter(Boolean).map(Number));
+  }
+  return ticks;
+}
+
 /** fs store (fsync on, child process) `POST /add` against nginx `PUT` + `sync`, the disk settled before each. */
 async function measureFs(work: string, source: string, installPeers: boolean) {
   const nginxBin = "/usr/sbin/nginx";
@@ -289,31 +316,41 @@ async function measureFs(work: string, source: string, installPeers: boolean) {
   const ours: number[] = [];
   const mainThread: number[] = [];
   const theirs: number[] = [];
+  // CPU time of the server process per upload (ours: the depot child; theirs: nginx's master and worker).
+  const cpu = { ours: [] as number[], mainThread: [] as number[], theirs: [] as number[] };
+  const withCpu = async (pid: number | undefined, into: number[], fn: () => Promise<void>) => {
+    const before = pid ? await cpuMs([pid]) : 0;
+    await fn();
+    if (pid) into.push((await cpuMs([pid])) - before);
+  };
   try {
-    const depot = await startDepot(path.join(work, "store"));
+    const depot = await startDepot(path.join(work, "store"), { hashOnWorker: true });
     children.push(depot.child);
-    // The same store hashing on its main thread (`hashOnWorker: false`): what the worker changes.
-    const plain = await startDepot(path.join(work, "store-main-thread"), { hashOnMainThread: true });
+    // The same store as configured by default: hashing on its main thread.
+    const plain = await startDepot(path.join(work, "store-main-thread"));
     children.push(plain.child);
     const www = path.join(work, "www");
     await mkdir(www, { recursive: true });
     const nginx = missing ? undefined : await startNginx(nginxBin, work, www, { dav: true });
     if (nginx) children.push(nginx.child);
     for (let round = 0; round < RUNS; round++) {
-      const upload = (url: string, times: number[]) => async () => {
+      const upload = (server: { url: string; child: ChildProcess }, times: number[], cpuMsOf: number[]) => async () => {
+        const url = server.url;
         await freshen(source);
         const id = await openTransaction(url, `fsup@1.0.${round}`);
         await settle(source);
-        times.push(
-          await timed(() =>
-            curl(["-X", "POST", "-T", source, "-H", "Pkg-Path: big.bin", `${url}/add/${id}/file`], 201),
-          ),
-        );
+        await withCpu(server.child.pid, cpuMsOf, async () => {
+          times.push(
+            await timed(() =>
+              curl(["-X", "POST", "-T", source, "-H", "Pkg-Path: big.bin", `${url}/add/${id}/file`], 201),
+            ),
+          );
+        });
         await fetch(`${url}/trans/${id}`, { method: "DELETE" });
       };
       const turns = [
-        upload(depot.url, ours),
-        upload(plain.url, mainThread),
+        upload(depot, ours, cpu.ours),
+        upload(plain, mainThread, cpu.mainThread),
         ...(nginx
           ? [
               async () => {
@@ -322,19 +359,21 @@ async function measureFs(work: string, source: string, installPeers: boolean) {
                 // Made durable as the depot makes its blob: the file and its directory flushed
                 // (sync(1) with operands fsyncs each), not every dirty page of the shared machine.
                 const put = path.join(www, "dav", `big-${round}.bin`);
-                theirs.push(
-                  await timed(async () => {
-                    await curl(["-T", source, `${nginx.url}/dav/big-${round}.bin`], 201);
-                    await run$("sync", [put, path.dirname(put)]);
-                  }),
-                );
+                await withCpu(nginx.child.pid, cpu.theirs, async () => {
+                  theirs.push(
+                    await timed(async () => {
+                      await curl(["-T", source, `${nginx.url}/dav/big-${round}.bin`], 201);
+                      await run$("sync", [put, path.dirname(put)]);
+                    }),
+                  );
+                });
               },
             ]
           : []),
       ];
       for (let k = 0; k < turns.length; k++) await turns[(round + k) % turns.length]!();
     }
-    return { ours, mainThread, theirs, nginx: nginx?.version, missing };
+    return { ours, mainThread, theirs, cpu, nginx: nginx?.version, missing };
   } finally {
     for (const child of children) await stop(child);
   }
@@ -350,20 +389,31 @@ export async function run(options: { installPeers?: boolean } = {}): Promise<str
   try {
     const source = path.join(work, "source.bin");
     await makeFile(source);
-    const s3 = await measureS3(source);
+    const s3 = FS_ONLY ? undefined : await measureS3(source);
     const fs = await measureFs(work, source, options.installPeers === true);
     const load = `${fmt(loadBefore, 1)} before, ${fmt(os.loadavg()[0]!, 1)} after`;
     const size = `${FILE_BYTES / MiB} MiB`;
-    const shaMs = median(s3.shas);
+    const s3Rows = (s3: Awaited<ReturnType<typeof measureS3>>) => {
+      const shaMs = median(s3.shas);
+      return [
+        `| S3: upload of ${size}, digest declared (\`POST /add\` with \`Content-Digest\`: one PutObject to its content address${s3.verifies ? ", checked by the server" : ""}) | ${fmt(mbps(FILE_BYTES, median(s3.declared)))} MB/s | plain lib-storage \`Upload\` of the file | ${fmt(mbps(FILE_BYTES, median(s3.peer)))} MB/s | ${fmt(paired(s3.peer, s3.declared), 2)} | ≥ 0.8 |`,
+        `| S3: upload of ${size}, no digest (multipart to a temporary key, server-side copy) | ${fmt(mbps(FILE_BYTES, median(s3.undeclared)))} MB/s | the same \`Upload\` | ${fmt(mbps(FILE_BYTES, median(s3.peer)))} MB/s | ${fmt(paired(s3.peer, s3.undeclared), 2)} | ≥ 0.8 |`,
+        `| S3: commit of the ${size} version, answered (\`POST /commit\`: one hash pass over the items read back) | ${fmt(median(s3.commits))} ms | one SHA-256 pass over the file | ${fmt(shaMs)} ms | ${fmt(paired(s3.commits, s3.shas), 2)}× | ≤ 2× |`,
+        `| S3: the same commit until its archive is stored (the copy after the answer: \`GET /data\` redirects) | ${fmt(median(s3.stored))} ms | one SHA-256 pass | ${fmt(shaMs)} ms | ${fmt(paired(s3.stored, s3.shas), 2)}× | — |`,
+      ];
+    };
     const rows = [
-      `| S3: upload of ${size}, digest declared (\`POST /add\` with \`Content-Digest\`: one PutObject to its content address${s3.verifies ? ", checked by the server" : ""}) | ${fmt(mbps(FILE_BYTES, median(s3.declared)))} MB/s | plain lib-storage \`Upload\` of the file | ${fmt(mbps(FILE_BYTES, median(s3.peer)))} MB/s | ${fmt(paired(s3.peer, s3.declared), 2)} | ≥ 0.8 |`,
-      `| S3: upload of ${size}, no digest (multipart to a temporary key, server-side copy) | ${fmt(mbps(FILE_BYTES, median(s3.undeclared)))} MB/s | the same \`Upload\` | ${fmt(mbps(FILE_BYTES, median(s3.peer)))} MB/s | ${fmt(paired(s3.peer, s3.undeclared), 2)} | ≥ 0.8 |`,
-      `| S3: commit of the ${size} version, answered (\`POST /commit\`: one hash pass over the items read back) | ${fmt(median(s3.commits))} ms | one SHA-256 pass over the file | ${fmt(shaMs)} ms | ${fmt(paired(s3.commits, s3.shas), 2)}× | ≤ 2× |`,
-      `| S3: the same commit until its archive is stored (the copy after the answer: \`GET /data\` redirects) | ${fmt(median(s3.stored))} ms | one SHA-256 pass | ${fmt(shaMs)} ms | ${fmt(paired(s3.stored, s3.shas), 2)}× | — |`,
+      ...(s3 ? s3Rows(s3) : []),
       ...(fs.theirs.length > 0
         ? [
-            `| fs store (fsync on): upload of ${size} (\`POST /add\`, no digest), hashed on the store's worker | ${fmt(mbps(FILE_BYTES, median(fs.ours)))} MB/s | nginx ${fs.nginx} WebDAV \`PUT\` + \`sync\` of the file and its directory | ${fmt(mbps(FILE_BYTES, median(fs.theirs)))} MB/s | ${fmt(paired(fs.theirs, fs.ours), 2)} | ≥ 0.8 |`,
-            `| the same store hashing on its main thread (\`hashOnWorker: false\`) | ${fmt(mbps(FILE_BYTES, median(fs.mainThread)))} MB/s | the same nginx \`PUT\` + \`sync\` | ${fmt(mbps(FILE_BYTES, median(fs.theirs)))} MB/s | ${fmt(paired(fs.theirs, fs.mainThread), 2)} | — |`,
+            `| fs store (fsync on): upload of ${size} (\`POST /add\`, no digest), hashed on its main thread (the default) | ${fmt(mbps(FILE_BYTES, median(fs.mainThread)))} MB/s | nginx ${fs.nginx} WebDAV \`PUT\` + \`sync\` of the file and its directory | ${fmt(mbps(FILE_BYTES, median(fs.theirs)))} MB/s | ${fmt(paired(fs.theirs, fs.mainThread), 2)} | ≥ 0.8 |`,
+            `| the same store hashing on its worker thread (\`hashOnWorker: true\`) | ${fmt(mbps(FILE_BYTES, median(fs.ours)))} MB/s | the same nginx \`PUT\` + \`sync\` | ${fmt(mbps(FILE_BYTES, median(fs.theirs)))} MB/s | ${fmt(paired(fs.theirs, fs.ours), 2)} | — |`,
+            `| fs rounds, ms (main thread / worker / nginx + sync) | ${fs.mainThread.map((ms) => fmt(ms)).join(", ")} | ${fs.ours.map((ms) => fmt(ms)).join(", ")} | ${fs.theirs.map((ms) => fmt(ms)).join(", ")} | | |`,
+            ...(fs.cpu.ours.length > 0
+              ? [
+                  `| fs: CPU time of the server per upload (user + system, all threads; median) | ${fmt(median(fs.cpu.mainThread))} ms (worker: ${fmt(median(fs.cpu.ours))} ms) | nginx (master + worker; \`sync\` not counted) | ${fmt(median(fs.cpu.theirs))} ms | ${fmt(median(fs.cpu.mainThread) / median(fs.cpu.theirs), 2)}× | — |`,
+                ]
+              : []),
           ]
         : [
             `| fs store (fsync on): upload of ${size} | ${fmt(mbps(FILE_BYTES, median(fs.ours)))} MB/s | nginx: skipped — ${fs.missing} | | | ≥ 0.8 |`,
@@ -372,7 +422,7 @@ export async function run(options: { installPeers?: boolean } = {}): Promise<str
     return [
       "## Depot blob uploads: S3 and the fs store",
       "",
-      `Method: a ${size} file of random bytes on ${os.tmpdir()}, its first 8 bytes new before each upload (bytes no store holds yet). S3: ${s3.label}${s3.verifies ? "" : " (checks no payload hash: the store runs with `serverVerifiesPayload: false`, so a declared digest goes by multipart upload to its content address, checked by the depot)"}; the depot (\`servePackageRouter\`, PostgreSQL records) runs in the bench process, the S3 server in its own; curl is the depot's client; the peer is \`new Upload({ client, params: { Body: createReadStream(file) } })\` from \`@aws-sdk/lib-storage\` with its defaults (5 MiB parts, 4 at once), in the bench process. Commit: from \`POST /commit\` to its answer, and on to the moment its archive is stored (the redirect of \`GET /data\`, which waits for the copy this process started); the SHA-256 pass is Node's \`createHash\` over the file from the page cache. fs store: \`createFsStore\` with fsync in a child process (test/fixtures/depot-client-server.ts), once hashing on its worker thread and once on its main thread (\`hashOnWorker: false\`), against nginx's WebDAV \`PUT\` followed by \`sync FILE DIR\` (coreutils: an fsync of the uploaded file and of its directory, as the depot flushes its blob and the directory it is renamed into; a bare \`sync\` would wait for every dirty page of this shared machine); before every turn the disk is settled: \`sync\`, the page cache dropped (${dropAllowed ? "allowed here" : "not allowed here: skipped"}), the source read back into it. Contenders take turns within each of ${RUNS} rounds in an order rotating by round; each figure is the median, MB = 10⁶ bytes, ratio = the median over rounds of peer time ÷ ours (for a commit: ours ÷ the SHA-256 pass). ${os.cpus().length} cores, shared; 1-minute load average ${load}.`,
+      `Method: a ${size} file of random bytes on ${os.tmpdir()}, its first 8 bytes new before each upload (bytes no store holds yet). S3: ${!s3 ? "not measured (BENCH_FS_ONLY=1)" : s3.label}${!s3 || s3.verifies ? "" : " (checks no payload hash: the store runs with `serverVerifiesPayload: false`, so a declared digest goes by multipart upload to its content address, checked by the depot)"}; the depot (\`servePackageRouter\`, PostgreSQL records) runs in the bench process, the S3 server in its own; curl is the depot's client; the peer is \`new Upload({ client, params: { Body: createReadStream(file) } })\` from \`@aws-sdk/lib-storage\` with its defaults (5 MiB parts, 4 at once), in the bench process. Commit: from \`POST /commit\` to its answer, and on to the moment its archive is stored (the redirect of \`GET /data\`, which waits for the copy this process started); the SHA-256 pass is Node's \`createHash\` over the file from the page cache. fs store: \`createFsStore\` with fsync in a child process (test/fixtures/depot-client-server.ts), once hashing on its main thread (the default) and once on its worker thread (\`hashOnWorker: true\`), against nginx's WebDAV \`PUT\` followed by \`sync FILE DIR\` (coreutils: an fsync of the uploaded file and of its directory, as the depot flushes its blob and the directory it is renamed into; a bare \`sync\` would wait for every dirty page of this shared machine); before every turn the disk is settled: \`sync\`, the page cache dropped (${dropAllowed ? "allowed here" : "not allowed here: skipped"}), the source read back into it. The fs rows add the server's CPU time over each upload (user + system of every thread of the depot's process, or of nginx's master and worker, from /proc: curl's and \`sync\`'s are not counted) and every round's time. Contenders take turns within each of ${RUNS} rounds in an order rotating by round; each figure is the median, MB = 10⁶ bytes, ratio = the median over rounds of peer time ÷ ours (for a commit: ours ÷ the SHA-256 pass). ${os.cpus().length} cores, shared; 1-minute load average ${load}.`,
       "",
       "| measure | depot | peer | peer | ratio | aim |",
       "|---|---:|---|---:|---:|---|",
