@@ -7,6 +7,7 @@
  * an evicted copy, a failed write) reads S3 as before. Bounded by bytes and age.
  * Why: docs/decisions/depot-blob-uploads.md, "The commit on S3".
  */
+import { rmSync } from "node:fs";
 import { mkdtemp, open, rename, rm, unlink, type FileHandle } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
@@ -54,6 +55,19 @@ const WRITE_BYTES = 1024 * 1024;
 export const MIN_SPOOLED_BYTES = 1024 * 1024;
 /** Bytes written but not yet flushed to the file before the body waits for the disk. */
 const MAX_QUEUED = 16 * 1024 * 1024;
+
+/** Spool directories of this process not yet closed: removed at its exit (a store never closed leaves none). */
+const liveDirs = new Set<string>();
+let exitHooked = false;
+
+function track(dir: string): void {
+  liveDirs.add(dir);
+  if (exitHooked) return;
+  exitHooked = true;
+  process.once("exit", () => {
+    for (const d of liveDirs) rmSync(d, { recursive: true, force: true });
+  });
+}
 
 interface Entry {
   file: string;
@@ -219,7 +233,10 @@ export function createUploadSpool(options: UploadSpoolOptions): UploadSpool {
       closed = true;
       entries.clear();
       total = 0;
-      if (dir) await rm(await dir.catch(() => ""), { recursive: true, force: true }).catch(() => undefined);
+      const made = dir ? await dir.catch(() => "") : "";
+      if (!made) return;
+      liveDirs.delete(made);
+      await rm(made, { recursive: true, force: true }).catch(() => undefined);
     },
   };
 }
