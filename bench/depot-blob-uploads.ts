@@ -4,7 +4,8 @@
  *   its own process): the depot's `POST /add` with the digest declared (`Content-Digest`) and
  *   without, against a plain `@aws-sdk/lib-storage` `Upload` of the same file to the same
  *   server; then the commit of the version against one SHA-256 pass over the file, and the
- *   time until its archive is stored (the copy made after the commit, archive-keeper.ts);
+ *   time until its archive is stored (the copy made after the commit, archive-keeper.ts), and
+ *   the same commit on a store without its local copies of uploads (items read back from S3);
  * - on the fs store (fsync on, in a child process; hashing on its worker thread, and on its
  *   main thread): `POST /add` against nginx's WebDAV `PUT` followed by `sync FILE DIR`, the
  *   disk settled (sync, and the page cache dropped when allowed) before each turn; with
@@ -101,9 +102,9 @@ let dropAllowed: boolean | undefined;
  * the page cache dropped; then the source file read back in, so every contender reads it
  * from memory alike.
  */
-async function settle(source: string): Promise<void> {
+async function settle(source: string, options: { keepCache?: boolean } = {}): Promise<void> {
   await run$("sync");
-  if (dropAllowed !== false) {
+  if (!options.keepCache && dropAllowed !== false) {
     dropAllowed = await writeFile("/proc/sys/vm/drop_caches", "3").then(
       () => true,
       () => false,
@@ -198,12 +199,59 @@ async function measureS3(source: string) {
     records: createPostgresRecords({ pool: db.pool, schema: db.schema }),
   });
   const depot = await startDepotHere(store);
+  // The same store without its local copies of uploads (upload-spool.ts): the commit reads the items back from S3.
+  const readBackStore = composeStore({
+    blobs: createS3BlobStore({
+      bucket: target.bucket,
+      prefix: "bench-read-back/",
+      clientConfig: target.config,
+      serverVerifiesPayload: target.verifies,
+      spoolBytes: 0,
+    }),
+    records: createPostgresRecords({ pool: db.pool, schema: db.schema }),
+  });
+  const readBackDepot = await startDepotHere(readBackStore);
+  const readBack: number[] = [];
+  const coldCommits: number[] = [];
   const declared: number[] = [];
   const undeclared: number[] = [];
   const peer: number[] = [];
   const commits: number[] = [];
   const stored: number[] = [];
   const shas: number[] = [];
+  /**
+   * Uploads the file declared, then times its commit (and, with `storedTimes`, until its archive is
+   * stored). Between the two the disk is settled; with `keepCache` the page cache is kept, as it is
+   * right after an upload (the store's local copy of the item is then read from memory, not disk).
+   */
+  const commitTurn = async (url: string, spec: string, times: number[], storedTimes?: number[], keepCache = false) => {
+    const hex = await freshen(source);
+    const id = await openTransaction(url, spec);
+    await curl(
+      [
+        "-X",
+        "POST",
+        "-T",
+        source,
+        "-H",
+        "Pkg-Path: big.bin",
+        "-H",
+        `Content-Digest: ${httpDigest(hex)}`,
+        `${url}/add/${id}/file`,
+      ],
+      201,
+    );
+    await settle(source, { keepCache });
+    const start = performance.now();
+    await curl(["-X", "POST", `${url}/commit/${id}`], 201);
+    times.push(performance.now() - start);
+    // Until the archive is stored: this process waits for its copy, then redirects (waited for
+    // in every turn, so no copy runs into the next turn).
+    const redirect = await fetch(`${url}/data/${spec}`, { redirect: "manual" });
+    await redirect.body?.cancel();
+    if (redirect.status !== 302) throw new Error(`archive of ${spec} not stored: ${redirect.status}`);
+    storedTimes?.push(performance.now() - start);
+  };
   try {
     const add = async (round: number, digestHeader: string | undefined, times: number[], spec: string) => {
       const id = await openTransaction(depot.url, spec);
@@ -240,33 +288,9 @@ async function measureS3(source: string) {
             ),
           );
         },
-        async () => {
-          const hex = await freshen(source);
-          const id = await openTransaction(depot.url, `big@1.0.${round}`);
-          await curl(
-            [
-              "-X",
-              "POST",
-              "-T",
-              source,
-              "-H",
-              "Pkg-Path: big.bin",
-              "-H",
-              `Content-Digest: ${httpDigest(hex)}`,
-              `${depot.url}/add/${id}/file`,
-            ],
-            201,
-          );
-          await settle(source);
-          const start = performance.now();
-          await curl(["-X", "POST", `${depot.url}/commit/${id}`], 201);
-          commits.push(performance.now() - start);
-          // Until the archive is stored: this process waits for its copy, then redirects.
-          const redirect = await fetch(`${depot.url}/data/big@1.0.${round}`, { redirect: "manual" });
-          await redirect.body?.cancel();
-          if (redirect.status !== 302) throw new Error(`archive of big@1.0.${round} not stored: ${redirect.status}`);
-          stored.push(performance.now() - start);
-        },
+        () => commitTurn(depot.url, `big@1.0.${round}`, commits, stored, true),
+        () => commitTurn(depot.url, `cold@1.0.${round}`, coldCommits),
+        () => commitTurn(readBackDepot.url, `back@1.0.${round}`, readBack),
         async () => {
           await settle(source);
           shas.push(await timed(() => sha256Hex(source)));
@@ -277,11 +301,24 @@ async function measureS3(source: string) {
   } finally {
     await depot.close();
     await store.close?.();
+    await readBackDepot.close();
+    await readBackStore.close?.();
     client.destroy();
     await db.drop();
     await target.close();
   }
-  return { label: target.label, verifies: target.verifies, declared, undeclared, peer, commits, stored, shas };
+  return {
+    label: target.label,
+    verifies: target.verifies,
+    declared,
+    undeclared,
+    peer,
+    commits,
+    stored,
+    coldCommits,
+    readBack,
+    shas,
+  };
 }
 
 /**
@@ -398,7 +435,9 @@ export async function run(options: { installPeers?: boolean } = {}): Promise<str
       return [
         `| S3: upload of ${size}, digest declared (\`POST /add\` with \`Content-Digest\`: one PutObject to its content address${s3.verifies ? ", checked by the server" : ""}) | ${fmt(mbps(FILE_BYTES, median(s3.declared)))} MB/s | plain lib-storage \`Upload\` of the file | ${fmt(mbps(FILE_BYTES, median(s3.peer)))} MB/s | ${fmt(paired(s3.peer, s3.declared), 2)} | ≥ 0.8 |`,
         `| S3: upload of ${size}, no digest (multipart to a temporary key, server-side copy) | ${fmt(mbps(FILE_BYTES, median(s3.undeclared)))} MB/s | the same \`Upload\` | ${fmt(mbps(FILE_BYTES, median(s3.peer)))} MB/s | ${fmt(paired(s3.peer, s3.undeclared), 2)} | ≥ 0.8 |`,
-        `| S3: commit of the ${size} version, answered (\`POST /commit\`: one hash pass over the items read back) | ${fmt(median(s3.commits))} ms | one SHA-256 pass over the file | ${fmt(shaMs)} ms | ${fmt(paired(s3.commits, s3.shas), 2)}× | ≤ 2× |`,
+        `| S3: commit of the ${size} version, answered (\`POST /commit\`: one hash pass over the items, read from the store's local copies of its uploads, in the page cache as right after the upload) | ${fmt(median(s3.commits))} ms | one SHA-256 pass over the file | ${fmt(shaMs)} ms | ${fmt(paired(s3.commits, s3.shas), 2)}× | ≤ 2× |`,
+        `| the same commit with the page cache dropped between upload and commit (the local copy read from disk) | ${fmt(median(s3.coldCommits))} ms | one SHA-256 pass | ${fmt(shaMs)} ms | ${fmt(paired(s3.coldCommits, s3.shas), 2)}× | — |`,
+        `| the same commit with the local copies off (\`spoolBytes: 0\`: the items read back from S3; page cache dropped) | ${fmt(median(s3.readBack))} ms | one SHA-256 pass | ${fmt(shaMs)} ms | ${fmt(paired(s3.readBack, s3.shas), 2)}× | — |`,
         `| S3: the same commit until its archive is stored (the copy after the answer: \`GET /data\` redirects) | ${fmt(median(s3.stored))} ms | one SHA-256 pass | ${fmt(shaMs)} ms | ${fmt(paired(s3.stored, s3.shas), 2)}× | — |`,
       ];
     };
@@ -422,7 +461,7 @@ export async function run(options: { installPeers?: boolean } = {}): Promise<str
     return [
       "## Depot blob uploads: S3 and the fs store",
       "",
-      `Method: a ${size} file of random bytes on ${os.tmpdir()}, its first 8 bytes new before each upload (bytes no store holds yet). S3: ${!s3 ? "not measured (BENCH_FS_ONLY=1)" : s3.label}${!s3 || s3.verifies ? "" : " (checks no payload hash: the store runs with `serverVerifiesPayload: false`, so a declared digest goes by multipart upload to its content address, checked by the depot)"}; the depot (\`servePackageRouter\`, PostgreSQL records) runs in the bench process, the S3 server in its own; curl is the depot's client; the peer is \`new Upload({ client, params: { Body: createReadStream(file) } })\` from \`@aws-sdk/lib-storage\` with its defaults (5 MiB parts, 4 at once), in the bench process. Commit: from \`POST /commit\` to its answer, and on to the moment its archive is stored (the redirect of \`GET /data\`, which waits for the copy this process started); the SHA-256 pass is Node's \`createHash\` over the file from the page cache. fs store: \`createFsStore\` with fsync in a child process (test/fixtures/depot-client-server.ts), once hashing on its main thread (the default) and once on its worker thread (\`hashOnWorker: true\`), against nginx's WebDAV \`PUT\` followed by \`sync FILE DIR\` (coreutils: an fsync of the uploaded file and of its directory, as the depot flushes its blob and the directory it is renamed into; a bare \`sync\` would wait for every dirty page of this shared machine); before every turn the disk is settled: \`sync\`, the page cache dropped (${dropAllowed ? "allowed here" : "not allowed here: skipped"}), the source read back into it. The fs rows add the server's CPU time over each upload (user + system of every thread of the depot's process, or of nginx's master and worker, from /proc: curl's and \`sync\`'s are not counted) and every round's time. Contenders take turns within each of ${RUNS} rounds in an order rotating by round; each figure is the median, MB = 10⁶ bytes, ratio = the median over rounds of peer time ÷ ours (for a commit: ours ÷ the SHA-256 pass). ${os.cpus().length} cores, shared; 1-minute load average ${load}.`,
+      `Method: a ${size} file of random bytes on ${os.tmpdir()}, its first 8 bytes new before each upload (bytes no store holds yet). S3: ${!s3 ? "not measured (BENCH_FS_ONLY=1)" : s3.label}${!s3 || s3.verifies ? "" : " (checks no payload hash: the store runs with `serverVerifiesPayload: false`, so a declared digest goes by multipart upload to its content address, checked by the depot)"}; the depot (\`servePackageRouter\`, PostgreSQL records) runs in the bench process, the S3 server in its own; curl is the depot's client; the peer is \`new Upload({ client, params: { Body: createReadStream(file) } })\` from \`@aws-sdk/lib-storage\` with its defaults (5 MiB parts, 4 at once), in the bench process. Commit: from \`POST /commit\` to its answer, and on to the moment its archive is stored (the redirect of \`GET /data\`, which waits for the copy this process started); between the upload and the commit the disk is settled (\`sync\`), the page cache kept for the first commit row and dropped for the other two; the SHA-256 pass is Node's \`createHash\` over the file from the page cache. fs store: \`createFsStore\` with fsync in a child process (test/fixtures/depot-client-server.ts), once hashing on its main thread (the default) and once on its worker thread (\`hashOnWorker: true\`), against nginx's WebDAV \`PUT\` followed by \`sync FILE DIR\` (coreutils: an fsync of the uploaded file and of its directory, as the depot flushes its blob and the directory it is renamed into; a bare \`sync\` would wait for every dirty page of this shared machine); before every turn the disk is settled: \`sync\`, the page cache dropped (${dropAllowed ? "allowed here" : "not allowed here: skipped"}), the source read back into it. The fs rows add the server's CPU time over each upload (user + system of every thread of the depot's process, or of nginx's master and worker, from /proc: curl's and \`sync\`'s are not counted) and every round's time. Contenders take turns within each of ${RUNS} rounds in an order rotating by round; each figure is the median, MB = 10⁶ bytes, ratio = the median over rounds of peer time ÷ ours (for a commit: ours ÷ the SHA-256 pass). ${os.cpus().length} cores, shared; 1-minute load average ${load}.`,
       "",
       "| measure | depot | peer | peer | ratio | aim |",
       "|---|---:|---|---:|---:|---|",

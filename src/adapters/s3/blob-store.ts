@@ -23,6 +23,7 @@ import { RunnerDepotError } from "../../errors.js";
 import type { BlobInfo, BlobStore, ByteRange, PutBlobOptions } from "../../depot/ports.js";
 import { errorName, isNotFound, s3Failure } from "./errors.js";
 import { uploadBlob, uploadKeyUnder, type UploadContext } from "./blob-upload.js";
+import { createUploadSpool } from "./upload-spool.js";
 
 /** Options of {@link createS3BlobStore}. */
 export interface S3BlobStoreOptions {
@@ -53,6 +54,15 @@ export interface S3BlobStoreOptions {
    * multipart upload, completed only once the depot's own hash matched.
    */
   serverVerifiesPayload?: boolean;
+  /**
+   * Bytes of local copies kept of the blobs this process uploaded (upload-spool.ts), so a
+   * commit hashes its items from the page cache, not read back from S3; default 1 GiB,
+   * 0 keeps none. The copies live in a directory of their own under `spoolDir`
+   * (default the OS temp dir), removed by `close()`.
+   */
+  spoolBytes?: number;
+  /** Where the local copies' directory is made; default the OS temp dir. */
+  spoolDir?: string;
 }
 
 const HEX = /^[0-9a-f]{64}$/;
@@ -79,6 +89,7 @@ export function createS3BlobStore(options: S3BlobStoreOptions): BlobStore & { re
   const copyPartBytes = options.copyPartBytes ?? 512 * 1024 * 1024;
   let closed = false;
   const serverVerifiesPayload = options.serverVerifiesPayload ?? true;
+  const spool = createUploadSpool({ maxBytes: options.spoolBytes ?? 1024 ** 3, parent: options.spoolDir });
 
   const keyOf = (hex: string) => `${prefix}sha256/${hex}`;
 
@@ -152,17 +163,40 @@ export function createS3BlobStore(options: S3BlobStoreOptions): BlobStore & { re
     remove,
   };
 
-  return {
+  const store: BlobStore & { readonly client: S3Client } = {
     client,
 
     async putBlob(body: AsyncIterable<Uint8Array>, putOptions: PutBlobOptions = {}): Promise<BlobInfo> {
       if (closed) throw new RunnerDepotError("STORE_UNAVAILABLE", "blob store closed");
-      return uploadBlob(uploads, body, putOptions);
+      const copy = spool.begin(putOptions.size);
+      if (!copy) return uploadBlob(uploads, body, putOptions);
+      let info: BlobInfo;
+      try {
+        info = await uploadBlob(uploads, copy.tee(body), putOptions);
+      } catch (error) {
+        await copy.drop();
+        throw error;
+      }
+      await copy.keep(info.digest.slice(7), info.size);
+      return info;
     },
 
     async getBlob(digest: string, range?: ByteRange) {
       const hex = hexOf(digest);
       if (!hex) return null;
+      const local = spool.sizeOf(hex);
+      if (local !== null && (range?.start ?? 0) < local) {
+        // This process's copy of its upload: read from the page cache, not back from S3. S3
+        // is still asked whether the blob is there (a HEAD), so a blob deleted there (GC on
+        // another replica) is absent here too and a commit never names a lost item.
+        const size = await head(keyOf(hex));
+        if (size === null) {
+          spool.forget(hex);
+          return null;
+        }
+        const body = size === local ? await spool.read(hex, range) : null;
+        if (body) return body;
+      }
       try {
         const out = await client.send(
           new GetObjectCommand({
@@ -204,7 +238,9 @@ export function createS3BlobStore(options: S3BlobStoreOptions): BlobStore & { re
 
     async deleteBlob(digest: string) {
       const hex = hexOf(digest);
-      if (hex) await remove(keyOf(hex));
+      if (!hex) return;
+      spool.forget(hex);
+      await remove(keyOf(hex));
     },
 
     async *listBlobs() {
@@ -250,9 +286,12 @@ export function createS3BlobStore(options: S3BlobStoreOptions): BlobStore & { re
     async close() {
       if (closed) return;
       closed = true;
+      await spool.close();
       if (ownsClient) client.destroy();
     },
   };
+
+  return store;
 }
 
 /** Skips `skip` bytes of a stream and yields the next `take`, then stops reading. */

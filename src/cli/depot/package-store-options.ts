@@ -16,6 +16,7 @@ export const packageStoreOptions = {
   "s3-bucket": { type: "string" },
   "s3-endpoint": { type: "string" },
   "s3-region": { type: "string" },
+  "s3-no-payload-check": { type: "boolean" },
 } as const;
 
 /** The flags' usage lines. */
@@ -23,7 +24,10 @@ export const PACKAGE_STORE_USAGE = `  --postgres <url>        keep depot records
   --postgres-schema <s>   PostgreSQL schema (default runner_depot)
   --s3-bucket <name>      keep depot blobs in S3 (with --s3-endpoint, --s3-region)
   --s3-endpoint <url>     S3 endpoint (path-style), e.g. http://127.0.0.1:4568
-  --s3-region <region>    S3 region (default us-east-1)`;
+  --s3-region <region>    S3 region (default us-east-1)
+  --s3-no-payload-check   the S3 server does not check a request's signed payload hash
+                          (s3rver does not; AWS S3, MinIO and radosgw do): a body with a
+                          declared digest then goes by multipart upload, checked here`;
 
 /** The PostgreSQL schema the flags name, or undefined for the default. */
 export function postgresSchema(values: Record<string, unknown>): string | undefined {
@@ -53,6 +57,8 @@ export async function openPackageStore(values: Record<string, unknown>, dataDir:
         region: typeof values["s3-region"] === "string" ? values["s3-region"] : "us-east-1",
         forcePathStyle: true,
       },
+      // Off only when asked: a server that checks nothing must not get a declared body in one PutObject.
+      serverVerifiesPayload: values["s3-no-payload-check"] !== true,
     });
   }
   let records: PackageStore | ReturnType<(typeof import("../../adapters/postgres/index.js"))["createPostgresRecords"]> =

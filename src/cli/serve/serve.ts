@@ -63,6 +63,9 @@ Options:
   --s3-bucket <name>      keep depot blobs in S3 (with --s3-endpoint, --s3-region)
   --s3-endpoint <url>     S3 endpoint (path-style), e.g. http://127.0.0.1:4568
   --s3-region <region>    S3 region (default us-east-1)
+  --s3-no-payload-check   the S3 server does not check a request's signed payload hash
+                          (s3rver does not; AWS S3, MinIO and radosgw do): a body with a
+                          declared digest then goes by multipart upload, checked here
   --postgres-schema <s>   PostgreSQL schema for both (default runner_depot)
   --lost-after <seconds>  close jobs silent for this long as lost (default 600)
   --job-quota-bytes <n>   what one job may publish with its own credentials, in archive
@@ -117,6 +120,7 @@ export const serveCommand: Command = {
     "s3-bucket": { type: "string" },
     "s3-endpoint": { type: "string" },
     "s3-region": { type: "string" },
+    "s3-no-payload-check": { type: "boolean" },
     "lost-after": { type: "string" },
     "job-quota-bytes": { type: "string" },
     "job-quota-versions": { type: "string" },

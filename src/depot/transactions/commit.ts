@@ -316,8 +316,10 @@ export class Commits {
       items: items.map(manifestItem),
     };
     let version = existing?.value;
+    let written: Buffer | undefined; // the manifest's JSON, when this call wrote the version
     if (!version) {
       const manifestJson = Buffer.from(JSON.stringify(manifest), "utf8");
+      written = manifestJson;
       // The room is taken before any byte is written, and given back if the version record is not ours.
       const reserved = this.quota ? await this.reserve(t.principal, manifest, manifestJson, mtime) : undefined;
       try {
@@ -365,6 +367,12 @@ export class Commits {
       clientGone,
       waits: this.claimWaits,
     });
+    // A store serving by redirect gets its copy of the archive now, beside the answer, not
+    // during the commit's own writes (archive-keeper.ts). The version record is written, so GC keeps it.
+    if (written && this.store.signBlobUrl) {
+      const layout = archiveLayout(manifest, written, mtime);
+      void keepArchive(this.store, layout, { digest: version.digest, size: version.size });
+    }
     // After the answer: readers of this package may now add its bytes by reference.
     // Why: docs/decisions/depot-catalog.md, "commit.ts: inside Commits.build".
     const digests = [
@@ -412,8 +420,6 @@ export class Commits {
       this.store.putBlob(once(manifestJson), writes.blob()),
       commitArchive(this.store, manifest, mtime, manifestJson),
     ]);
-    // A store serving by redirect gets its copy of the archive after this answer (archive-keeper.ts).
-    if (this.store.signBlobUrl) void keepArchive(this.store, archiveLayout(manifest, manifestJson, mtime), archive);
     const version: VersionRecord = {
       name: t.name,
       version: t.version,

@@ -18,15 +18,20 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createS3BlobStore } from "../../../src/adapters/s3/index.js";
 import { chunked, collectBytes, patternBytes, sha256Digest } from "../../../src/testing/index.js";
 import { startS3 } from "../../fixtures/backends.js";
+import { tempDir } from "../../fixtures/depot.js";
 import type { S3Fixture } from "../../fixtures/backends.js";
 
 const MiB = 1024 * 1024;
 let s3: S3Fixture;
+// The store's local copies of uploads go here, removed with it (stores of the suite are not all closed).
+let spool: Awaited<ReturnType<typeof tempDir>>;
 
 beforeAll(async () => {
+  spool = await tempDir("s3-spool-");
   s3 = await startS3();
 });
 afterAll(async () => {
+  await spool?.cleanup();
   await s3?.close();
 });
 
@@ -61,7 +66,7 @@ describe("S3 uploads on s3rver: each path's requests", () => {
   it("a declared digest of known size is one PutObject straight to sha256/<hex>, read back exactly", async () => {
     const prefix = `d-${randomUUID()}/`;
     const { client, sent } = recordingClient(s3.clientConfig!);
-    const blobs = createS3BlobStore({ bucket: s3.bucket, prefix, client, partSizeBytes: 5 * MiB });
+    const blobs = createS3BlobStore({ spoolDir: spool.dir, bucket: s3.bucket, prefix, client, partSizeBytes: 5 * MiB });
     const bytes = patternBytes(12 * MiB, 3);
     const digest = sha256Digest(bytes);
     expect(await blobs.putBlob(chunked(bytes, 64 * 1024), { expectedDigest: digest, size: bytes.length })).toEqual({
@@ -77,7 +82,7 @@ describe("S3 uploads on s3rver: each path's requests", () => {
   it("an undeclared body of at most one part is hashed here and put once at its address: no temporary key, no copy", async () => {
     const prefix = `s-${randomUUID()}/`;
     const { client, sent } = recordingClient(s3.clientConfig!);
-    const blobs = createS3BlobStore({ bucket: s3.bucket, prefix, client, partSizeBytes: 5 * MiB });
+    const blobs = createS3BlobStore({ spoolDir: spool.dir, bucket: s3.bucket, prefix, client, partSizeBytes: 5 * MiB });
     const bytes = patternBytes(3 * MiB, 4);
     const { digest } = await blobs.putBlob(chunked(bytes, 100_000));
     expect(digest).toBe(sha256Digest(bytes));
@@ -89,7 +94,7 @@ describe("S3 uploads on s3rver: each path's requests", () => {
   it("an undeclared body over one part goes by multipart upload to a temporary key, copied server-side, the key removed", async () => {
     const prefix = `m-${randomUUID()}/`;
     const { client, sent } = recordingClient(s3.clientConfig!);
-    const blobs = createS3BlobStore({ bucket: s3.bucket, prefix, client, partSizeBytes: 5 * MiB });
+    const blobs = createS3BlobStore({ spoolDir: spool.dir, bucket: s3.bucket, prefix, client, partSizeBytes: 5 * MiB });
     const bytes = patternBytes(11 * MiB, 5);
     const { digest } = await blobs.putBlob(chunked(bytes, 64 * 1024));
     expect(digest).toBe(sha256Digest(bytes));
@@ -105,6 +110,7 @@ describe("S3 uploads on s3rver: each path's requests", () => {
     // Not the one-PutObject path: s3rver keeps the bytes of an aborted PutObject at its key (a server that
     // checks the payload hash keeps nothing; the same case runs on one below).
     const blobs = createS3BlobStore({
+      spoolDir: spool.dir,
       bucket: s3.bucket,
       prefix,
       client: s3.client,
@@ -123,6 +129,7 @@ describe("S3 uploads on s3rver: each path's requests", () => {
   it("a lying body to a server that does not check the payload hash (serverVerifiesPayload: false) is refused here, before it completes", async () => {
     const prefix = `l-${randomUUID()}/`;
     const blobs = createS3BlobStore({
+      spoolDir: spool.dir,
       bucket: s3.bucket,
       prefix,
       client: s3.client,
@@ -186,7 +193,13 @@ checksPayload("S3 uploads on a server that checks the signed payload hash (RUNNE
     try {
       const prefix = `l-${randomUUID()}/`;
       const { client, sent } = recordingClient(server.config);
-      const blobs = createS3BlobStore({ bucket: server.bucket, prefix, client, partSizeBytes: 5 * MiB });
+      const blobs = createS3BlobStore({
+        spoolDir: spool.dir,
+        bucket: server.bucket,
+        prefix,
+        client,
+        partSizeBytes: 5 * MiB,
+      });
       const bytes = patternBytes(12 * MiB, 8);
       const digest = sha256Digest(bytes);
       const error = await blobs

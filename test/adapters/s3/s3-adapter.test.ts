@@ -15,17 +15,22 @@ import {
 } from "../../../src/testing/index.js";
 import { fixtureFor, startS3, startS3Child, startTcpProxy } from "../../fixtures/backends.js";
 import type { S3Fixture, TcpProxy } from "../../fixtures/backends.js";
+import { tempDir } from "../../fixtures/depot.js";
 
 let s3: S3Fixture;
+// The store's local copies of uploads go here, removed with it (stores of the suite are not all closed).
+let spool: Awaited<ReturnType<typeof tempDir>>;
 let proxy: TcpProxy;
 let viaProxy: S3Fixture;
 
 beforeAll(async () => {
+  spool = await tempDir("s3-spool-");
   s3 = await startS3();
   proxy = await startTcpProxy("127.0.0.1", Number(new URL(s3.endpoint).port));
   viaProxy = fixtureFor(`http://127.0.0.1:${proxy.port}`, s3.bucket);
 });
 afterAll(async () => {
+  await spool?.cleanup();
   await viaProxy?.close();
   await proxy?.close();
   await s3?.close();
@@ -36,6 +41,7 @@ const prefixes = new WeakMap<object, string>();
 function s3Store(prefix = `t-${randomUUID()}/`) {
   // Blobs through the proxy (so the outage case can cut S3 off); records are not S3's job.
   const blobs = createS3BlobStore({
+    spoolDir: spool.dir,
     bucket: s3.bucket,
     prefix,
     clientConfig: viaProxy.clientConfig,
@@ -56,7 +62,7 @@ describePackageStore("s3 blobs", () => s3Store(), {
 describe("s3 blob store: extra cases", () => {
   it("stores blobs at <prefix>sha256/<hex> and leaves no temporary object behind", async () => {
     const prefix = `x-${randomUUID()}/`;
-    const blobs = createS3BlobStore({ bucket: s3.bucket, prefix, client: s3.client });
+    const blobs = createS3BlobStore({ spoolDir: spool.dir, bucket: s3.bucket, prefix, client: s3.client });
     const bytes = patternBytes(6 * 1024 * 1024, 9);
     const { digest } = await blobs.putBlob(chunked(bytes));
     await expect(blobs.putBlob(chunked(Buffer.from("x")), { maxBytes: 0 })).rejects.toMatchObject({
@@ -73,7 +79,13 @@ describe("s3 blob store: extra cases", () => {
     const prefix = `p-${randomUUID()}/`;
     // Its own s3rver: the in-process one cannot page ListObjectsV2 (see startS3Child).
     const s3 = await startS3Child();
-    const blobs = createS3BlobStore({ bucket: s3.bucket, prefix, client: s3.client, listPageSize: 7 });
+    const blobs = createS3BlobStore({
+      spoolDir: spool.dir,
+      bucket: s3.bucket,
+      prefix,
+      client: s3.client,
+      listPageSize: 7,
+    });
     const digests = new Set<string>();
     // Several ListObjectsV2 pages of 7 keys, the last one partial.
     const puts = Array.from({ length: 38 }, (_, i) => Buffer.from(`blob ${i}`));
@@ -96,7 +108,7 @@ describe("s3 blob store: extra cases", () => {
   });
 
   it("a malformed digest is simply absent (no key outside the content address is read)", async () => {
-    const blobs = createS3BlobStore({ bucket: s3.bucket, client: s3.client });
+    const blobs = createS3BlobStore({ spoolDir: spool.dir, bucket: s3.bucket, client: s3.client });
     expect(await blobs.getBlob("sha256:../../etc/passwd")).toBeNull();
     expect(await blobs.statBlob("md5:abc")).toBeNull();
     await expect(blobs.putBlob(chunked(Buffer.from("x")), { expectedDigest: "sha256:nothex" })).rejects.toMatchObject({
@@ -105,7 +117,7 @@ describe("s3 blob store: extra cases", () => {
   });
 
   it("a signed URL carries the download file name", async () => {
-    const blobs = createS3BlobStore({ bucket: s3.bucket, client: s3.client });
+    const blobs = createS3BlobStore({ spoolDir: spool.dir, bucket: s3.bucket, client: s3.client });
     const { digest } = await blobs.putBlob(chunked(Buffer.from("named")));
     const url = await blobs.signBlobUrl!(digest, { filename: "pkg-1.0.0.tar" });
     const res = await fetch(url!);
@@ -114,7 +126,7 @@ describe("s3 blob store: extra cases", () => {
   });
 
   it("an S3 outage surfaces as STORE_UNAVAILABLE", async () => {
-    const blobs = createS3BlobStore({ bucket: s3.bucket, clientConfig: viaProxy.clientConfig });
+    const blobs = createS3BlobStore({ spoolDir: spool.dir, bucket: s3.bucket, clientConfig: viaProxy.clientConfig });
     await proxy.break();
     try {
       await expect(blobs.statBlob(sha256Digest("x"))).rejects.toMatchObject({ code: "STORE_UNAVAILABLE" });
