@@ -6,7 +6,7 @@
  * Why: docs/decisions/runner-server.md, "log-store.ts (fs): a log file and a state file per job".
  */
 import { closeSync, fsync, openSync, renameSync, writeSync } from "node:fs";
-import { mkdir, readdir, readFile, rm, truncate, unlink } from "node:fs/promises";
+import { mkdir, readdir, readFile, rm, truncate } from "node:fs/promises";
 import { promisify } from "node:util";
 import { join, resolve } from "node:path";
 import { RunnerDepotError } from "../../errors.js";
@@ -30,6 +30,7 @@ import { readsLineEntries } from "../../runner/protocol/received-line.js";
 import { createDirectorySync } from "./durable.js";
 import { unlinkQuietly } from "./files.js";
 import { OpenLogs, type LogHandle } from "./log-descriptors.js";
+import { isTailFile, JobTail, settleTailFiles, type TailRecord } from "./log-tail-file.js";
 import { extendIndex, readLines, scanIndex } from "./log-read.js";
 import { findLines, recordFinder } from "./log-find.js";
 import { encodeRecords, timeBase } from "./log-records.js";
@@ -44,7 +45,7 @@ export interface FsLogStoreOptions {
   fsync?: boolean;
 }
 
-interface Persisted extends JobState {
+interface Persisted extends JobState, TailRecord {
   /** Valid bytes of the log file; anything past it is a torn write. */
   fileBytes: number;
   /**
@@ -53,18 +54,6 @@ interface Persisted extends JobState {
    * change is a new record), so the shallow state copies share it safely.
    */
   sections?: LogSections;
-  /**
-   * A cut log's tail segment files (`<id>.tail-<first>`, log-tail.ts), oldest first, with their valid bytes: a file
-   * not listed is a dropped segment (or a torn first write) and goes at load.
-   */
-  tailFiles?: { first: number; bytes: number }[];
-}
-
-/** A tail segment's file as the open-files pool and the reader see it. */
-interface TailFile extends LogHandle {
-  first: number;
-  /** Byte offset of every STRIDE-th line of the segment (log-read.ts), built on first read. */
-  index: number[] | null;
 }
 
 /** A job held in memory; it is also its log file's handle in the open-files pool. */
@@ -72,12 +61,10 @@ interface Job extends LogHandle {
   state: Persisted;
   /** Byte offset of every STRIDE-th stored line (log-read.ts), built on first read. */
   index: number[] | null;
-  /** Handles of the tail's segment files, by first position. */
-  tail: Map<number, TailFile>;
+  /** A cut log's tail files (log-tail-file.ts). */
+  tail: JobTail;
   chain: Promise<unknown>;
 }
-
-const TAIL_FILE = /^(.+)\.tail-(\d+)$/;
 
 /** What every store on one directory shares in this process. */
 interface Backend {
@@ -98,7 +85,7 @@ const backends = new Map<string, Backend>();
 const PRUNE_GROUP = 64;
 
 function publicState(state: Persisted): JobState {
-  const { fileBytes: _bytes, sections: _sections, ...rest } = state;
+  const { fileBytes: _bytes, sections: _sections, tailFiles: _files, tailRing: _ring, ...rest } = state;
   return cloneJobState(rest);
 }
 
@@ -134,34 +121,14 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
   let closed = false;
 
   const logPath = (id: string) => join(jobsDir, `${id}.log`);
-  const tailPath = (id: string, first: number) => join(jobsDir, `${id}.tail-${first}`);
-  const tailFile = (job: Job, first: number): TailFile => {
-    let file = job.tail.get(first);
-    if (!file) {
-      file = { id: `${job.id}.tail-${first}`, path: tailPath(job.id, first), first, index: null };
-      job.tail.set(first, file);
-    }
-    return file;
-  };
-  /** Forgets and removes the tail segment files of `job` not in `keep` (quietly: load() removes leftovers). */
-  const dropTailFiles = async (job: Job, keep: ReadonlySet<number>) => {
-    for (const [first, file] of [...job.tail]) {
-      if (keep.has(first)) continue;
-      backend.openLogs.close(file);
-      job.tail.delete(first);
-      // One unlink (rm's lstat first is a pool trip more); gone already is fine.
-      await unlink(file.path).catch((error: NodeJS.ErrnoException) => {
-        if (error.code !== "ENOENT") throw error;
-      });
-    }
-  };
+  const tails = { jobsDir, openLogs: backend.openLogs, sync };
   const statePath = (id: string) => join(jobsDir, `${id}.json`);
   const newJob = (id: string, state: Persisted): Job => ({
     id,
     path: logPath(id),
     state,
     index: null,
-    tail: new Map(),
+    tail: new JobTail(tails, id),
     chain: Promise.resolve(),
   });
   const closeLog = (job: Job) => backend.openLogs.close(job);
@@ -174,10 +141,10 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       if (sync) await backend.dirs.makeDir(jobsDir);
       else await mkdir(jobsDir, { recursive: true });
       const logs: string[] = [];
-      const tails: string[] = [];
+      const tailNames: string[] = [];
       for (const name of await readdir(jobsDir)) {
-        if (TAIL_FILE.test(name)) {
-          tails.push(name);
+        if (isTailFile(name)) {
+          tailNames.push(name);
           continue;
         }
         if (name.endsWith(".tmp")) {
@@ -202,14 +169,9 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       for (const id of logs) {
         if (normalizeRequestId(id) === id && !jobs.has(id)) await rm(logPath(id), { force: true });
       }
-      // Tail segments: a listed one is cut to its valid bytes, any other (dropped, or its job gone) goes.
-      for (const name of tails) {
-        const [, id, first] = TAIL_FILE.exec(name)!;
-        const listed = jobs.get(id!)?.state.tailFiles?.find((t) => t.first === Number(first));
-        if (listed) await truncate(join(jobsDir, name), listed.bytes);
-        // (Listed ones were written and synced before the state naming them was renamed in.)
-        else await rm(join(jobsDir, name), { force: true });
-      }
+      // Tail files the states do not name (dropped, or their job gone) go (listed ones were written and synced
+      // before the state naming them was renamed in).
+      await settleTailFiles(jobsDir, tailNames, (id) => jobs.get(id)?.state);
       // The jobs directory itself, once an open: a process that died between a state's
       // rename and its directory fsync left a rename only the page cache holds, and this
       // store answers from it (a call replaying lines already stored writes nothing, so
@@ -309,48 +271,41 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
   }
 
   /**
-   * An append to a cut log (log-tail.ts): head lines to the log file, tail lines to their segment files (all written
-   * and synced while the state is), then the state naming the segments kept, then dropped segments' files go. A
-   * crash before the state's rename leaves the old state, whose byte counts cut the torn writes off at load.
+   * An append to a cut log (log-tail.ts): head lines to the log file, tail lines to the tail's ring (log-tail-file.ts;
+   * all written and synced while the state is), then the state naming the kept segments; what it no longer names
+   * goes after. A crash before the state's rename leaves the old state, which names none of the bytes written.
    * O(bytes + segments).
    */
   async function appendCut(job: Job, next: Persisted, plan: AppendPlan): Promise<JobState> {
     const base = timeBase(next.startedAt);
-    const files = new Map((job.state.tailFiles ?? []).map((t) => [t.first, { ...t }]));
     const writes: Promise<void>[] = [];
-    for (const run of plan.runs) {
-      const { bytes, sizes } = encodeRecords(run.lines, base);
-      if (run.segment === null) {
-        const at = next.fileBytes;
-        next.fileBytes += bytes.length;
-        writes.push(backend.openLogs.write(job, bytes, at, sync, at === 0));
-        if (job.index) extendIndex(job.index, at, run.first, sizes);
-        continue;
-      }
-      const known = files.get(run.segment) ?? { first: run.segment, bytes: 0 };
-      files.set(run.segment, known);
-      const file = tailFile(job, run.segment);
-      writes.push(backend.openLogs.write(file, bytes, known.bytes, sync, known.bytes === 0));
-      if (file.index) extendIndex(file.index, known.bytes, run.first - run.segment, sizes);
-      known.bytes += bytes.length;
+    const head = plan.runs.find((run) => run.segment === null);
+    if (head) {
+      const { bytes, sizes } = encodeRecords(head.lines, base);
+      const at = next.fileBytes;
+      next.fileBytes += bytes.length;
+      writes.push(backend.openLogs.write(job, bytes, at, sync, at === 0));
+      if (job.index) extendIndex(job.index, at, head.first, sizes);
     }
-    const kept = new Set(next.cut!.segments.map((s) => s.first));
-    next.tailFiles = [...files.values()].filter((t) => kept.has(t.first)).sort((a, b) => a.first - b.first);
-    const all = Promise.all(writes).then(() => undefined);
+    writes.push(job.tail.write(job.state, next, plan.runs, base));
     try {
-      await commitState(next, all);
+      await commitState(
+        next,
+        Promise.all(writes).then(() => undefined),
+      );
     } catch (error) {
       // A failed write leaves indexes that may count records the state does not: rebuilt on the next read.
       job.index = null;
-      for (const file of job.tail.values()) file.index = null;
+      job.tail.failed(job.state);
       throw error;
     }
+    const prev = job.state;
     job.state = next;
-    await dropTailFiles(job, kept);
+    await job.tail.committed(prev, next);
     return publicState(next);
   }
 
-  /** Stored lines `[from, to)` of one run of a cut log: the head's log file, or the tail's segment files. */
+  /** Stored lines `[from, to)` of one run of a cut log: the head's log file, or the tail's files. */
   async function readRun(job: Job, from: number, to: number): Promise<StoredLine[]> {
     const state = job.state;
     const base = timeBase(state.startedAt);
@@ -358,28 +313,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       job.index ??= await scanIndex(job.path, state.fileBytes);
       return readLines(job.path, job.index, state.fileBytes, from, to - from, base);
     }
-    const out: StoredLine[] = [];
-    const segments = state.cut.segments;
-    for (let i = 0; i < segments.length && out.length < to - from; i++) {
-      const segment = segments[i]!;
-      const end = segment.first + segment.lines;
-      if (end <= from || segment.first >= to) continue;
-      const listed = state.tailFiles?.find((t) => t.first === segment.first);
-      if (!listed) continue;
-      const file = tailFile(job, segment.first);
-      file.index ??= await scanIndex(file.path, listed.bytes);
-      const start = Math.max(from, segment.first);
-      const lines = await readLines(
-        file.path,
-        file.index,
-        listed.bytes,
-        start - segment.first,
-        Math.min(to, end) - start,
-        base,
-      );
-      for (const line of lines) out.push(line);
-    }
-    return out;
+    return job.tail.readRun(state, from, to, base);
   }
 
   /**
@@ -392,8 +326,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
     if (sync) await backend.dirs.fsyncDir(jobsDir);
     closeLog(job);
     await rm(logPath(id), { force: true });
-    for (const t of job.state.tailFiles ?? []) tailFile(job, t.first);
-    await dropTailFiles(job, new Set());
+    await job.tail.remove(job.state);
     jobs.delete(id);
     backend.order.remove(job.state);
     return true;
@@ -470,7 +403,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
           }
           // A finished job takes no more lines: its descriptors are not kept.
           closeLog(job);
-          for (const file of job.tail.values()) backend.openLogs.close(file);
+          job.tail.close();
           return { state: publicState(job.state), first };
         },
         () => null as never,
@@ -565,12 +498,14 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
           // between the two leaves a file that load() truncates to nothing.
           next.fileBytes = 0;
           delete next.tailFiles;
+          delete next.tailRing;
+          const prev = job.state;
           await writeState(next);
           job.state = next;
           job.index = null;
           closeLog(job);
           await rm(logPath(requestId), { force: true });
-          await dropTailFiles(job, new Set());
+          await job.tail.remove(prev);
           return publicState(next);
         },
         () => null,
