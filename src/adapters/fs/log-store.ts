@@ -5,9 +5,7 @@
  * One process owns a directory at a time (several replicas: use the PostgreSQL store).
  * Why: docs/decisions/runner-server.md, "log-store.ts (fs): a log file and a state file per job".
  */
-import { closeSync, fsync, openSync, renameSync, writeSync } from "node:fs";
-import { mkdir, readdir, readFile, rm, truncate } from "node:fs/promises";
-import { promisify } from "node:util";
+import { rm } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { RunnerDepotError } from "../../errors.js";
 import {
@@ -24,20 +22,16 @@ import {
 import { readKept, type AppendPlan } from "../../runner/service/log-tail.js";
 import { JobListIndex } from "../../runner/service/job-list.js";
 import { cloneSections, emptySections, foldSections } from "../../runner/service/log-sections.js";
-import type { JobLogStore, JobState, LogSections, StoredLine } from "../../runner/ports.js";
-import { normalizeRequestId } from "../../runner/protocol/request-id.js";
+import type { JobLogStore, JobState, StoredLine } from "../../runner/ports.js";
 import { readsLineEntries } from "../../runner/protocol/received-line.js";
-import { createDirectorySync } from "./durable.js";
-import { unlinkQuietly } from "./files.js";
-import { OpenLogs, type LogHandle } from "./log-descriptors.js";
-import { isTailFile, JobTail, settleTailFiles, type TailRecord } from "./log-tail-file.js";
+import { publicState, releaseBackend, sharedBackend, type Job, type Persisted } from "./log-jobs.js";
+import { commitStateFile, scanJobsDir } from "./log-state-file.js";
+import { JobTail } from "./log-tail-file.js";
 import { extendIndex, readLines, scanIndex } from "./log-read.js";
 import { findLines, recordFinder } from "./log-find.js";
 import { encodeRecords, timeBase } from "./log-records.js";
 
 export { MAX_OPEN_LOGS } from "./log-descriptors.js";
-
-const syncAll = promisify(fsync);
 
 /** Options of {@link createFsLogStore}. */
 export interface FsLogStoreOptions {
@@ -45,49 +39,8 @@ export interface FsLogStoreOptions {
   fsync?: boolean;
 }
 
-interface Persisted extends JobState, TailRecord {
-  /** Valid bytes of the log file; anything past it is a torn write. */
-  fileBytes: number;
-  /**
-   * The job's sections (log-sections.ts), in the state file so they commit with the lines they describe; absent in
-   * state files written before sections existed (read as none) and while the log has none. Never mutated (each
-   * change is a new record), so the shallow state copies share it safely.
-   */
-  sections?: LogSections;
-}
-
-/** A job held in memory; it is also its log file's handle in the open-files pool. */
-interface Job extends LogHandle {
-  state: Persisted;
-  /** Byte offset of every STRIDE-th stored line (log-read.ts), built on first read. */
-  index: number[] | null;
-  /** A cut log's tail files (log-tail-file.ts). */
-  tail: JobTail;
-  chain: Promise<unknown>;
-}
-
-/** What every store on one directory shares in this process. */
-interface Backend {
-  jobs: Map<string, Job>;
-  /** Newest-first order for list(): a page costs O(log jobs + page). */
-  order: JobListIndex;
-  loaded: Promise<void> | null;
-  refs: number;
-  createChain: Promise<unknown>;
-  /** The log files kept open between appends (log-descriptors.ts). */
-  openLogs: OpenLogs;
-  /** fsyncs of the jobs directory, shared by concurrent appends (durable.ts). */
-  dirs: ReturnType<typeof createDirectorySync>;
-}
-const backends = new Map<string, Backend>();
-
 /** Jobs prune() removes at once (their directory fsyncs shared). */
 const PRUNE_GROUP = 64;
-
-function publicState(state: Persisted): JobState {
-  const { fileBytes: _bytes, sections: _sections, tailFiles: _files, tailRing: _ring, ...rest } = state;
-  return cloneJobState(rest);
-}
 
 /**
  * Creates a JobLogStore in `dir` (created when missing); a new store on the same
@@ -98,22 +51,8 @@ function publicState(state: Persisted): JobState {
  */
 export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): JobLogStore {
   const key = resolve(dir);
-  let shared = backends.get(key);
-  if (!shared) {
-    const fresh: Backend = {
-      jobs: new Map(),
-      order: new JobListIndex(),
-      loaded: null,
-      refs: 0,
-      createChain: Promise.resolve(),
-      openLogs: new OpenLogs(),
-      dirs: createDirectorySync({ sync: true, isClosed: () => fresh.refs === 0 }),
-    };
-    shared = fresh;
-    backends.set(key, shared);
-  }
-  shared.refs++;
-  const backend = shared;
+  const backend = sharedBackend(key);
+  backend.refs++;
   const sync = options.fsync ?? true;
   const jobsDir = join(dir, "jobs");
   // Stores on one directory in this process share their jobs, so they never race on a file.
@@ -122,6 +61,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
 
   const logPath = (id: string) => join(jobsDir, `${id}.log`);
   const tails = { jobsDir, openLogs: backend.openLogs, sync };
+  const stateFiles = { jobsDir, sync, dirs: backend.dirs };
   const statePath = (id: string) => join(jobsDir, `${id}.json`);
   const newJob = (id: string, state: Persisted): Job => ({
     id,
@@ -135,49 +75,14 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
 
   function load(): Promise<void> {
     if (backend.loaded) return backend.loaded;
-    const loading = (async () => {
-      // The jobs directory's entry (and its parents', when they were made too) is synced
-      // once here: a crash after the first acknowledged append could otherwise lose it.
-      if (sync) await backend.dirs.makeDir(jobsDir);
-      else await mkdir(jobsDir, { recursive: true });
-      const logs: string[] = [];
-      const tailNames: string[] = [];
-      for (const name of await readdir(jobsDir)) {
-        if (isTailFile(name)) {
-          tailNames.push(name);
-          continue;
-        }
-        if (name.endsWith(".tmp")) {
-          await rm(join(jobsDir, name), { force: true });
-          continue;
-        }
-        if (name.endsWith(".log")) logs.push(name.slice(0, -4));
-        if (!name.endsWith(".json")) continue;
-        const id = name.slice(0, -5);
-        if (normalizeRequestId(id) !== id) continue;
-        const state = JSON.parse(await readFile(join(jobsDir, name), "utf8")) as Persisted;
-        // Drop a torn tail left by a crash between the log write and the state write.
-        await truncate(logPath(id), state.fileBytes).catch((error: NodeJS.ErrnoException) => {
-          if (error.code !== "ENOENT") throw error;
-        });
+    const loading = scanJobsDir<Persisted>(
+      stateFiles,
+      (id, state) => {
         jobs.set(id, newJob(id, state));
         backend.order.add(state);
-      }
-      // A log without a state is what a crash in prune() leaves (its state was removed,
-      // durably, before its log): nothing else names it, so it goes. A job's first state
-      // is durable before its log file is made, so a live job's log never looks so.
-      for (const id of logs) {
-        if (normalizeRequestId(id) === id && !jobs.has(id)) await rm(logPath(id), { force: true });
-      }
-      // Tail files the states do not name (dropped, or their job gone) go (listed ones were written and synced
-      // before the state naming them was renamed in).
-      await settleTailFiles(jobsDir, tailNames, (id) => jobs.get(id)?.state);
-      // The jobs directory itself, once an open: a process that died between a state's
-      // rename and its directory fsync left a rename only the page cache holds, and this
-      // store answers from it (a call replaying lines already stored writes nothing, so
-      // syncs nothing): a machine crash could then take back a committed count acknowledged.
-      if (sync) await backend.dirs.fsyncDir(jobsDir);
-    })();
+      },
+      (id) => jobs.get(id)?.state,
+    );
     backend.loaded = loading;
     // A failed open (a directory fsync's EIO, a file it could not read) fails the calls
     // waiting for it, and the next call opens again: cached, it failed every call until
@@ -237,38 +142,8 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
     await commitState(state, Promise.resolve());
   }
 
-  /**
-   * Replaces the job's state file with `state` once `before` (the log's write and sync) has succeeded.
-   * Why: docs/decisions/runner-server.md, "log-store.ts: createFsLogStore.commitState".
-   */
-  async function commitState(state: Persisted, before: Promise<void>): Promise<void> {
-    const target = statePath(state.requestId);
-    const tmp = `${target}.${process.pid}.tmp`;
-    let fd: number | undefined;
-    try {
-      fd = openSync(tmp, "w");
-      const text = Buffer.from(JSON.stringify(state), "utf8");
-      for (let done = 0; done < text.length;) done += writeSync(fd, text, done, text.length - done);
-      const synced = sync ? syncAll(fd) : Promise.resolve();
-      // Both settle before anything is closed or renamed (no promise left unobserved).
-      const [log, own] = await Promise.allSettled([before, synced]);
-      if (log.status === "rejected") throw log.reason;
-      if (own.status === "rejected") throw own.reason;
-    } catch (error) {
-      if (fd !== undefined) closeSync(fd);
-      unlinkQuietly(tmp);
-      // The caller's own work may still be running when opening the temp file failed.
-      await before.catch(() => undefined);
-      throw error;
-    }
-    closeSync(fd);
-    renameSync(tmp, target);
-    // The rename, and a log file's creation (same directory), reach the disk only with the
-    // directory's own fsync: without it a machine crash could bring back the old state,
-    // which counts fewer items than `committed` acknowledged. Concurrent appends share one
-    // (group commit), so it costs one pool trip per batch, not per job.
-    if (sync) await backend.dirs.fsyncDir(jobsDir);
-  }
+  /** Replaces the job's state file with `state` once `before` (the log's write and sync) has succeeded. */
+  const commitState = (state: Persisted, before: Promise<void>) => commitStateFile(stateFiles, state, before);
 
   /**
    * An append to a cut log (log-tail.ts): head lines to the log file, tail lines to the tail's ring (log-tail-file.ts;
@@ -535,8 +410,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       closed = true;
       // A job being created is on the creation chain, not yet on a job's.
       await Promise.allSettled([backend.createChain, ...[...jobs.values()].map((job) => job.chain)]);
-      if (--backend.refs === 0 && backends.get(key) === backend) {
-        backends.delete(key);
+      if (--backend.refs === 0 && releaseBackend(key, backend)) {
         backend.openLogs.closeAll();
         await backend.dirs.close();
       }
