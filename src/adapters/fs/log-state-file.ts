@@ -30,7 +30,7 @@ export interface StoredState extends TailRecord {
 
 /**
  * Replaces job `state.requestId`'s state file with `state` once `before` (the log's write and sync) has succeeded.
- * Why: docs/decisions/runner-server.md, "log-store.ts: createFsLogStore.commitState".
+ * Why: docs/decisions/runner-server.md, "log-state-file.ts: commitStateFile".
  *
  * @example
  * await commitStateFile(files, next, backend.openLogs.write(job, bytes, at, true, at === 0));
