@@ -3,9 +3,9 @@
  * live back to back in one file a job, `<id>.ring-<generation>`, written circularly. An append writes its tail's
  * records in one positional write at the ring's end (two when it wraps) into bytes no committed state names, and
  * the job's state (renamed in after the write) says where each kept segment lies; dropping a segment is a state
- * change only. The ring holds the tail and two segments of slack; an append whose tail bytes pass the free space
- * (one larger than two segments) copies the kept segments and its own into a ring of the next generation
- * (O(tailBytes), never more than the append's own bytes plus the tail). Stores written before kept a file a segment
+ * change only. The ring holds the tail, the largest append seen at its making and a segment; an append whose tail
+ * bytes pass the free space (one larger than any before) copies the kept segments and its own into a ring of the
+ * next generation, sized for it (O(tailBytes); rare, as appends keep a size). Stores written before kept a file a segment
  * (`<id>.tail-<first>`, format 1): still read, and copied into a ring on the job's next append.
  */
 import { open, rm, truncate, unlink } from "node:fs/promises";
@@ -225,7 +225,7 @@ export class JobTail {
   }
 
   /**
-   * Makes the next generation's ring, large enough for the tail and two segments of slack: the kept segments of `prev`
+   * Makes the next generation's ring, large enough for the tail and one more such append: the kept segments of `prev`
    * (copied, format 1's files or the old ring), then the append's bytes. `next.tailRing` is set before it returns
    * (the caller writes the state at once); the copy and the write are the promise. O(kept tail + bytes).
    */
@@ -239,10 +239,16 @@ export class JobTail {
   ): Promise<void> {
     const old = (prev.tailRing?.segments ?? prev.tailFiles ?? []).filter((s) => kept.has(s.first));
     const cut = next.cut!;
-    // Two segments of slack past the tail: an append of up to a segment's bytes fits without a copy.
-    const least = cut.tailBytes + 2 * Math.ceil(cut.tailBytes / TAIL_SEGMENTS);
-    // Not doubled: what the store holds stays within the tail and its slack (a job's files are bounded by its limit).
-    const size = Math.max(least, sumBytes(old) + bytes.length, 1);
+    const segment = Math.ceil(cut.tailBytes / TAIL_SEGMENTS);
+    // The tail, one more append as large as this one, and a segment: appends no larger never copy again (the
+    // server's appends of ~1.7 MB copied a 4 MiB tail every time with two segments of slack). At most
+    // 2 × tailBytes + a segment + a line, since an append writes no more than the tail keeps.
+    const size = Math.max(
+      cut.tailBytes + 2 * segment,
+      cut.tailBytes + bytes.length + segment,
+      sumBytes(old) + bytes.length,
+      1,
+    );
     const gen = (prev.tailRing?.gen ?? 0) + 1;
     const segments: RingSegment[] = [];
     let at = 0;
