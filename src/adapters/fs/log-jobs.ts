@@ -7,7 +7,7 @@ import { JobListIndex } from "../../runner/service/job-list.js";
 import type { JobState, LogSections } from "../../runner/ports.js";
 import { createDirectorySync } from "./durable.js";
 import { OpenLogs, type LogHandle } from "./log-descriptors.js";
-import type { JobTail, TailRecord } from "./log-tail-file.js";
+import type { TailFiles, TailRecord } from "./log-tail-file.js";
 
 /** A job's state as its state file holds it. */
 export interface Persisted extends JobState, TailRecord {
@@ -27,7 +27,7 @@ export interface Job extends LogHandle {
   /** Byte offset of every STRIDE-th stored line (log-read.ts), built on first read. */
   index: number[] | null;
   /** A cut log's tail files (log-tail-file.ts). */
-  tail: JobTail;
+  tail: TailFiles;
   chain: Promise<unknown>;
 }
 

@@ -26,7 +26,7 @@ import type { JobLogStore, JobState, StoredLine } from "../../runner/ports.js";
 import { readsLineEntries } from "../../runner/protocol/received-line.js";
 import { publicState, releaseBackend, sharedBackend, type Job, type Persisted } from "./log-jobs.js";
 import { commitStateFile, scanJobsDir } from "./log-state-file.js";
-import { JobTail } from "./log-tail-file.js";
+import { TailFiles } from "./log-tail-file.js";
 import { extendIndex, readLines, scanIndex } from "./log-read.js";
 import { findLines, recordFinder } from "./log-find.js";
 import { encodeRecords, timeBase } from "./log-records.js";
@@ -68,7 +68,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
     path: logPath(id),
     state,
     index: null,
-    tail: new JobTail(tails, id),
+    tail: new TailFiles(tails, id),
     chain: Promise.resolve(),
   });
   const closeLog = (job: Job) => backend.openLogs.close(job);

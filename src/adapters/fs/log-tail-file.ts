@@ -90,12 +90,12 @@ export async function settleTailFiles(
  * segment.
  *
  * @example
- * const tail = new JobTail({ jobsDir, openLogs, sync: true }, id);
+ * const tail = new TailFiles({ jobsDir, openLogs, sync: true }, id);
  * const written = tail.write(job.state, next, plan.runs, base); // next.tailRing set
  * await commitState(next, written);
  * await tail.committed(job.state, next);
  */
-export class JobTail {
+export class TailFiles {
   /** Descriptors of ring files, by generation (the committed one, and a new one while an append makes it). */
   private readonly rings = new Map<number, LogHandle>();
   /** Byte offset of every STRIDE-th line of a segment (log-read.ts), by its first position; built on first read. */
