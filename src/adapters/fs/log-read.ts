@@ -12,8 +12,27 @@ import { decodeRecord } from "./log-records.js";
 export const STRIDE = 256;
 const READ_CHUNK = 1024 * 1024;
 
-/** The offset of every STRIDE-th record of the first `total` bytes of `path` (none if it is gone). O(total). */
-export async function scanIndex(path: string, total: number): Promise<number[]> {
+/**
+ * Where a run of records lies in a file written circularly (log-tail-file.ts): its byte `p` is at `(at + p) mod
+ * size`. Without one, byte `p` is at `p`.
+ */
+export interface RingPlace {
+  at: number;
+  size: number;
+}
+
+/** Reads up to `length` bytes of the run from its byte `pos`; at the ring's end it stops short (callers loop). O(length). */
+function readAt(fh: FileHandle, buf: Buffer, length: number, pos: number, ring: RingPlace | undefined) {
+  if (!ring) return fh.read(buf, 0, length, pos);
+  const at = (ring.at + pos) % ring.size;
+  return fh.read(buf, 0, Math.min(length, ring.size - at), at);
+}
+
+/**
+ * The offset of every STRIDE-th record of the first `total` bytes of `path` (or of the run at `ring` in it; none if
+ * it is gone). O(total).
+ */
+export async function scanIndex(path: string, total: number, ring?: RingPlace): Promise<number[]> {
   const index: number[] = [];
   let fh: FileHandle | undefined;
   try {
@@ -23,7 +42,7 @@ export async function scanIndex(path: string, total: number): Promise<number[]> 
     let line = 0;
     let lineStart = 0;
     while (pos < total) {
-      const { bytesRead } = await fh.read(buf, 0, Math.min(READ_CHUNK, total - pos), pos);
+      const { bytesRead } = await readAt(fh, buf, Math.min(READ_CHUNK, total - pos), pos, ring);
       if (bytesRead === 0) break;
       for (let i = 0; i < bytesRead; i++) {
         if (buf[i] === 0x0a) {
@@ -55,8 +74,8 @@ export function extendIndex(index: number[], offset: number, line: number, sizes
 }
 
 /**
- * Up to `limit` lines from line `from` of the first `end` bytes of `path`, starting at `index`'s nearest offset;
- * record times count from `baseUs` (log-records.ts timeBase).
+ * Up to `limit` lines from line `from` of the first `end` bytes of `path` (or of the run at `ring` in it), starting
+ * at `index`'s nearest offset; record times count from `baseUs` (log-records.ts timeBase).
  */
 export async function readLines(
   path: string,
@@ -65,6 +84,7 @@ export async function readLines(
   from: number,
   limit: number,
   baseUs = 0,
+  ring?: RingPlace,
 ): Promise<StoredLine[]> {
   const checkpoint = Math.floor(from / STRIDE);
   let line = checkpoint * STRIDE;
@@ -75,7 +95,7 @@ export async function readLines(
     let carry: Buffer = Buffer.alloc(0);
     const buf = Buffer.allocUnsafe(READ_CHUNK);
     while (pos < end && out.length < limit) {
-      const { bytesRead } = await fh.read(buf, 0, Math.min(READ_CHUNK, end - pos), pos);
+      const { bytesRead } = await readAt(fh, buf, Math.min(READ_CHUNK, end - pos), pos, ring);
       if (bytesRead === 0) break;
       pos += bytesRead;
       const data = carry.length > 0 ? Buffer.concat([carry, buf.subarray(0, bytesRead)]) : buf.subarray(0, bytesRead);

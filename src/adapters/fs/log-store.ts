@@ -5,9 +5,7 @@
  * One process owns a directory at a time (several replicas: use the PostgreSQL store).
  * Why: docs/decisions/runner-server.md, "log-store.ts (fs): a log file and a state file per job".
  */
-import { closeSync, fsync, openSync, renameSync, writeSync } from "node:fs";
-import { mkdir, readdir, readFile, rm, truncate, unlink } from "node:fs/promises";
-import { promisify } from "node:util";
+import { rm } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { RunnerDepotError } from "../../errors.js";
 import {
@@ -24,19 +22,16 @@ import {
 import { readKept, type AppendPlan } from "../../runner/service/log-tail.js";
 import { JobListIndex } from "../../runner/service/job-list.js";
 import { cloneSections, emptySections, foldSections } from "../../runner/service/log-sections.js";
-import type { JobLogStore, JobState, LogSections, StoredLine } from "../../runner/ports.js";
-import { normalizeRequestId } from "../../runner/protocol/request-id.js";
+import type { JobLogStore, JobState, StoredLine } from "../../runner/ports.js";
 import { readsLineEntries } from "../../runner/protocol/received-line.js";
-import { createDirectorySync } from "./durable.js";
-import { unlinkQuietly } from "./files.js";
-import { OpenLogs, type LogHandle } from "./log-descriptors.js";
+import { publicState, releaseBackend, sharedBackend, type Job, type Persisted } from "./log-jobs.js";
+import { commitStateFile, scanJobsDir } from "./log-state-file.js";
+import { TailFiles } from "./log-tail-file.js";
 import { extendIndex, readLines, scanIndex } from "./log-read.js";
 import { findLines, recordFinder } from "./log-find.js";
 import { encodeRecords, timeBase } from "./log-records.js";
 
 export { MAX_OPEN_LOGS } from "./log-descriptors.js";
-
-const syncAll = promisify(fsync);
 
 /** Options of {@link createFsLogStore}. */
 export interface FsLogStoreOptions {
@@ -44,63 +39,8 @@ export interface FsLogStoreOptions {
   fsync?: boolean;
 }
 
-interface Persisted extends JobState {
-  /** Valid bytes of the log file; anything past it is a torn write. */
-  fileBytes: number;
-  /**
-   * The job's sections (log-sections.ts), in the state file so they commit with the lines they describe; absent in
-   * state files written before sections existed (read as none) and while the log has none. Never mutated (each
-   * change is a new record), so the shallow state copies share it safely.
-   */
-  sections?: LogSections;
-  /**
-   * A cut log's tail segment files (`<id>.tail-<first>`, log-tail.ts), oldest first, with their valid bytes: a file
-   * not listed is a dropped segment (or a torn first write) and goes at load.
-   */
-  tailFiles?: { first: number; bytes: number }[];
-}
-
-/** A tail segment's file as the open-files pool and the reader see it. */
-interface TailFile extends LogHandle {
-  first: number;
-  /** Byte offset of every STRIDE-th line of the segment (log-read.ts), built on first read. */
-  index: number[] | null;
-}
-
-/** A job held in memory; it is also its log file's handle in the open-files pool. */
-interface Job extends LogHandle {
-  state: Persisted;
-  /** Byte offset of every STRIDE-th stored line (log-read.ts), built on first read. */
-  index: number[] | null;
-  /** Handles of the tail's segment files, by first position. */
-  tail: Map<number, TailFile>;
-  chain: Promise<unknown>;
-}
-
-const TAIL_FILE = /^(.+)\.tail-(\d+)$/;
-
-/** What every store on one directory shares in this process. */
-interface Backend {
-  jobs: Map<string, Job>;
-  /** Newest-first order for list(): a page costs O(log jobs + page). */
-  order: JobListIndex;
-  loaded: Promise<void> | null;
-  refs: number;
-  createChain: Promise<unknown>;
-  /** The log files kept open between appends (log-descriptors.ts). */
-  openLogs: OpenLogs;
-  /** fsyncs of the jobs directory, shared by concurrent appends (durable.ts). */
-  dirs: ReturnType<typeof createDirectorySync>;
-}
-const backends = new Map<string, Backend>();
-
 /** Jobs prune() removes at once (their directory fsyncs shared). */
 const PRUNE_GROUP = 64;
-
-function publicState(state: Persisted): JobState {
-  const { fileBytes: _bytes, sections: _sections, ...rest } = state;
-  return cloneJobState(rest);
-}
 
 /**
  * Creates a JobLogStore in `dir` (created when missing); a new store on the same
@@ -111,22 +51,8 @@ function publicState(state: Persisted): JobState {
  */
 export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): JobLogStore {
   const key = resolve(dir);
-  let shared = backends.get(key);
-  if (!shared) {
-    const fresh: Backend = {
-      jobs: new Map(),
-      order: new JobListIndex(),
-      loaded: null,
-      refs: 0,
-      createChain: Promise.resolve(),
-      openLogs: new OpenLogs(),
-      dirs: createDirectorySync({ sync: true, isClosed: () => fresh.refs === 0 }),
-    };
-    shared = fresh;
-    backends.set(key, shared);
-  }
-  shared.refs++;
-  const backend = shared;
+  const backend = sharedBackend(key);
+  backend.refs++;
   const sync = options.fsync ?? true;
   const jobsDir = join(dir, "jobs");
   // Stores on one directory in this process share their jobs, so they never race on a file.
@@ -134,88 +60,29 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
   let closed = false;
 
   const logPath = (id: string) => join(jobsDir, `${id}.log`);
-  const tailPath = (id: string, first: number) => join(jobsDir, `${id}.tail-${first}`);
-  const tailFile = (job: Job, first: number): TailFile => {
-    let file = job.tail.get(first);
-    if (!file) {
-      file = { id: `${job.id}.tail-${first}`, path: tailPath(job.id, first), first, index: null };
-      job.tail.set(first, file);
-    }
-    return file;
-  };
-  /** Forgets and removes the tail segment files of `job` not in `keep` (quietly: load() removes leftovers). */
-  const dropTailFiles = async (job: Job, keep: ReadonlySet<number>) => {
-    for (const [first, file] of [...job.tail]) {
-      if (keep.has(first)) continue;
-      backend.openLogs.close(file);
-      job.tail.delete(first);
-      // One unlink (rm's lstat first is a pool trip more); gone already is fine.
-      await unlink(file.path).catch((error: NodeJS.ErrnoException) => {
-        if (error.code !== "ENOENT") throw error;
-      });
-    }
-  };
+  const tails = { jobsDir, openLogs: backend.openLogs, sync };
+  const stateFiles = { jobsDir, sync, dirs: backend.dirs };
   const statePath = (id: string) => join(jobsDir, `${id}.json`);
   const newJob = (id: string, state: Persisted): Job => ({
     id,
     path: logPath(id),
     state,
     index: null,
-    tail: new Map(),
+    tail: new TailFiles(tails, id),
     chain: Promise.resolve(),
   });
   const closeLog = (job: Job) => backend.openLogs.close(job);
 
   function load(): Promise<void> {
     if (backend.loaded) return backend.loaded;
-    const loading = (async () => {
-      // The jobs directory's entry (and its parents', when they were made too) is synced
-      // once here: a crash after the first acknowledged append could otherwise lose it.
-      if (sync) await backend.dirs.makeDir(jobsDir);
-      else await mkdir(jobsDir, { recursive: true });
-      const logs: string[] = [];
-      const tails: string[] = [];
-      for (const name of await readdir(jobsDir)) {
-        if (TAIL_FILE.test(name)) {
-          tails.push(name);
-          continue;
-        }
-        if (name.endsWith(".tmp")) {
-          await rm(join(jobsDir, name), { force: true });
-          continue;
-        }
-        if (name.endsWith(".log")) logs.push(name.slice(0, -4));
-        if (!name.endsWith(".json")) continue;
-        const id = name.slice(0, -5);
-        if (normalizeRequestId(id) !== id) continue;
-        const state = JSON.parse(await readFile(join(jobsDir, name), "utf8")) as Persisted;
-        // Drop a torn tail left by a crash between the log write and the state write.
-        await truncate(logPath(id), state.fileBytes).catch((error: NodeJS.ErrnoException) => {
-          if (error.code !== "ENOENT") throw error;
-        });
+    const loading = scanJobsDir<Persisted>(
+      stateFiles,
+      (id, state) => {
         jobs.set(id, newJob(id, state));
         backend.order.add(state);
-      }
-      // A log without a state is what a crash in prune() leaves (its state was removed,
-      // durably, before its log): nothing else names it, so it goes. A job's first state
-      // is durable before its log file is made, so a live job's log never looks so.
-      for (const id of logs) {
-        if (normalizeRequestId(id) === id && !jobs.has(id)) await rm(logPath(id), { force: true });
-      }
-      // Tail segments: a listed one is cut to its valid bytes, any other (dropped, or its job gone) goes.
-      for (const name of tails) {
-        const [, id, first] = TAIL_FILE.exec(name)!;
-        const listed = jobs.get(id!)?.state.tailFiles?.find((t) => t.first === Number(first));
-        if (listed) await truncate(join(jobsDir, name), listed.bytes);
-        // (Listed ones were written and synced before the state naming them was renamed in.)
-        else await rm(join(jobsDir, name), { force: true });
-      }
-      // The jobs directory itself, once an open: a process that died between a state's
-      // rename and its directory fsync left a rename only the page cache holds, and this
-      // store answers from it (a call replaying lines already stored writes nothing, so
-      // syncs nothing): a machine crash could then take back a committed count acknowledged.
-      if (sync) await backend.dirs.fsyncDir(jobsDir);
-    })();
+      },
+      (id) => jobs.get(id)?.state,
+    );
     backend.loaded = loading;
     // A failed open (a directory fsync's EIO, a file it could not read) fails the calls
     // waiting for it, and the next call opens again: cached, it failed every call until
@@ -275,82 +142,45 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
     await commitState(state, Promise.resolve());
   }
 
-  /**
-   * Replaces the job's state file with `state` once `before` (the log's write and sync) has succeeded.
-   * Why: docs/decisions/runner-server.md, "log-store.ts: createFsLogStore.commitState".
-   */
-  async function commitState(state: Persisted, before: Promise<void>): Promise<void> {
-    const target = statePath(state.requestId);
-    const tmp = `${target}.${process.pid}.tmp`;
-    let fd: number | undefined;
-    try {
-      fd = openSync(tmp, "w");
-      const text = Buffer.from(JSON.stringify(state), "utf8");
-      for (let done = 0; done < text.length;) done += writeSync(fd, text, done, text.length - done);
-      const synced = sync ? syncAll(fd) : Promise.resolve();
-      // Both settle before anything is closed or renamed (no promise left unobserved).
-      const [log, own] = await Promise.allSettled([before, synced]);
-      if (log.status === "rejected") throw log.reason;
-      if (own.status === "rejected") throw own.reason;
-    } catch (error) {
-      if (fd !== undefined) closeSync(fd);
-      unlinkQuietly(tmp);
-      // The caller's own work may still be running when opening the temp file failed.
-      await before.catch(() => undefined);
-      throw error;
-    }
-    closeSync(fd);
-    renameSync(tmp, target);
-    // The rename, and a log file's creation (same directory), reach the disk only with the
-    // directory's own fsync: without it a machine crash could bring back the old state,
-    // which counts fewer items than `committed` acknowledged. Concurrent appends share one
-    // (group commit), so it costs one pool trip per batch, not per job.
-    if (sync) await backend.dirs.fsyncDir(jobsDir);
-  }
+  /** Replaces the job's state file with `state` once `before` (the log's write and sync) has succeeded. */
+  const commitState = (state: Persisted, before: Promise<void>) => commitStateFile(stateFiles, state, before);
 
   /**
-   * An append to a cut log (log-tail.ts): head lines to the log file, tail lines to their segment files (all written
-   * and synced while the state is), then the state naming the segments kept, then dropped segments' files go. A
-   * crash before the state's rename leaves the old state, whose byte counts cut the torn writes off at load.
+   * An append to a cut log (log-tail.ts): head lines to the log file, tail lines to the tail's ring (log-tail-file.ts;
+   * all written and synced while the state is), then the state naming the kept segments; what it no longer names
+   * goes after. A crash before the state's rename leaves the old state, which names none of the bytes written.
    * O(bytes + segments).
    */
   async function appendCut(job: Job, next: Persisted, plan: AppendPlan): Promise<JobState> {
     const base = timeBase(next.startedAt);
-    const files = new Map((job.state.tailFiles ?? []).map((t) => [t.first, { ...t }]));
     const writes: Promise<void>[] = [];
-    for (const run of plan.runs) {
-      const { bytes, sizes } = encodeRecords(run.lines, base);
-      if (run.segment === null) {
-        const at = next.fileBytes;
-        next.fileBytes += bytes.length;
-        writes.push(backend.openLogs.write(job, bytes, at, sync, at === 0));
-        if (job.index) extendIndex(job.index, at, run.first, sizes);
-        continue;
-      }
-      const known = files.get(run.segment) ?? { first: run.segment, bytes: 0 };
-      files.set(run.segment, known);
-      const file = tailFile(job, run.segment);
-      writes.push(backend.openLogs.write(file, bytes, known.bytes, sync, known.bytes === 0));
-      if (file.index) extendIndex(file.index, known.bytes, run.first - run.segment, sizes);
-      known.bytes += bytes.length;
+    const head = plan.runs.find((run) => run.segment === null);
+    if (head) {
+      const { bytes, sizes } = encodeRecords(head.lines, base);
+      const at = next.fileBytes;
+      next.fileBytes += bytes.length;
+      writes.push(backend.openLogs.write(job, bytes, at, sync, at === 0));
+      if (job.index) extendIndex(job.index, at, head.first, sizes);
     }
-    const kept = new Set(next.cut!.segments.map((s) => s.first));
-    next.tailFiles = [...files.values()].filter((t) => kept.has(t.first)).sort((a, b) => a.first - b.first);
-    const all = Promise.all(writes).then(() => undefined);
+    writes.push(job.tail.write(job.state, next, plan.runs, base));
     try {
-      await commitState(next, all);
+      await commitState(
+        next,
+        Promise.all(writes).then(() => undefined),
+      );
     } catch (error) {
       // A failed write leaves indexes that may count records the state does not: rebuilt on the next read.
       job.index = null;
-      for (const file of job.tail.values()) file.index = null;
+      job.tail.failed(job.state);
       throw error;
     }
+    const prev = job.state;
     job.state = next;
-    await dropTailFiles(job, kept);
+    await job.tail.committed(prev, next);
     return publicState(next);
   }
 
-  /** Stored lines `[from, to)` of one run of a cut log: the head's log file, or the tail's segment files. */
+  /** Stored lines `[from, to)` of one run of a cut log: the head's log file, or the tail's files. */
   async function readRun(job: Job, from: number, to: number): Promise<StoredLine[]> {
     const state = job.state;
     const base = timeBase(state.startedAt);
@@ -358,28 +188,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       job.index ??= await scanIndex(job.path, state.fileBytes);
       return readLines(job.path, job.index, state.fileBytes, from, to - from, base);
     }
-    const out: StoredLine[] = [];
-    const segments = state.cut.segments;
-    for (let i = 0; i < segments.length && out.length < to - from; i++) {
-      const segment = segments[i]!;
-      const end = segment.first + segment.lines;
-      if (end <= from || segment.first >= to) continue;
-      const listed = state.tailFiles?.find((t) => t.first === segment.first);
-      if (!listed) continue;
-      const file = tailFile(job, segment.first);
-      file.index ??= await scanIndex(file.path, listed.bytes);
-      const start = Math.max(from, segment.first);
-      const lines = await readLines(
-        file.path,
-        file.index,
-        listed.bytes,
-        start - segment.first,
-        Math.min(to, end) - start,
-        base,
-      );
-      for (const line of lines) out.push(line);
-    }
-    return out;
+    return job.tail.readRun(state, from, to, base);
   }
 
   /**
@@ -392,8 +201,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
     if (sync) await backend.dirs.fsyncDir(jobsDir);
     closeLog(job);
     await rm(logPath(id), { force: true });
-    for (const t of job.state.tailFiles ?? []) tailFile(job, t.first);
-    await dropTailFiles(job, new Set());
+    await job.tail.remove(job.state);
     jobs.delete(id);
     backend.order.remove(job.state);
     return true;
@@ -470,7 +278,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
           }
           // A finished job takes no more lines: its descriptors are not kept.
           closeLog(job);
-          for (const file of job.tail.values()) backend.openLogs.close(file);
+          job.tail.close();
           return { state: publicState(job.state), first };
         },
         () => null as never,
@@ -565,12 +373,14 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
           // between the two leaves a file that load() truncates to nothing.
           next.fileBytes = 0;
           delete next.tailFiles;
+          delete next.tailRing;
+          const prev = job.state;
           await writeState(next);
           job.state = next;
           job.index = null;
           closeLog(job);
           await rm(logPath(requestId), { force: true });
-          await dropTailFiles(job, new Set());
+          await job.tail.remove(prev);
           return publicState(next);
         },
         () => null,
@@ -600,8 +410,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       closed = true;
       // A job being created is on the creation chain, not yet on a job's.
       await Promise.allSettled([backend.createChain, ...[...jobs.values()].map((job) => job.chain)]);
-      if (--backend.refs === 0 && backends.get(key) === backend) {
-        backends.delete(key);
+      if (--backend.refs === 0 && releaseBackend(key, backend)) {
         backend.openLogs.closeAll();
         await backend.dirs.close();
       }

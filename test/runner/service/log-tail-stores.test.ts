@@ -225,9 +225,11 @@ describe.each(cases)("the tail kept on the $name store", (c) => {
       const tailKept = cut.segments.reduce((sum, s) => sum + s.bytes, 0);
       expect(tailKept).toBeLessThanOrEqual(LIMIT / 4);
       expect(tailKept).toBeGreaterThanOrEqual((LIMIT / 4) * (7 / 8) - cost);
-      // What the store holds is bounded by the limit, whatever was sent.
+      // What the store holds is bounded by the limit, whatever was sent: plus, on fs, the ring's free part, which
+      // holds one append (at most the tail) and a segment (docs/decisions/log-tail.md, "fs: one ring file a job").
       const bytes = await held(id);
-      if (bytes !== null) expect(bytes).toBeLessThanOrEqual(LIMIT + 64 * 1024);
+      const ringFree = c.name.startsWith("fs") ? LIMIT / 4 + LIMIT / 32 : 0;
+      if (bytes !== null) expect(bytes).toBeLessThanOrEqual(LIMIT + 64 * 1024 + ringFree);
       if (archive) {
         state = (await archive.archiveJob(id))!;
         expect(state.archived).toMatchObject({ lines: state.storedLines - cut.lines, cut: { at: cut.at } });
