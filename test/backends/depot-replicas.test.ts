@@ -11,6 +11,7 @@ import { createTestSchema, needs } from "../fixtures/backends.js";
 import { concurrentCommitsLandOnceInOrder, walkChanges } from "../fixtures/catalog-feed.js";
 import { httpDigest, parseTar, storeDigest } from "../fixtures/depot.js";
 import { freshPrefix, replicaS3, roundRobin, startReplica, type Replica } from "../fixtures/depot-replicas.js";
+import { until } from "../fixtures/runner-service.js";
 
 const haveDatabase = needs("postgres");
 let s3: Awaited<ReturnType<typeof replicaS3>>;
@@ -150,16 +151,24 @@ describe("two depot replicas on PostgreSQL + S3 behind a round-robin client", ()
     const t = (await call("/trans/etagged@1.0.0", post())).json.transaction as string;
     expect((await call(`/add/${t}/file`, post({ "Pkg-Path": "a" }, "a"))).status).toBe(201);
     expect((await call(`/commit/${t}`, post())).status).toBe(201);
+    // The other replica learns of the append by NOTIFY as it commits (depot-catalog.md, "head.ts"): soon, not
+    // necessarily before the committing replica answers.
     for (const r of replicas) {
-      const moved = await fetch(`${r.url}/catalog`, { headers: { "If-None-Match": etag } });
-      expect(moved.status).toBe(200);
-      await moved.arrayBuffer();
+      await until(async () => {
+        const moved = await fetch(`${r.url}/catalog`, { headers: { "If-None-Match": etag } });
+        await moved.arrayBuffer();
+        return moved.status === 200;
+      }, `the catalog's ETag moves on ${r.url}`);
     }
     const yanked = await fetch(`${replicas[0]!.url}/yank/etagged@1.0.0`, {
       method: "POST",
       headers: { "Pkg-Reason": "broken" },
     });
     expect(yanked.status).toBe(200);
+    await until(
+      async () => (await walkChanges(replicas[1]!.url, before, 10)).changes.length >= 2,
+      "the yank reaches the other replica's feed",
+    );
     const feed = await walkChanges(replicas[1]!.url, before, 10);
     expect(feed.changes).toEqual([
       expect.objectContaining({ name: "etagged", version: "1.0.0", position: before + 1 }),
