@@ -66,7 +66,9 @@ export interface BlobStore {
   /**
    * Optional: opens a blob for reads into buffers the caller owns and reuses, so moving
    * its bytes to a socket or a hash allocates nothing per chunk (the fs store offers it;
-   * the depot falls back to `getBlob` without it). Null when absent.
+   * the depot falls back to `getBlob` without it). Null when absent, or when the store does not offer this
+   * blob for such reads (the S3 store: only its local copies of this process's uploads); the depot then reads it
+   * with `getBlob`.
    */
   openBlob?(digest: string): Promise<BlobReader | null>;
   /** The blob's size, or null when absent. */

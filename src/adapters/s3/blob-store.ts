@@ -181,6 +181,22 @@ export function createS3BlobStore(options: S3BlobStoreOptions): BlobStore & { re
       return info;
     },
 
+    /**
+     * Only this process's local copy of its own upload, for reads into the caller's buffers (a commit hashing a
+     * large item, archive.ts); null for any other blob, which the caller reads with getBlob. As getBlob, S3 is
+     * asked first whether the blob is there, so a blob deleted there is absent here too. O(1) requests.
+     */
+    async openBlob(digest: string) {
+      const hex = hexOf(digest);
+      const local = hex ? spool.sizeOf(hex) : null;
+      if (!hex || local === null) return null;
+      const size = await head(keyOf(hex));
+      if (size === null) {
+        spool.forget(hex);
+        return null;
+      }
+      return size === local ? spool.open(hex) : null;
+    },
     async getBlob(digest: string, range?: ByteRange) {
       const hex = hexOf(digest);
       if (!hex) return null;

@@ -192,15 +192,17 @@ export async function* readArchive(
     else if (part.kind === "zeros") {
       for (let at = from; at <= to; at += ZERO_CHUNK.length)
         yield ZERO_CHUNK.subarray(0, Math.min(ZERO_CHUNK.length, to + 1 - at));
-    } else if (options.borrow && store.openBlob) {
-      const reader = await store.openBlob(part.digest);
-      if (!reader) throw new MissingContentError(part.digest);
-      try {
-        yield* readBorrowed(reader, from, to, part.digest);
-      } finally {
-        await reader.close();
-      }
     } else {
+      // openBlob may decline a blob it holds (the S3 store opens only its local copies): then getBlob reads it.
+      const reader = options.borrow && store.openBlob ? await store.openBlob(part.digest) : null;
+      if (reader) {
+        try {
+          yield* readBorrowed(reader, from, to, part.digest);
+        } finally {
+          await reader.close();
+        }
+        continue;
+      }
       const body = await store.getBlob(part.digest, { start: from, end: to });
       if (!body) throw new MissingContentError(part.digest);
       yield* body;

@@ -57,8 +57,10 @@ export function composeStore(options: ComposeStoreOptions): PackageStore {
     const syncRecords = records.syncRecords.bind(records);
     store.syncRecords = () => syncRecords();
   }
-  if (blobs.openBlob) {
-    const openBlob = blobs.openBlob.bind(blobs);
+  // The blob store's own, past the rows too: it declines (null) what it cannot open, rows included, and the
+  // depot then reads that with getBlob (ports.ts).
+  if (options.blobs.openBlob) {
+    const openBlob = options.blobs.openBlob.bind(options.blobs);
     store.openBlob = (digest) => openBlob(digest);
   }
   if (records.watchRecords) {

@@ -107,6 +107,48 @@ describe("S3 store: local copies of its uploads", () => {
     }
   });
 
+  it("openBlob opens only a kept copy, for reads into the caller's buffer; null for others and once gone from S3", async () => {
+    const bytes = patternBytes(2 * MiB + 9, 6);
+    const digest = sha256Digest(bytes);
+    const small = patternBytes(1000, 6);
+    const { blobs, client, key, sent } = spooledStore();
+    try {
+      await blobs.putBlob(chunked(bytes, 64 * 1024), { size: bytes.length });
+      await blobs.putBlob(chunked(small, 100), { size: small.length });
+      sent.length = 0;
+      const reader = await blobs.openBlob!(digest);
+      expect(reader).not.toBeNull();
+      expect(sent).toEqual(["HeadObjectCommand"]);
+      try {
+        expect(reader!.size).toBe(bytes.length);
+        const buffer = Buffer.alloc(MiB + 20, 0xee);
+        for (const [position, length] of [
+          [0, 1],
+          [MiB - 3, MiB + 7],
+          [bytes.length - 4, 4],
+        ] as const) {
+          let got = 0;
+          while (got < length) got += await reader!.read(buffer, 7 + got, length - got, position + got);
+          expect(buffer.subarray(7, 7 + length).equals(bytes.subarray(position, position + length))).toBe(true);
+        }
+        expect(await reader!.read(buffer, 0, 10, bytes.length)).toBe(0);
+        // Deleted on S3 meanwhile: what is open stays readable (ports.ts), a new open declines.
+        await client.send(new DeleteObjectCommand({ Bucket: s3.bucket, Key: key(digest) }));
+        expect(await reader!.read(buffer, 0, 10, 100)).toBe(10);
+        expect(buffer.subarray(0, 10).equals(bytes.subarray(100, 110))).toBe(true);
+      } finally {
+        await reader!.close();
+      }
+      expect(await blobs.openBlob!(digest)).toBeNull();
+      // Under the copies' floor: no copy, so no open (the depot reads it with getBlob).
+      expect(await blobs.openBlob!(sha256Digest(small))).toBeNull();
+      expect(Buffer.compare(await collectBytes((await blobs.getBlob(sha256Digest(small)))!), small)).toBe(0);
+    } finally {
+      await blobs.close!();
+      client.destroy();
+    }
+  });
+
   it("a blob gone from S3, or changed there, is not served from the copy", async () => {
     const bytes = patternBytes(2 * MiB, 7);
     const digest = sha256Digest(bytes);
