@@ -22,6 +22,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { createFsLogStore } from "../src/adapters/fs/log-store.js";
 import { createMemoryLogStore } from "../src/adapters/memory/log-store.js";
 import type { JobLogStore, LogEntry } from "../src/runner/ports.js";
+import { ReceivedLine } from "../src/runner/protocol/received-line.js";
 import { mintJobToken } from "../src/runner/protocol/token.js";
 import { connect, frame, openCall } from "../test/fixtures/runner-raw-calls.js";
 import { end, line } from "../test/fixtures/runner-service.js";
@@ -69,7 +70,13 @@ interface Server {
 
 async function startServer(store: string, limits: Record<string, number>): Promise<Server> {
   const child: ChildProcess = fork(path.join(here, "runner-worker.ts"), ["ours"], {
-    execArgv: ["--import", "tsx", "--expose-gc"],
+    // BENCH_TAIL_PROF=<dir>: a V8 CPU profile of each server child, written there on exit (docs/decisions/log-tail.md).
+    execArgv: [
+      "--import",
+      "tsx",
+      "--expose-gc",
+      ...(process.env.BENCH_TAIL_PROF ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_TAIL_PROF}`] : []),
+    ],
     env: { ...process.env, BENCH_SECRET: SECRET, BENCH_LOG_STORE: store, BENCH_LIMITS: JSON.stringify(limits) },
     stdio: ["ignore", "inherit", "inherit", "ipc"],
   });
@@ -159,39 +166,58 @@ async function measure(store: string): Promise<{ rates: number[][]; cpu: number[
 }
 
 /**
- * The job's entries as the service hands them to the store (cost 16 + 200 a line), the one that passes the head's
- * share marked as the tail's start when `tailBytes` > 0 (as call/item-rules.ts does).
+ * The job's entries as the fast path hands them to the store (cost 16 + 200 a line): received lines, views of 64 KiB
+ * request chunks (runner/protocol/received-line.ts), stamped from now; the one that passes the head's share a plain
+ * entry marked as the tail's start when `tailBytes` > 0 (as call/item-rules.ts makes it). Plain entries throughout
+ * hid most of the memory store's cost: it copies a received line's bytes, and writes a plain one's text.
  */
 function entries(limit: number, tailBytes: number): LogEntry[] {
   const lines = Math.floor((JOB_MIB * MiB) / LINE);
   const head = limit - tailBytes;
   const out: LogEntry[] = [];
+  const t0 = Date.now();
+  let chunk = Buffer.alloc(0);
+  let at = 0;
   let stored = 0;
   let cut = false;
   for (let i = 0; i < lines; i++) {
-    const text = `step ${i} `;
-    const e: LogEntry = {
-      stored: [{ line: text + "x".repeat(LINE - text.length), stderr: i % 10 === 9, time: 1_764_400_000_000 + i }],
-      stderr: i % 10 === 9,
-      bytes: LINE + 16,
-    };
-    if (!cut && tailBytes > 0 && stored + e.bytes > head) {
-      cut = true;
-      e.tailBytes = tailBytes;
-      e.capped = true;
+    if (at + LINE > chunk.length) {
+      chunk = Buffer.alloc(64 * 1024);
+      at = 0;
     }
-    stored += e.bytes;
-    out.push(e);
+    const text = `step ${i} `;
+    chunk.write(text + "x".repeat(LINE - text.length), at, "latin1");
+    const stderr = i % 10 === 9;
+    const time = t0 + i / 100;
+    const bytes = LINE + 16;
+    if (!cut && tailBytes > 0 && stored + bytes > head) {
+      cut = true;
+      const line = chunk.toString("latin1", at, at + LINE);
+      out.push({ stored: [{ line, stderr, time }], stderr, bytes, capped: true, tailBytes });
+    } else {
+      const r = new ReceivedLine("bench", chunk, at, at + LINE, stderr, time, -1, true);
+      r.bytes = bytes;
+      out.push(r);
+    }
+    stored += bytes;
+    at += LINE;
   }
   return out;
 }
 
-/** CPU ms of appending `list` to `store` 2,000 entries an append (what a busy call's batches are); the job is opened first. */
+/**
+ * Entries an append: what the server's appends hold in the end-to-end rows (BENCH_STORE_TIMING on the worker: a
+ * 32 MiB job's ~167,800 items in 21–23 appends). The fs store's cut costs far more at this size than at 2,000
+ * (docs/decisions/log-tail.md, "Where the end-to-end cost went").
+ */
+const APPEND = Number(process.env.BENCH_TAIL_APPEND ?? 7600);
+
+/** CPU ms of appending `list` to `store` APPEND entries an append; the job is opened first. */
 async function appendCpu(store: JobLogStore, list: LogEntry[]): Promise<number> {
   const id = randomUUID();
   await store.open(id);
   const t0 = process.cpuUsage();
-  for (let at = 0; at < list.length; at += 2000) await store.append(id, at, list.slice(at, at + 2000));
+  for (let at = 0; at < list.length; at += APPEND) await store.append(id, at, list.slice(at, at + APPEND));
   const t = process.cpuUsage(t0);
   return (t.user + t.system) / 1000;
 }
@@ -234,10 +260,10 @@ async function storeRows(): Promise<string[]> {
 export async function run(): Promise<string> {
   const loadAtStart = os.loadavg()[0]!;
   const rows: string[] = [];
-  const stores = process.env.BENCH_TAIL_ONLY === "fs" ? [] : await storeRows();
-  // BENCH_TAIL_ONLY=store: the store rows alone (a quick look without the servers); =fs: the fs servers alone.
+  // BENCH_TAIL_ONLY=store: the store rows alone (a quick look without the servers); =fs or =memory: those servers.
   const only = process.env.BENCH_TAIL_ONLY;
-  for (const store of only === "store" ? [] : only === "fs" ? ["fs"] : ["memory", "fs"]) {
+  const stores = only === "fs" || only === "memory" ? [] : await storeRows();
+  for (const store of only === "store" ? [] : only === "fs" || only === "memory" ? [only] : ["memory", "fs"]) {
     const { rates, cpu } = await measure(store);
     const peer = median(rates[PEER]!);
     const peerCpu = median(cpu[PEER]!);
@@ -263,7 +289,7 @@ export async function run(): Promise<string> {
     "|---|---|---:|---:|---:|---:|---:|",
     ...rows,
     "",
-    `The store alone (in the bench process, no network): the same ${JOB_MIB} MiB of entries (as the service makes them: 216 counted a line, the one that passes the head's share marked as the tail's start) appended 2,000 at a time to a fresh store, the tail kept under a 16 MiB limit against the peer's 1 GiB; CPU ms of this process over the appends (user + system); a fresh store and directory per job, the job opened before the clock; one warm-up pair, then ${STORE_PAIRS} pairs, which one goes first alternating; the cost of the medians, and the median of the pairs' own ratios (each pair ran back to back, under the same load).`,
+    `The store alone (in the bench process, no network): the same ${JOB_MIB} MiB of entries as the fast path hands them (received lines, views of 64 KiB request chunks, 216 counted a line; the one that passes the head's share a plain entry marked as the tail's start) appended ${fmt(APPEND)} at a time (what the server's appends of this job hold) to a fresh store, the tail kept under a 16 MiB limit against the peer's 1 GiB; CPU ms of this process over the appends (user + system); a fresh store and directory per job, the job opened before the clock; one warm-up pair, then ${STORE_PAIRS} pairs, which one goes first alternating; the cost of the medians, and the median of the pairs' own ratios (each pair ran back to back, under the same load).`,
     "",
     "| store | tail kept: CPU ms (median) | all rounds | peer: CPU ms (median) | all rounds | cost (medians) | cost (median of pair ratios) |",
     "|---|---:|---:|---:|---:|---:|---:|",

@@ -11,7 +11,7 @@ import {
   newJobState,
   planAppend,
 } from "../../runner/service/job-state.js";
-import { readKept, type AppendPlan } from "../../runner/service/log-tail.js";
+import { readKept, tailSegmentBytes, type AppendPlan } from "../../runner/service/log-tail.js";
 import { JobListIndex } from "../../runner/service/job-list.js";
 import { cloneSections, emptySections, foldSections } from "../../runner/service/log-sections.js";
 import type { JobLogStore, JobState, LogSections, StoredLine } from "../../runner/ports.js";
@@ -46,6 +46,8 @@ interface Lines {
   count: number;
   /** The job's sections (log-sections.ts), kept when the lines are archived; undefined: none so far. */
   sections: LogSections | undefined;
+  /** Size of the first block (a tail segment's: its share of the tail, so one block holds it). */
+  firstBlock: number;
 }
 
 const STDERR = 1;
@@ -61,7 +63,7 @@ function newJob(state: JobState): Job {
   return { state, tail: [], ...newLines() };
 }
 
-function newLines(): Lines {
+function newLines(firstBlock = FIRST_BLOCK): Lines {
   return {
     blocks: [],
     blockFirst: [],
@@ -71,14 +73,32 @@ function newLines(): Lines {
     times: new Float64Array(64),
     count: 0,
     sections: undefined,
+    firstBlock,
   };
+}
+
+/**
+ * A dropped tail segment made empty for the next one: its largest block and its typed arrays are kept (their
+ * memory is warm and already counted in the tail), the rest let go. Without it every segment was allocated anew
+ * (blocks doubling from 4 KiB) and every dropped one left to the GC: the store alone, fed received lines, cost
+ * ~+78 % against the peer (docs/decisions/log-tail.md, "Where the end-to-end cost went"). O(blocks).
+ */
+function recycled(lines: Lines): Lines {
+  let largest: Buffer | undefined;
+  for (const block of lines.blocks) if (largest === undefined || block.length > largest.length) largest = block;
+  lines.blocks = largest === undefined ? [] : [largest];
+  lines.blockFirst = largest === undefined ? [] : [0];
+  lines.used = 0;
+  lines.count = 0;
+  lines.sections = undefined;
+  return lines;
 }
 
 /** Room for `bytes` more in the last block (a new block when it is full). Amortised O(1). */
 function room(job: Lines, bytes: number): Buffer {
   const last = job.blocks[job.blocks.length - 1];
   if (last !== undefined && last.length - job.used >= bytes) return last;
-  const size = Math.max(bytes, Math.min(MAX_BLOCK, last === undefined ? FIRST_BLOCK : last.length * 2));
+  const size = Math.max(bytes, Math.min(MAX_BLOCK, last === undefined ? job.firstBlock : last.length * 2));
   const block = Buffer.allocUnsafe(size);
   job.blocks.push(block);
   job.blockFirst.push(job.count);
@@ -162,11 +182,16 @@ function linesOf(job: Lines, from: number, to: number): StoredLine[] {
   return out;
 }
 
-/** Stores an append's plan: head runs into the job's own lines, tail runs into their segments, drops. O(lines). */
+/**
+ * Stores an append's plan: head runs into the job's own lines, tail runs into their segments, drops. A dropped
+ * segment's storage is reused by a segment this append starts; what is left unused is let go at once, so the job
+ * never holds more than its kept segments. O(lines + segments).
+ */
 function store(job: Job, plan: AppendPlan): void {
+  const spare: Lines[] = [];
   for (const { first } of plan.drop) {
     const i = job.tail.findIndex((s) => s.first === first);
-    if (i >= 0) job.tail.splice(i, 1);
+    if (i >= 0) spare.push(job.tail.splice(i, 1)[0]!.lines);
   }
   for (const run of plan.runs) {
     if (run.segment === null) {
@@ -175,7 +200,12 @@ function store(job: Job, plan: AppendPlan): void {
     }
     let segment = job.tail[job.tail.length - 1];
     if (segment === undefined || segment.first !== run.segment) {
-      segment = { first: run.segment, lines: newLines() };
+      const lines = spare.pop();
+      // Sized to the segment's share: its lines' text is within it (each counts 16 bytes more than its text).
+      segment = {
+        first: run.segment,
+        lines: lines ? recycled(lines) : newLines(Math.min(MAX_BLOCK, tailSegmentBytes(job.state.cut!))),
+      };
       job.tail.push(segment);
     }
     keep(segment.lines, run.lines);

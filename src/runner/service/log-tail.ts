@@ -13,6 +13,11 @@ import { ReceivedLine } from "../protocol/received-line.js";
  */
 export const TAIL_SEGMENTS = 8;
 
+/** The bytes (as entries count them) at which a tail segment of `cut` is full and the next one starts. O(1). */
+export function tailSegmentBytes(cut: Pick<LogCut, "tailBytes">): number {
+  return Math.max(1, Math.ceil(cut.tailBytes / TAIL_SEGMENTS));
+}
+
 /** Lines an append stores, as contiguous runs: `segment` is the tail segment's first position, or null for the head. */
 export interface StoredRun {
   first: number;
@@ -105,7 +110,7 @@ export function planCutAppend(state: JobState, fresh: readonly LogEntry[], now: 
   const iso = now.toISOString();
   // What the tail's segments count, kept as it goes (the segments are summed once, not per entry).
   let kept = state.cut ? tailCount(state.cut) : 0;
-  let segmentBytes = state.cut ? Math.max(1, Math.ceil(state.cut.tailBytes / TAIL_SEGMENTS)) : 0;
+  let segmentBytes = state.cut ? tailSegmentBytes(state.cut) : 0;
   // Indexed loops, not for…of: in a function this size V8 kept the iterators (~40 bytes of garbage an entry).
   for (let e = 0; e < fresh.length; e++) {
     const entry = fresh[e]!;
@@ -125,7 +130,7 @@ export function planCutAppend(state: JobState, fresh: readonly LogEntry[], now: 
         segments: [],
       };
       state.cut = cut;
-      segmentBytes = Math.max(1, Math.ceil(cut.tailBytes / TAIL_SEGMENTS));
+      segmentBytes = tailSegmentBytes(cut);
       // The marker's position: nothing is written for it (its text is made on read from the counts).
       state.storedLines++;
       run = null;

@@ -1,0 +1,84 @@
+/**
+ * The memory store reuses a dropped tail segment's blocks for the next segment (adapters/memory/log-store.ts,
+ * `recycled`): whatever the appends' sizes and the lines' lengths, a read returns exactly the kept lines, never bytes
+ * a dropped segment left in a reused block.
+ */
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { createMemoryLogStore } from "../../../src/adapters/memory/log-store.js";
+import type { LogEntry } from "../../../src/runner/ports.js";
+import { ReceivedLine } from "../../../src/runner/protocol/received-line.js";
+
+/** Line i's text: its number, then `len` letters that differ from line to line. */
+function text(i: number, len: number): string {
+  return `${i}:` + String.fromCharCode(97 + (i % 26)).repeat(len);
+}
+
+/** Line i as the fast path hands it: a received line, a view of a chunk holding other bytes around it. */
+function received(i: number, len: number): ReceivedLine {
+  const body = Buffer.from(text(i, len), "utf8");
+  const chunk = Buffer.concat([Buffer.from("~~~~"), body, Buffer.from("####")]);
+  const line = new ReceivedLine("job", chunk, 4, 4 + body.length, i % 3 === 0, 1_764_400_000_000 + i, -1, true);
+  line.bytes = 16 + body.length;
+  return line;
+}
+
+describe("memory store: recycled tail segments", () => {
+  it("reads back exactly the head, one marker and the kept tail after appends of any size", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(fc.integer({ min: 1, max: 60 }), { minLength: 1, maxLength: 25 }),
+        fc.array(fc.integer({ min: 0, max: 120 }), { minLength: 1, maxLength: 40 }),
+        fc.integer({ min: 200, max: 3000 }),
+        async (sizes, lengths, tailBytes) => {
+          const store = createMemoryLogStore();
+          const id = "3b7e8a52-8f0e-4a52-9d7a-2a8c0f3d1e11";
+          const len = (i: number) => lengths[i % lengths.length]!;
+          // Five head lines, then every line goes to the tail (the first one starts it).
+          const entries: LogEntry[] = Array.from({ length: 5 }, (_, i) => received(i, len(i)));
+          let at = 0;
+          const all: LogEntry[] = [...entries];
+          for (const size of sizes) {
+            const batch: LogEntry[] = [];
+            for (let k = 0; k < size; k++) {
+              const i = all.length;
+              const line = received(i, len(i));
+              if (i === 5) {
+                batch.push({
+                  stored: [{ line: line.line, stderr: line.stderr, time: line.time }],
+                  stderr: line.stderr,
+                  bytes: line.bytes,
+                  tailBytes,
+                  capped: true,
+                });
+              } else batch.push(line);
+              all.push(line);
+            }
+            if (at === 0) batch.unshift(...entries);
+            const state = await store.append(id, at, batch);
+            at = state.committed;
+            const read = await store.read(id);
+            const cut = state.cut;
+            if (!cut) {
+              expect(read.map((l) => l.line)).toEqual(all.map((_, i) => text(i, len(i))));
+              continue;
+            }
+            // Positions: 0…4 the head, 5 the marker, then the kept tail ends with the last line sent.
+            const kept = read.length - 6;
+            expect(read.slice(0, 5).map((l) => l.line)).toEqual([0, 1, 2, 3, 4].map((i) => text(i, len(i))));
+            expect(read[5]).toMatchObject({ marker: true, skipped: cut.lines });
+            const first = all.length - kept;
+            expect(first).toBe(5 + cut.lines);
+            expect(read.slice(6).map((l) => l.line)).toEqual(
+              Array.from({ length: kept }, (_, k) => text(first + k, len(first + k))),
+            );
+            expect(read.slice(6).map((l) => l.stderr)).toEqual(
+              Array.from({ length: kept }, (_, k) => (first + k) % 3 === 0),
+            );
+          }
+        },
+      ),
+      { numRuns: 150 },
+    );
+  });
+});
