@@ -98,9 +98,10 @@ describe("spool: a property against a model", () => {
   });
 
   it("writes later items into a released chunk's memory, never into a sealed one's", () => {
-    // Chunks of 8 KiB (above Node's pool, so each has its own memory); frames of 2 KiB, four to a chunk.
-    const chunkBytes = 8192;
-    const F = 2048;
+    // Chunks of 256 KiB, far above any Buffer pool (Node 24 pools 8 KiB allocations that Node 22 did not), so each
+    // has its own memory; frames of 64 KiB, four to a chunk.
+    const chunkBytes = 256 * 1024;
+    const F = 64 * 1024;
     const frame = (n: number) => (buf: Buffer, pos: number) => {
       buf.fill(n, pos, pos + F);
       return pos + F;
