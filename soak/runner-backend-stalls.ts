@@ -8,7 +8,7 @@
  * lost or doubled, and one result message per job.
  */
 import { randomUUID } from "node:crypto";
-import amqp from "amqplib";
+import { drainQueue } from "../test/fixtures/queue-drain.js";
 import { createPostgresLogStore } from "../src/adapters/postgres/index.js";
 import { createRabbitMqQueue } from "../src/adapters/rabbitmq/index.js";
 import { createRunnerClient, createRunnerService, startRunnerServer, type JobLogStore } from "../src/runner/index.js";
@@ -29,25 +29,6 @@ function plan(scale: number) {
     // Below the adapter's heartbeat death (two silent 5 s heartbeats): the connection lives through it.
     stallMs: 5_000,
   };
-}
-
-/** Message IDs on `queue` (consumed, then the queue deleted). */
-async function drainIds(queue: string): Promise<string[]> {
-  const reader = await amqp.connect(RABBITMQ_URL);
-  reader.on("error", () => {});
-  const channel = await reader.createChannel();
-  const ids: string[] = [];
-  try {
-    for (;;) {
-      const msg = await channel.get(queue, { noAck: true });
-      if (!msg) break;
-      ids.push(String(msg.properties.messageId));
-    }
-    await channel.deleteQueue(queue);
-  } finally {
-    await reader.close().catch(() => {});
-  }
-  return ids;
 }
 
 interface Job {
@@ -194,7 +175,7 @@ async function soak(scale: number): Promise<string> {
   await db.drop();
 
   const perJob = new Map<string, number>();
-  for (const id of await drainIds(queueName)) perJob.set(id, (perJob.get(id) ?? 0) + 1);
+  for (const id of (await drainQueue(queueName)).map((m) => m.messageId)) perJob.set(id, (perJob.get(id) ?? 0) + 1);
   const ended = jobs.filter((j) => j.ended);
   const missing = ended.filter((j) => !perJob.has(j.id)).length;
   const repeated = jobs.filter((j) => (perJob.get(j.id) ?? 0) > 1).length;

@@ -7,7 +7,7 @@
  * It stops the shared broker: run it when no other test needs RabbitMQ.
  */
 import { randomUUID } from "node:crypto";
-import amqp from "amqplib";
+import { drainQueue } from "../test/fixtures/queue-drain.js";
 import { createMemoryLogStore } from "../src/adapters/memory/index.js";
 import { createRabbitMqQueue } from "../src/adapters/rabbitmq/index.js";
 import { createRunnerClient, createRunnerService, startRunnerServer, type JobResult } from "../src/runner/index.js";
@@ -21,28 +21,6 @@ async function waitFor(check: () => boolean, what: string, ms = 60_000): Promise
     if (Date.now() > deadline) throw new Error(`gave up waiting for ${what}`);
     await sleep(50);
   }
-}
-
-/** Every message of `queue` (then deleted). */
-async function drainQueue(queue: string): Promise<Array<{ messageId: string; body: JobResult }>> {
-  const reader = await amqp.connect(RABBITMQ_URL);
-  reader.on("error", () => {});
-  const channel = await reader.createChannel();
-  const out: Array<{ messageId: string; body: JobResult }> = [];
-  try {
-    for (;;) {
-      const msg = await channel.get(queue, { noAck: true });
-      if (!msg) break;
-      out.push({
-        messageId: msg.properties.messageId as string,
-        body: JSON.parse(msg.content.toString("utf8")) as JobResult,
-      });
-    }
-    await channel.deleteQueue(queue);
-  } finally {
-    await reader.close().catch(() => {});
-  }
-  return out;
 }
 
 /** Runs the soak and returns its RELIABILITY.md section. */

@@ -3,7 +3,7 @@
  * servers sharing one PostgreSQL log store hand a job over without loss or duplicates.
  */
 import { randomUUID } from "node:crypto";
-import amqp from "amqplib";
+import { drainQueue } from "../fixtures/queue-drain.js";
 import { describe, expect, it } from "vitest";
 import { createRabbitMqQueue } from "../../src/adapters/rabbitmq/index.js";
 import { createPostgresLogStore } from "../../src/adapters/postgres/index.js";
@@ -23,25 +23,6 @@ import {
 } from "../fixtures/backends.js";
 
 needs("postgres", "rabbitmq");
-
-/** Every message in `queue`, read on a fresh connection (the queue is then deleted). */
-async function drainQueue(queue: string): Promise<Array<{ messageId: string; body: JobResult }>> {
-  const reader = await amqp.connect(RABBITMQ_URL);
-  reader.on("error", () => {});
-  const channel = await reader.createChannel();
-  const out: Array<{ messageId: string; body: JobResult }> = [];
-  try {
-    for (;;) {
-      const msg = await channel.get(queue, { noAck: true });
-      if (!msg) break;
-      out.push({ messageId: msg.properties.messageId, body: JSON.parse(msg.content.toString("utf8")) });
-    }
-    await channel.deleteQueue(queue);
-  } finally {
-    await reader.close().catch(() => {});
-  }
-  return out;
-}
 
 /** Runs `work` over `items` with at most `limit` at a time. */
 async function pool<T>(items: T[], limit: number, work: (item: T, index: number) => Promise<void>): Promise<void> {

@@ -13,7 +13,13 @@ import { HeadObjectCommand } from "@aws-sdk/client-s3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { patternBytes } from "../../../src/testing/index.js";
 import { startS3, type S3Fixture } from "../../fixtures/backends.js";
-import { bundleCli, runBundledCli, spawnJsonLogged, type JsonLoggedProcess } from "../../fixtures/cli-bundle.js";
+import {
+  bundleCli,
+  runBundledCli,
+  serveArgs,
+  spawnJsonLogged,
+  type JsonLoggedProcess,
+} from "../../fixtures/cli-bundle.js";
 import { httpDigest, openTransaction } from "../../fixtures/depot.js";
 
 const onRadosgw = process.env.RUNNER_DEPOT_TEST_S3 ? describe : () => undefined;
@@ -60,21 +66,7 @@ onRadosgw("serve --s3-no-payload-check (radosgw)", () => {
     const run = spawnJsonLogged(
       [
         bundle.file,
-        "serve",
-        "--data",
-        dataDir,
-        "--runner-port",
-        "0",
-        "--depot-port",
-        "0",
-        "--no-agent",
-        "--log-format",
-        "json",
-        "--s3-bucket",
-        s3.bucket,
-        "--s3-endpoint",
-        s3.endpoint,
-        ...extra,
+        ...serveArgs(dataDir, ["--no-agent", "--s3-bucket", s3.bucket, "--s3-endpoint", s3.endpoint, ...extra]),
       ],
       {
         ...process.env,

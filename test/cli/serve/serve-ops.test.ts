@@ -19,7 +19,7 @@ import parsePrometheusTextFormat from "parse-prometheus-text-format";
 import ajv2020Module from "ajv/dist/2020.js";
 import { parse as parseYaml } from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { bundleCli, spawnJsonLogged } from "../../fixtures/cli-bundle.js";
+import { bundleCli, serveArgs, spawnJsonLogged } from "../../fixtures/cli-bundle.js";
 import {
   acquireBrokerUse,
   createTestSchema,
@@ -69,19 +69,7 @@ async function until(check: () => Promise<boolean> | boolean): Promise<void> {
 }
 
 async function startServe(cli: string, args: string[], dataDir: string): Promise<Serve> {
-  const { child, logs, exited } = spawnJsonLogged([
-    cli,
-    "serve",
-    "--data",
-    dataDir,
-    "--runner-port",
-    "0",
-    "--depot-port",
-    "0",
-    "--log-format",
-    "json",
-    ...args,
-  ]);
+  const { child, logs, exited } = spawnJsonLogged([cli, ...serveArgs(dataDir, args)]);
   await until(() => logs.some((l) => l.msg === "runner-depot serving") || child.exitCode !== null);
   const serving = logs.find((l) => l.msg === "runner-depot serving");
   if (!serving) throw new Error(`serve did not start: ${JSON.stringify(logs)}`);

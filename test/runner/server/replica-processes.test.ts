@@ -7,7 +7,7 @@
  * in one process; here each replica is its own process, and one dies without closing.)
  */
 import { randomUUID } from "node:crypto";
-import amqp from "amqplib";
+import { drainQueue } from "../../fixtures/queue-drain.js";
 import { describe, expect, it } from "vitest";
 import { createPostgresLogStore } from "../../../src/adapters/postgres/index.js";
 import { createRunnerClient } from "../../../src/runner/client/runner-client.js";
@@ -15,26 +15,6 @@ import { createTestSchema, needs, RABBITMQ_URL, startTcpProxy } from "../../fixt
 import { startRunnerReplica, type RunnerReplica } from "../../fixtures/runner-replicas.js";
 
 needs("postgres", "rabbitmq");
-
-/** The ids of every message in `queue` (read on a fresh connection; the queue is then deleted). */
-async function drainQueue(queue: string): Promise<string[]> {
-  const connection = await amqp.connect(RABBITMQ_URL);
-  connection.on("error", () => {});
-  const channel = await connection.createChannel();
-  const ids: string[] = [];
-  try {
-    await channel.checkQueue(queue);
-    for (;;) {
-      const msg = await channel.get(queue, { noAck: true });
-      if (!msg) break;
-      ids.push(String(msg.properties.messageId));
-    }
-    await channel.deleteQueue(queue);
-  } finally {
-    await connection.close().catch(() => {});
-  }
-  return ids;
-}
 
 async function waitFor(check: () => boolean | Promise<boolean>, what: string, tries = 1200): Promise<void> {
   for (let i = 0; i < tries; i++) {
@@ -109,7 +89,7 @@ describe("runner replicas in two processes on one PostgreSQL schema", () => {
       await client.close();
       await set.close();
     }
-    expect(await drainQueue(set.queue)).toEqual([requestId]);
+    expect((await drainQueue(set.queue)).map((m) => m.messageId)).toEqual([requestId]);
   }, 60_000);
 
   it("a replica killed (SIGKILL) mid-stream: the agent resumes on the other; nothing acknowledged lost, nothing stored twice", async () => {
@@ -161,6 +141,6 @@ describe("runner replicas in two processes on one PostgreSQL schema", () => {
       await client.close();
       await set.close();
     }
-    expect(await drainQueue(set.queue)).toEqual([requestId]);
+    expect((await drainQueue(set.queue)).map((m) => m.messageId)).toEqual([requestId]);
   }, 60_000);
 });
