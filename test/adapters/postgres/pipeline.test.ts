@@ -40,12 +40,13 @@ describe.skipIf(!haveDatabase)("postgres records: pipelined statements", () => {
       expect(revisions.every((r) => r !== null)).toBe(true);
       const read = await Promise.all(keys.map((key) => records.getRecord(key)));
       expect(read.map((r) => r?.value)).toEqual(keys.map((_, i) => ({ i })));
-      expect(pool.totalCount).toBe(1);
-      expect((await sessions(name)).length).toBe(3); // the pool's one and the store's two
+      expect(pool.totalCount).toBeLessThanOrEqual(1); // the migration's, unless it idled out
+      expect((await sessions(name)).length - pool.totalCount).toBe(2); // the store's two
       // A write that waits for its flush goes through the pool, as syncRecords does.
       await records.putRecord("pipe/durable", 1, { ifRevision: null });
       await records.syncRecords!();
       expect(pool.totalCount).toBe(1);
+      expect((await sessions(name)).length).toBe(3);
     } finally {
       await records.close?.();
       await pool.end();
@@ -95,8 +96,8 @@ describe.skipIf(!haveDatabase)("postgres records: pipelined statements", () => {
     const records = createPostgresRecords({ pool, schema: db.schema, pipelineConnections: 1 });
     try {
       await records.putRecord("pipe/k", 1, { ifRevision: null, lazy: true });
-      const before = await sessions(name); // the pool's one and the store's one
-      expect(before).toHaveLength(2);
+      const before = await sessions(name); // the store's one, and the pool's unless it idled out
+      expect(before.length).toBeGreaterThanOrEqual(1);
       const inFlight = records.getRecord("pipe/k").catch((error: unknown) => error);
       for (const pid of before) await db.pool.query("SELECT pg_terminate_backend($1)", [pid]);
       // Answered before the end, or failed by it: never left hanging, never another kind of error.
