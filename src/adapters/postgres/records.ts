@@ -10,6 +10,10 @@
  * alone), and {@link RecordStore.syncRecords} makes them durable with one WAL flush: a
  * publish waits for one or two flushes instead of one per write.
  * Why: docs/decisions/depot-scale-out.md, "records.ts: asynchronous commits and one flush".
+ *
+ * Reads and asynchronous writes go over a few pipelined connections of the store's own
+ * (pipeline.ts), still one transaction each; writes that wait for a flush go through the pool.
+ * Why: docs/decisions/depot-scale-out.md, "Pipelined statements".
  */
 import { createHash } from "node:crypto";
 import pg from "pg";
@@ -17,6 +21,8 @@ import { RunnerDepotError } from "../../errors.js";
 import type { RecordStore, StoredRecord, WriteCondition } from "../../depot/ports.js";
 import { createRecordWatch, MAX_ANNOUNCED_KEY, recordChannelOf } from "./record-notify.js";
 import { ASYNC_COMMIT, openPostgres, unavailable } from "./schema.js";
+import { createPipeline } from "./pipeline.js";
+import { sharedFlush } from "./shared-flush.js";
 import { createPostgresSmallBlobs, SMALL_BLOB_BYTES } from "./small-blobs.js";
 import type { PostgresOptions } from "./schema.js";
 
@@ -30,6 +36,13 @@ export interface PostgresRecordsOptions extends PostgresOptions {
    * 0 for none. At most 1 MiB: a row is read whole.
    */
   smallBlobBytes?: number;
+  /**
+   * Connections of the store's own (made from the pool's options, beside it) that carry reads and writes
+   * that commit asynchronously, many at once, pipelined (pipeline.ts); default 2, 0 to send every statement
+   * through the pool. Writes whose commit waits for the WAL flush still go through the pool, so a flush
+   * never holds up the statements queued behind it.
+   */
+  pipelineConnections?: number;
 }
 
 const REVISION = /^[0-9]{1,19}$/;
@@ -38,6 +51,8 @@ const isRevision = (r: string) => REVISION.test(r) && BigInt(r) <= 9223372036854
 
 /** Joined into a write: its commit does not wait for the WAL flush (schema.ts). */
 const ASYNC = ASYNC_COMMIT;
+/** Pipelined connections of a store by default (docs/decisions/depot-scale-out.md, "Pipelined statements"). */
+const PIPELINE_CONNECTIONS = 2;
 /** Rows of `sync_points`: concurrent flushes update different rows, so they share the WAL flush (group commit). */
 const SYNC_POINTS = 64;
 
@@ -76,14 +91,21 @@ export function createPostgresRecords(options: PostgresRecordsOptions): RecordSt
   const channel = recordChannelOf(schemaName);
   // One LISTEN connection of its own, opened by the first watcher (record-notify.ts).
   const watch = createRecordWatch(() => new pg.Client(db.pool.options), schemaName);
+  const lanes = options.pipelineConnections ?? PIPELINE_CONNECTIONS;
+  const pipeline = lanes > 0 ? createPipeline(() => db.pool.options, lanes) : null;
 
-  async function query<R>(sql: string, params: unknown[]): Promise<R[]> {
+  /**
+   * Runs one statement: pipelined unless `flushed` (its commit waits for the WAL flush: sent through the
+   * pool, so the statements queued behind it on a pipelined connection do not wait for the flush too).
+   */
+  async function query<R>(sql: string, params: unknown[], flushed = false): Promise<R[]> {
     try {
       await db.ready();
       // A named statement: each connection parses and plans it once, then only binds and runs it (about
       // 40% less PostgreSQL CPU for a key lookup, docs/decisions/depot-scale-out.md).
-      const out = await db.pool.query({ name: statementName(sql), text: sql, values: params });
-      return out.rows as R[];
+      const config = { name: statementName(sql), text: sql, values: params };
+      if (pipeline && !flushed) return await pipeline.query<R>(config);
+      return (await db.pool.query(config)).rows as R[];
     } catch (error) {
       throw unavailable(error, "STORE_UNAVAILABLE");
     }
@@ -127,7 +149,7 @@ export function createPostgresRecords(options: PostgresRecordsOptions): RecordSt
                ON CONFLICT (key) DO NOTHING RETURNING revision`,
           [key, encode(value)],
         );
-        const rows = await query<{ revision: string }>(sql, params);
+        const rows = await query<{ revision: string }>(sql, params, !later);
         return rows[0] ? String(rows[0].revision) : null;
       }
       // A revision this store never issued cannot match anything.
@@ -137,7 +159,7 @@ export function createPostgresRecords(options: PostgresRecordsOptions): RecordSt
          WHERE key = $1 AND revision = $3 RETURNING revision`,
         [key, encode(value), cond.ifRevision],
       );
-      const rows = await query<{ revision: string }>(sql, params);
+      const rows = await query<{ revision: string }>(sql, params, !later);
       return rows[0] ? String(rows[0].revision) : null;
     },
 
@@ -147,16 +169,18 @@ export function createPostgresRecords(options: PostgresRecordsOptions): RecordSt
 
     async deleteRecord(key: string, cond?: WriteCondition): Promise<boolean> {
       const revision = cond?.ifRevision ?? null;
-      const using = asynchronous(cond) ? `USING ${ASYNC}` : "";
+      const later = asynchronous(cond);
+      const using = later ? `USING ${ASYNC}` : "";
       if (revision === null) {
-        const rows = await query(`DELETE FROM ${t} ${using} WHERE key = $1 RETURNING 1`, [key]);
+        const rows = await query(`DELETE FROM ${t} ${using} WHERE key = $1 RETURNING 1`, [key], !later);
         return rows.length > 0;
       }
       if (!isRevision(revision)) return false;
-      const rows = await query(`DELETE FROM ${t} ${using} WHERE key = $1 AND revision = $2 RETURNING 1`, [
-        key,
-        revision,
-      ]);
+      const rows = await query(
+        `DELETE FROM ${t} ${using} WHERE key = $1 AND revision = $2 RETURNING 1`,
+        [key, revision],
+        !later,
+      );
       return rows.length > 0;
     },
 
@@ -164,12 +188,14 @@ export function createPostgresRecords(options: PostgresRecordsOptions): RecordSt
      * One WAL flush covering every commit visible now, in any session of the cluster: a
      * synchronous commit that wrote WAL waits for the flush up to its own commit record, which
      * lies after every commit record already written (a commit that only took a transaction id
-     * would not wait). One short round trip; concurrent calls share a flush. O(1).
+     * would not wait). One short round trip through the pool; the calls of this process share it
+     * (shared-flush.ts: one runs, the callers meanwhile join the next), and concurrent statements
+     * share the WAL flush (group commit). O(1).
      */
-    async syncRecords(): Promise<void> {
+    syncRecords: sharedFlush(() => {
       const slot = Math.floor(Math.random() * SYNC_POINTS);
-      await query(`UPDATE ${syncPoints} SET n = n + 1 WHERE slot = $1`, [slot]);
-    },
+      return query(`UPDATE ${syncPoints} SET n = n + 1 WHERE slot = $1`, [slot], true);
+    }),
 
     async listRecords(prefix: string, page: { cursor?: string; limit?: number } = {}) {
       const limit = page.limit ?? pageDefault;
@@ -194,6 +220,7 @@ export function createPostgresRecords(options: PostgresRecordsOptions): RecordSt
     },
 
     async close() {
+      await pipeline?.close();
       await watch.close();
       await db.close();
     },

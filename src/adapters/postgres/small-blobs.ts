@@ -14,7 +14,8 @@ export const SMALL_BLOB_BYTES = 16 * 1024;
 const LIST_PAGE = 1000;
 const DIGEST = /^sha256:([0-9a-f]{64})$/;
 
-type Query = <R>(sql: string, params: unknown[]) => Promise<R[]>;
+/** The store's statement runner; `flushed` for a write whose commit waits for the WAL flush. */
+type Query = <R>(sql: string, params: unknown[], flushed?: boolean) => Promise<R[]>;
 
 /**
  * Creates the small-blob rows of one records store; `query` is the store's (its pool, its errors).
@@ -39,6 +40,7 @@ export function createPostgresSmallBlobs(db: PostgresHandle, query: Query, maxBy
           ? `INSERT INTO ${t} (digest, bytes) SELECT $1, $2 FROM ${ASYNC_COMMIT} ON CONFLICT (digest) DO NOTHING`
           : `INSERT INTO ${t} (digest, bytes) VALUES ($1, $2) ON CONFLICT (digest) DO NOTHING`,
         [hex, data],
+        !options.deferSync,
       );
     },
 
@@ -62,7 +64,7 @@ export function createPostgresSmallBlobs(db: PostgresHandle, query: Query, maxBy
     async deleteSmallBlob(digest) {
       const hex = hexOf(digest);
       if (!hex) return false;
-      return (await query(`DELETE FROM ${t} WHERE digest = $1 RETURNING 1`, [hex])).length > 0;
+      return (await query(`DELETE FROM ${t} WHERE digest = $1 RETURNING 1`, [hex], true)).length > 0;
     },
 
     /** Keyset pages of LIST_PAGE digests in byte order ("C" collation). O(rows) over the whole walk. */

@@ -106,10 +106,11 @@ describe("postgres adapters: extra cases", () => {
   });
 
   it("a lazy or deferSync write commits asynchronously for itself alone; syncRecords writes one flush point", async () => {
-    // One connection, so every statement below runs in the session the asynchronous writes used.
+    // One connection and no pipelined ones (pipelineConnections 0), so every statement below runs in the
+    // session the asynchronous writes used; the pipelined case is in pipeline.test.ts.
     const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
     pool.on("error", () => {});
-    const records = createPostgresRecords({ pool, schema: db.schema });
+    const records = createPostgresRecords({ pool, schema: db.schema, pipelineConnections: 0 });
     try {
       const key = `async/${Date.now()}`;
       const r1 = await records.putRecord(key, { n: 1 }, { ifRevision: null, deferSync: true });
