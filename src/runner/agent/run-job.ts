@@ -8,6 +8,7 @@ import { constants as osConstants } from "node:os";
 import { RunnerDepotError } from "../../errors.js";
 import type { RunnerClient, RunnerStop } from "../client/runner-client.js";
 import { createLineSplitter, DEFAULT_MAX_LINE_BYTES } from "./line-splitter.js";
+import { readPipe } from "./pipe-reader.js";
 import { nowMs } from "../protocol/line-time.js";
 import { createSecretMasker, MASK_TEXT, MIN_SECRET_BYTES, safeCut } from "../masking/secret-masker.js";
 import { addMaskValue, maskLine, maskLineBytes, mayBeAddMask, registerMask } from "../masking/add-mask.js";
@@ -97,12 +98,12 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
     // The spool is full (server unreachable): stop reading, so the job blocks on its pipe
     // instead of the agent growing without bound.
     paused = true;
-    child.stdout!.pause();
-    child.stderr!.pause();
+    outPipe.pause();
+    errPipe.pause();
     void client.drained().then(() => {
       paused = false;
-      child.stdout!.resume();
-      child.stderr!.resume();
+      outPipe.resume();
+      errPipe.resume();
     });
   };
   // Lines that are valid UTF-8 within the limit go to the client as bytes (no string per
@@ -157,29 +158,38 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
     masking,
     onBytes: logUtf8 && ((buf, start, end) => sendBytes(buf, start, end, true)),
   });
-  child.stdout!.on("data", (b: Buffer) => {
-    readAt = nowMs();
-    out.push(b);
-  });
-  child.stdout!.on("end", () => {
-    readAt = nowMs();
-    out.end();
-  });
-  child.stderr!.on("data", (b: Buffer) => {
-    readAt = nowMs();
-    err.push(b);
-  });
-  child.stderr!.on("end", () => {
-    readAt = nowMs();
-    err.end();
-  });
+  // Each pipe read into one reused buffer (the splitter copies what it keeps).
+  const outPipe = readPipe(
+    child.stdout!,
+    (b) => {
+      readAt = nowMs();
+      out.push(b);
+    },
+    () => {
+      readAt = nowMs();
+      out.end();
+    },
+  );
+  const errPipe = readPipe(
+    child.stderr!,
+    (b) => {
+      readAt = nowMs();
+      err.push(b);
+    },
+    () => {
+      readAt = nowMs();
+      err.end();
+    },
+  );
 
-  const closed = new Promise<number>((resolve) => {
+  const exited = new Promise<number>((resolve) => {
     child.once("close", (code, signal) => {
       if (code !== null) resolve(code);
       else resolve(128 + (signal ? (osConstants.signals[signal] ?? 0) : 0));
     });
   });
+  // The child's `close` no longer waits for the pipes readPipe took over: the job is over when both are read too.
+  const closed = Promise.all([exited, outPipe.done, errPipe.done]).then(([code]) => code);
 
   let killTimer: NodeJS.Timeout | undefined;
   const kill = (signal: NodeJS.Signals) => {

@@ -78,7 +78,9 @@ export function createLogItemEncoder(requestId: string): LogItemEncoder {
     buf[pos] = 0;
     buf.writeUInt32BE(msg, pos + 1);
     pos += FRAME_PREFIX_BYTES;
-    pos += idField.copy(buf, pos);
+    // TypedArray#set, a V8 builtin: Buffer#copy's JS wrapper (bounds, arguments) cost twice the copy of 38 bytes.
+    buf.set(idField, pos);
+    pos += idLen;
     buf[pos++] = 0x12; // field 2 (log), wire type 2: present even when empty (oneof member)
     pos = writeVarint(buf, pos, c);
     if (lineBytes > 0) {

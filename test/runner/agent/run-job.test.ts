@@ -268,6 +268,19 @@ describe("runJob through a real server", () => {
     expect(resultsOf(requestId)[0]!.lines).toEqual({ stdout: pieces.length + 1, stderr: 0 });
   });
 
+  it("streams what a background process prints after the job's process exits, before the end", async () => {
+    // The pipes are read by readPipe, not through the child's close: the end must still wait for every writer.
+    const { requestId, client } = newClient(server.url);
+    const command = "echo first; (sleep 0.3; echo late; sleep 0.1; echo late-err >&2) &";
+    expect(await runJob(client, { command: "sh", args: ["-c", command] })).toBe(0);
+    await client.close();
+    expect(await stored(requestId)).toEqual([
+      { line: "first", stderr: false },
+      { line: "late", stderr: false },
+      { line: "late-err", stderr: true },
+    ]);
+  });
+
   it("a command that cannot start ends with 127 and says why on stderr", async () => {
     const { requestId, client } = newClient(server.url);
     expect(await runJob(client, { command: path.join(fixtures, "no-such-program") })).toBe(127);
