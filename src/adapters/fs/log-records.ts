@@ -48,16 +48,11 @@ export function timeBase(startedAt: string | null): number {
 }
 
 /**
- * Bytes of the records of `stored[start, end)` (one line each, the whole batch by default) and each record's size
- * (`sizes[0]` is `stored[start]`'s); times count from `baseUs` ({@link timeBase}). O(bytes).
+ * Bytes of the batch's records (one line each) and each record's size; times count from `baseUs`
+ * ({@link timeBase}). O(bytes).
  */
-export function encodeRecords(
-  stored: readonly StoredLine[],
-  baseUs: number,
-  start = 0,
-  end = stored.length,
-): { bytes: Buffer; sizes: Uint32Array } {
-  const n = end - start;
+export function encodeRecords(stored: readonly StoredLine[], baseUs: number): { bytes: Buffer; sizes: Uint32Array } {
+  const n = stored.length;
   const sizes = new Uint32Array(n);
   // A line received as bytes whose JSON string is its own bytes between quotes is copied
   // as it came (no string is made for it: the batch outlives a datasync, so every string
@@ -66,7 +61,7 @@ export function encodeRecords(
   const heads: string[] = new Array<string>(n);
   let total = 0;
   for (let i = 0; i < n; i++) {
-    const line = stored[start + i]!;
+    const line = stored[i]!;
     if (line instanceof ReceivedLine && (line.plainJson || isPlainJsonText(line.buf, line.start, line.end))) {
       // The flag and time are ASCII: their length is their bytes.
       heads[i] = head(line, baseUs);
@@ -83,7 +78,7 @@ export function encodeRecords(
   for (let i = 0; i < n; i++) {
     const text = texts[i];
     if (text === null) {
-      const line = stored[start + i] as ReceivedLine;
+      const line = stored[i] as ReceivedLine;
       const h = bytes.write(heads[i]!, pos, "latin1");
       bytes[pos + h] = 0x22;
       line.buf.copy(bytes, pos + h + 1, line.start, line.end);

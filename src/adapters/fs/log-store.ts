@@ -21,7 +21,7 @@ import {
 } from "../../runner/service/job-state.js";
 import { readKept, type AppendPlan } from "../../runner/service/log-tail.js";
 import { JobListIndex } from "../../runner/service/job-list.js";
-import { cloneSections, emptySections, foldSectionsRange } from "../../runner/service/log-sections.js";
+import { cloneSections, emptySections, foldSections } from "../../runner/service/log-sections.js";
 import type { JobLogStore, JobState, StoredLine } from "../../runner/ports.js";
 import { readsLineEntries } from "../../runner/protocol/received-line.js";
 import { publicState, releaseBackend, sharedBackend, type Job, type Persisted } from "./log-jobs.js";
@@ -157,14 +157,14 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
     const head = plan.runs.find((run) => run.segment === null);
     let headBytes = 0;
     if (head) {
-      const { bytes, sizes } = encodeRecords(plan.lines, base, head.start, head.end);
+      const { bytes, sizes } = encodeRecords(head.lines, base);
       const at = next.fileBytes;
       next.fileBytes += bytes.length;
       headBytes = bytes.length;
       writes.push(backend.openLogs.write(job, bytes, at, sync, at === 0));
       if (job.index) extendIndex(job.index, at, head.first, sizes);
     }
-    writes.push(job.tail.write(job.state, next, plan, base, headBytes));
+    writes.push(job.tail.write(job.state, next, plan.runs, base, headBytes));
     try {
       await commitState(
         next,
@@ -243,12 +243,11 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
           const plan = planAppend(next, fresh, now);
           // Sections fold over the runs in position order, into the state written with them.
           for (const run of plan.runs) {
-            const sections = foldSectionsRange(next.sections, plan.lines, run.start, run.end, run.first);
+            const sections = foldSections(next.sections, run.lines, run.first);
             if (sections) next.sections = sections;
           }
           if (next.cut || job.state.cut) return appendCut(job, next, plan);
-          // Uncut: one head run, the whole of the plan's lines.
-          const stored = plan.lines;
+          const stored = plan.runs[0]?.lines ?? [];
           if (stored.length > 0) {
             // Each record encoded once (O(bytes)); the index below reuses their sizes.
             const { bytes, sizes } = encodeRecords(stored, timeBase(next.startedAt));

@@ -132,11 +132,7 @@ export function planAppend(state: JobState, fresh: readonly LogEntry[], now: Dat
   if (cutting) return planCutAppend(state, fresh, now);
   const first = state.storedLines;
   const lines = applyAppend(state, fresh, now);
-  return {
-    lines,
-    runs: lines.length > 0 ? [{ first, segment: null, start: 0, end: lines.length, lines }] : [],
-    drop: [],
-  };
+  return { runs: lines.length > 0 ? [{ first, segment: null, lines }] : [], drop: [] };
 }
 
 /** Applies a finish (mutates `state`); returns false when the job had already ended. */

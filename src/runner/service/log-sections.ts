@@ -59,24 +59,9 @@ export function foldSections(
   first: number,
   onEvent?: (event: LogSectionEvent) => void,
 ): LogSections | undefined {
-  return foldSectionsRange(record, lines, 0, lines.length, first, onEvent);
-}
-
-/**
- * {@link foldSections} over `lines[start, end)`, the line at `start` stored at position `first` (a run of an append
- * plan, folded without copying it out). O(end − start), plus O(sections + marker bytes) when there is a marker.
- */
-export function foldSectionsRange(
-  record: LogSections | undefined,
-  lines: readonly StoredLine[],
-  start: number,
-  end: number,
-  first: number,
-  onEvent?: (event: LogSectionEvent) => void,
-): LogSections | undefined {
   let out: LogSections | null = null;
   let open: number[] = [];
-  for (let k = start; k < end; k++) {
+  for (let k = 0; k < lines.length; k++) {
     const line = lines[k]!;
     if (!mayHoldMarker(line)) continue;
     const marker = parseSectionMarker(line.line);
@@ -87,7 +72,7 @@ export function foldSectionsRange(
       out = { ...base, sections: base.sections.slice() };
       open = openIndexes(out.sections);
     }
-    apply(out, open, marker, first + k - start, line.time ?? 0, onEvent);
+    apply(out, open, marker, first + k, line.time ?? 0, onEvent);
   }
   return out ?? record;
 }

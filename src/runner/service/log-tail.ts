@@ -18,46 +18,18 @@ export function tailSegmentBytes(cut: Pick<LogCut, "tailBytes">): number {
   return Math.max(1, Math.ceil(cut.tailBytes / TAIL_SEGMENTS));
 }
 
-/**
- * Lines an append stores, as contiguous runs: `segment` is the tail segment's first position, or null for the head.
- * A run is `[start, end)` of its plan's `lines`; `lines` is that range as an array of its own (a copy, made when first
- * asked for, unless the run is the whole plan): the fs store encodes the range in place and never asks.
- */
+/** Lines an append stores, as contiguous runs: `segment` is the tail segment's first position, or null for the head. */
 export interface StoredRun {
   first: number;
   segment: number | null;
-  start: number;
-  end: number;
-  readonly lines: StoredLine[];
+  lines: StoredLine[];
 }
 
 /** What an append does to a store: runs to write (in order) and tail segments stored before it to drop. */
 export interface AppendPlan {
-  /** Every line the runs store, in order (the runs are ranges of it; lines of dropped runs may lie between them). */
-  lines: StoredLine[];
   runs: StoredRun[];
   /** Segments (their first positions and ends) stored earlier and dropped now. */
   drop: { first: number; end: number }[];
-}
-
-/** A run of a cut append: a range of the plan's array, copied out only when a store asks for `lines`. */
-class PlannedRun implements StoredRun {
-  end: number;
-  private copy: StoredLine[] | null = null;
-
-  constructor(
-    private readonly all: StoredLine[],
-    readonly first: number,
-    readonly segment: number | null,
-    readonly start: number,
-  ) {
-    this.end = start;
-  }
-
-  get lines(): StoredLine[] {
-    if (this.start === 0 && this.end === this.all.length) return this.all;
-    return (this.copy ??= this.all.slice(this.start, this.end));
-  }
 }
 
 /** The text of the drop marker of `cut`. O(1). */
@@ -131,12 +103,10 @@ export function planCutAppend(state: JobState, fresh: readonly LogEntry[], now: 
   // grown by push a line. Not for a huge append (V8 makes `new Array(n)` a dictionary past ~100k elements).
   const flat: StoredLine[] = fresh.length <= 65_536 ? new Array<StoredLine>(fresh.length) : [];
   let n = 0;
-  // The runs are ranges of `flat`, handed to the store as they are: no array a run (the fs store encodes the ranges
-  // in place; a copy of ~7,600 references a run, and another joining them, cost the fs store ~5 % on ingest).
-  const ranges: PlannedRun[] = [];
+  const ranges: Range[] = [];
   const drop: { first: number; end: number }[] = [];
   const before = state.storedLines;
-  let run: PlannedRun | null = null;
+  let run: Range | null = null;
   const iso = now.toISOString();
   // What the tail's segments count, kept as it goes (the segments are summed once, not per entry).
   let kept = state.cut ? tailCount(state.cut) : 0;
@@ -181,7 +151,7 @@ export function planCutAppend(state: JobState, fresh: readonly LogEntry[], now: 
     if (count > 0) {
       const key = segment === null ? null : segment.first;
       if (run === null || run.segment !== key) {
-        run = new PlannedRun(flat, state.storedLines, key, n);
+        run = { first: state.storedLines, segment: key, start: n, end: n };
         ranges.push(run);
       }
       if (received !== null) flat[n++] = received;
@@ -198,7 +168,20 @@ export function planCutAppend(state: JobState, fresh: readonly LogEntry[], now: 
   if (fresh.length > 0 && state.startedAt === null) state.startedAt = iso;
   state.lastSeenAt = iso;
   flat.length = n;
-  return { lines: flat, runs: ranges, drop };
+  const runs = ranges.map((r): StoredRun => ({
+    first: r.first,
+    segment: r.segment,
+    lines: r.start === 0 && r.end === n ? flat : flat.slice(r.start, r.end),
+  }));
+  return { runs, drop };
+}
+
+/** A run while an append is planned: lines `[start, end)` of the plan's array. */
+interface Range {
+  first: number;
+  segment: number | null;
+  start: number;
+  end: number;
 }
 
 /** What a cut's tail segments count. O(segments). */
@@ -216,7 +199,7 @@ function dropOldest(
   cut: LogCut,
   state: JobState,
   storedBefore: number,
-  runs: StoredRun[],
+  runs: Range[],
   drop: { first: number; end: number }[],
   kept: number,
 ): number {
