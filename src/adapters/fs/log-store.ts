@@ -155,14 +155,16 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
     const base = timeBase(next.startedAt);
     const writes: Promise<void>[] = [];
     const head = plan.runs.find((run) => run.segment === null);
+    let headBytes = 0;
     if (head) {
       const { bytes, sizes } = encodeRecords(head.lines, base);
       const at = next.fileBytes;
       next.fileBytes += bytes.length;
+      headBytes = bytes.length;
       writes.push(backend.openLogs.write(job, bytes, at, sync, at === 0));
       if (job.index) extendIndex(job.index, at, head.first, sizes);
     }
-    writes.push(job.tail.write(job.state, next, plan.runs, base));
+    writes.push(job.tail.write(job.state, next, plan.runs, base, headBytes));
     try {
       await commitState(
         next,

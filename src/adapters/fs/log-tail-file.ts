@@ -109,9 +109,10 @@ export class TailFiles {
   /**
    * Writes the tail runs of an append (its head run is the caller's) and sets `next.tailRing` to what they and the
    * kept segments of `prev` make; the promise settles when they are written (and synced). Nothing a committed state
-   * names is overwritten: the bytes go where `prev`'s segments are not. O(bytes) (plus the kept tail on a copy).
+   * names is overwritten: the bytes go where `prev`'s segments are not. `headBytes`: what the same append writes
+   * to the head (a new ring is sized for the whole append). O(bytes) (plus the kept tail on a copy).
    */
-  write(prev: TailRecord, next: TailRecord, runs: readonly StoredRun[], baseUs: number): Promise<void> {
+  write(prev: TailRecord, next: TailRecord, runs: readonly StoredRun[], baseUs: number, headBytes = 0): Promise<void> {
     const tail = runs.filter((r) => r.segment !== null);
     const lines = tail.length === 1 ? tail[0]!.lines : joinRuns(tail);
     // One encoding and one write for the whole append, however many segments it spans.
@@ -122,7 +123,7 @@ export class TailFiles {
     const used = ring ? sumBytes(ring.segments) : 0;
     if (!ring || prev.tailFiles || used + bytes.length > ring.size) {
       if (bytes.length === 0 && !prev.tailFiles && !ring) return Promise.resolve();
-      return this.copyInto(prev, next, kept, tail, bytes, sizes);
+      return this.copyInto(prev, next, kept, tail, bytes, sizes, headBytes);
     }
     const segments = ring.segments.map((s) => ({ ...s }));
     // Where the newest segment ends (the oldest's start when the ring holds none).
@@ -236,16 +237,20 @@ export class TailFiles {
     runs: readonly StoredRun[],
     bytes: Buffer,
     sizes: Uint32Array,
+    headBytes: number,
   ): Promise<void> {
     const old = (prev.tailRing?.segments ?? prev.tailFiles ?? []).filter((s) => kept.has(s.first));
     const cut = next.cut!;
     const segment = Math.ceil(cut.tailBytes / TAIL_SEGMENTS);
     // The tail, one more append as large as this one, and a segment: appends no larger never copy again (the
-    // server's appends of ~1.7 MB copied a 4 MiB tail every time with two segments of slack). At most
-    // 2 × tailBytes + a segment + a line, since an append writes no more than the tail keeps.
+    // server's appends of ~1.7 MB copied a 4 MiB tail every time with two segments of slack). The append that cuts
+    // the log writes only its end to the tail: it is sized by the whole append (its head records too), else the
+    // next ones, all tail, copied the tail once more a job. At most 2 × tailBytes + a segment + a line, since an
+    // append writes no more than the tail keeps.
+    const append = Math.max(bytes.length, Math.min(bytes.length + headBytes, cut.tailBytes));
     const size = Math.max(
       cut.tailBytes + 2 * segment,
-      cut.tailBytes + bytes.length + segment,
+      cut.tailBytes + append + segment,
       sumBytes(old) + bytes.length,
       1,
     );

@@ -65,3 +65,30 @@ it("reads of a cut log on the fs store equal the memory store's, whatever the ap
     { numRuns: 60 },
   );
 });
+
+it("sizes the ring made by the append that cuts the log for the whole append: later ones as large are not copied", async () => {
+  const dir = await mkdtemp(path.join(os.tmpdir(), "rd-tail-ring-"));
+  const fs = createFsLogStore(dir, { fsync: false });
+  const id = randomUUID();
+  const ringNames = async () => (await readdir(path.join(dir, "jobs"))).filter((n) => n.startsWith(`${id}.ring-`));
+  try {
+    // A 4,000-byte tail (500-byte segments); appends of 14 lines of 100 bytes (116 counted, as the service counts
+    // them), 40 % of the tail. The first append cuts after 10 lines: a ring sized for its 4 tail lines only is
+    // copied once the tail is full; one sized for the whole append never is.
+    const batch = (at: number, cutAt = -1) =>
+      Array.from({ length: 14 }, (_, j) => ({
+        ...item(at + j, 100),
+        bytes: 116,
+        ...(j === cutAt ? { tailBytes: 4_000, capped: true } : {}),
+      }));
+    await fs.append(id, 0, batch(0, 10));
+    expect(await ringNames()).toEqual([`${id}.ring-1`]);
+    for (let k = 1; k < 8; k++) await fs.append(id, 14 * k, batch(14 * k));
+    expect(await ringNames()).toEqual([`${id}.ring-1`]);
+    const lines = await fs.read(id);
+    expect(lines[lines.length - 1]!.line).toBe(item(14 * 8 - 1, 100).stored[0]!.line);
+  } finally {
+    await fs.close?.();
+    await rm(dir, { recursive: true, force: true });
+  }
+});
