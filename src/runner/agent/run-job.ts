@@ -158,29 +158,21 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
     masking,
     onBytes: logUtf8 && ((buf, start, end) => sendBytes(buf, start, end, true)),
   });
-  // Each pipe read into one reused buffer (the splitter copies what it keeps).
-  const outPipe = readPipe(
-    child.stdout!,
-    (b) => {
-      readAt = nowMs();
-      out.push(b);
-    },
-    () => {
-      readAt = nowMs();
-      out.end();
-    },
-  );
-  const errPipe = readPipe(
-    child.stderr!,
-    (b) => {
-      readAt = nowMs();
-      err.push(b);
-    },
-    () => {
-      readAt = nowMs();
-      err.end();
-    },
-  );
+  // Each pipe read into one reused buffer (the splitter copies what it keeps); a read stamps the time.
+  const readInto = (pipe: NonNullable<typeof child.stdout>, splitter: typeof out) =>
+    readPipe(
+      pipe,
+      (b) => {
+        readAt = nowMs();
+        splitter.push(b);
+      },
+      () => {
+        readAt = nowMs();
+        splitter.end();
+      },
+    );
+  const outPipe = readInto(child.stdout!, out);
+  const errPipe = readInto(child.stderr!, err);
 
   const exited = new Promise<number>((resolve) => {
     child.once("close", (code, signal) => {
