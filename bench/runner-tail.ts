@@ -32,11 +32,38 @@ const SECRET = "bench-tail-secret";
 const MiB = 1024 * 1024;
 const JOB_MIB = Number(process.env.BENCH_TAIL_MIB ?? 64);
 const ROUNDS = Number(process.env.BENCH_TAIL_ROUNDS ?? 5);
-/** Pairs of the store-alone rows (after one warm-up pair): enough that a 5 % difference stands out of the noise. */
+/**
+ * Jobs (or store-alone pairs) a process takes before it is measured as running: the cut path's functions run ~20
+ * times a job, so V8 takes several jobs to finish compiling them (docs/decisions/log-tail.md, "Warm-up").
+ */
+const WARM = Number(process.env.BENCH_TAIL_WARM ?? 3);
+/** Pairs of the store-alone rows (after WARM warm-up pairs): enough that a 5 % difference stands out of the noise. */
 const STORE_PAIRS = Number(process.env.BENCH_TAIL_STORE_PAIRS ?? 15);
+/** Rounds of the running servers' jobs (after one job each not counted). */
+const RUNNING = Number(process.env.BENCH_TAIL_RUNNING ?? 12);
 const LINE = 200;
 const fmt = (n: number) => Math.round(n).toLocaleString("en-US");
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+/**
+ * The 95 % interval of the median of `ratios` by the bootstrap (10,000 resamples, a fixed seed so a run's section
+ * can be recomputed): how far the median of this few rounds could be from the machine's own.
+ */
+function medianInterval(ratios: number[]): [number, number] {
+  let seed = 0x2545f491;
+  const random = () => {
+    seed ^= seed << 13;
+    seed ^= seed >>> 17;
+    seed ^= seed << 5;
+    return (seed >>> 0) / 2 ** 32;
+  };
+  const medians: number[] = [];
+  for (let i = 0; i < 10_000; i++)
+    medians.push(median(ratios.map(() => ratios[Math.floor(random() * ratios.length)]!)));
+  medians.sort((a, b) => a - b);
+  return [medians[249]!, medians[9_749]!];
+}
+/** A ratio against the peer as a cost: 1.05 → "5.0 %". */
+const percent = (ratio: number) => `${((ratio - 1) * 100).toFixed(1)} %`;
 
 interface Config {
   name: string;
@@ -65,6 +92,8 @@ interface Server {
   port: number;
   /** The server process's CPU time so far (user + system), in ms. */
   cpu(): Promise<number>;
+  /** Forgets the server's ended jobs (their lines and files). */
+  prune(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -75,6 +104,8 @@ async function startServer(store: string, limits: Record<string, number>): Promi
       "--import",
       "tsx",
       "--expose-gc",
+      // BENCH_SERVER_ARGS: node flags for each server child (e.g. "--trace-deopt --trace-opt").
+      ...(process.env.BENCH_SERVER_ARGS ? process.env.BENCH_SERVER_ARGS.split(" ") : []),
       ...(process.env.BENCH_TAIL_PROF ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_TAIL_PROF}`] : []),
     ],
     env: { ...process.env, BENCH_SECRET: SECRET, BENCH_LOG_STORE: store, BENCH_LIMITS: JSON.stringify(limits) },
@@ -88,6 +119,11 @@ async function startServer(store: string, limits: Record<string, number>): Promi
       child.send("cpu");
       const [{ cpu }] = await answer;
       return (cpu.user + cpu.system) / 1000;
+    },
+    async prune() {
+      const answer = once(child, "message");
+      child.send("prune");
+      await answer;
     },
     async stop() {
       const exited = once(child, "exit");
@@ -142,15 +178,13 @@ async function ingest(port: number): Promise<number> {
 }
 
 /**
- * Rounds alternating between the configurations, a fresh server per round and configuration taking two jobs; MB/s of
- * the first job and server CPU ms of each. A fresh server compiles the cut path's code (TurboFan, on V8's helper
- * threads) during its first cut job, a cost a process pays once; the second job is what a running server pays a job
- * (docs/decisions/log-tail.md, "What bounds the end-to-end cost").
+ * A server's first job: rounds alternating between the configurations, a fresh server per round and configuration;
+ * MB/s and server CPU ms. A fresh server compiles the cut path's code (TurboFan, on V8's helper threads) during its
+ * first cut job, a cost a process pays once (docs/decisions/log-tail.md, "What bounds the end-to-end cost").
  */
-async function measure(store: string): Promise<{ rates: number[][]; cpu: number[][]; cpuSecond: number[][] }> {
-  const out = CONFIGS.map(() => [] as number[]);
+async function measureFirst(store: string): Promise<{ rates: number[][]; cpu: number[][] }> {
+  const rates = CONFIGS.map(() => [] as number[]);
   const cpu = CONFIGS.map(() => [] as number[]);
-  const cpuSecond = CONFIGS.map(() => [] as number[]);
   // Warm-up: one round, not counted.
   for (let round = -1; round < ROUNDS; round++) {
     for (const [k, config] of CONFIGS.entries()) {
@@ -158,20 +192,46 @@ async function measure(store: string): Promise<{ rates: number[][]; cpu: number[
       try {
         const before = await server.cpu();
         const rate = await ingest(server.port);
-        const between = await server.cpu();
-        await ingest(server.port);
         const after = await server.cpu();
         if (round >= 0) {
-          out[k]!.push(rate);
-          cpu[k]!.push(between - before);
-          cpuSecond[k]!.push(after - between);
+          rates[k]!.push(rate);
+          cpu[k]!.push(after - before);
         }
       } finally {
         await server.stop();
       }
     }
   }
-  return { rates: out, cpu, cpuSecond };
+  return { rates, cpu };
+}
+
+/**
+ * What a running server pays a job: one server per configuration, all started at once, each given WARM jobs first (not
+ * counted: they compile), then RUNNING rounds of one job per configuration, the order rotating a round so none always
+ * follows another; ended jobs are pruned after every job, so each starts from the same store (the memory store's
+ * peer would otherwise hold every earlier 64 MiB job). Server CPU ms per job. A round's jobs ran back to back under
+ * the same load, so the median of the rounds' ratios against the peer is the steadier figure.
+ */
+async function measureRunning(store: string): Promise<number[][]> {
+  const cpu = CONFIGS.map(() => [] as number[]);
+  const servers: Server[] = [];
+  try {
+    for (const config of CONFIGS) servers.push(await startServer(store, config.limits));
+    for (let round = -WARM; round < RUNNING; round++) {
+      for (let i = 0; i < CONFIGS.length; i++) {
+        const k = (i + Math.max(0, round)) % CONFIGS.length;
+        const server = servers[k]!;
+        const before = await server.cpu();
+        await ingest(server.port);
+        const after = await server.cpu();
+        await server.prune();
+        if (round >= 0) cpu[k]!.push(after - before);
+      }
+    }
+  } finally {
+    for (const server of servers) await server.stop();
+  }
+  return cpu;
 }
 
 /**
@@ -250,7 +310,7 @@ async function storeRows(): Promise<string[]> {
   const rows: string[] = [];
   for (const kind of ["memory", "fs"]) {
     const times: [number[], number[]] = [[], []];
-    for (let round = -1; round < STORE_PAIRS; round++) {
+    for (let round = -WARM; round < STORE_PAIRS; round++) {
       // Pairs alternate which goes first, so neither always runs after the other's garbage.
       const order = round % 2 === 0 ? [0, 1] : [1, 0];
       for (const k of order) {
@@ -284,21 +344,29 @@ export async function run(): Promise<string> {
   // BENCH_TAIL_ONLY=store: the store rows alone (a quick look without the servers); =fs or =memory: those servers.
   const only = process.env.BENCH_TAIL_ONLY;
   const stores = only === "fs" || only === "memory" ? [] : await storeRows();
+  const running: string[] = [];
   for (const store of only === "store" ? [] : only === "fs" || only === "memory" ? [only] : ["memory", "fs"]) {
-    const { rates, cpu, cpuSecond } = await measure(store);
+    const label = store === "fs" ? "fs (fsync on)" : store;
+    const { rates, cpu } = await measureFirst(store);
     const peer = median(rates[PEER]!);
     const peerCpu = median(cpu[PEER]!);
-    const peerSecond = median(cpuSecond[PEER]!);
     for (const [k, config] of CONFIGS.entries()) {
       const m = median(rates[k]!);
       const c = median(cpu[k]!);
       // Time cost: how much longer the job took than the peer's (rates: peer ÷ ours − 1).
       const cost = k === PEER ? "—" : `${((peer / m - 1) * 100).toFixed(1)} %`;
-      const cpuCost = k === PEER ? "—" : `${(((c - peerCpu) / peerCpu) * 100).toFixed(1)} %`;
-      const c2 = median(cpuSecond[k]!);
-      const secondCost = k === PEER ? "—" : `${(((c2 - peerSecond) / peerSecond) * 100).toFixed(1)} %`;
       rows.push(
-        `| ${store === "fs" ? "fs (fsync on)" : store} | ${config.name} | ${fmt(m)} | ${rates[k]!.map(fmt).join(" / ")} | ${cost} | ${fmt(c)} | ${cpuCost} | ${fmt(c2)} | ${cpuSecond[k]!.map(fmt).join(" / ")} | ${secondCost} |`,
+        `| ${label} | ${config.name} | ${fmt(m)} | ${rates[k]!.map(fmt).join(" / ")} | ${cost} | ${fmt(c)} | ${cpu[k]!.map(fmt).join(" / ")} | ${k === PEER ? "—" : percent(c / peerCpu)} |`,
+      );
+    }
+    const later = await measureRunning(store);
+    const peerLater = later[PEER]!;
+    for (const [k, config] of CONFIGS.entries()) {
+      const c = median(later[k]!);
+      const ratios = later[k]!.map((t, i) => t / peerLater[i]!);
+      const [low, high] = medianInterval(ratios);
+      running.push(
+        `| ${label} | ${config.name} | ${fmt(c)} | ${later[k]!.map(fmt).join(" / ")} | ${k === PEER ? "—" : percent(c / median(peerLater))} | ${k === PEER ? "—" : percent(median(ratios))} | ${k === PEER ? "—" : `${percent(low)} to ${percent(high)}`} |`,
       );
     }
   }
@@ -307,13 +375,21 @@ export async function run(): Promise<string> {
     "",
     `Machine of this section: ${os.cpus().length} × ${os.cpus()[0]?.model ?? "?"}, Linux ${os.release()}, Node ${process.version}.`,
     "",
-    `Method: one job of ${JOB_MIB} MiB of ${LINE}-byte lines (every 10th on stderr) written as fast as HTTP/2 flow control lets it over one raw gRPC call (frames made before the clock starts) to \`startRunnerServer\` in a child process, timed to the acknowledged end; a fresh server per round and configuration, which takes the job twice (its first job: the rate and the first CPU columns; its second: the last three, what a running server pays a job, since a fresh process compiles the cut path's code once, during its first cut job; the memory store still holds the first job's lines during the second); one warm-up round, then ${ROUNDS} rounds alternating between the configurations; MB = 10⁶ bytes of line text; server CPU: the child's user + system time over the job (less swayed by other work on the machine than the wall clock). A cost is (ours − peer) ÷ peer: negative means cheaper. The peer is the same job under a limit it never reaches: every line stored either way, so the difference is what the cut costs (the rolling tail's segments, the drops). The drop behaviour before the tail stores nothing past the limit; it is shown for reference, not as the peer.`,
+    `Method: one job of ${JOB_MIB} MiB of ${LINE}-byte lines (every 10th on stderr) written as fast as HTTP/2 flow control lets it over one raw gRPC call (frames made before the clock starts) to \`startRunnerServer\` in a child process, timed to the acknowledged end; MB = 10⁶ bytes of line text; server CPU: the child's user + system time over the job (less swayed by other work on the machine than the wall clock). A cost is (ours − peer) ÷ peer: negative means cheaper. The peer is the same job under a limit it never reaches: every line stored either way, so the difference is what the cut costs (the rolling tail's segments, the drops). The drop behaviour before the tail stores nothing past the limit; it is shown for reference, not as the peer.`,
     "",
-    "| store | configuration | MB/s (median) | all rounds | time cost against the peer | server CPU ms (median) | CPU cost against the peer | second job: server CPU ms (median) | all rounds | CPU cost against the peer |",
-    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    `A server's first job: a fresh server per round and configuration, one warm-up round, then ${ROUNDS} rounds alternating between the configurations. A fresh process compiles the cut path's code during its first cut job, a cost it pays once.`,
+    "",
+    "| store | configuration | MB/s (median) | all rounds | time cost against the peer | server CPU ms (median) | all rounds | CPU cost against the peer |",
+    "|---|---|---:|---:|---:|---:|---:|---:|",
     ...rows,
     "",
-    `The store alone (in the bench process, no network): the same ${JOB_MIB} MiB of entries as the fast path hands them, made just before each append (the harness holds one append's entries, not both jobs) (received lines, views of 64 KiB request chunks, 216 counted a line; the one that passes the head's share a plain entry marked as the tail's start) appended ${fmt(APPEND)} at a time (what the server's appends of this job hold) to a fresh store, the tail kept under a 16 MiB limit against the peer's 1 GiB; CPU ms of this process over the appends (user + system, summed around each append); a fresh store and directory per job, the job opened before the clock; one warm-up pair, then ${STORE_PAIRS} pairs, which one goes first alternating; the cost of the medians, and the median of the pairs' own ratios (each pair ran back to back, under the same load).`,
+    `What a running server pays a job: one server per configuration, all running at once, each given ${WARM} jobs first (not counted: V8 finishes compiling the cut path's code over the first few), then ${RUNNING} rounds of one job per configuration, the order rotating each round; every ended job pruned after it, so each job starts from the same store. The cost of the medians, and the median of the rounds' own ratios (a round's jobs ran back to back, under the same load) with its bootstrap interval: one job's server CPU moves ±25 % between identical jobs on this machine, so the interval, not the median alone, says what the rounds can tell.`,
+    "",
+    "| store | configuration | server CPU ms a job (median) | all rounds | cost (medians) | cost (median of round ratios) | 95 % interval of that median (bootstrap) |",
+    "|---|---|---:|---:|---:|---:|---:|",
+    ...running,
+    "",
+    `The store alone (in the bench process, no network): the same ${JOB_MIB} MiB of entries as the fast path hands them, made just before each append (the harness holds one append's entries, not both jobs) (received lines, views of 64 KiB request chunks, 216 counted a line; the one that passes the head's share a plain entry marked as the tail's start) appended ${fmt(APPEND)} at a time (what the server's appends of this job hold) to a fresh store, the tail kept under a 16 MiB limit against the peer's 1 GiB; CPU ms of this process over the appends (user + system, summed around each append); a fresh store and directory per job, the job opened before the clock; ${WARM} warm-up pairs, then ${STORE_PAIRS} pairs, which one goes first alternating; the cost of the medians, and the median of the pairs' own ratios (each pair ran back to back, under the same load).`,
     "",
     "| store | tail kept: CPU ms (median) | all rounds | peer: CPU ms (median) | all rounds | cost (medians) | cost (median of pair ratios) |",
     "|---|---:|---:|---:|---:|---:|---:|",

@@ -47,7 +47,9 @@ async function logStore(): Promise<{ logs: JobLogStore; cleanup(): Promise<void>
   const kind = process.env.BENCH_LOG_STORE ?? "memory";
   if (kind === "fs") {
     const dir = await mkdtemp(path.join(tmpdir(), "rd-bench-logs-"));
-    return { logs: createFsLogStore(dir, { fsync: true }), cleanup: () => rm(dir, { recursive: true, force: true }) };
+    // BENCH_FS_FSYNC=0: the fs store without fsync (bench/runner-tail.ts, to tell the disk's share of a cost).
+    const fsync = process.env.BENCH_FS_FSYNC !== "0";
+    return { logs: createFsLogStore(dir, { fsync }), cleanup: () => rm(dir, { recursive: true, force: true }) };
   }
   if (kind === "pg") {
     const url = process.env.BENCH_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test";
@@ -101,6 +103,13 @@ if (mode === "ours" || mode === "ours-connect") {
     if (m === "mem") send(memory(runner.activeCalls));
     // bench/runner-masking.ts: a job registered with its secrets (the service masks them too).
     if (m === "cpu") send({ cpu: process.cpuUsage() });
+    // bench/runner-tail.ts: forget the ended jobs and collect, so each job of a long-lived server starts from the same
+    // store and heap (no collection of an earlier job's garbage lands in it).
+    if (m === "prune") {
+      const pruned = (await store.logs.prune?.(new Date(Date.now() + 60_000))) ?? 0;
+      (globalThis as { gc?: () => void }).gc?.();
+      send({ pruned });
+    }
     if (typeof m === "object" && m !== null && "expect" in m) {
       const { expect, secrets } = m as { expect: string; secrets: string[] };
       await runner.expectJob(expect, { secrets });
