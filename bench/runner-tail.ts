@@ -39,7 +39,7 @@ const ROUNDS = Number(process.env.BENCH_TAIL_ROUNDS ?? 5);
 const WARM = Number(process.env.BENCH_TAIL_WARM ?? 3);
 /** Pairs of the store-alone rows (after WARM warm-up pairs): enough that a 5 % difference stands out of the noise. */
 const STORE_PAIRS = Number(process.env.BENCH_TAIL_STORE_PAIRS ?? 15);
-/** Rounds of the running servers' jobs (after one job each not counted). */
+/** Rounds of the running servers' jobs (after WARM jobs each, not counted). */
 const RUNNING = Number(process.env.BENCH_TAIL_RUNNING ?? 12);
 const LINE = 200;
 const fmt = (n: number) => Math.round(n).toLocaleString("en-US");
