@@ -40,7 +40,7 @@ const WARM = Number(process.env.BENCH_TAIL_WARM ?? 3);
 /** Pairs of the store-alone rows (after WARM warm-up pairs): enough that a 5 % difference stands out of the noise. */
 const STORE_PAIRS = Number(process.env.BENCH_TAIL_STORE_PAIRS ?? 15);
 /** Rounds of the running servers' jobs (after WARM jobs each, not counted). */
-const RUNNING = Number(process.env.BENCH_TAIL_RUNNING ?? 12);
+const RUNNING = Number(process.env.BENCH_TAIL_RUNNING ?? 20);
 const LINE = 200;
 const fmt = (n: number) => Math.round(n).toLocaleString("en-US");
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
@@ -208,8 +208,10 @@ async function measureFirst(store: string): Promise<{ rates: number[][]; cpu: nu
 /**
  * What a running server pays a job: one server per configuration, all started at once, each given WARM jobs first (not
  * counted: they compile), then RUNNING rounds of one job per configuration, the order rotating a round so none always
- * follows another; ended jobs are pruned after every job, so each starts from the same store (the memory store's
- * peer would otherwise hold every earlier 64 MiB job). Server CPU ms per job. A round's jobs ran back to back under
+ * follows another; after every job the server prunes every earlier job (the memory store's peer would otherwise hold
+ * every 64 MiB job; the one just ended stays, as a running server keeps its ended jobs), with no
+ * forced collection: gc() between jobs made V8 drop and recompile its optimized code in every job, which cost the cut
+ * path most (docs/decisions/log-tail.md, "Session of 2026-11-30"). Server CPU ms per job. A round's jobs ran back to back under
  * the same load, so the median of the rounds' ratios against the peer is the steadier figure.
  */
 async function measureRunning(store: string): Promise<number[][]> {
@@ -317,7 +319,6 @@ async function storeRows(): Promise<string[]> {
         // A fresh store (and directory) per job: the memory store keeps the peer's 64 MiB otherwise.
         const dir = await mkdtemp(path.join(os.tmpdir(), "rd-bench-tail-"));
         const store = kind === "fs" ? createFsLogStore(dir, { fsync: false }) : createMemoryLogStore();
-        (globalThis as { gc?: () => void }).gc?.();
         try {
           const ms = await appendCpu(store, k === 0 ? entries(16 * MiB, 4 * MiB) : entries(1024 * MiB, 256 * MiB));
           if (round >= 0) times[k]!.push(ms);
@@ -383,7 +384,7 @@ export async function run(): Promise<string> {
     "|---|---|---:|---:|---:|---:|---:|---:|",
     ...rows,
     "",
-    `What a running server pays a job: one server per configuration, all running at once, each given ${WARM} jobs first (not counted: V8 finishes compiling the cut path's code over the first few), then ${RUNNING} rounds of one job per configuration, the order rotating each round; every ended job pruned after it, so each job starts from the same store. The cost of the medians, and the median of the rounds' own ratios (a round's jobs ran back to back, under the same load) with its bootstrap interval: one job's server CPU moves ±25 % between identical jobs on this machine, so the interval, not the median alone, says what the rounds can tell.`,
+    `What a running server pays a job: one server per configuration, all running at once, each given ${WARM} jobs first (not counted: V8 finishes compiling the cut path's code over the first few), then ${RUNNING} rounds of one job per configuration, the order rotating each round; after each job every earlier job pruned (a server holds the one just ended, as a running server keeps its ended jobs), and no collection forced (\`gc()\` between jobs made V8 recompile its optimized code in every job). The cost of the medians, and the median of the rounds' own ratios (a round's jobs ran back to back, under the same load) with its bootstrap interval: one job's server CPU moves ±25 % between identical jobs on this machine, so the interval, not the median alone, says what the rounds can tell.`,
     "",
     "| store | configuration | server CPU ms a job (median) | all rounds | cost (medians) | cost (median of round ratios) | 95 % interval of that median (bootstrap) |",
     "|---|---|---:|---:|---:|---:|---:|",

@@ -99,15 +99,18 @@ if (mode === "ours" || mode === "ours-connect") {
   });
   // ours-connect: the same service with every call through connect-node (no gRPC fast path).
   const server = await startRunnerServer(runner, { port: 0, maxConcurrentStreams: 2000, fastPath: mode === "ours" });
+  let prunedBefore = new Date(0);
   process.on("message", async (m) => {
     if (m === "mem") send(memory(runner.activeCalls));
     // bench/runner-masking.ts: a job registered with its secrets (the service masks them too).
     if (m === "cpu") send({ cpu: process.cpuUsage() });
-    // bench/runner-tail.ts: forget the ended jobs and collect, so each job of a long-lived server starts from the same
-    // store and heap (no collection of an earlier job's garbage lands in it).
+    // bench/runner-tail.ts: forget the jobs that ended before the last prune, so a long-lived server holds one ended
+    // job at most (the memory store's peer would otherwise hold every 64 MiB job). The newest stays, as a running
+    // server keeps its ended jobs; no forced collection: gc() made V8 drop and recompile its optimized code in every
+    // job (docs/decisions/log-tail.md, "Session of 2026-11-30").
     if (m === "prune") {
-      const pruned = (await store.logs.prune?.(new Date(Date.now() + 60_000))) ?? 0;
-      (globalThis as { gc?: () => void }).gc?.();
+      const pruned = (await store.logs.prune?.(prunedBefore)) ?? 0;
+      prunedBefore = new Date();
       send({ pruned });
     }
     if (typeof m === "object" && m !== null && "expect" in m) {
