@@ -87,7 +87,6 @@ async function startServer(profileDir?: string): Promise<{
     execArgv: [
       "--import",
       "tsx",
-      "--expose-gc",
       ...(process.env.BENCH_SERVER_ARGS ? process.env.BENCH_SERVER_ARGS.split(" ") : []),
       ...(profileDir ? ["--cpu-prof", `--cpu-prof-dir=${profileDir}`, "--cpu-prof-name=server.cpuprofile"] : []),
     ],

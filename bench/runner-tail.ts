@@ -103,7 +103,6 @@ async function startServer(store: string, limits: Record<string, number>): Promi
     execArgv: [
       "--import",
       "tsx",
-      "--expose-gc",
       // BENCH_SERVER_ARGS: node flags for each server child (e.g. "--trace-deopt --trace-opt").
       ...(process.env.BENCH_SERVER_ARGS ? process.env.BENCH_SERVER_ARGS.split(" ") : []),
       ...(process.env.BENCH_TAIL_PROF ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_TAIL_PROF}`] : []),
