@@ -80,13 +80,13 @@ async function startServer(profileDir?: string): Promise<{
   port: number;
   cpu(): Promise<number>;
   expect(id: string, secrets: string[]): Promise<void>;
-  prune(): Promise<void>;
   stop(): Promise<void>;
 }> {
   const child: ChildProcess = fork(path.join(here, "runner-worker.ts"), ["ours"], {
     execArgv: [
       "--import",
       "tsx",
+      "--expose-gc",
       ...(process.env.BENCH_SERVER_ARGS ? process.env.BENCH_SERVER_ARGS.split(" ") : []),
       ...(profileDir ? ["--cpu-prof", `--cpu-prof-dir=${profileDir}`, "--cpu-prof-name=server.cpuprofile"] : []),
     ],
@@ -105,11 +105,6 @@ async function startServer(profileDir?: string): Promise<{
     /** Registers the job with its secrets (the service masks them too). */
     async expect(id: string, secrets: string[]) {
       child.send({ expect: id, secrets });
-      await once(child, "message");
-    },
-    /** Forgets the jobs that ended before the previous call (bench/runner-worker.ts), as a running server's retention does. */
-    async prune() {
-      child.send("prune");
       await once(child, "message");
     },
     async stop() {
@@ -255,7 +250,7 @@ const SECRETS = Array.from({ length: 10 }, () => randomBytes(32).toString("base6
  * the machine's load moves) and CPU µs a line of each process (which it moves far less).
  */
 async function endToEnd(profileDir?: string): Promise<string[]> {
-  const kinds = ["limit", "nodeReads", "plain", "masked", "steady"] as const;
+  const kinds = ["limit", "nodeReads", "plain", "masked"] as const;
   const runs = new Map<(typeof kinds)[number], Figures[]>(kinds.map((k) => [k, []]));
   for (let r = 0; r < ROUNDS; r++) {
     for (let i = 0; i < 3; i++) await pipeOnly(Math.min(LINES, 50_000));
@@ -267,12 +262,6 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
       // Alternating which goes first, so neither always runs on the fresher heap.
       const order = r % 2 === 0 ? (["plain", "masked"] as const) : (["masked", "plain"] as const);
       for (const k of order) runs.get(k)!.push(await oursJob(server, LINES, k === "masked" ? SECRETS : []));
-      // The same masked job on a server that has forgotten every job before it: its store's memory comes back
-      // from the ended jobs, as on a server whose retention prunes them, instead of from fresh pages
-      // (docs/decisions/ingest-limit.md, "Session of 2026-11-30").
-      await server.prune();
-      await server.prune();
-      runs.get("steady")!.push(await oursJob(server, LINES, SECRETS));
     } finally {
       await server.stop();
     }
@@ -307,8 +296,6 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
       "every line with its time) → `createRunnerClient` → `startRunnerServer` in a child process on the memory store, " +
       `timed from spawn to the acknowledged end, a fresh server per round after 3 warm-up jobs of 50,000 lines; with masking on, ` +
       `10 secrets of 43 characters registered on both sides (runJob's \`secrets\` and \`expectJob\`'s), so the agent and the service each scan every line. ` +
-      "The last row runs the masked job once more in each round after the server has forgotten every earlier job (the worker's " +
-      "`prune`, twice), so its memory store takes back their memory instead of fresh pages, as on a server whose retention prunes ended jobs. " +
       `Medians of ${ROUNDS}, rounds alternating. CPU µs a line: user + system time of the process over the job ÷ lines ` +
       "(the bench process is the agent; the limit's reader is the same process). The last column is what the CPU figures predict " +
       "on a machine with a core free for each process (the agent and the server run in parallel, so the slower of the two sets the rate): " +
@@ -320,7 +307,6 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
     reference(runs.get("nodeReads")!),
     row("end to end, memory store, times on, no secrets", runs.get("plain")!),
     row("end to end, memory store, times on, masking on (10 secrets)", runs.get("masked")!),
-    row("the same, on a server that has pruned its ended jobs (its memory reused)", runs.get("steady")!),
   ];
 }
 
