@@ -258,7 +258,7 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
     const server = await startServer(r === 0 ? profileDir : undefined);
     try {
       // Warm-up, not counted: jobs of the measured size, because after three of 50,000 lines the first measured job
-      // still cost the server 1.6–2.2 µs a line against ~1.3 for later ones (docs/decisions/ingest-limit.md,
+      // still cost the server 1.6–2.2 µs a line against ~1.0–1.9 for later ones (docs/decisions/ingest-limit.md,
       // "Session of 2026-11-30"); it took the first slot in half the rounds of each row. Both kinds, so the masking
       // code is warm too.
       for (let i = 0; i < 4; i++) await oursJob(server, LINES, i % 2 === 1 ? SECRETS : []);

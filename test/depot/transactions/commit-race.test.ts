@@ -164,7 +164,6 @@ async function reopenRound(url: string, count: number, round = 0): Promise<numbe
   const id = await openTransaction(url, `reopen@1.0.${round}`);
   const winner = await openTransaction(url, `reopen@1.0.${round}`);
   expect((await fetch(`${url}/commit/${winner}`, { method: "POST" })).status).toBe(201);
-  let answered = 0;
   let commitAnswered = false;
   let release!: () => void;
   const commitGate = new Promise<void>((resolve) => (release = resolve));
@@ -177,7 +176,7 @@ async function reopenRound(url: string, count: number, round = 0): Promise<numbe
       const response = await add(url, id, a.addition);
       const body = (await response.json()) as { code?: string };
       results.push({ ...a, status: response.status, code: body.code });
-      if (++answered === Math.max(1, Math.floor(count / 4))) release();
+      if (results.length === Math.max(1, Math.floor(count / 4))) release();
     } while (!commitAnswered && additions.length < 4 * count);
   };
   const senders = Promise.all(Array.from({ length: count }, sender));
