@@ -10,6 +10,7 @@
 import { fork, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
 import { once } from "node:events";
+import http2 from "node:http2";
 import { mkdtemp, readdir, rm, stat } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
@@ -75,14 +76,20 @@ async function pipeOnly(lines: number, reused = true): Promise<Figures> {
   return { rate: lines / seconds, cpuHere: (cpu.user + cpu.system) / lines, cpuServer: 0 };
 }
 
-/** The server (bench/runner-worker.ts, memory store) in a child process, optionally under --cpu-prof. */
-async function startServer(profileDir?: string): Promise<{
+/**
+ * The server (bench/runner-worker.ts: `ours` on the memory store, or `h2-floor`) in a child process, optionally under
+ * --cpu-prof.
+ */
+async function startServer(
+  profileDir?: string,
+  mode: "ours" | "h2-floor" = "ours",
+): Promise<{
   port: number;
   cpu(): Promise<number>;
   expect(id: string, secrets: string[]): Promise<void>;
   stop(): Promise<void>;
 }> {
-  const child: ChildProcess = fork(path.join(here, "runner-worker.ts"), ["ours"], {
+  const child: ChildProcess = fork(path.join(here, "runner-worker.ts"), [mode], {
     execArgv: [
       "--import",
       "tsx",
@@ -139,6 +146,35 @@ async function oursJob(
   await client.close();
   if (code !== 0) throw new Error(`job exited ${code}`);
   return { rate: lines / seconds, cpuHere: (cpu.user + cpu.system) / lines, cpuServer: serverCpu / lines };
+}
+
+/**
+ * The transport alone: the child's stdout written as it comes (node's reads) to one HTTP/2 stream of the `h2-floor`
+ * server, which counts the bytes; timed from spawn to its answer. No gRPC framing, splitting, masking, time or store.
+ */
+async function floorJob(server: { port: number; cpu(): Promise<number> }, lines: number): Promise<Figures> {
+  const session = http2.connect(`http://127.0.0.1:${server.port}`);
+  try {
+    await once(session, "connect");
+    const { command, args } = printer(lines);
+    const server0 = await server.cpu();
+    const cpu0 = process.cpuUsage();
+    const t0 = performance.now();
+    const req = session.request({ ":method": "POST", ":path": "/floor" });
+    const child = spawn(command, args, { stdio: ["ignore", "pipe", "inherit"] });
+    child.stdout.pipe(req);
+    let answer = "";
+    req.setEncoding("utf8");
+    req.on("data", (d: string) => (answer += d));
+    await once(req, "end");
+    const seconds = (performance.now() - t0) / 1000;
+    const cpu = process.cpuUsage(cpu0);
+    const serverCpu = (await server.cpu()) - server0;
+    if (Number(answer) !== lines * 100) throw new Error(`floor: ${answer} of ${lines * 100} bytes`);
+    return { rate: lines / seconds, cpuHere: (cpu.user + cpu.system) / lines, cpuServer: serverCpu / lines };
+  } finally {
+    session.close();
+  }
 }
 
 /** Lines as an agent's stamps make them: one time per 64 KiB pipe read (655 lines), reads 150 µs apart. */
@@ -249,12 +285,19 @@ const SECRETS = Array.from({ length: 10 }, () => randomBytes(32).toString("base6
  * the machine's load moves) and CPU µs a line of each process (which it moves far less).
  */
 async function endToEnd(profileDir?: string): Promise<string[]> {
-  const kinds = ["limit", "nodeReads", "plain", "masked"] as const;
+  const kinds = ["limit", "nodeReads", "floor", "plain", "masked"] as const;
   const runs = new Map<(typeof kinds)[number], Figures[]>(kinds.map((k) => [k, []]));
   for (let r = 0; r < ROUNDS; r++) {
     for (let i = 0; i < 3; i++) await pipeOnly(Math.min(LINES, 50_000));
     runs.get("limit")!.push(await pipeOnly(LINES));
     runs.get("nodeReads")!.push(await pipeOnly(LINES, false));
+    const floor = await startServer(undefined, "h2-floor");
+    try {
+      for (let i = 0; i < 2; i++) await floorJob(floor, LINES);
+      runs.get("floor")!.push(await floorJob(floor, LINES));
+    } finally {
+      await floor.stop();
+    }
     const server = await startServer(r === 0 ? profileDir : undefined);
     try {
       // Warm-up, not counted: jobs of the measured size, because after three of 50,000 lines the first measured job
@@ -295,7 +338,10 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
     "",
     `Method: the child \`yes | head -n ${fmt(LINES)}\` (100-byte lines). Limit: its stdout read from the pipe in this process and ` +
       "only counted (newlines), timed from spawn to close, read as the agent reads it (`readPipe`: one reused 64 KiB buffer; " +
-      "node's own reads, a fresh buffer each, are the reference row). Ours: the same child run by `runJob` (a stamp per pipe read, " +
+      "node's own reads, a fresh buffer each, are the reference row). The transport alone: the same child's stdout piped as it " +
+      "comes into one HTTP/2 request to a bare node:http2 server in a child process that counts the bytes and answers the " +
+      "count (no gRPC framing, splitting, masking, time or store; 2 warm-up jobs): what the stack's transport leaves for the " +
+      "rest. Ours: the same child run by `runJob` (a stamp per pipe read, " +
       "every line with its time) → `createRunnerClient` → `startRunnerServer` in a child process on the memory store, " +
       `timed from spawn to the acknowledged end, a fresh server per round after 4 warm-up jobs of the same size (2 with masking on); with masking on, ` +
       `10 secrets of 43 characters registered on both sides (runJob's \`secrets\` and \`expectJob\`'s), so the agent and the service each scan every line. ` +
@@ -308,6 +354,10 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
     "|---|---:|---:|---:|---:|---:|---:|",
     `| pipe read and counted (the limit) | ${fmt(l)} | ${limit.map((f) => fmt(f.rate)).join(" / ")} | 1.00× | ${lCpu.toFixed(2)} (the reader) | — | 1.00× |`,
     reference(runs.get("nodeReads")!),
+    row(
+      "the transport alone: the child's stdout as it comes over one HTTP/2 stream (node:http2 both sides), bytes counted",
+      runs.get("floor")!,
+    ),
     row("end to end, memory store, times on, no secrets", runs.get("plain")!),
     row("end to end, memory store, times on, masking on (10 secrets)", runs.get("masked")!),
   ];

@@ -4,7 +4,8 @@
  * (memory queue, the log store BENCH_LOG_STORE names (memory by default, fs, pg), token check on; `ours-connect`: the same without the gRPC
  * fast path, every call through connect-node); `grpc-js` = a plain @grpc/grpc-js server
  * loading the same proto that counts lines and acks; `connect-min` = a bare connect-node
- * handler that only counts and acks (the floor under any connect-node service). Talks to its parent over IPC:
+ * handler that only counts and acks (the floor under any connect-node service); `h2-floor` = a bare node:http2 server
+ * that counts each stream's bytes (the transport alone, bench/runner-line-time.ts). Talks to its parent over IPC:
  * sends `{ port }` once listening, answers `"mem"` with memory figures after a GC.
  */
 import http2 from "node:http2";
@@ -145,6 +146,28 @@ if (mode === "ours" || mode === "ours-connect") {
   process.on("message", (m) => {
     if (m === "mem") send(memory(0));
     if (m === "exit") process.exit(0);
+  });
+  send({ port: (server.address() as AddressInfo).port });
+} else if (mode === "h2-floor") {
+  // bench/runner-line-time.ts: the transport alone. Each stream's body is counted, never parsed or kept, and the
+  // count is the answer: what node:http2 costs a line with no framing, splitting, masking or store.
+  // Windows as wide as ours gives a busy call (runner/server/flow-window.ts), so the floor is not a window's.
+  const server = http2.createServer({ settings: { initialWindowSize: 1024 * 1024 } });
+  server.on("session", (session) => session.setLocalWindowSize(1024 * 1024));
+  server.on("stream", (stream) => {
+    let bytes = 0;
+    stream.on("data", (chunk: Buffer) => {
+      bytes += chunk.length;
+    });
+    stream.on("end", () => {
+      stream.respond({ ":status": 200 });
+      stream.end(String(bytes));
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  process.on("message", (m) => {
+    if (m === "cpu") send({ cpu: process.cpuUsage() });
+    if (m === "exit") server.close(() => process.exit(0));
   });
   send({ port: (server.address() as AddressInfo).port });
 } else if (mode === "grpc-js") {
