@@ -21,6 +21,7 @@ import { createPostgresLogStore } from "../src/adapters/postgres/index.js";
 import { ArchiveWriter } from "../src/runner/archive/format.js";
 import { readPipe } from "../src/runner/agent/pipe-reader.js";
 import { runJob } from "../src/runner/agent/run-job.js";
+import { leanJob } from "./lean-pipeline.js";
 import { createRunnerClient } from "../src/runner/client/runner-client.js";
 import { mintJobToken } from "../src/runner/protocol/token.js";
 import type { JobLogStore, LogEntry, StoredLine } from "../src/runner/ports.js";
@@ -77,12 +78,12 @@ async function pipeOnly(lines: number, reused = true): Promise<Figures> {
 }
 
 /**
- * The server (bench/runner-worker.ts: `ours` on the memory store, or `h2-floor`) in a child process, optionally under
+ * The server (bench/runner-worker.ts: `ours` on the memory store, `h2-floor`, or a lean one) in a child process, optionally under
  * --cpu-prof.
  */
 async function startServer(
   profileDir?: string,
-  mode: "ours" | "h2-floor" = "ours",
+  mode: "ours" | "h2-floor" | "lean-frames" | "lean-template" = "ours",
 ): Promise<{
   port: number;
   cpu(): Promise<number>;
@@ -175,6 +176,20 @@ async function floorJob(server: { port: number; cpu(): Promise<number> }, lines:
   } finally {
     session.close();
   }
+}
+
+/** One job through the lean pipeline (bench/lean-pipeline.ts): the ceiling rows. */
+async function leanRun(server: { port: number; cpu(): Promise<number> }, lines: number): Promise<Figures> {
+  const { command, args } = printer(lines);
+  const server0 = await server.cpu();
+  const cpu0 = process.cpuUsage();
+  const t0 = performance.now();
+  const frames = await leanJob(server.port, command, args);
+  const seconds = (performance.now() - t0) / 1000;
+  const cpu = process.cpuUsage(cpu0);
+  const serverCpu = (await server.cpu()) - server0;
+  if (frames !== lines) throw new Error(`lean: ${frames} of ${lines} lines`);
+  return { rate: lines / seconds, cpuHere: (cpu.user + cpu.system) / lines, cpuServer: serverCpu / lines };
 }
 
 /** Lines as an agent's stamps make them: one time per 64 KiB pipe read (655 lines), reads 150 µs apart. */
@@ -285,7 +300,7 @@ const SECRETS = Array.from({ length: 10 }, () => randomBytes(32).toString("base6
  * the machine's load moves) and CPU µs a line of each process (which it moves far less).
  */
 async function endToEnd(profileDir?: string): Promise<string[]> {
-  const kinds = ["limit", "nodeReads", "floor", "plain", "masked"] as const;
+  const kinds = ["limit", "nodeReads", "floor", "leanFrames", "leanTemplate", "plain", "masked"] as const;
   const runs = new Map<(typeof kinds)[number], Figures[]>(kinds.map((k) => [k, []]));
   for (let r = 0; r < ROUNDS; r++) {
     for (let i = 0; i < 3; i++) await pipeOnly(Math.min(LINES, 50_000));
@@ -297,6 +312,15 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
       runs.get("floor")!.push(await floorJob(floor, LINES));
     } finally {
       await floor.stop();
+    }
+    for (const kind of ["leanFrames", "leanTemplate"] as const) {
+      const lean = await startServer(undefined, kind === "leanFrames" ? "lean-frames" : "lean-template");
+      try {
+        for (let i = 0; i < 2; i++) await leanRun(lean, LINES);
+        runs.get(kind)!.push(await leanRun(lean, LINES));
+      } finally {
+        await lean.stop();
+      }
     }
     const server = await startServer(r === 0 ? profileDir : undefined);
     try {
@@ -341,7 +365,10 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
       "node's own reads, a fresh buffer each, are the reference row). The transport alone: the same child's stdout piped as it " +
       "comes into one HTTP/2 request to a bare node:http2 server in a child process that counts the bytes and answers the " +
       "count (no gRPC framing, splitting, masking, time or store; 2 warm-up jobs): what the stack's transport leaves for the " +
-      "rest. Ours: the same child run by `runJob` (a stamp per pipe read, " +
+      "rest. The ceilings (bench/lean-pipeline.ts): the leanest pipeline the stack allows, not a product path (no spool, " +
+      "retries, masking, rules or store port): the agent cuts lines and frames them with the project's encoder into 64 KiB " +
+      "chunks written as they fill; the server copies each request chunk whole into 1 MiB blocks (never a line on its own) " +
+      "and either only walks the frames or decodes each against the call's first frame; 2 warm-up jobs each. Ours: the same child run by `runJob` (a stamp per pipe read, " +
       "every line with its time) → `createRunnerClient` → `startRunnerServer` in a child process on the memory store, " +
       `timed from spawn to the acknowledged end, a fresh server per round after 4 warm-up jobs of the same size (2 with masking on); with masking on, ` +
       `10 secrets of 43 characters registered on both sides (runJob's \`secrets\` and \`expectJob\`'s), so the agent and the service each scan every line. ` +
@@ -357,6 +384,14 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
     row(
       "the transport alone: the child's stdout as it comes over one HTTP/2 stream (node:http2 both sides), bytes counted",
       runs.get("floor")!,
+    ),
+    row(
+      "ceiling, no line decoded: a lean agent (split, the project's encoder, write) and a server that copies each request chunk whole and walks the frames' lengths",
+      runs.get("leanFrames")!,
+    ),
+    row(
+      "ceiling, every line decoded: the same, each frame checked against the call's first (request_id, layout), its line scanned for ASCII, offsets and time kept",
+      runs.get("leanTemplate")!,
     ),
     row("end to end, memory store, times on, no secrets", runs.get("plain")!),
     row("end to end, memory store, times on, masking on (10 secrets)", runs.get("masked")!),

@@ -5,7 +5,8 @@
  * fast path, every call through connect-node); `grpc-js` = a plain @grpc/grpc-js server
  * loading the same proto that counts lines and acks; `connect-min` = a bare connect-node
  * handler that only counts and acks (the floor under any connect-node service); `h2-floor` = a bare node:http2 server
- * that counts each stream's bytes (the transport alone, bench/runner-line-time.ts). Talks to its parent over IPC:
+ * that counts each stream's bytes (the transport alone, bench/runner-line-time.ts); `lean-frames` and `lean-template`
+ * = the ceiling's lean server (bench/lean-pipeline.ts). Talks to its parent over IPC:
  * sends `{ port }` once listening, answers `"mem"` with memory figures after a GC.
  */
 import http2 from "node:http2";
@@ -27,6 +28,7 @@ import { AckSchema, Runner } from "../src/gen/runner/v1/runner_pb.js";
 import { startRunnerServer } from "../src/runner/server/start-server.js";
 import { createRunnerService } from "../src/runner/index.js";
 import type { JobLogStore } from "../src/runner/ports.js";
+import { startLeanServer } from "./lean-pipeline.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const mode = process.argv[2];
@@ -170,6 +172,17 @@ if (mode === "ours" || mode === "ours-connect") {
     if (m === "exit") server.close(() => process.exit(0));
   });
   send({ port: (server.address() as AddressInfo).port });
+} else if (mode === "lean-frames" || mode === "lean-template") {
+  // bench/runner-line-time.ts: the ceiling's server (bench/lean-pipeline.ts).
+  const lean = await startLeanServer(mode === "lean-frames" ? "frames" : "template");
+  process.on("message", async (m) => {
+    if (m === "cpu") send({ cpu: process.cpuUsage() });
+    if (m === "exit") {
+      await lean.close();
+      process.exit(0);
+    }
+  });
+  send({ port: lean.port });
 } else if (mode === "grpc-js") {
   const def = protoLoader.loadSync(path.join(here, "..", "proto", "runner", "v1", "runner.proto"), {
     defaults: true,
