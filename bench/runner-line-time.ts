@@ -10,8 +10,8 @@
 import { fork, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
 import { once } from "node:events";
-import http2 from "node:http2";
 import { mkdtemp, readdir, rm, stat } from "node:fs/promises";
+import http2 from "node:http2";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -21,11 +21,11 @@ import { createPostgresLogStore } from "../src/adapters/postgres/index.js";
 import { ArchiveWriter } from "../src/runner/archive/format.js";
 import { readPipe } from "../src/runner/agent/pipe-reader.js";
 import { runJob } from "../src/runner/agent/run-job.js";
-import { leanJob } from "./lean-pipeline.js";
 import { createRunnerClient } from "../src/runner/client/runner-client.js";
 import { mintJobToken } from "../src/runner/protocol/token.js";
 import type { JobLogStore, LogEntry, StoredLine } from "../src/runner/ports.js";
 import { POSTGRES_URL } from "../test/fixtures/backends.js";
+import { leanJob, transportJob } from "./lean-pipeline.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const SECRET = "bench-secret";
@@ -78,12 +78,12 @@ async function pipeOnly(lines: number, reused = true): Promise<Figures> {
 }
 
 /**
- * The server (bench/runner-worker.ts: `ours` on the memory store, `h2-floor`, or a lean one) in a child process, optionally under
- * --cpu-prof.
+ * The server (bench/runner-worker.ts: `ours` on the memory store, or bench/lean-pipeline.ts's) in a child process,
+ * optionally under --cpu-prof.
  */
 async function startServer(
   profileDir?: string,
-  mode: "ours" | "h2-floor" | "lean-frames" | "lean-template" = "ours",
+  mode: "ours" | LeanKind = "ours",
 ): Promise<{
   port: number;
   cpu(): Promise<number>;
@@ -149,11 +149,18 @@ async function oursJob(
   return { rate: lines / seconds, cpuHere: (cpu.user + cpu.system) / lines, cpuServer: serverCpu / lines };
 }
 
+/** The servers of bench/lean-pipeline.ts, as bench/runner-worker.ts names them. */
+type LeanKind = "lean-bytes" | "lean-frames" | "lean-template";
+
 /**
- * The transport alone: the child's stdout written as it comes (node's reads) to one HTTP/2 stream of the `h2-floor`
- * server, which counts the bytes; timed from spawn to its answer. No gRPC framing, splitting, masking, time or store.
+ * One job through bench/lean-pipeline.ts: the child's stdout piped as it comes (`lean-bytes`, the transport alone) or
+ * through the lean agent (the lean pipelines); timed from spawn to the server's answer, the connection made before.
  */
-async function floorJob(server: { port: number; cpu(): Promise<number> }, lines: number): Promise<Figures> {
+async function leanRun(
+  server: { port: number; cpu(): Promise<number> },
+  kind: LeanKind,
+  lines: number,
+): Promise<Figures> {
   const session = http2.connect(`http://127.0.0.1:${server.port}`);
   try {
     await once(session, "connect");
@@ -161,35 +168,16 @@ async function floorJob(server: { port: number; cpu(): Promise<number> }, lines:
     const server0 = await server.cpu();
     const cpu0 = process.cpuUsage();
     const t0 = performance.now();
-    const req = session.request({ ":method": "POST", ":path": "/floor" });
-    const child = spawn(command, args, { stdio: ["ignore", "pipe", "inherit"] });
-    child.stdout.pipe(req);
-    let answer = "";
-    req.setEncoding("utf8");
-    req.on("data", (d: string) => (answer += d));
-    await once(req, "end");
+    const count = await (kind === "lean-bytes" ? transportJob : leanJob)(session, command, args);
     const seconds = (performance.now() - t0) / 1000;
     const cpu = process.cpuUsage(cpu0);
     const serverCpu = (await server.cpu()) - server0;
-    if (Number(answer) !== lines * 100) throw new Error(`floor: ${answer} of ${lines * 100} bytes`);
+    const want = kind === "lean-bytes" ? lines * 100 : lines;
+    if (count !== want) throw new Error(`${kind}: ${count} of ${want}`);
     return { rate: lines / seconds, cpuHere: (cpu.user + cpu.system) / lines, cpuServer: serverCpu / lines };
   } finally {
     session.close();
   }
-}
-
-/** One job through the lean pipeline (bench/lean-pipeline.ts): the ceiling rows. */
-async function leanRun(server: { port: number; cpu(): Promise<number> }, lines: number): Promise<Figures> {
-  const { command, args } = printer(lines);
-  const server0 = await server.cpu();
-  const cpu0 = process.cpuUsage();
-  const t0 = performance.now();
-  const frames = await leanJob(server.port, command, args);
-  const seconds = (performance.now() - t0) / 1000;
-  const cpu = process.cpuUsage(cpu0);
-  const serverCpu = (await server.cpu()) - server0;
-  if (frames !== lines) throw new Error(`lean: ${frames} of ${lines} lines`);
-  return { rate: lines / seconds, cpuHere: (cpu.user + cpu.system) / lines, cpuServer: serverCpu / lines };
 }
 
 /** Lines as an agent's stamps make them: one time per 64 KiB pipe read (655 lines), reads 150 µs apart. */
@@ -306,18 +294,16 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
     for (let i = 0; i < 3; i++) await pipeOnly(Math.min(LINES, 50_000));
     runs.get("limit")!.push(await pipeOnly(LINES));
     runs.get("nodeReads")!.push(await pipeOnly(LINES, false));
-    const floor = await startServer(undefined, "h2-floor");
-    try {
-      for (let i = 0; i < 2; i++) await floorJob(floor, LINES);
-      runs.get("floor")!.push(await floorJob(floor, LINES));
-    } finally {
-      await floor.stop();
-    }
-    for (const kind of ["leanFrames", "leanTemplate"] as const) {
-      const lean = await startServer(undefined, kind === "leanFrames" ? "lean-frames" : "lean-template");
+    // The transport alone and the lean pipelines, each on its own server, warmed like ours (4 jobs).
+    for (const [kind, row] of [
+      ["lean-bytes", "floor"],
+      ["lean-frames", "leanFrames"],
+      ["lean-template", "leanTemplate"],
+    ] as const) {
+      const lean = await startServer(undefined, kind);
       try {
-        for (let i = 0; i < 2; i++) await leanRun(lean, LINES);
-        runs.get(kind)!.push(await leanRun(lean, LINES));
+        for (let i = 0; i < 4; i++) await leanRun(lean, kind, LINES);
+        runs.get(row)!.push(await leanRun(lean, kind, LINES));
       } finally {
         await lean.stop();
       }
@@ -364,11 +350,12 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
       "only counted (newlines), timed from spawn to close, read as the agent reads it (`readPipe`: one reused 64 KiB buffer; " +
       "node's own reads, a fresh buffer each, are the reference row). The transport alone: the same child's stdout piped as it " +
       "comes into one HTTP/2 request to a bare node:http2 server in a child process that counts the bytes and answers the " +
-      "count (no gRPC framing, splitting, masking, time or store; 2 warm-up jobs): what the stack's transport leaves for the " +
-      "rest. The ceilings (bench/lean-pipeline.ts): the leanest pipeline the stack allows, not a product path (no spool, " +
-      "retries, masking, rules or store port): the agent cuts lines and frames them with the project's encoder into 64 KiB " +
-      "chunks written as they fill; the server copies each request chunk whole into 1 MiB blocks (never a line on its own) " +
-      "and either only walks the frames or decodes each against the call's first frame; 2 warm-up jobs each. Ours: the same child run by `runJob` (a stamp per pipe read, " +
+      "count (no gRPC framing, splitting, masking, time or store; windows of 1 MiB, as ours gives a busy call). The lean " +
+      "pipelines (bench/lean-pipeline.ts): a reference for what a leaner design gains, not a product path (no spool, retries, masking, rules or store " +
+      "port): the agent cuts lines and frames them with the project's encoder into reused 64 KiB chunks, reading ahead up to " +
+      "4 MiB; the server copies each request chunk whole into 1 MiB blocks (never a line on its own) and either only walks " +
+      "the frames or decodes each against the call's first. Each on its own server after 4 warm-up jobs, the connection made " +
+      "before the clock starts. Ours: the same child run by `runJob` (a stamp per pipe read, " +
       "every line with its time) → `createRunnerClient` → `startRunnerServer` in a child process on the memory store, " +
       `timed from spawn to the acknowledged end, a fresh server per round after 4 warm-up jobs of the same size (2 with masking on); with masking on, ` +
       `10 secrets of 43 characters registered on both sides (runJob's \`secrets\` and \`expectJob\`'s), so the agent and the service each scan every line. ` +
@@ -386,11 +373,11 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
       runs.get("floor")!,
     ),
     row(
-      "ceiling, no line decoded: a lean agent (split, the project's encoder, write) and a server that copies each request chunk whole and walks the frames' lengths",
+      "lean pipeline, no line decoded: a lean agent (split, the project's encoder, write) and a server that copies each request chunk whole and walks the frames' lengths",
       runs.get("leanFrames")!,
     ),
     row(
-      "ceiling, every line decoded: the same, each frame checked against the call's first (request_id, layout), its line scanned for ASCII, offsets and time kept",
+      "lean pipeline, every line decoded: the same, each frame checked against the call's first (request_id, layout), its line scanned for ASCII, offsets and time kept",
       runs.get("leanTemplate")!,
     ),
     row("end to end, memory store, times on, no secrets", runs.get("plain")!),

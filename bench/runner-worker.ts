@@ -4,9 +4,9 @@
  * (memory queue, the log store BENCH_LOG_STORE names (memory by default, fs, pg), token check on; `ours-connect`: the same without the gRPC
  * fast path, every call through connect-node); `grpc-js` = a plain @grpc/grpc-js server
  * loading the same proto that counts lines and acks; `connect-min` = a bare connect-node
- * handler that only counts and acks (the floor under any connect-node service); `h2-floor` = a bare node:http2 server
- * that counts each stream's bytes (the transport alone, bench/runner-line-time.ts); `lean-frames` and `lean-template`
- * = the ceiling's lean server (bench/lean-pipeline.ts). Talks to its parent over IPC:
+ * handler that only counts and acks (the floor under any connect-node service); `lean-bytes`, `lean-frames` and
+ * `lean-template` = bench/lean-pipeline.ts's server (the transport alone and the lean pipelines of bench/runner-line-time.ts).
+ * Talks to its parent over IPC:
  * sends `{ port }` once listening, answers `"mem"` with memory figures after a GC.
  */
 import http2 from "node:http2";
@@ -28,7 +28,7 @@ import { AckSchema, Runner } from "../src/gen/runner/v1/runner_pb.js";
 import { startRunnerServer } from "../src/runner/server/start-server.js";
 import { createRunnerService } from "../src/runner/index.js";
 import type { JobLogStore } from "../src/runner/ports.js";
-import { startLeanServer } from "./lean-pipeline.js";
+import { startLeanServer, type LeanMode } from "./lean-pipeline.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const mode = process.argv[2];
@@ -150,31 +150,9 @@ if (mode === "ours" || mode === "ours-connect") {
     if (m === "exit") process.exit(0);
   });
   send({ port: (server.address() as AddressInfo).port });
-} else if (mode === "h2-floor") {
-  // bench/runner-line-time.ts: the transport alone. Each stream's body is counted, never parsed or kept, and the
-  // count is the answer: what node:http2 costs a line with no framing, splitting, masking or store.
-  // Windows as wide as ours gives a busy call (runner/server/flow-window.ts), so the floor is not a window's.
-  const server = http2.createServer({ settings: { initialWindowSize: 1024 * 1024 } });
-  server.on("session", (session) => session.setLocalWindowSize(1024 * 1024));
-  server.on("stream", (stream) => {
-    let bytes = 0;
-    stream.on("data", (chunk: Buffer) => {
-      bytes += chunk.length;
-    });
-    stream.on("end", () => {
-      stream.respond({ ":status": 200 });
-      stream.end(String(bytes));
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  process.on("message", (m) => {
-    if (m === "cpu") send({ cpu: process.cpuUsage() });
-    if (m === "exit") server.close(() => process.exit(0));
-  });
-  send({ port: (server.address() as AddressInfo).port });
-} else if (mode === "lean-frames" || mode === "lean-template") {
-  // bench/runner-line-time.ts: the ceiling's server (bench/lean-pipeline.ts).
-  const lean = await startLeanServer(mode === "lean-frames" ? "frames" : "template");
+} else if (mode === "lean-bytes" || mode === "lean-frames" || mode === "lean-template") {
+  // bench/runner-line-time.ts: the transport alone and the lean pipelines (bench/lean-pipeline.ts).
+  const lean = await startLeanServer(mode.slice("lean-".length) as LeanMode);
   process.on("message", async (m) => {
     if (m === "cpu") send({ cpu: process.cpuUsage() });
     if (m === "exit") {

@@ -1,22 +1,24 @@
 import { randomUUID } from "node:crypto";
+import { once } from "node:events";
+import http2 from "node:http2";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { LeanCall, leanJob, startLeanServer } from "../../bench/lean-pipeline.js";
+import { LeanCall, leanJob, startLeanServer, transportJob } from "../../bench/lean-pipeline.js";
 import { createLogItemEncoder } from "../../src/runner/protocol/encoder.js";
 
-/** The frames the agent's encoder makes of `lines` (ASCII, under 128 bytes), back to back. */
-function frames(requestId: string, lines: string[], time: number): Buffer {
+/** The frames the agent's encoder makes of `lines` (ASCII, under 117 bytes), each with its own time, back to back. */
+function frames(requestId: string, lines: { text: string; time: number }[]): Buffer {
   const enc = createLogItemEncoder(requestId);
   const buf = Buffer.alloc(lines.length * 200 + 64);
   let pos = 0;
-  for (const line of lines) {
-    const src = Buffer.from(line, "latin1");
+  for (const { text, time } of lines) {
+    const src = Buffer.from(text, "latin1");
     pos = enc.writeLogFrameBytes(buf, pos, src, 0, src.length, false, time);
   }
   return buf.subarray(0, pos);
 }
 
-/** `buf` cut at the given points (sorted, deduplicated, within it). */
+/** `buf` cut at the given points (taken modulo its length, sorted, deduplicated). */
 function cut(buf: Buffer, at: number[]): Buffer[] {
   const points = [...new Set(at.map((a) => a % (buf.length + 1)))].sort((a, b) => a - b);
   const out: Buffer[] = [];
@@ -32,40 +34,58 @@ const asciiLine = fc.string({
   unit: fc.integer({ min: 0x20, max: 0x7e }).map((c) => String.fromCharCode(c)),
   maxLength: 110,
 });
+// A time to the µs between 2020 and 2040, in ms.
+const time = fc.integer({ min: 1_577_836_800_000_000, max: 2_208_988_800_000_000 }).map((us) => us / 1000);
 
-describe("the ceiling's lean server (bench/lean-pipeline.ts)", () => {
-  it("reads every frame the encoder makes, however the body is cut, with its line and time", () => {
+describe("the lean pipeline's server (bench/lean-pipeline.ts)", () => {
+  it("reads every frame the encoder makes, its line and time, however the body is cut and across blocks", () => {
     fc.assert(
-      fc.property(fc.array(asciiLine, { maxLength: 60 }), fc.array(fc.nat(), { maxLength: 20 }), (lines, at) => {
-        const time = 1_764_480_000_000.5;
-        const call = new LeanCall("template");
-        for (const chunk of cut(frames(randomUUID(), lines, time), at)) call.push(chunk);
-        expect(call.count).toBe(lines.length);
-        lines.forEach((line, i) => {
-          const kept = call.line(i);
-          expect(kept.text).toBe(line);
-          // The stamp to the µs the wire carries (ms, as the service keeps it).
-          expect(Math.abs(kept.time - time)).toBeLessThan(0.001);
-        });
-      }),
-      { numRuns: 200 },
+      fc.property(
+        fc.array(fc.record({ text: asciiLine, time }), { maxLength: 60 }),
+        fc.array(fc.nat(), { maxLength: 20 }),
+        fc.integer({ min: 64, max: 1024 }),
+        (lines, at, blockBytes) => {
+          // Blocks of 64 bytes to 1 KiB: most frames are carried into a new block, many split across chunks too.
+          const call = new LeanCall("template", blockBytes);
+          for (const chunk of cut(frames(randomUUID(), lines), at)) call.push(chunk);
+          expect(call.count).toBe(lines.length);
+          lines.forEach((line, i) => {
+            const kept = call.line(i);
+            expect(kept.text).toBe(line.text);
+            expect(Math.abs(kept.time - line.time)).toBeLessThan(0.0005);
+          });
+        },
+      ),
+      { numRuns: 300 },
     );
   });
 
-  it("refuses a frame of another request_id, and a line that is not ASCII", () => {
+  it("refuses another request_id, a line that is not ASCII, and a flagged frame", () => {
+    const at = { time: 1_764_480_000_000 };
     const call = new LeanCall("template");
-    call.push(frames("6f1c1a3e-9b7d-4c55-8f0e-2a1b3c4d5e6f", ["first"], 1));
-    expect(() => call.push(frames("6f1c1a3e-9b7d-4c55-8f0e-2a1b3c4d5e70", ["second"], 1))).toThrow(/request_id/);
-    const other = new LeanCall("template");
-    expect(() => other.push(frames(randomUUID(), ["caf\u00e9"], 1))).toThrow(/ASCII/);
+    call.push(frames("6f1c1a3e-9b7d-4c55-8f0e-2a1b3c4d5e6f", [{ text: "first", ...at }]));
+    expect(() => call.push(frames("6f1c1a3e-9b7d-4c55-8f0e-2a1b3c4d5e70", [{ text: "second", ...at }]))).toThrow(
+      /^lean: request_id$/,
+    );
+    expect(() => new LeanCall("template").push(frames(randomUUID(), [{ text: "caf\u00e9", ...at }]))).toThrow(
+      /^lean: not ASCII$/,
+    );
+    const flagged = frames(randomUUID(), [{ text: "x", ...at }]);
+    flagged[0] = 1;
+    expect(() => new LeanCall("frames").push(flagged)).toThrow(/^lean: a flagged frame$/);
   });
 
-  it("counts a job's lines end to end over a real HTTP/2 socket, in both modes", async () => {
-    for (const mode of ["frames", "template"] as const) {
+  it("streams a job end to end over a real HTTP/2 socket in every mode, a last line without a newline too", async () => {
+    const job = ["-c", "yes 'a line of output' | head -n 20000; printf 'no newline'"];
+    for (const mode of ["bytes", "frames", "template"] as const) {
       const server = await startLeanServer(mode);
+      const session = http2.connect(`http://127.0.0.1:${server.port}`);
       try {
-        expect(await leanJob(server.port, "sh", ["-c", "yes 'a line of output' | head -n 20000"])).toBe(20_000);
+        await once(session, "connect");
+        if (mode === "bytes") expect(await transportJob(session, "sh", job)).toBe(20_000 * 17 + 10);
+        else expect(await leanJob(session, "sh", job)).toBe(20_001);
       } finally {
+        session.close();
         await server.close();
       }
     }
