@@ -43,7 +43,7 @@ export type LeanMode = "bytes" | "frames" | "template";
 export class LeanCall {
   private block: Buffer;
   private view: DataView;
-  /** Every block of the call (kept, as a store keeps a job's lines) and the first line read in each. */
+  /** Every block of the call (kept until the call ends, then let go) and the first line read in each. */
   private readonly blocks: Buffer[];
   private readonly blockFirst: number[] = [0];
   /** Bytes of the block written; `frame` is where the first frame not yet read starts. */
@@ -160,14 +160,19 @@ export class LeanCall {
  * @example
  * const { port, close } = await startLeanServer("template");
  */
-export async function startLeanServer(mode: LeanMode): Promise<{ port: number; close(): Promise<void> }> {
-  // Windows as wide as ours gives a busy call: with node's 64 KiB defaults the windows would set the rate.
+export async function startLeanServer(
+  mode: LeanMode,
+  /** Called with each call's storage when it ends (a test reads the lines back). */
+  onEnd?: (call: LeanCall) => void,
+): Promise<{ port: number; close(): Promise<void> }> {
+  // Windows as wide as ours gives a busy call, so they are not what limits the rows.
   const server = http2.createServer({ settings: { initialWindowSize: BUSY_WINDOW_BYTES } });
   server.on("session", (session) => session.setLocalWindowSize(BUSY_WINDOW_BYTES));
   server.on("stream", (stream) => {
     const call = new LeanCall(mode);
     stream.on("data", (chunk: Buffer) => call.push(chunk));
     stream.on("end", () => {
+      onEnd?.(call);
       stream.respond({ ":status": 200 });
       stream.end(String(call.count));
     });

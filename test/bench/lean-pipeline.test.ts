@@ -60,6 +60,25 @@ describe("the lean pipeline's server (bench/lean-pipeline.ts)", () => {
     );
   });
 
+  it("refuses each frame outside the template with its reason", () => {
+    const at = { time: 1_764_480_000_000 };
+    const id = randomUUID();
+    const refusal = (frame: Buffer) => () => new LeanCall("template").push(frame);
+    // A non-ASCII byte past the first 16-byte word, so the word loop is what must see it.
+    expect(refusal(frames(id, [{ text: `${"x".repeat(20)}\u00e9${"x".repeat(20)}`, ...at }]))).toThrow(
+      /^lean: not ASCII$/,
+    );
+    // A request_id that is not 36 bytes (the encoder leaves an empty one out).
+    expect(refusal(frames("", [{ text: "x", ...at }]))).toThrow(/^lean: not a 36-byte request_id$/);
+    // A line of 120 bytes: its length takes two varint bytes, outside the template.
+    expect(refusal(frames(id, [{ text: "x".repeat(120), ...at }]))).toThrow(/^lean: layout$/);
+    // A stderr flag after the line.
+    const enc = createLogItemEncoder(id);
+    const stderr = Buffer.alloc(200);
+    const end = enc.writeLogFrameBytes(stderr, 0, Buffer.from("err"), 0, 3, true, at.time);
+    expect(refusal(stderr.subarray(0, end))).toThrow(/^lean: trailing fields$/);
+  });
+
   it("refuses another request_id, a line that is not ASCII, and a flagged frame", () => {
     const at = { time: 1_764_480_000_000 };
     const call = new LeanCall("template");
@@ -73,6 +92,25 @@ describe("the lean pipeline's server (bench/lean-pipeline.ts)", () => {
     const flagged = frames(randomUUID(), [{ text: "x", ...at }]);
     flagged[0] = 1;
     expect(() => new LeanCall("frames").push(flagged)).toThrow(/^lean: a flagged frame$/);
+  });
+
+  it("keeps every line of a job larger than its read-ahead, in order, split across pipe reads", async () => {
+    // 700,000 numbered lines (~4.6 MB of text, ~35 MB of frames): past the agent's 4 MiB read-ahead, so its
+    // pause and resume run; lines cut across pipe reads are joined.
+    let kept: LeanCall | null = null;
+    const server = await startLeanServer("template", (call) => (kept = call));
+    const session = http2.connect(`http://127.0.0.1:${server.port}`);
+    try {
+      await once(session, "connect");
+      expect(await leanJob(session, "seq", ["1", "700000"])).toBe(700_000);
+      const call = kept as LeanCall | null;
+      expect(call).not.toBeNull();
+      for (let i = 0; i < 700_000; i++)
+        if (call!.line(i).text !== String(i + 1)) expect(call!.line(i).text).toBe(String(i + 1));
+    } finally {
+      session.close();
+      await server.close();
+    }
   });
 
   it("streams a job end to end over a real HTTP/2 socket in every mode, a last line without a newline too", async () => {
