@@ -5,6 +5,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { LeanCall, leanJob, startLeanServer, transportJob } from "../../bench/lean-pipeline.js";
 import { createLogItemEncoder } from "../../src/runner/protocol/encoder.js";
+import { chunksOf } from "../fixtures/chunks.js";
 
 /** The frames the agent's encoder makes of `lines` (ASCII, under 117 bytes), each with its own time, back to back. */
 function frames(requestId: string, lines: { text: string; time: number }[]): Buffer {
@@ -16,18 +17,6 @@ function frames(requestId: string, lines: { text: string; time: number }[]): Buf
     pos = enc.writeLogFrameBytes(buf, pos, src, 0, src.length, false, time);
   }
   return buf.subarray(0, pos);
-}
-
-/** `buf` cut at the given points (taken modulo its length, sorted, deduplicated). */
-function cut(buf: Buffer, at: number[]): Buffer[] {
-  const points = [...new Set(at.map((a) => a % (buf.length + 1)))].sort((a, b) => a - b);
-  const out: Buffer[] = [];
-  let from = 0;
-  for (const p of [...points, buf.length]) {
-    out.push(buf.subarray(from, p));
-    from = p;
-  }
-  return out;
 }
 
 const asciiLine = fc.string({
@@ -47,7 +36,7 @@ describe("the lean pipeline's server (bench/lean-pipeline.ts)", () => {
         (lines, at, blockBytes) => {
           // Blocks of 64 bytes to 1 KiB: most frames are carried into a new block, many split across chunks too.
           const call = new LeanCall("template", blockBytes);
-          for (const chunk of cut(frames(randomUUID(), lines), at)) call.push(chunk);
+          for (const chunk of chunksOf(frames(randomUUID(), lines), at)) call.push(chunk);
           expect(call.count).toBe(lines.length);
           lines.forEach((line, i) => {
             const kept = call.line(i);

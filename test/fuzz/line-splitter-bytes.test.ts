@@ -8,6 +8,7 @@ import { isUtf8 } from "node:buffer";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { createLineSplitter, splitUtf8 } from "../../src/runner/agent/line-splitter.js";
+import { chunksOf } from "../fixtures/chunks.js";
 import { fuzzParams, fuzzTimeout } from "./settings.js";
 
 // Pieces that make lines: ASCII, newlines, valid multi-byte characters, and bytes that are
@@ -22,17 +23,6 @@ const input = fc.record({
   cuts: fc.array(fc.nat(), { maxLength: 8 }),
   max: fc.integer({ min: 4, max: 40 }),
 });
-
-function chunksOf(bytes: Buffer, cuts: number[]): Buffer[] {
-  const at = [...new Set(cuts.map((c) => (bytes.length === 0 ? 0 : c % bytes.length)))].sort((a, b) => a - b);
-  const out: Buffer[] = [];
-  let prev = 0;
-  for (const c of [...at, bytes.length]) {
-    out.push(bytes.subarray(prev, c));
-    prev = c;
-  }
-  return out;
-}
 
 /**
  * The splitter as it was before it joined only the open line to the next read: every read
