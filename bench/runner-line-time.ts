@@ -137,15 +137,24 @@ async function oursJob(
     requestId,
     token: mintJobToken(SECRET, requestId),
   });
+  let code = 0;
+  const figures = await measured(server, lines, async () => {
+    code = await runJob(client, { ...printer(lines), secrets });
+  });
+  await client.close();
+  if (code !== 0) throw new Error(`job exited ${code}`);
+  return figures;
+}
+
+/** `job` timed, with this process's and the server's CPU over it, as {@link Figures} for `lines` lines. */
+async function measured(server: { cpu(): Promise<number> }, lines: number, job: () => Promise<void>): Promise<Figures> {
   const server0 = await server.cpu();
   const cpu0 = process.cpuUsage();
   const t0 = performance.now();
-  const code = await runJob(client, { ...printer(lines), secrets });
+  await job();
   const seconds = (performance.now() - t0) / 1000;
   const cpu = process.cpuUsage(cpu0);
   const serverCpu = (await server.cpu()) - server0;
-  await client.close();
-  if (code !== 0) throw new Error(`job exited ${code}`);
   return { rate: lines / seconds, cpuHere: (cpu.user + cpu.system) / lines, cpuServer: serverCpu / lines };
 }
 
@@ -165,16 +174,13 @@ async function leanRun(
   try {
     await once(session, "connect");
     const { command, args } = printer(lines);
-    const server0 = await server.cpu();
-    const cpu0 = process.cpuUsage();
-    const t0 = performance.now();
-    const count = await (kind === "lean-bytes" ? transportJob : leanJob)(session, command, args);
-    const seconds = (performance.now() - t0) / 1000;
-    const cpu = process.cpuUsage(cpu0);
-    const serverCpu = (await server.cpu()) - server0;
+    let count = 0;
+    const figures = await measured(server, lines, async () => {
+      count = await (kind === "lean-bytes" ? transportJob : leanJob)(session, command, args);
+    });
     const want = kind === "lean-bytes" ? lines * 100 : lines;
     if (count !== want) throw new Error(`${kind}: ${count} of ${want}`);
-    return { rate: lines / seconds, cpuHere: (cpu.user + cpu.system) / lines, cpuServer: serverCpu / lines };
+    return figures;
   } finally {
     session.close();
   }
