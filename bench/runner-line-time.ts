@@ -88,6 +88,7 @@ async function startServer(
   port: number;
   cpu(): Promise<number>;
   expect(id: string, secrets: string[]): Promise<void>;
+  prune(): Promise<void>;
   stop(): Promise<void>;
 }> {
   const child: ChildProcess = fork(path.join(here, "runner-worker.ts"), [mode], {
@@ -112,6 +113,11 @@ async function startServer(
     /** Registers the job with its secrets (the service masks them too). */
     async expect(id: string, secrets: string[]) {
       child.send({ expect: id, secrets });
+      await once(child, "message");
+    },
+    /** Prunes the jobs that ended before the last prune (bench/runner-worker.ts), as a server's retention does. */
+    async prune() {
+      child.send("prune");
       await once(child, "message");
     },
     async stop() {
@@ -320,10 +326,19 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
       // still cost the server 1.6–2.2 µs a line against ~1.0–1.9 for later ones (docs/decisions/ingest-limit.md,
       // "Session of 2026-11-30"); it took the first slot in half the rounds of each row. Both kinds, so the masking
       // code is warm too.
-      for (let i = 0; i < 4; i++) await oursJob(server, LINES, i % 2 === 1 ? SECRETS : []);
+      // A running server prunes ended jobs as new ones come (its retention), so a job's lines land in the blocks of one
+      // let go (the memory store's pool): docs/decisions/ingest-limit.md, "The memory store's block pool".
+      const prune = process.env.BENCH_PRUNE === "0" ? async () => undefined : () => server.prune();
+      for (let i = 0; i < 4; i++) {
+        await oursJob(server, LINES, i % 2 === 1 ? SECRETS : []);
+        await prune();
+      }
       // Alternating which goes first, so neither always runs on the fresher heap.
       const order = r % 2 === 0 ? (["plain", "masked"] as const) : (["masked", "plain"] as const);
-      for (const k of order) runs.get(k)!.push(await oursJob(server, LINES, k === "masked" ? SECRETS : []));
+      for (const k of order) {
+        runs.get(k)!.push(await oursJob(server, LINES, k === "masked" ? SECRETS : []));
+        await prune();
+      }
     } finally {
       await server.stop();
     }
@@ -363,7 +378,7 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
       "the frames or decodes each against the call's first. Each on its own server after 4 warm-up jobs, the connection made " +
       "before the clock starts. Ours: the same child run by `runJob` (a stamp per pipe read, " +
       "every line with its time) → `createRunnerClient` → `startRunnerServer` in a child process on the memory store, " +
-      `timed from spawn to the acknowledged end, a fresh server per round after 4 warm-up jobs of the same size (2 with masking on); with masking on, ` +
+      `timed from spawn to the acknowledged end, a fresh server per round after 4 warm-up jobs of the same size (2 with masking on), pruned after every job as a server's retention does (it keeps the newest ended job; the memory store reuses the blocks of the ones it lets go; \`BENCH_PRUNE=0\`: never pruned); with masking on, ` +
       `10 secrets of 43 characters registered on both sides (runJob's \`secrets\` and \`expectJob\`'s), so the agent and the service each scan every line. ` +
       `Medians of ${ROUNDS}, rounds alternating. CPU µs a line: user + system time of the process over the job ÷ lines ` +
       "(the bench process is the agent; the limit's reader is the same process). The last column is what the CPU figures predict " +

@@ -17,6 +17,7 @@ import { cloneSections, emptySections, foldSections } from "../../runner/service
 import type { JobLogStore, JobState, LogSections, StoredLine } from "../../runner/ports.js";
 import { ReceivedLine, readsLineEntries } from "../../runner/protocol/received-line.js";
 import { fromMicros, toMicros } from "../../runner/protocol/line-time.js";
+import { BlockPool } from "./block-pool.js";
 
 /**
  * A job and its lines, kept as bytes: the lines' UTF-8 back to back in blocks, and per line its end offset in its
@@ -58,6 +59,8 @@ const SERVER_TIME = 4;
  */
 const FIRST_BLOCK = 4096;
 const MAX_BLOCK = 1024 * 1024;
+/** Most let-go blocks a store keeps for new jobs (block-pool.ts): 32 MiB, about one 300,000-line job of 100 bytes. */
+const POOLED_BLOCKS = 32;
 
 function newJob(state: JobState): Job {
   return { state, tail: [], ...newLines() };
@@ -79,13 +82,14 @@ function newLines(firstBlock = FIRST_BLOCK): Lines {
 
 /**
  * A dropped tail segment made empty for the next one: its largest block and its typed arrays are kept (their
- * memory is warm and already counted in the tail), the rest let go. Without it every segment was allocated anew
+ * memory is warm and already counted in the tail), the rest given to the pool. Without it every segment was allocated anew
  * (blocks doubling from 4 KiB) and every dropped one left to the GC: the store alone, fed received lines, cost
  * ~+78 % against the peer (docs/decisions/log-tail.md, "Where the end-to-end cost went"). O(blocks).
  */
-function recycled(lines: Lines): Lines {
+function recycled(lines: Lines, pool: BlockPool): Lines {
   let largest: Buffer | undefined;
   for (const block of lines.blocks) if (largest === undefined || block.length > largest.length) largest = block;
+  pool.give(lines.blocks.filter((block) => block !== largest));
   lines.blocks = largest === undefined ? [] : [largest];
   lines.blockFirst = largest === undefined ? [] : [0];
   lines.used = 0;
@@ -94,12 +98,15 @@ function recycled(lines: Lines): Lines {
   return lines;
 }
 
-/** Room for `bytes` more in the last block (a new block when it is full). Amortised O(1). */
-function room(job: Lines, bytes: number): Buffer {
+/**
+ * Room for `bytes` more in the last block (a new block when it is full; a full-size one from the pool when it has
+ * one). Amortised O(1).
+ */
+function room(job: Lines, bytes: number, pool: BlockPool): Buffer {
   const last = job.blocks[job.blocks.length - 1];
   if (last !== undefined && last.length - job.used >= bytes) return last;
   const size = Math.max(bytes, Math.min(MAX_BLOCK, last === undefined ? job.firstBlock : last.length * 2));
-  const block = Buffer.allocUnsafe(size);
+  const block = size === MAX_BLOCK ? pool.take() : Buffer.allocUnsafe(size);
   job.blocks.push(block);
   job.blockFirst.push(job.count);
   job.used = 0;
@@ -107,7 +114,7 @@ function room(job: Lines, bytes: number): Buffer {
 }
 
 /** Appends the lines to the job's blocks. O(lines + bytes). */
-function keep(job: Lines, lines: readonly StoredLine[]): void {
+function keep(job: Lines, lines: readonly StoredLine[], pool: BlockPool): void {
   if (job.count + lines.length > job.ends.length) {
     const cap = Math.max(job.ends.length * 2, job.count + lines.length);
     const ends = new Uint32Array(cap);
@@ -126,13 +133,13 @@ function keep(job: Lines, lines: readonly StoredLine[]): void {
     if (line.serverTime === true) flags |= SERVER_TIME;
     if (line instanceof ReceivedLine) {
       const n = line.end - line.start;
-      const block = room(job, n);
+      const block = room(job, n, pool);
       // Buffer#copy: ~10 ns for a 100-byte line on Node 22, a JS byte loop ~100 ns.
       end = job.used + line.buf.copy(block, job.used, line.start, line.end);
     } else {
       if (line.marker) flags |= MARKER;
       const text = line.line;
-      const block = room(job, text.length * 3);
+      const block = room(job, text.length * 3, pool);
       end = job.used + block.write(text, job.used, "utf8");
     }
     job.used = end;
@@ -144,8 +151,8 @@ function keep(job: Lines, lines: readonly StoredLine[]): void {
 }
 
 /** Stores an append's runs and folds the job's sections over them, in position order. O(lines). */
-function storeWithSections(job: Job, plan: AppendPlan): void {
-  store(job, plan);
+function storeWithSections(job: Job, plan: AppendPlan, pool: BlockPool): void {
+  store(job, plan, pool);
   for (const run of plan.runs) job.sections = foldSections(job.sections, run.lines, run.first);
 }
 
@@ -184,10 +191,10 @@ function linesOf(job: Lines, from: number, to: number): StoredLine[] {
 
 /**
  * Stores an append's plan: head runs into the job's own lines, tail runs into their segments, drops. A dropped
- * segment's storage is reused by a segment this append starts; what is left unused is let go at once, so the job
- * never holds more than its kept segments. O(lines + segments).
+ * segment's storage is reused by a segment this append starts; what is left unused goes to the pool at once, so
+ * the job never holds more than its kept segments. O(lines + segments).
  */
-function store(job: Job, plan: AppendPlan): void {
+function store(job: Job, plan: AppendPlan, pool: BlockPool): void {
   const spare: Lines[] = [];
   for (const { first } of plan.drop) {
     const i = job.tail.findIndex((s) => s.first === first);
@@ -195,7 +202,7 @@ function store(job: Job, plan: AppendPlan): void {
   }
   for (const run of plan.runs) {
     if (run.segment === null) {
-      keep(job, run.lines);
+      keep(job, run.lines, pool);
       continue;
     }
     let segment = job.tail[job.tail.length - 1];
@@ -204,12 +211,23 @@ function store(job: Job, plan: AppendPlan): void {
       // Sized to the segment's share: its lines' text is within it (each counts 16 bytes more than its text).
       segment = {
         first: run.segment,
-        lines: lines ? recycled(lines) : newLines(Math.min(MAX_BLOCK, tailSegmentBytes(job.state.cut!))),
+        lines: lines ? recycled(lines, pool) : newLines(Math.min(MAX_BLOCK, tailSegmentBytes(job.state.cut!))),
       };
       job.tail.push(segment);
     }
-    keep(segment.lines, run.lines);
+    keep(segment.lines, run.lines, pool);
   }
+  for (const lines of spare) pool.give(lines.blocks);
+}
+
+/**
+ * Gives a let-go job's blocks (its own and its tail's) to the pool and empties the job, so a read still under way
+ * on it finds no lines rather than blocks another job now writes. O(blocks).
+ */
+function letGo(job: Job, pool: BlockPool): void {
+  pool.give(job.blocks);
+  for (const segment of job.tail) pool.give(segment.lines.blocks);
+  Object.assign(job, newLines(), { tail: [] });
 }
 
 /** Stored lines `[from, to)` of one run (the head, or the tail's segments). O(segments + lines + bytes). */
@@ -240,6 +258,7 @@ export function createMemoryLogStore(): JobLogStore {
   const jobs = new Map<string, Job>();
   // Newest-first order for list(): a page costs O(log jobs + page), not a scan.
   const order = new JobListIndex();
+  const pool = new BlockPool(MAX_BLOCK, POOLED_BLOCKS);
   let closed = false;
 
   function live(): void {
@@ -274,11 +293,11 @@ export function createMemoryLogStore(): JobLogStore {
         const fresh = newEntries(job.state, at, entries);
         jobs.set(requestId, job);
         order.add(job.state);
-        storeWithSections(job, planAppend(job.state, fresh, now));
+        storeWithSections(job, planAppend(job.state, fresh, now), pool);
         return cloneJobState(job.state);
       }
       const fresh = newEntries(job.state, at, entries);
-      storeWithSections(job, planAppend(job.state, fresh, now));
+      storeWithSections(job, planAppend(job.state, fresh, now), pool);
       return cloneJobState(job.state);
     },
     async finish(requestId, result, options = {}) {
@@ -335,7 +354,11 @@ export function createMemoryLogStore(): JobLogStore {
       live();
       const job = jobs.get(requestId);
       if (!job) return null;
-      if (applyArchived(job.state, archived)) Object.assign(job, newJob(job.state), { sections: job.sections });
+      if (applyArchived(job.state, archived)) {
+        const sections = job.sections;
+        letGo(job, pool);
+        job.sections = sections;
+      }
       return cloneJobState(job.state);
     },
     async prune(before) {
@@ -345,6 +368,7 @@ export function createMemoryLogStore(): JobLogStore {
         if (isPrunable(job.state, before)) {
           jobs.delete(id);
           order.remove(job.state);
+          letGo(job, pool);
           count++;
         }
       }

@@ -6,7 +6,9 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { createMemoryLogStore } from "../../../src/adapters/memory/log-store.js";
-import type { LogEntry } from "../../../src/runner/ports.js";
+import type { JobLogStore, LogEntry } from "../../../src/runner/ports.js";
+import { sampleJobResult } from "../../../src/testing/helpers.js";
+import { lines } from "../../../src/testing/log-store-cases.js";
 import { ReceivedLine } from "../../../src/runner/protocol/received-line.js";
 
 /** Line i's text: its number, then `len` letters that differ from line to line. */
@@ -23,6 +25,62 @@ function received(i: number, len: number): ReceivedLine {
   return line;
 }
 
+/**
+ * Appends batches of `sizes` lines (line i `len(i)` letters long) to a new job of a fresh store, the sixth line
+ * starting a tail of `tailBytes`, and checks after each append that a read returns exactly the head, one marker and
+ * the kept tail.
+ */
+async function appendAndCheck(
+  sizes: number[],
+  len: (i: number) => number,
+  tailBytes: number,
+  neighbour?: (store: JobLogStore) => Promise<void>,
+): Promise<void> {
+  const store = createMemoryLogStore();
+  const id = "3b7e8a52-8f0e-4a52-9d7a-2a8c0f3d1e11";
+  // Five head lines, then every line goes to the tail (the first one starts it).
+  const entries: LogEntry[] = Array.from({ length: 5 }, (_, i) => received(i, len(i)));
+  let at = 0;
+  const all: LogEntry[] = [...entries];
+  for (const size of sizes) {
+    const batch: LogEntry[] = [];
+    for (let k = 0; k < size; k++) {
+      const i = all.length;
+      const line = received(i, len(i));
+      if (i === 5) {
+        batch.push({
+          stored: [{ line: line.line, stderr: line.stderr, time: line.time }],
+          stderr: line.stderr,
+          bytes: line.bytes,
+          tailBytes,
+          capped: true,
+        });
+      } else batch.push(line);
+      all.push(line);
+    }
+    if (at === 0) batch.unshift(...entries);
+    const state = await store.append(id, at, batch);
+    at = state.committed;
+    await neighbour?.(store);
+    const read = await store.read(id);
+    const cut = state.cut;
+    if (!cut) {
+      expect(read.map((l) => l.line)).toEqual(all.map((_, i) => text(i, len(i))));
+      continue;
+    }
+    // Positions: 0…4 the head, 5 the marker, then the kept tail ends with the last line sent.
+    const kept = read.length - 6;
+    expect(read.slice(0, 5).map((l) => l.line)).toEqual([0, 1, 2, 3, 4].map((i) => text(i, len(i))));
+    expect(read[5]).toMatchObject({ marker: true, skipped: cut.lines });
+    const first = all.length - kept;
+    expect(first).toBe(5 + cut.lines);
+    expect(read.slice(6).map((l) => l.line)).toEqual(
+      Array.from({ length: kept }, (_, k) => text(first + k, len(first + k))),
+    );
+    expect(read.slice(6).map((l) => l.stderr)).toEqual(Array.from({ length: kept }, (_, k) => (first + k) % 3 === 0));
+  }
+}
+
 describe("memory store: recycled tail segments", () => {
   it("reads back exactly the head, one marker and the kept tail after appends of any size", async () => {
     await fc.assert(
@@ -30,55 +88,38 @@ describe("memory store: recycled tail segments", () => {
         fc.array(fc.integer({ min: 1, max: 60 }), { minLength: 1, maxLength: 25 }),
         fc.array(fc.integer({ min: 0, max: 120 }), { minLength: 1, maxLength: 40 }),
         fc.integer({ min: 200, max: 3000 }),
-        async (sizes, lengths, tailBytes) => {
-          const store = createMemoryLogStore();
-          const id = "3b7e8a52-8f0e-4a52-9d7a-2a8c0f3d1e11";
-          const len = (i: number) => lengths[i % lengths.length]!;
-          // Five head lines, then every line goes to the tail (the first one starts it).
-          const entries: LogEntry[] = Array.from({ length: 5 }, (_, i) => received(i, len(i)));
-          let at = 0;
-          const all: LogEntry[] = [...entries];
-          for (const size of sizes) {
-            const batch: LogEntry[] = [];
-            for (let k = 0; k < size; k++) {
-              const i = all.length;
-              const line = received(i, len(i));
-              if (i === 5) {
-                batch.push({
-                  stored: [{ line: line.line, stderr: line.stderr, time: line.time }],
-                  stderr: line.stderr,
-                  bytes: line.bytes,
-                  tailBytes,
-                  capped: true,
-                });
-              } else batch.push(line);
-              all.push(line);
-            }
-            if (at === 0) batch.unshift(...entries);
-            const state = await store.append(id, at, batch);
-            at = state.committed;
-            const read = await store.read(id);
-            const cut = state.cut;
-            if (!cut) {
-              expect(read.map((l) => l.line)).toEqual(all.map((_, i) => text(i, len(i))));
-              continue;
-            }
-            // Positions: 0…4 the head, 5 the marker, then the kept tail ends with the last line sent.
-            const kept = read.length - 6;
-            expect(read.slice(0, 5).map((l) => l.line)).toEqual([0, 1, 2, 3, 4].map((i) => text(i, len(i))));
-            expect(read[5]).toMatchObject({ marker: true, skipped: cut.lines });
-            const first = all.length - kept;
-            expect(first).toBe(5 + cut.lines);
-            expect(read.slice(6).map((l) => l.line)).toEqual(
-              Array.from({ length: kept }, (_, k) => text(first + k, len(first + k))),
-            );
-            expect(read.slice(6).map((l) => l.stderr)).toEqual(
-              Array.from({ length: kept }, (_, k) => (first + k) % 3 === 0),
-            );
-          }
-        },
+        async (sizes, lengths, tailBytes) => appendAndCheck(sizes, (i) => lengths[i % lengths.length]!, tailBytes),
       ),
       { numRuns: 150 },
     );
   });
+
+  it("keeps the tail exact when its segments' blocks are full-size ones, the size the store pools", async () => {
+    // An 8 MiB tail: segments of 1 MiB, each in one full-size block; ~24 MiB of lines drop and recycle segments.
+    // Beside it a second job writes 1 MiB a step into blocks from the same pool (adapters/memory/block-pool.ts), and
+    // is pruned every fourth step so blocks go round; each job must read back only its own lines.
+    const other = "5c1d2e3f-4a5b-4c6d-8e7f-8091a2b3c4d5";
+    let step = 0;
+    let written: string[] = [];
+    const neighbour = async (store: JobLogStore) => {
+      if (step++ % 4 === 3) {
+        await store.finish(other, sampleJobResult({ requestId: other, endedAt: "2020-01-01T00:00:00.000Z" }), {
+          at: written.length,
+        });
+        expect(await store.prune!(new Date("2021-01-01T00:00:00.000Z"))).toBe(1);
+        written = [];
+        return;
+      }
+      const texts = Array.from({ length: 1000 }, (_, k) => `${step}/${k}:` + "z".repeat(1000));
+      await store.append(other, written.length, lines(texts));
+      written.push(...texts);
+      expect((await store.read(other)).map((l) => l.line)).toEqual(written);
+    };
+    await appendAndCheck(
+      Array.from({ length: 24 }, () => 1000),
+      (i) => 900 + (i % 200),
+      8 * 1024 * 1024,
+      neighbour,
+    );
+  }, 60_000);
 });
