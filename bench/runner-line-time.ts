@@ -406,11 +406,65 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
   ];
 }
 
+/**
+ * The memory store's block pool, paired: two servers side by side, one pruning after every job (its let-go jobs' blocks
+ * feed the pool) and one never (every block new), masked jobs alternating between them, which goes first alternating
+ * too. Wall-clock rates on this kind of machine scatter ±40 % from job to job, so a paired count says more than two
+ * medians taken minutes apart.
+ */
+async function pooledPairs(): Promise<string[]> {
+  const pairs = Number(process.env.BENCH_POOL_PAIRS ?? 12);
+  const pooled = await startServer();
+  const fresh = await startServer();
+  const runs: { pooled: Figures; fresh: Figures }[] = [];
+  try {
+    for (let i = 0; i < 4; i++) {
+      await oursJob(pooled, LINES, i % 2 === 1 ? SECRETS : []);
+      await pooled.prune();
+      await oursJob(fresh, LINES, i % 2 === 1 ? SECRETS : []);
+    }
+    for (let i = 0; i < pairs; i++) {
+      const pair: Partial<{ pooled: Figures; fresh: Figures }> = {};
+      for (const k of i % 2 === 0 ? (["pooled", "fresh"] as const) : (["fresh", "pooled"] as const)) {
+        pair[k] = await oursJob(k === "pooled" ? pooled : fresh, LINES, SECRETS);
+        if (k === "pooled") await pooled.prune();
+      }
+      runs.push(pair as { pooled: Figures; fresh: Figures });
+    }
+  } finally {
+    await pooled.stop();
+    await fresh.stop();
+  }
+  const fig = (k: "pooled" | "fresh", f: (x: Figures) => number) => median(runs.map((r) => f(r[k])));
+  const lower = runs.filter((r) => r.pooled.cpuServer < r.fresh.cpuServer).length;
+  const faster = runs.filter((r) => r.pooled.rate > r.fresh.rate).length;
+  const row = (name: string, k: "pooled" | "fresh") =>
+    `| ${name} | ${fmt(fig(k, (f) => f.rate))} | ${fig(k, (f) => f.cpuHere).toFixed(2)} | ${fig(k, (f) => f.cpuServer).toFixed(2)} |`;
+  return [
+    "### The memory store's block pool, paired (masking on, times on)",
+    "",
+    `Method: two servers side by side on the memory store, each after 4 warm-up jobs; ${pairs} pairs of the masked job above, ` +
+      "alternating between the servers and which goes first. One prunes after every job, keeping the newest ended one (a " +
+      "server's retention), so its jobs' full-size blocks come from the pool of let-go jobs' blocks; the peer never prunes, " +
+      "so every block is new memory. Medians over the pairs.",
+    "",
+    "| server | lines/s (median) | agent CPU µs/line | server CPU µs/line |",
+    "|---|---:|---:|---:|",
+    row("prunes: blocks from the pool", "pooled"),
+    row("peer: never prunes, every block new", "fresh"),
+    "",
+    `Ratio pooled ÷ peer: server CPU a line ${(fig("pooled", (f) => f.cpuServer) / fig("fresh", (f) => f.cpuServer)).toFixed(2)}× ` +
+      `(lower in ${lower} of ${pairs} pairs), rate ${(fig("pooled", (f) => f.rate) / fig("fresh", (f) => f.rate)).toFixed(2)}× ` +
+      `(higher in ${faster} of ${pairs}).`,
+  ];
+}
+
 /** Runs the per-line time benchmark and returns its Markdown section. */
 export async function run(): Promise<string> {
   const loadAtStart = os.loadavg()[0]!;
   const profileDir = process.env.BENCH_CPU_PROF;
   const e2e = await endToEnd(profileDir);
+  const pool = await pooledPairs();
   // BENCH_LINE_TIME_ONLY=e2e: the end-to-end rows alone (for a profile of just the job).
   const sizes = process.env.BENCH_LINE_TIME_ONLY === "e2e" ? [] : await bytesPerLine();
   if (profileDir) console.error(`profiles in ${profileDir}: ${(await readdir(profileDir)).join(", ")}`);
@@ -422,6 +476,8 @@ export async function run(): Promise<string> {
     ...sizes,
     "",
     ...e2e,
+    "",
+    ...pool,
     "",
     `Load average (1 min) at the start and end of this run: ${loadAtStart.toFixed(1)} / ${os.loadavg()[0]!.toFixed(1)} on ${os.cpus().length} cores` +
       (Math.max(loadAtStart, os.loadavg()[0]!) > os.cpus().length
