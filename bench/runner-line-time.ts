@@ -84,6 +84,7 @@ async function pipeOnly(lines: number, reused = true): Promise<Figures> {
 async function startServer(
   profileDir?: string,
   mode: "ours" | LeanKind = "ours",
+  env: Record<string, string> = {},
 ): Promise<{
   port: number;
   cpu(): Promise<number>;
@@ -98,7 +99,7 @@ async function startServer(
       ...(process.env.BENCH_SERVER_ARGS ? process.env.BENCH_SERVER_ARGS.split(" ") : []),
       ...(profileDir ? ["--cpu-prof", `--cpu-prof-dir=${profileDir}`, "--cpu-prof-name=server.cpuprofile"] : []),
     ],
-    env: { ...process.env, BENCH_SECRET: SECRET, BENCH_LOG_STORE: "memory" },
+    env: { ...process.env, BENCH_SECRET: SECRET, BENCH_LOG_STORE: "memory", ...env },
     stdio: ["ignore", "inherit", "inherit", "ipc"],
   });
   const [first] = (await once(child, "message")) as [{ port: number }];
@@ -132,9 +133,15 @@ async function startServer(
 
 /** One job end to end: child → runJob (stamps every pipe read, masks `secrets`) → client → server; rate and CPU a line. */
 async function oursJob(
-  server: { port: number; cpu(): Promise<number>; expect(id: string, secrets: string[]): Promise<void> },
+  server: {
+    port: number;
+    cpu(): Promise<number>;
+    expect(id: string, secrets: string[]): Promise<void>;
+    prune(): Promise<void>;
+  },
   lines: number,
   secrets: string[] = [],
+  prune = false,
 ): Promise<Figures> {
   const requestId = randomUUID();
   if (secrets.length > 0) await server.expect(requestId, secrets);
@@ -146,6 +153,8 @@ async function oursJob(
   let code = 0;
   const figures = await measured(server, lines, async () => {
     code = await runJob(client, { ...printer(lines), secrets });
+    // Timed with the job: letting the earlier one go (and zeroing its pooled blocks) is part of what a job costs.
+    if (prune) await server.prune();
   });
   await client.close();
   if (code !== 0) throw new Error(`job exited ${code}`);
@@ -328,17 +337,11 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
       // code is warm too.
       // A running server prunes ended jobs as new ones come (its retention), so a job's lines land in the blocks of one
       // let go (the memory store's pool): docs/decisions/ingest-limit.md, "The memory store's block pool".
-      const prune = process.env.BENCH_PRUNE === "0" ? async () => undefined : () => server.prune();
-      for (let i = 0; i < 4; i++) {
-        await oursJob(server, LINES, i % 2 === 1 ? SECRETS : []);
-        await prune();
-      }
+      const prune = process.env.BENCH_PRUNE !== "0";
+      for (let i = 0; i < 4; i++) await oursJob(server, LINES, i % 2 === 1 ? SECRETS : [], prune);
       // Alternating which goes first, so neither always runs on the fresher heap.
       const order = r % 2 === 0 ? (["plain", "masked"] as const) : (["masked", "plain"] as const);
-      for (const k of order) {
-        runs.get(k)!.push(await oursJob(server, LINES, k === "masked" ? SECRETS : []));
-        await prune();
-      }
+      for (const k of order) runs.get(k)!.push(await oursJob(server, LINES, k === "masked" ? SECRETS : [], prune));
     } finally {
       await server.stop();
     }
@@ -378,7 +381,7 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
       "the frames or decodes each against the call's first. Each on its own server after 4 warm-up jobs, the connection made " +
       "before the clock starts. Ours: the same child run by `runJob` (a stamp per pipe read, " +
       "every line with its time) → `createRunnerClient` → `startRunnerServer` in a child process on the memory store, " +
-      `timed from spawn to the acknowledged end, a fresh server per round after 4 warm-up jobs of the same size (2 with masking on), pruned after every job as a server's retention does (it keeps the newest ended job; the memory store reuses the blocks of the ones it lets go; \`BENCH_PRUNE=0\`: never pruned); with masking on, ` +
+      `timed from spawn to the acknowledged end, a fresh server per round after 4 warm-up jobs of the same size (2 with masking on), pruned after every job as a server's retention does, the prune timed with the job (it keeps the newest ended job; the memory store reuses the blocks of the ones it lets go; \`BENCH_PRUNE=0\`: never pruned); with masking on, ` +
       `10 secrets of 43 characters registered on both sides (runJob's \`secrets\` and \`expectJob\`'s), so the agent and the service each scan every line. ` +
       `Medians of ${ROUNDS}, rounds alternating. CPU µs a line: user + system time of the process over the job ÷ lines ` +
       "(the bench process is the agent; the limit's reader is the same process). The last column is what the CPU figures predict " +
@@ -407,28 +410,27 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
 }
 
 /**
- * The memory store's block pool, paired: two servers side by side, one pruning after every job (its let-go jobs' blocks
- * feed the pool) and one never (every block new), masked jobs alternating between them, which goes first alternating
- * too. Wall-clock rates on this kind of machine scatter ±40 % from job to job, so a paired count says more than two
- * medians taken minutes apart.
+ * The memory store's block pool, paired: two servers side by side that both prune after every job, one with the pool
+ * (its jobs' full-size blocks are the let-go jobs') and one without (`pooledBlocks: 0`: every block new), masked jobs
+ * alternating between them, which goes first alternating too. Wall-clock rates on this kind of machine scatter ±40 %
+ * from job to job, so a paired count says more than two medians taken minutes apart. BENCH_POOL_PAIRS=0 skips it.
  */
 async function pooledPairs(): Promise<string[]> {
   const pairs = Number(process.env.BENCH_POOL_PAIRS ?? 12);
+  if (!Number.isInteger(pairs) || pairs < 0) throw new RangeError("BENCH_POOL_PAIRS must be an integer ≥ 0");
+  if (pairs === 0) return [];
   const pooled = await startServer();
-  const fresh = await startServer();
+  const fresh = await startServer(undefined, "ours", { BENCH_POOLED_BLOCKS: "0" });
   const runs: { pooled: Figures; fresh: Figures }[] = [];
   try {
     for (let i = 0; i < 4; i++) {
-      await oursJob(pooled, LINES, i % 2 === 1 ? SECRETS : []);
-      await pooled.prune();
-      await oursJob(fresh, LINES, i % 2 === 1 ? SECRETS : []);
+      await oursJob(pooled, LINES, i % 2 === 1 ? SECRETS : [], true);
+      await oursJob(fresh, LINES, i % 2 === 1 ? SECRETS : [], true);
     }
     for (let i = 0; i < pairs; i++) {
       const pair: Partial<{ pooled: Figures; fresh: Figures }> = {};
-      for (const k of i % 2 === 0 ? (["pooled", "fresh"] as const) : (["fresh", "pooled"] as const)) {
-        pair[k] = await oursJob(k === "pooled" ? pooled : fresh, LINES, SECRETS);
-        if (k === "pooled") await pooled.prune();
-      }
+      for (const k of i % 2 === 0 ? (["pooled", "fresh"] as const) : (["fresh", "pooled"] as const))
+        pair[k] = await oursJob(k === "pooled" ? pooled : fresh, LINES, SECRETS, true);
       runs.push(pair as { pooled: Figures; fresh: Figures });
     }
   } finally {
@@ -436,6 +438,7 @@ async function pooledPairs(): Promise<string[]> {
     await fresh.stop();
   }
   const fig = (k: "pooled" | "fresh", f: (x: Figures) => number) => median(runs.map((r) => f(r[k])));
+  // A sign test's counts: ties count against the pool.
   const lower = runs.filter((r) => r.pooled.cpuServer < r.fresh.cpuServer).length;
   const faster = runs.filter((r) => r.pooled.rate > r.fresh.rate).length;
   const row = (name: string, k: "pooled" | "fresh") =>
@@ -444,14 +447,15 @@ async function pooledPairs(): Promise<string[]> {
     "### The memory store's block pool, paired (masking on, times on)",
     "",
     `Method: two servers side by side on the memory store, each after 4 warm-up jobs; ${pairs} pairs of the masked job above, ` +
-      "alternating between the servers and which goes first. One prunes after every job, keeping the newest ended one (a " +
-      "server's retention), so its jobs' full-size blocks come from the pool of let-go jobs' blocks; the peer never prunes, " +
-      "so every block is new memory. Medians over the pairs.",
+      "alternating between the servers and which goes first. Both prune after every job, keeping the newest ended one (a " +
+      "server's retention), the prune timed with the job. One keeps the let-go jobs' full-size blocks in its pool (32, " +
+      "the default) for its next jobs; the peer's store has no pool (`pooledBlocks: 0`), so every block is new memory. " +
+      "Medians over the pairs; the counts are a sign test's (a tie counts against the pool).",
     "",
     "| server | lines/s (median) | agent CPU µs/line | server CPU µs/line |",
     "|---|---:|---:|---:|",
-    row("prunes: blocks from the pool", "pooled"),
-    row("peer: never prunes, every block new", "fresh"),
+    row("blocks from the pool", "pooled"),
+    row("peer: no pool, every block new", "fresh"),
     "",
     `Ratio pooled ÷ peer: server CPU a line ${(fig("pooled", (f) => f.cpuServer) / fig("fresh", (f) => f.cpuServer)).toFixed(2)}× ` +
       `(lower in ${lower} of ${pairs} pairs), rate ${(fig("pooled", (f) => f.rate) / fig("fresh", (f) => f.rate)).toFixed(2)}× ` +
@@ -465,7 +469,7 @@ export async function run(): Promise<string> {
   const profileDir = process.env.BENCH_CPU_PROF;
   const e2e = await endToEnd(profileDir);
   const pool = await pooledPairs();
-  // BENCH_LINE_TIME_ONLY=e2e: the end-to-end rows alone (for a profile of just the job).
+  // BENCH_LINE_TIME_ONLY=e2e: the end-to-end rows and the pairs alone, not the bytes stored a line.
   const sizes = process.env.BENCH_LINE_TIME_ONLY === "e2e" ? [] : await bytesPerLine();
   if (profileDir) console.error(`profiles in ${profileDir}: ${(await readdir(profileDir)).join(", ")}`);
   return [

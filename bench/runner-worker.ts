@@ -67,7 +67,12 @@ async function logStore(): Promise<{ logs: JobLogStore; cleanup(): Promise<void>
       },
     };
   }
-  return { logs: createMemoryLogStore(), cleanup: async () => undefined };
+  // BENCH_POOLED_BLOCKS: the memory store's pool of let-go blocks (bench/runner-line-time.ts pairs it with 0).
+  const pooledBlocks = process.env.BENCH_POOLED_BLOCKS;
+  return {
+    logs: createMemoryLogStore(pooledBlocks === undefined ? {} : { pooledBlocks: Number(pooledBlocks) }),
+    cleanup: async () => undefined,
+  };
 }
 
 /** BENCH_STORE_TIMING=1: counts appends and the time spent in them (printed at exit), to see whether the store is the wait. */

@@ -1,5 +1,6 @@
 /**
- * Full-size line blocks of jobs the memory store let go (pruned or archived), kept for the next jobs' lines.
+ * Full-size line blocks the memory store let go (of pruned or archived jobs, and dropped tail segments), kept for
+ * the next lines.
  *
  * Why: a job's lines land in new 1 MiB blocks, and first touching new memory (page faults, V8's external-memory
  * collections) was the largest single cost of a server that keeps every line (docs/decisions/ingest-limit.md,
@@ -23,15 +24,18 @@ export class BlockPool {
     return this.spare.length;
   }
 
-  /** A block of `blockSize` bytes: a pooled one when there is one (its bytes zero), else a new one. O(1). */
+  /**
+   * A block of `blockSize` bytes: a pooled one when there is one (zeroed when it was given back), else a new one
+   * (`Buffer.allocUnsafe`: whatever the process's memory held). O(1).
+   */
   take(): Buffer {
     return this.spare.pop() ?? Buffer.allocUnsafe(this.blockSize);
   }
 
   /**
-   * Gives back blocks no job reads any more. Each kept one is zeroed first, so no later bug reading past a line's
-   * end could show a let-go job's lines; blocks of another size, and any past the capacity, are left to the GC.
-   * O(bytes given back).
+   * Gives back blocks no job reads any more. Each kept one is zeroed first: a read past a line's end (a bug; reads
+   * stop at each line's end) could then show no let-go job's lines, though a new block can still hold any of the
+   * process's old memory. Blocks of another size, and any past the capacity, are left to the GC. O(bytes given back).
    */
   give(blocks: readonly Buffer[]): void {
     for (const block of blocks) {
@@ -39,5 +43,10 @@ export class BlockPool {
       if (block.length !== this.blockSize) continue;
       this.spare.push(block.fill(0));
     }
+  }
+
+  /** Lets every pooled block go to the GC (the store is closed). O(1). */
+  clear(): void {
+    this.spare.length = 0;
   }
 }

@@ -20,6 +20,6 @@
 import "../../node-check.js";
 export { createMemoryQueue } from "./queue.js";
 export type { MemoryQueue } from "./queue.js";
-export { createMemoryLogStore } from "./log-store.js";
+export { createMemoryLogStore, type MemoryLogStoreOptions } from "./log-store.js";
 export { createMemoryStore } from "./store.js";
 export type { MemoryStoreOptions } from "./store.js";

@@ -59,8 +59,19 @@ const SERVER_TIME = 4;
  */
 const FIRST_BLOCK = 4096;
 const MAX_BLOCK = 1024 * 1024;
-/** Most let-go blocks a store keeps for new jobs (block-pool.ts): 32 MiB, about one 300,000-line job of 100 bytes. */
+/** Most let-go blocks a store keeps by default (block-pool.ts): 32 MiB, about a 300,000-line job of 100 bytes. */
 const POOLED_BLOCKS = 32;
+
+/** Options of {@link createMemoryLogStore}. */
+export interface MemoryLogStoreOptions {
+  /**
+   * Most 1 MiB line blocks of let-go jobs (pruned or archived) and of dropped tail segments kept for new lines
+   * (default 32).
+   * An idle store holds up to this much more than its jobs; 0 lets every block go to the GC.
+   * Why: docs/decisions/ingest-limit.md, "The memory store's block pool".
+   */
+  pooledBlocks?: number;
+}
 
 function newJob(state: JobState): Job {
   return { state, tail: [], ...newLines() };
@@ -82,9 +93,9 @@ function newLines(firstBlock = FIRST_BLOCK): Lines {
 
 /**
  * A dropped tail segment made empty for the next one: its largest block and its typed arrays are kept (their
- * memory is warm and already counted in the tail), the rest given to the pool. Without it every segment was allocated anew
- * (blocks doubling from 4 KiB) and every dropped one left to the GC: the store alone, fed received lines, cost
- * ~+78 % against the peer (docs/decisions/log-tail.md, "Where the end-to-end cost went"). O(blocks).
+ * memory is warm and already counted in the tail), the rest given to the pool. Without it every segment was
+ * allocated anew (blocks doubling from 4 KiB) and every dropped one left to the GC: the store alone, fed received
+ * lines, cost ~+78 % against the peer (docs/decisions/log-tail.md, "Where the end-to-end cost went"). O(blocks).
  */
 function recycled(lines: Lines, pool: BlockPool): Lines {
   let largest: Buffer | undefined;
@@ -254,11 +265,13 @@ function runOf(job: Job, from: number, to: number): StoredLine[] {
  * @example
  * const runner = createRunnerService(queue, { logs: createMemoryLogStore() });
  */
-export function createMemoryLogStore(): JobLogStore {
+export function createMemoryLogStore(options: MemoryLogStoreOptions = {}): JobLogStore {
+  const pooled = options.pooledBlocks ?? POOLED_BLOCKS;
+  if (!Number.isInteger(pooled) || pooled < 0) throw new RangeError("pooledBlocks must be an integer ≥ 0");
   const jobs = new Map<string, Job>();
   // Newest-first order for list(): a page costs O(log jobs + page), not a scan.
   const order = new JobListIndex();
-  const pool = new BlockPool(MAX_BLOCK, POOLED_BLOCKS);
+  const pool = new BlockPool(MAX_BLOCK, pooled);
   let closed = false;
 
   function live(): void {
@@ -376,6 +389,7 @@ export function createMemoryLogStore(): JobLogStore {
     },
     async close() {
       closed = true;
+      pool.clear();
     },
   });
 }

@@ -51,10 +51,32 @@ async function writeJob(store: JobLogStore, id: string, lines: StoredLine[], end
 }
 
 describe("memory store: pooled blocks of let-go jobs", () => {
+  it("gives a pruned job's full-size blocks to the next job and keeps every job's own lines", async () => {
+    const store = createMemoryLogStore();
+    const [a, b, kept] = [randomUUID(), randomUUID(), randomUUID()];
+    // 3,000 lines of 1,000 bytes: ~3 MiB, two full-size blocks past the first ~1 MiB.
+    const big = (tag: number) => Array.from({ length: 3000 }, (_, i) => line(tag, i, 1000));
+    await writeJob(store, a, big(0), "2020-01-01T00:00:00.000Z");
+    await writeJob(store, kept, big(2), "2030-01-01T00:00:00.000Z");
+    expect(await store.prune!(new Date("2021-01-01T00:00:00.000Z"))).toBe(1);
+    await writeJob(store, b, big(1), "2030-01-01T00:00:00.000Z");
+    expect(await store.read(a)).toEqual([]);
+    expect(await store.read(b)).toEqual(big(1));
+    expect(await store.read(kept)).toEqual(big(2));
+  });
+
+  it("takes pooledBlocks as an integer ≥ 0 and refuses anything else", () => {
+    expect(() => createMemoryLogStore({ pooledBlocks: -1 })).toThrow(RangeError);
+    expect(() => createMemoryLogStore({ pooledBlocks: 1.5 })).toThrow(RangeError);
+    expect(() => createMemoryLogStore({ pooledBlocks: 0 })).not.toThrow();
+  });
+
   it("reads each job's own lines exactly while pruned and archived jobs' blocks are reused", async () => {
     await fc.assert(
       fc.asyncProperty(
-        // Each job: lines, their length (past 1 MiB in all, so full-size blocks come and go), and how it is let go.
+        // Each job: lines, their length, and how it is let go. A job's full-size blocks start past ~1 MiB of text
+        // (4 KiB doubling to 512 KiB first), so only the larger jobs give blocks to the pool or take from it; the
+        // case below makes sure that happens.
         fc.array(
           fc.record({
             lines: fc.integer({ min: 1, max: 1500 }),

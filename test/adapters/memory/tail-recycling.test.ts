@@ -11,6 +11,8 @@ import { sampleJobResult } from "../../../src/testing/helpers.js";
 import { lines } from "../../../src/testing/log-store-cases.js";
 import { ReceivedLine } from "../../../src/runner/protocol/received-line.js";
 
+const JOB = "3b7e8a52-8f0e-4a52-9d7a-2a8c0f3d1e11";
+
 /** Line i's text: its number, then `len` letters that differ from line to line. */
 function text(i: number, len: number): string {
   return `${i}:` + String.fromCharCode(97 + (i % 26)).repeat(len);
@@ -35,9 +37,9 @@ async function appendAndCheck(
   len: (i: number) => number,
   tailBytes: number,
   neighbour?: (store: JobLogStore) => Promise<void>,
-): Promise<void> {
-  const store = createMemoryLogStore();
-  const id = "3b7e8a52-8f0e-4a52-9d7a-2a8c0f3d1e11";
+  store: JobLogStore = createMemoryLogStore(),
+): Promise<number> {
+  const id = JOB;
   // Five head lines, then every line goes to the tail (the first one starts it).
   const entries: LogEntry[] = Array.from({ length: 5 }, (_, i) => received(i, len(i)));
   let at = 0;
@@ -79,16 +81,45 @@ async function appendAndCheck(
     );
     expect(read.slice(6).map((l) => l.stderr)).toEqual(Array.from({ length: kept }, (_, k) => (first + k) % 3 === 0));
   }
+  return at;
 }
 
 describe("memory store: recycled tail segments", () => {
+  it("a read under way on a pruned cut job gives no tail line, never the bytes of the job that took its blocks", async () => {
+    const store = createMemoryLogStore();
+    // An 8 MiB tail of 1 MiB segments, each in one full-size block: what the pool takes when the job is let go.
+    const at = await appendAndCheck(
+      Array.from({ length: 10 }, () => 1000),
+      () => 1000,
+      8 * 1024 * 1024,
+      undefined,
+      store,
+    );
+    await store.finish(JOB, sampleJobResult({ requestId: JOB, endedAt: "2020-01-01T00:00:00.000Z" }), { at });
+    // The read takes the head now and the tail after an await; the prune and the other job's append run in between.
+    const reading = store.read(JOB, 0, 20);
+    const pruned = store.prune!(new Date("2021-01-01T00:00:00.000Z"));
+    const other = "5c1d2e3f-4a5b-4c6d-8e7f-8091a2b3c4d5";
+    const texts = Array.from({ length: 3000 }, (_, k) => `other ${k}:` + "z".repeat(1000));
+    const appended = store.append(other, 0, lines(texts));
+    expect(await pruned).toBe(1);
+    await appended;
+    const read = await reading;
+    expect(read.slice(0, 5).map((l) => l.line)).toEqual([0, 1, 2, 3, 4].map((i) => text(i, 1000)));
+    expect(read[5]).toMatchObject({ marker: true });
+    expect(read).toHaveLength(6);
+    expect((await store.read(other)).map((l) => l.line)).toEqual(texts);
+  });
+
   it("reads back exactly the head, one marker and the kept tail after appends of any size", async () => {
     await fc.assert(
       fc.asyncProperty(
         fc.array(fc.integer({ min: 1, max: 60 }), { minLength: 1, maxLength: 25 }),
         fc.array(fc.integer({ min: 0, max: 120 }), { minLength: 1, maxLength: 40 }),
         fc.integer({ min: 200, max: 3000 }),
-        async (sizes, lengths, tailBytes) => appendAndCheck(sizes, (i) => lengths[i % lengths.length]!, tailBytes),
+        async (sizes, lengths, tailBytes) => {
+          await appendAndCheck(sizes, (i) => lengths[i % lengths.length]!, tailBytes);
+        },
       ),
       { numRuns: 150 },
     );
