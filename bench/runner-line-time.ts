@@ -467,10 +467,11 @@ async function pooledPairs(): Promise<string[]> {
 export async function run(): Promise<string> {
   const loadAtStart = os.loadavg()[0]!;
   const profileDir = process.env.BENCH_CPU_PROF;
-  const e2e = await endToEnd(profileDir);
+  // BENCH_LINE_TIME_ONLY=e2e: the end-to-end rows and the pairs, not the bytes stored a line; =pairs: the pairs alone.
+  const only = process.env.BENCH_LINE_TIME_ONLY;
+  const e2e = only === "pairs" ? [] : await endToEnd(profileDir);
   const pool = await pooledPairs();
-  // BENCH_LINE_TIME_ONLY=e2e: the end-to-end rows and the pairs alone, not the bytes stored a line.
-  const sizes = process.env.BENCH_LINE_TIME_ONLY === "e2e" ? [] : await bytesPerLine();
+  const sizes = only === "e2e" || only === "pairs" ? [] : await bytesPerLine();
   if (profileDir) console.error(`profiles in ${profileDir}: ${(await readdir(profileDir)).join(", ")}`);
   return [
     "## Runner: per-line time",
