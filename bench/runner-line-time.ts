@@ -381,7 +381,9 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
       "the frames or decodes each against the call's first. Each on its own server after 4 warm-up jobs, the connection made " +
       "before the clock starts. Ours: the same child run by `runJob` (a stamp per pipe read, " +
       "every line with its time) → `createRunnerClient` → `startRunnerServer` in a child process on the memory store, " +
-      `timed from spawn to the acknowledged end, a fresh server per round after 4 warm-up jobs of the same size (2 with masking on), pruned after every job as a server's retention does, the prune timed with the job (it keeps the newest ended job; the memory store reuses the blocks of the ones it lets go; \`BENCH_PRUNE=0\`: never pruned); with masking on, ` +
+      `timed from spawn to the acknowledged end, a fresh server per round after 4 warm-up jobs of the same size (2 with masking on), pruned after every job ` +
+      "as a server's retention does, the prune timed with the job (it keeps the newest ended job; the memory store " +
+      "reuses the blocks of the ones it lets go; `BENCH_PRUNE=0`: never pruned); with masking on, " +
       `10 secrets of 43 characters registered on both sides (runJob's \`secrets\` and \`expectJob\`'s), so the agent and the service each scan every line. ` +
       `Medians of ${ROUNDS}, rounds alternating. CPU µs a line: user + system time of the process over the job ÷ lines ` +
       "(the bench process is the agent; the limit's reader is the same process). The last column is what the CPU figures predict " +
@@ -419,7 +421,7 @@ async function pooledPairs(): Promise<string[]> {
   const pairs = Number(process.env.BENCH_POOL_PAIRS ?? 12);
   if (!Number.isInteger(pairs) || pairs < 0) throw new RangeError("BENCH_POOL_PAIRS must be an integer ≥ 0");
   if (pairs === 0) return [];
-  const pooled = await startServer();
+  const pooled = await startServer(undefined, "ours", { BENCH_POOLED_BLOCKS: "32" });
   const fresh = await startServer(undefined, "ours", { BENCH_POOLED_BLOCKS: "0" });
   const runs: { pooled: Figures; fresh: Figures }[] = [];
   try {
@@ -442,24 +444,25 @@ async function pooledPairs(): Promise<string[]> {
   const lower = runs.filter((r) => r.pooled.cpuServer < r.fresh.cpuServer).length;
   const faster = runs.filter((r) => r.pooled.rate > r.fresh.rate).length;
   const row = (name: string, k: "pooled" | "fresh") =>
-    `| ${name} | ${fmt(fig(k, (f) => f.rate))} | ${fig(k, (f) => f.cpuHere).toFixed(2)} | ${fig(k, (f) => f.cpuServer).toFixed(2)} |`;
+    `| ${name} | ${fmt(fig(k, (f) => f.rate))} | ${fig(k, (f) => f.cpuHere).toFixed(2)} | ` +
+    `${fig(k, (f) => f.cpuServer).toFixed(2)} |`;
+  const ratio = (f: (x: Figures) => number) => (fig("pooled", f) / fig("fresh", f)).toFixed(2);
   return [
     "### The memory store's block pool, paired (masking on, times on)",
     "",
-    `Method: two servers side by side on the memory store, each after 4 warm-up jobs; ${pairs} pairs of the masked job above, ` +
-      "alternating between the servers and which goes first. Both prune after every job, keeping the newest ended one (a " +
-      "server's retention), the prune timed with the job. One keeps the let-go jobs' full-size blocks in its pool (32, " +
-      "the default) for its next jobs; the peer's store has no pool (`pooledBlocks: 0`), so every block is new memory. " +
-      "Medians over the pairs; the counts are a sign test's (a tie counts against the pool).",
+    `Method: two servers side by side on the memory store, each after 4 warm-up jobs; ${pairs} pairs of the masked ` +
+      "job above, alternating between the servers and which goes first. Both prune after every job, keeping the newest " +
+      "ended one (a server's retention), the prune timed with the job. One keeps the let-go jobs' full-size blocks in " +
+      "its pool (`pooledBlocks: 32`, the default) for its next jobs; the peer's store has no pool (`pooledBlocks: 0`), " +
+      "so every block is new memory. Medians over the pairs; the counts are a sign test's (a tie counts against the pool).",
     "",
     "| server | lines/s (median) | agent CPU µs/line | server CPU µs/line |",
     "|---|---:|---:|---:|",
     row("blocks from the pool", "pooled"),
     row("peer: no pool, every block new", "fresh"),
     "",
-    `Ratio pooled ÷ peer: server CPU a line ${(fig("pooled", (f) => f.cpuServer) / fig("fresh", (f) => f.cpuServer)).toFixed(2)}× ` +
-      `(lower in ${lower} of ${pairs} pairs), rate ${(fig("pooled", (f) => f.rate) / fig("fresh", (f) => f.rate)).toFixed(2)}× ` +
-      `(higher in ${faster} of ${pairs}).`,
+    `Ratio pooled ÷ peer: server CPU a line ${ratio((f) => f.cpuServer)}× (lower in ${lower} of ${pairs} pairs), ` +
+      `rate ${ratio((f) => f.rate)}× (higher in ${faster} of ${pairs}).`,
   ];
 }
 

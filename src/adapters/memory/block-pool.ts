@@ -40,7 +40,8 @@ export class BlockPool {
   give(blocks: readonly Buffer[]): void {
     for (const block of blocks) {
       if (this.spare.length >= this.capacity) return;
-      if (block.length !== this.blockSize) continue;
+      // Given twice, a block would serve two jobs at once: O(pooled) to refuse it, at most `capacity`.
+      if (block.length !== this.blockSize || this.spare.includes(block)) continue;
       this.spare.push(block.fill(0));
     }
   }

@@ -267,7 +267,8 @@ function runOf(job: Job, from: number, to: number): StoredLine[] {
  */
 export function createMemoryLogStore(options: MemoryLogStoreOptions = {}): JobLogStore {
   const pooled = options.pooledBlocks ?? POOLED_BLOCKS;
-  if (!Number.isInteger(pooled) || pooled < 0) throw new RangeError("pooledBlocks must be an integer ≥ 0");
+  if (!Number.isInteger(pooled) || pooled < 0)
+    throw new RangeError(`pooledBlocks must be an integer ≥ 0, not ${pooled}`);
   const jobs = new Map<string, Job>();
   // Newest-first order for list(): a page costs O(log jobs + page), not a scan.
   const order = new JobListIndex();

@@ -85,7 +85,7 @@ async function appendAndCheck(
 }
 
 describe("memory store: recycled tail segments", () => {
-  it("a read under way on a pruned cut job gives no tail line, never the bytes of the job that took its blocks", async () => {
+  it("a read under way on a pruned cut job finds no tail line, never another job's bytes", async () => {
     const store = createMemoryLogStore();
     // An 8 MiB tail of 1 MiB segments, each in one full-size block: what the pool takes when the job is let go.
     const at = await appendAndCheck(
