@@ -131,18 +131,11 @@ async function startServer(
   };
 }
 
+/** A worker server as {@link startServer} gives it. */
+type Server = Awaited<ReturnType<typeof startServer>>;
+
 /** One job end to end: child → runJob (stamps every pipe read, masks `secrets`) → client → server; rate and CPU a line. */
-async function oursJob(
-  server: {
-    port: number;
-    cpu(): Promise<number>;
-    expect(id: string, secrets: string[]): Promise<void>;
-    prune(): Promise<void>;
-  },
-  lines: number,
-  secrets: string[] = [],
-  prune = false,
-): Promise<Figures> {
+async function oursJob(server: Server, lines: number, secrets: string[] = [], prune = false): Promise<Figures> {
   const requestId = randomUUID();
   if (secrets.length > 0) await server.expect(requestId, secrets);
   const client = createRunnerClient({

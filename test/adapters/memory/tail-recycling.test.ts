@@ -1,7 +1,8 @@
 /**
  * The memory store reuses a dropped tail segment's blocks for the next segment (adapters/memory/log-store.ts,
- * `recycled`): whatever the appends' sizes and the lines' lengths, a read returns exactly the kept lines, never bytes
- * a dropped segment left in a reused block.
+ * `recycled`), and full-size blocks of dropped segments and let-go jobs for any job (block-pool.ts): whatever the
+ * appends' sizes and the lines' lengths, a read returns exactly the kept lines, never bytes a dropped segment or
+ * another job left in a reused block.
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
@@ -12,6 +13,8 @@ import { lines } from "../../../src/testing/log-store-cases.js";
 import { ReceivedLine } from "../../../src/runner/protocol/received-line.js";
 
 const JOB = "3b7e8a52-8f0e-4a52-9d7a-2a8c0f3d1e11";
+/** A second job of the same store, writing into blocks from the same pool. */
+const OTHER = "5c1d2e3f-4a5b-4c6d-8e7f-8091a2b3c4d5";
 
 /** Line i's text: its number, then `len` letters that differ from line to line. */
 function text(i: number, len: number): string {
@@ -30,14 +33,16 @@ function received(i: number, len: number): ReceivedLine {
 /**
  * Appends batches of `sizes` lines (line i `len(i)` letters long) to a new job of a fresh store, the sixth line
  * starting a tail of `tailBytes`, and checks after each append that a read returns exactly the head, one marker and
- * the kept tail.
+ * the kept tail. `neighbour` runs after each append; `store` is the store to use. Returns the job's committed items.
  */
 async function appendAndCheck(
   sizes: number[],
   len: (i: number) => number,
   tailBytes: number,
-  neighbour?: (store: JobLogStore) => Promise<void>,
-  store: JobLogStore = createMemoryLogStore(),
+  {
+    neighbour,
+    store = createMemoryLogStore(),
+  }: { neighbour?: (store: JobLogStore) => Promise<void>; store?: JobLogStore } = {},
 ): Promise<number> {
   const id = JOB;
   // Five head lines, then every line goes to the tail (the first one starts it).
@@ -92,23 +97,21 @@ describe("memory store: recycled tail segments", () => {
       Array.from({ length: 10 }, () => 1000),
       () => 1000,
       8 * 1024 * 1024,
-      undefined,
-      store,
+      { store },
     );
     await store.finish(JOB, sampleJobResult({ requestId: JOB, endedAt: "2020-01-01T00:00:00.000Z" }), { at });
     // The read takes the head now and the tail after an await; the prune and the other job's append run in between.
     const reading = store.read(JOB, 0, 20);
     const pruned = store.prune!(new Date("2021-01-01T00:00:00.000Z"));
-    const other = "5c1d2e3f-4a5b-4c6d-8e7f-8091a2b3c4d5";
     const texts = Array.from({ length: 3000 }, (_, k) => `other ${k}:` + "z".repeat(1000));
-    const appended = store.append(other, 0, lines(texts));
+    const appended = store.append(OTHER, 0, lines(texts));
     expect(await pruned).toBe(1);
     await appended;
     const read = await reading;
     expect(read.slice(0, 5).map((l) => l.line)).toEqual([0, 1, 2, 3, 4].map((i) => text(i, 1000)));
     expect(read[5]).toMatchObject({ marker: true });
     expect(read).toHaveLength(6);
-    expect((await store.read(other)).map((l) => l.line)).toEqual(texts);
+    expect((await store.read(OTHER)).map((l) => l.line)).toEqual(texts);
   });
 
   it("reads back exactly the head, one marker and the kept tail after appends of any size", async () => {
@@ -129,12 +132,11 @@ describe("memory store: recycled tail segments", () => {
     // An 8 MiB tail: segments of 1 MiB, each in one full-size block; ~24 MiB of lines drop and recycle segments.
     // Beside it a second job writes 1 MiB a step into blocks from the same pool (adapters/memory/block-pool.ts), and
     // is pruned every fourth step so blocks go round; each job must read back only its own lines.
-    const other = "5c1d2e3f-4a5b-4c6d-8e7f-8091a2b3c4d5";
     let step = 0;
     let written: string[] = [];
     const neighbour = async (store: JobLogStore) => {
       if (step++ % 4 === 3) {
-        await store.finish(other, sampleJobResult({ requestId: other, endedAt: "2020-01-01T00:00:00.000Z" }), {
+        await store.finish(OTHER, sampleJobResult({ requestId: OTHER, endedAt: "2020-01-01T00:00:00.000Z" }), {
           at: written.length,
         });
         expect(await store.prune!(new Date("2021-01-01T00:00:00.000Z"))).toBe(1);
@@ -142,15 +144,15 @@ describe("memory store: recycled tail segments", () => {
         return;
       }
       const texts = Array.from({ length: 1000 }, (_, k) => `${step}/${k}:` + "z".repeat(1000));
-      await store.append(other, written.length, lines(texts));
+      await store.append(OTHER, written.length, lines(texts));
       written.push(...texts);
-      expect((await store.read(other)).map((l) => l.line)).toEqual(written);
+      expect((await store.read(OTHER)).map((l) => l.line)).toEqual(written);
     };
     await appendAndCheck(
       Array.from({ length: 24 }, () => 1000),
       (i) => 900 + (i % 200),
       8 * 1024 * 1024,
-      neighbour,
+      { neighbour },
     );
   }, 60_000);
 });
