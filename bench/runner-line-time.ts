@@ -21,7 +21,7 @@ import { createPostgresLogStore } from "../src/adapters/postgres/index.js";
 import { ArchiveWriter } from "../src/runner/archive/format.js";
 import { readPipe } from "../src/runner/agent/pipe-reader.js";
 import { runJob } from "../src/runner/agent/run-job.js";
-import { createRunnerClient } from "../src/runner/client/runner-client.js";
+import { createRunnerClient, type RunnerClient } from "../src/runner/client/runner-client.js";
 import { mintJobToken } from "../src/runner/protocol/token.js";
 import type { JobLogStore, LogEntry, StoredLine } from "../src/runner/ports.js";
 import { POSTGRES_URL } from "../test/fixtures/backends.js";
@@ -135,21 +135,31 @@ async function startServer(
 type Server = Awaited<ReturnType<typeof startServer>>;
 
 /** One job end to end: child → runJob (stamps every pipe read, masks `secrets`) → client → server; rate and CPU a line. */
-async function oursJob(server: Server, lines: number, secrets: string[] = [], prune = false): Promise<Figures> {
+async function oursJob(
+  server: Server,
+  lines: number,
+  secrets: string[] = [],
+  prune = false,
+  perLine = false,
+): Promise<Figures> {
   const requestId = randomUUID();
   if (secrets.length > 0) await server.expect(requestId, secrets);
-  const client = createRunnerClient({
+  const real = createRunnerClient({
     endpoint: `http://127.0.0.1:${server.port}`,
     requestId,
     token: mintJobToken(SECRET, requestId),
   });
+  // `perLine`: the agent as it was before runs of lines went to the client whole (a call a line); both sides of a
+  // pair reach the client through the same kind of object.
+  const client: RunnerClient = Object.create(real);
+  if (perLine) client.logLines = undefined;
   let code = 0;
   const figures = await measured(server, lines, async () => {
     code = await runJob(client, { ...printer(lines), secrets });
     // Timed with the job: letting the earlier one go (and zeroing its pooled blocks) is part of what a job costs.
     if (prune) await server.prune();
   });
-  await client.close();
+  await real.close();
   if (code !== 0) throw new Error(`job exited ${code}`);
   return figures;
 }
@@ -411,35 +421,17 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
  * from job to job, so a paired count says more than two medians taken minutes apart. BENCH_POOL_PAIRS=0 skips it.
  */
 async function pooledPairs(): Promise<string[]> {
-  const pairs = Number(process.env.BENCH_POOL_PAIRS ?? 12);
-  if (!Number.isInteger(pairs) || pairs < 0) throw new RangeError("BENCH_POOL_PAIRS must be an integer ≥ 0");
+  const pairs = pairCount("BENCH_POOL_PAIRS");
   if (pairs === 0) return [];
   const pooled = await startServer(undefined, "ours", { BENCH_POOLED_BLOCKS: "32" });
   const fresh = await startServer(undefined, "ours", { BENCH_POOLED_BLOCKS: "0" });
-  const runs: { pooled: Figures; fresh: Figures }[] = [];
+  let runs: Pair[];
   try {
-    for (let i = 0; i < 4; i++) {
-      await oursJob(pooled, LINES, i % 2 === 1 ? SECRETS : [], true);
-      await oursJob(fresh, LINES, i % 2 === 1 ? SECRETS : [], true);
-    }
-    for (let i = 0; i < pairs; i++) {
-      const pair: Partial<{ pooled: Figures; fresh: Figures }> = {};
-      for (const k of i % 2 === 0 ? (["pooled", "fresh"] as const) : (["fresh", "pooled"] as const))
-        pair[k] = await oursJob(k === "pooled" ? pooled : fresh, LINES, SECRETS, true);
-      runs.push(pair as { pooled: Figures; fresh: Figures });
-    }
+    runs = await paired(pairs, (a, secrets) => oursJob(a ? pooled : fresh, LINES, secrets, true));
   } finally {
     await pooled.stop();
     await fresh.stop();
   }
-  const fig = (k: "pooled" | "fresh", f: (x: Figures) => number) => median(runs.map((r) => f(r[k])));
-  // A sign test's counts: ties count against the pool.
-  const lower = runs.filter((r) => r.pooled.cpuServer < r.fresh.cpuServer).length;
-  const faster = runs.filter((r) => r.pooled.rate > r.fresh.rate).length;
-  const row = (name: string, k: "pooled" | "fresh") =>
-    `| ${name} | ${fmt(fig(k, (f) => f.rate))} | ${fig(k, (f) => f.cpuHere).toFixed(2)} | ` +
-    `${fig(k, (f) => f.cpuServer).toFixed(2)} |`;
-  const ratio = (f: (x: Figures) => number) => (fig("pooled", f) / fig("fresh", f)).toFixed(2);
   return [
     "### The memory store's block pool, paired (masking on, times on)",
     "",
@@ -449,13 +441,91 @@ async function pooledPairs(): Promise<string[]> {
       "its pool (`pooledBlocks: 32`, the default) for its next jobs; the peer's store has no pool (`pooledBlocks: 0`), " +
       "so every block is new memory. Medians over the pairs; the counts are a sign test's (a tie counts against the pool).",
     "",
-    "| server | lines/s (median) | agent CPU µs/line | server CPU µs/line |",
-    "|---|---:|---:|---:|",
-    row("blocks from the pool", "pooled"),
-    row("peer: no pool, every block new", "fresh"),
+    ...pairTable(runs, ["blocks from the pool", "peer: no pool, every block new"], "server"),
+  ];
+}
+
+/**
+ * The agent's runs of lines, paired: one server (pruning, the pool on), masked jobs alternating between the agent as
+ * it is (each pipe read's run of plain lines framed into the spool in one pass, `RunnerClient.logLines`) and the same
+ * agent without `logLines` (a call a line through the masking step and `logUtf8`, as before 2026-11-30), which goes
+ * first alternating too. BENCH_AGENT_PAIRS=0 skips it.
+ */
+async function agentPairs(): Promise<string[]> {
+  const pairs = pairCount("BENCH_AGENT_PAIRS");
+  if (pairs === 0) return [];
+  const server = await startServer(undefined, "ours");
+  let runs: Pair[];
+  try {
+    runs = await paired(pairs, (a, secrets) => oursJob(server, LINES, secrets, true, !a));
+  } finally {
+    await server.stop();
+  }
+  return [
+    "### The agent's runs of lines, paired (masking on, times on)",
     "",
-    `Ratio pooled ÷ peer: server CPU a line ${ratio((f) => f.cpuServer)}× (lower in ${lower} of ${pairs} pairs), ` +
-      `rate ${ratio((f) => f.rate)}× (higher in ${faster} of ${pairs}).`,
+    `Method: one server on the memory store (pruning after every job, the pool on), after 8 warm-up jobs; ${pairs} ` +
+      "pairs of the masked job above, alternating between two agents in this process, and which goes first. One is the " +
+      "agent as it is: each pipe read's run of complete lines, when no line holds a command or a secret, goes to the " +
+      "client in one call that frames them into the spool in one pass (`logLines`). The peer hands the client one line " +
+      "a call through the masking step (`logUtf8`), as the agent did before. Medians over the pairs; the counts are a " +
+      "sign test's (a tie counts against the runs).",
+    "",
+    ...pairTable(runs, ["runs of lines (`logLines`)", "peer: a call a line"], "agent"),
+  ];
+}
+
+/** The pair count an environment variable sets (default 12; 0 skips the table). */
+function pairCount(name: string): number {
+  const pairs = Number(process.env[name] ?? 12);
+  if (!Number.isInteger(pairs) || pairs < 0) throw new RangeError(`${name} must be an integer ≥ 0`);
+  return pairs;
+}
+
+/** One pair's figures: `a` the variant measured, `b` its peer. */
+interface Pair {
+  a: Figures;
+  b: Figures;
+}
+
+/**
+ * `pairs` pairs of masked jobs, `job(true, …)` for the variant and `job(false, …)` for its peer, after 4 warm-up jobs
+ * of each (alternately unmasked and masked); which goes first alternates. Wall-clock rates on this kind of machine
+ * scatter ±40 % from job to job, so a paired count says more than two medians taken minutes apart.
+ */
+async function paired(pairs: number, job: (a: boolean, secrets: string[]) => Promise<Figures>): Promise<Pair[]> {
+  for (let i = 0; i < 4; i++) {
+    await job(true, i % 2 === 1 ? SECRETS : []);
+    await job(false, i % 2 === 1 ? SECRETS : []);
+  }
+  const runs: Pair[] = [];
+  for (let i = 0; i < pairs; i++) {
+    const pair: Partial<Pair> = {};
+    for (const a of i % 2 === 0 ? [true, false] : [false, true]) pair[a ? "a" : "b"] = await job(a, SECRETS);
+    runs.push(pair as Pair);
+  }
+  return runs;
+}
+
+/** A paired table's rows and its ratios: the CPU a line of `side` (the process that differs) and the rate. */
+function pairTable(runs: Pair[], names: [string, string], side: "agent" | "server"): string[] {
+  const fig = (k: "a" | "b", f: (x: Figures) => number) => median(runs.map((r) => f(r[k])));
+  const cpu = (f: Figures) => (side === "agent" ? f.cpuHere : f.cpuServer);
+  // A sign test's counts: ties count against the variant.
+  const lower = runs.filter((r) => cpu(r.a) < cpu(r.b)).length;
+  const faster = runs.filter((r) => r.a.rate > r.b.rate).length;
+  const row = (name: string, k: "a" | "b") =>
+    `| ${name} | ${fmt(fig(k, (f) => f.rate))} | ${fig(k, (f) => f.cpuHere).toFixed(2)} | ` +
+    `${fig(k, (f) => f.cpuServer).toFixed(2)} |`;
+  const ratio = (f: (x: Figures) => number) => (fig("a", f) / fig("b", f)).toFixed(2);
+  return [
+    "| variant | lines/s (median) | agent CPU µs/line | server CPU µs/line |",
+    "|---|---:|---:|---:|",
+    row(names[0], "a"),
+    row(names[1], "b"),
+    "",
+    `Ratio of the first to the peer: ${side} CPU a line ${ratio(cpu)}× (lower in ${lower} of ${runs.length} pairs), ` +
+      `rate ${ratio((f) => f.rate)}× (higher in ${faster} of ${runs.length}).`,
   ];
 }
 
@@ -463,11 +533,13 @@ async function pooledPairs(): Promise<string[]> {
 export async function run(): Promise<string> {
   const loadAtStart = os.loadavg()[0]!;
   const profileDir = process.env.BENCH_CPU_PROF;
-  // BENCH_LINE_TIME_ONLY=e2e: the end-to-end rows and the pairs, not the bytes stored a line; =pairs: the pairs alone.
+  // BENCH_LINE_TIME_ONLY=e2e: the end-to-end rows and the pairs, not the bytes stored a line; =pairs: the pool's pairs
+  // alone; =agent: the agent's pairs alone.
   const only = process.env.BENCH_LINE_TIME_ONLY;
-  const e2e = only === "pairs" ? [] : await endToEnd(profileDir);
-  const pool = await pooledPairs();
-  const sizes = only === "e2e" || only === "pairs" ? [] : await bytesPerLine();
+  const e2e = only === "pairs" || only === "agent" ? [] : await endToEnd(profileDir);
+  const pool = only === "agent" ? [] : await pooledPairs();
+  const agent = only === "pairs" ? [] : await agentPairs();
+  const sizes = only !== undefined ? [] : await bytesPerLine();
   if (profileDir) console.error(`profiles in ${profileDir}: ${(await readdir(profileDir)).join(", ")}`);
   return [
     "## Runner: per-line time",
@@ -479,6 +551,8 @@ export async function run(): Promise<string> {
     ...e2e,
     "",
     ...pool,
+    "",
+    ...agent,
     "",
     `Load average (1 min) at the start and end of this run: ${loadAtStart.toFixed(1)} / ${os.loadavg()[0]!.toFixed(1)} on ${os.cpus().length} cores` +
       (Math.max(loadAtStart, os.loadavg()[0]!) > os.cpus().length

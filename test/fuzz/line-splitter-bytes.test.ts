@@ -125,4 +125,52 @@ describe("fuzz: line splitter, bytes path against the string path", () => {
     },
     fuzzTimeout(20_000),
   );
+
+  it(
+    "runs of lines: a run is complete valid lines, and whatever part of it onRun takes, the lines are the same",
+    () => {
+      const withTakes = fc.record({ case: input, takes: fc.array(fc.nat(6), { maxLength: 10 }) });
+      for (const params of fuzzParams<[{ case: { bytes: Buffer; cuts: number[]; max: number }; takes: number[] }]>(
+        "line splitter runs",
+      )) {
+        fc.assert(
+          fc.property(withTakes, ({ case: { bytes, cuts, max }, takes }) => {
+            const chunks = chunksOf(bytes, cuts);
+            const plain: string[] = [];
+            const a = createLineSplitter((l) => plain.push(l), { maxLineBytes: max });
+            const mixed: string[] = [];
+            let runs = 0;
+            const b = createLineSplitter((l) => mixed.push(l), {
+              maxLineBytes: max,
+              onBytes: (buf, s, e) => mixed.push(buf.toString("utf8", s, e)),
+              // Takes the number of lines `takes` says for this run (all of them past its end), stopping before a line
+              // over the limit, as the client does; or nothing.
+              onRun: (buf, s, e) => {
+                expect(buf[e - 1]).toBe(0x0a);
+                expect(isUtf8(buf.subarray(s, e))).toBe(true);
+                let n = takes[runs++ % Math.max(1, takes.length)] ?? 6;
+                let pos = s;
+                while (n-- > 0 && pos < e) {
+                  const nl = buf.indexOf(10, pos);
+                  if (nl - pos > max) break;
+                  mixed.push(buf.toString("utf8", pos, nl));
+                  pos = nl + 1;
+                }
+                return pos;
+              },
+            });
+            for (const c of chunks) {
+              a.push(c);
+              b.push(c);
+            }
+            a.end();
+            b.end();
+            expect(mixed).toEqual(plain);
+          }),
+          params,
+        );
+      }
+    },
+    fuzzTimeout(20_000),
+  );
 });

@@ -406,6 +406,12 @@ describe("secret masking end to end (property)", () => {
       spooled.push(Buffer.from(src.buffer, src.byteOffset, src.byteLength).toString("utf8", start, end)),
       real.logUtf8!(src, start, end, stderr)
     );
+    client.logLines = (src, start, end, stderr, time, max) => {
+      const taken = real.logLines!(src, start, end, stderr, time, max);
+      const text = Buffer.from(src.buffer, src.byteOffset, src.byteLength).toString("utf8", start, taken.next);
+      if (taken.next > start) spooled.push(...text.slice(0, -1).split("\n"));
+      return taken;
+    };
     const echo: string[] = [];
     const repoUrl = job.repoSecret
       ? `https://ci:${allSecrets[0]}@example.com/repo.git`

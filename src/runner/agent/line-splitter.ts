@@ -61,6 +61,12 @@ interface LineSplitterOptions {
    */
   onBytes?: (buf: Buffer, start: number, end: number) => void;
   /**
+   * Called with each read's run of complete lines `buf[start, end)` (every line ended by `\n`) when the run is valid
+   * UTF-8, before `onBytes` sees any of them: it takes lines from `start` on, never one over the limit, and returns
+   * where it stopped (`end` when it took them all). The lines from there go to `onBytes` or `onLine` one by one. Needs `onBytes`.
+   */
+  onRun?: (buf: Buffer, start: number, end: number) => number;
+  /**
    * Secret masking across the line limit's cuts (runner/masking/): `text` masks a line before
    * it is cut, and `cut` moves the cut of an over-long unterminated line off any secret.
    */
@@ -93,6 +99,7 @@ export function createLineSplitter(onLine: (line: string) => void, options: Line
   const max = options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES;
   if (!Number.isInteger(max) || max < 4) throw new RangeError("maxLineBytes must be an integer ≥ 4");
   const onBytes = options.onBytes;
+  const onRun = onBytes === undefined ? undefined : options.onRun;
   const masking = options.masking;
   let rest: Buffer | null = null;
   // The line being read was cut already (the next bytes continue it), and began with a command
@@ -123,6 +130,11 @@ export function createLineSplitter(onLine: (line: string) => void, options: Line
     if (onBytes !== undefined) {
       const last = buf.lastIndexOf(10);
       valid = last !== -1 && isUtf8(last + 1 === buf.length ? buf : buf.subarray(0, last + 1));
+      // A line continuing a cut command is its value (emit below); any other run may go whole.
+      if (valid && onRun !== undefined && !commandLine) {
+        pos = onRun(buf, 0, last + 1);
+        if (pos > 0) cutLine = false;
+      }
     }
     for (let nl = buf.indexOf(10, pos); nl !== -1; nl = buf.indexOf(10, pos)) {
       if (valid && nl - pos <= max && !commandLine) onBytes!(buf, pos, nl);

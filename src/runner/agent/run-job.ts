@@ -11,7 +11,14 @@ import { createLineSplitter, DEFAULT_MAX_LINE_BYTES } from "./line-splitter.js";
 import { readPipe } from "./pipe-reader.js";
 import { nowMs } from "../protocol/line-time.js";
 import { createSecretMasker, MASK_TEXT, MIN_SECRET_BYTES, safeCut } from "../masking/secret-masker.js";
-import { addMaskValue, maskLine, maskLineBytes, mayBeAddMask, registerMask } from "../masking/add-mask.js";
+import {
+  ADD_MASK_PREFIX,
+  addMaskValue,
+  maskLine,
+  maskLineBytes,
+  mayBeAddMask,
+  registerMask,
+} from "../masking/add-mask.js";
 
 /** Options of {@link runJob}. */
 export interface RunJobOptions {
@@ -110,6 +117,8 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
   // line) unless the caller wants every line as text.
   const logUtf8 =
     options.onLine === undefined && client.logUtf8 !== undefined ? client.logUtf8.bind(client) : undefined;
+  // Runs of plain lines (no command, no secret in any form) go to the client in one call a pipe read.
+  const logLines = logUtf8 !== undefined && client.logLines !== undefined ? client.logLines.bind(client) : undefined;
   // When the pipe read that completes a line happened: every line of one read shares it (one clock read a
   // read, not a line), and a line split across reads gets the read that ended it (docs/runner-protocol.md §2, "Line times").
   let readAt = 0;
@@ -130,6 +139,16 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
     pauseForSpool(
       masked === null ? logUtf8!(buf, start, end, stderr, readAt) : logUtf8!(masked, 0, masked.length, stderr, readAt),
     );
+  };
+  // Whole when no line of the run needs masking: a command registers a value for the lines after it, and a line
+  // holding a secret is masked on its own, so either sends the run line by line (returns `start`). O(run bytes).
+  const sendRun = (buf: Buffer, start: number, end: number, stderr: boolean): number => {
+    if (stop !== null) return end;
+    const command = buf.indexOf(ADD_MASK_PREFIX, start, "latin1");
+    if ((command !== -1 && command < end) || masker.runs(buf, start, end) !== null) return start;
+    const { next, accepted } = logLines!(buf, start, end, stderr, readAt, maxLineBytes);
+    pauseForSpool(accepted);
+    return next;
   };
   // A line over the limit is cut in pieces: the cut never falls inside a secret.
   // A command line over the limit registers its whole value before it is cut; one cut before its newline
@@ -152,11 +171,13 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
     maxLineBytes,
     masking,
     onBytes: logUtf8 && ((buf, start, end) => sendBytes(buf, start, end, false)),
+    onRun: logLines && ((buf, start, end) => sendRun(buf, start, end, false)),
   });
   const err = createLineSplitter((line) => sendLine(line, true), {
     maxLineBytes,
     masking,
     onBytes: logUtf8 && ((buf, start, end) => sendBytes(buf, start, end, true)),
+    onRun: logLines && ((buf, start, end) => sendRun(buf, start, end, true)),
   });
   // Each pipe read into one reused buffer (the splitter copies what it keeps); a read stamps the time.
   const readInto = (pipe: NonNullable<typeof child.stdout>, splitter: typeof out) =>

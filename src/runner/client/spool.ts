@@ -97,25 +97,49 @@ class PackedSpool implements Spool {
     return -1;
   }
 
+  /** A new tail chunk for a frame of `size` bytes: a spare one when it fits, else new memory. O(1). */
+  private newTail(size: number): Chunk {
+    const spare = size <= this.chunkBytes ? this.spares.pop() : undefined;
+    const tail: Chunk = {
+      buf: spare ?? Buffer.allocUnsafe(Math.max(this.chunkBytes, size)),
+      used: 0,
+      first: this.next,
+      ends: [],
+      sealed: false,
+    };
+    this.chunks.push(tail);
+    return tail;
+  }
+
   append(size: number, write: (buf: Buffer, pos: number) => number): number {
     const chunks = this.chunks;
     let tail = chunks[chunks.length - 1];
-    if (tail === undefined || tail.sealed || tail.buf.length - tail.used < size) {
-      const spare = size <= this.chunkBytes ? this.spares.pop() : undefined;
-      tail = {
-        buf: spare ?? Buffer.allocUnsafe(Math.max(this.chunkBytes, size)),
-        used: 0,
-        first: this.next,
-        ends: [],
-        sealed: false,
-      };
-      chunks.push(tail);
-    }
+    if (tail === undefined || tail.sealed || tail.buf.length - tail.used < size) tail = this.newTail(size);
     const pos = write(tail.buf, tail.used);
     tail.used = pos;
     tail.ends.push(pos);
     this.held += size;
     return this.next++;
+  }
+
+  appendLines(src: Buffer, start: number, end: number, maxLine: number, frames: LineFramer): number {
+    const chunks = this.chunks;
+    let tail = chunks[chunks.length - 1];
+    let pos = start;
+    // One pass over the run: a native newline search, then the frame written in place (O(bytes)).
+    while (pos < end) {
+      const nl = src.indexOf(10, pos);
+      if (nl === -1 || nl >= end || nl - pos > maxLine) break;
+      const size = frames.frameSize(nl - pos);
+      if (tail === undefined || tail.sealed || tail.buf.length - tail.used < size) tail = this.newTail(size);
+      const at = frames.writeFrame(tail.buf, tail.used, src, pos, nl);
+      tail.used = at;
+      tail.ends.push(at);
+      this.held += size;
+      this.next++;
+      pos = nl + 1;
+    }
+    return pos;
   }
 
   has(offset: number): boolean {
@@ -210,6 +234,14 @@ class PackedSpool implements Spool {
   }
 }
 
+/** How {@link Spool.appendLines} frames a line (one object a client: its calls stay monomorphic). */
+export interface LineFramer {
+  /** Bytes of the frame of a line of `lineBytes` bytes. */
+  frameSize(lineBytes: number): number;
+  /** Writes the frame of the line `src[start, end)` at `buf[pos]`; returns the frame's end. */
+  writeFrame(buf: Buffer, pos: number, src: Buffer, start: number, end: number): number;
+}
+
 /** What {@link createSpool} returns. */
 export interface Spool {
   /** Offset of the first item still held. */
@@ -220,6 +252,12 @@ export interface Spool {
   readonly bytes: number;
   /** Appends one frame of `size` bytes written by `write(buf, pos)` → end position; returns its offset. */
   append(size: number, write: (buf: Buffer, pos: number) => number): number;
+  /**
+   * Appends one frame a line for the lines of `src[start, end)` (each ended by `\n`, which is left out), stopping
+   * before a line longer than `maxLine` bytes; returns where it stopped (`end` when every line was taken). The
+   * lines' bytes are copied before it returns. O(bytes).
+   */
+  appendLines(src: Buffer, start: number, end: number, maxLine: number, frames: LineFramer): number;
   /** True when a replay from `offset` is possible (start ≤ offset ≤ end). */
   has(offset: number): boolean;
   /** Frames from `from` on, up to about `maxBytes` (at least one item). */

@@ -107,6 +107,22 @@ export interface RunnerClient {
    * Optional so that other implementations of this interface need not have it.
    */
   logUtf8?(src: Uint8Array, start: number, end: number, stderr?: boolean, time?: number): boolean;
+  /**
+   * Queues the lines of `src[start, end)`, each ended by `\n` (left out) and all valid UTF-8 (the caller checked it),
+   * in one pass: the same as `logUtf8` on each line in turn, without a call a line. Stops before a line longer than
+   * `maxLineBytes` (default and at most the client's own limit) and takes nothing when the client is not open: it
+   * returns where it stopped (`next`, `end` when it took every line), and the lines from there are the caller's to
+   * queue one by one. `accepted` is false when the spool is over its high-water mark (wait for `drained()`). The
+   * bytes are copied before it returns. Optional, as `logUtf8` is.
+   */
+  logLines?(
+    src: Uint8Array,
+    start: number,
+    end: number,
+    stderr?: boolean,
+    time?: number,
+    maxLineBytes?: number,
+  ): { next: number; accepted: boolean };
   /** Queues the job end and resolves once the orchestrator acknowledged it. */
   end(end: JobEndFields): Promise<void>;
   /** Resolves once everything queued so far is acknowledged (cuts the current call short). */

@@ -192,6 +192,43 @@ describe("createRunnerClient: the happy path", () => {
     expect(client.stats.lines).toEqual({ stdout: 2, stderr: 3 });
   });
 
+  it("logLines stores each line of a run as logUtf8 does, stops before a line over the limit, and nothing when not open", async () => {
+    const requestId = randomUUID();
+    const client = h.client({ requestId, maxLineBytes: 1000 });
+    const logLines = client.logLines!; // unbound on purpose: it must not depend on `this`
+    const long = "ü".repeat(600); // 1,200 bytes
+    const src = Buffer.from(`>>one ✓\n\ntwo\n${long}\nthree\n<<`);
+    const end = src.length - 2;
+    // A run the caller limits to 10 bytes a line stops at "ü…"; its own limit (1,000) too.
+    expect(logLines(src, 2, end, true, 1_700_000_000_000.5, 10)).toEqual({ next: 15, accepted: true });
+    const rest = 15; // ">>" and "one ✓\n\ntwo\n"
+    expect(logLines(src, rest, end, false, 1_700_000_000_001)).toEqual({ next: rest, accepted: true });
+    client.logUtf8!(src, rest, rest + 1200, false);
+    expect(logLines(src, rest + 1201, end, false, 1_700_000_000_002)).toEqual({ next: end, accepted: true });
+    expect(client.stats.lines).toEqual({ stdout: 3, stderr: 3 });
+    await client.end({ exitCode: 0, success: true });
+    // Ended: nothing taken, the lines are the caller's (whose log() then refuses them).
+    expect(logLines(src, 2, end, false)).toEqual({ next: 2, accepted: true });
+    const log = await h.logs.read(requestId, 0, 100);
+    expect(log.map((l) => [l.line, l.stderr, l.time])).toEqual([
+      ["one ✓", true, 1_700_000_000_000.5],
+      ["", true, 1_700_000_000_000.5],
+      ["two", true, 1_700_000_000_000.5],
+      ["ü".repeat(500), false, expect.any(Number)],
+      ["ü".repeat(100), false, expect.any(Number)],
+      ["three", false, 1_700_000_000_002],
+    ]);
+  });
+
+  it("logLines says when the spool is over its high-water mark", async () => {
+    const client = h.client({ highWaterMarkBytes: 16 * 1024 });
+    const run = Buffer.from(`${"r".repeat(99)}\n`.repeat(200));
+    expect(client.logLines!(run, 0, run.length, false)).toEqual({ next: run.length, accepted: false });
+    await client.drained();
+    await client.end({ exitCode: 0, success: true });
+    expect(await h.stored(client.requestId)).toHaveLength(200);
+  });
+
   it("applies back-pressure: log() returns false over the high-water mark and drained() resolves", async () => {
     const client = h.client({ highWaterMarkBytes: 16 * 1024 });
     let refused = 0;

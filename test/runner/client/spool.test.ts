@@ -1,6 +1,6 @@
 /**
  * The runner client's spool (src/runner/client/spool.ts) against a model, an array of frames: every
- * method (append, drop, truncate, slice, frames, has, start/end/bytes) after any sequence of
+ * method (append, appendLines, drop, truncate, slice, frames, has, start/end/bytes) after any sequence of
  * the others, and the slices already handed to a call never changing while any of their items is
  * held (they may be in flight when the spool is truncated and appended to again; a dropped chunk's
  * memory is reused, so a fully dropped slice may change). Session 9 made the spool a
@@ -14,15 +14,33 @@ import { createSpool } from "../../../src/runner/client/spool.js";
 
 type Op =
   | { k: "append"; size: number }
+  | { k: "lines"; sizes: number[]; max: number }
   | { k: "drop"; at: number }
   | { k: "truncate"; at: number }
   | { k: "slice"; at: number; max: number }
   | { k: "frames"; at: number };
 
+/** A frame for the property: the line's length in a byte, then its bytes. */
+const framer = {
+  frameSize: (n: number) => n + 1,
+  writeFrame(buf: Buffer, pos: number, src: Buffer, start: number, end: number) {
+    buf[pos] = end - start;
+    return pos + 1 + src.copy(buf, pos + 1, start, end);
+  },
+};
+
 describe("spool: a property against a model", () => {
   it("behaves as an array of frames in every method, and never changes a slice it handed out", () => {
     const op = fc.oneof(
       { arbitrary: fc.record({ k: fc.constant("append" as const), size: fc.integer({ min: 1, max: 90 }) }), weight: 5 },
+      {
+        arbitrary: fc.record({
+          k: fc.constant("lines" as const),
+          sizes: fc.array(fc.nat(40), { maxLength: 8 }),
+          max: fc.integer({ min: 0, max: 50 }),
+        }),
+        weight: 2,
+      },
       fc.record({ k: fc.constant("drop" as const), at: fc.nat(60) }),
       fc.record({ k: fc.constant("truncate" as const), at: fc.nat(60) }),
       fc.record({ k: fc.constant("slice" as const), at: fc.nat(60), max: fc.integer({ min: 1, max: 300 }) }),
@@ -44,7 +62,7 @@ describe("spool: a property against a model", () => {
           for (const raw of ops) {
             // Offsets relative to what is held (one below start to two past end), so most ops hit it.
             const o =
-              raw.k === "append"
+              raw.k === "append" || raw.k === "lines"
                 ? raw
                 : { ...raw, at: Math.max(0, start - 1 + (raw.at % (start0 + items.length - start + 4))) };
             if (o.k === "append") {
@@ -52,6 +70,19 @@ describe("spool: a property against a model", () => {
               const off = spool.append(b.length, (buf, pos) => pos + b.copy(buf, pos));
               expect(off).toBe(start0 + items.length);
               items.push(b);
+            } else if (o.k === "lines") {
+              // A run of lines, each framed as its length byte then its bytes, behind bytes that are no line.
+              const lines = o.sizes.map((n) => Buffer.alloc(n, 0x61 + (++stamp % 26)));
+              const src = Buffer.concat([
+                Buffer.from("xx"),
+                ...lines.flatMap((l) => [l, Buffer.from("\n")]),
+                Buffer.from("yy"),
+              ]);
+              const taken = lines.findIndex((l) => l.length > o.max);
+              const want = taken === -1 ? lines : lines.slice(0, taken);
+              const next = spool.appendLines(src, 2, src.length - 2, o.max, framer);
+              expect(next).toBe(2 + want.reduce((n, l) => n + l.length + 1, 0));
+              for (const l of want) items.push(Buffer.concat([Buffer.from([l.length]), l]));
             } else if (o.k === "drop") {
               spool.drop(o.at);
               if (o.at > start) start = Math.min(o.at, start0 + items.length);

@@ -139,6 +139,45 @@ describe("masking attacks", () => {
     });
   }
 
+  it("the agent sends a pipe read's lines in one call only when none of them needs masking", async () => {
+    // The service knows no secret here, so a declared value the agent leaves is stored in clear. Three writes,
+    // 50 ms apart (a pipe read each): a declared value among plain lines; a command and its value among plain lines
+    // (the service would mask this one itself, so only what the agent sends shows it); plain lines only.
+    const declared = "declared-to-the-agent-only";
+    const plain = (tag: string) => Array.from({ length: 200 }, (_, i) => `${tag} ${i} ${"p".repeat(60)}`);
+    const writes = [
+      [...plain("a"), `x ${declared} y`],
+      ["::add-mask::run-registered-value", "z run-registered-value", ...plain("b")],
+      plain("c"),
+    ];
+    const script = writes
+      .map((w, i) => `setTimeout(() => process.stdout.write(${JSON.stringify(w.join("\n") + "\n")}), ${i * 50});`)
+      .join("\n");
+    const requestId = randomUUID();
+    await runner.expectJob(requestId, {});
+    const real = clientFor(requestId);
+    const client = Object.create(real) as typeof real;
+    const sent: string[] = [];
+    const taken: string[] = [];
+    client.logLines = (src, start, end, stderr, time, max) => {
+      const r = real.logLines!(src, start, end, stderr, time, max);
+      taken.push(...Buffer.from(src).toString("utf8", start, r.next).split("\n").slice(0, -1));
+      return r;
+    };
+    client.logUtf8 = (src, start, end, stderr, time) => (
+      sent.push(Buffer.from(src).toString("utf8", start, end)),
+      real.logUtf8!(src, start, end, stderr, time)
+    );
+    client.log = (line, stderr, time) => (sent.push(line), real.log(line, stderr, time));
+    expect(await runJob(client, { command: process.execPath, args: ["-e", script], secrets: [declared] })).toBe(0);
+    await real.close();
+    const lines = await storedLines(requestId);
+    expect(lines).toEqual([...plain("a"), "x *** y", "::add-mask::***", "z ***", ...plain("b"), ...plain("c")]);
+    // Nothing the agent handed the client holds a value or a command in clear; the plain write went whole.
+    expect([...sent, ...taken].filter((l) => /declared-to|run-registered/.test(l))).toEqual([]);
+    expect(taken).toEqual(expect.arrayContaining(plain("c")));
+  });
+
   it("held: stderr registration, a 3-byte value, and the console's raw download with times and SSE", async () => {
     // The service alone knows DECLARED (an agent given no secrets); the job registers one value on stderr
     // and tries a 3-byte one. Nothing registered or declared reaches the store or the console.
