@@ -10,6 +10,7 @@
 import { fork, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
 import { once } from "node:events";
+import { closeSync, openSync, writeSync } from "node:fs";
 import { mkdtemp, readdir, rm, stat } from "node:fs/promises";
 import http2 from "node:http2";
 import os from "node:os";
@@ -134,14 +135,27 @@ async function startServer(
 /** A worker server as {@link startServer} gives it. */
 type Server = Awaited<ReturnType<typeof startServer>>;
 
+/** How {@link oursJob} runs its agent. */
+interface AgentOptions {
+  /** Registered on both sides (the agent's and the service's masking). */
+  secrets?: string[];
+  /** Prune the server's ended jobs after this one, timed with it (a server's retention). */
+  prune?: boolean;
+  /**
+   * The agent as it was before runs of lines went to the client whole: one line a call (`logUtf8`, no `logLines`);
+   * both sides of a pair reach the client through the same kind of object.
+   */
+  perLine?: boolean;
+  /**
+   * A local echo into /dev/null, as the agent's CLI echoes to its console: a write a line (`onLine`, as the CLI did
+   * before 2026-11-30) or bytes a pipe read (`onOutput`, as it does now). Synchronous writes, as node's to a file.
+   */
+  echo?: "lines" | "bytes";
+}
+
 /** One job end to end: child → runJob (stamps every pipe read, masks `secrets`) → client → server; rate and CPU a line. */
-async function oursJob(
-  server: Server,
-  lines: number,
-  secrets: string[] = [],
-  prune = false,
-  perLine = false,
-): Promise<Figures> {
+async function oursJob(server: Server, lines: number, options: AgentOptions = {}): Promise<Figures> {
+  const { secrets = [], prune = false, perLine = false, echo } = options;
   const requestId = randomUUID();
   if (secrets.length > 0) await server.expect(requestId, secrets);
   const real = createRunnerClient({
@@ -149,19 +163,28 @@ async function oursJob(
     requestId,
     token: mintJobToken(SECRET, requestId),
   });
-  // `perLine`: the agent as it was before runs of lines went to the client whole (a call a line); both sides of a
-  // pair reach the client through the same kind of object.
   const client: RunnerClient = Object.create(real);
   if (perLine) client.logLines = undefined;
+  const sink = echo === undefined ? -1 : openSync("/dev/null", "w");
+  const echoing =
+    echo === "lines"
+      ? { onLine: (line: string) => writeSync(sink, `${line}\n`) }
+      : echo === "bytes"
+        ? { onOutput: (bytes: Buffer) => writeSync(sink, bytes) }
+        : {};
   let code = 0;
-  const figures = await measured(server, lines, async () => {
-    code = await runJob(client, { ...printer(lines), secrets });
-    // Timed with the job: letting the earlier one go (and zeroing its pooled blocks) is part of what a job costs.
-    if (prune) await server.prune();
-  });
-  await real.close();
-  if (code !== 0) throw new Error(`job exited ${code}`);
-  return figures;
+  try {
+    const figures = await measured(server, lines, async () => {
+      code = await runJob(client, { ...printer(lines), secrets, ...echoing });
+      // Timed with the job: letting the earlier one go (and zeroing its pooled blocks) is part of what a job costs.
+      if (prune) await server.prune();
+    });
+    if (code !== 0) throw new Error(`job exited ${code}`);
+    return figures;
+  } finally {
+    await real.close();
+    if (sink !== -1) closeSync(sink);
+  }
 }
 
 /** `job` timed, with this process's and the server's CPU over it, as {@link Figures} for `lines` lines. */
@@ -341,10 +364,11 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
       // A running server prunes ended jobs as new ones come (its retention), so a job's lines land in the blocks of one
       // let go (the memory store's pool): docs/decisions/ingest-limit.md, "The memory store's block pool".
       const prune = process.env.BENCH_PRUNE !== "0";
-      for (let i = 0; i < 4; i++) await oursJob(server, LINES, i % 2 === 1 ? SECRETS : [], prune);
+      for (let i = 0; i < 4; i++) await oursJob(server, LINES, { secrets: i % 2 === 1 ? SECRETS : [], prune });
       // Alternating which goes first, so neither always runs on the fresher heap.
       const order = r % 2 === 0 ? (["plain", "masked"] as const) : (["masked", "plain"] as const);
-      for (const k of order) runs.get(k)!.push(await oursJob(server, LINES, k === "masked" ? SECRETS : [], prune));
+      for (const k of order)
+        runs.get(k)!.push(await oursJob(server, LINES, { secrets: k === "masked" ? SECRETS : [], prune }));
     } finally {
       await server.stop();
     }
@@ -427,7 +451,7 @@ async function pooledPairs(): Promise<string[]> {
   const fresh = await startServer(undefined, "ours", { BENCH_POOLED_BLOCKS: "0" });
   let runs: Pair[];
   try {
-    runs = await paired(pairs, (a, secrets) => oursJob(a ? pooled : fresh, LINES, secrets, true));
+    runs = await paired(pairs, (a, secrets) => oursJob(a ? pooled : fresh, LINES, { secrets, prune: true }));
   } finally {
     await pooled.stop();
     await fresh.stop();
@@ -449,15 +473,20 @@ async function pooledPairs(): Promise<string[]> {
  * The agent's runs of lines, paired: one server (pruning, the pool on), masked jobs alternating between the agent as
  * it is (each pipe read's run of plain lines framed into the spool in one pass, `RunnerClient.logLines`) and the same
  * agent without `logLines` (a call a line through the masking step and `logUtf8`, as before 2026-11-30), which goes
- * first alternating too. BENCH_AGENT_PAIRS=0 skips it.
+ * first alternating too; then as many pairs with a local echo, bytes a pipe read against a write a line.
+ * BENCH_AGENT_PAIRS=0 skips it.
  */
 async function agentPairs(): Promise<string[]> {
   const pairs = pairCount("BENCH_AGENT_PAIRS");
   if (pairs === 0) return [];
   const server = await startServer(undefined, "ours");
   let runs: Pair[];
+  let echoed: Pair[];
   try {
-    runs = await paired(pairs, (a, secrets) => oursJob(server, LINES, secrets, true, !a));
+    runs = await paired(pairs, (a, secrets) => oursJob(server, LINES, { secrets, prune: true, perLine: !a }));
+    echoed = await paired(pairs, (a, secrets) =>
+      oursJob(server, LINES, { secrets, prune: true, echo: a ? "bytes" : "lines" }),
+    );
   } finally {
     await server.stop();
   }
@@ -472,6 +501,12 @@ async function agentPairs(): Promise<string[]> {
       "sign test's (a tie counts against the runs).",
     "",
     ...pairTable(runs, ["runs of lines (`logLines`)", "peer: a call a line"], "agent"),
+    "",
+    "With a local echo, as the agent's CLI prints the job's output on its console unless `--quiet` (here into " +
+      `/dev/null, synchronous writes as node's to a file; ${pairs} more pairs after 8 more warm-up jobs): bytes a pipe ` +
+      "read (`onOutput`, the CLI since 2026-11-30) against a write a line (`onLine`, the CLI before).",
+    "",
+    ...pairTable(echoed, ["echo: bytes a pipe read (`onOutput`)", "peer: echo a write a line (`onLine`)"], "agent"),
   ];
 }
 

@@ -76,8 +76,8 @@ interface JobCase {
   splits: number[];
   /** Where the proxy cuts the call (a fraction of the output's length), or null. */
   cut: number | null;
-  /** Local echo on (runJob hands lines as text) or off (as bytes). */
-  echo: boolean;
+  /** Local echo off (runJob hands the client bytes), as text (lines as strings), or as bytes (`onOutput`). */
+  echo: "none" | "lines" | "bytes";
   repoSecret: boolean;
 }
 
@@ -142,7 +142,7 @@ const caseArb = fc
     plain: fc.array(fillerArb, { maxLength: 6 }),
     splits: fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { maxLength: 30 }),
     cut: fc.option(fc.double({ min: 0, max: 1, noNaN: true })),
-    echo: fc.boolean(),
+    echo: fc.constantFrom("none" as const, "lines" as const, "bytes" as const),
     repoSecret: fc.boolean(),
   })
   .filter((c) => c.declared.length + c.serviceOnly.length + c.added.length > 0)
@@ -422,7 +422,8 @@ describe("secret masking end to end (property)", () => {
         args: [script],
         secrets: job.declared,
         repoUrl,
-        ...(job.echo ? { onLine: (line: string) => echo.push(line) } : {}),
+        ...(job.echo === "lines" ? { onLine: (line: string) => echo.push(line) } : {}),
+        ...(job.echo === "bytes" ? { onOutput: (bytes: Buffer) => echo.push(bytes.toString("utf8")) } : {}),
       });
       expect(code).toBe(0);
     } finally {
@@ -431,6 +432,8 @@ describe("secret masking end to end (property)", () => {
     }
     // The agent's side: masked before it leaves the process (secrets it knows).
     leaks(echo, agentSecrets, `${b.name}: agent echo`);
+    // The bytes echo is what the agent handed the client, line for line.
+    if (job.echo === "bytes") expect(echo.join("")).toBe(spooled.map((l) => `${l}\n`).join(""));
     leaks(spooled, agentSecrets, `${b.name}: spool`);
     // Everything after the service: no secret it or the agent knows.
     const stored = await b.logs.read(requestId, 0, 1_000_000);

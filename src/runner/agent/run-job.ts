@@ -46,6 +46,12 @@ export interface RunJobOptions {
    */
   onLine?: (line: string, stderr: boolean, time: number) => void;
   /**
+   * Called with the output as it is streamed, masked, as bytes: whole lines each ended by `\n` (a line over the limit
+   * in its pieces), the lines of a pipe read in one call where none needs masking (e.g. to echo the job's output with
+   * one write a read). The bytes are the caller's to keep. Unlike `onLine`, it keeps lines out of strings.
+   */
+  onOutput?: (bytes: Buffer, stderr: boolean) => void;
+  /**
    * Secret values masked in every line before it leaves the agent (docs/runner-protocol.md §14);
    * each at least 4 bytes, else INVALID_ARGUMENT before the job starts. The job adds more
    * with `::add-mask::VALUE` lines.
@@ -122,23 +128,26 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
   // When the pipe read that completes a line happened: every line of one read shares it (one clock read a
   // read, not a line), and a line split across reads gets the read that ended it (docs/runner-protocol.md §2, "Line times").
   let readAt = 0;
+  const echo = options.onOutput;
+  const refused = (why: string) => sendLine(`runner-depot: ::add-mask:: value not registered: ${why}`, true);
   // A line is masked here, before the spool, the network and the local echo see it.
   const sendLine = (raw: string, stderr: boolean) => {
     if (stop !== null) return;
-    const line = maskLine(masker, raw, (why) =>
-      sendLine(`runner-depot: ::add-mask:: value not registered: ${why}`, true),
-    );
+    const line = maskLine(masker, raw, refused);
     options.onLine?.(line, stderr, readAt);
+    echo?.(Buffer.from(`${line}\n`, "utf8"), stderr);
     pauseForSpool(client.log(line, stderr, readAt));
   };
   const sendBytes = (buf: Buffer, start: number, end: number, stderr: boolean) => {
     if (stop !== null) return;
-    const masked = maskLineBytes(masker, buf, start, end, (why) =>
-      sendLine(`runner-depot: ::add-mask:: value not registered: ${why}`, true),
-    );
-    pauseForSpool(
-      masked === null ? logUtf8!(buf, start, end, stderr, readAt) : logUtf8!(masked, 0, masked.length, stderr, readAt),
-    );
+    const masked = maskLineBytes(masker, buf, start, end, refused);
+    if (masked !== null) {
+      buf = masked;
+      start = 0;
+      end = masked.length;
+    }
+    if (echo !== undefined) echo(withNewline(buf, start, end), stderr);
+    pauseForSpool(logUtf8!(buf, start, end, stderr, readAt));
   };
   // Whole when no line of the run needs masking: a command registers a value for the lines after it, and a line
   // holding a secret is masked on its own, so either sends the run line by line (returns `start`). O(run bytes).
@@ -147,13 +156,14 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
     const command = buf.indexOf(ADD_MASK_PREFIX, start, "latin1");
     if ((command !== -1 && command < end) || masker.runs(buf, start, end) !== null) return start;
     const { next, accepted } = logLines!(buf, start, end, stderr, readAt, maxLineBytes);
+    // A copy: the pipe's next read takes this memory.
+    if (echo !== undefined && next > start) echo(Buffer.from(buf.subarray(start, next)), stderr);
     pauseForSpool(accepted);
     return next;
   };
   // A line over the limit is cut in pieces: the cut never falls inside a secret.
   // A command line over the limit registers its whole value before it is cut; one cut before its newline
   // (no end seen yet) registers each piece of its value as it goes, and shows `***` for it.
-  const refused = (why: string) => sendLine(`runner-depot: ::add-mask:: value not registered: ${why}`, true);
   const masking = {
     text: (line: string) => maskLine(masker, line, refused),
     cut: safeCut.bind(null, masker),
@@ -246,4 +256,12 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
     unsubscribe();
     clearTimeout(killTimer);
   }
+}
+
+/** A copy of `src[start, end)` with a newline after it. O(bytes). */
+function withNewline(src: Buffer, start: number, end: number): Buffer {
+  const out = Buffer.allocUnsafe(end - start + 1);
+  src.copy(out, 0, start, end);
+  out[end - start] = 0x0a;
+  return out;
 }

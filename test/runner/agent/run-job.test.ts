@@ -233,6 +233,38 @@ describe("runJob through a real server", () => {
     expect(await stored(requestId)).toEqual([{ line: "about to die", stderr: false }]);
   });
 
+  it("onOutput echoes every line as stored, in bytes the caller may keep after the pipe's next read", async () => {
+    const { requestId, client } = newClient(server.url);
+    // ~490 KiB on stdout, a pipe read at a time (the reader's 64 KiB buffer is taken by each next read), and a line
+    // on stderr; the buffers are read only once the job is over.
+    const script = `for (let i = 0; i < 20000; i++) process.stdout.write("echo " + i + " " + "e".repeat(i % 40) + "\\n");
+      console.error("to stderr");`;
+    const kept: [Buffer, boolean][] = [];
+    const exitCode = await runJob(client, {
+      command: process.execPath,
+      args: ["-e", script],
+      onOutput: (bytes, stderr) => kept.push([bytes, stderr]),
+    });
+    expect(exitCode).toBe(0);
+    await client.close();
+    const log = await stored(requestId);
+    const text = (err: boolean) =>
+      kept
+        .filter(([, stderr]) => stderr === err)
+        .map(([b]) => b.toString("utf8"))
+        .join("");
+    expect(text(false)).toBe(
+      log
+        .filter((l) => !l.stderr)
+        .map((l) => `${l.line}\n`)
+        .join(""),
+    );
+    expect(text(true)).toBe("to stderr\n");
+    expect(log.filter((l) => !l.stderr)).toHaveLength(20000);
+    // Fewer calls than lines: a pipe read's lines come in one.
+    expect(kept.length).toBeLessThan(1000);
+  });
+
   it("replaces invalid UTF-8 with U+FFFD and passes valid text through", async () => {
     const { requestId, client } = newClient(server.url);
     expect(await runJob(client, { command: process.execPath, args: [BEHAVE_FIXTURE, "invalid-utf8"] })).toBe(0);

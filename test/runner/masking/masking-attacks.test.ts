@@ -98,8 +98,8 @@ describe("masking attacks", () => {
     lines.forEach((line, i) => expect(line, printed[i]).toMatch(/^[a-zA-Z_ ]+: (a=|"|https:\/\/h\/)?\*\*\*"?$/));
   });
 
-  for (const echo of [false, true]) {
-    it(`an ::add-mask:: line over the agent's line limit is never stored or echoed in clear (${echo ? "with" : "without"} a local echo)`, async () => {
+  for (const echo of ["none", "lines", "bytes"] as const) {
+    it(`an ::add-mask:: line over the agent's line limit is never stored or echoed in clear (local echo: ${echo})`, async () => {
       // A 3,000-byte value (no 24-byte run repeats) registered by a line over the 1 KiB line limit, once
       // newline-terminated on stdout and once unterminated on stderr (the last output), and printed again between.
       const value = Array.from({ length: 250 }, (_, i) => `v${String(i * 7919).padStart(10, "0")}`).join("");
@@ -117,7 +117,8 @@ describe("masking attacks", () => {
         command: process.execPath,
         args: ["-e", script],
         maxLineBytes: 1024,
-        ...(echo ? { onLine: (line: string) => echoed.push(line) } : {}),
+        ...(echo === "lines" ? { onLine: (line: string) => echoed.push(line) } : {}),
+        ...(echo === "bytes" ? { onOutput: (bytes: Buffer) => echoed.push(bytes.toString("utf8")) } : {}),
       });
       await client.close();
       expect(exitCode).toBe(0);
