@@ -63,6 +63,28 @@ function wholeJoinSplitter(onLine: (line: string) => void, max: number) {
   };
 }
 
+/**
+ * Feeds `chunks` to the string-only splitter and to one with the options `extra` makes (its callbacks push the lines
+ * they get to `mixed`); both must give the same lines in the same order.
+ */
+function expectSameLines(
+  chunks: Buffer[],
+  max: number,
+  extra: (mixed: string[]) => Omit<NonNullable<Parameters<typeof createLineSplitter>[1]>, "maxLineBytes">,
+): void {
+  const plain: string[] = [];
+  const a = createLineSplitter((l) => plain.push(l), { maxLineBytes: max });
+  const mixed: string[] = [];
+  const b = createLineSplitter((l) => mixed.push(l), { maxLineBytes: max, ...extra(mixed) });
+  for (const c of chunks) {
+    a.push(c);
+    b.push(c);
+  }
+  a.end();
+  b.end();
+  expect(mixed).toEqual(plain);
+}
+
 describe("fuzz: line splitter, bytes path against the string path", () => {
   it(
     "joining only the open line to the next read gives the lines of joining whole reads",
@@ -97,28 +119,16 @@ describe("fuzz: line splitter, bytes path against the string path", () => {
     () => {
       for (const params of fuzzParams<[{ bytes: Buffer; cuts: number[]; max: number }]>("line splitter bytes")) {
         fc.assert(
-          fc.property(input, ({ bytes, cuts, max }) => {
-            const chunks = chunksOf(bytes, cuts);
-            const plain: string[] = [];
-            const a = createLineSplitter((l) => plain.push(l), { maxLineBytes: max });
-            const mixed: string[] = [];
-            const b = createLineSplitter((l) => mixed.push(l), {
-              maxLineBytes: max,
+          fc.property(input, ({ bytes, cuts, max }) =>
+            expectSameLines(chunksOf(bytes, cuts), max, (mixed) => ({
               onBytes: (buf, s, e) => {
                 const view = buf.subarray(s, e);
                 expect(view.length).toBeLessThanOrEqual(max);
                 expect(isUtf8(view)).toBe(true);
                 mixed.push(view.toString("utf8"));
               },
-            });
-            for (const c of chunks) {
-              a.push(c);
-              b.push(c);
-            }
-            a.end();
-            b.end();
-            expect(mixed).toEqual(plain);
-          }),
+            })),
+          ),
           params,
         );
       }
@@ -135,13 +145,8 @@ describe("fuzz: line splitter, bytes path against the string path", () => {
       )) {
         fc.assert(
           fc.property(withTakes, ({ case: { bytes, cuts, max }, takes }) => {
-            const chunks = chunksOf(bytes, cuts);
-            const plain: string[] = [];
-            const a = createLineSplitter((l) => plain.push(l), { maxLineBytes: max });
-            const mixed: string[] = [];
             let runs = 0;
-            const b = createLineSplitter((l) => mixed.push(l), {
-              maxLineBytes: max,
+            expectSameLines(chunksOf(bytes, cuts), max, (mixed) => ({
               onBytes: (buf, s, e) => mixed.push(buf.toString("utf8", s, e)),
               // Takes the number of lines `takes` says for this run (all of them past its end), stopping before a line
               // over the limit, as the client does; or nothing.
@@ -158,14 +163,7 @@ describe("fuzz: line splitter, bytes path against the string path", () => {
                 }
                 return pos;
               },
-            });
-            for (const c of chunks) {
-              a.push(c);
-              b.push(c);
-            }
-            a.end();
-            b.end();
-            expect(mixed).toEqual(plain);
+            }));
           }),
           params,
         );
