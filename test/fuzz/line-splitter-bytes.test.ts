@@ -16,6 +16,8 @@ import { fuzzParams, fuzzTimeout } from "./settings.js";
 const piece = fc.oneof(
   fc.constantFrom([0x0a], [0x0a], [0x61], [0x62, 0x63], [0xc3, 0xa9], [0xe2, 0x9c, 0x93], [0xf0, 0x9f, 0x98, 0x80]),
   fc.constantFrom([0x80], [0xff], [0xe2, 0x82], [0xc3]),
+  // A command's start, for the masking step of the runs property.
+  fc.constant([0x3a, 0x3a]),
   fc.array(fc.integer({ min: 0x20, max: 0x7e }), { minLength: 1, maxLength: 30 }),
 );
 const input = fc.record({
@@ -63,19 +65,33 @@ function wholeJoinSplitter(onLine: (line: string) => void, max: number) {
   };
 }
 
+type SplitterOptions = NonNullable<Parameters<typeof createLineSplitter>[1]>;
+
+/**
+ * A masking step for the property: a line cut over the limit that starts with `::` is a command, and its later pieces
+ * are its value (`***`), as `::add-mask::` lines are in runJob; nothing else changes.
+ */
+const commandMasking: SplitterOptions["masking"] = {
+  text: (line) => line,
+  cut: (_buf, _pos, cut) => cut,
+  command: (buf, start, end) => end - start >= 2 && buf[start] === 0x3a && buf[start + 1] === 0x3a,
+  value: () => "***",
+};
+
 /**
  * Feeds `chunks` to the string-only splitter and to one with the options `extra` makes (its callbacks push the lines
- * they get to `mixed`); both must give the same lines in the same order.
+ * they get to `mixed`), both with `masking`; both must give the same lines in the same order.
  */
 function expectSameLines(
   chunks: Buffer[],
   max: number,
-  extra: (mixed: string[]) => Omit<NonNullable<Parameters<typeof createLineSplitter>[1]>, "maxLineBytes">,
+  extra: (mixed: string[]) => Omit<SplitterOptions, "maxLineBytes" | "masking">,
+  masking?: SplitterOptions["masking"],
 ): void {
   const plain: string[] = [];
-  const a = createLineSplitter((l) => plain.push(l), { maxLineBytes: max });
+  const a = createLineSplitter((l) => plain.push(l), { maxLineBytes: max, masking });
   const mixed: string[] = [];
-  const b = createLineSplitter((l) => mixed.push(l), { maxLineBytes: max, ...extra(mixed) });
+  const b = createLineSplitter((l) => mixed.push(l), { maxLineBytes: max, masking, ...extra(mixed) });
   for (const c of chunks) {
     a.push(c);
     b.push(c);
@@ -146,24 +162,29 @@ describe("fuzz: line splitter, bytes path against the string path", () => {
         fc.assert(
           fc.property(withTakes, ({ case: { bytes, cuts, max }, takes }) => {
             let runs = 0;
-            expectSameLines(chunksOf(bytes, cuts), max, (mixed) => ({
-              onBytes: (buf, s, e) => mixed.push(buf.toString("utf8", s, e)),
-              // Takes the number of lines `takes` says for this run (all of them past its end), stopping before a line
-              // over the limit, as the client does; or nothing.
-              onRun: (buf, s, e) => {
-                expect(buf[e - 1]).toBe(0x0a);
-                expect(isUtf8(buf.subarray(s, e))).toBe(true);
-                let n = takes[runs++ % Math.max(1, takes.length)] ?? 6;
-                let pos = s;
-                while (n-- > 0 && pos < e) {
-                  const nl = buf.indexOf(10, pos);
-                  if (nl - pos > max) break;
-                  mixed.push(buf.toString("utf8", pos, nl));
-                  pos = nl + 1;
-                }
-                return pos;
-              },
-            }));
+            expectSameLines(
+              chunksOf(bytes, cuts),
+              max,
+              (mixed) => ({
+                onBytes: (buf, s, e) => mixed.push(buf.toString("utf8", s, e)),
+                // Takes the number of lines `takes` says for this run (all of them past its end), stopping before a line
+                // over the limit, as the client does; or nothing.
+                onRun: (buf, s, e) => {
+                  expect(buf[e - 1]).toBe(0x0a);
+                  expect(isUtf8(buf.subarray(s, e))).toBe(true);
+                  let n = takes[runs++ % Math.max(1, takes.length)] ?? 6;
+                  let pos = s;
+                  while (n-- > 0 && pos < e) {
+                    const nl = buf.indexOf(10, pos);
+                    if (nl - pos > max) break;
+                    mixed.push(buf.toString("utf8", pos, nl));
+                    pos = nl + 1;
+                  }
+                  return pos;
+                },
+              }),
+              commandMasking,
+            );
           }),
           params,
         );

@@ -142,8 +142,9 @@ describe("masking attacks", () => {
 
   it("the agent sends a pipe read's lines in one call only when none of them needs masking", async () => {
     // The service knows no secret here, so a declared value the agent leaves is stored in clear. Three writes,
-    // 50 ms apart (a pipe read each): a declared value among plain lines; a command and its value among plain lines
-    // (the service would mask this one itself, so only what the agent sends shows it); plain lines only.
+    // 50 ms apart: a declared value among plain lines; a command and its value among plain lines (the service would
+    // mask this one itself, so only what the agent sends shows it); plain lines only, on stderr (a pipe of their own,
+    // so no read can join them to the others).
     const declared = "declared-to-the-agent-only";
     const plain = (tag: string) => Array.from({ length: 200 }, (_, i) => `${tag} ${i} ${"p".repeat(60)}`);
     const writes = [
@@ -152,7 +153,10 @@ describe("masking attacks", () => {
       plain("c"),
     ];
     const script = writes
-      .map((w, i) => `setTimeout(() => process.stdout.write(${JSON.stringify(w.join("\n") + "\n")}), ${i * 50});`)
+      .map(
+        (w, i) =>
+          `setTimeout(() => process.${i === 2 ? "stderr" : "stdout"}.write(${JSON.stringify(w.join("\n") + "\n")}), ${i * 50});`,
+      )
       .join("\n");
     const requestId = randomUUID();
     await runner.expectJob(requestId, {});
@@ -172,12 +176,54 @@ describe("masking attacks", () => {
     client.log = (line, stderr, time) => (sent.push(line), real.log(line, stderr, time));
     expect(await runJob(client, { command: process.execPath, args: ["-e", script], secrets: [declared] })).toBe(0);
     await real.close();
-    const lines = await storedLines(requestId);
-    expect(lines).toEqual([...plain("a"), "x *** y", "::add-mask::***", "z ***", ...plain("b"), ...plain("c")]);
+    const stored = await logs.read(requestId, 0, 100_000);
+    const lines = (stderr: boolean) => stored.filter((l) => l.stderr === stderr).map((l) => l.line);
+    expect(lines(false)).toEqual([...plain("a"), "x *** y", "::add-mask::***", "z ***", ...plain("b")]);
+    expect(lines(true)).toEqual(plain("c"));
     // Nothing the agent handed the client holds a value or a command in clear; the plain write went whole.
     expect([...sent, ...taken].filter((l) => /declared-to|run-registered/.test(l))).toEqual([]);
     expect(taken).toEqual(expect.arrayContaining(plain("c")));
   });
+
+  // Found by a review of the runs of lines (2026-11-30): a splitter that offered a run while a cut command's value was
+  // still coming, or that did not end a cut line at a run, stored the value's later pieces in clear.
+  const cutCases = [
+    {
+      name: "a cut ::add-mask:: whose newline comes in a later read",
+      writes: (value: string) => [`::add-mask::${value}`, `\nagain ${value}\nplain\n`],
+    },
+    {
+      name: "a cut plain line, then a run, then a cut ::add-mask::",
+      writes: (value: string) => ["x".repeat(2000), `\nplain\n::add-mask::${value}`, `\nagain ${value}\n`],
+    },
+  ];
+  for (const c of cutCases) {
+    for (const echo of ["none", "bytes"] as const) {
+      it(`${c.name}: never stored or echoed in clear (local echo: ${echo})`, async () => {
+        const value = Array.from({ length: 250 }, (_, i) => `v${String(i * 7919).padStart(10, "0")}`).join("");
+        const script = c
+          .writes(value)
+          .map((w, i) => `setTimeout(() => process.stdout.write(${JSON.stringify(w)}), ${i * 100});`)
+          .join("\n");
+        const requestId = randomUUID();
+        await runner.expectJob(requestId, {});
+        const client = clientFor(requestId);
+        const echoed: string[] = [];
+        const exitCode = await runJob(client, {
+          command: process.execPath,
+          args: ["-e", script],
+          maxLineBytes: 1024,
+          ...(echo === "bytes" ? { onOutput: (bytes: Buffer) => echoed.push(bytes.toString("utf8")) } : {}),
+        });
+        await client.close();
+        expect(exitCode).toBe(0);
+        const text = [...(await storedLines(requestId)), ...echoed].join("\n");
+        for (let at = 0; at + 24 <= value.length; at += 24)
+          expect(text.includes(value.slice(at, at + 24)), `bytes ${at}… of the value`).toBe(false);
+        expect(text).toContain("again ***");
+      });
+    }
+  }
 
   it("held: stderr registration, a 3-byte value, and the console's raw download with times and SSE", async () => {
     // The service alone knows DECLARED (an agent given no secrets); the job registers one value on stderr
