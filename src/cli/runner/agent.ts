@@ -127,7 +127,8 @@ export async function runAgent(
         repoUrl: job.repoUrl,
         commitSha: job.commitSha,
         secrets: job.secrets,
-        // Bytes, a write a pipe read where no line needs masking: a write a line cost the agent 4-5x its CPU.
+        // Bytes, a write or so a pipe read where no line needs masking: a write a line cost the agent ~3x its CPU a
+        // line (BENCHMARKS.md, "Runner: per-line time").
         onOutput: options.quiet
           ? undefined
           : (bytes, stderr) => (stderr ? process.stderr : process.stdout).write(bytes),

@@ -61,9 +61,10 @@ interface LineSplitterOptions {
    */
   onBytes?: (buf: Buffer, start: number, end: number) => void;
   /**
-   * Called with each read's run of complete lines `buf[start, end)` (every line ended by `\n`) when the run is valid
-   * UTF-8, before `onBytes` sees any of them: it takes lines from `start` on, never one over the limit, and returns
-   * where it stopped (`end` when it took them all). The lines from there go to `onBytes` or `onLine` one by one. Needs `onBytes`.
+   * Called with the complete lines `buf[start, end)` of each chunk the splitter scans (every line ended by `\n`: a
+   * read's, or the line a read completes) when they are valid UTF-8, before `onBytes` sees any of them. It takes lines
+   * from `start` on, never one over the limit, and returns where it stopped: a line's start in `[start, end]`, `end`
+   * when it took them all. The lines from there go to `onBytes` or `onLine` one by one. Needs `onBytes`.
    */
   onRun?: (buf: Buffer, start: number, end: number) => number;
   /**
@@ -81,7 +82,7 @@ interface LineSplitterOptions {
 }
 
 /** What {@link createLineSplitter} returns. */
-interface LineSplitter {
+export interface LineSplitter {
   /** Feeds bytes; calls the line callback for every complete (or over-long) line. */
   push(chunk: Uint8Array): void;
   /** Emits the final unterminated line, if any. */
@@ -133,6 +134,7 @@ export function createLineSplitter(onLine: (line: string) => void, options: Line
       // A line continuing a cut command is its value (emit below); any other run may go whole.
       if (valid && onRun !== undefined && !commandLine) {
         pos = onRun(buf, 0, last + 1);
+        // The run's first line ended any cut line: a command cut after the run must be seen as one again.
         if (pos > 0) cutLine = false;
       }
     }

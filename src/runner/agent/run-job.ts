@@ -7,18 +7,11 @@ import { spawn } from "node:child_process";
 import { constants as osConstants } from "node:os";
 import { RunnerDepotError } from "../../errors.js";
 import type { RunnerClient, RunnerStop } from "../client/runner-client.js";
-import { createLineSplitter, DEFAULT_MAX_LINE_BYTES } from "./line-splitter.js";
+import { DEFAULT_MAX_LINE_BYTES, type LineSplitter } from "./line-splitter.js";
+import { createLineSender } from "./line-sender.js";
 import { readPipe } from "./pipe-reader.js";
 import { nowMs } from "../protocol/line-time.js";
-import { createSecretMasker, MASK_TEXT, MIN_SECRET_BYTES, safeCut } from "../masking/secret-masker.js";
-import {
-  ADD_MASK_PREFIX,
-  addMaskValue,
-  maskLine,
-  maskLineBytes,
-  mayBeAddMask,
-  registerMask,
-} from "../masking/add-mask.js";
+import { createSecretMasker } from "../masking/secret-masker.js";
 
 /** Options of {@link runJob}. */
 export interface RunJobOptions {
@@ -47,8 +40,9 @@ export interface RunJobOptions {
   onLine?: (line: string, stderr: boolean, time: number) => void;
   /**
    * Called with the output as it is streamed, masked, as bytes: whole lines each ended by `\n` (a line over the limit
-   * in its pieces), the lines of a pipe read in one call where none needs masking (e.g. to echo the job's output with
-   * one write a read). The bytes are the caller's to keep. Unlike `onLine`, it keeps lines out of strings.
+   * in its pieces). The lines a pipe read completes come in one or two calls where none needs masking (the line the
+   * last read left open, then the rest), one call a line from a line that does (e.g. to echo the job's output with a
+   * write or so a read). The bytes are the caller's to keep. Unlike `onLine`, it keeps lines out of strings.
    */
   onOutput?: (bytes: Buffer, stderr: boolean) => void;
   /**
@@ -119,91 +113,30 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
       errPipe.resume();
     });
   };
-  // Lines that are valid UTF-8 within the limit go to the client as bytes (no string per
-  // line) unless the caller wants every line as text.
-  const logUtf8 =
-    options.onLine === undefined && client.logUtf8 !== undefined ? client.logUtf8.bind(client) : undefined;
-  // Runs of plain lines (no command, no secret in any form) go to the client in one call a pipe read.
-  const logLines = logUtf8 !== undefined && client.logLines !== undefined ? client.logLines.bind(client) : undefined;
-  // When the pipe read that completes a line happened: every line of one read shares it (one clock read a
-  // read, not a line), and a line split across reads gets the read that ended it (docs/runner-protocol.md §2, "Line times").
-  let readAt = 0;
-  const echo = options.onOutput;
-  const refused = (why: string) => sendLine(`runner-depot: ::add-mask:: value not registered: ${why}`, true);
-  // A line is masked here, before the spool, the network and the local echo see it.
-  const sendLine = (raw: string, stderr: boolean) => {
-    if (stop !== null) return;
-    const line = maskLine(masker, raw, refused);
-    options.onLine?.(line, stderr, readAt);
-    echo?.(Buffer.from(`${line}\n`, "utf8"), stderr);
-    pauseForSpool(client.log(line, stderr, readAt));
-  };
-  const sendBytes = (buf: Buffer, start: number, end: number, stderr: boolean) => {
-    if (stop !== null) return;
-    const masked = maskLineBytes(masker, buf, start, end, refused);
-    if (masked !== null) {
-      buf = masked;
-      start = 0;
-      end = masked.length;
-    }
-    if (echo !== undefined) echo(withNewline(buf, start, end), stderr);
-    pauseForSpool(logUtf8!(buf, start, end, stderr, readAt));
-  };
-  // Whole when no line of the run needs masking: a command registers a value for the lines after it, and a line
-  // holding a secret is masked on its own, so either sends the run line by line (returns `start`). O(run bytes).
-  const sendRun = (buf: Buffer, start: number, end: number, stderr: boolean): number => {
-    if (stop !== null) return end;
-    const command = buf.indexOf(ADD_MASK_PREFIX, start, "latin1");
-    if ((command !== -1 && command < end) || masker.runs(buf, start, end) !== null) return start;
-    const { next, accepted } = logLines!(buf, start, end, stderr, readAt, maxLineBytes);
-    // A copy: the pipe's next read takes this memory.
-    if (echo !== undefined && next > start) echo(Buffer.from(buf.subarray(start, next)), stderr);
-    pauseForSpool(accepted);
-    return next;
-  };
-  // A line over the limit is cut in pieces: the cut never falls inside a secret.
-  // A command line over the limit registers its whole value before it is cut; one cut before its newline
-  // (no end seen yet) registers each piece of its value as it goes, and shows `***` for it.
-  const masking = {
-    text: (line: string) => maskLine(masker, line, refused),
-    cut: safeCut.bind(null, masker),
-    command: (buf: Buffer, start: number, end: number) =>
-      mayBeAddMask(buf, start, end) && addMaskValue(buf.toString("utf8", start, end)) !== null,
-    value: (piece: string) => {
-      if (Buffer.byteLength(piece, "utf8") >= MIN_SECRET_BYTES) {
-        const why = registerMask(masker, piece);
-        if (why !== null) refused(why);
-      }
-      return MASK_TEXT;
-    },
-  };
-  const out = createLineSplitter((line) => sendLine(line, false), {
+  // Masked here, before the spool, the network and the local echo see a line.
+  const sender = createLineSender(client, {
+    masker,
     maxLineBytes,
-    masking,
-    onBytes: logUtf8 && ((buf, start, end) => sendBytes(buf, start, end, false)),
-    onRun: logLines && ((buf, start, end) => sendRun(buf, start, end, false)),
-  });
-  const err = createLineSplitter((line) => sendLine(line, true), {
-    maxLineBytes,
-    masking,
-    onBytes: logUtf8 && ((buf, start, end) => sendBytes(buf, start, end, true)),
-    onRun: logLines && ((buf, start, end) => sendRun(buf, start, end, true)),
+    onLine: options.onLine,
+    onOutput: options.onOutput,
+    stopped: () => stop !== null,
+    accepted: pauseForSpool,
   });
   // Each pipe read into one reused buffer (the splitter copies what it keeps); a read stamps the time.
-  const readInto = (pipe: NonNullable<typeof child.stdout>, splitter: typeof out) =>
+  const readInto = (pipe: NonNullable<typeof child.stdout>, splitter: LineSplitter) =>
     readPipe(
       pipe,
       (b) => {
-        readAt = nowMs();
+        sender.readAt = nowMs();
         splitter.push(b);
       },
       () => {
-        readAt = nowMs();
+        sender.readAt = nowMs();
         splitter.end();
       },
     );
-  const outPipe = readInto(child.stdout!, out);
-  const errPipe = readInto(child.stderr!, err);
+  const outPipe = readInto(child.stdout!, sender.stdout);
+  const errPipe = readInto(child.stderr!, sender.stderr);
 
   const exited = new Promise<number>((resolve) => {
     child.once("close", (code, signal) => {
@@ -256,12 +189,4 @@ export async function runJob(client: RunnerClient, options: RunJobOptions): Prom
     unsubscribe();
     clearTimeout(killTimer);
   }
-}
-
-/** A copy of `src[start, end)` with a newline after it. O(bytes). */
-function withNewline(src: Buffer, start: number, end: number): Buffer {
-  const out = Buffer.allocUnsafe(end - start + 1);
-  src.copy(out, 0, start, end);
-  out[end - start] = 0x0a;
-  return out;
 }

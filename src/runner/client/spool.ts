@@ -111,32 +111,35 @@ class PackedSpool implements Spool {
     return tail;
   }
 
-  append(size: number, write: (buf: Buffer, pos: number) => number): number {
-    const chunks = this.chunks;
-    let tail = chunks[chunks.length - 1];
-    if (tail === undefined || tail.sealed || tail.buf.length - tail.used < size) tail = this.newTail(size);
-    const pos = write(tail.buf, tail.used);
+  /** The chunk the next frame of `size` bytes goes to: the tail when it has room. O(1). */
+  private tailFor(size: number): Chunk {
+    const tail = this.chunks[this.chunks.length - 1];
+    return tail === undefined || tail.sealed || tail.buf.length - tail.used < size ? this.newTail(size) : tail;
+  }
+
+  /** Records the frame of `size` bytes just written into `tail`, ending at `pos`; returns its offset. O(1). */
+  private placed(tail: Chunk, pos: number, size: number): number {
     tail.used = pos;
     tail.ends.push(pos);
     this.held += size;
     return this.next++;
   }
 
+  append(size: number, write: (buf: Buffer, pos: number) => number): number {
+    const tail = this.tailFor(size);
+    return this.placed(tail, write(tail.buf, tail.used), size);
+  }
+
   appendLines(src: Buffer, start: number, end: number, maxLine: number, frames: LineFramer): number {
-    const chunks = this.chunks;
-    let tail = chunks[chunks.length - 1];
     let pos = start;
-    // One pass over the run: a native newline search, then the frame written in place (O(bytes)).
+    // One pass over the run: a native newline search (it may look past `end`, never past `src`), then the frame
+    // written in place (O(bytes)).
     while (pos < end) {
       const nl = src.indexOf(10, pos);
       if (nl === -1 || nl >= end || nl - pos > maxLine) break;
       const size = frames.frameSize(nl - pos);
-      if (tail === undefined || tail.sealed || tail.buf.length - tail.used < size) tail = this.newTail(size);
-      const at = frames.writeFrame(tail.buf, tail.used, src, pos, nl);
-      tail.used = at;
-      tail.ends.push(at);
-      this.held += size;
-      this.next++;
+      const tail = this.tailFor(size);
+      this.placed(tail, frames.writeFrame(tail.buf, tail.used, src, pos, nl), size);
       pos = nl + 1;
     }
     return pos;
