@@ -127,7 +127,7 @@ export async function runAgent(
         repoUrl: job.repoUrl,
         commitSha: job.commitSha,
         secrets: job.secrets,
-        // Bytes, a write or so a pipe read where no line needs masking: a write a line cost the agent ~3x its CPU a
+        // Bytes, a write or so a pipe read where no line needs masking: a write a line cost the agent 3-4x its CPU a
         // line (BENCHMARKS.md, "Runner: per-line time").
         onOutput: options.quiet
           ? undefined
