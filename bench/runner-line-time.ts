@@ -471,7 +471,7 @@ async function pooledPairs(): Promise<string[]> {
 
 /**
  * The agent's runs of lines, paired: one server (pruning, the pool on), masked jobs alternating between the agent as
- * it is (each pipe read's run of plain lines framed into the spool in one pass, `RunnerClient.logLines`) and the same
+ * it is (a pipe read's plain lines framed into the spool in one pass, `RunnerClient.logLines`) and the same
  * agent without `logLines` (a call a line through the masking step and `logUtf8`, as before 2026-11-30), which goes
  * first alternating too; then as many pairs with a local echo, bytes a pipe read against a write a line.
  * BENCH_AGENT_PAIRS=0 skips it.
@@ -495,8 +495,8 @@ async function agentPairs(): Promise<string[]> {
     "",
     `Method: one server on the memory store (pruning after every job, the pool on), after 8 warm-up jobs; ${pairs} ` +
       "pairs of the masked job above, alternating between two agents in this process, and which goes first. One is the " +
-      "agent as it is: each pipe read's run of complete lines, when no line holds a command or a secret, goes to the " +
-      "client in one call that frames them into the spool in one pass (`logLines`). The peer hands the client one line " +
+      "agent as it is: a pipe read's complete lines, up to the line holding the first command or secret form, go to " +
+      "the client in one call that frames them into the spool in one pass (`logLines`), the rest one by one. The peer hands the client one line " +
       "a call through the masking step (`logUtf8`), as the agent did before. Medians over the pairs; the counts are a " +
       "sign test's (a tie counts against the runs).",
     "",

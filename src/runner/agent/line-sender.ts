@@ -135,6 +135,7 @@ function plainLinesEnd(masker: SecretMasker, buf: Buffer, start: number, end: nu
   const hit = runs === null ? beforeCommand : runs[0]!;
   if (hit === end) return end;
   // From the line holding the hit's first byte; a form that begins with a newline sends the line it ends one by one too.
+  // The guard matters: lastIndexOf(…, -1) would search back from the buffer's end.
   return hit <= start ? start : Math.max(start, buf.lastIndexOf(0x0a, hit - 1) + 1);
 }
 
