@@ -46,6 +46,36 @@ async function storedLines(requestId: string): Promise<string[]> {
   return (await logs.read(requestId, 0, 100_000)).map((l) => l.line);
 }
 
+/** A 3,000-byte value in which no 24-byte run repeats. */
+const longValue = () => Array.from({ length: 250 }, (_, i) => `v${String(i * 7919).padStart(10, "0")}`).join("");
+
+/** Fails when any 24-byte piece of `secret` is in `text`. */
+function expectNoPieceOf(text: string, secret: string, where: string): void {
+  for (let at = 0; at + 24 <= secret.length; at += 24)
+    expect(text.includes(secret.slice(at, at + 24)), `${where}: bytes ${at}… of a registered value`).toBe(false);
+}
+
+/** Runs `script` (node -e) through runJob with a 1 KiB line limit and the echo named; its stored lines and echo. */
+async function runEchoed(
+  script: string,
+  echo: "none" | "lines" | "bytes",
+): Promise<{ lines: string[]; echoed: string[] }> {
+  const requestId = randomUUID();
+  await runner.expectJob(requestId, {});
+  const client = clientFor(requestId);
+  const echoed: string[] = [];
+  const exitCode = await runJob(client, {
+    command: process.execPath,
+    args: ["-e", script],
+    maxLineBytes: 1024,
+    ...(echo === "lines" ? { onLine: (line: string) => echoed.push(line) } : {}),
+    ...(echo === "bytes" ? { onOutput: (bytes: Buffer) => echoed.push(bytes.toString("utf8")) } : {}),
+  });
+  await client.close();
+  expect(exitCode).toBe(0);
+  return { lines: await storedLines(requestId), echoed };
+}
+
 describe("masking attacks", () => {
   it("::add-mask:: values sharing a prefix cannot make the service compare them at every byte: the line is masked whole", async () => {
     // 300 values "A…A?A…A" (the odd byte at each position) and a line of 'A's: before the scan had a budget,
@@ -102,39 +132,19 @@ describe("masking attacks", () => {
     it(`an ::add-mask:: line over the agent's line limit is never stored or echoed in clear (local echo: ${echo})`, async () => {
       // A 3,000-byte value (no 24-byte run repeats) registered by a line over the 1 KiB line limit, once
       // newline-terminated on stdout and once unterminated on stderr (the last output), and printed again between.
-      const value = Array.from({ length: 250 }, (_, i) => `v${String(i * 7919).padStart(10, "0")}`).join("");
+      const value = longValue();
       const other = value.replace(/v/g, "w");
       const script = [
         `process.stdout.write("::add-mask::" + ${JSON.stringify(value)} + "\\n");`,
         `process.stdout.write("again " + ${JSON.stringify(value)} + "\\n");`,
         `process.stderr.write("::add-mask::" + ${JSON.stringify(other)});`,
       ].join("\n");
-      const requestId = randomUUID();
-      await runner.expectJob(requestId, {});
-      const client = clientFor(requestId);
-      const echoed: string[] = [];
-      const exitCode = await runJob(client, {
-        command: process.execPath,
-        args: ["-e", script],
-        maxLineBytes: 1024,
-        ...(echo === "lines" ? { onLine: (line: string) => echoed.push(line) } : {}),
-        ...(echo === "bytes" ? { onOutput: (bytes: Buffer) => echoed.push(bytes.toString("utf8")) } : {}),
-      });
-      await client.close();
-      expect(exitCode).toBe(0);
-      const lines = await storedLines(requestId);
+      const { lines, echoed } = await runEchoed(script, echo);
       for (const [where, seen] of [
         ["stored", lines],
         ["echoed", echoed],
       ] as const) {
-        const text = seen.join("\n");
-        for (const secret of [value, other]) {
-          for (let at = 0; at + 24 <= secret.length; at += 24) {
-            expect(text.includes(secret.slice(at, at + 24)), `${where}: bytes ${at}… of a registered value`).toBe(
-              false,
-            );
-          }
-        }
+        for (const secret of [value, other]) expectNoPieceOf(seen.join("\n"), secret, where);
       }
       expect(lines).toContain("again ***");
     });
@@ -201,26 +211,14 @@ describe("masking attacks", () => {
   for (const c of cutCases) {
     for (const echo of ["none", "bytes"] as const) {
       it(`${c.name}: never stored or echoed in clear (local echo: ${echo})`, async () => {
-        const value = Array.from({ length: 250 }, (_, i) => `v${String(i * 7919).padStart(10, "0")}`).join("");
+        const value = longValue();
         const script = c
           .writes(value)
           .map((w, i) => `setTimeout(() => process.stdout.write(${JSON.stringify(w)}), ${i * 100});`)
           .join("\n");
-        const requestId = randomUUID();
-        await runner.expectJob(requestId, {});
-        const client = clientFor(requestId);
-        const echoed: string[] = [];
-        const exitCode = await runJob(client, {
-          command: process.execPath,
-          args: ["-e", script],
-          maxLineBytes: 1024,
-          ...(echo === "bytes" ? { onOutput: (bytes: Buffer) => echoed.push(bytes.toString("utf8")) } : {}),
-        });
-        await client.close();
-        expect(exitCode).toBe(0);
-        const text = [...(await storedLines(requestId)), ...echoed].join("\n");
-        for (let at = 0; at + 24 <= value.length; at += 24)
-          expect(text.includes(value.slice(at, at + 24)), `bytes ${at}… of the value`).toBe(false);
+        const { lines, echoed } = await runEchoed(script, echo);
+        const text = [...lines, ...echoed].join("\n");
+        expectNoPieceOf(text, value, "stored or echoed");
         expect(text).toContain("again ***");
       });
     }
