@@ -232,13 +232,13 @@ function store(job: Job, plan: AppendPlan, pool: BlockPool): void {
 }
 
 /**
- * Gives a let-go job's blocks (its own and its tail's) to the pool and empties the job, so a read still under way
- * on it finds no lines rather than blocks another job now writes. O(blocks).
+ * Gives a let-go job's blocks (its own and its tail's) to the pool and empties the job of its lines (its sections
+ * stay), so a read still under way on it finds no lines rather than blocks another job now writes. O(blocks).
  */
 function letGo(job: Job, pool: BlockPool): void {
   pool.give(job.blocks);
   for (const segment of job.tail) pool.give(segment.lines.blocks);
-  Object.assign(job, newLines(), { tail: [] });
+  Object.assign(job, newLines(), { tail: [], sections: job.sections });
 }
 
 /** Stored lines `[from, to)` of one run (the head, or the tail's segments). O(segments + lines + bytes). */
@@ -368,11 +368,7 @@ export function createMemoryLogStore(options: MemoryLogStoreOptions = {}): JobLo
       live();
       const job = jobs.get(requestId);
       if (!job) return null;
-      if (applyArchived(job.state, archived)) {
-        const sections = job.sections;
-        letGo(job, pool);
-        job.sections = sections;
-      }
+      if (applyArchived(job.state, archived)) letGo(job, pool);
       return cloneJobState(job.state);
     },
     async prune(before) {
