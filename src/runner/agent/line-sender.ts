@@ -130,9 +130,9 @@ export function createLineSender(client: RunnerClient, options: LineSenderOption
 function plainLinesEnd(masker: SecretMasker, buf: Buffer, start: number, end: number): number {
   const command = buf.indexOf(ADD_MASK_PREFIX, start, "latin1");
   const beforeCommand = command === -1 || command >= end ? end : command;
-  // Forms are looked for before the command only: its line and the lines after it go one by one anyway.
-  const runs = masker.runs(buf, start, beforeCommand);
-  const hit = runs === null ? beforeCommand : runs[0]!;
+  // Forms are looked for before the command only, and up to the first: from its line on, lines go one by one anyway.
+  const form = masker.firstRunStart(buf, start, beforeCommand);
+  const hit = form === -1 ? beforeCommand : form;
   if (hit === end) return end;
   // From the line holding the hit's first byte; a form that begins with a newline sends the line it ends one by one too.
   // The guard matters: lastIndexOf(…, -1) would search back from the buffer's end.

@@ -177,6 +177,11 @@ export interface SecretMasker {
   readonly longestForm: number;
   /** The masked runs of `buf[start, end)` as [from, to) pairs (absolute), or null when none. O(bytes) expected. */
   runs(buf: Uint8Array, start: number, end: number): number[] | null;
+  /**
+   * Where the first masked run of `buf[start, end)` starts (`runs(…)[0]`), or -1 when none: the scan stops there.
+   * O(bytes up to it) expected.
+   */
+  firstRunStart(buf: Uint8Array, start: number, end: number): number;
 }
 
 /**
@@ -241,7 +246,7 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
    * is 0 are the forms starting at the window's start compared. O(bytes / (m − 3)) typical,
    * O(bytes) expected at worst.
    */
-  const scan = (buf: Uint8Array, start: number, end: number): number[] | null => {
+  const scan = (buf: Uint8Array, start: number, end: number, firstOnly = false): number[] | null => {
     // Locals, not the closure's mutable bindings: the loop then keeps them in registers.
     const table = shifts;
     const bits = 32 - log2;
@@ -265,6 +270,8 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
       // Over budget: the whole range is one masked run (never a form left in clear). O(budget) at most.
       if (spent > budget) return [start, end];
       if (longest === 0) continue;
+      // Windows come in order of their start, so the first form found starts the first run.
+      if (firstOnly) return [s, s + longest];
       if (s <= runEnd) {
         if (s + longest > runEnd) runEnd = s + longest;
       } else {
@@ -321,6 +328,8 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
       return longestForm;
     },
     runs: (buf, start, end) => (all.length === 0 || end - start < m ? null : scan(buf, start, end)),
+    firstRunStart: (buf, start, end) =>
+      all.length === 0 || end - start < m ? -1 : (scan(buf, start, end, true)?.[0] ?? -1),
     maskBytes,
     mask(line) {
       if (all.length === 0 || line.length < 2) return line;

@@ -185,6 +185,8 @@ describe("secret masker", () => {
             line += text + v.slice(0, v.length - (cut % 3 === 0 ? cut % v.length : 0));
           }
           expect(masker.mask(line)).toBe(reference(forms, line));
+          const bytes = Buffer.from(line);
+          expect(masker.firstRunStart(bytes, 0, bytes.length)).toBe(masker.runs(bytes, 0, bytes.length)?.[0] ?? -1);
         },
       ),
       { numRuns: 2_000 },
