@@ -126,18 +126,6 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
   const writeLine = (buf: Buffer, pos: number) => enc.writeLogFrame(buf, pos, wLine, wBytes, wStderr, wTime);
   const writeBytes = (buf: Buffer, pos: number) => enc.writeLogFrameBytes(buf, pos, wSrc, wStart, wEnd, wStderr, wTime);
 
-  // How logLines frames a line: the run's stderr flag and time, set once a run.
-  const framer = {
-    stderr: false,
-    time: 0,
-    frameSize(lineBytes: number): number {
-      return enc.logFrameSize("", lineBytes, this.stderr, this.time);
-    },
-    writeFrame(buf: Buffer, pos: number, src: Buffer, start: number, end: number): number {
-      return enc.writeLogFrameBytes(buf, pos, src, start, end, this.stderr, this.time);
-    },
-  };
-
   const client: RunnerClient = {
     log(line, stderr = false, time = nowMs()) {
       if (st.state === "ending" || st.state === "ended") {
@@ -187,11 +175,15 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
     logLines(src, start, end, stderr = false, time = nowMs(), maxLineBytes = st.maxLineBytes) {
       // Not open: each line takes log()'s rules (an error after end(), nothing queued once stopped).
       if (st.state !== "open") return { next: start, accepted: true };
-      framer.stderr = stderr;
-      framer.time = time;
       const buf = Buffer.isBuffer(src) ? src : Buffer.from(src.buffer, src.byteOffset, src.byteLength);
       const from = spool.end;
-      const next = spool.appendLines(buf, start, end, Math.min(maxLineBytes, st.maxLineBytes), framer);
+      const next = spool.appendLines(
+        buf,
+        start,
+        end,
+        Math.min(maxLineBytes, st.maxLineBytes),
+        enc.lineFramer(stderr, time),
+      );
       if (stderr) stats.lines.stderr += spool.end - from;
       else stats.lines.stdout += spool.end - from;
       stats.items = spool.end;

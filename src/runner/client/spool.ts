@@ -3,6 +3,7 @@
  * gRPC frames packed into large chunks, so a call writes a few big slices instead of
  * one small buffer per line, and a replay after a failure costs no re-encoding.
  */
+import type { LineFramer } from "../protocol/encoder.js";
 
 interface Chunk {
   buf: Buffer;
@@ -131,15 +132,26 @@ class PackedSpool implements Spool {
   }
 
   appendLines(src: Buffer, start: number, end: number, maxLine: number, frames: LineFramer): number {
+    const tail = frames.tail;
+    const tailBytes = tail.length;
+    let chunk = this.chunks[this.chunks.length - 1];
     let pos = start;
-    // One pass over the run: a native newline search (it may look past `end`, never past `src`), then the frame
-    // written in place (O(bytes)).
+    // One pass over the run (O(bytes)): a native newline search (it may look past `end`, never past `src`), then the
+    // frame written in place from its prebuilt head; a fresh chunk only when the frame does not fit.
     while (pos < end) {
       const nl = src.indexOf(10, pos);
       if (nl === -1 || nl >= end || nl - pos > maxLine) break;
-      const size = frames.frameSize(nl - pos);
-      const tail = this.tailFor(size);
-      this.placed(tail, frames.writeFrame(tail.buf, tail.used, src, pos, nl), size);
+      const head = frames.head(nl - pos);
+      const size = head.length + (nl - pos) + tailBytes;
+      if (chunk === undefined || chunk.sealed || chunk.buf.length - chunk.used < size) chunk = this.newTail(size);
+      const buf = chunk.buf;
+      let at = chunk.used;
+      buf.set(head, at);
+      at += head.length;
+      // Buffer#copy: a native copy, ~10 ns for 100 bytes on Node 22 (set() of a subarray ~30).
+      at += src.copy(buf, at, pos, nl);
+      for (let i = 0; i < tailBytes; i++) buf[at + i] = tail[i]!;
+      this.placed(chunk, at + tailBytes, size);
       pos = nl + 1;
     }
     return pos;
@@ -235,14 +247,6 @@ class PackedSpool implements Spool {
     // A chunk cut down to items already acknowledged is done: held, it waited for a later drop.
     this.release();
   }
-}
-
-/** How {@link Spool.appendLines} frames a line (one object a client: its calls stay monomorphic). */
-export interface LineFramer {
-  /** Bytes of the frame of a line of `lineBytes` bytes. */
-  frameSize(lineBytes: number): number;
-  /** Writes the frame of the line `src[start, end)` at `buf[pos]`; returns the frame's end. */
-  writeFrame(buf: Buffer, pos: number, src: Buffer, start: number, end: number): number;
 }
 
 /** What {@link createSpool} returns. */

@@ -121,7 +121,44 @@ export function createLogItemEncoder(requestId: string): LogItemEncoder {
     return pos;
   }
 
+  // Heads of the lines of a run (see lineFramer), built once a line length: by stderr flag and whether a time is set.
+  // Preallocated when first used (holey, fast elements): a sparse array filled at a high index would turn into a
+  // dictionary.
+  const heads: (Uint8Array | undefined)[][] = [];
+  const headsFor = (stderr: boolean, time: number) =>
+    (heads[(stderr ? 2 : 0) + (time > 0 ? 1 : 0)] ??= new Array<Uint8Array | undefined>(CACHED_HEADS));
+  const framers = [false, true].map((stderr) => {
+    const tailBytes = new Uint8Array(11);
+    const framer = {
+      cache: [] as (Uint8Array | undefined)[],
+      stderr,
+      time: 0,
+      tail: tailBytes.subarray(0, 0),
+      head(lineBytes: number): Uint8Array {
+        const cached = lineBytes < CACHED_HEADS ? framer.cache[lineBytes] : undefined;
+        if (cached !== undefined) return cached;
+        const head = Buffer.allocUnsafe(FRAME_PREFIX_BYTES + idLen + 1 + 5 + 1 + 5);
+        const built = head.subarray(0, writeLogHead(head, 0, lineBytes, framer.stderr, framer.time));
+        if (lineBytes < CACHED_HEADS) framer.cache[lineBytes] = built;
+        return built;
+      },
+      set(time: number): LineFramer {
+        const t = stamp(time);
+        if (t !== framer.time || framer.tail.length === 0) {
+          framer.time = t;
+          framer.cache = headsFor(stderr, t);
+          framer.tail = tailBytes.subarray(0, writeLogTail(tailBytes as Buffer, 0, stderr, t));
+        }
+        return framer;
+      },
+    };
+    return framer;
+  });
+
   return {
+    lineFramer(stderr, time = 0) {
+      return framers[stderr ? 1 : 0]!.set(time);
+    },
     logFrameSize(_line, lineBytes, stderr, time = 0) {
       const c = chunkSize(lineBytes, stderr, stamp(time));
       return FRAME_PREFIX_BYTES + idLen + 1 + varintSize(c) + c;
@@ -168,8 +205,30 @@ export function createLogItemEncoder(requestId: string): LogItemEncoder {
   };
 }
 
+/**
+ * Line heads kept a stderr flag and time presence: lines shorter than this (nearly all) get a head built once per
+ * length, ~50 bytes each (at most ~800 KiB an encoder).
+ */
+const CACHED_HEADS = 4096;
+
+/**
+ * The frames of a run of lines with one stderr flag and one time: a line's frame is its head, its UTF-8 bytes, then
+ * the tail. The bytes are the encoder's own (`writeLogFrameBytes`).
+ */
+export interface LineFramer {
+  /** The frame's bytes before the text of a line of `lineBytes` bytes (read it before the next call). O(1). */
+  head(lineBytes: number): Uint8Array;
+  /** The frame's bytes after the text: the stderr flag and the time, when set. */
+  readonly tail: Uint8Array;
+}
+
 /** What {@link createLogItemEncoder} returns. */
 export interface LogItemEncoder {
+  /**
+   * The framer of a run of lines (`time` as in {@link LogItemEncoder.logFrameSize}). It stays valid until the next
+   * call with the same `stderr`: one object a flag, so a run costs no allocation.
+   */
+  lineFramer(stderr: boolean, time?: number): LineFramer;
   /**
    * Bytes the frame of one log line takes (`lineBytes` = UTF-8 length of `line`; `time` in ms since the epoch,
    * kept to the µs, 0 or absent for none: the field is then left out).

@@ -21,12 +21,10 @@ type Op =
   | { k: "frames"; at: number };
 
 /** A frame for the property: the line's length in a byte, then its bytes. */
+// A line's frame in this model: its length byte, its bytes, then 0x7e.
 const framer = {
-  frameSize: (n: number) => n + 1,
-  writeFrame(buf: Buffer, pos: number, src: Buffer, start: number, end: number) {
-    buf[pos] = end - start;
-    return pos + 1 + src.copy(buf, pos + 1, start, end);
-  },
+  head: (n: number) => Uint8Array.of(n),
+  tail: Uint8Array.of(0x7e),
 };
 
 describe("spool: a property against a model", () => {
@@ -71,7 +69,7 @@ describe("spool: a property against a model", () => {
               expect(off).toBe(start0 + items.length);
               items.push(b);
             } else if (o.k === "lines") {
-              // A run of lines, each framed as its length byte then its bytes, behind bytes that are no line.
+              // A run of lines, each framed as its length byte, its bytes and 0x7e, behind bytes that are no line.
               const lines = o.sizes.map((n) => Buffer.alloc(n, 0x61 + (++stamp % 26)));
               const src = Buffer.concat([
                 Buffer.from("xx"),
@@ -82,7 +80,7 @@ describe("spool: a property against a model", () => {
               const want = taken === -1 ? lines : lines.slice(0, taken);
               const next = spool.appendLines(src, 2, src.length - 2, o.max, framer);
               expect(next).toBe(2 + want.reduce((n, l) => n + l.length + 1, 0));
-              for (const l of want) items.push(Buffer.concat([Buffer.from([l.length]), l]));
+              for (const l of want) items.push(Buffer.concat([Buffer.from([l.length]), l, Buffer.from([0x7e])]));
             } else if (o.k === "drop") {
               spool.drop(o.at);
               if (o.at > start) start = Math.min(o.at, start0 + items.length);

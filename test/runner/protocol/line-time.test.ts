@@ -63,6 +63,39 @@ describe("line time", () => {
       );
   });
 
+  it("a run's line framer (prebuilt head, line bytes, tail) writes the bytes writeLogFrameBytes writes, over flags, times and lengths", () => {
+    // Runs alternate flags and times on one encoder, so a head cached for one flag or time presence would show up in
+    // another's frames; lengths cross the varint steps (127/128, 16,383/16,384) and the cache's end (4,096).
+    const length = fc.oneof(
+      fc.nat(300),
+      fc.constantFrom(127, 128, 4095, 4096, 4097, 16_383, 16_384),
+      fc.integer({ min: 0, max: 70_000 }),
+    );
+    const run = fc.record({
+      stderr: fc.boolean(),
+      time: fc.oneof(fc.constant(0), fc.constant(1e-4), micros.map(fromMicros)),
+      lengths: fc.array(length, { minLength: 1, maxLength: 4 }),
+    });
+    for (const params of fuzzParams<[{ stderr: boolean; time: number; lengths: number[] }[]]>("line framer"))
+      fc.assert(
+        fc.property(fc.array(run, { minLength: 1, maxLength: 6 }), (runs) => {
+          const enc = createLogItemEncoder(ID);
+          for (const { stderr, time, lengths } of runs) {
+            const framer = enc.lineFramer(stderr, time);
+            for (const n of lengths) {
+              const src = Buffer.alloc(n + 2, 0x61 + (n % 26));
+              const want = Buffer.alloc(enc.logFrameSize("", n, stderr, time));
+              enc.writeLogFrameBytes(want, 0, src, 1, n + 1, stderr, time);
+              const head = framer.head(n);
+              const got = Buffer.concat([head, src.subarray(1, n + 1), framer.tail]);
+              expect(got.toString("hex")).toBe(want.toString("hex"));
+            }
+          }
+        }),
+        params,
+      );
+  });
+
   it("a run of lines with repeated and alternating times (the encoder keeps the last time's bytes) encodes each as protobuf-es", () => {
     for (const params of fuzzParams<[number[], number[]]>("line time encoder runs"))
       fc.assert(
