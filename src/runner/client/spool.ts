@@ -112,10 +112,15 @@ class PackedSpool implements Spool {
     return tail;
   }
 
+  /** Whether a frame of `size` bytes goes into `chunk`: never into a sealed one, whose bytes may be in flight. O(1). */
+  private fits(chunk: Chunk | undefined, size: number): chunk is Chunk {
+    return chunk !== undefined && !chunk.sealed && chunk.buf.length - chunk.used >= size;
+  }
+
   /** The chunk the next frame of `size` bytes goes to: the tail when it has room. O(1). */
   private tailFor(size: number): Chunk {
     const tail = this.chunks[this.chunks.length - 1];
-    return tail === undefined || tail.sealed || tail.buf.length - tail.used < size ? this.newTail(size) : tail;
+    return this.fits(tail, size) ? tail : this.newTail(size);
   }
 
   /** Records the frame of `size` bytes just written into `tail`, ending at `pos`; returns its offset. O(1). */
@@ -143,7 +148,7 @@ class PackedSpool implements Spool {
       if (nl === -1 || nl >= end || nl - pos > maxLine) break;
       const head = frames.head(nl - pos);
       const size = head.length + (nl - pos) + tailBytes;
-      if (chunk === undefined || chunk.sealed || chunk.buf.length - chunk.used < size) chunk = this.newTail(size);
+      if (!this.fits(chunk, size)) chunk = this.newTail(size);
       const buf = chunk.buf;
       let at = chunk.used;
       buf.set(head, at);

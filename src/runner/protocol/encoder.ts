@@ -96,7 +96,7 @@ export function createLogItemEncoder(requestId: string): LogItemEncoder {
   const lastNanos = new Uint8Array(8);
 
   /** Writes the stderr flag and the time after the line's bytes, when set; returns the frame's end. */
-  function writeLogTail(buf: Buffer, pos: number, stderr: boolean, time: number): number {
+  function writeLogTail(buf: Uint8Array, pos: number, stderr: boolean, time: number): number {
     if (stderr) {
       buf[pos++] = 0x10;
       buf[pos++] = 0x01;
@@ -127,27 +127,44 @@ export function createLogItemEncoder(requestId: string): LogItemEncoder {
   const heads: (Uint8Array | undefined)[][] = [];
   const headsFor = (stderr: boolean, time: number) =>
     (heads[(stderr ? 2 : 0) + (time > 0 ? 1 : 0)] ??= new Array<Uint8Array | undefined>(CACHED_HEADS));
+  const headBytes = FRAME_PREFIX_BYTES + idLen + 1 + 5 + 1 + 5;
+  // Cached heads are carved from the encoder's own blocks: a head from Buffer's shared pool would keep an 8 KiB pool
+  // block alive each. A longer line's head is written into `scratch`, valid until the next head.
+  let block = Buffer.allocUnsafeSlow(0);
+  let blockUsed = 0;
+  const scratch = Buffer.allocUnsafeSlow(headBytes);
   const framers = [false, true].map((stderr) => {
     const tailBytes = new Uint8Array(11);
     const framer = {
       cache: [] as (Uint8Array | undefined)[],
       stderr,
       time: 0,
+      ready: false,
       tail: tailBytes.subarray(0, 0),
       head(lineBytes: number): Uint8Array {
-        const cached = lineBytes < CACHED_HEADS ? framer.cache[lineBytes] : undefined;
+        if (lineBytes >= CACHED_HEADS)
+          return scratch.subarray(0, writeLogHead(scratch, 0, lineBytes, stderr, framer.time));
+        const cached = framer.cache[lineBytes];
         if (cached !== undefined) return cached;
-        const head = Buffer.allocUnsafe(FRAME_PREFIX_BYTES + idLen + 1 + 5 + 1 + 5);
-        const built = head.subarray(0, writeLogHead(head, 0, lineBytes, framer.stderr, framer.time));
-        if (lineBytes < CACHED_HEADS) framer.cache[lineBytes] = built;
+        if (block.length - blockUsed < headBytes) {
+          block = Buffer.allocUnsafeSlow(HEAD_BLOCK_BYTES);
+          blockUsed = 0;
+        }
+        const end = writeLogHead(block, blockUsed, lineBytes, stderr, framer.time);
+        const built = block.subarray(blockUsed, end);
+        blockUsed = end;
+        framer.cache[lineBytes] = built;
         return built;
       },
       set(time: number): LineFramer {
         const t = stamp(time);
-        if (t !== framer.time || framer.tail.length === 0) {
+        // The tail holds the time's bytes: rebuilt when the time changes (once a pipe read), the heads only when its
+        // presence does.
+        if (t !== framer.time || !framer.ready) {
+          framer.ready = true;
           framer.time = t;
           framer.cache = headsFor(stderr, t);
-          framer.tail = tailBytes.subarray(0, writeLogTail(tailBytes as Buffer, 0, stderr, t));
+          framer.tail = tailBytes.subarray(0, writeLogTail(tailBytes, 0, stderr, t));
         }
         return framer;
       },
@@ -207,16 +224,22 @@ export function createLogItemEncoder(requestId: string): LogItemEncoder {
 
 /**
  * Line heads kept a stderr flag and time presence: lines shorter than this (nearly all) get a head built once per
- * length, ~50 bytes each (at most ~800 KiB an encoder).
+ * length. At most 4 × 1,024 heads of ~50 bytes (a view each, ~100 bytes of heap) an encoder: ~600 KiB; an agent
+ * stamps every line, so two of the four are used.
  */
-const CACHED_HEADS = 4096;
+const CACHED_HEADS = 1024;
+/** The blocks cached heads are carved from. */
+const HEAD_BLOCK_BYTES = 16 * 1024;
 
 /**
  * The frames of a run of lines with one stderr flag and one time: a line's frame is its head, its UTF-8 bytes, then
  * the tail. The bytes are the encoder's own (`writeLogFrameBytes`).
  */
 export interface LineFramer {
-  /** The frame's bytes before the text of a line of `lineBytes` bytes (read it before the next call). O(1). */
+  /**
+   * The frame's bytes before the text of a line of `lineBytes` bytes. O(1). The bytes of a line of 1,024 bytes or
+   * more are valid until the next `head` call of the encoder.
+   */
   head(lineBytes: number): Uint8Array;
   /** The frame's bytes after the text: the stderr flag and the time, when set. */
   readonly tail: Uint8Array;

@@ -139,6 +139,26 @@ describe("encoder: no global lookups per line", () => {
   });
 });
 
+describe("encoder: a run's line heads", () => {
+  it("are carved from the encoder's own blocks, so they keep no shared Buffer pool memory alive", () => {
+    const enc = createLogItemEncoder(ID);
+    const buffers = new Set<ArrayBufferLike>();
+    let bytes = 0;
+    for (const stderr of [false, true]) {
+      const framer = enc.lineFramer(stderr, Date.now());
+      for (let n = 0; n < 1024; n++) {
+        // Other code allocates between runs; a head from Buffer's pool would sit in a new 8 KiB pool block each time.
+        Buffer.allocUnsafe(4000);
+        const head = framer.head(n);
+        buffers.add(head.buffer);
+        bytes += head.length;
+      }
+    }
+    expect(bytes).toBeGreaterThan(2048 * 40);
+    expect(buffers.size).toBeLessThanOrEqual(Math.ceil(bytes / (16 * 1024)) + 1);
+  });
+});
+
 describe("splitUtf8", () => {
   it("keeps short lines whole and cuts long ones between code points", () => {
     expect(splitUtf8("abc", 4)).toEqual(["abc"]);

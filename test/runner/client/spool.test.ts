@@ -20,7 +20,6 @@ type Op =
   | { k: "slice"; at: number; max: number }
   | { k: "frames"; at: number };
 
-/** A frame for the property: the line's length in a byte, then its bytes. */
 // A line's frame in this model: its length byte, its bytes, then 0x7e.
 const framer = {
   head: (n: number) => Uint8Array.of(n),
@@ -123,6 +122,27 @@ describe("spool: a property against a model", () => {
         },
       ),
       { numRuns: 3000 },
+    );
+  });
+
+  it("appendLines after a truncate writes nothing into the cut chunk, whose bytes may be in flight", () => {
+    const spool = createSpool({ chunkBytes: 4096 });
+    const run = (fill: number, lines: number) =>
+      Buffer.concat(Array.from({ length: lines }, () => Buffer.concat([Buffer.alloc(40, fill), Buffer.from("\n")])));
+    const first = run(0x61, 10);
+    expect(spool.appendLines(first, 0, first.length, 1000, framer)).toBe(first.length);
+    // A call is writing items 0–9; the call fails and the client cuts items 4–9 off to encode them again.
+    const inFlight = spool.slice(0, 1 << 20);
+    const copy = Buffer.from(Buffer.concat(inFlight.buffers));
+    spool.truncate(4);
+    const second = run(0x62, 10);
+    expect(spool.appendLines(second, 0, second.length, 1000, framer)).toBe(second.length);
+    expect(Buffer.concat(inFlight.buffers)).toEqual(copy);
+    expect(spool.end).toBe(14);
+    expect(Buffer.concat(spool.frames(4))).toEqual(
+      Buffer.concat(
+        Array.from({ length: 10 }, () => Buffer.concat([Buffer.of(40), Buffer.alloc(40, 0x62), Buffer.of(0x7e)])),
+      ),
     );
   });
 
