@@ -18,8 +18,12 @@ const STAR = 0x2a;
 const HASH = 0x9e3779b1 | 0;
 /** The longest window the scan jumps by (a shift is a byte, and a longer one would fill the table). */
 const MAX_WINDOW = 32;
-/** The shift table's largest size: 4 MiB (1,000 secrets of 43 bytes need 1 MiB). */
+/** The shift table's largest number of entries: 4 Mi, 8 MiB with their prints (1,000 secrets of 43 bytes take 2 Mi). */
 const MAX_TABLE_LOG2 = 22;
+/** A second multiplier for a block's print (its top 8 bits), independent of the table's index. */
+const PRINT_HASH = 0x85ebca6b | 0;
+/** The print of an entry that holds blocks with different prints: its shift is taken as it is. */
+const MIXED = 0;
 /**
  * Bytes of forms a scan may compare, per byte scanned, before it gives up and masks the whole
  * range (fail closed): forms sharing a prefix and a line made of it (`::add-mask::` values a
@@ -48,6 +52,11 @@ export function checkSecret(value: string): void {
       `a multi-line secret needs a line of at least ${MIN_SECRET_BYTES} bytes: each line is masked on its own`,
     );
   }
+}
+
+/** A 4-byte block's print: 8 bits of another hash than the table's, never {@link MIXED}. O(1). */
+function printOf(block: number): number {
+  return Math.imul(block, PRINT_HASH) >>> 24 || 1;
 }
 
 /** The lines of a multi-line value, a trailing `\r` dropped (CRLF text). */
@@ -205,13 +214,22 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
   let m = MAX_WINDOW;
   let log2 = 10;
   let shifts = new Uint8Array(1 << log2).fill(m - 3);
+  // The print of the blocks an entry holds (MIXED when they differ): a scanned block whose print differs is none of
+  // them, so it takes the full jump. Without it, one collision gave a line of one repeated character (one block) a
+  // short jump, or none, in every window (docs/decisions/log-masking.md, "Prints").
+  let prints = new Uint8Array(1 << log2);
 
   /** Records the blocks of `form`'s first m bytes. O(m). */
   const index = (form: Buffer) => {
     const bits = 32 - log2;
     for (let j = 3; j < m; j++) {
-      const h = Math.imul(form.readInt32BE(j - 3), HASH) >>> bits;
+      const block = form.readInt32BE(j - 3);
+      const h = Math.imul(block, HASH) >>> bits;
       const shift = m - 1 - j;
+      // An entry no block set yet has the full jump, m − 3; a block sets at most m − 4.
+      const print = printOf(block);
+      if (shifts[h] === m - 3) prints[h] = print;
+      else if (prints[h] !== print) prints[h] = MIXED;
       if (shifts[h]! > shift) shifts[h] = shift;
     }
   };
@@ -236,6 +254,7 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
     if (grow || window < m) {
       m = window;
       shifts = new Uint8Array(1 << log2).fill(m - 3);
+      prints = new Uint8Array(1 << log2);
       for (const f of all) index(f);
     } else index(form);
   };
@@ -249,8 +268,10 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
   const scan = (buf: Uint8Array, start: number, end: number, firstOnly = false): number[] | null => {
     // Locals, not the closure's mutable bindings: the loop then keeps them in registers.
     const table = shifts;
+    const printTable = prints;
     const bits = 32 - log2;
     const window = m;
+    const full = window - 3;
     let runs: number[] | null = null;
     let runStart = -1;
     let runEnd = -1;
@@ -258,7 +279,12 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
     const budget = SCAN_WORK_PER_BYTE * (end - start) + SCAN_WORK_BASE;
     for (let i = start + window - 1; i < end;) {
       const block = (buf[i - 3]! << 24) | (buf[i - 2]! << 16) | (buf[i - 1]! << 8) | buf[i]!;
-      const shift = table[Math.imul(block, HASH) >>> bits]!;
+      const h = Math.imul(block, HASH) >>> bits;
+      let shift = table[h]!;
+      if (shift !== full) {
+        const print = printTable[h]!;
+        if (print !== MIXED && print !== printOf(block)) shift = full;
+      }
       if (shift !== 0) {
         i += shift;
         continue;
