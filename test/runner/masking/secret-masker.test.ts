@@ -170,7 +170,8 @@ describe("secret masker", () => {
         buf = Buffer.concat(parts);
       }
     };
-    const alphabet = fc.constantFrom(..."ab*xyz-=");
+    // "é" is two bytes above 0x7f: blocks holding it are negative int32s, as the scan and the table read them.
+    const alphabet = fc.constantFrom(..."ab*xyz-=é");
     const secret = fc.string({ unit: alphabet, minLength: 4, maxLength: 48 });
     fc.assert(
       fc.property(
