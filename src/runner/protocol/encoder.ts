@@ -223,8 +223,8 @@ export function createLogItemEncoder(requestId: string): LogItemEncoder {
 }
 
 /**
- * Line heads kept a stderr flag and time presence: lines shorter than this (nearly all) get a head built once per
- * length. At most 4 × 1,024 heads of ~50 bytes (a view each, ~100 bytes of heap) an encoder: ~600 KiB; an agent
+ * Line heads are cached per stderr flag and time presence: lines shorter than this (nearly all) get a head built once
+ * per length. At most 4 × 1,024 heads of ~50 bytes (a view each, ~100 bytes of heap) an encoder: ~600 KiB; an agent
  * stamps every line, so two of the four are used.
  */
 const CACHED_HEADS = 1024;

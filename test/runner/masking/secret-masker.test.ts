@@ -170,7 +170,8 @@ describe("secret masker", () => {
         buf = Buffer.concat(parts);
       }
     };
-    // "é" is two bytes above 0x7f: blocks holding it are negative int32s, as the scan and the table read them.
+    // "é" is two bytes above 0x7f: a block whose first byte is one of them is a negative int32 (as the scan and the
+    // table read blocks).
     const alphabet = fc.constantFrom(..."ab*xyz-=é");
     const secret = fc.string({ unit: alphabet, minLength: 4, maxLength: 48 });
     fc.assert(
