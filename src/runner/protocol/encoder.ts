@@ -137,7 +137,6 @@ export function createLogItemEncoder(requestId: string): LogItemEncoder {
     const tailBytes = new Uint8Array(11);
     const framer = {
       cache: [] as (Uint8Array | undefined)[],
-      stderr,
       time: 0,
       ready: false,
       tail: tailBytes.subarray(0, 0),
