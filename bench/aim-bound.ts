@@ -6,27 +6,35 @@
  */
 
 /**
- * Seconds of user + system time of a shell's children, from the second line of its `times` builtin (POSIX: the
- * shell's own user and system times, then its children's, each as `NmS.SSSs`). The kernel counts them in ticks (10
- * ms on Linux), so a caller sums them over several runs. Throws when the text holds no such line.
+ * Seconds of user + system time of a shell's children, from the output of its `times` builtin (POSIX: a line of the
+ * shell's own user and system times, then one of its children's, each as `NmS.SSSs`; bash writes the decimal point
+ * as its locale does, a comma in some). The children's line is the last one, so text written before it (a warning)
+ * cannot shift it. The kernel counts these times in ticks (10 ms on Linux), so a caller sums them over several runs.
+ * Throws when the text does not end with two such lines.
  *
  * @example
  * childSecondsOf("0m0.001s 0m0.002s\n0m0.010000s 0m0.030000s\n"); // 0.04
  */
 export function childSecondsOf(times: string): number {
-  const fields = (times.trim().split("\n")[1] ?? "").trim().split(/\s+/);
-  const parts = fields.map((f) => /^(\d+)m(\d+(?:\.\d+)?)s$/.exec(f));
-  if (parts.length !== 2 || parts.some((m) => m === null)) {
-    throw new Error(`no children's times in ${JSON.stringify(times.slice(0, 200))}`);
+  const lines = times.trim().split("\n");
+  const [own, children] = lines.slice(-2).map((line) => line.trim().split(/\s+/).map(secondsOf));
+  if (lines.length < 2 || own!.length !== 2 || children!.length !== 2 || [...own!, ...children!].some(Number.isNaN)) {
+    throw new Error(`no children's times in ${JSON.stringify(times.slice(-200))}`);
   }
-  return parts.reduce((sum, m) => sum + Number(m![1]) * 60 + Number(m![2]), 0);
+  return children![0]! + children![1]!;
+}
+
+/** `NmS.SSSs` (or with a decimal comma) in seconds; NaN for anything else. */
+function secondsOf(field: string): number {
+  const m = /^(\d+)m(\d+(?:[.,]\d+)?)s$/.exec(field);
+  return m === null ? Number.NaN : Number(m[1]) * 60 + Number(m[2]!.replace(",", "."));
 }
 
 /**
  * The CPU agent and server may spend together, µs a line, for a rate of half `limit` (lines/s) on `cores` cores
- * shared with a child that spends `child` µs a line: cores ÷ (limit ÷ 2) − child. A bound, not an estimate: it
- * takes every core as busy for the whole job, so a pipeline that spends more cannot reach half the limit however its
- * processes are scheduled; one that spends less may still not. O(1).
+ * shared with a child that spends `child` µs a line: cores ÷ (limit ÷ 2) − child. It takes every core as busy the
+ * whole job: a pipeline whose CPU a line stays above it cannot reach half the limit however its processes are
+ * scheduled; one below it may still not. O(1).
  *
  * @example
  * aimBudget(5e6, 0.1, 2); // 0.7: at 2.5 M lines/s two cores give 0.8 µs a line, the child takes 0.1

@@ -43,13 +43,21 @@ describe("childSecondsOf", () => {
     );
   });
 
-  it("refuses text that is not times' two lines of two fields", () => {
+  it("takes the last line, after anything written before the two, and a decimal comma", () => {
+    const warning = "bash: warning: setlocale: LC_ALL: cannot change locale (de_DE.UTF-8)\n";
+    expect(childSecondsOf(`${warning}0m0.001s 0m0.002s\n0m0.010s 0m0.030s\n`)).toBeCloseTo(0.04, 9);
+    expect(childSecondsOf("0m0,001s 0m0,002s\n1m0,250s 0m0,030s\n")).toBeCloseTo(60.28, 9);
+  });
+
+  it("refuses text that does not end with times' two lines of two fields", () => {
     for (const text of [
       "",
       "0m0.01s 0m0.02s\n",
       "0m0s 0m0s\n0m0.01s\n",
       "a b\n0m0.01s 0m0.02s 0m0.03s\n",
       "x\n1s 2s\n",
+      "0m0.01s 0m0.02s\n0m0.01s 0m0.02s\ndone\n",
+      "0m0.01s x\n0m0.01s 0m0.02s\n",
     ]) {
       expect(() => childSecondsOf(text), JSON.stringify(text)).toThrow(/no children's times/);
     }
