@@ -5,7 +5,14 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { createSecretMasker, MASK_TEXT, safeCut, secretForms } from "../../../src/runner/masking/secret-masker.js";
+import {
+  createSecretMasker,
+  jsonEscapings,
+  MASK_TEXT,
+  percentEncodings,
+  safeCut,
+  secretForms,
+} from "../../../src/runner/masking/secret-masker.js";
 import { addMaskValue, maskLine, maskLineBytes, MASK_LIMITS } from "../../../src/runner/masking/add-mask.js";
 import { createLineSplitter } from "../../../src/runner/agent/line-splitter.js";
 import { RunnerDepotError } from "../../../src/errors.js";
@@ -178,8 +185,11 @@ describe("secret masker", () => {
       fc.property(
         fc.array(secret, { minLength: 1, maxLength: 6 }),
         fc.array(fc.tuple(fc.string({ unit: alphabet, maxLength: 12 }), fc.nat(), fc.nat(8)), { maxLength: 8 }),
-        (secrets, pieces) => {
-          const masker = createSecretMasker(secrets);
+        fc.nat(6),
+        (secrets, pieces, given) => {
+          // Some given at creation (the table sized for them at once), the rest added after (grown as they come).
+          const masker = createSecretMasker(secrets.slice(0, given));
+          for (const v of secrets.slice(given)) masker.add(v);
           const forms = secrets.flatMap((v) => secretForms(v)).map((f) => Buffer.from(f));
           let line = "";
           for (const [text, which, cut] of pieces) {
@@ -193,6 +203,36 @@ describe("secret masker", () => {
       ),
       { numRuns: 2_000 },
     );
+  });
+
+  it("property: percent-encodings hold encodeURIComponent's and RFC 3986's, in both cases of hex", () => {
+    fc.assert(
+      fc.property(fc.string({ unit: "grapheme", maxLength: 24 }), (value) => {
+        const forms = percentEncodings(Buffer.from(value, "utf8"));
+        const uri = encodeURIComponent(value);
+        const rfc3986 = uri.replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+        for (const form of [uri, rfc3986]) {
+          expect(forms).toContain(form);
+          expect(forms).toContain(form.replace(/%[0-9A-F]{2}/g, (h) => h.toLowerCase()));
+        }
+      }),
+    );
+  });
+
+  it("property: a value of unreserved characters is its own every percent-encoding and JSON escaping", () => {
+    // What lets secretForms skip both for such values (most tokens); a value with any other character is not.
+    const unreserved = fc.constantFrom(..."azAZ09-_.~");
+    fc.assert(
+      fc.property(fc.string({ unit: unreserved, minLength: 4, maxLength: 64 }), (value) => {
+        expect(new Set(percentEncodings(Buffer.from(value)))).toEqual(new Set([value]));
+        expect(new Set(jsonEscapings(value))).toEqual(new Set([value]));
+      }),
+    );
+    for (const value of ["tok en", "tok/en", "tok+en", "tok<en", 'tok"en', "toké"]) {
+      const forms = new Set([...percentEncodings(Buffer.from(value)), ...jsonEscapings(value)]);
+      expect(forms.size, value).toBeGreaterThan(1);
+      for (const form of forms) expect(secretForms(value), value).toContain(form);
+    }
   });
 
   it("property: the splitter's cut of an over-long line never falls inside a secret", () => {
