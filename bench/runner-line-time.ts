@@ -11,7 +11,7 @@ import { fork, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
 import { once } from "node:events";
 import { closeSync, openSync, writeSync } from "node:fs";
-import { mkdtemp, readdir, readFile, rm, stat } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm, stat, unlink } from "node:fs/promises";
 import http2 from "node:http2";
 import os from "node:os";
 import path from "node:path";
@@ -47,9 +47,15 @@ function printer(lines: number, timesFile?: string): { command: string; args: st
   return { command: "sh", args: ["-c", `yes ${LINE} | head -n ${lines}${times}`] };
 }
 
-/** The CPU seconds of the children of the job shell that wrote `timesFile` (none asked: undefined). */
+/**
+ * The CPU seconds of the children of the job shell that wrote `timesFile` (none asked: undefined). The file is
+ * removed once read, so a shell that died before `times` fails the run instead of lending it the last job's.
+ */
 async function childSecondsIn(timesFile: string | undefined): Promise<number | undefined> {
-  return timesFile === undefined ? undefined : childSecondsOf(await readFile(timesFile, "utf8"));
+  if (timesFile === undefined) return undefined;
+  const seconds = childSecondsOf(await readFile(timesFile, "utf8"));
+  await unlink(timesFile);
+  return seconds;
 }
 
 /** A run's rate (lines/s, spawn to the end) and CPU µs a line (user + system) of the processes named. */
@@ -401,7 +407,8 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
   const limit = runs.get("limit")!;
   const l = median(limit.map((f) => f.rate));
   const lCpu = median(limit.map((f) => f.cpuHere));
-  const cores = os.cpus().length;
+  // The cores this process may run on (its CPU affinity), which os.cpus() does not tell.
+  const cores = os.availableParallelism();
   const limitChild = childCpu(limit);
   const row = (name: string, fs: Figures[]) => {
     const rate = median(fs.map((f) => f.rate));
