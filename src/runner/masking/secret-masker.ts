@@ -89,7 +89,7 @@ export function secretForms(value: string): string[] {
     forms.add(b64);
     forms.add(b64.replace(/\+/g, "-").replace(/\//g, "_"));
   }
-  // A value of unreserved characters only (most tokens) is its own every percent-encoding and JSON escaping built
+  // A value of letters, digits and `-_.` only (most tokens) is its own every percent-encoding and JSON escaping built
   // below: skipping them takes about half the time of building a masker for 1,000 tokens.
   if (!UNRESERVED.test(value)) {
     for (const form of percentEncodings(raw)) forms.add(form);
@@ -98,11 +98,14 @@ export function secretForms(value: string): string[] {
   return [...forms].filter((f) => Buffer.byteLength(f, "utf8") >= MIN_SECRET_BYTES);
 }
 
-/** RFC 3986's unreserved characters: left as they are by every percent-encoding and JSON escaping below. */
-const UNRESERVED = /^[A-Za-z0-9\-_.~]*$/;
+/** The characters every percent-encoding and JSON escaping below leaves as they are (not `~`: form encoding's). */
+const UNRESERVED = /^[A-Za-z0-9\-_.]*$/;
 
-/** Bytes left as they are by `encodeURIComponent`, by RFC 3986 (unreserved only), and by Python's `quote` (and `/`). */
-const PCT_SAFE = [/[A-Za-z0-9\-_.!~*'()]/, /[A-Za-z0-9\-_.~]/, /[A-Za-z0-9\-_.~/]/].map((re) =>
+/**
+ * Bytes left as they are by `encodeURIComponent`, by RFC 3986 (unreserved only), by Python's `quote` (and `/`), and
+ * by form encoding as the WHATWG URL standard (`URLSearchParams`) and Java's `URLEncoder` write it.
+ */
+const PCT_SAFE = [/[A-Za-z0-9\-_.!~*'()]/, /[A-Za-z0-9\-_.~]/, /[A-Za-z0-9\-_.~/]/, /[A-Za-z0-9*\-._]/].map((re) =>
   Array.from({ length: 0x80 }, (_, byte) => re.test(String.fromCharCode(byte))),
 );
 /** `%XX` in upper- and lower-case hex, by byte. */
@@ -111,8 +114,9 @@ const PCT_LOWER = PCT_UPPER.map((h) => h.toLowerCase());
 
 /**
  * Percent-encodings of `raw` as common libraries write them: `encodeURIComponent`, RFC 3986's
- * (PHP `rawurlencode`, Python `quote(safe="")`), Python's `quote` (keeps `/`), each with space as
- * `%20` or `+` (form encoding), in upper- and lower-case hex. Most coincide. O(value).
+ * (PHP `rawurlencode`, Python `quote(safe="")`), Python's `quote` (keeps `/`), form encoding's (`URLSearchParams`,
+ * Java's `URLEncoder`: keeps `*`, not `~`), each with space as `%20` or `+`, in upper- and lower-case hex. Most
+ * coincide. O(value).
  *
  * @example
  * percentEncodings(Buffer.from("a b/é")); // ["a%20b%2F%C3%A9", "a%20b%2f%c3%a9", "a+b%2F%C3%A9", …]
