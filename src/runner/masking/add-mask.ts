@@ -18,16 +18,22 @@ export const MASK_LIMITS: MaskLimits = { values: 4_096, valueBytes: 4 * 1024 * 1
 
 /**
  * What the service lets `::add-mask::` lines register in a job beyond its declared values:
- * the forms of a value take up to ~62× its bytes (docs/decisions/log-masking.md, "Limits"), and the
- * service holds every job's, so a job printing commands in a loop must not make it hold much. The agent masks those values
+ * the forms of a value take up to ~150× its bytes (docs/decisions/log-masking.md, "Limits"), and the
+ * service holds every job's, so a job printing commands in a loop must not make it hold much: its forms are
+ * bounded on their own. The agent masks those values
  * already; the service's registration is the fallback for an agent that does not.
  */
-export const SERVICE_ADD_MASK_LIMITS: MaskLimits = { values: 1_024, valueBytes: 256 * 1024 };
+export const SERVICE_ADD_MASK_LIMITS: MaskLimits = {
+  values: 1_024,
+  valueBytes: 256 * 1024,
+  formBytes: 8 * 1024 * 1024,
+};
 
-/** Most values a masker may hold, and their UTF-8 bytes. */
+/** Most values a masker may hold, their UTF-8 bytes, and the UTF-8 bytes of their forms (unbounded when absent). */
 export interface MaskLimits {
   readonly values: number;
   readonly valueBytes: number;
+  readonly formBytes?: number;
 }
 
 /**
@@ -58,7 +64,7 @@ export function registerMask(masker: SecretMasker, value: string, limits: MaskLi
     return `over the job's limit of ${limits.values} values or ${limits.valueBytes} bytes`;
   }
   try {
-    masker.add(value);
+    masker.add(value, limits.formBytes);
     return null;
   } catch (e) {
     return (e as Error).message;

@@ -8,7 +8,7 @@ import { SERVICE_ADD_MASK_LIMITS, type MaskLimits } from "./add-mask.js";
 /** A job's masker in the service, and what `::add-mask::` lines may still add to it. */
 export interface JobMasker {
   readonly masker: SecretMasker;
-  /** The declared values plus {@link SERVICE_ADD_MASK_LIMITS}. */
+  /** The declared values (and their forms) plus {@link SERVICE_ADD_MASK_LIMITS}. */
   readonly limits: MaskLimits;
 }
 
@@ -25,6 +25,7 @@ export function jobMasker(declared: readonly string[]): JobMasker {
     limits: {
       values: masker.size + SERVICE_ADD_MASK_LIMITS.values,
       valueBytes: masker.valueBytes + SERVICE_ADD_MASK_LIMITS.valueBytes,
+      formBytes: masker.formBytes + SERVICE_ADD_MASK_LIMITS.formBytes!,
     },
   };
 }

@@ -189,12 +189,20 @@ function base64Forms(raw: Buffer): string[] {
  * prefix compared (docs/decisions/log-masking.md).
  */
 export interface SecretMasker {
-  /** Registers a value (all its forms); INVALID_ARGUMENT when {@link checkSecret} refuses it. */
-  add(value: string): void;
+  /**
+   * Registers a value (all its forms); INVALID_ARGUMENT when {@link checkSecret} refuses it, or when its forms would
+   * take {@link formBytes} past `maxFormBytes` (nothing of it is then added).
+   */
+  add(value: string, maxFormBytes?: number): void;
   /** How many values were added (duplicates counted once). */
   readonly size: number;
   /** UTF-8 bytes of the values added. */
   readonly valueBytes: number;
+  /**
+   * UTF-8 bytes of the forms held (each once): what the values cost in memory, up to ~150× their own bytes for a
+   * value crafted so every encoding differs (docs/decisions/log-masking.md, "Limits").
+   */
+  readonly formBytes: number;
   /**
    * `buf[start, end)` with every secret form replaced by `***` (a maximal run of masked bytes
    * becomes one `***`); null when nothing matched, so the caller keeps its bytes.
@@ -226,6 +234,7 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
   const all: Buffer[] = [];
   const seen = new Set<string>();
   let valueBytes = 0;
+  let formBytes = 0;
   // A form holding `*` can reappear once its neighbours are replaced by `***`: mask again then.
   let starForm = false;
   let longestForm = 0;
@@ -261,6 +270,7 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
     else if (list.some((f) => f.equals(form))) return;
     else list.push(form);
     all.push(form);
+    formBytes += form.length;
     if (form.includes(STAR)) starForm = true;
     if (form.length > longestForm) longestForm = form.length;
     const window = Math.min(m, form.length);
@@ -356,7 +366,15 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
     return out;
   };
 
-  const addValue = (value: string, forms: readonly string[]) => {
+  const addValue = (value: string, forms: readonly string[], maxFormBytes = Infinity) => {
+    // Every form counted, duplicates of held ones too: a bound that holds before any is added.
+    const bytes = forms.reduce((n, f) => n + Buffer.byteLength(f, "utf8"), 0);
+    if (formBytes + bytes > maxFormBytes) {
+      throw new RunnerDepotError(
+        "INVALID_ARGUMENT",
+        `its forms (${bytes} bytes) would take the job's past ${maxFormBytes} bytes of forms`,
+      );
+    }
     seen.add(value);
     valueBytes += Buffer.byteLength(value, "utf8");
     for (const form of forms) addForm(Buffer.from(form, "utf8"));
@@ -379,14 +397,17 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
   };
 
   const masker: SecretMasker = {
-    add(value) {
-      if (!seen.has(value)) addValue(value, secretForms(value));
+    add(value, maxFormBytes) {
+      if (!seen.has(value)) addValue(value, secretForms(value), maxFormBytes);
     },
     get size() {
       return seen.size;
     },
     get valueBytes() {
       return valueBytes;
+    },
+    get formBytes() {
+      return formBytes;
     },
     get longestForm() {
       return longestForm;

@@ -162,13 +162,14 @@ function registerSecrets(core: RunnerCore, id: string, secrets: readonly string[
     core.maskers.set(id, job);
     return job.masker;
   }
-  const { size, valueBytes } = old.masker;
+  const { size, valueBytes, formBytes } = old.masker;
   for (const value of secrets) old.masker.add(value);
   core.maskers.set(id, {
     masker: old.masker,
     limits: {
       values: old.limits.values + old.masker.size - size,
       valueBytes: old.limits.valueBytes + old.masker.valueBytes - valueBytes,
+      formBytes: (old.limits.formBytes ?? Infinity) + old.masker.formBytes - formBytes,
     },
   });
   return old.masker;

@@ -131,4 +131,22 @@ describe("declared secrets", () => {
     // The 1,025th value is over the service's bound: only an agent that masks would hide it.
     expect(lines[1_025]).toBe("first *** last run-time-value-1024 declared ***");
   });
+
+  it("the service holds at most 8 MiB of forms of ::add-mask:: values a job, however they are crafted", async () => {
+    const requestId = randomUUID();
+    await runner.expectJob(requestId, { secrets: [TOKEN] });
+    const client = createRunnerClient({ endpoint: `http://127.0.0.1:${server.port}`, requestId, token: "" });
+    // Each ~4 KiB value's every encoding differs (~600 KiB of forms): 20 of them are 80 KiB of values, under the
+    // 1,024 values and 256 KiB, but over 8 MiB of forms from the 14th on.
+    // A distinct start each: values sharing a long prefix would make the scan's compares blow its budget, and the
+    // whole line would be masked (fail closed), which would hide what this test looks for.
+    const value = (i: number) => `v${String(i).padStart(2, "0")}:${"\x1f".repeat(4_000)} ~*/é<`;
+    for (let i = 0; i < 20; i++) client.log(`::add-mask::${value(i)}`);
+    client.log(`first ${value(0)} last ${value(19)} declared ${TOKEN}`);
+    await client.end({ exitCode: 0, success: true, repoUrl: "", commitSha: "" });
+    await client.close();
+    const lines = (await logs.read(requestId, 0, 100)).map((l) => l.line);
+    expect(lines.slice(0, 20).every((l) => l === "::add-mask::***")).toBe(true);
+    expect(lines[20]).toBe(`first *** last ${value(19)} declared ***`);
+  });
 });

@@ -226,6 +226,39 @@ describe("secret masker", () => {
     );
   });
 
+  it("percent-encodings of every byte as encodeURIComponent, RFC 3986 and URLSearchParams write them", () => {
+    for (let code = 0; code < 0x100; code++) {
+      const value = `~*${String.fromCharCode(code)}ab`;
+      const forms = percentEncodings(Buffer.from(value, "utf8"));
+      const uri = encodeURIComponent(value);
+      const rfc3986 = uri.replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+      const urlencoded = new URLSearchParams({ k: value }).toString().slice(2);
+      for (const form of [uri, rfc3986, urlencoded]) {
+        expect(forms, `${code}: ${form}`).toContain(form);
+        expect(forms, `${code}: ${form}`).toContain(form.replace(/%[0-9A-F]{2}/g, (h) => h.toLowerCase()));
+      }
+    }
+    // `~` is kept by three and escaped by form encoding: a value holding it is no plain token.
+    expect(secretForms("abc~def")).toEqual(expect.arrayContaining(["abc%7Edef", "abc%7edef"]));
+  });
+
+  it("bounds the bytes of the forms a masker holds: a value over the bound is refused whole", () => {
+    const masker = createSecretMasker(["declared-token-value"]);
+    const held = masker.formBytes;
+    expect(held).toBe(secretForms("declared-token-value").reduce((n, f) => n + Buffer.byteLength(f), 0));
+    // Every encoding of it differs: ~150× its bytes in forms.
+    const crafted = "\x1f".repeat(1000) + " ~*/é<";
+    const bytes = secretForms(crafted).reduce((n, f) => n + Buffer.byteLength(f), 0);
+    expect(bytes / Buffer.byteLength(crafted)).toBeGreaterThan(140);
+    expect(() => masker.add(crafted, held + bytes - 1)).toThrow(/past \d+ bytes of forms/);
+    expect(masker.formBytes).toBe(held);
+    expect(masker.size).toBe(1);
+    expect(masker.mask(`a ${crafted} b`)).toBe(`a ${crafted} b`);
+    masker.add(crafted, held + bytes);
+    expect(masker.formBytes).toBe(held + bytes);
+    expect(masker.mask(`a ${crafted} b`)).toBe(`a ${MASK_TEXT} b`);
+  });
+
   it("property: a value of letters, digits and -_. is its own every percent-encoding and JSON escaping", () => {
     // What lets secretForms skip both for such values (most tokens); a value with any other character is not.
     const plain = fc.constantFrom(..."azAZ09-_.");
