@@ -17,11 +17,10 @@ export const ADD_MASK_PREFIX = "::add-mask::";
 export const MASK_LIMITS: MaskLimits = { values: 4_096, valueBytes: 4 * 1024 * 1024 };
 
 /**
- * What the service lets `::add-mask::` lines register in a job beyond its declared values:
- * the forms of a value take up to ~150× its bytes (docs/decisions/log-masking.md, "Limits"), and the
- * service holds every job's, so a job printing commands in a loop must not make it hold much: its forms are
- * bounded on their own. The agent masks those values
- * already; the service's registration is the fallback for an agent that does not.
+ * What the service lets `::add-mask::` lines register in a job beyond its declared values. The forms of a value take
+ * up to ~150× its bytes (docs/decisions/log-masking.md, "Limits") and the service holds every job's, so a job
+ * printing commands in a loop must not make it hold much: its forms are bounded on their own. The agent masks those
+ * values already; the service's registration is the fallback for an agent that does not.
  */
 export const SERVICE_ADD_MASK_LIMITS: MaskLimits = {
   values: 1_024,

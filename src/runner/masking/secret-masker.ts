@@ -91,7 +91,7 @@ export function secretForms(value: string): string[] {
   }
   // A value of letters, digits and `-_.` only (most tokens) is its own every percent-encoding and JSON escaping built
   // below: skipping them takes about half the time of building a masker for 1,000 tokens.
-  if (!UNRESERVED.test(value)) {
+  if (!PLAIN_TOKEN.test(value)) {
     for (const form of percentEncodings(raw)) forms.add(form);
     for (const form of jsonEscapings(value)) forms.add(form);
   }
@@ -99,7 +99,7 @@ export function secretForms(value: string): string[] {
 }
 
 /** The characters every percent-encoding and JSON escaping below leaves as they are (not `~`: form encoding's). */
-const UNRESERVED = /^[A-Za-z0-9\-_.]*$/;
+const PLAIN_TOKEN = /^[A-Za-z0-9\-_.]*$/;
 
 /**
  * Bytes left as they are by `encodeURIComponent`, by RFC 3986 (unreserved only), by Python's `quote` (and `/`), and
