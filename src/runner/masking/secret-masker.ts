@@ -367,8 +367,9 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
   };
 
   const addValue = (value: string, forms: readonly string[], maxFormBytes = Infinity) => {
+    const encoded = forms.map((f) => Buffer.from(f, "utf8"));
     // Every form counted, duplicates of held ones too: a bound that holds before any is added.
-    const bytes = forms.reduce((n, f) => n + Buffer.byteLength(f, "utf8"), 0);
+    const bytes = encoded.reduce((n, f) => n + f.length, 0);
     if (formBytes + bytes > maxFormBytes) {
       throw new RunnerDepotError(
         "INVALID_ARGUMENT",
@@ -377,7 +378,7 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
     }
     seen.add(value);
     valueBytes += Buffer.byteLength(value, "utf8");
-    for (const form of forms) addForm(Buffer.from(form, "utf8"));
+    for (const form of encoded) addForm(form);
   };
   /**
    * Sizes the table for `forms` (distinct) before they are added, so adding them never grows it: grown form by form,
