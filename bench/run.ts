@@ -34,6 +34,7 @@ await writeReport({
     "runner-replicas",
     "signing",
     "runner-masking",
+    "runner-mask-budget",
     "agent",
     "depot-mirror",
   ],

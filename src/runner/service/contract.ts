@@ -53,6 +53,13 @@ export interface RunnerLimits {
    * quarters of it (runner/service/store-backlog.ts).
    */
   queuedBytes: number;
+  /**
+   * Bytes of the forms of values that `::add-mask::` lines register in the service, across every job it holds (each
+   * job at most 8 MiB of its own): past it, a `::add-mask::` line is still masked and its value not registered by the
+   * service (the agent has masked it already; docs/runner-protocol.md §14). A job's share is given back when its
+   * result is recorded. Declared secrets (`expectJob`) do not count.
+   */
+  addMaskFormBytes: number;
 }
 
 /** The defaults of docs/runner-protocol.md (§7). */
@@ -62,6 +69,7 @@ export const DEFAULT_RUNNER_LIMITS: Readonly<RunnerLimits> = Object.freeze({
   jobLogBytes: 256 * 1024 * 1024,
   idleMs: 60_000,
   queuedBytes: 32 * 1024 * 1024,
+  addMaskFormBytes: 256 * 1024 * 1024,
 });
 
 /**

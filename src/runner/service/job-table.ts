@@ -3,7 +3,7 @@
  * the host, the publishes in flight, followers to wake, and background work. Every
  * concern of the service (calls, publishing, follow, the sweep) works on one RunnerCore.
  */
-import type { JobMasker } from "../masking/job-masker.js";
+import { JobMaskers } from "./job-maskers.js";
 import { RunnerDepotError } from "../../errors.js";
 import type { JobLogStore, JobResult, JobResultQueue, JobState, LogEntry } from "../ports.js";
 import { LogFanout } from "./fanout.js";
@@ -67,7 +67,7 @@ export interface RunnerCore {
    * Each job's secrets (declared with `expectJob`, or registered by `::add-mask::` lines), in this process only,
    * never in the store; dropped when the job's result is recorded.
    */
-  readonly maskers: Map<string, JobMasker>;
+  readonly maskers: JobMaskers;
   /** Work that outlives the call or host action that started it → the job it is about. */
   readonly background: Map<Promise<unknown>, string>;
   /** The publish of each job's result in flight: at most one per job (see PublishAttempt). */
@@ -130,7 +130,7 @@ export function createRunnerCore(
     slots: new Map(),
     ending: new Map(),
     fanout: new LogFanout(logs, options.follow ?? {}, (error) => core.report(error)),
-    maskers: new Map(),
+    maskers: new JobMaskers(config.limits.addMaskFormBytes),
     background: new Map(),
     inFlight: new Map(),
     maybePublished: new Map(),

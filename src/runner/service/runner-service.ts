@@ -18,7 +18,6 @@ import { followJob, followJobWithSections } from "./follow.js";
 import { within } from "./timing.js";
 import { kStoreBacklog, type StoreBacklog } from "./store-backlog.js";
 import { checkSecret, type SecretMasker } from "../masking/secret-masker.js";
-import { jobMasker } from "../masking/job-masker.js";
 import { MASK_LIMITS } from "../masking/add-mask.js";
 
 export {
@@ -154,25 +153,8 @@ function registerSecrets(core: RunnerCore, id: string, secrets: readonly string[
       `at most ${MASK_LIMITS.values} secrets and ${MASK_LIMITS.valueBytes} bytes of them a job, got ${secrets.length} and ${bytes}`,
     );
   // A job expected again keeps what it had (earlier declared values, and what `::add-mask::` lines
-  // registered): forgetting them would leak them from an agent that does not mask. The new values
-  // widen its limits by as much, so they do not use up what `::add-mask::` lines may still add.
-  const old = core.maskers.get(id);
-  if (old === undefined) {
-    const job = jobMasker(secrets);
-    core.maskers.set(id, job);
-    return job.masker;
-  }
-  const { size, valueBytes, formBytes } = old.masker;
-  for (const value of secrets) old.masker.add(value);
-  core.maskers.set(id, {
-    masker: old.masker,
-    limits: {
-      values: old.limits.values + old.masker.size - size,
-      valueBytes: old.limits.valueBytes + old.masker.valueBytes - valueBytes,
-      formBytes: (old.limits.formBytes ?? Infinity) + old.masker.formBytes - formBytes,
-    },
-  });
-  return old.masker;
+  // registered): forgetting them would leak them from an agent that does not mask.
+  return core.maskers.declare(id, secrets).masker;
 }
 
 /** A request ID normalised, or INVALID_ARGUMENT. */

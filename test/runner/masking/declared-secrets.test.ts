@@ -18,6 +18,7 @@ import { createRunnerService, type RunnerService } from "../../../src/runner/ind
 import type { JobLogStore } from "../../../src/runner/ports.js";
 import { startRunnerServer, type RunnerServer } from "../../../src/runner/server/start-server.js";
 import { RunnerDepotError } from "../../../src/errors.js";
+import type { Logger } from "../../../src/telemetry.js";
 
 const TOKEN = "ghp_declaredSecretValue0123456789";
 const PEM = "-----BEGIN KEY-----\nMIIBOgIBAAJBAKj34GkxFhD9\n-----END KEY-----";
@@ -148,5 +149,68 @@ describe("declared secrets", () => {
     const lines = (await logs.read(requestId, 0, 100)).map((l) => l.line);
     expect(lines.slice(0, 20).every((l) => l === "::add-mask::***")).toBe(true);
     expect(lines[20]).toBe(`first *** last ${value(19)} declared ***`);
+  });
+});
+
+describe("the server-wide bound on ::add-mask:: forms", () => {
+  // Each value's every encoding differs (~600 KiB of forms, as above): 3 fit in 2 MiB, a 4th does not.
+  const value = (i: number) => `w${String(i).padStart(2, "0")}:${"\x1f".repeat(4_000)} ~*/é<`;
+  const warnings: Record<string, unknown>[] = [];
+  const logger: Logger = {
+    child: () => logger,
+    debug: () => undefined,
+    info: () => undefined,
+    warn: (fields: unknown) => void warnings.push(fields as Record<string, unknown>),
+    error: () => undefined,
+  };
+  let bounded: RunnerService;
+  let boundedServer: RunnerServer;
+  let boundedLogs: JobLogStore;
+
+  beforeAll(async () => {
+    boundedLogs = createFsLogStore(path.join(dir, "bounded-logs"), { fsync: false });
+    bounded = createRunnerService(createMemoryQueue(), {
+      logs: boundedLogs,
+      logger,
+      limits: { addMaskFormBytes: 2 * 1024 * 1024 },
+    });
+    boundedServer = await startRunnerServer(bounded, { port: 0 });
+  });
+
+  afterAll(async () => {
+    await boundedServer?.close();
+    await bounded?.close();
+    await boundedLogs?.close?.();
+  });
+
+  const open = (requestId: string) =>
+    createRunnerClient({ endpoint: `http://127.0.0.1:${boundedServer.port}`, requestId, token: "" });
+  const linesOf = async (requestId: string) => (await boundedLogs.read(requestId, 0, 100)).map((l) => l.line);
+
+  it("holds one job's values against another's until the first job's result is recorded, and says so", async () => {
+    const [first, second] = [randomUUID(), randomUUID()];
+    const a = open(first);
+    // Job A takes the bound (3 values fit; the 4th is refused though A's own 8 MiB would take it).
+    for (let i = 0; i < 4; i++) a.log(`::add-mask::${value(i)}`);
+    a.log(`A: ${value(2)} | ${value(3)}`);
+    await a.flush();
+    expect((await linesOf(first))[4]).toBe(`A: *** | ${value(3)}`);
+    // Job B, far under its own bound, is refused while A holds the server's.
+    const b = open(second);
+    b.log(`::add-mask::${value(10)}`);
+    b.log(`B: ${value(10)}`);
+    await b.flush();
+    expect((await linesOf(second)).slice(0, 2)).toEqual(["::add-mask::***", `B: ${value(10)}`]);
+    expect(warnings.map((w) => w.requestId)).toEqual([first, second]);
+    expect(warnings[1]).toMatchObject({ maxRegisteredBytes: 2 * 1024 * 1024 });
+    // A's result is recorded: its share is given back, and B's next value is registered.
+    await a.end({ exitCode: 0, success: true, repoUrl: "", commitSha: "" });
+    await a.close();
+    b.log(`::add-mask::${value(11)}`);
+    b.log(`B: ${value(11)}`);
+    await b.end({ exitCode: 0, success: true, repoUrl: "", commitSha: "" });
+    await b.close();
+    expect((await linesOf(second)).slice(2)).toEqual(["::add-mask::***", "B: ***"]);
+    expect(warnings).toHaveLength(2);
   });
 });

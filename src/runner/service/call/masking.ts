@@ -3,31 +3,44 @@
  * orchestrator declared with `expectJob`, and those the job registered with `::add-mask::`,
  * masked again on arrival, so an agent that does not mask leaks nothing the service knows.
  */
+import type { Buffer } from "node:buffer";
 import type { JobEnd } from "../../../gen/runner/v1/runner_pb.js";
 import type { RunnerCore } from "../job-table.js";
+import type { Registered } from "../job-maskers.js";
 import { ReceivedLine } from "../../protocol/received-line.js";
-import { ADD_MASK_PREFIX, maskLine, maskLineBytes, mayBeAddMask } from "../../masking/add-mask.js";
-import { jobMasker, type JobMasker } from "../../masking/job-masker.js";
-
-/** The job's masker; one is made when a line may register a value (`::add-mask::`). O(1). */
-function maskerFor(core: RunnerCore, id: string, mayRegister: boolean): JobMasker | undefined {
-  let job = core.maskers.get(id);
-  if (job === undefined && mayRegister) core.maskers.set(id, (job = jobMasker([])));
-  return job;
-}
+import { ADD_MASK_PREFIX, maskLineBytes, mayBeAddMask } from "../../masking/add-mask.js";
 
 /** A received line masked: itself when it holds no secret, else a new one over the masked bytes. O(bytes) expected. */
 export function maskReceived(core: RunnerCore, id: string, line: ReceivedLine): ReceivedLine {
-  const job = maskerFor(core, id, mayBeAddMask(line.buf, line.start, line.end));
-  if (job === undefined) return line;
-  const masked = maskLineBytes(job.masker, line.buf, line.start, line.end, undefined, job.limits);
+  let masked: Buffer | null;
+  if (mayBeAddMask(line.buf, line.start, line.end)) {
+    masked = registered(core, id, core.maskers.maskCommand(id, line)) as Buffer | null;
+  } else {
+    const job = core.maskers.get(id);
+    if (job === undefined) return line;
+    masked = maskLineBytes(job.masker, line.buf, line.start, line.end);
+  }
   return masked === null ? line : new ReceivedLine(line.requestId, masked, 0, masked.length, line.stderr);
 }
 
 /** A line's text masked (the same string when it holds no secret). O(line) expected. */
 export function maskText(core: RunnerCore, id: string, text: string): string {
-  const job = maskerFor(core, id, text.includes(ADD_MASK_PREFIX));
-  return job === undefined ? text : maskLine(job.masker, text, undefined, job.limits);
+  if (text.includes(ADD_MASK_PREFIX)) return registered(core, id, core.maskers.maskCommand(id, text)) as string;
+  const job = core.maskers.get(id);
+  return job === undefined ? text : job.masker.mask(text);
+}
+
+/** What a command line became; an operator hears of a value the server-wide bound kept out. O(1). */
+function registered(core: RunnerCore, id: string, r: Registered): Registered["masked"] {
+  if (r.refusedUnderBudget) {
+    const { registeredBytes, maxRegisteredBytes } = core.maskers;
+    core.telemetry.logger.warn(
+      { requestId: id, registeredBytes, maxRegisteredBytes },
+      "::add-mask:: value not registered by the service: the server-wide bound on registered forms is reached " +
+        "(limits.addMaskFormBytes; the agent's own masking still applies)",
+    );
+  }
+  return r.masked;
 }
 
 /** The end item with its repo_url and commit_sha masked (they reach the result message). O(fields). */
