@@ -34,12 +34,12 @@ export interface ReportSpec {
   options?: Record<string, unknown>;
 }
 
-/** The machine line every report carries. */
-export function machineLine(): string {
+/** This machine, as each section written on it names it. */
+export function machineName(): string {
   const cpus = os.cpus();
   return (
-    `Machine: ${cpus.length} × ${cpus[0]?.model.trim() ?? "unknown CPU"}, ${Math.round(os.totalmem() / 2 ** 30)} GiB RAM, ` +
-    `${os.type()} ${os.release()}, Node ${process.version}.`
+    `${cpus.length} × ${cpus[0]?.model.trim() ?? "unknown CPU"}, ${Math.round(os.totalmem() / 2 ** 30)} GiB RAM, ` +
+    `${os.type()} ${os.release()}, Node ${process.version}`
   );
 }
 
@@ -70,15 +70,16 @@ export async function writeReport(spec: ReportSpec): Promise<Map<string, string>
   for (const name of spec.modules) {
     const fresh = written.get(name);
     // A section carries its own date, since a partial run leaves older sections in place.
-    const text = fresh ? `_Measured ${fresh.date}._\n\n${fresh.text.trim()}` : previous.get(name);
+    // And its own machine: runs on different days may be on different machines (Intel and AMD hosts of one kind).
+    const text = fresh ? `_Measured ${fresh.date} on ${machineName()}._\n\n${fresh.text.trim()}` : previous.get(name);
     if (text !== undefined) body.push(`<!-- section:${name} -->\n${text}\n<!-- /section:${name} -->`);
   }
   const header = [
     `# ${spec.title}`,
     "",
-    `Written by \`${spec.command}\`; last run ${new Date().toISOString().slice(0, 10)}.`,
+    `Written by \`${spec.command}\`; last run ${new Date().toISOString().slice(0, 10)} (${[...written.keys()].join(", ")}), on ${machineName()}.`,
     "",
-    machineLine(),
+    "Each section names the day of the run that wrote it, and since 2026-11-30 its machine; a section without a machine of its own was measured on its day's machine, not necessarily this one.",
     "",
     ...spec.preamble,
     "",
