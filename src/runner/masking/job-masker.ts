@@ -16,7 +16,8 @@ export interface JobMasker {
  * A job's masker holding its declared values. O(their bytes).
  *
  * @example
- * core.maskers.set(requestId, jobMasker(info.secrets ?? []));
+ * const job = jobMasker(["s3cr3t-token"]);
+ * job.masker.mask("uses s3cr3t-token"); // "uses ***"
  */
 export function jobMasker(declared: readonly string[]): JobMasker {
   const masker = createSecretMasker(declared);

@@ -12,6 +12,9 @@ export const MASK_TEXT = "***";
 /** The shortest secret accepted, in UTF-8 bytes: a shorter one would mask ordinary text. */
 export const MIN_SECRET_BYTES = 4;
 
+/** How the reason starts when `add` refuses a value because its forms would pass `maxFormBytes`. */
+export const FORMS_REFUSAL = "its forms (";
+
 const MASK_BYTES = Buffer.from(MASK_TEXT, "latin1");
 const STAR = 0x2a;
 /** Fibonacci hashing's multiplier (2^32 / φ): spreads a 4-byte window over the bitset. */
@@ -373,7 +376,7 @@ export function createSecretMasker(values: readonly string[] = []): SecretMasker
     if (formBytes + bytes > maxFormBytes) {
       throw new RunnerDepotError(
         "INVALID_ARGUMENT",
-        `its forms (${bytes} bytes) would take the job's past ${maxFormBytes} bytes of forms`,
+        `${FORMS_REFUSAL}${bytes} bytes) would take the job's past ${maxFormBytes} bytes of forms`,
       );
     }
     seen.add(value);

@@ -8,12 +8,16 @@ import type { Buffer } from "node:buffer";
 import type { MaskLimits } from "../masking/add-mask.js";
 import { maskLine, maskLineBytes } from "../masking/add-mask.js";
 import { jobMasker, type JobMasker } from "../masking/job-masker.js";
+import { FORMS_REFUSAL } from "../masking/secret-masker.js";
 
 /** What {@link JobMaskers.maskCommand} did with a line that may register a value. */
 export interface Registered {
   /** The masked line: bytes (null: unchanged) or text. */
   readonly masked: Buffer | string | null;
-  /** A value was refused while the server-wide bound left the job less room than its own bound. */
+  /**
+   * The job's first value refused for its forms while the server-wide bound left the job less room than its own
+   * (later ones of the job are not told: one warning a job, not one a line).
+   */
   readonly refusedUnderBudget: boolean;
 }
 
@@ -31,6 +35,8 @@ export class JobMaskers {
   private readonly registered = new Map<string, number>();
   /** Their sum over the jobs held. */
   private used = 0;
+  /** Jobs told of a refusal the server-wide bound caused (at most the jobs held). */
+  private readonly told = new Set<string>();
 
   constructor(
     /** Most bytes of forms `::add-mask::` lines may register across all jobs held. */
@@ -91,7 +97,10 @@ export class JobMaskers {
     const left = before + Math.max(0, this.maxRegisteredBytes - this.used);
     const limits: MaskLimits = left < own ? { ...job.limits, formBytes: left } : job.limits;
     let refusedUnderBudget = false;
-    const refused = left < own ? () => (refusedUnderBudget = true) : undefined;
+    const refused =
+      left < own && !this.told.has(id)
+        ? (why: string) => (refusedUnderBudget ||= why.startsWith(FORMS_REFUSAL))
+        : undefined;
     const masked =
       typeof line === "string"
         ? maskLine(job.masker, line, refused, limits)
@@ -101,12 +110,14 @@ export class JobMaskers {
       this.registered.set(id, (this.registered.get(id) ?? 0) + added);
       this.used += added;
     }
+    if (refusedUnderBudget) this.told.add(id);
     return { masked, refusedUnderBudget };
   }
 
   /** Forgets the job's masker (its result is recorded) and gives back what it registered. O(1). */
   delete(id: string): void {
     this.jobs.delete(id);
+    this.told.delete(id);
     const bytes = this.registered.get(id);
     if (bytes === undefined) return;
     this.registered.delete(id);

@@ -195,12 +195,25 @@ describe("the server-wide bound on ::add-mask:: forms", () => {
     a.log(`A: ${value(2)} | ${value(3)}`);
     await a.flush();
     expect((await linesOf(first))[4]).toBe(`A: *** | ${value(3)}`);
-    // Job B, far under its own bound, is refused while A holds the server's.
+    // Job B, far under its own bound, is refused while A holds the server's; a value too short to register, and a
+    // second refused one, are not told again: one warning a job.
     const b = open(second);
     b.log(`::add-mask::${value(10)}`);
     b.log(`B: ${value(10)}`);
+    b.log("::add-mask::ab");
+    b.log(`::add-mask::${value(12)}`);
     await b.flush();
-    expect((await linesOf(second)).slice(0, 2)).toEqual(["::add-mask::***", `B: ${value(10)}`]);
+    expect((await linesOf(second)).slice(0, 4)).toEqual([
+      "::add-mask::***",
+      `B: ${value(10)}`,
+      "::add-mask::***",
+      "::add-mask::***",
+    ]);
+    // A job whose value is refused for being short is not told about the server-wide bound.
+    const c = open(randomUUID());
+    c.log("::add-mask::ab");
+    await c.flush();
+    await c.close();
     expect(warnings.map((w) => w.requestId)).toEqual([first, second]);
     expect(warnings[1]).toMatchObject({ maxRegisteredBytes: 2 * 1024 * 1024 });
     // A's result is recorded: its share is given back, and B's next value is registered.
@@ -210,7 +223,26 @@ describe("the server-wide bound on ::add-mask:: forms", () => {
     b.log(`B: ${value(11)}`);
     await b.end({ exitCode: 0, success: true, repoUrl: "", commitSha: "" });
     await b.close();
-    expect((await linesOf(second)).slice(2)).toEqual(["::add-mask::***", "B: ***"]);
+    expect((await linesOf(second)).slice(4)).toEqual(["::add-mask::***", "B: ***"]);
     expect(warnings).toHaveLength(2);
+  });
+
+  it("gives back what a cancelled job's late lines register", async () => {
+    const [cancelled, other] = [randomUUID(), randomUUID()];
+    const a = open(cancelled);
+    a.log("hello");
+    // The call stays open and idle (no flush: that would end it) while the host cancels the job; its next lines
+    // arrive after the result is recorded, on a call that read the job as open.
+    await expect.poll(async () => (await linesOf(cancelled)).length).toBe(1);
+    await bounded.cancelJob(cancelled);
+    for (let i = 20; i < 23; i++) a.log(`::add-mask::${value(i)}`);
+    await expect(a.flush()).rejects.toThrow(/cancelled/);
+    await a.close();
+    const b = open(other);
+    b.log(`::add-mask::${value(30)}`);
+    b.log(`B: ${value(30)}`);
+    await b.end({ exitCode: 0, success: true, repoUrl: "", commitSha: "" });
+    await b.close();
+    expect((await linesOf(other)).slice(0, 2)).toEqual(["::add-mask::***", "B: ***"]);
   });
 });

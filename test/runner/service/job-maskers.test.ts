@@ -33,15 +33,22 @@ describe("JobMaskers", () => {
     fc.assert(
       fc.property(fc.integer({ min: 0, max: 20_000 }), fc.array(op, { maxLength: 40 }), (max, ops) => {
         const maskers = new JobMaskers(max);
+        // The same operations without the server-wide bound: while its jobs hold no more than the bound, the bounded
+        // one must register exactly what it does (a value that fits is never refused).
+        const unbounded = new JobMaskers(Infinity);
+        let agree = true;
         // The forms each job registered from commands, as the model counts them.
         const model = new Map<string, number>();
         for (const o of ops) {
           if (o.kind === "delete") {
             maskers.delete(o.job);
+            unbounded.delete(o.job);
             model.delete(o.job);
           } else if (o.kind === "declare") {
             maskers.declare(o.job, [o.value]);
+            unbounded.declare(o.job, [o.value]);
           } else {
+            unbounded.maskCommand(o.job, `::add-mask::${o.value}`);
             const before = maskers.get(o.job)?.masker.formBytes ?? 0;
             const { masked } = maskers.maskCommand(o.job, `::add-mask::${o.value}`);
             // The command line is never kept in clear, registered or not.
@@ -52,6 +59,8 @@ describe("JobMaskers", () => {
           const sum = [...model.values()].reduce((n, b) => n + b, 0);
           expect(maskers.registeredBytes).toBe(sum);
           expect(maskers.registeredBytes).toBeLessThanOrEqual(max);
+          agree &&= unbounded.registeredBytes <= max;
+          if (agree) expect(maskers.registeredBytes).toBe(unbounded.registeredBytes);
         }
       }),
       { numRuns: 300 },

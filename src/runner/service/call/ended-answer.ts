@@ -8,6 +8,8 @@ import { COMMITTED_HEADER, REASON_HEADER, type EndedReason } from "../contract.j
 /** Drops what the call still had queued and answers ok = false with `runner-committed` and `runner-reason`. */
 export async function endedAck(core: RunnerCore, call: CallRun, reason: EndedReason): Promise<Ack> {
   call.endedReason = reason;
+  // The job is over: a late line of it may have made its masker anew (its result already dropped the first).
+  core.maskers.delete(call.id);
   // Queued entries of a job the orchestrator dropped are not stored.
   call.pending.clear();
   call.pendingReceivedBytes = 0;

@@ -37,7 +37,7 @@ function registered(core: RunnerCore, id: string, r: Registered): Registered["ma
     core.telemetry.logger.warn(
       { requestId: id, registeredBytes, maxRegisteredBytes },
       "::add-mask:: value not registered by the service: the server-wide bound on registered forms is reached " +
-        "(limits.addMaskFormBytes; the agent's own masking still applies)",
+        "(limits.addMaskFormBytes; the agent's own masking still applies; told once a job)",
     );
   }
   return r.masked;
@@ -50,4 +50,15 @@ export function maskEnd(core: RunnerCore, id: string, end: JobEnd): JobEnd {
   const repoUrl = masker.mask(end.repoUrl);
   const commitSha = masker.mask(end.commitSha);
   return repoUrl === end.repoUrl && commitSha === end.commitSha ? end : { ...end, repoUrl, commitSha };
+}
+
+/**
+ * Drops the job's masker when the store says the job is over (its result recorded): a late call of the job may have
+ * made it anew after the result dropped it, and it would hold its share of the server-wide bound for good. One store
+ * read, only for a job with a masker. O(1).
+ */
+export async function forgetMaskerIfOver(core: RunnerCore, id: string): Promise<void> {
+  if (core.maskers.get(id) === undefined) return;
+  const state = await core.logs.get(id).catch(() => null);
+  if (state !== null && state.status !== "open") core.maskers.delete(id);
 }

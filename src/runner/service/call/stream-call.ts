@@ -17,6 +17,7 @@ import { authenticate, checkTokenPresent, parseOffset } from "./auth.js";
 import { checkItemShape, processItem } from "./item-rules.js";
 import { EndedSignal } from "./ended-signal.js";
 import { endedAck } from "./ended-answer.js";
+import { forgetMaskerIfOver } from "./masking.js";
 import { toResponseError } from "./response-error.js";
 import { reportCallEnd, reportCallOpen, reportCallStart } from "./report.js";
 
@@ -31,6 +32,7 @@ export async function streamLogs(
   core.idle.watch();
   reportCallOpen(core, call, ctx);
   let code = 0;
+  let ok = false;
   const it = readerOf(requests);
   const shutdown = ctx.values.get(kShutdownSignal);
   const stoppedBy = shutdown ? watchShutdown(shutdown, call) : null;
@@ -38,6 +40,7 @@ export async function streamLogs(
   ctx.signal.addEventListener("abort", onClientGone);
   try {
     const ack = await runCall(core, call, it);
+    ok = ack.ok;
     // Success: the trailer says where the job stands (an accepted end included).
     if (call.id && !ctx.responseTrailer.has(COMMITTED_HEADER))
       ctx.responseTrailer.set(COMMITTED_HEADER, String(call.committed));
@@ -55,6 +58,8 @@ export async function streamLogs(
       if (call.slot.active === call) call.slot.active = null;
       core.release(call.id, call.slot);
     }
+    // A call that did not end well may have been a late one of a job already over, whose lines made its masker anew.
+    if (!ok && call.id) await forgetMaskerIfOver(core, call.id);
   }
 }
 
