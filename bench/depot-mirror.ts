@@ -240,8 +240,6 @@ export async function run(): Promise<string> {
     return [
       "## Depot: mirror and retention",
       "",
-      `Machine of this section: ${os.cpus().length} × ${os.cpus()[0]?.model ?? "?"}, Linux ${os.release()}, Node ${process.version}.`,
-      "",
       `Method: the upstream is \`servePackageRouter\` over an fs store (fsync off) in a child process, behind a TCP proxy in the bench process that counts every byte both ways (headers and bodies); the mirror (\`mirrorDepot\`, this process, into an fs store with fsync off) and curl ${curlVersion} (\`-K\` with every URL: one process, one connection, sequential) both go through it. Each seeded version has one 4,096-byte file of its own and its own archive, written as a commit writes them once the archive is built. The incremental row publishes ${NEW_VERSIONS} new versions through HTTP, then mirrors again; its aim is the issue's (bytes moved ≤ 1.05 × the new bytes). The retention store is seeded with \`test/fixtures/depot-seed.ts\` (one template archive), ${RETENTION_SECOND.toLocaleString("en")} of its packages with a second version; the peer of its rows is a walk that lists \`pkg/\` in pages of 1,000 and reads each package record once (16 at a time, as retention does). ${os.cpus().length} cores, shared with other work; 1-minute load average ${fmt(loadBefore, 1)} before, ${fmt(os.loadavg()[0]!, 1)} after (times are noisy); whole module ${fmt(minutes, 1)} min.`,
       "",
       "| operation | runner-depot | peer | peer | ratio | aim |",

@@ -629,8 +629,6 @@ export async function run(): Promise<string> {
   return [
     "## Runner: per-line time",
     "",
-    `Machine of this section: ${os.cpus().length} × ${os.cpus()[0]?.model ?? "?"}, Linux ${os.release()}, Node ${process.version}.`,
-    "",
     ...sizes,
     "",
     ...e2e,

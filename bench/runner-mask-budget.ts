@@ -6,7 +6,6 @@
 import { fork, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { once } from "node:events";
-import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { createRunnerClient, type RunnerClient } from "../src/runner/client/runner-client.js";
@@ -110,8 +109,6 @@ export async function run(): Promise<string> {
   }
   return [
     "## Runner: hostile `::add-mask::` jobs, the service's memory",
-    "",
-    `Machine of this section: ${os.cpus().length} × ${os.cpus()[0]?.model ?? "?"}, Linux ${os.release()}, Node ${process.version}.`,
     "",
     `Method: live jobs on one server (bench/runner-worker.ts, memory store, token check) in a child process; each job ` +
       `prints ${VALUES} \`::add-mask::\` lines of a crafted ~4 KiB value whose every encoding differs (~600 KiB of ` +

@@ -162,8 +162,6 @@ export async function run(): Promise<string> {
   return [
     "## Runner: secret masking end to end",
     "",
-    `Machine of this section: ${os.cpus().length} × ${os.cpus()[0]?.model ?? "?"}, Linux ${os.release()}, Node ${process.version}.`,
-    "",
     `Method: a child (\`yes | head -n ${fmt(LINES)}\` through awk, 100-byte lines; every ${fmt(EVERY)}th line holds a secret when there are any) run by \`runJob\` with \`createRunnerClient\` in the bench process, ` +
       "the server (startRunnerServer, memory store, memory queue, token check) in a child process; the job's secrets (random 32-byte tokens, base64url) given to runJob's `secrets` and to `expectJob`, " +
       "so the agent and the service both mask every line (each value adds 4–8 forms: base64 at three alignments, base64url, percent-encoding, its JSON escaping). " +

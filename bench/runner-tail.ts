@@ -373,8 +373,6 @@ export async function run(): Promise<string> {
   return [
     "## Runner: the tail kept",
     "",
-    `Machine of this section: ${os.cpus().length} × ${os.cpus()[0]?.model ?? "?"}, Linux ${os.release()}, Node ${process.version}.`,
-    "",
     `Method: one job of ${JOB_MIB} MiB of ${LINE}-byte lines (every 10th on stderr) written as fast as HTTP/2 flow control lets it over one raw gRPC call (frames made before the clock starts) to \`startRunnerServer\` in a child process, timed to the acknowledged end; MB = 10⁶ bytes of line text; server CPU: the child's user + system time over the job (less swayed by other work on the machine than the wall clock). A cost is (ours − peer) ÷ peer: negative means cheaper. The peer is the same job under a limit it never reaches: every line stored either way, so the difference is what the cut costs (the rolling tail's segments, the drops). The drop behaviour before the tail stores nothing past the limit; it is shown for reference, not as the peer.`,
     "",
     `A server's first job: a fresh server per round and configuration, one warm-up round, then ${ROUNDS} rounds alternating between the configurations. A fresh process compiles the cut path's code during its first cut job, a cost it pays once.`,

@@ -77,7 +77,8 @@ export async function writeReport(spec: ReportSpec): Promise<Map<string, string>
   const header = [
     `# ${spec.title}`,
     "",
-    `Written by \`${spec.command}\`; last run ${new Date().toISOString().slice(0, 10)} (${[...written.keys()].join(", ")}), on ${machineName()}.`,
+    `Written by \`${spec.command}\`; last run ${new Date().toISOString().slice(0, 10)}` +
+      `${written.size > 0 ? ` (${[...written.keys()].join(", ")})` : ""}, on ${machineName()}.`,
     "",
     "Each section names the day of the run that wrote it, and since 2026-11-30 its machine; a section without a machine of its own was measured on its day's machine, not necessarily this one.",
     "",
