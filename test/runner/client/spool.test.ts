@@ -48,8 +48,10 @@ describe("spool: a property against a model", () => {
         fc.integer({ min: 8, max: 128 }),
         fc.nat(5),
         fc.array(op, { maxLength: 80 }),
-        (chunkBytes, start0, ops) => {
-          const spool = createSpool({ chunkBytes, start: start0 });
+        // A chunk's index of item ends starts this small and doubles (reused with the chunk's memory).
+        fc.integer({ min: 1, max: 4 }),
+        (chunkBytes, start0, ops, endsAtFirst) => {
+          const spool = createSpool({ chunkBytes, start: start0, endsAtFirst });
           let start = start0;
           let stamp = 0;
           const items: Buffer[] = []; // items[o - start0]
