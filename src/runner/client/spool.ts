@@ -68,7 +68,12 @@ interface SpoolOptions {
  * spool.append(size, (buf, pos) => enc.writeLogFrame(buf, pos, line, bytes, false));
  */
 export function createSpool(options: SpoolOptions = {}): Spool {
-  return new PackedSpool(options.chunkBytes ?? 64 * 1024, options.start ?? 0, options.endsAtFirst ?? ENDS_AT_FIRST);
+  // At least one entry, or doubling would never grow it.
+  return new PackedSpool(
+    options.chunkBytes ?? 64 * 1024,
+    options.start ?? 0,
+    Math.max(1, options.endsAtFirst ?? ENDS_AT_FIRST),
+  );
 }
 
 /**
@@ -79,8 +84,8 @@ export function createSpool(options: SpoolOptions = {}): Spool {
 class PackedSpool implements Spool {
   private readonly chunks: Chunk[] = [];
   /**
-   * Buffers of released chunks, written again by the next chunks (at most {@link SPARE_CHUNKS}): fresh 64 KiB buffers
-   * cost the agent page faults and the GC's external-memory mark-compacts. Never a sealed chunk's.
+   * Buffers of released chunks and their item ends, written again by the next chunks (at most {@link SPARE_CHUNKS}):
+   * fresh 64 KiB buffers cost the agent page faults and the GC's external-memory mark-compacts. Never a sealed chunk's.
    * Why: docs/decisions/ingest-limit.md, "spool.ts: spare chunks".
    */
   private readonly spares: SpareChunk[] = [];
@@ -123,7 +128,8 @@ class PackedSpool implements Spool {
       buf: spare?.buf ?? Buffer.allocUnsafe(Math.max(this.chunkBytes, size)),
       used: 0,
       first: this.next,
-      ends: spare?.ends ?? new Uint32Array(this.endsAtFirst),
+      // A chunk of its own for an oversized frame rarely takes a second one.
+      ends: spare?.ends ?? new Uint32Array(size > this.chunkBytes ? 1 : this.endsAtFirst),
       count: 0,
       sealed: false,
     };

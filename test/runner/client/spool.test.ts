@@ -148,6 +148,33 @@ describe("spool: a property against a model", () => {
     );
   });
 
+  it("grows a chunk's index of item ends, and reuses the grown one with the chunk's memory", () => {
+    // Index of 2 at first: 300 tiny frames in one chunk grow it to 512; a release hands it to the next chunk.
+    const spool = createSpool({ chunkBytes: 4096, endsAtFirst: 2 });
+    const frame = (n: number) => (buf: Buffer, pos: number) => {
+      buf[pos] = n & 0xff;
+      buf[pos + 1] = n >> 8;
+      return pos + 2;
+    };
+    const expected = (from: number, to: number) =>
+      Buffer.concat(Array.from({ length: to - from }, (_, k) => Buffer.from([(from + k) & 0xff, (from + k) >> 8])));
+    for (let i = 0; i < 300; i++) spool.append(2, frame(i));
+    expect(Buffer.concat(spool.frames(0))).toEqual(expected(0, 300));
+    expect(spool.frames(0).map((f) => f.length)).toEqual(Array(300).fill(2));
+    spool.drop(300);
+    // The same memory, and the grown index with stale ends past the new count: never read.
+    for (let i = 300; i < 450; i++) spool.append(2, frame(i));
+    expect(spool.frames(300).map((f) => f.length)).toEqual(Array(150).fill(2));
+    expect(Buffer.concat(spool.frames(300))).toEqual(expected(300, 450));
+    const slice = spool.slice(310, 21);
+    expect(slice.to).toBe(320);
+    expect(Buffer.concat(slice.buffers)).toEqual(expected(310, 320));
+    // An index of 0 would never grow: it is taken as 1.
+    const tiny = createSpool({ chunkBytes: 4096, endsAtFirst: 0 });
+    for (let i = 0; i < 5; i++) tiny.append(2, frame(i));
+    expect(Buffer.concat(tiny.frames(0))).toEqual(expected(0, 5));
+  });
+
   it("writes later items into a released chunk's memory, never into a sealed one's", () => {
     // Chunks of 256 KiB, far above any Buffer pool (Node 24 pools 8 KiB allocations that Node 22 did not), so each
     // has its own memory; frames of 64 KiB, four to a chunk.
