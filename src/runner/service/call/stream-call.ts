@@ -59,7 +59,9 @@ export async function streamLogs(
       core.release(call.id, call.slot);
     }
     // A call that did not end well may have been a late one of a job already over, whose lines made its masker anew.
-    if (!ok && call.id) await forgetMaskerIfOver(core, call.id);
+    // In the background: a stalled store must not hold back the call's answer.
+    if (!ok && call.id && core.maskers.get(call.id) !== undefined)
+      core.track(call.id, forgetMaskerIfOver(core, call.id));
   }
 }
 
