@@ -8,7 +8,7 @@ import type { JobEnd } from "../../../gen/runner/v1/runner_pb.js";
 import type { RunnerCore } from "../job-table.js";
 import type { Registered } from "../job-maskers.js";
 import { ReceivedLine } from "../../protocol/received-line.js";
-import { ADD_MASK_PREFIX, maskLineBytes, mayBeAddMask } from "../../masking/add-mask.js";
+import { ADD_MASK_PREFIX, mayBeAddMask } from "../../masking/add-mask.js";
 
 /** A received line masked: itself when it holds no secret, else a new one over the masked bytes. O(bytes) expected. */
 export function maskReceived(core: RunnerCore, id: string, line: ReceivedLine): ReceivedLine {
@@ -18,7 +18,8 @@ export function maskReceived(core: RunnerCore, id: string, line: ReceivedLine): 
   } else {
     const job = core.maskers.get(id);
     if (job === undefined) return line;
-    masked = maskLineBytes(job.masker, line.buf, line.start, line.end);
+    // Not a command (checked above): the masker alone, without maskLineBytes' second look for one.
+    masked = job.masker.maskBytes(line.buf, line.start, line.end);
   }
   return masked === null ? line : new ReceivedLine(line.requestId, masked, 0, masked.length, line.stderr);
 }
