@@ -10,15 +10,24 @@ import { maskLine, maskLineBytes } from "../masking/add-mask.js";
 import { jobMasker, type JobMasker } from "../masking/job-masker.js";
 import { FORMS_REFUSAL } from "../masking/secret-masker.js";
 
-/** What {@link JobMaskers.maskCommand} did with a line that may register a value. */
-export interface Registered {
-  /** The masked line: bytes (null: unchanged) or text. */
-  readonly masked: Buffer | string | null;
+/** What {@link JobMaskers.maskCommandText} or {@link JobMaskers.maskCommandBytes} did with a line. */
+export interface Registered<T> {
+  /** The masked line (bytes: null when unchanged). */
+  readonly masked: T;
   /**
    * The job's first value refused for its forms while the server-wide bound left the job less room than its own
    * (later ones of the job are not told: one warning a job, not one a line).
    */
   readonly refusedUnderBudget: boolean;
+}
+
+/** A job's masker and its share of the server-wide bound. */
+interface Held {
+  job: JobMasker;
+  /** Bytes of forms the job registered from `::add-mask::` lines (counted against the server-wide bound). */
+  registered: number;
+  /** Whether the job was told of a refusal the server-wide bound caused. */
+  told: boolean;
 }
 
 /**
@@ -30,13 +39,9 @@ export interface Registered {
  * maskers.get(requestId)?.masker.mask("uses s3cr3t-token"); // "uses ***"
  */
 export class JobMaskers {
-  private readonly jobs = new Map<string, JobMasker>();
-  /** Bytes of forms each job registered from `::add-mask::` lines (counted against the server-wide bound). */
-  private readonly registered = new Map<string, number>();
-  /** Their sum over the jobs held. */
+  private readonly jobs = new Map<string, Held>();
+  /** Bytes of forms registered from `::add-mask::` lines, summed over the jobs held. */
   private used = 0;
-  /** Jobs told of a refusal the server-wide bound caused (at most the jobs held). */
-  private readonly told = new Set<string>();
 
   constructor(
     /** Most bytes of forms `::add-mask::` lines may register across all jobs held. */
@@ -55,7 +60,7 @@ export class JobMaskers {
 
   /** The job's masker, if it has one. O(1). */
   get(id: string): JobMasker | undefined {
-    return this.jobs.get(id);
+    return this.jobs.get(id)?.job;
   }
 
   /**
@@ -64,15 +69,16 @@ export class JobMaskers {
    * declared values never count against the server-wide bound (the host gave them). O(their forms).
    */
   declare(id: string, secrets: readonly string[]): JobMasker {
-    const old = this.jobs.get(id);
-    if (old === undefined) {
+    const held = this.jobs.get(id);
+    if (held === undefined) {
       const job = jobMasker(secrets);
-      this.jobs.set(id, job);
+      this.jobs.set(id, { job, registered: 0, told: false });
       return job;
     }
+    const old = held.job;
     const { size, valueBytes, formBytes } = old.masker;
     for (const value of secrets) old.masker.add(value);
-    const job: JobMasker = {
+    held.job = {
       masker: old.masker,
       limits: {
         values: old.limits.values + old.masker.size - size,
@@ -80,47 +86,52 @@ export class JobMaskers {
         formBytes: (old.limits.formBytes ?? Infinity) + old.masker.formBytes - formBytes,
       },
     };
-    this.jobs.set(id, job);
-    return job;
+    return held.job;
   }
 
   /**
-   * Masks a line that may be a `::add-mask::` command (`line`: its text, or its bytes `[start, end)`), registering
-   * its value within the job's own limits and what the server-wide bound has left; makes the job's masker when it has
-   * none. O(line + the value's forms).
+   * Masks a line's text that may be a `::add-mask::` command, registering its value within the job's own limits and
+   * what the server-wide bound has left; makes the job's masker when it has none. O(line + the value's forms).
    */
-  maskCommand(id: string, line: string | { buf: Uint8Array; start: number; end: number }): Registered {
-    let job = this.jobs.get(id);
-    if (job === undefined) this.jobs.set(id, (job = jobMasker([])));
-    const before = job.masker.formBytes;
-    const own = job.limits.formBytes ?? Infinity;
-    const left = before + Math.max(0, this.maxRegisteredBytes - this.used);
-    const limits: MaskLimits = left < own ? { ...job.limits, formBytes: left } : job.limits;
-    let refusedUnderBudget = false;
-    const refused =
-      left < own && !this.told.has(id)
-        ? (why: string) => (refusedUnderBudget ||= why.startsWith(FORMS_REFUSAL))
-        : undefined;
-    const masked =
-      typeof line === "string"
-        ? maskLine(job.masker, line, refused, limits)
-        : maskLineBytes(job.masker, line.buf, line.start, line.end, refused, limits);
-    const added = job.masker.formBytes - before;
-    if (added > 0) {
-      this.registered.set(id, (this.registered.get(id) ?? 0) + added);
-      this.used += added;
-    }
-    if (refusedUnderBudget) this.told.add(id);
-    return { masked, refusedUnderBudget };
+  maskCommandText(id: string, line: string): Registered<string> {
+    return this.register(id, (masker, refused, limits) => maskLine(masker, line, refused, limits));
+  }
+
+  /** {@link JobMaskers.maskCommandText} over a line's bytes `[start, end)` of `buf` (null: unchanged). */
+  maskCommandBytes(id: string, buf: Uint8Array, start: number, end: number): Registered<Buffer | null> {
+    return this.register(id, (masker, refused, limits) => maskLineBytes(masker, buf, start, end, refused, limits));
   }
 
   /** Forgets the job's masker (its result is recorded) and gives back what it registered. O(1). */
   delete(id: string): void {
+    const held = this.jobs.get(id);
+    if (held === undefined) return;
     this.jobs.delete(id);
-    this.told.delete(id);
-    const bytes = this.registered.get(id);
-    if (bytes === undefined) return;
-    this.registered.delete(id);
-    this.used -= bytes;
+    this.used -= held.registered;
+  }
+
+  /** Runs `mask` with the job's masker under the limits left to it, and counts what it registered. */
+  private register<T>(
+    id: string,
+    mask: (masker: JobMasker["masker"], refused: ((why: string) => void) | undefined, limits: MaskLimits) => T,
+  ): Registered<T> {
+    let held = this.jobs.get(id);
+    if (held === undefined) this.jobs.set(id, (held = { job: jobMasker([]), registered: 0, told: false }));
+    const { masker, limits: own } = held.job;
+    const before = masker.formBytes;
+    const ownForms = own.formBytes ?? Infinity;
+    const left = before + Math.max(0, this.maxRegisteredBytes - this.used);
+    const limits: MaskLimits = left < ownForms ? { ...own, formBytes: left } : own;
+    let refusedUnderBudget = false;
+    const refused =
+      left < ownForms && !held.told
+        ? (why: string) => (refusedUnderBudget ||= why.startsWith(FORMS_REFUSAL))
+        : undefined;
+    const masked = mask(masker, refused, limits);
+    const added = masker.formBytes - before;
+    held.registered += added;
+    this.used += added;
+    if (refusedUnderBudget) held.told = true;
+    return { masked, refusedUnderBudget };
   }
 }

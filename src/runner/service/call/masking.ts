@@ -14,7 +14,7 @@ import { ADD_MASK_PREFIX, mayBeAddMask } from "../../masking/add-mask.js";
 export function maskReceived(core: RunnerCore, id: string, line: ReceivedLine): ReceivedLine {
   let masked: Buffer | null;
   if (mayBeAddMask(line.buf, line.start, line.end)) {
-    masked = registered(core, id, core.maskers.maskCommand(id, line)) as Buffer | null;
+    masked = registered(core, id, core.maskers.maskCommandBytes(id, line.buf, line.start, line.end));
   } else {
     const job = core.maskers.get(id);
     if (job === undefined) return line;
@@ -26,13 +26,13 @@ export function maskReceived(core: RunnerCore, id: string, line: ReceivedLine): 
 
 /** A line's text masked (the same string when it holds no secret). O(line) expected. */
 export function maskText(core: RunnerCore, id: string, text: string): string {
-  if (text.includes(ADD_MASK_PREFIX)) return registered(core, id, core.maskers.maskCommand(id, text)) as string;
+  if (text.includes(ADD_MASK_PREFIX)) return registered(core, id, core.maskers.maskCommandText(id, text));
   const job = core.maskers.get(id);
   return job === undefined ? text : job.masker.mask(text);
 }
 
 /** What a command line became; an operator hears of a value the server-wide bound kept out. O(1). */
-function registered(core: RunnerCore, id: string, r: Registered): Registered["masked"] {
+function registered<T>(core: RunnerCore, id: string, r: Registered<T>): T {
   if (r.refusedUnderBudget) {
     const { registeredBytes, maxRegisteredBytes } = core.maskers;
     core.telemetry.logger.warn(
