@@ -1,35 +1,25 @@
 /**
- * A lean ingest, as reference rows of bench/runner-line-time.ts (issue 23): what the end-to-end rate comes to
- * when the agent and the server do little more than the wire needs. Not a product path: no spool, retries,
- * masking, rules, cap or store port; a frame outside the template is an error, not a fallback.
+ * The lean ingest's server, for reference rows of bench/runner-line-time.ts (issue 23): what the end-to-end rate
+ * comes to when the agent and the server do little more than the wire needs (its agents: bench/lean-agents.ts). Not a
+ * product path: no retries, masking, rules, cap or store port; a frame outside the template is an error, not a
+ * fallback.
  *
- * - {@link leanJob}, the agent: the child's pipe read into one reused buffer (`readPipe`), lines cut at `\n`, each
- *   written as its gRPC frame by the project's encoder (request_id, line, the read's time) into 64 KiB chunks that go
- *   to one HTTP/2 request as they fill; a chunk is reused once written out, and the pipe is paused only while more
- *   than a call's worth (4 MiB, the client's `maxCallBytes`) waits in the stream.
- * - {@link startLeanServer}, the server: in `bytes` mode each request chunk only counted (the transport alone);
- *   otherwise copied whole into 1 MiB blocks (one copy a chunk, never a line on its own), then either only the
- *   frames' lengths walked (`frames`) or every frame decoded against the call's first (`template`).
- * - {@link transportJob}: the child's stdout piped as it comes into one request (no framing), for `bytes`.
+ * {@link startLeanServer}: in `bytes` mode each request chunk only counted (the transport alone); otherwise copied
+ * whole into 1 MiB blocks (one copy a chunk, never a line on its own), then either only the frames' lengths walked
+ * (`frames`), every frame decoded against the call's first (`template`), or each frame's run of lines cut into its
+ * lines (`runs`: joined by `\n` in one string; `fields`: each line its own field; a wire the seed's proto does not
+ * have).
  *
- * Why: docs/decisions/ingest-limit.md, "Lean pipelines".
+ * Why: docs/decisions/ingest-limit.md, "Lean pipelines" and "Runs of lines on the wire".
  */
-import { spawn } from "node:child_process";
-import { randomUUID } from "node:crypto";
-import { once } from "node:events";
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
-import { readPipe, type PipeReader } from "../src/runner/agent/pipe-reader.js";
-import { createLogItemEncoder } from "../src/runner/protocol/encoder.js";
 import { BUSY_WINDOW_BYTES } from "../src/runner/server/flow-window.js";
 
 const BLOCK = 1024 * 1024;
-const CHUNK = 64 * 1024;
-/** Bytes waiting in the stream past which the lean agent stops reading its pipe (the client's `maxCallBytes`). */
-const AHEAD = 4 * 1024 * 1024;
 
-/** How the lean server reads a call: bytes counted, frames' lengths walked, or every frame decoded. */
-export type LeanMode = "bytes" | "frames" | "template";
+/** How the lean server reads a call: bytes counted, frames' lengths walked, every frame decoded, or runs of lines. */
+export type LeanMode = "bytes" | "frames" | "template" | "runs" | "fields";
 
 /**
  * One call's storage: whole request chunks back to back in blocks; per line its offsets and time. Throws on a frame
@@ -80,6 +70,8 @@ export class LeanCall {
       const end = this.frame + 5 + this.view.getUint32(this.frame + 1);
       if (end > this.used) break;
       if (this.mode === "template") this.decode(this.frame + 5, end);
+      else if (this.mode === "runs") this.decodeRun(this.frame + 5, end);
+      else if (this.mode === "fields") this.decodeFields(this.frame + 5, end);
       else this.count++;
       this.frame = end;
     }
@@ -108,10 +100,7 @@ export class LeanCall {
   private decode(start: number, end: number): void {
     const b = this.block;
     const v = this.view;
-    // request_id (2 + 36) and the log field's tag and length at least.
-    if (end - start < 40 || b[start] !== 0x0a || b[start + 1] !== 36) throw new Error("lean: not a 36-byte request_id");
-    if (this.id === null) this.id = Array.from({ length: 9 }, (_, k) => v.getUint32(start + 2 + 4 * k));
-    for (let k = 0; k < 9; k++) if (v.getUint32(start + 2 + 4 * k) !== this.id[k]) throw new Error("lean: request_id");
+    this.checkId(start, end);
     let p = start + 38;
     if (b[p] !== 0x12 || b[p + 1]! >= 0x80) throw new Error("lean: layout");
     const stop = p + 2 + b[p + 1]!;
@@ -121,23 +110,110 @@ export class LeanCall {
     const lineStart = hasLine ? p + 4 : p + 2;
     const lineEnd = hasLine ? lineStart + b[p + 3]! : lineStart;
     if (stop !== end || lineEnd > stop) throw new Error("lean: lengths");
-    let acc = 0;
-    let i = lineStart;
-    for (; i + 16 <= lineEnd; i += 16)
-      acc |= v.getUint32(i, true) | v.getUint32(i + 4, true) | v.getUint32(i + 8, true) | v.getUint32(i + 12, true);
-    for (; i < lineEnd; i++) acc |= b[i]!;
-    if ((acc & 0x80808080) !== 0) throw new Error("lean: not ASCII");
+    this.checkAscii(lineStart, lineEnd);
     p = lineEnd;
     let time = 0;
     if (p + 9 <= stop && b[p] === 0x19) {
-      // fixed64 nanoseconds since the epoch, as ms (what the service keeps, to the µs).
-      time = (v.getUint32(p + 5, true) * 0x100000000 + v.getUint32(p + 1, true)) / 1e6;
+      time = this.time(p + 1);
       p += 9;
     }
     if (p !== stop) throw new Error("lean: trailing fields");
+    this.keep(lineStart, lineEnd, time);
+  }
+
+  /**
+   * One frame that carries a run of lines (`runs` mode: LogChunk's line holds a pipe read's whole lines joined by
+   * `\n`, one time for them all), checked like {@link decode}, then cut into its lines.
+   */
+  private decodeRun(start: number, end: number): void {
+    const b = this.block;
+    this.checkId(start, end);
+    let p = start + 38;
+    if (b[p++] !== 0x12) throw new Error("lean: layout");
+    const [inner, q] = this.varint(p);
+    if (b[q] !== 0x0a) throw new Error("lean: layout");
+    const [len, runStart] = this.varint(q + 1);
+    const runEnd = runStart + len;
+    if (q + inner !== end || runEnd + 9 !== end || b[runEnd] !== 0x19) throw new Error("lean: lengths");
+    const time = this.time(runEnd + 1);
+    this.checkAscii(runStart, runEnd);
+    for (let lineStart = runStart; ;) {
+      const nl = b.indexOf(10, lineStart);
+      const lineEnd = nl === -1 || nl >= runEnd ? runEnd : nl;
+      this.keep(lineStart, lineEnd, time);
+      if (lineEnd === runEnd) break;
+      lineStart = lineEnd + 1;
+    }
+  }
+
+  /**
+   * One frame that carries a run as LogItem field 4 (`fields` mode: `LogRun { repeated string lines = 1; fixed64
+   * time_unix_nano = 3 }`), each line its own field, walked and scanned line by line.
+   */
+  private decodeFields(start: number, end: number): void {
+    const b = this.block;
+    this.checkId(start, end);
+    if (b[start + 38] !== 0x22) throw new Error("lean: layout");
+    const [inner, at] = this.varint(start + 39);
+    if (at + inner !== end) throw new Error("lean: lengths");
+    let p = at;
+    const first = this.count;
+    while (p < end && b[p] === 0x0a) {
+      const [len, lineStart] = this.varint(p + 1);
+      const lineEnd = lineStart + len;
+      if (lineEnd > end) throw new Error("lean: lengths");
+      this.checkAscii(lineStart, lineEnd);
+      this.keep(lineStart, lineEnd, 0);
+      p = lineEnd;
+    }
+    if (p + 9 !== end || b[p] !== 0x19) throw new Error("lean: trailing fields");
+    this.times.fill(this.time(p + 1), first, this.count);
+  }
+
+  /** The frame's request_id (2 + 36 bytes) is the call's first one. */
+  private checkId(start: number, end: number): void {
+    const b = this.block;
+    const v = this.view;
+    // request_id and the event field's tag and length at least.
+    if (end - start < 40 || b[start] !== 0x0a || b[start + 1] !== 36) throw new Error("lean: not a 36-byte request_id");
+    if (this.id === null) this.id = Array.from({ length: 9 }, (_, k) => v.getUint32(start + 2 + 4 * k));
+    for (let k = 0; k < 9; k++) if (v.getUint32(start + 2 + 4 * k) !== this.id[k]) throw new Error("lean: request_id");
+  }
+
+  /** The varint at `p` (up to 4 bytes) and where the bytes after it start. */
+  private varint(p: number): [number, number] {
+    const b = this.block;
+    let n = 0;
+    for (let shift = 0; shift < 28; shift += 7) {
+      const x = b[p++]!;
+      n |= (x & 0x7f) << shift;
+      if (x < 0x80) return [n, p];
+    }
+    throw new Error("lean: lengths");
+  }
+
+  /** fixed64 nanoseconds since the epoch at `p`, as ms (what the service keeps, to the µs). */
+  private time(p: number): number {
+    return (this.view.getUint32(p + 4, true) * 0x100000000 + this.view.getUint32(p, true)) / 1e6;
+  }
+
+  /** Bytes `[start, end)` of the block are ASCII, read a 16-byte word at a time. */
+  private checkAscii(start: number, end: number): void {
+    const b = this.block;
+    const v = this.view;
+    let acc = 0;
+    let i = start;
+    for (; i + 16 <= end; i += 16)
+      acc |= v.getUint32(i, true) | v.getUint32(i + 4, true) | v.getUint32(i + 8, true) | v.getUint32(i + 12, true);
+    for (; i < end; i++) acc |= b[i]!;
+    if ((acc & 0x80808080) !== 0) throw new Error("lean: not ASCII");
+  }
+
+  /** A line's offsets in the block and its time. */
+  private keep(start: number, end: number, time: number): void {
     if (this.count === this.ends.length) this.grow();
-    this.starts[this.count] = lineStart;
-    this.ends[this.count] = lineEnd;
+    this.starts[this.count] = start;
+    this.ends[this.count] = end;
     this.times[this.count] = time;
     this.count++;
   }
@@ -182,104 +258,4 @@ export async function startLeanServer(
     port: (server.address() as AddressInfo).port,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
-}
-
-/** A request on `session` and the number its server answers. */
-function openCall(session: http2.ClientHttp2Session): { req: http2.ClientHttp2Stream; answer: Promise<number> } {
-  const req = session.request({ ":method": "POST", ":path": "/lean" });
-  req.setEncoding("utf8");
-  let text = "";
-  req.on("data", (d: string) => (text += d));
-  return { req, answer: once(req, "end").then(() => Number(text)) };
-}
-
-/**
- * The transport alone: `command`'s stdout piped as it comes (node's reads) into one request on `session`; resolves
- * with the bytes the server counted.
- *
- * @example
- * const bytes = await transportJob(session, "sh", ["-c", "yes | head -n 1000"]);
- */
-export async function transportJob(
-  session: http2.ClientHttp2Session,
-  command: string,
-  args: string[],
-): Promise<number> {
-  const { req, answer } = openCall(session);
-  const child = spawn(command, args, { stdio: ["ignore", "pipe", "inherit"] });
-  child.stdout.pipe(req);
-  return answer;
-}
-
-/**
- * One job through the lean agent on `session` (to a `frames` or `template` server): `command` run, its lines framed
- * and sent; resolves once the server has answered, with the number of lines it read (the caller checks it).
- *
- * @example
- * const lines = await leanJob(session, "sh", ["-c", "yes | head -n 1000"]);
- */
-export async function leanJob(session: http2.ClientHttp2Session, command: string, args: string[]): Promise<number> {
-  const enc = createLogItemEncoder(randomUUID());
-  const { req, answer } = openCall(session);
-  const spare: Buffer[] = [];
-  let out: Buffer = Buffer.allocUnsafe(CHUNK);
-  let pos = 0;
-  let pipe: PipeReader | null = null;
-  let paused = false;
-  const send = () => {
-    const buf = out;
-    req.write(buf.subarray(0, pos), () => {
-      // Written out: the chunk takes later frames; the pipe is read again once the stream holds half of AHEAD.
-      if (buf.length === CHUNK) spare.push(buf);
-      if (paused && req.writableLength <= AHEAD / 2) {
-        paused = false;
-        pipe?.resume();
-      }
-    });
-    out = spare.pop() ?? Buffer.allocUnsafe(CHUNK);
-    pos = 0;
-    if (!paused && req.writableLength > AHEAD) {
-      paused = true;
-      pipe?.pause();
-    }
-  };
-  const frame = (src: Buffer, start: number, end: number, time: number) => {
-    if (out.length - pos < end - start + 64) {
-      if (pos > 0) send();
-      if (out.length < end - start + 64) out = Buffer.allocUnsafe(end - start + 64);
-    }
-    pos = enc.writeLogFrameBytes(out, pos, src, start, end, false, time);
-  };
-  // The unfinished last line of a read, copied (the read buffer is reused).
-  let tail: Buffer | null = null;
-  const child = spawn(command, args, { stdio: ["ignore", "pipe", "inherit"] });
-  pipe = readPipe(
-    child.stdout,
-    (read) => {
-      const time = Date.now();
-      let start = 0;
-      let nl = read.indexOf(10);
-      if (tail !== null && nl !== -1) {
-        const line = Buffer.concat([tail, read.subarray(0, nl)]);
-        tail = null;
-        frame(line, 0, line.length, time);
-        start = nl + 1;
-        nl = read.indexOf(10, start);
-      }
-      for (; nl !== -1; nl = read.indexOf(10, start)) {
-        frame(read, start, nl, time);
-        start = nl + 1;
-      }
-      if (start < read.length)
-        tail = Buffer.concat(tail === null ? [read.subarray(start)] : [tail, read.subarray(start)]);
-    },
-    () => {
-      // A last line without a newline is a line too.
-      if (tail !== null) frame(tail, 0, tail.length, Date.now());
-    },
-  );
-  await Promise.all([once(child, "exit"), pipe.done]);
-  if (pos > 0) send();
-  req.end();
-  return answer;
 }

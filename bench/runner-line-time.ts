@@ -27,7 +27,7 @@ import { mintJobToken } from "../src/runner/protocol/token.js";
 import type { JobLogStore, LogEntry, StoredLine } from "../src/runner/ports.js";
 import { POSTGRES_URL } from "../test/fixtures/backends.js";
 import { aimBudget, childSecondsOf } from "./aim-bound.js";
-import { leanJob, transportJob } from "./lean-pipeline.js";
+import { leanJob, leanRunsJob, transportJob } from "./lean-agents.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const SECRET = "bench-secret";
@@ -221,10 +221,10 @@ async function measured(server: { cpu(): Promise<number> }, lines: number, job: 
 }
 
 /** The servers of bench/lean-pipeline.ts, as bench/runner-worker.ts names them. */
-type LeanKind = "lean-bytes" | "lean-frames" | "lean-template";
+type LeanKind = "lean-bytes" | "lean-frames" | "lean-template" | "lean-runs" | "lean-fields";
 
 /**
- * One job through bench/lean-pipeline.ts: the child's stdout piped as it comes (`lean-bytes`, the transport alone) or
+ * One job through bench/lean-agents.ts to a bench/lean-pipeline.ts server: the child's stdout piped as it comes (`lean-bytes`, the transport alone) or
  * through the lean agent (the lean pipelines); timed from spawn to the server's answer, the connection made before.
  */
 async function leanRun(
@@ -239,7 +239,10 @@ async function leanRun(
     const { command, args } = printer(lines, timesFile);
     let count = 0;
     const figures = await measured(server, lines, async () => {
-      count = await (kind === "lean-bytes" ? transportJob : leanJob)(session, command, args);
+      if (kind === "lean-bytes") count = await transportJob(session, command, args);
+      else if (kind === "lean-runs") count = await leanRunsJob(session, command, args, "joined");
+      else if (kind === "lean-fields") count = await leanRunsJob(session, command, args, "fields");
+      else count = await leanJob(session, command, args);
     });
     const want = kind === "lean-bytes" ? lines * 100 : lines;
     if (count !== want) throw new Error(`${kind}: ${count} of ${want}`);
@@ -362,7 +365,17 @@ const SECRETS = Array.from({ length: 10 }, () => randomBytes(32).toString("base6
  * the machine's load moves) and CPU µs a line of each process (which it moves far less).
  */
 async function endToEnd(profileDir?: string): Promise<string[]> {
-  const kinds = ["limit", "nodeReads", "floor", "leanFrames", "leanTemplate", "plain", "masked"] as const;
+  const kinds = [
+    "limit",
+    "nodeReads",
+    "floor",
+    "leanFrames",
+    "leanTemplate",
+    "leanRuns",
+    "leanFields",
+    "plain",
+    "masked",
+  ] as const;
   const runs = new Map<(typeof kinds)[number], Figures[]>(kinds.map((k) => [k, []]));
   // Every measured job's shell writes its `times` here (the child's CPU, for the aim's bound).
   const timesDir = await mkdtemp(path.join(os.tmpdir(), "rd-bench-times-"));
@@ -376,6 +389,8 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
       ["lean-bytes", "floor"],
       ["lean-frames", "leanFrames"],
       ["lean-template", "leanTemplate"],
+      ["lean-runs", "leanRuns"],
+      ["lean-fields", "leanFields"],
     ] as const) {
       const lean = await startServer(undefined, kind);
       try {
@@ -442,10 +457,12 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
       "node's own reads, a fresh buffer each, are the reference row). The transport alone: the same child's stdout piped as it " +
       "comes into one HTTP/2 request to a bare node:http2 server in a child process that counts the bytes and answers the " +
       "count (no gRPC framing, splitting, masking, time or store; windows of 1 MiB, as ours gives a busy call). The lean " +
-      "pipelines (bench/lean-pipeline.ts): a reference for what a leaner design gains, not a product path (no spool, retries, masking, rules or store " +
+      "pipelines (bench/lean-agents.ts, bench/lean-pipeline.ts): a reference for what a leaner design gains, not a product path (no spool, retries, masking, rules or store " +
       "port): the agent cuts lines and frames them with the project's encoder into reused 64 KiB chunks, reading ahead up to " +
       "4 MiB; the server copies each request chunk whole into 1 MiB blocks (never a line on its own) and either only walks " +
-      "the frames or decodes each against the call's first. Each on its own server after 4 warm-up jobs, the connection made " +
+      "the frames or decodes each against the call's first. Two more lean rows measure a wire the seed's proto does not " +
+      'have (docs/decisions/ingest-limit.md, "Runs of lines on the wire"): each pipe read\'s whole lines in one message, ' +
+      "joined by `\\n` in one string or each line its own field. Each on its own server after 4 warm-up jobs, the connection made " +
       "before the clock starts. Ours: the same child run by `runJob` (a stamp per pipe read, " +
       "every line with its time) → `createRunnerClient` → `startRunnerServer` in a child process on the memory store, " +
       `timed from spawn to the acknowledged end, a fresh server per round after 4 warm-up jobs of the same size (2 with masking on), pruned after every job ` +
@@ -482,6 +499,14 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
     row(
       "lean pipeline, every line decoded: the same, each frame checked against the call's first (request_id, layout), its line scanned for ASCII, offsets and time kept",
       runs.get("leanTemplate")!,
+    ),
+    row(
+      "lean pipeline, runs of lines: the same server checks, but each pipe read's whole lines go in one frame (one LogChunk whose line holds them joined by `\\n`, one time a run; not the seed's protocol), cut into lines' offsets on the server",
+      runs.get("leanRuns")!,
+    ),
+    row(
+      "lean pipeline, runs of lines as fields: the same, but the run is LogItem field 4, each line its own length-delimited field (`LogRun { repeated string lines = 1; fixed64 time_unix_nano = 3 }`), walked line by line on the server",
+      runs.get("leanFields")!,
     ),
     row("end to end, memory store, times on, no secrets", runs.get("plain")!),
     row("end to end, memory store, times on, masking on (10 secrets)", runs.get("masked")!),

@@ -155,7 +155,13 @@ if (mode === "ours" || mode === "ours-connect") {
     if (m === "exit") process.exit(0);
   });
   send({ port: (server.address() as AddressInfo).port });
-} else if (mode === "lean-bytes" || mode === "lean-frames" || mode === "lean-template") {
+} else if (
+  mode === "lean-bytes" ||
+  mode === "lean-frames" ||
+  mode === "lean-template" ||
+  mode === "lean-runs" ||
+  mode === "lean-fields"
+) {
   // bench/runner-line-time.ts: the transport alone and the lean pipelines (bench/lean-pipeline.ts).
   const lean = await startLeanServer(mode.slice("lean-".length) as LeanMode);
   process.on("message", async (m) => {

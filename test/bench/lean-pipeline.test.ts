@@ -3,7 +3,8 @@ import { once } from "node:events";
 import http2 from "node:http2";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { LeanCall, leanJob, startLeanServer, transportJob } from "../../bench/lean-pipeline.js";
+import { leanJob, leanRunsJob, runFramer, transportJob } from "../../bench/lean-agents.js";
+import { LeanCall, startLeanServer } from "../../bench/lean-pipeline.js";
 import { createLogItemEncoder } from "../../src/runner/protocol/encoder.js";
 import { chunksOf } from "../fixtures/chunks.js";
 
@@ -23,6 +24,10 @@ const asciiLine = fc.string({
   unit: fc.integer({ min: 0x20, max: 0x7e }).map((c) => String.fromCharCode(c)),
   maxLength: 110,
 });
+const asciiLine300 = fc.string({
+  unit: fc.integer({ min: 0x20, max: 0x7e }).map((c) => String.fromCharCode(c)),
+  maxLength: 300,
+});
 // A time to the µs between 2020 and 2040, in ms.
 const time = fc.integer({ min: 1_577_836_800_000_000, max: 2_208_988_800_000_000 }).map((us) => us / 1000);
 
@@ -39,6 +44,39 @@ describe("the lean pipeline's server (bench/lean-pipeline.ts)", () => {
           for (const chunk of chunksOf(frames(randomUUID(), lines), at)) call.push(chunk);
           expect(call.count).toBe(lines.length);
           lines.forEach((line, i) => {
+            const kept = call.line(i);
+            expect(kept.text).toBe(line.text);
+            expect(Math.abs(kept.time - line.time)).toBeLessThan(0.0005);
+          });
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  it("reads every line of runs in both layouts, their time, however the body is cut and across blocks", () => {
+    fc.assert(
+      fc.property(
+        fc.constantFrom("joined", "fields"),
+        // Each run a pipe read's whole lines (at least one, maybe empty); lines up to 300 bytes take two-byte varints.
+        fc.array(fc.record({ lines: fc.array(asciiLine300, { minLength: 1, maxLength: 30 }), time }), {
+          maxLength: 12,
+        }),
+        fc.array(fc.nat(), { maxLength: 20 }),
+        fc.integer({ min: 64, max: 4096 }),
+        (layout, runs, at, blockBytes) => {
+          const framer = runFramer(layout, Buffer.from(randomUUID(), "latin1"));
+          const parts = runs.map(({ lines, time }) => {
+            const text = Buffer.from(lines.join("\n"), "latin1");
+            const frame = Buffer.alloc(framer.size(text, 0, text.length));
+            expect(framer.write(frame, 0, text, 0, text.length, time)).toBe(frame.length);
+            return frame;
+          });
+          const call = new LeanCall(layout === "joined" ? "runs" : "fields", blockBytes);
+          for (const chunk of chunksOf(Buffer.concat(parts), at)) call.push(chunk);
+          const want = runs.flatMap(({ lines, time }) => lines.map((text) => ({ text, time })));
+          expect(call.count).toBe(want.length);
+          want.forEach((line, i) => {
             const kept = call.line(i);
             expect(kept.text).toBe(line.text);
             expect(Math.abs(kept.time - line.time)).toBeLessThan(0.0005);
@@ -102,14 +140,35 @@ describe("the lean pipeline's server (bench/lean-pipeline.ts)", () => {
     }
   });
 
+  it("keeps every line of a job in runs, in order, in both layouts, lines split across pipe reads joined", async () => {
+    for (const layout of ["joined", "fields"] as const) {
+      let kept: LeanCall | null = null;
+      const server = await startLeanServer(layout === "joined" ? "runs" : "fields", (call) => (kept = call));
+      const session = http2.connect(`http://127.0.0.1:${server.port}`);
+      try {
+        await once(session, "connect");
+        expect(await leanRunsJob(session, "seq", ["1", "700000"], layout)).toBe(700_000);
+        const call = kept as LeanCall | null;
+        expect(call).not.toBeNull();
+        for (let i = 0; i < 700_000; i++)
+          if (call!.line(i).text !== String(i + 1)) expect(call!.line(i).text).toBe(String(i + 1));
+      } finally {
+        session.close();
+        await server.close();
+      }
+    }
+  });
+
   it("streams a job end to end over a real HTTP/2 socket in every mode, a last line without a newline too", async () => {
     const job = ["-c", "yes 'a line of output' | head -n 20000; printf 'no newline'"];
-    for (const mode of ["bytes", "frames", "template"] as const) {
+    for (const mode of ["bytes", "frames", "template", "runs", "fields"] as const) {
       const server = await startLeanServer(mode);
       const session = http2.connect(`http://127.0.0.1:${server.port}`);
       try {
         await once(session, "connect");
         if (mode === "bytes") expect(await transportJob(session, "sh", job)).toBe(20_000 * 17 + 10);
+        else if (mode === "runs") expect(await leanRunsJob(session, "sh", job, "joined")).toBe(20_001);
+        else if (mode === "fields") expect(await leanRunsJob(session, "sh", job, "fields")).toBe(20_001);
         else expect(await leanJob(session, "sh", job)).toBe(20_001);
       } finally {
         session.close();
