@@ -191,7 +191,8 @@ export async function leanRunsJob(
 ): Promise<number> {
   const id = Buffer.from(randomUUID(), "latin1");
   const { req, answer } = openCall(session);
-  // A 64 KiB read's run and its head fit one chunk.
+  // A 64 KiB read's run and its head fit one chunk, but for a read of very short lines as fields (each line 2 bytes
+  // more): room() gives such a frame a buffer of its own.
   const sender = new ChunkSender(req, 2 * CHUNK);
   const framer = runFramer(layout, id);
   await runInto(sender, command, args, (src, start, end, time) => {
@@ -282,7 +283,8 @@ function fieldsRun(id: Buffer): RunFramer {
       }
       return frameSize(id, inner);
     },
-    write(b, pos, src, start, _end, time) {
+    write(b, pos, src, start, end, time) {
+      if (n === 0 || ends[n - 1] !== end) throw new Error("lean: write() of a run size() did not measure");
       let p = writeHead(b, pos, id, 0x22, inner);
       for (let k = 0, s = start; k < n; k++) {
         const e = ends[k]!;

@@ -137,8 +137,10 @@ export class LeanCall {
     if (q + inner !== end || runEnd + 9 !== end || b[runEnd] !== 0x19) throw new Error("lean: lengths");
     const time = this.time(runEnd + 1);
     this.checkAscii(runStart, runEnd);
+    // Searched within the run only: past it lie other frames, or the block's unused rest.
+    const run = b.subarray(0, runEnd);
     for (let lineStart = runStart; ;) {
-      const nl = b.indexOf(10, lineStart);
+      const nl = run.indexOf(10, lineStart);
       const lineEnd = nl === -1 || nl >= runEnd ? runEnd : nl;
       this.keep(lineStart, lineEnd, time);
       if (lineEnd === runEnd) break;

@@ -149,6 +149,33 @@ describe("the lean pipeline's server (bench/lean-pipeline.ts)", () => {
     }
   });
 
+  it("keeps empty lines, a read that is one newline, and frames larger than a chunk, in both run layouts", async () => {
+    // Pauses make the pipe reads: "a" | "\n" (ends a tail) | "\n" (a read that is one empty line) | "\n\nb" | "\n" |
+    // a 300,000-byte line | 70,000 empty lines (as fields,
+    // a frame of ~140 KB: more than a chunk) | "end" without a newline.
+    const script =
+      "printf a; sleep 0.1; printf '\\n'; sleep 0.1; printf '\\n'; sleep 0.1; printf '\\n\\nb'; sleep 0.1; " +
+      "printf '\\n'; sleep 0.1; " +
+      "head -c 300000 /dev/zero | tr '\\0' x; echo; sleep 0.1; yes '' | head -n 70000; sleep 0.1; printf end";
+    const want = ["a", "", "", "", "b", "x".repeat(300_000), ...Array<string>(70_000).fill(""), "end"];
+    for (const layout of ["joined", "fields"] as const) {
+      let kept: LeanCall | null = null;
+      const server = await startLeanServer(layout === "joined" ? "runs" : "fields", (call) => (kept = call));
+      const session = http2.connect(`http://127.0.0.1:${server.port}`);
+      try {
+        await once(session, "connect");
+        expect(await leanRunsJob(session, "sh", ["-c", script], layout)).toBe(want.length);
+        const call = kept as LeanCall | null;
+        const got = Array.from({ length: call!.count }, (_, i) => call!.line(i).text);
+        expect(got.slice(0, 6)).toEqual(want.slice(0, 6));
+        expect(got).toEqual(want);
+      } finally {
+        session.close();
+        await server.close();
+      }
+    }
+  });
+
   it("streams a job end to end over a real HTTP/2 socket in every mode, a last line without a newline too", async () => {
     const job = ["-c", "yes 'a line of output' | head -n 20000; printf 'no newline'"];
     for (const mode of ["bytes", "frames", "template", "runs", "fields"] as const) {

@@ -39,15 +39,22 @@ describe("JobMaskers", () => {
         let agree = true;
         // The forms each job registered from commands, as the model counts them.
         const model = new Map<string, number>();
+        // The jobs that have a masker.
+        const live = new Set<string>();
         for (const o of ops) {
           if (o.kind === "delete") {
             maskers.delete(o.job);
             unbounded.delete(o.job);
             model.delete(o.job);
+            live.delete(o.job);
+            // Gone with its masker: nothing of the job is held any more.
+            expect(maskers.get(o.job)).toBeUndefined();
           } else if (o.kind === "declare") {
+            live.add(o.job);
             maskers.declare(o.job, [o.value]);
             unbounded.declare(o.job, [o.value]);
           } else {
+            live.add(o.job);
             unbounded.maskCommandText(o.job, `::add-mask::${o.value}`);
             const before = maskers.get(o.job)?.masker.formBytes ?? 0;
             // The command line is never kept in clear, registered or not, as text or as bytes (in a wider buffer).
@@ -61,6 +68,7 @@ describe("JobMaskers", () => {
             const added = maskers.get(o.job)!.masker.formBytes - before;
             model.set(o.job, (model.get(o.job) ?? 0) + added);
           }
+          expect(maskers.size).toBe(live.size);
           const sum = [...model.values()].reduce((n, b) => n + b, 0);
           expect(maskers.registeredBytes).toBe(sum);
           expect(maskers.registeredBytes).toBeLessThanOrEqual(max);
@@ -77,6 +85,12 @@ describe("JobMaskers", () => {
     const maskers = new JobMaskers(0);
     expect(maskers.maskCommandText("b", `::add-mask::${value}`).refusedUnderBudget).toBe(true);
     expect(maskers.get("b")!.masker.mask(value)).toBe(value);
+    // Told once a job: the job's next refusal is not reported again, another job's first is.
+    expect(maskers.maskCommandText("b", `::add-mask::${value}-2`).refusedUnderBudget).toBe(false);
+    expect(maskers.maskCommandText("c", `::add-mask::${value}`).refusedUnderBudget).toBe(true);
+    // A job deleted and seen again is a new job: told anew.
+    maskers.delete("b");
+    expect(maskers.maskCommandText("b", `::add-mask::${value}`).refusedUnderBudget).toBe(true);
     const roomy = new JobMaskers(1024 * 1024);
     roomy.maskCommandText("a", `::add-mask::${value}`);
     const held = roomy.registeredBytes;
