@@ -17,7 +17,9 @@ import { once } from "node:events";
 import type http2 from "node:http2";
 import type { Readable } from "node:stream";
 import { readPipe, type PipeReader } from "../src/runner/agent/pipe-reader.js";
-import { createLogItemEncoder } from "../src/runner/protocol/encoder.js";
+import { varintSize } from "../src/runner/protocol/encoded-size.js";
+import { createLogItemEncoder, writeVarint } from "../src/runner/protocol/encoder.js";
+import { writeNanos } from "../src/runner/protocol/line-time.js";
 
 const CHUNK = 64 * 1024;
 /** Bytes waiting in the stream past which the lean agent stops reading its pipe (the client's `maxCallBytes`). */
@@ -222,7 +224,7 @@ export function runFramer(layout: RunLayout, id: Buffer): RunFramer {
 
 /** The gRPC prefix, request_id and the event field's tag and length of a frame; returns where its value starts. */
 function writeHead(b: Buffer, pos: number, id: Buffer, tag: number, inner: number): number {
-  const item = 2 + id.length + 1 + varintBytes(inner) + inner;
+  const item = 2 + id.length + 1 + varintSize(inner) + inner;
   b[pos] = 0;
   b.writeUInt32BE(item, pos + 1);
   let p = pos + 5;
@@ -234,18 +236,17 @@ function writeHead(b: Buffer, pos: number, id: Buffer, tag: number, inner: numbe
 }
 
 /** The frame's size from its event's value length. */
-const frameSize = (id: Buffer, inner: number) => 5 + 2 + id.length + 1 + varintBytes(inner) + inner;
+const frameSize = (id: Buffer, inner: number) => 5 + 2 + id.length + 1 + varintSize(inner) + inner;
 
 /** fixed64 `time_unix_nano` (field 3) of `time` ms (to the µs). */
 function writeTime(b: Buffer, p: number, time: number): number {
   b[p] = 0x19;
-  b.writeBigUInt64LE(BigInt(Math.round(time * 1000)) * 1000n, p + 1);
-  return p + 9;
+  return writeNanos(b, p + 1, time);
 }
 
 /** The run joined in LogChunk's line (LogItem field 2): `{ line = 1: the run; time_unix_nano = 3 }`. */
 function joinedRun(id: Buffer): RunFramer {
-  const innerOf = (len: number) => 1 + varintBytes(len) + len + 9;
+  const innerOf = (len: number) => 1 + varintSize(len) + len + 9;
   return {
     size: (_src, start, end) => frameSize(id, innerOf(end - start)),
     write(b, pos, src, start, end, time) {
@@ -277,7 +278,7 @@ function fieldsRun(id: Buffer): RunFramer {
           ends = grown;
         }
         ends[n++] = e;
-        inner += 1 + varintBytes(e - s) + e - s;
+        inner += 1 + varintSize(e - s) + e - s;
         if (e === end) break;
         s = e + 1;
       }
@@ -296,17 +297,4 @@ function fieldsRun(id: Buffer): RunFramer {
       return writeTime(b, p, time);
     },
   };
-}
-
-/** A varint's bytes. */
-function varintBytes(n: number): number {
-  let k = 1;
-  for (; n >= 0x80; k++) n = Math.floor(n / 128);
-  return k;
-}
-
-function writeVarint(b: Buffer, p: number, n: number): number {
-  for (; n >= 0x80; n = Math.floor(n / 128)) b[p++] = (n & 0x7f) | 0x80;
-  b[p++] = n;
-  return p;
 }

@@ -14,6 +14,7 @@
  */
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
+import { readNanos } from "../src/runner/protocol/line-time.js";
 import { BUSY_WINDOW_BYTES } from "../src/runner/server/flow-window.js";
 
 const BLOCK = 1024 * 1024;
@@ -114,7 +115,7 @@ export class LeanCall {
     p = lineEnd;
     let time = 0;
     if (p + 9 <= stop && b[p] === 0x19) {
-      time = this.time(p + 1);
+      time = readNanos(this.block, p + 1);
       p += 9;
     }
     if (p !== stop) throw new Error("lean: trailing fields");
@@ -135,7 +136,7 @@ export class LeanCall {
     const [len, runStart] = this.varint(q + 1);
     const runEnd = runStart + len;
     if (q + inner !== end || runEnd + 9 !== end || b[runEnd] !== 0x19) throw new Error("lean: lengths");
-    const time = this.time(runEnd + 1);
+    const time = readNanos(this.block, runEnd + 1);
     this.checkAscii(runStart, runEnd);
     // Searched within the run only: past it lie other frames, or the block's unused rest.
     const run = b.subarray(0, runEnd);
@@ -169,7 +170,7 @@ export class LeanCall {
       p = lineEnd;
     }
     if (p + 9 !== end || b[p] !== 0x19) throw new Error("lean: trailing fields");
-    this.times.fill(this.time(p + 1), first, this.count);
+    this.times.fill(readNanos(this.block, p + 1), first, this.count);
   }
 
   /** The frame's request_id (2 + 36 bytes) is the call's first one. */
@@ -192,11 +193,6 @@ export class LeanCall {
       if (x < 0x80) return [n, p];
     }
     throw new Error("lean: lengths");
-  }
-
-  /** fixed64 nanoseconds since the epoch at `p`, as ms (what the service keeps, to the µs). */
-  private time(p: number): number {
-    return (this.view.getUint32(p + 4, true) * 0x100000000 + this.view.getUint32(p, true)) / 1e6;
   }
 
   /** Bytes `[start, end)` of the block are ASCII, read a 16-byte word at a time. */

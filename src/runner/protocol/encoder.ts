@@ -23,7 +23,8 @@ export interface JobEndFields {
   commitSha?: string;
 }
 
-function writeVarint(buf: Buffer, pos: number, n: number): number {
+/** Writes `n` (below 2^31) as a varint at `pos`; returns the position after it. O(1). */
+export function writeVarint(buf: Buffer, pos: number, n: number): number {
   while (n > 0x7f) {
     buf[pos++] = (n & 0x7f) | 0x80;
     n >>>= 7;

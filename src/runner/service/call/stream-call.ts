@@ -60,8 +60,7 @@ export async function streamLogs(
     }
     // A call that did not end well may have been a late one of a job already over, whose lines made its masker anew.
     // In the background: a stalled store must not hold back the call's answer.
-    if (!ok && call.id && core.maskers.get(call.id) !== undefined)
-      core.track(call.id, forgetMaskerIfOver(core, call.id));
+    if (!ok && call.id) core.track(call.id, forgetMaskerIfOver(core, call.id));
   }
 }
 
