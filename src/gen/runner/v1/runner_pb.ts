@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file runner/v1/runner.proto.
  */
 export const file_runner_v1_runner: GenFile = /*@__PURE__*/
-  fileDesc("ChZydW5uZXIvdjEvcnVubmVyLnByb3RvEglydW5uZXIudjEiQAoITG9nQ2h1bmsSDAoEbGluZRgBIAEoCRIOCgZzdGRlcnIYAiABKAgSFgoOdGltZV91bml4X25hbm8YAyABKAYiUgoGSm9iRW5kEhEKCWV4aXRfY29kZRgBIAEoBRIPCgdzdWNjZXNzGAIgASgIEhAKCHJlcG9fdXJsGAMgASgJEhIKCmNvbW1pdF9zaGEYBCABKAkibAoHTG9nSXRlbRISCgpyZXF1ZXN0X2lkGAEgASgJEiIKA2xvZxgCIAEoCzITLnJ1bm5lci52MS5Mb2dDaHVua0gAEiAKA2VuZBgDIAEoCzIRLnJ1bm5lci52MS5Kb2JFbmRIAEIHCgVldmVudCIRCgNBY2sSCgoCb2sYASABKAgyPAoGUnVubmVyEjIKClN0cmVhbUxvZ3MSEi5ydW5uZXIudjEuTG9nSXRlbRoOLnJ1bm5lci52MS5BY2soAWIGcHJvdG8z");
+  fileDesc("ChZydW5uZXIvdjEvcnVubmVyLnByb3RvEglydW5uZXIudjEiQAoITG9nQ2h1bmsSDAoEbGluZRgBIAEoCRIOCgZzdGRlcnIYAiABKAgSFgoOdGltZV91bml4X25hbm8YAyABKAYiUgoGSm9iRW5kEhEKCWV4aXRfY29kZRgBIAEoBRIPCgdzdWNjZXNzGAIgASgIEhAKCHJlcG9fdXJsGAMgASgJEhIKCmNvbW1pdF9zaGEYBCABKAkiPwoGTG9nUnVuEg0KBWxpbmVzGAEgAygJEg4KBnN0ZGVychgCIAEoCBIWCg50aW1lX3VuaXhfbmFubxgDIAEoBiKOAQoHTG9nSXRlbRISCgpyZXF1ZXN0X2lkGAEgASgJEiIKA2xvZxgCIAEoCzITLnJ1bm5lci52MS5Mb2dDaHVua0gAEiAKA2VuZBgDIAEoCzIRLnJ1bm5lci52MS5Kb2JFbmRIABIgCgNydW4YBCABKAsyES5ydW5uZXIudjEuTG9nUnVuSABCBwoFZXZlbnQiEQoDQWNrEgoKAm9rGAEgASgIMjwKBlJ1bm5lchIyCgpTdHJlYW1Mb2dzEhIucnVubmVyLnYxLkxvZ0l0ZW0aDi5ydW5uZXIudjEuQWNrKAFiBnByb3RvMw");
 
 /**
  * One output line of a job (docs/runner-protocol.md §3): its text and whether it came from stderr.
@@ -81,7 +81,39 @@ export const JobEndSchema: GenMessage<JobEnd> = /*@__PURE__*/
   messageDesc(file_runner_v1_runner, 1);
 
 /**
- * What the agent streams: the job's request ID and either one line or the job's end.
+ * Several lines of one stream read at one time (docs/runner-protocol.md §2, "Runs of lines"): each line is an
+ * item of its own for positions (§4), as if sent in a LogChunk each with this run's stderr and time. Added after
+ * the seed, wire-compatible; a server says it takes runs (`runner-accepts: runs`), and an agent sends them only
+ * after it has seen that. 1 to 4,096 lines a run. stderr and time_unix_nano have LogChunk's numbers and meaning.
+ *
+ * @generated from message runner.v1.LogRun
+ */
+export type LogRun = Message<"runner.v1.LogRun"> & {
+  /**
+   * @generated from field: repeated string lines = 1;
+   */
+  lines: string[];
+
+  /**
+   * @generated from field: bool stderr = 2;
+   */
+  stderr: boolean;
+
+  /**
+   * @generated from field: fixed64 time_unix_nano = 3;
+   */
+  timeUnixNano: bigint;
+};
+
+/**
+ * Describes the message runner.v1.LogRun.
+ * Use `create(LogRunSchema)` to create a new message.
+ */
+export const LogRunSchema: GenMessage<LogRun> = /*@__PURE__*/
+  messageDesc(file_runner_v1_runner, 2);
+
+/**
+ * What the agent streams: the job's request ID and either one line, a run of lines or the job's end.
  *
  * @generated from message runner.v1.LogItem
  */
@@ -106,6 +138,12 @@ export type LogItem = Message<"runner.v1.LogItem"> & {
      */
     value: JobEnd;
     case: "end";
+  } | {
+    /**
+     * @generated from field: runner.v1.LogRun run = 4;
+     */
+    value: LogRun;
+    case: "run";
   } | { case: undefined; value?: undefined };
 };
 
@@ -114,7 +152,7 @@ export type LogItem = Message<"runner.v1.LogItem"> & {
  * Use `create(LogItemSchema)` to create a new message.
  */
 export const LogItemSchema: GenMessage<LogItem> = /*@__PURE__*/
-  messageDesc(file_runner_v1_runner, 2);
+  messageDesc(file_runner_v1_runner, 3);
 
 /**
  * The answer to a call: ok = false when the orchestrator no longer wants the job (§6).
@@ -133,7 +171,7 @@ export type Ack = Message<"runner.v1.Ack"> & {
  * Use `create(AckSchema)` to create a new message.
  */
 export const AckSchema: GenMessage<Ack> = /*@__PURE__*/
-  messageDesc(file_runner_v1_runner, 3);
+  messageDesc(file_runner_v1_runner, 4);
 
 /**
  * The runner's one RPC: a client stream of LogItems answered by one Ack (docs/runner-protocol.md).
