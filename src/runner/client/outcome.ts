@@ -43,6 +43,8 @@ interface CallOutcome {
   error?: RunnerDepotError;
   /** Retrying cannot help whatever the code says (a server certificate the client cannot trust). */
   permanent?: boolean;
+  /** The server said it takes runs of lines (`runner-accepts: runs`, docs/runner-protocol.md §2). */
+  acceptsRuns?: boolean;
 }
 
 /**
@@ -61,7 +63,11 @@ export function readOutcome(c: CallResponse, sent: number): CallOutcome {
     return { code: Code.Internal, error: rpcError(message, Code.Internal) };
   }
   const reason = header(t, "runner-reason") ?? header(h, "runner-reason");
-  const base = { committed: committedNum, reason };
+  const base = {
+    committed: committedNum,
+    reason,
+    acceptsRuns: acceptsRuns(header(t, "runner-accepts") ?? header(h, "runner-accepts")),
+  };
   if (c.failure !== undefined)
     return { ...base, code: c.failure.code, error: rpcError(c.failure.message, c.failure.code) };
   if (status === undefined) {
@@ -107,6 +113,15 @@ export function networkError(cause: unknown): RunnerDepotError {
 function header(h: http2.IncomingHttpHeaders, name: string): string | undefined {
   const v = h[name];
   return Array.isArray(v) ? v[0] : v;
+}
+
+/** Whether a `runner-accepts` value (a comma-separated list of features) names `runs`. O(value), at most 256 bytes read. */
+function acceptsRuns(value: string | undefined): boolean {
+  if (value === undefined) return false;
+  return value
+    .slice(0, 256)
+    .split(",")
+    .some((feature) => feature.trim().toLowerCase() === "runs");
 }
 
 /** grpc-message is percent-encoded; a server that did not encode it is shown as sent. */

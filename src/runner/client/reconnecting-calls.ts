@@ -105,9 +105,12 @@ export function createCallLoop(
   function startCall(): void {
     let s: http2.ClientHttp2Session;
     let req: http2.ClientHttp2Stream;
+    let from = st.committed;
     try {
       s = sessions.get();
-      req = s.request({ ...baseHeaders, "runner-offset": String(st.committed) });
+      // A frame goes whole: a call resumes at the first line of the run that holds the next item to store.
+      from = spool.frameStart(st.committed);
+      req = s.request({ ...baseHeaders, "runner-offset": String(from) });
     } catch (e) {
       sessions.discard();
       retry(networkError(e), Date.now());
@@ -118,8 +121,9 @@ export function createCallLoop(
     const c: Call = {
       req,
       session: s,
-      from: st.committed,
-      sentTo: st.committed,
+      from,
+      sentTo: from,
+      runs: st.runs,
       bytes: 0,
       ending: false,
       waitingDrain: false,
@@ -222,6 +226,7 @@ export function createCallLoop(
     if (!c.session.destroyed) c.session.unref();
     if (st.state === "closed") return;
     const outcome = readOutcome(c, st.sent);
+    if (outcome.acceptsRuns === true && st.mayRun) st.runs = true;
     const M = outcome.committed;
     if (M !== undefined && M >= spool.start) {
       st.committed = Math.min(M, spool.end);
@@ -265,6 +270,15 @@ export function createCallLoop(
       fail(error);
       return;
     }
+    if (outcome.code === Code.InvalidArgument && c.runs && st.runs) {
+      // Runs were refused: an older server took this call (replicas of two versions behind one endpoint). Lines go a
+      // frame each from now on, those not yet stored too.
+      st.runs = false;
+      st.mayRun = false;
+      resplitAt(st.maxLineBytes);
+      retry(error, c.progressAt, true);
+      return;
+    }
     if (outcome.code === Code.ResourceExhausted) {
       if (resplit()) {
         retry(error, c.progressAt, true);
@@ -304,13 +318,18 @@ export function createCallLoop(
   /** RESOURCE_EXHAUSTED: halve the line limit and re-encode what the server has not stored. */
   function resplit(): boolean {
     if (st.maxLineBytes <= MIN_SPLIT_BYTES) return false;
-    st.maxLineBytes = Math.max(MIN_SPLIT_BYTES, Math.floor(st.maxLineBytes / 2));
+    resplitAt(Math.max(MIN_SPLIT_BYTES, Math.floor(st.maxLineBytes / 2)));
+    return true;
+  }
+
+  /** Re-encodes what the server has not stored, a frame a line of at most `maxLineBytes`. O(bytes held). */
+  function resplitAt(maxLineBytes: number): void {
+    st.maxLineBytes = maxLineBytes;
     const { endOffset, boundary } = resplitFrom(spool, enc, st.committed, st.maxLineBytes);
     st.endOffset = endOffset;
     // end() and flush() keep waiting for the same items, now at their new offsets.
     for (const w of st.waiters) if (w.to > st.committed) w.to = boundary.get(w.to) ?? spool.end;
     stats.items = spool.end;
-    return true;
   }
 
   function settleWaiters(): void {

@@ -75,6 +75,8 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
     retryTimer: null,
     flushing: false,
     maxLineBytes,
+    runs: false,
+    mayRun: options.runs ?? true,
     waiters: [],
     drainWaiters: [],
     stopInfo: null,
@@ -177,13 +179,11 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
       if (st.state !== "open") return { next: start, accepted: true };
       const buf = Buffer.isBuffer(src) ? src : Buffer.from(src.buffer, src.byteOffset, src.byteLength);
       const from = spool.end;
-      const next = spool.appendLines(
-        buf,
-        start,
-        end,
-        Math.min(maxLineBytes, st.maxLineBytes),
-        enc.lineFramer(stderr, time),
-      );
+      const maxLine = Math.min(maxLineBytes, st.maxLineBytes);
+      const frames = enc.lineFramer(stderr, time);
+      const next = st.runs
+        ? spool.appendRuns(buf, start, end, maxLine, frames)
+        : spool.appendLines(buf, start, end, maxLine, frames);
       if (stderr) stats.lines.stderr += spool.end - from;
       else stats.lines.stdout += spool.end - from;
       stats.items = spool.end;

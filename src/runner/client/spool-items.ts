@@ -1,6 +1,7 @@
 /**
  * The runner client's items in its spool: a log line encoded once into its frame, and the
- * unacknowledged items encoded again with a smaller line limit after RESOURCE_EXHAUSTED.
+ * unacknowledged items encoded again, a frame a line, with a smaller line limit after RESOURCE_EXHAUSTED or for a
+ * server that refused runs.
  */
 import { fromBinary } from "@bufbuild/protobuf";
 import { LogItemSchema } from "../../gen/runner/v1/runner_pb.js";
@@ -18,7 +19,8 @@ export function appendLine(spool: Spool, enc: LogItemEncoder, line: string, stde
 }
 
 /**
- * Re-encodes the spool's items from `from` with lines of at most `maxLineBytes`. Returns
+ * Re-encodes the spool's items from `from` (from the first line of its run) with lines of at most `maxLineBytes`,
+ * a frame a line. Returns
  * the job end's new offset (null when it was not queued) and where each old item boundary
  * now lands: re-splitting renumbers every unacknowledged item.
  */
@@ -28,23 +30,31 @@ export function resplitFrom(
   from: number,
   maxLineBytes: number,
 ): { endOffset: number | null; boundary: Map<number, number> } {
-  const frames = spool.frames(from);
-  spool.truncate(from);
+  // From the first line of the run holding `from`: a frame is cut whole; its lines before `from` go again, and the
+  // server skips them as duplicates.
+  const start = spool.frameStart(from);
+  const frames = spool.frames(start);
+  spool.truncate(start);
   let endOffset: number | null = null;
-  const boundary = new Map<number, number>([[from, from]]);
-  let old = from;
+  const boundary = new Map<number, number>([[start, start]]);
+  let old = start;
+  /** One line, cut to the limit; every piece keeps the line's stamp (a re-split never changes when it happened). */
+  const again = (line: string, stderr: boolean, timeUnixNano: bigint) => {
+    const time = nanosToMs(timeUnixNano);
+    for (const piece of splitUtf8(line, maxLineBytes)) appendLine(spool, enc, piece, stderr, time);
+    boundary.set(++old, spool.end);
+  };
   for (const f of frames) {
     const item = fromBinary(LogItemSchema, f.subarray(5));
-    if (item.event.case === "log") {
-      // Every piece keeps the line's stamp: a re-split changes the pieces, never when the line happened.
-      const time = nanosToMs(item.event.value.timeUnixNano);
-      for (const piece of splitUtf8(item.event.value.line, maxLineBytes))
-        appendLine(spool, enc, piece, item.event.value.stderr, time);
-    } else if (item.event.case === "end") {
+    const event = item.event;
+    if (event.case === "log") again(event.value.line, event.value.stderr, event.value.timeUnixNano);
+    else if (event.case === "run")
+      for (const line of event.value.lines) again(line, event.value.stderr, event.value.timeUnixNano);
+    else if (event.case === "end") {
       const frame = f;
       endOffset = spool.append(frame.length, (buf, pos) => pos + frame.copy(buf, pos));
+      boundary.set(++old, spool.end);
     }
-    boundary.set(++old, spool.end);
   }
   return { endOffset, boundary };
 }

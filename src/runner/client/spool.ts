@@ -3,7 +3,8 @@
  * gRPC frames packed into large chunks, so a call writes a few big slices instead of
  * one small buffer per line, and a replay after a failure costs no re-encoding.
  */
-import type { LineFramer } from "../protocol/encoder.js";
+import { FRAME_PREFIX_BYTES, writeVarint, type LineFramer } from "../protocol/encoder.js";
+import { varintSize } from "../protocol/encoded-size.js";
 
 interface Chunk {
   buf: Buffer;
@@ -11,7 +12,8 @@ interface Chunk {
   /** Job offset of the chunk's first item. */
   first: number;
   /**
-   * End position (exclusive) in `buf` of each of the chunk's {@link Chunk.count} items, in order: a typed array kept
+   * End position (exclusive) in `buf` of the frame of each of the chunk's {@link Chunk.count} items, in order (the
+   * lines of one run share their frame's end; two frames never end alike, so equal neighbours are one frame): a typed array kept
    * with the chunk's memory and reused with it, so the spool allocates nothing a line (a `number[]` grown a line
    * was ~8 MB of heap a 300,000-line job, promoted while unacknowledged: a mark-compact a job in the agent).
    */
@@ -43,6 +45,18 @@ const SPARE_CHUNKS = 64;
 
 /** Items a new chunk's `ends` holds before it grows: a 64 KiB chunk of 100-byte lines holds ~420 frames. */
 const ENDS_AT_FIRST = 512;
+
+/**
+ * Most lines a run frame carries: the server's bound (docs/runner-protocol.md §7, `MAX_RUN_LINES` on its side). A
+ * run is also cut where its frame would not fit its chunk.
+ */
+export const RUN_LINES = 4096;
+
+/**
+ * A chunk with less room than this starts a new one for the next run rather than a run of a few lines: a run's
+ * framing (~50 bytes) is worth paying once per many lines.
+ */
+const MIN_RUN_ROOM = 1024;
 
 /** A released chunk's memory: its buffer and the `ends` it grew. */
 interface SpareChunk {
@@ -92,6 +106,8 @@ class PackedSpool implements Spool {
   private first: number;
   private next: number;
   private held = 0;
+  /** Where each line of the run being framed ends in its source: scratch, reused by every run. */
+  private readonly runEnds = new Uint32Array(RUN_LINES);
 
   constructor(
     private readonly chunkBytes: number,
@@ -193,6 +209,71 @@ class PackedSpool implements Spool {
     return pos;
   }
 
+  appendRuns(src: Buffer, start: number, end: number, maxLine: number, frames: LineFramer): number {
+    const ends = this.runEnds;
+    const id = frames.id;
+    const tail = frames.tail;
+    // A run frame's bytes besides its lines: prefix, request ID, the run's tag and (at most) 5-byte length, the tail.
+    const overhead = FRAME_PREFIX_BYTES + id.length + 1 + 5 + tail.length;
+    let pos = start;
+    // O(bytes): each pipe read's lines are found once (a native newline search) and copied once into their frame.
+    for (;;) {
+      let chunk = this.chunks[this.chunks.length - 1];
+      let room = chunk !== undefined && !chunk.sealed ? chunk.buf.length - chunk.used : 0;
+      if (room < MIN_RUN_ROOM) room = this.chunkBytes;
+      let n = 0;
+      let fields = 0;
+      let at = pos;
+      while (at < end && n < RUN_LINES) {
+        const nl = src.indexOf(10, at);
+        if (nl === -1 || nl >= end || nl - at > maxLine) break;
+        const field = 1 + varintSize(nl - at) + (nl - at);
+        // A line that fits no chunk still goes, alone, in a chunk of its own size.
+        if (n > 0 && overhead + fields + field > room) break;
+        fields += field;
+        ends[n++] = nl;
+        at = nl + 1;
+      }
+      if (n === 0) return pos;
+      const body = fields + tail.length;
+      const msg = id.length + 1 + varintSize(body) + body;
+      const size = FRAME_PREFIX_BYTES + msg;
+      if (!this.fits(chunk, size)) chunk = this.newTail(size);
+      const buf = chunk.buf;
+      let w = chunk.used;
+      buf[w] = 0;
+      buf.writeUInt32BE(msg, w + 1);
+      w += FRAME_PREFIX_BYTES;
+      buf.set(id, w);
+      w += id.length;
+      buf[w++] = 0x22; // LogItem field 4 (run), wire type 2
+      w = writeVarint(buf, w, body);
+      let from = pos;
+      for (let i = 0; i < n; i++) {
+        const nl = ends[i]!;
+        buf[w++] = 0x0a; // LogRun field 1 (lines), wire type 2
+        w = writeVarint(buf, w, nl - from);
+        w += src.copy(buf, w, from, nl);
+        from = nl + 1;
+      }
+      for (let i = 0; i < tail.length; i++) buf[w + i] = tail[i]!;
+      w += tail.length;
+      // Every line is an item; they share the frame's end, so a call starts only at the frame's first line.
+      for (let i = 0; i < n; i++) this.placed(chunk, w, i === 0 ? size : 0);
+      pos = from;
+    }
+  }
+
+  frameStart(offset: number): number {
+    // The spool's start may be within a run (acknowledged up to there): its chunk, held whole, has the run's start.
+    if (this.chunks.length === 0 || offset < this.chunks[0]!.first || offset >= this.next) return offset;
+    const c = this.chunks[this.chunkFor(offset)]!;
+    let i = offset - c.first;
+    // O(lines of the run): back to the run's first line.
+    while (i > 0 && c.ends[i - 1] === c.ends[i]) i--;
+    return c.first + i;
+  }
+
   has(offset: number): boolean {
     return offset >= this.first && offset <= this.next;
   }
@@ -202,7 +283,8 @@ class PackedSpool implements Spool {
     const buffers: Buffer[] = [];
     let total = 0;
     let to = from;
-    if (from >= this.next || from < this.first) return { buffers, bytes: 0, to: from };
+    // A call may start before the spool's start, at the first line of the run that holds it (frameStart).
+    if (from >= this.next || from < (chunks[0]?.first ?? this.first)) return { buffers, bytes: 0, to: from };
     for (let ci = this.chunkFor(from); ci < chunks.length; ci++) {
       const c = chunks[ci]!;
       const i0 = to - c.first;
@@ -216,7 +298,11 @@ class PackedSpool implements Spool {
       }
       let i = i0;
       while (i < c.count && c.ends[i]! - s <= budget) i++;
-      if (i === i0 && total === 0) i = i0 + 1; // always make progress, even past the budget
+      if (i === i0 && total === 0) {
+        // Always make progress, even past the budget: the whole frame (every line of a run).
+        i = i0 + 1;
+        while (i < c.count && c.ends[i] === c.ends[i0]) i++;
+      }
       if (i > i0) {
         buffers.push(c.buf.subarray(s, c.ends[i - 1]!));
         total += c.ends[i - 1]! - s;
@@ -253,17 +339,22 @@ class PackedSpool implements Spool {
   frames(from: number): Buffer[] {
     const chunks = this.chunks;
     const out: Buffer[] = [];
-    for (let o = Math.max(from, this.first); o < this.next; o++) {
+    for (let o = this.frameStart(Math.max(from, this.first)); o < this.next;) {
       const c = chunks[this.chunkFor(o)]!;
-      const i = o - c.first;
-      out.push(c.buf.subarray(i === 0 ? 0 : c.ends[i - 1]!, c.ends[i]!));
+      let i = o - c.first;
+      const frameEnd = c.ends[i]!;
+      out.push(c.buf.subarray(i === 0 ? 0 : c.ends[i - 1]!, frameEnd));
+      while (i < c.count && c.ends[i] === frameEnd) i++;
+      o = c.first + i;
     }
     return out;
   }
 
   truncate(to: number): void {
-    // Forget items from `to` on (they are re-encoded by the caller); keeps order intact.
+    // Forget items from `to` (a frame's first item) on: they are re-encoded by the caller; keeps order intact.
     if (to >= this.next) return;
+    // A run's lines before the old start go again too (the server skips them as duplicates).
+    this.first = Math.min(this.first, to);
     const chunks = this.chunks;
     while (chunks.length > 0) {
       const c = chunks[chunks.length - 1]!;
@@ -302,6 +393,17 @@ export interface Spool {
    * lines' bytes are copied before it returns. O(bytes).
    */
   appendLines(src: Buffer, start: number, end: number, maxLine: number, frames: LineFramer): number;
+  /**
+   * Appends the lines of `src[start, end)` as appendLines does, but as runs: one frame (a `LogRun`, field 4 of
+   * `LogItem`) for up to {@link RUN_LINES} lines that fit a chunk, each line still an item of its own. Only for a
+   * server that said it takes runs (`runner-accepts: runs`). O(bytes).
+   */
+  appendRuns(src: Buffer, start: number, end: number, maxLine: number, frames: LineFramer): number;
+  /**
+   * Where a call that should start at item `offset` starts: the first line of the run holding it (a frame is sent
+   * whole), else `offset`. O(lines of that run).
+   */
+  frameStart(offset: number): number;
   /** True when a replay from `offset` is possible (start ≤ offset ≤ end). */
   has(offset: number): boolean;
   /** Frames from `from` on, up to about `maxBytes` (at least one item). */
@@ -311,8 +413,8 @@ export interface Spool {
    * chunk's memory takes later items).
    */
   drop(before: number): void;
-  /** Each frame from `from` on, one buffer per item (slow path: re-splitting). */
+  /** Each frame from the one holding `from` on (slow path: re-splitting): one item each, or a run's lines. */
   frames(from: number): Buffer[];
-  /** Forgets items from `to` on. */
+  /** Forgets items from `to` on (a frame's first item: see frameStart). */
   truncate(to: number): void;
 }

@@ -13,6 +13,8 @@ export interface Call extends CallResponse {
   session: http2.ClientHttp2Session;
   from: number;
   sentTo: number;
+  /** The call was started while lines went in runs (it may carry run frames). */
+  runs: boolean;
   bytes: number;
   ending: boolean;
   waitingDrain: boolean;
@@ -60,6 +62,14 @@ export interface ClientState {
   flushing: boolean;
   /** The line limit; halved on RESOURCE_EXHAUSTED. */
   maxLineBytes: number;
+  /**
+   * Lines go in runs (a frame a pipe read's lines): the server said it takes them (`runner-accepts: runs`) and the
+   * client may send them. Turned off for good when a call carrying runs is refused INVALID_ARGUMENT (an older server
+   * behind the same endpoint).
+   */
+  runs: boolean;
+  /** Runs may be turned on (the `runs` option, and no server has refused one yet). */
+  mayRun: boolean;
   waiters: Waiter[];
   drainWaiters: Array<() => void>;
   stopInfo: RunnerStop | null;

@@ -66,6 +66,11 @@ export interface RunnerClientOptions {
   keepaliveMs?: number;
   /** Told about every failed call that will be retried (for logging). */
   onRetry?: (error: RunnerDepotError, delayMs: number) => void;
+  /**
+   * Send the lines `logLines()` takes in runs (one `LogRun` item a pipe read's lines, docs/runner-protocol.md §2) once
+   * a server's answer says it takes them (`runner-accepts: runs`). Default true; false sends a frame a line always.
+   */
+  runs?: boolean;
 }
 
 /** Why a client stopped before its end was acknowledged. */

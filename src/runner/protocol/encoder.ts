@@ -141,6 +141,7 @@ export function createLogItemEncoder(requestId: string): LogItemEncoder {
       time: 0,
       ready: false,
       tail: tailBytes.subarray(0, 0),
+      id: idField as Uint8Array,
       head(lineBytes: number): Uint8Array {
         if (lineBytes >= CACHED_HEADS)
           return scratch.subarray(0, writeLogHead(scratch, 0, lineBytes, stderr, framer.time));
@@ -241,8 +242,13 @@ export interface LineFramer {
    * more are valid until the next `head` call of the encoder.
    */
   head(lineBytes: number): Uint8Array;
-  /** The frame's bytes after the text: the stderr flag and the time, when set. */
+  /**
+   * The frame's bytes after the text: the stderr flag and the time, when set. A `LogRun` ends with the same bytes
+   * (its stderr and time have `LogChunk`'s field numbers).
+   */
   readonly tail: Uint8Array;
+  /** The `request_id` field as encoded (tag, length, bytes), which starts a run's frame after its prefix. */
+  readonly id: Uint8Array;
 }
 
 /** What {@link createLogItemEncoder} returns. */

@@ -1,7 +1,8 @@
 /**
  * The runner client's spool (src/runner/client/spool.ts) against a model, an array of frames: every
- * method (append, appendLines, drop, truncate, slice, frames, has, start/end/bytes) after any sequence of
- * the others, and the slices already handed to a call never changing while any of their items is
+ * method (append, appendLines, appendRuns, frameStart, drop, truncate, slice, frames, has, start/end/bytes) after any sequence of
+ * the others (appendRuns too: a run's lines are items of one frame, and a call starts at a run's first line), and
+ * the slices already handed to a call never changing while any of their items is
  * held (they may be in flight when the spool is truncated and appended to again; a dropped chunk's
  * memory is reused, so a fully dropped slice may change). Session 9 made the spool a
  * class; this checks the whole behaviour, not only the paths the example tests take. It fails
@@ -10,33 +11,50 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { fromBinary } from "@bufbuild/protobuf";
 import { createSpool } from "../../../src/runner/client/spool.js";
+import { LogItemSchema } from "../../../src/gen/runner/v1/runner_pb.js";
 
 type Op =
   | { k: "append"; size: number }
   | { k: "lines"; sizes: number[]; max: number }
+  | { k: "runs"; sizes: number[]; max: number }
   | { k: "drop"; at: number }
   | { k: "truncate"; at: number }
   | { k: "slice"; at: number; max: number }
   | { k: "frames"; at: number };
 
-// A line's frame in this model: its length byte, its bytes, then 0x7e.
+// A line's frame in this model: its length byte, its bytes, then the tail. A run's frame is a real LogItem with this
+// ID, ended by the same tail (stderr: LogRun field 2).
 const framer = {
   head: (n: number) => Uint8Array.of(n),
-  tail: Uint8Array.of(0x7e),
+  tail: Uint8Array.of(0x10, 0x01),
+  id: Uint8Array.of(0x0a, 0x01, 0x41),
 };
 
+/** The lines of a run frame written with {@link framer}, read back by protobuf-es. */
+function runLines(frame: Buffer): string[] {
+  expect(frame[0]).toBe(0);
+  expect(frame.readUInt32BE(1)).toBe(frame.length - 5);
+  const item = fromBinary(LogItemSchema, frame.subarray(5));
+  expect(item.requestId).toBe("A");
+  if (item.event.case !== "run") throw new Error(`not a run: ${item.event.case}`);
+  expect(item.event.value.stderr).toBe(true);
+  return item.event.value.lines;
+}
+
 describe("spool: a property against a model", () => {
-  it("behaves as an array of frames in every method, and never changes a slice it handed out", () => {
+  it("behaves as a list of frames (one item each, or a run's lines) in every method, and never changes a slice it handed out", () => {
+    const sizes = fc.array(fc.nat(40), { maxLength: 8 });
     const op = fc.oneof(
       { arbitrary: fc.record({ k: fc.constant("append" as const), size: fc.integer({ min: 1, max: 90 }) }), weight: 5 },
       {
-        arbitrary: fc.record({
-          k: fc.constant("lines" as const),
-          sizes: fc.array(fc.nat(40), { maxLength: 8 }),
-          max: fc.integer({ min: 0, max: 50 }),
-        }),
+        arbitrary: fc.record({ k: fc.constant("lines" as const), sizes, max: fc.integer({ min: 0, max: 50 }) }),
         weight: 2,
+      },
+      {
+        arbitrary: fc.record({ k: fc.constant("runs" as const), sizes, max: fc.integer({ min: 0, max: 50 }) }),
+        weight: 3,
       },
       fc.record({ k: fc.constant("drop" as const), at: fc.nat(60) }),
       fc.record({ k: fc.constant("truncate" as const), at: fc.nat(60) }),
@@ -54,23 +72,33 @@ describe("spool: a property against a model", () => {
           const spool = createSpool({ chunkBytes, start: start0, endsAtFirst });
           let start = start0;
           let stamp = 0;
-          const items: Buffer[] = []; // items[o - start0]
+          // The frames in order, each with its first item's offset and its items (1, or a run's lines).
+          const frames: { at: number; n: number; bytes: Buffer }[] = [];
+          const end = () => (frames.length === 0 ? start0 : frames.at(-1)!.at + frames.at(-1)!.n);
+          const push = (bytes: Buffer, n: number) => frames.push({ at: end(), n, bytes });
+          /** The index of the frame holding item `o`, or frames.length past the end. */
+          const frameOf = (o: number) => {
+            const k = frames.findIndex((f) => o < f.at + f.n);
+            return k === -1 ? frames.length : k;
+          };
+          const concat = (from: number, to: number) =>
+            Buffer.concat(frames.filter((f) => f.at >= from && f.at < to).map((f) => f.bytes));
           // Slices handed to a call, checked while none of their items is dropped (a drop follows a call's close,
           // so no write of a dropped item is in flight, and a fully dropped chunk's memory is reused).
           let inFlight: { at: number; bufs: Buffer[]; copy: Buffer }[] = [];
           for (const raw of ops) {
             // Offsets relative to what is held (one below start to two past end), so most ops hit it.
             const o =
-              raw.k === "append" || raw.k === "lines"
+              raw.k === "append" || raw.k === "lines" || raw.k === "runs"
                 ? raw
-                : { ...raw, at: Math.max(0, start - 1 + (raw.at % (start0 + items.length - start + 4))) };
+                : { ...raw, at: Math.max(0, start - 1 + (raw.at % (end() - start + 4))) };
             if (o.k === "append") {
               const b = Buffer.alloc(o.size, ++stamp % 251);
               const off = spool.append(b.length, (buf, pos) => pos + b.copy(buf, pos));
-              expect(off).toBe(start0 + items.length);
-              items.push(b);
-            } else if (o.k === "lines") {
-              // A run of lines, each framed as its length byte, its bytes and 0x7e, behind bytes that are no line.
+              expect(off).toBe(end());
+              push(b, 1);
+            } else if (o.k === "lines" || o.k === "runs") {
+              // Lines behind and before bytes that are no line; each its own frame, or in runs.
               const lines = o.sizes.map((n) => Buffer.alloc(n, 0x61 + (++stamp % 26)));
               const src = Buffer.concat([
                 Buffer.from("xx"),
@@ -79,45 +107,64 @@ describe("spool: a property against a model", () => {
               ]);
               const taken = lines.findIndex((l) => l.length > o.max);
               const want = taken === -1 ? lines : lines.slice(0, taken);
-              const next = spool.appendLines(src, 2, src.length - 2, o.max, framer);
+              const before = end();
+              const next =
+                o.k === "lines"
+                  ? spool.appendLines(src, 2, src.length - 2, o.max, framer)
+                  : spool.appendRuns(src, 2, src.length - 2, o.max, framer);
               expect(next).toBe(2 + want.reduce((n, l) => n + l.length + 1, 0));
-              for (const l of want) items.push(Buffer.concat([Buffer.from([l.length]), l, Buffer.from([0x7e])]));
+              expect(spool.end).toBe(before + want.length);
+              if (o.k === "lines") {
+                for (const l of want) push(Buffer.concat([Buffer.from([l.length]), l, Buffer.from(framer.tail)]), 1);
+              } else {
+                // How the spool cut the lines into runs is its own (chunk room); every line is there once, in order.
+                const made = spool.frames(before);
+                expect(made.flatMap((f) => runLines(f))).toEqual(want.map((l) => l.toString()));
+                for (const f of made) push(Buffer.from(f), runLines(f).length);
+              }
             } else if (o.k === "drop") {
               spool.drop(o.at);
-              if (o.at > start) start = Math.min(o.at, start0 + items.length);
+              if (o.at > start) start = Math.min(o.at, end());
             } else if (o.k === "truncate") {
-              const to = Math.max(o.at, start);
+              // The caller cuts at a frame's first item (frameStart).
+              const k = frameOf(Math.max(o.at, start));
+              const to = k < frames.length ? frames[k]!.at : end();
+              expect(spool.frameStart(Math.max(o.at, start))).toBe(
+                Math.max(o.at, start) >= end() ? Math.max(o.at, start) : to,
+              );
               spool.truncate(to);
-              if (to < start0 + items.length) items.length = to - start0;
+              frames.length = k;
+              start = Math.min(start, to);
             } else if (o.k === "slice") {
-              const s = spool.slice(o.at, o.max);
-              const end = start0 + items.length;
-              if (o.at < start || o.at >= end) {
-                expect(s).toEqual({ buffers: [], bytes: 0, to: o.at });
+              if (o.at >= end() || o.at < start) {
+                if (o.at >= end()) expect(spool.slice(o.at, o.max)).toEqual({ buffers: [], bytes: 0, to: o.at });
               } else {
-                expect(s.to).toBeGreaterThan(o.at);
-                const want = Buffer.concat(items.slice(o.at - start0, s.to - start0));
+                // A call starts at the first line of the run holding its offset.
+                const from = frames[frameOf(o.at)]!.at;
+                expect(spool.frameStart(o.at)).toBe(from);
+                const s = spool.slice(from, o.max);
+                expect(s.to).toBeGreaterThan(from);
+                expect(frames.some((f) => f.at === s.to) || s.to === end()).toBe(true);
+                const want = concat(from, s.to);
                 expect(Buffer.concat(s.buffers)).toEqual(want);
                 expect(s.bytes).toBe(want.length);
-                if (s.to - o.at > 1) expect(s.bytes).toBeLessThanOrEqual(o.max);
-                if (s.to < end) expect(s.bytes + items[s.to - start0]!.length).toBeGreaterThan(o.max);
-                inFlight.push({ at: o.at, bufs: s.buffers, copy: Buffer.from(want) });
+                if (frameOf(s.to - 1) > frameOf(from)) expect(s.bytes).toBeLessThanOrEqual(o.max);
+                if (s.to < end()) expect(s.bytes + frames[frameOf(s.to)]!.bytes.length).toBeGreaterThan(o.max);
+                inFlight.push({ at: from, bufs: s.buffers, copy: Buffer.from(want) });
               }
             } else {
               const fr = spool.frames(o.at);
-              expect(fr.map((b) => b.toString("hex"))).toEqual(
-                items.slice(Math.max(o.at, start) - start0).map((b) => b.toString("hex")),
-              );
+              const k = frameOf(Math.max(o.at, start));
+              expect(fr.map((b) => b.toString("hex"))).toEqual(frames.slice(k).map((f) => f.bytes.toString("hex")));
             }
             expect(spool.start).toBe(start);
-            expect(spool.end).toBe(start0 + items.length);
-            const heldSize = items.slice(start - start0).reduce((n, b) => n + b.length, 0);
+            expect(spool.end).toBe(end());
+            const heldSize = frames.filter((f) => f.at + f.n > start).reduce((n, f) => n + f.bytes.length, 0);
             expect(spool.bytes).toBeGreaterThanOrEqual(heldSize);
             // Whole chunks are held, so items before start may count, but never a truncated one.
-            expect(spool.bytes).toBeLessThanOrEqual(items.reduce((n, b) => n + b.length, 0));
-            if (start === start0 + items.length && o.k === "drop" && o.at >= start) expect(spool.bytes).toBe(0);
-            for (let x = start - 1; x <= start0 + items.length + 1; x++)
-              expect(spool.has(x)).toBe(x >= start && x <= start0 + items.length);
+            expect(spool.bytes).toBeLessThanOrEqual(frames.reduce((n, f) => n + f.bytes.length, 0));
+            if (start === end() && o.k === "drop" && o.at >= start) expect(spool.bytes).toBe(0);
+            for (let x = start - 1; x <= end() + 1; x++) expect(spool.has(x)).toBe(x >= start && x <= end());
             inFlight = inFlight.filter((f) => f.at >= start);
             for (const f of inFlight) expect(Buffer.concat(f.bufs)).toEqual(f.copy);
           }
@@ -143,7 +190,9 @@ describe("spool: a property against a model", () => {
     expect(spool.end).toBe(14);
     expect(Buffer.concat(spool.frames(4))).toEqual(
       Buffer.concat(
-        Array.from({ length: 10 }, () => Buffer.concat([Buffer.of(40), Buffer.alloc(40, 0x62), Buffer.of(0x7e)])),
+        Array.from({ length: 10 }, () =>
+          Buffer.concat([Buffer.of(40), Buffer.alloc(40, 0x62), Buffer.from(framer.tail)]),
+        ),
       ),
     );
   });

@@ -1,0 +1,204 @@
+/**
+ * The runner client's runs of lines (docs/runner-protocol.md §2, "Runs of lines") against a scripted server over a
+ * real HTTP/2 socket: the client sends a frame a line until an answer says `runner-accepts: runs`, then a `LogRun` a
+ * pipe read's lines; it resumes at the first line of the run holding `runner-committed`; and when a call carrying
+ * runs is refused INVALID_ARGUMENT (an older server behind the same endpoint), it sends every line not yet stored
+ * again a frame each, and never runs again. The real server's side is in test/runner/server/runs.test.ts.
+ */
+import { randomUUID } from "node:crypto";
+import http2 from "node:http2";
+import type { AddressInfo } from "node:net";
+import { fromBinary } from "@bufbuild/protobuf";
+import { afterEach, describe, expect, it } from "vitest";
+import { LogItemSchema, type LogItem } from "../../../src/gen/runner/v1/runner_pb.js";
+import { createRunnerClient, type RunnerClient } from "../../../src/runner/client/runner-client.js";
+
+/** One call as the scripted server saw it. */
+interface SeenCall {
+  offset: number;
+  items: LogItem[];
+}
+
+/** What the script answers a call with: a gRPC status, `runner-committed`, and whether to say it takes runs. */
+interface Answer {
+  status: number;
+  committed: number;
+  accepts?: boolean;
+}
+
+const open: Array<{ close(): Promise<void> }> = [];
+afterEach(async () => {
+  for (const x of open.splice(0).reverse()) await x.close();
+});
+
+/** A node:http2 server that reads each call whole, decodes its items with protobuf-es and answers as `script` says. */
+async function scriptedServer(script: (call: SeenCall, index: number) => Answer) {
+  const calls: SeenCall[] = [];
+  const server = http2.createServer();
+  const sessions = new Set<http2.ServerHttp2Session>();
+  server.on("session", (s) => {
+    sessions.add(s);
+    s.on("close", () => sessions.delete(s));
+  });
+  server.on("stream", (stream, headers) => {
+    const chunks: Buffer[] = [];
+    stream.on("data", (d: Buffer) => chunks.push(d));
+    stream.on("end", () => {
+      const body = Buffer.concat(chunks);
+      const items: LogItem[] = [];
+      for (let at = 0; at < body.length;) {
+        const len = body.readUInt32BE(at + 1);
+        items.push(fromBinary(LogItemSchema, body.subarray(at + 5, at + 5 + len)));
+        at += 5 + len;
+      }
+      const call = { offset: Number(headers["runner-offset"]), items };
+      const answer = script(call, calls.push(call) - 1);
+      const meta: http2.OutgoingHttpHeaders = {
+        "grpc-status": String(answer.status),
+        "runner-committed": String(answer.committed),
+      };
+      if (answer.status !== 0) meta["grpc-message"] = "refused by the script";
+      if (answer.accepts === true) meta["runner-accepts"] = "runs";
+      stream.respond({ ":status": 200, "content-type": "application/grpc" }, { waitForTrailers: true });
+      stream.on("wantTrailers", () => stream.sendTrailers(meta));
+      stream.end(answer.status === 0 ? Buffer.from([0, 0, 0, 0, 2, 0x08, 0x01]) : undefined);
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const handle = {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    calls,
+    async close() {
+      for (const s of sessions) s.destroy();
+      await new Promise<void>((r) => server.close(() => r()));
+    },
+  };
+  open.push(handle);
+  return handle;
+}
+
+function track(client: RunnerClient): RunnerClient {
+  open.push(client);
+  return client;
+}
+
+/** The lines a call carried, item by item (a run's lines each an item), with the kind of frame each came in. */
+function linesOf(call: SeenCall): { line: string; run: boolean }[] {
+  return call.items.flatMap((item): { line: string; run: boolean }[] =>
+    item.event.case === "log"
+      ? [{ line: item.event.value.line, run: false }]
+      : item.event.case === "run"
+        ? item.event.value.lines.map((line) => ({ line, run: true }))
+        : [],
+  );
+}
+
+/** `n` lines from `from` on, each ended by a newline, as one pipe read. */
+function read(from: number, n: number): Buffer {
+  return Buffer.from(Array.from({ length: n }, (_, i) => `line ${from + i}\n`).join(""));
+}
+
+/** Items a call covers: its lines and its end. */
+const itemsOf = (call: SeenCall) => linesOf(call).length + (call.items.some((i) => i.event.case === "end") ? 1 : 0);
+
+describe("runs of lines, on the client", () => {
+  it("sends a frame a line until the server says it takes runs, then a run a pipe read", async () => {
+    const server = await scriptedServer((call) => ({
+      status: 0,
+      committed: call.offset + itemsOf(call),
+      accepts: true,
+    }));
+    const client = track(createRunnerClient({ endpoint: server.url, requestId: randomUUID() }));
+    const first = read(0, 5);
+    expect(client.logLines!(first, 0, first.length, true, 1_700_000_000_123).next).toBe(first.length);
+    await client.flush();
+    const second = read(5, 300);
+    client.logLines!(second, 0, second.length, true, 1_700_000_000_456);
+    await client.end({ exitCode: 0, success: true });
+    expect(server.calls).toHaveLength(2);
+    expect(linesOf(server.calls[0]!).every((l) => !l.run)).toBe(true);
+    expect(server.calls[1]!.offset).toBe(5);
+    // One pipe read of 300 short lines: one run (a 64 KiB chunk holds them), then the end.
+    expect(server.calls[1]!.items.map((i) => i.event.case)).toEqual(["run", "end"]);
+    const run = server.calls[1]!.items[0]!.event;
+    if (run.case !== "run") throw new Error("not a run");
+    expect(run.value.stderr).toBe(true);
+    expect(run.value.timeUnixNano).toBe(1_700_000_000_456_000_000n);
+    const all = server.calls.flatMap((c) => linesOf(c).map((l) => l.line));
+    expect(all).toEqual(Array.from({ length: 305 }, (_, i) => `line ${i}`));
+  });
+
+  it("never sends runs with `runs: false`, nor to a server that does not say it takes them", async () => {
+    for (const [accepts, runs] of [
+      [true, false],
+      [false, true],
+    ] as const) {
+      const server = await scriptedServer((call) => ({ status: 0, committed: call.offset + itemsOf(call), accepts }));
+      const client = track(createRunnerClient({ endpoint: server.url, requestId: randomUUID(), runs }));
+      for (let k = 0; k < 3; k++) {
+        const buf = read(k * 50, 50);
+        client.logLines!(buf, 0, buf.length);
+        await client.flush();
+      }
+      await client.end({ exitCode: 0, success: true });
+      expect(server.calls.length).toBeGreaterThanOrEqual(3);
+      expect(server.calls.flatMap((c) => c.items).some((i) => i.event.case === "run")).toBe(false);
+      expect(server.calls.flatMap((c) => linesOf(c).map((l) => l.line))).toEqual(
+        Array.from({ length: 150 }, (_, i) => `line ${i}`),
+      );
+    }
+  });
+
+  it("resumes at the first line of the run holding runner-committed, the whole run again", async () => {
+    // Call 0 (a frame a line) is stored; call 1 (a run of lines 3–102, the end not yet sent) fails UNAVAILABLE with
+    // 40 of its lines stored; call 2 must start at 3 and carry the whole run again.
+    const server = await scriptedServer((call, index) =>
+      index === 1
+        ? { status: 14, committed: 43, accepts: true }
+        : { status: 0, committed: call.offset + itemsOf(call), accepts: true },
+    );
+    const client = track(
+      createRunnerClient({ endpoint: server.url, requestId: randomUUID(), backoff: { initialMs: 1, maxMs: 5 } }),
+    );
+    const first = read(0, 3);
+    client.logLines!(first, 0, first.length);
+    await client.flush();
+    const second = read(3, 100);
+    client.logLines!(second, 0, second.length);
+    await client.flush();
+    await client.end({ exitCode: 0, success: true });
+    expect(server.calls.map((c) => c.offset)).toEqual([0, 3, 3, 103]);
+    expect(linesOf(server.calls[2]!).map((l) => l.line)).toEqual(
+      Array.from({ length: 100 }, (_, i) => `line ${3 + i}`),
+    );
+    expect(server.calls[2]!.items.map((i) => i.event.case)).toEqual(["run"]);
+    expect(server.calls[3]!.items.map((i) => i.event.case)).toEqual(["end"]);
+  });
+
+  it("goes back to a frame a line for good when a call with runs is refused INVALID_ARGUMENT", async () => {
+    // An older replica takes call 1: it stores nothing of a run and refuses it, as a server without LogRun does.
+    const server = await scriptedServer((call, index) =>
+      index === 1
+        ? { status: 3, committed: call.offset }
+        : { status: 0, committed: call.offset + itemsOf(call), accepts: true },
+    );
+    const client = track(
+      createRunnerClient({ endpoint: server.url, requestId: randomUUID(), backoff: { initialMs: 1, maxMs: 5 } }),
+    );
+    const first = read(0, 4);
+    client.logLines!(first, 0, first.length);
+    await client.flush();
+    const second = read(4, 20);
+    client.logLines!(second, 0, second.length);
+    await client.flush();
+    const third = read(24, 6);
+    client.logLines!(third, 0, third.length);
+    await client.end({ exitCode: 0, success: true });
+    expect(server.calls[1]!.items.some((i) => i.event.case === "run")).toBe(true);
+    // Every call after the refusal: a frame a line, though the server still says it takes runs.
+    for (const call of server.calls.slice(2)) expect(call.items.some((i) => i.event.case === "run")).toBe(false);
+    expect(server.calls[2]!.offset).toBe(4);
+    const stored = [server.calls[0]!, ...server.calls.slice(2)].flatMap((c) => linesOf(c).map((l) => l.line));
+    expect(stored).toEqual(Array.from({ length: 30 }, (_, i) => `line ${i}`));
+  });
+});
