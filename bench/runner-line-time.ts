@@ -172,17 +172,20 @@ interface AgentOptions {
   echo?: "lines" | "bytes";
   /** Where the job shell writes its `times` ({@link printer}). */
   timesFile?: string;
+  /** The client's `runs` option: false sends a frame a line, as before runs of lines (default true). */
+  runs?: boolean;
 }
 
 /** One job end to end: child → runJob (stamps every pipe read, masks `secrets`) → client → server; rate and CPU a line. */
 async function oursJob(server: Server, lines: number, options: AgentOptions = {}): Promise<Figures> {
-  const { secrets = [], prune = false, perLine = false, echo, timesFile } = options;
+  const { secrets = [], prune = false, perLine = false, echo, timesFile, runs = true } = options;
   const requestId = randomUUID();
   if (secrets.length > 0) await server.expect(requestId, secrets);
   const real = createRunnerClient({
     endpoint: `http://127.0.0.1:${server.port}`,
     requestId,
     token: mintJobToken(SECRET, requestId),
+    runs,
   });
   const client: RunnerClient = Object.create(real);
   if (perLine) client.logLines = undefined;
@@ -375,6 +378,7 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
     "leanFields",
     "plain",
     "masked",
+    "maskedFrames",
   ] as const;
   const runs = new Map<(typeof kinds)[number], Figures[]>(kinds.map((k) => [k, []]));
   // Every measured job's shell writes its `times` here (the child's CPU, for the aim's bound).
@@ -410,10 +414,15 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
       // let go (the memory store's pool): docs/decisions/ingest-limit.md, "The memory store's block pool".
       const prune = process.env.BENCH_PRUNE !== "0";
       for (let i = 0; i < 4; i++) await oursJob(server, LINES, { secrets: i % 2 === 1 ? SECRETS : [], prune });
-      // Alternating which goes first, so neither always runs on the fresher heap.
-      const order = r % 2 === 0 ? (["plain", "masked"] as const) : (["masked", "plain"] as const);
-      for (const k of order)
-        runs.get(k)!.push(await oursJob(server, LINES, { secrets: k === "masked" ? SECRETS : [], prune, timesFile }));
+      // Rotating which goes first, so none always runs on the fresher heap.
+      const rows = ["plain", "masked", "maskedFrames"] as const;
+      for (let k = 0; k < rows.length; k++) {
+        const kind = rows[(r + k) % rows.length]!;
+        const secrets = kind === "plain" ? [] : SECRETS;
+        runs
+          .get(kind)!
+          .push(await oursJob(server, LINES, { secrets, prune, timesFile, runs: kind !== "maskedFrames" }));
+      }
     } finally {
       await server.stop();
     }
@@ -465,6 +474,8 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
       "joined by `\\n` in one string or each line its own field. Each on its own server after 4 warm-up jobs, the connection made " +
       "before the clock starts. Ours: the same child run by `runJob` (a stamp per pipe read, " +
       "every line with its time) → `createRunnerClient` → `startRunnerServer` in a child process on the memory store, " +
+      "each pipe read's lines in `LogRun` items once the server's first answer says it takes them (a frame a line in the " +
+      "last row), " +
       `timed from spawn to the acknowledged end, a fresh server per round after 4 warm-up jobs of the same size (2 with masking on), pruned after every job ` +
       "as a server's retention does, the prune timed with the job (it keeps the newest ended job; the memory store " +
       "reuses the blocks of the ones it lets go; `BENCH_PRUNE=0`: never pruned); with masking on, " +
@@ -510,6 +521,10 @@ async function endToEnd(profileDir?: string): Promise<string[]> {
     ),
     row("end to end, memory store, times on, no secrets", runs.get("plain")!),
     row("end to end, memory store, times on, masking on (10 secrets)", runs.get("masked")!),
+    row(
+      "the same, masking on, a frame a line (the client's `runs: false`: the wire before runs of lines)",
+      runs.get("maskedFrames")!,
+    ),
   ];
 }
 

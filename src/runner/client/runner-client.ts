@@ -88,6 +88,7 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
       committed: 0,
       items: 0,
       spoolBytes: 0,
+      linesInRuns: 0,
     },
   };
   const stats = st.stats;
@@ -186,6 +187,7 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
         : spool.appendLines(buf, start, end, maxLine, frames);
       if (stderr) stats.lines.stderr += spool.end - from;
       else stats.lines.stdout += spool.end - from;
+      if (st.runs) stats.linesInRuns += spool.end - from;
       stats.items = spool.end;
       schedule();
       return { next, accepted: spool.bytes < highWater };

@@ -95,6 +95,8 @@ export interface RunnerClientStats {
   items: number;
   /** Bytes the spool holds. */
   spoolBytes: number;
+  /** Lines framed in runs (`LogRun` items, once the server said it takes them); the rest went a frame each. */
+  linesInRuns: number;
 }
 
 /** What {@link createRunnerClient} returns. */

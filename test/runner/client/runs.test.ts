@@ -12,6 +12,12 @@ import { fromBinary } from "@bufbuild/protobuf";
 import { afterEach, describe, expect, it } from "vitest";
 import { LogItemSchema, type LogItem } from "../../../src/gen/runner/v1/runner_pb.js";
 import { createRunnerClient, type RunnerClient } from "../../../src/runner/client/runner-client.js";
+import { createMemoryLogStore } from "../../../src/adapters/memory/log-store.js";
+import { createMemoryQueue } from "../../../src/adapters/memory/index.js";
+import { createRunnerService } from "../../../src/runner/index.js";
+import { startRunnerServer } from "../../../src/runner/server/start-server.js";
+import { mintJobToken } from "../../../src/runner/protocol/token.js";
+import { runJob } from "../../../src/runner/agent/run-job.js";
 
 /** One call as the scripted server saw it. */
 interface SeenCall {
@@ -200,5 +206,71 @@ describe("runs of lines, on the client", () => {
     expect(server.calls[2]!.offset).toBe(4);
     const stored = [server.calls[0]!, ...server.calls.slice(2)].flatMap((c) => linesOf(c).map((l) => l.line));
     expect(stored).toEqual(Array.from({ length: 30 }, (_, i) => `line ${i}`));
+  });
+});
+
+describe("runs of lines, the agent to the real server", () => {
+  const SECRET = "runs-test-secret";
+  const TOKEN = "tok_9f8e7d6c5b4a39281706";
+
+  /** A real server on the memory store; runs taken unless `acceptRuns` is false (an older server's behaviour). */
+  async function realServer(acceptRuns: boolean) {
+    const logs = createMemoryLogStore();
+    const queue = createMemoryQueue();
+    const runner = createRunnerService(queue, { secret: SECRET, logs, acceptRuns });
+    const server = await startRunnerServer(runner, { port: 0 });
+    open.push({ close: () => server.close() });
+    return { runner, server, logs, queue };
+  }
+
+  it("stores a job's every line once, in order, masked, whether the lines went in runs or a frame each", async () => {
+    // 20,000 lines over many pipe reads and many calls of 64 KiB; every 7th line holds the job's declared secret.
+    const lines = 20_000;
+    const script = `i=0; while [ $i -lt ${lines} ]; do if [ $((i % 7)) -eq 0 ]; then echo "line $i key=${TOKEN}"; else echo "line $i"; fi; i=$((i+1)); done`;
+    const want = Array.from({ length: lines }, (_, i) => (i % 7 === 0 ? `line ${i} key=***` : `line ${i}`));
+    for (const acceptRuns of [true, false]) {
+      const { runner, server, logs, queue } = await realServer(acceptRuns);
+      const requestId = randomUUID();
+      await runner.expectJob(requestId, { secrets: [TOKEN] });
+      const client = track(
+        createRunnerClient({
+          endpoint: server.url,
+          requestId,
+          token: mintJobToken(SECRET, requestId),
+          maxCallBytes: 64 * 1024,
+        }),
+      );
+      // The agent masks too; the service's own masking is what an agent that does not is held to (below).
+      expect(await runJob(client, { command: "sh", args: ["-c", script], secrets: [TOKEN] })).toBe(0);
+      const stored = await logs.read(requestId, 0, Number.MAX_SAFE_INTEGER);
+      expect(stored.map((l) => l.line)).toEqual(want);
+      expect(stored.every((l) => (l.time ?? 0) > 0 && l.serverTime !== true)).toBe(true);
+      expect(client.stats.calls).toBeGreaterThan(5);
+      if (acceptRuns) {
+        // The first call went a frame a line; every later one in runs.
+        expect(client.stats.linesInRuns).toBeGreaterThan(lines / 2);
+        expect(client.stats.linesInRuns).toBeLessThan(lines);
+      } else expect(client.stats.linesInRuns).toBe(0);
+      expect(queue.results.find((r) => r.requestId === requestId)).toMatchObject({ lines: { stdout: lines } });
+    }
+  });
+
+  it("the service masks lines of runs from an agent that does not mask", async () => {
+    const { runner, server, logs } = await realServer(true);
+    const requestId = randomUUID();
+    await runner.expectJob(requestId, { secrets: [TOKEN] });
+    const client = track(
+      createRunnerClient({ endpoint: server.url, requestId, token: mintJobToken(SECRET, requestId) }),
+    );
+    const first = Buffer.from("warm-up line\n");
+    client.logLines!(first, 0, first.length);
+    await client.flush();
+    // The secret whole in a line, and split across two lines of one run (the masker's multi-line rule is per value).
+    const read = Buffer.from(`a ${TOKEN} b\nplain\n${TOKEN}${TOKEN}\n`);
+    client.logLines!(read, 0, read.length);
+    await client.end({ exitCode: 0, success: true });
+    expect(client.stats.linesInRuns).toBe(3);
+    const stored = (await logs.read(requestId, 0, 100)).map((l) => l.line);
+    expect(stored).toEqual(["warm-up line", "a *** b", "plain", "***"]);
   });
 });
