@@ -1,5 +1,5 @@
 /**
- * A specialised decoder for the common runner.v1 `LogItem` (a request ID and a log line),
+ * A specialised decoder for the common runner.v1 `LogItem` (a request ID and a log line, or a run of lines),
  * the mirror of runner/protocol/encoder.ts. It returns exactly what protobuf-es `fromBinary(LogItemSchema, …)`
  * returns for the messages it handles, and `null` for everything else (end items, unknown
  * or repeated fields, invalid UTF-8, bad lengths), which the caller then hands to the
@@ -10,6 +10,7 @@ import { isUtf8 } from "node:buffer";
 import type { LogItem } from "../../gen/runner/v1/runner_pb.js";
 import { NOT_ASCII, PLAIN_ASCII, asciiClass, viewOf } from "./byte-scan.js";
 import { ReceivedLine } from "./received-line.js";
+import { ReceivedRun } from "./received-run.js";
 import { readNanos } from "./line-time.js";
 
 /**
@@ -194,5 +195,93 @@ export function decodeReceivedLine(buf: Buffer, start: number, end: number, unch
     timeAt < 0 ? 0 : readNanos(buf, timeAt),
     timeAt,
     plainJson || lineStart === lineEnd,
+  );
+}
+
+/**
+ * Decodes one LogItem carrying a run of lines (`LogRun`, field 4) from `buf[start, end)` into ONE
+ * {@link ReceivedRun}: the whole run is checked here (its structure, each line valid UTF-8 as protobuf-es checks
+ * it, stderr and time at most once each, no unknown field), and nothing is made a line; the lines stay bytes in
+ * `buf` until the item reader walks them. Returns null for anything else (a log line, an end, two events, a
+ * repeated or unknown field, invalid UTF-8, a non-minimal varint), which the caller hands to protobuf-es.
+ * The number of lines is counted, not bounded: the service refuses an empty run or one over MAX_RUN_LINES.
+ * `unchanging`: as for {@link decodeReceivedLine}. O(bytes), no allocation a line.
+ *
+ * @example
+ * const item = decodeReceivedLine(frame, 5, end) ?? decodeReceivedRun(frame, 5, end) ?? fromBinary(…);
+ */
+export function decodeReceivedRun(buf: Buffer, start: number, end: number, unchanging = false): ReceivedRun | null {
+  let pos = start;
+  let requestId: string | null = null;
+  let runStart = -1;
+  let runEnd = -1;
+  let firstLineAt = -1;
+  let count = 0;
+  let stderr = false;
+  let timeAt = -1;
+  let plainJson = true;
+  while (pos < end) {
+    const tag = buf[pos++]!;
+    if (tag === 0x0a && requestId === null) {
+      const len = pos < end && buf[pos]! < 0x80 ? buf[pos]! : readLength(buf, pos, end);
+      if (len < 0) return null;
+      pos += lengthBytes(len);
+      if (pos + len > end) return null;
+      requestId = requestIdText(buf, pos, pos + len);
+      if (requestId === null) return null;
+      pos += len;
+    } else if (tag === 0x22 && runStart < 0) {
+      const len = pos < end && buf[pos]! < 0x80 ? buf[pos]! : readLength(buf, pos, end);
+      if (len < 0) return null;
+      pos += lengthBytes(len);
+      const stop = pos + len;
+      if (stop > end) return null;
+      runStart = pos;
+      runEnd = stop;
+      let seenStderr = false;
+      let seenTime = false;
+      while (pos < stop) {
+        const fieldAt = pos;
+        const inner = buf[pos++]!;
+        if (inner === 0x0a) {
+          const n = pos < stop && buf[pos]! < 0x80 ? buf[pos]! : readLength(buf, pos, stop);
+          if (n < 0) return null;
+          pos += lengthBytes(n);
+          if (pos + n > stop) return null;
+          // The same UTF-8 check as decodeReceivedLine's, ASCII first; one flag for the whole run.
+          const kind = n === 0 ? PLAIN_ASCII : asciiClass(buf, pos, pos + n, unchanging);
+          if (kind === NOT_ASCII && !isUtf8(buf.subarray(pos, pos + n))) return null;
+          if (kind !== PLAIN_ASCII) plainJson = false;
+          if (firstLineAt < 0) firstLineAt = fieldAt;
+          count++;
+          pos += n;
+        } else if (inner === 0x10 && !seenStderr && pos < stop && buf[pos]! <= 1) {
+          seenStderr = true;
+          stderr = buf[pos++] === 1;
+        } else if (inner === 0x19 && !seenTime && pos + 8 <= stop) {
+          // Repeated, it is left to protobuf-es (last one wins).
+          seenTime = true;
+          timeAt = pos;
+          pos += 8;
+        } else {
+          return null;
+        }
+      }
+    } else {
+      return null;
+    }
+  }
+  if (runStart < 0) return null;
+  return new ReceivedRun(
+    requestId ?? "",
+    buf,
+    runStart,
+    runEnd,
+    firstLineAt < 0 ? runEnd : firstLineAt,
+    count,
+    stderr,
+    timeAt < 0 ? 0 : readNanos(buf, timeAt),
+    timeAt,
+    plainJson,
   );
 }

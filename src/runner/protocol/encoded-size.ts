@@ -36,7 +36,7 @@ function stringField(value: string): number {
 /**
  * Bytes of an item in protobuf binary form (the message size the limit is about);
  * `lineBytes`: UTF-8 size of a log item's line (the caller has it already). O(1) for a
- * log item past the line's size, O(length of the strings) for an end item.
+ * log item past the line's size, O(length of the strings) for an end item or a run.
  */
 export function encodedSize(item: LogItem, lineBytes: number): number {
   let size = stringField(item.requestId);
@@ -50,6 +50,14 @@ export function encodedSize(item: LogItem, lineBytes: number): number {
       (end.success ? 2 : 0) +
       stringField(end.repoUrl) +
       stringField(end.commitSha);
+  } else if (item.event.case === "run") {
+    // O(lines): each line's field, then the stream and the time.
+    const run = item.event.value;
+    for (const line of run.lines) {
+      const len = Buffer.byteLength(line, "utf8");
+      inner += 1 + varintSize(len) + len;
+    }
+    inner += (run.stderr ? 2 : 0) + (run.timeUnixNano !== 0n ? 9 : 0);
   } else {
     return size;
   }

@@ -7,6 +7,7 @@
  */
 import type { LogItem } from "../../gen/runner/v1/runner_pb.js";
 import type { JobLogStore, LogEntry, StoredLine } from "../ports.js";
+import type { ReceivedRun } from "./received-run.js";
 
 /**
  * One received log item (request ID, line, stream) whose line is valid UTF-8. A line stored
@@ -169,5 +170,9 @@ export function toLogItem(line: ReceivedLine): LogItem {
   };
 }
 
-/** An item of a call as the service reads it: a message, or a line the fast path kept as bytes. */
-export type CallItem = LogItem | ReceivedLine;
+/**
+ * An item of a call as the service reads it: a message, a line the fast path kept as bytes, or a run of lines the
+ * fast path kept as one object (the item reader hands the service its lines one at a time; a run reaches the
+ * service whole only to be refused, runner/server/item-reader.ts).
+ */
+export type CallItem = LogItem | ReceivedLine | ReceivedRun;

@@ -21,12 +21,13 @@ import {
 } from "@connectrpc/connect/protocol-grpc";
 import { compressionGzip, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import { AckSchema, Runner, type LogItem } from "../../gen/runner/v1/runner_pb.js";
-import { decodeReceivedLine } from "../protocol/decoder.js";
+import { decodeReceivedLine, decodeReceivedRun } from "../protocol/decoder.js";
 import { ENVELOPE_PREFIX } from "../protocol/envelope-splitter.js";
 import { cancelIfNotDrained } from "./answer-drain.js";
 import { respecGrpcMessage } from "../protocol/grpc-message.js";
 import type { ReadBudget } from "./read-budget.js";
 import { ReceivedLine, toLogItem, type CallItem } from "../protocol/received-line.js";
+import { ReceivedRun } from "../protocol/received-run.js";
 import { BatchList } from "../protocol/batch-list.js";
 import { RequestReader, type EnvelopeSink, type RequestBody } from "./request-reader.js";
 import {
@@ -403,9 +404,11 @@ class ItemQueue implements EnvelopeSink {
 
   envelope(buf: Buffer, start: number, end: number): void {
     const from = start + ENVELOPE_PREFIX;
-    // A plain log line stays bytes in `buf` (no string, no message objects); the rest is protobuf-es's.
-    // A received chunk is never written again: the decoder may remember what it found in it (byte-scan.ts).
-    let item: CallItem | null = decodeReceivedLine(buf, from, end, true);
+    // A plain log line stays bytes in `buf` (no string, no message objects), and so does a plain run of lines, as ONE
+    // object whatever its number of lines (none is made a line before the service takes it, runner/server/item-reader.ts);
+    // the rest is protobuf-es's. A received chunk is never written again: the decoder may remember what it found in it
+    // (byte-scan.ts). O(bytes).
+    let item: CallItem | null = decodeReceivedLine(buf, from, end, true) ?? decodeReceivedRun(buf, from, end, true);
     if (item === null) {
       try {
         item = this.parse(buf.subarray(from, end));
@@ -440,10 +443,15 @@ class ItemQueue implements EnvelopeSink {
     const pull = () => this.pull();
     return {
       [kItemBatches]: () => pull,
-      // A plain reader gets messages: received lines are turned into LogItems here.
+      // A plain reader gets messages: received lines and runs are turned into LogItems here.
       async *[Symbol.asyncIterator]() {
         for (let batch = await pull(); batch !== null; batch = await pull()) {
-          for (const item of batch) yield item instanceof ReceivedLine ? toLogItem(item) : item;
+          for (const item of batch)
+            yield item instanceof ReceivedLine
+              ? toLogItem(item)
+              : item instanceof ReceivedRun
+                ? item.toLogItem()
+                : item;
         }
       },
     };

@@ -23,6 +23,8 @@ export interface RunnerConfig {
   /** Token keys, or null when calls are not token-checked. */
   readonly secrets: readonly JobTokenSecret[] | null;
   readonly acceptsAnyCaller: boolean;
+  /** Runs of lines are taken and `runner-accepts: runs` sent (option `acceptRuns`, default true). */
+  readonly acceptRuns: boolean;
 }
 
 /** Resolves and checks the options (RangeError on a bad limit or an empty key list). */
@@ -58,6 +60,7 @@ export function resolveConfig(options: RunnerServiceOptions): RunnerConfig {
     sweepEveryMs: options.sweepIntervalMs ?? Math.min(Math.max(Math.floor(lostAfterMs / 4), 10), 30_000),
     secrets,
     acceptsAnyCaller: !secrets && !options.authorize,
+    acceptRuns: options.acceptRuns ?? true,
   };
 }
 

@@ -17,6 +17,12 @@ export const COMMITTED_HEADER = "runner-committed";
 export const REASON_HEADER = "runner-reason";
 /** Request metadata: the job offset of the call's first item. */
 export const OFFSET_HEADER = "runner-offset";
+/**
+ * Trailer (in the headers of a trailers-only answer) of every StreamLogs answer, Ack or error: the protocol
+ * features the server takes beyond the seed's, comma-separated; today only `runs` (runs of lines,
+ * docs/runner-protocol.md §2). Not sent when `acceptRuns` is false.
+ */
+export const ACCEPTS_HEADER = "runner-accepts";
 
 /** Why the orchestrator no longer wants a job (`runner-reason`). */
 export type EndedReason = "cancelled" | "lost" | "ended";
@@ -137,6 +143,13 @@ export interface RunnerServiceOptions extends TelemetryOptions {
   retentionMs?: number | false;
   /** Limits; unset members keep the contract's defaults. */
   limits?: Partial<RunnerLimits>;
+  /**
+   * Take runs of lines (`LogRun`, docs/runner-protocol.md §2) and say so in `runner-accepts: runs` on every
+   * StreamLogs answer; default true. false behaves as a server built from the seed's proto: no `runner-accepts`,
+   * and a run item ends the call INVALID_ARGUMENT ("an item must carry a log line or the job end"), the items
+   * before it stored. For tests that play an older server, and to turn runs off.
+   */
+  acceptRuns?: boolean;
   /** Bounded publish retry inside a call; unset members keep their defaults. */
   publishRetry?: Partial<PublishRetryOptions>;
   /**

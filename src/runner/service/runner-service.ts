@@ -8,7 +8,8 @@ import { RunnerDepotError } from "../../errors.js";
 import type { JobLogStore, JobResultQueue, StoredLine } from "../ports.js";
 import { normalizeRequestId } from "../protocol/request-id.js";
 import { encodeJobCursor, summarizeJob, toJobListQuery } from "./job-list.js";
-import type { RunnerService, RunnerServiceOptions } from "./contract.js";
+import { ACCEPTS_HEADER, type RunnerService, type RunnerServiceOptions } from "./contract.js";
+import { RUNS_FEATURE } from "../protocol/received-run.js";
 import { resolveConfig } from "./config.js";
 import { createRunnerCore, uErr, type RunnerCore } from "./job-table.js";
 import { streamLogs } from "./call/stream-call.js";
@@ -22,6 +23,7 @@ import { MASK_LIMITS } from "../masking/add-mask.js";
 
 export {
   COMMITTED_HEADER,
+  ACCEPTS_HEADER,
   REASON_HEADER,
   OFFSET_HEADER,
   DEFAULT_RUNNER_LIMITS,
@@ -63,7 +65,10 @@ export function assembleRunnerService(
     [kStoreBacklog]: core.backlog,
     // Not async: an open call keeps every suspended frame of its chain, and this one only forwards.
     streamLogs(requests, ctx) {
-      if (core.closed) return Promise.reject(uErr("UNAVAILABLE", "the runner service is closed").toConnectError());
+      if (core.closed) {
+        if (core.config.acceptRuns) ctx.responseTrailer.set(ACCEPTS_HEADER, RUNS_FEATURE);
+        return Promise.reject(uErr("UNAVAILABLE", "the runner service is closed").toConnectError());
+      }
       return streamLogs(core, requests, ctx);
     },
     async expectJob(requestId, expectInfo = {}) {

@@ -316,7 +316,7 @@ describe("runner gRPC fast path vs connect path: same scenario, same answer", ()
 
   it("zero items: ok, no runner-committed; cancelled job: ok=false with runner-reason; both paths alike", async () => {
     const [fastZero, slowZero] = await both(sides, (side) => rawCall(side.server.url, []));
-    expect(fastZero!.trailers).toEqual({ "grpc-status": "0" });
+    expect(fastZero!.trailers).toEqual({ "grpc-status": "0", "runner-accepts": "runs" });
     expect(fastZero).toEqual(slowZero);
     const [fast, slow] = await both(sides, async (side) => {
       const id = randomUUID();

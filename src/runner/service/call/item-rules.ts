@@ -14,6 +14,7 @@ import { encodedSize, logItemSize } from "../../protocol/encoded-size.js";
 import { cutUtf8 } from "../../agent/line-splitter.js";
 import { JOB_END_FIELD_BYTES } from "../contract.js";
 import { ReceivedLine, type CallItem } from "../../protocol/received-line.js";
+import { ReceivedRun, runRefusal } from "../../protocol/received-run.js";
 import { lineCapCost, textCapCost } from "../log-cap.js";
 import { lineTime, nanosToMs } from "../../protocol/line-time.js";
 import { maskEnd, maskReceived, maskText } from "./masking.js";
@@ -33,6 +34,14 @@ function tooLarge(size: number, maxBytes: number): RunnerDepotError {
  */
 export function processItem(core: RunnerCore, call: CallRun, item: CallItem): Promise<void> | undefined {
   const index = call.index++;
+  // A run reaches the rules whole only to be refused: the item reader hands over the lines of the runs it takes.
+  if (!(item instanceof ReceivedLine) && (item instanceof ReceivedRun || item.event.case === "run")) {
+    if (index > 0 && item.requestId !== call.rawId && item.requestId.toLowerCase() !== call.id) {
+      throw uErr("INVALID_ARGUMENT", "all items of a call must carry the same request_id");
+    }
+    if (call.endSeen) throw uErr("INVALID_ARGUMENT", "no item may follow the end item");
+    throw refuseRun(core, item);
+  }
   // A received line is a log item whose line is bytes (the fast path); the rest are messages.
   const received = item instanceof ReceivedLine ? item : null;
   const event = received === null ? (item as LogItem).event : null;
@@ -207,13 +216,24 @@ function timed(line: StoredLine, time: number, serverTime: boolean): StoredLine 
   return line;
 }
 
+/**
+ * Why a run handed to the rules whole is refused (INVALID_ARGUMENT): a server that does not take runs answers as
+ * one built from the seed's proto would; else the run is empty or over MAX_RUN_LINES. O(1).
+ */
+function refuseRun(core: RunnerCore, run: ReceivedRun | LogItem): RunnerDepotError {
+  const count = run instanceof ReceivedRun ? run.count : run.event.case === "run" ? run.event.value.lines.length : 0;
+  const why = core.config.acceptRuns ? runRefusal(count) : null;
+  return uErr("INVALID_ARGUMENT", why ?? "an item must carry a log line or the job end");
+}
+
 /** The first item's own checks (size, an event present), for an answer given before processItem runs. */
-export function checkItemShape(call: CallRun, item: CallItem): void {
+export function checkItemShape(core: RunnerCore, call: CallRun, item: CallItem): void {
   if (item instanceof ReceivedLine) {
     const size = logItemSize(item.requestId, item.size, item.stderr);
     if (size > call.maxBytes) throw tooLarge(size, call.maxBytes);
     return;
   }
+  if (item instanceof ReceivedRun || item.event.case === "run") throw refuseRun(core, item);
   const event = item.event;
   const size = encodedSize(item, event.case === "log" ? Buffer.byteLength(event.value.line, "utf8") : 0);
   if (size > call.maxBytes) throw tooLarge(size, call.maxBytes);

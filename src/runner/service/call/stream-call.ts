@@ -9,7 +9,8 @@ import { AckSchema, type Ack, type LogItem } from "../../../gen/runner/v1/runner
 import type { CallItem } from "../../protocol/received-line.js";
 import { normalizeRequestId } from "../../protocol/request-id.js";
 import { kCallAuthenticated, kCallJob, kFirstItemCheck, kShutdownSignal } from "../../server/call-context.js";
-import { COMMITTED_HEADER, OFFSET_HEADER } from "../contract.js";
+import { ACCEPTS_HEADER, COMMITTED_HEADER, OFFSET_HEADER } from "../contract.js";
+import { RUNS_FEATURE } from "../../protocol/received-run.js";
 import { uErr, type RunnerCore } from "../job-table.js";
 import { CallRun } from "./run.js";
 import { readerOf, refill, takeItem, unread, type ItemReader } from "../../server/item-reader.js";
@@ -33,7 +34,10 @@ export async function streamLogs(
   reportCallOpen(core, call, ctx);
   let code = 0;
   let ok = false;
-  const it = readerOf(requests);
+  // Every answer (Ack or error, before the job is known too) says the server takes runs: set before anything can
+  // fail, and kept by both transports beside an error's own metadata.
+  if (core.config.acceptRuns) ctx.responseTrailer.set(ACCEPTS_HEADER, RUNS_FEATURE);
+  const it = readerOf(requests, core.config.acceptRuns);
   const shutdown = ctx.values.get(kShutdownSignal);
   const stoppedBy = shutdown ? watchShutdown(shutdown, call) : null;
   const onClientGone = () => call.stop(whySignalAborted(ctx.signal.reason));
@@ -105,7 +109,7 @@ async function runCall(core: RunnerCore, call: CallRun, it: ItemReader): Promise
   // is still being published (which holds the job's lock).
   const hostReason = core.ending.get(id);
   if (hostReason) {
-    checkItemShape(call, first);
+    checkItemShape(core, call, first);
     return endedAck(core, call, hostReason);
   }
   await call.guard(call.refresh());
