@@ -45,6 +45,8 @@ interface CallOutcome {
   permanent?: boolean;
   /** The server said it takes runs of lines (`runner-accepts: runs`, docs/runner-protocol.md §2). */
   acceptsRuns?: boolean;
+  /** A gRPC status came back (a server answered, whatever it said). */
+  answered?: boolean;
 }
 
 /**
@@ -67,6 +69,7 @@ export function readOutcome(c: CallResponse, sent: number): CallOutcome {
     committed: committedNum,
     reason,
     acceptsRuns: acceptsRuns(header(t, "runner-accepts") ?? header(h, "runner-accepts")),
+    answered: status !== undefined,
   };
   if (c.failure !== undefined)
     return { ...base, code: c.failure.code, error: rpcError(c.failure.message, c.failure.code) };

@@ -32,6 +32,12 @@ function callLength(maxCallMs: number): number {
   return maxCallMs - Math.floor(Math.random() * (maxCallMs / 4));
 }
 
+/**
+ * Most bytes of a call sent before any server has answered one (when runs may be sent): about 420 lines of 100 bytes,
+ * so the answer that says whether the server takes runs comes within a few ms of a job's start.
+ */
+const FIRST_CALL_BYTES = 64 * 1024;
+
 /** Smallest line limit RESOURCE_EXHAUSTED may push the client down to. */
 const MIN_SPLIT_BYTES = 1024;
 
@@ -124,6 +130,9 @@ export function createCallLoop(
       from,
       sentTo: from,
       runs: st.runs,
+      // Until a server has answered, a call is short: its answer says whether runs may be sent, and lines the agent
+      // reads meanwhile are framed a line each. One more call a job (~1 ms of CPU each side).
+      maxBytes: st.mayRun && !st.answered ? Math.min(maxCallBytes, FIRST_CALL_BYTES) : maxCallBytes,
       bytes: 0,
       ending: false,
       waitingDrain: false,
@@ -172,8 +181,9 @@ export function createCallLoop(
     const c = st.call;
     if (c === null || c.ending || c.waitingDrain) return;
     // A cut call writes nothing more, so its length stays bounded even while writes are slow.
-    while (!c.cut && c.sentTo < spool.end && c.bytes < maxCallBytes) {
-      const slice = spool.slice(c.sentTo, Math.min(maxCallBytes - c.bytes, 256 * 1024));
+    const callBytes = c.maxBytes;
+    while (!c.cut && c.sentTo < spool.end && c.bytes < callBytes) {
+      const slice = spool.slice(c.sentTo, Math.min(callBytes - c.bytes, 256 * 1024));
       if (slice.to === c.sentTo) break;
       let ok = true;
       for (const b of slice.buffers) ok = c.req.write(b);
@@ -201,7 +211,7 @@ export function createCallLoop(
     const allSent = c.sentTo >= spool.end;
     // Over the high-water mark only an Ack frees the spool: end the call now rather than at maxCallMs.
     const pressure = st.drainWaiters.length > 0 || spool.bytes >= highWater;
-    if (endSent || c.bytes >= maxCallBytes || c.cut || (allSent && (st.flushing || pressure))) endCall(c);
+    if (endSent || c.bytes >= callBytes || c.cut || (allSent && (st.flushing || pressure))) endCall(c);
   }
 
   function endCall(c: Call): void {
@@ -226,6 +236,7 @@ export function createCallLoop(
     if (!c.session.destroyed) c.session.unref();
     if (st.state === "closed") return;
     const outcome = readOutcome(c, st.sent);
+    if (outcome.answered === true) st.answered = true;
     if (outcome.acceptsRuns === true && st.mayRun) st.runs = true;
     const M = outcome.committed;
     if (M !== undefined && M >= spool.start) {

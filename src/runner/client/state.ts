@@ -15,6 +15,8 @@ export interface Call extends CallResponse {
   sentTo: number;
   /** The call was started while lines went in runs (it may carry run frames). */
   runs: boolean;
+  /** Bytes after which the call ends (maxCallBytes, less for a job's first call). */
+  maxBytes: number;
   bytes: number;
   ending: boolean;
   waitingDrain: boolean;
@@ -70,6 +72,8 @@ export interface ClientState {
   runs: boolean;
   /** Runs may be turned on (the `runs` option, and no server has refused one yet). */
   mayRun: boolean;
+  /** A server has answered a call with a gRPC status: until then calls are short (FIRST_CALL_BYTES). */
+  answered: boolean;
   waiters: Waiter[];
   drainWaiters: Array<() => void>;
   stopInfo: RunnerStop | null;

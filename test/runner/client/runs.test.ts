@@ -134,6 +134,27 @@ describe("runs of lines, on the client", () => {
     expect(all).toEqual(Array.from({ length: 305 }, (_, i) => `line ${i}`));
   });
 
+  it("keeps a job's first call short until a server has answered, so runs start within a few ms", async () => {
+    for (const runs of [true, false]) {
+      const server = await scriptedServer((call) => ({
+        status: 0,
+        committed: call.offset + itemsOf(call),
+        accepts: true,
+      }));
+      const client = track(createRunnerClient({ endpoint: server.url, requestId: randomUUID(), runs }));
+      // 2,000 frames of ~155 bytes (~310 KB) queued at once: one call of the default 4 MiB, unless the first is short.
+      const first = Buffer.from(`${"x".repeat(99)}\n`.repeat(2000));
+      client.logLines!(first, 0, first.length);
+      await client.flush();
+      const lines = server.calls.map((c) => linesOf(c).length);
+      if (runs) {
+        // 64 KiB of frames of 155 bytes: 422 fit, and a call always takes one more frame past what fits.
+        expect(lines).toEqual([423, 1577]);
+      } else expect(lines).toEqual([2000]);
+      await client.end({ exitCode: 0, success: true });
+    }
+  });
+
   it("never sends runs with `runs: false`, nor to a server that does not say it takes them", async () => {
     for (const [accepts, runs] of [
       [true, false],
@@ -224,10 +245,10 @@ describe("runs of lines, the agent to the real server", () => {
   }
 
   it("stores a job's every line once, in order, masked, whether the lines went in runs or a frame each", async () => {
-    // 20,000 lines over many pipe reads and many calls of 64 KiB; every 7th line holds the job's declared secret.
+    // 20,000 lines over many pipe reads and many calls of 64 KiB; every 5,000th line holds the job's declared secret (from it on, its pipe read goes a line at a time).
     const lines = 20_000;
-    const script = `i=0; while [ $i -lt ${lines} ]; do if [ $((i % 7)) -eq 0 ]; then echo "line $i key=${TOKEN}"; else echo "line $i"; fi; i=$((i+1)); done`;
-    const want = Array.from({ length: lines }, (_, i) => (i % 7 === 0 ? `line ${i} key=***` : `line ${i}`));
+    const script = `i=0; while [ $i -lt ${lines} ]; do if [ $((i % 5000)) -eq 0 ]; then echo "line $i key=${TOKEN}"; else echo "line $i"; fi; i=$((i+1)); done`;
+    const want = Array.from({ length: lines }, (_, i) => (i % 5000 === 0 ? `line ${i} key=***` : `line ${i}`));
     for (const acceptRuns of [true, false]) {
       const { runner, server, logs, queue } = await realServer(acceptRuns);
       const requestId = randomUUID();
