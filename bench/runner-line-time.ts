@@ -600,6 +600,37 @@ async function agentPairs(): Promise<string[]> {
   ];
 }
 
+/**
+ * Runs of lines on the wire, paired: one server (pruning, the pool on), masked jobs alternating between the client as
+ * it is (each pipe read's lines in `LogRun` items once the server said it takes them) and the same client with
+ * `runs: false` (a frame a line, the wire before), which goes first alternating too. BENCH_WIRE_PAIRS=0 skips it.
+ */
+async function wirePairs(): Promise<string[]> {
+  const pairs = pairCount("BENCH_WIRE_PAIRS");
+  if (pairs === 0) return [];
+  const server = await startServer(undefined, "ours");
+  let runs: Pair[];
+  try {
+    runs = await paired(pairs, (a, secrets) => oursJob(server, LINES, { secrets, prune: true, runs: a }));
+  } finally {
+    await server.stop();
+  }
+  const agent = (k: "a" | "b") => median(runs.map((r) => r[k].cpuHere));
+  const lower = runs.filter((r) => r.a.cpuHere < r.b.cpuHere).length;
+  return [
+    "### Runs of lines on the wire, paired (masking on, times on)",
+    "",
+    `Method: one server on the memory store (pruning after every job, the pool on), after 8 warm-up jobs; ${pairs} ` +
+      "pairs of the masked job above, alternating between the client as it is (a job's first call a frame a line, " +
+      'then each pipe read\'s plain lines as `LogRun` items: runner-protocol.md §2, "Runs of lines") and the same ' +
+      "client with `runs: false` (a frame a line, the wire before runs), and which goes first. Medians over the " +
+      "pairs; the counts are a sign test's (a tie counts against runs).",
+    "",
+    ...pairTable(runs, ["runs of lines on the wire", "peer: a frame a line (`runs: false`)"], "server"),
+    `The agent's CPU a line: ${(agent("a") / agent("b")).toFixed(2)}× (lower in ${lower} of ${runs.length} pairs).`,
+  ];
+}
+
 /** The pair count an environment variable sets (default 12; 0 skips the table). */
 function pairCount(name: string): number {
   const pairs = Number(process.env[name] ?? 12);
@@ -659,11 +690,12 @@ export async function run(): Promise<string> {
   const loadAtStart = os.loadavg()[0]!;
   const profileDir = process.env.BENCH_CPU_PROF;
   // BENCH_LINE_TIME_ONLY=e2e: the end-to-end rows and the pairs, not the bytes stored a line; =pairs: the pool's pairs
-  // alone; =agent: the agent's pairs alone.
+  // alone; =agent: the agent's pairs alone; =wire: the wire's pairs alone.
   const only = process.env.BENCH_LINE_TIME_ONLY;
-  const e2e = only === "pairs" || only === "agent" ? [] : await endToEnd(profileDir);
-  const pool = only === "agent" ? [] : await pooledPairs();
-  const agent = only === "pairs" ? [] : await agentPairs();
+  const e2e = only === "pairs" || only === "agent" || only === "wire" ? [] : await endToEnd(profileDir);
+  const pool = only === "agent" || only === "wire" ? [] : await pooledPairs();
+  const agent = only === "pairs" || only === "wire" ? [] : await agentPairs();
+  const wire = only === "pairs" || only === "agent" ? [] : await wirePairs();
   const sizes = only !== undefined ? [] : await bytesPerLine();
   if (profileDir) console.error(`profiles in ${profileDir}: ${(await readdir(profileDir)).join(", ")}`);
   return [
@@ -676,6 +708,8 @@ export async function run(): Promise<string> {
     ...pool,
     "",
     ...agent,
+    "",
+    ...wire,
     "",
     `Load average (1 min) at the start and end of this run: ${loadAtStart.toFixed(1)} / ${os.loadavg()[0]!.toFixed(1)} on ${os.cpus().length} cores` +
       (Math.max(loadAtStart, os.loadavg()[0]!) > os.cpus().length

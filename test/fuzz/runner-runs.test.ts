@@ -198,4 +198,40 @@ describe("fuzz: the run decoder and the run walk against protobuf-es", () => {
     },
     fuzzTimeout(60_000),
   );
+  it(
+    "plainJson is exact for runs of ASCII lines: true for every line when all of the run's lines are their own JSON string body, false else (empty lines true)",
+    () => {
+      const plain = (line: string) => JSON.stringify(line) === `"${line}"`;
+      let mixed = 0;
+      for (const params of fuzzParams("run plainJson")) {
+        fc.assert(
+          fc.property(
+            fc.array(
+              fc.oneof(fc.string({ unit: "grapheme-ascii", maxLength: 20 }), fc.constantFrom('"', "\\", "a\tb")),
+              {
+                minLength: 1,
+                maxLength: 8,
+              },
+            ),
+            fc.bigInt({ min: 0n, max: 2n ** 64n - 1n }),
+            (lines, timeUnixNano) => {
+              const bytes = toBinary(
+                LogItemSchema,
+                create(LogItemSchema, { requestId: "r", event: { case: "run", value: { lines, timeUnixNano } } }),
+              );
+              // The run's own tag (0x22, a `"`) and its time's bytes sit beside the lines in the buffer.
+              const run = decodeReceivedRun(Buffer.from(bytes), 0, bytes.length, true);
+              expect(run).not.toBeNull();
+              const all = lines.every(plain);
+              if (!all && lines.some((l) => l !== "" && plain(l))) mixed++;
+              for (const l of walk([run!])) expect(l.plainJson, JSON.stringify(lines)).toBe(all || l.line === "");
+            },
+          ),
+          params,
+        );
+      }
+      expect(mixed).toBeGreaterThan(0);
+    },
+    fuzzTimeout(30_000),
+  );
 });

@@ -148,8 +148,21 @@ export function asciiClass(buf: Buffer, start: number, end: number, unchanging =
   return special === 0 ? PLAIN_ASCII : ASCII;
 }
 
-/** {@link asciiClass} of a range whose buffer holds no `"` or `\` ({@link hasJsonEscapes} false). O(bytes). */
-function asciiControlClass(buf: Buffer, start: number, end: number): number {
+/**
+ * Whether `buf[start, end)` holds a `"` or a `\`: two native scans of the range (through one view of it, so neither
+ * runs on past `end`). A caller that finds neither may class the range's parts with {@link asciiControlClass}. For a
+ * range much larger than a line (a run of lines): the view costs ~100 bytes. O(range bytes).
+ */
+export function hasJsonEscapesIn(buf: Buffer, start: number, end: number): boolean {
+  const range = buf.subarray(start, end);
+  return range.indexOf(0x22) !== -1 || range.indexOf(0x5c) !== -1;
+}
+
+/**
+ * {@link asciiClass} of a range with no `"` or `\` in it (the caller checked: {@link hasJsonEscapes} or
+ * {@link hasJsonEscapesIn} false), which needs only the ASCII and control tests. O(bytes).
+ */
+export function asciiControlClass(buf: Buffer, start: number, end: number): number {
   const v = viewOf(buf);
   let acc = 0;
   let control = 0;

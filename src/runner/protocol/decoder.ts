@@ -8,7 +8,7 @@
  */
 import { isUtf8 } from "node:buffer";
 import type { LogItem } from "../../gen/runner/v1/runner_pb.js";
-import { NOT_ASCII, PLAIN_ASCII, asciiClass, viewOf } from "./byte-scan.js";
+import { NOT_ASCII, PLAIN_ASCII, asciiClass, asciiControlClass, hasJsonEscapesIn, viewOf } from "./byte-scan.js";
 import { ReceivedLine } from "./received-line.js";
 import { ReceivedRun } from "./received-run.js";
 import { readNanos } from "./line-time.js";
@@ -220,6 +220,7 @@ export function decodeReceivedRun(buf: Buffer, start: number, end: number, uncha
   let stderr = false;
   let timeAt = -1;
   let plainJson = true;
+  let escapes = true;
   while (pos < end) {
     const tag = buf[pos++]!;
     if (tag === 0x0a && requestId === null) {
@@ -238,6 +239,10 @@ export function decodeReceivedRun(buf: Buffer, start: number, end: number, uncha
       if (stop > end) return null;
       runStart = pos;
       runEnd = stop;
+      // Whether the run's bytes hold a `"` or `\` at all: its own tag (0x22) is outside them, so most runs hold
+      // neither, and each line then needs only the ASCII and control tests (asciiControlClass), not asciiClass's
+      // per-buffer answer (which the run's tag in the same buffer always makes "yes"). O(run bytes), once a run.
+      escapes = hasJsonEscapesIn(buf, pos, stop);
       let seenStderr = false;
       let seenTime = false;
       while (pos < stop) {
@@ -249,7 +254,12 @@ export function decodeReceivedRun(buf: Buffer, start: number, end: number, uncha
           pos += lengthBytes(n);
           if (pos + n > stop) return null;
           // The same UTF-8 check as decodeReceivedLine's, ASCII first; one flag for the whole run.
-          const kind = n === 0 ? PLAIN_ASCII : asciiClass(buf, pos, pos + n, unchanging);
+          const kind =
+            n === 0
+              ? PLAIN_ASCII
+              : escapes
+                ? asciiClass(buf, pos, pos + n, unchanging)
+                : asciiControlClass(buf, pos, pos + n);
           if (kind === NOT_ASCII && !isUtf8(buf.subarray(pos, pos + n))) return null;
           if (kind !== PLAIN_ASCII) plainJson = false;
           if (firstLineAt < 0) firstLineAt = fieldAt;
