@@ -88,15 +88,18 @@ beforeAll(async () => {
 });
 
 describe("createRunnerClient: the happy path", () => {
-  it("cuts calls at about 4 MiB by default: ~2.9 MB of frames is one call, ~5.2 MB two", async () => {
+  it("cuts calls at about 4 MiB by default: ~2.9 MB of frames is one call, ~5.2 MB two (and one more first call of 64 KiB while runs may be sent)", async () => {
     // Each call costs both sides a stream, a token check and an answer (~1 ms of CPU a side
-    // on the e2e bench), so the default cut is 4 MiB; it still bounds a replay.
+    // on the e2e bench), so the default cut is 4 MiB; it still bounds a replay. With runs on (the default), a job's
+    // first call ends at 64 KiB, so its answer says soon whether the server takes runs.
     const line = "x".repeat(99);
-    for (const [lines, calls] of [
-      [20_000, 1],
-      [36_000, 2],
+    for (const [lines, calls, runs] of [
+      [20_000, 1, false],
+      [36_000, 2, false],
+      [20_000, 2, true],
+      [36_000, 3, true],
     ] as const) {
-      const client = h.client();
+      const client = h.client({ runs });
       for (let i = 0; i < lines; i++) client.log(line);
       await client.flush();
       expect(client.stats.committed).toBe(lines);
