@@ -124,7 +124,7 @@ describe("fuzz: the agent's sending step, runs of lines against a line a call", 
     fuzzTimeout(30_000),
   );
 
-  it("sends the lines before the first that needs masking in one call, and the rest one by one", () => {
+  it("sends the lines around one that needs masking in runs, and that line alone", () => {
     const handed: Handed = { lines: [], runs: 0, echo: [] };
     const sender = createLineSender(fakeClient(handed, true, 1000), {
       masker: createSecretMasker(["s3cr3tvalue"]),
@@ -132,8 +132,55 @@ describe("fuzz: the agent's sending step, runs of lines against a line a call", 
       stopped: () => false,
       accepted: () => {},
     });
-    sender.stdout.push(Buffer.from("one\ntwo\nthe s3cr3tvalue\nfour\n"));
-    expect(handed.lines).toEqual(["O:one", "O:two", "O:the ***", "O:four"]);
-    expect(handed.runs).toBe(1);
+    sender.stdout.push(Buffer.from("one\ntwo\nthe s3cr3tvalue\nfour\nfive\n"));
+    expect(handed.lines).toEqual(["O:one", "O:two", "O:the ***", "O:four", "O:five"]);
+    // one + two, then four + five: a read with a secret in it loses only that line's run.
+    expect(handed.runs).toBe(2);
+  });
+
+  it("forgets where the last read's commands were: the next read, in the same buffer, is searched anew", () => {
+    // Read 0 holds no command; read 1, in the same buffer (the pipe reader reuses its memory), holds one.
+    const reads = ["abc\n" + "d\n".repeat(14), "::add-mask::zzzzzz\nr zzzzzz\n" + "p\n".repeat(2)];
+    const outputs = [true, false].map((withRuns) => {
+      const handed: Handed = { lines: [], runs: 0, echo: [] };
+      const sender = createLineSender(fakeClient(handed, withRuns, 1000), {
+        masker: createSecretMasker([]),
+        maxLineBytes: 100,
+        stopped: () => false,
+        accepted: () => {},
+      });
+      const buf = Buffer.alloc(32);
+      for (const r of reads) {
+        expect(buf.write(r)).toBe(32);
+        sender.stdout.push(buf);
+      }
+      return handed.lines;
+    });
+    expect(outputs[0]).toEqual(outputs[1]);
+    expect(outputs[0]!.join("\n")).not.toContain("zzzzzz");
+    expect(outputs[0]!.slice(15)).toEqual(["O:::add-mask::***", "O:r ***", "O:p", "O:p"]);
+  });
+
+  it("masks the lines after a command in the same read with the value it registered, in runs again after them", () => {
+    const handed: Handed = { lines: [], runs: 0, echo: [] };
+    const sender = createLineSender(fakeClient(handed, true, 1000), {
+      masker: createSecretMasker([]),
+      maxLineBytes: 100,
+      stopped: () => false,
+      accepted: () => {},
+    });
+    sender.stdout.push(Buffer.from("a\n::add-mask::fresh-value\nb fresh-value\nc\nd\n"));
+    expect(handed.lines).toEqual(["O:a", "O:::add-mask::***", "O:b ***", "O:c", "O:d"]);
+    expect(handed.runs).toBe(2);
+    // The next read comes in the same buffer (the pipe reader reuses its memory), holding a command the last did not.
+    const read = Buffer.from("e\nf\ng\nh other-value\n::add-mask::x1y2\nplain line\n");
+    sender.stdout.push(read);
+    read.write("e\n::add-mask::other-value\nf other-value\nx1y2 ab\n");
+    sender.stdout.push(read);
+    expect(handed.lines.slice(5)).toEqual(
+      ["e", "f", "g", "h other-value", "::add-mask::***", "plain line", "e", "::add-mask::***", "f ***", "*** ab"].map(
+        (l) => `O:${l}`,
+      ),
+    );
   });
 });

@@ -86,9 +86,9 @@ export function createLineSender(client: RunnerClient, options: LineSenderOption
   };
   // The lines before the first command or secret form of the run go whole; from the line holding it on, line by line
   // (a command registers a value for the lines after it, and a line holding a secret is masked on its own).
-  const sendRun = (buf: Buffer, start: number, end: number, stderr: boolean): number => {
+  const sendRun = (buf: Buffer, start: number, end: number, stderr: boolean, commands: CommandSearch): number => {
     if (stopped()) return end;
-    const plainEnd = plainLinesEnd(masker, buf, start, end);
+    const plainEnd = plainLinesEnd(masker, commands, buf, start, end);
     if (plainEnd === start) return start;
     const taken = logLines!(buf, start, plainEnd, stderr, sender.readAt, maxLineBytes);
     // A copy: the pipe's next read takes this memory.
@@ -112,23 +112,59 @@ export function createLineSender(client: RunnerClient, options: LineSenderOption
       return MASK_TEXT;
     },
   };
-  const splitter = (stderr: boolean) =>
-    createLineSplitter((line) => sendLine(line, stderr), {
+  const splitter = (stderr: boolean): LineSplitter => {
+    // Where the read's next `::add-mask::` is, from where it was looked for: the splitter comes back after each line
+    // that went alone, and a search to the read's end each time would be O(lines × bytes) a read. Forgotten with
+    // every read: the pipe's next read may come in the same buffer.
+    const commands: CommandSearch = { buf: null, from: 0, at: -1 };
+    const lines = createLineSplitter((line) => sendLine(line, stderr), {
       maxLineBytes,
       masking,
       onBytes: logUtf8 && ((buf, start, end) => sendBytes(buf, start, end, stderr)),
-      onRun: logLines && ((buf, start, end) => sendRun(buf, start, end, stderr)),
+      onRun: logLines && ((buf, start, end) => sendRun(buf, start, end, stderr, commands)),
     });
+    return {
+      push(chunk) {
+        commands.buf = null;
+        lines.push(chunk);
+      },
+      end() {
+        commands.buf = null;
+        lines.end();
+      },
+    };
+  };
   const sender: LineSender = { stdout: splitter(false), stderr: splitter(true), readAt: 0 };
   return sender;
 }
 
+/** The last search for `::add-mask::` in a read: in `buf`, from `from`, found at `at` (-1: none to the end). */
+interface CommandSearch {
+  buf: Buffer | null;
+  from: number;
+  at: number;
+}
+
+/**
+ * The first `::add-mask::` at or after `start` in `buf`, or -1. The answer for a later `start` up to the one found
+ * is the same, so a read is searched once a command it holds (the pipe's next read reuses `buf`'s memory: a new
+ * search whenever `start` goes back). O(bytes to the next command), O(1) when remembered.
+ */
+function nextCommand(search: CommandSearch, buf: Buffer, start: number): number {
+  if (search.buf !== buf || start < search.from || (search.at !== -1 && start > search.at)) {
+    search.buf = buf;
+    search.from = start;
+    search.at = buf.indexOf(ADD_MASK_PREFIX, start, "latin1");
+  }
+  return search.at;
+}
+
 /**
  * Where the lines of `buf[start, end)` (complete lines) that need no masking end: the start of the line holding the
- * first `::add-mask::` or the first form of a secret, or `end`. O(run bytes) typical.
+ * first `::add-mask::` or the first form of a secret, or `end`. O(bytes to the first hit) typical.
  */
-function plainLinesEnd(masker: SecretMasker, buf: Buffer, start: number, end: number): number {
-  const command = buf.indexOf(ADD_MASK_PREFIX, start, "latin1");
+function plainLinesEnd(masker: SecretMasker, commands: CommandSearch, buf: Buffer, start: number, end: number): number {
+  const command = nextCommand(commands, buf, start);
   const beforeCommand = command === -1 || command >= end ? end : command;
   // Forms are looked for before the command only, and up to the first: from its line on, lines go one by one anyway.
   const form = masker.firstRunStart(buf, start, beforeCommand);

@@ -64,7 +64,8 @@ interface LineSplitterOptions {
    * Called with the complete lines `buf[start, end)` of each chunk the splitter scans (every line ended by `\n`: a
    * read's, or the line a read completes) when they are valid UTF-8, before `onBytes` sees any of them. It takes lines
    * from `start` on, never one over the limit, and returns where it stopped: a line's start in `[start, end]`, `end`
-   * when it took them all. The lines from there go to `onBytes` or `onLine` one by one. Needs `onBytes`.
+   * when it took them all. The line from there goes to `onBytes` or `onLine` alone, and the lines after it to
+   * `onRun` again. Needs `onBytes`.
    */
   onRun?: (buf: Buffer, start: number, end: number) => number;
   /**
@@ -128,8 +129,9 @@ export function createLineSplitter(onLine: (line: string) => void, options: Line
     // One native UTF-8 check per chunk (O(chunk bytes)) over its complete lines: a newline
     // is a character boundary, so when the whole run is valid, so is every line in it.
     let valid = false;
+    let last = -1;
     if (onBytes !== undefined) {
-      const last = buf.lastIndexOf(10);
+      last = buf.lastIndexOf(10);
       valid = last !== -1 && isUtf8(last + 1 === buf.length ? buf : buf.subarray(0, last + 1));
       // A line continuing a cut command is its value (emit below); any other run may go whole.
       if (valid && onRun !== undefined && !commandLine) {
@@ -143,6 +145,9 @@ export function createLineSplitter(onLine: (line: string) => void, options: Line
       else emit(buf, pos, nl);
       pos = nl + 1;
       cutLine = commandLine = false;
+      // The lines after one that went alone (a secret's form, a command, a line over the limit) may go whole again:
+      // a read with one secret in it would otherwise send the rest of its lines one by one.
+      if (valid && onRun !== undefined && pos <= last) pos = onRun(buf, pos, last + 1);
     }
     // An unterminated line longer than the limit is sent in pieces now instead of
     // buffering without bound; the raw cut steps back to a UTF-8 sequence start.
