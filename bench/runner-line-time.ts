@@ -648,7 +648,8 @@ function wireBytesALine(lineBytes: number, runs: boolean): number {
   const read = Buffer.from(`${"x".repeat(lineBytes)}\n`.repeat(Math.max(1, Math.floor(65_536 / (lineBytes + 1)))));
   const spool = createSpool();
   const frames = createLogItemEncoder(randomUUID()).lineFramer(false, Date.now());
-  if (runs) spool.appendRuns(read, 0, read.length, 65_536, frames);
+  // The client's default line limit caps a run's frame (64 KiB), as the spool's chunk does.
+  if (runs) spool.appendRuns(read, 0, read.length, 65_536, frames, 65_536);
   else spool.appendLines(read, 0, read.length, 65_536, frames);
   const bytes = spool.slice(0, Number.MAX_SAFE_INTEGER).buffers.reduce((n, b) => n + b.length, 0);
   return bytes / spool.end;

@@ -184,7 +184,7 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
       const maxLine = Math.min(maxLineBytes, st.maxLineBytes);
       const frames = enc.lineFramer(stderr, time);
       const next = st.runs
-        ? spool.appendRuns(buf, start, end, maxLine, frames)
+        ? spool.appendRuns(buf, start, end, maxLine, frames, st.maxLineBytes)
         : spool.appendLines(buf, start, end, maxLine, frames);
       if (stderr) stats.lines.stderr += spool.end - from;
       else stats.lines.stdout += spool.end - from;

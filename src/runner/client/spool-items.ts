@@ -19,8 +19,8 @@ export function appendLine(spool: Spool, enc: LogItemEncoder, line: string, stde
 }
 
 /**
- * Re-encodes the spool's items from `from` (from the first line of its run) with lines of at most `maxLineBytes`,
- * a frame a line. Returns
+ * Re-encodes the spool's items from `from` (`runner-committed`: everything before it is stored) with lines of at most
+ * `maxLineBytes`, a frame a line. Returns
  * the job end's new offset (null when it was not queued) and where each old item boundary
  * now lands: re-splitting renumbers every unacknowledged item.
  */
@@ -30,16 +30,20 @@ export function resplitFrom(
   from: number,
   maxLineBytes: number,
 ): { endOffset: number | null; boundary: Map<number, number> } {
-  // From the first line of the run holding `from`: a frame is cut whole; its lines before `from` go again, and the
-  // server skips them as duplicates.
+  // From the first line of the run holding `from`, since a frame is cut whole. The run's lines before `from` are
+  // stored: they are not sent again, as a re-split would number them anew (a line cut in two is two items).
   const start = spool.frameStart(from);
   const frames = spool.frames(start);
-  spool.truncate(start);
+  spool.truncate(start, from);
   let endOffset: number | null = null;
-  const boundary = new Map<number, number>([[start, start]]);
+  const boundary = new Map<number, number>([[from, from]]);
   let old = start;
   /** One line, cut to the limit; every piece keeps the line's stamp (a re-split never changes when it happened). */
   const again = (line: string, stderr: boolean, timeUnixNano: bigint) => {
+    if (old < from) {
+      old++;
+      return;
+    }
     const time = nanosToMs(timeUnixNano);
     for (const piece of splitUtf8(line, maxLineBytes)) appendLine(spool, enc, piece, stderr, time);
     boundary.set(++old, spool.end);
@@ -50,10 +54,10 @@ export function resplitFrom(
     if (event.case === "log") again(event.value.line, event.value.stderr, event.value.timeUnixNano);
     else if (event.case === "run")
       for (const line of event.value.lines) again(line, event.value.stderr, event.value.timeUnixNano);
-    else if (event.case === "end") {
+    else if (event.case === "end" && old++ >= from) {
       const frame = f;
       endOffset = spool.append(frame.length, (buf, pos) => pos + frame.copy(buf, pos));
-      boundary.set(++old, spool.end);
+      boundary.set(old, spool.end);
     }
   }
   return { endOffset, boundary };

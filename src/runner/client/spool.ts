@@ -209,7 +209,7 @@ class PackedSpool implements Spool {
     return pos;
   }
 
-  appendRuns(src: Buffer, start: number, end: number, maxLine: number, frames: LineFramer): number {
+  appendRuns(src: Buffer, start: number, end: number, maxLine: number, frames: LineFramer, maxFrame: number): number {
     const ends = this.runEnds;
     const id = frames.id;
     const tail = frames.tail;
@@ -220,7 +220,9 @@ class PackedSpool implements Spool {
     for (;;) {
       let chunk = this.chunks[this.chunks.length - 1];
       let room = chunk !== undefined && !chunk.sealed ? chunk.buf.length - chunk.used : 0;
-      if (room < MIN_RUN_ROOM) room = this.chunkBytes;
+      if (room < Math.min(MIN_RUN_ROOM, maxFrame)) room = this.chunkBytes;
+      // A run's frame stays within what the server takes: the client's line limit, halved on RESOURCE_EXHAUSTED.
+      room = Math.min(room, maxFrame);
       let n = 0;
       let fields = 0;
       let at = pos;
@@ -350,11 +352,12 @@ class PackedSpool implements Spool {
     return out;
   }
 
-  truncate(to: number): void {
+  truncate(to: number, next = to): void {
     // Forget items from `to` (a frame's first item) on: they are re-encoded by the caller; keeps order intact.
     if (to >= this.next) return;
-    // A run's lines before the old start go again too (the server skips them as duplicates).
-    this.first = Math.min(this.first, to);
+    // The lines of a run before the old start either go again (the server skips them as duplicates), or, with
+    // `next`, are stored already and never sent again: the items are numbered on from there.
+    this.first = next > to ? Math.max(this.first, next) : Math.min(this.first, to);
     const chunks = this.chunks;
     while (chunks.length > 0) {
       const c = chunks[chunks.length - 1]!;
@@ -371,7 +374,7 @@ class PackedSpool implements Spool {
       c.sealed = true;
       break;
     }
-    this.next = to;
+    this.next = Math.max(to, next);
     // A chunk cut down to items already acknowledged is done: held, it waited for a later drop.
     this.release();
   }
@@ -395,10 +398,11 @@ export interface Spool {
   appendLines(src: Buffer, start: number, end: number, maxLine: number, frames: LineFramer): number;
   /**
    * Appends the lines of `src[start, end)` as appendLines does, but as runs: one frame (a `LogRun`, field 4 of
-   * `LogItem`) for up to {@link RUN_LINES} lines that fit a chunk, each line still an item of its own. Only for a
-   * server that said it takes runs (`runner-accepts: runs`). O(bytes).
+   * `LogItem`) for up to {@link RUN_LINES} lines that fit a chunk and `maxFrame` bytes (one line alone may be
+   * larger), each line still an item of its own. Only for a server that said it takes runs (`runner-accepts:
+   * runs`). O(bytes).
    */
-  appendRuns(src: Buffer, start: number, end: number, maxLine: number, frames: LineFramer): number;
+  appendRuns(src: Buffer, start: number, end: number, maxLine: number, frames: LineFramer, maxFrame: number): number;
   /**
    * Where a call that should start at item `offset` starts: the first line of the run holding it (a frame is sent
    * whole), else `offset`. O(lines of that run).
@@ -415,6 +419,9 @@ export interface Spool {
   drop(before: number): void;
   /** Each frame from the one holding `from` on (slow path: re-splitting): one item each, or a run's lines. */
   frames(from: number): Buffer[];
-  /** Forgets items from `to` on (a frame's first item: see frameStart). */
-  truncate(to: number): void;
+  /**
+   * Forgets items from `to` on (a frame's first item: see frameStart). With `next` > `to`, the items between are
+   * stored already (a run's lines before `runner-committed`): the spool starts at `next` and numbers on from there.
+   */
+  truncate(to: number, next?: number): void;
 }

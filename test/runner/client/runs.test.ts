@@ -202,6 +202,46 @@ describe("runs of lines, on the client", () => {
     expect(server.calls[3]!.items.map((i) => i.event.case)).toEqual(["end"]);
   });
 
+  it("re-splits after RESOURCE_EXHAUSTED from inside a run without sending the run's stored lines again", async () => {
+    // A model store: the item at position p is stored when p is the next to store. With a line limit of 2,048 the
+    // client's runs hold 6 lines of 300 bytes: 3–8, 9–14, … Call 1 (the runs of lines 3–22) stores up to 13 and fails;
+    // call 2 (from 9, the start of the run holding 13) is refused RESOURCE_EXHAUSTED: the client re-encodes from 13
+    // on, a frame a line, and sends nothing before 13 again.
+    const stored: string[] = [];
+    const server = await scriptedServer((call, index) => {
+      let pos = call.offset;
+      const upTo = index === 1 ? 13 : index === 2 ? 0 : Infinity;
+      for (const l of linesOf(call)) {
+        if (pos >= upTo) break;
+        if (pos === stored.length) stored.push(l.line);
+        pos++;
+      }
+      const status = index === 1 ? 14 : index === 2 ? 8 : 0;
+      return { status, committed: stored.length, accepts: true };
+    });
+    const client = track(
+      createRunnerClient({
+        endpoint: server.url,
+        requestId: randomUUID(),
+        maxLineBytes: 2048,
+        backoff: { initialMs: 1, maxMs: 5 },
+      }),
+    );
+    const line = (i: number) => `L${i} `.padEnd(300, "x");
+    for (const lines of [
+      Array.from({ length: 3 }, (_, i) => line(i)),
+      Array.from({ length: 20 }, (_, i) => line(3 + i)),
+    ]) {
+      const buf = Buffer.from(lines.map((l) => `${l}\n`).join(""));
+      client.logLines!(buf, 0, buf.length);
+      await client.flush();
+    }
+    expect(server.calls.map((c) => c.offset)).toEqual([0, 3, 9, 13]);
+    expect(server.calls[3]!.items.every((i) => i.event.case === "log")).toBe(true);
+    expect(linesOf(server.calls[3]!).map((l) => l.line)).toEqual(Array.from({ length: 10 }, (_, i) => line(13 + i)));
+    expect(stored).toEqual(Array.from({ length: 23 }, (_, i) => line(i)));
+  });
+
   it("goes back to a frame a line for good when a call with runs is refused INVALID_ARGUMENT", async () => {
     // An older replica takes call 1: it stores nothing of a run and refuses it, as a server without LogRun does.
     const server = await scriptedServer((call, index) =>
@@ -293,5 +333,37 @@ describe("runs of lines, the agent to the real server", () => {
     expect(client.stats.linesInRuns).toBe(3);
     const stored = (await logs.read(requestId, 0, 100)).map((l) => l.line);
     expect(stored).toEqual(["warm-up line", "a *** b", "plain", "***"]);
+  });
+
+  it("shrinks its runs with the line limit for a server with a small message limit", async () => {
+    // A server that takes messages of 4 KiB at most: a 64 KiB run is refused RESOURCE_EXHAUSTED, and the client halves
+    // its line limit, which caps its runs too, until they fit.
+    const logs = createMemoryLogStore();
+    const runner = createRunnerService(createMemoryQueue(), { secret: SECRET, logs, limits: { messageBytes: 4096 } });
+    const server = await startRunnerServer(runner, { port: 0 });
+    open.push({ close: () => server.close() });
+    for (const runs of [false, true]) {
+      const requestId = randomUUID();
+      const client = track(
+        createRunnerClient({
+          endpoint: server.url,
+          requestId,
+          token: mintJobToken(SECRET, requestId),
+          runs,
+          backoff: { initialMs: 1, maxMs: 5 },
+        }),
+      );
+      const want: string[] = [];
+      for (let k = 0; k < 12; k++) {
+        const lines = Array.from({ length: 100 }, (_, i) => `line ${k * 100 + i} `.padEnd(60, "x"));
+        want.push(...lines);
+        const buf = Buffer.from(lines.map((l) => `${l}\n`).join(""));
+        client.logLines!(buf, 0, buf.length);
+        await client.flush();
+      }
+      await client.end({ exitCode: 0, success: true });
+      expect((await logs.read(requestId, 0, 10_000)).map((l) => l.line)).toEqual(want);
+      if (runs) expect(client.stats.linesInRuns).toBeGreaterThan(600);
+    }
   });
 });

@@ -9,18 +9,21 @@
  * with truncate's chunk left unsealed, with its bytes not subtracted, or with drop keeping a
  * fully acknowledged chunk.
  */
+import { randomUUID } from "node:crypto";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { fromBinary } from "@bufbuild/protobuf";
-import { createSpool } from "../../../src/runner/client/spool.js";
+import { RUN_LINES, createSpool } from "../../../src/runner/client/spool.js";
+import { resplitFrom } from "../../../src/runner/client/spool-items.js";
+import { createLogItemEncoder } from "../../../src/runner/protocol/encoder.js";
 import { LogItemSchema } from "../../../src/gen/runner/v1/runner_pb.js";
 
 type Op =
   | { k: "append"; size: number }
   | { k: "lines"; sizes: number[]; max: number }
-  | { k: "runs"; sizes: number[]; max: number }
+  | { k: "runs"; sizes: number[]; max: number; maxFrame: number }
   | { k: "drop"; at: number }
-  | { k: "truncate"; at: number }
+  | { k: "truncate"; at: number; stored: number }
   | { k: "slice"; at: number; max: number }
   | { k: "frames"; at: number };
 
@@ -53,11 +56,18 @@ describe("spool: a property against a model", () => {
         weight: 2,
       },
       {
-        arbitrary: fc.record({ k: fc.constant("runs" as const), sizes, max: fc.integer({ min: 0, max: 50 }) }),
+        arbitrary: fc.record({
+          k: fc.constant("runs" as const),
+          sizes,
+          max: fc.integer({ min: 0, max: 50 }),
+          // The cap on a run's frame (the client's line limit): one line alone may pass it.
+          maxFrame: fc.integer({ min: 8, max: 200 }),
+        }),
         weight: 3,
       },
       fc.record({ k: fc.constant("drop" as const), at: fc.nat(60) }),
-      fc.record({ k: fc.constant("truncate" as const), at: fc.nat(60) }),
+      // `stored`: how many of the cut items the server holds already (a re-split from inside a run).
+      fc.record({ k: fc.constant("truncate" as const), at: fc.nat(60), stored: fc.oneof(fc.constant(0), fc.nat(6)) }),
       fc.record({ k: fc.constant("slice" as const), at: fc.nat(60), max: fc.integer({ min: 1, max: 300 }) }),
       fc.record({ k: fc.constant("frames" as const), at: fc.nat(60) }),
     );
@@ -74,8 +84,12 @@ describe("spool: a property against a model", () => {
           let stamp = 0;
           // The frames in order, each with its first item's offset and its items (1, or a run's lines).
           const frames: { at: number; n: number; bytes: Buffer }[] = [];
-          const end = () => (frames.length === 0 ? start0 : frames.at(-1)!.at + frames.at(-1)!.n);
-          const push = (bytes: Buffer, n: number) => frames.push({ at: end(), n, bytes });
+          let endAt = start0;
+          const end = () => endAt;
+          const push = (bytes: Buffer, n: number) => {
+            frames.push({ at: endAt, n, bytes });
+            endAt += n;
+          };
           /** The index of the frame holding item `o`, or frames.length past the end. */
           const frameOf = (o: number) => {
             const k = frames.findIndex((f) => o < f.at + f.n);
@@ -111,7 +125,7 @@ describe("spool: a property against a model", () => {
               const next =
                 o.k === "lines"
                   ? spool.appendLines(src, 2, src.length - 2, o.max, framer)
-                  : spool.appendRuns(src, 2, src.length - 2, o.max, framer);
+                  : spool.appendRuns(src, 2, src.length - 2, o.max, framer, o.maxFrame);
               expect(next).toBe(2 + want.reduce((n, l) => n + l.length + 1, 0));
               expect(spool.end).toBe(before + want.length);
               if (o.k === "lines") {
@@ -120,21 +134,29 @@ describe("spool: a property against a model", () => {
                 // How the spool cut the lines into runs is its own (chunk room); every line is there once, in order.
                 const made = spool.frames(before);
                 expect(made.flatMap((f) => runLines(f))).toEqual(want.map((l) => l.toString()));
-                for (const f of made) push(Buffer.from(f), runLines(f).length);
+                for (const f of made) {
+                  const n = runLines(f).length;
+                  if (n > 1) expect(f.length).toBeLessThanOrEqual(o.maxFrame);
+                  push(Buffer.from(f), n);
+                }
               }
             } else if (o.k === "drop") {
               spool.drop(o.at);
               if (o.at > start) start = Math.min(o.at, end());
             } else if (o.k === "truncate") {
-              // The caller cuts at a frame's first item (frameStart).
-              const k = frameOf(Math.max(o.at, start));
+              // The caller cuts at a frame's first item (frameStart); with `stored`, the cut items up to `next` are
+              // stored already and the spool numbers on from there.
+              const at = Math.max(o.at, start);
+              const k = frameOf(at);
               const to = k < frames.length ? frames[k]!.at : end();
-              expect(spool.frameStart(Math.max(o.at, start))).toBe(
-                Math.max(o.at, start) >= end() ? Math.max(o.at, start) : to,
-              );
-              spool.truncate(to);
-              frames.length = k;
-              start = Math.min(start, to);
+              expect(spool.frameStart(at)).toBe(at >= end() ? at : to);
+              const next = Math.min(to + o.stored, end());
+              spool.truncate(to, next);
+              if (to < end()) {
+                frames.length = k;
+                endAt = Math.max(to, next);
+                start = next > to ? Math.max(start, next) : Math.min(start, to);
+              }
             } else if (o.k === "slice") {
               if (o.at >= end() || o.at < start) {
                 if (o.at >= end()) expect(spool.slice(o.at, o.max)).toEqual({ buffers: [], bytes: 0, to: o.at });
@@ -172,6 +194,56 @@ describe("spool: a property against a model", () => {
       ),
       { numRuns: 3000 },
     );
+  });
+
+  it("cuts runs at 4,096 lines, at the frame cap, and where a chunk has under 1 KiB left", () => {
+    // 5,000 empty lines: two runs, 4,096 and 904 lines.
+    const spool = createSpool();
+    const empty = Buffer.alloc(5000, 0x0a);
+    expect(spool.appendRuns(empty, 0, empty.length, 100, framer, 65_536)).toBe(5000);
+    expect(spool.frames(0).map((f) => runLines(f).length)).toEqual([RUN_LINES, 5000 - RUN_LINES]);
+    // 1,000 lines of 20 bytes (22 a field) under a 1,000-byte cap: runs of at most 1,000 bytes a frame.
+    const capped = createSpool();
+    const lines = Buffer.from(`${"y".repeat(20)}\n`.repeat(1000));
+    capped.appendRuns(lines, 0, lines.length, 100, framer, 1000);
+    const frames = capped.frames(0);
+    expect(frames.every((f) => f.length <= 1000)).toBe(true);
+    expect(frames.flatMap((f) => runLines(f))).toHaveLength(1000);
+    expect(frames.length).toBeLessThan(30);
+    // A chunk of 4 KiB with 600 bytes left: the next run starts a chunk of its own rather than a run of a few lines.
+    const room = createSpool({ chunkBytes: 4096 });
+    room.append(3496, (buf, pos) => {
+      buf.fill(0, pos, pos + 3496);
+      return pos + 3496;
+    });
+    const run = Buffer.from(`${"z".repeat(50)}\n`.repeat(20));
+    room.appendRuns(run, 0, run.length, 100, framer, 65_536);
+    const after = room.frames(1);
+    expect(after).toHaveLength(1);
+    expect(runLines(after[0]!)).toHaveLength(20);
+    expect(room.slice(0, 1 << 20).buffers).toHaveLength(2);
+  });
+
+  it("re-splits from inside a run: the run's lines before runner-committed are not numbered again", () => {
+    // One run of 10 lines of 100 bytes; 4 are stored. Cut to 60 bytes a line, lines 4–9 become 12 items from 4 on.
+    const enc = createLogItemEncoder(randomUUID());
+    const spool = createSpool();
+    const lines = Array.from({ length: 10 }, (_, i) => `${i}`.padEnd(100, "q"));
+    const read = Buffer.from(lines.map((l) => `${l}\n`).join(""));
+    spool.appendRuns(read, 0, read.length, 1000, enc.lineFramer(true, 1_700_000_000_000), 65_536);
+    spool.drop(4);
+    expect(spool.frameStart(4)).toBe(0);
+    const { boundary } = resplitFrom(spool, enc, 4, 60);
+    expect(spool.start).toBe(4);
+    expect(spool.end).toBe(16);
+    const items = spool.frames(4).map((f) => fromBinary(LogItemSchema, f.subarray(5)).event);
+    expect(items.map((e) => (e.case === "log" ? e.value.line : e.case))).toEqual(
+      lines.slice(4).flatMap((l) => [l.slice(0, 60), l.slice(60)]),
+    );
+    expect(items.every((e) => e.case === "log" && e.value.stderr && e.value.timeUnixNano > 0n)).toBe(true);
+    // end() waiting for item 10 (the last line) now waits for 16.
+    expect(boundary.get(10)).toBe(16);
+    expect(boundary.get(5)).toBe(6);
   });
 
   it("appendLines after a truncate writes nothing into the cut chunk, whose bytes may be in flight", () => {
