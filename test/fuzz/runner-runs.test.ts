@@ -169,6 +169,17 @@ describe("fuzz: the run decoder and the run walk against protobuf-es", () => {
             if (run.count === 0 || run.count > MAX_RUN_LINES) return;
             const lines = walk([run]);
             expect(lines.map((l) => l.line)).toEqual(want.lines);
+            // Between other items of a batch: a line before it, and the same run again after it.
+            const single = create(LogItemSchema, {
+              requestId: "r",
+              event: { case: "log", value: { line: "before" } },
+            });
+            const around = walk([single, run, run]) as unknown as (ReceivedLine | LogItem)[];
+            expect(
+              around.map((l) =>
+                l instanceof ReceivedLine ? l.line : l.event.case === "log" ? l.event.value.line : null,
+              ),
+            ).toEqual(["before", ...want.lines, ...want.lines]);
             for (const l of lines) {
               expect(l).toBeInstanceOf(ReceivedLine);
               expect(l.requestId).toBe(expected!.requestId);
