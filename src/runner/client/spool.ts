@@ -420,8 +420,9 @@ export interface Spool {
   /** Each frame from the one holding `from` on (slow path: re-splitting): one item each, or a run's lines. */
   frames(from: number): Buffer[];
   /**
-   * Forgets items from `to` on (a frame's first item: see frameStart). With `next` > `to`, the items between are
-   * stored already (a run's lines before `runner-committed`): the spool starts at `next` and numbers on from there.
+   * Forgets items from `to` on (a frame's first item: see frameStart). With `next` > `to` (at most the spool's
+   * start, `runner-committed`), the items between are stored already (a run's lines before it): the spool numbers
+   * on from `next`.
    */
   truncate(to: number, next?: number): void;
 }
