@@ -13,7 +13,7 @@ import { describe, expect, it } from "vitest";
 import { LogItemSchema, type LogItem } from "../../src/gen/runner/v1/runner_pb.js";
 import { decodeReceivedRun } from "../../src/runner/protocol/decoder.js";
 import { ReceivedLine } from "../../src/runner/protocol/received-line.js";
-import { MAX_RUN_LINES } from "../../src/runner/protocol/received-run.js";
+import { MAX_RUN_LINES, countRunLines } from "../../src/runner/protocol/received-run.js";
 import { nanosToMs } from "../../src/runner/protocol/line-time.js";
 import { readerOf, takeItem, unread } from "../../src/runner/server/item-reader.js";
 import { kItemBatches } from "../../src/runner/server/call-context.js";
@@ -154,6 +154,13 @@ describe("fuzz: the run decoder and the run walk against protobuf-es", () => {
             const buf = Buffer.concat([Buffer.alloc(lead, 0x0a), bytes, Buffer.from([0x0a, 0x0a])]);
             const run = decodeReceivedRun(buf, lead, lead + bytes.length, total % 2 === 0);
             const expected = oracle(bytes);
+            // The count read before protobuf-es parses a message bounds the lines it will make: never below them. -1
+            // (not well-formed: the server refuses it unparsed) also for what protobuf-es lets pass, such as a line
+            // that runs on past its run's end into the fields after it.
+            const counted = countRunLines(buf, lead, lead + bytes.length);
+            if (counted >= 0 && expected?.event.case === "run")
+              expect(counted).toBeGreaterThanOrEqual(expected.event.value.lines.length);
+            if (run !== null) expect(counted).toBe(run.count);
             if (run === null) return;
             accepted++;
             expect(expected, "accepted what protobuf-es refuses").not.toBeNull();
@@ -242,6 +249,34 @@ describe("fuzz: the run decoder and the run walk against protobuf-es", () => {
         );
       }
       expect(mixed).toBeGreaterThan(0);
+    },
+    fuzzTimeout(30_000),
+  );
+  it(
+    "countRunLines counts exactly the lines of a run protobuf-es encoded, whatever else the message holds",
+    () => {
+      for (const params of fuzzParams("run line count")) {
+        fc.assert(
+          fc.property(
+            fc.array(fc.string({ maxLength: 5 }), { maxLength: 300 }),
+            fc.boolean(),
+            fc.constantFrom<number[]>([], [0x28, 0x01], [0x5b, 0x08, 0x07, 0x5c], [0x3a, 0x02, 0x0a, 0x00]),
+            (lines, stderr, extra) => {
+              const bytes = toBinary(
+                LogItemSchema,
+                create(LogItemSchema, { requestId: "r", event: { case: "run", value: { lines, stderr } } }),
+              );
+              // Unknown fields after the message, a group among them: skipped, never counted.
+              const buf = Buffer.concat([Buffer.from(bytes), Buffer.from(extra)]);
+              expect(countRunLines(buf, 0, buf.length)).toBe(lines.length);
+              // Cut anywhere inside, it is not a well-formed message (or a shorter one): never more than the lines.
+              const cut = Math.floor(buf.length / 2);
+              expect(countRunLines(buf, 0, cut)).toBeLessThanOrEqual(lines.length);
+            },
+          ),
+          params,
+        );
+      }
     },
     fuzzTimeout(30_000),
   );

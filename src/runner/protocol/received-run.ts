@@ -16,6 +16,20 @@ export const MAX_RUN_LINES = 4096;
 export const RUNS_FEATURE = "runs";
 
 /**
+ * The refusal of a message {@link countRunLines} counted `count` lines in, before protobuf-es parses it: runs over
+ * {@link MAX_RUN_LINES}; null when it may be parsed (-1 included: see {@link MALFORMED_REFUSAL}). O(1).
+ */
+export function countRefusal(count: number): string | null {
+  return count > MAX_RUN_LINES ? runRefusal(count) : null;
+}
+
+/**
+ * The refusal of a message {@link countRunLines} found not well-formed (-1) but protobuf-es read all the same (a
+ * field that runs on past its message's end); the caller gives protobuf-es's own refusal when it has one.
+ */
+export const MALFORMED_REFUSAL = "not a valid runner.v1.LogItem: a field runs on past the end of its message";
+
+/**
  * The one-line refusal of a run of `count` lines, or null when the count is within 1 to {@link MAX_RUN_LINES}.
  * O(1).
  */
@@ -23,6 +37,105 @@ export function runRefusal(count: number): string | null {
   if (count === 0) return "a run must hold at least one line";
   if (count > MAX_RUN_LINES) return `a run of ${count} lines is over the ${MAX_RUN_LINES}-line limit; split it`;
   return null;
+}
+
+/**
+ * How many lines the runs in the LogItem encoded in `buf[start, end)` hold (every `lines` field of every `run` field:
+ * protobuf merges a repeated message field), read without decoding anything: what a message the fast decoder leaves
+ * to protobuf-es may make it allocate, a string a line. -1 when the bytes are not a well-formed message, which the
+ * caller refuses unparsed ({@link countRefusal}): protobuf-es lets some pass (a field that runs on past its message's
+ * end), and 128 KiB of runs each holding one such line would be 30,000 lines it made uncounted. Groups are skipped
+ * whole. O(bytes), no allocation.
+ *
+ * @example
+ * const refusal = countRefusal(countRunLines(buf, from, end)); // before fromBinary(LogItemSchema, …)
+ */
+export function countRunLines(buf: Uint8Array, start: number, end: number): number {
+  return walkFields(buf, start, end, 0, false);
+}
+
+/** The count over the fields of `buf[pos, end)`: top level (`inRun` false) or inside a run. -1 when malformed. */
+function walkFields(buf: Uint8Array, pos: number, end: number, depth: number, inRun: boolean): number {
+  let count = 0;
+  while (pos < end) {
+    const tag = readVarint(buf, pos, end);
+    if (tag < 0) return -1;
+    pos = varintEnd;
+    const field = Math.floor(tag / 8);
+    const type = tag & 7;
+    if (type === 0) {
+      if (readVarint(buf, pos, end) < 0) return -1;
+      pos = varintEnd;
+    } else if (type === 1 || type === 5) {
+      pos += type === 1 ? 8 : 4;
+      if (pos > end) return -1;
+    } else if (type === 2) {
+      const len = readVarint(buf, pos, end);
+      if (len < 0 || varintEnd + len > end) return -1;
+      pos = varintEnd;
+      if (!inRun && field === 4) {
+        const inner = walkFields(buf, pos, pos + len, depth, true);
+        if (inner < 0) return -1;
+        count += inner;
+      } else if (inRun && field === 1) count++;
+      pos += len;
+    } else if (type === 3) {
+      // A group: its fields up to the matching end tag, skipped (never counted).
+      if (depth >= MAX_GROUP_DEPTH) return -1;
+      pos = skipGroup(buf, pos, end, field, depth + 1);
+      if (pos < 0) return -1;
+    } else {
+      return -1;
+    }
+  }
+  return pos === end ? count : -1;
+}
+
+/** The position after the group `field` whose fields start at `pos`, or -1. O(group bytes). */
+function skipGroup(buf: Uint8Array, pos: number, end: number, field: number, depth: number): number {
+  while (pos < end) {
+    const tag = readVarint(buf, pos, end);
+    if (tag < 0) return -1;
+    pos = varintEnd;
+    const type = tag & 7;
+    if (type === 4) return Math.floor(tag / 8) === field ? pos : -1;
+    if (type === 0) {
+      if (readVarint(buf, pos, end) < 0) return -1;
+      pos = varintEnd;
+    } else if (type === 1 || type === 5) pos += type === 1 ? 8 : 4;
+    else if (type === 2) {
+      const len = readVarint(buf, pos, end);
+      if (len < 0) return -1;
+      pos = varintEnd + len;
+    } else if (type === 3) {
+      if (depth >= MAX_GROUP_DEPTH) return -1;
+      pos = skipGroup(buf, pos, end, Math.floor(tag / 8), depth + 1);
+      if (pos < 0) return -1;
+    } else return -1;
+  }
+  return -1;
+}
+
+/** Nested groups deeper than this are taken as malformed (protobuf-es's own limit is higher; nothing sends groups). */
+const MAX_GROUP_DEPTH = 32;
+
+/** Where the last {@link readVarint} ended. */
+let varintEnd = 0;
+
+/** A varint of up to 10 bytes as a number (exact below 2^53; larger ones only need to be stepped over), or -1. */
+function readVarint(buf: Uint8Array, pos: number, end: number): number {
+  let value = 0;
+  let scale = 1;
+  for (let i = 0; i < 10 && pos < end; i++) {
+    const byte = buf[pos++]!;
+    value += (byte & 0x7f) * scale;
+    scale *= 128;
+    if (byte < 0x80) {
+      varintEnd = pos;
+      return value;
+    }
+  }
+  return -1;
 }
 
 /**

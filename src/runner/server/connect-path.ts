@@ -99,7 +99,12 @@ export function createConnectPath(
   // on their prefix by the reader, with the same limit.
   // Requests may be gzip only: a brotli first message costs its whole decoder window (up to
   // 16 MiB) before its request ID can be read (docs/decisions/runner-server.md, "Compressed first messages").
-  const router = createConnectRouter({ readMaxBytes: options.messageBytes, acceptCompression: [compressionGzip] });
+  // Unknown fields dropped as read, as on the fast path (fast-path.ts).
+  const router = createConnectRouter({
+    readMaxBytes: options.messageBytes,
+    acceptCompression: [compressionGzip],
+    binaryOptions: { readUnknownFields: false },
+  });
   router.service(Runner, runner);
   if (options.health) router.service(Health, options.health);
   const prefix = options.requestPathPrefix ?? "";
@@ -123,8 +128,11 @@ export function createConnectPath(
       return;
     }
     const encoding = compressionOf(req.headers);
+    const runner = uHandler.service.typeName === Runner.typeName;
     const body = new ConnectBody(
-      encoding !== null && uHandler.service.typeName === Runner.typeName ? firstMessageGate(encoding, values) : null,
+      encoding !== null && runner ? firstMessageGate(encoding, values) : null,
+      // Binary messages (not JSON, whose arrays JSON.parse makes anyway): runs counted before connect parses them.
+      runner && !String(req.headers["content-type"] ?? "").includes("json"),
     );
     const reader = new RequestReader(
       req,

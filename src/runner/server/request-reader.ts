@@ -6,7 +6,10 @@
  */
 import * as http2 from "node:http2";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { EnvelopeSplitter, EnvelopeTooLarge } from "../protocol/envelope-splitter.js";
+import { ENVELOPE_PREFIX, EnvelopeSplitter, EnvelopeTooLarge } from "../protocol/envelope-splitter.js";
+import { MALFORMED_REFUSAL, countRefusal, countRunLines } from "../protocol/received-run.js";
+import { fromBinary } from "@bufbuild/protobuf";
+import { LogItemSchema } from "../../gen/runner/v1/runner_pb.js";
 import { DATA_FRAME_ALLOWANCE, type ReadBudget } from "./read-budget.js";
 import { widenWhenBusy } from "./flow-window.js";
 import type { BacklogWaiter, StoreBacklog } from "../service/store-backlog.js";
@@ -442,8 +445,15 @@ export class ConnectBody implements EnvelopeSink, AsyncIterable<Uint8Array> {
   private waiter: (() => void) | null = null;
   private reader: RequestReader | null = null;
 
-  /** @param gate awaited with the first chunk before connect gets it (it may throw the call's refusal). */
-  constructor(private gate: ((chunk: Buffer) => Promise<void>) | null = null) {}
+  /**
+   * @param gate awaited with the first chunk before connect gets it (it may throw the call's refusal).
+   * @param countRuns binary LogItems: an uncompressed message whose runs hold over MAX_RUN_LINES lines, or that is no
+   *   well-formed message, is refused before connect parses it (a string a line), as the fast path does.
+   */
+  constructor(
+    private gate: ((chunk: Buffer) => Promise<void>) | null = null,
+    private readonly countRuns = false,
+  ) {}
 
   /** Connects the reader that feeds this body. */
   attach(reader: RequestReader): void {
@@ -451,6 +461,15 @@ export class ConnectBody implements EnvelopeSink, AsyncIterable<Uint8Array> {
   }
 
   envelope(buf: Buffer, start: number, end: number): void {
+    if (this.countRuns && (buf[start]! & 1) === 0) {
+      const counted = countRunLines(buf, start + ENVELOPE_PREFIX, end);
+      const overBound = countRefusal(counted);
+      if (overBound !== null) throw new ConnectError(overBound, Code.InvalidArgument);
+      // Not well-formed: connect refuses it with protobuf-es's own words, unless protobuf-es would read it (a field
+      // that runs on past its message's end), whose lines were not counted. Rare, so read twice.
+      if (counted < 0 && readsAnyway(buf.subarray(start + ENVELOPE_PREFIX, end)))
+        throw new ConnectError(MALFORMED_REFUSAL, Code.InvalidArgument);
+    }
     const last = this.last;
     if (last !== null && last.buf === buf && last.end === start) last.end = end;
     else {
@@ -491,5 +510,15 @@ export class ConnectBody implements EnvelopeSink, AsyncIterable<Uint8Array> {
       if (reader.ended) return;
       await new Promise<void>((resolve) => (this.waiter = resolve));
     }
+  }
+}
+
+/** Whether protobuf-es reads `bytes` as a LogItem (unknown fields dropped). O(bytes). */
+function readsAnyway(bytes: Uint8Array): boolean {
+  try {
+    fromBinary(LogItemSchema, bytes, { readUnknownFields: false });
+    return true;
+  } catch {
+    return false;
   }
 }

@@ -224,13 +224,20 @@ describe("runs of lines over a real socket", () => {
       });
       const resumed = await send(client, [run(id, ["last", "new"], false, 8_000)], { offset: 4 });
       expect(resumed, name).toMatchObject({ ok: true, committed: "6" });
-      const tooMany = await send(client, [run(id, numbered(0, MAX_RUN_LINES + 1))], { offset: 6 });
-      expect(tooMany, name).toMatchObject({ code: "InvalidArgument", committed: "6" });
+      // After a first item: refused with the items before it stored.
+      const tooMany = await send(client, [line(id, "kept"), run(id, numbered(0, MAX_RUN_LINES + 1))], { offset: 6 });
+      expect(tooMany, name).toMatchObject({ code: "InvalidArgument", committed: "7" });
+      // As the first message: uncompressed, refused as it arrives, before protobuf-es makes a string a line and before
+      // the call is authenticated, so no job is named yet (no runner-committed), as for any first message refused so;
+      // compressed, its token is checked before it is inflated (firstMessageGate), so the service refuses it.
+      const first = await send(client, [run(id, numbered(0, MAX_RUN_LINES + 1))], { offset: 7 });
+      expect(first, name).toMatchObject({ code: "InvalidArgument", committed: name === "gzip" ? "7" : null });
+      expect(String(first.error), name).toContain(`over the ${MAX_RUN_LINES}-line limit`);
       const stored = await h.logs.read(id);
       expect(
         stored.map((l) => l.line),
         name,
-      ).toEqual(["first", ...texts, "new"]);
+      ).toEqual(["first", ...texts, "new", "kept"]);
       expect(
         stored.slice(1, 5).every((l) => l.stderr && l.time === 7_000),
         name,
