@@ -28,5 +28,12 @@ export * from "./adapters/memory/index.js";
 export * from "./adapters/fs/index.js";
 export { RunnerDepotError, isRunnerDepotError } from "./errors.js";
 export type { ErrorCode, ProblemDocument, RunnerDepotErrorOptions } from "./errors.js";
-export { Runner, LogItemSchema, LogChunkSchema, JobEndSchema, AckSchema } from "./gen/runner/v1/runner_pb.js";
-export type { LogItem, LogChunk, JobEnd, Ack } from "./gen/runner/v1/runner_pb.js";
+export {
+  Runner,
+  LogItemSchema,
+  LogChunkSchema,
+  LogRunSchema,
+  JobEndSchema,
+  AckSchema,
+} from "./gen/runner/v1/runner_pb.js";
+export type { LogItem, LogChunk, LogRun, JobEnd, Ack } from "./gen/runner/v1/runner_pb.js";
