@@ -51,11 +51,22 @@ export function runRefusal(count: number): string | null {
  * const refusal = countRefusal(countRunLines(buf, from, end)); // before fromBinary(LogItemSchema, …)
  */
 export function countRunLines(buf: Uint8Array, start: number, end: number): number {
-  return walkFields(buf, start, end, 0, false);
+  return walkFields(buf, start, end, 0, TOP, -1);
 }
 
-/** The count over the fields of `buf[pos, end)`: top level (`inRun` false) or inside a run. -1 when malformed. */
-function walkFields(buf: Uint8Array, pos: number, end: number, depth: number, inRun: boolean): number {
+/** Where {@link walkFields} walks: a LogItem's fields, a run's, or a group's (skipped, never counted). */
+const TOP = 0;
+const RUN = 1;
+const GROUP = 2;
+
+/** Where the last group {@link walkFields} walked ended (after its end tag). */
+let groupEnd = 0;
+
+/**
+ * The count over the fields of `buf[pos, end)` as `where` says; for a group (`group`: its field number), up to its
+ * end tag, whose end it leaves in {@link groupEnd}. -1 when malformed. O(bytes).
+ */
+function walkFields(buf: Uint8Array, pos: number, end: number, depth: number, where: number, group: number): number {
   let count = 0;
   while (pos < end) {
     const tag = readVarint(buf, pos, end);
@@ -73,47 +84,24 @@ function walkFields(buf: Uint8Array, pos: number, end: number, depth: number, in
       const len = readVarint(buf, pos, end);
       if (len < 0 || varintEnd + len > end) return -1;
       pos = varintEnd;
-      if (!inRun && field === 4) {
-        const inner = walkFields(buf, pos, pos + len, depth, true);
+      if (where === TOP && field === 4) {
+        const inner = walkFields(buf, pos, pos + len, depth, RUN, -1);
         if (inner < 0) return -1;
         count += inner;
-      } else if (inRun && field === 1) count++;
+      } else if (where === RUN && field === 1) count++;
       pos += len;
     } else if (type === 3) {
       // A group: its fields up to the matching end tag, skipped (never counted).
-      if (depth >= MAX_GROUP_DEPTH) return -1;
-      pos = skipGroup(buf, pos, end, field, depth + 1);
-      if (pos < 0) return -1;
+      if (depth >= MAX_GROUP_DEPTH || walkFields(buf, pos, end, depth + 1, GROUP, field) < 0) return -1;
+      pos = groupEnd;
+    } else if (type === 4 && field === group) {
+      groupEnd = pos;
+      return count;
     } else {
       return -1;
     }
   }
-  return pos === end ? count : -1;
-}
-
-/** The position after the group `field` whose fields start at `pos`, or -1. O(group bytes). */
-function skipGroup(buf: Uint8Array, pos: number, end: number, field: number, depth: number): number {
-  while (pos < end) {
-    const tag = readVarint(buf, pos, end);
-    if (tag < 0) return -1;
-    pos = varintEnd;
-    const type = tag & 7;
-    if (type === 4) return Math.floor(tag / 8) === field ? pos : -1;
-    if (type === 0) {
-      if (readVarint(buf, pos, end) < 0) return -1;
-      pos = varintEnd;
-    } else if (type === 1 || type === 5) pos += type === 1 ? 8 : 4;
-    else if (type === 2) {
-      const len = readVarint(buf, pos, end);
-      if (len < 0) return -1;
-      pos = varintEnd + len;
-    } else if (type === 3) {
-      if (depth >= MAX_GROUP_DEPTH) return -1;
-      pos = skipGroup(buf, pos, end, Math.floor(tag / 8), depth + 1);
-      if (pos < 0) return -1;
-    } else return -1;
-  }
-  return -1;
+  return pos === end && group === -1 ? count : -1;
 }
 
 /** Nested groups deeper than this are taken as malformed (protobuf-es's own limit is higher; nothing sends groups). */
