@@ -306,7 +306,8 @@ describe("runs of lines, the agent to the real server", () => {
       const stored = await logs.read(requestId, 0, Number.MAX_SAFE_INTEGER);
       expect(stored.map((l) => l.line)).toEqual(want);
       expect(stored.every((l) => (l.time ?? 0) > 0 && l.serverTime !== true)).toBe(true);
-      expect(client.stats.calls).toBeGreaterThan(5);
+      // Several calls (the job's lines: ~240 KB in runs, ~1.3 MB a frame a line; calls of 64 KiB).
+      expect(client.stats.calls).toBeGreaterThanOrEqual(acceptRuns ? 4 : 15);
       if (acceptRuns) {
         // The first call went a frame a line; every later one in runs.
         expect(client.stats.linesInRuns).toBeGreaterThan(lines / 2);
