@@ -131,8 +131,8 @@ export function createConnectPath(
     const runner = uHandler.service.typeName === Runner.typeName;
     const body = new ConnectBody(
       encoding !== null && runner ? firstMessageGate(encoding, values) : null,
-      // Binary messages (not JSON, whose arrays JSON.parse makes anyway): runs counted before connect parses them.
-      runner && !String(req.headers["content-type"] ?? "").includes("json"),
+      // Runs counted before connect parses a message (a string a line), in the encoding the call names.
+      runner ? (String(req.headers["content-type"] ?? "").includes("json") ? "json" : "binary") : null,
     );
     const reader = new RequestReader(
       req,

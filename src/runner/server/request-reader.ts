@@ -8,6 +8,7 @@ import * as http2 from "node:http2";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ENVELOPE_PREFIX, EnvelopeSplitter, EnvelopeTooLarge } from "../protocol/envelope-splitter.js";
 import { MALFORMED_REFUSAL, countRefusal, countRunLines } from "../protocol/received-run.js";
+import { countJsonCommas, jsonCountRefusal } from "../protocol/json-values.js";
 import { fromBinary } from "@bufbuild/protobuf";
 import { LogItemSchema } from "../../gen/runner/v1/runner_pb.js";
 import { DATA_FRAME_ALLOWANCE, type ReadBudget } from "./read-budget.js";
@@ -447,12 +448,13 @@ export class ConnectBody implements EnvelopeSink, AsyncIterable<Uint8Array> {
 
   /**
    * @param gate awaited with the first chunk before connect gets it (it may throw the call's refusal).
-   * @param countRuns binary LogItems: an uncompressed message whose runs hold over MAX_RUN_LINES lines, or that is no
-   *   well-formed message, is refused before connect parses it (a string a line), as the fast path does.
+   * @param count LogItems in `binary`: an uncompressed message whose runs hold over MAX_RUN_LINES lines, or that is no
+   *   well-formed message, is refused before connect parses it (a string a line), as the fast path does; in `json`:
+   *   one with more values than a run's lines and an item's fields (json-values.ts). `null`: not counted.
    */
   constructor(
     private gate: ((chunk: Buffer) => Promise<void>) | null = null,
-    private readonly countRuns = false,
+    private readonly count: "binary" | "json" | null = null,
   ) {}
 
   /** Connects the reader that feeds this body. */
@@ -461,7 +463,10 @@ export class ConnectBody implements EnvelopeSink, AsyncIterable<Uint8Array> {
   }
 
   envelope(buf: Buffer, start: number, end: number): void {
-    if (this.countRuns && (buf[start]! & 1) === 0) {
+    if (this.count === "json" && (buf[start]! & 1) === 0) {
+      const overBound = jsonCountRefusal(countJsonCommas(buf, start + ENVELOPE_PREFIX, end));
+      if (overBound !== null) throw new ConnectError(overBound, Code.InvalidArgument);
+    } else if (this.count === "binary" && (buf[start]! & 1) === 0) {
       const counted = countRunLines(buf, start + ENVELOPE_PREFIX, end);
       const overBound = countRefusal(counted);
       if (overBound !== null) throw new ConnectError(overBound, Code.InvalidArgument);

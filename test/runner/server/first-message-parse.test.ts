@@ -30,15 +30,28 @@ function frame(requestId: string, body: Buffer): Buffer {
   return Buffer.concat([prefix, msg]);
 }
 
+/** A gRPC frame of a LogItem in JSON (`application/grpc+json`). */
+function jsonFrame(item: object): Buffer {
+  const msg = Buffer.from(JSON.stringify(item));
+  const prefix = Buffer.alloc(5);
+  prefix.writeUInt32BE(msg.length, 1);
+  return Buffer.concat([prefix, msg]);
+}
+
 /**
  * Opens a StreamLogs call with a made-up token and sends `data`, ending the request when `end`; resolves, once the call
  * closes, with the answer's metadata (headers and trailers merged).
  */
-function call(session: http2.ClientHttp2Session, data: Buffer, end = false): Promise<http2.IncomingHttpHeaders> {
+function call(
+  session: http2.ClientHttp2Session,
+  data: Buffer,
+  end = false,
+  contentType = "application/grpc",
+): Promise<http2.IncomingHttpHeaders> {
   const req = session.request({
     ":method": "POST",
     ":path": "/runner.v1.Runner/StreamLogs",
-    "content-type": "application/grpc",
+    "content-type": contentType,
     te: "trailers",
     authorization: "Bearer made-up",
   });
@@ -50,6 +63,23 @@ function call(session: http2.ClientHttp2Session, data: Buffer, end = false): Pro
   if (end) req.end(data);
   else req.write(data);
   return new Promise((resolve) => req.once("close", () => resolve(meta)));
+}
+
+/** A server whose `authorize` hook holds every call until `release()`; `waiting()`: calls the hook holds. */
+async function heldHarness(): Promise<{ h: Harness; waiting: () => number; release: () => void }> {
+  let waiting = 0;
+  let release!: () => void;
+  const released = new Promise<void>((r) => (release = r));
+  const h = await startHarness({
+    memoryStore: true,
+    authorize: async () => {
+      waiting++;
+      await released;
+      throw new Error("refused");
+    },
+  });
+  open.push(h);
+  return { h, waiting: () => waiting, release };
 }
 
 /** The answer to a first message of `body` (after a request ID) with a made-up token, on a server of its own. */
@@ -66,18 +96,7 @@ async function answerTo(body: Buffer): Promise<http2.IncomingHttpHeaders> {
 
 describe("a first message decoded by protobuf-es, before its call is authenticated", () => {
   it("holds no object per unknown field while a slow authorize hook runs", async () => {
-    let waiting = 0;
-    let release!: () => void;
-    const released = new Promise<void>((r) => (release = r));
-    const h = await startHarness({
-      memoryStore: true,
-      authorize: async () => {
-        waiting++;
-        await released;
-        throw new Error("refused");
-      },
-    });
-    open.push(h);
+    const { h, waiting, release } = await heldHarness();
     // 120 KiB of unknown varint fields (field 5, value 0): 61,440 of them, then no event.
     const unknown = frame(randomUUID(), Buffer.alloc(120 * 1024, 0).fill(Buffer.from([0x28, 0x00])));
     const calls = 100;
@@ -86,8 +105,8 @@ describe("a first message decoded by protobuf-es, before its call is authenticat
       gc();
       const before = process.memoryUsage().heapUsed;
       const statuses = Array.from({ length: calls }, () => call(session, unknown));
-      for (let i = 0; i < 500 && waiting < calls; i++) await new Promise((r) => setTimeout(r, 20));
-      expect(waiting).toBe(calls);
+      for (let i = 0; i < 500 && waiting() < calls; i++) await new Promise((r) => setTimeout(r, 20));
+      expect(waiting()).toBe(calls);
       gc();
       const grown = process.memoryUsage().heapUsed - before;
       // Kept as objects, the fields were ~9.6 MB a call (~960 MB here); dropped, the call holds its bytes (off-heap).
@@ -124,5 +143,47 @@ describe("a first message decoded by protobuf-es, before its call is authenticat
     const meta = await answerTo(body);
     expect(meta["grpc-status"]).toBe("3");
     expect(decodeURIComponent(String(meta["grpc-message"]))).toContain("a field runs on past the end of its message");
+  });
+
+  it("refuses a JSON message with more values than a run's lines before it parses it, and holds nothing", async () => {
+    const { h, waiting, release } = await heldHarness();
+    // 24,000 distinct two-character lines in 120 KiB: parsed, a string a line (~325 KB of heap a call, held while
+    // the hook ran).
+    const lines = Array.from({ length: 24_000 }, (_, i) => (i % 1000).toString(36).padStart(2, "0"));
+    const big = jsonFrame({ requestId: randomUUID(), run: { lines } });
+    const calls = 40;
+    const session = http2.connect(h.server.url);
+    try {
+      gc();
+      const before = process.memoryUsage().heapUsed;
+      let answered = 0;
+      const pending = Array.from({ length: calls }, () =>
+        call(session, big, false, "application/grpc+json").finally(() => answered++),
+      );
+      // Until every call is answered, or the hook holds them all (as it did: parsed, each held its lines).
+      for (let i = 0; i < 250 && answered + waiting() < calls; i++) await new Promise((r) => setTimeout(r, 20));
+      gc();
+      const grown = process.memoryUsage().heapUsed - before;
+      console.log(`heap with ${calls} JSON runs of 24,000 lines sent: ${(grown / 1e6).toFixed(1)} MB`);
+      // Refused INVALID_ARGUMENT (3) on their bytes: the hook never saw them, and nothing of them is held.
+      expect(waiting()).toBe(0);
+      expect(grown).toBeLessThan(calls * 100 * 1024);
+      const answers = await Promise.all(pending);
+      expect(new Set(answers.map((m) => m["grpc-status"]))).toEqual(new Set(["3"]));
+      expect(decodeURIComponent(String(answers[0]!["grpc-message"]))).toContain(
+        `(a run at most ${MAX_RUN_LINES} lines)`,
+      );
+      expect(answers[0]!["runner-committed"]).toBeUndefined();
+      // A run of MAX_RUN_LINES lines in JSON passes the count: it reaches the hook (PERMISSION_DENIED once released).
+      const full = jsonFrame({ requestId: randomUUID(), run: { lines: lines.slice(0, MAX_RUN_LINES), stderr: true } });
+      const answer = call(session, full, false, "application/grpc+json");
+      for (let i = 0; i < 250 && waiting() < 1; i++) await new Promise((r) => setTimeout(r, 20));
+      expect(waiting()).toBe(1);
+      release();
+      expect((await answer)["grpc-status"]).toBe("7");
+    } finally {
+      release();
+      session.destroy();
+    }
   });
 });
