@@ -336,7 +336,8 @@ export function createCallLoop(
   /** Re-encodes what the server has not stored, a frame a line of at most `maxLineBytes`. O(bytes held). */
   function resplitAt(maxLineBytes: number): void {
     st.maxLineBytes = maxLineBytes;
-    const { endOffset, boundary } = resplitFrom(spool, enc, st.committed, st.maxLineBytes);
+    const waited = st.waiters.map((w) => w.to);
+    const { endOffset, boundary } = resplitFrom(spool, enc, st.committed, st.maxLineBytes, waited);
     st.endOffset = endOffset;
     // end() and flush() keep waiting for the same items, now at their new offsets.
     for (const w of st.waiters) if (w.to > st.committed) w.to = boundary.get(w.to) ?? spool.end;

@@ -21,14 +21,16 @@ export function appendLine(spool: Spool, enc: LogItemEncoder, line: string, stde
 /**
  * Re-encodes the spool's items from `from` (`runner-committed`: everything before it is stored) with lines of at most
  * `maxLineBytes`, a frame a line. Returns
- * the job end's new offset (null when it was not queued) and where each old item boundary
- * now lands: re-splitting renumbers every unacknowledged item.
+ * the job end's new offset (null when it was not queued) and where each old item boundary in `wanted` (what the
+ * client's waiters wait for) now lands: re-splitting renumbers every unacknowledged item. Only those are kept: a map of
+ * every boundary grew with the spool's lines (a run's empty line is 2 bytes, and a Map holds at most ~16.7 M entries).
  */
 export function resplitFrom(
   spool: Spool,
   enc: LogItemEncoder,
   from: number,
   maxLineBytes: number,
+  wanted: Iterable<number> = [],
 ): { endOffset: number | null; boundary: Map<number, number> } {
   // From the first line of the run holding `from`, since a frame is cut whole. The run's lines before `from` are
   // stored: they are not sent again, as a re-split would number them anew (a line cut in two is two items).
@@ -36,7 +38,13 @@ export function resplitFrom(
   const frames = spool.frames(start);
   spool.truncate(start, from);
   let endOffset: number | null = null;
-  const boundary = new Map<number, number>([[from, from]]);
+  const want = new Set(wanted);
+  const boundary = new Map<number, number>();
+  if (want.has(from)) boundary.set(from, from);
+  /** Where the old item boundary `at` lands: `spool.end` now. O(1). */
+  const landed = (at: number) => {
+    if (want.has(at)) boundary.set(at, spool.end);
+  };
   let old = start;
   /** One line, cut to the limit; every piece keeps the line's stamp (a re-split never changes when it happened). */
   const again = (line: string, stderr: boolean, timeUnixNano: bigint) => {
@@ -46,7 +54,7 @@ export function resplitFrom(
     }
     const time = nanosToMs(timeUnixNano);
     for (const piece of splitUtf8(line, maxLineBytes)) appendLine(spool, enc, piece, stderr, time);
-    boundary.set(++old, spool.end);
+    landed(++old);
   };
   for (const f of frames) {
     const item = fromBinary(LogItemSchema, f.subarray(5));
@@ -57,7 +65,7 @@ export function resplitFrom(
     else if (event.case === "end" && old++ >= from) {
       const frame = f;
       endOffset = spool.append(frame.length, (buf, pos) => pos + frame.copy(buf, pos));
-      boundary.set(old, spool.end);
+      landed(old);
     }
   }
   return { endOffset, boundary };

@@ -235,7 +235,7 @@ describe("spool: a property against a model", () => {
     spool.appendRuns(read, 0, read.length, 1000, enc.lineFramer(true, 1_700_000_000_000), 65_536);
     spool.drop(4);
     expect(spool.frameStart(4)).toBe(0);
-    const { boundary } = resplitFrom(spool, enc, 4, 60);
+    const { boundary } = resplitFrom(spool, enc, 4, 60, [5, 10]);
     expect(spool.start).toBe(4);
     expect(spool.end).toBe(16);
     const items = spool.frames(4).map((f) => fromBinary(LogItemSchema, f.subarray(5)).event);
@@ -246,6 +246,8 @@ describe("spool: a property against a model", () => {
     // end() waiting for item 10 (the last line) now waits for 16.
     expect(boundary.get(10)).toBe(16);
     expect(boundary.get(5)).toBe(6);
+    // Only the boundaries asked for are kept (a map of every one grew with the spool's lines).
+    expect([...boundary.keys()].sort()).toEqual([10, 5]);
   });
 
   it("appendLines after a truncate writes nothing into the cut chunk, whose bytes may be in flight", () => {
