@@ -9,7 +9,7 @@ import { Code } from "@connectrpc/connect";
 import { RunnerDepotError } from "../../errors.js";
 import { GRPC_OK, MAX_ANSWER_BYTES, networkError, readOutcome } from "./outcome.js";
 import type { ClientSessions } from "./session.js";
-import { appendLine, resplitFrom } from "./spool-items.js";
+import { appendLine, framesALine, resplitFrom } from "./spool-items.js";
 import { clearCallTimers, type Call, type CallSettings, type ClientState } from "./state.js";
 import type { RunnerStop } from "./types.js";
 import type { LogItemEncoder } from "../protocol/encoder.js";
@@ -114,8 +114,9 @@ export function createCallLoop(
     let from = st.committed;
     try {
       s = sessions.get();
-      // A frame goes whole: a call resumes at the first line of the run that holds the next item to store.
-      from = spool.frameStart(st.committed);
+      // A frame goes whole: a call resumes at the first line of the run that holds the next item to store. A call
+      // without runs turns that run into frames a line and starts at the item itself.
+      from = st.runs ? spool.frameStart(st.committed) : st.committed;
       req = s.request({ ...baseHeaders, "runner-offset": String(from) });
     } catch (e) {
       sessions.discard();
@@ -183,11 +184,15 @@ export function createCallLoop(
     // A cut call writes nothing more, so its length stays bounded even while writes are slow.
     const callBytes = c.maxBytes;
     while (!c.cut && c.sentTo < spool.end && c.bytes < callBytes) {
-      const slice = spool.slice(c.sentTo, Math.min(callBytes - c.bytes, 256 * 1024));
-      if (slice.to === c.sentTo) break;
+      const split = !c.runs && st.runsToSplit;
+      // Runs turned into frames a line grow up to ~25×: a smaller slice keeps what is written at once bounded.
+      const start = split ? spool.frameStart(c.sentTo) : c.sentTo;
+      const slice = spool.slice(start, Math.min(callBytes - c.bytes, split ? 16 * 1024 : 256 * 1024));
+      if (slice.to <= c.sentTo) break;
+      const out = split ? framesALine(slice.buffers, start, c.sentTo, enc) : slice;
       let ok = true;
-      for (const b of slice.buffers) ok = c.req.write(b);
-      c.bytes += slice.bytes;
+      for (const b of out.buffers) ok = c.req.write(b);
+      c.bytes += out.bytes;
       c.sentTo = slice.to;
       if (c.sentTo > st.sent) st.sent = c.sentTo;
       if (!ok) {
@@ -286,7 +291,7 @@ export function createCallLoop(
       // frame each from now on, those not yet stored too.
       st.runs = false;
       st.mayRun = false;
-      resplitAt(st.maxLineBytes);
+      st.runsToSplit = true;
       retry(error, c.progressAt, true);
       return;
     }
@@ -342,6 +347,7 @@ export function createCallLoop(
     // end() and flush() keep waiting for the same items, now at their new offsets.
     for (const w of st.waiters) if (w.to > st.committed) w.to = boundary.get(w.to) ?? spool.end;
     stats.items = spool.end;
+    stats.spoolBytes = spool.bytes;
   }
 
   function settleWaiters(): void {

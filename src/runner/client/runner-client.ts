@@ -77,6 +77,7 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
     maxLineBytes,
     runs: false,
     mayRun: options.runs ?? true,
+    runsToSplit: false,
     answered: false,
     waiters: [],
     drainWaiters: [],

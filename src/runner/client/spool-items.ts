@@ -70,3 +70,57 @@ export function resplitFrom(
   }
   return { endOffset, boundary };
 }
+
+/** A LogItem frame's run tag (field 4, wire type 2), after the request ID the encoder writes first. */
+const RUN_TAG = 0x22;
+
+/**
+ * Whole frames from the spool (`buffers`, the first frame holding item `first`) as a server that takes no runs gets
+ * them: each run's lines from item `from` on, a frame a line with the run's stream and time, and every other frame as
+ * it is. A run's line is one item either way, so no offset changes. Why not re-encode the spool when runs are refused:
+ * a run's line can be 2 bytes and its frame ~50, so the spool would grow up to ~25× at once (docs/decisions/
+ * runner-client.md, "Runs of lines"). O(bytes out); what it returns is at most ~25× `buffers`.
+ *
+ * @example
+ * const slice = spool.slice(spool.frameStart(sentTo), 16 * 1024);
+ * const out = framesALine(slice.buffers, spool.frameStart(sentTo), sentTo, enc);
+ */
+export function framesALine(
+  buffers: readonly Buffer[],
+  first: number,
+  from: number,
+  enc: LogItemEncoder,
+): { buffers: Buffer[]; bytes: number } {
+  const out: Buffer[] = [];
+  let bytes = 0;
+  let item = first;
+  for (const buf of buffers) {
+    for (let p = 0; p < buf.length;) {
+      const end = p + 5 + buf.readUInt32BE(p + 1);
+      const frame = buf.subarray(p, end);
+      p = end;
+      // [flags][length: 4][0x0a][request ID length: 1, under 128][request ID][event tag]
+      if (frame[7 + frame[6]!] !== RUN_TAG) {
+        if (item++ >= from) {
+          out.push(frame);
+          bytes += frame.length;
+        }
+        continue;
+      }
+      const event = fromBinary(LogItemSchema, frame.subarray(5)).event;
+      if (event.case !== "run") throw new Error("spool: a frame with the run tag holds no run");
+      const { lines, stderr, timeUnixNano } = event.value;
+      const time = nanosToMs(timeUnixNano);
+      const todo = lines.slice(Math.max(0, from - item));
+      item += lines.length;
+      if (todo.length === 0) continue;
+      const sizes = todo.map((line) => enc.logFrameSize(line, utf8Length(line), stderr, time));
+      const run = Buffer.allocUnsafe(sizes.reduce((a, b) => a + b, 0));
+      let w = 0;
+      todo.forEach((line) => (w = enc.writeLogFrame(run, w, line, utf8Length(line), stderr, time)));
+      out.push(run);
+      bytes += run.length;
+    }
+  }
+  return { buffers: out, bytes };
+}

@@ -72,6 +72,11 @@ export interface ClientState {
   runs: boolean;
   /** Runs may be turned on (the `runs` option, and no server has refused one yet). */
   mayRun: boolean;
+  /**
+   * The spool may hold runs that must go a frame a line: a server refused runs. Calls then turn each run into frames
+   * as they send it (spool-items.ts, framesALine); the spool keeps its runs.
+   */
+  runsToSplit: boolean;
   /** A server has answered a call with a gRPC status: until then calls are short (FIRST_CALL_BYTES). */
   answered: boolean;
   waiters: Waiter[];

@@ -268,6 +268,39 @@ describe("runs of lines, on the client", () => {
     const stored = [server.calls[0]!, ...server.calls.slice(2)].flatMap((c) => linesOf(c).map((l) => l.line));
     expect(stored).toEqual(Array.from({ length: 30 }, (_, i) => `line ${i}`));
   });
+
+  it("after runs are refused, sends a run's lines a frame each without growing the spool, from the stored one on", async () => {
+    // 60,000 empty lines: 2 bytes a line in runs, ~50 a frame a line. Call 1 (the first runs) stores 1,000 of them
+    // (inside a run) and is refused INVALID_ARGUMENT, as an older replica refuses a run.
+    const empties = 60_000;
+    let spoolAtCall2 = -1;
+    let client!: RunnerClient;
+    const server = await scriptedServer((call, index) => {
+      if (index === 2) spoolAtCall2 = client.stats.spoolBytes;
+      if (index === 1) return { status: 3, committed: call.offset + 1_000 };
+      return { status: 0, committed: call.offset + itemsOf(call), accepts: true };
+    });
+    client = track(
+      createRunnerClient({ endpoint: server.url, requestId: randomUUID(), backoff: { initialMs: 1, maxMs: 5 } }),
+    );
+    const first = read(0, 4);
+    client.logLines!(first, 0, first.length);
+    await client.flush();
+    const held = client.stats.spoolBytes;
+    const blank = Buffer.alloc(empties, 0x0a);
+    client.logLines!(blank, 0, blank.length);
+    await client.end({ exitCode: 0, success: true });
+    expect(linesOf(server.calls[1]!).every((l) => l.run)).toBe(true);
+    // Every call after the refusal starts at the item stored last (inside a run) and sends a frame a line.
+    expect(server.calls[2]!.offset).toBe(4 + 1_000);
+    const after = server.calls.slice(2).flatMap((c) => linesOf(c));
+    expect(after.every((l) => !l.run && l.line === "")).toBe(true);
+    expect(after).toHaveLength(empties - 1_000);
+    expect(server.calls.at(-1)!.items.at(-1)!.event.case).toBe("end");
+    // The spool kept its runs (~2 bytes a line), not ~50 a line re-encoded: 60,000 lines are ~120 KB, not ~3 MB.
+    expect(spoolAtCall2).toBeGreaterThan(held);
+    expect(spoolAtCall2).toBeLessThan(4 * empties);
+  });
 });
 
 describe("runs of lines, the agent to the real server", () => {

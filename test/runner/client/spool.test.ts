@@ -14,7 +14,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { fromBinary } from "@bufbuild/protobuf";
 import { RUN_LINES, createSpool } from "../../../src/runner/client/spool.js";
-import { resplitFrom } from "../../../src/runner/client/spool-items.js";
+import { appendLine, framesALine, resplitFrom } from "../../../src/runner/client/spool-items.js";
 import { createLogItemEncoder } from "../../../src/runner/protocol/encoder.js";
 import { LogItemSchema } from "../../../src/gen/runner/v1/runner_pb.js";
 
@@ -224,6 +224,63 @@ describe("spool: a property against a model", () => {
     expect(after).toHaveLength(1);
     expect(runLines(after[0]!)).toHaveLength(20);
     expect(room.slice(0, 1 << 20).buffers).toHaveLength(2);
+  });
+
+  it("turns runs into frames a line as sent, from any item on, without changing an offset", () => {
+    // Pipe reads of random lines (ASCII, multi-byte, empty), each in runs or a frame a line; then every item from a
+    // random one on, as a server without runs gets it: a frame a line, the same lines, streams and times, in order.
+    const read = fc.record({
+      lines: fc.array(fc.string({ unit: fc.constantFrom("a", "é", "😀", " "), maxLength: 40 }), {
+        minLength: 1,
+        maxLength: 60,
+      }),
+      runs: fc.boolean(),
+      stderr: fc.boolean(),
+      time: fc.integer({ min: 1, max: 2_000_000_000_000 }),
+    });
+    fc.assert(
+      fc.property(
+        fc.array(read, { minLength: 1, maxLength: 8 }),
+        fc.nat(),
+        fc.integer({ min: 64, max: 4096 }),
+        (reads, at, budget) => {
+          const enc = createLogItemEncoder(randomUUID());
+          const spool = createSpool({ chunkBytes: 1024 });
+          const want: { line: string; stderr: boolean; time: number }[] = [];
+          for (const r of reads) {
+            const bytes = Buffer.from(r.lines.map((l) => `${l}\n`).join(""));
+            if (r.runs) spool.appendRuns(bytes, 0, bytes.length, 1000, enc.lineFramer(r.stderr, r.time), 512);
+            else for (const l of r.lines) appendLine(spool, enc, l, r.stderr, r.time);
+            for (const line of r.lines) want.push({ line, stderr: r.stderr, time: r.time });
+          }
+          expect(spool.end).toBe(want.length);
+          const from = at % want.length;
+          const got: typeof want = [];
+          for (let sent = from; sent < spool.end;) {
+            const start = spool.frameStart(sent);
+            const slice = spool.slice(start, budget);
+            expect(slice.to).toBeGreaterThan(sent);
+            const out = framesALine(slice.buffers, start, sent, enc);
+            expect(out.bytes).toBe(out.buffers.reduce((n, b) => n + b.length, 0));
+            const body = Buffer.concat(out.buffers);
+            for (let p = 0; p < body.length;) {
+              const len = body.readUInt32BE(p + 1);
+              const event = fromBinary(LogItemSchema, body.subarray(p + 5, p + 5 + len)).event;
+              if (event.case !== "log") throw new Error(`not a line: ${event.case}`);
+              got.push({
+                line: event.value.line,
+                stderr: event.value.stderr,
+                time: Number(event.value.timeUnixNano / 1_000_000n),
+              });
+              p += 5 + len;
+            }
+            sent = slice.to;
+          }
+          expect(got).toEqual(want.slice(from).map((w) => ({ ...w, time: Math.floor(w.time) })));
+        },
+      ),
+      { numRuns: 300 },
+    );
   });
 
   it("re-splits from inside a run: the run's lines before runner-committed are not numbered again", () => {
