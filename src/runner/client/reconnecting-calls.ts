@@ -342,7 +342,7 @@ export function createCallLoop(
   function resplitAt(maxLineBytes: number): void {
     st.maxLineBytes = maxLineBytes;
     const waited = st.waiters.map((w) => w.to);
-    const { endOffset, boundary } = resplitFrom(spool, enc, st.committed, st.maxLineBytes, waited);
+    const { endOffset, boundary } = resplitFrom(spool, enc, st.committed, st.maxLineBytes, waited, st.runs);
     st.endOffset = endOffset;
     // end() and flush() keep waiting for the same items, now at their new offsets.
     for (const w of st.waiters) if (w.to > st.committed) w.to = boundary.get(w.to) ?? spool.end;

@@ -20,7 +20,8 @@ export function appendLine(spool: Spool, enc: LogItemEncoder, line: string, stde
 
 /**
  * Re-encodes the spool's items from `from` (`runner-committed`: everything before it is stored) with lines of at most
- * `maxLineBytes`, a frame a line. Returns
+ * `maxLineBytes`: a frame a line, or with `runs` each run's lines in runs again (a run's empty line is 2 bytes, its
+ * own frame ~50: a spool of runs would grow up to ~25×). Returns
  * the job end's new offset (null when it was not queued) and where each old item boundary in `wanted` (what the
  * client's waiters wait for) now lands: re-splitting renumbers every unacknowledged item. Only those are kept: a map of
  * every boundary grew with the spool's lines (a run's empty line is 2 bytes, and a Map holds at most ~16.7 M entries).
@@ -31,6 +32,7 @@ export function resplitFrom(
   from: number,
   maxLineBytes: number,
   wanted: Iterable<number> = [],
+  runs = false,
 ): { endOffset: number | null; boundary: Map<number, number> } {
   // From the first line of the run holding `from`, since a frame is cut whole. The run's lines before `from` are
   // stored: they are not sent again, as a re-split would number them anew (a line cut in two is two items).
@@ -56,11 +58,36 @@ export function resplitFrom(
     for (const piece of splitUtf8(line, maxLineBytes)) appendLine(spool, enc, piece, stderr, time);
     landed(++old);
   };
+  /** A run's lines not stored, each cut to the limit, in runs again; the pieces of a line are lines of the run. */
+  const againInRuns = (lines: string[], stderr: boolean, timeUnixNano: bigint) => {
+    if (lines.length === 0) return;
+    const pieces = lines.map((line) => splitUtf8(line, maxLineBytes));
+    const read = Buffer.from(pieces.map((p) => p.map((piece) => `${piece}\n`).join("")).join(""), "utf8");
+    let at = spool.end;
+    const framed = spool.appendRuns(
+      read,
+      0,
+      read.length,
+      maxLineBytes,
+      enc.lineFramer(stderr, nanosToMs(timeUnixNano)),
+      maxLineBytes,
+    );
+    if (framed !== read.length) throw new Error("spool: a re-split run's piece is over the line limit");
+    for (const p of pieces) {
+      at += p.length;
+      if (want.has(++old)) boundary.set(old, at);
+    }
+  };
   for (const f of frames) {
     const item = fromBinary(LogItemSchema, f.subarray(5));
     const event = item.event;
     if (event.case === "log") again(event.value.line, event.value.stderr, event.value.timeUnixNano);
-    else if (event.case === "run")
+    else if (event.case === "run" && runs) {
+      const { lines, stderr, timeUnixNano } = event.value;
+      const skip = Math.min(lines.length, Math.max(0, from - old));
+      old += skip;
+      againInRuns(lines.slice(skip), stderr, timeUnixNano);
+    } else if (event.case === "run")
       for (const line of event.value.lines) again(line, event.value.stderr, event.value.timeUnixNano);
     else if (event.case === "end" && old++ >= from) {
       const frame = f;

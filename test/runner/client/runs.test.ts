@@ -206,7 +206,7 @@ describe("runs of lines, on the client", () => {
     // A model store: the item at position p is stored when p is the next to store. With a line limit of 2,048 the
     // client's runs hold 6 lines of 300 bytes: 3–8, 9–14, … Call 1 (the runs of lines 3–22) stores up to 13 and fails;
     // call 2 (from 9, the start of the run holding 13) is refused RESOURCE_EXHAUSTED: the client re-encodes from 13
-    // on, a frame a line, and sends nothing before 13 again.
+    // on, in runs held to the halved limit (1,024 bytes: at most 3 lines a run), and sends nothing before 13 again.
     const stored: string[] = [];
     const server = await scriptedServer((call, index) => {
       let pos = call.offset;
@@ -237,7 +237,9 @@ describe("runs of lines, on the client", () => {
       await client.flush();
     }
     expect(server.calls.map((c) => c.offset)).toEqual([0, 3, 9, 13]);
-    expect(server.calls[3]!.items.every((i) => i.event.case === "log")).toBe(true);
+    const runs = server.calls[3]!.items.map((i) => (i.event.case === "run" ? i.event.value.lines.length : 0));
+    // Old runs 9–14 (from 13 on), 15–20 and 21–22, each re-framed on its own: 2, 3 + 3, 2 lines.
+    expect(runs).toEqual([2, 3, 3, 2]);
     expect(linesOf(server.calls[3]!).map((l) => l.line)).toEqual(Array.from({ length: 10 }, (_, i) => line(13 + i)));
     expect(stored).toEqual(Array.from({ length: 23 }, (_, i) => line(i)));
   });

@@ -307,6 +307,36 @@ describe("spool: a property against a model", () => {
     expect([...boundary.keys()].sort()).toEqual([10, 5]);
   });
 
+  it("re-splits runs into runs when runs are on: the spool does not grow a frame a line", () => {
+    const enc = createLogItemEncoder(randomUUID());
+    const spool = createSpool();
+    const lines = Array.from({ length: 10 }, (_, i) => `${i}`.padEnd(1500, "q"));
+    const read = Buffer.from(lines.map((l) => `${l}\n`).join(""));
+    spool.appendRuns(read, 0, read.length, 4000, enc.lineFramer(true, 1_700_000_000_000), 65_536);
+    const empties = Buffer.alloc(10_000, 0x0a);
+    spool.appendRuns(empties, 0, empties.length, 4000, enc.lineFramer(false, 1_700_000_000_001), 65_536);
+    spool.drop(4);
+    const before = spool.bytes;
+    // The client's smallest halved limit (1 KiB): lines 4–9 cut in two (12 items), then the 10,000 empty lines.
+    const { boundary } = resplitFrom(spool, enc, 4, 1024, [5, 10, 10_010], true);
+    expect(spool.end).toBe(4 + 12 + 10_000);
+    const frames = spool.frames(4).map((f) => fromBinary(LogItemSchema, f.subarray(5)).event);
+    expect(frames.every((e) => e.case === "run")).toBe(true);
+    const got = frames.flatMap((e) => (e.case === "run" ? e.value.lines.map((l) => [l, e.value.stderr]) : []));
+    expect(got).toEqual([
+      ...lines.slice(4).flatMap((l) => [
+        [l.slice(0, 1024), true],
+        [l.slice(1024), true],
+      ]),
+      ...Array.from({ length: 10_000 }, () => ["", false]),
+    ]);
+    expect(boundary.get(5)).toBe(6);
+    expect(boundary.get(10)).toBe(16);
+    expect(boundary.get(10_010)).toBe(10_016);
+    // ~2 bytes an empty line, as before (runs of at most 1 KiB: a few frames more); a frame a line, ~500 KB.
+    expect(spool.bytes).toBeLessThan(before + 10_000);
+  });
+
   it("appendLines after a truncate writes nothing into the cut chunk, whose bytes may be in flight", () => {
     const spool = createSpool({ chunkBytes: 4096 });
     const run = (fill: number, lines: number) =>
