@@ -77,7 +77,8 @@ describe("countJsonCommas", () => {
     const at = (lines: number) => countJsonCommas(run(lines), 0, run(lines).length);
     // requestId,run and the lines' commas: a run of MAX_JSON_COMMAS lines is within, past it is not.
     expect(at(MAX_JSON_COMMAS - 1)).toBe(MAX_JSON_COMMAS - 1);
-    expect(jsonCountRefusal(at(MAX_JSON_COMMAS - 1))).toBeNull();
+    expect(at(MAX_JSON_COMMAS)).toBe(MAX_JSON_COMMAS);
+    expect(jsonCountRefusal(at(MAX_JSON_COMMAS))).toBeNull();
     expect(jsonCountRefusal(at(MAX_JSON_COMMAS + 1))).toContain("split it");
   });
 });

@@ -184,7 +184,7 @@ export function createCallLoop(
     // A cut call writes nothing more, so its length stays bounded even while writes are slow.
     const callBytes = c.maxBytes;
     while (!c.cut && c.sentTo < spool.end && c.bytes < callBytes) {
-      const split = !c.runs && st.runsToSplit;
+      const split = !c.runs && c.sentTo < st.runsBefore;
       // Runs turned into frames a line grow up to ~25×: a smaller slice keeps what is written at once bounded.
       const start = split ? spool.frameStart(c.sentTo) : c.sentTo;
       const slice = spool.slice(start, Math.min(callBytes - c.bytes, split ? 16 * 1024 : 256 * 1024));
@@ -291,7 +291,7 @@ export function createCallLoop(
       // frame each from now on, those not yet stored too.
       st.runs = false;
       st.mayRun = false;
-      st.runsToSplit = true;
+      st.runsBefore = spool.end;
       retry(error, c.progressAt, true);
       return;
     }
@@ -342,7 +342,10 @@ export function createCallLoop(
   function resplitAt(maxLineBytes: number): void {
     st.maxLineBytes = maxLineBytes;
     const waited = st.waiters.map((w) => w.to);
-    const { endOffset, boundary } = resplitFrom(spool, enc, st.committed, st.maxLineBytes, waited, st.runs);
+    // Runs stay runs: sent as such, or split as sent (st.runsBefore), never a frame a line in the spool (~25× larger).
+    const keepRuns = st.runs || st.runsBefore > st.committed;
+    const { endOffset, boundary } = resplitFrom(spool, enc, st.committed, st.maxLineBytes, waited, keepRuns);
+    if (!st.runs && keepRuns) st.runsBefore = spool.end;
     st.endOffset = endOffset;
     // end() and flush() keep waiting for the same items, now at their new offsets.
     for (const w of st.waiters) if (w.to > st.committed) w.to = boundary.get(w.to) ?? spool.end;

@@ -77,7 +77,7 @@ export function createRunnerClient(options: RunnerClientOptions): RunnerClient {
     maxLineBytes,
     runs: false,
     mayRun: options.runs ?? true,
-    runsToSplit: false,
+    runsBefore: 0,
     answered: false,
     waiters: [],
     drainWaiters: [],

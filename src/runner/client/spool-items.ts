@@ -121,19 +121,27 @@ export function framesALine(
   const out: Buffer[] = [];
   let bytes = 0;
   let item = first;
+  // [flags][length: 4][the request ID field as this encoder writes it (none for an empty ID)][event tag]
+  const tagAt = 5 + enc.lineFramer(false).id.length;
   for (const buf of buffers) {
+    /** Where the frames to pass on as they are begin in `buf` (-1: none yet): one write for all of them. */
+    let kept = -1;
+    const keep = (to: number) => {
+      if (kept < 0) return;
+      out.push(buf.subarray(kept, to));
+      bytes += to - kept;
+      kept = -1;
+    };
     for (let p = 0; p < buf.length;) {
       const end = p + 5 + buf.readUInt32BE(p + 1);
       const frame = buf.subarray(p, end);
-      p = end;
-      // [flags][length: 4][0x0a][request ID length: 1, under 128][request ID][event tag]
-      if (frame[7 + frame[6]!] !== RUN_TAG) {
-        if (item++ >= from) {
-          out.push(frame);
-          bytes += frame.length;
-        }
+      if (frame[tagAt] !== RUN_TAG) {
+        if (item++ >= from && kept < 0) kept = p;
+        p = end;
         continue;
       }
+      keep(p);
+      p = end;
       const event = fromBinary(LogItemSchema, frame.subarray(5)).event;
       if (event.case !== "run") throw new Error("spool: a frame with the run tag holds no run");
       const { lines, stderr, timeUnixNano } = event.value;
@@ -148,6 +156,7 @@ export function framesALine(
       out.push(run);
       bytes += run.length;
     }
+    keep(buf.length);
   }
   return { buffers: out, bytes };
 }

@@ -73,10 +73,10 @@ export interface ClientState {
   /** Runs may be turned on (the `runs` option, and no server has refused one yet). */
   mayRun: boolean;
   /**
-   * The spool may hold runs that must go a frame a line: a server refused runs. Calls then turn each run into frames
-   * as they send it (spool-items.ts, framesALine); the spool keeps its runs.
+   * Items before this offset may be in runs that must go a frame a line, since a server refused runs (0: none). Calls
+   * turn those runs into frames as they send them (spool-items.ts, framesALine); the spool keeps its runs.
    */
-  runsToSplit: boolean;
+  runsBefore: number;
   /** A server has answered a call with a gRPC status: until then calls are short (FIRST_CALL_BYTES). */
   answered: boolean;
   waiters: Waiter[];

@@ -132,7 +132,14 @@ export function createConnectPath(
     const body = new ConnectBody(
       encoding !== null && runner ? firstMessageGate(encoding, values) : null,
       // Runs counted before connect parses a message (a string a line), in the encoding the call names.
-      runner ? (String(req.headers["content-type"] ?? "").includes("json") ? "json" : "binary") : null,
+      // connect reads the content type without regard to case (`application/grpc+JSON` is JSON too).
+      runner
+        ? String(req.headers["content-type"] ?? "")
+            .toLowerCase()
+            .includes("json")
+          ? "json"
+          : "binary"
+        : null,
     );
     const reader = new RequestReader(
       req,

@@ -303,6 +303,42 @@ describe("runs of lines, on the client", () => {
     expect(spoolAtCall2).toBeGreaterThan(held);
     expect(spoolAtCall2).toBeLessThan(4 * empties);
   });
+
+  it("keeps refused runs as runs when RESOURCE_EXHAUSTED then halves the line limit", async () => {
+    // As above, then call 2 (the first a frame a line) is refused RESOURCE_EXHAUSTED: the re-split keeps the runs
+    // (split as sent), so the spool stays ~2 bytes an empty line rather than ~50.
+    const empties = 60_000;
+    let spoolAtCall3 = -1;
+    let client!: RunnerClient;
+    const server = await scriptedServer((call, index) => {
+      if (index === 3) spoolAtCall3 = client.stats.spoolBytes;
+      if (index === 1) return { status: 3, committed: call.offset + 1_000 };
+      if (index === 2) return { status: 8, committed: call.offset };
+      return { status: 0, committed: call.offset + itemsOf(call), accepts: true };
+    });
+    client = track(
+      createRunnerClient({ endpoint: server.url, requestId: randomUUID(), backoff: { initialMs: 1, maxMs: 5 } }),
+    );
+    const first = read(0, 4);
+    client.logLines!(first, 0, first.length);
+    await client.flush();
+    const blank = Buffer.alloc(empties, 0x0a);
+    client.logLines!(blank, 0, blank.length);
+    const last = read(1, 3);
+    client.logLines!(last, 0, last.length);
+    await client.end({ exitCode: 0, success: true });
+    expect(server.calls.map((c) => c.offset).slice(0, 4)).toEqual([0, 4, 1_004, 1_004]);
+    const after = server.calls.slice(3).flatMap((c) => linesOf(c));
+    expect(after.every((l) => !l.run)).toBe(true);
+    expect(after.map((l) => l.line)).toEqual([
+      ...Array<string>(empties - 1_000).fill(""),
+      "line 1",
+      "line 2",
+      "line 3",
+    ]);
+    expect(spoolAtCall3).toBeGreaterThan(0);
+    expect(spoolAtCall3).toBeLessThan(4 * empties);
+  });
 });
 
 describe("runs of lines, the agent to the real server", () => {
