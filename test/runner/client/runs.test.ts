@@ -271,16 +271,21 @@ describe("runs of lines, on the client", () => {
     expect(stored).toEqual(Array.from({ length: 30 }, (_, i) => `line ${i}`));
   });
 
-  it("after runs are refused, sends a run's lines a frame each without growing the spool, from the stored one on", async () => {
-    // 60,000 empty lines: 2 bytes a line in runs, ~50 a frame a line. Call 1 (the first runs) stores 1,000 of them
-    // (inside a run) and is refused INVALID_ARGUMENT, as an older replica refuses a run.
-    const empties = 60_000;
-    let spoolAtCall2 = -1;
+  const EMPTIES = 60_000;
+
+  /**
+   * A job of 4 lines, then 60,000 empty ones (2 bytes a line in runs, ~50 a frame a line) and `tail`, against a server
+   * that stores 1,000 of the empty lines from call 1 (inside a run) and refuses it INVALID_ARGUMENT, as an older
+   * replica refuses a run; `answer` may answer a later call otherwise. `spool`: the client's spool bytes when call
+   * `sampleAt` arrived; `held`: before the empty lines.
+   */
+  async function refusedRunsJob(sampleAt: number, answer: (index: number, call: SeenCall) => Answer | null, tail = "") {
+    let spool = -1;
     let client!: RunnerClient;
     const server = await scriptedServer((call, index) => {
-      if (index === 2) spoolAtCall2 = client.stats.spoolBytes;
+      if (index === sampleAt) spool = client.stats.spoolBytes;
       if (index === 1) return { status: 3, committed: call.offset + 1_000 };
-      return { status: 0, committed: call.offset + itemsOf(call), accepts: true };
+      return answer(index, call) ?? { status: 0, committed: call.offset + itemsOf(call), accepts: true };
     });
     client = track(
       createRunnerClient({ endpoint: server.url, requestId: randomUUID(), backoff: { initialMs: 1, maxMs: 5 } }),
@@ -289,55 +294,43 @@ describe("runs of lines, on the client", () => {
     client.logLines!(first, 0, first.length);
     await client.flush();
     const held = client.stats.spoolBytes;
-    const blank = Buffer.alloc(empties, 0x0a);
-    client.logLines!(blank, 0, blank.length);
+    const rest = Buffer.concat([Buffer.alloc(EMPTIES, 0x0a), Buffer.from(tail)]);
+    client.logLines!(rest, 0, rest.length);
     await client.end({ exitCode: 0, success: true });
+    return { server, held, spool };
+  }
+
+  it("after runs are refused, sends a run's lines a frame each without growing the spool, from the stored one on", async () => {
+    const { server, held, spool } = await refusedRunsJob(2, () => null);
     expect(linesOf(server.calls[1]!).every((l) => l.run)).toBe(true);
     // Every call after the refusal starts at the item stored last (inside a run) and sends a frame a line.
     expect(server.calls[2]!.offset).toBe(4 + 1_000);
     const after = server.calls.slice(2).flatMap((c) => linesOf(c));
     expect(after.every((l) => !l.run && l.line === "")).toBe(true);
-    expect(after).toHaveLength(empties - 1_000);
+    expect(after).toHaveLength(EMPTIES - 1_000);
     expect(server.calls.at(-1)!.items.at(-1)!.event.case).toBe("end");
     // The spool kept its runs (~2 bytes a line), not ~50 a line re-encoded: 60,000 lines are ~120 KB, not ~3 MB.
-    expect(spoolAtCall2).toBeGreaterThan(held);
-    expect(spoolAtCall2).toBeLessThan(4 * empties);
+    expect(spool).toBeGreaterThan(held);
+    expect(spool).toBeLessThan(4 * EMPTIES);
   });
 
   it("keeps refused runs as runs when RESOURCE_EXHAUSTED then halves the line limit", async () => {
     // As above, then call 2 (the first a frame a line) is refused RESOURCE_EXHAUSTED: the re-split keeps the runs
     // (split as sent), so the spool stays ~2 bytes an empty line rather than ~50.
-    const empties = 60_000;
-    let spoolAtCall3 = -1;
-    let client!: RunnerClient;
-    const server = await scriptedServer((call, index) => {
-      if (index === 3) spoolAtCall3 = client.stats.spoolBytes;
-      if (index === 1) return { status: 3, committed: call.offset + 1_000 };
-      if (index === 2) return { status: 8, committed: call.offset };
-      return { status: 0, committed: call.offset + itemsOf(call), accepts: true };
-    });
-    client = track(
-      createRunnerClient({ endpoint: server.url, requestId: randomUUID(), backoff: { initialMs: 1, maxMs: 5 } }),
-    );
-    const first = read(0, 4);
-    client.logLines!(first, 0, first.length);
-    await client.flush();
-    const blank = Buffer.alloc(empties, 0x0a);
-    client.logLines!(blank, 0, blank.length);
-    const last = read(1, 3);
-    client.logLines!(last, 0, last.length);
-    await client.end({ exitCode: 0, success: true });
+    const resourceExhausted = (index: number, call: SeenCall) =>
+      index === 2 ? { status: 8, committed: call.offset } : null;
+    const { server, spool } = await refusedRunsJob(3, resourceExhausted, "line 1\nline 2\nline 3\n");
     expect(server.calls.map((c) => c.offset).slice(0, 4)).toEqual([0, 4, 1_004, 1_004]);
     const after = server.calls.slice(3).flatMap((c) => linesOf(c));
     expect(after.every((l) => !l.run)).toBe(true);
     expect(after.map((l) => l.line)).toEqual([
-      ...Array<string>(empties - 1_000).fill(""),
+      ...Array<string>(EMPTIES - 1_000).fill(""),
       "line 1",
       "line 2",
       "line 3",
     ]);
-    expect(spoolAtCall3).toBeGreaterThan(0);
-    expect(spoolAtCall3).toBeLessThan(4 * empties);
+    expect(spool).toBeGreaterThan(0);
+    expect(spool).toBeLessThan(4 * EMPTIES);
   });
 });
 
