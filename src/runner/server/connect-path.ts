@@ -51,6 +51,15 @@ function compressionOf(headers: http2.IncomingHttpHeaders): string | null {
   return typeof encoding === "string" && encoding !== "identity" ? encoding : null;
 }
 
+/** The message encoding a request names: connect reads the content type without regard to case (`+JSON` too). */
+function encodingOf(headers: http2.IncomingHttpHeaders): "json" | "binary" {
+  return String(headers["content-type"] ?? "")
+    .toLowerCase()
+    .includes("json")
+    ? "json"
+    : "binary";
+}
+
 /**
  * What a compressed StreamLogs call's first chunk goes through before connect decompresses
  * it: a compressed first message is refused unless the request ID in its first
@@ -132,14 +141,7 @@ export function createConnectPath(
     const body = new ConnectBody(
       encoding !== null && runner ? firstMessageGate(encoding, values) : null,
       // Runs counted before connect parses a message (a string a line), in the encoding the call names.
-      // connect reads the content type without regard to case (`application/grpc+JSON` is JSON too).
-      runner
-        ? String(req.headers["content-type"] ?? "")
-            .toLowerCase()
-            .includes("json")
-          ? "json"
-          : "binary"
-        : null,
+      runner ? encodingOf(req.headers) : null,
     );
     const reader = new RequestReader(
       req,
