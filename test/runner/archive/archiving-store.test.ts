@@ -42,6 +42,17 @@ async function until(check: () => boolean | Promise<boolean>, what: string): Pro
   throw new Error(`timed out waiting for ${what}`);
 }
 
+/**
+ * The live log file goes after the state says "archived" (the fs store writes the state first, then
+ * removes the file), so a reader can see the one before the other: wait for the file, bounded by until's.
+ */
+async function untilLiveLogGone(dir: string, id: string): Promise<void> {
+  await until(
+    async () => !(await readdir(join(dir, "logs", "jobs"))).includes(`${id}.log`),
+    "the live log file to be removed",
+  );
+}
+
 /** Text of line i: varied lengths and characters so chunks compress like real output. */
 const textOf = (i: number) => `step ${i} ${"é∂".repeat(i % 7)} ${"x".repeat((i * 37) % 300)} done`;
 
@@ -276,7 +287,7 @@ describe("log archive: fs log store → fs archive (the embedded default)", () =
         await until(async () => (await logs.get(id))?.archived !== undefined, "the job to be archived");
         before = await collectAll(runner.follow(id));
         expect(before).toHaveLength(3_002);
-        expect(await readdir(join(dir, "logs", "jobs"))).not.toContain(`${id}.log`);
+        await untilLiveLogGone(dir, id);
       } finally {
         await server.close();
         await runner.close();
@@ -316,7 +327,7 @@ describe("log archive: fs log store → fs archive (the embedded default)", () =
       await client.end({ exitCode: 1, success: false });
       await client.close();
       await until(async () => (await logs.get(id))?.archived !== undefined, "the job to be archived");
-      expect(await readdir(join(dir, "logs", "jobs"))).not.toContain(`${id}.log`);
+      await untilLiveLogGone(dir, id);
       const record = await logs.sections!(id);
       expect(record!.sections.map((s) => [s.name, s.start, s.end])).toEqual([
         ["Build", 1, 4],
