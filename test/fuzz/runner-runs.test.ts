@@ -80,6 +80,10 @@ const runField: fc.Arbitrary<number[]> = fc.oneof(
       [0x19, 1, 2],
       [0x0a, 5, 0x41],
       [0x12],
+      // Known fields with another wire type than their own, which protobuf-es reads as their kind all the same: a
+      // line tagged as a varint, a line inside a stream flag tagged as length-delimited.
+      [0x08, 0x00],
+      [0x12, 0x02, 0x0a, 0x00],
     ),
   },
 );

@@ -25,9 +25,11 @@ export function countRefusal(count: number): string | null {
 
 /**
  * The refusal of a message {@link countRunLines} found not well-formed (-1) but protobuf-es read all the same (a
- * field that runs on past its message's end); the caller gives protobuf-es's own refusal when it has one.
+ * field that runs on past its message's end, a known field tagged with another wire type than its own); the caller
+ * gives protobuf-es's own refusal when it has one.
  */
-export const MALFORMED_REFUSAL = "not a valid runner.v1.LogItem: a field runs on past the end of its message";
+export const MALFORMED_REFUSAL =
+  "not a valid runner.v1.LogItem: a field runs on past the end of its message or has the wrong wire type";
 
 /**
  * The one-line refusal of a run of `count` lines, or null when the count is within 1 to {@link MAX_RUN_LINES}.
@@ -44,8 +46,11 @@ export function runRefusal(count: number): string | null {
  * protobuf merges a repeated message field), read without decoding anything: what a message the fast decoder leaves
  * to protobuf-es may make it allocate, a string a line. -1 when the bytes are not a well-formed message, which the
  * caller refuses unparsed ({@link countRefusal}): protobuf-es lets some pass (a field that runs on past its message's
- * end), and 128 KiB of runs each holding one such line would be 30,000 lines it made uncounted. Groups are skipped
- * whole. O(bytes), no allocation.
+ * end), and 128 KiB of runs each holding one such line would be 30,000 lines it made uncounted. The walk reads the
+ * bytes as protobuf-es does, or says -1: it checks the fields of `log` and `end` too (one running past its message
+ * moves where protobuf-es reads on), and a known field must carry its own wire type (protobuf-es reads a field as its
+ * declared kind whatever its tag says: `lines` tagged as a varint is a line all the same). Groups are skipped whole.
+ * O(bytes), no allocation.
  *
  * @example
  * const refusal = countRefusal(countRunLines(buf, from, end)); // before fromBinary(LogItemSchema, …)
@@ -54,10 +59,30 @@ export function countRunLines(buf: Uint8Array, start: number, end: number): numb
   return walkFields(buf, start, end, 0, TOP, -1);
 }
 
-/** Where {@link walkFields} walks: a LogItem's fields, a run's, or a group's (skipped, never counted). */
+/**
+ * Where {@link walkFields} walks: a LogItem's fields, a run's, a group's (skipped, never counted), or a LogChunk's or
+ * JobEnd's (checked, never counted).
+ */
 const TOP = 0;
 const RUN = 1;
 const GROUP = 2;
+const CHUNK = 3;
+const END = 4;
+
+/**
+ * The wire type of each known field (by field number) where {@link walkFields} walks, as protobuf-es reads it whatever
+ * the tag says; a group's fields are all unknown (skipped by their tag's wire type, as protobuf-es skips them).
+ */
+const WIRE_TYPES: readonly (readonly number[])[] = [
+  [-1, 2, 2, 2, 2], // LogItem: request_id, log, end, run
+  [-1, 2, 0, 1], // LogRun: lines, stderr, time_unix_nano
+  [],
+  [-1, 2, 0, 1], // LogChunk: line, stderr, time_unix_nano
+  [-1, 0, 0, 2, 2], // JobEnd: exit_code, success, repo_url, commit_sha
+];
+
+/** What the LogItem field `log`, `end` or `run` (2 to 4) holds, as {@link walkFields} walks it. */
+const EVENT_WHERE = [-1, -1, CHUNK, END, RUN];
 
 /** Where the last group {@link walkFields} walked ended (after its end tag). */
 let groupEnd = 0;
@@ -74,6 +99,10 @@ function walkFields(buf: Uint8Array, pos: number, end: number, depth: number, wh
     pos = varintEnd;
     const field = Math.floor(tag / 8);
     const type = tag & 7;
+    // protobuf-es refuses a tag over 32 bits and field 0.
+    if (tag > 0xffffffff || field === 0) return -1;
+    const known = WIRE_TYPES[where]![field];
+    if (known !== undefined && type !== known) return -1;
     if (type === 0) {
       if (readVarint(buf, pos, end) < 0) return -1;
       pos = varintEnd;
@@ -84,8 +113,8 @@ function walkFields(buf: Uint8Array, pos: number, end: number, depth: number, wh
       const len = readVarint(buf, pos, end);
       if (len < 0 || varintEnd + len > end) return -1;
       pos = varintEnd;
-      if (where === TOP && field === 4) {
-        const inner = walkFields(buf, pos, pos + len, depth, RUN, -1);
+      if (where === TOP && field >= 2 && field <= 4) {
+        const inner = walkFields(buf, pos, pos + len, depth, EVENT_WHERE[field]!, -1);
         if (inner < 0) return -1;
         count += inner;
       } else if (where === RUN && field === 1) count++;

@@ -145,6 +145,37 @@ describe("a first message decoded by protobuf-es, before its call is authenticat
     expect(decodeURIComponent(String(meta["grpc-message"]))).toContain("a field runs on past the end of its message");
   });
 
+  it("refuses lines hidden from the count by a wire type protobuf-es does not check, before the token is looked at", async () => {
+    // protobuf-es reads a known field as its declared kind whatever wire type its tag names; a count that trusted the
+    // tag walked those bytes otherwise, and 10,000 lines reached the token check (and a slow hook) uncounted.
+    const lines = Buffer.alloc(10_000 * 2).fill(Buffer.from([0x0a, 0x00]));
+    const lengthOf = (n: number): number[] => (n < 0x80 ? [n] : [(n & 0x7f) | 0x80, ...lengthOf(n >>> 7)]);
+    const inRun = (inner: Buffer) => Buffer.concat([Buffer.from([0x22, ...lengthOf(inner.length)]), inner]);
+    // A LogChunk whose line runs 4 bytes past it, over an unknown field's tag and length (0x2a, [0xc2, 0xa0, 0x01]:
+    // 20,546 bytes; as text "*", U+00A0, U+0001), so protobuf-es lands on the run that unknown field holds.
+    const hidden = inRun(Buffer.alloc(20_546 - 4).fill(Buffer.from([0x0a, 0x00])));
+    const bodies = {
+      "lines tagged as varints": inRun(Buffer.alloc(10_000 * 2).fill(Buffer.from([0x08, 0x00]))),
+      "the run tagged as a varint": Buffer.concat([Buffer.from([0x20, ...lengthOf(lines.length)]), lines]),
+      "lines inside a stderr tagged as length-delimited": inRun(
+        Buffer.concat([Buffer.from([0x12, ...lengthOf(lines.length)]), lines]),
+      ),
+      "a run behind a log line that runs past its LogChunk": Buffer.concat([
+        Buffer.from([0x12, 0x02, 0x0a, 0x04, 0x2a, 0xc2, 0xa0, 0x01]),
+        hidden,
+      ]),
+    };
+    for (const [what, body] of Object.entries(bodies)) {
+      const item = fromBinary(LogItemSchema, Buffer.concat([Buffer.from([0x0a, 36]), Buffer.from(randomUUID()), body]));
+      expect(item.event.case === "run" && item.event.value.lines.length, what).toBeGreaterThan(MAX_RUN_LINES);
+      const meta = await answerTo(body);
+      // INVALID_ARGUMENT (3) on its bytes; the token was never looked at (a made-up one is PERMISSION_DENIED, 7).
+      expect(meta["grpc-status"], what).toBe("3");
+      expect(decodeURIComponent(String(meta["grpc-message"])), what).toContain("not a valid runner.v1.LogItem");
+      expect(meta["runner-committed"], what).toBeUndefined();
+    }
+  });
+
   it("refuses a JSON message with more values than a run's lines before it parses it, and holds nothing", async () => {
     const { h, waiting, release } = await heldHarness();
     // 24,000 distinct two-character lines in 120 KiB: parsed, a string a line (~325 KB of heap a call, held while
