@@ -32,6 +32,11 @@ export interface CallResponse {
   error?: Error;
   /** Why the client cancelled it itself (no answer in time, no write progress, an answer over the cap). */
   failure?: { code: Code; message: string };
+  /**
+   * The job offset one past the last item the call wrote: an Ack ok = true says they are all stored, so its
+   * `runner-committed` must reach it (unchecked when absent).
+   */
+  sentTo?: number;
 }
 
 /** A call's outcome: `ok` is the Ack's (status OK), `error` set for anything else. */
@@ -94,6 +99,15 @@ export function readOutcome(c: CallResponse, sent: number): CallOutcome {
   }
   try {
     const ack = parseAck(Buffer.concat(c.data), header(h, "grpc-encoding"));
+    // ok = true says every item of the call is stored (docs/runner-protocol.md §6): an answer whose runner-committed
+    // falls short of them, or is missing, contradicts itself. Taken as ok, it would start the next call at once with
+    // nothing acknowledged, a call a round trip for ever; as a protocol error it is retried with back-off until the
+    // deadline.
+    if (ack && c.sentTo !== undefined && (committedNum === undefined || committedNum < c.sentTo)) {
+      const shown = committedNum === undefined ? "no runner-committed" : `runner-committed ${committedNum}`;
+      const message = `an Ack ok = true with ${shown} falls short of ${c.sentTo}, the end of the items the call sent: not a conforming runner.v1 answer`;
+      return { ...base, code: Code.Internal, error: rpcError(message, Code.Internal, committedNum) };
+    }
     return { ...base, code, ok: ack };
   } catch (e) {
     return {

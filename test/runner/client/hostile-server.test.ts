@@ -237,6 +237,39 @@ describe("a runner-committed beyond what was sent (item 10)", () => {
   });
 });
 
+describe("an Ack ok = true whose runner-committed does not reach the call's items", () => {
+  for (const [what, committed] of [
+    ["runner-committed 0", "0"],
+    ["no runner-committed", ""],
+  ] as const) {
+    it(`${what}: a protocol error, retried with back-off until the deadline, so flush() settles`, async () => {
+      const server = await hostile({ kind: "lying-committed", committed });
+      const retries: string[] = [];
+      const client = track(
+        createRunnerClient({
+          endpoint: server.url,
+          requestId: randomUUID(),
+          deadlineMs: 500,
+          backoff: { initialMs: 50, maxMs: 100 },
+          onRetry: (e) => retries.push(`${e.code}: ${e.message}`),
+        }),
+      );
+      client.log("one");
+      client.log("two");
+      // Before: ok = true reset the failures and started the next call at once, with no progress ever made: a new
+      // call each round trip (thousands a second), forever, and flush() never settled.
+      const flushed = await settled(client.flush(), 15_000);
+      expect(flushed).toMatchObject({ error: { code: "INTERNAL" } });
+      expect(retries[0]).toMatch(
+        /^INTERNAL: an Ack ok = true with (runner-committed 0|no runner-committed) falls short of 2, the end of the items/,
+      );
+      // Back-off of 50–100 ms within a 500 ms deadline: a handful of calls.
+      expect(server.calls).toBeLessThan(30);
+      expect(client.stats.committed).toBe(0);
+    });
+  }
+});
+
 describe("a TLS certificate the client cannot trust (item 10)", () => {
   for (const [what, san, trust, expired, tlsError] of [
     ["an unknown CA (self-signed, no tls.ca)", "IP:127.0.0.1", false, false, "DEPTH_ZERO_SELF_SIGNED_CERT"],
