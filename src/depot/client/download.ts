@@ -31,6 +31,7 @@ export async function downloadArchive(
   const relative = dataPath(name, version, opts.from);
   const sink = await openSink(opts.to, `${name}-${version ?? "latest"}`);
   let target = url(relative);
+  const depotOrigin = new URL(target).origin;
   let hash = createHash("sha256");
   let received = 0;
   let total: number | undefined;
@@ -42,6 +43,9 @@ export async function downloadArchive(
   try {
     for (;;) {
       const headers = headersWith();
+      // A resume goes to the redirect's target (a signed blob URL): the depot's token is the depot's alone, as fetch
+      // itself drops it on a redirect to another origin.
+      if (new URL(target).origin !== depotOrigin) headers.delete("authorization");
       if (received > 0) {
         headers.set("range", `bytes=${received}-`);
         if (etag) headers.set("if-range", etag);
