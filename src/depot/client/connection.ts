@@ -38,8 +38,11 @@ export interface DepotConnection {
   readBytes(response: Response, what: string, maxBytes: number): Promise<Buffer>;
   /** Whether the wait for an answer's headers is this connection's to bound (no `fetch` of the caller's). */
   readonly boundsHeaders: boolean;
-  /** A streamed body's chunks, each within `idleTimeoutMs` of the last. */
-  chunks(body: ReadableStream<Uint8Array>, what: string): AsyncIterable<Uint8Array>;
+  /**
+   * A streamed body's chunks, each within `idleTimeoutMs` of the last; with `whole`, the body as a whole within
+   * `jsonTimeoutMs` too (a structured read such as the manifest, not an archive that may progress slowly).
+   */
+  chunks(body: ReadableStream<Uint8Array>, what: string, whole?: boolean): AsyncIterable<Uint8Array>;
 }
 
 /** The bounds of {@link DepotClientOptions}, defaults applied. */
@@ -137,7 +140,7 @@ export function createDepotConnection(options: DepotClientOptions): DepotConnect
     error,
     readJson: readJsonBody,
     readBytes: async (response, what, maxBytes) => (await readBounded(response, what, { maxBytes, ...timing })).bytes,
-    chunks: (body, what) => timedChunks(body, what, { idleMs: limits.idleTimeoutMs }),
+    chunks: (body, what, whole = false) => timedChunks(body, what, whole ? timing : { idleMs: limits.idleTimeoutMs }),
   };
 }
 

@@ -61,9 +61,10 @@ export function createDepotClient(options: DepotClientOptions): DepotClient {
       // The manifest is the archive's first entry: its head is usually enough.
       const head = await call("GET", relative, { headers: { range: "bytes=0-65535" } });
       if (!head.ok) throw await connection.error(head, `GET /${relative}`);
-      // Each chunk within the idle bound; the manifest's own size is bounded by readPackageManifest.
+      // Each chunk within the idle bound and the whole within the JSON bound (a drip of a byte every 29 s would
+      // otherwise hold it for weeks); the manifest's own size is bounded by readPackageManifest.
       const body = (response: Response) =>
-        Readable.from(connection.chunks(response.body ?? new ReadableStream(), `GET /${relative}`));
+        Readable.from(connection.chunks(response.body ?? new ReadableStream(), `GET /${relative}`, true));
       try {
         return await readPackageManifest(body(head));
       } catch (error) {

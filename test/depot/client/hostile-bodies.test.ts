@@ -172,6 +172,18 @@ describe("the client's timeouts cover bodies (issue 30, item 6)", () => {
     expect(requests).toBe(2);
   });
 
+  it("a manifest read that drips within the idle bound is cut at jsonTimeoutMs", async () => {
+    // A byte every 50 ms never trips the idle bound (1 s); before, only the 64 MiB bound on the manifest ended it.
+    const { url } = await depot((_req, res) => {
+      res.writeHead(200, { "content-type": "application/x-tar" });
+      drip(res, 50, 30_000);
+    });
+    const client = createDepotClient({ baseUrl: url, idleTimeoutMs: 1_000, jsonTimeoutMs: 300 });
+    const error = await failure(client.manifest("evil@1.0.0"));
+    expect(error.code).toBe("DEADLINE_EXCEEDED");
+    expect(error.message).toMatch(/took longer than 0.3 s/);
+  });
+
   it("a depot that accepts and never answers a GET is cut at idleTimeoutMs", async () => {
     const { url } = await depot(() => undefined);
     const error = await failure(createDepotClient({ baseUrl: url, idleTimeoutMs: 300 }).depends("evil@1.0.0"));
