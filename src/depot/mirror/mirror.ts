@@ -138,6 +138,7 @@ export async function mirrorDepot(store: PackageStore, options: MirrorOptions): 
   let batched = true;
   for (;;) {
     if (options.signal?.aborted) return report;
+    const since = report.position;
     let page: FeedPage & { versions?: Map<string, BatchVersion> };
     let prepared = new Map<string, Prepared>();
     try {
@@ -162,7 +163,13 @@ export async function mirrorDepot(store: PackageStore, options: MirrorOptions): 
       report.position = page.position;
       await savePosition(store, key, upstream.url, page.position, now);
     }
-    if (page.more) continue;
+    if (page.more) {
+      // The next page is asked for at once, without a pause: only a page that moved may say so (Upstream.batchFeed
+      // refuses one that does not; this keeps any feed from looping in place).
+      if (report.position <= since)
+        throw new RunnerDepotError("UNAVAILABLE", `upstream ${upstream.url}: a feed page says more but moved nothing`);
+      continue;
+    }
     if (!options.follow) return report;
     await pause(options.intervalMs ?? 5_000, options.signal);
   }

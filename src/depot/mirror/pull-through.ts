@@ -31,8 +31,11 @@ export interface PullThroughOptions {
   limits?: Partial<UpstreamLimits>;
 }
 
-/** What the upstream's reads and the copy's checks throw (depot/mirror/upstream.ts, mirror.ts). */
-const UPSTREAM_FAILURES = new Set(["UNAVAILABLE", "PERMISSION_DENIED", "DIGEST_MISMATCH"]);
+/**
+ * What the upstream's reads and the copy's checks throw (depot/mirror/upstream.ts, mirror.ts); DEADLINE_EXCEEDED is
+ * an upstream that did not answer within its bounds (no local store throws it).
+ */
+const UPSTREAM_FAILURES = new Set(["UNAVAILABLE", "PERMISSION_DENIED", "DIGEST_MISMATCH", "DEADLINE_EXCEEDED"]);
 
 /** Misses remembered at most (oldest forgotten first): bounds the memory a reader can fill with names. */
 const MAX_MISSES = 10_000;

@@ -3,7 +3,7 @@
  * hostile): feed pages, a version's listing, byte ranges of its archive. Nothing here writes.
  * Why: docs/decisions/depot-yank-mirror.md, "upstream.ts".
  */
-import { RunnerDepotError } from "../../errors.js";
+import { isRunnerDepotError, RunnerDepotError } from "../../errors.js";
 import { readBounded, readJson, timedChunks } from "../client/body.js";
 import { MAX_ATTESTATIONS } from "../store/attestations.js";
 
@@ -13,9 +13,9 @@ export interface UpstreamLimits {
   maxJsonBytes: number;
   /** Largest manifest accepted (the archive's first entry). */
   maxManifestBytes: number;
-  /** The longest wait for the next chunk of any answer, ms. */
+  /** The longest wait for an answer's head, and for the next chunk of any answer, ms. */
   idleMs: number;
-  /** The longest a JSON answer may take, ms. */
+  /** The longest a JSON answer may take, head included, ms. */
   jsonMs: number;
   /** Largest `GET /attestations` answer (up to 16 bundles, as JSON). */
   maxAttestationBytes: number;
@@ -73,39 +73,107 @@ export interface BatchFeedPage extends FeedPage {
 /** Changes per feed page: keeps a page's package states (each up to 4,000 versions) within maxJsonBytes. */
 const FEED_PAGE = 100;
 
+/** An error answer's body is read only for its problem code: at most this many bytes, within this many ms in all. */
+const ERROR_BODY = 64 * 1024;
+const ERROR_BODY_MS = 5_000;
+
 /** An upstream depot at `url`, read with `token` when given. */
 export class Upstream {
   readonly url: string;
   constructor(
     url: string,
     private readonly token: string | undefined,
-    private readonly limits: UpstreamLimits = UPSTREAM_LIMITS,
+    /** The bounds on what is read from the upstream. */
+    readonly limits: UpstreamLimits = UPSTREAM_LIMITS,
     private readonly signal?: AbortSignal,
   ) {
     this.url = url.replace(/\/+$/, "");
   }
 
-  private async get(path: string, headers: Record<string, string> = {}): Promise<Response> {
-    const all = this.token ? { ...headers, Authorization: `Bearer ${this.token}` } : headers;
+  /**
+   * One request whose answer must begin within `headMs`: undici alone waits 300 s for a head, and a stalled
+   * upstream would hold a pull slot or a mirror run that long. Past the bound the request is aborted with
+   * DEADLINE_EXCEEDED (the code of the body bounds, depot/client/body.ts); the caller's signal still aborts it.
+   */
+  private async request(method: string, path: string, init: RequestInit, headMs: number): Promise<Response> {
+    const what = `${method} ${path}`;
+    const headers = new Headers(init.headers);
+    if (this.token) headers.set("Authorization", `Bearer ${this.token}`);
+    const late = `upstream ${this.url}: ${what}: no answer in ${headMs / 1000} s`;
+    const details = { timeout: "head", ms: headMs };
+    const head = new AbortController();
+    const timer = setTimeout(() => head.abort(new RunnerDepotError("DEADLINE_EXCEEDED", late, { details })), headMs);
+    const signal = this.signal ? AbortSignal.any([this.signal, head.signal]) : head.signal;
     try {
-      return await fetch(`${this.url}${path}`, { headers: all, signal: this.signal });
+      return await fetch(`${this.url}${path}`, { ...init, method, headers, signal });
     } catch (cause) {
       if (this.signal?.aborted) throw cause;
-      throw new RunnerDepotError("UNAVAILABLE", `upstream ${this.url}: GET ${path} failed`, { cause });
+      if (head.signal.aborted) throw head.signal.reason as RunnerDepotError;
+      throw new RunnerDepotError("UNAVAILABLE", `upstream ${this.url}: ${what} failed`, { cause });
+    } finally {
+      // Only the head is bounded here: the body's bounds are the reader's (timedChunks).
+      clearTimeout(timer);
     }
   }
 
+  /** A GET whose head comes within the idle bound (`headMs`: a smaller one). */
+  private get(path: string, headers: Record<string, string> = {}, headMs = this.limits.idleMs): Promise<Response> {
+    return this.request("GET", path, { headers }, headMs);
+  }
+
+  /**
+   * A JSON answer of `path`: its head within `idleMs`, then `read` (its body as JSON, at most `maxBytes`) or `fail`
+   * (its error), all within `jsonMs` of the request's start, the body silent at most `idleMs` at a time.
+   */
+  private async jsonAnswer<T>(
+    path: string,
+    maxBytes: number,
+    headers: Record<string, string> = {},
+  ): Promise<{ response: Response; read: () => Promise<T>; fail: () => Promise<RunnerDepotError> }> {
+    const started = Date.now();
+    const response = await this.get(path, headers, Math.min(this.limits.idleMs, this.limits.jsonMs));
+    const left = () => Math.max(0, this.limits.jsonMs - (Date.now() - started));
+    const what = `GET ${path}`;
+    return {
+      response,
+      fail: () => this.refusal(response, what, left()),
+      read: async () => {
+        try {
+          return await readJson<T>(response, what, { maxBytes, idleMs: this.limits.idleMs, totalMs: left() });
+        } catch (error) {
+          // The body's share of jsonMs is what is left after the head: name the whole bound, not that share.
+          if (isRunnerDepotError(error) && error.code === "DEADLINE_EXCEEDED" && error.details.timeout === "total")
+            throw new RunnerDepotError(
+              "DEADLINE_EXCEEDED",
+              `${what}: the answer took longer than ${this.limits.jsonMs / 1000} s`,
+              { details: { timeout: "total", ms: this.limits.jsonMs } },
+            );
+          throw error;
+        }
+      },
+    };
+  }
+
   private async json<T>(path: string, maxBytes = this.limits.maxJsonBytes): Promise<T> {
-    const response = await this.get(path);
-    if (response.status !== 200) {
-      const { bytes } = await readBounded(response, `GET ${path}`, { maxBytes: 64 * 1024, idleMs: 5_000 }, true);
-      throw upstreamError(response.status, `GET ${path}`, bytes);
+    const answer = await this.jsonAnswer<T>(path, maxBytes);
+    if (answer.response.status !== 200) throw await answer.fail();
+    return answer.read();
+  }
+
+  /**
+   * The error of a non-success answer: its status, with the problem code its body names when the body comes
+   * within ERROR_BODY bytes and ERROR_BODY_MS in all (capped by the idle bound and `leftMs`). The body is only read
+   * for that code, so one that drips or stalls is dropped and the status stands alone.
+   */
+  private async refusal(response: Response, what: string, leftMs = Infinity): Promise<RunnerDepotError> {
+    const ms = Math.min(ERROR_BODY_MS, this.limits.idleMs, leftMs);
+    let bytes: Buffer = Buffer.alloc(0);
+    try {
+      ({ bytes } = await readBounded(response, what, { maxBytes: ERROR_BODY, idleMs: ms, totalMs: ms }, true));
+    } catch (error) {
+      if (this.signal?.aborted) throw error;
     }
-    return readJson<T>(response, `GET ${path}`, {
-      maxBytes,
-      idleMs: this.limits.idleMs,
-      totalMs: this.limits.jsonMs,
-    });
+    return upstreamError(response.status, what, bytes);
   }
 
   /** The changes after `since`. O(FEED_PAGE). */
@@ -120,20 +188,16 @@ export class Upstream {
    */
   async batchFeed(since: number): Promise<BatchFeedPage | null> {
     const path = `/mirror/feed?since=${since}&limit=${FEED_PAGE}`;
-    const response = await this.get(path, { "Accept-Encoding": "gzip" });
+    const answer = await this.jsonAnswer<Record<string, unknown>>(path, this.limits.maxJsonBytes, {
+      "Accept-Encoding": "gzip",
+    });
+    const { response } = answer;
     if (response.status === 404 || response.status === 405) {
       void response.body?.cancel().catch(() => undefined);
       return null;
     }
-    if (response.status !== 200) {
-      const { bytes } = await readBounded(response, `GET ${path}`, { maxBytes: 64 * 1024, idleMs: 5_000 }, true);
-      throw upstreamError(response.status, `GET ${path}`, bytes);
-    }
-    const body = await readJson<Record<string, unknown>>(response, `GET ${path}`, {
-      maxBytes: this.limits.maxJsonBytes,
-      idleMs: this.limits.idleMs,
-      totalMs: this.limits.jsonMs,
-    });
+    if (response.status !== 200) throw await answer.fail();
+    const body = await answer.read();
     const page = parseFeedPage(body, since, FEED_PAGE);
     const versions = new Map<string, BatchVersion>();
     const raw = (typeof body.versions === "object" && body.versions !== null ? body.versions : {}) as Record<
@@ -155,8 +219,15 @@ export class Upstream {
       )
         versions.set(key, v as unknown as BatchVersion);
     }
-    // `more` is the upstream's word here (a page may end short of the head).
-    return { ...page, more: body.more === true, versions };
+    // `more` is the upstream's word here (a page may end short of the head), but only from a page that moved: a page
+    // with changes ends past `since`, and one without must still end past it, or the mirror would ask again for ever.
+    const more = body.more === true;
+    if (more && page.position <= since)
+      throw new RunnerDepotError(
+        "UNAVAILABLE",
+        `upstream ${this.url}: GET ${path} says more but moves nothing past position ${since}`,
+      );
+    return { ...page, more, versions };
   }
 
   /**
@@ -164,33 +235,22 @@ export class Upstream {
    * each piece exactly its size: `take(n)` yields the next n bytes. UNAVAILABLE when the answer is short.
    */
   async blobs(blobs: ReadonlyArray<{ ref: string; digest: string; size: number }>) {
-    const response = await this.post("/mirror/blobs", { blobs: blobs.map((b) => [b.ref, b.digest]) });
-    if (response.status !== 200) {
-      const { bytes } = await readBounded(response, "POST /mirror/blobs", { maxBytes: 64 * 1024, idleMs: 5_000 }, true);
-      throw upstreamError(response.status, "POST /mirror/blobs", bytes);
-    }
+    const response = await this.request(
+      "POST",
+      "/mirror/blobs",
+      {
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ blobs: blobs.map((b) => [b.ref, b.digest]) }),
+      },
+      this.limits.idleMs,
+    );
+    if (response.status !== 200) throw await this.refusal(response, "POST /mirror/blobs");
     if (!response.body)
       throw new RunnerDepotError("UNAVAILABLE", `upstream ${this.url}: POST /mirror/blobs without a body`);
     return new Pieces(
       timedChunks(response.body, "POST /mirror/blobs", { idleMs: this.limits.idleMs })[Symbol.asyncIterator](),
       this.url,
     );
-  }
-
-  private async post(path: string, body: unknown): Promise<Response> {
-    const headers: Record<string, string> = { "Content-Type": "application/json" };
-    if (this.token) headers.Authorization = `Bearer ${this.token}`;
-    try {
-      return await fetch(`${this.url}${path}`, {
-        method: "POST",
-        headers,
-        body: JSON.stringify(body),
-        signal: this.signal,
-      });
-    } catch (cause) {
-      if (this.signal?.aborted) throw cause;
-      throw new RunnerDepotError("UNAVAILABLE", `upstream ${this.url}: POST ${path} failed`, { cause });
-    }
   }
 
   /** One version's listing. */
