@@ -430,7 +430,7 @@ async function prefetch(
     let manifest: PackageManifest;
     try {
       manifest = JSON.parse(described.manifest) as PackageManifest;
-      checkManifest(manifest, change.name, change.version, (why) => new RunnerDepotError("UNAVAILABLE", why));
+      await checkManifest(manifest, change.name, change.version, (why) => new RunnerDepotError("UNAVAILABLE", why));
     } catch {
       continue;
     }

@@ -104,9 +104,9 @@ export class Commits {
   }
 
   /**
-   * Every problem that would stop a commit: an item below a file or link, two paths equal but for case, a link whose
-   * chain through the package's links leaves the root (depot/package/links.ts), content no longer
-   * stored. `tree` is where ancestors and links are looked up (default: `items`
+   * Every problem that would stop a commit: the tree's path problems ({@link treeProblems}: an item below a file or
+   * link, two paths equal but for case, a link whose chain through the package's links leaves the root), content no
+   * longer stored. `tree` is where ancestors and links are looked up (default: `items`
    * themselves, the whole tree at commit); `licenses: false` skips the licences (a
    * summary page after the first). O(items × depth) lookups plus one stat per file.
    */
@@ -115,39 +115,7 @@ export class Commits {
     items: ItemRecord[],
     options: { tree?: TreeLookup; below?: BelowLookup; licenses?: boolean } = {},
   ): Promise<CommitProblem[]> {
-    const problems: CommitProblem[] = [];
-    // No items is fine: a meta-package may carry only requirements.
-    const tree = options.tree ?? treeOf(items);
-    const below = options.tree ? options.below : belowOf(items);
-    for (const item of items) {
-      for (const ancestor of ancestorsOf(item.path)) {
-        const above = await tree(ancestor);
-        if (above && above.type !== "dir") {
-          problems.push({
-            code: "PATH_INVALID",
-            path: item.path,
-            detail: `${item.path} lies below the ${above.type} ${ancestor}`,
-          });
-        }
-      }
-      if (item.type === "link") {
-        try {
-          await resolveLink(item.path, item.target ?? "", tree, below);
-        } catch (error) {
-          problems.push({ code: "PATH_INVALID", path: item.path, detail: (error as Error).message });
-        }
-      }
-    }
-    // Only with the whole tree (a commit): a summary page sees a part of it.
-    if (!options.tree) {
-      for (const [first, second] of caseCollisions(items.map((i) => i.path))) {
-        problems.push({
-          code: "PATH_INVALID",
-          path: second,
-          detail: `${second} and ${first} differ only in case: one path on a case-insensitive filesystem`,
-        });
-      }
-    }
+    const problems = await treeProblems(items, options);
     const blobs = [
       ...items.filter((i) => i.type === "file").map((i) => ({ path: i.path, digest: i.digest!, size: i.size })),
       ...(options.licenses === false ? [] : Object.entries(trans.licenses)).map(([name, l]) => ({
@@ -453,6 +421,64 @@ export class Commits {
   async idle(): Promise<void> {
     while (this.afterAnswer.size > 0) await Promise.all([...this.afterAnswer]);
   }
+}
+
+/**
+ * The path problems of a package tree by the commit's rules (docs/depot-api.md §8): an item below a file or link, a
+ * link whose chain through the package's links leaves the root or enters `.pkg/` (depot/package/links.ts), and, with
+ * the whole tree (no `options.tree`), two items at one path or two paths equal but for case. `tree` is where
+ * ancestors and links are looked up (default: `items` themselves). Exported so that a version copied from an
+ * upstream (depot/mirror/upstream-manifest.ts) passes the very rules a publish does. O(items × depth) lookups.
+ *
+ * @example
+ * const problems = await treeProblems(manifest.items); // [] when a commit would take these items
+ */
+export async function treeProblems(
+  items: ReadonlyArray<{ type: string; path: string; target?: string }>,
+  options: { tree?: TreeLookup; below?: BelowLookup } = {},
+): Promise<CommitProblem[]> {
+  const problems: CommitProblem[] = [];
+  // No items is fine: a meta-package may carry only requirements.
+  const tree = options.tree ?? treeOf(items);
+  const below = options.tree ? options.below : belowOf(items);
+  for (const item of items) {
+    for (const ancestor of ancestorsOf(item.path)) {
+      const above = await tree(ancestor);
+      if (above && above.type !== "dir") {
+        problems.push({
+          code: "PATH_INVALID",
+          path: item.path,
+          detail: `${item.path} lies below the ${above.type} ${ancestor}`,
+        });
+      }
+    }
+    if (item.type === "link") {
+      try {
+        await resolveLink(item.path, item.target ?? "", tree, below);
+      } catch (error) {
+        problems.push({ code: "PATH_INVALID", path: item.path, detail: (error as Error).message });
+      }
+    }
+  }
+  // Only with the whole tree (a commit): a summary page sees a part of it.
+  if (!options.tree) {
+    // A transaction holds one item per path (its records are keyed by path: PATH_EXISTS at the addition), so
+    // only a list from elsewhere, such as an upstream's manifest, can name one twice.
+    const seen = new Set<string>();
+    for (const item of items) {
+      if (seen.has(item.path))
+        problems.push({ code: "PATH_EXISTS", path: item.path, detail: `${item.path} is listed more than once` });
+      seen.add(item.path);
+    }
+    for (const [first, second] of caseCollisions(items.map((i) => i.path))) {
+      problems.push({
+        code: "PATH_INVALID",
+        path: second,
+        detail: `${second} and ${first} differ only in case: one path on a case-insensitive filesystem`,
+      });
+    }
+  }
+  return problems;
 }
 
 /** A transaction record without its commit attempts. */

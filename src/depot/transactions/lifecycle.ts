@@ -354,9 +354,7 @@ export class Transactions {
 
   /** Adds requirements (a later one on the same name replaces the earlier). */
   async require(trans: TransactionRecord, requires: Requirement[]): Promise<Requirement[]> {
-    for (const r of requires) {
-      if (r.name === trans.name) throw new RunnerDepotError("SELF_DEPENDENCY", `${trans.name} cannot require itself`);
-    }
+    refuseSelfDependency(trans.name, requires);
     const next = await this.mutate(trans.id, (t) => {
       const byName = new Map(t.requires.map((r) => [r.name, r]));
       for (const r of requires) byName.set(r.name, r);
@@ -427,6 +425,18 @@ export class Transactions {
       .filter((i): i is ItemRecord => i !== undefined && (i.state ?? "added") === "added")
       .map(withoutState)
       .sort((a, b) => compareUtf8(a.path, b.path));
+  }
+}
+
+/**
+ * Refuses (SELF_DEPENDENCY) requirements of package `name` on itself (docs/depot-api.md §8, `POST /meta/<id>/require`).
+ *
+ * @example
+ * refuseSelfDependency("app", [{ name: "lib", range: "^1" }]); // passes
+ */
+export function refuseSelfDependency(name: string, requires: readonly Requirement[]): void {
+  for (const r of requires) {
+    if (r.name === name) throw new RunnerDepotError("SELF_DEPENDENCY", `${name} cannot require itself`);
   }
 }
 
