@@ -23,11 +23,16 @@ const gzipped = promisify(gzip);
 
 /** Changes per feed answer at most (the default too). */
 const FEED_MAX = 100;
-/** Listing and manifest bytes per feed answer; versions past it are answered without (the mirror reads them alone). */
+/**
+ * Manifest bytes (UTF-8, as stored) per feed answer; versions past it are answered without (the mirror reads them
+ * alone), their manifests never read.
+ */
 const FEED_DETAIL_BYTES = 8 * 2 ** 20;
 /** Blobs per `POST /mirror/blobs` at most, and the largest body asking for them. */
 const BLOBS_MAX = 1000;
 const BLOBS_BODY = 256 * 1024;
+/** Distinct versions per `POST /mirror/blobs` at most (a feed page's worth): each costs one manifest read. */
+const BLOBS_VERSIONS = FEED_MAX;
 /** The most bytes one blobs answer carries. */
 const BLOBS_BYTES = 256 * 2 ** 20;
 
@@ -46,24 +51,38 @@ export function registerMirrorRoutes(context: RouterContext): void {
     const head = await catalogHead(store, context.now, Number(since));
     if (Number(since) > head)
       throw new RunnerDepotError("BAD_REQUEST", `since=${since} is past this depot's newest position ${head}`);
-    // O(limit) entries, then per publish entry two reads and its manifest blob.
+    // O(limit) entries, then per publish entry two reads and a stat; then, in feed order, only the manifests that fit
+    // what is left of the budget are read, so the texts held are O(FEED_DETAIL_BYTES), not O(entries × manifest).
     const { entries, scannedTo } = await readChanges(store, Number(since), head, { limit: Number(limitText) });
     const mayRead = readCheck(request, context);
-    let budget = FEED_DETAIL_BYTES;
-    const versions: Record<string, unknown> = {};
-    const details = await mapLimit(entries, 8, async (e) => {
+    const listed = await mapLimit(entries, 8, async (e) => {
       if (e.yanked !== undefined || e.attested !== undefined || e.removed || !(await mayRead(e.name))) return null;
       const record = (await store.getRecord<VersionRecord>(keys.version(e.name, e.version)))?.value;
-      const manifest = record ? await blobText(context, record.manifest) : null;
-      return record && manifest !== null
-        ? { publishedAt: record.publishedAt, digest: record.digest, size: record.size, manifest }
+      const stat = record ? await store.statBlob(record.manifest) : null;
+      return record && stat
+        ? {
+            publishedAt: record.publishedAt,
+            digest: record.digest,
+            size: record.size,
+            blob: record.manifest,
+            bytes: stat.size,
+          }
         : null;
     });
+    // As before, a manifest past what is left is left out (read alone by the mirror) and a later smaller one may fit.
+    let budget = FEED_DETAIL_BYTES;
+    const chosen = listed.map((l) => {
+      if (!l || l.bytes > budget) return null;
+      budget -= l.bytes;
+      return l;
+    });
+    const texts = await mapLimit(chosen, 8, async (l) => (l ? blobText(context, l.blob, l.bytes) : null));
+    const versions: Record<string, unknown> = {};
     entries.forEach((e, i) => {
-      const detail = details[i];
-      if (!detail || detail.manifest.length > budget) return;
-      budget -= detail.manifest.length;
-      versions[`${e.name}@${e.version}`] = detail;
+      const l = chosen[i];
+      const manifest = texts[i];
+      if (!l || manifest === null || manifest === undefined) return;
+      versions[`${e.name}@${e.version}`] = { publishedAt: l.publishedAt, digest: l.digest, size: l.size, manifest };
     });
     const changes = entries.map((e) => ({
       position: e.position,
@@ -83,24 +102,38 @@ export function registerMirrorRoutes(context: RouterContext): void {
     if (body === null) throw new RunnerDepotError("BAD_REQUEST", "no body");
     const asked = parseBlobList(body);
     const mayRead = readCheck(request, context);
-    // Each version's manifest read once: the blobs it may answer, with their sizes.
-    const held = new Map<string, Map<string, number>>();
-    for (const [ref] of asked) {
-      if (held.has(ref)) continue;
+    // Refs grouped by the version they name (`big@1.0.0+1` and `big@1.0.0+2` are one: build metadata is dropped)
+    // before anything is read, so the work is O(distinct versions ≤ BLOBS_VERSIONS) manifest reads, each once.
+    const versionOf: string[] = [];
+    const wanted = new Map<string, { name: string; version: string; digests: Set<string> }>();
+    for (const [ref, digest] of asked) {
       const { name, version } = parsePackageRef(ref);
       if (version === undefined) throw new RunnerDepotError("BAD_REQUEST", `${ref} names no version`);
+      const key = `${name}@${version}`;
+      versionOf.push(key);
+      const entry = wanted.get(key) ?? { name, version, digests: new Set<string>() };
+      entry.digests.add(digest);
+      wanted.set(key, entry);
+    }
+    if (wanted.size > BLOBS_VERSIONS)
+      throw new RunnerDepotError("BAD_REQUEST", `blobs may name at most ${BLOBS_VERSIONS} versions`);
+    // Each version's manifest read once: the sizes of the blobs asked of it (only those are kept).
+    const held = new Map<string, Map<string, number>>();
+    for (const [key, { name, version, digests }] of wanted) {
       if (!(await mayRead(name))) throw new RunnerDepotError("PERMISSION_DENIED", `This token may not read ${name}`);
       const record = await context.publishedVersion(name, version);
       const text = await blobText(context, record.manifest);
       const manifest = JSON.parse(text ?? "{}") as PackageManifest;
       const sizes = new Map<string, number>();
-      for (const item of manifest.items ?? []) if (item.digest) sizes.set(item.digest, item.size);
-      for (const license of manifest.licenses ?? []) sizes.set(license.digest, license.size);
-      held.set(ref, sizes);
+      for (const item of manifest.items ?? [])
+        if (item.digest && digests.has(item.digest)) sizes.set(item.digest, item.size);
+      for (const license of manifest.licenses ?? [])
+        if (digests.has(license.digest)) sizes.set(license.digest, license.size);
+      held.set(key, sizes);
     }
     let total = 0;
-    for (const [ref, digest] of asked) {
-      const size = held.get(ref)!.get(digest);
+    for (const [i, [ref, digest]] of asked.entries()) {
+      const size = held.get(versionOf[i]!)!.get(digest);
       if (size === undefined) throw new RunnerDepotError("DIGEST_UNKNOWN", `${ref} holds no blob ${digest}`);
       total += size;
     }
@@ -137,11 +170,17 @@ function readCheck(request: Request, context: RouterContext): (name: string) => 
   };
 }
 
-async function blobText(context: RouterContext, digest: string): Promise<string | null> {
+/** A blob's text; null when it is gone or (given `maxBytes`) longer, read no further than that. */
+async function blobText(context: RouterContext, digest: string, maxBytes = Infinity): Promise<string | null> {
   const body = await context.store.getBlob(digest);
   if (!body) return null;
   const chunks: Buffer[] = [];
-  for await (const chunk of body) chunks.push(Buffer.from(chunk));
+  let bytes = 0;
+  for await (const chunk of body) {
+    bytes += chunk.byteLength;
+    if (bytes > maxBytes) return null; // leaving the loop ends the read
+    chunks.push(Buffer.from(chunk));
+  }
   return Buffer.concat(chunks).toString("utf8");
 }
 

@@ -6,9 +6,7 @@
 import type { IRequest } from "itty-router";
 import { RunnerDepotError } from "../../errors.js";
 import { traceContextOf } from "../../telemetry.js";
-import type { PackageManifest } from "../package/archive.js";
 import { parseHttpDigest } from "../package/digest.js";
-import { readJsonBlob } from "../store/gc.js";
 import type { TreeEntry } from "../package/links.js";
 import { decodeSegment, isLicenseName, parsePackageRef } from "../package/names.js";
 import { clientGone } from "./native-body.js";
@@ -19,7 +17,7 @@ import { keys, type TransactionRecord, type VersionRecord } from "../store/recor
 import { recoverCommit } from "../transactions/recovery.js";
 import { parseAttributes, parseMode, parseRequirements, requireEmpty, single } from "./request-headers.js";
 import { getAndHead, type RouterContext } from "./router-context.js";
-import { pagedJson, pageOfManifest, summaryItems, summaryPage } from "../transactions/summary.js";
+import { pagedJson, pageOfCommitted, summaryItems, summaryPage, type ManifestHint } from "../transactions/summary.js";
 import { uploadBody } from "../transactions/upload-body.js";
 import { parseYankReason, setYank } from "../catalog/yank.js";
 
@@ -170,20 +168,23 @@ export function registerPackagerRoutes(context: RouterContext): void {
     return json(201, result);
   });
 
+  /** Where the next summary page of a committed version starts in its manifest (summary.ts, pageOfCommitted). */
+  const manifestHints = new Map<string, ManifestHint>();
   getAndHead(router, "/summary/:id", async (request) => {
     const trans = await transactionFor(request, true);
     const page = summaryPage(request);
     if (trans.state === "committed") {
+      // The page is read from the manifest blob up to its end, never the whole: O(limit) along `next` (summary.ts).
       const version = (await store.getRecord<VersionRecord>(keys.version(trans.name, trans.version)))?.value;
-      const manifest = version ? await readJsonBlob<PackageManifest>(store, version.manifest) : null;
-      const { items, next } = pageOfManifest(manifest?.items ?? [], page);
+      const committed = await pageOfCommitted(store, version?.manifest, page, manifestHints);
+      const { items, next, licenses } = committed ?? { items: [], next: null, licenses: [] };
       return pagedJson(request, next, {
         ...summaryHead(trans),
         url: linkTo(trans.result!.location),
         digest: trans.result!.digest,
         items,
         next,
-        licenses: manifest?.licenses ?? [],
+        licenses,
         totals: { items: trans.itemCount, bytes: trans.bytes },
         problems: [],
       });
