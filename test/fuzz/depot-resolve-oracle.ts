@@ -1,25 +1,19 @@
 /**
  * The installer's resolver as it was before it was made linear (commit 89dff3b,
- * src/depot/install/resolve.ts, verbatim but for the imports and this header): the oracle
+ * src/depot/install/resolve.ts, verbatim but for the imports, this header, and the spec parser and version filter,
+ * which the rewrite kept and this file imports): the oracle
  * of test/fuzz/depot-resolve.test.ts. Recursive and quadratic, so only for small graphs.
  */
 import semver from "semver";
 import { RunnerDepotError } from "../../src/errors.js";
 import { candidates, indexVersions, type VersionIndex } from "../../src/depot/install/candidates.js";
-
-/** One `requires` entry of a package version. */
-export interface Requirement {
-  name: string;
-  range: string;
-}
-
-/** Where the resolver learns versions and requirements (the depot client, or a fixture in tests). */
-export interface DependencySource {
-  /** Every committed version of `name`, or null when the depot does not hold it. */
-  versions(name: string): Promise<string[] | null>;
-  /** The requirements of one version. */
-  requires(name: string, version: string): Promise<Requirement[]>;
-}
+// Unchanged by the rewrite: shared, not copied.
+import {
+  parsePackageSpec,
+  satisfyingVersions,
+  type DependencySource,
+  type Requirement,
+} from "../../src/depot/install/resolve.js";
 
 /** A package the resolver chose. */
 interface ResolvedPackage {
@@ -46,35 +40,6 @@ interface Constraint {
   range: string;
   /** The requirer chain, root first, ending with the package that holds this range. */
   by: string[];
-}
-
-/** Splits `name`, `name@version` or `name@range` into a name and a range (`*` when absent). */
-export function parsePackageSpec(spec: string): { name: string; range: string; exact: boolean } {
-  const text = spec.trim();
-  const at = text.indexOf("@", 1);
-  const name = (at < 0 ? text : text.slice(0, at)).toLowerCase();
-  const rest = at < 0 ? "" : text.slice(at + 1).trim();
-  if (!NAME_RE.test(name)) {
-    throw new RunnerDepotError("NAME_INVALID", `not a package name: ${JSON.stringify(spec)}`);
-  }
-  if (rest === "" || rest === "latest") return { name, range: "*", exact: false };
-  if (semver.valid(rest)) return { name, range: rest, exact: true };
-  if (semver.validRange(rest) === null) {
-    throw new RunnerDepotError("RANGE_INVALID", `not a version or SemVer range: ${JSON.stringify(rest)} in ${spec}`);
-  }
-  return { name, range: rest, exact: false };
-}
-
-/**
- * The versions satisfying every range, newest first. Prereleases take part only when
- * no release satisfies (the depot's "newest" rule); build metadata never separates.
- */
-export function satisfyingVersions(versions: readonly string[], ranges: readonly string[]): string[] {
-  const valid = [...new Set(versions.filter((v) => semver.valid(v) !== null))];
-  const pick = (includePrerelease: boolean) =>
-    semver.rsort(valid.filter((v) => ranges.every((r) => semver.satisfies(v, r, { includePrerelease }))));
-  const releases = pick(false);
-  return releases.length > 0 ? releases : pick(true);
 }
 
 const NAME_RE = /^[a-z0-9][a-z0-9._-]{0,63}$/;
