@@ -301,9 +301,16 @@ export class Upstream {
 
   /**
    * Bytes [start, start + length) of `name@version`'s archive: exactly `length` of them, or UNAVAILABLE
-   * (an upstream that ignores the range or sends more is cut at `length`).
+   * (an upstream that ignores the range or sends more is cut at `length`). Each chunk within `idleMs`; with
+   * `totalMs`, the whole within it too (a structured read; an item's bytes may come slowly while they come).
    */
-  async *range(name: string, version: string, start: number, length: number): AsyncGenerator<Uint8Array> {
+  async *range(
+    name: string,
+    version: string,
+    start: number,
+    length: number,
+    totalMs?: number,
+  ): AsyncGenerator<Uint8Array> {
     const what = `GET /data/${name}@${version} bytes ${start}-${start + length - 1}`;
     const response = await this.get(`/data/${name}@${encodeURIComponent(version)}`, {
       Range: `bytes=${start}-${start + length - 1}`,
@@ -314,7 +321,7 @@ export class Upstream {
     }
     let got = 0;
     if (response.body)
-      for await (const chunk of timedChunks(response.body, what, { idleMs: this.limits.idleMs })) {
+      for await (const chunk of timedChunks(response.body, what, { idleMs: this.limits.idleMs, totalMs })) {
         const take = Math.min(chunk.byteLength, length - got);
         if (take > 0) yield chunk.subarray(0, take);
         got += take;
@@ -324,10 +331,13 @@ export class Upstream {
       throw new RunnerDepotError("UNAVAILABLE", `upstream ${this.url}: ${what} ended after ${got} bytes`);
   }
 
-  /** A small range read whole. */
+  /**
+   * A small range read whole (a manifest's tar header or text): within `jsonMs` in all, as a JSON answer, so a drip
+   * within the idle bound cannot hold a mirror run or a pull-through slot for hours.
+   */
   async bytes(name: string, version: string, start: number, length: number): Promise<Buffer> {
     const chunks: Uint8Array[] = [];
-    for await (const chunk of this.range(name, version, start, length)) chunks.push(chunk);
+    for await (const chunk of this.range(name, version, start, length, this.limits.jsonMs)) chunks.push(chunk);
     return Buffer.concat(chunks);
   }
 }

@@ -208,6 +208,22 @@ describe("a body that drips", () => {
     });
   });
 
+  it("a manifest's range dripping faster than idleMs is cut at jsonMs (a small read is read as a JSON answer)", async () => {
+    const up = await hostile((_req, res) => {
+      res.writeHead(206, { "content-range": "bytes 0-511/4096", "content-length": "512" });
+      res.flushHeaders();
+      const timer = setInterval(() => res.write("x"), 50);
+      res.on("close", () => clearInterval(timer));
+    });
+    const upstream = new Upstream(up.url, undefined, limits({ idleMs: 1_000, jsonMs: 600 }));
+    const outcome = await within(upstream.bytes("tool", "1.0.0", 0, 512));
+    expect(outcome.settled).toBe("rejected");
+    expect((outcome as { error: unknown }).error).toMatchObject({
+      code: "DEADLINE_EXCEEDED",
+      details: { timeout: "total", ms: 600 },
+    });
+  });
+
   it("a batch feed's error body that drips is cut the same way", async () => {
     const up = await hostile((_req, res) => drip(res, 503, 50));
     const outcome = await within(mirrorDepot(createMemoryStore(), { upstream: up.url, limits: { idleMs: 300 } }));
