@@ -6,6 +6,7 @@
  * Why: docs/decisions/depot-client.md, "depot-client.ts: the installer and packager client".
  */
 import { Readable } from "node:stream";
+import { isRunnerDepotError } from "../../errors.js";
 import { createCatalogReader } from "./catalog.js";
 import { createDepotConnection, seg, specPath, versionPart } from "./connection.js";
 import { readLinkedPages } from "./linked-pages.js";
@@ -68,7 +69,8 @@ export function createDepotClient(options: DepotClientOptions): DepotClient {
       try {
         return await readPackageManifest(body(head));
       } catch (error) {
-        if (head.status !== 206) throw error;
+        // A head too short for the manifest is read again whole; a read that ran out of time is not given another.
+        if (head.status !== 206 || (isRunnerDepotError(error) && error.code === "DEADLINE_EXCEEDED")) throw error;
       }
       const whole = await call("GET", relative);
       if (!whole.ok) throw await connection.error(whole, `GET /${relative}`);

@@ -184,6 +184,19 @@ describe("the client's timeouts cover bodies (issue 30, item 6)", () => {
     expect(error.message).toMatch(/took longer than 0.3 s/);
   });
 
+  it("a manifest read of a 206 that runs out of time is not read again whole", async () => {
+    let requests = 0;
+    const { url } = await depot((_req, res) => {
+      requests++;
+      res.writeHead(206, { "content-type": "application/x-tar", "content-range": "bytes 0-65535/100000" });
+      drip(res, 50, 30_000);
+    });
+    const client = createDepotClient({ baseUrl: url, idleTimeoutMs: 1_000, jsonTimeoutMs: 300 });
+    const error = await failure(client.manifest("evil@1.0.0"));
+    expect(error.code).toBe("DEADLINE_EXCEEDED");
+    expect(requests).toBe(1);
+  });
+
   it("a depot that accepts and never answers a GET is cut at idleTimeoutMs", async () => {
     const { url } = await depot(() => undefined);
     const error = await failure(createDepotClient({ baseUrl: url, idleTimeoutMs: 300 }).depends("evil@1.0.0"));
