@@ -105,6 +105,6 @@ describe("resolveDependencies against its predecessor", () => {
       );
       for (const params of fuzzParams("resolver vs oracle")) await fc.assert(property, params);
     },
-    fuzzTimeout(60_000),
+    fuzzTimeout(180_000),
   );
 });

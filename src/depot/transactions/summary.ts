@@ -115,7 +115,7 @@ export async function pageOfCommitted(
   if (hint) {
     remember(hints, `${digest}@${start}`, hint, MANIFEST_HINTS);
     const [from, to] = hint.licenses;
-    licenses = JSON.parse((await readRange(store, digest, from, to)).toString("utf8")) as ManifestLicense[];
+    licenses = (JSON.parse((await readRange(store, digest, from, to)).toString("utf8")) ?? []) as ManifestLicense[];
     licenseSpan = hint.licenses;
     const window = hint.perItem * page.limit + 1024;
     const json = new JsonScanner(ranges(store, digest, hint.item, size, window), hint.item);
@@ -137,9 +137,12 @@ export async function pageOfCommitted(
           if (key === "licenses") {
             await json.skipSpace();
             const from = json.position;
-            licenses = JSON.parse((await json.value(true))!.toString("utf8")) as ManifestLicense[];
+            // As the whole manifest's `licenses ?? []` answered before; a manifest this depot writes has a list.
+            licenses = (JSON.parse((await json.value(true))!.toString("utf8")) ?? []) as ManifestLicense[];
             licenseSpan = [from, json.position];
           } else if (key === "items" && !itemsDone) {
+            // The first `items` is the list (JSON.parse would take a repeated key's last): a manifest this depot writes
+            // holds each key once, `licenses` before `items` (transactions/commit.ts).
             itemsDone = true;
             await json.expect(OPEN_ARRAY);
             // The items come last in every manifest this depot writes: with the licences read, stop after the page.
