@@ -92,6 +92,11 @@ const LAST_WINDOW = 1024 * 1024;
  * A cursor without a hint (another replica, or evicted) costs O(bytes before the page's end): the manifest's
  * head (its attributes, which the answer carries anyway) and `after + limit` items scanned.
  * Null when the blob is gone.
+ *
+ * @example
+ * const hints = new Map<string, ManifestHint>();
+ * const first = await pageOfCommitted(store, version.manifest, { limit: 1000 }, hints);
+ * const second = await pageOfCommitted(store, version.manifest, { limit: 1000, after: first!.next! }, hints);
  */
 export async function pageOfCommitted(
   store: PackageStore,
@@ -107,62 +112,85 @@ export async function pageOfCommitted(
   const size = digest === undefined ? undefined : (await store.statBlob(digest))?.size;
   if (digest === undefined || size === undefined) return null;
   const hint = start > 0 ? hints.get(`${digest}@${start}`) : undefined;
+  if (hint) remember(hints, `${digest}@${start}`, hint, MANIFEST_HINTS);
   const items: ManifestItem[] = [];
-  let licenses: ManifestLicense[] = [];
-  let licenseSpan: [number, number] | undefined;
-  let more: number | undefined; // the offset of item `end`, when there is one
-  let first: number | undefined; // the offset of item `start`
-  if (hint) {
-    remember(hints, `${digest}@${start}`, hint, MANIFEST_HINTS);
-    const [from, to] = hint.licenses;
-    licenses = (JSON.parse((await readRange(store, digest, from, to)).toString("utf8")) ?? []) as ManifestLicense[];
-    licenseSpan = hint.licenses;
-    const window = hint.perItem * page.limit + 1024;
-    const json = new JsonScanner(ranges(store, digest, hint.item, size, window), hint.item);
-    try {
-      ({ more, first } = await scanItems(json, start, end, start, items, false));
-    } finally {
-      await json.close();
-    }
-  } else {
-    const json = new JsonScanner(ranges(store, digest, 0, size, FIRST_WINDOW), 0);
-    try {
-      let itemsDone = false;
-      await json.expect(OPEN_OBJECT);
-      if ((await json.peek()) === CLOSE_OBJECT) json.skipByte();
-      else
-        for (;;) {
-          const key = JSON.parse((await json.value(true))!.toString("utf8")) as unknown;
-          await json.expect(COLON);
-          if (key === "licenses") {
-            await json.skipSpace();
-            const from = json.position;
-            // As the whole manifest's `licenses ?? []` answered before; a manifest this depot writes has a list.
-            licenses = (JSON.parse((await json.value(true))!.toString("utf8")) ?? []) as ManifestLicense[];
-            licenseSpan = [from, json.position];
-          } else if (key === "items" && !itemsDone) {
-            // The first `items` is the list (JSON.parse would take a repeated key's last): a manifest this depot writes
-            // holds each key once, `licenses` before `items` (transactions/commit.ts).
-            itemsDone = true;
-            await json.expect(OPEN_ARRAY);
-            // The items come last in every manifest this depot writes: with the licences read, stop after the page.
-            ({ more, first } = await scanItems(json, 0, end, start, items, licenseSpan === undefined));
-            if (licenseSpan) break;
-          } else await json.value(false);
-          const b = await json.peek();
-          json.skipByte();
-          if (b === CLOSE_OBJECT) break;
-          if (b !== COMMA) throw malformed();
-        }
-    } finally {
-      await json.close();
-    }
-  }
+  const read = { store, digest, size, start, end, items };
+  const { licenses, licenseSpan, more, first } = hint
+    ? await pageAtHint(read, hint, page.limit)
+    : await pageFromHead(read);
   if (more !== undefined && first !== undefined && licenseSpan) {
     const perItem = Math.ceil((more - first) / page.limit);
     remember(hints, `${digest}@${end}`, { item: more, licenses: licenseSpan, perItem }, MANIFEST_HINTS);
   }
   return { items, next: more !== undefined ? String(end) : null, licenses };
+}
+
+/** A page's read: the manifest blob, the items wanted [start, end), and where they go. */
+interface PageRead {
+  store: PackageStore;
+  digest: string;
+  size: number;
+  start: number;
+  end: number;
+  items: ManifestItem[];
+}
+
+/** What a page's read found: the licences and their bytes, the offsets of item `start` and item `end`. */
+interface PageFound {
+  licenses: ManifestLicense[];
+  licenseSpan?: [number, number];
+  more?: number;
+  first?: number;
+}
+
+/** The page from a hint: the licences read at their bytes, the items from the page's first. O(limit). */
+async function pageAtHint(read: PageRead, hint: ManifestHint, limit: number): Promise<PageFound> {
+  const { store, digest, size, start, end, items } = read;
+  const [from, to] = hint.licenses;
+  const licenses = (JSON.parse((await readRange(store, digest, from, to)).toString("utf8")) ?? []) as ManifestLicense[];
+  const json = new JsonScanner(ranges(store, digest, hint.item, size, hint.perItem * limit + 1024), hint.item);
+  try {
+    return { licenses, licenseSpan: hint.licenses, ...(await scanItems(json, start, end, start, items, false)) };
+  } finally {
+    await json.close();
+  }
+}
+
+/** The page read from the manifest's start: its keys in turn, items before the page scanned. O(bytes to the page's end). */
+async function pageFromHead(read: PageRead): Promise<PageFound> {
+  const { store, digest, size, start, end, items } = read;
+  const json = new JsonScanner(ranges(store, digest, 0, size, FIRST_WINDOW), 0);
+  const found: PageFound = { licenses: [] };
+  try {
+    let itemsDone = false;
+    await json.expect(OPEN_OBJECT);
+    if ((await json.peek()) === CLOSE_OBJECT) return found;
+    for (;;) {
+      const key = JSON.parse((await json.value(true))!.toString("utf8")) as unknown;
+      await json.expect(COLON);
+      if (key === "licenses") {
+        await json.skipSpace();
+        const from = json.position;
+        // As the whole manifest's `licenses ?? []` answered before; a manifest this depot writes has a list.
+        found.licenses = (JSON.parse((await json.value(true))!.toString("utf8")) ?? []) as ManifestLicense[];
+        found.licenseSpan = [from, json.position];
+      } else if (key === "items" && !itemsDone) {
+        // The first `items` is the list (JSON.parse would take a repeated key's last): a manifest this depot writes
+        // holds each key once, `licenses` before `items` (transactions/commit.ts), so with the licences read the
+        // scan stops after the page.
+        itemsDone = true;
+        await json.expect(OPEN_ARRAY);
+        Object.assign(found, await scanItems(json, 0, end, start, items, found.licenseSpan === undefined));
+        if (found.licenseSpan) return found;
+      } else await json.value(false);
+      const b = await json.peek();
+      json.skipByte();
+      if (b === CLOSE_OBJECT) return found;
+      if (b !== COMMA) throw malformed();
+    }
+  } finally {
+    await json.close();
+  }
 }
 
 /**
