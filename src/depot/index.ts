@@ -82,7 +82,7 @@ export type { GeneratedKey, SigningKey, TrustedKey, TrustedKeySet } from "./sign
 export type { SignaturePolicy, SignaturePolicyMode, VerifiedAttestation } from "./signing/verify.js";
 export type { JobProvenanceSource, ProvenanceOptions } from "./transactions/provenance.js";
 export { mirrorDepot } from "./mirror/mirror.js";
-export type { MirrorOptions, MirrorOutcome, MirrorReport } from "./mirror/mirror.js";
+export type { MirrorOptions, MirrorOutcome, MirrorRefusal, MirrorReport } from "./mirror/mirror.js";
 export { runRetention } from "./store/retention.js";
 export type {
   RetentionPolicy,

@@ -14,7 +14,9 @@ PostgreSQL records and S3 blobs the store flags name, as 'serve' takes them), fo
 the upstream's change feed from where the last run stopped. Each version's archive is
 rebuilt here and checked against the upstream's digest before it becomes visible; each
 attestation's subjects are checked against the content copied here before it is stored. A run killed anywhere
-resumes without duplicates. 'runner-depot serve' with the same store flags serves the copy.
+resumes without duplicates. A version whose manifest breaks a publish rule or limit (the
+default limits) is not copied: its line says "refused" with the reason, and the run goes on.
+'runner-depot serve' with the same store flags serves the copy.
 
 Options:
   --data <dir>          data directory (default ./${DEFAULT_DATA_DIR}); the store is <dir>/depot
@@ -71,13 +73,14 @@ export const mirrorCommand: Command = {
         intervalMs: interval * 1000,
         signatures,
         signal: stop.signal,
-        onChange: (change, outcome) =>
-          process.stdout.write(
-            `${JSON.stringify({ position: change.position, name: change.name, version: change.version, outcome })}\n`,
-          ),
+        onChange: (change, outcome, refusal) => {
+          const { position, name, version } = change;
+          const line = { position, name, version, outcome, ...(refusal ? { reason: refusal.reason } : {}) };
+          process.stdout.write(`${JSON.stringify(line)}\n`);
+        },
       });
       process.stderr.write(
-        `mirrored ${url.href} through position ${report.position}: ${report.copied} copied, ${report.present} present, ${report.yanks} yanks, ${report.attestations} attestations, ${report.removed} removed, ${report.deferred} deferred (unsigned), ${report.bytesFetched} bytes fetched, ${report.blobsReused} blobs reused\n`,
+        `mirrored ${url.href} through position ${report.position}: ${report.copied} copied, ${report.present} present, ${report.yanks} yanks, ${report.attestations} attestations, ${report.removed} removed, ${report.deferred} deferred (unsigned), ${report.refusedCount} refused (a publish rule), ${report.bytesFetched} bytes fetched, ${report.blobsReused} blobs reused\n`,
       );
       return 0;
     } finally {

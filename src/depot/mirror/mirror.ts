@@ -3,7 +3,8 @@
  * in the local store, copies each new version (its manifest, then only the item blobs the store
  * lacks, by byte range), rebuilds its archive locally and checks it against the upstream's digest
  * before the version becomes visible, and applies yanks. Every step is idempotent, so a run killed
- * anywhere resumes from the saved position without duplicates.
+ * anywhere resumes from the saved position without duplicates. A version whose manifest breaks a publish rule or
+ * limit is not copied: it is reported (`refused`) and the run moves past it.
  * Why: docs/decisions/depot-yank-mirror.md, "mirror.ts".
  */
 import { createHash } from "node:crypto";
@@ -18,6 +19,7 @@ import { removeVersion } from "../catalog/removal.js";
 import type { PackageStore } from "../ports.js";
 import { keys, updateRecord, type VersionRecord } from "../store/records.js";
 import { notePublished } from "../transactions/references.js";
+import { DEFAULT_LIMITS, type DepotLimits } from "../transactions/lifecycle.js";
 import { addAttestation, versionContent } from "../store/attestations.js";
 import type { TrustedKeySet } from "../signing/keys.js";
 import { loadPolicy, verifyVersion, type LoadedPolicy, type SignaturePolicy } from "../signing/verify.js";
@@ -31,7 +33,7 @@ import {
   type UpstreamLimits,
   type UpstreamVersion,
 } from "./upstream.js";
-import { checkManifest, readManifest } from "./upstream-manifest.js";
+import { checkManifest, isManifestRefusal, readManifest } from "./upstream-manifest.js";
 import { copyAttestations } from "./mirror-attestations.js";
 
 /** Options of {@link mirrorDepot}. */
@@ -49,6 +51,13 @@ export interface MirrorOptions {
   /** Bounds of every read from the upstream. */
   limits?: Partial<UpstreamLimits>;
   /**
+   * The publish limits every copied version's manifest must keep (items, requirements, attributes, item bytes), as a
+   * router's `limits`: the ones given, the rest DEFAULT_LIMITS (default: DEFAULT_LIMITS). Give the limits of the
+   * router serving this store, or an upstream's higher ones: a version over them is not copied but reported in
+   * `refused`, and the run moves past it.
+   */
+  publishLimits?: Partial<DepotLimits>;
+  /**
    * When given, every attestation copied must also be signed by one of these keys, valid and not revoked
    * (the mirror's `verify` policy); without it each is checked for shape and subjects only.
    */
@@ -60,14 +69,31 @@ export interface MirrorOptions {
    * `trustedKeys`, else `ignore`.
    */
   signatures?: SignaturePolicy;
-  /** Called after each change applied (progress). */
-  onChange?: (change: FeedChange, outcome: MirrorOutcome) => void;
+  /** Called after each change applied (progress); with the refusal when the outcome is `refused`. */
+  onChange?: (change: FeedChange, outcome: MirrorOutcome, refusal?: MirrorRefusal) => void;
   /** The clock (tests). */
   now?: () => Date;
 }
 
-/** What applying one change did. */
-export type MirrorOutcome = "copied" | "present" | "yank" | "attestation" | "removed" | "deferred";
+/**
+ * What applying one change did. `refused`: the version's manifest breaks a publish rule or limit here, so it was not
+ * copied (MirrorReport.refused). `absent`: a yank or an attestation of a version this store does not hold (refused
+ * earlier): nothing to apply.
+ */
+export type MirrorOutcome =
+  "copied" | "present" | "yank" | "attestation" | "removed" | "deferred" | "refused" | "absent";
+
+/** A version a run did not copy: its manifest breaks a publish rule or limit (`reason`, naming the code it breaks). */
+export interface MirrorRefusal {
+  /** The feed position of the change that named it (reset the saved position below it to read it again). */
+  position: number;
+  name: string;
+  version: string;
+  reason: string;
+}
+
+/** Refusals a report lists (`refusedCount` counts them all): bounds a long following run's memory. */
+export const MAX_REFUSALS = 100;
 
 /** What a run did. */
 export interface MirrorReport {
@@ -87,6 +113,31 @@ export interface MirrorReport {
   bytesFetched: number;
   /** Item blobs the store already held, not fetched. */
   blobsReused: number;
+  /**
+   * Versions not copied because their manifest breaks a publish rule or limit here (`publishLimits`,
+   * `limits.maxManifestBytes`), in feed order: the first MAX_REFUSALS. Nothing of them is stored and the position
+   * moves past them; a version never changes, so a later run reads one again only from a reset position.
+   */
+  refused: MirrorRefusal[];
+  /** All the versions refused, listed in `refused` or not. */
+  refusedCount: number;
+}
+
+/** A report of nothing done yet, at `position`. */
+function emptyReport(position: number): MirrorReport {
+  return {
+    position,
+    copied: 0,
+    present: 0,
+    yanks: 0,
+    attestations: 0,
+    removed: 0,
+    deferred: 0,
+    bytesFetched: 0,
+    blobsReused: 0,
+    refused: [],
+    refusedCount: 0,
+  };
 }
 
 /** The `mirror/<hash>` record: where the mirror of one upstream is complete through. */
@@ -116,6 +167,7 @@ export async function mirrorDepot(store: PackageStore, options: MirrorOptions): 
     options.signal,
   );
   const now = options.now ?? (() => new Date());
+  const publishLimits: DepotLimits = { ...DEFAULT_LIMITS, ...options.publishLimits };
   const policy = loadPolicy(
     options.signatures ?? {
       policy: options.trustedKeys ? "verify" : "ignore",
@@ -124,21 +176,10 @@ export async function mirrorDepot(store: PackageStore, options: MirrorOptions): 
   );
   const key = mirrorKey(upstream.url);
   const saved = (await store.getRecord<MirrorState>(key))?.value;
-  const report: MirrorReport = {
-    position: saved?.position ?? 0,
-    copied: 0,
-    present: 0,
-    yanks: 0,
-    attestations: 0,
-    removed: 0,
-    deferred: 0,
-    bytesFetched: 0,
-    blobsReused: 0,
-  };
+  const report = emptyReport(saved?.position ?? 0);
   let batched = true;
   for (;;) {
     if (options.signal?.aborted) return report;
-    const since = report.position;
     let page: FeedPage & { versions?: Map<string, BatchVersion> };
     let prepared = new Map<string, Prepared>();
     try {
@@ -147,29 +188,38 @@ export async function mirrorDepot(store: PackageStore, options: MirrorOptions): 
       const batch = batched ? await upstream.batchFeed(report.position) : null;
       if (batched && batch === null) batched = false;
       page = batch ?? (await upstream.feed(report.position));
-      if (batch) prepared = await prefetch(store, upstream, batch, report);
+      if (batch) prepared = await prefetch(store, upstream, batch, report, publishLimits);
     } catch (error) {
       if (options.signal?.aborted) return report;
       throw error;
     }
     for (const change of page.changes) {
       if (options.signal?.aborted) return report;
-      const outcome = await applyChange(store, upstream, change, now, report, policy, prepared);
+      let outcome: MirrorOutcome;
+      let refusal: MirrorRefusal | undefined;
+      try {
+        outcome = await applyChange(store, upstream, change, now, report, policy, prepared, publishLimits);
+      } catch (error) {
+        // The version's own manifest breaks a publish rule or limit: it never changes, so stopping here would stop
+        // the mirror for good. Nothing of it was stored; it is reported and passed over. Anything else (the network,
+        // a digest mismatch, an archive without its manifest) stops the run before the entry, to be tried again.
+        if (!isManifestRefusal(error)) throw error;
+        refusal = { position: change.position, name: change.name, version: change.version, reason: error.message };
+        if (report.refused.length < MAX_REFUSALS) report.refused.push(refusal);
+        report.refusedCount++;
+        outcome = "refused";
+      }
       report.position = change.position;
       await savePosition(store, key, upstream.url, change.position, now);
-      options.onChange?.(change, outcome);
+      options.onChange?.(change, outcome, refusal);
     }
     if (page.changes.length === 0 && page.position > report.position) {
       report.position = page.position;
       await savePosition(store, key, upstream.url, page.position, now);
     }
-    if (page.more) {
-      // The next page is asked for at once, without a pause: only a page that moved may say so (Upstream.batchFeed
-      // refuses one that does not; this keeps any feed from looping in place).
-      if (report.position <= since)
-        throw new RunnerDepotError("UNAVAILABLE", `upstream ${upstream.url}: a feed page says more but moved nothing`);
-      continue;
-    }
+    // The next page at once, without a pause: only a page that moved says `more` (parseFeedPage's full page ends past
+    // its `since`; Upstream.batchFeed refuses one that says more without moving), so no feed loops in place.
+    if (page.more) continue;
     if (!options.follow) return report;
     await pause(options.intervalMs ?? 5_000, options.signal);
   }
@@ -189,6 +239,7 @@ async function applyChange(
   report: MirrorReport,
   policy: LoadedPolicy,
   prepared: Map<string, Prepared>,
+  publishLimits: DepotLimits,
 ): Promise<MirrorOutcome> {
   const name = parsePackageName(change.name);
   const version = parseVersion(change.version);
@@ -196,8 +247,12 @@ async function applyChange(
   const held = async () => (await store.getRecord(keys.version(name, version))) !== null;
   if (change.attested !== undefined) {
     // Under `require`, a version deferred for want of a signature is copied now that it has one.
-    if (policy.policy === "require" && !(await held()))
-      return copySigned(store, upstream, name, version, now, report, policy);
+    if (!(await held())) {
+      if (policy.policy === "require")
+        return copySigned(store, upstream, name, version, now, report, policy, publishLimits);
+      // Not copied (its manifest was refused): nothing to attach the bundles to.
+      return "absent";
+    }
     report.attestations += await copyAttestations(store, upstream, name, version, now(), trusted);
     return "attestation";
   }
@@ -207,7 +262,11 @@ async function applyChange(
     return "removed";
   }
   if (change.yanked !== undefined) {
-    if (policy.policy === "require" && !(await held())) return (report.deferred++, "deferred");
+    if (!(await held())) {
+      if (policy.policy === "require") return (report.deferred++, "deferred");
+      // Not copied (its manifest was refused): nothing to mark.
+      return "absent";
+    }
     // The upstream's own time of the mark, when it still has it (a later change may have replaced it).
     const listed = change.yanked === null ? undefined : await upstream.version(name, version);
     const at = listed?.yanked?.reason === change.yanked ? listed.yanked.at : undefined;
@@ -215,9 +274,20 @@ async function applyChange(
     report.yanks++;
     return "yank";
   }
-  if (policy.policy === "require") return copySigned(store, upstream, name, version, now, report, policy, prepared);
+  if (policy.policy === "require")
+    return copySigned(store, upstream, name, version, now, report, policy, publishLimits, prepared);
   const ready = prepared.get(`${name}@${version}`);
-  const copied = await copyVersion(store, upstream, name, version, report, ready?.listed, "mirror", ready);
+  const copied = await copyVersion(
+    store,
+    upstream,
+    name,
+    version,
+    report,
+    publishLimits,
+    ready?.listed,
+    "mirror",
+    ready,
+  );
   const position = await publishVersion(store, name, version, now());
   await compactAfter(store, position);
   if (copied) report.copied++;
@@ -239,6 +309,7 @@ async function copySigned(
   now: () => Date,
   report: MirrorReport,
   policy: LoadedPolicy,
+  publishLimits: DepotLimits,
   prepared?: Map<string, Prepared>,
 ): Promise<MirrorOutcome> {
   const bundles = await upstream.attestations(name, version);
@@ -248,7 +319,7 @@ async function copySigned(
   }
   const ready = prepared?.get(`${name}@${version}`);
   const listed = ready?.listed ?? (await upstream.version(name, version));
-  const copied = await copyVersion(store, upstream, name, version, report, listed, "mirror", ready);
+  const copied = await copyVersion(store, upstream, name, version, report, publishLimits, listed, "mirror", ready);
   const record = (await store.getRecord<VersionRecord>(keys.version(name, version)))!.value;
   // The record is written but not listed: a refusal here leaves nothing visible.
   const verified = verifyVersion(await versionContent(store, record), bundles, policy, now());
@@ -276,8 +347,9 @@ export const PULLED = "pull";
 /**
  * Pull-through's copy of one version (depot/mirror/pull-through.ts): the mirror's per-version copy,
  * its digest check and body bounds, refused before any byte is fetched when the upstream lists more
- * than `maxBytes`; then published here (listed, with a change entry). True when this call copied it.
- * O(items) store calls, one range read per item blob the store lacks.
+ * than `maxBytes`, and its manifest checked against the publish rules and `publishLimits` (the router's
+ * `limits`; a refusal: isManifestRefusal); then published here (listed, with a change entry). True when
+ * this call copied it. O(items) store calls, one range read per item blob the store lacks.
  */
 export async function pullVersion(
   store: PackageStore,
@@ -286,6 +358,7 @@ export async function pullVersion(
   version: string,
   now: () => Date,
   maxBytes: number,
+  publishLimits: DepotLimits = DEFAULT_LIMITS,
 ): Promise<boolean> {
   const listed = await upstream.version(name, version);
   if (listed.size > maxBytes)
@@ -294,18 +367,8 @@ export async function pullVersion(
       `upstream's ${name}@${version} is ${listed.size} bytes; pull-through takes at most ${maxBytes}`,
     );
   // Not copied on a pull (yet): its attestations stay upstream, so `require` clients verify there.
-  const report: MirrorReport = {
-    position: 0,
-    copied: 0,
-    present: 0,
-    yanks: 0,
-    attestations: 0,
-    removed: 0,
-    deferred: 0,
-    bytesFetched: 0,
-    blobsReused: 0,
-  };
-  const copied = await copyVersion(store, upstream, name, version, report, listed, PULLED);
+  const report = emptyReport(0);
+  const copied = await copyVersion(store, upstream, name, version, report, publishLimits, listed, PULLED);
   const position = await publishVersion(store, name, version, now());
   await compactAfter(store, position);
   if (listed.yanked) await setYank(store, name, version, listed.yanked.reason, now(), { at: listed.yanked.at });
@@ -314,7 +377,8 @@ export async function pullVersion(
 
 /**
  * Writes `name@version`'s blobs and version record unless the record is there; true when it wrote it.
- * The record is written only after the archive rebuilt here hashes to the upstream's digest.
+ * The manifest is checked (publish rules, `publishLimits`) before anything is stored; the record is written only
+ * after the archive rebuilt here hashes to the upstream's digest.
  */
 async function copyVersion(
   store: PackageStore,
@@ -322,6 +386,7 @@ async function copyVersion(
   name: string,
   version: string,
   report: MirrorReport,
+  publishLimits: DepotLimits,
   known?: UpstreamVersion,
   origin = "mirror",
   ready?: Prepared,
@@ -339,7 +404,7 @@ async function copyVersion(
   const mtime = Date.parse(listed.publishedAt) / 1000;
   if (!Number.isSafeInteger(mtime) || mtime < 0)
     throw new RunnerDepotError("UNAVAILABLE", `upstream: ${name}@${version} has no whole-second publishedAt`);
-  const { manifest, json } = ready ?? (await readManifest(upstream, name, version, listed.size, report));
+  const { manifest, json } = ready ?? (await readManifest(upstream, name, version, listed.size, report, publishLimits));
   const layout = archiveLayout(manifest, json, mtime);
   if (layout.size !== listed.size)
     throw new RunnerDepotError(
@@ -380,7 +445,8 @@ async function copyVersion(
     manifest: manifestBlob.digest,
     itemCount: manifest.items.length,
     attributes: manifest.attributes,
-    requires: manifest.requires,
+    // As a publish records them: a name and a range each (a newer upstream's other members stay in the manifest).
+    requires: manifest.requires.map(({ name: needed, range }) => ({ name: needed, range })),
     transaction: `${origin}:${upstream.url}`.slice(0, 512),
   };
   if ((await store.putRecord(keys.version(name, version), record, { ifRevision: null })) === null) {
@@ -411,13 +477,15 @@ const BYTES_PER_ANSWER = 64 * 2 ** 20;
  * For each version of a batch feed page this store lacks: its manifest checked and laid out against its listing,
  * then every blob it needs that the store lacks fetched in few answers, each checked against its digest as it is
  * stored. O(items of the page's new versions) store calls, ⌈blobs / 1,000⌉ requests. A version whose description
- * fails a check is left out here (read alone, and refused there with the reason).
+ * fails a check (its manifest over maxManifestBytes, or breaking a publish rule or `publishLimits`) is left out here:
+ * read alone, and refused there with the reason, as by a mirror without the batch reads.
  */
 async function prefetch(
   store: PackageStore,
   upstream: Upstream,
   page: BatchFeedPage,
   report: MirrorReport,
+  publishLimits: DepotLimits,
 ): Promise<Map<string, Prepared>> {
   const prepared = new Map<string, Prepared>();
   const fetched = new Set<string>();
@@ -427,10 +495,13 @@ async function prefetch(
     const described = page.versions.get(ref);
     if (!described || change.yanked !== undefined || change.attested !== undefined || change.removed) continue;
     if (await store.getRecord(keys.version(change.name, change.version))) continue;
+    // The bound of the one-by-one read, in bytes (the feed's text may hold characters of several).
+    if (Buffer.byteLength(described.manifest, "utf8") > upstream.limits.maxManifestBytes) continue;
     let manifest: PackageManifest;
     try {
       manifest = JSON.parse(described.manifest) as PackageManifest;
-      await checkManifest(manifest, change.name, change.version, (why) => new RunnerDepotError("UNAVAILABLE", why));
+      const bad = (why: string) => new RunnerDepotError("UNAVAILABLE", why);
+      await checkManifest(manifest, change.name, change.version, bad, publishLimits);
     } catch {
       continue;
     }

@@ -80,7 +80,8 @@ export interface PackageRouterOptions extends DepotTelemetryOptions {
   /**
    * Pull-through (issue 27 item 2): a read of an unknown package or version is answered from this
    * upstream depot, checked, stored here and served; what is held keeps being served while the
-   * upstream is down. Bounds and who may trigger a pull: PullThroughOptions.
+   * upstream is down. A version whose manifest breaks a publish rule or `limits` is not pulled (503
+   * UPSTREAM_UNAVAILABLE, remembered `missTtlMs`). Bounds and who may trigger a pull: PullThroughOptions.
    */
   upstream?: PullThroughOptions;
   /**
@@ -221,7 +222,8 @@ export function createPackageRouter(rawStore: PackageStore, options: PackageRout
     downloaded: (name, version) => downloads.note(name, version),
   };
   if (options.upstream) {
-    const pulls = new PullThrough(store, options.upstream, now);
+    // A pulled version keeps the limits a publish here keeps.
+    const pulls = new PullThrough(store, options.upstream, now, limits);
     context.pull = (name, version, principal) => pulls.pull(name, version, principal);
   }
   const provenance = options.provenance;
