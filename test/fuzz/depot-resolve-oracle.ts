@@ -13,16 +13,8 @@ import {
   satisfyingVersions,
   type DependencySource,
   type Requirement,
+  type ResolvedPackage,
 } from "../../src/depot/install/resolve.js";
-
-/** A package the resolver chose. */
-interface ResolvedPackage {
-  name: string;
-  version: string;
-  requires: Requirement[];
-  /** The chain from the root that first required it, e.g. `["app@1.0.0", "lib@2.1.0"]`. */
-  path: string[];
-}
 
 /** Options of {@link resolveDependencies}. */
 interface ResolveOptions {

@@ -32,7 +32,7 @@ export interface DependencySource {
 }
 
 /** A package the resolver chose. */
-interface ResolvedPackage {
+export interface ResolvedPackage {
   name: string;
   version: string;
   requires: Requirement[];
