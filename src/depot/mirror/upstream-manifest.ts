@@ -9,7 +9,7 @@ import { isRunnerDepotError, RunnerDepotError } from "../../errors.js";
 import { LICENSES_DIR, MANIFEST_PATH, type PackageManifest } from "../package/archive.js";
 import { isLicenseName, parsePackageName, parseRange } from "../package/names.js";
 import { checkStoredItemPath, checkStoredLinkTarget } from "../package/paths.js";
-import { checkAttributeValue, isAttributeKey } from "../server/request-headers.js";
+import { checkAttributeValue, isAttributeKey } from "../package/attributes.js";
 import { treeProblems } from "../transactions/commit.js";
 import { DEFAULT_LIMITS, refuseSelfDependency, type DepotLimits } from "../transactions/lifecycle.js";
 import type { Upstream } from "./upstream.js";
