@@ -193,6 +193,15 @@ export function portOption(value: unknown, name: string, fallback: number): numb
   return port;
 }
 
+/** Parses a count option (a positive integer), or undefined when it is not given. */
+export function countOption(value: unknown, name: string): number | undefined {
+  if (value === undefined) return undefined;
+  const count = Number(value);
+  if (typeof value !== "string" || !/^\d+$/.test(value.trim()) || !Number.isSafeInteger(count) || count < 1)
+    throw new CliError(`--${name} takes a positive whole number, got '${String(value)}'`, 2);
+  return count;
+}
+
 /** The server URL and admin token for the client commands: flags first, then `<data>/serve.json`. */
 export async function serverTarget(
   values: Record<string, unknown>,

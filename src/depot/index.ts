@@ -54,7 +54,7 @@ export type {
   InstalledState,
 } from "./install/installer.js";
 export type { PreserveMode } from "./install/preserve.js";
-export type { Requirement } from "./install/resolve.js";
+export type { Requirement, ResolveOptions } from "./install/resolve.js";
 export type { ManifestItem, PackageManifest } from "./install/manifest.js";
 export { createPackageRouter } from "./server/router.js";
 export type { PackageRouter, PackageRouterOptions } from "./server/router.js";

@@ -4,7 +4,7 @@ import { lstat } from "node:fs/promises";
 import { createDepotClient, type PublishItem, type PublishProgress } from "../../depot/index.js";
 import { collectDirectory } from "../../depot/client/depot-client.js";
 import { isRunnerDepotError } from "../../errors.js";
-import { answerTimeoutMs, CliError, serverTarget, type Command } from "../args.js";
+import { answerTimeoutMs, CliError, countOption, serverTarget, type Command } from "../args.js";
 import { cliFetch } from "../timed-fetch.js";
 import {
   checkInstallSpec,
@@ -47,6 +47,9 @@ Options:
   --preserve <mode>  where the new version has a file you added or edited since the
                      install wrote it: 'refuse' (default: stop, change nothing) or
                      'renameold' (keep yours as <path>.old). Your other files are kept.
+  --max-versions-tried <n>  give up resolving after trying this many candidate versions
+                     (default 10000)
+  --max-requirements <n>    give up after examining this many requirements (default 200000)
 ${signatureOptionsUsage}
 ${common}`;
 
@@ -132,9 +135,22 @@ function countPublished(bytes: Map<string, number>): ((p: PublishProgress) => nu
   return Object.assign(count, { total });
 }
 
+/** The flag that raises each resolver limit (the `details.limit` of a give-up). */
+const LIMIT_FLAGS = new Map<unknown, string>([
+  ["maxSteps", "--max-versions-tried"],
+  ["maxRequirements", "--max-requirements"],
+]);
+
 export const installCommand: Command = {
   usage: installUsage,
-  options: { ...clientOptions, force: { type: "boolean" }, preserve: { type: "string" }, ...signatureOptions },
+  options: {
+    ...clientOptions,
+    force: { type: "boolean" },
+    preserve: { type: "string" },
+    "max-versions-tried": { type: "string" },
+    "max-requirements": { type: "string" },
+    ...signatureOptions,
+  },
   async run(values, positionals) {
     const [spec, dir] = positionals;
     if (!spec || !dir || positionals.length > 2)
@@ -143,6 +159,10 @@ export const installCommand: Command = {
     const preserve = values.preserve ?? "refuse";
     if (preserve !== "refuse" && preserve !== "renameold")
       throw new CliError(`--preserve must be 'refuse' or 'renameold', got '${String(preserve)}'`, 2);
+    const resolveLimits = {
+      maxSteps: countOption(values["max-versions-tried"], "max-versions-tried"),
+      maxRequirements: countOption(values["max-requirements"], "max-requirements"),
+    };
     const target = await checkTargetDir(dir);
     const signatures = await policyFromOptions(values, "ignore");
     const { url, token } = await serverTarget(values, "depotUrl");
@@ -162,6 +182,7 @@ export const installCommand: Command = {
         force: values.force === true,
         preserve,
         signatures,
+        resolveLimits,
         onProgress: (event) => {
           if (event.phase !== "download") return;
           const key = `${event.name}@${event.version}${event.from ? ` (delta from ${event.from})` : ""}`;
@@ -184,7 +205,10 @@ export const installCommand: Command = {
             `install refused: it would replace ${paths.length} file(s) you added or changed: ${shown}${paths.length > 5 ? ` and ${paths.length - 5} more` : ""}; nothing was changed. Move them away, or pass --preserve renameold to keep each as <file>.old`,
           );
         }
-        throw new CliError(`install failed: ${error.message}`);
+        const flag = isRunnerDepotError(error, "DEPENDENCY_CONFLICT")
+          ? LIMIT_FLAGS.get(error.details.limit)
+          : undefined;
+        throw new CliError(`install failed: ${error.message}${flag ? ` (raise it with ${flag})` : ""}`);
       });
     current?.progress.stop();
     for (const pkg of result.packages) {

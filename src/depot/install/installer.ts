@@ -167,7 +167,7 @@ export async function installPackage(
       },
       requires: async (name, version) => (await client.depends(`${name}@${version}`)).requires ?? [],
     };
-    const resolution = await resolveDependencies(source, spec);
+    const resolution = await resolveDependencies(source, spec, options.resolveLimits);
     emit({ phase: "resolved", packages: resolution.packages.map(({ name, version }) => ({ name, version })) });
 
     const installed = await readInstalled(target);

@@ -40,8 +40,8 @@ export interface ResolvedPackage {
   path: string[];
 }
 
-/** Options of {@link resolveDependencies}. */
-interface ResolveOptions {
+/** Options of {@link resolveDependencies}: how much work a resolution may take (`install`'s `resolveLimits`). */
+export interface ResolveOptions {
   /** Gives up (DEPENDENCY_CONFLICT) after this many candidate versions tried. Default 10,000. */
   maxSteps?: number;
   /**
@@ -152,6 +152,14 @@ export async function resolveDependencies(
   return { root: search.chosen.get(root.name)!, packages: installOrder(search.chosen, root.name) };
 }
 
+/** A limit of {@link ResolveOptions}: a positive safe integer (NaN would never stop the search), else `fallback`. */
+function limitOf(name: string, value: number | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isSafeInteger(value) || value < 1)
+    throw new RunnerDepotError("INVALID_ARGUMENT", `${name} must be a positive integer, got ${String(value)}`);
+  return value;
+}
+
 /** The backtracking search: its state, and the steps that change it. */
 class Search {
   readonly chosen = new Map<string, ResolvedPackage>();
@@ -176,8 +184,8 @@ class Search {
     root: { name: string; range: string },
     options: ResolveOptions,
   ) {
-    this.maxSteps = options.maxSteps ?? 10_000;
-    this.maxRequirements = options.maxRequirements ?? 200_000;
+    this.maxSteps = limitOf("maxSteps", options.maxSteps, 10_000);
+    this.maxRequirements = limitOf("maxRequirements", options.maxRequirements, 200_000);
     this.constraints.set(root.name, [{ range: root.range, by: null }]);
     this.order = [root.name];
     this.inOrder = new Set(this.order);
@@ -228,7 +236,7 @@ class Search {
     for (let next = frame.versions.next(); next.done !== true; next = frame.versions.next()) {
       const version = next.value;
       frame.tried++;
-      if (++this.steps > this.maxSteps) throw this.giveUp(`${this.maxSteps} candidate versions`);
+      if (++this.steps > this.maxSteps) throw this.giveUp(`${this.maxSteps} candidate versions`, "maxSteps");
       const requires = await this.requiresOf(name, version, frame.ranges);
       const here: Trail = { label: at(name, version), up: frame.trail };
       if (await this.rejects(name, version, requires, here)) continue;
@@ -304,12 +312,17 @@ class Search {
   /** Counts `n` requirements examined; past `maxRequirements` the search gives up. */
   private spend(n: number): void {
     this.examined += n;
-    if (this.examined > this.maxRequirements) throw this.giveUp(`examining ${this.maxRequirements} requirements`);
+    if (this.examined > this.maxRequirements)
+      throw this.giveUp(`examining ${this.maxRequirements} requirements`, "maxRequirements");
   }
 
-  private giveUp(after: string): RunnerDepotError {
+  /** The first real failure met, else a give-up naming the limit reached (`details.limit`, a ResolveOptions key). */
+  private giveUp(after: string, limit: keyof ResolveOptions): RunnerDepotError {
     return (
-      this.firstFailure ?? new RunnerDepotError("DEPENDENCY_CONFLICT", `gave up resolving ${this.spec} after ${after}`)
+      this.firstFailure ??
+      new RunnerDepotError("DEPENDENCY_CONFLICT", `gave up resolving ${this.spec} after ${after}`, {
+        details: { limit },
+      })
     );
   }
 

@@ -5,6 +5,7 @@
  */
 import type { PreserveMode } from "./preserve.js";
 import type { SignaturePolicy } from "../signing/verify.js";
+import type { ResolveOptions } from "./resolve.js";
 
 /** Installer progress events. */
 export type InstallProgress =
@@ -32,6 +33,12 @@ export interface InstallOptions {
    * checked against its manifest and before anything is swapped in (default `ignore`).
    */
   signatures?: SignaturePolicy;
+  /**
+   * How much work resolving the dependencies may take before it gives up (DEPENDENCY_CONFLICT): candidate versions
+   * tried (`maxSteps`, default 10,000) and requirements examined (`maxRequirements`, default 200,000). Raise them for
+   * a graph larger than that; they also bound what a hostile depot's answers can cost.
+   */
+  resolveLimits?: ResolveOptions;
 }
 
 /** What happened to one package. */

@@ -2,6 +2,8 @@
  * `runner-depot install` against a hostile depot whose answers begin and then drip or go
  * silent (issue 30, item 6): $RUNNER_DEPOT_TIMEOUT bounds the bodies too, not only the wait
  * for headers, so the command ends within a few times the timeout rather than hanging.
+ * And against a depot whose one package requires 300 others: the resolver's limits, which
+ * bound what such answers cost, are the command's flags, and a give-up names the flag.
  */
 import { spawn } from "node:child_process";
 import { createServer, type Server } from "node:http";
@@ -27,6 +29,19 @@ beforeAll(async () => {
       setTimeout(() => (clearInterval(timer), res.end()), 60_000);
       res.on("close", () => clearInterval(timer));
       return;
+    }
+    if (req.url === "/version/wide" || req.url === "/depend/wide@1.0.0") {
+      res.writeHead(200, { "content-type": "application/json" });
+      const requires = Array.from({ length: 300 }, (_, i) => ({ name: `dep${i}`, range: "*" }));
+      const digest = `sha256:${"0".repeat(64)}`;
+      const body = req.url.startsWith("/version/")
+        ? { name: "wide", latest: "1.0.0", versions: [{ version: "1.0.0", digest, size: 1 }] }
+        : { name: "wide", version: "1.0.0", requires };
+      return res.end(JSON.stringify(body));
+    }
+    if (req.url?.startsWith("/version/dep")) {
+      res.writeHead(404, { "content-type": "application/problem+json" });
+      return res.end(JSON.stringify({ code: "NOT_FOUND", status: 404, detail: req.url }));
     }
     // /version/silent: headers, then nothing.
     res.writeHead(200, { "content-type": "application/json" });
@@ -73,5 +88,36 @@ describe("runner-depot install: $RUNNER_DEPOT_TIMEOUT covers the body", () => {
     expect(got.err.trim()).toMatch(
       /^runner-depot: install failed: GET \/version\/silent: (no byte of the answer for|the answer took longer than) 1 s$/,
     );
+  });
+});
+
+describe("runner-depot install: the resolver's limits", () => {
+  it("gives up at --max-requirements, naming the flag that raises it; above it resolves on", async () => {
+    const low = await run(["install", "wide", path.join(tmp.dir, "c"), "--url", url, "--max-requirements", "100"], {});
+    expect(low.code).toBe(1);
+    expect(low.err.trim()).toBe(
+      "runner-depot: install failed: gave up resolving wide after examining 100 requirements (raise it with --max-requirements)",
+    );
+    // Raised, the same graph gets as far as its first missing package.
+    const high = await run(
+      ["install", "wide", path.join(tmp.dir, "d"), "--url", url, "--max-requirements", "1000"],
+      {},
+    );
+    expect(high.code).toBe(1);
+    expect(high.err.trim()).toBe(
+      "runner-depot: install failed: package dep0 is not in the depot (required as * by wide@1.0.0)",
+    );
+  });
+
+  it("refuses a limit that is not a positive whole number as a usage error", async () => {
+    for (const [flag, value] of [
+      ["--max-versions-tried", "0"],
+      ["--max-requirements", "1e3"],
+      ["--max-versions-tried", "ten"],
+    ] as const) {
+      const got = await run(["install", "wide", path.join(tmp.dir, "e"), "--url", url, flag, value], {});
+      expect(got.code, `${flag} ${value}`).toBe(2);
+      expect(got.err).toContain(`${flag} takes a positive whole number, got '${value}'`);
+    }
   });
 });

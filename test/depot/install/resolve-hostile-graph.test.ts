@@ -109,6 +109,26 @@ describe("the installer against a hostile /depend answer (real HTTP)", () => {
     expect(error.message).toBe("gave up resolving app after examining 200000 requirements");
   });
 
+  it("takes the resolver's limits from install's resolveLimits, and says which one it gave up at", async () => {
+    const requires = Array.from({ length: 300 }, (_, i) => ({ name: `dep${i}`, range: "*" }));
+    const { url } = await depot(wideApp(requires));
+    const client = createDepotClient({ baseUrl: url });
+    const low = await failure(
+      client.install("app", path.join(tmp.dir, "t"), { resolveLimits: { maxRequirements: 100 } }),
+    );
+    expect(low.code).toBe("DEPENDENCY_CONFLICT");
+    expect(low.details).toEqual({ limit: "maxRequirements" });
+    const high = await failure(
+      client.install("app", path.join(tmp.dir, "t"), { resolveLimits: { maxRequirements: 1_000, maxSteps: 5 } }),
+    );
+    expect(high.code).toBe("DEPENDENCY_UNRESOLVED");
+    for (const bad of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY]) {
+      const error = await failure(client.install("app", path.join(tmp.dir, "t"), { resolveLimits: { maxSteps: bad } }));
+      expect(error.code, String(bad)).toBe("INVALID_ARGUMENT");
+      expect(error.message).toBe(`maxSteps must be a positive integer, got ${String(bad)}`);
+    }
+  });
+
   it("resolves a chain of 9,000 packages (no RangeError) and fails only at the missing archive", async () => {
     const { url } = await depot({
       versions: (name) => (/^c\d+$/.test(name) && Number(name.slice(1)) < CHAIN ? ["1.0.0"] : null),
