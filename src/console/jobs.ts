@@ -220,11 +220,11 @@ export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLim
               batch.push(wire(more.value));
               skipped += more.value.skipped ?? 0;
             }
+            // The batch's first line is at `position` (a marker read inside the dropped range stands there too).
+            const from = position;
             position += batch.length + skipped;
             controller.enqueue(
-              encoder.encode(
-                `event: lines\nid: ${position}\ndata: ${JSON.stringify({ from: position - batch.length, lines: batch })}\n\n`,
-              ),
+              encoder.encode(`event: lines\nid: ${position}\ndata: ${JSON.stringify({ from, lines: batch })}\n\n`),
             );
           } catch (error) {
             release();
