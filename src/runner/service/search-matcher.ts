@@ -9,6 +9,13 @@ import { RunnerDepotError } from "../../errors.js";
 
 /** Longest pattern a search takes, in UTF-16 code units; checked before anything is compiled. */
 export const MAX_PATTERN_CHARS = 1024;
+/**
+ * Largest RE2 program an expression may compile to (re2js `programSize()`, its instructions). A line's matching costs
+ * up to ~18 ns a byte an instruction (`(?:x?){100}`: 202 instructions, 6.8 ms for a line of 4,096 characters), so 512
+ * keeps a 64 KiB line under ~0.6 s at worst; the expressions people search logs with compile to 7–200
+ * (docs/decisions/log-search.md, "An expression's cost").
+ */
+export const MAX_PROGRAM_SIZE = 512;
 /** Match ranges returned per line at most (a line keeps matching past it; only the ranges are cut). */
 export const MAX_RANGES_PER_LINE = 100;
 
@@ -46,7 +53,7 @@ export function checkPattern(pattern: string): void {
  * `i` flag (a literal cannot backtrack); an expression with re2js. Costs: compiling is O(pattern); matching a
  * line is O(line × pattern) at worst for literals and O(line × expression) for RE2, never exponential.
  * INVALID_ARGUMENT for an empty or over-long pattern, or an expression RE2 does not take (backreferences,
- * lookahead, repeat counts over 1000).
+ * lookahead, repeat counts over 1000) or that compiles to more than MAX_PROGRAM_SIZE instructions.
  *
  * @example
  * const match = compileSearch({ pattern: "error", matchCase: false });
@@ -90,6 +97,12 @@ export function compileSearch(search: SearchPattern): LineMatcher {
   } catch (error) {
     throw new RunnerDepotError("INVALID_ARGUMENT", `not a regular expression RE2 takes: ${(error as Error).message}`);
   }
+  const size = re.programSize();
+  if (size > MAX_PROGRAM_SIZE)
+    throw new RunnerDepotError(
+      "INVALID_ARGUMENT",
+      `the expression compiles to ${size} instructions, over the ${MAX_PROGRAM_SIZE} a search takes; make it smaller`,
+    );
   return (line) => {
     // test() runs RE2's DFA without captures: most lines are answered there.
     if (!re.test(line)) return null;
