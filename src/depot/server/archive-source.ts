@@ -18,8 +18,11 @@ interface ArchiveSourceSettings {
   /** Lifetime of signed URLs when the store serves by redirect, seconds. */
   signedUrlSeconds: number;
   now: () => Date;
-  /** Parts (about three per item) kept in the layout cache (default 1,000,000: some tens of MiB). */
-  cachedParts?: number;
+  /**
+   * Bytes of layouts kept in the layout cache, as {@link layoutBytes} estimates them (default 64 MiB). By bytes, not
+   * parts: a part may hold a whole manifest or a 4 KiB path.
+   */
+  cachedBytes?: number;
   /** Deltas laid out or hashed at once (default 2); more wait in {@link deltaQueue}. */
   deltaBuilds?: number;
   /** Delta requests waiting for a build slot (default 16); more answer 503 TOO_MANY_DELTA_BUILDS. */
@@ -57,7 +60,9 @@ async function readManifest(store: PackageStore, digest: string): Promise<{ json
  * const source = await sources.version(versionRecord); // source.read({ start: 0, end: 511 })
  */
 export function createArchiveSources(store: PackageStore, settings: ArchiveSourceSettings): ArchiveSources {
-  const cache = new LayoutCache(settings.cachedParts ?? 1_000_000);
+  const cache = new LayoutCache(settings.cachedBytes ?? 64 * 1024 * 1024);
+  // A layout being built, by key: concurrent misses of one archive share one read of its manifests.
+  const building = new Map<string, Promise<ArchiveLayout>>();
   // A delta costs its reader, not the store (issue 30 item 1): its digest lives here, in bounded memory.
   const digests = new BoundedMap<string, string>(settings.cachedDeltaDigests ?? 10_000);
   const slots = new BuildSlots(settings.deltaBuilds ?? 2, settings.deltaQueue ?? 16);
@@ -79,24 +84,36 @@ export function createArchiveSources(store: PackageStore, settings: ArchiveSourc
     };
   }
 
-  async function versionLayout(version: VersionRecord): Promise<ArchiveLayout> {
-    const key = `${version.manifest}@${version.mtime}`;
+  /** The cached layout of `key`, else the one being built, else `build()`'s (cached once built). */
+  function layoutOf(key: string, build: () => Promise<ArchiveLayout>): Promise<ArchiveLayout> {
     const cached = cache.get(key);
-    if (cached) return cached;
-    const { json, manifest } = await readManifest(store, version.manifest);
-    return cache.put(key, archiveLayout(manifest, json, version.mtime));
+    if (cached) return Promise.resolve(cached);
+    let running = building.get(key);
+    if (!running) {
+      running = build()
+        .then((layout) => cache.put(key, layout))
+        .finally(() => building.delete(key));
+      building.set(key, running);
+    }
+    return running;
+  }
+
+  function versionLayout(version: VersionRecord): Promise<ArchiveLayout> {
+    return layoutOf(`${version.manifest}@${version.mtime}`, async () => {
+      const { json, manifest } = await readManifest(store, version.manifest);
+      return archiveLayout(manifest, json, version.mtime);
+    });
   }
 
   /** The layout cache's key of a delta (manifests and time decide its bytes). */
   const deltaKey = (from: VersionRecord, to: VersionRecord) => `delta:${from.manifest}:${to.manifest}@${to.mtime}`;
 
-  async function deltaLayout(from: VersionRecord, to: VersionRecord): Promise<ArchiveLayout> {
-    const key = deltaKey(from, to);
-    const cached = cache.get(key);
-    if (cached) return cached;
-    const [a, b] = await Promise.all([readManifest(store, from.manifest), readManifest(store, to.manifest)]);
-    const manifest = deltaManifest(a.manifest, b.manifest);
-    return cache.put(key, archiveLayout(manifest, Buffer.from(JSON.stringify(manifest), "utf8"), to.mtime));
+  function deltaLayout(from: VersionRecord, to: VersionRecord): Promise<ArchiveLayout> {
+    return layoutOf(deltaKey(from, to), async () => {
+      const [a, b] = await Promise.all([readManifest(store, from.manifest), readManifest(store, to.manifest)]);
+      const manifest = deltaManifest(a.manifest, b.manifest);
+      return archiveLayout(manifest, Buffer.from(JSON.stringify(manifest), "utf8"), to.mtime);
+    });
   }
 
   /** Hashes a delta's bytes once; concurrent requests for the same delta share the pass. */
@@ -188,29 +205,63 @@ class BuildSlots {
   }
 }
 
-/** A least-recently-used map of layouts bounded by their total parts. */
-class LayoutCache {
-  private readonly entries = new Map<string, ArchiveLayout>();
-  private parts = 0;
-  constructor(private readonly maxParts: number) {}
+/** Bytes a part's object is taken to hold, beyond what it points to; a header's fields object as much again. */
+const PART_BYTES = 80;
 
-  get(key: string): ArchiveLayout | undefined {
-    const layout = this.entries.get(key);
-    if (layout) {
-      this.entries.delete(key);
-      this.entries.set(key, layout);
-    }
-    return layout;
+/**
+ * The memory a layout holds, estimated: each part's object, a header's fields and path (UTF-16, 2 bytes a code unit),
+ * a blob's digest, the manifest's bytes. O(parts).
+ *
+ * @example
+ * layoutBytes(archiveLayout(manifest, json, mtime)); // json.length plus ~200 bytes an item and its path
+ */
+export function layoutBytes(layout: ArchiveLayout): number {
+  let bytes = 0;
+  for (const part of layout.parts) {
+    bytes += PART_BYTES;
+    if (part.kind === "bytes") bytes += part.bytes.length;
+    else if (part.kind === "blob") bytes += 2 * part.digest.length;
+    else if (part.kind === "header")
+      bytes += PART_BYTES + 2 * (part.fields.name.length + (part.fields.linkname?.length ?? 0));
+  }
+  return bytes;
+}
+
+/**
+ * A least-recently-used map of layouts bounded by the bytes they hold ({@link layoutBytes}); a layout over the whole
+ * bound is served and not kept.
+ */
+export class LayoutCache {
+  private readonly entries = new Map<string, { layout: ArchiveLayout; bytes: number }>();
+  private bytes = 0;
+  constructor(private readonly maxBytes: number) {}
+
+  /** Bytes held now. */
+  get heldBytes(): number {
+    return this.bytes;
   }
 
+  /** The layout of `key` (now the most recently used), or undefined. O(1). */
+  get(key: string): ArchiveLayout | undefined {
+    const entry = this.entries.get(key);
+    if (entry) {
+      this.entries.delete(key);
+      this.entries.set(key, entry);
+    }
+    return entry?.layout;
+  }
+
+  /** Keeps `layout` under `key`, dropping the least recently used past the bound; returns it. O(parts + dropped). */
   put(key: string, layout: ArchiveLayout): ArchiveLayout {
-    if (layout.parts.length > this.maxParts || this.entries.has(key)) return layout;
-    this.entries.set(key, layout);
-    this.parts += layout.parts.length;
+    if (this.entries.has(key)) return layout;
+    const bytes = layoutBytes(layout);
+    if (bytes > this.maxBytes) return layout;
+    this.entries.set(key, { layout, bytes });
+    this.bytes += bytes;
     for (const [oldest, old] of this.entries) {
-      if (this.parts <= this.maxParts) break;
+      if (this.bytes <= this.maxBytes) break;
       this.entries.delete(oldest);
-      this.parts -= old.parts.length;
+      this.bytes -= old.bytes;
     }
     return layout;
   }
