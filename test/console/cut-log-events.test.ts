@@ -5,49 +5,27 @@
  * the drop marker (an attack round found the batch holding the marker sent `from` too high by its `skipped`, and the
  * page then dropped every later batch), and a stream started inside the dropped range begins with the marker there.
  */
-import { randomBytes, randomUUID } from "node:crypto";
-import { createServer, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
+import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createMemoryQueue } from "../../src/adapters/memory/index.js";
-import { createConsole } from "../../src/console/index.js";
-import { createNodeHandler } from "../../src/index.js";
-import {
-  createRunnerClient,
-  createRunnerService,
-  mintJobToken,
-  startRunnerServer,
-  type RunnerServer,
-  type RunnerService,
-} from "../../src/runner/index.js";
+import { startConsoleHttp, type ConsoleHttp } from "../fixtures/console-http.js";
 
 const LINES = 4_000;
-let runner: RunnerService;
-let server: RunnerServer;
-let http: Server;
+let stack: ConsoleHttp;
+let runner: ConsoleHttp["runner"];
 let url: string;
-let id: string;
+const id = randomUUID();
 
 beforeAll(async () => {
-  const secret = randomBytes(32);
-  runner = createRunnerService(createMemoryQueue(), { secret, limits: { jobLogBytes: 200_000, tailBytes: 40_000 } });
-  server = await startRunnerServer(runner, { host: "127.0.0.1", port: 0 });
-  const web = createConsole({ runner, authorize: () => true });
-  http = createServer(createNodeHandler(web));
-  await new Promise<void>((resolve) => http.listen(0, "127.0.0.1", resolve));
-  url = `http://127.0.0.1:${(http.address() as AddressInfo).port}`;
-  id = randomUUID();
-  const client = createRunnerClient({ endpoint: server.url, requestId: id, token: mintJobToken(secret, id) });
-  for (let i = 0; i < LINES; i++) if (!client.log(`line ${i} ${"x".repeat(80)}`, false)) await client.drained();
-  await client.end({ exitCode: 0, success: true });
-  await client.close();
+  stack = await startConsoleHttp({ limits: { jobLogBytes: 200_000, tailBytes: 40_000 } });
+  ({ runner, url } = stack);
+  await stack.job(
+    id,
+    Array.from({ length: LINES }, (_, i) => `line ${i} ${"x".repeat(80)}`),
+  );
 }, 120_000);
 
 afterAll(async () => {
-  http?.closeAllConnections();
-  await new Promise((resolve) => http?.close(resolve));
-  await server?.close();
-  await runner?.close();
+  await stack?.close();
 });
 
 type Wire = [string, number, number?, number?];

@@ -6,50 +6,29 @@
  * page after MATCH_MS of matching, saying where to go on. No time is asserted: the page ends short of every other
  * bound, which only the time bound does.
  */
-import { randomBytes, randomUUID } from "node:crypto";
-import { createServer, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
+import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createMemoryQueue } from "../../src/adapters/memory/index.js";
-import { createConsole } from "../../src/console/index.js";
-import { createNodeHandler } from "../../src/index.js";
-import {
-  createRunnerClient,
-  createRunnerService,
-  mintJobToken,
-  startRunnerServer,
-  type RunnerServer,
-  type RunnerService,
-} from "../../src/runner/index.js";
 import type { LogSearchPage } from "../../src/runner/service/log-search.js";
 import { MAX_PROGRAM_SIZE } from "../../src/runner/service/search-matcher.js";
+import { startConsoleHttp, type ConsoleHttp } from "../fixtures/console-http.js";
 
 /** Lines of the job, each 4,096 `x`: one read page (2,048 lines), every line matched by the expressions below. */
 const LINES = 2_048;
-let runner: RunnerService;
-let server: RunnerServer;
-let http: Server;
+let stack: ConsoleHttp;
 let url: string;
 const id = randomUUID();
 
 beforeAll(async () => {
-  const secret = randomBytes(32);
-  runner = createRunnerService(createMemoryQueue(), { secret });
-  server = await startRunnerServer(runner, { host: "127.0.0.1", port: 0 });
-  http = createServer(createNodeHandler(createConsole({ runner, authorize: () => true })));
-  await new Promise<void>((resolve) => http.listen(0, "127.0.0.1", resolve));
-  url = `http://127.0.0.1:${(http.address() as AddressInfo).port}`;
-  const client = createRunnerClient({ endpoint: server.url, requestId: id, token: mintJobToken(secret, id) });
-  for (let i = 0; i < LINES; i++) if (!client.log("x".repeat(4096), false)) await client.drained();
-  await client.end({ exitCode: 0, success: true });
-  await client.close();
+  stack = await startConsoleHttp();
+  url = stack.url;
+  await stack.job(
+    id,
+    Array.from({ length: LINES }, () => "x".repeat(4096)),
+  );
 }, 120_000);
 
 afterAll(async () => {
-  http?.closeAllConnections();
-  await new Promise((resolve) => http?.close(resolve));
-  await server?.close();
-  await runner?.close();
+  await stack?.close();
 });
 
 const search = (q: string, from = 0) =>
