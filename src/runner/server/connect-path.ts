@@ -6,6 +6,7 @@
  * Why: docs/decisions/runner-server.md, "connect-path.ts: connect's handlers fed whole envelopes".
  */
 import type * as http2 from "node:http2";
+import { constants as h2 } from "node:http2";
 import { Code, ConnectError, createConnectRouter, type ContextValues } from "@connectrpc/connect";
 import {
   compressionGzip,
@@ -90,6 +91,15 @@ function firstMessageGate(encoding: string, values: ContextValues): (chunk: Buff
 }
 
 /**
+ * A Connect unary request: a GET, or a POST whose body is the bare message (`application/json`, `application/proto`),
+ * not enveloped as every gRPC, gRPC-web and Connect streaming body is.
+ */
+function isConnectUnary(req: http2.Http2ServerRequest): boolean {
+  const type = String(req.headers["content-type"] ?? "").toLowerCase();
+  return req.method === "GET" || type.startsWith("application/json") || type.startsWith("application/proto");
+}
+
+/**
  * Creates the connect-node request handler of a runner service.
  *
  * @example
@@ -134,6 +144,16 @@ export function createConnectPath(
       // No :authority and no Host: no URL to build.
       res.writeHead(400);
       res.end();
+      return;
+    }
+    if (uHandler.method.methodKind === "unary" && isConnectUnary(req)) {
+      // Health's Check (no credentials): connect reads the bare message itself, within messageBytes; the whole body
+      // must come within firstMessageMs, as a first message must, or the stream is reset.
+      const timer = setTimeout(() => req.stream.close(h2.NGHTTP2_CANCEL), options.budget.limits.firstMessageMs);
+      uHandler(uReq)
+        .then((uRes) => universalResponseToNodeResponse(uRes, res))
+        .catch(() => undefined)
+        .finally(() => clearTimeout(timer));
       return;
     }
     const encoding = compressionOf(req.headers);

@@ -14,7 +14,10 @@ import * as protoLoader from "@grpc/proto-loader";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { createMemoryQueue } from "../../../src/adapters/memory/index.js";
-import { createRunnerHandler, createRunnerService } from "../../../src/runner/index.js";
+import { createRunnerHandler, createRunnerService, startRunnerServer } from "../../../src/runner/index.js";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import { Health, HealthCheckResponse_ServingStatus } from "../../../src/gen/grpc/health/v1/health_pb.js";
 import { controlledStream, line, send, startHarness, until, type Harness } from "../../fixtures/runner-service.js";
 
 const protoPath = fileURLToPath(new URL("../../../proto/grpc/health/v1/health.proto", import.meta.url));
@@ -176,5 +179,57 @@ describe("gRPC health Watch slots per peer (issue 31, item 10)", () => {
     const again = watch(client);
     await until(() => again.seen.length === 1, "a Watch in the freed slot");
     for (const w of [...open, again]) w.call.cancel();
+  });
+});
+
+describe("gRPC health checking over the Connect protocol and gRPC-web (an attack round)", () => {
+  it("Check answers by service name on every transport: the Connect unary body is the bare message", async () => {
+    const runner = createRunnerService(createMemoryQueue());
+    const server = await startRunnerServer(runner, { host: "127.0.0.1", port: 0 });
+    try {
+      const transports = {
+        "connect json": createConnectTransport({ baseUrl: server.url, httpVersion: "2" }),
+        "connect binary": createConnectTransport({ baseUrl: server.url, httpVersion: "2", useBinaryFormat: true }),
+        "grpc-web": createGrpcWebTransport({ baseUrl: server.url, httpVersion: "2" }),
+      };
+      for (const [name, transport] of Object.entries(transports)) {
+        const client = createClient(Health, transport);
+        for (const service of ["", "runner.v1.Runner"])
+          expect((await client.check({ service })).status, `${name} ${service}`).toBe(
+            HealthCheckResponse_ServingStatus.SERVING,
+          );
+        const unknown = await client.check({ service: "no.such.Service" }).then(
+          () => null,
+          (e: unknown) => ConnectError.from(e).code,
+        );
+        expect(unknown, name).toBe(Code.NotFound);
+      }
+    } finally {
+      await server.close();
+      await runner.close();
+    }
+  });
+
+  it("a Connect unary Check whose body never ends is reset after firstMessageMs", async () => {
+    const runner = createRunnerService(createMemoryQueue());
+    const server = await startRunnerServer(runner, { host: "127.0.0.1", port: 0, readLimits: { firstMessageMs: 300 } });
+    const session = http2.connect(server.url);
+    session.on("error", () => undefined);
+    try {
+      const req = session.request({
+        ":method": "POST",
+        ":path": "/grpc.health.v1.Health/Check",
+        "content-type": "application/json",
+        "connect-protocol-version": "1",
+      });
+      req.on("error", () => undefined);
+      req.write('{"service":');
+      const code = await new Promise<number>((resolve) => req.on("close", () => resolve(req.rstCode)));
+      expect(code).toBe(http2.constants.NGHTTP2_CANCEL);
+    } finally {
+      session.close();
+      await server.close();
+      await runner.close();
+    }
   });
 });
