@@ -40,7 +40,7 @@ export interface ResolvedPackage {
   path: string[];
 }
 
-/** Options of {@link resolveDependencies}: how much work a resolution may take (`install`'s `resolveLimits`). */
+/** How much work resolving an install's dependencies may take (`InstallOptions.resolveLimits`). */
 export interface ResolveOptions {
   /** Gives up (DEPENDENCY_CONFLICT) after this many candidate versions tried. Default 10,000. */
   maxSteps?: number;
