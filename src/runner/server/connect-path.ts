@@ -6,7 +6,6 @@
  * Why: docs/decisions/runner-server.md, "connect-path.ts: connect's handlers fed whole envelopes".
  */
 import type * as http2 from "node:http2";
-import { constants as h2 } from "node:http2";
 import { Code, ConnectError, createConnectRouter, type ContextValues } from "@connectrpc/connect";
 import {
   compressionGzip,
@@ -22,6 +21,7 @@ import { peekDecompressed, requestIdAtStart } from "./first-message-peek.js";
 import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import type { RunnerHealth } from "./health.js";
 import type { StoreBacklog } from "../service/store-backlog.js";
+import { isConnectUnary, serveUnaryHealth } from "./unary-health.js";
 
 /** Options of {@link createConnectPath}. */
 interface ConnectPathOptions {
@@ -91,15 +91,6 @@ function firstMessageGate(encoding: string, values: ContextValues): (chunk: Buff
 }
 
 /**
- * A Connect unary request: a GET, or a POST whose body is the bare message (`application/json`, `application/proto`),
- * not enveloped as every gRPC, gRPC-web and Connect streaming body is.
- */
-function isConnectUnary(req: http2.Http2ServerRequest): boolean {
-  const type = String(req.headers["content-type"] ?? "").toLowerCase();
-  return req.method === "GET" || type.startsWith("application/json") || type.startsWith("application/proto");
-}
-
-/**
  * Creates the connect-node request handler of a runner service.
  *
  * @example
@@ -146,16 +137,9 @@ export function createConnectPath(
       res.end();
       return;
     }
-    if (uHandler.method.methodKind === "unary" && isConnectUnary(req)) {
-      // Health's Check (no credentials): connect reads the bare message itself, within messageBytes; the whole body
-      // must come within firstMessageMs, as a first message must, or the stream is reset.
-      const timer = setTimeout(() => req.stream.close(h2.NGHTTP2_CANCEL), options.budget.limits.firstMessageMs);
-      uHandler(uReq)
-        .then((uRes) => universalResponseToNodeResponse(uRes, res))
-        .catch(() => undefined)
-        .finally(() => clearTimeout(timer));
-      return;
-    }
+    // Health's unary calls over the Connect protocol: a bare message, read under the same budget (unary-health.ts).
+    if (uHandler.method.methodKind === "unary" && uHandler.service.typeName === Health.typeName && isConnectUnary(req))
+      return serveUnaryHealth(uHandler, uReq, req, res, options.budget);
     const encoding = compressionOf(req.headers);
     const runner = uHandler.service.typeName === Runner.typeName;
     const body = new ConnectBody(

@@ -233,3 +233,48 @@ describe("gRPC health checking over the Connect protocol and gRPC-web (an attack
     }
   });
 });
+
+describe("Connect unary Health calls under the read budget (a review of the change above)", () => {
+  /** A raw Connect unary Check on `session` sending `body` (ended or not); its JSON answer once it comes. */
+  function post(session: http2.ClientHttp2Session, body: string, end: boolean): Promise<{ code?: string }> {
+    const req = session.request({
+      ":method": "POST",
+      ":path": "/grpc.health.v1.Health/Check",
+      "content-type": "application/json",
+      "connect-protocol-version": "1",
+    });
+    req.on("error", () => undefined);
+    const chunks: Buffer[] = [];
+    req.on("data", (chunk: Buffer) => chunks.push(chunk));
+    const answer = new Promise<{ code?: string }>((resolve) =>
+      req.on("close", () => resolve(chunks.length > 0 ? JSON.parse(Buffer.concat(chunks).toString()) : {})),
+    );
+    if (end) req.end(body);
+    else req.write(body);
+    return answer;
+  }
+
+  it("refuses a body over 4 KiB RESOURCE_EXHAUSTED, and one past the connection's bytes UNAVAILABLE", async () => {
+    const runner = createRunnerService(createMemoryQueue());
+    const server = await startRunnerServer(runner, {
+      host: "127.0.0.1",
+      port: 0,
+      readLimits: { connectionBytes: 10_000, firstMessageMs: 10_000 },
+    });
+    const session = http2.connect(server.url);
+    session.on("error", () => undefined);
+    try {
+      expect(await post(session, `{"service":"${"x".repeat(5000)}"}`, true)).toMatchObject({
+        code: "resource_exhausted",
+      });
+      // Four bodies of 3,000 bytes held open: three fit the connection's 10,000 and wait for their end; the first
+      // answer is the refusal of the one that did not fit.
+      const answers = [1, 2, 3, 4].map(() => post(session, `{"service":"${"x".repeat(2988)}`, false));
+      expect(await Promise.race(answers)).toMatchObject({ code: "unavailable" });
+    } finally {
+      session.destroy();
+      await server.close();
+      await runner.close();
+    }
+  });
+});
