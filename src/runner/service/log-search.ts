@@ -1,7 +1,8 @@
 /**
  * Searching one job's stored log, a page of results at a time (docs/decisions/log-search.md). A request scans
  * forward from a cursor (a line position) until it has `limit` matches, or has scanned SCAN_BYTES of text or
- * SCAN_LINES lines, or has matched an expression for MATCH_MS, or reaches the end of what is stored; it answers the matches and the position to go on from.
+ * SCAN_LINES lines, or has matched for MATCH_MS, or reaches the end of what is stored; it answers the matches and
+ * the position to go on from.
  * So one request's cost is bounded whatever the log's size, and the log is never held in memory: it is read a
  * page at a time through `JobLogStore.read` (the archive's chunks for an archived job), or through the store's
  * `findLines` fast path for a literal on a store that has one (the fs store).
@@ -26,13 +27,17 @@ export const SCAN_LINES = 262_144;
 /** Characters of matched lines one answer carries at most (one line always goes, however long). */
 const RESULT_CHARS = 4 * 1024 * 1024;
 /**
- * Milliseconds of matching an expression after which a request ends its page (checked after each line, so at most
- * one line more): an expression within MAX_PROGRAM_SIZE can still cost ~18 ns a byte an instruction, tens of seconds
- * over a page of 2,048 long lines, on the one thread every runner call shares. The client goes on from `next`.
+ * Milliseconds of matching after which a request ends its page (checked after each line and each fast-path read, and
+ * inside a line between its match ranges): an expression within MAX_PROGRAM_SIZE, or a literal (indexOf is
+ * O(line × pattern) at worst), can cost seconds a page on the one thread every runner call shares. The client goes
+ * on from `next`.
  */
-export const MATCH_MS = 200;
-/** Lines per store read. */
+export const MATCH_MS = 500;
+/** Lines per store read at most, and in a request's first read (each next one twice the last). */
 const READ_PAGE = 2048;
+const FIRST_READ = 64;
+/** Bytes one call of the store's fast path scans at most (the time bound is checked between calls). */
+const FAST_READ_BYTES = 4 * 1024 * 1024;
 /**
  * Searches of one store that run at once, and that may wait for a turn; more answer UNAVAILABLE. Each running one
  * holds a read buffer (4 MiB on the fs fast path) or a page of lines, plus its answer: so searches add at most
@@ -164,11 +169,13 @@ async function scanFast(
   out: LogSearchPage,
 ): Promise<boolean> {
   const chars = { n: 0 };
+  // The store's scan is the matching here: 4 MiB a call (indexOf's worst is O(bytes × needle)), timed in all.
+  const deadline = performance.now() + MATCH_MS;
   let position = from;
   let budget = SCAN_BYTES;
   while (position < total && budget > 0) {
     const found = await logs.findLines!(id, match.literal!, position, {
-      maxBytes: budget,
+      maxBytes: Math.min(budget, FAST_READ_BYTES),
       maxHits: limit - out.matches.length,
       ignoreCase: match.ignoreCase === true,
     });
@@ -179,8 +186,8 @@ async function scanFast(
     }
     let full = false;
     for (const hit of found.hits) {
-      const ranges = match(hit.line.line);
-      if (ranges && !take(out, hit.position, hit.line, ranges, limit, chars)) {
+      const ranges = match(hit.line.line, deadline);
+      if ((ranges && !take(out, hit.position, hit.line, ranges, limit, chars)) || performance.now() > deadline) {
         out.next = hit.position + 1;
         full = true;
         break;
@@ -189,7 +196,7 @@ async function scanFast(
     if (!full) out.next = Math.min(found.next, total);
     out.scanned += out.next - position;
     budget -= found.bytes;
-    if (full || found.next <= position) break;
+    if (full || found.next <= position || performance.now() > deadline) break;
     position = out.next;
   }
   out.end = out.next >= total;
@@ -207,27 +214,29 @@ async function scanPages(
   out: LogSearchPage,
 ): Promise<void> {
   const chars = { n: 0 };
-  // Time spent matching an expression (not waiting for the store's reads): the request ends its page past MATCH_MS
-  // of it. A literal is not timed (linear and cheap), so its pages end where the other bounds say.
-  const timed = match.literal === undefined;
+  // Time spent matching (not waiting for the store's reads): the request ends its page past MATCH_MS of it. Reads
+  // start small and double, so a page that ends after a few costly lines has not read 2,048.
   let matching = 0;
+  let readSize = FIRST_READ;
   let position = from;
   let bytes = 0;
   let lines = 0;
   scan: while (position < total && bytes < SCAN_BYTES && lines < SCAN_LINES) {
-    const want = Math.min(READ_PAGE, total - position, SCAN_LINES - lines);
+    const want = Math.min(readSize, total - position, SCAN_LINES - lines);
+    readSize = Math.min(READ_PAGE, readSize * 2);
     const page = await logs.read(id, position, want);
     if (page.length === 0) break;
     const t0 = performance.now();
+    const deadline = t0 + MATCH_MS - matching;
     for (const line of page) {
-      const ranges = match(line.line);
+      const ranges = match(line.line, deadline);
       const at = position;
       // A cut log's drop marker stands for itself and the dropped positions after it (log-tail.ts).
       position += 1 + (line.skipped ?? 0);
       lines++;
       bytes += line.line.length;
       if (ranges && !take(out, at, line, ranges, limit, chars)) break scan;
-      if (timed && matching + performance.now() - t0 > MATCH_MS) break scan;
+      if (performance.now() > deadline) break scan;
     }
     matching += performance.now() - t0;
     if (page.length < want) break;

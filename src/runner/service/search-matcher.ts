@@ -10,12 +10,18 @@ import { RunnerDepotError } from "../../errors.js";
 /** Longest pattern a search takes, in UTF-16 code units; checked before anything is compiled. */
 export const MAX_PATTERN_CHARS = 1024;
 /**
- * Largest RE2 program an expression may compile to (re2js `programSize()`, its instructions). A line's matching costs
- * up to ~18 ns a byte an instruction (`(?:x?){100}`: 202 instructions, 6.8 ms for a line of 4,096 characters), so 512
- * keeps a 64 KiB line under ~0.6 s at worst; the expressions people search logs with compile to 7–200
+ * Largest RE2 program an expression may compile to (re2js `programSize()`, its instructions). One scan of a line
+ * costs up to ~18 ns a byte an instruction (`(?:x?){100}`: 202 instructions, 6.8 ms for a line of 4,096 characters),
+ * so 256 keeps a 64 KiB line's test near 0.3 s at worst; its ranges are looked for in its first RANGE_CHARS, until the
+ * request's deadline. The expressions people search logs with compile to 7–201
  * (docs/decisions/log-search.md, "An expression's cost").
  */
-export const MAX_PROGRAM_SIZE = 512;
+export const MAX_PROGRAM_SIZE = 256;
+/**
+ * Characters of a line an expression's ranges are looked for in (the line matches or not on its whole text): one find
+ * over them costs at most ~90 ms at MAX_PROGRAM_SIZE.
+ */
+export const RANGE_CHARS = 4096;
 /** Match ranges returned per line at most (a line keeps matching past it; only the ranges are cut). */
 export const MAX_RANGES_PER_LINE = 100;
 
@@ -32,9 +38,12 @@ export interface SearchPattern {
   matchCase?: boolean;
 }
 
-/** A compiled pattern: a line's match ranges (non-overlapping, in order), or null when it does not match. */
+/**
+ * A compiled pattern: a line's match ranges (non-overlapping, in order), or null when it does not match. Past
+ * `deadline` (a `performance.now()` time) no further range is looked for: a matched line keeps those found so far.
+ */
 export interface LineMatcher {
-  (line: string): MatchRange[] | null;
+  (line: string, deadline?: number): MatchRange[] | null;
   /** The literal of a literal search, for a store's fast path; undefined for an expression. */
   readonly literal?: string;
   /** True when `literal` matches without case (as a JS RegExp's `i` flag has it). */
@@ -63,11 +72,12 @@ export function compileSearch(search: SearchPattern): LineMatcher {
   checkPattern(search.pattern);
   const { pattern } = search;
   if (!search.regex && search.matchCase) {
-    const literal: LineMatcher = (line) => {
+    const literal: LineMatcher = (line, deadline = Infinity) => {
       let at = line.indexOf(pattern);
       if (at < 0) return null;
       const ranges: MatchRange[] = [];
-      while (at >= 0 && ranges.length < MAX_RANGES_PER_LINE) {
+      // indexOf is O(line × pattern) at worst: each next range is looked for only while there is time.
+      while (at >= 0 && ranges.length < MAX_RANGES_PER_LINE && (ranges.length === 0 || performance.now() <= deadline)) {
         ranges.push([at, at + pattern.length]);
         at = line.indexOf(pattern, at + pattern.length);
       }
@@ -78,13 +88,14 @@ export function compileSearch(search: SearchPattern): LineMatcher {
   if (!search.regex) {
     // An escaped literal: irregexp compares it position by position, with no alternatives to backtrack into.
     const re = new RegExp(pattern.replace(/[\\^$.*+?()[\]{}|/-]/g, "\\$&"), "gi");
-    const nocase: LineMatcher = (line) => {
+    const nocase: LineMatcher = (line, deadline = Infinity) => {
       re.lastIndex = 0;
       let m = re.exec(line);
       if (m === null) return null;
       const ranges: MatchRange[] = [];
       while (m !== null && ranges.length < MAX_RANGES_PER_LINE) {
         ranges.push([m.index, m.index + m[0].length]);
+        if (performance.now() > deadline) break;
         m = re.exec(line);
       }
       return ranges;
@@ -103,13 +114,16 @@ export function compileSearch(search: SearchPattern): LineMatcher {
       "INVALID_ARGUMENT",
       `the expression compiles to ${size} instructions, over the ${MAX_PROGRAM_SIZE} a search takes; make it smaller`,
     );
-  return (line) => {
+  return (line, deadline = Infinity) => {
     // test() runs RE2's DFA without captures: most lines are answered there.
     if (!re.test(line)) return null;
-    const m = re.matcher(line);
+    // Ranges are looked for in the line's first RANGE_CHARS only: a find() may scan to the end each time, at up to
+    // ~84 ns a character an instruction (`(?:.*(?:x?){100}y|x)`: 0.28 s a find over 16 KiB).
+    const m = re.matcher(line.length > RANGE_CHARS ? line.slice(0, RANGE_CHARS) : line);
     const ranges: MatchRange[] = [];
     while (ranges.length < MAX_RANGES_PER_LINE && m.find()) {
       ranges.push([m.start(), m.end()]);
+      if (performance.now() > deadline) break;
     }
     return ranges.length > 0 ? ranges : [[0, 0]];
   };
