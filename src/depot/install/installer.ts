@@ -19,7 +19,7 @@ import { extractPackage } from "./extract.js";
 import { verifyPackageTree } from "./verify-tree.js";
 import { isPackageName } from "../package/names.js";
 import { emptyRecord, own, setOwn } from "../store/records.js";
-import { parsePackageSpec, resolveDependencies, type DependencySource } from "./resolve.js";
+import { checkResolveOptions, parsePackageSpec, resolveDependencies, type DependencySource } from "./resolve.js";
 import {
   carryOver,
   findUserEntries,
@@ -129,6 +129,7 @@ export async function installPackage(
   targetDir: string,
   options: InstallOptions = {},
 ): Promise<InstallResult> {
+  if (options.resolveLimits) checkResolveOptions(options.resolveLimits);
   const target = path.resolve(targetDir);
   const stateDir = path.join(target, STATE_DIR);
   await mkdir(stateDir, { recursive: true });

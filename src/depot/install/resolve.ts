@@ -152,6 +152,18 @@ export async function resolveDependencies(
   return { root: search.chosen.get(root.name)!, packages: installOrder(search.chosen, root.name) };
 }
 
+/**
+ * Checks the limits of {@link ResolveOptions} (INVALID_ARGUMENT unless each given one is a positive integer), so an
+ * install refuses them before it takes its lock. O(1).
+ *
+ * @example
+ * checkResolveOptions({ maxSteps: 50_000 });
+ */
+export function checkResolveOptions(options: ResolveOptions): void {
+  limitOf("maxSteps", options.maxSteps, 1);
+  limitOf("maxRequirements", options.maxRequirements, 1);
+}
+
 /** A limit of {@link ResolveOptions}: a positive safe integer (NaN would never stop the search), else `fallback`. */
 function limitOf(name: string, value: number | undefined, fallback: number): number {
   if (value === undefined) return fallback;

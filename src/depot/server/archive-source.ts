@@ -230,6 +230,10 @@ export function layoutBytes(layout: ArchiveLayout): number {
 /**
  * A least-recently-used map of layouts bounded by the bytes they hold ({@link layoutBytes}); a layout over the whole
  * bound is served and not kept.
+ *
+ * @example
+ * const cache = new LayoutCache(64 * 1024 * 1024);
+ * const layout = cache.get(key) ?? cache.put(key, archiveLayout(manifest, json, mtime));
  */
 export class LayoutCache {
   private readonly entries = new Map<string, { layout: ArchiveLayout; bytes: number }>();

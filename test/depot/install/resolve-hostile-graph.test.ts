@@ -10,6 +10,7 @@
  */
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { existsSync } from "node:fs";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { createDepotClient } from "../../../src/depot/client/depot-client.js";
@@ -122,11 +123,14 @@ describe("the installer against a hostile /depend answer (real HTTP)", () => {
       client.install("app", path.join(tmp.dir, "t"), { resolveLimits: { maxRequirements: 1_000, maxSteps: 5 } }),
     );
     expect(high.code).toBe("DEPENDENCY_UNRESOLVED");
+    // Refused before the install touches its target: no directory made, no lock taken.
+    const untouched = path.join(tmp.dir, "untouched");
     for (const bad of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY]) {
-      const error = await failure(client.install("app", path.join(tmp.dir, "t"), { resolveLimits: { maxSteps: bad } }));
+      const error = await failure(client.install("app", untouched, { resolveLimits: { maxSteps: bad } }));
       expect(error.code, String(bad)).toBe("INVALID_ARGUMENT");
       expect(error.message).toBe(`maxSteps must be a positive integer, got ${String(bad)}`);
     }
+    expect(existsSync(untouched)).toBe(false);
   });
 
   it("resolves a chain of 9,000 packages (no RangeError) and fails only at the missing archive", async () => {

@@ -94,3 +94,32 @@ describe("the layout cache's bound", () => {
     expect(cache.heldBytes).toBe(layoutBytes(a) + layoutBytes(c));
   });
 });
+
+describe("a layout build that fails", () => {
+  it("fails every request that waited for it, keeps nothing, and the next request builds anew", async () => {
+    const { dir, cleanup } = await tempDir("depot-layout-fail-");
+    try {
+      const fsStore = createFsStore(dir, { unsafeNoSync: true });
+      const publisher = await startDepot(fsStore);
+      expect((await publish(publisher.url, "flaky@1.0.0", [{ type: "dir", path: "d" }])).status).toBe(201);
+      await publisher.close();
+      let failing = true;
+      const store: PackageStore = {
+        ...fsStore,
+        getBlob: (digest) => (failing ? Promise.reject(new Error("store down")) : fsStore.getBlob(digest)),
+      };
+      const depot = await startDepot(store);
+      try {
+        const heads = () => fetch(`${depot.url}/data/flaky@1.0.0`, { method: "HEAD" });
+        const failed = await Promise.all(Array.from({ length: 8 }, heads));
+        expect(failed.map((a) => a.status)).toEqual(Array(8).fill(500));
+        failing = false;
+        expect((await heads()).status).toBe(200);
+      } finally {
+        await depot.close();
+      }
+    } finally {
+      await cleanup();
+    }
+  });
+});
