@@ -507,7 +507,7 @@ describe("every error of item 6 says what to do (verbatim)", () => {
     const unknown = await pty(["install", "--frobnicate", "app", "./v"], work);
     expect(unknown.code).toBe(2);
     expect(said(unknown)).toBe(
-      "runner-depot: unknown option '--frobnicate' for 'runner-depot install'; its options are --url, --token, --data, --force, --preserve, --signatures, --trusted-keys, --builder (run 'runner-depot install --help')",
+      "runner-depot: unknown option '--frobnicate' for 'runner-depot install'; its options are --url, --token, --data, --force, --preserve, --max-versions-tried, --max-requirements, --signatures, --trusted-keys, --builder (run 'runner-depot install --help')",
     );
     const value = await pty(["logs", "--follow=yes", "x"], work);
     expect(said(value)).toBe("runner-depot: --follow is a switch and takes no value (run 'runner-depot logs --help')");

@@ -162,7 +162,14 @@ export async function oldResolveDependencies(
       if (++steps > maxSteps) {
         throw (
           firstFailure ??
-          new RunnerDepotError("DEPENDENCY_CONFLICT", `gave up resolving ${spec} after ${maxSteps} candidate versions`)
+          // The limit named as the resolver names it since 2026-12-02 (details.limit); otherwise as it was.
+          new RunnerDepotError(
+            "DEPENDENCY_CONFLICT",
+            `gave up resolving ${spec} after ${maxSteps} candidate versions`,
+            {
+              details: { limit: "maxSteps" },
+            },
+          )
         );
       }
       const requires = await requiresOf(name, version);
