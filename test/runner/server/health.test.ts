@@ -182,6 +182,18 @@ describe("gRPC health Watch slots per peer (issue 31, item 10)", () => {
   });
 });
 
+/** A raw Connect unary (JSON) Health Check stream on `session`, its errors ignored; the caller sends the body. */
+function connectCheck(session: http2.ClientHttp2Session): http2.ClientHttp2Stream {
+  const req = session.request({
+    ":method": "POST",
+    ":path": "/grpc.health.v1.Health/Check",
+    "content-type": "application/json",
+    "connect-protocol-version": "1",
+  });
+  req.on("error", () => undefined);
+  return req;
+}
+
 describe("gRPC health checking over the Connect protocol and gRPC-web (an attack round)", () => {
   it("Check answers by service name on every transport: the Connect unary body is the bare message", async () => {
     const runner = createRunnerService(createMemoryQueue());
@@ -216,13 +228,7 @@ describe("gRPC health checking over the Connect protocol and gRPC-web (an attack
     const session = http2.connect(server.url);
     session.on("error", () => undefined);
     try {
-      const req = session.request({
-        ":method": "POST",
-        ":path": "/grpc.health.v1.Health/Check",
-        "content-type": "application/json",
-        "connect-protocol-version": "1",
-      });
-      req.on("error", () => undefined);
+      const req = connectCheck(session);
       req.write('{"service":');
       const code = await new Promise<number>((resolve) => req.on("close", () => resolve(req.rstCode)));
       expect(code).toBe(http2.constants.NGHTTP2_CANCEL);
@@ -237,13 +243,7 @@ describe("gRPC health checking over the Connect protocol and gRPC-web (an attack
 describe("Connect unary Health calls under the read budget (a review of the change above)", () => {
   /** A raw Connect unary Check on `session` sending `body` (ended or not); its JSON answer once it comes. */
   function post(session: http2.ClientHttp2Session, body: string, end: boolean): Promise<{ code?: string }> {
-    const req = session.request({
-      ":method": "POST",
-      ":path": "/grpc.health.v1.Health/Check",
-      "content-type": "application/json",
-      "connect-protocol-version": "1",
-    });
-    req.on("error", () => undefined);
+    const req = connectCheck(session);
     const chunks: Buffer[] = [];
     req.on("data", (chunk: Buffer) => chunks.push(chunk));
     const answer = new Promise<{ code?: string }>((resolve) =>
