@@ -88,14 +88,7 @@ export function createArchiveSources(store: PackageStore, settings: ArchiveSourc
   function layoutOf(key: string, build: () => Promise<ArchiveLayout>): Promise<ArchiveLayout> {
     const cached = cache.get(key);
     if (cached) return Promise.resolve(cached);
-    let running = building.get(key);
-    if (!running) {
-      running = build()
-        .then((layout) => cache.put(key, layout))
-        .finally(() => building.delete(key));
-      building.set(key, running);
-    }
-    return running;
+    return shared(building, key, () => build().then((layout) => cache.put(key, layout)));
   }
 
   function versionLayout(version: VersionRecord): Promise<ArchiveLayout> {
@@ -118,19 +111,14 @@ export function createArchiveSources(store: PackageStore, settings: ArchiveSourc
 
   /** Hashes a delta's bytes once; concurrent requests for the same delta share the pass. */
   function deltaDigest(key: string, layout: ArchiveLayout): Promise<string> {
-    let running = hashing.get(key);
-    if (!running) {
-      running = slots
-        .run(async () => {
-          // Borrowed chunks: hash.update is done with each before the next is read into its buffer.
-          const hash = createHash("sha256");
-          for await (const chunk of readArchive(store, layout, undefined, { borrow: true })) hash.update(chunk);
-          return digests.set(key, `sha256:${hash.digest("hex")}`);
-        })
-        .finally(() => hashing.delete(key));
-      hashing.set(key, running);
-    }
-    return running;
+    return shared(hashing, key, () =>
+      slots.run(async () => {
+        // Borrowed chunks: hash.update is done with each before the next is read into its buffer.
+        const hash = createHash("sha256");
+        for await (const chunk of readArchive(store, layout, undefined, { borrow: true })) hash.update(chunk);
+        return digests.set(key, `sha256:${hash.digest("hex")}`);
+      }),
+    );
   }
 
   return {
@@ -149,6 +137,16 @@ export function createArchiveSources(store: PackageStore, settings: ArchiveSourc
       };
     },
   };
+}
+
+/** The work under way for `key` in `running`, else `start()`'s, shared until it settles (then forgotten). O(1). */
+function shared<T>(running: Map<string, Promise<T>>, key: string, start: () => Promise<T>): Promise<T> {
+  let work = running.get(key);
+  if (!work) {
+    work = start().finally(() => running.delete(key));
+    running.set(key, work);
+  }
+  return work;
 }
 
 /** A Map that drops its least recently used entry beyond `max` entries. */

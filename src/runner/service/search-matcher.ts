@@ -76,9 +76,10 @@ export function compileSearch(search: SearchPattern): LineMatcher {
       let at = line.indexOf(pattern);
       if (at < 0) return null;
       const ranges: MatchRange[] = [];
-      // indexOf is O(line × pattern) at worst: each next range is looked for only while there is time.
-      while (at >= 0 && ranges.length < MAX_RANGES_PER_LINE && (ranges.length === 0 || performance.now() <= deadline)) {
+      while (at >= 0 && ranges.length < MAX_RANGES_PER_LINE) {
         ranges.push([at, at + pattern.length]);
+        // indexOf is O(line × pattern) at worst: each next range is looked for only while there is time.
+        if (performance.now() > deadline) break;
         at = line.indexOf(pattern, at + pattern.length);
       }
       return ranges;
