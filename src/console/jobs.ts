@@ -27,6 +27,9 @@ const LINE_SERVER_TIME = 4;
 /** Lines per window request, and the bytes after which a window is cut short. */
 const MAX_WINDOW = 2000;
 const MAX_WINDOW_BYTES = 4 * 1024 * 1024;
+/** Lines a raw download reads a pull, and the bytes of them at most (and one line). */
+const RAW_PAGE = 1000;
+const RAW_PAGE_BYTES = 1024 * 1024;
 /** Lines per Server-Sent Event (a burst is sent in few events). */
 const EVENT_LINES = 500;
 /** A comment goes out after this long without lines, so proxies and browsers keep the stream. */
@@ -122,7 +125,7 @@ export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLim
       await known(id);
       const out: WireLine[] = [];
       let bytes = 0;
-      for (const line of await logs.read(id, from, limit)) {
+      for (const line of await logs.read(id, from, limit, { maxBytes: MAX_WINDOW_BYTES })) {
         // Cut short by size: the viewer asks again from where this one ends.
         if (out.length > 0 && bytes + line.line.length > MAX_WINDOW_BYTES) break;
         bytes += line.line.length;
@@ -263,7 +266,8 @@ export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLim
       const to = url.searchParams.has("section") ? range.to : Number.MAX_SAFE_INTEGER;
       const body = new ReadableStream<Uint8Array>({
         async pull(controller) {
-          const page = from >= to ? [] : await logs.read(id, from, Math.min(1000, to - from));
+          const page =
+            from >= to ? [] : await logs.read(id, from, Math.min(RAW_PAGE, to - from), { maxBytes: RAW_PAGE_BYTES });
           if (page.length === 0) {
             controller.close();
             return;

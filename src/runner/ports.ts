@@ -272,6 +272,17 @@ export interface JobListQuery {
 }
 
 /**
+ * How much one `JobLogStore.read` may return. With `maxBytes` the page ends before the first line that would take the
+ * text of its lines past that many bytes, except its first line, which is always returned (a reader moves on whatever
+ * one line's size). Each store counts a line as it holds it (its UTF-8 bytes, or the characters of its record), so
+ * the bound is on the memory a page holds, not an exact byte count. Callers that page through a log with it stop at
+ * an empty page, not a short one.
+ */
+export interface LogReadOptions {
+  maxBytes?: number;
+}
+
+/**
  * The log-store port. Every method is safe to call concurrently for different jobs;
  * for one job the service serialises its own calls, but several service replicas may
  * share a store, so `append` and `finish` must be atomic in the backend.
@@ -299,8 +310,11 @@ export interface JobLogStore {
    * state holding the first result.
    */
   finish(requestId: string, result: JobResult, options?: { at?: number }): Promise<{ state: JobState; first: boolean }>;
-  /** Stored lines from position `from` (0-based, markers included), at most `limit`. */
-  read(requestId: string, from?: number, limit?: number): Promise<StoredLine[]>;
+  /**
+   * Stored lines from position `from` (0-based, markers included), at most `limit`, and with `options.maxBytes` at
+   * most about that many bytes of line text ({@link LogReadOptions}): a page shorter than `limit` is not the log's end.
+   */
+  read(requestId: string, from?: number, limit?: number, options?: LogReadOptions): Promise<StoredLine[]>;
   /**
    * The same lines as `read`, as stored bytes (optional): the archive moves them into its
    * records without a string per line. Stores that keep strings need not have it.

@@ -9,6 +9,7 @@ import type { BackendOutage } from "./queue-suite.js";
 import { lines, type LogStoreCases } from "./log-store-cases.js";
 import { describeCutLogCases } from "./log-store-cut-cases.js";
 import { describeSectionCases } from "./log-store-section-cases.js";
+import { describeReadBoundCases } from "./log-store-read-bound-cases.js";
 
 /** Options of {@link describeJobLogStore}. */
 export interface JobLogStoreSuiteOptions<S extends JobLogStore = JobLogStore> {
@@ -203,6 +204,7 @@ export function describeJobLogStore<S extends JobLogStore>(
     });
 
     describeCutLogCases(context);
+    describeReadBoundCases(context);
 
     it("read honours from and limit", async () => {
       const store = await fresh();

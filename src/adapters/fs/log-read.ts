@@ -7,6 +7,7 @@
 import { open, type FileHandle } from "node:fs/promises";
 import type { StoredLine } from "../../runner/ports.js";
 import { decodeRecord } from "./log-records.js";
+import { ReadBudget } from "../../runner/service/read-budget.js";
 
 /** Lines between two indexed offsets. */
 export const STRIDE = 256;
@@ -75,7 +76,8 @@ export function extendIndex(index: number[], offset: number, line: number, sizes
 
 /**
  * Up to `limit` lines from line `from` of the first `end` bytes of `path` (or of the run at `ring` in it), starting
- * at `index`'s nearest offset; record times count from `baseUs` (log-records.ts timeBase).
+ * at `index`'s nearest offset; record times count from `baseUs` (log-records.ts timeBase). The page ends early at
+ * the first record `budget` refuses.
  */
 export async function readLines(
   path: string,
@@ -85,6 +87,7 @@ export async function readLines(
   limit: number,
   baseUs = 0,
   ring?: RingPlace,
+  budget: ReadBudget = new ReadBudget(),
 ): Promise<StoredLine[]> {
   const checkpoint = Math.floor(from / STRIDE);
   let line = checkpoint * STRIDE;
@@ -94,7 +97,8 @@ export async function readLines(
   try {
     let carry: Buffer = Buffer.alloc(0);
     const buf = Buffer.allocUnsafe(READ_CHUNK);
-    while (pos < end && out.length < limit) {
+    let full = false;
+    while (pos < end && out.length < limit && !full) {
       const { bytesRead } = await readAt(fh, buf, Math.min(READ_CHUNK, end - pos), pos, ring);
       if (bytesRead === 0) break;
       pos += bytesRead;
@@ -112,6 +116,11 @@ export async function readLines(
         const nl = chunk.indexOf("\n", start);
         if (nl < 0) break;
         if (line >= from) {
+          // A record's characters stand for its line's bytes (the read's byte bound).
+          if (!budget.take(nl - start)) {
+            full = true;
+            break;
+          }
           out.push(decodeRecord(chunk.slice(start, nl), baseUs));
           if (out.length >= limit) break;
         }

@@ -20,6 +20,7 @@ import {
   planAppend,
 } from "../../runner/service/job-state.js";
 import { readKept, type AppendPlan } from "../../runner/service/log-tail.js";
+import { readBudget, type ReadBudget } from "../../runner/service/read-budget.js";
 import { JobListIndex } from "../../runner/service/job-list.js";
 import { cloneSections, emptySections, foldSections } from "../../runner/service/log-sections.js";
 import type { JobLogStore, JobState, StoredLine } from "../../runner/ports.js";
@@ -183,14 +184,14 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
   }
 
   /** Stored lines `[from, to)` of one run of a cut log: the head's log file, or the tail's files. */
-  async function readRun(job: Job, from: number, to: number): Promise<StoredLine[]> {
+  async function readRun(job: Job, from: number, to: number, budget: ReadBudget): Promise<StoredLine[]> {
     const state = job.state;
     const base = timeBase(state.startedAt);
     if (!state.cut || from < state.cut.at) {
       job.index ??= await scanIndex(job.path, state.fileBytes);
-      return readLines(job.path, job.index, state.fileBytes, from, to - from, base);
+      return readLines(job.path, job.index, state.fileBytes, from, to - from, base, undefined, budget);
     }
-    return job.tail.readRun(state, from, to, base);
+    return job.tail.readRun(state, from, to, base, budget);
   }
 
   /**
@@ -286,7 +287,8 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
         () => null as never,
       );
     },
-    async read(requestId, from = 0, limit = Number.MAX_SAFE_INTEGER) {
+    async read(requestId, from = 0, limit = Number.MAX_SAFE_INTEGER, options) {
+      const budget = readBudget(options);
       return withJob(
         requestId,
         false,
@@ -294,9 +296,10 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
           const total = job.state.storedLines;
           // An archived job's lines are in its archive, no longer here.
           if (from >= total || limit <= 0 || job.state.archived) return [];
-          if (job.state.cut) return readKept(job.state, from, limit, (a, b) => readRun(job, a, b));
+          if (job.state.cut) return readKept(job.state, from, limit, (a, b) => readRun(job, a, b, budget), budget);
           job.index ??= await scanIndex(job.path, job.state.fileBytes);
-          return readLines(job.path, job.index, job.state.fileBytes, from, limit, timeBase(job.state.startedAt));
+          const base = timeBase(job.state.startedAt);
+          return readLines(job.path, job.index, job.state.fileBytes, from, limit, base, undefined, budget);
         },
         () => [],
       );

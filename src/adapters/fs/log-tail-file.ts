@@ -12,6 +12,7 @@ import { open, rm, truncate, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import type { LogCut, StoredLine } from "../../runner/ports.js";
 import { TAIL_SEGMENTS, type StoredRun } from "../../runner/service/log-tail.js";
+import { ReadBudget } from "../../runner/service/read-budget.js";
 import type { LogHandle, OpenLogs } from "./log-descriptors.js";
 import { extendIndex, readLines, scanIndex, type RingPlace } from "./log-read.js";
 import { encodeRecords } from "./log-records.js";
@@ -152,8 +153,17 @@ export class TailFiles {
     }
   }
 
-  /** Stored lines `[from, to)` of the tail of a job in state `state`. O(lines read + STRIDE a segment met). */
-  async readRun(state: TailRecord, from: number, to: number, baseUs: number): Promise<StoredLine[]> {
+  /**
+   * Stored lines `[from, to)` of the tail of a job in state `state`, within `budget`. O(lines read + STRIDE a segment
+   * met).
+   */
+  async readRun(
+    state: TailRecord,
+    from: number,
+    to: number,
+    baseUs: number,
+    budget: ReadBudget = new ReadBudget(),
+  ): Promise<StoredLine[]> {
     const out: StoredLine[] = [];
     const segments = state.cut?.segments ?? [];
     for (let i = 0; i < segments.length && out.length < to - from; i++) {
@@ -169,8 +179,19 @@ export class TailFiles {
       }
       const start = Math.max(from, segment.first);
       const count = Math.min(to, end) - start;
-      const lines = await readLines(where.path, index, where.bytes, start - segment.first, count, baseUs, where.ring);
+      const lines = await readLines(
+        where.path,
+        index,
+        where.bytes,
+        start - segment.first,
+        count,
+        baseUs,
+        where.ring,
+        budget,
+      );
       for (const line of lines) out.push(line);
+      // Cut short by the read's byte bound: the page ends here, with no gap.
+      if (budget.full || lines.length < count) break;
     }
     return out;
   }

@@ -12,6 +12,7 @@ import {
   planAppend,
 } from "../../runner/service/job-state.js";
 import { readKept, tailSegmentBytes, type AppendPlan } from "../../runner/service/log-tail.js";
+import { readBudget, type ReadBudget } from "../../runner/service/read-budget.js";
 import { JobListIndex } from "../../runner/service/job-list.js";
 import { cloneSections, emptySections, foldSections } from "../../runner/service/log-sections.js";
 import type { JobLogStore, JobState, LogSections, StoredLine } from "../../runner/ports.js";
@@ -171,7 +172,7 @@ function storeWithSections(job: Job, plan: AppendPlan, pool: BlockPool): void {
  * The stored lines `[from, to)` as the port's objects (marker only when set, as the service writes it). O(lines +
  * bytes).
  */
-function linesOf(job: Lines, from: number, to: number): StoredLine[] {
+function linesOf(job: Lines, from: number, to: number, budget: ReadBudget): StoredLine[] {
   const out: StoredLine[] = [];
   if (from >= to) return out;
   // The block holding `from`: the last one starting at or before it (binary search).
@@ -186,6 +187,7 @@ function linesOf(job: Lines, from: number, to: number): StoredLine[] {
   for (let i = from; i < to; i++) {
     while (b + 1 < job.blocks.length && job.blockFirst[b + 1]! <= i) b++;
     const start = i === job.blockFirst[b] ? 0 : job.ends[i - 1]!;
+    if (!budget.take(job.ends[i]! - start)) break;
     const line = job.blocks[b]!.toString("utf8", start, job.ends[i]!);
     const f = job.flags[i]!;
     const stored: StoredLine =
@@ -242,19 +244,19 @@ function letGo(job: Job, pool: BlockPool): void {
 }
 
 /** Stored lines `[from, to)` of one run (the head, or the tail's segments). O(segments + lines + bytes). */
-function runOf(job: Job, from: number, to: number): StoredLine[] {
+function runOf(job: Job, from: number, to: number, budget: ReadBudget): StoredLine[] {
   const cut = job.state.cut;
-  if (!cut || from < cut.at) return linesOf(job, from, Math.min(to, job.count));
+  if (!cut || from < cut.at) return linesOf(job, from, Math.min(to, job.count), budget);
   const out: StoredLine[] = [];
   for (const segment of job.tail) {
     const end = segment.first + segment.lines.count;
     if (end <= from || segment.first >= to) continue;
-    for (const line of linesOf(
-      segment.lines,
-      Math.max(from, segment.first) - segment.first,
-      Math.min(to, end) - segment.first,
-    ))
-      out.push(line);
+    const a = Math.max(from, segment.first) - segment.first;
+    const b = Math.min(to, end) - segment.first;
+    const lines = linesOf(segment.lines, a, b, budget);
+    for (const line of lines) out.push(line);
+    // Cut short by the read's byte bound: the page ends here, with no gap.
+    if (lines.length < b - a) break;
   }
   return out;
 }
@@ -327,12 +329,13 @@ export function createMemoryLogStore(options: MemoryLogStoreOptions = {}): JobLo
       const first = applyFinish(job.state, result, options.at);
       return { state: cloneJobState(job.state), first };
     },
-    async read(requestId, from = 0, limit = Number.MAX_SAFE_INTEGER) {
+    async read(requestId, from = 0, limit = Number.MAX_SAFE_INTEGER, options) {
       live();
       const job = jobs.get(requestId);
       if (!job) return [];
-      if (!job.state.cut) return linesOf(job, Math.max(0, from), Math.min(job.count, from + limit));
-      return readKept(job.state, from, limit, async (a, b) => runOf(job, a, b));
+      const budget = readBudget(options);
+      if (!job.state.cut) return linesOf(job, Math.max(0, from), Math.min(job.count, from + limit), budget);
+      return readKept(job.state, from, limit, async (a, b) => runOf(job, a, b, budget), budget);
     },
     async sections(requestId) {
       live();

@@ -11,6 +11,7 @@
 import type { RawLinePage, StoredLine } from "../../runner/ports.js";
 import { ReceivedLine } from "../../runner/protocol/received-line.js";
 import { fromMicros, toMicros } from "../../runner/protocol/line-time.js";
+import { ReadBudget } from "../../runner/service/read-budget.js";
 
 /** Bytes of `flags` a line: the flag byte and the time (float64 BE, µs). */
 export const LINE_META_BYTES = 9;
@@ -246,10 +247,15 @@ function metaOf(row: ChunkRow, count: number, k: number): [number, number] {
 }
 
 /**
- * Lines `from` … `from + limit - 1` out of rows ordered by `first`. O(lines returned + bytes of
- * the chunks touched).
+ * Lines `from` … `from + limit - 1` out of rows ordered by `first`, ending early at the first line `budget` refuses.
+ * O(lines returned + bytes of the chunks touched).
  */
-export function decodeRows(rows: readonly ChunkRow[], from: number, limit = Infinity): StoredLine[] {
+export function decodeRows(
+  rows: readonly ChunkRow[],
+  from: number,
+  limit = Infinity,
+  budget: ReadBudget = new ReadBudget(),
+): StoredLine[] {
   const out: StoredLine[] = [];
   for (const row of rows) {
     const first = Number(row.first);
@@ -257,6 +263,7 @@ export function decodeRows(rows: readonly ChunkRow[], from: number, limit = Infi
     for (let k = Math.max(0, from - first); k < count && out.length < limit; k++) {
       const start = k === 0 ? 0 : row.ends!.readUInt32BE(4 * (k - 1));
       const end = row.ends === null ? row.bytes.length : row.ends.readUInt32BE(4 * k);
+      if (!budget.take(end - start)) return out;
       const [flag, time] = metaOf(row, count, k);
       const line: StoredLine = { line: row.bytes.toString("utf8", start, end), stderr: (flag & 1) === 1 };
       if (flag & 2) line.marker = true;

@@ -23,6 +23,7 @@ import type {
   JobResult,
   JobState,
   LogEntry,
+  LogReadOptions,
   LogSections,
   StoredLine,
 } from "../../runner/ports.js";
@@ -46,6 +47,7 @@ import type { PostgresOptions } from "./schema.js";
 import { withPostgresLogExtras, type PostgresLogExtrasOptions } from "./log-store-notify-archive.js";
 import { readsLineEntries } from "../../runner/protocol/received-line.js";
 import { readKept } from "../../runner/service/log-tail.js";
+import { readBudget } from "../../runner/service/read-budget.js";
 
 /**
  * The `last_seen_at` column moves only in steps of this much.
@@ -348,17 +350,29 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
    * The rows holding lines `from` … `from + limit - 1`.
    * Why: docs/decisions/runner-throughput.md, "log-store.ts: createPostgresLogStore.readRows".
    */
-  function readRows(requestId: string, from: number, limit: number | undefined): Promise<ChunkRow[]> {
+  function readRows(
+    requestId: string,
+    from: number,
+    limit: number | undefined,
+    maxBytes?: number,
+  ): Promise<ChunkRow[]> {
     const to = limit === undefined ? null : from + limit;
-    return run<ChunkRow>(
-      `SELECT first, bytes, ends, flags FROM ${chunks}
+    const rows = `SELECT first, bytes, ends, flags FROM ${chunks}
        WHERE request_id = $1 AND ($3::bigint IS NULL OR first < $3)
          AND first >= COALESCE((SELECT max(first) FROM ${chunks} WHERE request_id = $1 AND first <= $2), 0)
        UNION ALL
        SELECT position, line, NULL, set_byte('\\x00'::bytea, 0, stderr::int | (marker::int << 1)) FROM ${lines}
-       WHERE request_id = $1 AND position >= $2 AND ($3::bigint IS NULL OR position < $3)
-       ORDER BY 1`,
-      [requestId, from, to],
+       WHERE request_id = $1 AND position >= $2 AND ($3::bigint IS NULL OR position < $3)`;
+    if (maxBytes === undefined) return run<ChunkRow>(`${rows} ORDER BY 1`, [requestId, from, to]);
+    // The read's byte bound, in the server: rows while the bytes before them are under it (the first always), so a
+    // page brings at most maxBytes and one row (a chunk is at most CHUNK_BYTES). octet_length does not detoast.
+    return run<ChunkRow>(
+      `SELECT first, bytes, ends, flags FROM (
+         SELECT r.*, sum(octet_length(r.bytes)) OVER (ORDER BY r.first ROWS UNBOUNDED PRECEDING)
+                     - octet_length(r.bytes) AS before
+         FROM (${rows}) r
+       ) w WHERE before < $4 ORDER BY first`,
+      [requestId, from, to, maxBytes],
     );
   }
 
@@ -464,14 +478,20 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
           });
         },
 
-        async read(requestId: string, from = 0, limit?: number) {
-          const rows = await readRows(requestId, from, limit);
+        async read(requestId: string, from = 0, limit?: number, options?: LogReadOptions) {
+          const maxBytes = options?.maxBytes;
+          const budget = readBudget(options);
+          const rows = await readRows(requestId, from, limit, maxBytes);
           // Rows that hold a cut's placeholder: the dropped range is in reach, the state says where (log-tail.ts).
-          if (!rows.some(holdsCutPlaceholder)) return decodeRows(rows, from, limit);
+          if (!rows.some(holdsCutPlaceholder)) return decodeRows(rows, from, limit, budget);
           const state = await groupGet(requestId);
           if (!state) return [];
-          return readKept(state, from, limit ?? Number.MAX_SAFE_INTEGER, async (a, b) =>
-            decodeRows(await readRows(requestId, a, b - a), a, b - a),
+          return readKept(
+            state,
+            from,
+            limit ?? Number.MAX_SAFE_INTEGER,
+            async (a, b) => decodeRows(await readRows(requestId, a, b - a, maxBytes), a, b - a, budget),
+            budget,
           );
         },
 

@@ -22,8 +22,9 @@ const JOB_PRINCIPAL = /^job:([0-9a-f-]{36})$/;
 export function isJobPrincipal(principal: string): boolean {
   return JOB_PRINCIPAL.test(principal);
 }
-/** Lines hashed per store read. */
+/** Lines hashed per store read, and their bytes at most (and one line). */
 const PAGE_LINES = 1000;
+const PAGE_BYTES = 1024 * 1024;
 
 /**
  * An `authorize` that takes a running job's credentials first and hands anything else to
@@ -83,11 +84,12 @@ export function jobProvenance(
     let lines = 0;
     let position = 0;
     for (;;) {
-      const page = await logs.read(requestId, position, PAGE_LINES);
+      const page = await logs.read(requestId, position, PAGE_LINES, { maxBytes: PAGE_BYTES });
+      // A short page is the byte bound's; an empty one is the log's end.
+      if (page.length === 0) break;
       for (const line of page) hash.update(`${JSON.stringify(line)}\n`);
       lines += page.length;
       position = positionAfter(position, page);
-      if (page.length < PAGE_LINES) break;
     }
     const text = (value: unknown) => (typeof value === "string" ? value : "");
     return {

@@ -17,8 +17,9 @@ import { readBounded } from "../../depot/client/body.js";
 import { clientGone } from "../../depot/server/native-body.js";
 import type { RetentionPolicy, RetentionReport } from "../../depot/store/retention.js";
 
-/** Lines read from the store per page when not following (one read per page). */
+/** Lines read from the store per page when not following (one read per page), and their bytes at most (and one line). */
 const PAGE_LINES = 1000;
+const PAGE_BYTES = 1024 * 1024;
 /** Characters gathered into one enqueued chunk. */
 const PULL_CHARS = 64 * 1024;
 
@@ -284,13 +285,15 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
   }
 }
 
-/** The stored log a page at a time: one `logs.read` per PAGE_LINES lines, only when asked. */
+/**
+ * The stored log a page at a time: one `logs.read` per PAGE_LINES lines or PAGE_BYTES, only when asked. A short page
+ * is not the end (the byte bound cuts it); an empty one is.
+ */
 async function* pages(logs: JobLogStore, requestId: string, from: number, to: number): AsyncGenerator<StoredLine> {
   while (from < to) {
-    const want = Math.min(PAGE_LINES, to - from);
-    const page = await logs.read(requestId, from, want);
+    const page = await logs.read(requestId, from, Math.min(PAGE_LINES, to - from), { maxBytes: PAGE_BYTES });
+    if (page.length === 0) return;
     yield* page;
-    if (page.length < want) return;
     from = positionAfter(from, page);
   }
 }

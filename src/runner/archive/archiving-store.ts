@@ -10,6 +10,7 @@ import { ArchiveWriter, chunkOf, decodeChunk, decodeIndex, tailBytes, type Archi
 import type { ArchivedLog, JobLogStore, JobState, LogArchiveStore, StoredLine } from "../ports.js";
 import { isMarkedReadsLineEntries, readsLineEntries } from "../protocol/received-line.js";
 import { positionAfter, readKept } from "../service/log-tail.js";
+import { readBudget, type ReadBudget } from "../service/read-budget.js";
 import { cloneCut } from "../service/job-state.js";
 
 /** Options of {@link createArchivingLogStore}. */
@@ -195,18 +196,39 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
    * Lines from an archive by position: a cut log's object holds head, marker and tail back to back, so positions
    * past the dropped range map to `position − cut.lines` (log-tail.ts). O(log chunks + lines read).
    */
-  function readArchived(id: string, info: ArchivedLog, from: number, limit: number): Promise<StoredLine[]> {
+  function readArchived(
+    id: string,
+    info: ArchivedLog,
+    from: number,
+    limit: number,
+    budget: ReadBudget,
+  ): Promise<StoredLine[]> {
     const cut = info.cut;
-    if (!cut) return readObject(id, info, from, limit);
+    if (!cut) return readObject(id, info, from, limit, budget);
     const positions = { storedLines: info.lines + cut.lines, cut };
-    return readKept(positions, from, limit, (a, b) => {
-      const shift = a < cut.at ? 0 : cut.lines;
-      return readObject(id, info, a - shift, b - a);
-    });
+    return readKept(
+      positions,
+      from,
+      limit,
+      (a, b) => {
+        const shift = a < cut.at ? 0 : cut.lines;
+        return readObject(id, info, a - shift, b - a, budget);
+      },
+      budget,
+    );
   }
 
-  /** Lines `[from, from + limit)` of the object: O(log chunks) to find the first, then a chunk at a time. */
-  async function readObject(id: string, info: ArchivedLog, from: number, limit: number): Promise<StoredLine[]> {
+  /**
+   * Lines `[from, from + limit)` of the object within `budget`: O(log chunks) to find the first, then a chunk at a
+   * time (a chunk's lines are held once decoded, whatever the budget: ≤ 256 KiB of records).
+   */
+  async function readObject(
+    id: string,
+    info: ArchivedLog,
+    from: number,
+    limit: number,
+    budget: ReadBudget,
+  ): Promise<StoredLine[]> {
     const out: StoredLine[] = [];
     if (from >= info.lines || limit <= 0) return out;
     const index = await indexOf(id, info);
@@ -218,7 +240,11 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
       if (!lines) throw archiveGone(id);
       const start = position - index.firsts[c]!;
       const take = Math.min(lines.length - start, limit - out.length);
-      for (let i = 0; i < take; i++) out.push({ ...lines[start + i]! });
+      for (let i = 0; i < take; i++) {
+        const line = lines[start + i]!;
+        if (!budget.take(line.line.length)) return out;
+        out.push({ ...line });
+      }
       position += take;
     }
     return out;
@@ -338,16 +364,16 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
       if (out.first && keepLiveMs === 0 && !closed) track(archiveJob(id));
       return out;
     },
-    async read(id, from = 0, limit = Number.MAX_SAFE_INTEGER) {
+    async read(id, from = 0, limit = Number.MAX_SAFE_INTEGER, options) {
       const known = archived.get(id);
-      if (known) return readArchived(id, known, from, limit);
-      const lines = await live.read(id, from, limit);
+      if (known) return readArchived(id, known, from, limit, readBudget(options));
+      const lines = await live.read(id, from, limit, options);
       if (lines.length > 0 || limit <= 0) return lines;
       // Nothing here: the lines may have moved (markArchived drops them atomically).
       const state = await live.get(id);
       if (!state?.archived) return lines;
       archived.set(id, state.archived, 1);
-      return readArchived(id, state.archived, from, limit);
+      return readArchived(id, state.archived, from, limit, readBudget(options));
     },
     // Sections stay in the live store when the lines move (markArchived keeps them): O(sections).
     sections: live.sections ? (id) => live.sections!(id) : undefined,

@@ -174,6 +174,9 @@ export class JobTail {
 /** Lines read per store call (a fill or a follower's catch-up). */
 export const FOLLOW_PAGE = 1024;
 
+/** Bytes one follower's read, or one fill of the shared ring, may bring (`JobLogStore.read`'s `maxBytes`). */
+export const FOLLOW_PAGE_BYTES = 512 * 1024;
+
 /**
  * The process's tails. `stored` is called after this replica appended (lines in hand),
  * `changed` after it ended a job; the store's `watch` reports the other replicas.
@@ -325,7 +328,7 @@ export class LogFanout {
         const from = tail.end;
         const want = Math.min(FOLLOW_PAGE, tail.known - from);
         if (want <= 0) return;
-        const lines = await this.logs.read(tail.id, from, want);
+        const lines = await this.logs.read(tail.id, from, want, { maxBytes: FOLLOW_PAGE_BYTES });
         if (tail.end !== from) return;
         // The ring holds contiguous positions: a page that meets a cut log's dropped range restarts it past there,
         // and the followers behind read the marker themselves (follow.ts). O(page).

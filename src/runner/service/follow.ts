@@ -9,14 +9,11 @@ import { positionAfter } from "./log-tail.js";
 import type { LogSectionEvent, StoredLine } from "../ports.js";
 import { foldSections, mayHoldMarker, sectionsBefore } from "./log-sections.js";
 import type { RunnerCore } from "./job-table.js";
-import { FOLLOW_PAGE, type JobTail } from "./fanout.js";
-
-/** Bytes a follower's page aims at: pages of long lines hold fewer of them. */
-const PAGE_BYTES = 512 * 1024;
+import { FOLLOW_PAGE, FOLLOW_PAGE_BYTES, type JobTail } from "./fanout.js";
 
 /**
  * Stored lines of job `id` from `from` until the job ends; see RunnerService.follow.
- * Memory per follower: one page (at most FOLLOW_PAGE lines, about PAGE_BYTES); the ring
+ * Memory per follower: one page (at most FOLLOW_PAGE lines and FOLLOW_PAGE_BYTES and one line); the ring
  * is per job and shared. A slow consumer only delays its own reads.
  */
 export async function* followJob(
@@ -59,7 +56,7 @@ export async function* followJob(
           if (tail.end > position) continue;
         } else {
           // Behind the ring (or ahead of it): this follower's own read, by offset.
-          const page = await core.logs.read(id, position, pageLines);
+          const page = await core.logs.read(id, position, pageLines, { maxBytes: FOLLOW_PAGE_BYTES });
           if (page.length > 0) {
             pageLines = nextPageLines(page);
             for (const line of page) yield line;
@@ -122,7 +119,7 @@ function nextPageLines(page: readonly StoredLine[]): number {
   let chars = 0;
   for (const line of page) chars += line.line.length + 16;
   const average = chars / page.length;
-  return Math.max(16, Math.min(FOLLOW_PAGE, Math.floor(PAGE_BYTES / average)));
+  return Math.max(16, Math.min(FOLLOW_PAGE, Math.floor(FOLLOW_PAGE_BYTES / average)));
 }
 
 /**

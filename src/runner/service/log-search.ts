@@ -36,6 +36,8 @@ export const MATCH_MS = 500;
 /** Lines per store read at most, and in a request's first read (each next one twice the last). */
 const READ_PAGE = 2048;
 const FIRST_READ = 64;
+/** Bytes of lines one store read brings at most (and one line): 2,048 lines of 64 KiB would be 128 MiB. */
+const READ_BYTES = 4 * 1024 * 1024;
 /** Bytes one call of the store's fast path scans at most (the time bound is checked between calls). */
 const FAST_READ_BYTES = 4 * 1024 * 1024;
 /**
@@ -102,7 +104,7 @@ export interface LogSearchPage {
 /**
  * Searches job `requestId`'s log from `request.from`. NOT_FOUND for an unknown job, INVALID_ARGUMENT for a bad
  * pattern, `from` or `limit`, UNAVAILABLE when MAX_RUNNING searches of the store run and MAX_WAITING wait. O(SCAN_BYTES + SCAN_LINES) a request at most, whatever the log's size; memory
- * O(READ_PAGE lines + RESULT_CHARS).
+ * O(READ_BYTES + RESULT_CHARS).
  *
  * @example
  * let from = 0;
@@ -224,7 +226,7 @@ async function scanPages(
   scan: while (position < total && bytes < SCAN_BYTES && lines < SCAN_LINES) {
     const want = Math.min(readSize, total - position, SCAN_LINES - lines);
     readSize = Math.min(READ_PAGE, readSize * 2);
-    const page = await logs.read(id, position, want);
+    const page = await logs.read(id, position, want, { maxBytes: READ_BYTES });
     if (page.length === 0) break;
     const t0 = performance.now();
     const deadline = t0 + MATCH_MS - matching;
@@ -239,7 +241,6 @@ async function scanPages(
       if (performance.now() > deadline) break scan;
     }
     matching += performance.now() - t0;
-    if (page.length < want) break;
   }
   out.next = position;
   out.scanned += lines;

@@ -6,6 +6,7 @@
  */
 import type { JobState, LogCut, LogEntry, StoredLine, TailSegment } from "../ports.js";
 import { ReceivedLine } from "../protocol/received-line.js";
+import { ReadBudget } from "./read-budget.js";
 
 /**
  * The tail is kept in this many segments (at least): a store drops a whole segment at a time, so the tail holds
@@ -64,13 +65,15 @@ export function markerAt(cut: LogCut, position: number): StoredLine {
 /**
  * Reads `limit` positions from `from` of a job that may be cut: the head's lines, then the marker (with `skipped`),
  * then the tail's. `readRun(from, to)` reads the stored lines `[from, to)` of one run (head or tail; never across
- * the dropped range). O(lines read).
+ * the dropped range), taking them from `budget` (the read's `maxBytes`), which the marker counts against too; a run
+ * cut short by it ends the page. O(lines read).
  */
 export async function readKept(
   state: Pick<JobState, "storedLines" | "cut">,
   from: number,
   limit: number,
   readRun: (from: number, to: number) => Promise<StoredLine[]>,
+  budget: ReadBudget = new ReadBudget(),
 ): Promise<StoredLine[]> {
   const total = state.storedLines;
   from = Math.max(0, from);
@@ -84,9 +87,13 @@ export async function readKept(
     if (head.length < Math.min(cut.at, from + limit) - from) return out;
   }
   const tailFirst = cut.at + 1 + cut.lines;
-  if (out.length < limit && from < tailFirst) out.push(markerAt(cut, Math.max(from, cut.at)));
+  if (out.length < limit && from < tailFirst) {
+    const marker = markerAt(cut, Math.max(from, cut.at));
+    if (!budget.take(marker.line.length)) return out;
+    out.push(marker);
+  }
   const start = Math.max(from, tailFirst);
-  if (out.length < limit && start < total) {
+  if (out.length < limit && start < total && !budget.full) {
     for (const line of await readRun(start, Math.min(total, start + limit - out.length))) out.push(line);
   }
   return out;

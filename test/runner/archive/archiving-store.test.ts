@@ -70,12 +70,14 @@ async function streamJob(url: string, requestId: string, count: number): Promise
   }
 }
 
-/** Reads a job's whole log through `read` windows of `size`. */
-async function windows(logs: JobLogStore, id: string, size: number): Promise<StoredLine[]> {
+/** Reads a job's whole log through `read` windows of `size` (and `maxBytes`, each page checked against it). */
+async function windows(logs: JobLogStore, id: string, size: number, maxBytes?: number): Promise<StoredLine[]> {
   const out: StoredLine[] = [];
   for (;;) {
-    const page = await logs.read(id, out.length, size);
+    const page = await logs.read(id, out.length, size, maxBytes === undefined ? undefined : { maxBytes });
     if (page.length === 0) return out;
+    if (maxBytes !== undefined && page.length > 1)
+      expect(page.reduce((n, l) => n + l.line.length, 0)).toBeLessThanOrEqual(maxBytes);
     out.push(...page);
   }
 }
@@ -295,6 +297,11 @@ describe("log archive: fs log store → fs archive (the embedded default)", () =
       }
       logs = open();
       expect(await windows(logs, id, 500)).toEqual(before);
+      // The archive's reader keeps a read's byte bound too: pages of ~2,000 bytes, not 500 lines.
+      const bounded = await logs.read(id, 0, 500, { maxBytes: 2_000 });
+      expect(bounded.length).toBeGreaterThan(0);
+      expect(bounded.length).toBeLessThan(100);
+      expect(await windows(logs, id, 500, 2_000)).toEqual(before);
       await rm(join(dir, "archive", archiveKey(id)));
       const again = open();
       // Issue 31: an empty answer would read as a job that printed nothing.
