@@ -10,6 +10,7 @@ import { isRunnerDepotError } from "../../errors.js";
 import { createCatalogReader } from "./catalog.js";
 import { createDepotConnection, seg, specPath, versionPart } from "./connection.js";
 import { readLinkedPages } from "./linked-pages.js";
+import { dependInfoOf } from "./depend-info.js";
 import { downloadArchive } from "./download.js";
 import { publishVersion } from "./publish.js";
 import { attachSignature, describedContent, readAttestations, verifyAttestations } from "./attestations.js";
@@ -51,7 +52,7 @@ export function createDepotClient(options: DepotClientOptions): DepotClient {
       const relative = `depend/${specPath(name, version)}`;
       const response = await call("GET", relative);
       if (!response.ok) throw await connection.error(response, `GET /${relative}`);
-      const info = await connection.readJson<DependInfo>(response, `GET /${relative}`);
+      const info = dependInfoOf(await connection.readJson<unknown>(response, `GET /${relative}`), `GET /${relative}`);
       const yanked = yankedReason(response.headers);
       return yanked === undefined ? info : { ...info, yanked };
     },

@@ -130,6 +130,37 @@ describe("every body the client reads has a byte bound (issue 30, item 2)", () =
   });
 });
 
+describe("a /depend answer of the wrong shape is UNAVAILABLE before the resolver walks it", () => {
+  for (const [why, body] of [
+    ["requires is a string", { name: "evil", version: "1.0.0", requires: "x" }],
+    ["a requirement's range is a number", { name: "evil", version: "1.0.0", requires: [{ name: "lib", range: 1 }] }],
+    ["a requirement is null", { name: "evil", version: "1.0.0", requires: [null] }],
+    ["the answer is an array", [{ name: "lib", range: "*" }]],
+  ] as const) {
+    it(`${why}: client.depends fails with the code, naming the request`, async () => {
+      const { url } = await depot((req, res) => {
+        if (!req.url?.startsWith("/depend/")) return void res.writeHead(404).end();
+        res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(body));
+      });
+      const client = createDepotClient({ baseUrl: url });
+      const error = await failure(client.depends("evil@1.0.0"));
+      expect(error.code).toBe("UNAVAILABLE");
+      expect(error.message).toMatch(/GET \/depend\/evil@1\.0\.0: the answer is not a depend record/);
+    });
+  }
+
+  it("an answer without requires is a version that requires nothing", async () => {
+    const { url } = await depot((_req, res) => {
+      res.writeHead(200, { "content-type": "application/json" }).end('{"name":"ok","version":"1.0.0"}');
+    });
+    expect(await createDepotClient({ baseUrl: url }).depends("ok@1.0.0")).toEqual({
+      name: "ok",
+      version: "1.0.0",
+      requires: [],
+    });
+  });
+});
+
 describe("the client's timeouts cover bodies (issue 30, item 6)", () => {
   it("a /version dripping a byte every 50 ms ends at jsonTimeoutMs: DEADLINE_EXCEEDED", async () => {
     const { url } = await depot((_req, res) => {
