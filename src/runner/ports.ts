@@ -319,7 +319,7 @@ export interface JobLogStore {
    * The same lines as `read`, as stored bytes (optional): the archive moves them into its
    * records without a string per line. Stores that keep strings need not have it.
    */
-  readRaw?(requestId: string, from: number, limit: number): Promise<RawLinePage>;
+  readRaw?(requestId: string, from: number, limit: number, options?: LogReadOptions): Promise<RawLinePage>;
   /**
    * Optional: the job's sections as folded from its stored lines at append time (runner/service/log-sections.ts's
    * `foldSections`, inside the same atomic append), kept when the lines move to an archive; null for an unknown job.

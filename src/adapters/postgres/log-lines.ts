@@ -210,13 +210,24 @@ export interface ChunkRow {
  * The same lines as {@link decodeRows}, as byte ranges of the rows (no string per line): what
  * the archive copies into its records. O(lines visited).
  */
-export function rawRows(rows: readonly ChunkRow[], from: number, limit = Infinity): RawLinePage {
+export function rawRows(
+  rows: readonly ChunkRow[],
+  from: number,
+  limit = Infinity,
+  budget: ReadBudget = new ReadBudget(),
+): RawLinePage {
+  // The lines the page holds: up to `limit`, and those `budget` takes (the lines' own bytes).
   let count = 0;
-  for (const row of rows) {
+  counting: for (const row of rows) {
     const rowCount = row.ends === null ? 1 : row.ends.length / 4;
-    count += Math.max(0, rowCount - Math.max(0, from - Number(row.first)));
+    for (let k = Math.max(0, from - Number(row.first)); k < rowCount && count < limit; k++) {
+      const start = k === 0 ? 0 : row.ends!.readUInt32BE(4 * (k - 1));
+      const end = row.ends === null ? row.bytes.length : row.ends.readUInt32BE(4 * k);
+      if (!budget.take(end - start)) break counting;
+      count++;
+    }
+    if (count >= limit) break;
   }
-  count = Math.min(count, limit);
   return {
     count,
     each(visit) {

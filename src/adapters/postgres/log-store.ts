@@ -506,8 +506,8 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
           return rows[0]!.record ?? emptySections();
         },
 
-        async readRaw(requestId: string, from: number, limit: number) {
-          return rawRows(await readRows(requestId, from, limit), from, limit);
+        async readRaw(requestId: string, from: number, limit: number, options?: LogReadOptions) {
+          return rawRows(await readRows(requestId, from, limit, options?.maxBytes), from, limit, readBudget(options));
         },
 
         async stale(before: Date) {

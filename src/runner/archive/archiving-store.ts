@@ -259,7 +259,8 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
     let bytes = 0;
     async function* body(): AsyncGenerator<Uint8Array> {
       let position = 0;
-      // A page holds at most ARCHIVE_PAGE_MAX lines; its size follows the bytes seen so far.
+      // A page holds at most ARCHIVE_PAGE_MAX lines, and ARCHIVE_PAGE_BYTES (the store ends it there: short lines
+      // seen so far do not make a page of long ones 16,384 × 64 KiB); its size follows the bytes seen so far.
       let pageSize = pageLines(state!.storedBytes, total);
       while (position < total) {
         const limit = Math.min(pageSize, total - position);
@@ -271,7 +272,7 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
         let lastPage: StoredLine[] = [];
         // A cut log is read as lines: the store makes its marker's text from the final counts.
         if (live.readRaw && !cut) {
-          const page = await live.readRaw(id, position, limit);
+          const page = await live.readRaw(id, position, limit, { maxBytes: ARCHIVE_PAGE_BYTES });
           count = page.count;
           page.each((text, start, end, flags, time) => {
             pageBytes += end - start;
@@ -279,7 +280,7 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
             if (chunk) closed.push(chunk);
           });
         } else {
-          const page = await live.read(id, position, limit);
+          const page = await live.read(id, position, limit, { maxBytes: ARCHIVE_PAGE_BYTES });
           lastPage = page;
           count = page.length;
           for (const line of page) {

@@ -242,6 +242,66 @@ describe("log archive: PostgreSQL log store → S3 (s3rver)", () => {
     }
   });
 
+  it("archiving reads pages of at most 4 MiB though short lines came first (readRaw and read)", async () => {
+    const objects = new Map<string, Buffer>();
+    const memoryArchive: LogArchiveStore = {
+      async put(key, body) {
+        const parts: Buffer[] = [];
+        for await (const part of body) parts.push(Buffer.from(part));
+        objects.set(key, Buffer.concat(parts));
+      },
+      async read(key, start, end) {
+        return objects.get(key)?.subarray(start, end) ?? null;
+      },
+      async delete(key) {
+        objects.delete(key);
+      },
+    };
+    // 20,000 lines of one byte set the page at 16,384 lines; then 300 of 60,000 bytes (18 MB) follow.
+    const texts = [
+      ...Array.from({ length: 20_000 }, () => "x"),
+      ...Array.from({ length: 300 }, (_, i) => `${i} `.padEnd(60_000, "L")),
+    ];
+    const entries = texts.map((line) => ({ stored: [{ line, stderr: false }], stderr: false, bytes: line.length }));
+    const pages: number[] = [];
+    /** The PostgreSQL store with each page it reads recorded (its bytes of text); `close` closes the store. */
+    const recorded = (live: JobLogStore): JobLogStore => ({
+      ...live,
+      async readRaw(id, from, limit, options) {
+        const page = await live.readRaw!(id, from, limit, options);
+        let bytes = 0;
+        page.each((_text, start, end) => (bytes += end - start));
+        pages.push(bytes);
+        return page;
+      },
+      async read(id, from, limit, options) {
+        const page = await live.read(id, from, limit, options);
+        pages.push(page.reduce((n, l) => n + l.line.length, 0));
+        return page;
+      },
+    });
+    for (const raw of [true, false]) {
+      const live = createPostgresLogStore({ pool: db.pool, schema: db.schema });
+      const id = randomUUID();
+      for (let at = 0; at < entries.length; at += 2_000) await live.append(id, at, entries.slice(at, at + 2_000));
+      await live.finish(id, sampleJobResult({ requestId: id }), { at: entries.length });
+      pages.length = 0;
+      const store = recorded(live);
+      const logs = createArchivingLogStore(raw ? store : { ...store, readRaw: undefined }, {
+        archive: memoryArchive,
+        keepLiveMs: 3_600_000,
+      });
+      try {
+        expect((await logs.archiveJob(id))?.archived?.lines).toBe(texts.length);
+        expect(pages.length).toBeGreaterThan(4);
+        expect(Math.max(...pages)).toBeLessThanOrEqual(4 * 2 ** 20 + 60_000);
+        expect((await windows(logs, id, 5_000, 8 * 2 ** 20)).map((l) => l.line)).toEqual(texts);
+      } finally {
+        await logs.close();
+      }
+    }
+  });
+
   it("a job whose end was recorded without archiving is swept; retention removes its object and its state", async () => {
     const live = createPostgresLogStore({ pool: db.pool, schema: db.schema });
     const id = randomUUID();
