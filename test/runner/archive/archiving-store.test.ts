@@ -82,6 +82,25 @@ async function windows(logs: JobLogStore, id: string, size: number, maxBytes?: n
   }
 }
 
+/** A LogArchiveStore in a Map (the object's bytes by key), for tests of what the archiver reads and writes. */
+function inMemoryArchive(): { objects: Map<string, Buffer>; archive: LogArchiveStore } {
+  const objects = new Map<string, Buffer>();
+  const archive: LogArchiveStore = {
+    async put(key, body) {
+      const parts: Buffer[] = [];
+      for await (const part of body) parts.push(Buffer.from(part));
+      objects.set(key, Buffer.concat(parts));
+    },
+    async read(key, start, end) {
+      return objects.get(key)?.subarray(start, end) ?? null;
+    },
+    async delete(key) {
+      objects.delete(key);
+    },
+  };
+  return { objects, archive };
+}
+
 /** Counts the archive's reads (and their bytes), to show a tail is a few Range reads. */
 function counting(archive: LogArchiveStore) {
   const stats = { reads: 0, bytes: 0 };
@@ -195,20 +214,7 @@ describe("log archive: PostgreSQL log store → S3 (s3rver)", () => {
   });
 
   it("stored bytes move as they are (readRaw): the object is byte for byte the one built from decoded lines", async () => {
-    const objects = new Map<string, Buffer>();
-    const memoryArchive: LogArchiveStore = {
-      async put(key, body) {
-        const parts: Buffer[] = [];
-        for await (const part of body) parts.push(Buffer.from(part));
-        objects.set(key, Buffer.concat(parts));
-      },
-      async read(key, start, end) {
-        return objects.get(key)?.subarray(start, end) ?? null;
-      },
-      async delete(key) {
-        objects.delete(key);
-      },
-    };
+    const { objects, archive: memoryArchive } = inMemoryArchive();
     // Lines of 0–800 bytes, non-ASCII, stderr and markers: several 256 KiB chunks close
     // within one 2,048-line read page, so several are compressed at once.
     const lines: StoredLine[] = Array.from({ length: 6_000 }, (_, i) => ({
@@ -243,20 +249,7 @@ describe("log archive: PostgreSQL log store → S3 (s3rver)", () => {
   });
 
   it("archiving reads pages of at most 4 MiB though short lines came first (readRaw and read)", async () => {
-    const objects = new Map<string, Buffer>();
-    const memoryArchive: LogArchiveStore = {
-      async put(key, body) {
-        const parts: Buffer[] = [];
-        for await (const part of body) parts.push(Buffer.from(part));
-        objects.set(key, Buffer.concat(parts));
-      },
-      async read(key, start, end) {
-        return objects.get(key)?.subarray(start, end) ?? null;
-      },
-      async delete(key) {
-        objects.delete(key);
-      },
-    };
+    const { objects, archive: memoryArchive } = inMemoryArchive();
     // 20,000 lines of one byte set the page at 16,384 lines; then 300 of 60,000 bytes (18 MB) follow.
     const texts = [
       ...Array.from({ length: 20_000 }, () => "x"),
