@@ -36,8 +36,8 @@ export async function copyAttestations(
   let added = 0;
   for (const bundle of bundles) {
     const held = trusted ? verifyAttestation(bundle, content, trusted, now) : checkedUnsigned(bundle, content);
-    // Stored as re-serialised JSON: the signature covers the DSSE payload, not the bundle's spacing.
-    const { created } = await addAttestation(store, record, Buffer.from(JSON.stringify(bundle)), held, now);
+    // Stored as rebuilt from its signed parts (addAttestation): the same bytes as the upstream's own.
+    const { created } = await addAttestation(store, record, bundle, held, now);
     if (created) added++;
   }
   return added;

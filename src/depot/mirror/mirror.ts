@@ -326,13 +326,7 @@ async function copySigned(
   const position = await publishVersion(store, name, version, now());
   await compactAfter(store, position);
   for (let i = 0; i < bundles.length; i++) {
-    const { created } = await addAttestation(
-      store,
-      record,
-      Buffer.from(JSON.stringify(bundles[i])),
-      verified[i]!,
-      now(),
-    );
+    const { created } = await addAttestation(store, record, bundles[i], verified[i]!, now());
     if (created) report.attestations++;
   }
   if (listed.yanked) await setYank(store, name, version, listed.yanked.reason, now(), { at: listed.yanked.at });

@@ -41,14 +41,16 @@ export function registerAttestationRoutes(context: RouterContext, settings: Atte
     if (bytes === null) throw new RunnerDepotError("ATTESTATION_INVALID", "no body");
     let bundle: unknown;
     try {
-      bundle = JSON.parse(Buffer.from(bytes).toString("utf8"));
+      // JSON is UTF-8 (RFC 8259): other bytes are refused, not replaced.
+      bundle = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes));
     } catch {
-      throw new RunnerDepotError("ATTESTATION_INVALID", "the body is not JSON");
+      throw new RunnerDepotError("ATTESTATION_INVALID", "the body is not JSON in UTF-8");
     }
     // O(items): the version's manifest is read to check every file's subject.
     const content = await versionContent(store, record);
     const held = verifyAttestation(bundle, content, settings.keys, now());
-    const { entry, created } = await addAttestation(store, record, bytes, held, now());
+    // Stored as rebuilt from its signed parts: a replayed copy, re-spaced or padded, is the same attestation.
+    const { entry, created } = await addAttestation(store, record, bundle, held, now());
     if (created) log.info({ name, version, keyId: entry.keyId, predicateType: entry.predicateType }, "attested");
     return json(created ? 201 : 200, { name, version, ...entry });
   });
@@ -58,7 +60,7 @@ export function registerAttestationRoutes(context: RouterContext, settings: Atte
     await principalOf(request, "read", name);
     await publishedVersion(name, version);
     const entries = await listAttestations(store, name, version);
-    // At most MAX_ATTESTATIONS bundles of at most maxBytes each.
+    // At most MAX_ATTESTATIONS bundles, MAX_ATTESTATION_BYTES of them in all (addAttestation).
     const attestations = await Promise.all(
       entries.map(async (entry) => {
         const body = await store.getBlob(entry.digest);

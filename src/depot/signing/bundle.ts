@@ -46,18 +46,29 @@ export function preAuthEncoding(payloadType: string, payload: Buffer): Buffer {
  */
 export function signBundle(payload: Buffer, key: SigningKey, payloadType = IN_TOTO_PAYLOAD_TYPE): SigstoreBundle {
   const privateKey = typeof key.privateKey === "string" ? createPrivateKey(key.privateKey) : key.privateKey;
-  const sig = sign(null, preAuthEncoding(payloadType, payload), privateKey).toString("base64");
+  const signature = sign(null, preAuthEncoding(payloadType, payload), privateKey);
+  return bundleOf({ keyId: key.keyId, payloadType, payload, signature });
+}
+
+/**
+ * The bundle of `parsed`'s parts in the one shape this package writes: what a depot stores and serves for a bundle
+ * it took, so the same signed statement is the same bytes however it was spaced or padded when it came. O(payload).
+ *
+ * @example
+ * const stored = Buffer.from(JSON.stringify(bundleOf(parseBundle(JSON.parse(body)))));
+ */
+export function bundleOf(parsed: ParsedBundle): SigstoreBundle {
   return {
     mediaType: BUNDLE_MEDIA_TYPE,
     verificationMaterial: {
-      publicKey: { hint: key.keyId },
+      publicKey: { hint: parsed.keyId },
       tlogEntries: [],
       timestampVerificationData: { rfc3161Timestamps: [] },
     },
     dsseEnvelope: {
-      payload: payload.toString("base64"),
-      payloadType,
-      signatures: [{ sig, keyid: key.keyId }],
+      payload: parsed.payload.toString("base64"),
+      payloadType: parsed.payloadType,
+      signatures: [{ sig: parsed.signature.toString("base64"), keyid: parsed.keyId }],
     },
   };
 }

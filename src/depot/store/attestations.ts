@@ -8,13 +8,17 @@ import { appendChange } from "../catalog/changes.js";
 import type { PackageManifest } from "../package/archive.js";
 import type { PackageStore } from "../ports.js";
 import type { VerifiedAttestation } from "../signing/verify.js";
+import { bundleOf, parseBundle } from "../signing/bundle.js";
 import type { VersionContent } from "../signing/statement.js";
 import { readJsonBlob } from "./gc.js";
 import { keys, updateRecord, type VersionRecord } from "./records.js";
 
 /** One attestation of a version as the depot lists it. */
 export interface AttestationEntry {
-  /** The bundle's blob, `sha256:<hex>` of its JSON bytes as received. */
+  /**
+   * The bundle's blob, `sha256:<hex>` of its JSON as the depot stores it: rebuilt from the signed parts (one shape,
+   * ASCII) since 2026-12-02, the bytes as received before.
+   */
   digest: string;
   size: number;
   keyId: string;
@@ -38,6 +42,12 @@ export interface AttestationRecord {
 
 /** Attestations one version may carry: a bound on the record and on `GET /attestations`. */
 export const MAX_ATTESTATIONS = 16;
+/**
+ * Bytes of stored bundles one version may carry in all: `GET /attestations` answers within it (and ~1 KiB an
+ * entry), half of what a mirror reads of that answer (mirror/upstream.ts, 64 MiB). A bundle alone may be larger
+ * than this only when the depot's `maxAttestationBytes` is.
+ */
+export const MAX_ATTESTATION_BYTES = 32 * 2 ** 20;
 
 /** A published version's content as its statements name it: the archive's digest and each file's. O(items). */
 export async function versionContent(store: PackageStore, version: VersionRecord): Promise<VersionContent> {
@@ -54,9 +64,10 @@ export async function versionContent(store: PackageStore, version: VersionRecord
 }
 
 /**
- * Stores a verified attestation's bytes, lists it on its version and appends a change-feed entry
+ * Stores a verified attestation's bundle (as {@link storedBundle} makes it), lists it on its version and appends a change-feed entry
  * naming it (`attested`), so mirrors copy it; a bundle already listed is not listed twice. Answers
- * whether it was new. TOO_LARGE past {@link MAX_ATTESTATIONS}. O(attestations of the version) plus one append.
+ * whether it was new. TOO_LARGE past {@link MAX_ATTESTATIONS} or {@link MAX_ATTESTATION_BYTES}. O(attestations of the
+ * version) plus one append.
  *
  * Like a yank (depot/catalog/yank.ts) the entry is listed with `unsequenced` first, then the feed
  * entry appended, then the flag dropped: a call killed in between leaves the flag, and adding the
@@ -65,10 +76,11 @@ export async function versionContent(store: PackageStore, version: VersionRecord
 export async function addAttestation(
   store: PackageStore,
   version: VersionRecord,
-  bytes: Uint8Array,
+  bundle: unknown,
   held: VerifiedAttestation,
   now: Date,
 ): Promise<{ entry: AttestationEntry; created: boolean }> {
+  const bytes = storedBundle(bundle);
   const blob = await store.putBlob(
     (async function* () {
       yield bytes;
@@ -100,6 +112,12 @@ export async function addAttestation(
         "TOO_LARGE",
         `${version.name}@${version.version} carries ${MAX_ATTESTATIONS} attestations already`,
       );
+    const held = list.reduce((sum, a) => sum + a.size, 0);
+    if (held + blob.size > MAX_ATTESTATION_BYTES)
+      throw new RunnerDepotError(
+        "TOO_LARGE",
+        `${version.name}@${version.version} carries ${held} bytes of attestations; ${blob.size} more would pass ${MAX_ATTESTATION_BYTES}`,
+      );
     listed = { ...entry, unsequenced: true };
     return { name: version.name, version: version.version, attestations: [...list, listed] };
   });
@@ -118,6 +136,15 @@ export async function addAttestation(
     });
   }
   return { entry: sequenced(listed), created };
+}
+
+/**
+ * A (checked) bundle as the depot stores and serves it: rebuilt from its signed parts in the one shape this package
+ * writes (signing/bundle.ts `bundleOf`), so a copy re-spaced, padded with other fields or with its base64 written
+ * another way is the same bytes and the same attestation, and a mirror stores what its upstream did. O(bundle).
+ */
+function storedBundle(bundle: unknown): Buffer {
+  return Buffer.from(JSON.stringify(bundleOf(parseBundle(bundle))), "utf8");
 }
 
 /** An entry without its `unsequenced` flag. */

@@ -55,11 +55,11 @@ export async function attestProvenance(
     ...(job.startedOn !== undefined ? { startedOn: job.startedOn } : {}),
     finishedOn: now.toISOString(),
   });
-  const bytes = Buffer.from(JSON.stringify(signBundle(Buffer.from(JSON.stringify(statement)), options.key)));
+  const bundle = signBundle(Buffer.from(JSON.stringify(statement)), options.key);
   const { entry } = await addAttestation(
     store,
     record,
-    bytes,
+    bundle,
     {
       keyId: options.key.keyId,
       predicateType: statement.predicateType,

@@ -169,7 +169,7 @@ describe("mirroring attestations between two real depots", () => {
     await addAttestation(
       up.store,
       record,
-      Buffer.from(JSON.stringify(bundle!.bundle)),
+      bundle!.bundle,
       { keyId: release.keyId, predicateType: bundle!.predicateType, signedAt: bundle!.signedAt },
       new Date(),
     );

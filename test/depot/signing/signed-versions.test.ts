@@ -211,6 +211,64 @@ describe("signed versions through a real depot", () => {
     await mirror.client.install("tool@1.0.0", target, { signatures: { policy: "ignore" } });
   });
 
+  it("a replayed bundle, re-spaced, padded or with its base64 rewritten, is the attestation already listed", async () => {
+    // An attack round (2026-12-02): 15 padded copies of the public bundle each took a place, locking out real ones.
+    const replay = await startDepot([trustedKeyEntry(release)]);
+    await replay.client.publish({ name: "rp", version: "1.0.0", items: items("r"), sign: signer(release) });
+    const [first] = (await replay.client.attestations("rp@1.0.0")).attestations;
+    const bundle = first!.bundle as { dsseEnvelope: { payload: string } };
+    const unpadded = bundle.dsseEnvelope.payload.replace(/=+$/, "");
+    const copies = [
+      JSON.stringify(bundle, null, 2),
+      JSON.stringify({ ...bundle, pad: "A".repeat(1 << 20) }),
+      JSON.stringify({ ...bundle, dsseEnvelope: { ...bundle.dsseEnvelope, payload: unpadded, extra: [1, 2] } }),
+    ];
+    for (const body of copies) {
+      const answer = await fetch(`${replay.url}/attestations/rp@1.0.0`, { method: "POST", body });
+      expect(answer.status).toBe(200);
+      expect(await answer.json()).toMatchObject({ digest: first!.digest, addedAt: first!.addedAt });
+    }
+    const listed = (await replay.client.attestations("rp@1.0.0")).attestations;
+    expect(listed).toEqual([first]);
+    // What is stored and served is the bundle in one shape, whatever the first copy carried.
+    expect(Object.keys(listed[0]!.bundle as object)).toEqual(["mediaType", "verificationMaterial", "dsseEnvelope"]);
+  });
+
+  it("a body that is not UTF-8 is ATTESTATION_INVALID, and a version's bundles are bounded in bytes in all", async () => {
+    const bound = await startDepot([trustedKeyEntry(release)]);
+    await bound.client.publish({ name: "big", version: "1.0.0", items: items("b") });
+    const body = Buffer.concat([Buffer.from('{"pad":"'), Buffer.alloc(64, 0xff), Buffer.from('"}')]);
+    const invalid = await fetch(`${bound.url}/attestations/big@1.0.0`, { method: "POST", body });
+    expect(invalid.status).toBe(400);
+    expect(await invalid.json()).toMatchObject({ code: "ATTESTATION_INVALID" });
+    // Statements signed by the trusted key, each with a 3 MiB predicate (a 4 MiB bundle): fewer than 16 fit in 32 MiB.
+    const content = await bound.client.versions("big");
+    const manifest = await bound.client.manifest("big@1.0.0");
+    const versionContent = {
+      name: "big",
+      version: "1.0.0",
+      digest: content.versions[0]!.digest,
+      files: manifest.items.flatMap((i) => (i.type === "file" ? [{ path: i.path, digest: i.digest! }] : [])),
+    };
+    const statuses: number[] = [];
+    for (let i = 0; i < 16 && !statuses.includes(413); i++) {
+      const statement = signedVersionStatement(versionContent, new Date(Date.now() - 60_000 + i));
+      const padded = { ...statement, predicate: { ...statement.predicate, note: `${i}`.padEnd(3 * 2 ** 20, ".") } };
+      const bundle = signBundle(Buffer.from(JSON.stringify(padded)), signer(release));
+      const answer = await fetch(`${bound.url}/attestations/big@1.0.0`, {
+        method: "POST",
+        body: JSON.stringify(bundle),
+      });
+      statuses.push(answer.status);
+      if (answer.status === 413) expect(await answer.json()).toMatchObject({ code: "TOO_LARGE" });
+    }
+    expect(statuses.at(-1)).toBe(413);
+    expect(statuses.slice(0, -1).every((s) => s === 201)).toBe(true);
+    const held = (await bound.client.attestations("big@1.0.0")).attestations;
+    expect(held.length).toBe(statuses.length - 1);
+    expect(held.reduce((n, a) => n + (a as { size: number }).size, 0)).toBeLessThanOrEqual(32 * 2 ** 20);
+  });
+
   it("garbage collection keeps a version's bundles", async () => {
     const gc = await startDepot([trustedKeyEntry(release)], { gcGraceMs: 0 });
     await gc.client.publish({ name: "kept", version: "1.0.0", items: items("k"), sign: signer(release) });
