@@ -274,9 +274,10 @@ export interface JobListQuery {
 /**
  * How much one `JobLogStore.read` may return. With `maxBytes` the page ends before the first line that would take the
  * text of its lines past that many bytes, except its first line, which is always returned (a reader moves on whatever
- * one line's size). Each store counts a line as it holds it (its UTF-8 bytes, or the characters of its record), so
- * the bound is on the memory a page holds, not an exact byte count. Callers that page through a log with it stop at
- * an empty page, not a short one.
+ * one line's size). Each store counts a line as it holds it (its UTF-8 bytes, or the characters of its record), and
+ * may end a page sooner (the PostgreSQL store at a row of lines), so the bound is on the memory a page holds, not an
+ * exact byte count. A bound below 1 is 1 and a fraction is rounded down; one that is not a finite number is none.
+ * Callers that page through a log with it stop at an empty page, not a short one.
  */
 export interface LogReadOptions {
   maxBytes?: number;

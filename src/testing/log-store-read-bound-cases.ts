@@ -46,6 +46,15 @@ export function describeReadBoundCases<S extends JobLogStore>({ fresh }: LogStor
     expectWithin(page, 50_000);
     expect(page.length).toBeGreaterThanOrEqual(11); // lines 3 and 10 fit, with the small ones around them
     expect(page.length).toBeLessThan(18); // line 17 would be the third 20,000-byte one
+    // Every store reads the option alike: below 1 is 1 (the first line alone), a fraction rounds down, a bound that is
+    // not a finite number is none.
+    for (const maxBytes of [0, -5, 0.5])
+      expect((await store.read(id, 3, 10, { maxBytes })).map((l) => l.line)).toEqual([texts[3]]);
+    expect(await store.read(id, 0, 60, { maxBytes: 50_000.9 })).toEqual(
+      await store.read(id, 0, 60, { maxBytes: 50_000 }),
+    );
+    for (const maxBytes of [Number.POSITIVE_INFINITY, Number.NaN])
+      expect(await store.read(id, 0, 60, { maxBytes })).toEqual(whole);
     // A bound larger than the lines changes nothing.
     expect(await store.read(id, 5, 30, { maxBytes: 1 << 30 })).toEqual(whole.slice(5, 35));
     // Paging by the bound reads every line once, in order.

@@ -32,7 +32,17 @@ export class ReadBudget {
   }
 }
 
-/** The budget of a read called with `options`: unbounded without `maxBytes`. O(1). */
+/**
+ * `options.maxBytes` as every store reads it: undefined (no bound) when absent or not a finite number, else a whole
+ * number of at least 1, so a bound of 0, a negative one or a fraction means the same in SQL as in memory. O(1).
+ */
+export function maxBytesOf(options?: LogReadOptions): number | undefined {
+  const max = options?.maxBytes;
+  if (max === undefined || !Number.isFinite(max)) return undefined;
+  return Math.max(1, Math.floor(max));
+}
+
+/** The budget of a read called with `options`: unbounded without `maxBytes` ({@link maxBytesOf}). O(1). */
 export function readBudget(options?: LogReadOptions): ReadBudget {
-  return new ReadBudget(options?.maxBytes);
+  return new ReadBudget(maxBytesOf(options));
 }
