@@ -139,7 +139,8 @@ export async function* followJobWithSections(
   for await (const line of followJob(core, id, from, signal)) {
     yield line;
     if (mayHoldMarker(line)) record = foldSections(record, [line], position, (event) => events.push(event))!;
-    position++;
+    // A drop marker stands for itself and the positions after it that hold no line (log-tail.ts).
+    position += 1 + (line.skipped ?? 0);
     for (const event of events) yield event;
     events.length = 0;
   }
