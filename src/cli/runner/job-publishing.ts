@@ -83,9 +83,12 @@ export function jobProvenance(
     const hash = createHash("sha256");
     let lines = 0;
     let position = 0;
-    for (;;) {
-      const page = await logs.read(requestId, position, PAGE_LINES, { maxBytes: PAGE_BYTES });
-      // A short page is the byte bound's; an empty one is the log's end.
+    // The lines stored when the digest started: a job that goes on logging while it publishes is not chased.
+    const end = state.storedLines;
+    while (position < end) {
+      const want = Math.min(PAGE_LINES, end - position);
+      const page = await logs.read(requestId, position, want, { maxBytes: PAGE_BYTES });
+      // A short page is the byte bound's; an empty one is the log's end (its lines archived away, say).
       if (page.length === 0) break;
       for (const line of page) hash.update(`${JSON.stringify(line)}\n`);
       lines += page.length;
