@@ -222,14 +222,20 @@ export function consoleMain(
       if (loading.has(c)) return;
       loading.add(c);
       try {
-        const page = await api<{ from: number; lines: Wire[] }>(`/jobs/${id}/lines?from=${c * CHUNK}&limit=${CHUNK}`);
-        // Lines by position: past a cut log's drop marker the next line is `skipped` positions further on.
+        // Lines by position: past a cut log's drop marker the next line is `skipped` positions further on. A window
+        // ends at 4 MiB of text (a log of long lines), so the chunk is asked for again from where it ended; asking
+        // from its start again would get the same short window on every draw.
         const placed: Wire[] = [];
         let n = 0;
-        for (const line of page.lines) {
-          if (n >= CHUNK) break;
-          placed[n] = line;
-          n += 1 + (line[3] ?? 0);
+        while (n < CHUNK) {
+          const from = c * CHUNK + n;
+          const page = await api<{ from: number; lines: Wire[] }>(`/jobs/${id}/lines?from=${from}&limit=${CHUNK - n}`);
+          if (page.lines.length === 0) break;
+          for (const line of page.lines) {
+            if (n >= CHUNK) break;
+            placed[n] = line;
+            n += 1 + (line[3] ?? 0);
+          }
         }
         const have = chunks.get(c);
         // A live tail may have filled this chunk further meanwhile: keep the longer copy.
