@@ -18,6 +18,8 @@ import {
   UploadPartCopyCommand,
 } from "@aws-sdk/client-s3";
 import type { S3ClientConfig } from "@aws-sdk/client-s3";
+import { createS3Client } from "./client.js";
+import { MAX_RANGE_SKIP } from "./ranges.js";
 import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
 import { RunnerDepotError } from "../../errors.js";
 import type { BlobInfo, BlobStore, ByteRange, PutBlobOptions } from "../../depot/ports.js";
@@ -82,7 +84,7 @@ export function createS3BlobStore(options: S3BlobStoreOptions): BlobStore & { re
   const { bucket } = options;
   const prefix = options.prefix ?? "";
   const ownsClient = !options.client;
-  const client = options.client ?? new S3Client(options.clientConfig ?? {});
+  const client = options.client ?? createS3Client(options.clientConfig);
   const partSize = Math.max(5 * 1024 * 1024, options.partSizeBytes ?? 8 * 1024 * 1024);
   const queueSize = options.queueSize ?? 4;
   const expiresDefault = options.signedUrlExpiresInSeconds ?? 300;
@@ -229,6 +231,13 @@ export function createS3BlobStore(options: S3BlobStoreOptions): BlobStore & { re
         const from = served ? Number(served[1]) : 0;
         if (from > range.start)
           throw new RunnerDepotError("STORE_UNAVAILABLE", `S3 served bytes from ${from}, not ${range.start}`);
+        if (range.start - from > MAX_RANGE_SKIP) {
+          (body as { destroy?: () => void }).destroy?.();
+          throw new RunnerDepotError(
+            "STORE_UNAVAILABLE",
+            `S3 ignored the Range: it served from byte ${from}, ${range.start - from} bytes before the ${range.start} asked for`,
+          );
+        }
         const wanted = range.end - range.start + 1;
         const servedLength = out.ContentLength ?? -1;
         if (from === range.start && servedLength === wanted) return body;

@@ -18,9 +18,16 @@ export function isNotFound(error: unknown): boolean {
   return name === "NotFound" || name === "NoSuchKey" || status === 404;
 }
 
-/** Any backend failure becomes `code` (the side's "backend is down" code), keeping the cause. */
+/**
+ * Any backend failure becomes `code` (the side's "backend is down" code), keeping the cause. The message names the
+ * failure by its kind and status only: an S3 error's own message is the endpoint's text (a 16 MiB body came back in a
+ * problem's detail), and a network error's names the internal endpoint. O(1).
+ */
 export function s3Failure(error: unknown, code: "STORE_UNAVAILABLE" | "UNAVAILABLE"): RunnerDepotError {
   if (error instanceof RunnerDepotError) return error;
-  const message = error instanceof Error ? error.message : String(error);
-  return new RunnerDepotError(code, `S3: ${message}`, { cause: error });
+  const e = error as { name?: unknown; code?: unknown; $metadata?: { httpStatusCode?: unknown } } | null;
+  const kind = typeof e?.code === "string" ? e.code : typeof e?.name === "string" ? e.name : "Error";
+  const status = e?.$metadata?.httpStatusCode;
+  const what = `${kind.slice(0, 64)}${typeof status === "number" ? ` (HTTP ${status})` : ""}`;
+  return new RunnerDepotError(code, `S3 failed: ${what}`, { cause: error });
 }

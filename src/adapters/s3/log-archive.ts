@@ -12,6 +12,8 @@ import {
   S3Client,
 } from "@aws-sdk/client-s3";
 import type { S3ClientConfig } from "@aws-sdk/client-s3";
+import { createS3Client } from "./client.js";
+import { MAX_RANGE_SKIP } from "./ranges.js";
 import { Upload } from "@aws-sdk/lib-storage";
 import { RunnerDepotError } from "../../errors.js";
 import type { LogArchiveStore } from "../../runner/ports.js";
@@ -43,7 +45,7 @@ export function createS3LogArchive(options: S3LogArchiveOptions): LogArchiveStor
   const { bucket } = options;
   const prefix = options.prefix ?? "";
   const ownsClient = !options.client;
-  const client = options.client ?? new S3Client(options.clientConfig ?? {});
+  const client = options.client ?? createS3Client(options.clientConfig);
   const partSize = Math.max(5 * 1024 * 1024, options.partSizeBytes ?? 8 * 1024 * 1024);
   let closed = false;
 
@@ -151,13 +153,6 @@ export function createS3LogArchive(options: S3LogArchiveOptions): LogArchiveStor
 
 /** Any S3 failure becomes UNAVAILABLE (the runner's code for a backend that is down), cause kept. */
 const storeError = (error: unknown) => s3Failure(error, "UNAVAILABLE");
-
-/**
- * Bytes a read skips at most when the endpoint served from before the asked start (it
- * ignored Range): a small object's tail still reads, a large one is refused instead of
- * being downloaded whole for its last 32 bytes.
- */
-const MAX_RANGE_SKIP = 1024 * 1024;
 
 /** `length` bytes after the first `skip` of `body`, reading no further than them. O(skip + length). */
 async function takeRange(body: AsyncIterable<Uint8Array>, skip: number, length: number): Promise<Buffer> {

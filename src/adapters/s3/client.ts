@@ -1,0 +1,71 @@
+/**
+ * The S3 client the adapters make when they are given a configuration rather than a client: the SDK's own, with
+ * timeouts. The SDK sets none by default, so an endpoint that accepts and never answers held a depot request (and
+ * its connection) for as long as the socket lived (an attack round, 2026-12-02).
+ */
+import { PassThrough, Readable } from "node:stream";
+import { S3Client, type S3ClientConfig } from "@aws-sdk/client-s3";
+
+/** Milliseconds to connect to the endpoint. */
+export const S3_CONNECT_TIMEOUT_MS = 5_000;
+/** Milliseconds a request's socket may go without a byte either way (an answer, or a body, that stalls). */
+export const S3_IDLE_TIMEOUT_MS = 30_000;
+/** Bytes of an error answer's body the SDK may read (S3's own are under 1 KiB of XML). */
+export const S3_ERROR_BODY_BYTES = 64 * 1024;
+
+/**
+ * An S3Client for `config`: a `requestHandler` given as an instance is used as it is; given as options (or absent),
+ * it gets S3_CONNECT_TIMEOUT_MS and S3_IDLE_TIMEOUT_MS unless it sets its own. The SDK retries a timed-out request
+ * (`maxAttempts`, 3 by default) before the adapter's call fails STORE_UNAVAILABLE.
+ *
+ * @example
+ * const client = createS3Client({ region: "eu-west-1" }); // connect within 5 s, idle at most 30 s
+ */
+export function createS3Client(config: S3ClientConfig = {}): S3Client {
+  const given = config.requestHandler as { handle?: unknown } | Record<string, unknown> | undefined;
+  const client =
+    given && typeof given.handle === "function"
+      ? new S3Client(config)
+      : new S3Client({
+          ...config,
+          requestHandler: { connectionTimeout: S3_CONNECT_TIMEOUT_MS, socketTimeout: S3_IDLE_TIMEOUT_MS, ...given },
+        });
+  boundErrorBodies(client);
+  return client;
+}
+
+/**
+ * Cuts the body of every answer of status 300 or more at S3_ERROR_BODY_BYTES before the SDK's deserializer reads it:
+ * it reads an error body whole to parse its XML, once per attempt (a 16 MiB one took a depot from 116 to 1,374 MB
+ * RSS). Added inside the deserializer ("low" in its step), so it sees the raw answer. O(1) a request.
+ */
+function boundErrorBodies(client: S3Client): void {
+  client.middlewareStack.add(
+    (next) => async (args) => {
+      const out = await next(args);
+      const response = out.response as { statusCode?: number; body?: unknown };
+      if ((response.statusCode ?? 0) >= 300 && response.body instanceof Readable)
+        response.body = cut(response.body, S3_ERROR_BODY_BYTES);
+      return out;
+    },
+    { step: "deserialize", priority: "low", name: "runnerDepotBoundedErrorBody" },
+  );
+}
+
+/** The first `max` bytes of `source` as a stream; the source is destroyed once they are read (its socket freed). */
+function cut(source: Readable, max: number): Readable {
+  const out = new PassThrough();
+  let seen = 0;
+  source.on("data", (chunk: Buffer) => {
+    const room = max - seen;
+    seen += chunk.length;
+    if (room > 0) out.write(room >= chunk.length ? chunk : chunk.subarray(0, room));
+    if (seen >= max) {
+      source.destroy();
+      out.end();
+    }
+  });
+  source.once("end", () => out.end());
+  source.once("error", (error) => out.destroy(error));
+  return out;
+}
