@@ -8,7 +8,8 @@ import { RunnerDepotError } from "../../errors.js";
 import { boundedRequestBody } from "./bounded-body.js";
 import { parsePackageRef } from "../package/names.js";
 import { addAttestation, listAttestations, versionContent } from "../store/attestations.js";
-import { verifyAttestation } from "../signing/verify.js";
+import { verifySigner } from "../signing/verify.js";
+import { checkSubjects } from "../signing/statement.js";
 import type { LoadedKey } from "../signing/keys.js";
 import { json } from "./problem-response.js";
 import { getAndHead, type RouterContext } from "./router-context.js";
@@ -46,9 +47,10 @@ export function registerAttestationRoutes(context: RouterContext, settings: Atte
     } catch {
       throw new RunnerDepotError("ATTESTATION_INVALID", "the body is not JSON in UTF-8");
     }
-    // O(items): the version's manifest is read to check every file's subject.
-    const content = await versionContent(store, record);
-    const held = verifyAttestation(bundle, content, settings.keys, now());
+    // The signer first (O(bundle)): a bundle by a key the depot does not trust costs no manifest read. Then the
+    // subjects, O(items): the version's manifest is read to check every file's.
+    const { held, statement } = verifySigner(bundle, { name, version }, settings.keys, now());
+    checkSubjects(statement, await versionContent(store, record));
     // Stored as rebuilt from its signed parts: a replayed copy, re-spaced or padded, is the same attestation.
     const { entry, created } = await addAttestation(store, record, bundle, held, now());
     if (created) log.info({ name, version, keyId: entry.keyId, predicateType: entry.predicateType }, "attested");

@@ -269,6 +269,48 @@ describe("signed versions through a real depot", () => {
     expect(held.reduce((n, a) => n + (a as { size: number }).size, 0)).toBeLessThanOrEqual(32 * 2 ** 20);
   });
 
+  it("a bundle by a key the depot does not trust is refused before the version's manifest is read", async () => {
+    const dir = await mkdtemp(path.join(root, "depot-reads-"));
+    const store = createFsStore(dir, { unsafeNoSync: true });
+    const read: string[] = [];
+    const counted: PackageStore = Object.create(store);
+    counted.getBlob = (digest, ...rest) => {
+      read.push(digest);
+      return store.getBlob(digest, ...rest);
+    };
+    const router = createPackageRouter(counted, { trustedKeys: { keys: [trustedKeyEntry(release)] } });
+    const http = await servePackageRouter(router, { host: "127.0.0.1", port: 0 });
+    try {
+      const client = createDepotClient({ baseUrl: http.url });
+      await client.publish({ name: "cheap", version: "1.0.0", items: items("c") });
+      const record = (await store.getRecord<{ manifest: string }>(keys.version("cheap", "1.0.0")))!.value;
+      const content = {
+        name: "cheap",
+        version: "1.0.0",
+        digest: (await client.versions("cheap")).versions[0]!.digest,
+        files: [],
+      };
+      const byStranger = signBundle(
+        Buffer.from(JSON.stringify(signedVersionStatement(content, new Date()))),
+        signer(stranger),
+      );
+      read.length = 0;
+      const answer = await fetch(`${http.url}/attestations/cheap@1.0.0`, {
+        method: "POST",
+        body: JSON.stringify(byStranger),
+      });
+      expect(answer.status).toBe(422);
+      expect(await answer.json()).toMatchObject({ code: "KEY_UNTRUSTED", package: "cheap", version: "1.0.0" });
+      expect(read).not.toContain(record.manifest);
+      // A trusted key's bundle does read it (its subjects are checked against the files).
+      await client.sign("cheap@1.0.0", signer(release));
+      expect(read).toContain(record.manifest);
+    } finally {
+      await http.close();
+      await store.close?.();
+    }
+  });
+
   it("garbage collection keeps a version's bundles", async () => {
     const gc = await startDepot([trustedKeyEntry(release)], { gcGraceMs: 0 });
     await gc.client.publish({ name: "kept", version: "1.0.0", items: items("k"), sign: signer(release) });
