@@ -5,6 +5,7 @@
  * never stored: their digests are cached in memory and their builds bounded (docs/depot-api.md §Deltas).
  */
 import { RunnerDepotError } from "../../errors.js";
+import { MAX_MANIFEST_BYTES, readBlobWhole } from "../store/blob-read.js";
 import { createHash } from "node:crypto";
 import { archiveLayout, readArchive, type ArchiveLayout, type PackageManifest } from "../package/archive.js";
 import { archiveStored } from "../package/archive-keeper.js";
@@ -44,11 +45,8 @@ export interface ArchiveSources {
 
 /** Reads a stored manifest: its exact bytes (the archive's first entry) and its value. */
 async function readManifest(store: PackageStore, digest: string): Promise<{ json: Buffer; manifest: PackageManifest }> {
-  const body = await store.getBlob(digest);
-  if (!body) throw new RunnerDepotError("INTERNAL", `Manifest blob ${digest} is missing`);
-  const chunks: Buffer[] = [];
-  for await (const chunk of body) chunks.push(Buffer.from(chunk));
-  const json = Buffer.concat(chunks);
+  const json = await readBlobWhole(store, digest, MAX_MANIFEST_BYTES);
+  if (!json) throw new RunnerDepotError("INTERNAL", `Manifest blob ${digest} is missing`);
   return { json, manifest: JSON.parse(json.toString("utf8")) as PackageManifest };
 }
 

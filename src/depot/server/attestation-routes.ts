@@ -6,6 +6,7 @@
 import type { IRequest } from "itty-router";
 import { RunnerDepotError } from "../../errors.js";
 import { boundedRequestBody } from "./bounded-body.js";
+import { readBlobWhole } from "../store/blob-read.js";
 import { parsePackageRef } from "../package/names.js";
 import { addAttestation, listAttestations, versionContent } from "../store/attestations.js";
 import { verifySigner } from "../signing/verify.js";
@@ -65,11 +66,10 @@ export function registerAttestationRoutes(context: RouterContext, settings: Atte
     // At most MAX_ATTESTATIONS bundles, MAX_ATTESTATION_BYTES of them in all (addAttestation).
     const attestations = await Promise.all(
       entries.map(async (entry) => {
-        const body = await store.getBlob(entry.digest);
-        if (!body) throw new RunnerDepotError("INTERNAL", `attestation ${entry.digest} of ${name}@${version} is gone`);
-        const chunks: Buffer[] = [];
-        for await (const chunk of body) chunks.push(Buffer.from(chunk));
-        return { ...entry, bundle: JSON.parse(Buffer.concat(chunks).toString("utf8")) as unknown };
+        // Read within the size the entry records (the store is asked for no more than the depot stored).
+        const bytes = await readBlobWhole(store, entry.digest, entry.size);
+        if (!bytes) throw new RunnerDepotError("INTERNAL", `attestation ${entry.digest} of ${name}@${version} is gone`);
+        return { ...entry, bundle: JSON.parse(bytes.toString("utf8")) as unknown };
       }),
     );
     return json(200, { name, version, attestations });

@@ -7,6 +7,7 @@
  * Why: docs/decisions/depot-yank-mirror.md, "mirror-routes.ts".
  */
 import { promisify } from "node:util";
+import { readJsonBlob } from "../store/blob-read.js";
 import { gzip } from "node:zlib";
 import type { IRequest } from "itty-router";
 import { RunnerDepotError } from "../../errors.js";
@@ -122,8 +123,7 @@ export function registerMirrorRoutes(context: RouterContext): void {
     for (const [key, { name, version, digests }] of wanted) {
       if (!(await mayRead(name))) throw new RunnerDepotError("PERMISSION_DENIED", `This token may not read ${name}`);
       const record = await context.publishedVersion(name, version);
-      const text = await blobText(context, record.manifest);
-      const manifest = JSON.parse(text ?? "{}") as PackageManifest;
+      const manifest = (await readJsonBlob<PackageManifest>(context.store, record.manifest)) ?? ({} as PackageManifest);
       const sizes = new Map<string, number>();
       for (const item of manifest.items ?? [])
         if (item.digest && digests.has(item.digest)) sizes.set(item.digest, item.size);
@@ -170,8 +170,8 @@ function readCheck(request: Request, context: RouterContext): (name: string) => 
   };
 }
 
-/** A blob's text; null when it is gone or (given `maxBytes`) longer, read no further than that. */
-async function blobText(context: RouterContext, digest: string, maxBytes = Infinity): Promise<string | null> {
+/** A blob's text; null when it is gone or longer than `maxBytes`, read no further than that. */
+async function blobText(context: RouterContext, digest: string, maxBytes: number): Promise<string | null> {
   const body = await context.store.getBlob(digest);
   if (!body) return null;
   const chunks: Buffer[] = [];

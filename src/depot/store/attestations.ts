@@ -10,7 +10,7 @@ import type { PackageStore } from "../ports.js";
 import type { VerifiedAttestation } from "../signing/verify.js";
 import { bundleOf, parseBundle } from "../signing/bundle.js";
 import type { VersionContent } from "../signing/statement.js";
-import { readJsonBlob } from "./gc.js";
+import { readJsonBlob } from "./blob-read.js";
 import { keys, updateRecord, type VersionRecord } from "./records.js";
 
 /** One attestation of a version as the depot lists it. */

@@ -20,6 +20,7 @@ import {
 import { forgetReferences } from "../transactions/references.js";
 import { recoverCommit, recoverDeadCommits } from "../transactions/recovery.js";
 import type { Transactions } from "../transactions/lifecycle.js";
+import { readJsonBlob } from "./blob-read.js";
 
 /** What one garbage collection did. */
 export interface GarbageReport {
@@ -46,15 +47,6 @@ interface GarbageSettings {
   retainMs: number;
   /** Told of each transaction this run expired (the router logs `transaction expired`). */
   onExpired?: (trans: TransactionRecord) => void;
-}
-
-/** Reads a JSON blob (manifests). */
-export async function readJsonBlob<T>(store: PackageStore, digest: string): Promise<T | null> {
-  const body = await store.getBlob(digest);
-  if (!body) return null;
-  const chunks: Buffer[] = [];
-  for await (const chunk of body) chunks.push(Buffer.from(chunk));
-  return JSON.parse(Buffer.concat(chunks).toString("utf8")) as T;
 }
 
 /**

@@ -18,7 +18,7 @@ import { packageKey, type PackageRecord } from "../catalog/packages.js";
 import { finishRemovals, removeVersion } from "../catalog/removal.js";
 import type { PackageStore } from "../ports.js";
 import { publishedNames } from "../transactions/references.js";
-import { readJsonBlob } from "./gc.js";
+import { readJsonBlob } from "./blob-read.js";
 import { usedKey, type UsedRecord } from "./downloads.js";
 import { keys, mapLimit, remember, type VersionRecord } from "./records.js";
 
