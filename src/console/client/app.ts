@@ -227,9 +227,10 @@ export function consoleMain(
         // from its start again would get the same short window on every draw.
         const placed: Wire[] = [];
         let n = 0;
-        while (n < CHUNK) {
+        // Up to the lines known to be stored: a log's last chunk is short, not cut.
+        while (n < CHUNK && c * CHUNK + n < total) {
           const from = c * CHUNK + n;
-          const page = await api<{ from: number; lines: Wire[] }>(`/jobs/${id}/lines?from=${from}&limit=${CHUNK - n}`);
+          const page = await api<{ from: number; lines: Wire[] }>(`/jobs/${id}/lines?from=${from}&limit=${CHUNK}`);
           if (page.lines.length === 0) break;
           for (const line of page.lines) {
             if (n >= CHUNK) break;
