@@ -5,7 +5,7 @@
  * never stored: their digests are cached in memory and their builds bounded (docs/depot-api.md §Deltas).
  */
 import { RunnerDepotError } from "../../errors.js";
-import { MAX_MANIFEST_BYTES, readBlobWhole } from "../store/blob-read.js";
+import { readVersionManifestBytes } from "../store/blob-read.js";
 import { createHash } from "node:crypto";
 import { archiveLayout, readArchive, type ArchiveLayout, type PackageManifest } from "../package/archive.js";
 import { archiveStored } from "../package/archive-keeper.js";
@@ -44,9 +44,12 @@ export interface ArchiveSources {
 }
 
 /** Reads a stored manifest: its exact bytes (the archive's first entry) and its value. */
-async function readManifest(store: PackageStore, digest: string): Promise<{ json: Buffer; manifest: PackageManifest }> {
-  const json = await readBlobWhole(store, digest, MAX_MANIFEST_BYTES);
-  if (!json) throw new RunnerDepotError("INTERNAL", `Manifest blob ${digest} is missing`);
+async function readManifest(
+  store: PackageStore,
+  version: VersionRecord,
+): Promise<{ json: Buffer; manifest: PackageManifest }> {
+  const json = await readVersionManifestBytes(store, version);
+  if (!json) throw new RunnerDepotError("INTERNAL", `Manifest blob ${version.manifest} is missing`);
   return { json, manifest: JSON.parse(json.toString("utf8")) as PackageManifest };
 }
 
@@ -91,7 +94,7 @@ export function createArchiveSources(store: PackageStore, settings: ArchiveSourc
 
   function versionLayout(version: VersionRecord): Promise<ArchiveLayout> {
     return layoutOf(`${version.manifest}@${version.mtime}`, async () => {
-      const { json, manifest } = await readManifest(store, version.manifest);
+      const { json, manifest } = await readManifest(store, version);
       return archiveLayout(manifest, json, version.mtime);
     });
   }
@@ -101,7 +104,7 @@ export function createArchiveSources(store: PackageStore, settings: ArchiveSourc
 
   function deltaLayout(from: VersionRecord, to: VersionRecord): Promise<ArchiveLayout> {
     return layoutOf(deltaKey(from, to), async () => {
-      const [a, b] = await Promise.all([readManifest(store, from.manifest), readManifest(store, to.manifest)]);
+      const [a, b] = await Promise.all([readManifest(store, from), readManifest(store, to)]);
       const manifest = deltaManifest(a.manifest, b.manifest);
       return archiveLayout(manifest, Buffer.from(JSON.stringify(manifest), "utf8"), to.mtime);
     });

@@ -7,7 +7,7 @@
  * Why: docs/decisions/depot-yank-mirror.md, "mirror-routes.ts".
  */
 import { promisify } from "node:util";
-import { readJsonBlob } from "../store/blob-read.js";
+import { readVersionManifest } from "../store/blob-read.js";
 import { gzip } from "node:zlib";
 import type { IRequest } from "itty-router";
 import { RunnerDepotError } from "../../errors.js";
@@ -123,7 +123,7 @@ export function registerMirrorRoutes(context: RouterContext): void {
     for (const [key, { name, version, digests }] of wanted) {
       if (!(await mayRead(name))) throw new RunnerDepotError("PERMISSION_DENIED", `This token may not read ${name}`);
       const record = await context.publishedVersion(name, version);
-      const manifest = (await readJsonBlob<PackageManifest>(context.store, record.manifest)) ?? ({} as PackageManifest);
+      const manifest = (await readVersionManifest<PackageManifest>(context.store, record)) ?? ({} as PackageManifest);
       const sizes = new Map<string, number>();
       for (const item of manifest.items ?? [])
         if (item.digest && digests.has(item.digest)) sizes.set(item.digest, item.size);

@@ -10,7 +10,7 @@ import type { PackageStore } from "../ports.js";
 import type { VerifiedAttestation } from "../signing/verify.js";
 import { bundleOf, parseBundle } from "../signing/bundle.js";
 import type { VersionContent } from "../signing/statement.js";
-import { readJsonBlob } from "./blob-read.js";
+import { readVersionManifest } from "./blob-read.js";
 import { keys, updateRecord, type VersionRecord } from "./records.js";
 
 /** One attestation of a version as the depot lists it. */
@@ -51,7 +51,7 @@ export const MAX_ATTESTATION_BYTES = 32 * 2 ** 20;
 
 /** A published version's content as its statements name it: the archive's digest and each file's. O(items). */
 export async function versionContent(store: PackageStore, version: VersionRecord): Promise<VersionContent> {
-  const manifest = await readJsonBlob<PackageManifest>(store, version.manifest);
+  const manifest = await readVersionManifest<PackageManifest>(store, version);
   if (!manifest) throw new RunnerDepotError("INTERNAL", `the manifest of ${version.name}@${version.version} is gone`);
   return {
     name: version.name,

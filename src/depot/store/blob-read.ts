@@ -6,9 +6,6 @@
 import { RunnerDepotError } from "../../errors.js";
 import type { PackageStore } from "../ports.js";
 
-/** The largest manifest the depot reads whole (the installer's own bound on one, tar-entries.ts). */
-export const MAX_MANIFEST_BYTES = 64 * 2 ** 20;
-
 /**
  * Blob `digest` whole, or null when the store has none; STORE_UNAVAILABLE once it passes `maxBytes` (what the caller
  * knows the blob's size to be, or its kind's bound), the rest not read. O(maxBytes).
@@ -28,12 +25,25 @@ export async function readBlobWhole(store: PackageStore, digest: string, maxByte
 }
 
 /**
- * A JSON blob the depot wrote (a manifest), within MAX_MANIFEST_BYTES; null when the store has none.
+ * A version's manifest (JSON), within the size of the version's archive, which holds it whole as its first entry: a
+ * bound the record carries, so a large manifest reads as it was published and an endless body stops there. Null when
+ * the store has none. O(archive size) at most, O(manifest) read.
  *
  * @example
- * const manifest = await readJsonBlob<PackageManifest>(store, version.manifest);
+ * const manifest = await readVersionManifest<PackageManifest>(store, versionRecord);
  */
-export async function readJsonBlob<T>(store: PackageStore, digest: string): Promise<T | null> {
-  const bytes = await readBlobWhole(store, digest, MAX_MANIFEST_BYTES);
+export async function readVersionManifest<T>(
+  store: PackageStore,
+  version: { manifest: string; size: number },
+): Promise<T | null> {
+  const bytes = await readVersionManifestBytes(store, version);
   return bytes === null ? null : (JSON.parse(bytes.toString("utf8")) as T);
+}
+
+/** {@link readVersionManifest}'s bytes, as stored. */
+export function readVersionManifestBytes(
+  store: PackageStore,
+  version: { manifest: string; size: number },
+): Promise<Buffer | null> {
+  return readBlobWhole(store, version.manifest, version.size);
 }

@@ -20,7 +20,7 @@ import {
 import { forgetReferences } from "../transactions/references.js";
 import { recoverCommit, recoverDeadCommits } from "../transactions/recovery.js";
 import type { Transactions } from "../transactions/lifecycle.js";
-import { readJsonBlob } from "./blob-read.js";
+import { readVersionManifest } from "./blob-read.js";
 
 /** What one garbage collection did. */
 export interface GarbageReport {
@@ -131,7 +131,7 @@ export async function collectGarbage(
     if (!version) continue;
     if (keepsArchives) live.add(version.digest);
     live.add(version.manifest);
-    const manifest = await readJsonBlob<PackageManifest>(store, version.manifest);
+    const manifest = await readVersionManifest<PackageManifest>(store, version);
     for (const item of manifest?.items ?? []) if (item.digest) live.add(item.digest);
     for (const license of manifest?.licenses ?? []) live.add(license.digest);
   }

@@ -18,7 +18,7 @@ import { packageKey, type PackageRecord } from "../catalog/packages.js";
 import { finishRemovals, removeVersion } from "../catalog/removal.js";
 import type { PackageStore } from "../ports.js";
 import { publishedNames } from "../transactions/references.js";
-import { readJsonBlob } from "./blob-read.js";
+import { readVersionManifest } from "./blob-read.js";
 import { usedKey, type UsedRecord } from "./downloads.js";
 import { keys, mapLimit, remember, type VersionRecord } from "./records.js";
 
@@ -314,7 +314,7 @@ async function stillHeld(
 
 /** A version's item and licence blobs, from its manifest (one read). */
 async function blobsOf(store: PackageStore, version: VersionRecord): Promise<string[]> {
-  const manifest = await readJsonBlob<PackageManifest>(store, version.manifest);
+  const manifest = await readVersionManifest<PackageManifest>(store, version);
   return [
     ...(manifest?.items ?? []).flatMap((i) => (i.digest ? [i.digest] : [])),
     ...(manifest?.licenses ?? []).map((l) => l.digest),
