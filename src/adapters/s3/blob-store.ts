@@ -229,10 +229,10 @@ export function createS3BlobStore(options: S3BlobStoreOptions): BlobStore & { re
         // `bytes=0-0` with the whole object): trim to what was asked for.
         const served = /^bytes (\d+)-(\d+)\//.exec(out.ContentRange ?? "");
         const from = served ? Number(served[1]) : 0;
-        if (from > range.start)
-          throw new RunnerDepotError("STORE_UNAVAILABLE", `S3 served bytes from ${from}, not ${range.start}`);
-        if (range.start - from > MAX_RANGE_SKIP) {
+        if (from > range.start || range.start - from > MAX_RANGE_SKIP) {
           (body as { destroy?: () => void }).destroy?.();
+          if (from > range.start)
+            throw new RunnerDepotError("STORE_UNAVAILABLE", `S3 served bytes from ${from}, not ${range.start}`);
           throw new RunnerDepotError(
             "STORE_UNAVAILABLE",
             `S3 ignored the Range: it served from byte ${from}, ${range.start - from} bytes before the ${range.start} asked for`,

@@ -8,8 +8,12 @@ import { S3Client, type S3ClientConfig } from "@aws-sdk/client-s3";
 
 /** Milliseconds to connect to the endpoint. */
 export const S3_CONNECT_TIMEOUT_MS = 5_000;
-/** Milliseconds a request's socket may go without a byte either way (an answer, or a body, that stalls). */
-export const S3_IDLE_TIMEOUT_MS = 30_000;
+/**
+ * Milliseconds a request's socket may go without a byte either way (an answer, or a body, that stalls). It also cuts
+ * a body the depot pauses because its own client reads slowly, so it is above the depot's send idle bound (60 s by
+ * default, node-handler.ts `sendIdleMs`): a client that slow is the depot's to end first.
+ */
+export const S3_IDLE_TIMEOUT_MS = 90_000;
 /** Bytes of an error answer's body the SDK may read (S3's own are under 1 KiB of XML). */
 export const S3_ERROR_BODY_BYTES = 64 * 1024;
 
@@ -19,7 +23,7 @@ export const S3_ERROR_BODY_BYTES = 64 * 1024;
  * (`maxAttempts`, 3 by default) before the adapter's call fails STORE_UNAVAILABLE.
  *
  * @example
- * const client = createS3Client({ region: "eu-west-1" }); // connect within 5 s, idle at most 30 s
+ * const client = createS3Client({ region: "eu-west-1" }); // connect within 5 s, idle at most 90 s
  */
 export function createS3Client(config: S3ClientConfig = {}): S3Client {
   const given = config.requestHandler as { handle?: unknown } | Record<string, unknown> | undefined;
@@ -28,10 +32,19 @@ export function createS3Client(config: S3ClientConfig = {}): S3Client {
       ? new S3Client(config)
       : new S3Client({
           ...config,
-          requestHandler: { connectionTimeout: S3_CONNECT_TIMEOUT_MS, socketTimeout: S3_IDLE_TIMEOUT_MS, ...given },
+          requestHandler: {
+            connectionTimeout: S3_CONNECT_TIMEOUT_MS,
+            socketTimeout: S3_IDLE_TIMEOUT_MS,
+            ...defined(given),
+          },
         });
   boundErrorBodies(client);
   return client;
+}
+
+/** `options` without its undefined members: `{ socketTimeout: undefined }` must not turn the default off. */
+function defined(options: Record<string, unknown> | undefined): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(options ?? {}).filter(([, value]) => value !== undefined));
 }
 
 /**

@@ -28,6 +28,8 @@ export function s3Failure(error: unknown, code: "STORE_UNAVAILABLE" | "UNAVAILAB
   const e = error as { name?: unknown; code?: unknown; $metadata?: { httpStatusCode?: unknown } } | null;
   const kind = typeof e?.code === "string" ? e.code : typeof e?.name === "string" ? e.name : "Error";
   const status = e?.$metadata?.httpStatusCode;
-  const what = `${kind.slice(0, 64)}${typeof status === "number" ? ` (HTTP ${status})` : ""}`;
+  // The kind may be the endpoint's own error code: kept to a short token.
+  const token = kind.replace(/[^A-Za-z0-9._-]/g, "").slice(0, 64) || "Error";
+  const what = `${token}${typeof status === "number" ? ` (HTTP ${status})` : ""}`;
   return new RunnerDepotError(code, `S3 failed: ${what}`, { cause: error });
 }

@@ -168,20 +168,25 @@ describe("the adapter's own client", () => {
     await s3?.close();
   });
 
-  it("connects within 5 s and lets a socket idle 30 s at most unless the configuration says otherwise", async () => {
+  it("connects within 5 s and lets a socket idle 90 s at most unless the configuration says otherwise", async () => {
     const client = createS3Client(s3.clientConfig);
     const tuned = createS3Client({ ...s3.clientConfig, requestHandler: { socketTimeout: 1_234 } });
+    // An option given as undefined is not given: the default stays.
+    const unset = createS3Client({ ...s3.clientConfig, requestHandler: { socketTimeout: undefined } });
     try {
       await client.send(new HeadBucketCommand({ Bucket: s3.bucket }));
       await tuned.send(new HeadBucketCommand({ Bucket: s3.bucket }));
+      await unset.send(new HeadBucketCommand({ Bucket: s3.bucket }));
       expect(handlerConfig(client)).toMatchObject({
         connectionTimeout: S3_CONNECT_TIMEOUT_MS,
         socketTimeout: S3_IDLE_TIMEOUT_MS,
       });
       expect(handlerConfig(tuned)).toMatchObject({ connectionTimeout: S3_CONNECT_TIMEOUT_MS, socketTimeout: 1_234 });
+      expect(handlerConfig(unset)).toMatchObject({ socketTimeout: S3_IDLE_TIMEOUT_MS });
     } finally {
       client.destroy();
       tuned.destroy();
+      unset.destroy();
     }
   });
 });
