@@ -231,7 +231,9 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
     // Follow: the fan-out's iterator. Otherwise: the store read a page at a time (O(page) a pull).
     const lines: AsyncIterator<StoredLine> = follow
       ? runner.follow(requestId, { signal: stop.signal })[Symbol.asyncIterator]()
-      : pages(logs, requestId, range.from, section === null ? Number.MAX_SAFE_INTEGER : range.to);
+      : // The lines stored when the request came (a page short by its byte bound is not the end, so a job that keeps
+        // logging would otherwise be chased); ?follow is for what comes after.
+        pages(logs, requestId, range.from, section === null ? state.storedLines : range.to);
     let done = false;
     // The server's request signal does not follow the socket: a follower that left while the
     // job is silent is noticed here, once a second, and frees its slot.
