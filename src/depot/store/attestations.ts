@@ -101,7 +101,13 @@ export async function addAttestation(
   const key = keys.attestation(version.name, version.version);
   await updateRecord<AttestationRecord>(store, key, (current) => {
     const list = current?.value.attestations ?? [];
-    const found = list.find((a) => a.digest === blob.digest);
+    // The same bytes, or the same signed statement stored before bundles were rebuilt (its digest is of the bytes
+    // as received then): one key signs one statement of a type at one time.
+    const found = list.find(
+      (a) =>
+        a.digest === blob.digest ||
+        (a.keyId === entry.keyId && a.signedAt === entry.signedAt && a.predicateType === entry.predicateType),
+    );
     created = found === undefined;
     if (found) {
       listed = found;

@@ -22,7 +22,7 @@ import {
   type TrustedKey,
 } from "../../../src/depot/signing/keys.js";
 import { signedVersionStatement } from "../../../src/depot/signing/statement.js";
-import { keys } from "../../../src/depot/store/records.js";
+import { keys, updateRecord } from "../../../src/depot/store/records.js";
 import type { PackageStore } from "../../../src/depot/ports.js";
 import { failure } from "../../fixtures/errors.js";
 
@@ -232,6 +232,34 @@ describe("signed versions through a real depot", () => {
     expect(listed).toEqual([first]);
     // What is stored and served is the bundle in one shape, whatever the first copy carried.
     expect(Object.keys(listed[0]!.bundle as object)).toEqual(["mediaType", "verificationMaterial", "dsseEnvelope"]);
+  });
+
+  it("a bundle stored as received before bundles were rebuilt is the one listed when it comes again", async () => {
+    const legacy = await startDepot([trustedKeyEntry(release)]);
+    await legacy.client.publish({ name: "old", version: "1.0.0", items: items("o"), sign: signer(release) });
+    const [first] = (await legacy.client.attestations("old@1.0.0")).attestations;
+    // What a depot before the change kept: the bytes as received (re-spaced here), listed by their digest.
+    const asReceived = Buffer.from(JSON.stringify(first!.bundle, null, 4));
+    const blob = await legacy.store.putBlob(
+      (async function* () {
+        yield asReceived;
+      })(),
+    );
+    await updateRecord<{ name: string; version: string; attestations: Array<Record<string, unknown>> }>(
+      legacy.store,
+      keys.attestation("old", "1.0.0"),
+      (current) => ({
+        ...current!.value,
+        attestations: [{ ...current!.value.attestations[0]!, digest: blob.digest, size: blob.size }],
+      }),
+    );
+    const answer = await fetch(`${legacy.url}/attestations/old@1.0.0`, {
+      method: "POST",
+      body: JSON.stringify(first!.bundle),
+    });
+    expect(answer.status).toBe(200);
+    expect(await answer.json()).toMatchObject({ digest: blob.digest });
+    expect((await legacy.client.attestations("old@1.0.0")).attestations).toHaveLength(1);
   });
 
   it("a body that is not UTF-8 is ATTESTATION_INVALID, and a version's bundles are bounded in bytes in all", async () => {
