@@ -7,7 +7,7 @@
 import { open, type FileHandle } from "node:fs/promises";
 import type { StoredLine } from "../../runner/ports.js";
 import { decodeRecord } from "./log-records.js";
-import { ReadBudget } from "../../runner/service/read-budget.js";
+import { PageBudget } from "../../runner/service/page-budget.js";
 
 /** Lines between two indexed offsets. */
 export const STRIDE = 256;
@@ -87,7 +87,7 @@ export async function readLines(
   limit: number,
   baseUs = 0,
   ring?: RingPlace,
-  budget: ReadBudget = new ReadBudget(),
+  budget: PageBudget = new PageBudget(),
 ): Promise<StoredLine[]> {
   const checkpoint = Math.floor(from / STRIDE);
   let line = checkpoint * STRIDE;

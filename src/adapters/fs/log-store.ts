@@ -20,7 +20,7 @@ import {
   planAppend,
 } from "../../runner/service/job-state.js";
 import { readKept, type AppendPlan } from "../../runner/service/log-tail.js";
-import { readBudget, type ReadBudget } from "../../runner/service/read-budget.js";
+import { pageBudget, type PageBudget } from "../../runner/service/page-budget.js";
 import { JobListIndex } from "../../runner/service/job-list.js";
 import { cloneSections, emptySections, foldSections } from "../../runner/service/log-sections.js";
 import type { JobLogStore, JobState, StoredLine } from "../../runner/ports.js";
@@ -184,7 +184,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
   }
 
   /** Stored lines `[from, to)` of one run of a cut log: the head's log file, or the tail's files. */
-  async function readRun(job: Job, from: number, to: number, budget: ReadBudget): Promise<StoredLine[]> {
+  async function readRun(job: Job, from: number, to: number, budget: PageBudget): Promise<StoredLine[]> {
     const state = job.state;
     const base = timeBase(state.startedAt);
     if (!state.cut || from < state.cut.at) {
@@ -288,7 +288,7 @@ export function createFsLogStore(dir: string, options: FsLogStoreOptions = {}): 
       );
     },
     async read(requestId, from = 0, limit = Number.MAX_SAFE_INTEGER, options) {
-      const budget = readBudget(options);
+      const budget = pageBudget(options);
       return withJob(
         requestId,
         false,

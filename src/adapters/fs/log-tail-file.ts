@@ -12,7 +12,7 @@ import { open, rm, truncate, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import type { LogCut, StoredLine } from "../../runner/ports.js";
 import { TAIL_SEGMENTS, type StoredRun } from "../../runner/service/log-tail.js";
-import { ReadBudget } from "../../runner/service/read-budget.js";
+import { PageBudget } from "../../runner/service/page-budget.js";
 import type { LogHandle, OpenLogs } from "./log-descriptors.js";
 import { extendIndex, readLines, scanIndex, type RingPlace } from "./log-read.js";
 import { encodeRecords } from "./log-records.js";
@@ -162,7 +162,7 @@ export class TailFiles {
     from: number,
     to: number,
     baseUs: number,
-    budget: ReadBudget = new ReadBudget(),
+    budget: PageBudget = new PageBudget(),
   ): Promise<StoredLine[]> {
     const out: StoredLine[] = [];
     const segments = state.cut?.segments ?? [];

@@ -12,7 +12,7 @@ import {
   planAppend,
 } from "../../runner/service/job-state.js";
 import { readKept, tailSegmentBytes, type AppendPlan } from "../../runner/service/log-tail.js";
-import { readBudget, type ReadBudget } from "../../runner/service/read-budget.js";
+import { pageBudget, type PageBudget } from "../../runner/service/page-budget.js";
 import { JobListIndex } from "../../runner/service/job-list.js";
 import { cloneSections, emptySections, foldSections } from "../../runner/service/log-sections.js";
 import type { JobLogStore, JobState, LogSections, StoredLine } from "../../runner/ports.js";
@@ -172,7 +172,7 @@ function storeWithSections(job: Job, plan: AppendPlan, pool: BlockPool): void {
  * The stored lines `[from, to)` as the port's objects (marker only when set, as the service writes it). O(lines +
  * bytes).
  */
-function linesOf(job: Lines, from: number, to: number, budget: ReadBudget): StoredLine[] {
+function linesOf(job: Lines, from: number, to: number, budget: PageBudget): StoredLine[] {
   const out: StoredLine[] = [];
   if (from >= to) return out;
   // The block holding `from`: the last one starting at or before it (binary search).
@@ -244,7 +244,7 @@ function letGo(job: Job, pool: BlockPool): void {
 }
 
 /** Stored lines `[from, to)` of one run (the head, or the tail's segments). O(segments + lines + bytes). */
-function runOf(job: Job, from: number, to: number, budget: ReadBudget): StoredLine[] {
+function runOf(job: Job, from: number, to: number, budget: PageBudget): StoredLine[] {
   const cut = job.state.cut;
   if (!cut || from < cut.at) return linesOf(job, from, Math.min(to, job.count), budget);
   const out: StoredLine[] = [];
@@ -333,7 +333,7 @@ export function createMemoryLogStore(options: MemoryLogStoreOptions = {}): JobLo
       live();
       const job = jobs.get(requestId);
       if (!job) return [];
-      const budget = readBudget(options);
+      const budget = pageBudget(options);
       if (!job.state.cut) return linesOf(job, Math.max(0, from), Math.min(job.count, from + limit), budget);
       return readKept(job.state, from, limit, async (a, b) => runOf(job, a, b, budget), budget);
     },

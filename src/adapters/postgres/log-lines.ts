@@ -11,7 +11,7 @@
 import type { RawLinePage, StoredLine } from "../../runner/ports.js";
 import { ReceivedLine } from "../../runner/protocol/received-line.js";
 import { fromMicros, toMicros } from "../../runner/protocol/line-time.js";
-import { ReadBudget } from "../../runner/service/read-budget.js";
+import { PageBudget } from "../../runner/service/page-budget.js";
 
 /** Bytes of `flags` a line: the flag byte and the time (float64 BE, µs). */
 export const LINE_META_BYTES = 9;
@@ -214,7 +214,7 @@ export function rawRows(
   rows: readonly ChunkRow[],
   from: number,
   limit = Infinity,
-  budget: ReadBudget = new ReadBudget(),
+  budget: PageBudget = new PageBudget(),
 ): RawLinePage {
   // The lines the page holds: up to `limit`, and those `budget` takes (the lines' own bytes).
   let count = 0;
@@ -265,7 +265,7 @@ export function decodeRows(
   rows: readonly ChunkRow[],
   from: number,
   limit = Infinity,
-  budget: ReadBudget = new ReadBudget(),
+  budget: PageBudget = new PageBudget(),
 ): StoredLine[] {
   const out: StoredLine[] = [];
   for (const row of rows) {

@@ -47,7 +47,7 @@ import type { PostgresOptions } from "./schema.js";
 import { withPostgresLogExtras, type PostgresLogExtrasOptions } from "./log-store-notify-archive.js";
 import { readsLineEntries } from "../../runner/protocol/received-line.js";
 import { readKept } from "../../runner/service/log-tail.js";
-import { maxBytesOf, readBudget } from "../../runner/service/read-budget.js";
+import { maxBytesOf, pageBudget } from "../../runner/service/page-budget.js";
 
 /**
  * The `last_seen_at` column moves only in steps of this much.
@@ -480,7 +480,7 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
 
         async read(requestId: string, from = 0, limit?: number, options?: LogReadOptions) {
           const maxBytes = maxBytesOf(options);
-          const budget = readBudget(options);
+          const budget = pageBudget(options);
           const rows = await readRows(requestId, from, limit, maxBytes);
           // Rows that hold a cut's placeholder: the dropped range is in reach, the state says where (log-tail.ts).
           if (!rows.some(holdsCutPlaceholder)) return decodeRows(rows, from, limit, budget);
@@ -507,7 +507,7 @@ export function createPostgresLogStore(options: PostgresLogStoreOptions): JobLog
         },
 
         async readRaw(requestId: string, from: number, limit: number, options?: LogReadOptions) {
-          return rawRows(await readRows(requestId, from, limit, maxBytesOf(options)), from, limit, readBudget(options));
+          return rawRows(await readRows(requestId, from, limit, maxBytesOf(options)), from, limit, pageBudget(options));
         },
 
         async stale(before: Date) {

@@ -10,7 +10,7 @@ import { ArchiveWriter, chunkOf, decodeChunk, decodeIndex, tailBytes, type Archi
 import type { ArchivedLog, JobLogStore, JobState, LogArchiveStore, StoredLine } from "../ports.js";
 import { isMarkedReadsLineEntries, readsLineEntries } from "../protocol/received-line.js";
 import { positionAfter, readKept } from "../service/log-tail.js";
-import { readBudget, type ReadBudget } from "../service/read-budget.js";
+import { pageBudget, type PageBudget } from "../service/page-budget.js";
 import { cloneCut } from "../service/job-state.js";
 
 /** Options of {@link createArchivingLogStore}. */
@@ -201,7 +201,7 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
     info: ArchivedLog,
     from: number,
     limit: number,
-    budget: ReadBudget,
+    budget: PageBudget,
   ): Promise<StoredLine[]> {
     const cut = info.cut;
     if (!cut) return readObject(id, info, from, limit, budget);
@@ -227,7 +227,7 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
     info: ArchivedLog,
     from: number,
     limit: number,
-    budget: ReadBudget,
+    budget: PageBudget,
   ): Promise<StoredLine[]> {
     const out: StoredLine[] = [];
     if (from >= info.lines || limit <= 0) return out;
@@ -367,14 +367,14 @@ export function createArchivingLogStore(live: JobLogStore, options: LogArchiveOp
     },
     async read(id, from = 0, limit = Number.MAX_SAFE_INTEGER, options) {
       const known = archived.get(id);
-      if (known) return readArchived(id, known, from, limit, readBudget(options));
+      if (known) return readArchived(id, known, from, limit, pageBudget(options));
       const lines = await live.read(id, from, limit, options);
       if (lines.length > 0 || limit <= 0) return lines;
       // Nothing here: the lines may have moved (markArchived drops them atomically).
       const state = await live.get(id);
       if (!state?.archived) return lines;
       archived.set(id, state.archived, 1);
-      return readArchived(id, state.archived, from, limit, readBudget(options));
+      return readArchived(id, state.archived, from, limit, pageBudget(options));
     },
     // Sections stay in the live store when the lines move (markArchived keeps them): O(sections).
     sections: live.sections ? (id) => live.sections!(id) : undefined,

@@ -6,7 +6,7 @@
  */
 import type { JobState, LogCut, LogEntry, StoredLine, TailSegment } from "../ports.js";
 import { ReceivedLine } from "../protocol/received-line.js";
-import { ReadBudget } from "./read-budget.js";
+import { PageBudget } from "./page-budget.js";
 
 /**
  * The tail is kept in this many segments (at least): a store drops a whole segment at a time, so the tail holds
@@ -73,7 +73,7 @@ export async function readKept(
   from: number,
   limit: number,
   readRun: (from: number, to: number) => Promise<StoredLine[]>,
-  budget: ReadBudget = new ReadBudget(),
+  budget: PageBudget = new PageBudget(),
 ): Promise<StoredLine[]> {
   const total = state.storedLines;
   from = Math.max(0, from);

@@ -5,14 +5,14 @@
 import type { LogReadOptions } from "../ports.js";
 
 /**
- * What a page has taken so far. Stores ask {@link ReadBudget.take} with a line's bytes before they build its
+ * What a page has taken so far. Stores ask {@link PageBudget.take} with a line's bytes before they build its
  * string, so a page never holds more than `maxBytes` plus one line. O(1) a line.
  *
  * @example
- * const budget = new ReadBudget(options?.maxBytes);
+ * const budget = new PageBudget(options?.maxBytes);
  * for (const line of candidates) if (!budget.take(line.bytes)) break;
  */
-export class ReadBudget {
+export class PageBudget {
   private spent = 0;
   private taken = 0;
 
@@ -43,6 +43,6 @@ export function maxBytesOf(options?: LogReadOptions): number | undefined {
 }
 
 /** The budget of a read called with `options`: unbounded without `maxBytes` ({@link maxBytesOf}). O(1). */
-export function readBudget(options?: LogReadOptions): ReadBudget {
-  return new ReadBudget(maxBytesOf(options));
+export function pageBudget(options?: LogReadOptions): PageBudget {
+  return new PageBudget(maxBytesOf(options));
 }
