@@ -16,6 +16,8 @@ export const S3_CONNECT_TIMEOUT_MS = 5_000;
 export const S3_IDLE_TIMEOUT_MS = 90_000;
 /** Bytes of an error answer's body the SDK may read (S3's own are under 1 KiB of XML). */
 export const S3_ERROR_BODY_BYTES = 64 * 1024;
+/** Bytes of any other answer the SDK reads whole (a ListObjectsV2 page of 1,000 keys is ~300 KB of XML). */
+export const S3_ANSWER_BODY_BYTES = 16 * 2 ** 20;
 
 /**
  * An S3Client for `config`: a `requestHandler` given as an instance is used as it is; given as options (or absent),
@@ -50,15 +52,19 @@ function defined(options: Record<string, unknown> | undefined): Record<string, u
 /**
  * Cuts the body of every answer of status 300 or more at S3_ERROR_BODY_BYTES before the SDK's deserializer reads it:
  * it reads an error body whole to parse its XML, once per attempt (a 16 MiB one took a depot from 116 to 1,374 MB
- * RSS). Added inside the deserializer ("low" in its step), so it sees the raw answer. O(1) a request.
+ * RSS); and any other answer but an object's body at S3_ANSWER_BODY_BYTES (a cut answer fails to parse: the call
+ * fails STORE_UNAVAILABLE). Added inside the deserializer ("low" in its step), so it sees the raw answer. O(1) a
+ * request.
  */
 function boundErrorBodies(client: S3Client): void {
   client.middlewareStack.add(
-    (next) => async (args) => {
+    (next, context) => async (args) => {
       const out = await next(args);
       const response = out.response as { statusCode?: number; body?: unknown };
-      if ((response.statusCode ?? 0) >= 300 && response.body instanceof Readable)
-        response.body = cut(response.body, S3_ERROR_BODY_BYTES);
+      if (!(response.body instanceof Readable)) return out;
+      if ((response.statusCode ?? 0) >= 300) response.body = cut(response.body, S3_ERROR_BODY_BYTES);
+      // Every other answer the SDK parses whole is bounded too; an object's body streams to the depot's reader.
+      else if (context.commandName !== "GetObjectCommand") response.body = cut(response.body, S3_ANSWER_BODY_BYTES);
       return out;
     },
     { step: "deserialize", priority: "low", name: "runnerDepotBoundedErrorBody" },

@@ -13,7 +13,7 @@ import { HeadBucketCommand, type S3Client } from "@aws-sdk/client-s3";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { createS3BlobStore } from "../../../src/adapters/s3/index.js";
 import { S3_CONNECT_TIMEOUT_MS, S3_IDLE_TIMEOUT_MS, createS3Client } from "../../../src/adapters/s3/client.js";
-import { sha256Digest } from "../../../src/testing/helpers.js";
+import { collectAll, sha256Digest } from "../../../src/testing/helpers.js";
 import { fixtureFor, startS3, type S3Fixture } from "../../fixtures/backends.js";
 import { tempDir } from "../../fixtures/depot.js";
 import { failure } from "../../fixtures/errors.js";
@@ -48,14 +48,17 @@ async function silent(): Promise<string> {
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 }
 
-/** An endpoint answering every request 500 with `bodyBytes` of XML-ish text; `sent` counts what it wrote. */
-async function flooding(bodyBytes: number): Promise<{ url: string; sent: { bytes: number; requests: number } }> {
+/** An endpoint answering every request `status` with `bodyBytes` of XML-ish text; `sent` counts what it wrote. */
+async function flooding(
+  bodyBytes: number,
+  status = 500,
+): Promise<{ url: string; sent: { bytes: number; requests: number } }> {
   const sent = { bytes: 0, requests: 0 };
   const chunk = Buffer.alloc(64 * 1024, "E");
   const server = createHttpServer((req, res) => {
     sent.requests++;
     req.resume();
-    res.writeHead(500, { "content-type": "application/xml" });
+    res.writeHead(status, { "content-type": "application/xml" });
     res.write("<Error><Code>InternalError</Code><Message>");
     let written = 0;
     const pump = () => {
@@ -118,6 +121,21 @@ describe("the S3 blob store against a hostile endpoint", () => {
       expect(sent.requests).toBe(3);
       // Each attempt's socket is closed after 64 KiB: the endpoint hands over what the socket buffers take, not 64 MiB.
       expect(sent.bytes).toBeLessThan(3 * 16 * MiB);
+    } finally {
+      await blobs.close?.();
+    }
+  });
+});
+
+describe("an endpoint whose successful answer never ends", () => {
+  it("a listing answered 200 with 256 MiB is read 16 MiB at most and fails STORE_UNAVAILABLE", async () => {
+    const { url, sent } = await flooding(256 * MiB, 200);
+    const { clientConfig } = fixtureFor(url, "bucket", { maxAttempts: 1, s3rver: true });
+    const blobs = createS3BlobStore({ spoolDir: spool.dir, bucket: "bucket", clientConfig });
+    try {
+      const error = await failure(collectAll(blobs.listBlobs()));
+      expect(error.code).toBe("STORE_UNAVAILABLE");
+      expect(sent.bytes).toBeLessThan(64 * MiB);
     } finally {
       await blobs.close?.();
     }
