@@ -6,11 +6,10 @@ import http from "node:http";
 import { randomUUID } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { createMemoryQueue } from "../../../src/adapters/memory/index.js";
-import { createControlApi } from "../../../src/cli/serve/control.js";
-import { servePackageRouter } from "../../../src/depot/server/serve.js";
 import { createRunnerService } from "../../../src/runner/index.js";
 import type { LogEntry } from "../../../src/runner/ports.js";
 import { until } from "../../fixtures/runner-service.js";
+import { serveControlApi } from "../../fixtures/control-http.js";
 
 function get(url: string): Promise<{ response: http.IncomingMessage; request: http.ClientRequest }> {
   return new Promise((resolve, reject) => {
@@ -30,15 +29,7 @@ async function bodyOf(response: http.IncomingMessage): Promise<string> {
 describe("control API: ?follow responses are capped (issue 31, item 10)", () => {
   it("past maxFollowers a follow answers 413 RESOURCE_EXHAUSTED; a closed follower frees its slot; plain reads are not counted", async () => {
     const runner = createRunnerService(createMemoryQueue());
-    const control = createControlApi({
-      runner,
-      logs: runner.logs,
-      secret: "s".repeat(32),
-      adminToken: "admin",
-      runnerUrl: "http://127.0.0.1:1",
-      maxFollowers: 2,
-    });
-    const server = await servePackageRouter({ isOpen: false, fetch: control }, { host: "127.0.0.1", port: 0 });
+    const server = await serveControlApi({ runner, logs: runner.logs, maxFollowers: 2 });
     const id = randomUUID();
     const open: http.ClientRequest[] = [];
     try {

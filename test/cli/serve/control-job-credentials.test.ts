@@ -8,24 +8,21 @@
  */
 import { describe, expect, it } from "vitest";
 import { parse } from "yaml";
-import { createControlApi } from "../../../src/cli/serve/control.js";
-import { servePackageRouter } from "../../../src/depot/server/serve.js";
 import { line, send, startHarness } from "../../fixtures/runner-service.js";
+import { serveControlApi } from "../../fixtures/control-http.js";
 
 const SECRET = "s".repeat(32);
 
 describe("control API: a publishing job's credentials stay out of its log", () => {
   it("masks the job's token in the stored log and tells the agent to mask it", async () => {
     const runner = await startHarness({ secret: SECRET });
-    const control = createControlApi({
+    const server = await serveControlApi({
       runner: runner.runner,
       logs: runner.logs,
       secret: SECRET,
-      adminToken: "admin",
       runnerUrl: "http://10.0.2.100:50051",
       depotUrl: () => "http://10.0.2.100:8080",
     });
-    const server = await servePackageRouter({ isOpen: false, fetch: control }, { host: "127.0.0.1", port: 0 });
     try {
       const created = await fetch(`${server.url}/-/jobs`, {
         method: "POST",

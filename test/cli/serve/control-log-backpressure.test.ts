@@ -9,11 +9,10 @@ import { randomUUID } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { createMemoryQueue } from "../../../src/adapters/memory/index.js";
 import { createPostgresLogStore } from "../../../src/adapters/postgres/index.js";
-import { createControlApi } from "../../../src/cli/serve/control.js";
-import { servePackageRouter } from "../../../src/depot/server/serve.js";
 import { createRunnerService } from "../../../src/runner/index.js";
 import type { JobLogStore, LogEntry } from "../../../src/runner/ports.js";
 import { createTestSchema, needs } from "../../fixtures/backends.js";
+import { serveControlApi } from "../../fixtures/control-http.js";
 
 needs("postgres");
 
@@ -59,14 +58,7 @@ describe("control API: a job log to a client that does not read", () => {
       const pgStore = createPostgresLogStore({ pool: db.pool, schema: db.schema });
       const counted = countingReads(pgStore);
       const runner = createRunnerService(createMemoryQueue(), { logs: counted.store });
-      const control = createControlApi({
-        runner,
-        logs: counted.store,
-        secret: "s".repeat(32),
-        adminToken: "admin",
-        runnerUrl: "http://127.0.0.1:1",
-      });
-      const server = await servePackageRouter({ isOpen: false, fetch: control }, { host: "127.0.0.1", port: 0 });
+      const server = await serveControlApi({ runner, logs: counted.store });
       const id = randomUUID();
       try {
         await runner.expectJob(id);

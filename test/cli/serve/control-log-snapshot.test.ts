@@ -6,10 +6,9 @@
 import { randomUUID } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { createMemoryLogStore, createMemoryQueue } from "../../../src/adapters/memory/index.js";
-import { createControlApi } from "../../../src/cli/serve/control.js";
-import { servePackageRouter } from "../../../src/depot/server/serve.js";
 import { createRunnerService } from "../../../src/runner/index.js";
 import type { LogEntry } from "../../../src/runner/ports.js";
+import { serveControlApi } from "../../fixtures/control-http.js";
 
 /** Lines of 100 KB: a 1 MiB page holds ten, so the answer is many pages. */
 const LINE = (i: number) => `${i} `.padEnd(100_000, "z");
@@ -20,14 +19,7 @@ describe("control API: the stored log of a job still writing", () => {
   it("answers the lines stored when it was asked, not those stored while it is read", async () => {
     const logs = createMemoryLogStore();
     const runner = createRunnerService(createMemoryQueue(), { logs });
-    const control = createControlApi({
-      runner,
-      logs,
-      secret: "s".repeat(32),
-      adminToken: "admin",
-      runnerUrl: "http://127.0.0.1:1",
-    });
-    const server = await servePackageRouter({ isOpen: false, fetch: control }, { host: "127.0.0.1", port: 0 });
+    const server = await serveControlApi({ runner, logs });
     const id = randomUUID();
     try {
       await runner.expectJob(id);

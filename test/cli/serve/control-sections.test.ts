@@ -12,8 +12,6 @@ import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createFsLogStore } from "../../../src/adapters/fs/index.js";
 import { createMemoryQueue } from "../../../src/adapters/memory/index.js";
-import { createControlApi } from "../../../src/cli/serve/control.js";
-import { servePackageRouter } from "../../../src/depot/server/serve.js";
 import {
   createRunnerClient,
   createRunnerService,
@@ -22,6 +20,7 @@ import {
   type RunnerService,
 } from "../../../src/runner/index.js";
 import type { LogSectionEvent, StoredLine } from "../../../src/runner/ports.js";
+import { serveControlApi } from "../../fixtures/control-http.js";
 
 const SECRET = "hunter2-s3cr3t-value";
 const LINES = [
@@ -46,21 +45,14 @@ describe("sections through the control API and follow()", () => {
   let dir: string;
   let runner: RunnerService;
   let runnerServer: RunnerServer;
-  let server: Awaited<ReturnType<typeof servePackageRouter>>;
+  let server: Awaited<ReturnType<typeof serveControlApi>>;
   const id = randomUUID();
 
   beforeAll(async () => {
     dir = await mkdtemp(path.join(os.tmpdir(), "control-sections-"));
     runner = createRunnerService(createMemoryQueue(), { logs: createFsLogStore(dir, { fsync: false }) });
     runnerServer = await startRunnerServer(runner, { host: "127.0.0.1", port: 0 });
-    const control = createControlApi({
-      runner,
-      logs: runner.logs,
-      secret: "s".repeat(32),
-      adminToken: "admin",
-      runnerUrl: runnerServer.url,
-    });
-    server = await servePackageRouter({ isOpen: false, fetch: control }, { host: "127.0.0.1", port: 0 });
+    server = await serveControlApi({ runner, logs: runner.logs, runnerUrl: runnerServer.url });
     // The agent is not told the secret: the service masks it on arrival, before the store reads markers.
     await runner.expectJob(id, { secrets: [SECRET] });
     const client = createRunnerClient({ endpoint: runnerServer.url, requestId: id });
