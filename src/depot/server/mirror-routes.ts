@@ -7,7 +7,7 @@
  * Why: docs/decisions/depot-yank-mirror.md, "mirror-routes.ts".
  */
 import { promisify } from "node:util";
-import { readVersionManifest } from "../store/blob-read.js";
+import { readBlobWithin, readVersionManifest } from "../store/blob-read.js";
 import { gzip } from "node:zlib";
 import type { IRequest } from "itty-router";
 import { RunnerDepotError } from "../../errors.js";
@@ -172,16 +172,8 @@ function readCheck(request: Request, context: RouterContext): (name: string) => 
 
 /** A blob's text; null when it is gone or longer than `maxBytes`, read no further than that. */
 async function blobText(context: RouterContext, digest: string, maxBytes: number): Promise<string | null> {
-  const body = await context.store.getBlob(digest);
-  if (!body) return null;
-  const chunks: Buffer[] = [];
-  let bytes = 0;
-  for await (const chunk of body) {
-    bytes += chunk.byteLength;
-    if (bytes > maxBytes) return null; // leaving the loop ends the read
-    chunks.push(Buffer.from(chunk));
-  }
-  return Buffer.concat(chunks).toString("utf8");
+  const read = await readBlobWithin(context.store, digest, maxBytes);
+  return read === null || read === "over" ? null : read.toString("utf8");
 }
 
 /** JSON, gzip-compressed when the client accepts it (the mirror's fetch does). */

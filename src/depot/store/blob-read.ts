@@ -11,14 +11,28 @@ import type { PackageStore } from "../ports.js";
  * knows the blob's size to be, or its kind's bound), the rest not read. O(maxBytes).
  */
 export async function readBlobWhole(store: PackageStore, digest: string, maxBytes: number): Promise<Buffer | null> {
+  const read = await readBlobWithin(store, digest, maxBytes);
+  if (read === "over")
+    throw new RunnerDepotError("STORE_UNAVAILABLE", `the store served more than ${maxBytes} bytes of blob ${digest}`);
+  return read;
+}
+
+/**
+ * Blob `digest` whole if it is at most `maxBytes` ("over", the rest not read, when it is longer), or null when the
+ * store has none. O(maxBytes).
+ */
+export async function readBlobWithin(
+  store: PackageStore,
+  digest: string,
+  maxBytes: number,
+): Promise<Buffer | "over" | null> {
   const body = await store.getBlob(digest);
   if (!body) return null;
   const chunks: Buffer[] = [];
   let bytes = 0;
   for await (const chunk of body) {
     bytes += chunk.byteLength;
-    if (bytes > maxBytes)
-      throw new RunnerDepotError("STORE_UNAVAILABLE", `the store served more than ${maxBytes} bytes of blob ${digest}`);
+    if (bytes > maxBytes) return "over"; // leaving the loop ends the read
     chunks.push(Buffer.from(chunk));
   }
   return Buffer.concat(chunks);
