@@ -206,6 +206,16 @@ export interface ChunkRow {
   flags: Buffer;
 }
 
+/** Where line `k` of `row` starts in its bytes (a one-line row: 0). O(1). */
+function lineStart(row: ChunkRow, k: number): number {
+  return k === 0 ? 0 : row.ends!.readUInt32BE(4 * (k - 1));
+}
+
+/** Where line `k` of `row` ends in its bytes (a one-line row: its length). O(1). */
+function lineEnd(row: ChunkRow, k: number): number {
+  return row.ends === null ? row.bytes.length : row.ends.readUInt32BE(4 * k);
+}
+
 /**
  * The same lines as {@link decodeRows}, as byte ranges of the rows (no string per line): what
  * the archive copies into its records. O(lines visited).
@@ -221,8 +231,8 @@ export function rawRows(
   counting: for (const row of rows) {
     const rowCount = row.ends === null ? 1 : row.ends.length / 4;
     for (let k = Math.max(0, from - Number(row.first)); k < rowCount && count < limit; k++) {
-      const start = k === 0 ? 0 : row.ends!.readUInt32BE(4 * (k - 1));
-      const end = row.ends === null ? row.bytes.length : row.ends.readUInt32BE(4 * k);
+      const start = lineStart(row, k);
+      const end = lineEnd(row, k);
       if (!budget.take(end - start)) break counting;
       count++;
     }
@@ -236,8 +246,8 @@ export function rawRows(
         const first = Number(row.first);
         const rowCount = row.ends === null ? 1 : row.ends.length / 4;
         for (let k = Math.max(0, from - first); k < rowCount && seen < count; k++, seen++) {
-          const start = k === 0 ? 0 : row.ends!.readUInt32BE(4 * (k - 1));
-          const end = row.ends === null ? row.bytes.length : row.ends.readUInt32BE(4 * k);
+          const start = lineStart(row, k);
+          const end = lineEnd(row, k);
           const [flags, time] = metaOf(row, rowCount, k);
           visit(row.bytes, start, end, flags, time);
         }
@@ -272,8 +282,8 @@ export function decodeRows(
     const first = Number(row.first);
     const count = row.ends === null ? 1 : row.ends.length / 4;
     for (let k = Math.max(0, from - first); k < count && out.length < limit; k++) {
-      const start = k === 0 ? 0 : row.ends!.readUInt32BE(4 * (k - 1));
-      const end = row.ends === null ? row.bytes.length : row.ends.readUInt32BE(4 * k);
+      const start = lineStart(row, k);
+      const end = lineEnd(row, k);
       if (!budget.take(end - start)) return out;
       const [flag, time] = metaOf(row, count, k);
       const line: StoredLine = { line: row.bytes.toString("utf8", start, end), stderr: (flag & 1) === 1 };
