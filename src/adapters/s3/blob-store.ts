@@ -229,19 +229,20 @@ export function createS3BlobStore(options: S3BlobStoreOptions): BlobStore & { re
         // `bytes=0-0` with the whole object): trim to what was asked for.
         const served = /^bytes (\d+)-(\d+)\//.exec(out.ContentRange ?? "");
         const from = served ? Number(served[1]) : 0;
-        if (from > range.start || range.start - from > MAX_RANGE_SKIP) {
+        const skip = range.start - from;
+        if (skip < 0 || skip > MAX_RANGE_SKIP) {
           (body as { destroy?: () => void }).destroy?.();
-          if (from > range.start)
-            throw new RunnerDepotError("STORE_UNAVAILABLE", `S3 served bytes from ${from}, not ${range.start}`);
           throw new RunnerDepotError(
             "STORE_UNAVAILABLE",
-            `S3 ignored the Range: it served from byte ${from}, ${range.start - from} bytes before the ${range.start} asked for`,
+            skip < 0
+              ? `S3 served bytes from ${from}, not ${range.start}`
+              : `S3 ignored the Range: it served from byte ${from}, ${skip} bytes before the ${range.start} asked for`,
           );
         }
         const wanted = range.end - range.start + 1;
         const servedLength = out.ContentLength ?? -1;
-        if (from === range.start && servedLength === wanted) return body;
-        return slice(body, range.start - from, wanted);
+        if (skip === 0 && servedLength === wanted) return body;
+        return slice(body, skip, wanted);
       } catch (error) {
         if (isNotFound(error)) return null;
         if (errorName(error) === "InvalidRange") {

@@ -40,7 +40,7 @@ export function createS3Client(config: S3ClientConfig = {}): S3Client {
             ...defined(given),
           },
         });
-  boundErrorBodies(client);
+  boundAnswerBodies(client);
   return client;
 }
 
@@ -56,7 +56,7 @@ function defined(options: Record<string, unknown> | undefined): Record<string, u
  * fails STORE_UNAVAILABLE). Added inside the deserializer ("low" in its step), so it sees the raw answer. O(1) a
  * request.
  */
-function boundErrorBodies(client: S3Client): void {
+function boundAnswerBodies(client: S3Client): void {
   client.middlewareStack.add(
     (next, context) => async (args) => {
       const out = await next(args);
@@ -67,7 +67,7 @@ function boundErrorBodies(client: S3Client): void {
       else if (context.commandName !== "GetObjectCommand") response.body = cut(response.body, S3_ANSWER_BODY_BYTES);
       return out;
     },
-    { step: "deserialize", priority: "low", name: "runnerDepotBoundedErrorBody" },
+    { step: "deserialize", priority: "low", name: "runnerDepotBoundedAnswerBody" },
   );
 }
 
