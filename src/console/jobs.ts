@@ -7,7 +7,7 @@
  * stores); the event stream reads through `runner.follow()` from the client's position,
  * so a reconnect costs what it missed, never the whole log.
  */
-import { positionAfter } from "../runner/service/log-tail.js";
+import { logPages } from "../runner/service/log-pages.js";
 import { RunnerDepotError } from "../errors.js";
 import { summarizeJob } from "../runner/service/job-list.js";
 import { emptySections, sectionLines } from "../runner/service/log-sections.js";
@@ -261,18 +261,17 @@ export function createJobEndpoints(runner: RunnerService, limits: JobEndpointLim
         throw new RunnerDepotError("INVALID_ARGUMENT", "timestamps must be 0 or 1");
       const withTimes = stamps === "1";
       const encoder = new TextEncoder();
-      let from = range.from;
       // A whole log runs to whatever is stored by the time the stream gets there (a live job); a section to its end.
       const to = url.searchParams.has("section") ? range.to : Number.MAX_SAFE_INTEGER;
+      const pages = logPages(logs, id, range.from, to, { lines: RAW_PAGE, maxBytes: RAW_PAGE_BYTES });
       const body = new ReadableStream<Uint8Array>({
         async pull(controller) {
-          const page =
-            from >= to ? [] : await logs.read(id, from, Math.min(RAW_PAGE, to - from), { maxBytes: RAW_PAGE_BYTES });
-          if (page.length === 0) {
+          const next = await pages.next();
+          if (next.done) {
             controller.close();
             return;
           }
-          from = positionAfter(from, page);
+          const page = next.value;
           let text = "";
           if (withTimes)
             for (const line of page) text += line.time ? `${rfc3339Micro(line.time)} ${line.line}\n` : `${line.line}\n`;

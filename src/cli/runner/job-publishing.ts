@@ -6,7 +6,7 @@
  * the depot which job a principal is, with the digest of its stored log.
  * Why: docs/decisions/signed-versions.md, "Provenance".
  */
-import { positionAfter } from "../../runner/service/log-tail.js";
+import { logPages } from "../../runner/service/log-pages.js";
 import { createHash } from "node:crypto";
 import { RunnerDepotError } from "../../errors.js";
 import { namePattern, type Authorize } from "../../depot/server/auth.js";
@@ -82,17 +82,11 @@ export function jobProvenance(
     if (!state) return null;
     const hash = createHash("sha256");
     let lines = 0;
-    let position = 0;
     // The lines stored when the digest started: a job that goes on logging while it publishes is not chased.
-    const end = state.storedLines;
-    while (position < end) {
-      const want = Math.min(PAGE_LINES, end - position);
-      const page = await logs.read(requestId, position, want, { maxBytes: PAGE_BYTES });
-      // A short page is the byte bound's; an empty one is the log's end (its lines archived away, say).
-      if (page.length === 0) break;
+    const size = { lines: PAGE_LINES, maxBytes: PAGE_BYTES };
+    for await (const page of logPages(logs, requestId, 0, state.storedLines, size)) {
       for (const line of page) hash.update(`${JSON.stringify(line)}\n`);
       lines += page.length;
-      position = positionAfter(position, page);
     }
     const text = (value: unknown) => (typeof value === "string" ? value : "");
     return {

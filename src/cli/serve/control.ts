@@ -5,7 +5,6 @@
  * and cancel one (control-jobs.ts).
  * Every request needs the admin token.
  */
-import { positionAfter } from "../../runner/service/log-tail.js";
 import { randomUUID, timingSafeEqual } from "node:crypto";
 import { RunnerDepotError } from "../../errors.js";
 import { mintJobToken, renderCloudInit, type CloudInitAgent, type RunnerService } from "../../runner/index.js";
@@ -13,6 +12,7 @@ import type { JobLogStore, StoredLine } from "../../runner/ports.js";
 import { cancelJobRoute, jobSectionsRoute, listJobsRoute, requestIdOf } from "./control-jobs.js";
 import { searchJobLog, searchRequestOf } from "../../runner/service/log-search.js";
 import { sectionLines } from "../../runner/service/log-sections.js";
+import { logPages } from "../../runner/service/log-pages.js";
 import { readBounded } from "../../depot/client/body.js";
 import { clientGone } from "../../depot/server/native-body.js";
 import type { RetentionPolicy, RetentionReport } from "../../depot/store/retention.js";
@@ -287,17 +287,10 @@ export function createControlApi(options: ControlApiOptions): (request: Request)
   }
 }
 
-/**
- * The stored log a page at a time: one `logs.read` per PAGE_LINES lines or PAGE_BYTES, only when asked. A short page
- * is not the end (the byte bound cuts it); an empty one is.
- */
+/** The stored log a line at a time, read a page (PAGE_LINES, PAGE_BYTES) at a time, only when asked. */
 async function* pages(logs: JobLogStore, requestId: string, from: number, to: number): AsyncGenerator<StoredLine> {
-  while (from < to) {
-    const page = await logs.read(requestId, from, Math.min(PAGE_LINES, to - from), { maxBytes: PAGE_BYTES });
-    if (page.length === 0) return;
+  for await (const page of logPages(logs, requestId, from, to, { lines: PAGE_LINES, maxBytes: PAGE_BYTES }))
     yield* page;
-    from = positionAfter(from, page);
-  }
 }
 
 /** A job request's bytes at most: room for its command, patterns and secrets (≤ 256 KiB of them, §14). */
